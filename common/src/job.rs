@@ -1,0 +1,501 @@
+//! The job model (`JobSpec`) and its validation. Every limit on a spec lives here.
+//!
+//! A spec is valid when it parses (unknown fields are rejected), its schedule parses in its
+//! timezone, and every field is within the limits below. Errors name the field (dotted path,
+//! e.g. `task.command`) and say what is wrong.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::duration::HumanDuration;
+use crate::keys::validate_job_name;
+use crate::schedule::Schedule;
+
+/// Largest serialized spec.
+pub const MAX_SPEC_BYTES: usize = 64 * 1024;
+/// Longest shell command.
+pub const MAX_COMMAND_BYTES: usize = 16 * 1024;
+/// Most environment variables, headers, labels or selector entries.
+pub const MAX_MAP_ENTRIES: usize = 64;
+/// Longest label/selector/env key.
+pub const MAX_MAP_KEY_LEN: usize = 128;
+/// Longest label/selector/env/header value.
+pub const MAX_MAP_VALUE_LEN: usize = 4096;
+/// Longest description.
+pub const MAX_DESCRIPTION_LEN: usize = 4096;
+/// Longest task timeout.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most retries.
+pub const MAX_RETRIES: u32 = 100;
+/// Longest retry backoff.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
+/// Most shards.
+pub const MAX_SHARDS: u32 = 1000;
+/// Most dependent jobs per list.
+pub const MAX_DEPENDENTS: usize = 32;
+/// Largest HTTP task body.
+pub const MAX_HTTP_BODY: usize = 32 * 1024;
+
+/// A job as stored at `{ns}/jobs/{job}` and accepted by `PUT /api/jobs/{job}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    pub schedule: String,
+    #[serde(default = "default_timezone")]
+    pub timezone: String,
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    pub task: Task,
+    /// Kill the task (TERM to its process group, then KILL) after this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<HumanDuration>,
+    #[serde(default)]
+    pub retries: Retries,
+    #[serde(default)]
+    pub concurrency: Concurrency,
+    #[serde(default)]
+    pub misfire: Misfire,
+    #[serde(default)]
+    pub on_worker_loss: OnWorkerLoss,
+    #[serde(default)]
+    pub mode: Mode,
+    /// Only workers whose labels include all of these may run the job.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_success: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_failure: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+fn default_timezone() -> String {
+    "UTC".to_owned()
+}
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Task {
+    Shell(ShellTask),
+    Http(HttpTask),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellTask {
+    /// Run with `/bin/sh -c`.
+    pub command: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Working directory (absolute); the worker's own when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpTask {
+    #[serde(default = "default_method")]
+    pub method: String,
+    pub url: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// The status that counts as success; any 2xx when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_status: Option<u16>,
+}
+
+fn default_method() -> String {
+    "GET".to_owned()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retries {
+    #[serde(default)]
+    pub max: u32,
+    #[serde(default = "default_backoff")]
+    pub backoff: HumanDuration,
+    #[serde(default = "default_max_backoff")]
+    pub max_backoff: HumanDuration,
+}
+
+fn default_backoff() -> HumanDuration {
+    HumanDuration::from_secs(10)
+}
+fn default_max_backoff() -> HumanDuration {
+    HumanDuration::from_secs(300)
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Self { max: 0, backoff: default_backoff(), max_backoff: default_max_backoff() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Concurrency {
+    #[default]
+    Allow,
+    Forbid,
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Misfire {
+    #[default]
+    Skip,
+    RunOnce,
+    RunAll,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnWorkerLoss {
+    #[default]
+    Rerun,
+    MarkLost,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Single,
+    Broadcast,
+    Sharded(u32),
+}
+
+/// Why a spec was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
+pub struct SpecError {
+    /// Dotted path of the offending field (`task.command`), or `None` for the whole body.
+    pub field: Option<String>,
+    pub message: String,
+    pub too_large: bool,
+}
+
+impl SpecError {
+    fn at(field: &str, message: impl Into<String>) -> Self {
+        Self { field: Some(field.to_owned()), message: message.into(), too_large: false }
+    }
+}
+
+impl JobSpec {
+    /// Parses and validates a JSON spec (the body of `PUT /api/jobs/{job}`).
+    pub fn from_json(bytes: &[u8]) -> Result<Self, SpecError> {
+        if bytes.len() > MAX_SPEC_BYTES {
+            return Err(SpecError {
+                field: None,
+                message: format!("job spec is {} bytes; the limit is {MAX_SPEC_BYTES}", bytes.len()),
+                too_large: true,
+            });
+        }
+        let value: serde_json::Value = serde_json::from_slice(bytes)
+            .map_err(|e| serde_error(".", &e.to_string(), true))?;
+        Self::from_value(value)
+    }
+
+    /// Parses and validates a spec already decoded into a JSON value.
+    pub fn from_value(value: serde_json::Value) -> Result<Self, SpecError> {
+        // `task` is internally tagged, which makes serde lose the path of errors inside it:
+        // check the task on its own first so its errors name e.g. `task.command`.
+        if let Some(task) = value.get("task").and_then(|t| t.as_object()) {
+            let mut body = task.clone();
+            if let Some(kind) = body.remove("kind").as_ref().and_then(|k| k.as_str()) {
+                let body = serde_json::Value::Object(body);
+                let checked = match kind {
+                    "shell" => serde_path_to_error::deserialize::<_, ShellTask>(body).map(drop),
+                    "http" => serde_path_to_error::deserialize::<_, HttpTask>(body).map(drop),
+                    _ => Ok(()),
+                };
+                if let Err(e) = checked {
+                    let path = e.path().to_string();
+                    let path = if path == "." { "task".to_owned() } else { format!("task.{path}") };
+                    return Err(serde_error(&path, &e.into_inner().to_string(), false));
+                }
+            }
+        }
+        let spec: JobSpec = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            serde_error(&path, &e.into_inner().to_string(), false)
+        })?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Checks every field; the schedule is parsed in the spec's timezone.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let schedule = Schedule::parse(&self.schedule, &self.timezone);
+        if let Err(e) = schedule {
+            let field = match e {
+                crate::schedule::ScheduleError::Timezone(_) => "timezone",
+                crate::schedule::ScheduleError::Expression(_) => "schedule",
+            };
+            return Err(SpecError::at(field, e.to_string()));
+        }
+        match &self.task {
+            Task::Shell(shell) => validate_shell(shell)?,
+            Task::Http(http) => validate_http(http)?,
+        }
+        if let Some(t) = self.timeout {
+            if t.0.is_zero() || t.0 > MAX_TIMEOUT {
+                return Err(SpecError::at("timeout", format!("must be between 1ms and {}", HumanDuration(MAX_TIMEOUT))));
+            }
+        }
+        if self.retries.max > MAX_RETRIES {
+            return Err(SpecError::at("retries.max", format!("must be at most {MAX_RETRIES}")));
+        }
+        if self.retries.max_backoff.0 > MAX_BACKOFF {
+            return Err(SpecError::at("retries.max_backoff", format!("must be at most {}", HumanDuration(MAX_BACKOFF))));
+        }
+        if self.retries.backoff > self.retries.max_backoff {
+            return Err(SpecError::at("retries.backoff", "must not exceed retries.max_backoff"));
+        }
+        if let Mode::Sharded(n) = self.mode {
+            if n == 0 || n > MAX_SHARDS {
+                return Err(SpecError::at("mode.sharded", format!("shard count must be between 1 and {MAX_SHARDS}")));
+            }
+        }
+        validate_map("selector", &self.selector, label_key_ok)?;
+        validate_map("labels", &self.labels, label_key_ok)?;
+        for (field, list) in [("on_success", &self.on_success), ("on_failure", &self.on_failure)] {
+            if list.len() > MAX_DEPENDENTS {
+                return Err(SpecError::at(field, format!("at most {MAX_DEPENDENTS} jobs")));
+            }
+            for (i, name) in list.iter().enumerate() {
+                validate_job_name(name).map_err(|m| SpecError::at(&format!("{field}[{i}]"), m))?;
+            }
+        }
+        if self.description.len() > MAX_DESCRIPTION_LEN {
+            return Err(SpecError::at("description", format!("longer than {MAX_DESCRIPTION_LEN} bytes")));
+        }
+        Ok(())
+    }
+
+    /// The parsed schedule. Valid specs always parse; the error is for specs read from etcd
+    /// that were written by something other than the master.
+    pub fn parsed_schedule(&self) -> Result<Schedule, crate::schedule::ScheduleError> {
+        Schedule::parse(&self.schedule, &self.timezone)
+    }
+}
+
+/// Validates a job name, naming the field `name`.
+pub fn validate_name(name: &str) -> Result<(), SpecError> {
+    validate_job_name(name).map_err(|m| SpecError::at("name", m))
+}
+
+fn serde_error(path: &str, message: &str, syntax: bool) -> SpecError {
+    if syntax {
+        return SpecError { field: None, message: format!("body is not valid JSON: {message}"), too_large: false };
+    }
+    let base = if path == "." { String::new() } else { path.to_owned() };
+    // serde names unknown/missing fields in backticks; make them part of the path.
+    let named = ["unknown field `", "missing field `", "duplicate field `", "unknown variant `"]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix).and_then(|rest| rest.split_once('`')).map(|(name, _)| (prefix, name)));
+    let field = match named {
+        Some((prefix, name)) if !prefix.starts_with("unknown variant") => {
+            if base.is_empty() || base == name || base.ends_with(&format!(".{name}")) {
+                if base.is_empty() { name.to_owned() } else { base }
+            } else if base.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{base}.{name}")
+            }
+        }
+        _ => base,
+    };
+    let message = strip_location(message);
+    SpecError { field: (!field.is_empty()).then_some(field), message, too_large: false }
+}
+
+/// serde_json appends " at line 1 column 7"; the field path already says where.
+fn strip_location(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
+    if shell.command.trim().is_empty() {
+        return Err(SpecError::at("task.command", "must not be empty"));
+    }
+    if shell.command.len() > MAX_COMMAND_BYTES {
+        return Err(SpecError::at("task.command", format!("longer than {MAX_COMMAND_BYTES} bytes")));
+    }
+    if shell.command.contains('\0') {
+        return Err(SpecError::at("task.command", "must not contain NUL bytes"));
+    }
+    validate_map("task.env", &shell.env, env_key_ok)?;
+    if let Some((k, _)) = shell.env.iter().find(|(k, _)| k.starts_with("ETCRON_")) {
+        return Err(SpecError::at(&format!("task.env.{k}"), "the ETCRON_ prefix is reserved for variables etcron sets"));
+    }
+    if let Some(cwd) = &shell.cwd {
+        if !cwd.starts_with('/') || cwd.contains('\0') || cwd.len() > 4096 {
+            return Err(SpecError::at("task.cwd", "must be an absolute path"));
+        }
+    }
+    Ok(())
+}
+
+fn validate_http(http: &HttpTask) -> Result<(), SpecError> {
+    const METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+    if !METHODS.contains(&http.method.as_str()) {
+        return Err(SpecError::at("task.method", format!("must be one of {}", METHODS.join(", "))));
+    }
+    let rest = http.url.strip_prefix("http://").or_else(|| http.url.strip_prefix("https://"));
+    match rest {
+        Some(r) if !r.is_empty() && !r.starts_with('/') && !http.url.contains(char::is_whitespace) && http.url.len() <= 4096 => {}
+        _ => return Err(SpecError::at("task.url", "must be an absolute http:// or https:// URL")),
+    }
+    validate_map("task.headers", &http.headers, |k| {
+        !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+    })?;
+    if let Some((k, _)) = http.headers.iter().find(|(_, v)| v.contains(['\r', '\n'])) {
+        return Err(SpecError::at(&format!("task.headers.{k}"), "must not contain line breaks"));
+    }
+    if http.body.as_ref().is_some_and(|b| b.len() > MAX_HTTP_BODY) {
+        return Err(SpecError::at("task.body", format!("longer than {MAX_HTTP_BODY} bytes")));
+    }
+    if let Some(s) = http.expect_status {
+        if !(100..=599).contains(&s) {
+            return Err(SpecError::at("task.expect_status", "must be an HTTP status between 100 and 599"));
+        }
+    }
+    Ok(())
+}
+
+fn label_key_ok(k: &str) -> bool {
+    !k.is_empty() && k.starts_with(|c: char| c.is_ascii_alphanumeric()) && k.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
+}
+
+fn env_key_ok(k: &str) -> bool {
+    !k.is_empty() && !k.starts_with(|c: char| c.is_ascii_digit()) && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn validate_map(field: &str, map: &BTreeMap<String, String>, key_ok: impl Fn(&str) -> bool) -> Result<(), SpecError> {
+    if map.len() > MAX_MAP_ENTRIES {
+        return Err(SpecError::at(field, format!("at most {MAX_MAP_ENTRIES} entries")));
+    }
+    for (k, v) in map {
+        if k.len() > MAX_MAP_KEY_LEN || !key_ok(k) {
+            return Err(SpecError::at(&format!("{field}.{k}"), "invalid key"));
+        }
+        if v.len() > MAX_MAP_VALUE_LEN || v.contains('\0') {
+            return Err(SpecError::at(&format!("{field}.{k}"), format!("value longer than {MAX_MAP_VALUE_LEN} bytes or contains NUL")));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<JobSpec, SpecError> {
+        JobSpec::from_json(json.as_bytes())
+    }
+
+    fn field_of(json: &str) -> Option<String> {
+        parse(json).unwrap_err().field
+    }
+
+    const MINIMAL: &str = r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true"}}"#;
+
+    #[test]
+    fn defaults_fill_what_is_left_out() {
+        let spec = parse(MINIMAL).unwrap();
+        assert_eq!(spec.timezone, "UTC");
+        assert!(spec.enabled);
+        assert_eq!(spec.concurrency, Concurrency::Allow);
+        assert_eq!(spec.misfire, Misfire::Skip);
+        assert_eq!(spec.mode, Mode::Single);
+        assert_eq!(spec.retries, Retries::default());
+        assert_eq!(spec.timeout, None);
+    }
+
+    #[test]
+    fn full_spec_round_trips() {
+        let json = r#"{ "schedule": "*/5 * * * * *", "timezone": "Europe/Berlin", "enabled": true,
+          "task": {"kind": "shell", "command": "pg_dump db > /backups/db.sql", "env": {"A": "1"}, "cwd": "/"},
+          "timeout": "10m", "retries": {"max": 3, "backoff": "10s", "max_backoff": "5m"},
+          "concurrency": "forbid", "misfire": "run_once", "on_worker_loss": "mark_lost",
+          "mode": {"sharded": 4}, "selector": {"region": "eu"}, "on_success": ["job-b"], "on_failure": ["alert"],
+          "description": "nightly", "labels": {"team": "data"} }"#;
+        let spec = parse(json).unwrap();
+        assert_eq!(spec.mode, Mode::Sharded(4));
+        assert_eq!(spec.timeout, Some(HumanDuration::from_secs(600)));
+        let again = parse(&serde_json::to_string(&spec).unwrap()).unwrap();
+        assert_eq!(spec, again);
+        let http = r#"{"schedule":"@every 10s","task":{"kind":"http","url":"https://example.com/hook","method":"POST","headers":{"X-Token":"t"},"body":"{}","expect_status":204}}"#;
+        let spec = parse(http).unwrap();
+        assert!(matches!(spec.task, Task::Http(ref h) if h.expect_status == Some(204)));
+        assert_eq!(serde_json::to_value(Mode::Broadcast).unwrap(), "broadcast");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases: &[(&str, &str)] = &[
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true"},"bogus":1}"#, "bogus"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","extra":1}}"#, "task.extra"),
+            (r#"{"task":{"kind":"shell","command":"true"}}"#, "schedule"),
+            (r#"{"schedule":"nope","task":{"kind":"shell","command":"true"}}"#, "schedule"),
+            (r#"{"schedule":"* * * * *","timezone":"Mars/Base","task":{"kind":"shell","command":"true"}}"#, "timezone"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":""}}"#, "task.command"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":5}}"#, "task.command"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"ftp"}}"#, "task.kind"),
+            (r#"{"schedule":"* * * * *","enabled":"yes","task":{"kind":"shell","command":"true"}}"#, "enabled"),
+            (r#"{"schedule":"* * * * *","timeout":"soon","task":{"kind":"shell","command":"true"}}"#, "timeout"),
+            (r#"{"schedule":"* * * * *","timeout":"0s","task":{"kind":"shell","command":"true"}}"#, "timeout"),
+            (r#"{"schedule":"* * * * *","retries":{"max":1000},"task":{"kind":"shell","command":"true"}}"#, "retries.max"),
+            (r#"{"schedule":"* * * * *","retries":{"backoff":"1h","max_backoff":"1m"},"task":{"kind":"shell","command":"true"}}"#, "retries.backoff"),
+            (r#"{"schedule":"* * * * *","concurrency":"sometimes","task":{"kind":"shell","command":"true"}}"#, "concurrency"),
+            (r#"{"schedule":"* * * * *","mode":{"sharded":0},"task":{"kind":"shell","command":"true"}}"#, "mode.sharded"),
+            (r#"{"schedule":"* * * * *","on_success":["Bad Name"],"task":{"kind":"shell","command":"true"}}"#, "on_success[0]"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","env":{"ETCRON_JOB":"x"}}}"#, "task.env.ETCRON_JOB"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","cwd":"relative"}}"#, "task.cwd"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"http","url":"ftp://x"}}"#, "task.url"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"http","url":"http://x","method":"BREW"}}"#, "task.method"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"http","url":"http://x","expect_status":99}}"#, "task.expect_status"),
+            (r#"{"schedule":"* * * * *","labels":{"bad key":"v"},"task":{"kind":"shell","command":"true"}}"#, "labels.bad key"),
+        ];
+        for (json, field) in cases {
+            assert_eq!(field_of(json).as_deref(), Some(*field), "{json}");
+        }
+    }
+
+    #[test]
+    fn syntax_errors_and_size_limit() {
+        let err = parse("{not json").unwrap_err();
+        assert_eq!(err.field, None);
+        assert!(err.message.contains("not valid JSON"), "{}", err.message);
+        let big = format!(
+            r#"{{"schedule":"* * * * *","description":"{}","task":{{"kind":"shell","command":"true"}}}}"#,
+            "x".repeat(MAX_SPEC_BYTES)
+        );
+        let err = parse(&big).unwrap_err();
+        assert!(err.too_large);
+        assert!(err.to_string().contains("limit"));
+    }
+
+    #[test]
+    fn names() {
+        assert!(validate_name("db-backup").is_ok());
+        assert_eq!(validate_name("DB").unwrap_err().field.as_deref(), Some("name"));
+    }
+}

@@ -1,0 +1,400 @@
+//! The etcd key layout. This module is the only place that builds or parses key strings.
+//!
+//! ```text
+//! {ns}/jobs/{job}                         JobSpec
+//! {ns}/workers/{worker_id}                WorkerInfo           (worker session lease)
+//! {ns}/claims/{job}/{tick}                Claim                (session lease, then retention lease)
+//! {ns}/running/{job}/{execution_id}       RunningExecution     (worker session lease)
+//! {ns}/kill/{job}/{execution_id|all}      KillCommand          (lease >= 60 s)
+//! {ns}/trigger/{job}/{request_id}         TriggerRequest       (lease >= 60 s)
+//! {ns}/state/{job}                        JobState
+//! ```
+//! `{tick}` is the scheduled time in Unix ms, or `manual-{request_id}` for a manual run.
+//! Execution ids are `{job}@{tick}#{attempt}`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::UnixMs;
+
+/// Longest job name.
+pub const MAX_JOB_NAME_LEN: usize = 128;
+/// Longest worker id or request id.
+pub const MAX_ID_LEN: usize = 128;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("invalid namespace {0:?}: must start with '/', not end with '/', and use only [A-Za-z0-9._/-]")]
+    Namespace(String),
+}
+
+/// Checks a job name against `^[a-z0-9][a-z0-9._-]{0,127}$`; the error says what is wrong.
+pub fn validate_job_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("job name is empty".to_owned());
+    }
+    if name.len() > MAX_JOB_NAME_LEN {
+        return Err(format!("job name is longer than {MAX_JOB_NAME_LEN} characters"));
+    }
+    let mut chars = name.chars();
+    let first = chars.next().unwrap_or('-');
+    if !(first.is_ascii_lowercase() || first.is_ascii_digit()) {
+        return Err(format!("job name {name:?} must start with a lowercase letter or digit"));
+    }
+    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))) {
+        return Err(format!(
+            "job name {name:?} contains {bad:?}; use lowercase letters, digits, '.', '_' and '-' (pattern ^[a-z0-9][a-z0-9._-]{{0,127}}$)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a worker id or request id: `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`.
+pub fn validate_id(id: &str) -> Result<(), String> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("id {id:?} must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$"))
+    }
+}
+
+/// Which fire of a job a claim or execution belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tick {
+    /// A tick of the job's schedule, at this Unix ms.
+    Scheduled(UnixMs),
+    /// A manual run requested through `{ns}/trigger/{job}/{request_id}`.
+    Manual(String),
+}
+
+impl fmt::Display for Tick {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Tick::Scheduled(ms) => write!(f, "{ms}"),
+            Tick::Manual(id) => write!(f, "manual-{id}"),
+        }
+    }
+}
+
+impl FromStr for Tick {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(id) = s.strip_prefix("manual-") {
+            validate_id(id)?;
+            return Ok(Tick::Manual(id.to_owned()));
+        }
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("tick {s:?} is neither unix milliseconds nor manual-<request id>"));
+        }
+        s.parse::<UnixMs>().map(Tick::Scheduled).map_err(|e| format!("tick {s:?}: {e}"))
+    }
+}
+
+/// `{job}@{tick}#{attempt}`: names one attempt of one fire of a job; also the idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExecutionId {
+    pub job: String,
+    pub tick: Tick,
+    /// 1-based.
+    pub attempt: u32,
+}
+
+impl fmt::Display for ExecutionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}#{}", self.job, self.tick, self.attempt)
+    }
+}
+
+impl FromStr for ExecutionId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("execution id {s:?} is not of the form <job>@<tick>#<attempt>");
+        let (job, rest) = s.split_once('@').ok_or_else(bad)?;
+        let (tick, attempt) = rest.rsplit_once('#').ok_or_else(bad)?;
+        validate_job_name(job)?;
+        let attempt: u32 = attempt.parse().map_err(|_| bad())?;
+        if attempt == 0 {
+            return Err(bad());
+        }
+        Ok(ExecutionId { job: job.to_owned(), tick: tick.parse()?, attempt })
+    }
+}
+
+impl serde::Serialize for ExecutionId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ExecutionId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The target of a kill command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillTarget {
+    All,
+    Execution(ExecutionId),
+}
+
+impl fmt::Display for KillTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KillTarget::All => f.write_str("all"),
+            KillTarget::Execution(id) => write!(f, "{id}"),
+        }
+    }
+}
+
+/// A key of `{ns}` parsed back into its parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    Job(String),
+    Worker(String),
+    Claim { job: String, tick: Tick },
+    Running(ExecutionId),
+    Kill { job: String, target: KillTarget },
+    Trigger { job: String, request_id: String },
+    State(String),
+}
+
+/// Builds and parses the keys of one namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    ns: String,
+}
+
+impl Keys {
+    /// `ns` like `/etcron`: starts with '/', no trailing '/'.
+    pub fn new(ns: &str) -> Result<Self, KeyError> {
+        let ok = ns.len() > 1
+            && ns.len() <= 256
+            && ns.starts_with('/')
+            && !ns.ends_with('/')
+            && !ns.contains("//")
+            && ns.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
+        if ok {
+            Ok(Self { ns: ns.to_owned() })
+        } else {
+            Err(KeyError::Namespace(ns.to_owned()))
+        }
+    }
+
+    #[must_use]
+    pub fn namespace(&self) -> &str {
+        &self.ns
+    }
+
+    #[must_use]
+    pub fn jobs_prefix(&self) -> String {
+        format!("{}/jobs/", self.ns)
+    }
+    #[must_use]
+    pub fn job(&self, job: &str) -> String {
+        format!("{}/jobs/{job}", self.ns)
+    }
+    #[must_use]
+    pub fn workers_prefix(&self) -> String {
+        format!("{}/workers/", self.ns)
+    }
+    #[must_use]
+    pub fn worker(&self, worker_id: &str) -> String {
+        format!("{}/workers/{worker_id}", self.ns)
+    }
+    #[must_use]
+    pub fn claims_prefix(&self) -> String {
+        format!("{}/claims/", self.ns)
+    }
+    #[must_use]
+    pub fn job_claims_prefix(&self, job: &str) -> String {
+        format!("{}/claims/{job}/", self.ns)
+    }
+    #[must_use]
+    pub fn claim(&self, job: &str, tick: &Tick) -> String {
+        format!("{}/claims/{job}/{tick}", self.ns)
+    }
+    #[must_use]
+    pub fn running_prefix(&self) -> String {
+        format!("{}/running/", self.ns)
+    }
+    #[must_use]
+    pub fn job_running_prefix(&self, job: &str) -> String {
+        format!("{}/running/{job}/", self.ns)
+    }
+    #[must_use]
+    pub fn running(&self, id: &ExecutionId) -> String {
+        format!("{}/running/{}/{id}", self.ns, id.job)
+    }
+    #[must_use]
+    pub fn kill_prefix(&self) -> String {
+        format!("{}/kill/", self.ns)
+    }
+    #[must_use]
+    pub fn kill(&self, job: &str, target: &KillTarget) -> String {
+        format!("{}/kill/{job}/{target}", self.ns)
+    }
+    #[must_use]
+    pub fn trigger_prefix(&self) -> String {
+        format!("{}/trigger/", self.ns)
+    }
+    #[must_use]
+    pub fn trigger(&self, job: &str, request_id: &str) -> String {
+        format!("{}/trigger/{job}/{request_id}", self.ns)
+    }
+    #[must_use]
+    pub fn state(&self, job: &str) -> String {
+        format!("{}/state/{job}", self.ns)
+    }
+
+    /// Parses any key of this namespace; `None` for keys outside it or malformed ones.
+    #[must_use]
+    pub fn parse(&self, key: &[u8]) -> Option<Key> {
+        let key = std::str::from_utf8(key).ok()?;
+        let rest = key.strip_prefix(&self.ns)?.strip_prefix('/')?;
+        let (kind, rest) = rest.split_once('/')?;
+        let job_ok = |j: &str| validate_job_name(j).is_ok();
+        match kind {
+            "jobs" if job_ok(rest) => Some(Key::Job(rest.to_owned())),
+            "workers" if validate_id(rest).is_ok() => Some(Key::Worker(rest.to_owned())),
+            "state" if job_ok(rest) => Some(Key::State(rest.to_owned())),
+            "claims" => {
+                let (job, tick) = rest.split_once('/')?;
+                if !job_ok(job) {
+                    return None;
+                }
+                Some(Key::Claim { job: job.to_owned(), tick: tick.parse().ok()? })
+            }
+            "running" => {
+                let (job, id) = rest.split_once('/')?;
+                let id: ExecutionId = id.parse().ok()?;
+                (id.job == job).then_some(Key::Running(id))
+            }
+            "kill" => {
+                let (job, target) = rest.split_once('/')?;
+                if !job_ok(job) {
+                    return None;
+                }
+                let target = if target == "all" {
+                    KillTarget::All
+                } else {
+                    let id: ExecutionId = target.parse().ok()?;
+                    if id.job != job {
+                        return None;
+                    }
+                    KillTarget::Execution(id)
+                };
+                Some(Key::Kill { job: job.to_owned(), target })
+            }
+            "trigger" => {
+                let (job, request_id) = rest.split_once('/')?;
+                if !job_ok(job) || validate_id(request_id).is_err() {
+                    return None;
+                }
+                Some(Key::Trigger { job: job.to_owned(), request_id: request_id.to_owned() })
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Keys {
+        Keys::new("/etcron").unwrap()
+    }
+
+    #[test]
+    fn every_key_round_trips() {
+        let k = keys();
+        let id = ExecutionId { job: "nightly.report".into(), tick: Tick::Scheduled(1_764_547_200_000), attempt: 2 };
+        let manual = ExecutionId { job: "db-backup".into(), tick: Tick::Manual("a1b2c3".into()), attempt: 1 };
+        let cases = [
+            (k.job("db-backup"), Key::Job("db-backup".into())),
+            (k.worker("host-1-42"), Key::Worker("host-1-42".into())),
+            (k.claim("db-backup", &Tick::Scheduled(1000)), Key::Claim { job: "db-backup".into(), tick: Tick::Scheduled(1000) }),
+            (k.claim("db-backup", &Tick::Manual("x1".into())), Key::Claim { job: "db-backup".into(), tick: Tick::Manual("x1".into()) }),
+            (k.running(&id), Key::Running(id.clone())),
+            (k.running(&manual), Key::Running(manual.clone())),
+            (k.kill("db-backup", &KillTarget::All), Key::Kill { job: "db-backup".into(), target: KillTarget::All }),
+            (
+                k.kill("nightly.report", &KillTarget::Execution(id.clone())),
+                Key::Kill { job: "nightly.report".into(), target: KillTarget::Execution(id.clone()) },
+            ),
+            (k.trigger("db-backup", "r-1"), Key::Trigger { job: "db-backup".into(), request_id: "r-1".into() }),
+            (k.state("db-backup"), Key::State("db-backup".into())),
+        ];
+        for (key, parsed) in cases {
+            assert_eq!(k.parse(key.as_bytes()), Some(parsed), "{key}");
+        }
+        assert_eq!(k.running(&id), "/etcron/running/nightly.report/nightly.report@1764547200000#2");
+        assert_eq!(k.claim("a", &Tick::Manual("r".into())), "/etcron/claims/a/manual-r");
+    }
+
+    #[test]
+    fn prefixes_contain_their_keys() {
+        let k = keys();
+        assert!(k.job("a").starts_with(&k.jobs_prefix()));
+        assert!(k.claim("a", &Tick::Scheduled(1)).starts_with(&k.job_claims_prefix("a")));
+        assert!(!k.claim("ab", &Tick::Scheduled(1)).starts_with(&k.job_claims_prefix("a")));
+        assert!(k.running(&"a@1#1".parse().unwrap()).starts_with(&k.job_running_prefix("a")));
+    }
+
+    #[test]
+    fn rejects_foreign_and_malformed_keys() {
+        let k = keys();
+        for bad in [
+            "/other/jobs/a",
+            "/etcronx/jobs/a",
+            "/etcron/jobs/Bad",
+            "/etcron/jobs/",
+            "/etcron/claims/a/notanumber",
+            "/etcron/claims/a/-5",
+            "/etcron/running/a/b@1#1",
+            "/etcron/running/a/a@1#0",
+            "/etcron/kill/a/b@1#1",
+            "/etcron/nope/a",
+            "/etcron/trigger/a/",
+        ] {
+            assert_eq!(k.parse(bad.as_bytes()), None, "{bad}");
+        }
+        assert_eq!(k.parse(&[0xff, 0xfe]), None);
+    }
+
+    #[test]
+    fn namespace_rules() {
+        assert!(Keys::new("/etcron").is_ok());
+        assert!(Keys::new("/team-a/etcron").is_ok());
+        for bad in ["", "/", "etcron", "/etcron/", "/a//b", "/a b"] {
+            assert!(Keys::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn job_names() {
+        for good in ["a", "0", "db-backup", "nightly.report_v2", &"a".repeat(128)] {
+            assert!(validate_job_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "-a", ".a", "A", "a/b", "a@b", "a#b", "a b", &"a".repeat(129)] {
+            assert!(validate_job_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn execution_ids() {
+        let id: ExecutionId = "a.b@1700000000000#3".parse().unwrap();
+        assert_eq!(id, ExecutionId { job: "a.b".into(), tick: Tick::Scheduled(1_700_000_000_000), attempt: 3 });
+        assert_eq!(id.to_string(), "a.b@1700000000000#3");
+        for bad in ["a", "a@1", "a@1#", "a@1#x", "A@1#1", "a@x#1", "a@1#0"] {
+            assert!(bad.parse::<ExecutionId>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! An etcd session: one lease kept alive in the background, and a signal when it is gone.
+//!
+//! Like etcd's `concurrency.Session`, the session is separate from what uses it: the worker
+//! registers, claims and marks running executions under `lease_id()`, and stops all of that
+//! when `done()` resolves. The session counts itself lost as soon as a full TTL has passed since
+//! the last keep-alive request that the server acknowledged was *sent*; the server cannot expire
+//! the lease earlier than that, so a paused or partitioned worker learns it lost the lease no
+//! later than the rest of the cluster does.
+
+use std::time::Duration;
+
+use etcd_client::Client;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{timeout, Instant};
+
+/// Shortest accepted TTL.
+pub const MIN_TTL: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("session TTL must be at least {}s", MIN_TTL.as_secs())]
+    TtlTooShort,
+    #[error("granting the session lease failed")]
+    Grant(#[source] etcd_client::Error),
+    #[error("granting the session lease timed out")]
+    GrantTimeout,
+}
+
+pub struct Session {
+    lease_id: i64,
+    ttl: Duration,
+    alive: watch::Receiver<bool>,
+    stop: watch::Sender<bool>,
+    client: Client,
+    keeper: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("lease_id", &self.lease_id).field("ttl", &self.ttl).finish()
+    }
+}
+
+impl Session {
+    /// Grants a lease of `ttl` (whole seconds) and starts keeping it alive.
+    pub async fn grant(client: &Client, ttl: Duration) -> Result<Self, SessionError> {
+        if ttl < MIN_TTL {
+            return Err(SessionError::TtlTooShort);
+        }
+        let ttl_secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+        let requested = Instant::now();
+        let mut leases = client.lease_client();
+        let grant = timeout(crate::etcd::REQUEST_TIMEOUT, leases.grant(ttl_secs, None))
+            .await
+            .map_err(|_| SessionError::GrantTimeout)?
+            .map_err(SessionError::Grant)?;
+        let lease_id = grant.id();
+        let (alive_tx, alive) = watch::channel(true);
+        let (stop, stop_rx) = watch::channel(false);
+        let keeper = tokio::spawn(keep_alive(client.clone(), lease_id, ttl, requested, alive_tx, stop_rx));
+        Ok(Self { lease_id, ttl, alive, stop, client: client.clone(), keeper })
+    }
+
+    #[must_use]
+    pub fn lease_id(&self) -> i64 {
+        self.lease_id
+    }
+
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    #[must_use]
+    pub fn is_alive(&self) -> bool {
+        *self.alive.borrow()
+    }
+
+    /// Resolves once the lease is lost (expired, revoked, or not renewable within its TTL).
+    pub async fn done(&self) {
+        let mut alive = self.alive.clone();
+        // An error means the keeper is gone, which only happens once the lease is lost or closed.
+        let _ = alive.wait_for(|a| !*a).await;
+    }
+
+    /// A receiver that flips to `false` when the lease is lost.
+    #[must_use]
+    pub fn watch_alive(&self) -> watch::Receiver<bool> {
+        self.alive.clone()
+    }
+
+    /// Stops the keep-alive and revokes the lease, deleting every key attached to it.
+    pub async fn close(self) {
+        let _ = self.stop.send(true);
+        let _ = self.keeper.await;
+        let mut leases = self.client.lease_client();
+        if let Err(e) = timeout(crate::etcd::REQUEST_TIMEOUT, leases.revoke(self.lease_id)).await.unwrap_or_else(|_| {
+            Err(etcd_client::Error::LeaseKeepAliveError("revoke timed out".to_owned()))
+        }) {
+            tracing::warn!(lease_id = self.lease_id, error = %e, "revoking session lease failed; it will expire by itself");
+        }
+    }
+}
+
+async fn keep_alive(
+    client: Client,
+    lease_id: i64,
+    ttl: Duration,
+    granted_at: Instant,
+    alive: watch::Sender<bool>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let interval = ttl / 3;
+    // The lease certainly lives until `acked_sent_at + ttl`.
+    let mut acked_sent_at = granted_at;
+    let mut stream = None;
+    let mut next = Instant::now() + interval;
+    loop {
+        let deadline = acked_sent_at + ttl;
+        if Instant::now() >= deadline {
+            tracing::error!(lease_id, "session lease lost: not renewed within its TTL");
+            break;
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep_until(next.min(deadline)) => {}
+        }
+        if Instant::now() >= deadline {
+            continue;
+        }
+        let per_call = interval.min(deadline.saturating_duration_since(Instant::now())).max(Duration::from_millis(100));
+        if stream.is_none() {
+            let mut leases = client.lease_client();
+            match timeout(per_call, leases.keep_alive(lease_id)).await {
+                Ok(Ok(pair)) => stream = Some(pair),
+                Ok(Err(e)) => {
+                    tracing::warn!(lease_id, error = %e, "session keep-alive stream failed; retrying");
+                    next = Instant::now() + Duration::from_millis(500);
+                    continue;
+                }
+                Err(_) => {
+                    tracing::warn!(lease_id, "session keep-alive stream timed out; retrying");
+                    next = Instant::now();
+                    continue;
+                }
+            }
+        }
+        let Some((keeper, responses)) = stream.as_mut() else { continue };
+        let sent_at = Instant::now();
+        let result = timeout(per_call, async {
+            keeper.keep_alive().await?;
+            responses.message().await
+        })
+        .await;
+        match result {
+            Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
+                acked_sent_at = sent_at;
+                next = sent_at + interval;
+            }
+            Ok(Ok(Some(_))) => {
+                tracing::error!(lease_id, "session lease lost: etcd says it expired");
+                break;
+            }
+            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
+                tracing::warn!(lease_id, "session keep-alive failed; retrying on a new stream");
+                stream = None;
+                next = Instant::now() + Duration::from_millis(200);
+            }
+        }
+    }
+    let _ = alive.send(false);
+}
