@@ -1,1 +1,10 @@
-//! x
+//! etcron worker: watches jobs in etcd, keeps their next ticks in a timing wheel, races for
+//! per-execution claims and runs the tasks it wins.
+
+pub mod config;
+pub mod execution;
+pub mod executor;
+pub mod membership;
+pub mod scheduler;
+pub mod watcher;
+pub mod wheel;

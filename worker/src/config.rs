@@ -1,0 +1,237 @@
+//! Worker configuration: TOML file, `ETCRON_*` env vars and flags (flag > env > file > default).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use etcron_common::duration::HumanDuration;
+use serde::Deserialize;
+
+/// Command line of `etcron-worker`. Every setting is optional here so that the file and the
+/// defaults can fill what flags and env vars leave out.
+#[derive(Debug, Parser)]
+#[command(name = "etcron-worker", version, about = "etcron worker: runs the ticks it claims")]
+pub struct Cli {
+    /// TOML configuration file.
+    #[arg(long, env = "ETCRON_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// etcd endpoints, comma-separated.
+    #[arg(long, env = "ETCRON_ETCD_ENDPOINTS")]
+    pub etcd_endpoints: Option<String>,
+    /// Key namespace.
+    #[arg(long, env = "ETCRON_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Worker id (default `<hostname>-<pid>`).
+    #[arg(long, env = "ETCRON_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// Labels `k=v,k=v` matched against job selectors.
+    #[arg(long, env = "ETCRON_LABELS")]
+    pub labels: Option<String>,
+    /// Concurrent executions.
+    #[arg(long, env = "ETCRON_CAPACITY")]
+    pub capacity: Option<u32>,
+    /// Session lease TTL, e.g. `10s`.
+    #[arg(long, env = "ETCRON_SESSION_TTL")]
+    pub session_ttl: Option<HumanDuration>,
+    /// Time between TERM and KILL when a task is killed or times out.
+    #[arg(long, env = "ETCRON_KILL_GRACE")]
+    pub kill_grace: Option<HumanDuration>,
+    /// On SIGTERM, how long running tasks may finish before they are killed.
+    #[arg(long, env = "ETCRON_SHUTDOWN_GRACE")]
+    pub shutdown_grace: Option<HumanDuration>,
+    /// Delay per rendezvous rank before a worker joins the race for a tick.
+    #[arg(long, env = "ETCRON_CLAIM_STAGGER")]
+    pub claim_stagger: Option<HumanDuration>,
+    /// Captured output per execution in bytes (head + tail).
+    #[arg(long, env = "ETCRON_MAX_OUTPUT")]
+    pub max_output: Option<usize>,
+    /// Log level or `RUST_LOG`-style filter.
+    #[arg(long, env = "ETCRON_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// `text` or `json`.
+    #[arg(long, env = "ETCRON_LOG_FORMAT")]
+    pub log_format: Option<String>,
+}
+
+/// The `[worker]` file format; every key optional, unknown keys refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub etcd_endpoints: Option<Vec<String>>,
+    pub namespace: Option<String>,
+    pub worker_id: Option<String>,
+    pub labels: Option<BTreeMap<String, String>>,
+    pub capacity: Option<u32>,
+    pub session_ttl: Option<HumanDuration>,
+    pub kill_grace: Option<HumanDuration>,
+    pub shutdown_grace: Option<HumanDuration>,
+    pub claim_stagger: Option<HumanDuration>,
+    pub max_output: Option<usize>,
+    pub log_level: Option<String>,
+    pub log_format: Option<String>,
+}
+
+/// The resolved, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub etcd_endpoints: Vec<String>,
+    pub namespace: String,
+    pub worker_id: String,
+    pub labels: BTreeMap<String, String>,
+    pub capacity: u32,
+    pub session_ttl: Duration,
+    pub kill_grace: Duration,
+    pub shutdown_grace: Duration,
+    pub claim_stagger: Duration,
+    pub max_output: usize,
+    pub log_level: String,
+    pub json_logs: bool,
+}
+
+/// Most concurrent executions per worker.
+pub const MAX_CAPACITY: u32 = 10_000;
+
+impl FileConfig {
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
+    }
+}
+
+/// Parses `k=v,k=v`.
+pub fn parse_labels(text: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((k, v)) = pair.split_once('=') else { bail!("label {pair:?} is not k=v") };
+        out.insert(k.trim().to_owned(), v.trim().to_owned());
+    }
+    Ok(out)
+}
+
+impl Config {
+    pub fn resolve(cli: Cli) -> anyhow::Result<Self> {
+        let file = match &cli.config {
+            Some(p) => FileConfig::load(p)?,
+            None => FileConfig::default(),
+        };
+        let etcd_endpoints = match cli.etcd_endpoints {
+            Some(e) => etcron_common::etcd::parse_endpoints(&e),
+            None => file.etcd_endpoints.unwrap_or_else(|| vec!["127.0.0.1:2379".to_owned()]),
+        };
+        if etcd_endpoints.is_empty() {
+            bail!("etcd_endpoints: at least one endpoint is required");
+        }
+        let namespace = cli.namespace.or(file.namespace).unwrap_or_else(|| "/etcron".to_owned());
+        etcron_common::keys::Keys::new(&namespace).map_err(|e| anyhow::anyhow!("namespace: {e}"))?;
+        let worker_id = match cli.worker_id.or(file.worker_id) {
+            Some(id) => id,
+            None => {
+                let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "worker".to_owned());
+                let host: String = host.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' }).collect();
+                format!("{host}-{}", std::process::id())
+            }
+        };
+        etcron_common::keys::validate_id(&worker_id).map_err(|e| anyhow::anyhow!("worker_id: {e}"))?;
+        let labels = match cli.labels {
+            Some(l) => parse_labels(&l).context("labels")?,
+            None => file.labels.unwrap_or_default(),
+        };
+        let capacity = cli.capacity.or(file.capacity).unwrap_or(64);
+        if capacity == 0 || capacity > MAX_CAPACITY {
+            bail!("capacity: must be between 1 and {MAX_CAPACITY}, got {capacity}");
+        }
+        let session_ttl = cli.session_ttl.or(file.session_ttl).map_or(Duration::from_secs(10), |d| d.0);
+        if session_ttl < etcron_common::session::MIN_TTL || session_ttl > Duration::from_secs(300) || session_ttl.subsec_nanos() != 0 {
+            bail!("session_ttl: must be whole seconds between 2s and 5m, got {}", HumanDuration(session_ttl));
+        }
+        let kill_grace = cli.kill_grace.or(file.kill_grace).map_or(Duration::from_secs(5), |d| d.0);
+        if kill_grace > Duration::from_secs(600) {
+            bail!("kill_grace: must be at most 10m");
+        }
+        let shutdown_grace = cli.shutdown_grace.or(file.shutdown_grace).map_or(Duration::from_secs(30), |d| d.0);
+        let claim_stagger = cli.claim_stagger.or(file.claim_stagger).map_or(Duration::from_millis(15), |d| d.0);
+        if claim_stagger > Duration::from_secs(1) {
+            bail!("claim_stagger: must be at most 1s");
+        }
+        let max_output = cli.max_output.or(file.max_output).unwrap_or(etcron_common::output::DEFAULT_MAX_OUTPUT);
+        if !(1024..=16 * 1024 * 1024).contains(&max_output) {
+            bail!("max_output: must be between 1024 and 16777216 bytes");
+        }
+        let log_level = cli.log_level.or(file.log_level).unwrap_or_else(|| "info".to_owned());
+        let json_logs = match cli.log_format.or(file.log_format).as_deref() {
+            None | Some("text") => false,
+            Some("json") => true,
+            Some(other) => bail!("log_format: expected text or json, got {other:?}"),
+        };
+        Ok(Self {
+            etcd_endpoints,
+            namespace,
+            worker_id,
+            labels,
+            capacity,
+            session_ttl,
+            kill_grace,
+            shutdown_grace,
+            claim_stagger,
+            max_output,
+            log_level,
+            json_logs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        let mut all = vec!["etcron-worker"];
+        all.extend_from_slice(args);
+        Cli::parse_from(all)
+    }
+
+    #[test]
+    fn flags_override_the_file_and_defaults_fill_the_rest() {
+        let dir = tempfile_dir();
+        let path = dir.join("w.toml");
+        std::fs::write(&path, "namespace = \"/from-file\"\ncapacity = 8\nlabels = { region = \"eu\" }\n").unwrap();
+        let c = Config::resolve(cli(&["--config", path.to_str().unwrap(), "--capacity", "3"])).unwrap();
+        assert_eq!(c.namespace, "/from-file");
+        assert_eq!(c.capacity, 3);
+        assert_eq!(c.labels.get("region").map(String::as_str), Some("eu"));
+        assert_eq!(c.session_ttl, Duration::from_secs(10));
+        assert_eq!(c.etcd_endpoints, vec!["127.0.0.1:2379"]);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_setting_named() {
+        for (args, needle) in [
+            (vec!["--capacity", "0"], "capacity"),
+            (vec!["--namespace", "nope"], "namespace"),
+            (vec!["--worker-id", "bad id"], "worker_id"),
+            (vec!["--session-ttl", "1s"], "session_ttl"),
+            (vec!["--labels", "novalue"], "labels"),
+            (vec!["--log-format", "xml"], "log_format"),
+        ] {
+            let err = format!("{:#}", Config::resolve(cli(&args)).unwrap_err());
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused() {
+        let dir = tempfile_dir();
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, "capacityy = 3\n").unwrap();
+        let err = format!("{:#}", Config::resolve(cli(&["--config", path.to_str().unwrap()])).unwrap_err());
+        assert!(err.contains("capacityy"), "{err}");
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("etcron-worker-config-{}-{:?}", std::process::id(), std::thread::current().id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}

@@ -1,0 +1,236 @@
+//! `etcron-worker`: starts the session, the watchers and the scheduler, and shuts down cleanly
+//! on SIGTERM or Ctrl-C.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use etcron_common::claim::{RetentionLeases, MIN_RETENTION};
+use etcron_common::etcd::{connect, EtcdConfig, REQUEST_TIMEOUT};
+use etcron_common::keys::{Key, Keys};
+use etcron_common::model::WorkerInfo;
+use etcron_common::session::Session;
+use etcron_worker::config::{Cli, Config};
+use etcron_worker::execution::{Context, Registry};
+use etcron_worker::executor::StopReason;
+use etcron_worker::membership::Members;
+use etcron_worker::scheduler::Scheduler;
+use etcron_worker::watcher::{mirror, Update};
+use etcd_client::PutOptions;
+use tokio::sync::{mpsc, watch, Semaphore};
+
+/// How often the registration is refreshed when the running count changed.
+const REGISTRATION_REFRESH: Duration = Duration::from_secs(2);
+
+fn main() -> std::process::ExitCode {
+    let config = match Config::resolve(Cli::parse()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("etcron-worker: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    init_tracing(&config);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("etcron-worker: starting the runtime failed: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "etcron-worker failed");
+            eprintln!("etcron-worker: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(config: &Config) {
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log_level.clone());
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    if config.json_logs {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let client = connect(&EtcdConfig { endpoints: config.etcd_endpoints.clone(), user: None })
+        .await
+        .context("connecting to etcd")?;
+    let hostname = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
+    let (lease_tx, lease_rx) = watch::channel(None);
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        keys: keys.clone(),
+        hostname,
+        members: Members::default(),
+        lease: lease_rx,
+        retention: RetentionLeases::new(client.clone(), MIN_RETENTION),
+        registry: Registry::default(),
+        capacity: Arc::new(Semaphore::new(config.capacity as usize)),
+        config: config.clone(),
+    });
+    tracing::info!(worker_id = %config.worker_id, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, capacity = config.capacity, "etcron-worker starting");
+
+    // `sched_stop` ends scheduling; `all_stop` ends the watchers and the session once drained.
+    let (sched_stop_tx, sched_stop) = watch::channel(false);
+    let (all_stop_tx, all_stop) = watch::channel(false);
+
+    let (workers_tx, workers_rx) = mpsc::channel(256);
+    tokio::spawn(mirror(client.clone(), keys.workers_prefix(), "workers", workers_tx, all_stop.clone()));
+    tokio::spawn(ctx.members.clone().follow(keys.clone(), workers_rx));
+
+    let (kills_tx, kills_rx) = mpsc::channel(256);
+    tokio::spawn(mirror(client.clone(), keys.kill_prefix(), "kill", kills_tx, all_stop.clone()));
+    tokio::spawn(follow_kills(ctx.clone(), kills_rx));
+
+    let supervisor = tokio::spawn(supervise_session(ctx.clone(), lease_tx, all_stop.clone()));
+
+    let (jobs_tx, jobs_rx) = mpsc::channel(4096);
+    tokio::spawn(mirror(client.clone(), keys.jobs_prefix(), "jobs", jobs_tx, sched_stop.clone()));
+    let (triggers_tx, triggers_rx) = mpsc::channel(256);
+    tokio::spawn(mirror(client.clone(), keys.trigger_prefix(), "trigger", triggers_tx, sched_stop.clone()));
+    let scheduler = tokio::spawn(Scheduler::new(ctx.clone()).run(jobs_rx, triggers_rx, sched_stop));
+
+    shutdown_signal().await;
+    tracing::info!(running = ctx.registry.running(), grace = ?config.shutdown_grace, "shutting down: no new ticks; letting running tasks finish");
+    let _ = sched_stop_tx.send(true);
+    let _ = scheduler.await;
+    if !ctx.registry.wait_empty(config.shutdown_grace).await {
+        tracing::warn!(running = ctx.registry.running(), "shutdown grace over; killing running tasks");
+        ctx.registry.stop_all(&StopReason::Shutdown);
+        if !ctx.registry.wait_empty(config.kill_grace + Duration::from_secs(5)).await {
+            tracing::error!(running = ctx.registry.running(), "tasks still running after kill; exiting anyway");
+        }
+    }
+    let _ = all_stop_tx.send(true);
+    if let Ok(Some(session)) = supervisor.await {
+        session.close().await;
+    }
+    tracing::info!("etcron-worker stopped");
+    Ok(())
+}
+
+/// Keeps a session: grants it, registers the worker under it, refreshes the registration, and
+/// when the lease is lost stops everything that ran under it and starts over with a new one.
+/// Returns the live session at shutdown so the caller can revoke it after draining.
+async fn supervise_session(ctx: Arc<Context>, lease_tx: watch::Sender<Option<i64>>, mut stop: watch::Receiver<bool>) -> Option<Session> {
+    let started_at = etcron_common::rfc3339_ms(etcron_common::now_ms());
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let session = loop {
+            match Session::grant(&ctx.client, ctx.config.session_ttl).await {
+                Ok(s) => break s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot get a session lease; retrying");
+                    tokio::select! {
+                        _ = stop.changed() => return None,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        backoff = Duration::from_millis(200);
+        let lease = session.lease_id();
+        tracing::info!(lease_id = lease, ttl = ?ctx.config.session_ttl, "session lease granted");
+        let mut published: Option<u32> = None;
+        let running = ctx.registry.watch_count();
+        let mut refresh = tokio::time::interval(REGISTRATION_REFRESH);
+        loop {
+            let count = u32::try_from(*running.borrow()).unwrap_or(u32::MAX);
+            if published != Some(count) && register(&ctx, lease, count, &started_at).await {
+                if published.is_none() {
+                    let _ = lease_tx.send(Some(lease));
+                    tracing::info!(worker_id = %ctx.config.worker_id, "registered");
+                }
+                published = Some(count);
+            }
+            tokio::select! {
+                () = session.done() => break,
+                _ = stop.changed() => return Some(session),
+                _ = refresh.tick() => {}
+            }
+        }
+        let _ = lease_tx.send(None);
+        tracing::error!(lease_id = lease, running = ctx.registry.running(), "session lease lost: killing executions that ran under it, then re-registering");
+        ctx.registry.stop_all(&StopReason::LeaseLost);
+        if !ctx.registry.wait_empty(ctx.config.kill_grace + Duration::from_secs(5)).await {
+            tracing::error!(running = ctx.registry.running(), "executions still running after the lease loss kill");
+        }
+    }
+}
+
+async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> bool {
+    let info = WorkerInfo {
+        id: ctx.config.worker_id.clone(),
+        hostname: ctx.hostname.clone(),
+        pid: std::process::id(),
+        labels: ctx.config.labels.clone(),
+        capacity: ctx.config.capacity,
+        running,
+        version: etcron_common::VERSION.to_owned(),
+        started_at: started_at.to_owned(),
+    };
+    let value = serde_json::to_vec(&info).unwrap_or_default();
+    let mut kv = ctx.client.kv_client();
+    let put = kv.put(ctx.keys.worker(&ctx.config.worker_id), value, Some(PutOptions::new().with_lease(lease)));
+    match tokio::time::timeout(REQUEST_TIMEOUT, put).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "registering worker failed; will retry");
+            false
+        }
+        Err(_) => {
+            tracing::warn!("registering worker timed out; will retry");
+            false
+        }
+    }
+}
+
+async fn follow_kills(ctx: Arc<Context>, mut rx: mpsc::Receiver<Update>) {
+    while let Some(update) = rx.recv().await {
+        match update {
+            Update::Snapshot { kvs, .. } => {
+                ctx.registry.clear_kills();
+                for kv in kvs {
+                    if let Some(Key::Kill { job, target }) = ctx.keys.parse(&kv.key) {
+                        ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision);
+                    }
+                }
+            }
+            Update::Put(kv) => match ctx.keys.parse(&kv.key) {
+                Some(Key::Kill { job, target }) => ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision),
+                _ => tracing::warn!(key = %String::from_utf8_lossy(&kv.key), "ignoring malformed kill key"),
+            },
+            Update::Delete { key, .. } => ctx.registry.remove_kill(&key),
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,133 @@
+//! The worker's view of the cluster: its own registration under the session lease, and the set
+//! of live workers (from `{ns}/workers/`) used to order the race for each tick.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use etcron_common::keys::{Key, Keys};
+use etcron_common::model::WorkerInfo;
+use tokio::sync::mpsc;
+
+use crate::watcher::Update;
+
+/// Live workers by id, kept current by a mirror of `{ns}/workers/`.
+#[derive(Debug, Default, Clone)]
+pub struct Members {
+    inner: Arc<RwLock<BTreeMap<String, WorkerInfo>>>,
+}
+
+impl Members {
+    /// Rank of `me` for `tick_key` among live workers by rendezvous hashing: 0 for the worker
+    /// that should claim first. A worker not (yet) in the list ranks 0 too.
+    #[must_use]
+    pub fn rank(&self, me: &str, tick_key: &str) -> usize {
+        let members = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !members.contains_key(me) {
+            return 0;
+        }
+        let mine = score(me, tick_key);
+        members.keys().filter(|id| id.as_str() != me && score(id, tick_key) > mine).count()
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Applies mirror updates until the channel closes.
+    pub async fn follow(self, keys: Keys, mut rx: mpsc::Receiver<Update>) {
+        while let Some(update) = rx.recv().await {
+            let mut members = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match update {
+                Update::Snapshot { kvs, .. } => {
+                    members.clear();
+                    for kv in kvs {
+                        if let (Some(Key::Worker(id)), Ok(info)) = (keys.parse(&kv.key), serde_json::from_slice::<WorkerInfo>(&kv.value)) {
+                            members.insert(id, info);
+                        }
+                    }
+                }
+                Update::Put(kv) => {
+                    if let Some(Key::Worker(id)) = keys.parse(&kv.key) {
+                        match serde_json::from_slice::<WorkerInfo>(&kv.value) {
+                            Ok(info) => {
+                                members.insert(id, info);
+                            }
+                            Err(e) => tracing::warn!(worker = %id, error = %e, "ignoring malformed worker registration"),
+                        }
+                    }
+                }
+                Update::Delete { key, .. } => {
+                    if let Some(Key::Worker(id)) = keys.parse(&key) {
+                        members.remove(&id);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// FNV-1a over `worker \0 tick`, finished with a 64-bit mixer: the same on every worker.
+fn score(worker: &str, tick_key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in worker.bytes().chain(std::iter::once(0)).chain(tick_key.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members(ids: &[&str]) -> Members {
+        let m = Members::default();
+        for id in ids {
+            let info = WorkerInfo {
+                id: (*id).to_owned(),
+                hostname: "h".into(),
+                pid: 1,
+                labels: BTreeMap::new(),
+                capacity: 1,
+                running: 0,
+                version: "0".into(),
+                started_at: String::new(),
+            };
+            m.inner.write().unwrap().insert((*id).to_owned(), info);
+        }
+        m
+    }
+
+    #[test]
+    fn ranks_are_a_permutation_and_spread_the_first_place() {
+        let ids = ["w1", "w2", "w3"];
+        let m = members(&ids);
+        let mut firsts = BTreeMap::new();
+        for tick in 0..3000 {
+            let key = format!("job-{}/{}", tick % 50, tick);
+            let mut ranks: Vec<usize> = ids.iter().map(|id| m.rank(id, &key)).collect();
+            ranks.sort_unstable();
+            assert_eq!(ranks, vec![0, 1, 2], "{key}");
+            let first = ids.iter().find(|id| m.rank(id, &key) == 0).unwrap();
+            *firsts.entry(*first).or_insert(0) += 1;
+        }
+        for id in ids {
+            let n = firsts[id];
+            assert!((700..=1300).contains(&n), "{id} ranked first {n} times of 3000");
+        }
+    }
+
+    #[test]
+    fn unknown_worker_ranks_first() {
+        assert_eq!(members(&["a", "b"]).rank("c", "x/1"), 0);
+    }
+}

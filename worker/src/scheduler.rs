@@ -1,0 +1,253 @@
+//! The scheduler: the one task that owns the timing wheel and the table of jobs. It applies job
+//! and trigger updates from the watchers, sleeps until the wheel's next expiration, and hands
+//! every due tick to a fresh execution task. It never blocks on etcd.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcron_common::job::JobSpec;
+use etcron_common::keys::{Key, Tick};
+use etcron_common::model::{TriggerKind, TriggerRequest};
+use etcron_common::schedule::Schedule;
+use etcron_common::{now_ms, UnixMs};
+use tokio::sync::{mpsc, watch};
+
+use crate::execution::{run_fire, Context, Fire};
+use crate::watcher::{Kv, Update};
+use crate::wheel::{EntryKey, Wheel};
+
+/// Longest sleep between looks at the wall clock (so clock jumps are noticed).
+const MAX_SLEEP: Duration = Duration::from_millis(500);
+/// A wall clock this far behind the wheel counts as a backwards jump: rebuild the wheel.
+const BACKWARD_JUMP_MS: u64 = 1_000;
+
+struct JobEntry {
+    spec: Arc<JobSpec>,
+    schedule: Schedule,
+    mod_revision: i64,
+    wheel_key: Option<EntryKey>,
+}
+
+pub struct Scheduler {
+    ctx: Arc<Context>,
+    wheel: Wheel<Arc<str>>,
+    jobs: HashMap<Arc<str>, JobEntry>,
+}
+
+fn wall_ms() -> u64 {
+    u64::try_from(now_ms()).unwrap_or(0)
+}
+
+impl Scheduler {
+    #[must_use]
+    pub fn new(ctx: Arc<Context>) -> Self {
+        Self { ctx, wheel: Wheel::new(wall_ms()), jobs: HashMap::new() }
+    }
+
+    /// Runs until `stop` flips (or both update channels close).
+    pub async fn run(mut self, mut jobs: mpsc::Receiver<Update>, mut triggers: mpsc::Receiver<Update>, mut stop: watch::Receiver<bool>) {
+        let mut due = Vec::new();
+        loop {
+            let now = wall_ms();
+            if now + BACKWARD_JUMP_MS < self.wheel.elapsed_ms() {
+                tracing::warn!(wheel_ms = self.wheel.elapsed_ms(), wall_ms = now, "wall clock jumped backwards; rebuilding the timing wheel");
+                self.rebuild(now);
+            }
+            self.wheel.poll(now, &mut due);
+            for (deadline, name) in due.drain(..) {
+                self.fire_due(&name, deadline, now);
+            }
+            let sleep = match self.wheel.next_expiration() {
+                Some(t) => Duration::from_millis(t.saturating_sub(wall_ms()).max(1)).min(MAX_SLEEP),
+                None => MAX_SLEEP,
+            };
+            tokio::select! {
+                biased;
+                _ = stop.changed() => return,
+                () = tokio::time::sleep(sleep) => {}
+                Some(update) = jobs.recv() => self.apply_job_update(update),
+                Some(update) = triggers.recv() => self.apply_trigger_update(update),
+            }
+        }
+    }
+
+    fn rebuild(&mut self, now: u64) {
+        self.wheel = Wheel::new(now);
+        let names: Vec<Arc<str>> = self.jobs.keys().cloned().collect();
+        for name in names {
+            if let Some(entry) = self.jobs.get_mut(&name) {
+                entry.wheel_key = None;
+            }
+            self.schedule_next(&name, now);
+        }
+    }
+
+    /// Puts the job's next tick after `after_ms` into the wheel.
+    fn schedule_next(&mut self, name: &Arc<str>, after_ms: u64) {
+        let Some(entry) = self.jobs.get_mut(name) else { return };
+        if let Some(key) = entry.wheel_key.take() {
+            self.wheel.remove(key);
+        }
+        if !entry.spec.enabled {
+            return;
+        }
+        let Some(next) = entry.schedule.next_after(i64::try_from(after_ms).unwrap_or(i64::MAX)) else {
+            tracing::debug!(job = %name, "schedule has no further fire times");
+            return;
+        };
+        let next = u64::try_from(next).unwrap_or(0);
+        match self.wheel.insert(next, name.clone()) {
+            Ok(key) => entry.wheel_key = Some(key),
+            Err(_) => {
+                // Due already (the wheel is ahead of `after_ms`): fire it now.
+                let now = self.wheel.elapsed_ms();
+                self.fire_due(name, next, now);
+            }
+        }
+    }
+
+    fn fire_due(&mut self, name: &Arc<str>, deadline: u64, now: u64) {
+        let Some(entry) = self.jobs.get_mut(name) else { return };
+        entry.wheel_key = None;
+        let spec = entry.spec.clone();
+        let late_ms = now.saturating_sub(deadline);
+        if late_ms > 1_000 {
+            tracing::warn!(job = %name, scheduled_ms = deadline, late_ms, "tick fired late (worker paused or overloaded); later ticks missed meanwhile are left to other workers");
+        }
+        // The next tick comes after both this one and now, so a late wake-up never bursts.
+        self.schedule_next(name, deadline.max(now));
+        if !spec.enabled {
+            return;
+        }
+        let scheduled_ms = UnixMs::try_from(deadline).unwrap_or(0);
+        let fire = Fire {
+            job: name.to_string(),
+            spec,
+            tick: Tick::Scheduled(scheduled_ms),
+            scheduled_ms,
+            attempt: 1,
+            trigger: TriggerKind::Schedule,
+        };
+        tokio::spawn(run_fire(self.ctx.clone(), fire));
+    }
+
+    fn apply_job_update(&mut self, update: Update) {
+        match update {
+            Update::Snapshot { kvs, revision } => {
+                let mut seen = std::collections::HashSet::new();
+                for kv in kvs {
+                    if let Some(name) = self.upsert(&kv) {
+                        seen.insert(name);
+                    }
+                }
+                let gone: Vec<Arc<str>> = self.jobs.keys().filter(|n| !seen.contains(*n)).cloned().collect();
+                for name in gone {
+                    self.remove(&name);
+                }
+                tracing::info!(jobs = self.jobs.len(), revision, "job list loaded");
+            }
+            Update::Put(kv) => {
+                self.upsert(&kv);
+            }
+            Update::Delete { key, .. } => {
+                if let Some(Key::Job(name)) = self.ctx.keys.parse(&key) {
+                    self.remove(&Arc::from(name.as_str()));
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, name: &Arc<str>) {
+        if let Some(entry) = self.jobs.remove(name) {
+            if let Some(key) = entry.wheel_key {
+                self.wheel.remove(key);
+            }
+            tracing::info!(job = %name, "job removed");
+        }
+    }
+
+    /// Adds or replaces a job from its etcd value; returns its name when the key is a job key.
+    fn upsert(&mut self, kv: &Kv) -> Option<Arc<str>> {
+        let Some(Key::Job(name)) = self.ctx.keys.parse(&kv.key) else {
+            tracing::warn!(key = %String::from_utf8_lossy(&kv.key), "ignoring key under the jobs prefix that is not a job");
+            return None;
+        };
+        let name: Arc<str> = Arc::from(name.as_str());
+        if self.jobs.get(&name).is_some_and(|e| e.mod_revision >= kv.mod_revision) {
+            return Some(name);
+        }
+        let spec = match JobSpec::from_json(&kv.value) {
+            Ok(spec) => spec,
+            Err(e) => {
+                tracing::error!(job = %name, mod_revision = kv.mod_revision, error = %e, "job spec in etcd is invalid; job not scheduled until it is fixed");
+                self.remove(&name);
+                return None;
+            }
+        };
+        let schedule = match spec.parsed_schedule() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(job = %name, error = %e, "job schedule invalid; job not scheduled");
+                self.remove(&name);
+                return None;
+            }
+        };
+        let now = self.wheel.elapsed_ms().max(wall_ms());
+        match self.jobs.get_mut(&name) {
+            Some(entry) => {
+                let timing_same = entry.spec.schedule == spec.schedule && entry.spec.timezone == spec.timezone && entry.spec.enabled == spec.enabled;
+                entry.spec = Arc::new(spec);
+                entry.schedule = schedule;
+                entry.mod_revision = kv.mod_revision;
+                tracing::info!(job = %name, mod_revision = kv.mod_revision, "job updated");
+                if timing_same && entry.wheel_key.is_some() {
+                    // The pending tick stays; it runs with the new spec.
+                    return Some(name);
+                }
+            }
+            None => {
+                self.jobs.insert(name.clone(), JobEntry { spec: Arc::new(spec), schedule, mod_revision: kv.mod_revision, wheel_key: None });
+                tracing::info!(job = %name, mod_revision = kv.mod_revision, "job added");
+            }
+        }
+        self.schedule_next(&name, now);
+        Some(name)
+    }
+
+    fn apply_trigger_update(&mut self, update: Update) {
+        match update {
+            Update::Snapshot { kvs, .. } => {
+                for kv in kvs {
+                    self.trigger(&kv);
+                }
+            }
+            Update::Put(kv) => self.trigger(&kv),
+            Update::Delete { .. } => {}
+        }
+    }
+
+    fn trigger(&mut self, kv: &Kv) {
+        let Some(Key::Trigger { job, request_id }) = self.ctx.keys.parse(&kv.key) else { return };
+        let request: TriggerRequest = match serde_json::from_slice(&kv.value) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(job = %job, request_id = %request_id, error = %e, "ignoring malformed trigger request");
+                return;
+            }
+        };
+        let Some(entry) = self.jobs.get(job.as_str()) else {
+            tracing::warn!(job = %job, request_id = %request_id, "manual run requested for a job this worker does not know");
+            return;
+        };
+        let fire = Fire {
+            job: job.clone(),
+            spec: entry.spec.clone(),
+            tick: Tick::Manual(request_id),
+            scheduled_ms: request.requested_at_ms,
+            attempt: 1,
+            trigger: TriggerKind::Manual,
+        };
+        tokio::spawn(run_fire(self.ctx.clone(), fire));
+    }
+}
