@@ -1,1 +1,443 @@
-//! x
+//! Test harness: starts REAL etcd, `etcron-master` and `etcron-worker` processes on free
+//! loopback ports with temporary data dirs, plus helpers to wait on conditions with deadlines
+//! and to read what tasks wrote. Every process is killed when its handle drops.
+
+pub mod proxy;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}
+
+/// Directory holding the workspace's built binaries (`ETCRON_BIN_DIR` overrides).
+pub fn bin_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("ETCRON_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    // Test executables live in target/<profile>/deps; binaries in target/<profile>.
+    let exe = std::env::current_exe().unwrap_or_default();
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+pub fn bin(name: &str) -> Result<PathBuf> {
+    let path = bin_dir().join(name);
+    if !path.exists() {
+        bail!("{} not found; build the binaries first (cargo build --workspace --bins)", path.display());
+    }
+    Ok(path)
+}
+
+/// Where process logs of a test go: `target/test-logs/<name>-<pid>-<n>`.
+pub fn log_dir(test: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let dir = bin_dir().join("test-logs").join(format!("{test}-{}-{n}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+/// A child process killed (SIGKILL) and reaped on drop.
+pub struct Proc {
+    pub name: String,
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> Result<Self> {
+        let out = File::options().create(true).append(true).open(&log).with_context(|| format!("opening {}", log.display()))?;
+        let err = out.try_clone()?;
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        let child = cmd.spawn().with_context(|| format!("spawning {name}"))?;
+        Ok(Self { name: name.to_owned(), child: Some(child), log })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn signal(&self, sig: Signal) -> Result<()> {
+        let pid = self.pid().context("process already reaped")?;
+        kill(Pid::from_raw(i32::try_from(pid)?), sig).with_context(|| format!("signalling {}", self.name))
+    }
+
+    /// Is the process still running (not exited)?
+    pub fn running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Waits for exit up to `limit`; returns the exit code (None for a signal).
+    pub fn wait_exit(&mut self, limit: Duration) -> Result<Option<i32>> {
+        let deadline = Instant::now() + limit;
+        let child = self.child.as_mut().context("already reaped")?;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                self.child = None;
+                return Ok(status.code());
+            }
+            if Instant::now() > deadline {
+                bail!("{} did not exit within {limit:?}", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or fails after `limit` with `what`.
+pub async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A single-member etcd on free ports with its own data dir.
+pub struct Etcd {
+    pub endpoint: String,
+    pub client_port: u16,
+    peer_port: u16,
+    data: tempfile::TempDir,
+    logs: PathBuf,
+    pub proc: Proc,
+}
+
+impl Etcd {
+    pub async fn start(logs: &Path) -> Result<Self> {
+        let data = tempfile::tempdir()?;
+        let client_port = free_port();
+        let peer_port = free_port();
+        let proc = Self::spawn(data.path(), client_port, peer_port, logs)?;
+        let etcd = Self { endpoint: format!("127.0.0.1:{client_port}"), client_port, peer_port, data, logs: logs.to_path_buf(), proc };
+        etcd.wait_ready().await?;
+        Ok(etcd)
+    }
+
+    fn spawn(data: &Path, client_port: u16, peer_port: u16, logs: &Path) -> Result<Proc> {
+        let mut cmd = Command::new(std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".to_owned()));
+        let client = format!("http://127.0.0.1:{client_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        cmd.args(["--name", "t", "--data-dir"]).arg(data.join("etcd"));
+        cmd.args(["--listen-client-urls", &client, "--advertise-client-urls", &client]);
+        cmd.args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer]);
+        cmd.args(["--initial-cluster", &format!("t={peer}"), "--log-level", "warn"]);
+        Proc::spawn("etcd", cmd, logs.join("etcd.log"))
+    }
+
+    /// Restarts etcd on the same ports and data after it was stopped or killed.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.proc.kill9();
+        self.proc = Self::spawn(self.data.path(), self.client_port, self.peer_port, &self.logs)?;
+        self.wait_ready().await
+    }
+
+    async fn wait_ready(&self) -> Result<()> {
+        let endpoint = self.endpoint.clone();
+        wait_for(Duration::from_secs(20), "etcd to serve", || {
+            let endpoint = endpoint.clone();
+            async move {
+                let mut c = etcd_client::Client::connect([endpoint], None).await.ok()?;
+                c.get("/", None).await.ok().map(|_| ())
+            }
+        })
+        .await
+    }
+
+    pub async fn client(&self) -> Result<etcd_client::Client> {
+        Ok(etcd_client::Client::connect([self.endpoint.clone()], None).await?)
+    }
+
+    /// Counts from etcd's own Prometheus metrics (e.g. `etcd_mvcc_put_total`).
+    pub async fn metric(&self, name: &str) -> Result<f64> {
+        let text = reqwest::get(format!("http://{}/metrics", self.endpoint)).await?.text().await?;
+        Ok(text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                let base = k.split('{').next()?;
+                (base == name).then(|| v.parse::<f64>().ok()).flatten()
+            })
+            .sum())
+    }
+}
+
+/// A running `etcron-master`.
+pub struct Master {
+    pub url: String,
+    pub proc: Proc,
+}
+
+impl Master {
+    pub async fn start(etcd_endpoint: &str, namespace: &str, logs: &Path, extra: &[&str]) -> Result<Self> {
+        let port = free_port();
+        let mut cmd = Command::new(bin("etcron-master")?);
+        cmd.args(["--etcd-endpoints", etcd_endpoint, "--namespace", namespace, "--listen", &format!("127.0.0.1:{port}")]);
+        cmd.args(extra);
+        cmd.env("RUST_LOG", "info");
+        let proc = Proc::spawn("master", cmd, logs.join(format!("master-{port}.log")))?;
+        let url = format!("http://127.0.0.1:{port}");
+        let health = format!("{url}/healthz");
+        wait_for(Duration::from_secs(20), "master to serve /healthz", || {
+            let health = health.clone();
+            async move { reqwest::get(health).await.ok().filter(|r| r.status().is_success()).map(|_| ()) }
+        })
+        .await?;
+        Ok(Self { url, proc })
+    }
+}
+
+/// How to start a worker.
+#[derive(Debug, Clone)]
+pub struct WorkerOpts {
+    pub id: String,
+    pub session_ttl: String,
+    pub labels: BTreeMap<String, String>,
+    pub extra: Vec<String>,
+}
+
+impl WorkerOpts {
+    pub fn new(id: &str) -> Self {
+        Self { id: id.to_owned(), session_ttl: "3s".to_owned(), labels: BTreeMap::new(), extra: Vec::new() }
+    }
+}
+
+/// A running `etcron-worker`.
+pub struct Worker {
+    pub opts: WorkerOpts,
+    etcd_endpoint: String,
+    namespace: String,
+    logs: PathBuf,
+    pub proc: Proc,
+}
+
+impl Worker {
+    pub fn start(etcd_endpoint: &str, namespace: &str, logs: &Path, opts: WorkerOpts) -> Result<Self> {
+        let proc = Self::spawn(etcd_endpoint, namespace, logs, &opts)?;
+        Ok(Self { opts, etcd_endpoint: etcd_endpoint.to_owned(), namespace: namespace.to_owned(), logs: logs.to_path_buf(), proc })
+    }
+
+    fn spawn(etcd_endpoint: &str, namespace: &str, logs: &Path, opts: &WorkerOpts) -> Result<Proc> {
+        let mut cmd = Command::new(bin("etcron-worker")?);
+        cmd.args(["--etcd-endpoints", etcd_endpoint, "--namespace", namespace, "--worker-id", &opts.id]);
+        cmd.args(["--session-ttl", &opts.session_ttl, "--kill-grace", "2s"]);
+        if !opts.labels.is_empty() {
+            let labels: Vec<String> = opts.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            cmd.args(["--labels", &labels.join(",")]);
+        }
+        cmd.args(&opts.extra);
+        cmd.env("RUST_LOG", "info");
+        Proc::spawn(&format!("worker {}", opts.id), cmd, logs.join(format!("worker-{}.log", opts.id)))
+    }
+
+    /// Starts the same worker again (after it was killed or stopped).
+    pub fn restart(&mut self) -> Result<()> {
+        self.proc.kill9();
+        self.proc = Self::spawn(&self.etcd_endpoint, &self.namespace, &self.logs, &self.opts)?;
+        Ok(())
+    }
+}
+
+/// etcd + one master + N workers in a fresh namespace, and a directory tasks write into.
+pub struct Cluster {
+    pub etcd: Etcd,
+    pub master: Master,
+    pub workers: Vec<Worker>,
+    pub namespace: String,
+    pub logs: PathBuf,
+    pub work: tempfile::TempDir,
+    pub http: reqwest::Client,
+}
+
+impl Cluster {
+    pub async fn start(test: &str, workers: usize) -> Result<Self> {
+        let logs = log_dir(test);
+        let etcd = Etcd::start(&logs).await?;
+        let namespace = format!("/t-{test}");
+        let master = Master::start(&etcd.endpoint, &namespace, &logs, &[]).await?;
+        let mut cluster = Self { etcd, master, workers: Vec::new(), namespace, logs, work: tempfile::tempdir()?, http: reqwest::Client::new() };
+        for i in 1..=workers {
+            cluster.add_worker(WorkerOpts::new(&format!("w{i}")))?;
+        }
+        cluster.wait_workers(workers).await?;
+        Ok(cluster)
+    }
+
+    pub fn add_worker(&mut self, opts: WorkerOpts) -> Result<()> {
+        let w = Worker::start(&self.etcd.endpoint, &self.namespace, &self.logs, opts)?;
+        self.workers.push(w);
+        Ok(())
+    }
+
+    /// Waits until exactly `n` workers are registered.
+    pub async fn wait_workers(&self, n: usize) -> Result<()> {
+        wait_for(Duration::from_secs(30), &format!("{n} registered workers"), || async {
+            let v = self.get("/api/workers").await.ok()?;
+            (v["workers"].as_array()?.len() == n).then_some(())
+        })
+        .await
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.work.path().join(name)
+    }
+
+    pub async fn get(&self, path: &str) -> Result<serde_json::Value> {
+        let resp = self.http.get(format!("{}{path}", self.master.url)).send().await?;
+        let status = resp.status();
+        let body: serde_json::Value = resp.json().await?;
+        if !status.is_success() {
+            bail!("GET {path}: {status} {body}");
+        }
+        Ok(body)
+    }
+
+    /// Sends a request; returns status and JSON body (Null when empty).
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<serde_json::Value>) -> Result<(u16, serde_json::Value)> {
+        let mut req = self.http.request(method, format!("{}{path}", self.master.url));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await?;
+        let value = if text.is_empty() { serde_json::Value::Null } else { serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)) };
+        Ok((status, value))
+    }
+
+    /// PUTs a job and fails unless the master accepted it.
+    pub async fn put_job(&self, name: &str, spec: serde_json::Value) -> Result<serde_json::Value> {
+        let (status, body) = self.call(reqwest::Method::PUT, &format!("/api/jobs/{name}"), Some(spec)).await?;
+        if status != 200 && status != 201 {
+            bail!("PUT job {name}: {status} {body}");
+        }
+        Ok(body)
+    }
+
+    /// Dumps every process log to stderr (for failing tests).
+    pub fn dump_logs(&self) {
+        for w in &self.workers {
+            eprintln!("===== {} ({}) =====\n{}", w.proc.name, w.proc.log.display(), tail(&w.proc.log_text(), 60));
+        }
+        eprintln!("===== master =====\n{}", tail(&self.master.proc.log_text(), 40));
+    }
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// One line a test task appended: `job scheduled_ms attempt worker fencing_token [extra]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fired {
+    pub job: String,
+    pub scheduled_ms: i64,
+    pub attempt: u32,
+    pub worker: String,
+    pub fencing_token: i64,
+    pub extra: Vec<String>,
+}
+
+/// A shell command that appends one `Fired` line to `file` (atomic O_APPEND write).
+pub fn record_command(file: &Path) -> String {
+    format!(
+        "echo \"$ETCRON_JOB $ETCRON_SCHEDULED_AT_MS $ETCRON_ATTEMPT $ETCRON_WORKER_ID $ETCRON_FENCING_TOKEN $(date +%s%3N)\" >> {}",
+        file.display()
+    )
+}
+
+pub fn read_fired(file: &Path) -> Vec<Fired> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.split_whitespace();
+            Some(Fired {
+                job: parts.next()?.to_owned(),
+                scheduled_ms: parts.next()?.parse().ok()?,
+                attempt: parts.next()?.parse().ok()?,
+                worker: parts.next()?.to_owned(),
+                fencing_token: parts.next()?.parse().ok()?,
+                extra: parts.map(str::to_owned).collect(),
+            })
+        })
+        .collect()
+}
+
+/// Duplicates per (job, tick, attempt) and ticks missing from the expected set.
+#[derive(Debug, Default)]
+pub struct TickReport {
+    pub fired: usize,
+    pub duplicates: Vec<(String, i64, u32)>,
+    pub missing: Vec<(String, i64)>,
+}
+
+/// Checks that every job fired exactly once for each whole second in `[from_ms, to_ms]`.
+pub fn check_every_second(fired: &[Fired], jobs: &[String], from_ms: i64, to_ms: i64) -> TickReport {
+    let mut seen: BTreeMap<(String, i64, u32), usize> = BTreeMap::new();
+    for f in fired {
+        *seen.entry((f.job.clone(), f.scheduled_ms, f.attempt)).or_default() += 1;
+    }
+    let mut report = TickReport { fired: fired.len(), ..TickReport::default() };
+    report.duplicates = seen.iter().filter(|(_, n)| **n > 1).map(|(k, _)| k.clone()).collect();
+    let first = (from_ms / 1000 + 1) * 1000;
+    for job in jobs {
+        let mut t = first;
+        while t <= to_ms {
+            if !seen.contains_key(&(job.clone(), t, 1)) {
+                report.missing.push((job.clone(), t));
+            }
+            t += 1000;
+        }
+    }
+    report
+}
+
+pub fn now_ms() -> i64 {
+    etcron_common::now_ms()
+}

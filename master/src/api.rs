@@ -1,0 +1,407 @@
+//! The HTTP API: `app(state)` builds the router, so tests drive it with `oneshot` and `main`
+//! serves it. Handlers validate everything a client sends and answer errors that name the field.
+//! The master only writes specs, kill commands and trigger requests; it never runs a job.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcron_common::job::{validate_name, JobSpec};
+use etcron_common::keys::{ExecutionId, Key, Keys, KillTarget};
+use etcron_common::model::{KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
+use etcron_common::schedule::{format_in, Schedule, ScheduleError};
+use etcron_common::{now_ms, rfc3339_ms};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+
+/// Lease of kill commands and trigger requests: long enough for a reconnecting worker.
+pub const COMMAND_LEASE: Duration = Duration::from_secs(60);
+/// Largest request body the router reads at all; specs are further limited to 64 KiB.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Upcoming fire times shown with each job.
+const NEXT_RUNS: usize = 5;
+/// Most fire times a preview returns.
+pub const MAX_PREVIEW: usize = 100;
+/// Retries of read-modify-write updates (pause/resume) under contention.
+const RMW_ATTEMPTS: usize = 5;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub client: Client,
+    pub keys: Keys,
+}
+
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/api/jobs", get(list_jobs))
+        .route("/api/jobs/{job}", get(get_job).put(put_job).delete(delete_job))
+        .route("/api/jobs/{job}/run", post(run_job))
+        .route("/api/jobs/{job}/kill", post(kill_job))
+        .route("/api/jobs/{job}/pause", post(pause_job))
+        .route("/api/jobs/{job}/resume", post(resume_job))
+        .route("/api/workers", get(list_workers))
+        .route("/api/schedule/preview", get(preview))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route")
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+async fn etcd<T, F>(fut: F) -> ApiResult<T>
+where
+    F: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(ApiError::etcd_unavailable(&e)),
+        Err(_) => Err(ApiError::etcd_unavailable(&"request timed out")),
+    }
+}
+
+fn job_name(name: &str) -> ApiResult<()> {
+    validate_name(name).map_err(ApiError::from)
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    pub name: String,
+    pub spec: Value,
+    /// The key's mod revision: pass it back in `If-Match`.
+    pub revision: i64,
+    pub created_revision: i64,
+    pub schedule_description: String,
+    /// Next fire times (RFC 3339 in the job's timezone); empty when paused or finished.
+    pub next_runs: Vec<String>,
+    /// Set when the stored value is not a valid spec (written around the API).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalid: Option<String>,
+}
+
+fn view(name: String, value: &[u8], revision: i64, created_revision: i64) -> JobView {
+    match JobSpec::from_json(value) {
+        Ok(spec) => {
+            let (description, next_runs) = match spec.parsed_schedule() {
+                Ok(s) => {
+                    let next = if spec.enabled { s.upcoming(now_ms(), NEXT_RUNS).into_iter().map(|t| format_in(s.timezone(), t)).collect() } else { Vec::new() };
+                    (s.describe(), next)
+                }
+                Err(e) => (e.to_string(), Vec::new()),
+            };
+            JobView { name, spec: serde_json::to_value(&spec).unwrap_or(Value::Null), revision, created_revision, schedule_description: description, next_runs, invalid: None }
+        }
+        Err(e) => JobView {
+            name,
+            spec: serde_json::from_slice(value).unwrap_or(Value::Null),
+            revision,
+            created_revision,
+            schedule_description: String::new(),
+            next_runs: Vec::new(),
+            invalid: Some(e.to_string()),
+        },
+    }
+}
+
+fn with_etag(status: StatusCode, body: &JobView) -> Response {
+    let mut resp = (status, Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", body.revision)) {
+        resp.headers_mut().insert("etag", v);
+    }
+    resp
+}
+
+async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
+    let mut kv = st.client.kv_client();
+    let resp = etcd(kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    let mut jobs = Vec::new();
+    for item in resp.kvs() {
+        if let Some(Key::Job(name)) = st.keys.parse(item.key()) {
+            jobs.push(view(name, item.value(), item.mod_revision(), item.create_revision()));
+        }
+    }
+    Ok(Json(json!({ "jobs": jobs })))
+}
+
+async fn fetch_job(st: &AppState, name: &str) -> ApiResult<JobView> {
+    job_name(name)?;
+    let mut kv = st.client.kv_client();
+    let resp = etcd(kv.get(st.keys.job(name), None)).await?;
+    let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
+    Ok(view(name.to_owned(), item.value(), item.mod_revision(), item.create_revision()))
+}
+
+async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    let job = fetch_job(&st, &name).await?;
+    Ok(with_etag(StatusCode::OK, &job))
+}
+
+/// `If-Match: <revision>` (quotes allowed); `None` when absent.
+fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
+    let Some(value) = headers.get("if-match") else { return Ok(None) };
+    let text = value.to_str().unwrap_or("").trim().trim_start_matches("W/").trim_matches('"');
+    text.parse::<i64>()
+        .ok()
+        .filter(|r| *r > 0)
+        .map(Some)
+        .ok_or_else(|| ApiError::bad_request(Some("If-Match".to_owned()), "If-Match must be a job revision (a positive integer) as returned in `revision`"))
+}
+
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+    body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(format!("request body exceeds {MAX_BODY_BYTES} bytes"))
+        } else {
+            ApiError::bad_request(None, format!("could not read request body: {e}"))
+        }
+    })
+}
+
+async fn put_job(State(st): State<AppState>, Path(name): Path<String>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+    job_name(&name)?;
+    let expected = if_match(&headers)?;
+    let create_only = headers.get("if-none-match").is_some_and(|v| v.as_bytes() == b"*");
+    let body = body_bytes(body)?;
+    let spec = JobSpec::from_json(&body)?;
+    let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
+    let key = st.keys.job(&name);
+    let mut kv = st.client.kv_client();
+    let compare = match (expected, create_only) {
+        // Optimistic concurrency: the edit applies only to the revision the client read.
+        (Some(rev), _) => Some(Compare::mod_revision(key.clone(), CompareOp::Equal, rev)),
+        (None, true) => Some(Compare::create_revision(key.clone(), CompareOp::Equal, 0)),
+        (None, false) => None,
+    };
+    let txn = Txn::new()
+        .when(compare.into_iter().collect::<Vec<_>>())
+        .and_then([TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_prev_key()))])
+        .or_else([TxnOp::get(key.clone(), None)]);
+    let resp = etcd(kv.txn(txn)).await?;
+    if !resp.succeeded() {
+        let current = resp.op_responses().into_iter().find_map(|op| match op {
+            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.mod_revision()),
+            _ => None,
+        });
+        return Err(match (current, expected) {
+            (Some(rev), Some(want)) => ApiError::conflict(format!("job {name:?} was changed by someone else: it is at revision {rev}, your edit was based on revision {want}; reload and re-apply your change")),
+            (None, Some(_)) => ApiError::conflict(format!("job {name:?} was deleted by someone else; reload before saving")),
+            (Some(_), None) => ApiError::conflict(format!("job {name:?} already exists (If-None-Match: *)")),
+            (None, None) => ApiError::conflict(format!("job {name:?} changed concurrently; retry")),
+        });
+    }
+    let revision = resp.header().map_or(0, |h| h.revision());
+    let previous = resp.op_responses().into_iter().find_map(|op| match op {
+        etcd_client::TxnOpResponse::Put(p) => p.prev_key().map(|kv| kv.create_revision()),
+        _ => None,
+    });
+    let (status, created_revision) = match previous {
+        Some(created) => (StatusCode::OK, created),
+        None => (StatusCode::CREATED, revision),
+    };
+    tracing::info!(job = %name, revision, created = previous.is_none(), "job saved");
+    Ok(with_etag(status, &view(name, &value, revision, created_revision)))
+}
+
+async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, headers: HeaderMap) -> ApiResult<StatusCode> {
+    job_name(&name)?;
+    let expected = if_match(&headers)?;
+    let key = st.keys.job(&name);
+    let compare = match expected {
+        Some(rev) => Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
+        None => Compare::create_revision(key.clone(), CompareOp::Greater, 0),
+    };
+    // The job and its catch-up state go together; claims expire under their own leases.
+    let txn = Txn::new().when([compare]).and_then([TxnOp::delete(key.clone(), None), TxnOp::delete(st.keys.state(&name), None)]).or_else([TxnOp::get(key.clone(), None)]);
+    let mut kv = st.client.kv_client();
+    let resp = etcd(kv.txn(txn)).await?;
+    if resp.succeeded() {
+        tracing::info!(job = %name, "job deleted");
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    let exists = resp.op_responses().into_iter().any(|op| matches!(op, etcd_client::TxnOpResponse::Get(g) if !g.kvs().is_empty()));
+    if exists {
+        Err(ApiError::conflict(format!("job {name:?} was changed by someone else; reload before deleting")))
+    } else {
+        Err(ApiError::not_found(format!("job {name:?} does not exist")))
+    }
+}
+
+fn request_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+async fn grant_command_lease(st: &AppState) -> ApiResult<i64> {
+    let mut leases = st.client.lease_client();
+    let ttl = i64::try_from(COMMAND_LEASE.as_secs()).unwrap_or(60);
+    Ok(etcd(leases.grant(ttl, None)).await?.id())
+}
+
+async fn run_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<(StatusCode, Json<Value>)> {
+    fetch_job(&st, &name).await?;
+    let id = request_id();
+    let now = now_ms();
+    let request = TriggerRequest { requested_at: rfc3339_ms(now), requested_at_ms: now, reason: "manual run via API".to_owned() };
+    let lease = grant_command_lease(&st).await?;
+    let value = serde_json::to_vec(&request).map_err(|e| ApiError::internal(&e))?;
+    let mut kv = st.client.kv_client();
+    etcd(kv.put(st.keys.trigger(&name, &id), value, Some(PutOptions::new().with_lease(lease)))).await?;
+    let execution_id = ExecutionId { job: name.clone(), tick: etcron_common::keys::Tick::Manual(id.clone()), attempt: 1 };
+    tracing::info!(job = %name, request_id = %id, "manual run requested");
+    Ok((StatusCode::ACCEPTED, Json(json!({ "request_id": id, "execution_id": execution_id.to_string() }))))
+}
+
+#[derive(Debug, Deserialize)]
+struct KillQuery {
+    execution: Option<String>,
+}
+
+async fn kill_job(State(st): State<AppState>, Path(name): Path<String>, query: Result<Query<KillQuery>, axum::extract::rejection::QueryRejection>) -> ApiResult<(StatusCode, Json<Value>)> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
+    fetch_job(&st, &name).await?;
+    let target = match query.execution.as_deref() {
+        None | Some("all") => KillTarget::All,
+        Some(text) => {
+            let id: ExecutionId = text.parse().map_err(|e: String| ApiError::bad_request(Some("execution".to_owned()), e))?;
+            if id.job != name {
+                return Err(ApiError::bad_request(Some("execution".to_owned()), format!("execution {text:?} does not belong to job {name:?}")));
+            }
+            KillTarget::Execution(id)
+        }
+    };
+    let lease = grant_command_lease(&st).await?;
+    let command = KillCommand { requested_at: rfc3339_ms(now_ms()), reason: "kill via API".to_owned() };
+    let value = serde_json::to_vec(&command).map_err(|e| ApiError::internal(&e))?;
+    let mut kv = st.client.kv_client();
+    let resp = etcd(kv.put(st.keys.kill(&name, &target), value, Some(PutOptions::new().with_lease(lease)))).await?;
+    let revision = resp.header().map_or(0, |h| h.revision());
+    tracing::info!(job = %name, target = %target, revision, "kill requested");
+    Ok((StatusCode::ACCEPTED, Json(json!({ "job": name, "target": target.to_string(), "revision": revision }))))
+}
+
+async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Response> {
+    job_name(name)?;
+    let key = st.keys.job(name);
+    for _ in 0..RMW_ATTEMPTS {
+        let mut kv = st.client.kv_client();
+        let resp = etcd(kv.get(key.clone(), None)).await?;
+        let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
+        let (rev, created) = (item.mod_revision(), item.create_revision());
+        let mut spec = JobSpec::from_json(item.value()).map_err(|e| ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT")))?;
+        if spec.enabled == enabled {
+            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), item.value(), rev, created)));
+        }
+        spec.enabled = enabled;
+        let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
+        // Flip only the revision we read, so a concurrent edit is never overwritten.
+        let txn = Txn::new().when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)]).and_then([TxnOp::put(key.clone(), value.clone(), None)]);
+        let resp = etcd(kv.txn(txn)).await?;
+        if resp.succeeded() {
+            let revision = resp.header().map_or(0, |h| h.revision());
+            tracing::info!(job = %name, enabled, revision, "job {}", if enabled { "resumed" } else { "paused" });
+            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), &value, revision, created)));
+        }
+    }
+    Err(ApiError::conflict(format!("job {name:?} is being edited concurrently; retry")))
+}
+
+async fn pause_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    set_enabled(&st, &name, false).await
+}
+
+async fn resume_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    set_enabled(&st, &name, true).await
+}
+
+#[derive(Debug, Serialize)]
+struct RunningView {
+    id: String,
+    job: String,
+    worker_id: String,
+    started_at: String,
+    pid: Option<u32>,
+    fencing_token: i64,
+}
+
+async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
+    let mut kv = st.client.kv_client();
+    let workers = etcd(kv.get(st.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    let running = etcd(kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    let mut by_worker: BTreeMap<String, Vec<RunningView>> = BTreeMap::new();
+    for item in running.kvs() {
+        let (Some(Key::Running(id)), Ok(r)) = (st.keys.parse(item.key()), serde_json::from_slice::<RunningExecution>(item.value())) else { continue };
+        by_worker.entry(r.worker_id.clone()).or_default().push(RunningView {
+            id: id.to_string(),
+            job: id.job.clone(),
+            worker_id: r.worker_id,
+            started_at: r.started_at,
+            pid: r.pid,
+            // Written in the claim txn, so the marker's create revision is the fencing token.
+            fencing_token: r.fencing_token.unwrap_or_else(|| item.create_revision()),
+        });
+    }
+    let mut out = Vec::new();
+    for item in workers.kvs() {
+        let Some(Key::Worker(id)) = st.keys.parse(item.key()) else { continue };
+        let Ok(info) = serde_json::from_slice::<WorkerInfo>(item.value()) else { continue };
+        let mut value = serde_json::to_value(&info).map_err(|e| ApiError::internal(&e))?;
+        value["running_executions"] = serde_json::to_value(by_worker.remove(&id).unwrap_or_default()).unwrap_or(Value::Null);
+        out.push(value);
+    }
+    Ok(Json(json!({ "workers": out })))
+}
+
+#[derive(Debug, Deserialize)]
+struct PreviewQuery {
+    schedule: Option<String>,
+    timezone: Option<String>,
+    count: Option<String>,
+}
+
+async fn preview(query: Result<Query<PreviewQuery>, axum::extract::rejection::QueryRejection>) -> ApiResult<Json<Value>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
+    let schedule = q.schedule.ok_or_else(|| ApiError::bad_request(Some("schedule".to_owned()), "schedule is required"))?;
+    let timezone = q.timezone.unwrap_or_else(|| "UTC".to_owned());
+    let count = match q.count {
+        None => 10,
+        Some(c) => c.parse::<usize>().ok().filter(|n| (1..=MAX_PREVIEW).contains(n)).ok_or_else(|| ApiError::bad_request(Some("count".to_owned()), format!("count must be an integer between 1 and {MAX_PREVIEW}")))?,
+    };
+    let parsed = Schedule::parse(&schedule, &timezone).map_err(|e| match e {
+        ScheduleError::Timezone(_) => ApiError::bad_request(Some("timezone".to_owned()), e.to_string()),
+        ScheduleError::Expression(_) => ApiError::bad_request(Some("schedule".to_owned()), e.to_string()),
+    })?;
+    let next_ms = parsed.upcoming(now_ms(), count);
+    let next: Vec<String> = next_ms.iter().map(|t| format_in(parsed.timezone(), *t)).collect();
+    Ok(Json(json!({ "schedule": schedule, "timezone": timezone, "description": parsed.describe(), "next": next, "next_ms": next_ms })))
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
+    let mut kv = st.client.kv_client();
+    let probe = kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix().with_count_only()));
+    let etcd = match tokio::time::timeout(Duration::from_secs(2), probe).await {
+        Ok(Ok(_)) => json!({ "ok": true }),
+        Ok(Err(e)) => json!({ "ok": false, "error": e.to_string() }),
+        Err(_) => json!({ "ok": false, "error": "timed out" }),
+    };
+    let ready = etcd["ok"] == true;
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(json!({ "ready": ready, "etcd": etcd })))
+}

@@ -1,0 +1,100 @@
+//! Master configuration: TOML file, `ETCRON_*` env vars and flags (flag > env > file > default).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use serde::Deserialize;
+
+#[derive(Debug, Parser)]
+#[command(name = "etcron-master", version, about = "etcron master: HTTP API and web UI")]
+pub struct Cli {
+    /// TOML configuration file.
+    #[arg(long, env = "ETCRON_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// etcd endpoints, comma-separated.
+    #[arg(long, env = "ETCRON_ETCD_ENDPOINTS")]
+    pub etcd_endpoints: Option<String>,
+    /// Key namespace.
+    #[arg(long, env = "ETCRON_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Address to serve the API and UI on.
+    #[arg(long, env = "ETCRON_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Log level or `RUST_LOG`-style filter.
+    #[arg(long, env = "ETCRON_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// `text` or `json`.
+    #[arg(long, env = "ETCRON_LOG_FORMAT")]
+    pub log_format: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub etcd_endpoints: Option<Vec<String>>,
+    pub namespace: Option<String>,
+    pub listen: Option<SocketAddr>,
+    pub log_level: Option<String>,
+    pub log_format: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub etcd_endpoints: Vec<String>,
+    pub namespace: String,
+    pub listen: SocketAddr,
+    pub log_level: String,
+    pub json_logs: bool,
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
+    }
+}
+
+impl Config {
+    pub fn resolve(cli: Cli) -> anyhow::Result<Self> {
+        let file = match &cli.config {
+            Some(p) => FileConfig::load(p)?,
+            None => FileConfig::default(),
+        };
+        let etcd_endpoints = match cli.etcd_endpoints {
+            Some(e) => etcron_common::etcd::parse_endpoints(&e),
+            None => file.etcd_endpoints.unwrap_or_else(|| vec!["127.0.0.1:2379".to_owned()]),
+        };
+        if etcd_endpoints.is_empty() {
+            bail!("etcd_endpoints: at least one endpoint is required");
+        }
+        let namespace = cli.namespace.or(file.namespace).unwrap_or_else(|| "/etcron".to_owned());
+        etcron_common::keys::Keys::new(&namespace).map_err(|e| anyhow::anyhow!("namespace: {e}"))?;
+        let listen = cli.listen.or(file.listen).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8070)));
+        let log_level = cli.log_level.or(file.log_level).unwrap_or_else(|| "info".to_owned());
+        let json_logs = match cli.log_format.or(file.log_format).as_deref() {
+            None | Some("text") => false,
+            Some("json") => true,
+            Some(other) => bail!("log_format: expected text or json, got {other:?}"),
+        };
+        Ok(Self { etcd_endpoints, namespace, listen, log_level, json_logs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = Config::resolve(Cli::parse_from(["etcron-master"])).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8070");
+        assert_eq!(c.namespace, "/etcron");
+        let c = Config::resolve(Cli::parse_from(["etcron-master", "--listen", "0.0.0.0:9000", "--etcd-endpoints", "a:1,b:2"])).unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.etcd_endpoints, vec!["a:1", "b:2"]);
+        let err = Config::resolve(Cli::parse_from(["etcron-master", "--namespace", "x"])).unwrap_err();
+        assert!(format!("{err:#}").contains("namespace"));
+    }
+}
