@@ -21,7 +21,13 @@ pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> 
     let endpoints: Vec<String> = config
         .endpoints
         .iter()
-        .map(|e| if e.contains("://") { e.clone() } else { format!("http://{e}") })
+        .map(|e| {
+            if e.contains("://") {
+                e.clone()
+            } else {
+                format!("http://{e}")
+            }
+        })
         .collect();
     let mut options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(3))
@@ -37,5 +43,9 @@ pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> 
 /// Parses `a:2379,b:2379` into endpoints.
 #[must_use]
 pub fn parse_endpoints(text: &str) -> Vec<String> {
-    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }

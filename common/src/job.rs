@@ -139,7 +139,11 @@ fn default_max_backoff() -> HumanDuration {
 
 impl Default for Retries {
     fn default() -> Self {
-        Self { max: 0, backoff: default_backoff(), max_backoff: default_max_backoff() }
+        Self {
+            max: 0,
+            backoff: default_backoff(),
+            max_backoff: default_max_backoff(),
+        }
     }
 }
 
@@ -190,7 +194,11 @@ pub struct SpecError {
 
 impl SpecError {
     fn at(field: &str, message: impl Into<String>) -> Self {
-        Self { field: Some(field.to_owned()), message: message.into(), too_large: false }
+        Self {
+            field: Some(field.to_owned()),
+            message: message.into(),
+            too_large: false,
+        }
     }
 }
 
@@ -200,12 +208,15 @@ impl JobSpec {
         if bytes.len() > MAX_SPEC_BYTES {
             return Err(SpecError {
                 field: None,
-                message: format!("job spec is {} bytes; the limit is {MAX_SPEC_BYTES}", bytes.len()),
+                message: format!(
+                    "job spec is {} bytes; the limit is {MAX_SPEC_BYTES}",
+                    bytes.len()
+                ),
                 too_large: true,
             });
         }
-        let value: serde_json::Value = serde_json::from_slice(bytes)
-            .map_err(|e| serde_error(".", &e.to_string(), true))?;
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| serde_error(".", &e.to_string(), true))?;
         Self::from_value(value)
     }
 
@@ -224,7 +235,11 @@ impl JobSpec {
                 };
                 if let Err(e) = checked {
                     let path = e.path().to_string();
-                    let path = if path == "." { "task".to_owned() } else { format!("task.{path}") };
+                    let path = if path == "." {
+                        "task".to_owned()
+                    } else {
+                        format!("task.{path}")
+                    };
                     return Err(serde_error(&path, &e.into_inner().to_string(), false));
                 }
             }
@@ -253,35 +268,59 @@ impl JobSpec {
         }
         if let Some(t) = self.timeout {
             if t.0.is_zero() || t.0 > MAX_TIMEOUT {
-                return Err(SpecError::at("timeout", format!("must be between 1ms and {}", HumanDuration(MAX_TIMEOUT))));
+                return Err(SpecError::at(
+                    "timeout",
+                    format!("must be between 1ms and {}", HumanDuration(MAX_TIMEOUT)),
+                ));
             }
         }
         if self.retries.max > MAX_RETRIES {
-            return Err(SpecError::at("retries.max", format!("must be at most {MAX_RETRIES}")));
+            return Err(SpecError::at(
+                "retries.max",
+                format!("must be at most {MAX_RETRIES}"),
+            ));
         }
         if self.retries.max_backoff.0 > MAX_BACKOFF {
-            return Err(SpecError::at("retries.max_backoff", format!("must be at most {}", HumanDuration(MAX_BACKOFF))));
+            return Err(SpecError::at(
+                "retries.max_backoff",
+                format!("must be at most {}", HumanDuration(MAX_BACKOFF)),
+            ));
         }
         if self.retries.backoff > self.retries.max_backoff {
-            return Err(SpecError::at("retries.backoff", "must not exceed retries.max_backoff"));
+            return Err(SpecError::at(
+                "retries.backoff",
+                "must not exceed retries.max_backoff",
+            ));
         }
         if let Mode::Sharded(n) = self.mode {
             if n == 0 || n > MAX_SHARDS {
-                return Err(SpecError::at("mode.sharded", format!("shard count must be between 1 and {MAX_SHARDS}")));
+                return Err(SpecError::at(
+                    "mode.sharded",
+                    format!("shard count must be between 1 and {MAX_SHARDS}"),
+                ));
             }
         }
         validate_map("selector", &self.selector, label_key_ok)?;
         validate_map("labels", &self.labels, label_key_ok)?;
-        for (field, list) in [("on_success", &self.on_success), ("on_failure", &self.on_failure)] {
+        for (field, list) in [
+            ("on_success", &self.on_success),
+            ("on_failure", &self.on_failure),
+        ] {
             if list.len() > MAX_DEPENDENTS {
-                return Err(SpecError::at(field, format!("at most {MAX_DEPENDENTS} jobs")));
+                return Err(SpecError::at(
+                    field,
+                    format!("at most {MAX_DEPENDENTS} jobs"),
+                ));
             }
             for (i, name) in list.iter().enumerate() {
                 validate_job_name(name).map_err(|m| SpecError::at(&format!("{field}[{i}]"), m))?;
             }
         }
         if self.description.len() > MAX_DESCRIPTION_LEN {
-            return Err(SpecError::at("description", format!("longer than {MAX_DESCRIPTION_LEN} bytes")));
+            return Err(SpecError::at(
+                "description",
+                format!("longer than {MAX_DESCRIPTION_LEN} bytes"),
+            ));
         }
         Ok(())
     }
@@ -300,17 +339,39 @@ pub fn validate_name(name: &str) -> Result<(), SpecError> {
 
 fn serde_error(path: &str, message: &str, syntax: bool) -> SpecError {
     if syntax {
-        return SpecError { field: None, message: format!("body is not valid JSON: {message}"), too_large: false };
+        return SpecError {
+            field: None,
+            message: format!("body is not valid JSON: {message}"),
+            too_large: false,
+        };
     }
-    let base = if path == "." { String::new() } else { path.to_owned() };
+    let base = if path == "." {
+        String::new()
+    } else {
+        path.to_owned()
+    };
     // serde names unknown/missing fields in backticks; make them part of the path.
-    let named = ["unknown field `", "missing field `", "duplicate field `", "unknown variant `"]
-        .iter()
-        .find_map(|prefix| message.strip_prefix(prefix).and_then(|rest| rest.split_once('`')).map(|(name, _)| (prefix, name)));
+    let named = [
+        "unknown field `",
+        "missing field `",
+        "duplicate field `",
+        "unknown variant `",
+    ]
+    .iter()
+    .find_map(|prefix| {
+        message
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.split_once('`'))
+            .map(|(name, _)| (prefix, name))
+    });
     let field = match named {
         Some((prefix, name)) if !prefix.starts_with("unknown variant") => {
             if base.is_empty() || base == name || base.ends_with(&format!(".{name}")) {
-                if base.is_empty() { name.to_owned() } else { base }
+                if base.is_empty() {
+                    name.to_owned()
+                } else {
+                    base
+                }
             } else if base.is_empty() {
                 name.to_owned()
             } else {
@@ -320,7 +381,11 @@ fn serde_error(path: &str, message: &str, syntax: bool) -> SpecError {
         _ => base,
     };
     let message = strip_location(message);
-    SpecError { field: (!field.is_empty()).then_some(field), message, too_large: false }
+    SpecError {
+        field: (!field.is_empty()).then_some(field),
+        message,
+        too_large: false,
+    }
 }
 
 /// serde_json appends " at line 1 column 7"; the field path already says where.
@@ -336,14 +401,20 @@ fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
         return Err(SpecError::at("task.command", "must not be empty"));
     }
     if shell.command.len() > MAX_COMMAND_BYTES {
-        return Err(SpecError::at("task.command", format!("longer than {MAX_COMMAND_BYTES} bytes")));
+        return Err(SpecError::at(
+            "task.command",
+            format!("longer than {MAX_COMMAND_BYTES} bytes"),
+        ));
     }
     if shell.command.contains('\0') {
         return Err(SpecError::at("task.command", "must not contain NUL bytes"));
     }
     validate_map("task.env", &shell.env, env_key_ok)?;
     if let Some((k, _)) = shell.env.iter().find(|(k, _)| k.starts_with("ETCRON_")) {
-        return Err(SpecError::at(&format!("task.env.{k}"), "the ETCRON_ prefix is reserved for variables etcron sets"));
+        return Err(SpecError::at(
+            &format!("task.env.{k}"),
+            "the ETCRON_ prefix is reserved for variables etcron sets",
+        ));
     }
     if let Some(cwd) = &shell.cwd {
         if !cwd.starts_with('/') || cwd.contains('\0') || cwd.len() > 4096 {
@@ -356,48 +427,89 @@ fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
 fn validate_http(http: &HttpTask) -> Result<(), SpecError> {
     const METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
     if !METHODS.contains(&http.method.as_str()) {
-        return Err(SpecError::at("task.method", format!("must be one of {}", METHODS.join(", "))));
+        return Err(SpecError::at(
+            "task.method",
+            format!("must be one of {}", METHODS.join(", ")),
+        ));
     }
-    let rest = http.url.strip_prefix("http://").or_else(|| http.url.strip_prefix("https://"));
+    let rest = http
+        .url
+        .strip_prefix("http://")
+        .or_else(|| http.url.strip_prefix("https://"));
     match rest {
-        Some(r) if !r.is_empty() && !r.starts_with('/') && !http.url.contains(char::is_whitespace) && http.url.len() <= 4096 => {}
-        _ => return Err(SpecError::at("task.url", "must be an absolute http:// or https:// URL")),
+        Some(r)
+            if !r.is_empty()
+                && !r.starts_with('/')
+                && !http.url.contains(char::is_whitespace)
+                && http.url.len() <= 4096 => {}
+        _ => {
+            return Err(SpecError::at(
+                "task.url",
+                "must be an absolute http:// or https:// URL",
+            ))
+        }
     }
     validate_map("task.headers", &http.headers, |k| {
-        !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+        !k.is_empty()
+            && k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
     })?;
     if let Some((k, _)) = http.headers.iter().find(|(_, v)| v.contains(['\r', '\n'])) {
-        return Err(SpecError::at(&format!("task.headers.{k}"), "must not contain line breaks"));
+        return Err(SpecError::at(
+            &format!("task.headers.{k}"),
+            "must not contain line breaks",
+        ));
     }
     if http.body.as_ref().is_some_and(|b| b.len() > MAX_HTTP_BODY) {
-        return Err(SpecError::at("task.body", format!("longer than {MAX_HTTP_BODY} bytes")));
+        return Err(SpecError::at(
+            "task.body",
+            format!("longer than {MAX_HTTP_BODY} bytes"),
+        ));
     }
     if let Some(s) = http.expect_status {
         if !(100..=599).contains(&s) {
-            return Err(SpecError::at("task.expect_status", "must be an HTTP status between 100 and 599"));
+            return Err(SpecError::at(
+                "task.expect_status",
+                "must be an HTTP status between 100 and 599",
+            ));
         }
     }
     Ok(())
 }
 
 fn label_key_ok(k: &str) -> bool {
-    !k.is_empty() && k.starts_with(|c: char| c.is_ascii_alphanumeric()) && k.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
+    !k.is_empty()
+        && k.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
 }
 
 fn env_key_ok(k: &str) -> bool {
-    !k.is_empty() && !k.starts_with(|c: char| c.is_ascii_digit()) && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    !k.is_empty()
+        && !k.starts_with(|c: char| c.is_ascii_digit())
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn validate_map(field: &str, map: &BTreeMap<String, String>, key_ok: impl Fn(&str) -> bool) -> Result<(), SpecError> {
+fn validate_map(
+    field: &str,
+    map: &BTreeMap<String, String>,
+    key_ok: impl Fn(&str) -> bool,
+) -> Result<(), SpecError> {
     if map.len() > MAX_MAP_ENTRIES {
-        return Err(SpecError::at(field, format!("at most {MAX_MAP_ENTRIES} entries")));
+        return Err(SpecError::at(
+            field,
+            format!("at most {MAX_MAP_ENTRIES} entries"),
+        ));
     }
     for (k, v) in map {
         if k.len() > MAX_MAP_KEY_LEN || !key_ok(k) {
             return Err(SpecError::at(&format!("{field}.{k}"), "invalid key"));
         }
         if v.len() > MAX_MAP_VALUE_LEN || v.contains('\0') {
-            return Err(SpecError::at(&format!("{field}.{k}"), format!("value longer than {MAX_MAP_VALUE_LEN} bytes or contains NUL")));
+            return Err(SpecError::at(
+                &format!("{field}.{k}"),
+                format!("value longer than {MAX_MAP_VALUE_LEN} bytes or contains NUL"),
+            ));
         }
     }
     Ok(())
@@ -451,28 +563,91 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let cases: &[(&str, &str)] = &[
-            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true"},"bogus":1}"#, "bogus"),
-            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","extra":1}}"#, "task.extra"),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true"},"bogus":1}"#,
+                "bogus",
+            ),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","extra":1}}"#,
+                "task.extra",
+            ),
             (r#"{"task":{"kind":"shell","command":"true"}}"#, "schedule"),
-            (r#"{"schedule":"nope","task":{"kind":"shell","command":"true"}}"#, "schedule"),
-            (r#"{"schedule":"* * * * *","timezone":"Mars/Base","task":{"kind":"shell","command":"true"}}"#, "timezone"),
-            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":""}}"#, "task.command"),
-            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":5}}"#, "task.command"),
-            (r#"{"schedule":"* * * * *","task":{"kind":"ftp"}}"#, "task.kind"),
-            (r#"{"schedule":"* * * * *","enabled":"yes","task":{"kind":"shell","command":"true"}}"#, "enabled"),
-            (r#"{"schedule":"* * * * *","timeout":"soon","task":{"kind":"shell","command":"true"}}"#, "timeout"),
-            (r#"{"schedule":"* * * * *","timeout":"0s","task":{"kind":"shell","command":"true"}}"#, "timeout"),
-            (r#"{"schedule":"* * * * *","retries":{"max":1000},"task":{"kind":"shell","command":"true"}}"#, "retries.max"),
-            (r#"{"schedule":"* * * * *","retries":{"backoff":"1h","max_backoff":"1m"},"task":{"kind":"shell","command":"true"}}"#, "retries.backoff"),
-            (r#"{"schedule":"* * * * *","concurrency":"sometimes","task":{"kind":"shell","command":"true"}}"#, "concurrency"),
-            (r#"{"schedule":"* * * * *","mode":{"sharded":0},"task":{"kind":"shell","command":"true"}}"#, "mode.sharded"),
-            (r#"{"schedule":"* * * * *","on_success":["Bad Name"],"task":{"kind":"shell","command":"true"}}"#, "on_success[0]"),
-            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","env":{"ETCRON_JOB":"x"}}}"#, "task.env.ETCRON_JOB"),
-            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","cwd":"relative"}}"#, "task.cwd"),
-            (r#"{"schedule":"* * * * *","task":{"kind":"http","url":"ftp://x"}}"#, "task.url"),
-            (r#"{"schedule":"* * * * *","task":{"kind":"http","url":"http://x","method":"BREW"}}"#, "task.method"),
-            (r#"{"schedule":"* * * * *","task":{"kind":"http","url":"http://x","expect_status":99}}"#, "task.expect_status"),
-            (r#"{"schedule":"* * * * *","labels":{"bad key":"v"},"task":{"kind":"shell","command":"true"}}"#, "labels.bad key"),
+            (
+                r#"{"schedule":"nope","task":{"kind":"shell","command":"true"}}"#,
+                "schedule",
+            ),
+            (
+                r#"{"schedule":"* * * * *","timezone":"Mars/Base","task":{"kind":"shell","command":"true"}}"#,
+                "timezone",
+            ),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":""}}"#,
+                "task.command",
+            ),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":5}}"#,
+                "task.command",
+            ),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"ftp"}}"#,
+                "task.kind",
+            ),
+            (
+                r#"{"schedule":"* * * * *","enabled":"yes","task":{"kind":"shell","command":"true"}}"#,
+                "enabled",
+            ),
+            (
+                r#"{"schedule":"* * * * *","timeout":"soon","task":{"kind":"shell","command":"true"}}"#,
+                "timeout",
+            ),
+            (
+                r#"{"schedule":"* * * * *","timeout":"0s","task":{"kind":"shell","command":"true"}}"#,
+                "timeout",
+            ),
+            (
+                r#"{"schedule":"* * * * *","retries":{"max":1000},"task":{"kind":"shell","command":"true"}}"#,
+                "retries.max",
+            ),
+            (
+                r#"{"schedule":"* * * * *","retries":{"backoff":"1h","max_backoff":"1m"},"task":{"kind":"shell","command":"true"}}"#,
+                "retries.backoff",
+            ),
+            (
+                r#"{"schedule":"* * * * *","concurrency":"sometimes","task":{"kind":"shell","command":"true"}}"#,
+                "concurrency",
+            ),
+            (
+                r#"{"schedule":"* * * * *","mode":{"sharded":0},"task":{"kind":"shell","command":"true"}}"#,
+                "mode.sharded",
+            ),
+            (
+                r#"{"schedule":"* * * * *","on_success":["Bad Name"],"task":{"kind":"shell","command":"true"}}"#,
+                "on_success[0]",
+            ),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","env":{"ETCRON_JOB":"x"}}}"#,
+                "task.env.ETCRON_JOB",
+            ),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","cwd":"relative"}}"#,
+                "task.cwd",
+            ),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"http","url":"ftp://x"}}"#,
+                "task.url",
+            ),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"http","url":"http://x","method":"BREW"}}"#,
+                "task.method",
+            ),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"http","url":"http://x","expect_status":99}}"#,
+                "task.expect_status",
+            ),
+            (
+                r#"{"schedule":"* * * * *","labels":{"bad key":"v"},"task":{"kind":"shell","command":"true"}}"#,
+                "labels.bad key",
+            ),
         ];
         for (json, field) in cases {
             assert_eq!(field_of(json).as_deref(), Some(*field), "{json}");
@@ -496,6 +671,9 @@ mod tests {
     #[test]
     fn names() {
         assert!(validate_name("db-backup").is_ok());
-        assert_eq!(validate_name("DB").unwrap_err().field.as_deref(), Some("name"));
+        assert_eq!(
+            validate_name("DB").unwrap_err().field.as_deref(),
+            Some("name")
+        );
     }
 }

@@ -32,7 +32,10 @@ impl WorkerInfo {
 
 /// True when `labels` include every entry of `selector` (an empty selector matches all).
 #[must_use]
-pub fn labels_match(labels: &BTreeMap<String, String>, selector: &BTreeMap<String, String>) -> bool {
+pub fn labels_match(
+    labels: &BTreeMap<String, String>,
+    selector: &BTreeMap<String, String>,
+) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 

@@ -43,7 +43,10 @@ pub struct AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/api/jobs", get(list_jobs))
-        .route("/api/jobs/{job}", get(get_job).put(put_job).delete(delete_job))
+        .route(
+            "/api/jobs/{job}",
+            get(get_job).put(put_job).delete(delete_job),
+        )
         .route("/api/jobs/{job}/run", post(run_job))
         .route("/api/jobs/{job}/kill", post(kill_job))
         .route("/api/jobs/{job}/pause", post(pause_job))
@@ -99,12 +102,27 @@ fn view(name: String, value: &[u8], revision: i64, created_revision: i64) -> Job
         Ok(spec) => {
             let (description, next_runs) = match spec.parsed_schedule() {
                 Ok(s) => {
-                    let next = if spec.enabled { s.upcoming(now_ms(), NEXT_RUNS).into_iter().map(|t| format_in(s.timezone(), t)).collect() } else { Vec::new() };
+                    let next = if spec.enabled {
+                        s.upcoming(now_ms(), NEXT_RUNS)
+                            .into_iter()
+                            .map(|t| format_in(s.timezone(), t))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
                     (s.describe(), next)
                 }
                 Err(e) => (e.to_string(), Vec::new()),
             };
-            JobView { name, spec: serde_json::to_value(&spec).unwrap_or(Value::Null), revision, created_revision, schedule_description: description, next_runs, invalid: None }
+            JobView {
+                name,
+                spec: serde_json::to_value(&spec).unwrap_or(Value::Null),
+                revision,
+                created_revision,
+                schedule_description: description,
+                next_runs,
+                invalid: None,
+            }
         }
         Err(e) => JobView {
             name,
@@ -132,7 +150,12 @@ async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     let mut jobs = Vec::new();
     for item in resp.kvs() {
         if let Some(Key::Job(name)) = st.keys.parse(item.key()) {
-            jobs.push(view(name, item.value(), item.mod_revision(), item.create_revision()));
+            jobs.push(view(
+                name,
+                item.value(),
+                item.mod_revision(),
+                item.create_revision(),
+            ));
         }
     }
     Ok(Json(json!({ "jobs": jobs })))
@@ -142,8 +165,16 @@ async fn fetch_job(st: &AppState, name: &str) -> ApiResult<JobView> {
     job_name(name)?;
     let mut kv = st.client.kv_client();
     let resp = etcd(kv.get(st.keys.job(name), None)).await?;
-    let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
-    Ok(view(name.to_owned(), item.value(), item.mod_revision(), item.create_revision()))
+    let item = resp
+        .kvs()
+        .first()
+        .ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
+    Ok(view(
+        name.to_owned(),
+        item.value(),
+        item.mod_revision(),
+        item.create_revision(),
+    ))
 }
 
 async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
@@ -153,13 +184,25 @@ async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiRes
 
 /// `If-Match: <revision>` (quotes allowed); `None` when absent.
 fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
-    let Some(value) = headers.get("if-match") else { return Ok(None) };
-    let text = value.to_str().unwrap_or("").trim().trim_start_matches("W/").trim_matches('"');
+    let Some(value) = headers.get("if-match") else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .unwrap_or("")
+        .trim()
+        .trim_start_matches("W/")
+        .trim_matches('"');
     text.parse::<i64>()
         .ok()
         .filter(|r| *r > 0)
         .map(Some)
-        .ok_or_else(|| ApiError::bad_request(Some("If-Match".to_owned()), "If-Match must be a job revision (a positive integer) as returned in `revision`"))
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                Some("If-Match".to_owned()),
+                "If-Match must be a job revision (a positive integer) as returned in `revision`",
+            )
+        })
 }
 
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
@@ -172,10 +215,17 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
     })
 }
 
-async fn put_job(State(st): State<AppState>, Path(name): Path<String>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+async fn put_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
     job_name(&name)?;
     let expected = if_match(&headers)?;
-    let create_only = headers.get("if-none-match").is_some_and(|v| v.as_bytes() == b"*");
+    let create_only = headers
+        .get("if-none-match")
+        .is_some_and(|v| v.as_bytes() == b"*");
     let body = body_bytes(body)?;
     let spec = JobSpec::from_json(&body)?;
     let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
@@ -189,7 +239,11 @@ async fn put_job(State(st): State<AppState>, Path(name): Path<String>, headers: 
     };
     let txn = Txn::new()
         .when(compare.into_iter().collect::<Vec<_>>())
-        .and_then([TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_prev_key()))])
+        .and_then([TxnOp::put(
+            key.clone(),
+            value.clone(),
+            Some(PutOptions::new().with_prev_key()),
+        )])
         .or_else([TxnOp::get(key.clone(), None)]);
     let resp = etcd(kv.txn(txn)).await?;
     if !resp.succeeded() {
@@ -214,10 +268,17 @@ async fn put_job(State(st): State<AppState>, Path(name): Path<String>, headers: 
         None => (StatusCode::CREATED, revision),
     };
     tracing::info!(job = %name, revision, created = previous.is_none(), "job saved");
-    Ok(with_etag(status, &view(name, &value, revision, created_revision)))
+    Ok(with_etag(
+        status,
+        &view(name, &value, revision, created_revision),
+    ))
 }
 
-async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, headers: HeaderMap) -> ApiResult<StatusCode> {
+async fn delete_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<StatusCode> {
     job_name(&name)?;
     let expected = if_match(&headers)?;
     let key = st.keys.job(&name);
@@ -226,16 +287,27 @@ async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, header
         None => Compare::create_revision(key.clone(), CompareOp::Greater, 0),
     };
     // The job and its catch-up state go together; claims expire under their own leases.
-    let txn = Txn::new().when([compare]).and_then([TxnOp::delete(key.clone(), None), TxnOp::delete(st.keys.state(&name), None)]).or_else([TxnOp::get(key.clone(), None)]);
+    let txn = Txn::new()
+        .when([compare])
+        .and_then([
+            TxnOp::delete(key.clone(), None),
+            TxnOp::delete(st.keys.state(&name), None),
+        ])
+        .or_else([TxnOp::get(key.clone(), None)]);
     let mut kv = st.client.kv_client();
     let resp = etcd(kv.txn(txn)).await?;
     if resp.succeeded() {
         tracing::info!(job = %name, "job deleted");
         return Ok(StatusCode::NO_CONTENT);
     }
-    let exists = resp.op_responses().into_iter().any(|op| matches!(op, etcd_client::TxnOpResponse::Get(g) if !g.kvs().is_empty()));
+    let exists = resp
+        .op_responses()
+        .into_iter()
+        .any(|op| matches!(op, etcd_client::TxnOpResponse::Get(g) if !g.kvs().is_empty()));
     if exists {
-        Err(ApiError::conflict(format!("job {name:?} was changed by someone else; reload before deleting")))
+        Err(ApiError::conflict(format!(
+            "job {name:?} was changed by someone else; reload before deleting"
+        )))
     } else {
         Err(ApiError::not_found(format!("job {name:?} does not exist")))
     }
@@ -251,18 +323,37 @@ async fn grant_command_lease(st: &AppState) -> ApiResult<i64> {
     Ok(etcd(leases.grant(ttl, None)).await?.id())
 }
 
-async fn run_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<(StatusCode, Json<Value>)> {
+async fn run_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     fetch_job(&st, &name).await?;
     let id = request_id();
     let now = now_ms();
-    let request = TriggerRequest { requested_at: rfc3339_ms(now), requested_at_ms: now, reason: "manual run via API".to_owned() };
+    let request = TriggerRequest {
+        requested_at: rfc3339_ms(now),
+        requested_at_ms: now,
+        reason: "manual run via API".to_owned(),
+    };
     let lease = grant_command_lease(&st).await?;
     let value = serde_json::to_vec(&request).map_err(|e| ApiError::internal(&e))?;
     let mut kv = st.client.kv_client();
-    etcd(kv.put(st.keys.trigger(&name, &id), value, Some(PutOptions::new().with_lease(lease)))).await?;
-    let execution_id = ExecutionId { job: name.clone(), tick: etcron_common::keys::Tick::Manual(id.clone()), attempt: 1 };
+    etcd(kv.put(
+        st.keys.trigger(&name, &id),
+        value,
+        Some(PutOptions::new().with_lease(lease)),
+    ))
+    .await?;
+    let execution_id = ExecutionId {
+        job: name.clone(),
+        tick: etcron_common::keys::Tick::Manual(id.clone()),
+        attempt: 1,
+    };
     tracing::info!(job = %name, request_id = %id, "manual run requested");
-    Ok((StatusCode::ACCEPTED, Json(json!({ "request_id": id, "execution_id": execution_id.to_string() }))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "request_id": id, "execution_id": execution_id.to_string() })),
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -270,27 +361,47 @@ struct KillQuery {
     execution: Option<String>,
 }
 
-async fn kill_job(State(st): State<AppState>, Path(name): Path<String>, query: Result<Query<KillQuery>, axum::extract::rejection::QueryRejection>) -> ApiResult<(StatusCode, Json<Value>)> {
+async fn kill_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    query: Result<Query<KillQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
     fetch_job(&st, &name).await?;
     let target = match query.execution.as_deref() {
         None | Some("all") => KillTarget::All,
         Some(text) => {
-            let id: ExecutionId = text.parse().map_err(|e: String| ApiError::bad_request(Some("execution".to_owned()), e))?;
+            let id: ExecutionId = text
+                .parse()
+                .map_err(|e: String| ApiError::bad_request(Some("execution".to_owned()), e))?;
             if id.job != name {
-                return Err(ApiError::bad_request(Some("execution".to_owned()), format!("execution {text:?} does not belong to job {name:?}")));
+                return Err(ApiError::bad_request(
+                    Some("execution".to_owned()),
+                    format!("execution {text:?} does not belong to job {name:?}"),
+                ));
             }
             KillTarget::Execution(id)
         }
     };
     let lease = grant_command_lease(&st).await?;
-    let command = KillCommand { requested_at: rfc3339_ms(now_ms()), reason: "kill via API".to_owned() };
+    let command = KillCommand {
+        requested_at: rfc3339_ms(now_ms()),
+        reason: "kill via API".to_owned(),
+    };
     let value = serde_json::to_vec(&command).map_err(|e| ApiError::internal(&e))?;
     let mut kv = st.client.kv_client();
-    let resp = etcd(kv.put(st.keys.kill(&name, &target), value, Some(PutOptions::new().with_lease(lease)))).await?;
+    let resp = etcd(kv.put(
+        st.keys.kill(&name, &target),
+        value,
+        Some(PutOptions::new().with_lease(lease)),
+    ))
+    .await?;
     let revision = resp.header().map_or(0, |h| h.revision());
     tracing::info!(job = %name, target = %target, revision, "kill requested");
-    Ok((StatusCode::ACCEPTED, Json(json!({ "job": name, "target": target.to_string(), "revision": revision }))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "job": name, "target": target.to_string(), "revision": revision })),
+    ))
 }
 
 async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Response> {
@@ -299,24 +410,41 @@ async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Resp
     for _ in 0..RMW_ATTEMPTS {
         let mut kv = st.client.kv_client();
         let resp = etcd(kv.get(key.clone(), None)).await?;
-        let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
+        let item = resp
+            .kvs()
+            .first()
+            .ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
         let (rev, created) = (item.mod_revision(), item.create_revision());
-        let mut spec = JobSpec::from_json(item.value()).map_err(|e| ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT")))?;
+        let mut spec = JobSpec::from_json(item.value()).map_err(|e| {
+            ApiError::conflict(format!(
+                "stored spec of job {name:?} is invalid ({e}); replace it with PUT"
+            ))
+        })?;
         if spec.enabled == enabled {
-            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), item.value(), rev, created)));
+            return Ok(with_etag(
+                StatusCode::OK,
+                &view(name.to_owned(), item.value(), rev, created),
+            ));
         }
         spec.enabled = enabled;
         let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
         // Flip only the revision we read, so a concurrent edit is never overwritten.
-        let txn = Txn::new().when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)]).and_then([TxnOp::put(key.clone(), value.clone(), None)]);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)])
+            .and_then([TxnOp::put(key.clone(), value.clone(), None)]);
         let resp = etcd(kv.txn(txn)).await?;
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             tracing::info!(job = %name, enabled, revision, "job {}", if enabled { "resumed" } else { "paused" });
-            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), &value, revision, created)));
+            return Ok(with_etag(
+                StatusCode::OK,
+                &view(name.to_owned(), &value, revision, created),
+            ));
         }
     }
-    Err(ApiError::conflict(format!("job {name:?} is being edited concurrently; retry")))
+    Err(ApiError::conflict(format!(
+        "job {name:?} is being edited concurrently; retry"
+    )))
 }
 
 async fn pause_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
@@ -339,27 +467,48 @@ struct RunningView {
 
 async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     let mut kv = st.client.kv_client();
-    let workers = etcd(kv.get(st.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))).await?;
-    let running = etcd(kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    let workers = etcd(kv.get(
+        st.keys.workers_prefix(),
+        Some(GetOptions::new().with_prefix()),
+    ))
+    .await?;
+    let running = etcd(kv.get(
+        st.keys.running_prefix(),
+        Some(GetOptions::new().with_prefix()),
+    ))
+    .await?;
     let mut by_worker: BTreeMap<String, Vec<RunningView>> = BTreeMap::new();
     for item in running.kvs() {
-        let (Some(Key::Running(id)), Ok(r)) = (st.keys.parse(item.key()), serde_json::from_slice::<RunningExecution>(item.value())) else { continue };
-        by_worker.entry(r.worker_id.clone()).or_default().push(RunningView {
-            id: id.to_string(),
-            job: id.job.clone(),
-            worker_id: r.worker_id,
-            started_at: r.started_at,
-            pid: r.pid,
-            // Written in the claim txn, so the marker's create revision is the fencing token.
-            fencing_token: r.fencing_token.unwrap_or_else(|| item.create_revision()),
-        });
+        let (Some(Key::Running(id)), Ok(r)) = (
+            st.keys.parse(item.key()),
+            serde_json::from_slice::<RunningExecution>(item.value()),
+        ) else {
+            continue;
+        };
+        by_worker
+            .entry(r.worker_id.clone())
+            .or_default()
+            .push(RunningView {
+                id: id.to_string(),
+                job: id.job.clone(),
+                worker_id: r.worker_id,
+                started_at: r.started_at,
+                pid: r.pid,
+                // Written in the claim txn, so the marker's create revision is the fencing token.
+                fencing_token: r.fencing_token.unwrap_or_else(|| item.create_revision()),
+            });
     }
     let mut out = Vec::new();
     for item in workers.kvs() {
-        let Some(Key::Worker(id)) = st.keys.parse(item.key()) else { continue };
-        let Ok(info) = serde_json::from_slice::<WorkerInfo>(item.value()) else { continue };
+        let Some(Key::Worker(id)) = st.keys.parse(item.key()) else {
+            continue;
+        };
+        let Ok(info) = serde_json::from_slice::<WorkerInfo>(item.value()) else {
+            continue;
+        };
         let mut value = serde_json::to_value(&info).map_err(|e| ApiError::internal(&e))?;
-        value["running_executions"] = serde_json::to_value(by_worker.remove(&id).unwrap_or_default()).unwrap_or(Value::Null);
+        value["running_executions"] =
+            serde_json::to_value(by_worker.remove(&id).unwrap_or_default()).unwrap_or(Value::Null);
         out.push(value);
     }
     Ok(Json(json!({ "workers": out })))
@@ -372,21 +521,43 @@ struct PreviewQuery {
     count: Option<String>,
 }
 
-async fn preview(query: Result<Query<PreviewQuery>, axum::extract::rejection::QueryRejection>) -> ApiResult<Json<Value>> {
+async fn preview(
+    query: Result<Query<PreviewQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Value>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
-    let schedule = q.schedule.ok_or_else(|| ApiError::bad_request(Some("schedule".to_owned()), "schedule is required"))?;
+    let schedule = q.schedule.ok_or_else(|| {
+        ApiError::bad_request(Some("schedule".to_owned()), "schedule is required")
+    })?;
     let timezone = q.timezone.unwrap_or_else(|| "UTC".to_owned());
     let count = match q.count {
         None => 10,
-        Some(c) => c.parse::<usize>().ok().filter(|n| (1..=MAX_PREVIEW).contains(n)).ok_or_else(|| ApiError::bad_request(Some("count".to_owned()), format!("count must be an integer between 1 and {MAX_PREVIEW}")))?,
+        Some(c) => c
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_PREVIEW).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    Some("count".to_owned()),
+                    format!("count must be an integer between 1 and {MAX_PREVIEW}"),
+                )
+            })?,
     };
     let parsed = Schedule::parse(&schedule, &timezone).map_err(|e| match e {
-        ScheduleError::Timezone(_) => ApiError::bad_request(Some("timezone".to_owned()), e.to_string()),
-        ScheduleError::Expression(_) => ApiError::bad_request(Some("schedule".to_owned()), e.to_string()),
+        ScheduleError::Timezone(_) => {
+            ApiError::bad_request(Some("timezone".to_owned()), e.to_string())
+        }
+        ScheduleError::Expression(_) => {
+            ApiError::bad_request(Some("schedule".to_owned()), e.to_string())
+        }
     })?;
     let next_ms = parsed.upcoming(now_ms(), count);
-    let next: Vec<String> = next_ms.iter().map(|t| format_in(parsed.timezone(), *t)).collect();
-    Ok(Json(json!({ "schedule": schedule, "timezone": timezone, "description": parsed.describe(), "next": next, "next_ms": next_ms })))
+    let next: Vec<String> = next_ms
+        .iter()
+        .map(|t| format_in(parsed.timezone(), *t))
+        .collect();
+    Ok(Json(
+        json!({ "schedule": schedule, "timezone": timezone, "description": parsed.describe(), "next": next, "next_ms": next_ms }),
+    ))
 }
 
 async fn healthz() -> Json<Value> {
@@ -395,13 +566,20 @@ async fn healthz() -> Json<Value> {
 
 async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
     let mut kv = st.client.kv_client();
-    let probe = kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix().with_count_only()));
+    let probe = kv.get(
+        st.keys.jobs_prefix(),
+        Some(GetOptions::new().with_prefix().with_count_only()),
+    );
     let etcd = match tokio::time::timeout(Duration::from_secs(2), probe).await {
         Ok(Ok(_)) => json!({ "ok": true }),
         Ok(Err(e)) => json!({ "ok": false, "error": e.to_string() }),
         Err(_) => json!({ "ok": false, "error": "timed out" }),
     };
     let ready = etcd["ok"] == true;
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (status, Json(json!({ "ready": ready, "etcd": etcd })))
 }

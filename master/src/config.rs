@@ -8,7 +8,11 @@ use clap::Parser;
 use serde::Deserialize;
 
 #[derive(Debug, Parser)]
-#[command(name = "etcron-master", version, about = "etcron master: HTTP API and web UI")]
+#[command(
+    name = "etcron-master",
+    version,
+    about = "etcron master: HTTP API and web UI"
+)]
 pub struct Cli {
     /// TOML configuration file.
     #[arg(long, env = "ETCRON_CONFIG")]
@@ -51,7 +55,8 @@ pub struct Config {
 
 impl FileConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
     }
 }
@@ -64,21 +69,39 @@ impl Config {
         };
         let etcd_endpoints = match cli.etcd_endpoints {
             Some(e) => etcron_common::etcd::parse_endpoints(&e),
-            None => file.etcd_endpoints.unwrap_or_else(|| vec!["127.0.0.1:2379".to_owned()]),
+            None => file
+                .etcd_endpoints
+                .unwrap_or_else(|| vec!["127.0.0.1:2379".to_owned()]),
         };
         if etcd_endpoints.is_empty() {
             bail!("etcd_endpoints: at least one endpoint is required");
         }
-        let namespace = cli.namespace.or(file.namespace).unwrap_or_else(|| "/etcron".to_owned());
-        etcron_common::keys::Keys::new(&namespace).map_err(|e| anyhow::anyhow!("namespace: {e}"))?;
-        let listen = cli.listen.or(file.listen).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8070)));
-        let log_level = cli.log_level.or(file.log_level).unwrap_or_else(|| "info".to_owned());
+        let namespace = cli
+            .namespace
+            .or(file.namespace)
+            .unwrap_or_else(|| "/etcron".to_owned());
+        etcron_common::keys::Keys::new(&namespace)
+            .map_err(|e| anyhow::anyhow!("namespace: {e}"))?;
+        let listen = cli
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8070)));
+        let log_level = cli
+            .log_level
+            .or(file.log_level)
+            .unwrap_or_else(|| "info".to_owned());
         let json_logs = match cli.log_format.or(file.log_format).as_deref() {
             None | Some("text") => false,
             Some("json") => true,
             Some(other) => bail!("log_format: expected text or json, got {other:?}"),
         };
-        Ok(Self { etcd_endpoints, namespace, listen, log_level, json_logs })
+        Ok(Self {
+            etcd_endpoints,
+            namespace,
+            listen,
+            log_level,
+            json_logs,
+        })
     }
 }
 
@@ -91,10 +114,28 @@ mod tests {
         let c = Config::resolve(Cli::parse_from(["etcron-master"])).unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:8070");
         assert_eq!(c.namespace, "/etcron");
-        let c = Config::resolve(Cli::parse_from(["etcron-master", "--listen", "0.0.0.0:9000", "--etcd-endpoints", "a:1,b:2"])).unwrap();
+        let c = Config::resolve(Cli::parse_from([
+            "etcron-master",
+            "--listen",
+            "0.0.0.0:9000",
+            "--etcd-endpoints",
+            "a:1,b:2",
+        ]))
+        .unwrap();
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.etcd_endpoints, vec!["a:1", "b:2"]);
-        let err = Config::resolve(Cli::parse_from(["etcron-master", "--namespace", "x"])).unwrap_err();
+        let err =
+            Config::resolve(Cli::parse_from(["etcron-master", "--namespace", "x"])).unwrap_err();
         assert!(format!("{err:#}").contains("namespace"));
+    }
+
+    #[test]
+    fn the_example_config_parses() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/master.toml");
+        let file = FileConfig::load(&path).unwrap();
+        assert!(file.etcd_endpoints.is_some());
+        let cli = Cli::parse_from(["etcron-master", "--config", path.to_str().unwrap()]);
+        Config::resolve(cli).unwrap();
     }
 }

@@ -17,19 +17,39 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn bad_request(field: impl Into<Option<String>>, message: impl Into<String>) -> Self {
-        Self { status: StatusCode::BAD_REQUEST, code: "invalid", message: message.into(), field: field.into() }
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid",
+            message: message.into(),
+            field: field.into(),
+        }
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self { status: StatusCode::NOT_FOUND, code: "not_found", message: message.into(), field: None }
+        Self {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
+            message: message.into(),
+            field: None,
+        }
     }
 
     pub fn conflict(message: impl Into<String>) -> Self {
-        Self { status: StatusCode::CONFLICT, code: "conflict", message: message.into(), field: None }
+        Self {
+            status: StatusCode::CONFLICT,
+            code: "conflict",
+            message: message.into(),
+            field: None,
+        }
     }
 
     pub fn too_large(message: impl Into<String>) -> Self {
-        Self { status: StatusCode::PAYLOAD_TOO_LARGE, code: "too_large", message: message.into(), field: None }
+        Self {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "too_large",
+            message: message.into(),
+            field: None,
+        }
     }
 
     /// etcd did not answer: the request may be retried.
@@ -46,13 +66,19 @@ impl ApiError {
     /// A server-side fault; the cause goes to the log, not to the client.
     pub fn internal(cause: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "internal error");
-        Self { status: StatusCode::INTERNAL_SERVER_ERROR, code: "internal", message: "internal error; see the master's log".to_owned(), field: None }
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            message: "internal error; see the master's log".to_owned(),
+            field: None,
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message, "field": self.field}});
+        let body =
+            json!({"error": {"code": self.code, "message": self.message, "field": self.field}});
         (self.status, Json(body)).into_response()
     }
 }
@@ -60,7 +86,10 @@ impl IntoResponse for ApiError {
 impl From<etcron_common::job::SpecError> for ApiError {
     fn from(e: etcron_common::job::SpecError) -> Self {
         if e.too_large {
-            Self { field: e.field, ..Self::too_large(e.message) }
+            Self {
+                field: e.field,
+                ..Self::too_large(e.message)
+            }
         } else {
             Self::bad_request(e.field, e.message)
         }

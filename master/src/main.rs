@@ -16,15 +16,22 @@ fn main() -> std::process::ExitCode {
         }
     };
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log_level.clone());
-    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     if config.json_logs {
         builder.json().init();
     } else {
         builder.init();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("etcron-master: starting the runtime failed: {e}");
@@ -42,11 +49,21 @@ fn main() -> std::process::ExitCode {
 
 async fn run(config: Config) -> anyhow::Result<()> {
     let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let client = connect(&EtcdConfig { endpoints: config.etcd_endpoints.clone(), user: None }).await.context("connecting to etcd")?;
-    let listener = tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("listening on {}", config.listen))?;
+    let client = connect(&EtcdConfig {
+        endpoints: config.etcd_endpoints.clone(),
+        user: None,
+    })
+    .await
+    .context("connecting to etcd")?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
     let local = listener.local_addr().context("reading the bound address")?;
     tracing::info!(listen = %local, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, "etcron-master serving");
-    axum::serve(listener, app(AppState { client, keys })).with_graceful_shutdown(shutdown_signal()).await.context("serving HTTP")?;
+    axum::serve(listener, app(AppState { client, keys }))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving HTTP")?;
     tracing::info!("etcron-master stopped");
     Ok(())
 }

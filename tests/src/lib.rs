@@ -18,7 +18,10 @@ use nix::unistd::Pid;
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
 }
 
 /// Directory holding the workspace's built binaries (`ETCRON_BIN_DIR` overrides).
@@ -38,7 +41,10 @@ pub fn bin_dir() -> PathBuf {
 pub fn bin(name: &str) -> Result<PathBuf> {
     let path = bin_dir().join(name);
     if !path.exists() {
-        bail!("{} not found; build the binaries first (cargo build --workspace --bins)", path.display());
+        bail!(
+            "{} not found; build the binaries first (cargo build --workspace --bins)",
+            path.display()
+        );
     }
     Ok(path)
 }
@@ -47,7 +53,9 @@ pub fn bin(name: &str) -> Result<PathBuf> {
 pub fn log_dir(test: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = N.fetch_add(1, Ordering::SeqCst);
-    let dir = bin_dir().join("test-logs").join(format!("{test}-{}-{n}", std::process::id()));
+    let dir = bin_dir()
+        .join("test-logs")
+        .join(format!("{test}-{}-{n}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     dir
 }
@@ -61,11 +69,19 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> Result<Self> {
-        let out = File::options().create(true).append(true).open(&log).with_context(|| format!("opening {}", log.display()))?;
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("opening {}", log.display()))?;
         let err = out.try_clone()?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
         let child = cmd.spawn().with_context(|| format!("spawning {name}"))?;
-        Ok(Self { name: name.to_owned(), child: Some(child), log })
+        Ok(Self {
+            name: name.to_owned(),
+            child: Some(child),
+            log,
+        })
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -74,7 +90,8 @@ impl Proc {
 
     pub fn signal(&self, sig: Signal) -> Result<()> {
         let pid = self.pid().context("process already reaped")?;
-        kill(Pid::from_raw(i32::try_from(pid)?), sig).with_context(|| format!("signalling {}", self.name))
+        kill(Pid::from_raw(i32::try_from(pid)?), sig)
+            .with_context(|| format!("signalling {}", self.name))
     }
 
     /// Is the process still running (not exited)?
@@ -153,7 +170,14 @@ impl Etcd {
         let client_port = free_port();
         let peer_port = free_port();
         let proc = Self::spawn(data.path(), client_port, peer_port, logs)?;
-        let etcd = Self { endpoint: format!("127.0.0.1:{client_port}"), client_port, peer_port, data, logs: logs.to_path_buf(), proc };
+        let etcd = Self {
+            endpoint: format!("127.0.0.1:{client_port}"),
+            client_port,
+            peer_port,
+            data,
+            logs: logs.to_path_buf(),
+            proc,
+        };
         etcd.wait_ready().await?;
         Ok(etcd)
     }
@@ -162,17 +186,38 @@ impl Etcd {
         let mut cmd = Command::new(std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".to_owned()));
         let client = format!("http://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
-        cmd.args(["--name", "t", "--data-dir"]).arg(data.join("etcd"));
-        cmd.args(["--listen-client-urls", &client, "--advertise-client-urls", &client]);
-        cmd.args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer]);
-        cmd.args(["--initial-cluster", &format!("t={peer}"), "--log-level", "warn"]);
+        cmd.args(["--name", "t", "--data-dir"])
+            .arg(data.join("etcd"));
+        cmd.args([
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+        ]);
+        cmd.args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ]);
+        cmd.args([
+            "--initial-cluster",
+            &format!("t={peer}"),
+            "--log-level",
+            "warn",
+        ]);
         Proc::spawn("etcd", cmd, logs.join("etcd.log"))
     }
 
     /// Restarts etcd on the same ports and data after it was stopped or killed.
     pub async fn restart(&mut self) -> Result<()> {
         self.proc.kill9();
-        self.proc = Self::spawn(self.data.path(), self.client_port, self.peer_port, &self.logs)?;
+        self.proc = Self::spawn(
+            self.data.path(),
+            self.client_port,
+            self.peer_port,
+            &self.logs,
+        )?;
         self.wait_ready().await
     }
 
@@ -194,7 +239,10 @@ impl Etcd {
 
     /// Counts from etcd's own Prometheus metrics (e.g. `etcd_mvcc_put_total`).
     pub async fn metric(&self, name: &str) -> Result<f64> {
-        let text = reqwest::get(format!("http://{}/metrics", self.endpoint)).await?.text().await?;
+        let text = reqwest::get(format!("http://{}/metrics", self.endpoint))
+            .await?
+            .text()
+            .await?;
         Ok(text
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -214,10 +262,22 @@ pub struct Master {
 }
 
 impl Master {
-    pub async fn start(etcd_endpoint: &str, namespace: &str, logs: &Path, extra: &[&str]) -> Result<Self> {
+    pub async fn start(
+        etcd_endpoint: &str,
+        namespace: &str,
+        logs: &Path,
+        extra: &[&str],
+    ) -> Result<Self> {
         let port = free_port();
         let mut cmd = Command::new(bin("etcron-master")?);
-        cmd.args(["--etcd-endpoints", etcd_endpoint, "--namespace", namespace, "--listen", &format!("127.0.0.1:{port}")]);
+        cmd.args([
+            "--etcd-endpoints",
+            etcd_endpoint,
+            "--namespace",
+            namespace,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ]);
         cmd.args(extra);
         cmd.env("RUST_LOG", "info");
         let proc = Proc::spawn("master", cmd, logs.join(format!("master-{port}.log")))?;
@@ -225,7 +285,13 @@ impl Master {
         let health = format!("{url}/healthz");
         wait_for(Duration::from_secs(20), "master to serve /healthz", || {
             let health = health.clone();
-            async move { reqwest::get(health).await.ok().filter(|r| r.status().is_success()).map(|_| ()) }
+            async move {
+                reqwest::get(health)
+                    .await
+                    .ok()
+                    .filter(|r| r.status().is_success())
+                    .map(|_| ())
+            }
         })
         .await?;
         Ok(Self { url, proc })
@@ -243,7 +309,12 @@ pub struct WorkerOpts {
 
 impl WorkerOpts {
     pub fn new(id: &str) -> Self {
-        Self { id: id.to_owned(), session_ttl: "3s".to_owned(), labels: BTreeMap::new(), extra: Vec::new() }
+        Self {
+            id: id.to_owned(),
+            session_ttl: "3s".to_owned(),
+            labels: BTreeMap::new(),
+            extra: Vec::new(),
+        }
     }
 }
 
@@ -257,22 +328,48 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn start(etcd_endpoint: &str, namespace: &str, logs: &Path, opts: WorkerOpts) -> Result<Self> {
+    pub fn start(
+        etcd_endpoint: &str,
+        namespace: &str,
+        logs: &Path,
+        opts: WorkerOpts,
+    ) -> Result<Self> {
         let proc = Self::spawn(etcd_endpoint, namespace, logs, &opts)?;
-        Ok(Self { opts, etcd_endpoint: etcd_endpoint.to_owned(), namespace: namespace.to_owned(), logs: logs.to_path_buf(), proc })
+        Ok(Self {
+            opts,
+            etcd_endpoint: etcd_endpoint.to_owned(),
+            namespace: namespace.to_owned(),
+            logs: logs.to_path_buf(),
+            proc,
+        })
     }
 
     fn spawn(etcd_endpoint: &str, namespace: &str, logs: &Path, opts: &WorkerOpts) -> Result<Proc> {
         let mut cmd = Command::new(bin("etcron-worker")?);
-        cmd.args(["--etcd-endpoints", etcd_endpoint, "--namespace", namespace, "--worker-id", &opts.id]);
+        cmd.args([
+            "--etcd-endpoints",
+            etcd_endpoint,
+            "--namespace",
+            namespace,
+            "--worker-id",
+            &opts.id,
+        ]);
         cmd.args(["--session-ttl", &opts.session_ttl, "--kill-grace", "2s"]);
         if !opts.labels.is_empty() {
-            let labels: Vec<String> = opts.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let labels: Vec<String> = opts
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             cmd.args(["--labels", &labels.join(",")]);
         }
         cmd.args(&opts.extra);
         cmd.env("RUST_LOG", "info");
-        Proc::spawn(&format!("worker {}", opts.id), cmd, logs.join(format!("worker-{}.log", opts.id)))
+        Proc::spawn(
+            &format!("worker {}", opts.id),
+            cmd,
+            logs.join(format!("worker-{}.log", opts.id)),
+        )
     }
 
     /// Starts the same worker again (after it was killed or stopped).
@@ -300,7 +397,15 @@ impl Cluster {
         let etcd = Etcd::start(&logs).await?;
         let namespace = format!("/t-{test}");
         let master = Master::start(&etcd.endpoint, &namespace, &logs, &[]).await?;
-        let mut cluster = Self { etcd, master, workers: Vec::new(), namespace, logs, work: tempfile::tempdir()?, http: reqwest::Client::new() };
+        let mut cluster = Self {
+            etcd,
+            master,
+            workers: Vec::new(),
+            namespace,
+            logs,
+            work: tempfile::tempdir()?,
+            http: reqwest::Client::new(),
+        };
         for i in 1..=workers {
             cluster.add_worker(WorkerOpts::new(&format!("w{i}")))?;
         }
@@ -316,10 +421,14 @@ impl Cluster {
 
     /// Waits until exactly `n` workers are registered.
     pub async fn wait_workers(&self, n: usize) -> Result<()> {
-        wait_for(Duration::from_secs(30), &format!("{n} registered workers"), || async {
-            let v = self.get("/api/workers").await.ok()?;
-            (v["workers"].as_array()?.len() == n).then_some(())
-        })
+        wait_for(
+            Duration::from_secs(30),
+            &format!("{n} registered workers"),
+            || async {
+                let v = self.get("/api/workers").await.ok()?;
+                (v["workers"].as_array()?.len() == n).then_some(())
+            },
+        )
         .await
     }
 
@@ -328,7 +437,11 @@ impl Cluster {
     }
 
     pub async fn get(&self, path: &str) -> Result<serde_json::Value> {
-        let resp = self.http.get(format!("{}{path}", self.master.url)).send().await?;
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.master.url))
+            .send()
+            .await?;
         let status = resp.status();
         let body: serde_json::Value = resp.json().await?;
         if !status.is_success() {
@@ -338,21 +451,38 @@ impl Cluster {
     }
 
     /// Sends a request; returns status and JSON body (Null when empty).
-    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<serde_json::Value>) -> Result<(u16, serde_json::Value)> {
-        let mut req = self.http.request(method, format!("{}{path}", self.master.url));
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<(u16, serde_json::Value)> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.master.url));
         if let Some(b) = body {
             req = req.json(&b);
         }
         let resp = req.send().await?;
         let status = resp.status().as_u16();
         let text = resp.text().await?;
-        let value = if text.is_empty() { serde_json::Value::Null } else { serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)) };
+        let value = if text.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+        };
         Ok((status, value))
     }
 
     /// PUTs a job and fails unless the master accepted it.
     pub async fn put_job(&self, name: &str, spec: serde_json::Value) -> Result<serde_json::Value> {
-        let (status, body) = self.call(reqwest::Method::PUT, &format!("/api/jobs/{name}"), Some(spec)).await?;
+        let (status, body) = self
+            .call(
+                reqwest::Method::PUT,
+                &format!("/api/jobs/{name}"),
+                Some(spec),
+            )
+            .await?;
         if status != 200 && status != 201 {
             bail!("PUT job {name}: {status} {body}");
         }
@@ -362,9 +492,17 @@ impl Cluster {
     /// Dumps every process log to stderr (for failing tests).
     pub fn dump_logs(&self) {
         for w in &self.workers {
-            eprintln!("===== {} ({}) =====\n{}", w.proc.name, w.proc.log.display(), tail(&w.proc.log_text(), 60));
+            eprintln!(
+                "===== {} ({}) =====\n{}",
+                w.proc.name,
+                w.proc.log.display(),
+                tail(&w.proc.log_text(), 60)
+            );
         }
-        eprintln!("===== master =====\n{}", tail(&self.master.proc.log_text(), 40));
+        eprintln!(
+            "===== master =====\n{}",
+            tail(&self.master.proc.log_text(), 40)
+        );
     }
 }
 
@@ -418,13 +556,27 @@ pub struct TickReport {
 }
 
 /// Checks that every job fired exactly once for each whole second in `[from_ms, to_ms]`.
-pub fn check_every_second(fired: &[Fired], jobs: &[String], from_ms: i64, to_ms: i64) -> TickReport {
+pub fn check_every_second(
+    fired: &[Fired],
+    jobs: &[String],
+    from_ms: i64,
+    to_ms: i64,
+) -> TickReport {
     let mut seen: BTreeMap<(String, i64, u32), usize> = BTreeMap::new();
     for f in fired {
-        *seen.entry((f.job.clone(), f.scheduled_ms, f.attempt)).or_default() += 1;
+        *seen
+            .entry((f.job.clone(), f.scheduled_ms, f.attempt))
+            .or_default() += 1;
     }
-    let mut report = TickReport { fired: fired.len(), ..TickReport::default() };
-    report.duplicates = seen.iter().filter(|(_, n)| **n > 1).map(|(k, _)| k.clone()).collect();
+    let mut report = TickReport {
+        fired: fired.len(),
+        ..TickReport::default()
+    };
+    report.duplicates = seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(k, _)| k.clone())
+        .collect();
     let first = (from_ms / 1000 + 1) * 1000;
     for job in jobs {
         let mut t = first;

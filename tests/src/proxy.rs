@@ -1,7 +1,6 @@
 //! A TCP proxy between a process and etcd that a test can pause (stop forwarding, keeping the
 //! connections) and resume, to put a watcher behind while etcd moves on.
 
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -22,7 +21,9 @@ impl Proxy {
                 let upstream = upstream.clone();
                 let rx = rx.clone();
                 tokio::spawn(async move {
-                    let Ok(up) = TcpStream::connect(upstream).await else { return };
+                    let Ok(up) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
                     let (dr, dw) = down.into_split();
                     let (ur, uw) = up.into_split();
                     tokio::spawn(pump(dr, uw, rx.clone()));
@@ -30,7 +31,11 @@ impl Proxy {
                 });
             }
         });
-        Ok(Self { endpoint, paused, task })
+        Ok(Self {
+            endpoint,
+            paused,
+            task,
+        })
     }
 
     /// Stop forwarding bytes in both directions (connections stay open).
@@ -49,7 +54,11 @@ impl Drop for Proxy {
     }
 }
 
-async fn pump(mut from: impl AsyncReadExt + Unpin, mut to: impl AsyncWriteExt + Unpin, mut paused: watch::Receiver<bool>) {
+async fn pump(
+    mut from: impl AsyncReadExt + Unpin,
+    mut to: impl AsyncWriteExt + Unpin,
+    mut paused: watch::Receiver<bool>,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         if paused.wait_for(|p| !*p).await.is_err() {

@@ -10,7 +10,9 @@ use etcd_client::{Client, PutOptions};
 use etcron_common::claim::{self, ClaimOutcome, CompleteOutcome, RetentionLeases};
 use etcron_common::job::{JobSpec, Task};
 use etcron_common::keys::{ExecutionId, Keys, KillTarget, Tick};
-use etcron_common::model::{labels_match, Claim, ClaimState, ExecutionRecord, RunningExecution, Status, TriggerKind};
+use etcron_common::model::{
+    labels_match, Claim, ClaimState, ExecutionRecord, RunningExecution, Status, TriggerKind,
+};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use tokio::sync::{oneshot, watch, Semaphore};
 use tracing::Instrument;
@@ -74,23 +76,46 @@ pub struct Registry {
 
 impl Default for Registry {
     fn default() -> Self {
-        Self { inner: Mutex::default(), count: watch::channel(0).0 }
+        Self {
+            inner: Mutex::default(),
+            count: watch::channel(0).0,
+        }
     }
 }
 
 impl Registry {
     fn lock(&self) -> std::sync::MutexGuard<'_, RegistryInner> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Registers a won execution; a kill command written after its claim stops it at once.
-    fn register(&self, id: &ExecutionId, fencing_token: i64) -> watch::Receiver<Option<StopReason>> {
+    fn register(
+        &self,
+        id: &ExecutionId,
+        fencing_token: i64,
+    ) -> watch::Receiver<Option<StopReason>> {
         let (stop, rx) = watch::channel(None);
         let mut inner = self.lock();
-        if let Some(kill) = inner.kills.values().find(|k| kill_applies(k, id, fencing_token)) {
-            let _ = stop.send(Some(StopReason::Killed(format!("kill command at revision {}", kill.mod_revision))));
+        if let Some(kill) = inner
+            .kills
+            .values()
+            .find(|k| kill_applies(k, id, fencing_token))
+        {
+            let _ = stop.send(Some(StopReason::Killed(format!(
+                "kill command at revision {}",
+                kill.mod_revision
+            ))));
         }
-        inner.running.insert(id.clone(), RunningHandle { job: id.job.clone(), fencing_token, stop });
+        inner.running.insert(
+            id.clone(),
+            RunningHandle {
+                job: id.job.clone(),
+                fencing_token,
+                stop,
+            },
+        );
         let n = inner.running.len();
         drop(inner);
         self.count.send_replace(n);
@@ -113,11 +138,17 @@ impl Registry {
     /// Records a kill command and stops every execution it applies to.
     pub fn apply_kill(&self, key: Vec<u8>, job: String, target: KillTarget, mod_revision: i64) {
         let mut inner = self.lock();
-        let entry = KillEntry { job, target, mod_revision };
+        let entry = KillEntry {
+            job,
+            target,
+            mod_revision,
+        };
         for (id, handle) in &inner.running {
             if kill_applies(&entry, id, handle.fencing_token) && handle.stop.borrow().is_none() {
                 tracing::info!(execution_id = %id, job = %handle.job, kill_revision = mod_revision, "kill command: stopping execution");
-                let _ = handle.stop.send(Some(StopReason::Killed(format!("kill command at revision {mod_revision}"))));
+                let _ = handle.stop.send(Some(StopReason::Killed(format!(
+                    "kill command at revision {mod_revision}"
+                ))));
             }
         }
         inner.kills.insert(key, entry);
@@ -145,7 +176,9 @@ impl Registry {
     /// Waits until nothing runs, or `limit` passes; true when empty.
     pub async fn wait_empty(&self, limit: Duration) -> bool {
         let mut rx = self.count.subscribe();
-        let drained = tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await.is_ok();
+        let drained = tokio::time::timeout(limit, rx.wait_for(|n| *n == 0))
+            .await
+            .is_ok();
         drained
     }
 
@@ -169,7 +202,11 @@ fn kill_applies(kill: &KillEntry, id: &ExecutionId, fencing_token: i64) -> bool 
 
 /// Runs one fire end to end; see the module docs.
 pub async fn run_fire(ctx: Arc<Context>, fire: Fire) {
-    let id = ExecutionId { job: fire.job.clone(), tick: fire.tick.clone(), attempt: fire.attempt };
+    let id = ExecutionId {
+        job: fire.job.clone(),
+        tick: fire.tick.clone(),
+        attempt: fire.attempt,
+    };
     let span = tracing::info_span!("execution", job = %fire.job, execution_id = %id, worker_id = %ctx.config.worker_id);
     race_and_run(ctx, fire, id).instrument(span).await;
 }
@@ -180,7 +217,10 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
         return;
     }
     let Ok(_permit) = ctx.capacity.clone().try_acquire_owned() else {
-        tracing::warn!(capacity = ctx.config.capacity, "worker at capacity: leaving this tick to other workers");
+        tracing::warn!(
+            capacity = ctx.config.capacity,
+            "worker at capacity: leaving this tick to other workers"
+        );
         return;
     };
     let claim_key = ctx.keys.claim(&fire.job, &fire.tick);
@@ -188,7 +228,8 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
     if rank > 0 {
         // Give the workers ranked before this one a head start, then look before writing: a
         // read costs etcd no raft proposal, a losing txn does.
-        tokio::time::sleep(ctx.config.claim_stagger * u32::try_from(rank).unwrap_or(u32::MAX)).await;
+        tokio::time::sleep(ctx.config.claim_stagger * u32::try_from(rank).unwrap_or(u32::MAX))
+            .await;
         match claim::claim_exists(&ctx.client, &claim_key).await {
             Ok(true) => return,
             Ok(false) => {}
@@ -201,7 +242,13 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
     };
     let claimed_ms = now_ms();
     let worker_id = ctx.config.worker_id.clone();
-    let claim_value = Claim { worker_id: worker_id.clone(), execution_id: id.clone(), attempt: fire.attempt, state: ClaimState::Running, status: None };
+    let claim_value = Claim {
+        worker_id: worker_id.clone(),
+        execution_id: id.clone(),
+        attempt: fire.attempt,
+        state: ClaimState::Running,
+        status: None,
+    };
     let mut running = RunningExecution {
         worker_id: worker_id.clone(),
         execution_id: id.clone(),
@@ -210,7 +257,14 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
         fencing_token: None,
     };
     let running_key = ctx.keys.running(&id);
-    let outcome = claim::try_claim(&ctx.client, &claim_key, to_json(&claim_value), (&running_key, to_json(&running)), lease).await;
+    let outcome = claim::try_claim(
+        &ctx.client,
+        &claim_key,
+        to_json(&claim_value),
+        (&running_key, to_json(&running)),
+        lease,
+    )
+    .await;
     let fencing_token = match outcome {
         ClaimOutcome::Won { fencing_token } => fencing_token,
         ClaimOutcome::Lost => {
@@ -244,7 +298,11 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
     let finished_ms = now_ms();
     ctx.registry.deregister(&id);
     let (status, error) = status_of(&finished);
-    let done = Claim { state: ClaimState::Done, status: Some(status), ..claim_value };
+    let done = Claim {
+        state: ClaimState::Done,
+        status: Some(status),
+        ..claim_value
+    };
     close_claim(&ctx, &claim_key, fencing_token, &done, &running_key).await;
     let record = ExecutionRecord {
         id: id.clone(),
@@ -284,7 +342,10 @@ async fn execute(
             env.insert("ETCRON_JOB".into(), fire.job.clone());
             env.insert("ETCRON_EXECUTION_ID".into(), id.to_string());
             env.insert("ETCRON_SCHEDULED_AT".into(), rfc3339_ms(fire.scheduled_ms));
-            env.insert("ETCRON_SCHEDULED_AT_MS".into(), fire.scheduled_ms.to_string());
+            env.insert(
+                "ETCRON_SCHEDULED_AT_MS".into(),
+                fire.scheduled_ms.to_string(),
+            );
             env.insert("ETCRON_ATTEMPT".into(), fire.attempt.to_string());
             env.insert("ETCRON_WORKER_ID".into(), ctx.config.worker_id.clone());
             env.insert("ETCRON_FENCING_TOKEN".into(), fencing_token.to_string());
@@ -299,7 +360,9 @@ async fn execute(
             executor::run_shell(job, stop, pid_tx).await
         }
         Task::Http(_) => Finished {
-            ending: Ending::SpawnFailed("http tasks are not supported by this worker version".to_owned()),
+            ending: Ending::SpawnFailed(
+                "http tasks are not supported by this worker version".to_owned(),
+            ),
             exit_code: None,
             signal: None,
             output: String::new(),
@@ -313,15 +376,31 @@ fn status_of(finished: &Finished) -> (Status, Option<String>) {
         Ending::Exited(0) => (Status::Succeeded, None),
         Ending::Exited(code) => (Status::Failed, Some(format!("exit code {code}"))),
         Ending::Signaled(sig) => (Status::Failed, Some(format!("terminated by signal {sig}"))),
-        Ending::TimedOut => (Status::TimedOut, Some("timeout reached; process group killed".to_owned())),
-        Ending::Stopped(StopReason::Killed(why)) => (Status::Killed, Some(format!("killed: {why}"))),
-        Ending::Stopped(StopReason::LeaseLost) => (Status::Killed, Some("killed: worker lost its session lease".to_owned())),
-        Ending::Stopped(StopReason::Shutdown) => (Status::Killed, Some("killed: worker shut down".to_owned())),
+        Ending::TimedOut => (
+            Status::TimedOut,
+            Some("timeout reached; process group killed".to_owned()),
+        ),
+        Ending::Stopped(StopReason::Killed(why)) => {
+            (Status::Killed, Some(format!("killed: {why}")))
+        }
+        Ending::Stopped(StopReason::LeaseLost) => (
+            Status::Killed,
+            Some("killed: worker lost its session lease".to_owned()),
+        ),
+        Ending::Stopped(StopReason::Shutdown) => {
+            (Status::Killed, Some("killed: worker shut down".to_owned()))
+        }
         Ending::SpawnFailed(e) => (Status::Failed, Some(e.clone())),
     }
 }
 
-async fn close_claim(ctx: &Context, claim_key: &str, fencing_token: i64, done: &Claim, running_key: &str) {
+async fn close_claim(
+    ctx: &Context,
+    claim_key: &str,
+    fencing_token: i64,
+    done: &Claim,
+    running_key: &str,
+) {
     let mut delay = Duration::from_millis(100);
     for attempt in 1..=5 {
         let lease = match ctx.retention.get().await {
@@ -333,10 +412,22 @@ async fn close_claim(ctx: &Context, claim_key: &str, fencing_token: i64, done: &
                 continue;
             }
         };
-        match claim::complete(&ctx.client, claim_key, fencing_token, to_json(done), running_key, lease).await {
+        match claim::complete(
+            &ctx.client,
+            claim_key,
+            fencing_token,
+            to_json(done),
+            running_key,
+            lease,
+        )
+        .await
+        {
             Ok(CompleteOutcome::Closed) => return,
             Ok(CompleteOutcome::Fenced) => {
-                tracing::warn!(fencing_token, "claim no longer ours (session lost); execution not marked done");
+                tracing::warn!(
+                    fencing_token,
+                    "claim no longer ours (session lost); execution not marked done"
+                );
                 return;
             }
             Err(e) => {
@@ -346,7 +437,10 @@ async fn close_claim(ctx: &Context, claim_key: &str, fencing_token: i64, done: &
             }
         }
     }
-    tracing::error!(fencing_token, "could not close claim; it stays `running` until this worker's session lease ends");
+    tracing::error!(
+        fencing_token,
+        "could not close claim; it stays `running` until this worker's session lease ends"
+    );
 }
 
 fn log_record(record: &ExecutionRecord, lateness_ms: i64) {

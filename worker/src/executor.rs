@@ -60,7 +60,11 @@ pub struct Finished {
 
 /// Runs `job` until it exits, times out, or `stop` carries a reason. `pid_tx` receives the
 /// process (group) id once spawned.
-pub async fn run_shell(job: ShellJob, mut stop: watch::Receiver<Option<StopReason>>, pid_tx: oneshot::Sender<u32>) -> Finished {
+pub async fn run_shell(
+    job: ShellJob,
+    mut stop: watch::Receiver<Option<StopReason>>,
+    pid_tx: oneshot::Sender<u32>,
+) -> Finished {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(&job.command)
@@ -123,7 +127,10 @@ pub async fn run_shell(job: ShellJob, mut stop: watch::Receiver<Option<StopReaso
     };
     for reader in readers {
         if tokio::time::timeout(PIPE_DRAIN, reader).await.is_err() {
-            tracing::debug!(pid, "output pipe still open after exit; not waiting for background children");
+            tracing::debug!(
+                pid,
+                "output pipe still open after exit; not waiting for background children"
+            );
         }
     }
     let (exit_code, signal) = match status {
@@ -136,10 +143,18 @@ pub async fn run_shell(job: ShellJob, mut stop: watch::Receiver<Option<StopReaso
         (None, None) => Ending::SpawnFailed("exit status unavailable".to_owned()),
     });
     let (text, truncated) = {
-        let out = output.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let out = output
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         (out.render(), out.truncated())
     };
-    Finished { ending, exit_code, signal, output: text, output_truncated: truncated }
+    Finished {
+        ending,
+        exit_code,
+        signal,
+        output: text,
+        output_truncated: truncated,
+    }
 }
 
 async fn wait_stop(stop: &mut watch::Receiver<Option<StopReason>>) -> StopReason {
@@ -155,7 +170,11 @@ async fn wait_stop(stop: &mut watch::Receiver<Option<StopReason>>) -> StopReason
 }
 
 /// TERM to the whole group, KILL after `grace`, then reap the shell.
-async fn terminate(child: &mut tokio::process::Child, group: Pid, grace: Duration) -> Option<std::process::ExitStatus> {
+async fn terminate(
+    child: &mut tokio::process::Child,
+    group: Pid,
+    grace: Duration,
+) -> Option<std::process::ExitStatus> {
     if group.as_raw() > 0 {
         let _ = killpg(group, Signal::SIGTERM);
     }
@@ -181,7 +200,10 @@ async fn pump(mut pipe: impl tokio::io::AsyncRead + Unpin, output: Arc<Mutex<Bou
     loop {
         match pipe.read(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(n) => output.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(&buf[..n]),
+            Ok(n) => output
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(&buf[..n]),
         }
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use etcd_client::PutOptions;
 use etcron_common::claim::{RetentionLeases, MIN_RETENTION};
 use etcron_common::etcd::{connect, EtcdConfig, REQUEST_TIMEOUT};
 use etcron_common::keys::{Key, Keys};
@@ -17,7 +18,6 @@ use etcron_worker::executor::StopReason;
 use etcron_worker::membership::Members;
 use etcron_worker::scheduler::Scheduler;
 use etcron_worker::watcher::{mirror, Update};
-use etcd_client::PutOptions;
 use tokio::sync::{mpsc, watch, Semaphore};
 
 /// How often the registration is refreshed when the running count changed.
@@ -32,7 +32,10 @@ fn main() -> std::process::ExitCode {
         }
     };
     init_tracing(&config);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("etcron-worker: starting the runtime failed: {e}");
@@ -51,9 +54,13 @@ fn main() -> std::process::ExitCode {
 
 fn init_tracing(config: &Config) {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log_level.clone());
-    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     if config.json_logs {
         builder.json().init();
     } else {
@@ -63,10 +70,16 @@ fn init_tracing(config: &Config) {
 
 async fn run(config: Config) -> anyhow::Result<()> {
     let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let client = connect(&EtcdConfig { endpoints: config.etcd_endpoints.clone(), user: None })
-        .await
-        .context("connecting to etcd")?;
-    let hostname = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
+    let client = connect(&EtcdConfig {
+        endpoints: config.etcd_endpoints.clone(),
+        user: None,
+    })
+    .await
+    .context("connecting to etcd")?;
+    let hostname = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
     let (lease_tx, lease_rx) = watch::channel(None);
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -86,19 +99,43 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let (all_stop_tx, all_stop) = watch::channel(false);
 
     let (workers_tx, workers_rx) = mpsc::channel(256);
-    tokio::spawn(mirror(client.clone(), keys.workers_prefix(), "workers", workers_tx, all_stop.clone()));
+    tokio::spawn(mirror(
+        client.clone(),
+        keys.workers_prefix(),
+        "workers",
+        workers_tx,
+        all_stop.clone(),
+    ));
     tokio::spawn(ctx.members.clone().follow(keys.clone(), workers_rx));
 
     let (kills_tx, kills_rx) = mpsc::channel(256);
-    tokio::spawn(mirror(client.clone(), keys.kill_prefix(), "kill", kills_tx, all_stop.clone()));
+    tokio::spawn(mirror(
+        client.clone(),
+        keys.kill_prefix(),
+        "kill",
+        kills_tx,
+        all_stop.clone(),
+    ));
     tokio::spawn(follow_kills(ctx.clone(), kills_rx));
 
     let supervisor = tokio::spawn(supervise_session(ctx.clone(), lease_tx, all_stop.clone()));
 
     let (jobs_tx, jobs_rx) = mpsc::channel(4096);
-    tokio::spawn(mirror(client.clone(), keys.jobs_prefix(), "jobs", jobs_tx, sched_stop.clone()));
+    tokio::spawn(mirror(
+        client.clone(),
+        keys.jobs_prefix(),
+        "jobs",
+        jobs_tx,
+        sched_stop.clone(),
+    ));
     let (triggers_tx, triggers_rx) = mpsc::channel(256);
-    tokio::spawn(mirror(client.clone(), keys.trigger_prefix(), "trigger", triggers_tx, sched_stop.clone()));
+    tokio::spawn(mirror(
+        client.clone(),
+        keys.trigger_prefix(),
+        "trigger",
+        triggers_tx,
+        sched_stop.clone(),
+    ));
     let scheduler = tokio::spawn(Scheduler::new(ctx.clone()).run(jobs_rx, triggers_rx, sched_stop));
 
     shutdown_signal().await;
@@ -106,10 +143,20 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let _ = sched_stop_tx.send(true);
     let _ = scheduler.await;
     if !ctx.registry.wait_empty(config.shutdown_grace).await {
-        tracing::warn!(running = ctx.registry.running(), "shutdown grace over; killing running tasks");
+        tracing::warn!(
+            running = ctx.registry.running(),
+            "shutdown grace over; killing running tasks"
+        );
         ctx.registry.stop_all(&StopReason::Shutdown);
-        if !ctx.registry.wait_empty(config.kill_grace + Duration::from_secs(5)).await {
-            tracing::error!(running = ctx.registry.running(), "tasks still running after kill; exiting anyway");
+        if !ctx
+            .registry
+            .wait_empty(config.kill_grace + Duration::from_secs(5))
+            .await
+        {
+            tracing::error!(
+                running = ctx.registry.running(),
+                "tasks still running after kill; exiting anyway"
+            );
         }
     }
     let _ = all_stop_tx.send(true);
@@ -123,7 +170,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
 /// Keeps a session: grants it, registers the worker under it, refreshes the registration, and
 /// when the lease is lost stops everything that ran under it and starts over with a new one.
 /// Returns the live session at shutdown so the caller can revoke it after draining.
-async fn supervise_session(ctx: Arc<Context>, lease_tx: watch::Sender<Option<i64>>, mut stop: watch::Receiver<bool>) -> Option<Session> {
+async fn supervise_session(
+    ctx: Arc<Context>,
+    lease_tx: watch::Sender<Option<i64>>,
+    mut stop: watch::Receiver<bool>,
+) -> Option<Session> {
     let started_at = etcron_common::rfc3339_ms(etcron_common::now_ms());
     let mut backoff = Duration::from_millis(200);
     loop {
@@ -162,10 +213,21 @@ async fn supervise_session(ctx: Arc<Context>, lease_tx: watch::Sender<Option<i64
             }
         }
         let _ = lease_tx.send(None);
-        tracing::error!(lease_id = lease, running = ctx.registry.running(), "session lease lost: killing executions that ran under it, then re-registering");
+        tracing::error!(
+            lease_id = lease,
+            running = ctx.registry.running(),
+            "session lease lost: killing executions that ran under it, then re-registering"
+        );
         ctx.registry.stop_all(&StopReason::LeaseLost);
-        if !ctx.registry.wait_empty(ctx.config.kill_grace + Duration::from_secs(5)).await {
-            tracing::error!(running = ctx.registry.running(), "executions still running after the lease loss kill");
+        if !ctx
+            .registry
+            .wait_empty(ctx.config.kill_grace + Duration::from_secs(5))
+            .await
+        {
+            tracing::error!(
+                running = ctx.registry.running(),
+                "executions still running after the lease loss kill"
+            );
         }
     }
 }
@@ -183,7 +245,11 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
     };
     let value = serde_json::to_vec(&info).unwrap_or_default();
     let mut kv = ctx.client.kv_client();
-    let put = kv.put(ctx.keys.worker(&ctx.config.worker_id), value, Some(PutOptions::new().with_lease(lease)));
+    let put = kv.put(
+        ctx.keys.worker(&ctx.config.worker_id),
+        value,
+        Some(PutOptions::new().with_lease(lease)),
+    );
     match tokio::time::timeout(REQUEST_TIMEOUT, put).await {
         Ok(Ok(_)) => true,
         Ok(Err(e)) => {
@@ -204,13 +270,19 @@ async fn follow_kills(ctx: Arc<Context>, mut rx: mpsc::Receiver<Update>) {
                 ctx.registry.clear_kills();
                 for kv in kvs {
                     if let Some(Key::Kill { job, target }) = ctx.keys.parse(&kv.key) {
-                        ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision);
+                        ctx.registry
+                            .apply_kill(kv.key, job, target, kv.mod_revision);
                     }
                 }
             }
             Update::Put(kv) => match ctx.keys.parse(&kv.key) {
-                Some(Key::Kill { job, target }) => ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision),
-                _ => tracing::warn!(key = %String::from_utf8_lossy(&kv.key), "ignoring malformed kill key"),
+                Some(Key::Kill { job, target }) => {
+                    ctx.registry
+                        .apply_kill(kv.key, job, target, kv.mod_revision)
+                }
+                _ => {
+                    tracing::warn!(key = %String::from_utf8_lossy(&kv.key), "ignoring malformed kill key")
+                }
             },
             Update::Delete { key, .. } => ctx.registry.remove_kill(&key),
         }

@@ -21,17 +21,26 @@ impl Members {
     /// that should claim first. A worker not (yet) in the list ranks 0 too.
     #[must_use]
     pub fn rank(&self, me: &str, tick_key: &str) -> usize {
-        let members = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let members = self
+            .inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !members.contains_key(me) {
             return 0;
         }
         let mine = score(me, tick_key);
-        members.keys().filter(|id| id.as_str() != me && score(id, tick_key) > mine).count()
+        members
+            .keys()
+            .filter(|id| id.as_str() != me && score(id, tick_key) > mine)
+            .count()
     }
 
     #[must_use]
     pub fn len(&self) -> usize {
-        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+        self.inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 
     #[must_use]
@@ -42,12 +51,18 @@ impl Members {
     /// Applies mirror updates until the channel closes.
     pub async fn follow(self, keys: Keys, mut rx: mpsc::Receiver<Update>) {
         while let Some(update) = rx.recv().await {
-            let mut members = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut members = self
+                .inner
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             match update {
                 Update::Snapshot { kvs, .. } => {
                     members.clear();
                     for kv in kvs {
-                        if let (Some(Key::Worker(id)), Ok(info)) = (keys.parse(&kv.key), serde_json::from_slice::<WorkerInfo>(&kv.value)) {
+                        if let (Some(Key::Worker(id)), Ok(info)) = (
+                            keys.parse(&kv.key),
+                            serde_json::from_slice::<WorkerInfo>(&kv.value),
+                        ) {
                             members.insert(id, info);
                         }
                     }
@@ -58,7 +73,9 @@ impl Members {
                             Ok(info) => {
                                 members.insert(id, info);
                             }
-                            Err(e) => tracing::warn!(worker = %id, error = %e, "ignoring malformed worker registration"),
+                            Err(e) => {
+                                tracing::warn!(worker = %id, error = %e, "ignoring malformed worker registration")
+                            }
                         }
                     }
                 }
@@ -75,7 +92,11 @@ impl Members {
 /// FNV-1a over `worker \0 tick`, finished with a 64-bit mixer: the same on every worker.
 fn score(worker: &str, tick_key: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in worker.bytes().chain(std::iter::once(0)).chain(tick_key.bytes()) {
+    for b in worker
+        .bytes()
+        .chain(std::iter::once(0))
+        .chain(tick_key.bytes())
+    {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -122,7 +143,10 @@ mod tests {
         }
         for id in ids {
             let n = firsts[id];
-            assert!((700..=1300).contains(&n), "{id} ranked first {n} times of 3000");
+            assert!(
+                (700..=1300).contains(&n),
+                "{id} ranked first {n} times of 3000"
+            );
         }
     }
 

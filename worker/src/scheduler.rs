@@ -42,16 +42,29 @@ fn wall_ms() -> u64 {
 impl Scheduler {
     #[must_use]
     pub fn new(ctx: Arc<Context>) -> Self {
-        Self { ctx, wheel: Wheel::new(wall_ms()), jobs: HashMap::new() }
+        Self {
+            ctx,
+            wheel: Wheel::new(wall_ms()),
+            jobs: HashMap::new(),
+        }
     }
 
     /// Runs until `stop` flips (or both update channels close).
-    pub async fn run(mut self, mut jobs: mpsc::Receiver<Update>, mut triggers: mpsc::Receiver<Update>, mut stop: watch::Receiver<bool>) {
+    pub async fn run(
+        mut self,
+        mut jobs: mpsc::Receiver<Update>,
+        mut triggers: mpsc::Receiver<Update>,
+        mut stop: watch::Receiver<bool>,
+    ) {
         let mut due = Vec::new();
         loop {
             let now = wall_ms();
             if now + BACKWARD_JUMP_MS < self.wheel.elapsed_ms() {
-                tracing::warn!(wheel_ms = self.wheel.elapsed_ms(), wall_ms = now, "wall clock jumped backwards; rebuilding the timing wheel");
+                tracing::warn!(
+                    wheel_ms = self.wheel.elapsed_ms(),
+                    wall_ms = now,
+                    "wall clock jumped backwards; rebuilding the timing wheel"
+                );
                 self.rebuild(now);
             }
             self.wheel.poll(now, &mut due);
@@ -85,14 +98,19 @@ impl Scheduler {
 
     /// Puts the job's next tick after `after_ms` into the wheel.
     fn schedule_next(&mut self, name: &Arc<str>, after_ms: u64) {
-        let Some(entry) = self.jobs.get_mut(name) else { return };
+        let Some(entry) = self.jobs.get_mut(name) else {
+            return;
+        };
         if let Some(key) = entry.wheel_key.take() {
             self.wheel.remove(key);
         }
         if !entry.spec.enabled {
             return;
         }
-        let Some(next) = entry.schedule.next_after(i64::try_from(after_ms).unwrap_or(i64::MAX)) else {
+        let Some(next) = entry
+            .schedule
+            .next_after(i64::try_from(after_ms).unwrap_or(i64::MAX))
+        else {
             tracing::debug!(job = %name, "schedule has no further fire times");
             return;
         };
@@ -108,7 +126,9 @@ impl Scheduler {
     }
 
     fn fire_due(&mut self, name: &Arc<str>, deadline: u64, now: u64) {
-        let Some(entry) = self.jobs.get_mut(name) else { return };
+        let Some(entry) = self.jobs.get_mut(name) else {
+            return;
+        };
         entry.wheel_key = None;
         let spec = entry.spec.clone();
         let late_ms = now.saturating_sub(deadline);
@@ -141,7 +161,12 @@ impl Scheduler {
                         seen.insert(name);
                     }
                 }
-                let gone: Vec<Arc<str>> = self.jobs.keys().filter(|n| !seen.contains(*n)).cloned().collect();
+                let gone: Vec<Arc<str>> = self
+                    .jobs
+                    .keys()
+                    .filter(|n| !seen.contains(*n))
+                    .cloned()
+                    .collect();
                 for name in gone {
                     self.remove(&name);
                 }
@@ -174,7 +199,11 @@ impl Scheduler {
             return None;
         };
         let name: Arc<str> = Arc::from(name.as_str());
-        if self.jobs.get(&name).is_some_and(|e| e.mod_revision >= kv.mod_revision) {
+        if self
+            .jobs
+            .get(&name)
+            .is_some_and(|e| e.mod_revision >= kv.mod_revision)
+        {
             return Some(name);
         }
         let spec = match JobSpec::from_json(&kv.value) {
@@ -196,7 +225,9 @@ impl Scheduler {
         let now = self.wheel.elapsed_ms().max(wall_ms());
         match self.jobs.get_mut(&name) {
             Some(entry) => {
-                let timing_same = entry.spec.schedule == spec.schedule && entry.spec.timezone == spec.timezone && entry.spec.enabled == spec.enabled;
+                let timing_same = entry.spec.schedule == spec.schedule
+                    && entry.spec.timezone == spec.timezone
+                    && entry.spec.enabled == spec.enabled;
                 entry.spec = Arc::new(spec);
                 entry.schedule = schedule;
                 entry.mod_revision = kv.mod_revision;
@@ -207,7 +238,15 @@ impl Scheduler {
                 }
             }
             None => {
-                self.jobs.insert(name.clone(), JobEntry { spec: Arc::new(spec), schedule, mod_revision: kv.mod_revision, wheel_key: None });
+                self.jobs.insert(
+                    name.clone(),
+                    JobEntry {
+                        spec: Arc::new(spec),
+                        schedule,
+                        mod_revision: kv.mod_revision,
+                        wheel_key: None,
+                    },
+                );
                 tracing::info!(job = %name, mod_revision = kv.mod_revision, "job added");
             }
         }
@@ -228,7 +267,9 @@ impl Scheduler {
     }
 
     fn trigger(&mut self, kv: &Kv) {
-        let Some(Key::Trigger { job, request_id }) = self.ctx.keys.parse(&kv.key) else { return };
+        let Some(Key::Trigger { job, request_id }) = self.ctx.keys.parse(&kv.key) else {
+            return;
+        };
         let request: TriggerRequest = match serde_json::from_slice(&kv.value) {
             Ok(r) => r,
             Err(e) => {

@@ -24,9 +24,15 @@ pub struct Kv {
 #[derive(Debug)]
 pub enum Update {
     /// Everything under the prefix at `revision`; replaces what the caller knew.
-    Snapshot { kvs: Vec<Kv>, revision: i64 },
+    Snapshot {
+        kvs: Vec<Kv>,
+        revision: i64,
+    },
     Put(Kv),
-    Delete { key: Vec<u8>, mod_revision: i64 },
+    Delete {
+        key: Vec<u8>,
+        mod_revision: i64,
+    },
 }
 
 /// Lists every key under `prefix` at a single revision, page by page.
@@ -37,13 +43,19 @@ pub async fn list(client: &Client, prefix: &str) -> Result<(Vec<Kv>, i64), etcd_
     let mut revision = 0;
     let mut out = Vec::new();
     loop {
-        let mut opts = GetOptions::new().with_range(range_end.clone()).with_limit(PAGE_SIZE);
+        let mut opts = GetOptions::new()
+            .with_range(range_end.clone())
+            .with_limit(PAGE_SIZE);
         if revision > 0 {
             opts = opts.with_revision(revision);
         }
         let resp = match timeout(REQUEST_TIMEOUT * 4, kv.get(start.clone(), Some(opts))).await {
             Ok(r) => r?,
-            Err(_) => return Err(etcd_client::Error::WatchError("listing timed out".to_owned())),
+            Err(_) => {
+                return Err(etcd_client::Error::WatchError(
+                    "listing timed out".to_owned(),
+                ))
+            }
         };
         if revision == 0 {
             revision = resp.header().map_or(0, |h| h.revision());
@@ -80,7 +92,13 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 }
 
 /// Runs until `stop` flips or the receiver is dropped. `name` labels log lines.
-pub async fn mirror(client: Client, prefix: String, name: &'static str, tx: mpsc::Sender<Update>, mut stop: watch::Receiver<bool>) {
+pub async fn mirror(
+    client: Client,
+    prefix: String,
+    name: &'static str,
+    tx: mpsc::Sender<Update>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut backoff = Duration::from_millis(100);
     loop {
         if *stop.borrow() {
@@ -100,8 +118,13 @@ pub async fn mirror(client: Client, prefix: String, name: &'static str, tx: mpsc
             return;
         }
         let mut watcher = client.watch_client();
-        let opts = WatchOptions::new().with_prefix().with_start_revision(revision + 1).with_prev_key();
-        let mut stream = match timeout(REQUEST_TIMEOUT, watcher.watch(prefix.clone(), Some(opts))).await {
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision + 1)
+            .with_prev_key();
+        let mut stream = match timeout(REQUEST_TIMEOUT, watcher.watch(prefix.clone(), Some(opts)))
+            .await
+        {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 tracing::warn!(watch = name, error = %e, "starting watch failed; re-listing");
@@ -122,7 +145,12 @@ pub async fn mirror(client: Client, prefix: String, name: &'static str, tx: mpsc
             match msg {
                 Ok(Some(resp)) => {
                     if resp.compact_revision() > 0 || resp.canceled() {
-                        tracing::warn!(watch = name, compact_revision = resp.compact_revision(), reason = resp.cancel_reason(), "watch cancelled (compaction?); re-listing");
+                        tracing::warn!(
+                            watch = name,
+                            compact_revision = resp.compact_revision(),
+                            reason = resp.cancel_reason(),
+                            "watch cancelled (compaction?); re-listing"
+                        );
                         break;
                     }
                     backoff = Duration::from_millis(100);
@@ -135,7 +163,10 @@ pub async fn mirror(client: Client, prefix: String, name: &'static str, tx: mpsc
                                 create_revision: kv.create_revision(),
                                 mod_revision: kv.mod_revision(),
                             }),
-                            EventType::Delete => Update::Delete { key: kv.key().to_vec(), mod_revision: kv.mod_revision() },
+                            EventType::Delete => Update::Delete {
+                                key: kv.key().to_vec(),
+                                mod_revision: kv.mod_revision(),
+                            },
                         };
                         if tx.send(update).await.is_err() {
                             return;

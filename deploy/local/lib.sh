@@ -1,0 +1,47 @@
+# Shared helpers for deploy/local/*.sh (sourced, not run).
+
+# ensure_cmd CMD PACKAGE...: install the Debian packages when CMD is missing.
+ensure_cmd() {
+    local cmd=$1
+    shift
+    if command -v "$cmd" >/dev/null 2>&1; then
+        return 0
+    fi
+    echo ">> installing $* (for $cmd)" >&2
+    local sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    if [ -z "${ETCRON_APT_UPDATED:-}" ]; then
+        $sudo apt-get update -q >&2
+        ETCRON_APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "$@" >&2
+}
+
+ensure_base_deps() {
+    ensure_cmd etcd etcd-server
+    ensure_cmd etcdctl etcd-client
+    ensure_cmd protoc protobuf-compiler
+    ensure_cmd curl curl
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "cargo is required: install Rust from https://rustup.rs" >&2
+        exit 1
+    fi
+}
+
+# free_port: prints a free TCP port on 127.0.0.1.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_http URL SECONDS: polls until URL answers 2xx.
+wait_http() {
+    local url=$1 limit=$2 i=0
+    until curl -fsS -o /dev/null "$url" 2>/dev/null; do
+        i=$((i + 1))
+        if [ "$i" -gt $((limit * 10)) ]; then
+            echo "timed out waiting for $url" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a fresh Debian machine, builds the workspace and runs
+# every test: unit tests, and integration tests that start real etcd, masters and workers.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. deploy/local/lib.sh
+
+ensure_base_deps
+export CARGO_TERM_COLOR=never
+
+echo ">> rustfmt / clippy"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo ">> building binaries"
+cargo build --workspace --bins --locked
+
+echo ">> running tests"
+# Integration tests start several processes each; two at a time suits a 2-core machine.
+cargo test --workspace --locked -- --test-threads "${ETCRON_TEST_THREADS:-2}"

@@ -1,0 +1,121 @@
+//! Router tests without a socket (`app().oneshot`): input validation that must answer before
+//! any etcd call, previews, unknown routes, and readiness when etcd cannot be reached.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use etcron_common::etcd::{connect, EtcdConfig};
+use etcron_common::keys::Keys;
+use etcron_master::api::{app, AppState};
+use tower::ServiceExt;
+
+async fn state() -> AppState {
+    // Nothing listens on port 1: every etcd call fails, which is what these tests want.
+    let client = connect(&EtcdConfig {
+        endpoints: vec!["127.0.0.1:1".to_owned()],
+        user: None,
+    })
+    .await
+    .unwrap();
+    AppState {
+        client,
+        keys: Keys::new("/etcron").unwrap(),
+    }
+}
+
+async fn call(req: Request<Body>) -> (StatusCode, serde_json::Value) {
+    let resp = app(state().await).oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn put(path: &str, body: &str) -> Request<Body> {
+    Request::put(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn invalid_specs_are_refused_before_touching_etcd() {
+    let (status, body) = call(put(
+        "/api/jobs/UPPER",
+        r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#,
+    ))
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"]["field"], "name");
+    let (status, body) = call(put(
+        "/api/jobs/ok",
+        r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"},"x":1}"#,
+    ))
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"]["field"], "x");
+    let (status, body) = call(put("/api/jobs/ok", "[]")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"]["code"], "invalid");
+    let huge = format!(
+        r#"{{"schedule":"@daily","task":{{"kind":"shell","command":"{}"}}}}"#,
+        "x".repeat(2 << 20)
+    );
+    let (status, body) = call(put("/api/jobs/ok", &huge)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(body["error"]["code"], "too_large");
+}
+
+#[tokio::test]
+async fn a_valid_spec_with_etcd_down_is_a_503() {
+    let (status, body) = call(put(
+        "/api/jobs/ok",
+        r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#,
+    ))
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["error"]["code"], "etcd_unavailable");
+}
+
+#[tokio::test]
+async fn preview_and_unknown_routes() {
+    let (status, body) = call(
+        Request::get("/api/schedule/preview?schedule=%40every%2090s&count=2")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["next"].as_array().unwrap().len(), 2);
+    assert_eq!(body["description"], "Every 1m 30s");
+    let (status, body) = call(
+        Request::get("/api/schedule/preview?schedule=%40every%2090s&count=1000")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("count"))
+    );
+    let (status, body) = call(Request::get("/api/nothing").body(Body::empty()).unwrap()).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let (status, _) = call(Request::get("/healthz").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = call(Request::get("/readyz").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["etcd"]["ok"], false);
+    assert_eq!(body["ready"], false);
+}
