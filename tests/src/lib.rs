@@ -237,6 +237,23 @@ impl Etcd {
         Ok(etcd_client::Client::connect([self.endpoint.clone()], None).await?)
     }
 
+    /// Sums etcd's own Prometheus metric `name` over label sets containing `labels`.
+    pub async fn metric_with(&self, name: &str, labels: &str) -> Result<f64> {
+        let text = reqwest::get(format!("http://{}/metrics", self.endpoint))
+            .await?
+            .text()
+            .await?;
+        Ok(text
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains(labels))
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                let base = k.split('{').next()?;
+                (base == name).then(|| v.parse::<f64>().ok()).flatten()
+            })
+            .sum())
+    }
+
     /// Counts from etcd's own Prometheus metrics (e.g. `etcd_mvcc_put_total`).
     pub async fn metric(&self, name: &str) -> Result<f64> {
         let text = reqwest::get(format!("http://{}/metrics", self.endpoint))
@@ -592,4 +609,33 @@ pub fn check_every_second(
 
 pub fn now_ms() -> i64 {
     etcron_common::now_ms()
+}
+
+/// CPU seconds (user + system) and resident memory in bytes of a process, from /proc.
+pub fn proc_usage(pid: u32) -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the command name: state is field 3, utime 14, stime 15 (1-based in proc(5)).
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss_kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    // USER_HZ is 100 on Linux.
+    Some(((utime + stime) / 100.0, rss_kb * 1024))
+}
+
+/// The `q`-quantile (0..=1) of sorted values.
+pub fn quantile(sorted: &[i64], q: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let idx = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
 }

@@ -1,0 +1,184 @@
+//! Benchmarks that print figures (they assert nothing about speed).
+//!
+//! `etcron-bench e2e --jobs 50 --workers 3 --seconds 60`: N jobs firing every second across W
+//! workers on one etcd. Prints duplicates, misses, fire lateness (task start minus scheduled
+//! time, measured by the task itself), etcd write requests per fire (from etcd's own metrics),
+//! CPU and RSS of every worker and of etcd, and writes one JSON line per execution
+//! (`{"job","scheduled_ms","started_ms","worker_id"}`) for comparisons with other schedulers.
+//! Run it from a release build: `cargo run --release -p etcron-tests --bin etcron-bench -- e2e`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use etcron_tests::{
+    check_every_second, now_ms, proc_usage, quantile, read_fired, record_command, wait_for, Cluster,
+};
+use serde_json::json;
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut jobs = 50usize;
+    let mut workers = 3usize;
+    let mut seconds = 60i64;
+    let mut out: Option<String> = None;
+    let mut it = args.iter();
+    let scenario = it.next().map(String::as_str).unwrap_or("e2e");
+    while let Some(flag) = it.next() {
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--jobs" => jobs = value.parse()?,
+            "--workers" => workers = value.parse()?,
+            "--seconds" => seconds = value.parse()?,
+            "--jsonl" => out = Some(value.clone()),
+            other => bail!("unknown flag {other}"),
+        }
+    }
+    match scenario {
+        "e2e" => e2e(jobs, workers, seconds, out).await,
+        other => bail!("unknown scenario {other}; known: e2e"),
+    }
+}
+
+async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String>) -> Result<()> {
+    let c = Cluster::start("bench-e2e", n_workers).await?;
+    let file = c.path("fired.log");
+    let jobs: Vec<String> = (0..n_jobs).map(|i| format!("bench-{i:05}")).collect();
+    for job in &jobs {
+        c.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&file)}})).await?;
+    }
+    // Warm up: every job has fired once.
+    wait_for(
+        Duration::from_secs(60),
+        "every job to fire once",
+        || async {
+            let fired = read_fired(&file);
+            let seen: std::collections::BTreeSet<&str> =
+                fired.iter().map(|f| f.job.as_str()).collect();
+            (seen.len() == jobs.len()).then_some(())
+        },
+    )
+    .await?;
+    let pids: Vec<(String, u32)> = c
+        .workers
+        .iter()
+        .filter_map(|w| Some((w.opts.id.clone(), w.proc.pid()?)))
+        .chain(c.etcd.proc.pid().map(|p| ("etcd".to_owned(), p)))
+        .collect();
+    let proposals0 = c
+        .etcd
+        .metric("etcd_server_proposals_committed_total")
+        .await?;
+    let txn0 = c
+        .etcd
+        .metric_with("grpc_server_handled_total", "grpc_method=\"Txn\"")
+        .await?;
+    let put0 = c
+        .etcd
+        .metric_with("grpc_server_handled_total", "grpc_method=\"Put\"")
+        .await?;
+    let range0 = c
+        .etcd
+        .metric_with("grpc_server_handled_total", "grpc_method=\"Range\"")
+        .await?;
+    let cpu0: Vec<f64> = pids
+        .iter()
+        .map(|(_, p)| proc_usage(*p).map_or(0.0, |u| u.0))
+        .collect();
+    let from = now_ms();
+    tokio::time::sleep(Duration::from_millis(u64::try_from(seconds * 1000)?)).await;
+    let to = now_ms();
+    let proposals = c
+        .etcd
+        .metric("etcd_server_proposals_committed_total")
+        .await?
+        - proposals0;
+    let txns = c
+        .etcd
+        .metric_with("grpc_server_handled_total", "grpc_method=\"Txn\"")
+        .await?
+        - txn0;
+    let puts = c
+        .etcd
+        .metric_with("grpc_server_handled_total", "grpc_method=\"Put\"")
+        .await?
+        - put0;
+    let ranges = c
+        .etcd
+        .metric_with("grpc_server_handled_total", "grpc_method=\"Range\"")
+        .await?
+        - range0;
+    let usage: Vec<(f64, u64)> = pids
+        .iter()
+        .zip(&cpu0)
+        .map(|((_, p), c0)| proc_usage(*p).map_or((0.0, 0), |(c1, rss)| (c1 - c0, rss)))
+        .collect();
+    // Let the last ticks of the window finish writing.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let fired = read_fired(&file);
+    let window: Vec<_> = fired
+        .iter()
+        .filter(|f| f.scheduled_ms > from && f.scheduled_ms <= to)
+        .collect();
+    let report = check_every_second(&fired, &jobs, from, to);
+    let mut lateness: Vec<i64> = window
+        .iter()
+        .filter_map(|f| {
+            f.extra
+                .first()?
+                .parse::<i64>()
+                .ok()
+                .map(|s| s - f.scheduled_ms)
+        })
+        .collect();
+    lateness.sort_unstable();
+    let fires = window.len() as f64;
+    println!(
+        "e2e: {n_jobs} jobs every second, {n_workers} workers, {seconds} s window ({} fires)",
+        window.len()
+    );
+    println!("  duplicates            {}", report.duplicates.len());
+    println!("  missing ticks         {}", report.missing.len());
+    println!(
+        "  lateness ms           p50 {}  p99 {}  max {}",
+        quantile(&lateness, 0.5),
+        quantile(&lateness, 0.99),
+        lateness.last().copied().unwrap_or(0)
+    );
+    println!(
+        "  etcd proposals/fire   {:.2}  (raft proposals committed: every write request)",
+        proposals / fires
+    );
+    println!(
+        "  etcd Txn/fire {:.2}  Put/fire {:.3}  Range/fire {:.2}",
+        txns / fires,
+        puts / fires,
+        ranges / fires
+    );
+    let mut per_worker: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for f in &window {
+        *per_worker.entry(f.worker.as_str()).or_default() += 1;
+    }
+    for ((name, _), (cpu, rss)) in pids.iter().zip(&usage) {
+        println!(
+            "  {name:<8} cpu {:>5.1}% of one core   rss {:>6.1} MiB   fires {}",
+            cpu / seconds as f64 * 100.0,
+            *rss as f64 / 1048576.0,
+            per_worker.get(name.as_str()).copied().unwrap_or(0)
+        );
+    }
+    if let Some(path) = jsonl {
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        for f in &window {
+            let started: i64 = f.extra.first().and_then(|s| s.parse().ok()).unwrap_or(0);
+            writeln!(
+                w,
+                "{}",
+                json!({"job": f.job, "scheduled_ms": f.scheduled_ms, "started_ms": started, "worker_id": f.worker})
+            )?;
+        }
+        println!("  per-execution lines   {path}");
+    }
+    Ok(())
+}
