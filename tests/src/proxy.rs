@@ -1,13 +1,28 @@
 //! A TCP proxy between a process and etcd that a test can pause (stop forwarding, keeping the
-//! connections) and resume, to put a watcher behind while etcd moves on.
+//! connections), cut (close every connection and refuse new ones) and restore, to put a
+//! watcher behind while etcd moves on or to make a client reconnect.
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Open,
+    Paused,
+    /// Connections of generation < `gen` are closed; new ones are refused.
+    Cut,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct State {
+    mode: Mode,
+    generation: u64,
+}
+
 pub struct Proxy {
     pub endpoint: String,
-    paused: watch::Sender<bool>,
+    state: watch::Sender<State>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -15,9 +30,17 @@ impl Proxy {
     pub async fn start(upstream: String) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let endpoint = listener.local_addr()?.to_string();
-        let (paused, rx) = watch::channel(false);
+        let (state, rx) = watch::channel(State {
+            mode: Mode::Open,
+            generation: 0,
+        });
         let task = tokio::spawn(async move {
             while let Ok((down, _)) = listener.accept().await {
+                let current = *rx.borrow();
+                if current.mode == Mode::Cut {
+                    drop(down);
+                    continue;
+                }
                 let upstream = upstream.clone();
                 let rx = rx.clone();
                 tokio::spawn(async move {
@@ -26,25 +49,34 @@ impl Proxy {
                     };
                     let (dr, dw) = down.into_split();
                     let (ur, uw) = up.into_split();
-                    tokio::spawn(pump(dr, uw, rx.clone()));
-                    tokio::spawn(pump(ur, dw, rx));
+                    tokio::spawn(pump(dr, uw, rx.clone(), current.generation));
+                    tokio::spawn(pump(ur, dw, rx, current.generation));
                 });
             }
         });
         Ok(Self {
             endpoint,
-            paused,
+            state,
             task,
         })
     }
 
     /// Stop forwarding bytes in both directions (connections stay open).
     pub fn pause(&self) {
-        let _ = self.paused.send(true);
+        self.state.send_modify(|s| s.mode = Mode::Paused);
     }
 
+    /// Close every connection and refuse new ones until `restore`.
+    pub fn cut(&self) {
+        self.state.send_modify(|s| {
+            s.mode = Mode::Cut;
+            s.generation += 1;
+        });
+    }
+
+    /// Forward again (after `pause` or `cut`).
     pub fn resume(&self) {
-        let _ = self.paused.send(false);
+        self.state.send_modify(|s| s.mode = Mode::Open);
     }
 }
 
@@ -57,18 +89,32 @@ impl Drop for Proxy {
 async fn pump(
     mut from: impl AsyncReadExt + Unpin,
     mut to: impl AsyncWriteExt + Unpin,
-    mut paused: watch::Receiver<bool>,
+    mut state: watch::Receiver<State>,
+    generation: u64,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
+    // Waits while paused; false once this connection has been cut.
+    async fn may_forward(state: &mut watch::Receiver<State>, generation: u64) -> bool {
+        match state
+            .wait_for(|s| s.generation != generation || s.mode == Mode::Open)
+            .await
+        {
+            Ok(s) => s.generation == generation,
+            Err(_) => false,
+        }
+    }
     loop {
-        if paused.wait_for(|p| !*p).await.is_err() {
+        if !may_forward(&mut state, generation).await {
             return;
         }
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
+        let n = tokio::select! {
+            r = from.read(&mut buf) => match r {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            },
+            _ = state.wait_for(|s| s.generation != generation) => return,
         };
-        if paused.wait_for(|p| !*p).await.is_err() {
+        if !may_forward(&mut state, generation).await {
             return;
         }
         if to.write_all(&buf[..n]).await.is_err() {

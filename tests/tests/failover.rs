@@ -122,3 +122,160 @@ async fn a_worker_restarting_midway_loses_and_doubles_nothing() -> anyhow::Resul
         .any(|f| f.worker == "w2" && f.scheduled_ms > restarted_at));
     Ok(())
 }
+
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z"),
+        Err(_) => false,
+    }
+}
+
+fn read_pid(path: &std::path::Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_that_lost_its_lease_kills_its_tasks_and_registers_again() -> anyhow::Result<()> {
+    let c = Cluster::start("failover-lease-lost", 1).await?;
+    let dir = c.work.path().display().to_string();
+    let cmd = format!("sleep 300 & echo $! > {dir}/child.pid; wait");
+    c.put_job(
+        "long",
+        json!({"schedule": "@yearly", "task": {"kind": "shell", "command": cmd}}),
+    )
+    .await?;
+    c.call(reqwest::Method::POST, "/api/jobs/long/run", None)
+        .await?;
+    let child = wait_for(Duration::from_secs(15), "the task to start", || async {
+        read_pid(&c.path("child.pid"))
+    })
+    .await?;
+    let lease_before = c.workers[0]
+        .proc
+        .log_text()
+        .matches("session lease granted")
+        .count();
+    // Freeze the worker past its 3 s TTL: etcd expires its lease and registration.
+    c.workers[0].proc.signal(Signal::SIGSTOP)?;
+    c.wait_workers(0).await?;
+    c.workers[0].proc.signal(Signal::SIGCONT)?;
+    wait_for(
+        Duration::from_secs(20),
+        "the task that ran under the lost lease to be killed",
+        || async { (!alive(child)).then_some(()) },
+    )
+    .await?;
+    c.wait_workers(1).await?;
+    let log = c.workers[0].proc.log_text();
+    assert!(log.contains("session lease lost"), "no lease-loss log line");
+    assert!(
+        log.matches("session lease granted").count() > lease_before,
+        "no new lease"
+    );
+    // The killed execution is not reported as done for its tick: its claim went with the lease.
+    assert!(log
+        .lines()
+        .any(|l| l.contains("execution finished") && l.contains("lost its session lease")));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_running_tasks_finish_before_exiting() -> anyhow::Result<()> {
+    let mut c = Cluster::start("failover-drain", 1).await?;
+    let dir = c.work.path().display().to_string();
+    let cmd = format!("touch {dir}/started; sleep 2; echo finished > {dir}/finished");
+    c.put_job(
+        "drain",
+        json!({"schedule": "@yearly", "task": {"kind": "shell", "command": cmd}}),
+    )
+    .await?;
+    c.call(reqwest::Method::POST, "/api/jobs/drain/run", None)
+        .await?;
+    wait_for(Duration::from_secs(15), "the task to start", || async {
+        c.path("started").exists().then_some(())
+    })
+    .await?;
+    c.workers[0].proc.signal(Signal::SIGTERM)?;
+    assert_eq!(
+        c.workers[0].proc.wait_exit(Duration::from_secs(30))?,
+        Some(0)
+    );
+    assert_eq!(
+        std::fs::read_to_string(c.path("finished"))?.trim(),
+        "finished"
+    );
+    // It revoked its lease on the way out: the registration is gone at once.
+    c.wait_workers(0).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_written_while_a_worker_was_disconnected_reaches_it_on_reconnect(
+) -> anyhow::Result<()> {
+    use etcron_tests::proxy::Proxy;
+    use etcron_tests::{Etcd, Master, Worker, WorkerOpts};
+    let logs = etcron_tests::log_dir("failover-kill-reconnect");
+    let etcd = Etcd::start(&logs).await?;
+    let ns = "/t-kill-reconnect";
+    let master = Master::start(&etcd.endpoint, ns, &logs, &[]).await?;
+    let proxy = Proxy::start(etcd.endpoint.clone()).await?;
+    let mut opts = WorkerOpts::new("flaky");
+    opts.session_ttl = "30s".to_owned();
+    let worker = Worker::start(&proxy.endpoint, ns, &logs, opts)?;
+    let work = tempfile::tempdir()?;
+    let dir = work.path().display().to_string();
+    let http = reqwest::Client::new();
+    let cmd = format!("sleep 300 & echo $! > {dir}/child.pid; wait");
+    let spec = json!({"schedule": "@yearly", "task": {"kind": "shell", "command": cmd}});
+    let status = http
+        .put(format!("{}/api/jobs/long", master.url))
+        .json(&spec)
+        .send()
+        .await?
+        .status();
+    assert!(status.is_success());
+    wait_for(
+        Duration::from_secs(20),
+        "the worker to register",
+        || async { worker.proc.log_text().contains("registered").then_some(()) },
+    )
+    .await?;
+    http.post(format!("{}/api/jobs/long/run", master.url))
+        .send()
+        .await?;
+    let child = wait_for(Duration::from_secs(15), "the task to start", || async {
+        read_pid(&work.path().join("child.pid"))
+    })
+    .await?;
+
+    proxy.cut();
+    wait_for(
+        Duration::from_secs(20),
+        "the worker to notice the broken watch",
+        || async { worker.proc.log_text().contains("re-listing").then_some(()) },
+    )
+    .await?;
+    let status = http
+        .post(format!("{}/api/jobs/long/kill", master.url))
+        .send()
+        .await?
+        .status();
+    assert_eq!(status, 202);
+    // Still running: the worker cannot have heard of the kill.
+    assert!(alive(child));
+    proxy.resume();
+    wait_for(
+        Duration::from_secs(20),
+        "the kill to reach the reconnected worker",
+        || async { (!alive(child)).then_some(()) },
+    )
+    .await?;
+    assert!(worker
+        .proc
+        .log_text()
+        .contains("kill command: stopping execution"));
+    Ok(())
+}
