@@ -78,7 +78,11 @@ pub async fn run_shell(
         cmd.current_dir(cwd);
     }
     let output = Arc::new(Mutex::new(BoundedOutput::new(job.max_output)));
-    let mut child = match cmd.spawn() {
+    // fork/exec blocks the calling thread; on the blocking pool, many tasks due at the same
+    // tick start in parallel instead of queueing behind each other on the async workers.
+    let spawned = tokio::task::spawn_blocking(move || cmd.spawn()).await;
+    let spawned = spawned.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             return Finished {

@@ -37,6 +37,7 @@ async fn main() -> Result<()> {
     }
     match scenario {
         "e2e" => e2e(jobs, workers, seconds, out).await,
+        "claims" => claims(jobs).await,
         other => bail!("unknown scenario {other}; known: e2e"),
     }
 }
@@ -180,5 +181,37 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
         }
         println!("  per-execution lines   {path}");
     }
+    Ok(())
+}
+
+/// `claims --jobs N`: N claim transactions started at the same instant on one client, as a
+/// worker does when N jobs share a tick; prints the latency spread.
+async fn claims(n: usize) -> Result<()> {
+    let logs = etcron_tests::log_dir("bench-claims");
+    let etcd = etcron_tests::Etcd::start(&logs).await?;
+    let client = etcron_common::etcd::connect(&etcron_common::etcd::EtcdConfig { endpoints: vec![etcd.endpoint.clone()], user: None }).await?;
+    let lease = client.lease_client().grant(30, None).await?.id();
+    for round in 0..5 {
+        let start = std::time::Instant::now();
+        let mut tasks = Vec::new();
+        for i in 0..n {
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                let key = format!("/bench/claims/j{i}/{round}");
+                let out = etcron_common::claim::try_claim(&client, &key, b"{}".to_vec(), (&format!("/bench/running/j{i}/{round}"), b"{}".to_vec()), lease).await;
+                (start.elapsed().as_micros() as i64, matches!(out, etcron_common::claim::ClaimOutcome::Won { .. }))
+            }));
+        }
+        let mut lat = Vec::new();
+        for t in tasks {
+            let (us, won) = t.await?;
+            anyhow::ensure!(won, "claim not won");
+            lat.push(us);
+        }
+        lat.sort_unstable();
+        println!("round {round}: {n} concurrent claims  p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms", quantile(&lat, 0.5) as f64 / 1000.0, quantile(&lat, 0.99) as f64 / 1000.0, *lat.last().unwrap_or(&0) as f64 / 1000.0);
+    }
+    let fsyncs = etcd.metric("etcd_disk_wal_fsync_duration_seconds_count").await?;
+    println!("wal fsyncs: {fsyncs}");
     Ok(())
 }
