@@ -46,9 +46,27 @@ pub async fn try_claim(
     match timeout(REQUEST_TIMEOUT, kv.txn(txn)).await {
         Ok(Ok(resp)) if resp.succeeded() => match resp.header() {
             // The claim key was created in this txn, so its create revision is the header's.
-            Some(h) => ClaimOutcome::Won {
-                fencing_token: h.revision(),
-            },
+            Some(h) => ClaimOutcome::Won { fencing_token: h.revision() },
+            None => ClaimOutcome::Unknown("txn response without header".to_owned()),
+        },
+        Ok(Ok(_)) => ClaimOutcome::Lost,
+        Ok(Err(e)) => ClaimOutcome::Unknown(e.to_string()),
+        Err(_) => ClaimOutcome::Unknown("claim txn timed out".to_owned()),
+    }
+}
+
+/// Claims a tick that will not run and closes it in one step (`skipped`, `missed`, `lost`
+/// ledger entries): the key goes straight to the retention lease, so the tick can neither be
+/// recorded twice nor claimed later.
+pub async fn claim_done(client: &Client, claim_key: &str, done_value: Vec<u8>, retention_lease: i64) -> ClaimOutcome {
+    let txn = Txn::new()
+        // The same rule as a run: first writer of the tick's key only.
+        .when([Compare::create_revision(claim_key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(claim_key, done_value, Some(PutOptions::new().with_lease(retention_lease)))]);
+    let mut kv = client.kv_client();
+    match timeout(REQUEST_TIMEOUT, kv.txn(txn)).await {
+        Ok(Ok(resp)) if resp.succeeded() => match resp.header() {
+            Some(h) => ClaimOutcome::Won { fencing_token: h.revision() },
             None => ClaimOutcome::Unknown("txn response without header".to_owned()),
         },
         Ok(Ok(_)) => ClaimOutcome::Lost,
@@ -87,19 +105,11 @@ pub async fn complete(
 ) -> Result<CompleteOutcome, String> {
     let txn = Txn::new()
         // Still our claim: created by our winning txn, not by a later claimant.
-        .when([Compare::create_revision(
-            claim_key,
-            CompareOp::Equal,
-            fencing_token,
-        )])
+        .when([Compare::create_revision(claim_key, CompareOp::Equal, fencing_token)])
         .and_then([
             // Moving the key to the retention lease keeps it past the session, so no late or
             // clock-skewed worker can claim this tick again.
-            TxnOp::put(
-                claim_key,
-                done_value,
-                Some(PutOptions::new().with_lease(retention_lease)),
-            ),
+            TxnOp::put(claim_key, done_value, Some(PutOptions::new().with_lease(retention_lease))),
             TxnOp::delete(running_key, None),
         ]);
     let mut kv = client.kv_client();
@@ -122,9 +132,7 @@ pub struct RetentionLeases {
 
 impl std::fmt::Debug for RetentionLeases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RetentionLeases")
-            .field("ttl", &self.ttl)
-            .finish()
+        f.debug_struct("RetentionLeases").field("ttl", &self.ttl).finish()
     }
 }
 
@@ -137,12 +145,7 @@ impl RetentionLeases {
     pub fn new(client: Client, min_retention: Duration) -> Self {
         let min_retention = min_retention.max(MIN_RETENTION);
         let reuse_for = min_retention / 2;
-        Self {
-            client,
-            ttl: min_retention + reuse_for,
-            reuse_for,
-            current: Mutex::new(None),
-        }
+        Self { client, ttl: min_retention + reuse_for, reuse_for, current: Mutex::new(None) }
     }
 
     /// A lease that lives at least the minimum retention from now.

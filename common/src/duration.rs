@@ -32,9 +32,8 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     if trimmed.is_empty() {
         return Err("empty duration; expected e.g. \"30s\", \"5m\" or \"1h\"".to_owned());
     }
-    humantime::parse_duration(trimmed).map_err(|e| {
-        format!("invalid duration {trimmed:?} ({e}); expected e.g. \"30s\", \"5m\" or \"1h\"")
-    })
+    humantime::parse_duration(trimmed)
+        .map_err(|e| format!("invalid duration {trimmed:?} ({e}); expected e.g. \"30s\", \"5m\" or \"1h\""))
 }
 
 impl std::str::FromStr for HumanDuration {

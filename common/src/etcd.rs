@@ -18,17 +18,8 @@ pub struct EtcdConfig {
 /// Builds a client for all endpoints; the client balances over them and retries a failed
 /// endpoint on the next call. Connection is lazy: this succeeds while etcd is down.
 pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> {
-    let endpoints: Vec<String> = config
-        .endpoints
-        .iter()
-        .map(|e| {
-            if e.contains("://") {
-                e.clone()
-            } else {
-                format!("http://{e}")
-            }
-        })
-        .collect();
+    let endpoints: Vec<String> =
+        config.endpoints.iter().map(|e| if e.contains("://") { e.clone() } else { format!("http://{e}") }).collect();
     let mut options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(3))
         .with_timeout(REQUEST_TIMEOUT)
@@ -43,9 +34,5 @@ pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> 
 /// Parses `a:2379,b:2379` into endpoints.
 #[must_use]
 pub fn parse_endpoints(text: &str) -> Vec<String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
+    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
 }

@@ -35,6 +35,8 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
 pub const MAX_SHARDS: u32 = 1000;
 /// Most dependent jobs per list.
 pub const MAX_DEPENDENTS: usize = 32;
+/// Smallest and largest per-job output cap.
+pub const MAX_OUTPUT_RANGE: std::ops::RangeInclusive<u64> = 256..=16 * 1024 * 1024;
 /// Largest HTTP task body.
 pub const MAX_HTTP_BODY: usize = 32 * 1024;
 
@@ -72,6 +74,10 @@ pub struct JobSpec {
     pub description: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Bytes of output kept per execution (head + tail); the worker's `max_output` when absent
+    /// and never more than it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output: Option<u64>,
 }
 
 fn default_timezone() -> String {
@@ -139,11 +145,7 @@ fn default_max_backoff() -> HumanDuration {
 
 impl Default for Retries {
     fn default() -> Self {
-        Self {
-            max: 0,
-            backoff: default_backoff(),
-            max_backoff: default_max_backoff(),
-        }
+        Self { max: 0, backoff: default_backoff(), max_backoff: default_max_backoff() }
     }
 }
 
@@ -194,11 +196,7 @@ pub struct SpecError {
 
 impl SpecError {
     fn at(field: &str, message: impl Into<String>) -> Self {
-        Self {
-            field: Some(field.to_owned()),
-            message: message.into(),
-            too_large: false,
-        }
+        Self { field: Some(field.to_owned()), message: message.into(), too_large: false }
     }
 }
 
@@ -208,10 +206,7 @@ impl JobSpec {
         if bytes.len() > MAX_SPEC_BYTES {
             return Err(SpecError {
                 field: None,
-                message: format!(
-                    "job spec is {} bytes; the limit is {MAX_SPEC_BYTES}",
-                    bytes.len()
-                ),
+                message: format!("job spec is {} bytes; the limit is {MAX_SPEC_BYTES}", bytes.len()),
                 too_large: true,
             });
         }
@@ -235,11 +230,7 @@ impl JobSpec {
                 };
                 if let Err(e) = checked {
                     let path = e.path().to_string();
-                    let path = if path == "." {
-                        "task".to_owned()
-                    } else {
-                        format!("task.{path}")
-                    };
+                    let path = if path == "." { "task".to_owned() } else { format!("task.{path}") };
                     return Err(serde_error(&path, &e.into_inner().to_string(), false));
                 }
             }
@@ -275,10 +266,7 @@ impl JobSpec {
             }
         }
         if self.retries.max > MAX_RETRIES {
-            return Err(SpecError::at(
-                "retries.max",
-                format!("must be at most {MAX_RETRIES}"),
-            ));
+            return Err(SpecError::at("retries.max", format!("must be at most {MAX_RETRIES}")));
         }
         if self.retries.max_backoff.0 > MAX_BACKOFF {
             return Err(SpecError::at(
@@ -287,40 +275,33 @@ impl JobSpec {
             ));
         }
         if self.retries.backoff > self.retries.max_backoff {
-            return Err(SpecError::at(
-                "retries.backoff",
-                "must not exceed retries.max_backoff",
-            ));
+            return Err(SpecError::at("retries.backoff", "must not exceed retries.max_backoff"));
         }
         if let Mode::Sharded(n) = self.mode {
             if n == 0 || n > MAX_SHARDS {
-                return Err(SpecError::at(
-                    "mode.sharded",
-                    format!("shard count must be between 1 and {MAX_SHARDS}"),
-                ));
+                return Err(SpecError::at("mode.sharded", format!("shard count must be between 1 and {MAX_SHARDS}")));
             }
         }
         validate_map("selector", &self.selector, label_key_ok)?;
         validate_map("labels", &self.labels, label_key_ok)?;
-        for (field, list) in [
-            ("on_success", &self.on_success),
-            ("on_failure", &self.on_failure),
-        ] {
+        for (field, list) in [("on_success", &self.on_success), ("on_failure", &self.on_failure)] {
             if list.len() > MAX_DEPENDENTS {
-                return Err(SpecError::at(
-                    field,
-                    format!("at most {MAX_DEPENDENTS} jobs"),
-                ));
+                return Err(SpecError::at(field, format!("at most {MAX_DEPENDENTS} jobs")));
             }
             for (i, name) in list.iter().enumerate() {
                 validate_job_name(name).map_err(|m| SpecError::at(&format!("{field}[{i}]"), m))?;
             }
         }
+        if let Some(n) = self.max_output {
+            if !MAX_OUTPUT_RANGE.contains(&n) {
+                return Err(SpecError::at(
+                    "max_output",
+                    format!("must be between {} and {} bytes", MAX_OUTPUT_RANGE.start(), MAX_OUTPUT_RANGE.end()),
+                ));
+            }
+        }
         if self.description.len() > MAX_DESCRIPTION_LEN {
-            return Err(SpecError::at(
-                "description",
-                format!("longer than {MAX_DESCRIPTION_LEN} bytes"),
-            ));
+            return Err(SpecError::at("description", format!("longer than {MAX_DESCRIPTION_LEN} bytes")));
         }
         Ok(())
     }
@@ -339,31 +320,14 @@ pub fn validate_name(name: &str) -> Result<(), SpecError> {
 
 fn serde_error(path: &str, message: &str, syntax: bool) -> SpecError {
     if syntax {
-        return SpecError {
-            field: None,
-            message: format!("body is not valid JSON: {message}"),
-            too_large: false,
-        };
+        return SpecError { field: None, message: format!("body is not valid JSON: {message}"), too_large: false };
     }
-    let base = if path == "." {
-        String::new()
-    } else {
-        path.to_owned()
-    };
+    let base = if path == "." { String::new() } else { path.to_owned() };
     // serde names unknown/missing fields in backticks; make them part of the path.
-    let named = [
-        "unknown field `",
-        "missing field `",
-        "duplicate field `",
-        "unknown variant `",
-    ]
-    .iter()
-    .find_map(|prefix| {
-        message
-            .strip_prefix(prefix)
-            .and_then(|rest| rest.split_once('`'))
-            .map(|(name, _)| (prefix, name))
-    });
+    let named =
+        ["unknown field `", "missing field `", "duplicate field `", "unknown variant `"].iter().find_map(|prefix| {
+            message.strip_prefix(prefix).and_then(|rest| rest.split_once('`')).map(|(name, _)| (prefix, name))
+        });
     let field = match named {
         Some((prefix, name)) if !prefix.starts_with("unknown variant") => {
             if base.is_empty() || base == name || base.ends_with(&format!(".{name}")) {
@@ -381,11 +345,7 @@ fn serde_error(path: &str, message: &str, syntax: bool) -> SpecError {
         _ => base,
     };
     let message = strip_location(message);
-    SpecError {
-        field: (!field.is_empty()).then_some(field),
-        message,
-        too_large: false,
-    }
+    SpecError { field: (!field.is_empty()).then_some(field), message, too_large: false }
 }
 
 /// serde_json appends " at line 1 column 7"; the field path already says where.
@@ -401,10 +361,7 @@ fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
         return Err(SpecError::at("task.command", "must not be empty"));
     }
     if shell.command.len() > MAX_COMMAND_BYTES {
-        return Err(SpecError::at(
-            "task.command",
-            format!("longer than {MAX_COMMAND_BYTES} bytes"),
-        ));
+        return Err(SpecError::at("task.command", format!("longer than {MAX_COMMAND_BYTES} bytes")));
     }
     if shell.command.contains('\0') {
         return Err(SpecError::at("task.command", "must not contain NUL bytes"));
@@ -427,51 +384,29 @@ fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
 fn validate_http(http: &HttpTask) -> Result<(), SpecError> {
     const METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
     if !METHODS.contains(&http.method.as_str()) {
-        return Err(SpecError::at(
-            "task.method",
-            format!("must be one of {}", METHODS.join(", ")),
-        ));
+        return Err(SpecError::at("task.method", format!("must be one of {}", METHODS.join(", "))));
     }
-    let rest = http
-        .url
-        .strip_prefix("http://")
-        .or_else(|| http.url.strip_prefix("https://"));
+    let rest = http.url.strip_prefix("http://").or_else(|| http.url.strip_prefix("https://"));
     match rest {
         Some(r)
             if !r.is_empty()
                 && !r.starts_with('/')
                 && !http.url.contains(char::is_whitespace)
                 && http.url.len() <= 4096 => {}
-        _ => {
-            return Err(SpecError::at(
-                "task.url",
-                "must be an absolute http:// or https:// URL",
-            ))
-        }
+        _ => return Err(SpecError::at("task.url", "must be an absolute http:// or https:// URL")),
     }
     validate_map("task.headers", &http.headers, |k| {
-        !k.is_empty()
-            && k.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+        !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
     })?;
     if let Some((k, _)) = http.headers.iter().find(|(_, v)| v.contains(['\r', '\n'])) {
-        return Err(SpecError::at(
-            &format!("task.headers.{k}"),
-            "must not contain line breaks",
-        ));
+        return Err(SpecError::at(&format!("task.headers.{k}"), "must not contain line breaks"));
     }
     if http.body.as_ref().is_some_and(|b| b.len() > MAX_HTTP_BODY) {
-        return Err(SpecError::at(
-            "task.body",
-            format!("longer than {MAX_HTTP_BODY} bytes"),
-        ));
+        return Err(SpecError::at("task.body", format!("longer than {MAX_HTTP_BODY} bytes")));
     }
     if let Some(s) = http.expect_status {
         if !(100..=599).contains(&s) {
-            return Err(SpecError::at(
-                "task.expect_status",
-                "must be an HTTP status between 100 and 599",
-            ));
+            return Err(SpecError::at("task.expect_status", "must be an HTTP status between 100 and 599"));
         }
     }
     Ok(())
@@ -480,8 +415,7 @@ fn validate_http(http: &HttpTask) -> Result<(), SpecError> {
 fn label_key_ok(k: &str) -> bool {
     !k.is_empty()
         && k.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
 }
 
 fn env_key_ok(k: &str) -> bool {
@@ -490,16 +424,9 @@ fn env_key_ok(k: &str) -> bool {
         && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn validate_map(
-    field: &str,
-    map: &BTreeMap<String, String>,
-    key_ok: impl Fn(&str) -> bool,
-) -> Result<(), SpecError> {
+fn validate_map(field: &str, map: &BTreeMap<String, String>, key_ok: impl Fn(&str) -> bool) -> Result<(), SpecError> {
     if map.len() > MAX_MAP_ENTRIES {
-        return Err(SpecError::at(
-            field,
-            format!("at most {MAX_MAP_ENTRIES} entries"),
-        ));
+        return Err(SpecError::at(field, format!("at most {MAX_MAP_ENTRIES} entries")));
     }
     for (k, v) in map {
         if k.len() > MAX_MAP_KEY_LEN || !key_ok(k) {
@@ -563,47 +490,17 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let cases: &[(&str, &str)] = &[
-            (
-                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true"},"bogus":1}"#,
-                "bogus",
-            ),
-            (
-                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","extra":1}}"#,
-                "task.extra",
-            ),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true"},"bogus":1}"#, "bogus"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","extra":1}}"#, "task.extra"),
             (r#"{"task":{"kind":"shell","command":"true"}}"#, "schedule"),
-            (
-                r#"{"schedule":"nope","task":{"kind":"shell","command":"true"}}"#,
-                "schedule",
-            ),
-            (
-                r#"{"schedule":"* * * * *","timezone":"Mars/Base","task":{"kind":"shell","command":"true"}}"#,
-                "timezone",
-            ),
-            (
-                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":""}}"#,
-                "task.command",
-            ),
-            (
-                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":5}}"#,
-                "task.command",
-            ),
-            (
-                r#"{"schedule":"* * * * *","task":{"kind":"ftp"}}"#,
-                "task.kind",
-            ),
-            (
-                r#"{"schedule":"* * * * *","enabled":"yes","task":{"kind":"shell","command":"true"}}"#,
-                "enabled",
-            ),
-            (
-                r#"{"schedule":"* * * * *","timeout":"soon","task":{"kind":"shell","command":"true"}}"#,
-                "timeout",
-            ),
-            (
-                r#"{"schedule":"* * * * *","timeout":"0s","task":{"kind":"shell","command":"true"}}"#,
-                "timeout",
-            ),
+            (r#"{"schedule":"nope","task":{"kind":"shell","command":"true"}}"#, "schedule"),
+            (r#"{"schedule":"* * * * *","timezone":"Mars/Base","task":{"kind":"shell","command":"true"}}"#, "timezone"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":""}}"#, "task.command"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":5}}"#, "task.command"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"ftp"}}"#, "task.kind"),
+            (r#"{"schedule":"* * * * *","enabled":"yes","task":{"kind":"shell","command":"true"}}"#, "enabled"),
+            (r#"{"schedule":"* * * * *","timeout":"soon","task":{"kind":"shell","command":"true"}}"#, "timeout"),
+            (r#"{"schedule":"* * * * *","timeout":"0s","task":{"kind":"shell","command":"true"}}"#, "timeout"),
             (
                 r#"{"schedule":"* * * * *","retries":{"max":1000},"task":{"kind":"shell","command":"true"}}"#,
                 "retries.max",
@@ -628,18 +525,9 @@ mod tests {
                 r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","env":{"ETCRON_JOB":"x"}}}"#,
                 "task.env.ETCRON_JOB",
             ),
-            (
-                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","cwd":"relative"}}"#,
-                "task.cwd",
-            ),
-            (
-                r#"{"schedule":"* * * * *","task":{"kind":"http","url":"ftp://x"}}"#,
-                "task.url",
-            ),
-            (
-                r#"{"schedule":"* * * * *","task":{"kind":"http","url":"http://x","method":"BREW"}}"#,
-                "task.method",
-            ),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","cwd":"relative"}}"#, "task.cwd"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"http","url":"ftp://x"}}"#, "task.url"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"http","url":"http://x","method":"BREW"}}"#, "task.method"),
             (
                 r#"{"schedule":"* * * * *","task":{"kind":"http","url":"http://x","expect_status":99}}"#,
                 "task.expect_status",
@@ -671,9 +559,6 @@ mod tests {
     #[test]
     fn names() {
         assert!(validate_name("db-backup").is_ok());
-        assert_eq!(
-            validate_name("DB").unwrap_err().field.as_deref(),
-            Some("name")
-        );
+        assert_eq!(validate_name("DB").unwrap_err().field.as_deref(), Some("name"));
     }
 }

@@ -34,20 +34,15 @@ pub fn validate_job_name(name: &str) -> Result<(), String> {
         return Err("job name is empty".to_owned());
     }
     if name.len() > MAX_JOB_NAME_LEN {
-        return Err(format!(
-            "job name is longer than {MAX_JOB_NAME_LEN} characters"
-        ));
+        return Err(format!("job name is longer than {MAX_JOB_NAME_LEN} characters"));
     }
     let mut chars = name.chars();
     let first = chars.next().unwrap_or('-');
     if !(first.is_ascii_lowercase() || first.is_ascii_digit()) {
-        return Err(format!(
-            "job name {name:?} must start with a lowercase letter or digit"
-        ));
+        return Err(format!("job name {name:?} must start with a lowercase letter or digit"));
     }
-    if let Some(bad) = name
-        .chars()
-        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-')))
+    if let Some(bad) =
+        name.chars().find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-')))
     {
         return Err(format!(
             "job name {name:?} contains {bad:?}; use lowercase letters, digits, '.', '_' and '-' (pattern ^[a-z0-9][a-z0-9._-]{{0,127}}$)"
@@ -61,15 +56,11 @@ pub fn validate_id(id: &str) -> Result<(), String> {
     let ok = !id.is_empty()
         && id.len() <= MAX_ID_LEN
         && id.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "id {id:?} must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$"
-        ))
+        Err(format!("id {id:?} must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$"))
     }
 }
 
@@ -99,13 +90,9 @@ impl FromStr for Tick {
             return Ok(Tick::Manual(id.to_owned()));
         }
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!(
-                "tick {s:?} is neither unix milliseconds nor manual-<request id>"
-            ));
+            return Err(format!("tick {s:?} is neither unix milliseconds nor manual-<request id>"));
         }
-        s.parse::<UnixMs>()
-            .map(Tick::Scheduled)
-            .map_err(|e| format!("tick {s:?}: {e}"))
+        s.parse::<UnixMs>().map(Tick::Scheduled).map_err(|e| format!("tick {s:?}: {e}"))
     }
 }
 
@@ -135,11 +122,7 @@ impl FromStr for ExecutionId {
         if attempt == 0 {
             return Err(bad());
         }
-        Ok(ExecutionId {
-            job: job.to_owned(),
-            tick: tick.parse()?,
-            attempt,
-        })
+        Ok(ExecutionId { job: job.to_owned(), tick: tick.parse()?, attempt })
     }
 }
 
@@ -198,9 +181,7 @@ impl Keys {
             && ns.starts_with('/')
             && !ns.ends_with('/')
             && !ns.contains("//")
-            && ns
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
+            && ns.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
         if ok {
             Ok(Self { ns: ns.to_owned() })
         } else {
@@ -290,10 +271,7 @@ impl Keys {
                 if !job_ok(job) {
                     return None;
                 }
-                Some(Key::Claim {
-                    job: job.to_owned(),
-                    tick: tick.parse().ok()?,
-                })
+                Some(Key::Claim { job: job.to_owned(), tick: tick.parse().ok()? })
             }
             "running" => {
                 let (job, id) = rest.split_once('/')?;
@@ -314,20 +292,14 @@ impl Keys {
                     }
                     KillTarget::Execution(id)
                 };
-                Some(Key::Kill {
-                    job: job.to_owned(),
-                    target,
-                })
+                Some(Key::Kill { job: job.to_owned(), target })
             }
             "trigger" => {
                 let (job, request_id) = rest.split_once('/')?;
                 if !job_ok(job) || validate_id(request_id).is_err() {
                     return None;
                 }
-                Some(Key::Trigger {
-                    job: job.to_owned(),
-                    request_id: request_id.to_owned(),
-                })
+                Some(Key::Trigger { job: job.to_owned(), request_id: request_id.to_owned() })
             }
             _ => None,
         }
@@ -345,84 +317,43 @@ mod tests {
     #[test]
     fn every_key_round_trips() {
         let k = keys();
-        let id = ExecutionId {
-            job: "nightly.report".into(),
-            tick: Tick::Scheduled(1_764_547_200_000),
-            attempt: 2,
-        };
-        let manual = ExecutionId {
-            job: "db-backup".into(),
-            tick: Tick::Manual("a1b2c3".into()),
-            attempt: 1,
-        };
+        let id = ExecutionId { job: "nightly.report".into(), tick: Tick::Scheduled(1_764_547_200_000), attempt: 2 };
+        let manual = ExecutionId { job: "db-backup".into(), tick: Tick::Manual("a1b2c3".into()), attempt: 1 };
         let cases = [
             (k.job("db-backup"), Key::Job("db-backup".into())),
             (k.worker("host-1-42"), Key::Worker("host-1-42".into())),
             (
                 k.claim("db-backup", &Tick::Scheduled(1000)),
-                Key::Claim {
-                    job: "db-backup".into(),
-                    tick: Tick::Scheduled(1000),
-                },
+                Key::Claim { job: "db-backup".into(), tick: Tick::Scheduled(1000) },
             ),
             (
                 k.claim("db-backup", &Tick::Manual("x1".into())),
-                Key::Claim {
-                    job: "db-backup".into(),
-                    tick: Tick::Manual("x1".into()),
-                },
+                Key::Claim { job: "db-backup".into(), tick: Tick::Manual("x1".into()) },
             ),
             (k.running(&id), Key::Running(id.clone())),
             (k.running(&manual), Key::Running(manual.clone())),
-            (
-                k.kill("db-backup", &KillTarget::All),
-                Key::Kill {
-                    job: "db-backup".into(),
-                    target: KillTarget::All,
-                },
-            ),
+            (k.kill("db-backup", &KillTarget::All), Key::Kill { job: "db-backup".into(), target: KillTarget::All }),
             (
                 k.kill("nightly.report", &KillTarget::Execution(id.clone())),
-                Key::Kill {
-                    job: "nightly.report".into(),
-                    target: KillTarget::Execution(id.clone()),
-                },
+                Key::Kill { job: "nightly.report".into(), target: KillTarget::Execution(id.clone()) },
             ),
-            (
-                k.trigger("db-backup", "r-1"),
-                Key::Trigger {
-                    job: "db-backup".into(),
-                    request_id: "r-1".into(),
-                },
-            ),
+            (k.trigger("db-backup", "r-1"), Key::Trigger { job: "db-backup".into(), request_id: "r-1".into() }),
             (k.state("db-backup"), Key::State("db-backup".into())),
         ];
         for (key, parsed) in cases {
             assert_eq!(k.parse(key.as_bytes()), Some(parsed), "{key}");
         }
-        assert_eq!(
-            k.running(&id),
-            "/etcron/running/nightly.report/nightly.report@1764547200000#2"
-        );
-        assert_eq!(
-            k.claim("a", &Tick::Manual("r".into())),
-            "/etcron/claims/a/manual-r"
-        );
+        assert_eq!(k.running(&id), "/etcron/running/nightly.report/nightly.report@1764547200000#2");
+        assert_eq!(k.claim("a", &Tick::Manual("r".into())), "/etcron/claims/a/manual-r");
     }
 
     #[test]
     fn prefixes_contain_their_keys() {
         let k = keys();
         assert!(k.job("a").starts_with(&k.jobs_prefix()));
-        assert!(k
-            .claim("a", &Tick::Scheduled(1))
-            .starts_with(&k.job_claims_prefix("a")));
-        assert!(!k
-            .claim("ab", &Tick::Scheduled(1))
-            .starts_with(&k.job_claims_prefix("a")));
-        assert!(k
-            .running(&"a@1#1".parse().unwrap())
-            .starts_with(&k.job_running_prefix("a")));
+        assert!(k.claim("a", &Tick::Scheduled(1)).starts_with(&k.job_claims_prefix("a")));
+        assert!(!k.claim("ab", &Tick::Scheduled(1)).starts_with(&k.job_claims_prefix("a")));
+        assert!(k.running(&"a@1#1".parse().unwrap()).starts_with(&k.job_running_prefix("a")));
     }
 
     #[test]
@@ -460,17 +391,7 @@ mod tests {
         for good in ["a", "0", "db-backup", "nightly.report_v2", &"a".repeat(128)] {
             assert!(validate_job_name(good).is_ok(), "{good}");
         }
-        for bad in [
-            "",
-            "-a",
-            ".a",
-            "A",
-            "a/b",
-            "a@b",
-            "a#b",
-            "a b",
-            &"a".repeat(129),
-        ] {
+        for bad in ["", "-a", ".a", "A", "a/b", "a@b", "a#b", "a b", &"a".repeat(129)] {
             assert!(validate_job_name(bad).is_err(), "{bad}");
         }
     }
@@ -478,14 +399,7 @@ mod tests {
     #[test]
     fn execution_ids() {
         let id: ExecutionId = "a.b@1700000000000#3".parse().unwrap();
-        assert_eq!(
-            id,
-            ExecutionId {
-                job: "a.b".into(),
-                tick: Tick::Scheduled(1_700_000_000_000),
-                attempt: 3
-            }
-        );
+        assert_eq!(id, ExecutionId { job: "a.b".into(), tick: Tick::Scheduled(1_700_000_000_000), attempt: 3 });
         assert_eq!(id.to_string(), "a.b@1700000000000#3");
         for bad in ["a", "a@1", "a@1#", "a@1#x", "A@1#1", "a@x#1", "a@1#0"] {
             assert!(bad.parse::<ExecutionId>().is_err(), "{bad}");

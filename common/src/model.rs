@@ -32,10 +32,7 @@ impl WorkerInfo {
 
 /// True when `labels` include every entry of `selector` (an empty selector matches all).
 #[must_use]
-pub fn labels_match(
-    labels: &BTreeMap<String, String>,
-    selector: &BTreeMap<String, String>,
-) -> bool {
+pub fn labels_match(labels: &BTreeMap<String, String>, selector: &BTreeMap<String, String>) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
@@ -158,5 +155,8 @@ pub struct ExecutionRecord {
     pub output: String,
     pub output_truncated: bool,
     pub error: Option<String>,
+    /// Why a tick did not run (`skipped`, `missed`, `lost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     pub fencing_token: Option<i64>,
 }

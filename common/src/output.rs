@@ -19,13 +19,7 @@ impl BoundedOutput {
     #[must_use]
     pub fn new(limit: usize) -> Self {
         let head_limit = limit / 2;
-        Self {
-            head: Vec::new(),
-            tail: VecDeque::new(),
-            head_limit,
-            tail_limit: limit - head_limit,
-            total: 0,
-        }
+        Self { head: Vec::new(), tail: VecDeque::new(), head_limit, tail_limit: limit - head_limit, total: 0 }
     }
 
     pub fn push(&mut self, mut bytes: &[u8]) {
@@ -66,10 +60,7 @@ impl BoundedOutput {
         let mut out = String::from_utf8_lossy(&self.head).into_owned();
         let kept = (self.head.len() + self.tail.len()) as u64;
         if self.total > kept {
-            out.push_str(&format!(
-                "\n[... {} bytes omitted ...]\n",
-                self.total - kept
-            ));
+            out.push_str(&format!("\n[... {} bytes omitted ...]\n", self.total - kept));
         }
         let tail: Vec<u8> = self.tail.iter().copied().collect();
         out.push_str(&String::from_utf8_lossy(&tail));

@@ -134,9 +134,7 @@ impl Schedule {
 #[must_use]
 pub fn format_in(tz: Tz, ms: UnixMs) -> String {
     match Utc.timestamp_millis_opt(ms).single() {
-        Some(t) => t
-            .with_timezone(&tz)
-            .to_rfc3339_opts(chrono::SecondsFormat::Millis, false),
+        Some(t) => t.with_timezone(&tz).to_rfc3339_opts(chrono::SecondsFormat::Millis, false),
         None => ms.to_string(),
     }
 }
@@ -147,9 +145,7 @@ fn parse_kind(expression: &str) -> Result<Kind, ScheduleError> {
         return Err(ScheduleError::Expression("schedule is empty".to_owned()));
     }
     if expr.len() > MAX_EXPRESSION_LEN {
-        return Err(ScheduleError::Expression(format!(
-            "schedule is longer than {MAX_EXPRESSION_LEN} characters"
-        )));
+        return Err(ScheduleError::Expression(format!("schedule is longer than {MAX_EXPRESSION_LEN} characters")));
     }
     if let Some(rest) = strip_keyword(expr, "@every") {
         let interval = crate::duration::parse(rest).map_err(ScheduleError::Expression)?;
@@ -161,9 +157,7 @@ fn parse_kind(expression: &str) -> Result<Kind, ScheduleError> {
             )));
         }
         if interval.subsec_nanos() % 1_000_000 != 0 {
-            return Err(ScheduleError::Expression(
-                "@every interval must be whole milliseconds".to_owned(),
-            ));
+            return Err(ScheduleError::Expression("@every interval must be whole milliseconds".to_owned()));
         }
         let interval_ms = i64::try_from(interval.as_millis())
             .map_err(|_| ScheduleError::Expression("@every interval too large".to_owned()))?;
@@ -171,13 +165,9 @@ fn parse_kind(expression: &str) -> Result<Kind, ScheduleError> {
     }
     if let Some(rest) = strip_keyword(expr, "@at") {
         let at = DateTime::parse_from_rfc3339(rest.trim()).map_err(|e| {
-            ScheduleError::Expression(format!(
-                "@at needs an RFC 3339 instant such as 2026-12-01T00:00:00Z ({e})"
-            ))
+            ScheduleError::Expression(format!("@at needs an RFC 3339 instant such as 2026-12-01T00:00:00Z ({e})"))
         })?;
-        return Ok(Kind::At {
-            at_ms: at.timestamp_millis(),
-        });
+        return Ok(Kind::At { at_ms: at.timestamp_millis() });
     }
     let pattern = match expr.to_ascii_lowercase().as_str() {
         "@yearly" | "@annually" => "0 0 1 1 *".to_owned(),
@@ -199,9 +189,8 @@ fn parse_kind(expression: &str) -> Result<Kind, ScheduleError> {
             "cron expression has {fields} fields; expected 5 (min hour day month weekday), 6 (seconds first) or 7 (seconds first, year last)"
         )));
     }
-    let cron = Cron::from_str(&pattern).map_err(|e| {
-        ScheduleError::Expression(format!("invalid cron expression {pattern:?}: {e}"))
-    })?;
+    let cron = Cron::from_str(&pattern)
+        .map_err(|e| ScheduleError::Expression(format!("invalid cron expression {pattern:?}: {e}")))?;
     Ok(Kind::Cron(Box::new(cron)))
 }
 
@@ -219,28 +208,19 @@ mod tests {
     use super::*;
 
     fn ms(rfc: &str) -> UnixMs {
-        DateTime::parse_from_rfc3339(rfc)
-            .unwrap()
-            .timestamp_millis()
+        DateTime::parse_from_rfc3339(rfc).unwrap().timestamp_millis()
     }
 
     fn next_n(expr: &str, tz: &str, from: &str, n: usize) -> Vec<String> {
         let s = Schedule::parse(expr, tz).unwrap();
-        s.upcoming(ms(from), n)
-            .into_iter()
-            .map(|t| format_in(s.timezone(), t))
-            .collect()
+        s.upcoming(ms(from), n).into_iter().map(|t| format_in(s.timezone(), t)).collect()
     }
 
     #[test]
     fn five_field_cron_in_utc() {
         assert_eq!(
             next_n("*/15 * * * *", "UTC", "2026-01-01T00:07:30Z", 3),
-            [
-                "2026-01-01T00:15:00.000+00:00",
-                "2026-01-01T00:30:00.000+00:00",
-                "2026-01-01T00:45:00.000+00:00"
-            ]
+            ["2026-01-01T00:15:00.000+00:00", "2026-01-01T00:30:00.000+00:00", "2026-01-01T00:45:00.000+00:00"]
         );
     }
 
@@ -248,20 +228,13 @@ mod tests {
     fn six_field_cron_has_seconds_first() {
         assert_eq!(
             next_n("*/20 * * * * *", "UTC", "2026-01-01T00:00:00.500Z", 3),
-            [
-                "2026-01-01T00:00:20.000+00:00",
-                "2026-01-01T00:00:40.000+00:00",
-                "2026-01-01T00:01:00.000+00:00"
-            ]
+            ["2026-01-01T00:00:20.000+00:00", "2026-01-01T00:00:40.000+00:00", "2026-01-01T00:01:00.000+00:00"]
         );
     }
 
     #[test]
     fn seven_field_cron_has_year_last() {
-        assert_eq!(
-            next_n("0 0 12 1 1 * 2030", "UTC", "2026-01-01T00:00:00Z", 2),
-            ["2030-01-01T12:00:00.000+00:00"]
-        );
+        assert_eq!(next_n("0 0 12 1 1 * 2030", "UTC", "2026-01-01T00:00:00Z", 2), ["2030-01-01T12:00:00.000+00:00"]);
     }
 
     #[test]
@@ -274,48 +247,21 @@ mod tests {
 
     #[test]
     fn aliases() {
-        assert_eq!(
-            next_n("@hourly", "UTC", "2026-01-01T00:30:00Z", 1),
-            ["2026-01-01T01:00:00.000+00:00"]
-        );
-        assert_eq!(
-            next_n("@daily", "UTC", "2026-01-01T00:30:00Z", 1),
-            ["2026-01-02T00:00:00.000+00:00"]
-        );
-        assert_eq!(
-            next_n("@midnight", "UTC", "2026-01-01T00:30:00Z", 1),
-            ["2026-01-02T00:00:00.000+00:00"]
-        );
+        assert_eq!(next_n("@hourly", "UTC", "2026-01-01T00:30:00Z", 1), ["2026-01-01T01:00:00.000+00:00"]);
+        assert_eq!(next_n("@daily", "UTC", "2026-01-01T00:30:00Z", 1), ["2026-01-02T00:00:00.000+00:00"]);
+        assert_eq!(next_n("@midnight", "UTC", "2026-01-01T00:30:00Z", 1), ["2026-01-02T00:00:00.000+00:00"]);
         // 2026-01-04 is a Sunday.
-        assert_eq!(
-            next_n("@weekly", "UTC", "2026-01-01T00:30:00Z", 1),
-            ["2026-01-04T00:00:00.000+00:00"]
-        );
-        assert_eq!(
-            next_n("@monthly", "UTC", "2026-01-01T00:30:00Z", 1),
-            ["2026-02-01T00:00:00.000+00:00"]
-        );
-        assert_eq!(
-            next_n("@yearly", "UTC", "2026-01-01T00:30:00Z", 1),
-            ["2027-01-01T00:00:00.000+00:00"]
-        );
-        assert_eq!(
-            next_n("@annually", "UTC", "2026-01-01T00:30:00Z", 1),
-            ["2027-01-01T00:00:00.000+00:00"]
-        );
+        assert_eq!(next_n("@weekly", "UTC", "2026-01-01T00:30:00Z", 1), ["2026-01-04T00:00:00.000+00:00"]);
+        assert_eq!(next_n("@monthly", "UTC", "2026-01-01T00:30:00Z", 1), ["2026-02-01T00:00:00.000+00:00"]);
+        assert_eq!(next_n("@yearly", "UTC", "2026-01-01T00:30:00Z", 1), ["2027-01-01T00:00:00.000+00:00"]);
+        assert_eq!(next_n("@annually", "UTC", "2026-01-01T00:30:00Z", 1), ["2027-01-01T00:00:00.000+00:00"]);
     }
 
     #[test]
     fn every_is_anchored_to_the_epoch() {
         let s = Schedule::parse("@every 30s", "UTC").unwrap();
-        assert_eq!(
-            s.next_after(ms("2026-01-01T00:00:10Z")),
-            Some(ms("2026-01-01T00:00:30Z"))
-        );
-        assert_eq!(
-            s.next_after(ms("2026-01-01T00:00:30Z")),
-            Some(ms("2026-01-01T00:01:00Z"))
-        );
+        assert_eq!(s.next_after(ms("2026-01-01T00:00:10Z")), Some(ms("2026-01-01T00:00:30Z")));
+        assert_eq!(s.next_after(ms("2026-01-01T00:00:30Z")), Some(ms("2026-01-01T00:01:00Z")));
         let s = Schedule::parse("@every 1500ms", "UTC").unwrap();
         assert_eq!(s.next_after(0), Some(1500));
         assert_eq!(s.next_after(1499), Some(1500));
@@ -335,84 +281,41 @@ mod tests {
 
     #[test]
     fn timezone_shifts_fixed_times() {
-        assert_eq!(
-            next_n("0 9 * * *", "Asia/Tokyo", "2025-12-31T12:00:00Z", 1),
-            ["2026-01-01T09:00:00.000+09:00"]
-        );
+        assert_eq!(next_n("0 9 * * *", "Asia/Tokyo", "2025-12-31T12:00:00Z", 1), ["2026-01-01T09:00:00.000+09:00"]);
     }
 
     #[test]
     fn dst_gap_new_york_runs_once_at_first_valid_instant() {
         // 2026-03-08: clocks jump 02:00 -> 03:00 in America/New_York; 02:30 does not exist.
-        let got = next_n(
-            "30 2 * * *",
-            "America/New_York",
-            "2026-03-07T12:00:00-05:00",
-            3,
-        );
+        let got = next_n("30 2 * * *", "America/New_York", "2026-03-07T12:00:00-05:00", 3);
         assert_eq!(
             got,
-            [
-                "2026-03-08T03:00:00.000-04:00",
-                "2026-03-09T02:30:00.000-04:00",
-                "2026-03-10T02:30:00.000-04:00"
-            ]
+            ["2026-03-08T03:00:00.000-04:00", "2026-03-09T02:30:00.000-04:00", "2026-03-10T02:30:00.000-04:00"]
         );
     }
 
     #[test]
     fn dst_overlap_new_york_runs_once() {
         // 2026-11-01: clocks fall back 02:00 -> 01:00; 01:30 happens twice.
-        let got = next_n(
-            "30 1 * * *",
-            "America/New_York",
-            "2026-10-31T12:00:00-04:00",
-            3,
-        );
+        let got = next_n("30 1 * * *", "America/New_York", "2026-10-31T12:00:00-04:00", 3);
         assert_eq!(
             got,
-            [
-                "2026-11-01T01:30:00.000-04:00",
-                "2026-11-02T01:30:00.000-05:00",
-                "2026-11-03T01:30:00.000-05:00"
-            ]
+            ["2026-11-01T01:30:00.000-04:00", "2026-11-02T01:30:00.000-05:00", "2026-11-03T01:30:00.000-05:00"]
         );
     }
 
     #[test]
     fn dst_gap_berlin_runs_once() {
         // 2026-03-29: clocks jump 02:00 -> 03:00 in Europe/Berlin.
-        let got = next_n(
-            "15 2 * * *",
-            "Europe/Berlin",
-            "2026-03-28T12:00:00+01:00",
-            2,
-        );
-        assert_eq!(
-            got,
-            [
-                "2026-03-29T03:00:00.000+02:00",
-                "2026-03-30T02:15:00.000+02:00"
-            ]
-        );
+        let got = next_n("15 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00+01:00", 2);
+        assert_eq!(got, ["2026-03-29T03:00:00.000+02:00", "2026-03-30T02:15:00.000+02:00"]);
     }
 
     #[test]
     fn dst_overlap_berlin_runs_once() {
         // 2026-10-25: clocks fall back 03:00 -> 02:00; 02:15 happens twice.
-        let got = next_n(
-            "15 2 * * *",
-            "Europe/Berlin",
-            "2026-10-24T12:00:00+02:00",
-            2,
-        );
-        assert_eq!(
-            got,
-            [
-                "2026-10-25T02:15:00.000+02:00",
-                "2026-10-26T02:15:00.000+01:00"
-            ]
-        );
+        let got = next_n("15 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00+02:00", 2);
+        assert_eq!(got, ["2026-10-25T02:15:00.000+02:00", "2026-10-26T02:15:00.000+01:00"]);
     }
 
     #[test]
@@ -446,13 +349,7 @@ mod tests {
 
     #[test]
     fn describes_in_words() {
-        assert_eq!(
-            Schedule::parse("@every 90s", "UTC").unwrap().describe(),
-            "Every 1m 30s"
-        );
-        assert!(!Schedule::parse("0 9 * * 1-5", "UTC")
-            .unwrap()
-            .describe()
-            .is_empty());
+        assert_eq!(Schedule::parse("@every 90s", "UTC").unwrap().describe(), "Every 1m 30s");
+        assert!(!Schedule::parse("0 9 * * 1-5", "UTC").unwrap().describe().is_empty());
     }
 }

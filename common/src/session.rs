@@ -38,10 +38,7 @@ pub struct Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("lease_id", &self.lease_id)
-            .field("ttl", &self.ttl)
-            .finish()
+        f.debug_struct("Session").field("lease_id", &self.lease_id).field("ttl", &self.ttl).finish()
     }
 }
 
@@ -61,22 +58,8 @@ impl Session {
         let lease_id = grant.id();
         let (alive_tx, alive) = watch::channel(true);
         let (stop, stop_rx) = watch::channel(false);
-        let keeper = tokio::spawn(keep_alive(
-            client.clone(),
-            lease_id,
-            ttl,
-            requested,
-            alive_tx,
-            stop_rx,
-        ));
-        Ok(Self {
-            lease_id,
-            ttl,
-            alive,
-            stop,
-            client: client.clone(),
-            keeper,
-        })
+        let keeper = tokio::spawn(keep_alive(client.clone(), lease_id, ttl, requested, alive_tx, stop_rx));
+        Ok(Self { lease_id, ttl, alive, stop, client: client.clone(), keeper })
     }
 
     #[must_use]
@@ -114,11 +97,7 @@ impl Session {
         let mut leases = self.client.lease_client();
         if let Err(e) = timeout(crate::etcd::REQUEST_TIMEOUT, leases.revoke(self.lease_id))
             .await
-            .unwrap_or_else(|_| {
-                Err(etcd_client::Error::LeaseKeepAliveError(
-                    "revoke timed out".to_owned(),
-                ))
-            })
+            .unwrap_or_else(|_| Err(etcd_client::Error::LeaseKeepAliveError("revoke timed out".to_owned())))
         {
             tracing::warn!(lease_id = self.lease_id, error = %e, "revoking session lease failed; it will expire by itself");
         }
@@ -151,9 +130,7 @@ async fn keep_alive(
         if Instant::now() >= deadline {
             continue;
         }
-        let per_call = interval
-            .min(deadline.saturating_duration_since(Instant::now()))
-            .max(Duration::from_millis(100));
+        let per_call = interval.min(deadline.saturating_duration_since(Instant::now())).max(Duration::from_millis(100));
         if stream.is_none() {
             let mut leases = client.lease_client();
             match timeout(per_call, leases.keep_alive(lease_id)).await {
@@ -189,10 +166,7 @@ async fn keep_alive(
                 break;
             }
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
-                tracing::warn!(
-                    lease_id,
-                    "session keep-alive failed; retrying on a new stream"
-                );
+                tracing::warn!(lease_id, "session keep-alive failed; retrying on a new stream");
                 stream = None;
                 next = Instant::now() + Duration::from_millis(200);
             }

@@ -28,6 +28,36 @@ ensure_base_deps() {
     fi
 }
 
+# ensure_secantus: installs the MongoDB-compatible test server (secantusd-rs) once; the binary
+# is cached in ~/.cargo/bin. Production uses a real MongoDB; see README.
+SECANTUS_VERSION=0.5.3-beta.196
+ensure_secantus() {
+    export PATH="$HOME/.cargo/bin:$PATH"
+    if command -v secantusd-rs >/dev/null 2>&1; then
+        return 0
+    fi
+    ensure_cmd cmake cmake
+    echo ">> installing secantus-mdb $SECANTUS_VERSION (MongoDB-compatible test server; one-time build)" >&2
+    cargo install secantus-mdb --version "$SECANTUS_VERSION" --ignore-rust-version --locked >&2
+}
+
+# start_secantus DIR PORT LOG: starts the server in the background and waits until it answers;
+# sets SECANTUS_PID.
+start_secantus() {
+    local dir=$1 port=$2 log=$3 i=0
+    mkdir -p "$dir"
+    secantusd-rs --host 127.0.0.1 --port "$port" --storage-path "$dir" --cache-size 256M >"$log" 2>&1 &
+    SECANTUS_PID=$!
+    until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+        i=$((i + 1))
+        if [ "$i" -gt 300 ]; then
+            echo "the MongoDB-compatible server did not start; see $log" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
 # free_port: prints a free TCP port on 127.0.0.1.
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'

@@ -6,6 +6,9 @@ cd "$(dirname "$0")/../.."
 . deploy/local/lib.sh
 
 ensure_base_deps
+# The harness starts its own MongoDB-compatible server per test cluster (tests stop and restart
+# it); with ETCRON_MONGODB_URI set, tests that need no outage use that server instead.
+ensure_secantus
 export CARGO_TERM_COLOR=never
 
 echo ">> rustfmt / clippy"

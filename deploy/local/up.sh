@@ -6,6 +6,9 @@ cd "$(dirname "$0")/../.."
 . deploy/local/lib.sh
 
 ensure_base_deps
+if [ -z "${ETCRON_MONGODB_URI:-}" ]; then
+    ensure_secantus
+fi
 echo ">> building release binaries"
 cargo build --release --bins --locked
 
@@ -17,9 +20,13 @@ mkdir -p "$DATA/logs"
 export ETCRON_ETCD_ENDPOINTS="127.0.0.1:$ETCD_PORT"
 PIDS=()
 cleanup() {
+    trap - EXIT INT TERM
     echo ">> stopping"
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    # In reverse start order: workers drain and flush their records first, etcd stops last.
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+        kill -TERM "${PIDS[$i]}" 2>/dev/null || true
+        wait "${PIDS[$i]}" 2>/dev/null || true
+    done
 }
 trap cleanup EXIT INT TERM
 
@@ -30,10 +37,17 @@ etcd --name local --data-dir "$DATA/etcd" \
 PIDS+=($!)
 wait_http "http://127.0.0.1:$ETCD_PORT/health" 20
 
+if [ -z "${ETCRON_MONGODB_URI:-}" ]; then
+    MONGO_PORT=${ETCRON_MONGODB_PORT:-27017}
+    start_secantus "$DATA/mongodb" "$MONGO_PORT" "$DATA/logs/mongodb.log"
+    PIDS+=("$SECANTUS_PID")
+    export ETCRON_MONGODB_URI="mongodb://127.0.0.1:$MONGO_PORT"
+fi
+
 target/release/etcron-master --listen "$LISTEN" >"$DATA/logs/master.log" 2>&1 &
 PIDS+=($!)
 for i in 1 2; do
-    target/release/etcron-worker --worker-id "local-$i" --labels "slot=$i" >"$DATA/logs/worker-$i.log" 2>&1 &
+    target/release/etcron-worker --worker-id "local-$i" --labels "slot=$i" --data-dir "$DATA/worker-$i" >"$DATA/logs/worker-$i.log" 2>&1 &
     PIDS+=($!)
 done
 wait_http "http://$LISTEN/healthz" 20
@@ -47,7 +61,8 @@ etcron is running.
   API:      http://$LISTEN/api/jobs
   workers:  http://$LISTEN/api/workers
   etcd:     ETCDCTL_API=3 etcdctl --endpoints 127.0.0.1:$ETCD_PORT get --prefix /etcron/
-  logs:     $DATA/logs/ (executions are logged by the workers)
+  records:  http://$LISTEN/api/executions?job=hello  (MongoDB: $ETCRON_MONGODB_URI)
+  logs:     $DATA/logs/
 A demo job "hello" runs every 10 seconds. Press Ctrl-C to stop.
 MSG
 wait

@@ -17,6 +17,8 @@ use etcron_common::job::{validate_name, JobSpec};
 use etcron_common::keys::{ExecutionId, Key, Keys, KillTarget};
 use etcron_common::model::{KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
 use etcron_common::schedule::{format_in, Schedule, ScheduleError};
+use etcron_common::model::{Status, TriggerKind};
+use etcron_common::store::{Cursor, MongoStore, Search, StoreError, DEFAULT_LIMIT, MAX_LIMIT};
 use etcron_common::{now_ms, rfc3339_ms};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -38,21 +40,24 @@ const RMW_ATTEMPTS: usize = 5;
 pub struct AppState {
     pub client: Client,
     pub keys: Keys,
+    pub store: MongoStore,
 }
+
+/// Deadline for the best-effort record summaries shown with jobs.
+const SUMMARY_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/api/jobs", get(list_jobs))
-        .route(
-            "/api/jobs/{job}",
-            get(get_job).put(put_job).delete(delete_job),
-        )
+        .route("/api/jobs/{job}", get(get_job).put(put_job).delete(delete_job))
         .route("/api/jobs/{job}/run", post(run_job))
         .route("/api/jobs/{job}/kill", post(kill_job))
         .route("/api/jobs/{job}/pause", post(pause_job))
         .route("/api/jobs/{job}/resume", post(resume_job))
         .route("/api/workers", get(list_workers))
         .route("/api/schedule/preview", get(preview))
+        .route("/api/executions", get(search_executions))
+        .route("/api/executions/{id}", get(get_execution))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(not_found)
@@ -103,10 +108,7 @@ fn view(name: String, value: &[u8], revision: i64, created_revision: i64) -> Job
             let (description, next_runs) = match spec.parsed_schedule() {
                 Ok(s) => {
                     let next = if spec.enabled {
-                        s.upcoming(now_ms(), NEXT_RUNS)
-                            .into_iter()
-                            .map(|t| format_in(s.timezone(), t))
-                            .collect()
+                        s.upcoming(now_ms(), NEXT_RUNS).into_iter().map(|t| format_in(s.timezone(), t)).collect()
                     } else {
                         Vec::new()
                     };
@@ -147,39 +149,59 @@ fn with_etag(status: StatusCode, body: &JobView) -> Response {
 async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     let mut kv = st.client.kv_client();
     let resp = etcd(kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    let summaries = tokio::time::timeout(SUMMARY_TIMEOUT, st.store.summaries(now_ms() - 86_400_000, None)).await;
+    let (summaries, records) = match summaries {
+        Ok(Ok(s)) => (Some(s), json!({"available": true})),
+        Ok(Err(e)) => (None, json!({"available": false, "error": e.to_string()})),
+        Err(_) => (None, json!({"available": false, "error": "MongoDB did not answer in time"})),
+    };
     let mut jobs = Vec::new();
     for item in resp.kvs() {
         if let Some(Key::Job(name)) = st.keys.parse(item.key()) {
-            jobs.push(view(
-                name,
-                item.value(),
-                item.mod_revision(),
-                item.create_revision(),
-            ));
+            let summary = summaries.as_ref().map(|s| s.get(&name).cloned().unwrap_or_default());
+            let mut v = serde_json::to_value(view(name, item.value(), item.mod_revision(), item.create_revision()))
+                .map_err(|e| ApiError::internal(&e))?;
+            v["summary"] = serde_json::to_value(summary).unwrap_or(Value::Null);
+            jobs.push(v);
         }
     }
-    Ok(Json(json!({ "jobs": jobs })))
+    Ok(Json(json!({ "jobs": jobs, "records": records })))
 }
 
 async fn fetch_job(st: &AppState, name: &str) -> ApiResult<JobView> {
     job_name(name)?;
     let mut kv = st.client.kv_client();
     let resp = etcd(kv.get(st.keys.job(name), None)).await?;
-    let item = resp
-        .kvs()
-        .first()
-        .ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
-    Ok(view(
-        name.to_owned(),
-        item.value(),
-        item.mod_revision(),
-        item.create_revision(),
-    ))
+    let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
+    Ok(view(name.to_owned(), item.value(), item.mod_revision(), item.create_revision()))
 }
 
 async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
     let job = fetch_job(&st, &name).await?;
-    Ok(with_etag(StatusCode::OK, &job))
+    let mut resp = with_etag(StatusCode::OK, &job);
+    let summary = async {
+        let mut summary = st.store.summaries(now_ms() - 86_400_000, Some(&name)).await?.remove(&name).unwrap_or_default();
+        let latest = st.store.search(&Search { job: Some(name.clone()), limit: 1, ..Search::default() }).await?;
+        summary.last_execution = latest.executions.first().map(|r| etcron_common::store::LastExecution {
+            id: r.id.to_string(),
+            status: r.status,
+            scheduled_at: r.scheduled_at.clone(),
+        });
+        Ok::<_, StoreError>(summary)
+    };
+    let summary = match tokio::time::timeout(SUMMARY_TIMEOUT, summary).await {
+        Ok(Ok(s)) => serde_json::to_value(s).unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    let mut body = serde_json::to_value(&job).map_err(|e| ApiError::internal(&e))?;
+    body["summary"] = summary;
+    let etag = resp.headers_mut().remove("etag");
+    let mut out = (StatusCode::OK, Json(body)).into_response();
+    if let Some(etag) = etag {
+        out.headers_mut().insert("etag", etag);
+    }
+    resp = out;
+    Ok(resp)
 }
 
 /// `If-Match: <revision>` (quotes allowed); `None` when absent.
@@ -187,22 +209,13 @@ fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
     let Some(value) = headers.get("if-match") else {
         return Ok(None);
     };
-    let text = value
-        .to_str()
-        .unwrap_or("")
-        .trim()
-        .trim_start_matches("W/")
-        .trim_matches('"');
-    text.parse::<i64>()
-        .ok()
-        .filter(|r| *r > 0)
-        .map(Some)
-        .ok_or_else(|| {
-            ApiError::bad_request(
-                Some("If-Match".to_owned()),
-                "If-Match must be a job revision (a positive integer) as returned in `revision`",
-            )
-        })
+    let text = value.to_str().unwrap_or("").trim().trim_start_matches("W/").trim_matches('"');
+    text.parse::<i64>().ok().filter(|r| *r > 0).map(Some).ok_or_else(|| {
+        ApiError::bad_request(
+            Some("If-Match".to_owned()),
+            "If-Match must be a job revision (a positive integer) as returned in `revision`",
+        )
+    })
 }
 
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
@@ -223,9 +236,7 @@ async fn put_job(
 ) -> ApiResult<Response> {
     job_name(&name)?;
     let expected = if_match(&headers)?;
-    let create_only = headers
-        .get("if-none-match")
-        .is_some_and(|v| v.as_bytes() == b"*");
+    let create_only = headers.get("if-none-match").is_some_and(|v| v.as_bytes() == b"*");
     let body = body_bytes(body)?;
     let spec = JobSpec::from_json(&body)?;
     let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
@@ -239,11 +250,7 @@ async fn put_job(
     };
     let txn = Txn::new()
         .when(compare.into_iter().collect::<Vec<_>>())
-        .and_then([TxnOp::put(
-            key.clone(),
-            value.clone(),
-            Some(PutOptions::new().with_prev_key()),
-        )])
+        .and_then([TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_prev_key()))])
         .or_else([TxnOp::get(key.clone(), None)]);
     let resp = etcd(kv.txn(txn)).await?;
     if !resp.succeeded() {
@@ -268,17 +275,10 @@ async fn put_job(
         None => (StatusCode::CREATED, revision),
     };
     tracing::info!(job = %name, revision, created = previous.is_none(), "job saved");
-    Ok(with_etag(
-        status,
-        &view(name, &value, revision, created_revision),
-    ))
+    Ok(with_etag(status, &view(name, &value, revision, created_revision)))
 }
 
-async fn delete_job(
-    State(st): State<AppState>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> ApiResult<StatusCode> {
+async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, headers: HeaderMap) -> ApiResult<StatusCode> {
     job_name(&name)?;
     let expected = if_match(&headers)?;
     let key = st.keys.job(&name);
@@ -289,10 +289,7 @@ async fn delete_job(
     // The job and its catch-up state go together; claims expire under their own leases.
     let txn = Txn::new()
         .when([compare])
-        .and_then([
-            TxnOp::delete(key.clone(), None),
-            TxnOp::delete(st.keys.state(&name), None),
-        ])
+        .and_then([TxnOp::delete(key.clone(), None), TxnOp::delete(st.keys.state(&name), None)])
         .or_else([TxnOp::get(key.clone(), None)]);
     let mut kv = st.client.kv_client();
     let resp = etcd(kv.txn(txn)).await?;
@@ -305,9 +302,7 @@ async fn delete_job(
         .into_iter()
         .any(|op| matches!(op, etcd_client::TxnOpResponse::Get(g) if !g.kvs().is_empty()));
     if exists {
-        Err(ApiError::conflict(format!(
-            "job {name:?} was changed by someone else; reload before deleting"
-        )))
+        Err(ApiError::conflict(format!("job {name:?} was changed by someone else; reload before deleting")))
     } else {
         Err(ApiError::not_found(format!("job {name:?} does not exist")))
     }
@@ -323,37 +318,20 @@ async fn grant_command_lease(st: &AppState) -> ApiResult<i64> {
     Ok(etcd(leases.grant(ttl, None)).await?.id())
 }
 
-async fn run_job(
-    State(st): State<AppState>,
-    Path(name): Path<String>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+async fn run_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<(StatusCode, Json<Value>)> {
     fetch_job(&st, &name).await?;
     let id = request_id();
     let now = now_ms();
-    let request = TriggerRequest {
-        requested_at: rfc3339_ms(now),
-        requested_at_ms: now,
-        reason: "manual run via API".to_owned(),
-    };
+    let request =
+        TriggerRequest { requested_at: rfc3339_ms(now), requested_at_ms: now, reason: "manual run via API".to_owned() };
     let lease = grant_command_lease(&st).await?;
     let value = serde_json::to_vec(&request).map_err(|e| ApiError::internal(&e))?;
     let mut kv = st.client.kv_client();
-    etcd(kv.put(
-        st.keys.trigger(&name, &id),
-        value,
-        Some(PutOptions::new().with_lease(lease)),
-    ))
-    .await?;
-    let execution_id = ExecutionId {
-        job: name.clone(),
-        tick: etcron_common::keys::Tick::Manual(id.clone()),
-        attempt: 1,
-    };
+    etcd(kv.put(st.keys.trigger(&name, &id), value, Some(PutOptions::new().with_lease(lease)))).await?;
+    let execution_id =
+        ExecutionId { job: name.clone(), tick: etcron_common::keys::Tick::Manual(id.clone()), attempt: 1 };
     tracing::info!(job = %name, request_id = %id, "manual run requested");
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({ "request_id": id, "execution_id": execution_id.to_string() })),
-    ))
+    Ok((StatusCode::ACCEPTED, Json(json!({ "request_id": id, "execution_id": execution_id.to_string() }))))
 }
 
 #[derive(Debug, Deserialize)]
@@ -371,9 +349,8 @@ async fn kill_job(
     let target = match query.execution.as_deref() {
         None | Some("all") => KillTarget::All,
         Some(text) => {
-            let id: ExecutionId = text
-                .parse()
-                .map_err(|e: String| ApiError::bad_request(Some("execution".to_owned()), e))?;
+            let id: ExecutionId =
+                text.parse().map_err(|e: String| ApiError::bad_request(Some("execution".to_owned()), e))?;
             if id.job != name {
                 return Err(ApiError::bad_request(
                     Some("execution".to_owned()),
@@ -384,24 +361,13 @@ async fn kill_job(
         }
     };
     let lease = grant_command_lease(&st).await?;
-    let command = KillCommand {
-        requested_at: rfc3339_ms(now_ms()),
-        reason: "kill via API".to_owned(),
-    };
+    let command = KillCommand { requested_at: rfc3339_ms(now_ms()), reason: "kill via API".to_owned() };
     let value = serde_json::to_vec(&command).map_err(|e| ApiError::internal(&e))?;
     let mut kv = st.client.kv_client();
-    let resp = etcd(kv.put(
-        st.keys.kill(&name, &target),
-        value,
-        Some(PutOptions::new().with_lease(lease)),
-    ))
-    .await?;
+    let resp = etcd(kv.put(st.keys.kill(&name, &target), value, Some(PutOptions::new().with_lease(lease)))).await?;
     let revision = resp.header().map_or(0, |h| h.revision());
     tracing::info!(job = %name, target = %target, revision, "kill requested");
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({ "job": name, "target": target.to_string(), "revision": revision })),
-    ))
+    Ok((StatusCode::ACCEPTED, Json(json!({ "job": name, "target": target.to_string(), "revision": revision }))))
 }
 
 async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Response> {
@@ -410,41 +376,30 @@ async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Resp
     for _ in 0..RMW_ATTEMPTS {
         let mut kv = st.client.kv_client();
         let resp = etcd(kv.get(key.clone(), None)).await?;
-        let item = resp
-            .kvs()
-            .first()
-            .ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
+        let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
         let (rev, created) = (item.mod_revision(), item.create_revision());
         let mut spec = JobSpec::from_json(item.value()).map_err(|e| {
-            ApiError::conflict(format!(
-                "stored spec of job {name:?} is invalid ({e}); replace it with PUT"
-            ))
+            ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT"))
         })?;
         if spec.enabled == enabled {
-            return Ok(with_etag(
-                StatusCode::OK,
-                &view(name.to_owned(), item.value(), rev, created),
-            ));
+            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), item.value(), rev, created)));
         }
         spec.enabled = enabled;
         let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
         // Flip only the revision we read, so a concurrent edit is never overwritten.
-        let txn = Txn::new()
-            .when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)])
-            .and_then([TxnOp::put(key.clone(), value.clone(), None)]);
+        let txn = Txn::new().when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)]).and_then([TxnOp::put(
+            key.clone(),
+            value.clone(),
+            None,
+        )]);
         let resp = etcd(kv.txn(txn)).await?;
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             tracing::info!(job = %name, enabled, revision, "job {}", if enabled { "resumed" } else { "paused" });
-            return Ok(with_etag(
-                StatusCode::OK,
-                &view(name.to_owned(), &value, revision, created),
-            ));
+            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), &value, revision, created)));
         }
     }
-    Err(ApiError::conflict(format!(
-        "job {name:?} is being edited concurrently; retry"
-    )))
+    Err(ApiError::conflict(format!("job {name:?} is being edited concurrently; retry")))
 }
 
 async fn pause_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
@@ -467,36 +422,24 @@ struct RunningView {
 
 async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     let mut kv = st.client.kv_client();
-    let workers = etcd(kv.get(
-        st.keys.workers_prefix(),
-        Some(GetOptions::new().with_prefix()),
-    ))
-    .await?;
-    let running = etcd(kv.get(
-        st.keys.running_prefix(),
-        Some(GetOptions::new().with_prefix()),
-    ))
-    .await?;
+    let workers = etcd(kv.get(st.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    let running = etcd(kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await?;
     let mut by_worker: BTreeMap<String, Vec<RunningView>> = BTreeMap::new();
     for item in running.kvs() {
-        let (Some(Key::Running(id)), Ok(r)) = (
-            st.keys.parse(item.key()),
-            serde_json::from_slice::<RunningExecution>(item.value()),
-        ) else {
+        let (Some(Key::Running(id)), Ok(r)) =
+            (st.keys.parse(item.key()), serde_json::from_slice::<RunningExecution>(item.value()))
+        else {
             continue;
         };
-        by_worker
-            .entry(r.worker_id.clone())
-            .or_default()
-            .push(RunningView {
-                id: id.to_string(),
-                job: id.job.clone(),
-                worker_id: r.worker_id,
-                started_at: r.started_at,
-                pid: r.pid,
-                // Written in the claim txn, so the marker's create revision is the fencing token.
-                fencing_token: r.fencing_token.unwrap_or_else(|| item.create_revision()),
-            });
+        by_worker.entry(r.worker_id.clone()).or_default().push(RunningView {
+            id: id.to_string(),
+            job: id.job.clone(),
+            worker_id: r.worker_id,
+            started_at: r.started_at,
+            pid: r.pid,
+            // Written in the claim txn, so the marker's create revision is the fencing token.
+            fencing_token: r.fencing_token.unwrap_or_else(|| item.create_revision()),
+        });
     }
     let mut out = Vec::new();
     for item in workers.kvs() {
@@ -525,36 +468,24 @@ async fn preview(
     query: Result<Query<PreviewQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
-    let schedule = q.schedule.ok_or_else(|| {
-        ApiError::bad_request(Some("schedule".to_owned()), "schedule is required")
-    })?;
+    let schedule =
+        q.schedule.ok_or_else(|| ApiError::bad_request(Some("schedule".to_owned()), "schedule is required"))?;
     let timezone = q.timezone.unwrap_or_else(|| "UTC".to_owned());
     let count = match q.count {
         None => 10,
-        Some(c) => c
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_PREVIEW).contains(n))
-            .ok_or_else(|| {
-                ApiError::bad_request(
-                    Some("count".to_owned()),
-                    format!("count must be an integer between 1 and {MAX_PREVIEW}"),
-                )
-            })?,
+        Some(c) => c.parse::<usize>().ok().filter(|n| (1..=MAX_PREVIEW).contains(n)).ok_or_else(|| {
+            ApiError::bad_request(
+                Some("count".to_owned()),
+                format!("count must be an integer between 1 and {MAX_PREVIEW}"),
+            )
+        })?,
     };
     let parsed = Schedule::parse(&schedule, &timezone).map_err(|e| match e {
-        ScheduleError::Timezone(_) => {
-            ApiError::bad_request(Some("timezone".to_owned()), e.to_string())
-        }
-        ScheduleError::Expression(_) => {
-            ApiError::bad_request(Some("schedule".to_owned()), e.to_string())
-        }
+        ScheduleError::Timezone(_) => ApiError::bad_request(Some("timezone".to_owned()), e.to_string()),
+        ScheduleError::Expression(_) => ApiError::bad_request(Some("schedule".to_owned()), e.to_string()),
     })?;
     let next_ms = parsed.upcoming(now_ms(), count);
-    let next: Vec<String> = next_ms
-        .iter()
-        .map(|t| format_in(parsed.timezone(), *t))
-        .collect();
+    let next: Vec<String> = next_ms.iter().map(|t| format_in(parsed.timezone(), *t)).collect();
     Ok(Json(
         json!({ "schedule": schedule, "timezone": timezone, "description": parsed.describe(), "next": next, "next_ms": next_ms }),
     ))
@@ -566,20 +497,112 @@ async fn healthz() -> Json<Value> {
 
 async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
     let mut kv = st.client.kv_client();
-    let probe = kv.get(
-        st.keys.jobs_prefix(),
-        Some(GetOptions::new().with_prefix().with_count_only()),
-    );
+    let probe = kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix().with_count_only()));
     let etcd = match tokio::time::timeout(Duration::from_secs(2), probe).await {
         Ok(Ok(_)) => json!({ "ok": true }),
         Ok(Err(e)) => json!({ "ok": false, "error": e.to_string() }),
         Err(_) => json!({ "ok": false, "error": "timed out" }),
     };
-    let ready = etcd["ok"] == true;
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
+    let mongodb = match tokio::time::timeout(Duration::from_secs(4), st.store.ping()).await {
+        Ok(Ok(())) => json!({ "ok": true }),
+        Ok(Err(e)) => json!({ "ok": false, "error": e.to_string() }),
+        Err(_) => json!({ "ok": false, "error": "timed out" }),
     };
-    (status, Json(json!({ "ready": ready, "etcd": etcd })))
+    let ready = etcd["ok"] == true && mongodb["ok"] == true;
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(json!({ "ready": ready, "etcd": etcd, "mongodb": mongodb })))
+}
+
+fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::BadCursor => ApiError::bad_request(Some("cursor".to_owned()), "cursor is not one this API returned"),
+        StoreError::Unavailable(cause) => ApiError::mongodb_unavailable(&cause),
+        StoreError::Failed(cause) => ApiError::internal(&cause),
+    }
+}
+
+/// Parameters `GET /api/executions` accepts.
+const SEARCH_PARAMS: [&str; 9] = ["job", "status", "worker", "trigger", "since", "until", "q", "limit", "cursor"];
+
+fn parse_time(param: &str, value: &str) -> ApiResult<i64> {
+    chrono::DateTime::parse_from_rfc3339(value)
+        .map(|t| t.timestamp_millis())
+        .map_err(|e| ApiError::bad_request(Some(param.to_owned()), format!("{param} must be an RFC 3339 time such as 2026-11-22T03:00:00Z ({e})")))
+}
+
+/// Parses the query of `GET /api/executions`; every bad value is a 400 naming the parameter.
+pub fn parse_search(query: &str) -> ApiResult<Search> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query).map_err(|e| ApiError::bad_request(None, format!("malformed query string: {e}")))?;
+    let mut s = Search { limit: DEFAULT_LIMIT, ..Search::default() };
+    for (key, value) in pairs {
+        let field = Some(key.clone());
+        match key.as_str() {
+            "job" => {
+                validate_name(&value).map_err(|e| ApiError::bad_request(field, e.message))?;
+                s.job = Some(value);
+            }
+            "status" => {
+                for part in value.split(',').filter(|p| !p.is_empty()) {
+                    let status: Status = serde_json::from_value(Value::String(part.to_owned())).map_err(|_| {
+                        ApiError::bad_request(field.clone(), format!("unknown status {part:?}; one of running, succeeded, failed, timed_out, killed, lost, skipped, missed"))
+                    })?;
+                    s.statuses.push(status);
+                }
+            }
+            "worker" => {
+                etcron_common::keys::validate_id(&value).map_err(|e| ApiError::bad_request(field, e))?;
+                s.worker = Some(value);
+            }
+            "trigger" => {
+                let trigger: TriggerKind = serde_json::from_value(Value::String(value.clone())).map_err(|_| {
+                    ApiError::bad_request(field, format!("unknown trigger {value:?}; one of schedule, manual, retry, dependency, catchup, failover"))
+                })?;
+                s.trigger = Some(trigger);
+            }
+            "since" => s.since_ms = Some(parse_time("since", &value)?),
+            "until" => s.until_ms = Some(parse_time("until", &value)?),
+            "q" => {
+                if value.len() > 256 {
+                    return Err(ApiError::bad_request(field, "q is longer than 256 characters"));
+                }
+                if etcron_common::store::words(&value).is_empty() && !value.trim().is_empty() {
+                    return Err(ApiError::bad_request(field, "q needs at least one word of 2 or more letters or digits"));
+                }
+                s.q = Some(value);
+            }
+            "limit" => {
+                s.limit = value.parse::<i64>().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(|| {
+                    ApiError::bad_request(field, format!("limit must be an integer between 1 and {MAX_LIMIT}"))
+                })?;
+            }
+            "cursor" => s.cursor = Some(Cursor::decode(&value).map_err(store_error)?),
+            other => {
+                return Err(ApiError::bad_request(
+                    Some(other.to_owned()),
+                    format!("unknown parameter {other:?}; known: {}", SEARCH_PARAMS.join(", ")),
+                ))
+            }
+        }
+    }
+    if let (Some(a), Some(b)) = (s.since_ms, s.until_ms) {
+        if a > b {
+            return Err(ApiError::bad_request(Some("since".to_owned()), "since is after until"));
+        }
+    }
+    Ok(s)
+}
+
+async fn search_executions(State(st): State<AppState>, axum::extract::RawQuery(query): axum::extract::RawQuery) -> ApiResult<Json<Value>> {
+    let search = parse_search(query.as_deref().unwrap_or(""))?;
+    let page = st.store.search(&search).await.map_err(store_error)?;
+    Ok(Json(json!({ "executions": page.executions, "next_cursor": page.next_cursor })))
+}
+
+async fn get_execution(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let parsed: ExecutionId = id.parse().map_err(|e: String| ApiError::bad_request(Some("id".to_owned()), e))?;
+    match st.store.get(&parsed.to_string()).await.map_err(store_error)? {
+        Some(record) => Ok(Json(serde_json::to_value(record).map_err(|e| ApiError::internal(&e))?)),
+        None => Err(ApiError::not_found(format!("execution {id:?} has no record"))),
+    }
 }

@@ -3,16 +3,15 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use anyhow::{bail, Context};
+use etcron_common::duration::HumanDuration;
 use clap::Parser;
 use serde::Deserialize;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "etcron-master",
-    version,
-    about = "etcron master: HTTP API and web UI"
-)]
+#[command(name = "etcron-master", version, about = "etcron master: HTTP API and web UI")]
 pub struct Cli {
     /// TOML configuration file.
     #[arg(long, env = "ETCRON_CONFIG")]
@@ -26,6 +25,15 @@ pub struct Cli {
     /// Address to serve the API and UI on.
     #[arg(long, env = "ETCRON_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// MongoDB URI for execution records.
+    #[arg(long, env = "ETCRON_MONGODB_URI")]
+    pub mongodb_uri: Option<String>,
+    /// MongoDB database.
+    #[arg(long, env = "ETCRON_MONGODB_DB")]
+    pub mongodb_db: Option<String>,
+    /// How long execution records are kept after they finish, e.g. `30d`.
+    #[arg(long, env = "ETCRON_RETENTION")]
+    pub retention: Option<HumanDuration>,
     /// Log level or `RUST_LOG`-style filter.
     #[arg(long, env = "ETCRON_LOG_LEVEL")]
     pub log_level: Option<String>,
@@ -40,6 +48,9 @@ pub struct FileConfig {
     pub etcd_endpoints: Option<Vec<String>>,
     pub namespace: Option<String>,
     pub listen: Option<SocketAddr>,
+    pub mongodb_uri: Option<String>,
+    pub mongodb_db: Option<String>,
+    pub retention: Option<HumanDuration>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
 }
@@ -49,14 +60,19 @@ pub struct Config {
     pub etcd_endpoints: Vec<String>,
     pub namespace: String,
     pub listen: SocketAddr,
+    pub mongodb_uri: String,
+    pub mongodb_db: String,
+    pub retention: Duration,
     pub log_level: String,
     pub json_logs: bool,
 }
 
+/// Shortest and longest record retention.
+pub const RETENTION_RANGE: std::ops::RangeInclusive<Duration> = Duration::from_secs(3600)..=Duration::from_secs(10 * 366 * 86400);
+
 impl FileConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config {}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
     }
 }
@@ -69,39 +85,34 @@ impl Config {
         };
         let etcd_endpoints = match cli.etcd_endpoints {
             Some(e) => etcron_common::etcd::parse_endpoints(&e),
-            None => file
-                .etcd_endpoints
-                .unwrap_or_else(|| vec!["127.0.0.1:2379".to_owned()]),
+            None => file.etcd_endpoints.unwrap_or_else(|| vec!["127.0.0.1:2379".to_owned()]),
         };
         if etcd_endpoints.is_empty() {
             bail!("etcd_endpoints: at least one endpoint is required");
         }
-        let namespace = cli
-            .namespace
-            .or(file.namespace)
-            .unwrap_or_else(|| "/etcron".to_owned());
-        etcron_common::keys::Keys::new(&namespace)
-            .map_err(|e| anyhow::anyhow!("namespace: {e}"))?;
-        let listen = cli
-            .listen
-            .or(file.listen)
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8070)));
-        let log_level = cli
-            .log_level
-            .or(file.log_level)
-            .unwrap_or_else(|| "info".to_owned());
+        let namespace = cli.namespace.or(file.namespace).unwrap_or_else(|| "/etcron".to_owned());
+        etcron_common::keys::Keys::new(&namespace).map_err(|e| anyhow::anyhow!("namespace: {e}"))?;
+        let listen = cli.listen.or(file.listen).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8070)));
+        let mongodb_uri =
+            cli.mongodb_uri.or(file.mongodb_uri).unwrap_or_else(|| "mongodb://127.0.0.1:27017".to_owned());
+        if !(mongodb_uri.starts_with("mongodb://") || mongodb_uri.starts_with("mongodb+srv://")) {
+            bail!("mongodb_uri: must start with mongodb:// or mongodb+srv://");
+        }
+        let mongodb_db = cli.mongodb_db.or(file.mongodb_db).unwrap_or_else(|| "etcron".to_owned());
+        if mongodb_db.is_empty() || mongodb_db.len() > 63 || mongodb_db.contains(['/', '\\', '.', ' ', '"', '$']) {
+            bail!("mongodb_db: {mongodb_db:?} is not a valid database name");
+        }
+        let retention = cli.retention.or(file.retention).map_or(Duration::from_secs(30 * 86400), |d| d.0);
+        if !RETENTION_RANGE.contains(&retention) {
+            bail!("retention: must be between 1h and 3660d, got {}", HumanDuration(retention));
+        }
+        let log_level = cli.log_level.or(file.log_level).unwrap_or_else(|| "info".to_owned());
         let json_logs = match cli.log_format.or(file.log_format).as_deref() {
             None | Some("text") => false,
             Some("json") => true,
             Some(other) => bail!("log_format: expected text or json, got {other:?}"),
         };
-        Ok(Self {
-            etcd_endpoints,
-            namespace,
-            listen,
-            log_level,
-            json_logs,
-        })
+        Ok(Self { etcd_endpoints, namespace, listen, mongodb_uri, mongodb_db, retention, log_level, json_logs })
     }
 }
 
@@ -124,15 +135,13 @@ mod tests {
         .unwrap();
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.etcd_endpoints, vec!["a:1", "b:2"]);
-        let err =
-            Config::resolve(Cli::parse_from(["etcron-master", "--namespace", "x"])).unwrap_err();
+        let err = Config::resolve(Cli::parse_from(["etcron-master", "--namespace", "x"])).unwrap_err();
         assert!(format!("{err:#}").contains("namespace"));
     }
 
     #[test]
     fn the_example_config_parses() {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/master.toml");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/master.toml");
         let file = FileConfig::load(&path).unwrap();
         assert!(file.etcd_endpoints.is_some());
         let cli = Cli::parse_from(["etcron-master", "--config", path.to_str().unwrap()]);

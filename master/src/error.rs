@@ -17,39 +17,19 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn bad_request(field: impl Into<Option<String>>, message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::BAD_REQUEST,
-            code: "invalid",
-            message: message.into(),
-            field: field.into(),
-        }
+        Self { status: StatusCode::BAD_REQUEST, code: "invalid", message: message.into(), field: field.into() }
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::NOT_FOUND,
-            code: "not_found",
-            message: message.into(),
-            field: None,
-        }
+        Self { status: StatusCode::NOT_FOUND, code: "not_found", message: message.into(), field: None }
     }
 
     pub fn conflict(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::CONFLICT,
-            code: "conflict",
-            message: message.into(),
-            field: None,
-        }
+        Self { status: StatusCode::CONFLICT, code: "conflict", message: message.into(), field: None }
     }
 
     pub fn too_large(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            code: "too_large",
-            message: message.into(),
-            field: None,
-        }
+        Self { status: StatusCode::PAYLOAD_TOO_LARGE, code: "too_large", message: message.into(), field: None }
     }
 
     /// etcd did not answer: the request may be retried.
@@ -59,6 +39,17 @@ impl ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: "etcd_unavailable",
             message: "etcd is unreachable or did not answer in time; try again".to_owned(),
+            field: None,
+        }
+    }
+
+    /// MongoDB did not answer: record routes are unavailable, job routes keep working.
+    pub fn mongodb_unavailable(cause: &dyn std::fmt::Display) -> Self {
+        tracing::warn!(error = %cause, "MongoDB request failed");
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "mongodb_unavailable",
+            message: "execution records are unavailable: MongoDB is unreachable; job routes still work".to_owned(),
             field: None,
         }
     }
@@ -77,8 +68,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body =
-            json!({"error": {"code": self.code, "message": self.message, "field": self.field}});
+        let body = json!({"error": {"code": self.code, "message": self.message, "field": self.field}});
         (self.status, Json(body)).into_response()
     }
 }
@@ -86,10 +76,7 @@ impl IntoResponse for ApiError {
 impl From<etcron_common::job::SpecError> for ApiError {
     fn from(e: etcron_common::job::SpecError) -> Self {
         if e.too_large {
-            Self {
-                field: e.field,
-                ..Self::too_large(e.message)
-            }
+            Self { field: e.field, ..Self::too_large(e.message) }
         } else {
             Self::bad_request(e.field, e.message)
         }

@@ -11,61 +11,37 @@ use etcron_master::api::{app, AppState};
 use tower::ServiceExt;
 
 async fn state() -> AppState {
-    // Nothing listens on port 1: every etcd call fails, which is what these tests want.
-    let client = connect(&EtcdConfig {
-        endpoints: vec!["127.0.0.1:1".to_owned()],
-        user: None,
-    })
-    .await
-    .unwrap();
-    AppState {
-        client,
-        keys: Keys::new("/etcron").unwrap(),
-    }
+    // Nothing listens on port 1: every etcd and MongoDB call fails, which is what these tests want.
+    let client = connect(&EtcdConfig { endpoints: vec!["127.0.0.1:1".to_owned()], user: None }).await.unwrap();
+    let store = etcron_common::store::MongoStore::connect("mongodb://127.0.0.1:1", "etcron").await.unwrap();
+    AppState { client, keys: Keys::new("/etcron").unwrap(), store }
 }
 
 async fn call(req: Request<Body>) -> (StatusCode, serde_json::Value) {
     let resp = app(state().await).oneshot(req).await.unwrap();
     let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
-    )
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
 }
 
 fn put(path: &str, body: &str) -> Request<Body> {
-    Request::put(path)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_owned()))
-        .unwrap()
+    Request::put(path).header("content-type", "application/json").body(Body::from(body.to_owned())).unwrap()
 }
 
 #[tokio::test]
 async fn invalid_specs_are_refused_before_touching_etcd() {
-    let (status, body) = call(put(
-        "/api/jobs/UPPER",
-        r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#,
-    ))
-    .await;
+    let (status, body) =
+        call(put("/api/jobs/UPPER", r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["field"], "name");
-    let (status, body) = call(put(
-        "/api/jobs/ok",
-        r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"},"x":1}"#,
-    ))
-    .await;
+    let (status, body) =
+        call(put("/api/jobs/ok", r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"},"x":1}"#)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["field"], "x");
     let (status, body) = call(put("/api/jobs/ok", "[]")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["code"], "invalid");
-    let huge = format!(
-        r#"{{"schedule":"@daily","task":{{"kind":"shell","command":"{}"}}}}"#,
-        "x".repeat(2 << 20)
-    );
+    let huge = format!(r#"{{"schedule":"@daily","task":{{"kind":"shell","command":"{}"}}}}"#, "x".repeat(2 << 20));
     let (status, body) = call(put("/api/jobs/ok", &huge)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(body["error"]["code"], "too_large");
@@ -73,41 +49,25 @@ async fn invalid_specs_are_refused_before_touching_etcd() {
 
 #[tokio::test]
 async fn a_valid_spec_with_etcd_down_is_a_503() {
-    let (status, body) = call(put(
-        "/api/jobs/ok",
-        r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#,
-    ))
-    .await;
+    let (status, body) =
+        call(put("/api/jobs/ok", r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#)).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["error"]["code"], "etcd_unavailable");
 }
 
 #[tokio::test]
 async fn preview_and_unknown_routes() {
-    let (status, body) = call(
-        Request::get("/api/schedule/preview?schedule=%40every%2090s&count=2")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let (status, body) =
+        call(Request::get("/api/schedule/preview?schedule=%40every%2090s&count=2").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["next"].as_array().unwrap().len(), 2);
     assert_eq!(body["description"], "Every 1m 30s");
-    let (status, body) = call(
-        Request::get("/api/schedule/preview?schedule=%40every%2090s&count=1000")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(
-        (status, body["error"]["field"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("count"))
-    );
+    let (status, body) =
+        call(Request::get("/api/schedule/preview?schedule=%40every%2090s&count=1000").body(Body::empty()).unwrap())
+            .await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("count")));
     let (status, body) = call(Request::get("/api/nothing").body(Body::empty()).unwrap()).await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::NOT_FOUND, Some("not_found"))
-    );
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
 }
 
 #[tokio::test]
@@ -117,5 +77,38 @@ async fn health_and_readiness() {
     let (status, body) = call(Request::get("/readyz").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["etcd"]["ok"], false);
+    assert_eq!(body["mongodb"]["ok"], false);
     assert_eq!(body["ready"], false);
+}
+
+#[tokio::test]
+async fn bad_search_parameters_are_400s_naming_the_parameter() {
+    for (query, field) in [
+        ("status=bogus", "status"),
+        ("status=failed,nope", "status"),
+        ("since=yesterday", "since"),
+        ("until=2026-13-01T00:00:00Z", "until"),
+        ("since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z", "since"),
+        ("limit=0", "limit"),
+        ("limit=501", "limit"),
+        ("cursor=garbage", "cursor"),
+        ("job=Bad%20Name", "job"),
+        ("worker=a%20b", "worker"),
+        ("trigger=cron", "trigger"),
+        ("q=%21%21", "q"),
+        ("colour=red", "colour"),
+    ] {
+        let (status, body) = call(Request::get(format!("/api/executions?{query}")).body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        assert_eq!(body["error"]["field"], field, "{query}: {body}");
+    }
+    let (status, body) = call(Request::get("/api/executions/not-an-id").body(Body::empty()).unwrap()).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("id")));
+}
+
+#[tokio::test]
+async fn record_routes_answer_503_when_mongodb_is_down() {
+    let (status, body) = call(Request::get("/api/executions?job=a&status=failed").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["code"], "mongodb_unavailable");
 }

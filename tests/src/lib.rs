@@ -14,14 +14,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
+pub use nix::sys::signal::Signal as Sig;
 use nix::unistd::Pid;
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
 }
 
 /// Directory holding the workspace's built binaries (`ETCRON_BIN_DIR` overrides).
@@ -41,10 +39,7 @@ pub fn bin_dir() -> PathBuf {
 pub fn bin(name: &str) -> Result<PathBuf> {
     let path = bin_dir().join(name);
     if !path.exists() {
-        bail!(
-            "{} not found; build the binaries first (cargo build --workspace --bins)",
-            path.display()
-        );
+        bail!("{} not found; build the binaries first (cargo build --workspace --bins)", path.display());
     }
     Ok(path)
 }
@@ -53,9 +48,7 @@ pub fn bin(name: &str) -> Result<PathBuf> {
 pub fn log_dir(test: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = N.fetch_add(1, Ordering::SeqCst);
-    let dir = bin_dir()
-        .join("test-logs")
-        .join(format!("{test}-{}-{n}", std::process::id()));
+    let dir = bin_dir().join("test-logs").join(format!("{test}-{}-{n}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     dir
 }
@@ -77,11 +70,7 @@ impl Proc {
         let err = out.try_clone()?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
         let child = cmd.spawn().with_context(|| format!("spawning {name}"))?;
-        Ok(Self {
-            name: name.to_owned(),
-            child: Some(child),
-            log,
-        })
+        Ok(Self { name: name.to_owned(), child: Some(child), log })
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -90,8 +79,7 @@ impl Proc {
 
     pub fn signal(&self, sig: Signal) -> Result<()> {
         let pid = self.pid().context("process already reaped")?;
-        kill(Pid::from_raw(i32::try_from(pid)?), sig)
-            .with_context(|| format!("signalling {}", self.name))
+        kill(Pid::from_raw(i32::try_from(pid)?), sig).with_context(|| format!("signalling {}", self.name))
     }
 
     /// Is the process still running (not exited)?
@@ -186,38 +174,17 @@ impl Etcd {
         let mut cmd = Command::new(std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".to_owned()));
         let client = format!("http://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
-        cmd.args(["--name", "t", "--data-dir"])
-            .arg(data.join("etcd"));
-        cmd.args([
-            "--listen-client-urls",
-            &client,
-            "--advertise-client-urls",
-            &client,
-        ]);
-        cmd.args([
-            "--listen-peer-urls",
-            &peer,
-            "--initial-advertise-peer-urls",
-            &peer,
-        ]);
-        cmd.args([
-            "--initial-cluster",
-            &format!("t={peer}"),
-            "--log-level",
-            "warn",
-        ]);
+        cmd.args(["--name", "t", "--data-dir"]).arg(data.join("etcd"));
+        cmd.args(["--listen-client-urls", &client, "--advertise-client-urls", &client]);
+        cmd.args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer]);
+        cmd.args(["--initial-cluster", &format!("t={peer}"), "--log-level", "warn"]);
         Proc::spawn("etcd", cmd, logs.join("etcd.log"))
     }
 
     /// Restarts etcd on the same ports and data after it was stopped or killed.
     pub async fn restart(&mut self) -> Result<()> {
         self.proc.kill9();
-        self.proc = Self::spawn(
-            self.data.path(),
-            self.client_port,
-            self.peer_port,
-            &self.logs,
-        )?;
+        self.proc = Self::spawn(self.data.path(), self.client_port, self.peer_port, &self.logs)?;
         self.wait_ready().await
     }
 
@@ -239,10 +206,7 @@ impl Etcd {
 
     /// Sums etcd's own Prometheus metric `name` over label sets containing `labels`.
     pub async fn metric_with(&self, name: &str, labels: &str) -> Result<f64> {
-        let text = reqwest::get(format!("http://{}/metrics", self.endpoint))
-            .await?
-            .text()
-            .await?;
+        let text = reqwest::get(format!("http://{}/metrics", self.endpoint)).await?.text().await?;
         Ok(text
             .lines()
             .filter(|l| !l.starts_with('#') && l.contains(labels))
@@ -256,10 +220,7 @@ impl Etcd {
 
     /// Counts from etcd's own Prometheus metrics (e.g. `etcd_mvcc_put_total`).
     pub async fn metric(&self, name: &str) -> Result<f64> {
-        let text = reqwest::get(format!("http://{}/metrics", self.endpoint))
-            .await?
-            .text()
-            .await?;
+        let text = reqwest::get(format!("http://{}/metrics", self.endpoint)).await?.text().await?;
         Ok(text
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -272,6 +233,84 @@ impl Etcd {
     }
 }
 
+/// The MongoDB-compatible test server (`secantusd-rs`), or an external MongoDB when
+/// `ETCRON_MONGODB_URI` is set (then `stop`/`restart` are unavailable).
+pub struct Mongo {
+    pub uri: String,
+    port: u16,
+    dir: Option<tempfile::TempDir>,
+    logs: PathBuf,
+    pub proc: Option<Proc>,
+}
+
+impl Mongo {
+    /// Uses `ETCRON_MONGODB_URI` if set, otherwise starts a server of our own.
+    pub async fn start(logs: &Path) -> Result<Self> {
+        if let Ok(uri) = std::env::var("ETCRON_MONGODB_URI") {
+            return Ok(Self { uri, port: 0, dir: None, logs: logs.to_path_buf(), proc: None });
+        }
+        Self::start_own(logs).await
+    }
+
+    /// Always starts a server of our own (for tests that stop and restart it).
+    pub async fn start_own(logs: &Path) -> Result<Self> {
+        let port = free_port();
+        let dir = tempfile::tempdir()?;
+        let proc = Self::spawn(port, dir.path(), logs)?;
+        let mongo = Self { uri: format!("mongodb://127.0.0.1:{port}"), port, dir: Some(dir), logs: logs.to_path_buf(), proc: Some(proc) };
+        mongo.wait_ready().await?;
+        Ok(mongo)
+    }
+
+    fn spawn(port: u16, dir: &Path, logs: &Path) -> Result<Proc> {
+        let bin = std::env::var("SECANTUS_BIN").unwrap_or_else(|_| "secantusd-rs".to_owned());
+        let mut cmd = Command::new(bin);
+        cmd.args(["--host", "127.0.0.1", "--port", &port.to_string(), "--storage-path"]).arg(dir.join("data"));
+        cmd.args(["--cache-size", "256M"]);
+        Proc::spawn("mongodb", cmd, logs.join(format!("mongodb-{port}.log")))
+    }
+
+    async fn wait_ready(&self) -> Result<()> {
+        let store = etcron_common::store::MongoStore::connect(&self.uri, "ping").await?;
+        wait_for(Duration::from_secs(30), "the MongoDB-compatible server to answer", || {
+            let store = store.clone();
+            async move { store.ping().await.ok() }
+        })
+        .await
+    }
+
+    /// Stops the server (an outage); data stays.
+    pub fn stop(&mut self) -> Result<()> {
+        let proc = self.proc.as_mut().context("an external MongoDB cannot be stopped by the tests")?;
+        proc.signal(Signal::SIGTERM)?;
+        if proc.wait_exit(Duration::from_secs(20)).is_err() {
+            proc.kill9();
+        }
+        Ok(())
+    }
+
+    /// Starts it again on the same port and data.
+    pub async fn restart(&mut self) -> Result<()> {
+        let dir = self.dir.as_ref().context("an external MongoDB cannot be restarted by the tests")?;
+        if let Some(p) = self.proc.as_mut() {
+            p.kill9();
+        }
+        self.proc = Some(Self::spawn(self.port, dir.path(), &self.logs)?);
+        self.wait_ready().await
+    }
+
+    pub async fn store(&self, db: &str) -> Result<etcron_common::store::MongoStore> {
+        Ok(etcron_common::store::MongoStore::connect(&self.uri, db).await?)
+    }
+}
+
+/// A database name unique to one test run.
+pub fn db_name(test: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let clean: String = test.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    format!("t_{clean}_{}_{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+}
+
 /// A running `etcron-master`.
 pub struct Master {
     pub url: String,
@@ -279,12 +318,7 @@ pub struct Master {
 }
 
 impl Master {
-    pub async fn start(
-        etcd_endpoint: &str,
-        namespace: &str,
-        logs: &Path,
-        extra: &[&str],
-    ) -> Result<Self> {
+    pub async fn start(etcd_endpoint: &str, namespace: &str, logs: &Path, extra: &[&str]) -> Result<Self> {
         let port = free_port();
         let mut cmd = Command::new(bin("etcron-master")?);
         cmd.args([
@@ -302,13 +336,7 @@ impl Master {
         let health = format!("{url}/healthz");
         wait_for(Duration::from_secs(20), "master to serve /healthz", || {
             let health = health.clone();
-            async move {
-                reqwest::get(health)
-                    .await
-                    .ok()
-                    .filter(|r| r.status().is_success())
-                    .map(|_| ())
-            }
+            async move { reqwest::get(health).await.ok().filter(|r| r.status().is_success()).map(|_| ()) }
         })
         .await?;
         Ok(Self { url, proc })
@@ -321,6 +349,10 @@ pub struct WorkerOpts {
     pub id: String,
     pub session_ttl: String,
     pub labels: BTreeMap<String, String>,
+    /// `(uri, database)` for execution records.
+    pub mongodb: Option<(String, String)>,
+    /// Spool directory; `<logs>/data-<id>` when absent.
+    pub data_dir: Option<PathBuf>,
     pub extra: Vec<String>,
 }
 
@@ -330,6 +362,8 @@ impl WorkerOpts {
             id: id.to_owned(),
             session_ttl: "3s".to_owned(),
             labels: BTreeMap::new(),
+            mongodb: None,
+            data_dir: None,
             extra: Vec::new(),
         }
     }
@@ -345,12 +379,7 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn start(
-        etcd_endpoint: &str,
-        namespace: &str,
-        logs: &Path,
-        opts: WorkerOpts,
-    ) -> Result<Self> {
+    pub fn start(etcd_endpoint: &str, namespace: &str, logs: &Path, opts: WorkerOpts) -> Result<Self> {
         let proc = Self::spawn(etcd_endpoint, namespace, logs, &opts)?;
         Ok(Self {
             opts,
@@ -363,30 +392,20 @@ impl Worker {
 
     fn spawn(etcd_endpoint: &str, namespace: &str, logs: &Path, opts: &WorkerOpts) -> Result<Proc> {
         let mut cmd = Command::new(bin("etcron-worker")?);
-        cmd.args([
-            "--etcd-endpoints",
-            etcd_endpoint,
-            "--namespace",
-            namespace,
-            "--worker-id",
-            &opts.id,
-        ]);
+        cmd.args(["--etcd-endpoints", etcd_endpoint, "--namespace", namespace, "--worker-id", &opts.id]);
         cmd.args(["--session-ttl", &opts.session_ttl, "--kill-grace", "2s"]);
+        let data_dir = opts.data_dir.clone().unwrap_or_else(|| logs.join(format!("data-{}", opts.id)));
+        cmd.arg("--data-dir").arg(data_dir);
+        if let Some((uri, db)) = &opts.mongodb {
+            cmd.args(["--mongodb-uri", uri, "--mongodb-db", db]);
+        }
         if !opts.labels.is_empty() {
-            let labels: Vec<String> = opts
-                .labels
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
+            let labels: Vec<String> = opts.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
             cmd.args(["--labels", &labels.join(",")]);
         }
         cmd.args(&opts.extra);
         cmd.env("RUST_LOG", "info");
-        Proc::spawn(
-            &format!("worker {}", opts.id),
-            cmd,
-            logs.join(format!("worker-{}.log", opts.id)),
-        )
+        Proc::spawn(&format!("worker {}", opts.id), cmd, logs.join(format!("worker-{}.log", opts.id)))
     }
 
     /// Starts the same worker again (after it was killed or stopped).
@@ -400,6 +419,9 @@ impl Worker {
 /// etcd + one master + N workers in a fresh namespace, and a directory tasks write into.
 pub struct Cluster {
     pub etcd: Etcd,
+    pub mongo: Mongo,
+    /// The database this cluster's records go to.
+    pub db: String,
     pub master: Master,
     pub workers: Vec<Worker>,
     pub namespace: String,
@@ -410,12 +432,24 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start(test: &str, workers: usize) -> Result<Self> {
+        Self::start_with(test, workers, false, &[]).await
+    }
+
+    /// `own_mongo`: a MongoDB-compatible server only this cluster uses (so it can be stopped);
+    /// `master_args`: extra flags for the master.
+    pub async fn start_with(test: &str, workers: usize, own_mongo: bool, master_args: &[&str]) -> Result<Self> {
         let logs = log_dir(test);
         let etcd = Etcd::start(&logs).await?;
+        let mongo = if own_mongo { Mongo::start_own(&logs).await? } else { Mongo::start(&logs).await? };
+        let db = db_name(test);
         let namespace = format!("/t-{test}");
-        let master = Master::start(&etcd.endpoint, &namespace, &logs, &[]).await?;
+        let mut args = vec!["--mongodb-uri", mongo.uri.as_str(), "--mongodb-db", db.as_str()];
+        args.extend_from_slice(master_args);
+        let master = Master::start(&etcd.endpoint, &namespace, &logs, &args).await?;
         let mut cluster = Self {
             etcd,
+            mongo,
+            db,
             master,
             workers: Vec::new(),
             namespace,
@@ -430,7 +464,10 @@ impl Cluster {
         Ok(cluster)
     }
 
-    pub fn add_worker(&mut self, opts: WorkerOpts) -> Result<()> {
+    pub fn add_worker(&mut self, mut opts: WorkerOpts) -> Result<()> {
+        if opts.mongodb.is_none() {
+            opts.mongodb = Some((self.mongo.uri.clone(), self.db.clone()));
+        }
         let w = Worker::start(&self.etcd.endpoint, &self.namespace, &self.logs, opts)?;
         self.workers.push(w);
         Ok(())
@@ -438,14 +475,10 @@ impl Cluster {
 
     /// Waits until exactly `n` workers are registered.
     pub async fn wait_workers(&self, n: usize) -> Result<()> {
-        wait_for(
-            Duration::from_secs(30),
-            &format!("{n} registered workers"),
-            || async {
-                let v = self.get("/api/workers").await.ok()?;
-                (v["workers"].as_array()?.len() == n).then_some(())
-            },
-        )
+        wait_for(Duration::from_secs(30), &format!("{n} registered workers"), || async {
+            let v = self.get("/api/workers").await.ok()?;
+            (v["workers"].as_array()?.len() == n).then_some(())
+        })
         .await
     }
 
@@ -454,11 +487,7 @@ impl Cluster {
     }
 
     pub async fn get(&self, path: &str) -> Result<serde_json::Value> {
-        let resp = self
-            .http
-            .get(format!("{}{path}", self.master.url))
-            .send()
-            .await?;
+        let resp = self.http.get(format!("{}{path}", self.master.url)).send().await?;
         let status = resp.status();
         let body: serde_json::Value = resp.json().await?;
         if !status.is_success() {
@@ -474,9 +503,7 @@ impl Cluster {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> Result<(u16, serde_json::Value)> {
-        let mut req = self
-            .http
-            .request(method, format!("{}{path}", self.master.url));
+        let mut req = self.http.request(method, format!("{}{path}", self.master.url));
         if let Some(b) = body {
             req = req.json(&b);
         }
@@ -493,33 +520,33 @@ impl Cluster {
 
     /// PUTs a job and fails unless the master accepted it.
     pub async fn put_job(&self, name: &str, spec: serde_json::Value) -> Result<serde_json::Value> {
-        let (status, body) = self
-            .call(
-                reqwest::Method::PUT,
-                &format!("/api/jobs/{name}"),
-                Some(spec),
-            )
-            .await?;
+        let (status, body) = self.call(reqwest::Method::PUT, &format!("/api/jobs/{name}"), Some(spec)).await?;
         if status != 200 && status != 201 {
             bail!("PUT job {name}: {status} {body}");
         }
         Ok(body)
     }
 
+    /// Polls `GET /api/executions?{query}` until `check` accepts the list.
+    pub async fn wait_executions<F>(&self, query: &str, what: &str, check: F) -> Result<Vec<serde_json::Value>>
+    where
+        F: Fn(&[serde_json::Value]) -> bool,
+    {
+        let path = format!("/api/executions?{query}");
+        wait_for(Duration::from_secs(30), what, || async {
+            let v = self.get(&path).await.ok()?;
+            let list = v["executions"].as_array()?.clone();
+            check(&list).then_some(list)
+        })
+        .await
+    }
+
     /// Dumps every process log to stderr (for failing tests).
     pub fn dump_logs(&self) {
         for w in &self.workers {
-            eprintln!(
-                "===== {} ({}) =====\n{}",
-                w.proc.name,
-                w.proc.log.display(),
-                tail(&w.proc.log_text(), 60)
-            );
+            eprintln!("===== {} ({}) =====\n{}", w.proc.name, w.proc.log.display(), tail(&w.proc.log_text(), 60));
         }
-        eprintln!(
-            "===== master =====\n{}",
-            tail(&self.master.proc.log_text(), 40)
-        );
+        eprintln!("===== master =====\n{}", tail(&self.master.proc.log_text(), 40));
     }
 }
 
@@ -573,27 +600,13 @@ pub struct TickReport {
 }
 
 /// Checks that every job fired exactly once for each whole second in `[from_ms, to_ms]`.
-pub fn check_every_second(
-    fired: &[Fired],
-    jobs: &[String],
-    from_ms: i64,
-    to_ms: i64,
-) -> TickReport {
+pub fn check_every_second(fired: &[Fired], jobs: &[String], from_ms: i64, to_ms: i64) -> TickReport {
     let mut seen: BTreeMap<(String, i64, u32), usize> = BTreeMap::new();
     for f in fired {
-        *seen
-            .entry((f.job.clone(), f.scheduled_ms, f.attempt))
-            .or_default() += 1;
+        *seen.entry((f.job.clone(), f.scheduled_ms, f.attempt)).or_default() += 1;
     }
-    let mut report = TickReport {
-        fired: fired.len(),
-        ..TickReport::default()
-    };
-    report.duplicates = seen
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(k, _)| k.clone())
-        .collect();
+    let mut report = TickReport { fired: fired.len(), ..TickReport::default() };
+    report.duplicates = seen.iter().filter(|(_, n)| **n > 1).map(|(k, _)| k.clone()).collect();
     let first = (from_ms / 1000 + 1) * 1000;
     for job in jobs {
         let mut t = first;
@@ -620,13 +633,7 @@ pub fn proc_usage(pid: u32) -> Option<(f64, u64)> {
     let utime: f64 = fields.get(11)?.parse().ok()?;
     let stime: f64 = fields.get(12)?.parse().ok()?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kb: u64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
+    let rss_kb: u64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
     // USER_HZ is 100 on Linux.
     Some(((utime + stime) / 100.0, rss_kb * 1024))
 }

@@ -30,10 +30,7 @@ impl Proxy {
     pub async fn start(upstream: String) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let endpoint = listener.local_addr()?.to_string();
-        let (state, rx) = watch::channel(State {
-            mode: Mode::Open,
-            generation: 0,
-        });
+        let (state, rx) = watch::channel(State { mode: Mode::Open, generation: 0 });
         let task = tokio::spawn(async move {
             while let Ok((down, _)) = listener.accept().await {
                 let current = *rx.borrow();
@@ -54,11 +51,7 @@ impl Proxy {
                 });
             }
         });
-        Ok(Self {
-            endpoint,
-            state,
-            task,
-        })
+        Ok(Self { endpoint, state, task })
     }
 
     /// Stop forwarding bytes in both directions (connections stay open).
@@ -95,10 +88,7 @@ async fn pump(
     let mut buf = vec![0u8; 16 * 1024];
     // Waits while paused; false once this connection has been cut.
     async fn may_forward(state: &mut watch::Receiver<State>, generation: u64) -> bool {
-        match state
-            .wait_for(|s| s.generation != generation || s.mode == Mode::Open)
-            .await
-        {
+        match state.wait_for(|s| s.generation != generation || s.mode == Mode::Open).await {
             Ok(s) => s.generation == generation,
             Err(_) => false,
         }

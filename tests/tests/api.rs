@@ -14,18 +14,14 @@ fn shell(cmd: &str) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn crud_with_revisions_and_conflicts() -> anyhow::Result<()> {
     let c = Cluster::start("api-crud", 0).await?;
-    let (status, created) = c
-        .call(Method::PUT, "/api/jobs/report", Some(shell("true")))
-        .await?;
+    let (status, created) = c.call(Method::PUT, "/api/jobs/report", Some(shell("true"))).await?;
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["name"], "report");
     assert_eq!(created["spec"]["timezone"], "UTC", "defaults are filled in");
     assert_eq!(created["next_runs"].as_array().map(Vec::len), Some(5));
     let rev1 = created["revision"].as_i64().unwrap();
 
-    let (status, replaced) = c
-        .call(Method::PUT, "/api/jobs/report", Some(shell("echo v2")))
-        .await?;
+    let (status, replaced) = c.call(Method::PUT, "/api/jobs/report", Some(shell("echo v2"))).await?;
     assert_eq!(status, 200);
     let rev2 = replaced["revision"].as_i64().unwrap();
     assert!(rev2 > rev1);
@@ -50,11 +46,7 @@ async fn crud_with_revisions_and_conflicts() -> anyhow::Result<()> {
         .send()
         .await?;
     assert_eq!(fresh.status(), 200);
-    let etag = fresh
-        .headers()
-        .get("etag")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let etag = fresh.headers().get("etag").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let body: serde_json::Value = fresh.json().await?;
     assert_eq!(etag, Some(format!("\"{}\"", body["revision"])));
 
@@ -72,21 +64,14 @@ async fn crud_with_revisions_and_conflicts() -> anyhow::Result<()> {
     assert_eq!(one["spec"]["task"]["command"], "echo v3");
     c.put_job("other", shell("true")).await?;
     let list = c.get("/api/jobs").await?;
-    let names: Vec<&str> = list["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|j| j["name"].as_str())
-        .collect();
+    let names: Vec<&str> = list["jobs"].as_array().unwrap().iter().filter_map(|j| j["name"].as_str()).collect();
     assert_eq!(names, ["other", "report"]);
 
     let (status, paused) = c.call(Method::POST, "/api/jobs/report/pause", None).await?;
     assert_eq!(status, 200);
     assert_eq!(paused["spec"]["enabled"], false);
     assert_eq!(paused["next_runs"].as_array().map(Vec::len), Some(0));
-    let (_, resumed) = c
-        .call(Method::POST, "/api/jobs/report/resume", None)
-        .await?;
+    let (_, resumed) = c.call(Method::POST, "/api/jobs/report/resume", None).await?;
     assert_eq!(resumed["spec"]["enabled"], true);
 
     let (status, _) = c.call(Method::DELETE, "/api/jobs/report", None).await?;
@@ -100,9 +85,7 @@ async fn crud_with_revisions_and_conflicts() -> anyhow::Result<()> {
     // Workers (none here) and the etcd layout as operators see it.
     assert_eq!(c.get("/api/workers").await?["workers"], json!([]));
     let mut etcd = c.etcd.client().await?;
-    let got = etcd
-        .get(format!("{}/jobs/other", c.namespace), None)
-        .await?;
+    let got = etcd.get(format!("{}/jobs/other", c.namespace), None).await?;
     let stored: serde_json::Value = serde_json::from_slice(got.kvs()[0].value())?;
     assert_eq!(stored["schedule"], "@every 1h");
     Ok(())
@@ -113,12 +96,7 @@ async fn bad_input_gets_400_naming_the_field() -> anyhow::Result<()> {
     let c = Cluster::start("api-validation", 0).await?;
     let cases = [
         ("Bad_Name", shell("true"), 400, Some("name")),
-        (
-            "ok",
-            json!({"schedule": "not a cron", "task": {"kind": "shell", "command": "true"}}),
-            400,
-            Some("schedule"),
-        ),
+        ("ok", json!({"schedule": "not a cron", "task": {"kind": "shell", "command": "true"}}), 400, Some("schedule")),
         (
             "ok",
             json!({"schedule": "* * * * *", "timezone": "Moon/Base", "task": {"kind": "shell", "command": "true"}}),
@@ -131,12 +109,7 @@ async fn bad_input_gets_400_naming_the_field() -> anyhow::Result<()> {
             400,
             Some("colour"),
         ),
-        (
-            "ok",
-            json!({"schedule": "* * * * *", "task": {"kind": "shell", "command": 42}}),
-            400,
-            Some("task.command"),
-        ),
+        ("ok", json!({"schedule": "* * * * *", "task": {"kind": "shell", "command": 42}}), 400, Some("task.command")),
         (
             "ok",
             json!({"schedule": "* * * * *", "enabled": "yes", "task": {"kind": "shell", "command": "true"}}),
@@ -152,23 +125,12 @@ async fn bad_input_gets_400_naming_the_field() -> anyhow::Result<()> {
         ),
     ];
     for (name, body, status, field) in cases {
-        let (got, err) = c
-            .call(
-                Method::PUT,
-                &format!("/api/jobs/{name}"),
-                Some(body.clone()),
-            )
-            .await?;
+        let (got, err) = c.call(Method::PUT, &format!("/api/jobs/{name}"), Some(body.clone())).await?;
         assert_eq!(got, status, "{name} {body}: {err}");
         assert_eq!(err["error"]["field"].as_str(), field, "{err}");
         assert!(!err["error"]["message"].as_str().unwrap_or("").is_empty());
     }
-    let raw = c
-        .http
-        .put(format!("{}/api/jobs/ok", c.master.url))
-        .body("{not json")
-        .send()
-        .await?;
+    let raw = c.http.put(format!("{}/api/jobs/ok", c.master.url)).body("{not json").send().await?;
     assert_eq!(raw.status(), 400);
     let bad_if_match = c
         .http
@@ -183,30 +145,14 @@ async fn bad_input_gets_400_naming_the_field() -> anyhow::Result<()> {
     assert_eq!(c.get("/api/jobs").await?["jobs"], json!([]));
 
     let (status, err) = c.call(Method::POST, "/api/jobs/missing/run", None).await?;
-    assert_eq!(
-        (status, err["error"]["code"].as_str()),
-        (404, Some("not_found"))
-    );
+    assert_eq!((status, err["error"]["code"].as_str()), (404, Some("not_found")));
     c.put_job("real", shell("true")).await?;
-    let (status, err) = c
-        .call(
-            Method::POST,
-            "/api/jobs/real/kill?execution=other@1#1",
-            None,
-        )
-        .await?;
-    assert_eq!(
-        (status, err["error"]["field"].as_str()),
-        (400, Some("execution"))
-    );
-    let (status, _) = c
-        .call(Method::POST, "/api/jobs/real/kill?execution=garbage", None)
-        .await?;
+    let (status, err) = c.call(Method::POST, "/api/jobs/real/kill?execution=other@1#1", None).await?;
+    assert_eq!((status, err["error"]["field"].as_str()), (400, Some("execution")));
+    let (status, _) = c.call(Method::POST, "/api/jobs/real/kill?execution=garbage", None).await?;
     assert_eq!(status, 400);
 
-    let preview = c
-        .get("/api/schedule/preview?schedule=0%209%20*%20*%201-5&timezone=Europe/Berlin&count=3")
-        .await?;
+    let preview = c.get("/api/schedule/preview?schedule=0%209%20*%20*%201-5&timezone=Europe/Berlin&count=3").await?;
     assert_eq!(preview["next"].as_array().map(Vec::len), Some(3));
     assert!(preview["next"][0].as_str().unwrap().contains("T09:00:00"));
     for (query, field) in [
@@ -215,14 +161,8 @@ async fn bad_input_gets_400_naming_the_field() -> anyhow::Result<()> {
         ("schedule=@daily&count=0", "count"),
         ("", "schedule"),
     ] {
-        let (status, err) = c
-            .call(Method::GET, &format!("/api/schedule/preview?{query}"), None)
-            .await?;
-        assert_eq!(
-            (status, err["error"]["field"].as_str()),
-            (400, Some(field)),
-            "{query}"
-        );
+        let (status, err) = c.call(Method::GET, &format!("/api/schedule/preview?{query}"), None).await?;
+        assert_eq!((status, err["error"]["field"].as_str()), (400, Some(field)), "{query}");
     }
     let (status, _) = c.call(Method::GET, "/api/nope", None).await?;
     assert_eq!(status, 404);
@@ -237,20 +177,16 @@ async fn etcd_down_gives_503_not_500_and_readyz_says_so() -> anyhow::Result<()> 
     let (status, err) = c.call(Method::GET, "/api/jobs", None).await?;
     assert_eq!(status, 503, "{err}");
     assert_eq!(err["error"]["code"], "etcd_unavailable");
-    let (status, _) = c
-        .call(Method::PUT, "/api/jobs/x", Some(shell("true")))
-        .await?;
+    let (status, _) = c.call(Method::PUT, "/api/jobs/x", Some(shell("true"))).await?;
     assert_eq!(status, 503);
     let (status, ready) = c.call(Method::GET, "/readyz", None).await?;
     assert_eq!((status, &ready["etcd"]["ok"]), (503, &json!(false)));
     assert_eq!(c.call(Method::GET, "/healthz", None).await?.0, 200);
     // And it recovers when etcd is back.
     c.etcd.restart().await?;
-    etcron_tests::wait_for(
-        std::time::Duration::from_secs(20),
-        "master to reach etcd again",
-        || async { c.get("/api/jobs").await.ok().map(|_| ()) },
-    )
+    etcron_tests::wait_for(std::time::Duration::from_secs(20), "master to reach etcd again", || async {
+        c.get("/api/jobs").await.ok().map(|_| ())
+    })
     .await?;
     Ok(())
 }

@@ -8,30 +8,21 @@ use etcron_tests::{check_every_second, now_ms, read_fired, record_command, wait_
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-async fn every_second_jobs(
-    c: &Cluster,
-    n: usize,
-    file: &std::path::Path,
-) -> anyhow::Result<Vec<String>> {
+async fn every_second_jobs(c: &Cluster, n: usize, file: &std::path::Path) -> anyhow::Result<Vec<String>> {
     let jobs: Vec<String> = (0..n).map(|i| format!("job-{i}")).collect();
     for job in &jobs {
-        c.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(file)}})).await?;
+        c.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(file)}}))
+            .await?;
     }
     Ok(jobs)
 }
 
 async fn wait_tick(out: &std::path::Path, jobs: &[String], tick_ms: i64) -> anyhow::Result<()> {
     let tick = (tick_ms / 1000) * 1000;
-    wait_for(
-        Duration::from_secs(30),
-        "every job to reach the last tick",
-        || async {
-            let fired = read_fired(out);
-            jobs.iter()
-                .all(|j| fired.iter().any(|f| &f.job == j && f.scheduled_ms >= tick))
-                .then_some(())
-        },
-    )
+    wait_for(Duration::from_secs(30), "every job to reach the last tick", || async {
+        let fired = read_fired(out);
+        jobs.iter().all(|j| fired.iter().any(|f| &f.job == j && f.scheduled_ms >= tick)).then_some(())
+    })
     .await
 }
 
@@ -54,26 +45,12 @@ async fn a_sigkilled_worker_leaves_the_others_firing_every_tick() -> anyhow::Res
     if !report.duplicates.is_empty() || !report.missing.is_empty() {
         c.dump_logs();
     }
-    assert!(
-        report.duplicates.is_empty(),
-        "duplicates: {:?}",
-        report.duplicates
-    );
+    assert!(report.duplicates.is_empty(), "duplicates: {:?}", report.duplicates);
     // A tick the dead worker had claimed in the instant before SIGKILL may not have run (rerun
     // on worker loss is a job policy); every other tick must have.
-    let unexplained: Vec<_> = report
-        .missing
-        .iter()
-        .filter(|(_, t)| (*t - killed_at).abs() > 1_000)
-        .collect();
-    assert!(
-        unexplained.is_empty(),
-        "missing ticks away from the kill: {unexplained:?}"
-    );
-    assert!(fired
-        .iter()
-        .filter(|f| f.scheduled_ms > killed_at + 1_000)
-        .all(|f| f.worker != "w1"));
+    let unexplained: Vec<_> = report.missing.iter().filter(|(_, t)| (*t - killed_at).abs() > 1_000).collect();
+    assert!(unexplained.is_empty(), "missing ticks away from the kill: {unexplained:?}");
+    assert!(fired.iter().filter(|f| f.scheduled_ms > killed_at + 1_000).all(|f| f.worker != "w1"));
     Ok(())
 }
 
@@ -86,10 +63,7 @@ async fn a_worker_restarting_midway_loses_and_doubles_nothing() -> anyhow::Resul
     wait_tick(&out, &jobs, start + 2_000).await?;
     // Graceful stop (SIGTERM): the worker drains, revokes its lease and exits 0.
     c.workers[1].proc.signal(Signal::SIGTERM)?;
-    assert_eq!(
-        c.workers[1].proc.wait_exit(Duration::from_secs(20))?,
-        Some(0)
-    );
+    assert_eq!(c.workers[1].proc.wait_exit(Duration::from_secs(20))?, Some(0));
     c.wait_workers(2).await?;
     wait_tick(&out, &jobs, now_ms() + 2_000).await?;
     c.workers[1].restart()?;
@@ -105,30 +79,19 @@ async fn a_worker_restarting_midway_loses_and_doubles_nothing() -> anyhow::Resul
     if !report.duplicates.is_empty() || !report.missing.is_empty() {
         c.dump_logs();
     }
-    assert!(
-        report.duplicates.is_empty(),
-        "duplicates: {:?}",
-        report.duplicates
-    );
-    let unexplained: Vec<_> = report
-        .missing
-        .iter()
-        .filter(|(_, t)| (*t - restarted_at).abs() > 1_000)
-        .collect();
+    assert!(report.duplicates.is_empty(), "duplicates: {:?}", report.duplicates);
+    let unexplained: Vec<_> = report.missing.iter().filter(|(_, t)| (*t - restarted_at).abs() > 1_000).collect();
     assert!(unexplained.is_empty(), "missing: {unexplained:?}");
     // The gracefully restarted worker is back in the rotation.
-    assert!(fired
-        .iter()
-        .any(|f| f.worker == "w2" && f.scheduled_ms > restarted_at));
+    assert!(fired.iter().any(|f| f.worker == "w2" && f.scheduled_ms > restarted_at));
     Ok(())
 }
 
 fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z"),
+        Ok(stat) => {
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|state| state != "Z")
+        }
         Err(_) => false,
     }
 }
@@ -142,43 +105,25 @@ async fn a_worker_that_lost_its_lease_kills_its_tasks_and_registers_again() -> a
     let c = Cluster::start("failover-lease-lost", 1).await?;
     let dir = c.work.path().display().to_string();
     let cmd = format!("sleep 300 & echo $! > {dir}/child.pid; wait");
-    c.put_job(
-        "long",
-        json!({"schedule": "@yearly", "task": {"kind": "shell", "command": cmd}}),
-    )
-    .await?;
-    c.call(reqwest::Method::POST, "/api/jobs/long/run", None)
-        .await?;
-    let child = wait_for(Duration::from_secs(15), "the task to start", || async {
-        read_pid(&c.path("child.pid"))
-    })
-    .await?;
-    let lease_before = c.workers[0]
-        .proc
-        .log_text()
-        .matches("session lease granted")
-        .count();
+    c.put_job("long", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": cmd}})).await?;
+    c.call(reqwest::Method::POST, "/api/jobs/long/run", None).await?;
+    let child =
+        wait_for(Duration::from_secs(15), "the task to start", || async { read_pid(&c.path("child.pid")) }).await?;
+    let lease_before = c.workers[0].proc.log_text().matches("session lease granted").count();
     // Freeze the worker past its 3 s TTL: etcd expires its lease and registration.
     c.workers[0].proc.signal(Signal::SIGSTOP)?;
     c.wait_workers(0).await?;
     c.workers[0].proc.signal(Signal::SIGCONT)?;
-    wait_for(
-        Duration::from_secs(20),
-        "the task that ran under the lost lease to be killed",
-        || async { (!alive(child)).then_some(()) },
-    )
+    wait_for(Duration::from_secs(20), "the task that ran under the lost lease to be killed", || async {
+        (!alive(child)).then_some(())
+    })
     .await?;
     c.wait_workers(1).await?;
     let log = c.workers[0].proc.log_text();
     assert!(log.contains("session lease lost"), "no lease-loss log line");
-    assert!(
-        log.matches("session lease granted").count() > lease_before,
-        "no new lease"
-    );
+    assert!(log.matches("session lease granted").count() > lease_before, "no new lease");
     // The killed execution is not reported as done for its tick: its claim went with the lease.
-    assert!(log
-        .lines()
-        .any(|l| l.contains("execution finished") && l.contains("lost its session lease")));
+    assert!(log.lines().any(|l| l.contains("execution finished") && l.contains("lost its session lease")));
     Ok(())
 }
 
@@ -187,34 +132,20 @@ async fn sigterm_lets_running_tasks_finish_before_exiting() -> anyhow::Result<()
     let mut c = Cluster::start("failover-drain", 1).await?;
     let dir = c.work.path().display().to_string();
     let cmd = format!("touch {dir}/started; sleep 2; echo finished > {dir}/finished");
-    c.put_job(
-        "drain",
-        json!({"schedule": "@yearly", "task": {"kind": "shell", "command": cmd}}),
-    )
-    .await?;
-    c.call(reqwest::Method::POST, "/api/jobs/drain/run", None)
+    c.put_job("drain", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": cmd}})).await?;
+    c.call(reqwest::Method::POST, "/api/jobs/drain/run", None).await?;
+    wait_for(Duration::from_secs(15), "the task to start", || async { c.path("started").exists().then_some(()) })
         .await?;
-    wait_for(Duration::from_secs(15), "the task to start", || async {
-        c.path("started").exists().then_some(())
-    })
-    .await?;
     c.workers[0].proc.signal(Signal::SIGTERM)?;
-    assert_eq!(
-        c.workers[0].proc.wait_exit(Duration::from_secs(30))?,
-        Some(0)
-    );
-    assert_eq!(
-        std::fs::read_to_string(c.path("finished"))?.trim(),
-        "finished"
-    );
+    assert_eq!(c.workers[0].proc.wait_exit(Duration::from_secs(30))?, Some(0));
+    assert_eq!(std::fs::read_to_string(c.path("finished"))?.trim(), "finished");
     // It revoked its lease on the way out: the registration is gone at once.
     c.wait_workers(0).await?;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_kill_written_while_a_worker_was_disconnected_reaches_it_on_reconnect(
-) -> anyhow::Result<()> {
+async fn a_kill_written_while_a_worker_was_disconnected_reaches_it_on_reconnect() -> anyhow::Result<()> {
     use etcron_tests::proxy::Proxy;
     use etcron_tests::{Etcd, Master, Worker, WorkerOpts};
     let logs = etcron_tests::log_dir("failover-kill-reconnect");
@@ -230,52 +161,31 @@ async fn a_kill_written_while_a_worker_was_disconnected_reaches_it_on_reconnect(
     let http = reqwest::Client::new();
     let cmd = format!("sleep 300 & echo $! > {dir}/child.pid; wait");
     let spec = json!({"schedule": "@yearly", "task": {"kind": "shell", "command": cmd}});
-    let status = http
-        .put(format!("{}/api/jobs/long", master.url))
-        .json(&spec)
-        .send()
-        .await?
-        .status();
+    let status = http.put(format!("{}/api/jobs/long", master.url)).json(&spec).send().await?.status();
     assert!(status.is_success());
-    wait_for(
-        Duration::from_secs(20),
-        "the worker to register",
-        || async { worker.proc.log_text().contains("registered").then_some(()) },
-    )
-    .await?;
-    http.post(format!("{}/api/jobs/long/run", master.url))
-        .send()
-        .await?;
-    let child = wait_for(Duration::from_secs(15), "the task to start", || async {
-        read_pid(&work.path().join("child.pid"))
+    wait_for(Duration::from_secs(20), "the worker to register", || async {
+        worker.proc.log_text().contains("registered").then_some(())
     })
     .await?;
+    http.post(format!("{}/api/jobs/long/run", master.url)).send().await?;
+    let child =
+        wait_for(Duration::from_secs(15), "the task to start", || async { read_pid(&work.path().join("child.pid")) })
+            .await?;
 
     proxy.cut();
-    wait_for(
-        Duration::from_secs(20),
-        "the worker to notice the broken watch",
-        || async { worker.proc.log_text().contains("re-listing").then_some(()) },
-    )
+    wait_for(Duration::from_secs(20), "the worker to notice the broken watch", || async {
+        worker.proc.log_text().contains("re-listing").then_some(())
+    })
     .await?;
-    let status = http
-        .post(format!("{}/api/jobs/long/kill", master.url))
-        .send()
-        .await?
-        .status();
+    let status = http.post(format!("{}/api/jobs/long/kill", master.url)).send().await?.status();
     assert_eq!(status, 202);
     // Still running: the worker cannot have heard of the kill.
     assert!(alive(child));
     proxy.resume();
-    wait_for(
-        Duration::from_secs(20),
-        "the kill to reach the reconnected worker",
-        || async { (!alive(child)).then_some(()) },
-    )
+    wait_for(Duration::from_secs(20), "the kill to reach the reconnected worker", || async {
+        (!alive(child)).then_some(())
+    })
     .await?;
-    assert!(worker
-        .proc
-        .log_text()
-        .contains("kill command: stopping execution"));
+    assert!(worker.proc.log_text().contains("kill command: stopping execution"));
     Ok(())
 }

@@ -15,23 +15,17 @@ async fn ten_jobs_on_three_workers_fire_each_second_exactly_once() -> anyhow::Re
     let out = c.path("fired.log");
     let jobs: Vec<String> = (0..10).map(|i| format!("every-second-{i}")).collect();
     for job in &jobs {
-        c.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&out)}})).await?;
+        c.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&out)}}))
+            .await?;
     }
     // Observe a 10 s window that starts after every worker has loaded the jobs.
     let from = now_ms() + 1_500;
     let to = from + 10_000;
-    wait_for(
-        Duration::from_secs(30),
-        "the window's last tick to be recorded by every job",
-        || async {
-            let fired = read_fired(&out);
-            let last = (to / 1000) * 1000;
-            (jobs
-                .iter()
-                .all(|j| fired.iter().any(|f| &f.job == j && f.scheduled_ms >= last)))
-            .then_some(())
-        },
-    )
+    wait_for(Duration::from_secs(30), "the window's last tick to be recorded by every job", || async {
+        let fired = read_fired(&out);
+        let last = (to / 1000) * 1000;
+        (jobs.iter().all(|j| fired.iter().any(|f| &f.job == j && f.scheduled_ms >= last))).then_some(())
+    })
     .await?;
     // Let stragglers (a duplicate would run at about the same moment) land before judging.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -40,15 +34,10 @@ async fn ten_jobs_on_three_workers_fire_each_second_exactly_once() -> anyhow::Re
     if !report.duplicates.is_empty() || !report.missing.is_empty() {
         c.dump_logs();
     }
-    assert!(
-        report.duplicates.is_empty(),
-        "duplicates: {:?}",
-        report.duplicates
-    );
+    assert!(report.duplicates.is_empty(), "duplicates: {:?}", report.duplicates);
     assert!(report.missing.is_empty(), "missing: {:?}", report.missing);
     // The work is spread over the workers.
-    let workers: std::collections::BTreeSet<&str> =
-        fired.iter().map(|f| f.worker.as_str()).collect();
+    let workers: std::collections::BTreeSet<&str> = fired.iter().map(|f| f.worker.as_str()).collect();
     assert_eq!(workers.len(), 3, "ran on {workers:?}");
     // Fencing tokens are unique per execution.
     let mut tokens: Vec<i64> = fired.iter().map(|f| f.fencing_token).collect();
@@ -65,60 +54,36 @@ async fn edits_pauses_and_deletes_take_effect_on_the_next_tick() -> anyhow::Resu
     let command = |tag: &str| {
         format!("echo \"$ETCRON_JOB $ETCRON_SCHEDULED_AT_MS $ETCRON_ATTEMPT $ETCRON_WORKER_ID $ETCRON_FENCING_TOKEN {tag}\" >> {}", out.display())
     };
-    c.put_job(
-        "edited",
-        json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": command("v1")}}),
-    )
-    .await?;
+    c.put_job("edited", json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": command("v1")}}))
+        .await?;
     wait_for(Duration::from_secs(15), "v1 runs", || async {
-        read_fired(&out)
-            .iter()
-            .any(|f| f.extra.first().map(String::as_str) == Some("v1"))
-            .then_some(())
+        read_fired(&out).iter().any(|f| f.extra.first().map(String::as_str) == Some("v1")).then_some(())
     })
     .await?;
 
     let edited_at = now_ms();
-    c.put_job(
-        "edited",
-        json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": command("v2")}}),
-    )
-    .await?;
+    c.put_job("edited", json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": command("v2")}}))
+        .await?;
     wait_for(Duration::from_secs(10), "v2 runs", || async {
-        read_fired(&out)
-            .iter()
-            .any(|f| f.extra.first().map(String::as_str) == Some("v2"))
-            .then_some(())
+        read_fired(&out).iter().any(|f| f.extra.first().map(String::as_str) == Some("v2")).then_some(())
     })
     .await?;
     let late_v1 = read_fired(&out)
         .into_iter()
-        .filter(|f| {
-            f.extra.first().map(String::as_str) == Some("v1") && f.scheduled_ms > edited_at + 1_000
-        })
+        .filter(|f| f.extra.first().map(String::as_str) == Some("v1") && f.scheduled_ms > edited_at + 1_000)
         .count();
     assert_eq!(late_v1, 0, "old spec ran after the edit took effect");
 
     // Schedule change: every 2 s on even seconds.
     let changed_at = now_ms();
-    c.put_job(
-        "edited",
-        json!({"schedule": "*/2 * * * * *", "task": {"kind": "shell", "command": command("v3")}}),
-    )
-    .await?;
+    c.put_job("edited", json!({"schedule": "*/2 * * * * *", "task": {"kind": "shell", "command": command("v3")}}))
+        .await?;
     wait_for(Duration::from_secs(10), "two v3 runs", || async {
-        (read_fired(&out)
-            .iter()
-            .filter(|f| f.extra.first().map(String::as_str) == Some("v3"))
-            .count()
-            >= 2)
+        (read_fired(&out).iter().filter(|f| f.extra.first().map(String::as_str) == Some("v3")).count() >= 2)
             .then_some(())
     })
     .await?;
-    for f in read_fired(&out)
-        .iter()
-        .filter(|f| f.scheduled_ms > changed_at + 1_000)
-    {
+    for f in read_fired(&out).iter().filter(|f| f.scheduled_ms > changed_at + 1_000) {
         assert_eq!(f.scheduled_ms % 2_000, 0, "{f:?} is not on an even second");
     }
 
@@ -128,19 +93,12 @@ async fn edits_pauses_and_deletes_take_effect_on_the_next_tick() -> anyhow::Resu
     let paused_at = now_ms();
     // Observing an absence needs time to pass: two schedule periods.
     tokio::time::sleep(Duration::from_millis(4_500)).await;
-    let during_pause = read_fired(&out)
-        .into_iter()
-        .filter(|f| f.scheduled_ms > paused_at + 1_000)
-        .count();
+    let during_pause = read_fired(&out).into_iter().filter(|f| f.scheduled_ms > paused_at + 1_000).count();
     assert_eq!(during_pause, 0, "ticks ran while paused");
-    c.call(Method::POST, "/api/jobs/edited/resume", None)
-        .await?;
+    c.call(Method::POST, "/api/jobs/edited/resume", None).await?;
     let resumed_at = now_ms();
     wait_for(Duration::from_secs(10), "a run after resume", || async {
-        read_fired(&out)
-            .iter()
-            .any(|f| f.scheduled_ms > resumed_at)
-            .then_some(())
+        read_fired(&out).iter().any(|f| f.scheduled_ms > resumed_at).then_some(())
     })
     .await?;
 
@@ -149,10 +107,7 @@ async fn edits_pauses_and_deletes_take_effect_on_the_next_tick() -> anyhow::Resu
     assert_eq!(status, 204);
     let deleted_at = now_ms();
     tokio::time::sleep(Duration::from_millis(4_500)).await;
-    let after_delete = read_fired(&out)
-        .into_iter()
-        .filter(|f| f.scheduled_ms > deleted_at + 1_000)
-        .count();
+    let after_delete = read_fired(&out).into_iter().filter(|f| f.scheduled_ms > deleted_at + 1_000).count();
     assert_eq!(after_delete, 0, "ticks ran after delete");
     Ok(())
 }
@@ -162,31 +117,21 @@ async fn manual_runs_are_claimed_exactly_once() -> anyhow::Result<()> {
     let c = Cluster::start("sched-manual", 3).await?;
     let out = c.path("manual.log");
     let cmd = format!("echo \"$ETCRON_JOB $ETCRON_SCHEDULED_AT_MS $ETCRON_ATTEMPT $ETCRON_WORKER_ID $ETCRON_FENCING_TOKEN $ETCRON_EXECUTION_ID\" >> {}", out.display());
-    c.put_job(
-        "on-demand",
-        json!({"schedule": "@yearly", "enabled": false, "task": {"kind": "shell", "command": cmd}}),
-    )
-    .await?;
+    c.put_job("on-demand", json!({"schedule": "@yearly", "enabled": false, "task": {"kind": "shell", "command": cmd}}))
+        .await?;
     let mut ids = Vec::new();
     for _ in 0..5 {
-        let (status, body) = c
-            .call(Method::POST, "/api/jobs/on-demand/run", None)
-            .await?;
+        let (status, body) = c.call(Method::POST, "/api/jobs/on-demand/run", None).await?;
         assert_eq!(status, 202, "{body}");
         ids.push(body["execution_id"].as_str().unwrap().to_owned());
     }
-    wait_for(Duration::from_secs(15), "5 manual runs", || async {
-        (read_fired(&out).len() >= 5).then_some(())
-    })
-    .await?;
+    wait_for(Duration::from_secs(15), "5 manual runs", || async { (read_fired(&out).len() >= 5).then_some(()) })
+        .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let fired = read_fired(&out);
     let mut ran: Vec<String> = fired.iter().map(|f| f.extra[0].clone()).collect();
     ran.sort();
     ids.sort();
-    assert_eq!(
-        ran, ids,
-        "each manual run exactly once (paused jobs can still be run by hand)"
-    );
+    assert_eq!(ran, ids, "each manual run exactly once (paused jobs can still be run by hand)");
     Ok(())
 }

@@ -12,11 +12,7 @@ use serde::Deserialize;
 /// Command line of `etcron-worker`. Every setting is optional here so that the file and the
 /// defaults can fill what flags and env vars leave out.
 #[derive(Debug, Parser)]
-#[command(
-    name = "etcron-worker",
-    version,
-    about = "etcron worker: runs the ticks it claims"
-)]
+#[command(name = "etcron-worker", version, about = "etcron worker: runs the ticks it claims")]
 pub struct Cli {
     /// TOML configuration file.
     #[arg(long, env = "ETCRON_CONFIG")]
@@ -51,6 +47,15 @@ pub struct Cli {
     /// Captured output per execution in bytes (head + tail).
     #[arg(long, env = "ETCRON_MAX_OUTPUT")]
     pub max_output: Option<usize>,
+    /// MongoDB URI for execution records.
+    #[arg(long, env = "ETCRON_MONGODB_URI")]
+    pub mongodb_uri: Option<String>,
+    /// MongoDB database.
+    #[arg(long, env = "ETCRON_MONGODB_DB")]
+    pub mongodb_db: Option<String>,
+    /// Directory for the record spool (default `./.etcron/worker-{id}`).
+    #[arg(long, env = "ETCRON_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
     /// Log level or `RUST_LOG`-style filter.
     #[arg(long, env = "ETCRON_LOG_LEVEL")]
     pub log_level: Option<String>,
@@ -73,6 +78,9 @@ pub struct FileConfig {
     pub shutdown_grace: Option<HumanDuration>,
     pub claim_stagger: Option<HumanDuration>,
     pub max_output: Option<usize>,
+    pub mongodb_uri: Option<String>,
+    pub mongodb_db: Option<String>,
+    pub data_dir: Option<PathBuf>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
 }
@@ -90,6 +98,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     pub claim_stagger: Duration,
     pub max_output: usize,
+    pub mongodb_uri: String,
+    pub mongodb_db: String,
+    pub data_dir: PathBuf,
     pub log_level: String,
     pub json_logs: bool,
 }
@@ -99,8 +110,7 @@ pub const MAX_CAPACITY: u32 = 10_000;
 
 impl FileConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config {}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
     }
 }
@@ -109,9 +119,7 @@ impl FileConfig {
 pub fn parse_labels(text: &str) -> anyhow::Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let Some((k, v)) = pair.split_once('=') else {
-            bail!("label {pair:?} is not k=v")
-        };
+        let Some((k, v)) = pair.split_once('=') else { bail!("label {pair:?} is not k=v") };
         out.insert(k.trim().to_owned(), v.trim().to_owned());
     }
     Ok(out)
@@ -125,19 +133,13 @@ impl Config {
         };
         let etcd_endpoints = match cli.etcd_endpoints {
             Some(e) => etcron_common::etcd::parse_endpoints(&e),
-            None => file
-                .etcd_endpoints
-                .unwrap_or_else(|| vec!["127.0.0.1:2379".to_owned()]),
+            None => file.etcd_endpoints.unwrap_or_else(|| vec!["127.0.0.1:2379".to_owned()]),
         };
         if etcd_endpoints.is_empty() {
             bail!("etcd_endpoints: at least one endpoint is required");
         }
-        let namespace = cli
-            .namespace
-            .or(file.namespace)
-            .unwrap_or_else(|| "/etcron".to_owned());
-        etcron_common::keys::Keys::new(&namespace)
-            .map_err(|e| anyhow::anyhow!("namespace: {e}"))?;
+        let namespace = cli.namespace.or(file.namespace).unwrap_or_else(|| "/etcron".to_owned());
+        etcron_common::keys::Keys::new(&namespace).map_err(|e| anyhow::anyhow!("namespace: {e}"))?;
         let worker_id = match cli.worker_id.or(file.worker_id) {
             Some(id) => id,
             None => {
@@ -147,19 +149,12 @@ impl Config {
                     .unwrap_or_else(|| "worker".to_owned());
                 let host: String = host
                     .chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                            c
-                        } else {
-                            '-'
-                        }
-                    })
+                    .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
                     .collect();
                 format!("{host}-{}", std::process::id())
             }
         };
-        etcron_common::keys::validate_id(&worker_id)
-            .map_err(|e| anyhow::anyhow!("worker_id: {e}"))?;
+        etcron_common::keys::validate_id(&worker_id).map_err(|e| anyhow::anyhow!("worker_id: {e}"))?;
         let labels = match cli.labels {
             Some(l) => parse_labels(&l).context("labels")?,
             None => file.labels.unwrap_or_default(),
@@ -168,48 +163,38 @@ impl Config {
         if capacity == 0 || capacity > MAX_CAPACITY {
             bail!("capacity: must be between 1 and {MAX_CAPACITY}, got {capacity}");
         }
-        let session_ttl = cli
-            .session_ttl
-            .or(file.session_ttl)
-            .map_or(Duration::from_secs(10), |d| d.0);
+        let session_ttl = cli.session_ttl.or(file.session_ttl).map_or(Duration::from_secs(10), |d| d.0);
         if session_ttl < etcron_common::session::MIN_TTL
             || session_ttl > Duration::from_secs(300)
             || session_ttl.subsec_nanos() != 0
         {
-            bail!(
-                "session_ttl: must be whole seconds between 2s and 5m, got {}",
-                HumanDuration(session_ttl)
-            );
+            bail!("session_ttl: must be whole seconds between 2s and 5m, got {}", HumanDuration(session_ttl));
         }
-        let kill_grace = cli
-            .kill_grace
-            .or(file.kill_grace)
-            .map_or(Duration::from_secs(5), |d| d.0);
+        let kill_grace = cli.kill_grace.or(file.kill_grace).map_or(Duration::from_secs(5), |d| d.0);
         if kill_grace > Duration::from_secs(600) {
             bail!("kill_grace: must be at most 10m");
         }
-        let shutdown_grace = cli
-            .shutdown_grace
-            .or(file.shutdown_grace)
-            .map_or(Duration::from_secs(30), |d| d.0);
-        let claim_stagger = cli
-            .claim_stagger
-            .or(file.claim_stagger)
-            .map_or(Duration::from_millis(15), |d| d.0);
+        let shutdown_grace = cli.shutdown_grace.or(file.shutdown_grace).map_or(Duration::from_secs(30), |d| d.0);
+        let claim_stagger = cli.claim_stagger.or(file.claim_stagger).map_or(Duration::from_millis(15), |d| d.0);
         if claim_stagger > Duration::from_secs(1) {
             bail!("claim_stagger: must be at most 1s");
         }
-        let max_output = cli
-            .max_output
-            .or(file.max_output)
-            .unwrap_or(etcron_common::output::DEFAULT_MAX_OUTPUT);
+        let max_output = cli.max_output.or(file.max_output).unwrap_or(etcron_common::output::DEFAULT_MAX_OUTPUT);
         if !(1024..=16 * 1024 * 1024).contains(&max_output) {
             bail!("max_output: must be between 1024 and 16777216 bytes");
         }
-        let log_level = cli
-            .log_level
-            .or(file.log_level)
-            .unwrap_or_else(|| "info".to_owned());
+        let mongodb_uri =
+            cli.mongodb_uri.or(file.mongodb_uri).unwrap_or_else(|| "mongodb://127.0.0.1:27017".to_owned());
+        if !(mongodb_uri.starts_with("mongodb://") || mongodb_uri.starts_with("mongodb+srv://")) {
+            bail!("mongodb_uri: must start with mongodb:// or mongodb+srv://");
+        }
+        let mongodb_db = cli.mongodb_db.or(file.mongodb_db).unwrap_or_else(|| "etcron".to_owned());
+        if mongodb_db.is_empty() || mongodb_db.len() > 63 || mongodb_db.contains(['/', '\\', '.', ' ', '"', '$']) {
+            bail!("mongodb_db: {mongodb_db:?} is not a valid database name");
+        }
+        let data_dir =
+            cli.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from(format!("./.etcron/worker-{worker_id}")));
+        let log_level = cli.log_level.or(file.log_level).unwrap_or_else(|| "info".to_owned());
         let json_logs = match cli.log_format.or(file.log_format).as_deref() {
             None | Some("text") => false,
             Some("json") => true,
@@ -226,6 +211,9 @@ impl Config {
             shutdown_grace,
             claim_stagger,
             max_output,
+            mongodb_uri,
+            mongodb_db,
+            data_dir,
             log_level,
             json_logs,
         })
@@ -246,18 +234,8 @@ mod tests {
     fn flags_override_the_file_and_defaults_fill_the_rest() {
         let dir = tempfile_dir();
         let path = dir.join("w.toml");
-        std::fs::write(
-            &path,
-            "namespace = \"/from-file\"\ncapacity = 8\nlabels = { region = \"eu\" }\n",
-        )
-        .unwrap();
-        let c = Config::resolve(cli(&[
-            "--config",
-            path.to_str().unwrap(),
-            "--capacity",
-            "3",
-        ]))
-        .unwrap();
+        std::fs::write(&path, "namespace = \"/from-file\"\ncapacity = 8\nlabels = { region = \"eu\" }\n").unwrap();
+        let c = Config::resolve(cli(&["--config", path.to_str().unwrap(), "--capacity", "3"])).unwrap();
         assert_eq!(c.namespace, "/from-file");
         assert_eq!(c.capacity, 3);
         assert_eq!(c.labels.get("region").map(String::as_str), Some("eu"));
@@ -285,10 +263,7 @@ mod tests {
         let dir = tempfile_dir();
         let path = dir.join("bad.toml");
         std::fs::write(&path, "capacityy = 3\n").unwrap();
-        let err = format!(
-            "{:#}",
-            Config::resolve(cli(&["--config", path.to_str().unwrap()])).unwrap_err()
-        );
+        let err = format!("{:#}", Config::resolve(cli(&["--config", path.to_str().unwrap()])).unwrap_err());
         assert!(err.contains("capacityy"), "{err}");
     }
 
@@ -304,8 +279,7 @@ mod tests {
 
     #[test]
     fn the_example_config_parses() {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/worker.toml");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/worker.toml");
         let file = FileConfig::load(&path).unwrap();
         assert!(file.etcd_endpoints.is_some());
         let cli = Cli::parse_from(["etcron-worker", "--config", path.to_str().unwrap()]);

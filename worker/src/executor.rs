@@ -131,10 +131,7 @@ pub async fn run_shell(
     };
     for reader in readers {
         if tokio::time::timeout(PIPE_DRAIN, reader).await.is_err() {
-            tracing::debug!(
-                pid,
-                "output pipe still open after exit; not waiting for background children"
-            );
+            tracing::debug!(pid, "output pipe still open after exit; not waiting for background children");
         }
     }
     let (exit_code, signal) = match status {
@@ -147,18 +144,10 @@ pub async fn run_shell(
         (None, None) => Ending::SpawnFailed("exit status unavailable".to_owned()),
     });
     let (text, truncated) = {
-        let out = output
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let out = output.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         (out.render(), out.truncated())
     };
-    Finished {
-        ending,
-        exit_code,
-        signal,
-        output: text,
-        output_truncated: truncated,
-    }
+    Finished { ending, exit_code, signal, output: text, output_truncated: truncated }
 }
 
 async fn wait_stop(stop: &mut watch::Receiver<Option<StopReason>>) -> StopReason {
@@ -174,11 +163,7 @@ async fn wait_stop(stop: &mut watch::Receiver<Option<StopReason>>) -> StopReason
 }
 
 /// TERM to the whole group, KILL after `grace`, then reap the shell.
-async fn terminate(
-    child: &mut tokio::process::Child,
-    group: Pid,
-    grace: Duration,
-) -> Option<std::process::ExitStatus> {
+async fn terminate(child: &mut tokio::process::Child, group: Pid, grace: Duration) -> Option<std::process::ExitStatus> {
     if group.as_raw() > 0 {
         let _ = killpg(group, Signal::SIGTERM);
     }
@@ -204,10 +189,7 @@ async fn pump(mut pipe: impl tokio::io::AsyncRead + Unpin, output: Arc<Mutex<Bou
     loop {
         match pipe.read(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(n) => output
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(&buf[..n]),
+            Ok(n) => output.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(&buf[..n]),
         }
     }
 }

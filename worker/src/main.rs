@@ -32,10 +32,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     init_tracing(&config);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("etcron-worker: starting the runtime failed: {e}");
@@ -54,13 +51,10 @@ fn main() -> std::process::ExitCode {
 
 fn init_tracing(config: &Config) {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log_level.clone());
-    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     if config.json_logs {
         builder.json().init();
     } else {
@@ -70,16 +64,17 @@ fn init_tracing(config: &Config) {
 
 async fn run(config: Config) -> anyhow::Result<()> {
     let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let client = connect(&EtcdConfig {
-        endpoints: config.etcd_endpoints.clone(),
-        user: None,
-    })
-    .await
-    .context("connecting to etcd")?;
-    let hostname = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_default();
+    let client = connect(&EtcdConfig { endpoints: config.etcd_endpoints.clone(), user: None })
+        .await
+        .context("connecting to etcd")?;
+    let store = etcron_common::store::MongoStore::connect(&config.mongodb_uri, &config.mongodb_db)
+        .await
+        .context("mongodb_uri")?;
+    let spool = etcron_worker::log_sink::Spool::open(&config.data_dir)
+        .with_context(|| format!("opening the record spool in {}", config.data_dir.display()))?;
+    let (sink_stop_tx, sink_stop) = watch::channel(false);
+    let (sink, sink_task) = etcron_worker::log_sink::LogSink::start(store, spool, sink_stop);
+    let hostname = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
     let (lease_tx, lease_rx) = watch::channel(None);
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -90,6 +85,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         retention: RetentionLeases::new(client.clone(), MIN_RETENTION),
         registry: Registry::default(),
         capacity: Arc::new(Semaphore::new(config.capacity as usize)),
+        sink,
         config: config.clone(),
     });
     tracing::info!(worker_id = %config.worker_id, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, capacity = config.capacity, "etcron-worker starting");
@@ -99,43 +95,28 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let (all_stop_tx, all_stop) = watch::channel(false);
 
     let (workers_tx, workers_rx) = mpsc::channel(256);
-    tokio::spawn(mirror(
-        client.clone(),
-        keys.workers_prefix(),
-        "workers",
-        workers_tx,
-        all_stop.clone(),
-    ));
-    tokio::spawn(ctx.members.clone().follow(keys.clone(), workers_rx));
+    tokio::spawn(mirror(client.clone(), keys.workers_prefix(), "workers", workers_tx, all_stop.clone()));
+    let (departures_tx, mut departures) = mpsc::unbounded_channel();
+    tokio::spawn(ctx.members.clone().follow(keys.clone(), workers_rx, departures_tx));
+    let lost_ctx = ctx.clone();
+    tokio::spawn(async move {
+        while let Some((worker, revision)) = departures.recv().await {
+            if worker != lost_ctx.config.worker_id {
+                tokio::spawn(etcron_worker::execution::record_lost(lost_ctx.clone(), worker, revision));
+            }
+        }
+    });
 
     let (kills_tx, kills_rx) = mpsc::channel(256);
-    tokio::spawn(mirror(
-        client.clone(),
-        keys.kill_prefix(),
-        "kill",
-        kills_tx,
-        all_stop.clone(),
-    ));
+    tokio::spawn(mirror(client.clone(), keys.kill_prefix(), "kill", kills_tx, all_stop.clone()));
     tokio::spawn(follow_kills(ctx.clone(), kills_rx));
 
     let supervisor = tokio::spawn(supervise_session(ctx.clone(), lease_tx, all_stop.clone()));
 
     let (jobs_tx, jobs_rx) = mpsc::channel(4096);
-    tokio::spawn(mirror(
-        client.clone(),
-        keys.jobs_prefix(),
-        "jobs",
-        jobs_tx,
-        sched_stop.clone(),
-    ));
+    tokio::spawn(mirror(client.clone(), keys.jobs_prefix(), "jobs", jobs_tx, sched_stop.clone()));
     let (triggers_tx, triggers_rx) = mpsc::channel(256);
-    tokio::spawn(mirror(
-        client.clone(),
-        keys.trigger_prefix(),
-        "trigger",
-        triggers_tx,
-        sched_stop.clone(),
-    ));
+    tokio::spawn(mirror(client.clone(), keys.trigger_prefix(), "trigger", triggers_tx, sched_stop.clone()));
     let scheduler = tokio::spawn(Scheduler::new(ctx.clone()).run(jobs_rx, triggers_rx, sched_stop));
 
     shutdown_signal().await;
@@ -143,26 +124,19 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let _ = sched_stop_tx.send(true);
     let _ = scheduler.await;
     if !ctx.registry.wait_empty(config.shutdown_grace).await {
-        tracing::warn!(
-            running = ctx.registry.running(),
-            "shutdown grace over; killing running tasks"
-        );
+        tracing::warn!(running = ctx.registry.running(), "shutdown grace over; killing running tasks");
         ctx.registry.stop_all(&StopReason::Shutdown);
-        if !ctx
-            .registry
-            .wait_empty(config.kill_grace + Duration::from_secs(5))
-            .await
-        {
-            tracing::error!(
-                running = ctx.registry.running(),
-                "tasks still running after kill; exiting anyway"
-            );
+        if !ctx.registry.wait_empty(config.kill_grace + Duration::from_secs(5)).await {
+            tracing::error!(running = ctx.registry.running(), "tasks still running after kill; exiting anyway");
         }
     }
     let _ = all_stop_tx.send(true);
     if let Ok(Some(session)) = supervisor.await {
         session.close().await;
     }
+    // Flush the records of the last executions (to MongoDB, or to the spool).
+    let _ = sink_stop_tx.send(true);
+    let _ = sink_task.await;
     tracing::info!("etcron-worker stopped");
     Ok(())
 }
@@ -219,15 +193,8 @@ async fn supervise_session(
             "session lease lost: killing executions that ran under it, then re-registering"
         );
         ctx.registry.stop_all(&StopReason::LeaseLost);
-        if !ctx
-            .registry
-            .wait_empty(ctx.config.kill_grace + Duration::from_secs(5))
-            .await
-        {
-            tracing::error!(
-                running = ctx.registry.running(),
-                "executions still running after the lease loss kill"
-            );
+        if !ctx.registry.wait_empty(ctx.config.kill_grace + Duration::from_secs(5)).await {
+            tracing::error!(running = ctx.registry.running(), "executions still running after the lease loss kill");
         }
     }
 }
@@ -245,11 +212,7 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
     };
     let value = serde_json::to_vec(&info).unwrap_or_default();
     let mut kv = ctx.client.kv_client();
-    let put = kv.put(
-        ctx.keys.worker(&ctx.config.worker_id),
-        value,
-        Some(PutOptions::new().with_lease(lease)),
-    );
+    let put = kv.put(ctx.keys.worker(&ctx.config.worker_id), value, Some(PutOptions::new().with_lease(lease)));
     match tokio::time::timeout(REQUEST_TIMEOUT, put).await {
         Ok(Ok(_)) => true,
         Ok(Err(e)) => {
@@ -270,16 +233,12 @@ async fn follow_kills(ctx: Arc<Context>, mut rx: mpsc::Receiver<Update>) {
                 ctx.registry.clear_kills();
                 for kv in kvs {
                     if let Some(Key::Kill { job, target }) = ctx.keys.parse(&kv.key) {
-                        ctx.registry
-                            .apply_kill(kv.key, job, target, kv.mod_revision);
+                        ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision);
                     }
                 }
             }
             Update::Put(kv) => match ctx.keys.parse(&kv.key) {
-                Some(Key::Kill { job, target }) => {
-                    ctx.registry
-                        .apply_kill(kv.key, job, target, kv.mod_revision)
-                }
+                Some(Key::Kill { job, target }) => ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision),
                 _ => {
                     tracing::warn!(key = %String::from_utf8_lossy(&kv.key), "ignoring malformed kill key")
                 }

@@ -21,26 +21,17 @@ impl Members {
     /// that should claim first. A worker not (yet) in the list ranks 0 too.
     #[must_use]
     pub fn rank(&self, me: &str, tick_key: &str) -> usize {
-        let members = self
-            .inner
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let members = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         if !members.contains_key(me) {
             return 0;
         }
         let mine = score(me, tick_key);
-        members
-            .keys()
-            .filter(|id| id.as_str() != me && score(id, tick_key) > mine)
-            .count()
+        members.keys().filter(|id| id.as_str() != me && score(id, tick_key) > mine).count()
     }
 
     #[must_use]
     pub fn len(&self) -> usize {
-        self.inner
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).len()
     }
 
     #[must_use]
@@ -48,21 +39,44 @@ impl Members {
         self.len() == 0
     }
 
-    /// Applies mirror updates until the channel closes.
-    pub async fn follow(self, keys: Keys, mut rx: mpsc::Receiver<Update>) {
+    /// Why nobody claimed a tick of a job with `selector`, from what this worker can see.
+    #[must_use]
+    pub fn miss_reason(&self, selector: &BTreeMap<String, String>, after: std::time::Duration) -> String {
+        let members = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let eligible: Vec<&WorkerInfo> = members.values().filter(|w| w.matches(selector)).collect();
+        let wanted = || selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+        if members.is_empty() {
+            format!("not claimed within {}s: no live worker", after.as_secs())
+        } else if eligible.is_empty() {
+            format!("not claimed within {}s: no live worker matches selector {{{}}}", after.as_secs(), wanted())
+        } else if eligible.iter().all(|w| w.running >= w.capacity) {
+            format!("not claimed within {}s: all {} eligible workers were at capacity", after.as_secs(), eligible.len())
+        } else {
+            format!(
+                "not claimed within {}s by any of {} eligible workers (etcd unreachable or workers overloaded)",
+                after.as_secs(),
+                eligible.len()
+            )
+        }
+    }
+
+    /// Applies mirror updates until the channel closes; a deleted registration is reported on
+    /// `departures` with the revision of the delete.
+    pub async fn follow(
+        self,
+        keys: Keys,
+        mut rx: mpsc::Receiver<Update>,
+        departures: mpsc::UnboundedSender<(String, i64)>,
+    ) {
         while let Some(update) = rx.recv().await {
-            let mut members = self
-                .inner
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut members = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
             match update {
                 Update::Snapshot { kvs, .. } => {
                     members.clear();
                     for kv in kvs {
-                        if let (Some(Key::Worker(id)), Ok(info)) = (
-                            keys.parse(&kv.key),
-                            serde_json::from_slice::<WorkerInfo>(&kv.value),
-                        ) {
+                        if let (Some(Key::Worker(id)), Ok(info)) =
+                            (keys.parse(&kv.key), serde_json::from_slice::<WorkerInfo>(&kv.value))
+                        {
                             members.insert(id, info);
                         }
                     }
@@ -79,9 +93,10 @@ impl Members {
                         }
                     }
                 }
-                Update::Delete { key, .. } => {
+                Update::Delete { key, mod_revision } => {
                     if let Some(Key::Worker(id)) = keys.parse(&key) {
                         members.remove(&id);
+                        let _ = departures.send((id, mod_revision));
                     }
                 }
             }
@@ -92,11 +107,7 @@ impl Members {
 /// FNV-1a over `worker \0 tick`, finished with a 64-bit mixer: the same on every worker.
 fn score(worker: &str, tick_key: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in worker
-        .bytes()
-        .chain(std::iter::once(0))
-        .chain(tick_key.bytes())
-    {
+    for b in worker.bytes().chain(std::iter::once(0)).chain(tick_key.bytes()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -143,10 +154,7 @@ mod tests {
         }
         for id in ids {
             let n = firsts[id];
-            assert!(
-                (700..=1300).contains(&n),
-                "{id} ranked first {n} times of 3000"
-            );
+            assert!((700..=1300).contains(&n), "{id} ranked first {n} times of 3000");
         }
     }
 

@@ -42,11 +42,7 @@ fn wall_ms() -> u64 {
 impl Scheduler {
     #[must_use]
     pub fn new(ctx: Arc<Context>) -> Self {
-        Self {
-            ctx,
-            wheel: Wheel::new(wall_ms()),
-            jobs: HashMap::new(),
-        }
+        Self { ctx, wheel: Wheel::new(wall_ms()), jobs: HashMap::new() }
     }
 
     /// Runs until `stop` flips (or both update channels close).
@@ -104,13 +100,7 @@ impl Scheduler {
         if let Some(key) = entry.wheel_key.take() {
             self.wheel.remove(key);
         }
-        if !entry.spec.enabled {
-            return;
-        }
-        let Some(next) = entry
-            .schedule
-            .next_after(i64::try_from(after_ms).unwrap_or(i64::MAX))
-        else {
+        let Some(next) = entry.schedule.next_after(i64::try_from(after_ms).unwrap_or(i64::MAX)) else {
             tracing::debug!(job = %name, "schedule has no further fire times");
             return;
         };
@@ -137,9 +127,8 @@ impl Scheduler {
         }
         // The next tick comes after both this one and now, so a late wake-up never bursts.
         self.schedule_next(name, deadline.max(now));
-        if !spec.enabled {
-            return;
-        }
+        // A paused job keeps ticking in the wheel so each tick is recorded `skipped`.
+        let skip = (!spec.enabled).then(|| "job paused".to_owned());
         let scheduled_ms = UnixMs::try_from(deadline).unwrap_or(0);
         let fire = Fire {
             job: name.to_string(),
@@ -148,6 +137,7 @@ impl Scheduler {
             scheduled_ms,
             attempt: 1,
             trigger: TriggerKind::Schedule,
+            skip,
         };
         tokio::spawn(run_fire(self.ctx.clone(), fire));
     }
@@ -161,12 +151,7 @@ impl Scheduler {
                         seen.insert(name);
                     }
                 }
-                let gone: Vec<Arc<str>> = self
-                    .jobs
-                    .keys()
-                    .filter(|n| !seen.contains(*n))
-                    .cloned()
-                    .collect();
+                let gone: Vec<Arc<str>> = self.jobs.keys().filter(|n| !seen.contains(*n)).cloned().collect();
                 for name in gone {
                     self.remove(&name);
                 }
@@ -199,11 +184,7 @@ impl Scheduler {
             return None;
         };
         let name: Arc<str> = Arc::from(name.as_str());
-        if self
-            .jobs
-            .get(&name)
-            .is_some_and(|e| e.mod_revision >= kv.mod_revision)
-        {
+        if self.jobs.get(&name).is_some_and(|e| e.mod_revision >= kv.mod_revision) {
             return Some(name);
         }
         let spec = match JobSpec::from_json(&kv.value) {
@@ -225,9 +206,7 @@ impl Scheduler {
         let now = self.wheel.elapsed_ms().max(wall_ms());
         match self.jobs.get_mut(&name) {
             Some(entry) => {
-                let timing_same = entry.spec.schedule == spec.schedule
-                    && entry.spec.timezone == spec.timezone
-                    && entry.spec.enabled == spec.enabled;
+                let timing_same = entry.spec.schedule == spec.schedule && entry.spec.timezone == spec.timezone;
                 entry.spec = Arc::new(spec);
                 entry.schedule = schedule;
                 entry.mod_revision = kv.mod_revision;
@@ -240,12 +219,7 @@ impl Scheduler {
             None => {
                 self.jobs.insert(
                     name.clone(),
-                    JobEntry {
-                        spec: Arc::new(spec),
-                        schedule,
-                        mod_revision: kv.mod_revision,
-                        wheel_key: None,
-                    },
+                    JobEntry { spec: Arc::new(spec), schedule, mod_revision: kv.mod_revision, wheel_key: None },
                 );
                 tracing::info!(job = %name, mod_revision = kv.mod_revision, "job added");
             }
@@ -288,6 +262,7 @@ impl Scheduler {
             scheduled_ms: request.requested_at_ms,
             attempt: 1,
             trigger: TriggerKind::Manual,
+            skip: None,
         };
         tokio::spawn(run_fire(self.ctx.clone(), fire));
     }

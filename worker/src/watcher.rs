@@ -43,19 +43,13 @@ pub async fn list(client: &Client, prefix: &str) -> Result<(Vec<Kv>, i64), etcd_
     let mut revision = 0;
     let mut out = Vec::new();
     loop {
-        let mut opts = GetOptions::new()
-            .with_range(range_end.clone())
-            .with_limit(PAGE_SIZE);
+        let mut opts = GetOptions::new().with_range(range_end.clone()).with_limit(PAGE_SIZE);
         if revision > 0 {
             opts = opts.with_revision(revision);
         }
         let resp = match timeout(REQUEST_TIMEOUT * 4, kv.get(start.clone(), Some(opts))).await {
             Ok(r) => r?,
-            Err(_) => {
-                return Err(etcd_client::Error::WatchError(
-                    "listing timed out".to_owned(),
-                ))
-            }
+            Err(_) => return Err(etcd_client::Error::WatchError("listing timed out".to_owned())),
         };
         if revision == 0 {
             revision = resp.header().map_or(0, |h| h.revision());
@@ -118,13 +112,8 @@ pub async fn mirror(
             return;
         }
         let mut watcher = client.watch_client();
-        let opts = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(revision + 1)
-            .with_prev_key();
-        let mut stream = match timeout(REQUEST_TIMEOUT, watcher.watch(prefix.clone(), Some(opts)))
-            .await
-        {
+        let opts = WatchOptions::new().with_prefix().with_start_revision(revision + 1).with_prev_key();
+        let mut stream = match timeout(REQUEST_TIMEOUT, watcher.watch(prefix.clone(), Some(opts))).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 tracing::warn!(watch = name, error = %e, "starting watch failed; re-listing");
@@ -163,10 +152,9 @@ pub async fn mirror(
                                 create_revision: kv.create_revision(),
                                 mod_revision: kv.mod_revision(),
                             }),
-                            EventType::Delete => Update::Delete {
-                                key: kv.key().to_vec(),
-                                mod_revision: kv.mod_revision(),
-                            },
+                            EventType::Delete => {
+                                Update::Delete { key: kv.key().to_vec(), mod_revision: kv.mod_revision() }
+                            }
                         };
                         if tx.send(update).await.is_err() {
                             return;

@@ -53,10 +53,7 @@ pub struct Wheel<T> {
 
 impl<T> std::fmt::Debug for Wheel<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Wheel")
-            .field("elapsed_ms", &self.elapsed_ms)
-            .field("len", &self.len)
-            .finish()
+        f.debug_struct("Wheel").field("elapsed_ms", &self.elapsed_ms).field("len", &self.len).finish()
     }
 }
 
@@ -72,10 +69,7 @@ impl<T> Wheel<T> {
     pub fn new(now_ms: u64) -> Self {
         Self {
             elapsed_ms: now_ms,
-            levels: [Level {
-                heads: [NIL; SLOTS],
-                occupied: 0,
-            }; NUM_LEVELS],
+            levels: [Level { heads: [NIL; SLOTS], occupied: 0 }; NUM_LEVELS],
             slab: Vec::new(),
             free_head: NIL,
             len: 0,
@@ -104,14 +98,7 @@ impl<T> Wheel<T> {
         if deadline_ms <= self.elapsed_ms {
             return Err(value);
         }
-        let entry = Entry {
-            deadline_ms,
-            value,
-            prev: NIL,
-            next: NIL,
-            level: 0,
-            slot: 0,
-        };
+        let entry = Entry { deadline_ms, value, prev: NIL, next: NIL, level: 0, slot: 0 };
         let (index, generation) = self.slab_insert(entry);
         self.link(index);
         self.len += 1;
@@ -203,11 +190,7 @@ impl<T> Wheel<T> {
             // which act as a ring, so a slot at or before the current one is a rotation ahead.
             deadline_ms += level_range;
         }
-        Some(Expiration {
-            level,
-            slot,
-            deadline_ms,
-        })
+        Some(Expiration { level, slot, deadline_ms })
     }
 
     /// Places a stored entry into the slot for its deadline relative to `elapsed_ms`.
@@ -249,9 +232,7 @@ impl<T> Wheel<T> {
 
     fn entry(&self, key: EntryKey) -> Option<&Entry<T>> {
         match self.slab.get(key.index as usize)? {
-            SlabSlot::Occupied { generation, entry } if *generation == key.generation => {
-                Some(entry)
-            }
+            SlabSlot::Occupied { generation, entry } if *generation == key.generation => Some(entry),
             _ => None,
         }
     }
@@ -275,10 +256,7 @@ impl<T> Wheel<T> {
             let index = self.free_head;
             let slot = &mut self.slab[index as usize];
             let (generation, next_free) = match slot {
-                SlabSlot::Vacant {
-                    generation,
-                    next_free,
-                } => (*generation, *next_free),
+                SlabSlot::Vacant { generation, next_free } => (*generation, *next_free),
                 SlabSlot::Occupied { .. } => unreachable!("free list points at an occupied slot"),
             };
             self.free_head = next_free;
@@ -286,10 +264,7 @@ impl<T> Wheel<T> {
             (index, generation)
         } else {
             let index = u32::try_from(self.slab.len()).unwrap_or(NIL - 1);
-            self.slab.push(SlabSlot::Occupied {
-                generation: 0,
-                entry,
-            });
+            self.slab.push(SlabSlot::Occupied { generation: 0, entry });
             (index, 0)
         }
     }
@@ -300,13 +275,7 @@ impl<T> Wheel<T> {
             SlabSlot::Occupied { generation, .. } => generation.wrapping_add(1),
             SlabSlot::Vacant { .. } => unreachable!("removing a vacant slab slot"),
         };
-        let old = std::mem::replace(
-            slot,
-            SlabSlot::Vacant {
-                generation,
-                next_free: self.free_head,
-            },
-        );
+        let old = std::mem::replace(slot, SlabSlot::Vacant { generation, next_free: self.free_head });
         self.free_head = index;
         match old {
             SlabSlot::Occupied { entry, .. } => entry.value,
@@ -364,32 +333,18 @@ mod tests {
     fn far_entries_cascade_and_fire_exactly() {
         let now = 1_764_547_200_123u64; // a realistic unix-ms origin
         let mut w = Wheel::new(now);
-        let deadlines = [
-            now + 1,
-            now + 63,
-            now + 64,
-            now + 4_095,
-            now + 4_096,
-            now + 86_400_000,
-            now + 30 * 86_400_000,
-        ];
+        let deadlines =
+            [now + 1, now + 63, now + 64, now + 4_095, now + 4_096, now + 86_400_000, now + 30 * 86_400_000];
         for (i, d) in deadlines.iter().enumerate() {
             w.insert(*d, i as u32).unwrap();
         }
         let mut fired = Vec::new();
         // Drive it like the scheduler does: poll at each reported expiration.
         while let Some(next) = w.next_expiration() {
-            assert!(
-                next > w.elapsed_ms() || next == w.elapsed_ms(),
-                "expiration in the past"
-            );
+            assert!(next > w.elapsed_ms() || next == w.elapsed_ms(), "expiration in the past");
             fired.extend(drain(&mut w, next));
         }
-        let expected: Vec<(u64, u32)> = deadlines
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (*d, i as u32))
-            .collect();
+        let expected: Vec<(u64, u32)> = deadlines.iter().enumerate().map(|(i, d)| (*d, i as u32)).collect();
         assert_eq!(fired, expected);
     }
 
@@ -419,10 +374,7 @@ mod tests {
             w.insert(d, d as u32).unwrap();
         }
         let due = drain(&mut w, 80_000);
-        assert_eq!(
-            due.iter().map(|d| d.0).collect::<Vec<_>>(),
-            vec![3, 100, 500, 70_000]
-        );
+        assert_eq!(due.iter().map(|d| d.0).collect::<Vec<_>>(), vec![3, 100, 500, 70_000]);
         assert_eq!(w.len(), 1);
         assert_eq!(drain(&mut w, 100_000), vec![(99_999, 99_999)]);
     }
@@ -436,13 +388,7 @@ mod tests {
         assert_eq!(w.remove(b), Some(2));
         assert_eq!(w.remove(b), None);
         assert_eq!(w.deadline_ms(a), Some(10));
-        assert_eq!(
-            drain(&mut w, 10)
-                .into_iter()
-                .map(|d| d.1)
-                .collect::<Vec<_>>(),
-            vec![3, 1]
-        );
+        assert_eq!(drain(&mut w, 10).into_iter().map(|d| d.1).collect::<Vec<_>>(), vec![3, 1]);
         assert_eq!(w.remove(a), None, "fired entries cannot be removed");
         // A reused slab slot does not answer to the old key.
         let d = w.insert(20, 4).unwrap();
@@ -480,8 +426,7 @@ mod tests {
             for id in 0..3_000u32 {
                 match rng.next() % 10 {
                     0..=5 => {
-                        let span = [64u64, 4_096, 300_000, 86_400_000, MAX_SPAN_MS * 3]
-                            [(rng.next() % 5) as usize];
+                        let span = [64u64, 4_096, 300_000, 86_400_000, MAX_SPAN_MS * 3][(rng.next() % 5) as usize];
                         let deadline = now + 1 + rng.next() % span;
                         let key = w.insert(deadline, id).unwrap();
                         model.insert((deadline, id), key);
@@ -497,11 +442,7 @@ mod tests {
                         now += rng.next() % step;
                         let mut due = drain(&mut w, now);
                         due.sort_unstable();
-                        let expected: Vec<(u64, u32)> = model
-                            .keys()
-                            .copied()
-                            .take_while(|(d, _)| *d <= now)
-                            .collect();
+                        let expected: Vec<(u64, u32)> = model.keys().copied().take_while(|(d, _)| *d <= now).collect();
                         for k in &expected {
                             model.remove(k);
                         }
@@ -509,13 +450,8 @@ mod tests {
                     }
                 }
                 assert_eq!(w.len(), model.len());
-                if let (Some(next), Some(((first, _), _))) =
-                    (w.next_expiration(), model.iter().next())
-                {
-                    assert!(
-                        next <= *first,
-                        "seed {seed}: next_expiration {next} after earliest deadline {first}"
-                    );
+                if let (Some(next), Some(((first, _), _))) = (w.next_expiration(), model.iter().next()) {
+                    assert!(next <= *first, "seed {seed}: next_expiration {next} after earliest deadline {first}");
                 }
             }
         }

@@ -11,9 +11,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use etcron_tests::{
-    check_every_second, now_ms, proc_usage, quantile, read_fired, record_command, wait_for, Cluster,
-};
+use etcron_tests::{check_every_second, now_ms, proc_usage, quantile, read_fired, record_command, wait_for, Cluster};
 use serde_json::json;
 
 #[tokio::main]
@@ -47,19 +45,15 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
     let file = c.path("fired.log");
     let jobs: Vec<String> = (0..n_jobs).map(|i| format!("bench-{i:05}")).collect();
     for job in &jobs {
-        c.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&file)}})).await?;
+        c.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&file)}}))
+            .await?;
     }
     // Warm up: every job has fired once.
-    wait_for(
-        Duration::from_secs(60),
-        "every job to fire once",
-        || async {
-            let fired = read_fired(&file);
-            let seen: std::collections::BTreeSet<&str> =
-                fired.iter().map(|f| f.job.as_str()).collect();
-            (seen.len() == jobs.len()).then_some(())
-        },
-    )
+    wait_for(Duration::from_secs(60), "every job to fire once", || async {
+        let fired = read_fired(&file);
+        let seen: std::collections::BTreeSet<&str> = fired.iter().map(|f| f.job.as_str()).collect();
+        (seen.len() == jobs.len()).then_some(())
+    })
     .await?;
     let pids: Vec<(String, u32)> = c
         .workers
@@ -67,49 +61,18 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
         .filter_map(|w| Some((w.opts.id.clone(), w.proc.pid()?)))
         .chain(c.etcd.proc.pid().map(|p| ("etcd".to_owned(), p)))
         .collect();
-    let proposals0 = c
-        .etcd
-        .metric("etcd_server_proposals_committed_total")
-        .await?;
-    let txn0 = c
-        .etcd
-        .metric_with("grpc_server_handled_total", "grpc_method=\"Txn\"")
-        .await?;
-    let put0 = c
-        .etcd
-        .metric_with("grpc_server_handled_total", "grpc_method=\"Put\"")
-        .await?;
-    let range0 = c
-        .etcd
-        .metric_with("grpc_server_handled_total", "grpc_method=\"Range\"")
-        .await?;
-    let cpu0: Vec<f64> = pids
-        .iter()
-        .map(|(_, p)| proc_usage(*p).map_or(0.0, |u| u.0))
-        .collect();
+    let proposals0 = c.etcd.metric("etcd_server_proposals_committed_total").await?;
+    let txn0 = c.etcd.metric_with("grpc_server_handled_total", "grpc_method=\"Txn\"").await?;
+    let put0 = c.etcd.metric_with("grpc_server_handled_total", "grpc_method=\"Put\"").await?;
+    let range0 = c.etcd.metric_with("grpc_server_handled_total", "grpc_method=\"Range\"").await?;
+    let cpu0: Vec<f64> = pids.iter().map(|(_, p)| proc_usage(*p).map_or(0.0, |u| u.0)).collect();
     let from = now_ms();
     tokio::time::sleep(Duration::from_millis(u64::try_from(seconds * 1000)?)).await;
     let to = now_ms();
-    let proposals = c
-        .etcd
-        .metric("etcd_server_proposals_committed_total")
-        .await?
-        - proposals0;
-    let txns = c
-        .etcd
-        .metric_with("grpc_server_handled_total", "grpc_method=\"Txn\"")
-        .await?
-        - txn0;
-    let puts = c
-        .etcd
-        .metric_with("grpc_server_handled_total", "grpc_method=\"Put\"")
-        .await?
-        - put0;
-    let ranges = c
-        .etcd
-        .metric_with("grpc_server_handled_total", "grpc_method=\"Range\"")
-        .await?
-        - range0;
+    let proposals = c.etcd.metric("etcd_server_proposals_committed_total").await? - proposals0;
+    let txns = c.etcd.metric_with("grpc_server_handled_total", "grpc_method=\"Txn\"").await? - txn0;
+    let puts = c.etcd.metric_with("grpc_server_handled_total", "grpc_method=\"Put\"").await? - put0;
+    let ranges = c.etcd.metric_with("grpc_server_handled_total", "grpc_method=\"Range\"").await? - range0;
     let usage: Vec<(f64, u64)> = pids
         .iter()
         .zip(&cpu0)
@@ -118,27 +81,13 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
     // Let the last ticks of the window finish writing.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let fired = read_fired(&file);
-    let window: Vec<_> = fired
-        .iter()
-        .filter(|f| f.scheduled_ms > from && f.scheduled_ms <= to)
-        .collect();
+    let window: Vec<_> = fired.iter().filter(|f| f.scheduled_ms > from && f.scheduled_ms <= to).collect();
     let report = check_every_second(&fired, &jobs, from, to);
-    let mut lateness: Vec<i64> = window
-        .iter()
-        .filter_map(|f| {
-            f.extra
-                .first()?
-                .parse::<i64>()
-                .ok()
-                .map(|s| s - f.scheduled_ms)
-        })
-        .collect();
+    let mut lateness: Vec<i64> =
+        window.iter().filter_map(|f| f.extra.first()?.parse::<i64>().ok().map(|s| s - f.scheduled_ms)).collect();
     lateness.sort_unstable();
     let fires = window.len() as f64;
-    println!(
-        "e2e: {n_jobs} jobs every second, {n_workers} workers, {seconds} s window ({} fires)",
-        window.len()
-    );
+    println!("e2e: {n_jobs} jobs every second, {n_workers} workers, {seconds} s window ({} fires)", window.len());
     println!("  duplicates            {}", report.duplicates.len());
     println!("  missing ticks         {}", report.missing.len());
     println!(
@@ -147,16 +96,8 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
         quantile(&lateness, 0.99),
         lateness.last().copied().unwrap_or(0)
     );
-    println!(
-        "  etcd proposals/fire   {:.2}  (raft proposals committed: every write request)",
-        proposals / fires
-    );
-    println!(
-        "  etcd Txn/fire {:.2}  Put/fire {:.3}  Range/fire {:.2}",
-        txns / fires,
-        puts / fires,
-        ranges / fires
-    );
+    println!("  etcd proposals/fire   {:.2}  (raft proposals committed: every write request)", proposals / fires);
+    println!("  etcd Txn/fire {:.2}  Put/fire {:.3}  Range/fire {:.2}", txns / fires, puts / fires, ranges / fires);
     let mut per_worker: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
     for f in &window {
         *per_worker.entry(f.worker.as_str()).or_default() += 1;
@@ -189,7 +130,11 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
 async fn claims(n: usize) -> Result<()> {
     let logs = etcron_tests::log_dir("bench-claims");
     let etcd = etcron_tests::Etcd::start(&logs).await?;
-    let client = etcron_common::etcd::connect(&etcron_common::etcd::EtcdConfig { endpoints: vec![etcd.endpoint.clone()], user: None }).await?;
+    let client = etcron_common::etcd::connect(&etcron_common::etcd::EtcdConfig {
+        endpoints: vec![etcd.endpoint.clone()],
+        user: None,
+    })
+    .await?;
     let lease = client.lease_client().grant(30, None).await?.id();
     for round in 0..5 {
         let start = std::time::Instant::now();
@@ -198,7 +143,14 @@ async fn claims(n: usize) -> Result<()> {
             let client = client.clone();
             tasks.push(tokio::spawn(async move {
                 let key = format!("/bench/claims/j{i}/{round}");
-                let out = etcron_common::claim::try_claim(&client, &key, b"{}".to_vec(), (&format!("/bench/running/j{i}/{round}"), b"{}".to_vec()), lease).await;
+                let out = etcron_common::claim::try_claim(
+                    &client,
+                    &key,
+                    b"{}".to_vec(),
+                    (&format!("/bench/running/j{i}/{round}"), b"{}".to_vec()),
+                    lease,
+                )
+                .await;
                 (start.elapsed().as_micros() as i64, matches!(out, etcron_common::claim::ClaimOutcome::Won { .. }))
             }));
         }
@@ -209,7 +161,12 @@ async fn claims(n: usize) -> Result<()> {
             lat.push(us);
         }
         lat.sort_unstable();
-        println!("round {round}: {n} concurrent claims  p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms", quantile(&lat, 0.5) as f64 / 1000.0, quantile(&lat, 0.99) as f64 / 1000.0, *lat.last().unwrap_or(&0) as f64 / 1000.0);
+        println!(
+            "round {round}: {n} concurrent claims  p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+            quantile(&lat, 0.5) as f64 / 1000.0,
+            quantile(&lat, 0.99) as f64 / 1000.0,
+            *lat.last().unwrap_or(&0) as f64 / 1000.0
+        );
     }
     let fsyncs = etcd.metric("etcd_disk_wal_fsync_duration_seconds_count").await?;
     println!("wal fsyncs: {fsyncs}");

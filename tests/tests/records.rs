@@ -1,0 +1,327 @@
+//! Execution records in the MongoDB-compatible server: one per execution and per tick that did
+//! not run, searchable by every filter, kept across MongoDB outages and worker restarts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use etcron_common::keys::{ExecutionId, Tick};
+use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
+use etcron_common::store::{RecordWrite, Search, WriteMode};
+use etcron_tests::{now_ms, read_fired, record_command, wait_for, Cluster, WorkerOpts};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn shell(schedule: &str, cmd: &str) -> Value {
+    json!({"schedule": schedule, "task": {"kind": "shell", "command": cmd}})
+}
+
+fn enc(s: &str) -> String {
+    s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_outcome_is_recorded_and_searchable() -> anyhow::Result<()> {
+    let c = Cluster::start("records-outcomes", 2).await?;
+    let started = now_ms();
+    c.put_job("ok", shell("@yearly", "echo hello-from-ok; echo to-stderr >&2")).await?;
+    c.put_job("bad", shell("@yearly", "echo disk_full on /var >&2; exit 3")).await?;
+    c.put_job("slow", json!({"schedule": "@yearly", "timeout": "1s", "task": {"kind": "shell", "command": "sleep 30"}})).await?;
+    c.put_job("long", shell("@yearly", "sleep 300")).await?;
+    c.put_job("chatty", json!({"schedule": "@yearly", "max_output": 1024, "task": {"kind": "shell", "command": "seq 1 5000"}})).await?;
+    for job in ["ok", "bad", "slow", "long", "chatty"] {
+        let (status, _) = c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
+        assert_eq!(status, 202);
+    }
+    // The long one shows up as running first, then is killed.
+    let running = c.wait_executions("job=long&status=running", "a running record", |l| l.len() == 1).await?;
+    assert_eq!(running[0]["trigger"], "manual");
+    c.call(Method::POST, "/api/jobs/long/kill", None).await?;
+
+    let all = c.wait_executions("limit=50", "5 finished records", |l| l.len() == 5 && l.iter().all(|r| r["status"] != "running")).await?;
+    let by_job: BTreeMap<&str, &Value> = all.iter().map(|r| (r["job"].as_str().unwrap(), r)).collect();
+    assert_eq!(by_job["ok"]["status"], "succeeded");
+    assert_eq!(by_job["ok"]["exit_code"], 0);
+    assert_eq!(by_job["bad"]["status"], "failed");
+    assert_eq!(by_job["bad"]["exit_code"], 3);
+    assert_eq!(by_job["slow"]["status"], "timed_out");
+    assert_eq!(by_job["long"]["status"], "killed");
+    assert_eq!(by_job["chatty"]["status"], "succeeded");
+    for r in &all {
+        assert_eq!(r["trigger"], "manual");
+        assert_eq!(r["attempt"], 1);
+        assert!(r["fencing_token"].as_i64().unwrap() > 0);
+        assert!(r["id"].as_str().unwrap().contains("@manual-"));
+        assert!(r["worker_id"] == "w1" || r["worker_id"] == "w2");
+        for field in ["scheduled_at", "claimed_at", "started_at", "finished_at"] {
+            assert!(r[field].is_string(), "{field} missing in {r}");
+        }
+        assert!(r.get("output").is_none(), "search results leave the output out");
+    }
+
+    // One record with its output.
+    let ok = c.get(&format!("/api/executions/{}", enc(by_job["ok"]["id"].as_str().unwrap()))).await?;
+    assert_eq!(ok["output"], "hello-from-ok\nto-stderr\n");
+    let chatty = c.get(&format!("/api/executions/{}", enc(by_job["chatty"]["id"].as_str().unwrap()))).await?;
+    assert_eq!(chatty["output_truncated"], true);
+    let out = chatty["output"].as_str().unwrap();
+    assert!(out.starts_with("1\n2\n") && out.ends_with("4999\n5000\n") && out.contains("bytes omitted"), "{out}");
+    assert!(out.len() < 1200);
+    let (status, _) = c.call(Method::GET, "/api/executions/ok@manual-nothere%231", None).await?;
+    assert_eq!(status, 404);
+
+    // Every filter.
+    let ids = |l: &[Value]| l.iter().map(|r| r["job"].as_str().unwrap().to_owned()).collect::<BTreeSet<_>>();
+    let cref = &c;
+    let q = |query: &str| {
+        let path = format!("/api/executions?{query}");
+        async move { cref.get(&path).await.map(|v| v["executions"].as_array().cloned().unwrap_or_default()) }
+    };
+    assert_eq!(ids(&q("job=bad").await?), BTreeSet::from(["bad".to_owned()]));
+    assert_eq!(ids(&q("status=failed&status=timed_out").await?), BTreeSet::from(["bad".to_owned(), "slow".to_owned()]));
+    assert_eq!(ids(&q("status=killed,succeeded").await?), BTreeSet::from(["long".to_owned(), "ok".to_owned(), "chatty".to_owned()]));
+    assert_eq!(ids(&q("q=DISK_FULL").await?), BTreeSet::from(["bad".to_owned()]));
+    assert_eq!(ids(&q("q=hello-from-ok").await?), BTreeSet::from(["ok".to_owned()]));
+    assert!(q("q=nothing-matches-this").await?.is_empty());
+    assert_eq!(q("trigger=manual").await?.len(), 5);
+    assert!(q("trigger=schedule").await?.is_empty());
+    let w1 = q("worker=w1").await?.len();
+    let w2 = q("worker=w2").await?.len();
+    assert_eq!(w1 + w2, 5);
+    let since = etcron_common::rfc3339_ms(started - 1);
+    let until = etcron_common::rfc3339_ms(now_ms() + 1);
+    assert_eq!(q(&format!("since={}&until={}", enc(&since), enc(&until))).await?.len(), 5);
+    assert!(q(&format!("until={}", enc(&etcron_common::rfc3339_ms(started - 60_000)))).await?.is_empty());
+
+    // The job views carry a summary.
+    let jobs = c.get("/api/jobs").await?;
+    assert_eq!(jobs["records"]["available"], true);
+    let bad = jobs["jobs"].as_array().unwrap().iter().find(|j| j["name"] == "bad").unwrap();
+    assert_eq!(bad["summary"]["failed_24h"], 1);
+    assert_eq!(bad["summary"]["last_execution"]["status"], "failed");
+    let one = c.get("/api/jobs/ok").await?;
+    assert_eq!(one["summary"]["succeeded_24h"], 1);
+    assert_eq!(one["summary"]["last_execution"]["id"], by_job["ok"]["id"]);
+    Ok(())
+}
+
+fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
+    RecordWrite {
+        mode: WriteMode::Replace,
+        record: ExecutionRecord {
+            id: ExecutionId { job: job.to_owned(), tick: Tick::Scheduled(ms), attempt: n },
+            job: job.to_owned(),
+            scheduled_at: etcron_common::rfc3339_ms(ms),
+            scheduled_ms: ms,
+            claimed_at: None,
+            started_at: None,
+            finished_at: Some(etcron_common::rfc3339_ms(ms + 5)),
+            duration_ms: Some(5),
+            worker_id: "w".into(),
+            hostname: "h".into(),
+            attempt: n,
+            trigger: TriggerKind::Schedule,
+            status: Status::Succeeded,
+            exit_code: Some(0),
+            signal: None,
+            output: format!("line {n}"),
+            output_truncated: false,
+            error: None,
+            reason: None,
+            fencing_token: Some(i64::from(n)),
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pagination_with_concurrent_inserts_has_no_duplicates_or_gaps() -> anyhow::Result<()> {
+    let c = Cluster::start("records-pagination", 0).await?;
+    let store = c.mongo.store(&c.db).await?;
+    let base = 1_790_000_000_000i64;
+    // 300 records; several share a scheduled time, so the id breaks ties.
+    let original: Vec<RecordWrite> = (0..300).map(|i| synthetic("paged", base + (i / 3) * 1000, u32::try_from(i % 3 + 1).unwrap())).collect();
+    store.write(&original).await?;
+    let expected: BTreeSet<String> = original.iter().map(|w| w.record.id.to_string()).collect();
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut newer = 0i64;
+    loop {
+        let mut path = "/api/executions?job=paged&limit=7".to_owned();
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={}", enc(c)));
+        }
+        let page = c.get(&path).await?;
+        for r in page["executions"].as_array().unwrap() {
+            seen.push(r["id"].as_str().unwrap().to_owned());
+        }
+        // Meanwhile new records arrive (newer and older than the cursor).
+        newer += 1;
+        store.write(&[synthetic("paged", base + 10_000_000 + newer, 1), synthetic("other", base + newer, 1)]).await?;
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let originals_seen: Vec<&String> = seen.iter().filter(|id| expected.contains(*id)).collect();
+    let unique: BTreeSet<&String> = originals_seen.iter().copied().collect();
+    assert_eq!(originals_seen.len(), unique.len(), "a record was returned twice");
+    assert_eq!(unique.len(), expected.len(), "records were skipped");
+    // Newest first.
+    let ms: Vec<i64> = seen.iter().filter_map(|id| id.parse::<ExecutionId>().ok()).filter_map(|id| match id.tick {
+        Tick::Scheduled(ms) if ms < base + 10_000_000 => Some(ms),
+        _ => None,
+    }).collect();
+    assert!(ms.windows(2).all(|w| w[0] >= w[1]), "not newest first");
+    // The store's own search agrees with the API.
+    let direct = store.search(&Search { job: Some("paged".into()), limit: 500, ..Search::default() }).await?;
+    assert_eq!(direct.executions.len(), 300 + usize::try_from(newer).unwrap());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mongodb_outage_loses_and_doubles_no_record() -> anyhow::Result<()> {
+    let mut c = Cluster::start_with("records-outage", 2, true, &[]).await?;
+    let out = c.path("fired.log");
+    let jobs: Vec<String> = (0..5).map(|i| format!("tick-{i}")).collect();
+    for job in &jobs {
+        c.put_job(job, shell("* * * * * *", &record_command(&out))).await?;
+    }
+    wait_for(Duration::from_secs(20), "every job to fire", || async {
+        let f = read_fired(&out);
+        jobs.iter().all(|j| f.iter().any(|x| &x.job == j)).then_some(())
+    })
+    .await?;
+    c.mongo.stop()?;
+    let stopped_at = now_ms();
+    // The outage: 10 s of ticks with nowhere to write records.
+    wait_for(Duration::from_secs(30), "10 s of ticks during the outage", || async {
+        read_fired(&out).iter().any(|f| f.scheduled_ms > stopped_at + 10_000).then_some(())
+    })
+    .await?;
+    let (status, ready) = c.call(Method::GET, "/readyz", None).await?;
+    assert_eq!((status, &ready["mongodb"]["ok"], &ready["etcd"]["ok"]), (503, &json!(false), &json!(true)));
+    let (status, err) = c.call(Method::GET, "/api/executions", None).await?;
+    assert_eq!((status, err["error"]["code"].as_str()), (503, Some("mongodb_unavailable")));
+    let (status, jobs_view) = c.call(Method::GET, "/api/jobs", None).await?;
+    assert_eq!(status, 200, "job routes keep working without MongoDB");
+    assert_eq!(jobs_view["records"]["available"], false);
+    c.mongo.restart().await?;
+    // Stop the jobs, then every fired tick must have exactly one final record.
+    for job in &jobs {
+        c.call(Method::DELETE, &format!("/api/jobs/{job}"), None).await?;
+    }
+    let deleted_at = now_ms();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let fired: Vec<_> = read_fired(&out).into_iter().filter(|f| f.scheduled_ms <= deleted_at).collect();
+    let store = c.mongo.store(&c.db).await?;
+    let records = wait_for(Duration::from_secs(60), "a record for every fired tick", || async {
+        let mut all = Vec::new();
+        for job in &jobs {
+            let page = store.search(&Search { job: Some(job.clone()), limit: 500, ..Search::default() }).await.ok()?;
+            all.extend(page.executions);
+        }
+        let done = all.iter().filter(|r| r.status == Status::Succeeded).count();
+        (done >= fired.len()).then_some(all)
+    })
+    .await?;
+    let by_tick: BTreeMap<(String, i64), Vec<&ExecutionRecord>> = records.iter().fold(BTreeMap::new(), |mut m, r| {
+        m.entry((r.job.clone(), r.scheduled_ms)).or_insert_with(Vec::new).push(r);
+        m
+    });
+    for f in &fired {
+        let recs = by_tick.get(&(f.job.clone(), f.scheduled_ms)).unwrap_or_else(|| panic!("no record for {f:?}"));
+        assert_eq!(recs.len(), 1, "{f:?}");
+        assert_eq!(recs[0].status, Status::Succeeded);
+        assert_eq!(recs[0].fencing_token, Some(f.fencing_token));
+    }
+    let extra: Vec<_> = records.iter().filter(|r| !fired.iter().any(|f| f.job == r.job && f.scheduled_ms == r.scheduled_ms)).collect();
+    assert!(extra.is_empty(), "records without a run: {extra:?}");
+    let during = fired.iter().filter(|f| f.scheduled_ms > stopped_at).count();
+    println!("outage: {} ticks fired ({during} during the outage), {} records", fired.len(), records.len());
+    assert!(c.workers.iter().any(|w| w.proc.log_text().contains("replayed spooled execution records")));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_with_records_in_its_spool_replays_them_after_restart() -> anyhow::Result<()> {
+    let mut c = Cluster::start_with("records-spool-restart", 1, true, &[]).await?;
+    c.put_job("manual", shell("@yearly", "echo spooled-run")).await?;
+    c.mongo.stop()?;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (_, body) = c.call(Method::POST, "/api/jobs/manual/run", None).await?;
+        ids.push(body["execution_id"].as_str().unwrap().to_owned());
+    }
+    let spool = c.logs.join("data-w1").join("spool.jsonl");
+    wait_for(Duration::from_secs(30), "3 finished records in the spool", || async {
+        let text = std::fs::read_to_string(&spool).ok()?;
+        (text.lines().filter(|l| l.contains("\"succeeded\"")).count() >= 3).then_some(())
+    })
+    .await?;
+    c.workers[0].proc.kill9();
+    c.mongo.restart().await?;
+    c.workers[0].restart()?;
+    let store = c.mongo.store(&c.db).await?;
+    for id in &ids {
+        let rec = wait_for(Duration::from_secs(30), "the spooled record to be replayed", || async { store.get(id).await.ok().flatten() }).await?;
+        assert_eq!(rec.status, Status::Succeeded);
+        assert_eq!(rec.output, "spooled-run\n");
+    }
+    wait_for(Duration::from_secs(10), "the spool to be emptied", || async { (!spool.exists() || std::fs::metadata(&spool).ok()?.len() == 0).then_some(()) }).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_retention_index_has_the_configured_ttl() -> anyhow::Result<()> {
+    let mut c = Cluster::start_with("records-retention", 0, false, &["--retention", "7d"]).await?;
+    let store = c.mongo.store(&c.db).await?;
+    wait_for(Duration::from_secs(30), "the TTL index", || async {
+        (store.retention().await.ok().flatten() == Some(Duration::from_secs(7 * 86_400))).then_some(())
+    })
+    .await?;
+    // Restarting with another retention changes the TTL in place.
+    c.master.proc.kill9();
+    let args = ["--mongodb-uri", c.mongo.uri.as_str(), "--mongodb-db", c.db.as_str(), "--retention", "36h"];
+    c.master = etcron_tests::Master::start(&c.etcd.endpoint, &c.namespace, &c.logs, &args).await?;
+    wait_for(Duration::from_secs(30), "the TTL to change", || async {
+        (store.retention().await.ok().flatten() == Some(Duration::from_secs(36 * 3600))).then_some(())
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ticks_that_did_not_run_are_recorded_with_the_reason() -> anyhow::Result<()> {
+    let mut c = Cluster::start("records-ledger", 2).await?;
+    // Paused: every tick is recorded `skipped`, once.
+    c.put_job("paused", json!({"schedule": "* * * * * *", "enabled": false, "task": {"kind": "shell", "command": "true"}})).await?;
+    // No worker has zone=mars: ticks are recorded `missed`, naming the selector.
+    c.put_job("nowhere", json!({"schedule": "*/2 * * * * *", "selector": {"zone": "mars"}, "task": {"kind": "shell", "command": "true"}})).await?;
+    let skipped = c.wait_executions("job=paused", "3 skipped ticks", |l| l.len() >= 3).await?;
+    for r in &skipped {
+        assert_eq!(r["status"], "skipped");
+        assert_eq!(r["reason"], "job paused");
+    }
+    let ticks: Vec<&str> = skipped.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ticks.iter().collect::<BTreeSet<_>>().len(), ticks.len());
+    let missed = c.wait_executions("job=nowhere&status=missed", "a missed tick", |l| !l.is_empty()).await?;
+    let reason = missed[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("no live worker matches selector {zone=mars}"), "{reason}");
+
+    // Lost: the worker running it dies.
+    let mut opts = WorkerOpts::new("doomed");
+    opts.labels.insert("pool".into(), "doomed".into());
+    c.add_worker(opts)?;
+    c.wait_workers(3).await?;
+    c.put_job("victim", json!({"schedule": "@yearly", "selector": {"pool": "doomed"}, "task": {"kind": "shell", "command": "sleep 300"}})).await?;
+    let (_, run) = c.call(Method::POST, "/api/jobs/victim/run", None).await?;
+    let id = run["execution_id"].as_str().unwrap().to_owned();
+    c.wait_executions("job=victim&status=running", "the victim running", |l| l.len() == 1).await?;
+    c.workers[2].proc.kill9();
+    let lost = c.wait_executions("job=victim&status=lost", "the lost record", |l| l.len() == 1).await?;
+    assert_eq!(lost[0]["id"], id.as_str());
+    assert_eq!(lost[0]["worker_id"], "doomed");
+    assert!(lost[0]["reason"].as_str().unwrap().contains("worker doomed lost its session"));
+    Ok(())
+}
