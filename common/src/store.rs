@@ -429,7 +429,11 @@ impl MongoStore {
     }
 
     /// Outcome counts since `since_ms` and the latest execution of each job seen since then.
-    pub async fn summaries(&self, since_ms: UnixMs, job: Option<&str>) -> Result<HashMap<String, JobSummary>, StoreError> {
+    pub async fn summaries(
+        &self,
+        since_ms: UnixMs,
+        job: Option<&str>,
+    ) -> Result<HashMap<String, JobSummary>, StoreError> {
         let mut matcher = doc! {"scheduled_at": {"$gte": BsonDate::from_millis(since_ms)}};
         if let Some(job) = job {
             matcher.insert("job", job);

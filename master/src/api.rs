@@ -16,8 +16,8 @@ use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp
 use etcron_common::job::{validate_name, JobSpec};
 use etcron_common::keys::{ExecutionId, Key, Keys, KillTarget};
 use etcron_common::model::{KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
-use etcron_common::schedule::{format_in, Schedule, ScheduleError};
 use etcron_common::model::{Status, TriggerKind};
+use etcron_common::schedule::{format_in, Schedule, ScheduleError};
 use etcron_common::store::{Cursor, MongoStore, Search, StoreError, DEFAULT_LIMIT, MAX_LIMIT};
 use etcron_common::{now_ms, rfc3339_ms};
 use serde::{Deserialize, Serialize};
@@ -180,7 +180,8 @@ async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiRes
     let job = fetch_job(&st, &name).await?;
     let mut resp = with_etag(StatusCode::OK, &job);
     let summary = async {
-        let mut summary = st.store.summaries(now_ms() - 86_400_000, Some(&name)).await?.remove(&name).unwrap_or_default();
+        let mut summary =
+            st.store.summaries(now_ms() - 86_400_000, Some(&name)).await?.remove(&name).unwrap_or_default();
         let latest = st.store.search(&Search { job: Some(name.clone()), limit: 1, ..Search::default() }).await?;
         summary.last_execution = latest.executions.first().map(|r| etcron_common::store::LastExecution {
             id: r.id.to_string(),
@@ -515,7 +516,9 @@ async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
 
 fn store_error(e: StoreError) -> ApiError {
     match e {
-        StoreError::BadCursor => ApiError::bad_request(Some("cursor".to_owned()), "cursor is not one this API returned"),
+        StoreError::BadCursor => {
+            ApiError::bad_request(Some("cursor".to_owned()), "cursor is not one this API returned")
+        }
         StoreError::Unavailable(cause) => ApiError::mongodb_unavailable(&cause),
         StoreError::Failed(cause) => ApiError::internal(&cause),
     }
@@ -525,15 +528,18 @@ fn store_error(e: StoreError) -> ApiError {
 const SEARCH_PARAMS: [&str; 9] = ["job", "status", "worker", "trigger", "since", "until", "q", "limit", "cursor"];
 
 fn parse_time(param: &str, value: &str) -> ApiResult<i64> {
-    chrono::DateTime::parse_from_rfc3339(value)
-        .map(|t| t.timestamp_millis())
-        .map_err(|e| ApiError::bad_request(Some(param.to_owned()), format!("{param} must be an RFC 3339 time such as 2026-11-22T03:00:00Z ({e})")))
+    chrono::DateTime::parse_from_rfc3339(value).map(|t| t.timestamp_millis()).map_err(|e| {
+        ApiError::bad_request(
+            Some(param.to_owned()),
+            format!("{param} must be an RFC 3339 time such as 2026-11-22T03:00:00Z ({e})"),
+        )
+    })
 }
 
 /// Parses the query of `GET /api/executions`; every bad value is a 400 naming the parameter.
 pub fn parse_search(query: &str) -> ApiResult<Search> {
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(query).map_err(|e| ApiError::bad_request(None, format!("malformed query string: {e}")))?;
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+        .map_err(|e| ApiError::bad_request(None, format!("malformed query string: {e}")))?;
     let mut s = Search { limit: DEFAULT_LIMIT, ..Search::default() };
     for (key, value) in pairs {
         let field = Some(key.clone());
@@ -556,7 +562,12 @@ pub fn parse_search(query: &str) -> ApiResult<Search> {
             }
             "trigger" => {
                 let trigger: TriggerKind = serde_json::from_value(Value::String(value.clone())).map_err(|_| {
-                    ApiError::bad_request(field, format!("unknown trigger {value:?}; one of schedule, manual, retry, dependency, catchup, failover"))
+                    ApiError::bad_request(
+                        field,
+                        format!(
+                            "unknown trigger {value:?}; one of schedule, manual, retry, dependency, catchup, failover"
+                        ),
+                    )
                 })?;
                 s.trigger = Some(trigger);
             }
@@ -567,7 +578,10 @@ pub fn parse_search(query: &str) -> ApiResult<Search> {
                     return Err(ApiError::bad_request(field, "q is longer than 256 characters"));
                 }
                 if etcron_common::store::words(&value).is_empty() && !value.trim().is_empty() {
-                    return Err(ApiError::bad_request(field, "q needs at least one word of 2 or more letters or digits"));
+                    return Err(ApiError::bad_request(
+                        field,
+                        "q needs at least one word of 2 or more letters or digits",
+                    ));
                 }
                 s.q = Some(value);
             }
@@ -593,7 +607,10 @@ pub fn parse_search(query: &str) -> ApiResult<Search> {
     Ok(s)
 }
 
-async fn search_executions(State(st): State<AppState>, axum::extract::RawQuery(query): axum::extract::RawQuery) -> ApiResult<Json<Value>> {
+async fn search_executions(
+    State(st): State<AppState>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> ApiResult<Json<Value>> {
     let search = parse_search(query.as_deref().unwrap_or(""))?;
     let page = st.store.search(&search).await.map_err(store_error)?;
     Ok(Json(json!({ "executions": page.executions, "next_cursor": page.next_cursor })))

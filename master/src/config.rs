@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use etcron_common::duration::HumanDuration;
 use clap::Parser;
+use etcron_common::duration::HumanDuration;
 use serde::Deserialize;
 
 #[derive(Debug, Parser)]
@@ -68,7 +68,8 @@ pub struct Config {
 }
 
 /// Shortest and longest record retention.
-pub const RETENTION_RANGE: std::ops::RangeInclusive<Duration> = Duration::from_secs(3600)..=Duration::from_secs(10 * 366 * 86400);
+pub const RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(3600)..=Duration::from_secs(10 * 366 * 86400);
 
 impl FileConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use nix::sys::signal::{kill, Signal};
 pub use nix::sys::signal::Signal as Sig;
+use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
@@ -257,7 +257,13 @@ impl Mongo {
         let port = free_port();
         let dir = tempfile::tempdir()?;
         let proc = Self::spawn(port, dir.path(), logs)?;
-        let mongo = Self { uri: format!("mongodb://127.0.0.1:{port}"), port, dir: Some(dir), logs: logs.to_path_buf(), proc: Some(proc) };
+        let mongo = Self {
+            uri: format!("mongodb://127.0.0.1:{port}"),
+            port,
+            dir: Some(dir),
+            logs: logs.to_path_buf(),
+            proc: Some(proc),
+        };
         mongo.wait_ready().await?;
         Ok(mongo)
     }

@@ -18,7 +18,15 @@ fn shell(schedule: &str, cmd: &str) -> Value {
 }
 
 fn enc(s: &str) -> String {
-    s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -27,9 +35,17 @@ async fn every_outcome_is_recorded_and_searchable() -> anyhow::Result<()> {
     let started = now_ms();
     c.put_job("ok", shell("@yearly", "echo hello-from-ok; echo to-stderr >&2")).await?;
     c.put_job("bad", shell("@yearly", "echo disk_full on /var >&2; exit 3")).await?;
-    c.put_job("slow", json!({"schedule": "@yearly", "timeout": "1s", "task": {"kind": "shell", "command": "sleep 30"}})).await?;
+    c.put_job(
+        "slow",
+        json!({"schedule": "@yearly", "timeout": "1s", "task": {"kind": "shell", "command": "sleep 30"}}),
+    )
+    .await?;
     c.put_job("long", shell("@yearly", "sleep 300")).await?;
-    c.put_job("chatty", json!({"schedule": "@yearly", "max_output": 1024, "task": {"kind": "shell", "command": "seq 1 5000"}})).await?;
+    c.put_job(
+        "chatty",
+        json!({"schedule": "@yearly", "max_output": 1024, "task": {"kind": "shell", "command": "seq 1 5000"}}),
+    )
+    .await?;
     for job in ["ok", "bad", "slow", "long", "chatty"] {
         let (status, _) = c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
         assert_eq!(status, 202);
@@ -39,7 +55,11 @@ async fn every_outcome_is_recorded_and_searchable() -> anyhow::Result<()> {
     assert_eq!(running[0]["trigger"], "manual");
     c.call(Method::POST, "/api/jobs/long/kill", None).await?;
 
-    let all = c.wait_executions("limit=50", "5 finished records", |l| l.len() == 5 && l.iter().all(|r| r["status"] != "running")).await?;
+    let all = c
+        .wait_executions("limit=50", "5 finished records", |l| {
+            l.len() == 5 && l.iter().all(|r| r["status"] != "running")
+        })
+        .await?;
     let by_job: BTreeMap<&str, &Value> = all.iter().map(|r| (r["job"].as_str().unwrap(), r)).collect();
     assert_eq!(by_job["ok"]["status"], "succeeded");
     assert_eq!(by_job["ok"]["exit_code"], 0);
@@ -80,7 +100,10 @@ async fn every_outcome_is_recorded_and_searchable() -> anyhow::Result<()> {
     };
     assert_eq!(ids(&q("job=bad").await?), BTreeSet::from(["bad".to_owned()]));
     assert_eq!(ids(&q("status=failed&status=timed_out").await?), BTreeSet::from(["bad".to_owned(), "slow".to_owned()]));
-    assert_eq!(ids(&q("status=killed,succeeded").await?), BTreeSet::from(["long".to_owned(), "ok".to_owned(), "chatty".to_owned()]));
+    assert_eq!(
+        ids(&q("status=killed,succeeded").await?),
+        BTreeSet::from(["long".to_owned(), "ok".to_owned(), "chatty".to_owned()])
+    );
     assert_eq!(ids(&q("q=DISK_FULL").await?), BTreeSet::from(["bad".to_owned()]));
     assert_eq!(ids(&q("q=hello-from-ok").await?), BTreeSet::from(["ok".to_owned()]));
     assert!(q("q=nothing-matches-this").await?.is_empty());
@@ -140,7 +163,8 @@ async fn pagination_with_concurrent_inserts_has_no_duplicates_or_gaps() -> anyho
     let store = c.mongo.store(&c.db).await?;
     let base = 1_790_000_000_000i64;
     // 300 records; several share a scheduled time, so the id breaks ties.
-    let original: Vec<RecordWrite> = (0..300).map(|i| synthetic("paged", base + (i / 3) * 1000, u32::try_from(i % 3 + 1).unwrap())).collect();
+    let original: Vec<RecordWrite> =
+        (0..300).map(|i| synthetic("paged", base + (i / 3) * 1000, u32::try_from(i % 3 + 1).unwrap())).collect();
     store.write(&original).await?;
     let expected: BTreeSet<String> = original.iter().map(|w| w.record.id.to_string()).collect();
     let mut seen = Vec::new();
@@ -168,10 +192,14 @@ async fn pagination_with_concurrent_inserts_has_no_duplicates_or_gaps() -> anyho
     assert_eq!(originals_seen.len(), unique.len(), "a record was returned twice");
     assert_eq!(unique.len(), expected.len(), "records were skipped");
     // Newest first.
-    let ms: Vec<i64> = seen.iter().filter_map(|id| id.parse::<ExecutionId>().ok()).filter_map(|id| match id.tick {
-        Tick::Scheduled(ms) if ms < base + 10_000_000 => Some(ms),
-        _ => None,
-    }).collect();
+    let ms: Vec<i64> = seen
+        .iter()
+        .filter_map(|id| id.parse::<ExecutionId>().ok())
+        .filter_map(|id| match id.tick {
+            Tick::Scheduled(ms) if ms < base + 10_000_000 => Some(ms),
+            _ => None,
+        })
+        .collect();
     assert!(ms.windows(2).all(|w| w[0] >= w[1]), "not newest first");
     // The store's own search agrees with the API.
     let direct = store.search(&Search { job: Some("paged".into()), limit: 500, ..Search::default() }).await?;
@@ -235,7 +263,8 @@ async fn a_mongodb_outage_loses_and_doubles_no_record() -> anyhow::Result<()> {
         assert_eq!(recs[0].status, Status::Succeeded);
         assert_eq!(recs[0].fencing_token, Some(f.fencing_token));
     }
-    let extra: Vec<_> = records.iter().filter(|r| !fired.iter().any(|f| f.job == r.job && f.scheduled_ms == r.scheduled_ms)).collect();
+    let extra: Vec<_> =
+        records.iter().filter(|r| !fired.iter().any(|f| f.job == r.job && f.scheduled_ms == r.scheduled_ms)).collect();
     assert!(extra.is_empty(), "records without a run: {extra:?}");
     let during = fired.iter().filter(|f| f.scheduled_ms > stopped_at).count();
     println!("outage: {} ticks fired ({during} during the outage), {} records", fired.len(), records.len());
@@ -264,11 +293,17 @@ async fn a_worker_killed_with_records_in_its_spool_replays_them_after_restart() 
     c.workers[0].restart()?;
     let store = c.mongo.store(&c.db).await?;
     for id in &ids {
-        let rec = wait_for(Duration::from_secs(30), "the spooled record to be replayed", || async { store.get(id).await.ok().flatten() }).await?;
+        let rec = wait_for(Duration::from_secs(30), "the spooled record to be replayed", || async {
+            store.get(id).await.ok().flatten()
+        })
+        .await?;
         assert_eq!(rec.status, Status::Succeeded);
         assert_eq!(rec.output, "spooled-run\n");
     }
-    wait_for(Duration::from_secs(10), "the spool to be emptied", || async { (!spool.exists() || std::fs::metadata(&spool).ok()?.len() == 0).then_some(()) }).await?;
+    wait_for(Duration::from_secs(10), "the spool to be emptied", || async {
+        (!spool.exists() || std::fs::metadata(&spool).ok()?.len() == 0).then_some(())
+    })
+    .await?;
     Ok(())
 }
 
@@ -295,7 +330,11 @@ async fn the_retention_index_has_the_configured_ttl() -> anyhow::Result<()> {
 async fn ticks_that_did_not_run_are_recorded_with_the_reason() -> anyhow::Result<()> {
     let mut c = Cluster::start("records-ledger", 2).await?;
     // Paused: every tick is recorded `skipped`, once.
-    c.put_job("paused", json!({"schedule": "* * * * * *", "enabled": false, "task": {"kind": "shell", "command": "true"}})).await?;
+    c.put_job(
+        "paused",
+        json!({"schedule": "* * * * * *", "enabled": false, "task": {"kind": "shell", "command": "true"}}),
+    )
+    .await?;
     // No worker has zone=mars: ticks are recorded `missed`, naming the selector.
     c.put_job("nowhere", json!({"schedule": "*/2 * * * * *", "selector": {"zone": "mars"}, "task": {"kind": "shell", "command": "true"}})).await?;
     let skipped = c.wait_executions("job=paused", "3 skipped ticks", |l| l.len() >= 3).await?;
