@@ -613,7 +613,19 @@ async fn search_executions(
 ) -> ApiResult<Json<Value>> {
     let search = parse_search(query.as_deref().unwrap_or(""))?;
     let page = st.store.search(&search).await.map_err(store_error)?;
-    Ok(Json(json!({ "executions": page.executions, "next_cursor": page.next_cursor })))
+    // Lists leave the output out (it can be large); `GET /api/executions/{id}` has it.
+    let executions: Vec<Value> = page
+        .executions
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+            if let Some(obj) = v.as_object_mut() {
+                obj.remove("output");
+            }
+            v
+        })
+        .collect();
+    Ok(Json(json!({ "executions": executions, "next_cursor": page.next_cursor })))
 }
 
 async fn get_execution(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {

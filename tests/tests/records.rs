@@ -282,10 +282,21 @@ async fn a_worker_killed_with_records_in_its_spool_replays_them_after_restart() 
         let (_, body) = c.call(Method::POST, "/api/jobs/manual/run", None).await?;
         ids.push(body["execution_id"].as_str().unwrap().to_owned());
     }
-    let spool = c.logs.join("data-w1").join("spool.jsonl");
+    let spool_dir = c.logs.join("data-w1");
+    // Live spool file plus the ones moved aside by replay attempts.
+    let spooled = |dir: &std::path::Path| -> usize {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                    .map(|text| text.lines().filter(|l| l.contains("\"succeeded\"")).count())
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
     wait_for(Duration::from_secs(30), "3 finished records in the spool", || async {
-        let text = std::fs::read_to_string(&spool).ok()?;
-        (text.lines().filter(|l| l.contains("\"succeeded\"")).count() >= 3).then_some(())
+        (spooled(&spool_dir) >= 3).then_some(())
     })
     .await?;
     c.workers[0].proc.kill9();
@@ -300,10 +311,8 @@ async fn a_worker_killed_with_records_in_its_spool_replays_them_after_restart() 
         assert_eq!(rec.status, Status::Succeeded);
         assert_eq!(rec.output, "spooled-run\n");
     }
-    wait_for(Duration::from_secs(10), "the spool to be emptied", || async {
-        (!spool.exists() || std::fs::metadata(&spool).ok()?.len() == 0).then_some(())
-    })
-    .await?;
+    wait_for(Duration::from_secs(10), "the spool to be emptied", || async { (spooled(&spool_dir) == 0).then_some(()) })
+        .await?;
     Ok(())
 }
 
