@@ -65,13 +65,23 @@ pub async fn run_shell(
     mut stop: watch::Receiver<Option<StopReason>>,
     pid_tx: oneshot::Sender<u32>,
 ) -> Finished {
+    // stdout and stderr share one pipe, so the output reads in the order it was written (like
+    // `2>&1`), and one reader drains both.
+    let (reader, writer) = match std::io::pipe() {
+        Ok(p) => p,
+        Err(e) => return spawn_failed(format!("creating the output pipe failed: {e}")),
+    };
+    let writer_err = match writer.try_clone() {
+        Ok(w) => w,
+        Err(e) => return spawn_failed(format!("creating the output pipe failed: {e}")),
+    };
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(&job.command)
         .envs(&job.env)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer_err))
         .process_group(0)
         .kill_on_drop(true);
     if let Some(cwd) = &job.cwd {
@@ -80,28 +90,20 @@ pub async fn run_shell(
     let output = Arc::new(Mutex::new(BoundedOutput::new(job.max_output)));
     // fork/exec blocks the calling thread; on the blocking pool, many tasks due at the same
     // tick start in parallel instead of queueing behind each other on the async workers.
+    // `cmd` (holding the pipe's write ends) is dropped there after the spawn, so the reader sees
+    // end-of-file once the task and its children are done with the pipe.
     let spawned = tokio::task::spawn_blocking(move || cmd.spawn()).await;
     let spawned = spawned.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
     let mut child = match spawned {
         Ok(c) => c,
-        Err(e) => {
-            return Finished {
-                ending: Ending::SpawnFailed(format!("spawning /bin/sh failed: {e}")),
-                exit_code: None,
-                signal: None,
-                output: String::new(),
-                output_truncated: false,
-            }
-        }
+        Err(e) => return spawn_failed(format!("spawning /bin/sh failed: {e}")),
     };
     let pid = child.id().unwrap_or(0);
     let _ = pid_tx.send(pid);
     let mut readers = Vec::new();
-    if let Some(out) = child.stdout.take() {
-        readers.push(tokio::spawn(pump(out, output.clone())));
-    }
-    if let Some(err) = child.stderr.take() {
-        readers.push(tokio::spawn(pump(err, output.clone())));
+    match tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(reader)) {
+        Ok(rx) => readers.push(tokio::spawn(pump(rx, output.clone()))),
+        Err(e) => tracing::warn!(error = %e, "cannot read task output"),
     }
     let group = Pid::from_raw(i32::try_from(pid).unwrap_or(0));
     let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
@@ -148,6 +150,16 @@ pub async fn run_shell(
         (out.render(), out.truncated())
     };
     Finished { ending, exit_code, signal, output: text, output_truncated: truncated }
+}
+
+fn spawn_failed(message: String) -> Finished {
+    Finished {
+        ending: Ending::SpawnFailed(message),
+        exit_code: None,
+        signal: None,
+        output: String::new(),
+        output_truncated: false,
+    }
 }
 
 async fn wait_stop(stop: &mut watch::Receiver<Option<StopReason>>) -> StopReason {
