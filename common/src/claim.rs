@@ -42,10 +42,15 @@ pub async fn try_claim(
             TxnOp::put(claim_key, claim_value, lease.clone()),
             TxnOp::put(running.0, running.1, lease),
         ]);
+    run_claim(client, txn).await
+}
+
+/// Runs a claim txn; a committed one's header revision is the new key's create revision, i.e.
+/// the fencing token.
+async fn run_claim(client: &Client, txn: Txn) -> ClaimOutcome {
     let mut kv = client.kv_client();
     match timeout(REQUEST_TIMEOUT, kv.txn(txn)).await {
         Ok(Ok(resp)) if resp.succeeded() => match resp.header() {
-            // The claim key was created in this txn, so its create revision is the header's.
             Some(h) => ClaimOutcome::Won { fencing_token: h.revision() },
             None => ClaimOutcome::Unknown("txn response without header".to_owned()),
         },
@@ -63,16 +68,7 @@ pub async fn claim_done(client: &Client, claim_key: &str, done_value: Vec<u8>, r
         // The same rule as a run: first writer of the tick's key only.
         .when([Compare::create_revision(claim_key, CompareOp::Equal, 0)])
         .and_then([TxnOp::put(claim_key, done_value, Some(PutOptions::new().with_lease(retention_lease)))]);
-    let mut kv = client.kv_client();
-    match timeout(REQUEST_TIMEOUT, kv.txn(txn)).await {
-        Ok(Ok(resp)) if resp.succeeded() => match resp.header() {
-            Some(h) => ClaimOutcome::Won { fencing_token: h.revision() },
-            None => ClaimOutcome::Unknown("txn response without header".to_owned()),
-        },
-        Ok(Ok(_)) => ClaimOutcome::Lost,
-        Ok(Err(e)) => ClaimOutcome::Unknown(e.to_string()),
-        Err(_) => ClaimOutcome::Unknown("claim txn timed out".to_owned()),
-    }
+    run_claim(client, txn).await
 }
 
 /// True when a claim for this key already exists (a cheap read that avoids a losing write).

@@ -10,6 +10,7 @@ pub mod model;
 pub mod output;
 pub mod schedule;
 pub mod session;
+pub mod settings;
 pub mod store;
 
 /// Milliseconds since the Unix epoch, the unit of every instant etcron stores.

@@ -56,7 +56,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let local = listener.local_addr().context("reading the bound address")?;
     tracing::info!(listen = %local, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, "etcron-master serving");
     axum::serve(listener, app(AppState { client, keys, store }))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(etcron_common::settings::shutdown_signal())
         .await
         .context("serving HTTP")?;
     tracing::info!("etcron-master stopped");
@@ -78,23 +78,5 @@ async fn ensure_indexes(store: etcron_common::store::MongoStore, retention: std:
                 delay = (delay * 2).min(std::time::Duration::from_secs(30));
             }
         }
-    }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
     }
 }

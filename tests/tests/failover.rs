@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use etcron_tests::{check_every_second, now_ms, read_fired, record_command, wait_for, Cluster};
+use etcron_tests::{alive, check_every_second, now_ms, read_fired, read_pid, record_command, wait_for, Cluster};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -85,19 +85,6 @@ async fn a_worker_restarting_midway_loses_and_doubles_nothing() -> anyhow::Resul
     // The gracefully restarted worker is back in the rotation.
     assert!(fired.iter().any(|f| f.worker == "w2" && f.scheduled_ms > restarted_at));
     Ok(())
-}
-
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|state| state != "Z")
-        }
-        Err(_) => false,
-    }
-}
-
-fn read_pid(path: &std::path::Path) -> Option<i32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 #[tokio::test(flavor = "multi_thread")]

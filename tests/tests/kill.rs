@@ -3,26 +3,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
-use std::path::Path;
 use std::time::Duration;
 
-use etcron_tests::{wait_for, Cluster};
+use etcron_tests::{alive, read_pid, urlencode, wait_for, Cluster};
 use reqwest::Method;
 use serde_json::json;
-
-/// True while `pid` is a live (non-zombie) process.
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|state| state != "Z")
-        }
-        Err(_) => false,
-    }
-}
-
-fn read_pid(path: &Path) -> Option<i32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_stops_the_whole_process_group() -> anyhow::Result<()> {
@@ -124,16 +109,4 @@ async fn timeout_kills_the_group_and_records_timed_out() -> anyhow::Result<()> {
     })
     .await?;
     Ok(())
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }

@@ -9,24 +9,12 @@ use std::time::Duration;
 use etcron_common::keys::{ExecutionId, Tick};
 use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, Search, WriteMode};
-use etcron_tests::{now_ms, read_fired, record_command, wait_for, Cluster, WorkerOpts};
+use etcron_tests::{now_ms, read_fired, record_command, urlencode, wait_for, Cluster, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};
 
 fn shell(schedule: &str, cmd: &str) -> Value {
     json!({"schedule": schedule, "task": {"kind": "shell", "command": cmd}})
-}
-
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -81,9 +69,9 @@ async fn every_outcome_is_recorded_and_searchable() -> anyhow::Result<()> {
     }
 
     // One record with its output.
-    let ok = c.get(&format!("/api/executions/{}", enc(by_job["ok"]["id"].as_str().unwrap()))).await?;
+    let ok = c.get(&format!("/api/executions/{}", urlencode(by_job["ok"]["id"].as_str().unwrap()))).await?;
     assert_eq!(ok["output"], "hello-from-ok\nto-stderr\n");
-    let chatty = c.get(&format!("/api/executions/{}", enc(by_job["chatty"]["id"].as_str().unwrap()))).await?;
+    let chatty = c.get(&format!("/api/executions/{}", urlencode(by_job["chatty"]["id"].as_str().unwrap()))).await?;
     assert_eq!(chatty["output_truncated"], true);
     let out = chatty["output"].as_str().unwrap();
     assert!(out.starts_with("1\n2\n") && out.ends_with("4999\n5000\n") && out.contains("bytes omitted"), "{out}");
@@ -114,8 +102,8 @@ async fn every_outcome_is_recorded_and_searchable() -> anyhow::Result<()> {
     assert_eq!(w1 + w2, 5);
     let since = etcron_common::rfc3339_ms(started - 1);
     let until = etcron_common::rfc3339_ms(now_ms() + 1);
-    assert_eq!(q(&format!("since={}&until={}", enc(&since), enc(&until))).await?.len(), 5);
-    assert!(q(&format!("until={}", enc(&etcron_common::rfc3339_ms(started - 60_000)))).await?.is_empty());
+    assert_eq!(q(&format!("since={}&until={}", urlencode(&since), urlencode(&until))).await?.len(), 5);
+    assert!(q(&format!("until={}", urlencode(&etcron_common::rfc3339_ms(started - 60_000)))).await?.is_empty());
 
     // The job views carry a summary.
     let jobs = c.get("/api/jobs").await?;
@@ -173,7 +161,7 @@ async fn pagination_with_concurrent_inserts_has_no_duplicates_or_gaps() -> anyho
     loop {
         let mut path = "/api/executions?job=paged&limit=7".to_owned();
         if let Some(c) = &cursor {
-            path.push_str(&format!("&cursor={}", enc(c)));
+            path.push_str(&format!("&cursor={}", urlencode(c)));
         }
         let page = c.get(&path).await?;
         for r in page["executions"].as_array().unwrap() {
@@ -235,6 +223,7 @@ async fn a_mongodb_outage_loses_and_doubles_no_record() -> anyhow::Result<()> {
     assert_eq!(status, 200, "job routes keep working without MongoDB");
     assert_eq!(jobs_view["records"]["available"], false);
     c.mongo.restart().await?;
+    let restarted_at = now_ms();
     // Stop the jobs, then every fired tick must have exactly one final record.
     for job in &jobs {
         c.call(Method::DELETE, &format!("/api/jobs/{job}"), None).await?;
@@ -266,8 +255,15 @@ async fn a_mongodb_outage_loses_and_doubles_no_record() -> anyhow::Result<()> {
     let extra: Vec<_> =
         records.iter().filter(|r| !fired.iter().any(|f| f.job == r.job && f.scheduled_ms == r.scheduled_ms)).collect();
     assert!(extra.is_empty(), "records without a run: {extra:?}");
-    let during = fired.iter().filter(|f| f.scheduled_ms > stopped_at).count();
-    println!("outage: {} ticks fired ({during} during the outage), {} records", fired.len(), records.len());
+    let during = fired.iter().filter(|f| f.scheduled_ms > stopped_at && f.scheduled_ms <= restarted_at).count();
+    println!(
+        "outage of {} ms: {} ticks fired ({during} while MongoDB was down), {} records, {} duplicates, {} missing",
+        restarted_at - stopped_at,
+        fired.len(),
+        records.len(),
+        records.len() - by_tick.len(),
+        fired.iter().filter(|f| !by_tick.contains_key(&(f.job.clone(), f.scheduled_ms))).count()
+    );
     assert!(c.workers.iter().any(|w| w.proc.log_text().contains("replayed spooled execution records")));
     Ok(())
 }

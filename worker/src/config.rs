@@ -131,15 +131,15 @@ impl Config {
             Some(p) => FileConfig::load(p)?,
             None => FileConfig::default(),
         };
-        let etcd_endpoints = match cli.etcd_endpoints {
-            Some(e) => etcron_common::etcd::parse_endpoints(&e),
-            None => file.etcd_endpoints.unwrap_or_else(|| vec!["127.0.0.1:2379".to_owned()]),
-        };
-        if etcd_endpoints.is_empty() {
-            bail!("etcd_endpoints: at least one endpoint is required");
-        }
-        let namespace = cli.namespace.or(file.namespace).unwrap_or_else(|| "/etcron".to_owned());
-        etcron_common::keys::Keys::new(&namespace).map_err(|e| anyhow::anyhow!("namespace: {e}"))?;
+        let shared = etcron_common::settings::resolve(etcron_common::settings::SharedInput {
+            etcd_endpoints: (cli.etcd_endpoints, file.etcd_endpoints),
+            namespace: (cli.namespace, file.namespace),
+            mongodb_uri: (cli.mongodb_uri, file.mongodb_uri),
+            mongodb_db: (cli.mongodb_db, file.mongodb_db),
+            log_level: (cli.log_level, file.log_level),
+            log_format: (cli.log_format, file.log_format),
+        })
+        .map_err(anyhow::Error::msg)?;
         let worker_id = match cli.worker_id.or(file.worker_id) {
             Some(id) => id,
             None => {
@@ -183,26 +183,11 @@ impl Config {
         if !(1024..=16 * 1024 * 1024).contains(&max_output) {
             bail!("max_output: must be between 1024 and 16777216 bytes");
         }
-        let mongodb_uri =
-            cli.mongodb_uri.or(file.mongodb_uri).unwrap_or_else(|| "mongodb://127.0.0.1:27017".to_owned());
-        if !(mongodb_uri.starts_with("mongodb://") || mongodb_uri.starts_with("mongodb+srv://")) {
-            bail!("mongodb_uri: must start with mongodb:// or mongodb+srv://");
-        }
-        let mongodb_db = cli.mongodb_db.or(file.mongodb_db).unwrap_or_else(|| "etcron".to_owned());
-        if mongodb_db.is_empty() || mongodb_db.len() > 63 || mongodb_db.contains(['/', '\\', '.', ' ', '"', '$']) {
-            bail!("mongodb_db: {mongodb_db:?} is not a valid database name");
-        }
         let data_dir =
             cli.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from(format!("./.etcron/worker-{worker_id}")));
-        let log_level = cli.log_level.or(file.log_level).unwrap_or_else(|| "info".to_owned());
-        let json_logs = match cli.log_format.or(file.log_format).as_deref() {
-            None | Some("text") => false,
-            Some("json") => true,
-            Some(other) => bail!("log_format: expected text or json, got {other:?}"),
-        };
         Ok(Self {
-            etcd_endpoints,
-            namespace,
+            etcd_endpoints: shared.etcd_endpoints,
+            namespace: shared.namespace,
             worker_id,
             labels,
             capacity,
@@ -211,11 +196,11 @@ impl Config {
             shutdown_grace,
             claim_stagger,
             max_output,
-            mongodb_uri,
-            mongodb_db,
+            mongodb_uri: shared.mongodb_uri,
+            mongodb_db: shared.mongodb_db,
             data_dir,
-            log_level,
-            json_logs,
+            log_level: shared.log_level,
+            json_logs: shared.json_logs,
         })
     }
 }

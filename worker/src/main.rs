@@ -119,7 +119,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(mirror(client.clone(), keys.trigger_prefix(), "trigger", triggers_tx, sched_stop.clone()));
     let scheduler = tokio::spawn(Scheduler::new(ctx.clone()).run(jobs_rx, triggers_rx, sched_stop));
 
-    shutdown_signal().await;
+    etcron_common::settings::shutdown_signal().await;
     tracing::info!(running = ctx.registry.running(), grace = ?config.shutdown_grace, "shutting down: no new ticks; letting running tasks finish");
     let _ = sched_stop_tx.send(true);
     let _ = scheduler.await;
@@ -245,23 +245,5 @@ async fn follow_kills(ctx: Arc<Context>, mut rx: mpsc::Receiver<Update>) {
             },
             Update::Delete { key, .. } => ctx.registry.remove_kill(&key),
         }
-    }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
     }
 }
