@@ -1,6 +1,29 @@
 //! Settings both binaries share: how each is resolved from flag/env and file values, with the
 //! default and the check, and errors that name the setting.
 
+/// Flags (and `ETCRON_*` env vars) both binaries take.
+#[derive(Debug, Default, clap::Args)]
+pub struct SharedArgs {
+    /// etcd endpoints, comma-separated.
+    #[arg(long, env = "ETCRON_ETCD_ENDPOINTS")]
+    pub etcd_endpoints: Option<String>,
+    /// Key namespace.
+    #[arg(long, env = "ETCRON_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// MongoDB URI for execution records.
+    #[arg(long, env = "ETCRON_MONGODB_URI")]
+    pub mongodb_uri: Option<String>,
+    /// MongoDB database.
+    #[arg(long, env = "ETCRON_MONGODB_DB")]
+    pub mongodb_db: Option<String>,
+    /// Log level or `RUST_LOG`-style filter.
+    #[arg(long, env = "ETCRON_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// `text` or `json`.
+    #[arg(long, env = "ETCRON_LOG_FORMAT")]
+    pub log_format: Option<String>,
+}
+
 /// Resolved settings common to masters and workers.
 #[derive(Debug, Clone)]
 pub struct Shared {
@@ -50,6 +73,56 @@ pub fn resolve(input: SharedInput) -> Result<Shared, String> {
         Some(other) => return Err(format!("log_format: expected text or json, got {other:?}")),
     };
     Ok(Shared { etcd_endpoints, namespace, mongodb_uri, mongodb_db, log_level, json_logs })
+}
+
+/// The file's values of the shared settings, in the order of `SharedArgs`.
+pub type SharedFile =
+    (Option<Vec<String>>, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>);
+
+/// Applies flag > env > file > default to the shared settings.
+pub fn resolve_args(args: SharedArgs, file: SharedFile) -> Result<Shared, String> {
+    resolve(SharedInput {
+        etcd_endpoints: (args.etcd_endpoints, file.0),
+        namespace: (args.namespace, file.1),
+        mongodb_uri: (args.mongodb_uri, file.2),
+        mongodb_db: (args.mongodb_db, file.3),
+        log_level: (args.log_level, file.4),
+        log_format: (args.log_format, file.5),
+    })
+}
+
+/// Runs a binary's async main on a multi-threaded runtime with logging set up (to stderr;
+/// `RUST_LOG` overrides `level`); errors end the process with one line and a non-zero code.
+pub fn run_main<F, E>(name: &str, level: &str, json: bool, main: impl FnOnce() -> F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Debug + std::fmt::Display,
+{
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_owned());
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{name}: starting the runtime failed: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(main()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "{name} failed");
+            eprintln!("{name}: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -16,30 +16,14 @@ pub struct Cli {
     /// TOML configuration file.
     #[arg(long, env = "ETCRON_CONFIG")]
     pub config: Option<PathBuf>,
-    /// etcd endpoints, comma-separated.
-    #[arg(long, env = "ETCRON_ETCD_ENDPOINTS")]
-    pub etcd_endpoints: Option<String>,
-    /// Key namespace.
-    #[arg(long, env = "ETCRON_NAMESPACE")]
-    pub namespace: Option<String>,
+    #[command(flatten)]
+    pub shared: etcron_common::settings::SharedArgs,
     /// Address to serve the API and UI on.
     #[arg(long, env = "ETCRON_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// MongoDB URI for execution records.
-    #[arg(long, env = "ETCRON_MONGODB_URI")]
-    pub mongodb_uri: Option<String>,
-    /// MongoDB database.
-    #[arg(long, env = "ETCRON_MONGODB_DB")]
-    pub mongodb_db: Option<String>,
     /// How long execution records are kept after they finish, e.g. `30d`.
     #[arg(long, env = "ETCRON_RETENTION")]
     pub retention: Option<HumanDuration>,
-    /// Log level or `RUST_LOG`-style filter.
-    #[arg(long, env = "ETCRON_LOG_LEVEL")]
-    pub log_level: Option<String>,
-    /// `text` or `json`.
-    #[arg(long, env = "ETCRON_LOG_FORMAT")]
-    pub log_format: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -84,14 +68,10 @@ impl Config {
             Some(p) => FileConfig::load(p)?,
             None => FileConfig::default(),
         };
-        let shared = etcron_common::settings::resolve(etcron_common::settings::SharedInput {
-            etcd_endpoints: (cli.etcd_endpoints, file.etcd_endpoints),
-            namespace: (cli.namespace, file.namespace),
-            mongodb_uri: (cli.mongodb_uri, file.mongodb_uri),
-            mongodb_db: (cli.mongodb_db, file.mongodb_db),
-            log_level: (cli.log_level, file.log_level),
-            log_format: (cli.log_format, file.log_format),
-        })
+        let shared = etcron_common::settings::resolve_args(
+            cli.shared,
+            (file.etcd_endpoints, file.namespace, file.mongodb_uri, file.mongodb_db, file.log_level, file.log_format),
+        )
         .map_err(anyhow::Error::msg)?;
         let listen = cli.listen.or(file.listen).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8070)));
         let retention = cli.retention.or(file.retention).map_or(Duration::from_secs(30 * 86400), |d| d.0);

@@ -15,30 +15,8 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log_level.clone());
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    if config.json_logs {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("etcron-master: starting the runtime failed: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(config)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("etcron-master: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    let (level, json) = (config.log_level.clone(), config.json_logs);
+    etcron_common::settings::run_main("etcron-master", &level, json, || run(config))
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {

@@ -17,12 +17,8 @@ pub struct Cli {
     /// TOML configuration file.
     #[arg(long, env = "ETCRON_CONFIG")]
     pub config: Option<PathBuf>,
-    /// etcd endpoints, comma-separated.
-    #[arg(long, env = "ETCRON_ETCD_ENDPOINTS")]
-    pub etcd_endpoints: Option<String>,
-    /// Key namespace.
-    #[arg(long, env = "ETCRON_NAMESPACE")]
-    pub namespace: Option<String>,
+    #[command(flatten)]
+    pub shared: etcron_common::settings::SharedArgs,
     /// Worker id (default `<hostname>-<pid>`).
     #[arg(long, env = "ETCRON_WORKER_ID")]
     pub worker_id: Option<String>,
@@ -47,21 +43,9 @@ pub struct Cli {
     /// Captured output per execution in bytes (head + tail).
     #[arg(long, env = "ETCRON_MAX_OUTPUT")]
     pub max_output: Option<usize>,
-    /// MongoDB URI for execution records.
-    #[arg(long, env = "ETCRON_MONGODB_URI")]
-    pub mongodb_uri: Option<String>,
-    /// MongoDB database.
-    #[arg(long, env = "ETCRON_MONGODB_DB")]
-    pub mongodb_db: Option<String>,
     /// Directory for the record spool (default `./.etcron/worker-{id}`).
     #[arg(long, env = "ETCRON_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Log level or `RUST_LOG`-style filter.
-    #[arg(long, env = "ETCRON_LOG_LEVEL")]
-    pub log_level: Option<String>,
-    /// `text` or `json`.
-    #[arg(long, env = "ETCRON_LOG_FORMAT")]
-    pub log_format: Option<String>,
 }
 
 /// The `[worker]` file format; every key optional, unknown keys refused.
@@ -131,14 +115,10 @@ impl Config {
             Some(p) => FileConfig::load(p)?,
             None => FileConfig::default(),
         };
-        let shared = etcron_common::settings::resolve(etcron_common::settings::SharedInput {
-            etcd_endpoints: (cli.etcd_endpoints, file.etcd_endpoints),
-            namespace: (cli.namespace, file.namespace),
-            mongodb_uri: (cli.mongodb_uri, file.mongodb_uri),
-            mongodb_db: (cli.mongodb_db, file.mongodb_db),
-            log_level: (cli.log_level, file.log_level),
-            log_format: (cli.log_format, file.log_format),
-        })
+        let shared = etcron_common::settings::resolve_args(
+            cli.shared,
+            (file.etcd_endpoints, file.namespace, file.mongodb_uri, file.mongodb_db, file.log_level, file.log_format),
+        )
         .map_err(anyhow::Error::msg)?;
         let worker_id = match cli.worker_id.or(file.worker_id) {
             Some(id) => id,
