@@ -10,7 +10,7 @@ if [ -z "${ETCRON_MONGODB_URI:-}" ]; then
     ensure_secantus
 fi
 echo ">> building release binaries"
-cargo build --release --bins --locked
+cargo build --release --locked -p etcron-master -p etcron-worker
 
 DATA=${ETCRON_DATA:-$PWD/.etcron}
 ETCD_PORT=${ETCRON_ETCD_PORT:-2379}
