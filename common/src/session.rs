@@ -84,12 +84,6 @@ impl Session {
         let _ = alive.wait_for(|a| !*a).await;
     }
 
-    /// A receiver that flips to `false` when the lease is lost.
-    #[must_use]
-    pub fn watch_alive(&self) -> watch::Receiver<bool> {
-        self.alive.clone()
-    }
-
     /// Stops the keep-alive and revokes the lease, deleting every key attached to it.
     pub async fn close(self) {
         let _ = self.stop.send(true);

@@ -139,8 +139,13 @@ fn view(name: String, value: &[u8], revision: i64, created_revision: i64) -> Job
 }
 
 fn with_etag(status: StatusCode, body: &JobView) -> Response {
+    respond_with_etag(status, body, body.revision)
+}
+
+/// `body` as JSON with `ETag: "<revision>"`.
+fn respond_with_etag(status: StatusCode, body: impl Serialize, revision: i64) -> Response {
     let mut resp = (status, Json(body)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", body.revision)) {
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{revision}\"")) {
         resp.headers_mut().insert("etag", v);
     }
     resp
@@ -178,7 +183,6 @@ async fn fetch_job(st: &AppState, name: &str) -> ApiResult<JobView> {
 
 async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
     let job = fetch_job(&st, &name).await?;
-    let mut resp = with_etag(StatusCode::OK, &job);
     let summary = async {
         let mut summary =
             st.store.summaries(now_ms() - 86_400_000, Some(&name)).await?.remove(&name).unwrap_or_default();
@@ -196,13 +200,7 @@ async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiRes
     };
     let mut body = serde_json::to_value(&job).map_err(|e| ApiError::internal(&e))?;
     body["summary"] = summary;
-    let etag = resp.headers_mut().remove("etag");
-    let mut out = (StatusCode::OK, Json(body)).into_response();
-    if let Some(etag) = etag {
-        out.headers_mut().insert("etag", etag);
-    }
-    resp = out;
-    Ok(resp)
+    Ok(respond_with_etag(StatusCode::OK, body, job.revision))
 }
 
 /// `If-Match: <revision>` (quotes allowed); `None` when absent.

@@ -533,6 +533,17 @@ impl Cluster {
         Ok(body)
     }
 
+    /// Creates `n` jobs `{prefix}-{i}` that fire every second and append a `Fired` line to `file`.
+    pub async fn every_second_jobs(&self, prefix: &str, n: usize, file: &Path) -> Result<Vec<String>> {
+        let jobs: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+        let spec =
+            serde_json::json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(file)}});
+        for job in &jobs {
+            self.put_job(job, spec.clone()).await?;
+        }
+        Ok(jobs)
+    }
+
     /// Polls `GET /api/executions?{query}` until `check` accepts the list.
     pub async fn wait_executions<F>(&self, query: &str, what: &str, check: F) -> Result<Vec<serde_json::Value>>
     where
@@ -578,6 +589,16 @@ pub fn record_command(file: &Path) -> String {
         "echo \"$ETCRON_JOB $ETCRON_SCHEDULED_AT_MS $ETCRON_ATTEMPT $ETCRON_WORKER_ID $ETCRON_FENCING_TOKEN $(date +%s%3N)\" >> {}",
         file.display()
     )
+}
+
+/// Waits until every job in `jobs` has recorded a tick at or after `tick_ms`'s whole second.
+pub async fn wait_tick(file: &Path, jobs: &[String], tick_ms: i64) -> Result<()> {
+    let tick = (tick_ms / 1000) * 1000;
+    wait_for(Duration::from_secs(30), "every job to reach the tick", || async {
+        let fired = read_fired(file);
+        jobs.iter().all(|j| fired.iter().any(|f| &f.job == j && f.scheduled_ms >= tick)).then_some(())
+    })
+    .await
 }
 
 pub fn read_fired(file: &Path) -> Vec<Fired> {

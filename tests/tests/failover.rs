@@ -4,33 +4,15 @@
 
 use std::time::Duration;
 
-use etcron_tests::{alive, check_every_second, now_ms, read_fired, read_pid, record_command, wait_for, Cluster};
+use etcron_tests::{alive, check_every_second, now_ms, read_fired, read_pid, wait_for, wait_tick, Cluster};
 use nix::sys::signal::Signal;
 use serde_json::json;
-
-async fn every_second_jobs(c: &Cluster, n: usize, file: &std::path::Path) -> anyhow::Result<Vec<String>> {
-    let jobs: Vec<String> = (0..n).map(|i| format!("job-{i}")).collect();
-    for job in &jobs {
-        c.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(file)}}))
-            .await?;
-    }
-    Ok(jobs)
-}
-
-async fn wait_tick(out: &std::path::Path, jobs: &[String], tick_ms: i64) -> anyhow::Result<()> {
-    let tick = (tick_ms / 1000) * 1000;
-    wait_for(Duration::from_secs(30), "every job to reach the last tick", || async {
-        let fired = read_fired(out);
-        jobs.iter().all(|j| fired.iter().any(|f| &f.job == j && f.scheduled_ms >= tick)).then_some(())
-    })
-    .await
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sigkilled_worker_leaves_the_others_firing_every_tick() -> anyhow::Result<()> {
     let mut c = Cluster::start("failover-sigkill", 3).await?;
     let out = c.path("fired.log");
-    let jobs = every_second_jobs(&c, 5, &out).await?;
+    let jobs = c.every_second_jobs("job", 5, &out).await?;
     let start = now_ms() + 1_500;
     wait_tick(&out, &jobs, start + 2_000).await?;
     let killed_at = now_ms();
@@ -58,7 +40,7 @@ async fn a_sigkilled_worker_leaves_the_others_firing_every_tick() -> anyhow::Res
 async fn a_worker_restarting_midway_loses_and_doubles_nothing() -> anyhow::Result<()> {
     let mut c = Cluster::start("failover-restart", 3).await?;
     let out = c.path("fired.log");
-    let jobs = every_second_jobs(&c, 5, &out).await?;
+    let jobs = c.every_second_jobs("job", 5, &out).await?;
     let start = now_ms() + 1_500;
     wait_tick(&out, &jobs, start + 2_000).await?;
     // Graceful stop (SIGTERM): the worker drains, revokes its lease and exits 0.

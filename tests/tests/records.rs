@@ -9,7 +9,7 @@ use std::time::Duration;
 use etcron_common::keys::{ExecutionId, Tick};
 use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, Search, WriteMode};
-use etcron_tests::{now_ms, read_fired, record_command, urlencode, wait_for, Cluster, WorkerOpts};
+use etcron_tests::{now_ms, read_fired, urlencode, wait_for, Cluster, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -199,10 +199,7 @@ async fn pagination_with_concurrent_inserts_has_no_duplicates_or_gaps() -> anyho
 async fn a_mongodb_outage_loses_and_doubles_no_record() -> anyhow::Result<()> {
     let mut c = Cluster::start_with("records-outage", 2, true, &[]).await?;
     let out = c.path("fired.log");
-    let jobs: Vec<String> = (0..5).map(|i| format!("tick-{i}")).collect();
-    for job in &jobs {
-        c.put_job(job, shell("* * * * * *", &record_command(&out))).await?;
-    }
+    let jobs = c.every_second_jobs("tick", 5, &out).await?;
     wait_for(Duration::from_secs(20), "every job to fire", || async {
         let f = read_fired(&out);
         jobs.iter().all(|j| f.iter().any(|x| &x.job == j)).then_some(())

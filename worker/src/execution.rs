@@ -285,8 +285,11 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
             running.fencing_token = Some(fencing_token);
             let mut kv = ctx.client.kv_client();
             let put = kv.put(running_key.clone(), to_json(&running), Some(PutOptions::new().with_lease(lease)));
-            if let Ok(Err(e)) = tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, put).await {
-                tracing::debug!(error = %e, "updating running marker failed");
+            // Informational only (pid, token); the claim already guards the execution.
+            match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, put).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "updating the running marker with pid and token failed"),
+                Err(_) => tracing::warn!("updating the running marker with pid and token timed out"),
             }
             run.await
         }

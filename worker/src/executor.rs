@@ -100,11 +100,13 @@ pub async fn run_shell(
     };
     let pid = child.id().unwrap_or(0);
     let _ = pid_tx.send(pid);
-    let mut readers = Vec::new();
-    match tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(reader)) {
-        Ok(rx) => readers.push(tokio::spawn(pump(rx, output.clone()))),
-        Err(e) => tracing::warn!(error = %e, "cannot read task output"),
-    }
+    let pump_task = match tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(reader)) {
+        Ok(rx) => Some(tokio::spawn(pump(rx, output.clone()))),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read task output");
+            None
+        }
+    };
     let group = Pid::from_raw(i32::try_from(pid).unwrap_or(0));
     let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
     let timeout_fut = async {
@@ -131,7 +133,7 @@ pub async fn run_shell(
             }
         }
     };
-    for reader in readers {
+    if let Some(reader) = pump_task {
         if tokio::time::timeout(PIPE_DRAIN, reader).await.is_err() {
             tracing::debug!(pid, "output pipe still open after exit; not waiting for background children");
         }

@@ -11,7 +11,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,12 +44,18 @@ pub struct SinkStats {
 pub struct Spool {
     dir: PathBuf,
     lock: Mutex<()>,
+    /// Something may wait in the spool: set by every append, cleared when a replay pass takes
+    /// the live file aside, set again if that pass fails. Spares a directory scan per batch.
+    pending: AtomicBool,
 }
 
 impl Spool {
     pub fn open(dir: &Path) -> std::io::Result<Self> {
         fs::create_dir_all(dir)?;
-        Ok(Self { dir: dir.to_path_buf(), lock: Mutex::new(()) })
+        let spool = Self { dir: dir.to_path_buf(), lock: Mutex::new(()), pending: AtomicBool::new(false) };
+        // Left over from an earlier run: replay it before anything new.
+        spool.pending.store(!spool.files()?.is_empty(), Ordering::SeqCst);
+        Ok(spool)
     }
 
     /// Appends records, one JSON line each, and syncs them to disk.
@@ -62,12 +68,14 @@ impl Spool {
             buf.push(b'\n');
         }
         file.write_all(&buf)?;
-        file.sync_data()
+        file.sync_data()?;
+        self.pending.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
-    /// True when anything waits to be replayed.
+    /// True when anything may wait to be replayed.
     pub fn pending(&self) -> bool {
-        self.files().map(|f| !f.is_empty()).unwrap_or(false)
+        self.pending.load(Ordering::SeqCst)
     }
 
     /// Bytes waiting in the spool.
@@ -93,6 +101,8 @@ impl Spool {
     /// Moves the live spool file aside so appends continue in a fresh one while it is replayed.
     fn rotate(&self) -> std::io::Result<()> {
         let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Appends after this point set the flag again; the caller sets it if the pass fails.
+        self.pending.store(false, Ordering::SeqCst);
         let live = self.dir.join(SPOOL_FILE);
         if fs::metadata(&live).map(|m| m.len() == 0).unwrap_or(true) {
             return Ok(());
@@ -135,11 +145,6 @@ impl LogSink {
     #[must_use]
     pub fn queued(&self) -> usize {
         QUEUE - self.tx.capacity()
-    }
-
-    #[must_use]
-    pub fn spool_bytes(&self) -> u64 {
-        self.spool.size()
     }
 }
 
@@ -223,15 +228,22 @@ async fn run(
 /// Replays spool files oldest first; stops at the first failure (the file stays and is
 /// retried whole later: writes are idempotent).
 async fn replay(store: &MongoStore, spool: &Spool, stats: &SinkStats) {
+    if !replay_pass(store, spool, stats).await {
+        spool.pending.store(true, Ordering::SeqCst);
+    }
+}
+
+/// One pass over the spool files; false when something was left for a later pass.
+async fn replay_pass(store: &MongoStore, spool: &Spool, stats: &SinkStats) -> bool {
     if let Err(e) = spool.rotate() {
         tracing::error!(error = %e, "rotating the spool failed");
-        return;
+        return false;
     }
     let files = match spool.files() {
         Ok(f) => f,
         Err(e) => {
             tracing::error!(error = %e, "reading the spool directory failed");
-            return;
+            return false;
         }
     };
     for path in files
@@ -242,14 +254,14 @@ async fn replay(store: &MongoStore, spool: &Spool, stats: &SinkStats) {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(file = %path.display(), error = %e, "reading a spool file failed");
-                return;
+                return false;
             }
         };
         for chunk in records.chunks(BATCH) {
             if let Err(e) = store.write(chunk).await {
                 stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, "MongoDB still unavailable; spool kept");
-                return;
+                return false;
             }
         }
         stats.replayed.fetch_add(records.len() as u64, Ordering::Relaxed);
@@ -257,9 +269,10 @@ async fn replay(store: &MongoStore, spool: &Spool, stats: &SinkStats) {
         tracing::info!(records = records.len(), file = %path.display(), "replayed spooled execution records");
         if let Err(e) = fs::remove_file(&path) {
             tracing::error!(file = %path.display(), error = %e, "removing a replayed spool file failed; it will be replayed again (harmless)");
-            return;
+            return false;
         }
     }
+    true
 }
 
 fn read_spool(path: &Path) -> std::io::Result<Vec<RecordWrite>> {

@@ -29,16 +29,6 @@ impl Members {
         members.keys().filter(|id| id.as_str() != me && score(id, tick_key) > mine).count()
     }
 
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).len()
-    }
-
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Why nobody claimed a tick of a job with `selector`, from what this worker can see.
     #[must_use]
     pub fn miss_reason(&self, selector: &BTreeMap<String, String>, after: std::time::Duration) -> String {

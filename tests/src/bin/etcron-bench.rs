@@ -11,7 +11,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use etcron_tests::{check_every_second, now_ms, proc_usage, quantile, read_fired, record_command, wait_for, Cluster};
+use etcron_tests::{check_every_second, now_ms, proc_usage, quantile, read_fired, wait_for, Cluster};
 use serde_json::json;
 
 #[tokio::main]
@@ -45,11 +45,7 @@ async fn main() -> Result<()> {
 async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String>) -> Result<()> {
     let c = Cluster::start("bench-e2e", n_workers).await?;
     let file = c.path("fired.log");
-    let jobs: Vec<String> = (0..n_jobs).map(|i| format!("bench-{i:05}")).collect();
-    for job in &jobs {
-        c.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&file)}}))
-            .await?;
-    }
+    let jobs = c.every_second_jobs("bench", n_jobs, &file).await?;
     // Warm up: every job has fired once.
     wait_for(Duration::from_secs(60), "every job to fire once", || async {
         let fired = read_fired(&file);
