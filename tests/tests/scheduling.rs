@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use etcron_tests::{check_every_second, now_ms, read_fired, record_command, wait_for, Cluster};
+use etcron_tests::{check_every_second, now_ms, read_fired, wait_for, wait_tick, Cluster};
 use reqwest::Method;
 use serde_json::json;
 
@@ -13,20 +13,11 @@ use serde_json::json;
 async fn ten_jobs_on_three_workers_fire_each_second_exactly_once() -> anyhow::Result<()> {
     let c = Cluster::start("sched-exactly-once", 3).await?;
     let out = c.path("fired.log");
-    let jobs: Vec<String> = (0..10).map(|i| format!("every-second-{i}")).collect();
-    for job in &jobs {
-        c.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&out)}}))
-            .await?;
-    }
+    let jobs = c.every_second_jobs("every-second", 10, &out).await?;
     // Observe a 10 s window that starts after every worker has loaded the jobs.
     let from = now_ms() + 1_500;
     let to = from + 10_000;
-    wait_for(Duration::from_secs(30), "the window's last tick to be recorded by every job", || async {
-        let fired = read_fired(&out);
-        let last = (to / 1000) * 1000;
-        (jobs.iter().all(|j| fired.iter().any(|f| &f.job == j && f.scheduled_ms >= last))).then_some(())
-    })
-    .await?;
+    wait_tick(&out, &jobs, to).await?;
     // Let stragglers (a duplicate would run at about the same moment) land before judging.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let fired = read_fired(&out);
@@ -133,5 +124,31 @@ async fn manual_runs_are_claimed_exactly_once() -> anyhow::Result<()> {
     ran.sort();
     ids.sort();
     assert_eq!(ran, ids, "each manual run exactly once (paused jobs can still be run by hand)");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_manual_run_requested_before_the_worker_saw_the_job_still_runs() -> anyhow::Result<()> {
+    // Triggers and jobs arrive on separate watch streams; a trigger can overtake its job.
+    // Written in that order on purpose: the trigger first, the job afterwards.
+    let c = Cluster::start("sched-early-trigger", 1).await?;
+    let out = c.path("early.log");
+    let mut etcd = c.etcd.client().await?;
+    let lease = etcd.lease_grant(60, None).await?.id();
+    let now = now_ms();
+    let request = json!({"requested_at": etcron_common::rfc3339_ms(now), "requested_at_ms": now, "reason": "test"});
+    let key = format!("{}/trigger/early/r1", c.namespace);
+    etcd.put(key, serde_json::to_vec(&request)?, Some(etcd_client::PutOptions::new().with_lease(lease))).await?;
+    wait_for(Duration::from_secs(10), "the worker to hold the early trigger", || async {
+        c.workers[0].proc.log_text().contains("holding it").then_some(())
+    })
+    .await?;
+    let cmd = format!("echo \"$ETCRON_EXECUTION_ID\" >> {}", out.display());
+    c.put_job("early", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": cmd}})).await?;
+    let ran = wait_for(Duration::from_secs(15), "the held manual run", || async {
+        std::fs::read_to_string(&out).ok().filter(|t| !t.is_empty())
+    })
+    .await?;
+    assert_eq!(ran.trim(), "early@manual-r1#1");
     Ok(())
 }

@@ -33,7 +33,15 @@ pub struct Scheduler {
     ctx: Arc<Context>,
     wheel: Wheel<Arc<str>>,
     jobs: HashMap<Arc<str>, JobEntry>,
+    /// Manual-run requests that arrived before their job: triggers and jobs come on separate
+    /// watch streams, so a brand-new job's trigger can overtake it.
+    early_triggers: Vec<(tokio::time::Instant, String, String, TriggerRequest)>,
 }
+
+/// How long a trigger waits for its job: the lifetime of a trigger key.
+const EARLY_TRIGGER_WAIT: Duration = Duration::from_secs(60);
+/// Most triggers waiting for their jobs.
+const MAX_EARLY_TRIGGERS: usize = 10_000;
 
 fn wall_ms() -> u64 {
     u64::try_from(now_ms()).unwrap_or(0)
@@ -42,7 +50,7 @@ fn wall_ms() -> u64 {
 impl Scheduler {
     #[must_use]
     pub fn new(ctx: Arc<Context>) -> Self {
-        Self { ctx, wheel: Wheel::new(wall_ms()), jobs: HashMap::new() }
+        Self { ctx, wheel: Wheel::new(wall_ms()), jobs: HashMap::new(), early_triggers: Vec::new() }
     }
 
     /// Runs until `stop` flips (or both update channels close).
@@ -222,6 +230,7 @@ impl Scheduler {
                     JobEntry { spec: Arc::new(spec), schedule, mod_revision: kv.mod_revision, wheel_key: None },
                 );
                 tracing::info!(job = %name, mod_revision = kv.mod_revision, "job added");
+                self.run_early_triggers(&name);
             }
         }
         self.schedule_next(&name, now);
@@ -251,10 +260,33 @@ impl Scheduler {
                 return;
             }
         };
-        let Some(entry) = self.jobs.get(job.as_str()) else {
-            tracing::warn!(job = %job, request_id = %request_id, "manual run requested for a job this worker does not know");
+        if !self.jobs.contains_key(job.as_str()) {
+            self.early_triggers.retain(|(at, ..)| at.elapsed() < EARLY_TRIGGER_WAIT);
+            if self.early_triggers.len() >= MAX_EARLY_TRIGGERS {
+                tracing::error!(job = %job, request_id = %request_id, "too many manual runs waiting for unknown jobs; this worker ignores this one");
+                return;
+            }
+            tracing::info!(job = %job, request_id = %request_id, "manual run requested before this worker saw the job; holding it");
+            self.early_triggers.push((tokio::time::Instant::now(), job, request_id, request));
             return;
-        };
+        }
+        self.dispatch_trigger(job, request_id, &request);
+    }
+
+    /// Runs the held triggers of a job that just arrived.
+    fn run_early_triggers(&mut self, name: &str) {
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.early_triggers).into_iter().partition(|(_, job, ..)| job == name);
+        self.early_triggers = rest;
+        for (at, job, request_id, request) in mine {
+            if at.elapsed() < EARLY_TRIGGER_WAIT {
+                self.dispatch_trigger(job, request_id, &request);
+            }
+        }
+    }
+
+    fn dispatch_trigger(&self, job: String, request_id: String, request: &TriggerRequest) {
+        let Some(entry) = self.jobs.get(job.as_str()) else { return };
         let fire = Fire {
             job: job.clone(),
             spec: entry.spec.clone(),
