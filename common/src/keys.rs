@@ -71,6 +71,20 @@ pub enum Tick {
     Scheduled(UnixMs),
     /// A manual run requested through `{ns}/trigger/{job}/{request_id}`.
     Manual(String),
+    /// A run triggered by another job's execution (`on_success` / `on_failure`); the id names
+    /// the parent execution (its fencing token).
+    Dependency(String),
+}
+
+impl Tick {
+    /// The scheduled time of a schedule tick.
+    #[must_use]
+    pub fn scheduled_ms(&self) -> Option<UnixMs> {
+        match self {
+            Tick::Scheduled(ms) => Some(*ms),
+            Tick::Manual(_) | Tick::Dependency(_) => None,
+        }
+    }
 }
 
 impl fmt::Display for Tick {
@@ -78,6 +92,7 @@ impl fmt::Display for Tick {
         match self {
             Tick::Scheduled(ms) => write!(f, "{ms}"),
             Tick::Manual(id) => write!(f, "manual-{id}"),
+            Tick::Dependency(id) => write!(f, "dep-{id}"),
         }
     }
 }
@@ -89,25 +104,85 @@ impl FromStr for Tick {
             validate_id(id)?;
             return Ok(Tick::Manual(id.to_owned()));
         }
+        if let Some(id) = s.strip_prefix("dep-") {
+            validate_id(id)?;
+            return Ok(Tick::Dependency(id.to_owned()));
+        }
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("tick {s:?} is neither unix milliseconds nor manual-<request id>"));
+            return Err(format!("tick {s:?} is neither unix milliseconds, manual-<request id> nor dep-<id>"));
         }
         s.parse::<UnixMs>().map(Tick::Scheduled).map_err(|e| format!("tick {s:?}: {e}"))
     }
 }
 
-/// `{job}@{tick}#{attempt}`: names one attempt of one fire of a job; also the idempotency key.
+/// Which execution of a fire: the only one, one shard of a sharded job, or one worker's run of
+/// a broadcast job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Part {
+    #[default]
+    Whole,
+    /// 0-based shard index.
+    Shard(u32),
+    Worker(String),
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Part::Whole => Ok(()),
+            Part::Shard(i) => write!(f, ":shard-{i}"),
+            Part::Worker(id) => write!(f, ":worker-{id}"),
+        }
+    }
+}
+
+impl FromStr for Part {
+    type Err = String;
+    /// Parses what follows the tick, including the leading ':' (empty for `Whole`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.is_empty() {
+            return Ok(Part::Whole);
+        }
+        if let Some(i) = s.strip_prefix(":shard-") {
+            if !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()) {
+                return i.parse().map(Part::Shard).map_err(|e| format!("shard {i:?}: {e}"));
+            }
+        }
+        if let Some(id) = s.strip_prefix(":worker-") {
+            validate_id(id)?;
+            return Ok(Part::Worker(id.to_owned()));
+        }
+        Err(format!("{s:?} is neither :shard-<n> nor :worker-<id>"))
+    }
+}
+
+/// `{job}@{tick}{part}#{attempt}`: names one attempt of one fire of a job; also the idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExecutionId {
     pub job: String,
     pub tick: Tick,
+    pub part: Part,
     /// 1-based.
     pub attempt: u32,
 }
 
+impl ExecutionId {
+    /// The first attempt of the single execution of a tick.
+    #[must_use]
+    pub fn new(job: &str, tick: Tick) -> Self {
+        Self { job: job.to_owned(), tick, part: Part::Whole, attempt: 1 }
+    }
+
+    /// The same execution's next attempt.
+    #[must_use]
+    pub fn next_attempt(&self) -> Self {
+        Self { attempt: self.attempt.saturating_add(1), ..self.clone() }
+    }
+}
+
 impl fmt::Display for ExecutionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{}#{}", self.job, self.tick, self.attempt)
+        write!(f, "{}@{}{}#{}", self.job, self.tick, self.part, self.attempt)
     }
 }
 
@@ -122,7 +197,11 @@ impl FromStr for ExecutionId {
         if attempt == 0 {
             return Err(bad());
         }
-        Ok(ExecutionId { job: job.to_owned(), tick: tick.parse()?, attempt })
+        let (tick, part) = match tick.find(':') {
+            Some(i) => tick.split_at(i),
+            None => (tick, ""),
+        };
+        Ok(ExecutionId { job: job.to_owned(), tick: tick.parse()?, part: part.parse()?, attempt })
     }
 }
 
@@ -160,11 +239,19 @@ impl fmt::Display for KillTarget {
 pub enum Key {
     Job(String),
     Worker(String),
-    Claim { job: String, tick: Tick },
+    /// The claim of one execution (attempt included).
+    Claim(ExecutionId),
     Running(ExecutionId),
-    Kill { job: String, target: KillTarget },
-    Trigger { job: String, request_id: String },
+    Kill {
+        job: String,
+        target: KillTarget,
+    },
+    Trigger {
+        job: String,
+        request_id: String,
+    },
     State(String),
+    Lock(String),
 }
 
 /// Builds and parses the keys of one namespace.
@@ -218,8 +305,18 @@ impl Keys {
     pub fn job_claims_prefix(&self, job: &str) -> String {
         format!("{}/claims/{job}/", self.ns)
     }
+    /// `{ns}/claims/{job}/{tick}{part}`, plus `#{attempt}` after the first attempt.
     #[must_use]
-    pub fn claim(&self, job: &str, tick: &Tick) -> String {
+    pub fn claim(&self, id: &ExecutionId) -> String {
+        if id.attempt > 1 {
+            format!("{}/claims/{}/{}{}#{}", self.ns, id.job, id.tick, id.part, id.attempt)
+        } else {
+            format!("{}/claims/{}/{}{}", self.ns, id.job, id.tick, id.part)
+        }
+    }
+    /// Every claim (all parts and attempts) of one tick: `{ns}/claims/{job}/{tick}` as a prefix.
+    #[must_use]
+    pub fn tick_claims_prefix(&self, job: &str, tick: &Tick) -> String {
         format!("{}/claims/{job}/{tick}", self.ns)
     }
     #[must_use]
@@ -251,6 +348,19 @@ impl Keys {
         format!("{}/trigger/{job}/{request_id}", self.ns)
     }
     #[must_use]
+    pub fn job_trigger_prefix(&self, job: &str) -> String {
+        format!("{}/trigger/{job}/", self.ns)
+    }
+    #[must_use]
+    pub fn state_prefix(&self) -> String {
+        format!("{}/state/", self.ns)
+    }
+    /// Held by the running execution of a job whose concurrency is `forbid` or `replace`.
+    #[must_use]
+    pub fn lock(&self, job: &str) -> String {
+        format!("{}/lock/{job}", self.ns)
+    }
+    #[must_use]
     pub fn state(&self, job: &str) -> String {
         format!("{}/state/{job}", self.ns)
     }
@@ -266,12 +376,19 @@ impl Keys {
             "jobs" if job_ok(rest) => Some(Key::Job(rest.to_owned())),
             "workers" if validate_id(rest).is_ok() => Some(Key::Worker(rest.to_owned())),
             "state" if job_ok(rest) => Some(Key::State(rest.to_owned())),
+            "lock" if job_ok(rest) => Some(Key::Lock(rest.to_owned())),
             "claims" => {
-                let (job, tick) = rest.split_once('/')?;
+                let (job, rest) = rest.split_once('/')?;
                 if !job_ok(job) {
                     return None;
                 }
-                Some(Key::Claim { job: job.to_owned(), tick: tick.parse().ok()? })
+                // The first attempt's key has no `#1`; a written `#1` is not a claim key.
+                let (tick, attempt) = match rest.rsplit_once('#') {
+                    Some((t, a)) => (t, a.parse::<u32>().ok().filter(|a| *a > 1)?),
+                    None => (rest, 1),
+                };
+                let id: ExecutionId = format!("{job}@{tick}#{attempt}").parse().ok()?;
+                Some(Key::Claim(id))
             }
             "running" => {
                 let (job, id) = rest.split_once('/')?;
@@ -317,19 +434,26 @@ mod tests {
     #[test]
     fn every_key_round_trips() {
         let k = keys();
-        let id = ExecutionId { job: "nightly.report".into(), tick: Tick::Scheduled(1_764_547_200_000), attempt: 2 };
-        let manual = ExecutionId { job: "db-backup".into(), tick: Tick::Manual("a1b2c3".into()), attempt: 1 };
+        let id = ExecutionId {
+            job: "nightly.report".into(),
+            tick: Tick::Scheduled(1_764_547_200_000),
+            part: Part::Whole,
+            attempt: 2,
+        };
+        let manual = ExecutionId::new("db-backup", Tick::Manual("a1b2c3".into()));
+        let shard = ExecutionId { part: Part::Shard(3), ..id.clone() };
+        let on_worker = ExecutionId { part: Part::Worker("w-1".into()), attempt: 1, ..id.clone() };
+        let dep = ExecutionId::new("alert", Tick::Dependency("1234".into()));
         let cases = [
             (k.job("db-backup"), Key::Job("db-backup".into())),
             (k.worker("host-1-42"), Key::Worker("host-1-42".into())),
-            (
-                k.claim("db-backup", &Tick::Scheduled(1000)),
-                Key::Claim { job: "db-backup".into(), tick: Tick::Scheduled(1000) },
-            ),
-            (
-                k.claim("db-backup", &Tick::Manual("x1".into())),
-                Key::Claim { job: "db-backup".into(), tick: Tick::Manual("x1".into()) },
-            ),
+            (k.claim(&id), Key::Claim(id.clone())),
+            (k.claim(&manual), Key::Claim(manual.clone())),
+            (k.claim(&shard), Key::Claim(shard.clone())),
+            (k.claim(&on_worker), Key::Claim(on_worker.clone())),
+            (k.claim(&dep), Key::Claim(dep.clone())),
+            (k.running(&shard), Key::Running(shard.clone())),
+            (k.lock("db-backup"), Key::Lock("db-backup".into())),
             (k.running(&id), Key::Running(id.clone())),
             (k.running(&manual), Key::Running(manual.clone())),
             (k.kill("db-backup", &KillTarget::All), Key::Kill { job: "db-backup".into(), target: KillTarget::All }),
@@ -344,15 +468,22 @@ mod tests {
             assert_eq!(k.parse(key.as_bytes()), Some(parsed), "{key}");
         }
         assert_eq!(k.running(&id), "/etcron/running/nightly.report/nightly.report@1764547200000#2");
-        assert_eq!(k.claim("a", &Tick::Manual("r".into())), "/etcron/claims/a/manual-r");
+        assert_eq!(k.claim(&ExecutionId::new("a", Tick::Manual("r".into()))), "/etcron/claims/a/manual-r");
+        assert_eq!(k.claim(&id), "/etcron/claims/nightly.report/1764547200000#2");
+        assert_eq!(k.claim(&shard), "/etcron/claims/nightly.report/1764547200000:shard-3#2");
+        assert_eq!(k.claim(&on_worker), "/etcron/claims/nightly.report/1764547200000:worker-w-1");
+        assert_eq!(shard.to_string(), "nightly.report@1764547200000:shard-3#2");
+        assert_eq!(dep.to_string(), "alert@dep-1234#1");
     }
 
     #[test]
     fn prefixes_contain_their_keys() {
         let k = keys();
         assert!(k.job("a").starts_with(&k.jobs_prefix()));
-        assert!(k.claim("a", &Tick::Scheduled(1)).starts_with(&k.job_claims_prefix("a")));
-        assert!(!k.claim("ab", &Tick::Scheduled(1)).starts_with(&k.job_claims_prefix("a")));
+        let a1 = ExecutionId::new("a", Tick::Scheduled(1));
+        assert!(k.claim(&a1).starts_with(&k.job_claims_prefix("a")));
+        assert!(k.claim(&a1.next_attempt()).starts_with(&k.tick_claims_prefix("a", &Tick::Scheduled(1))));
+        assert!(!k.claim(&ExecutionId::new("ab", Tick::Scheduled(1))).starts_with(&k.job_claims_prefix("a")));
         assert!(k.running(&"a@1#1".parse().unwrap()).starts_with(&k.job_running_prefix("a")));
     }
 
@@ -366,6 +497,10 @@ mod tests {
             "/etcron/jobs/",
             "/etcron/claims/a/notanumber",
             "/etcron/claims/a/-5",
+            "/etcron/claims/a/5#1",
+            "/etcron/claims/a/5#x",
+            "/etcron/claims/a/5:shard-x",
+            "/etcron/claims/a/5:other",
             "/etcron/running/a/b@1#1",
             "/etcron/running/a/a@1#0",
             "/etcron/kill/a/b@1#1",
@@ -399,9 +534,16 @@ mod tests {
     #[test]
     fn execution_ids() {
         let id: ExecutionId = "a.b@1700000000000#3".parse().unwrap();
-        assert_eq!(id, ExecutionId { job: "a.b".into(), tick: Tick::Scheduled(1_700_000_000_000), attempt: 3 });
+        assert_eq!(
+            id,
+            ExecutionId { job: "a.b".into(), tick: Tick::Scheduled(1_700_000_000_000), part: Part::Whole, attempt: 3 }
+        );
         assert_eq!(id.to_string(), "a.b@1700000000000#3");
-        for bad in ["a", "a@1", "a@1#", "a@1#x", "A@1#1", "a@x#1", "a@1#0"] {
+        let shard: ExecutionId = "a@5:shard-2#1".parse().unwrap();
+        assert_eq!(shard.part, Part::Shard(2));
+        let w: ExecutionId = "a@manual-r1:worker-w.1#4".parse().unwrap();
+        assert_eq!((w.tick, w.part, w.attempt), (Tick::Manual("r1".into()), Part::Worker("w.1".into()), 4));
+        for bad in ["a", "a@1", "a@1#", "a@1#x", "A@1#1", "a@x#1", "a@1#0", "a@1:#1", "a@1:shard-#1", "a@1:x-1#1"] {
             assert!(bad.parse::<ExecutionId>().is_err(), "{bad}");
         }
     }

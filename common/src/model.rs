@@ -82,7 +82,10 @@ pub struct KillCommand {
     pub reason: String,
 }
 
-/// `{ns}/trigger/{job}/{request_id}`: run the job now.
+/// `{ns}/trigger/{job}/{request_id}`: a run request. Manual runs come from the API (under a
+/// 60 s lease); retries, failover reruns, dependency runs and catch-up runs are written by
+/// workers in the same transaction that closes the execution they follow, and live until a
+/// worker claims (or records) the execution they name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TriggerRequest {
     /// RFC 3339.
@@ -90,6 +93,64 @@ pub struct TriggerRequest {
     pub requested_at_ms: UnixMs,
     #[serde(default)]
     pub reason: String,
+    #[serde(default = "manual")]
+    pub kind: TriggerKind,
+    /// The execution to claim; `{job}@manual-{request_id}#1` when absent (manual runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<ExecutionId>,
+    /// The scheduled time the run belongs to (retries, failover, catch-up); the request time
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_ms: Option<UnixMs>,
+    /// Not to be started before this time (retry backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<UnixMs>,
+    /// The execution that caused this one (the failed attempt, the lost run, the parent job's run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ExecutionId>,
+    /// Catch-up ticks still to run after this one, oldest first (`misfire: run_all`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub then: Vec<UnixMs>,
+}
+
+fn manual() -> TriggerKind {
+    TriggerKind::Manual
+}
+
+impl TriggerRequest {
+    /// A manual run request made now.
+    #[must_use]
+    pub fn manual(now_ms: UnixMs, reason: &str) -> Self {
+        Self {
+            requested_at: crate::rfc3339_ms(now_ms),
+            requested_at_ms: now_ms,
+            reason: reason.to_owned(),
+            kind: TriggerKind::Manual,
+            execution_id: None,
+            scheduled_ms: None,
+            not_before_ms: None,
+            parent: None,
+            then: Vec::new(),
+        }
+    }
+}
+
+/// `{ns}/state/{job}`: the newest scheduled tick that was claimed (run, skipped, missed or
+/// caught up). Workers starting after a full-cluster outage catch up from here (`misfire`).
+///
+/// Serialized as exactly `{"last_tick_ms":<13 digits>}` so that etcd can compare two values
+/// bytewise (`value < new`) and a transaction only ever moves it forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobState {
+    pub last_tick_ms: UnixMs,
+}
+
+impl JobState {
+    /// The stored bytes.
+    #[must_use]
+    pub fn to_bytes(self) -> Vec<u8> {
+        format!("{{\"last_tick_ms\":{:013}}}", self.last_tick_ms.max(0)).into_bytes()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -159,4 +220,39 @@ pub struct ExecutionRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub fencing_token: Option<i64>,
+    /// The execution that caused this one: the failed attempt a retry follows, the lost run a
+    /// failover reruns, the parent job's run of a dependency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ExecutionId>,
+    /// HTTP tasks: the response status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    /// Sharded jobs: this execution's shard and the shard count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<(u32, u32)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_state_bytes_order_like_their_ticks() {
+        let a = JobState { last_tick_ms: 999_999_999_999 }.to_bytes();
+        let b = JobState { last_tick_ms: 1_700_000_000_000 }.to_bytes();
+        let c = JobState { last_tick_ms: 1_700_000_000_001 }.to_bytes();
+        assert!(a < b && b < c);
+        let back: JobState = serde_json::from_slice(&a).unwrap();
+        assert_eq!(back.last_tick_ms, 999_999_999_999);
+        assert_eq!(String::from_utf8(b).unwrap(), r#"{"last_tick_ms":1700000000000}"#);
+    }
+
+    #[test]
+    fn old_manual_trigger_requests_still_parse() {
+        let r: TriggerRequest =
+            serde_json::from_str(r#"{"requested_at":"2026-01-01T00:00:00.000Z","requested_at_ms":5,"reason":"x"}"#)
+                .unwrap();
+        assert_eq!(r.kind, TriggerKind::Manual);
+        assert!(r.execution_id.is_none() && r.then.is_empty());
+    }
 }

@@ -201,6 +201,9 @@ pub fn to_document(r: &ExecutionRecord) -> Document {
         "error": r.error.as_deref(),
         "reason": r.reason.as_deref(),
         "fencing_token": r.fencing_token,
+        "parent": r.parent.as_ref().map(ToString::to_string),
+        "http_status": r.http_status.map(i32::from),
+        "shard": r.shard.map(|(i, n)| vec![i64::from(i), i64::from(n)]),
         "words": words(&text),
     }
 }
@@ -239,6 +242,19 @@ pub fn from_document(d: &Document) -> Result<ExecutionRecord, StoreError> {
         error: str_of("error"),
         reason: str_of("reason"),
         fencing_token: int_of("fencing_token"),
+        parent: str_of("parent").and_then(|p| p.parse().ok()),
+        http_status: int_of("http_status").and_then(|v| u16::try_from(v).ok()),
+        shard: match d.get_array("shard") {
+            Ok(a) if a.len() == 2 => {
+                let n = |b: &Bson| match b {
+                    Bson::Int32(v) => u32::try_from(*v).ok(),
+                    Bson::Int64(v) => u32::try_from(*v).ok(),
+                    _ => None,
+                };
+                n(&a[0]).zip(n(&a[1]))
+            }
+            _ => None,
+        },
         id,
     })
 }
@@ -490,7 +506,7 @@ mod tests {
 
     fn record() -> ExecutionRecord {
         ExecutionRecord {
-            id: ExecutionId { job: "a".into(), tick: Tick::Scheduled(1_700_000_000_000), attempt: 1 },
+            id: ExecutionId::new("a", Tick::Scheduled(1_700_000_000_000)),
             job: "a".into(),
             scheduled_at: crate::rfc3339_ms(1_700_000_000_000),
             scheduled_ms: 1_700_000_000_000,
@@ -510,6 +526,9 @@ mod tests {
             error: Some("exit code 3".into()),
             reason: None,
             fencing_token: Some(42),
+            parent: None,
+            http_status: None,
+            shard: None,
         }
     }
 

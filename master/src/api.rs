@@ -321,14 +321,12 @@ async fn run_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiRes
     fetch_job(&st, &name).await?;
     let id = request_id();
     let now = now_ms();
-    let request =
-        TriggerRequest { requested_at: rfc3339_ms(now), requested_at_ms: now, reason: "manual run via API".to_owned() };
+    let request = TriggerRequest::manual(now, "manual run via API");
     let lease = grant_command_lease(&st).await?;
     let value = serde_json::to_vec(&request).map_err(|e| ApiError::internal(&e))?;
     let mut kv = st.client.kv_client();
     etcd(kv.put(st.keys.trigger(&name, &id), value, Some(PutOptions::new().with_lease(lease)))).await?;
-    let execution_id =
-        ExecutionId { job: name.clone(), tick: etcron_common::keys::Tick::Manual(id.clone()), attempt: 1 };
+    let execution_id = ExecutionId::new(&name, etcron_common::keys::Tick::Manual(id.clone()));
     tracing::info!(job = %name, request_id = %id, "manual run requested");
     Ok((StatusCode::ACCEPTED, Json(json!({ "request_id": id, "execution_id": execution_id.to_string() }))))
 }

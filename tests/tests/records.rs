@@ -121,7 +121,7 @@ fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
     RecordWrite {
         mode: WriteMode::Replace,
         record: ExecutionRecord {
-            id: ExecutionId { job: job.to_owned(), tick: Tick::Scheduled(ms), attempt: n },
+            id: ExecutionId { attempt: n, ..ExecutionId::new(job, Tick::Scheduled(ms)) },
             job: job.to_owned(),
             scheduled_at: etcron_common::rfc3339_ms(ms),
             scheduled_ms: ms,
@@ -141,6 +141,9 @@ fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
             error: None,
             reason: None,
             fencing_token: Some(i64::from(n)),
+            parent: None,
+            http_status: None,
+            shard: None,
         },
     }
 }

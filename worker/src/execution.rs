@@ -9,7 +9,7 @@ use std::time::Duration;
 use etcd_client::{Client, PutOptions};
 use etcron_common::claim::{self, ClaimOutcome, CompleteOutcome, RetentionLeases};
 use etcron_common::job::{JobSpec, Task};
-use etcron_common::keys::{ExecutionId, Keys, KillTarget, Tick};
+use etcron_common::keys::{ExecutionId, Keys, KillTarget, Part, Tick};
 use etcron_common::model::{labels_match, Claim, ClaimState, ExecutionRecord, RunningExecution, Status, TriggerKind};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use tokio::sync::{oneshot, watch, Semaphore};
@@ -177,13 +177,13 @@ fn kill_applies(kill: &KillEntry, id: &ExecutionId, fencing_token: i64) -> bool 
 
 /// Runs one fire end to end; see the module docs.
 pub async fn run_fire(ctx: Arc<Context>, fire: Fire) {
-    let id = ExecutionId { job: fire.job.clone(), tick: fire.tick.clone(), attempt: fire.attempt };
+    let id = ExecutionId { job: fire.job.clone(), tick: fire.tick.clone(), part: Part::Whole, attempt: fire.attempt };
     let span = tracing::info_span!("execution", job = %fire.job, execution_id = %id, worker_id = %ctx.config.worker_id);
     race_and_run(ctx, fire, id).instrument(span).await;
 }
 
 async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
-    let claim_key = ctx.keys.claim(&fire.job, &fire.tick);
+    let claim_key = ctx.keys.claim(&id);
     let rank = ctx.members.rank(&ctx.config.worker_id, &claim_key);
     if let Some(reason) = fire.skip.clone() {
         // One worker records the skipped tick; the claim makes it exactly one.
@@ -272,6 +272,9 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
         error: None,
         reason: None,
         fencing_token: Some(fencing_token),
+        parent: None,
+        http_status: None,
+        shard: None,
     };
     ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: record.clone() });
     let (pid_tx, pid_rx) = oneshot::channel();
@@ -360,6 +363,9 @@ async fn record_not_run(ctx: &Context, fire: &Fire, id: &ExecutionId, claim_key:
                 error: None,
                 reason: Some(reason),
                 fencing_token: Some(fencing_token),
+                parent: None,
+                http_status: None,
+                shard: None,
             };
             log_record(&record, 0);
             ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
@@ -424,7 +430,7 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
         let id = running.execution_id.clone();
         let scheduled_ms = match &id.tick {
             Tick::Scheduled(ms) => *ms,
-            Tick::Manual(_) => item.create_revision(),
+            Tick::Manual(_) | Tick::Dependency(_) => item.create_revision(),
         };
         let trigger = if matches!(id.tick, Tick::Manual(_)) { TriggerKind::Manual } else { TriggerKind::Schedule };
         let lease = match ctx.retention.get().await {
@@ -434,7 +440,7 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
                 return;
             }
         };
-        let claim_key = ctx.keys.claim(&id.job, &id.tick);
+        let claim_key = ctx.keys.claim(&id);
         let claim = Claim {
             worker_id: departed.clone(),
             execution_id: id.clone(),
@@ -466,6 +472,9 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
                 error: None,
                 reason: Some(format!("worker {departed} lost its session (lease expired at revision {revision}) while running this execution")),
                 fencing_token: Some(running.fencing_token.unwrap_or_else(|| item.create_revision())),
+                parent: None,
+                http_status: None,
+                shard: None,
             };
             log_record(&record, 0);
             ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });

@@ -305,7 +305,7 @@ mod tests {
         RecordWrite {
             mode: WriteMode::Replace,
             record: ExecutionRecord {
-                id: ExecutionId { job: "a".into(), tick: Tick::Scheduled(n), attempt: 1 },
+                id: ExecutionId::new("a", Tick::Scheduled(n)),
                 job: "a".into(),
                 scheduled_at: etcron_common::rfc3339_ms(n),
                 scheduled_ms: n,
@@ -325,6 +325,9 @@ mod tests {
                 error: None,
                 reason: None,
                 fencing_token: None,
+                parent: None,
+                http_status: None,
+                shard: None,
             },
         }
     }

@@ -177,7 +177,7 @@ fn synthetic(job: &str, ms: i64, n: u32, text: &str) -> etcron_common::store::Re
     etcron_common::store::RecordWrite {
         mode: etcron_common::store::WriteMode::Replace,
         record: ExecutionRecord {
-            id: ExecutionId { job: job.to_owned(), tick: Tick::Scheduled(ms), attempt: n },
+            id: ExecutionId { attempt: n, ..ExecutionId::new(job, Tick::Scheduled(ms)) },
             job: job.to_owned(),
             scheduled_at: etcron_common::rfc3339_ms(ms),
             scheduled_ms: ms,
@@ -197,6 +197,9 @@ fn synthetic(job: &str, ms: i64, n: u32, text: &str) -> etcron_common::store::Re
             error: None,
             reason: None,
             fencing_token: Some(ms),
+            parent: None,
+            http_status: None,
+            shard: None,
         },
     }
 }
