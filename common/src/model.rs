@@ -135,11 +135,15 @@ impl TriggerRequest {
     }
 }
 
+const MIN_STATE_MS: UnixMs = 1_000_000_000_000;
+const MAX_STATE_MS: UnixMs = 9_999_999_999_999;
+
 /// `{ns}/state/{job}`: the newest scheduled tick that was claimed (run, skipped, missed or
 /// caught up). Workers starting after a full-cluster outage catch up from here (`misfire`).
 ///
 /// Serialized as exactly `{"last_tick_ms":<13 digits>}` so that etcd can compare two values
-/// bytewise (`value < new`) and a transaction only ever moves it forward.
+/// bytewise (`value < new`) and a transaction only ever moves it forward. Unix ms have 13
+/// digits from 2001-09-09 to 2286-11-20; earlier values are stored as the first 13-digit one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobState {
     pub last_tick_ms: UnixMs,
@@ -149,7 +153,7 @@ impl JobState {
     /// The stored bytes.
     #[must_use]
     pub fn to_bytes(self) -> Vec<u8> {
-        format!("{{\"last_tick_ms\":{:013}}}", self.last_tick_ms.max(0)).into_bytes()
+        format!("{{\"last_tick_ms\":{}}}", self.last_tick_ms.clamp(MIN_STATE_MS, MAX_STATE_MS)).into_bytes()
     }
 }
 
@@ -238,12 +242,12 @@ mod tests {
 
     #[test]
     fn job_state_bytes_order_like_their_ticks() {
-        let a = JobState { last_tick_ms: 999_999_999_999 }.to_bytes();
+        let a = JobState { last_tick_ms: 5 }.to_bytes();
         let b = JobState { last_tick_ms: 1_700_000_000_000 }.to_bytes();
         let c = JobState { last_tick_ms: 1_700_000_000_001 }.to_bytes();
         assert!(a < b && b < c);
         let back: JobState = serde_json::from_slice(&a).unwrap();
-        assert_eq!(back.last_tick_ms, 999_999_999_999);
+        assert_eq!(back.last_tick_ms, 1_000_000_000_000);
         assert_eq!(String::from_utf8(b).unwrap(), r#"{"last_tick_ms":1700000000000}"#);
     }
 
