@@ -37,6 +37,9 @@ pub const MAX_SHARDS: u32 = 1000;
 pub const MAX_DEPENDENTS: usize = 32;
 /// Smallest and largest per-job output cap.
 pub const MAX_OUTPUT_RANGE: std::ops::RangeInclusive<u64> = 256..=16 * 1024 * 1024;
+/// Default and largest `max_catchup`.
+pub const DEFAULT_MAX_CATCHUP: u32 = 100;
+pub const MAX_CATCHUP: u32 = 1000;
 /// Largest HTTP task body.
 pub const MAX_HTTP_BODY: usize = 32 * 1024;
 
@@ -59,6 +62,9 @@ pub struct JobSpec {
     pub concurrency: Concurrency,
     #[serde(default)]
     pub misfire: Misfire,
+    /// Most missed ticks `misfire: run_all` runs after an outage (the newest ones).
+    #[serde(default = "default_max_catchup")]
+    pub max_catchup: u32,
     #[serde(default)]
     pub on_worker_loss: OnWorkerLoss,
     #[serde(default)]
@@ -78,6 +84,10 @@ pub struct JobSpec {
     /// and never more than it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output: Option<u64>,
+}
+
+fn default_max_catchup() -> u32 {
+    DEFAULT_MAX_CATCHUP
 }
 
 fn default_timezone() -> String {
@@ -276,6 +286,9 @@ impl JobSpec {
         }
         if self.retries.backoff > self.retries.max_backoff {
             return Err(SpecError::at("retries.backoff", "must not exceed retries.max_backoff"));
+        }
+        if self.max_catchup == 0 || self.max_catchup > MAX_CATCHUP {
+            return Err(SpecError::at("max_catchup", format!("must be between 1 and {MAX_CATCHUP}")));
         }
         if let Mode::Sharded(n) = self.mode {
             if n == 0 || n > MAX_SHARDS {
