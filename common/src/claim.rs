@@ -5,10 +5,12 @@
 //! worker's session lease. The claim's create revision is the execution's fencing token. The
 //! claim is closed by `create_revision(claim) == token -> put(claim done, retention lease),
 //! delete(running)`: a worker whose claim vanished with its lease cannot close someone else's.
+//! Concurrency locks, the job state and follow-up run requests ride in the same transactions,
+//! so each fire still costs two etcd writes.
 
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::Mutex;
 use tokio::time::{timeout, Instant};
 
@@ -18,31 +20,118 @@ use crate::etcd::REQUEST_TIMEOUT;
 /// not have committed.
 #[derive(Debug)]
 pub enum ClaimOutcome {
-    Won { fencing_token: i64 },
+    /// The tick is ours to run. `replaced` is the lock value of the execution this one replaces
+    /// (`concurrency: replace`).
+    Won {
+        fencing_token: i64,
+        replaced: Option<Vec<u8>>,
+    },
+    /// `concurrency: forbid` found the job's lock held by `holder`: the tick was closed as
+    /// skipped in the same transaction.
+    Blocked {
+        fencing_token: i64,
+        holder: Vec<u8>,
+    },
     Lost,
     Unknown(String),
 }
 
-/// Races for `claim_key`. `running` is put in the same transaction under the same lease.
-pub async fn try_claim(
-    client: &Client,
-    claim_key: &str,
-    claim_value: Vec<u8>,
-    running: (&str, Vec<u8>),
-    session_lease: i64,
-) -> ClaimOutcome {
-    let lease = Some(PutOptions::new().with_lease(session_lease));
+/// A job's concurrency lock, taken with the claim (`forbid` / `replace`).
+#[derive(Debug)]
+pub struct LockClaim {
+    pub key: String,
+    /// What the lock holds while this execution runs (its execution id).
+    pub value: Vec<u8>,
+    pub replace: bool,
+    /// The claim as closed when `forbid` finds the lock held (`done`, `skipped`).
+    pub blocked_claim: Vec<u8>,
+    pub retention_lease: i64,
+}
+
+/// Everything a run claim writes.
+#[derive(Debug)]
+pub struct RunClaim {
+    pub claim_key: String,
+    pub claim_value: Vec<u8>,
+    pub running_key: String,
+    pub running_value: Vec<u8>,
+    pub session_lease: i64,
+    pub lock: Option<LockClaim>,
+    /// Written whenever the tick is taken, run or blocked: the job state's advance, the removal
+    /// of the run request that asked for this execution.
+    pub extra: Vec<TxnOp>,
+}
+
+/// Races for a claim. The claim, the running marker and the lock share the session lease: if
+/// the worker dies, all three disappear and the execution counts as lost.
+pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
+    let session = Some(PutOptions::new().with_lease(c.session_lease));
+    let mut run = vec![
+        TxnOp::put(c.claim_key.as_str(), c.claim_value, session.clone()),
+        TxnOp::put(c.running_key.as_str(), c.running_value, session.clone()),
+    ];
+    let mut then = Vec::new();
+    match &c.lock {
+        None => then.append(&mut run),
+        Some(lock) if lock.replace => {
+            // Read the holder before overwriting it: that execution gets killed.
+            then.push(TxnOp::get(lock.key.as_str(), None));
+            then.append(&mut run);
+            then.push(TxnOp::put(lock.key.as_str(), lock.value.clone(), session));
+        }
+        Some(lock) => {
+            run.push(TxnOp::put(lock.key.as_str(), lock.value.clone(), session));
+            let retention = Some(PutOptions::new().with_lease(lock.retention_lease));
+            then.push(TxnOp::txn(
+                Txn::new()
+                    // Nothing of this job runs: take the lock with the claim. Deciding inside
+                    // the claim txn is what keeps two workers from both seeing "idle".
+                    .when([Compare::create_revision(lock.key.as_str(), CompareOp::Equal, 0)])
+                    .and_then(run)
+                    // Something runs: close the tick as skipped and say who holds the lock.
+                    .or_else([
+                        TxnOp::put(c.claim_key.as_str(), lock.blocked_claim.clone(), retention),
+                        TxnOp::get(lock.key.as_str(), None),
+                    ]),
+            ));
+        }
+    }
+    then.extend(c.extra);
     let txn = Txn::new()
-        // Only the first writer of this tick's key wins; a done claim (kept for the retention
-        // period) makes later attempts lose too.
-        .when([Compare::create_revision(claim_key, CompareOp::Equal, 0)])
-        .and_then([
-            // The claim and the running marker share the session lease: if the worker dies,
-            // both disappear and the execution counts as lost.
-            TxnOp::put(claim_key, claim_value, lease.clone()),
-            TxnOp::put(running.0, running.1, lease),
-        ]);
-    run_claim(client, txn).await
+        // Only the first writer of this execution's key wins; a done claim (kept for the
+        // retention period) makes later attempts lose too.
+        .when([Compare::create_revision(c.claim_key.as_str(), CompareOp::Equal, 0)])
+        .and_then(then);
+    let mut kv = client.kv_client();
+    let resp = match timeout(REQUEST_TIMEOUT, kv.txn(txn)).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => return ClaimOutcome::Unknown(e.to_string()),
+        Err(_) => return ClaimOutcome::Unknown("claim txn timed out".to_owned()),
+    };
+    if !resp.succeeded() {
+        return ClaimOutcome::Lost;
+    }
+    let Some(fencing_token) = resp.header().map(etcd_client::ResponseHeader::revision) else {
+        return ClaimOutcome::Unknown("txn response without header".to_owned());
+    };
+    let first = resp.op_responses().into_iter().next();
+    match (&c.lock, first) {
+        (Some(lock), Some(TxnOpResponse::Get(get))) if lock.replace => {
+            ClaimOutcome::Won { fencing_token, replaced: get.kvs().first().map(|kv| kv.value().to_vec()) }
+        }
+        (Some(_), Some(TxnOpResponse::Txn(inner))) if !inner.succeeded() => {
+            let holder = inner
+                .op_responses()
+                .into_iter()
+                .find_map(|r| match r {
+                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            ClaimOutcome::Blocked { fencing_token, holder }
+        }
+        _ => ClaimOutcome::Won { fencing_token, replaced: None },
+    }
 }
 
 /// Runs a claim txn; a committed one's header revision is the new key's create revision, i.e.
@@ -51,7 +140,7 @@ async fn run_claim(client: &Client, txn: Txn) -> ClaimOutcome {
     let mut kv = client.kv_client();
     match timeout(REQUEST_TIMEOUT, kv.txn(txn)).await {
         Ok(Ok(resp)) if resp.succeeded() => match resp.header() {
-            Some(h) => ClaimOutcome::Won { fencing_token: h.revision() },
+            Some(h) => ClaimOutcome::Won { fencing_token: h.revision(), replaced: None },
             None => ClaimOutcome::Unknown("txn response without header".to_owned()),
         },
         Ok(Ok(_)) => ClaimOutcome::Lost,
@@ -62,20 +151,41 @@ async fn run_claim(client: &Client, txn: Txn) -> ClaimOutcome {
 
 /// Claims a tick that will not run and closes it in one step (`skipped`, `missed`, `lost`
 /// ledger entries): the key goes straight to the retention lease, so the tick can neither be
-/// recorded twice nor claimed later.
-pub async fn claim_done(client: &Client, claim_key: &str, done_value: Vec<u8>, retention_lease: i64) -> ClaimOutcome {
+/// recorded twice nor claimed later. `extra` is written with it (follow-up requests, state).
+pub async fn claim_done(
+    client: &Client,
+    claim_key: &str,
+    done_value: Vec<u8>,
+    retention_lease: i64,
+    extra: Vec<TxnOp>,
+) -> ClaimOutcome {
+    let mut then = vec![TxnOp::put(claim_key, done_value, Some(PutOptions::new().with_lease(retention_lease)))];
+    then.extend(extra);
     let txn = Txn::new()
-        // The same rule as a run: first writer of the tick's key only.
+        // The same rule as a run: first writer of the execution's key only.
         .when([Compare::create_revision(claim_key, CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(claim_key, done_value, Some(PutOptions::new().with_lease(retention_lease)))]);
+        .and_then(then);
     run_claim(client, txn).await
 }
 
-/// True when a claim for this key already exists (a cheap read that avoids a losing write).
+/// True when a key (or, with `prefix`, any key under it) exists: a cheap read that avoids a
+/// losing write.
 pub async fn claim_exists(client: &Client, claim_key: &str) -> Result<bool, String> {
+    key_exists(client, claim_key, false).await
+}
+
+/// True when any key starts with `prefix`.
+pub async fn prefix_exists(client: &Client, prefix: &str) -> Result<bool, String> {
+    key_exists(client, prefix, true).await
+}
+
+async fn key_exists(client: &Client, key: &str, prefix: bool) -> Result<bool, String> {
     let mut kv = client.kv_client();
-    let opts = etcd_client::GetOptions::new().with_count_only();
-    match timeout(REQUEST_TIMEOUT, kv.get(claim_key, Some(opts))).await {
+    let mut opts = etcd_client::GetOptions::new().with_count_only();
+    if prefix {
+        opts = opts.with_prefix();
+    }
+    match timeout(REQUEST_TIMEOUT, kv.get(key, Some(opts))).await {
         Ok(Ok(resp)) => Ok(resp.count() > 0),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("claim read timed out".to_owned()),
@@ -90,31 +200,72 @@ pub enum CompleteOutcome {
     Fenced,
 }
 
-/// Marks a won claim done (fenced by `fencing_token`) and deletes the running marker.
+/// Marks a won claim done (fenced by `fencing_token`), deletes the running marker, releases the
+/// job's lock if this execution still holds it, and writes `extra` (follow-up run requests).
+///
+/// Idempotent: a retry after an unknown outcome finds the claim already closed (version > 1)
+/// and reports `Closed` without writing the follow-ups twice.
+#[allow(clippy::too_many_arguments)]
 pub async fn complete(
     client: &Client,
     claim_key: &str,
     fencing_token: i64,
     done_value: Vec<u8>,
     running_key: &str,
+    lock: Option<(&str, Vec<u8>)>,
     retention_lease: i64,
+    extra: Vec<TxnOp>,
 ) -> Result<CompleteOutcome, String> {
+    let mut then = vec![
+        // Moving the key to the retention lease keeps it past the session, so no late or
+        // clock-skewed worker can claim this execution again.
+        TxnOp::put(claim_key, done_value, Some(PutOptions::new().with_lease(retention_lease))),
+        TxnOp::delete(running_key, None),
+    ];
+    if let Some((key, value)) = lock {
+        // Release the lock only if it is still ours: `replace` may have handed it on.
+        then.push(TxnOp::txn(
+            Txn::new().when([Compare::value(key, CompareOp::Equal, value)]).and_then([TxnOp::delete(key, None)]),
+        ));
+    }
+    then.extend(extra);
     let txn = Txn::new()
-        // Still our claim: created by our winning txn, not by a later claimant.
-        .when([Compare::create_revision(claim_key, CompareOp::Equal, fencing_token)])
-        .and_then([
-            // Moving the key to the retention lease keeps it past the session, so no late or
-            // clock-skewed worker can claim this tick again.
-            TxnOp::put(claim_key, done_value, Some(PutOptions::new().with_lease(retention_lease))),
-            TxnOp::delete(running_key, None),
-        ]);
+        .when([
+            // Still our claim: created by our winning txn, not by a later claimant.
+            Compare::create_revision(claim_key, CompareOp::Equal, fencing_token),
+            // Not closed yet (the winning put is version 1).
+            Compare::version(claim_key, CompareOp::Equal, 1),
+        ])
+        .and_then(then)
+        .or_else([TxnOp::get(claim_key, None)]);
     let mut kv = client.kv_client();
     match timeout(REQUEST_TIMEOUT, kv.txn(txn)).await {
         Ok(Ok(resp)) if resp.succeeded() => Ok(CompleteOutcome::Closed),
-        Ok(Ok(_)) => Ok(CompleteOutcome::Fenced),
+        Ok(Ok(resp)) => {
+            let closed_before = resp.op_responses().into_iter().any(|r| match r {
+                TxnOpResponse::Get(g) => {
+                    g.kvs().first().is_some_and(|kv| kv.create_revision() == fencing_token && kv.version() > 1)
+                }
+                _ => false,
+            });
+            Ok(if closed_before { CompleteOutcome::Closed } else { CompleteOutcome::Fenced })
+        }
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("complete txn timed out".to_owned()),
     }
+}
+
+/// Moves `{ns}/state/{job}` forward to `tick` (never back): an op for a claim transaction.
+#[must_use]
+pub fn advance_state(state_key: &str, tick_ms: crate::UnixMs) -> TxnOp {
+    let value = crate::model::JobState { last_tick_ms: tick_ms }.to_bytes();
+    // A missing key fails a value compare, so this never creates the state: the master does
+    // when the job is created, the catch-up scan when it is missing.
+    TxnOp::txn(
+        Txn::new()
+            .when([Compare::value(state_key, CompareOp::Less, value.clone())])
+            .and_then([TxnOp::put(state_key, value, None)]),
+    )
 }
 
 /// Hands out leases for done claims without a grant per claim: one lease of `ttl` is reused for

@@ -153,6 +153,18 @@ fn default_max_backoff() -> HumanDuration {
     HumanDuration::from_secs(300)
 }
 
+impl Retries {
+    /// The wait before attempt `failed_attempt + 1`: `backoff * 2^(failed_attempt - 1)`, capped
+    /// at `max_backoff`, then jittered into its upper half by `jitter` in `[0, 1]` (so retries
+    /// of many ticks that failed together spread out).
+    #[must_use]
+    pub fn delay(&self, failed_attempt: u32, jitter: f64) -> Duration {
+        let exp = failed_attempt.saturating_sub(1).min(32);
+        let full = self.backoff.0.saturating_mul(1u32 << exp.min(31)).min(self.max_backoff.0);
+        full.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+    }
+}
+
 impl Default for Retries {
     fn default() -> Self {
         Self { max: 0, backoff: default_backoff(), max_backoff: default_max_backoff() }
@@ -458,6 +470,18 @@ fn validate_map(field: &str, map: &BTreeMap<String, String>, key_ok: impl Fn(&st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_delays_grow_exponentially_up_to_the_cap() {
+        let r = Retries { max: 10, backoff: HumanDuration::from_secs(10), max_backoff: HumanDuration::from_secs(60) };
+        assert_eq!(r.delay(1, 1.0), Duration::from_secs(10));
+        assert_eq!(r.delay(2, 1.0), Duration::from_secs(20));
+        assert_eq!(r.delay(3, 1.0), Duration::from_secs(40));
+        assert_eq!(r.delay(4, 1.0), Duration::from_secs(60));
+        assert_eq!(r.delay(100, 1.0), Duration::from_secs(60));
+        assert_eq!(r.delay(1, 0.0), Duration::from_secs(5));
+        assert_eq!(r.delay(2, 0.5), Duration::from_secs(15));
+    }
 
     fn parse(json: &str) -> Result<JobSpec, SpecError> {
         JobSpec::from_json(json.as_bytes())

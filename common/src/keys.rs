@@ -251,7 +251,10 @@ pub enum Key {
         request_id: String,
     },
     State(String),
-    Lock(String),
+    Lock {
+        job: String,
+        part: Part,
+    },
 }
 
 /// Builds and parses the keys of one namespace.
@@ -355,10 +358,11 @@ impl Keys {
     pub fn state_prefix(&self) -> String {
         format!("{}/state/", self.ns)
     }
-    /// Held by the running execution of a job whose concurrency is `forbid` or `replace`.
+    /// Held by the running execution of a job whose concurrency is `forbid` or `replace`: one
+    /// lock per job, per shard of a sharded job, per worker of a broadcast job.
     #[must_use]
-    pub fn lock(&self, job: &str) -> String {
-        format!("{}/lock/{job}", self.ns)
+    pub fn lock(&self, job: &str, part: &Part) -> String {
+        format!("{}/lock/{job}{part}", self.ns)
     }
     #[must_use]
     pub fn state(&self, job: &str) -> String {
@@ -376,7 +380,14 @@ impl Keys {
             "jobs" if job_ok(rest) => Some(Key::Job(rest.to_owned())),
             "workers" if validate_id(rest).is_ok() => Some(Key::Worker(rest.to_owned())),
             "state" if job_ok(rest) => Some(Key::State(rest.to_owned())),
-            "lock" if job_ok(rest) => Some(Key::Lock(rest.to_owned())),
+            "lock" => {
+                let (job, part) = match rest.find(':') {
+                    Some(i) => rest.split_at(i),
+                    None => (rest, ""),
+                };
+                job_ok(job).then_some(())?;
+                Some(Key::Lock { job: job.to_owned(), part: part.parse().ok()? })
+            }
             "claims" => {
                 let (job, rest) = rest.split_once('/')?;
                 if !job_ok(job) {
@@ -453,7 +464,8 @@ mod tests {
             (k.claim(&on_worker), Key::Claim(on_worker.clone())),
             (k.claim(&dep), Key::Claim(dep.clone())),
             (k.running(&shard), Key::Running(shard.clone())),
-            (k.lock("db-backup"), Key::Lock("db-backup".into())),
+            (k.lock("db-backup", &Part::Whole), Key::Lock { job: "db-backup".into(), part: Part::Whole }),
+            (k.lock("db-backup", &Part::Shard(2)), Key::Lock { job: "db-backup".into(), part: Part::Shard(2) }),
             (k.running(&id), Key::Running(id.clone())),
             (k.running(&manual), Key::Running(manual.clone())),
             (k.kill("db-backup", &KillTarget::All), Key::Kill { job: "db-backup".into(), target: KillTarget::All }),

@@ -70,6 +70,11 @@ pub struct RunningExecution {
     pub started_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<i64>,
+    /// What started it and for which scheduled time, so a survivor can record or rerun it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<TriggerKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_ms: Option<UnixMs>,
 }
 
 /// `{ns}/kill/{job}/{execution_id|all}`. Applies to executions claimed before the key was

@@ -6,11 +6,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, PutOptions};
-use etcron_common::claim::{self, ClaimOutcome, CompleteOutcome, RetentionLeases};
-use etcron_common::job::{JobSpec, Task};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcron_common::claim::{self, ClaimOutcome, CompleteOutcome, LockClaim, RetentionLeases, RunClaim};
+use etcron_common::job::{Concurrency, JobSpec, Misfire, Mode, OnWorkerLoss, Task};
 use etcron_common::keys::{ExecutionId, Keys, KillTarget, Part, Tick};
-use etcron_common::model::{labels_match, Claim, ClaimState, ExecutionRecord, RunningExecution, Status, TriggerKind};
+use etcron_common::model::{
+    labels_match, Claim, ClaimState, ExecutionRecord, KillCommand, RunningExecution, Status, TriggerKind,
+    TriggerRequest,
+};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use tokio::sync::{oneshot, watch, Semaphore};
 use tracing::Instrument;
@@ -37,22 +40,55 @@ pub struct Context {
     pub registry: Registry,
     pub capacity: Arc<Semaphore>,
     pub sink: LogSink,
+    pub jobs: JobTable,
 }
 
 /// How long after a tick nobody may have claimed it before it is recorded `missed`.
 pub const MISSED_AFTER: Duration = Duration::from_secs(5);
 
-/// A tick (or manual run) to race for.
+/// One execution to race for: a schedule tick's (part), or a run request's.
 #[derive(Debug, Clone)]
 pub struct Fire {
-    pub job: String,
+    pub id: ExecutionId,
     pub spec: Arc<JobSpec>,
-    pub tick: Tick,
+    /// The job key's mod revision the spec was read at.
+    pub job_revision: i64,
     pub scheduled_ms: UnixMs,
-    pub attempt: u32,
     pub trigger: TriggerKind,
     /// Record the tick as `skipped` with this reason instead of running it.
     pub skip: Option<String>,
+    /// The run request (`{ns}/trigger/...`) this fire answers; consumed with the claim.
+    pub request_key: Option<String>,
+    pub parent: Option<ExecutionId>,
+    /// Catch-up ticks to run after this one.
+    pub then: Vec<UnixMs>,
+}
+
+/// A job as the scheduler last saw it.
+#[derive(Debug, Clone)]
+pub struct JobRef {
+    pub spec: Arc<JobSpec>,
+    pub mod_revision: i64,
+}
+
+/// The scheduler's jobs, readable by executions (failover needs the lost run's job spec).
+#[derive(Debug, Default)]
+pub struct JobTable {
+    inner: std::sync::RwLock<HashMap<String, JobRef>>,
+}
+
+impl JobTable {
+    #[must_use]
+    pub fn get(&self, job: &str) -> Option<JobRef> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(job).cloned()
+    }
+    pub fn set(&self, job: &str, entry: Option<JobRef>) {
+        let mut inner = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match entry {
+            Some(e) => inner.insert(job.to_owned(), e),
+            None => inner.remove(job),
+        };
+    }
 }
 
 struct RunningHandle {
@@ -177,30 +213,59 @@ fn kill_applies(kill: &KillEntry, id: &ExecutionId, fencing_token: i64) -> bool 
 
 /// Runs one fire end to end; see the module docs.
 pub async fn run_fire(ctx: Arc<Context>, fire: Fire) {
-    let id = ExecutionId { job: fire.job.clone(), tick: fire.tick.clone(), part: Part::Whole, attempt: fire.attempt };
-    let span = tracing::info_span!("execution", job = %fire.job, execution_id = %id, worker_id = %ctx.config.worker_id);
-    race_and_run(ctx, fire, id).instrument(span).await;
+    let span = tracing::info_span!("execution", job = %fire.id.job, execution_id = %fire.id, worker_id = %ctx.config.worker_id);
+    race_and_run(ctx, fire).instrument(span).await;
 }
 
-async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
+/// Why this worker did not race for a fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NotRaced {
+    Selector,
+    Capacity,
+    NoLease,
+    Unknown,
+}
+
+async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
+    let id = fire.id.clone();
     let claim_key = ctx.keys.claim(&id);
-    let rank = ctx.members.rank(&ctx.config.worker_id, &claim_key);
+    let me = ctx.config.worker_id.as_str();
+    // A broadcast job's part belongs to one worker: no race, nobody else's business.
+    let own_part = match &id.part {
+        Part::Worker(w) if w == me => true,
+        Part::Worker(_) => return,
+        _ => false,
+    };
+    let rank = if own_part { 0 } else { ctx.members.rank(me, &claim_key) };
     if let Some(reason) = fire.skip.clone() {
         // One worker records the skipped tick; the claim makes it exactly one.
         if rank == 0 {
-            record_not_run(&ctx, &fire, &id, &claim_key, Status::Skipped, reason).await;
+            record_not_run(&ctx, &fire, Status::Skipped, reason).await;
         }
         return;
     }
     if !labels_match(&ctx.config.labels, &fire.spec.selector) {
         tracing::trace!("selector does not match this worker's labels");
-        watch_for_miss(&ctx, &fire, &id, &claim_key, rank);
+        watch_for_miss(&ctx, &fire, rank, NotRaced::Selector);
         return;
     }
-    let Ok(_permit) = ctx.capacity.clone().try_acquire_owned() else {
-        tracing::warn!(capacity = ctx.config.capacity, "worker at capacity: leaving this tick to other workers");
-        watch_for_miss(&ctx, &fire, &id, &claim_key, rank);
-        return;
+    let permit = match ctx.capacity.clone().try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) if fire.request_key.is_some() => match wait_for_capacity(&ctx, &fire).await {
+            Some(p) => p,
+            None => return,
+        },
+        Err(_) if own_part => {
+            tracing::warn!(capacity = ctx.config.capacity, "worker at capacity: this worker's broadcast run is missed");
+            let reason = format!("worker {me} was at capacity ({} running)", ctx.config.capacity);
+            record_not_run(&ctx, &fire, Status::Missed, reason).await;
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(capacity = ctx.config.capacity, "worker at capacity: leaving this tick to other workers");
+            watch_for_miss(&ctx, &fire, rank, NotRaced::Capacity);
+            return;
+        }
     };
     if rank > 0 {
         // Give the workers ranked before this one a head start, then look before writing: a
@@ -214,7 +279,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
     }
     let Some(lease) = *ctx.lease.borrow() else {
         tracing::warn!("no session lease: not claiming");
-        watch_for_miss(&ctx, &fire, &id, &claim_key, rank);
+        watch_for_miss(&ctx, &fire, rank, NotRaced::NoLease);
         return;
     };
     let claimed_ms = now_ms();
@@ -222,7 +287,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
     let claim_value = Claim {
         worker_id: worker_id.clone(),
         execution_id: id.clone(),
-        attempt: fire.attempt,
+        attempt: id.attempt,
         state: ClaimState::Running,
         status: None,
     };
@@ -232,50 +297,87 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
         pid: None,
         started_at: rfc3339_ms(claimed_ms),
         fencing_token: None,
+        trigger: Some(fire.trigger),
+        scheduled_ms: Some(fire.scheduled_ms),
     };
     let running_key = ctx.keys.running(&id);
-    let outcome =
-        claim::try_claim(&ctx.client, &claim_key, to_json(&claim_value), (&running_key, to_json(&running)), lease)
-            .await;
+    let lock_key = ctx.keys.lock(&id.job, &id.part);
+    let lock_value = to_json(&id);
+    let lock = match fire.spec.concurrency {
+        Concurrency::Allow => None,
+        policy => {
+            let retention_lease = match ctx.retention.get().await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention lease unavailable: not claiming");
+                    watch_for_miss(&ctx, &fire, 0, NotRaced::Unknown);
+                    return;
+                }
+            };
+            let blocked = Claim {
+                state: ClaimState::Done,
+                status: Some(Status::Skipped),
+                worker_id: worker_id.clone(),
+                ..claim_value.clone()
+            };
+            Some(LockClaim {
+                key: lock_key.clone(),
+                value: lock_value.clone(),
+                replace: policy == Concurrency::Replace,
+                blocked_claim: to_json(&blocked),
+                retention_lease,
+            })
+        }
+    };
+    let uses_lock = lock.is_some();
+    let outcome = claim::try_claim(
+        &ctx.client,
+        RunClaim {
+            claim_key: claim_key.clone(),
+            claim_value: to_json(&claim_value),
+            running_key: running_key.clone(),
+            running_value: to_json(&running),
+            session_lease: lease,
+            lock,
+            extra: taken_ops(&ctx, &fire),
+        },
+    )
+    .await;
     let fencing_token = match outcome {
-        ClaimOutcome::Won { fencing_token } => fencing_token,
+        ClaimOutcome::Won { fencing_token, replaced } => {
+            if let Some(old) = replaced.and_then(|v| serde_json::from_slice::<ExecutionId>(&v).ok()) {
+                if old != id {
+                    replace_running(&ctx, &old, &id);
+                }
+            }
+            fencing_token
+        }
+        ClaimOutcome::Blocked { fencing_token, holder } => {
+            let holder = serde_json::from_slice::<ExecutionId>(&holder)
+                .map_or_else(|_| "another execution".to_owned(), |h| h.to_string());
+            let reason = format!("concurrency forbid: {holder} was still running");
+            tracing::info!(%reason, "tick skipped");
+            let record = not_run_record(&ctx, &fire, Status::Skipped, reason, fencing_token);
+            log_record(&record, 0);
+            ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+            continue_catchup(&ctx, &fire).await;
+            return;
+        }
         ClaimOutcome::Lost => {
             tracing::trace!("claim lost to another worker");
             return;
         }
         ClaimOutcome::Unknown(e) => {
             tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, "claim outcome unknown: not running this tick here");
-            watch_for_miss(&ctx, &fire, &id, &claim_key, 0);
+            watch_for_miss(&ctx, &fire, 0, NotRaced::Unknown);
             return;
         }
     };
     let stop = ctx.registry.register(&id, fencing_token);
     let started_ms = now_ms();
-    let mut record = ExecutionRecord {
-        id: id.clone(),
-        job: fire.job.clone(),
-        scheduled_at: rfc3339_ms(fire.scheduled_ms),
-        scheduled_ms: fire.scheduled_ms,
-        claimed_at: Some(rfc3339_ms(claimed_ms)),
-        started_at: Some(rfc3339_ms(started_ms)),
-        finished_at: None,
-        duration_ms: None,
-        worker_id,
-        hostname: ctx.hostname.clone(),
-        attempt: fire.attempt,
-        trigger: fire.trigger,
-        status: Status::Running,
-        exit_code: None,
-        signal: None,
-        output: String::new(),
-        output_truncated: false,
-        error: None,
-        reason: None,
-        fencing_token: Some(fencing_token),
-        parent: None,
-        http_status: None,
-        shard: None,
-    };
+    let mut record = base_record(&ctx, &fire, Status::Running, Some(fencing_token));
+    record.claimed_at = Some(rfc3339_ms(claimed_ms));
+    record.started_at = Some(rfc3339_ms(started_ms));
     ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: record.clone() });
     let (pid_tx, pid_rx) = oneshot::channel();
     let run = execute(&ctx, &fire, &id, fencing_token, stop, pid_tx);
@@ -297,11 +399,14 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
             run.await
         }
     };
+    drop(permit);
     let finished_ms = now_ms();
     ctx.registry.deregister(&id);
     let (status, error) = status_of(&finished);
     let done = Claim { state: ClaimState::Done, status: Some(status), ..claim_value };
-    let closed = close_claim(&ctx, &claim_key, fencing_token, &done, &running_key).await;
+    let (follow, notes) = follow_ups(&ctx, &fire, status, fencing_token, finished_ms);
+    let lock = uses_lock.then(|| (lock_key.as_str(), lock_value.clone()));
+    let closed = close_claim(&ctx, &claim_key, fencing_token, &done, &running_key, lock, follow).await;
     record.finished_at = Some(rfc3339_ms(finished_ms));
     record.duration_ms = u64::try_from(finished_ms - started_ms).ok();
     record.status = status;
@@ -310,7 +415,11 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
     record.output = finished.output;
     record.output_truncated = finished.output_truncated;
     record.error = error;
-    if !closed {
+    if closed {
+        if !notes.is_empty() {
+            record.reason = Some(notes.join("; "));
+        }
+    } else {
         // The claim went with the session: the tick belongs to whoever holds it now, so this
         // run must not count as the tick's outcome.
         record.reason = Some(format!(
@@ -323,83 +432,327 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire, id: ExecutionId) {
     ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
 }
 
-/// Records a tick that did not run, exactly once across the cluster (via its claim key).
-async fn record_not_run(ctx: &Context, fire: &Fire, id: &ExecutionId, claim_key: &str, status: Status, reason: String) {
-    let lease = match ctx.retention.get().await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(error = %e, status = status.as_str(), "cannot record tick: retention lease unavailable");
-            return;
+/// Most time a run request waits on this worker for a free capacity slot.
+const REQUEST_CAPACITY_WAIT: Duration = Duration::from_secs(600);
+
+/// Run requests (retries, dependencies, catch-up, failover, manual runs) wait for capacity
+/// while their request key exists; `None` when another worker took it or the wait ran out.
+async fn wait_for_capacity(ctx: &Arc<Context>, fire: &Fire) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let key = fire.request_key.as_deref()?;
+    tracing::info!(capacity = ctx.config.capacity, "worker at capacity: run request waits for a free slot");
+    let deadline = tokio::time::Instant::now() + REQUEST_CAPACITY_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(Ok(p)) = tokio::time::timeout(Duration::from_secs(1), ctx.capacity.clone().acquire_owned()).await {
+            return Some(p);
         }
-    };
-    let claim = Claim {
-        worker_id: ctx.config.worker_id.clone(),
-        execution_id: id.clone(),
-        attempt: fire.attempt,
-        state: ClaimState::Done,
-        status: Some(status),
-    };
-    match claim::claim_done(&ctx.client, claim_key, to_json(&claim), lease).await {
-        ClaimOutcome::Won { fencing_token } => {
-            let now = rfc3339_ms(now_ms());
-            let record = ExecutionRecord {
-                id: id.clone(),
-                job: fire.job.clone(),
-                scheduled_at: rfc3339_ms(fire.scheduled_ms),
-                scheduled_ms: fire.scheduled_ms,
-                claimed_at: None,
-                started_at: None,
-                finished_at: Some(now),
-                duration_ms: None,
-                worker_id: ctx.config.worker_id.clone(),
-                hostname: ctx.hostname.clone(),
-                attempt: fire.attempt,
-                trigger: fire.trigger,
-                status,
-                exit_code: None,
-                signal: None,
-                output: String::new(),
-                output_truncated: false,
-                error: None,
-                reason: Some(reason),
-                fencing_token: Some(fencing_token),
-                parent: None,
-                http_status: None,
-                shard: None,
-            };
-            log_record(&record, 0);
-            ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+        if let Ok(false) = claim::claim_exists(&ctx.client, key).await {
+            return None;
         }
-        ClaimOutcome::Lost => {}
-        ClaimOutcome::Unknown(e) => {
-            tracing::warn!(error = %e, status = status.as_str(), "recording a tick that did not run: outcome unknown")
+    }
+    tracing::warn!("run request waited {}s for capacity", REQUEST_CAPACITY_WAIT.as_secs());
+    watch_for_miss(ctx, fire, 0, NotRaced::Capacity);
+    None
+}
+
+/// Ops written whenever a fire's execution is taken (run, skipped or recorded): the job state
+/// moves forward for schedule ticks, and the run request that asked for it is consumed.
+fn taken_ops(ctx: &Context, fire: &Fire) -> Vec<TxnOp> {
+    let mut ops = Vec::new();
+    if let (Some(ms), 1) = (fire.id.tick.scheduled_ms(), fire.id.attempt) {
+        ops.push(claim::advance_state(&ctx.keys.state(&fire.id.job), ms));
+    }
+    if let Some(key) = &fire.request_key {
+        ops.push(TxnOp::delete(key.as_str(), None));
+    }
+    ops
+}
+
+/// `concurrency: replace`: stop the execution this one took the lock from, wherever it runs.
+fn replace_running(ctx: &Arc<Context>, old: &ExecutionId, new: &ExecutionId) {
+    let (ctx, old, new) = (ctx.clone(), old.clone(), new.clone());
+    tokio::spawn(async move {
+        let lease = match ctx.retention.get().await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, replaced = %old, "cannot write the kill for the replaced execution");
+                return;
+            }
+        };
+        let command = KillCommand {
+            requested_at: rfc3339_ms(now_ms()),
+            reason: format!("concurrency replace: replaced by {new}"),
+        };
+        let key = ctx.keys.kill(&old.job, &KillTarget::Execution(old.clone()));
+        let mut kv = ctx.client.kv_client();
+        let put = kv.put(key, to_json(&command), Some(PutOptions::new().with_lease(lease)));
+        match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, put).await {
+            Ok(Ok(_)) => tracing::info!(replaced = %old, "concurrency replace: kill written for the running execution"),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, replaced = %old, "writing the kill for the replaced execution failed")
+            }
+            Err(_) => tracing::error!(replaced = %old, "writing the kill for the replaced execution timed out"),
+        }
+    });
+}
+
+/// Most failover reruns of one tick on top of its retries (a task that crashes every worker it
+/// runs on must not circle forever).
+pub const MAX_FAILOVERS: u32 = 3;
+
+/// What follows a finished execution, written in the transaction that closes its claim so it
+/// happens exactly once: a retry, the dependent jobs' runs, the next catch-up tick, and the
+/// disabling of a one-shot job. Also returns notes for the record.
+fn follow_ups(
+    ctx: &Context,
+    fire: &Fire,
+    status: Status,
+    fencing_token: i64,
+    now: UnixMs,
+) -> (Vec<TxnOp>, Vec<String>) {
+    let spec = &fire.spec;
+    let id = &fire.id;
+    let mut ops = Vec::new();
+    let mut notes = Vec::new();
+    let failed = matches!(status, Status::Failed | Status::TimedOut);
+    let retry = failed && id.attempt <= spec.retries.max;
+    if retry {
+        let delay = spec.retries.delay(id.attempt, rand::random::<f64>());
+        let not_before = now + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2);
+        let next = id.next_attempt();
+        notes.push(format!("retry {next} at {}", rfc3339_ms(not_before)));
+        let request = TriggerRequest {
+            kind: TriggerKind::Retry,
+            execution_id: Some(next),
+            scheduled_ms: Some(fire.scheduled_ms),
+            not_before_ms: Some(not_before),
+            parent: Some(id.clone()),
+            ..TriggerRequest::manual(now, &format!("retry after {} of {id}", status.as_str()))
+        };
+        ops.push(put_request(&ctx.keys, &id.job, &format!("retry-{fencing_token}"), &request));
+    }
+    let dependents = match status {
+        Status::Succeeded => &spec.on_success,
+        _ if failed && !retry => &spec.on_failure,
+        Status::Lost => &spec.on_failure,
+        _ => &Vec::new(),
+    };
+    ops.extend(dependency_requests(&ctx.keys, id, dependents, fencing_token, now, &mut notes));
+    if let Some(op) = next_catchup(&ctx.keys, fire, now) {
+        ops.push(op);
+    }
+    if fire.spec.parsed_schedule().is_ok_and(|s| s.is_one_shot())
+        && matches!(fire.trigger, TriggerKind::Schedule | TriggerKind::Catchup)
+    {
+        // `@at` jobs run once: disable the job, unless it was edited since this run began.
+        let disabled = JobSpec { enabled: false, ..(**spec).clone() };
+        let key = ctx.keys.job(&id.job);
+        ops.push(TxnOp::txn(
+            Txn::new()
+                .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, fire.job_revision)])
+                .and_then([TxnOp::put(key.as_str(), to_json(&disabled), None)]),
+        ));
+        notes.push("one-shot job disabled after its run".to_owned());
+    }
+    (ops, notes)
+}
+
+fn dependency_requests(
+    keys: &Keys,
+    parent: &ExecutionId,
+    dependents: &[String],
+    fencing_token: i64,
+    now: UnixMs,
+    notes: &mut Vec<String>,
+) -> Vec<TxnOp> {
+    let mut ops = Vec::new();
+    for child in dependents {
+        let request_id = format!("dep-{fencing_token}");
+        let execution = ExecutionId::new(child, Tick::Dependency(fencing_token.to_string()));
+        notes.push(format!("triggered {execution}"));
+        let request = TriggerRequest {
+            kind: TriggerKind::Dependency,
+            execution_id: Some(execution),
+            parent: Some(parent.clone()),
+            ..TriggerRequest::manual(now, &format!("dependency of {parent}"))
+        };
+        ops.push(put_request(keys, child, &request_id, &request));
+    }
+    ops
+}
+
+/// The next run of a `misfire: run_all` catch-up chain.
+fn next_catchup(keys: &Keys, fire: &Fire, now: UnixMs) -> Option<TxnOp> {
+    let (&next, rest) = fire.then.split_first()?;
+    Some(catchup_request(keys, &fire.id.job, next, rest.to_vec(), now))
+}
+
+/// A catch-up run request for one tick (and the ticks to run after it).
+pub fn catchup_request(keys: &Keys, job: &str, tick_ms: UnixMs, then: Vec<UnixMs>, now: UnixMs) -> TxnOp {
+    let request = TriggerRequest {
+        kind: TriggerKind::Catchup,
+        execution_id: Some(ExecutionId::new(job, Tick::Scheduled(tick_ms))),
+        scheduled_ms: Some(tick_ms),
+        then,
+        ..TriggerRequest::manual(now, &format!("catch-up of the tick at {}", rfc3339_ms(tick_ms)))
+    };
+    put_request(keys, job, &format!("catchup-{tick_ms}"), &request)
+}
+
+fn put_request(keys: &Keys, job: &str, request_id: &str, request: &TriggerRequest) -> TxnOp {
+    TxnOp::put(keys.trigger(job, request_id), to_json(request), None)
+}
+
+/// A catch-up chain whose tick was skipped goes on with its next tick.
+async fn continue_catchup(ctx: &Context, fire: &Fire) {
+    let Some(op) = next_catchup(&ctx.keys, fire, now_ms()) else { return };
+    let mut kv = ctx.client.kv_client();
+    match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, kv.txn(Txn::new().and_then([op]))).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, remaining = fire.then.len(), "catch-up chain broken: could not request its next tick")
+        }
+        Err(_) => {
+            tracing::error!(remaining = fire.then.len(), "catch-up chain broken: requesting its next tick timed out")
         }
     }
 }
 
-/// When this worker did not race for a tick, the first-ranked one checks after `MISSED_AFTER`
-/// that somebody did, and records the tick `missed` if nobody had.
-fn watch_for_miss(ctx: &Arc<Context>, fire: &Fire, id: &ExecutionId, claim_key: &str, rank: usize) {
+/// The record of a fire, before it ran.
+fn base_record(ctx: &Context, fire: &Fire, status: Status, fencing_token: Option<i64>) -> ExecutionRecord {
+    ExecutionRecord {
+        id: fire.id.clone(),
+        job: fire.id.job.clone(),
+        scheduled_at: rfc3339_ms(fire.scheduled_ms),
+        scheduled_ms: fire.scheduled_ms,
+        claimed_at: None,
+        started_at: None,
+        finished_at: None,
+        duration_ms: None,
+        worker_id: ctx.config.worker_id.clone(),
+        hostname: ctx.hostname.clone(),
+        attempt: fire.id.attempt,
+        trigger: fire.trigger,
+        status,
+        exit_code: None,
+        signal: None,
+        output: String::new(),
+        output_truncated: false,
+        error: None,
+        reason: None,
+        fencing_token,
+        parent: fire.parent.clone(),
+        http_status: None,
+        shard: match (&fire.id.part, fire.spec.mode) {
+            (Part::Shard(i), Mode::Sharded(n)) => Some((*i, n)),
+            _ => None,
+        },
+    }
+}
+
+fn not_run_record(ctx: &Context, fire: &Fire, status: Status, reason: String, fencing_token: i64) -> ExecutionRecord {
+    let mut record = base_record(ctx, fire, status, Some(fencing_token));
+    record.finished_at = Some(rfc3339_ms(now_ms()));
+    record.reason = Some(reason);
+    record
+}
+
+/// Records a fire that did not run, exactly once across the cluster (via its claim key).
+pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, reason: String) -> bool {
+    let lease = match ctx.retention.get().await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, status = status.as_str(), "cannot record tick: retention lease unavailable");
+            return false;
+        }
+    };
+    let claim = Claim {
+        worker_id: ctx.config.worker_id.clone(),
+        execution_id: fire.id.clone(),
+        attempt: fire.id.attempt,
+        state: ClaimState::Done,
+        status: Some(status),
+    };
+    let mut extra = taken_ops(ctx, fire);
+    extra.extend(next_catchup(&ctx.keys, fire, now_ms()));
+    match claim::claim_done(&ctx.client, &ctx.keys.claim(&fire.id), to_json(&claim), lease, extra).await {
+        ClaimOutcome::Won { fencing_token, .. } | ClaimOutcome::Blocked { fencing_token, .. } => {
+            let record = not_run_record(ctx, fire, status, reason, fencing_token);
+            log_record(&record, 0);
+            ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+            true
+        }
+        ClaimOutcome::Lost => false,
+        ClaimOutcome::Unknown(e) => {
+            tracing::warn!(error = %e, status = status.as_str(), "recording a tick that did not run: outcome unknown");
+            false
+        }
+    }
+}
+
+/// When this worker did not race for a fire, the first-ranked one checks after `MISSED_AFTER`
+/// that somebody did. If nobody had: a schedule tick of a job with `misfire: run_once|run_all`
+/// that found no free worker gets a catch-up run; anything else is recorded `missed`.
+fn watch_for_miss(ctx: &Arc<Context>, fire: &Fire, rank: usize, why: NotRaced) {
+    // A broadcast part is watched by the tick's first-ranked worker, for the whole tick.
+    let broadcast = matches!(fire.id.part, Part::Worker(_));
+    let rank = if broadcast {
+        ctx.members.rank(&ctx.config.worker_id, &ctx.keys.tick_claims_prefix(&fire.id.job, &fire.id.tick))
+    } else {
+        rank
+    };
     if rank != 0 {
         return;
     }
-    let (ctx, fire, id, claim_key) = (ctx.clone(), fire.clone(), id.clone(), claim_key.to_owned());
+    let (ctx, mut fire) = (ctx.clone(), fire.clone());
     tokio::spawn(async move {
         tokio::time::sleep(MISSED_AFTER).await;
-        match claim::claim_exists(&ctx.client, &claim_key).await {
+        let taken = if broadcast {
+            fire.id.part = Part::Whole;
+            claim::prefix_exists(&ctx.client, &ctx.keys.tick_claims_prefix(&fire.id.job, &fire.id.tick)).await
+        } else {
+            claim::claim_exists(&ctx.client, &ctx.keys.claim(&fire.id)).await
+        };
+        match taken {
             Ok(true) => {}
             Ok(false) => {
+                let catch_up = why != NotRaced::Selector
+                    && fire.trigger == TriggerKind::Schedule
+                    && fire.spec.misfire != Misfire::Skip;
+                if catch_up {
+                    if let Some(ms) = fire.id.tick.scheduled_ms() {
+                        request_catchup_of(&ctx, &fire, ms).await;
+                        return;
+                    }
+                }
                 let reason = ctx.members.miss_reason(&fire.spec.selector, MISSED_AFTER);
-                tracing::warn!(job = %fire.job, scheduled_ms = fire.scheduled_ms, %reason, "tick missed");
-                record_not_run(&ctx, &fire, &id, &claim_key, Status::Missed, reason).await;
+                tracing::warn!(job = %fire.id.job, scheduled_ms = fire.scheduled_ms, %reason, "tick missed");
+                record_not_run(&ctx, &fire, Status::Missed, reason).await;
             }
             Err(e) => tracing::warn!(error = %e, "checking for a missed tick failed"),
         }
     });
 }
 
+/// A tick nobody could take: ask for a catch-up run of it, unless it got claimed meanwhile.
+async fn request_catchup_of(ctx: &Context, fire: &Fire, tick_ms: UnixMs) {
+    let claim_key = ctx.keys.claim(&fire.id);
+    let txn = Txn::new()
+        .when([Compare::create_revision(claim_key.as_str(), CompareOp::Equal, 0)])
+        .and_then([catchup_request(&ctx.keys, &fire.id.job, tick_ms, Vec::new(), now_ms())]);
+    let mut kv = ctx.client.kv_client();
+    match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, kv.txn(txn)).await {
+        Ok(Ok(r)) if r.succeeded() => {
+            tracing::warn!(job = %fire.id.job, scheduled_ms = tick_ms, misfire = ?fire.spec.misfire, "tick not claimed in time: catch-up run requested");
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "requesting a catch-up run failed; the tick is unaccounted for"),
+        Err(_) => tracing::error!("requesting a catch-up run timed out; the tick is unaccounted for"),
+    }
+}
+
 /// Records `lost` for executions that ran on a worker whose session ended (its registration
-/// was deleted at `revision` by lease expiry). Only the first-ranked survivor does it.
+/// was deleted at `revision` by lease expiry), and requests their failover rerun when the job
+/// says `on_worker_loss: rerun`. Only the first-ranked survivor does it.
 pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     if ctx.members.rank(&ctx.config.worker_id, &format!("lost/{departed}/{revision}")) != 0 {
         return;
@@ -428,11 +781,13 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
             continue;
         }
         let id = running.execution_id.clone();
-        let scheduled_ms = match &id.tick {
-            Tick::Scheduled(ms) => *ms,
-            Tick::Manual(_) | Tick::Dependency(_) => item.create_revision(),
-        };
-        let trigger = if matches!(id.tick, Tick::Manual(_)) { TriggerKind::Manual } else { TriggerKind::Schedule };
+        let fencing_token = running.fencing_token.unwrap_or_else(|| item.create_revision());
+        let scheduled_ms = running.scheduled_ms.or(id.tick.scheduled_ms()).unwrap_or_else(now_ms);
+        let trigger = running.trigger.unwrap_or(match id.tick {
+            Tick::Scheduled(_) => TriggerKind::Schedule,
+            Tick::Manual(_) => TriggerKind::Manual,
+            Tick::Dependency(_) => TriggerKind::Dependency,
+        });
         let lease = match ctx.retention.get().await {
             Ok(l) => l,
             Err(e) => {
@@ -440,7 +795,6 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
                 return;
             }
         };
-        let claim_key = ctx.keys.claim(&id);
         let claim = Claim {
             worker_id: departed.clone(),
             execution_id: id.clone(),
@@ -448,9 +802,44 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
             state: ClaimState::Done,
             status: Some(Status::Lost),
         };
-        // Re-create the tick's claim (it went with the lease) as done/lost: recorded once, and no
-        // late worker can claim the tick again.
-        if let ClaimOutcome::Won { .. } = claim::claim_done(&ctx.client, &claim_key, to_json(&claim), lease).await {
+        let spec = ctx.jobs.get(&id.job).map(|j| j.spec);
+        let mut reason = format!(
+            "worker {departed} lost its session (lease expired at revision {revision}) while running this execution"
+        );
+        let mut follow = Vec::new();
+        let now = now_ms();
+        if let Some(spec) = &spec {
+            let rerun = spec.on_worker_loss == OnWorkerLoss::Rerun
+                && !matches!(id.part, Part::Worker(_))
+                && id.attempt <= spec.retries.max + MAX_FAILOVERS;
+            if rerun {
+                let next = id.next_attempt();
+                reason.push_str(&format!("; on_worker_loss rerun: {next} requested"));
+                let request = TriggerRequest {
+                    kind: TriggerKind::Failover,
+                    execution_id: Some(next),
+                    scheduled_ms: Some(scheduled_ms),
+                    parent: Some(id.clone()),
+                    ..TriggerRequest::manual(now, &format!("failover of {id}"))
+                };
+                follow.push(put_request(&ctx.keys, &id.job, &format!("failover-{fencing_token}"), &request));
+            } else {
+                let mut notes = Vec::new();
+                follow.extend(dependency_requests(&ctx.keys, &id, &spec.on_failure, fencing_token, now, &mut notes));
+                if spec.on_worker_loss == OnWorkerLoss::Rerun {
+                    reason.push_str("; not rerun (broadcast run or failover limit reached)");
+                }
+                if !notes.is_empty() {
+                    reason.push_str(&format!("; {}", notes.join("; ")));
+                }
+            }
+        }
+        // Re-create the execution's claim (it went with the lease) as done/lost: recorded once,
+        // and no late worker can claim it again. The rerun request rides in the same txn.
+        let claim_key = ctx.keys.claim(&id);
+        if let ClaimOutcome::Won { .. } =
+            claim::claim_done(&ctx.client, &claim_key, to_json(&claim), lease, follow).await
+        {
             let record = ExecutionRecord {
                 id: id.clone(),
                 job: id.job.clone(),
@@ -458,7 +847,7 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
                 scheduled_ms,
                 claimed_at: Some(running.started_at.clone()),
                 started_at: Some(running.started_at.clone()),
-                finished_at: Some(rfc3339_ms(now_ms())),
+                finished_at: Some(rfc3339_ms(now)),
                 duration_ms: None,
                 worker_id: departed.clone(),
                 hostname: String::new(),
@@ -470,11 +859,14 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
                 output: String::new(),
                 output_truncated: false,
                 error: None,
-                reason: Some(format!("worker {departed} lost its session (lease expired at revision {revision}) while running this execution")),
-                fencing_token: Some(running.fencing_token.unwrap_or_else(|| item.create_revision())),
+                reason: Some(reason),
+                fencing_token: Some(fencing_token),
                 parent: None,
                 http_status: None,
-                shard: None,
+                shard: match (&id.part, spec.map(|s| s.mode)) {
+                    (Part::Shard(i), Some(Mode::Sharded(n))) => Some((*i, n)),
+                    _ => None,
+                },
             };
             log_record(&record, 0);
             ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
@@ -493,11 +885,19 @@ async fn execute(
     match &fire.spec.task {
         Task::Shell(shell) => {
             let mut env = shell.env.clone();
-            env.insert("ETCRON_JOB".into(), fire.job.clone());
+            env.insert("ETCRON_JOB".into(), id.job.clone());
             env.insert("ETCRON_EXECUTION_ID".into(), id.to_string());
             env.insert("ETCRON_SCHEDULED_AT".into(), rfc3339_ms(fire.scheduled_ms));
             env.insert("ETCRON_SCHEDULED_AT_MS".into(), fire.scheduled_ms.to_string());
-            env.insert("ETCRON_ATTEMPT".into(), fire.attempt.to_string());
+            env.insert("ETCRON_ATTEMPT".into(), id.attempt.to_string());
+            env.insert("ETCRON_TRIGGER".into(), format!("{:?}", fire.trigger).to_lowercase());
+            if let (Part::Shard(i), Mode::Sharded(n)) = (&id.part, fire.spec.mode) {
+                env.insert("ETCRON_SHARD_INDEX".into(), i.to_string());
+                env.insert("ETCRON_SHARD_COUNT".into(), n.to_string());
+            }
+            if let Some(parent) = &fire.parent {
+                env.insert("ETCRON_PARENT_EXECUTION_ID".into(), parent.to_string());
+            }
             env.insert("ETCRON_WORKER_ID".into(), ctx.config.worker_id.clone());
             env.insert("ETCRON_FENCING_TOKEN".into(), fencing_token.to_string());
             let job = ShellJob {
@@ -537,7 +937,15 @@ fn status_of(finished: &Finished) -> (Status, Option<String>) {
     }
 }
 
-async fn close_claim(ctx: &Context, claim_key: &str, fencing_token: i64, done: &Claim, running_key: &str) -> bool {
+async fn close_claim(
+    ctx: &Context,
+    claim_key: &str,
+    fencing_token: i64,
+    done: &Claim,
+    running_key: &str,
+    lock: Option<(&str, Vec<u8>)>,
+    follow: Vec<TxnOp>,
+) -> bool {
     let mut delay = Duration::from_millis(100);
     for attempt in 1..=5 {
         let lease = match ctx.retention.get().await {
@@ -549,7 +957,10 @@ async fn close_claim(ctx: &Context, claim_key: &str, fencing_token: i64, done: &
                 continue;
             }
         };
-        match claim::complete(&ctx.client, claim_key, fencing_token, to_json(done), running_key, lease).await {
+        let (lock, follow) = (lock.as_ref().map(|(k, v)| (*k, v.clone())), follow.clone());
+        match claim::complete(&ctx.client, claim_key, fencing_token, to_json(done), running_key, lock, lease, follow)
+            .await
+        {
             Ok(CompleteOutcome::Closed) => return true,
             Ok(CompleteOutcome::Fenced) => {
                 tracing::warn!(fencing_token, "claim no longer ours (session lost); execution not marked done");
@@ -562,7 +973,7 @@ async fn close_claim(ctx: &Context, claim_key: &str, fencing_token: i64, done: &
             }
         }
     }
-    tracing::error!(fencing_token, "could not close claim; it stays `running` until this worker's session lease ends");
+    tracing::error!(fencing_token, "could not close claim; it stays `running` until this worker's session lease ends, and its follow-ups (retry, dependencies) are not requested");
     true
 }
 

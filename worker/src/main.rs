@@ -59,6 +59,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         registry: Registry::default(),
         capacity: Arc::new(Semaphore::new(config.capacity as usize)),
         sink,
+        jobs: etcron_worker::execution::JobTable::default(),
         config: config.clone(),
     });
     tracing::info!(worker_id = %config.worker_id, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, capacity = config.capacity, "etcron-worker starting");

@@ -6,14 +6,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcron_common::job::JobSpec;
-use etcron_common::keys::{Key, Tick};
+use etcron_common::job::{JobSpec, Mode};
+use etcron_common::keys::{ExecutionId, Key, Part, Tick};
 use etcron_common::model::{TriggerKind, TriggerRequest};
 use etcron_common::schedule::Schedule;
 use etcron_common::{now_ms, UnixMs};
 use tokio::sync::{mpsc, watch};
 
-use crate::execution::{run_fire, Context, Fire};
+use crate::execution::{run_fire, Context, Fire, JobRef};
 use crate::watcher::{Kv, Update};
 use crate::wheel::{EntryKey, Wheel};
 
@@ -29,10 +29,28 @@ struct JobEntry {
     wheel_key: Option<EntryKey>,
 }
 
+/// What a wheel entry stands for.
+#[derive(Debug, Clone)]
+enum Due {
+    /// The next schedule tick of a job.
+    Tick(Arc<str>),
+    /// A run request whose `not_before_ms` has not come yet (a retry's backoff), by key.
+    Request(Arc<str>),
+}
+
+/// A run request waiting in the wheel.
+struct Pending {
+    job: String,
+    request_id: String,
+    request: TriggerRequest,
+    wheel_key: Option<EntryKey>,
+}
+
 pub struct Scheduler {
     ctx: Arc<Context>,
-    wheel: Wheel<Arc<str>>,
+    wheel: Wheel<Due>,
     jobs: HashMap<Arc<str>, JobEntry>,
+    pending: HashMap<Arc<str>, Pending>,
     /// Manual-run requests that arrived before their job: triggers and jobs come on separate
     /// watch streams, so a brand-new job's trigger can overtake it.
     early_triggers: Vec<(tokio::time::Instant, String, String, TriggerRequest)>,
@@ -50,7 +68,13 @@ fn wall_ms() -> u64 {
 impl Scheduler {
     #[must_use]
     pub fn new(ctx: Arc<Context>) -> Self {
-        Self { ctx, wheel: Wheel::new(wall_ms()), jobs: HashMap::new(), early_triggers: Vec::new() }
+        Self {
+            ctx,
+            wheel: Wheel::new(wall_ms()),
+            jobs: HashMap::new(),
+            pending: HashMap::new(),
+            early_triggers: Vec::new(),
+        }
     }
 
     /// Runs until `stop` flips (or both update channels close).
@@ -72,8 +96,11 @@ impl Scheduler {
                 self.rebuild(now);
             }
             self.wheel.poll(now, &mut due);
-            for (deadline, name) in due.drain(..) {
-                self.fire_due(&name, deadline, now);
+            for (deadline, item) in due.drain(..) {
+                match item {
+                    Due::Tick(name) => self.fire_due(&name, deadline, now),
+                    Due::Request(key) => self.request_due(&key),
+                }
             }
             let sleep = match self.wheel.next_expiration() {
                 Some(t) => Duration::from_millis(t.saturating_sub(wall_ms()).max(1)).min(MAX_SLEEP),
@@ -98,6 +125,13 @@ impl Scheduler {
             }
             self.schedule_next(&name, now);
         }
+        let keys: Vec<Arc<str>> = self.pending.keys().cloned().collect();
+        for key in keys {
+            if let Some(p) = self.pending.get_mut(&key) {
+                p.wheel_key = None;
+            }
+            self.schedule_request(&key);
+        }
     }
 
     /// Puts the job's next tick after `after_ms` into the wheel.
@@ -113,7 +147,7 @@ impl Scheduler {
             return;
         };
         let next = u64::try_from(next).unwrap_or(0);
-        match self.wheel.insert(next, name.clone()) {
+        match self.wheel.insert(next, Due::Tick(name.clone())) {
             Ok(key) => entry.wheel_key = Some(key),
             Err(_) => {
                 // Due already (the wheel is ahead of `after_ms`): fire it now.
@@ -129,6 +163,7 @@ impl Scheduler {
         };
         entry.wheel_key = None;
         let spec = entry.spec.clone();
+        let job_revision = entry.mod_revision;
         let late_ms = now.saturating_sub(deadline);
         if late_ms > 1_000 {
             tracing::warn!(job = %name, scheduled_ms = deadline, late_ms, "tick fired late (worker paused or overloaded); later ticks missed meanwhile are left to other workers");
@@ -139,25 +174,68 @@ impl Scheduler {
         let skip = (!spec.enabled).then(|| "job paused".to_owned());
         let scheduled_ms = UnixMs::try_from(deadline).unwrap_or(0);
         let fire = Fire {
-            job: name.to_string(),
+            id: ExecutionId::new(name, Tick::Scheduled(scheduled_ms)),
             spec,
-            tick: Tick::Scheduled(scheduled_ms),
+            job_revision,
             scheduled_ms,
-            attempt: 1,
             trigger: TriggerKind::Schedule,
             skip,
+            request_key: None,
+            parent: None,
+            then: Vec::new(),
         };
-        tokio::spawn(run_fire(self.ctx.clone(), fire));
+        self.spawn_parts(fire);
+    }
+
+    /// Starts one execution task per part of the fire: one for a single job, one per shard, and
+    /// this worker's own for a broadcast job. A fire that names a part already (a retry of one
+    /// shard) runs as it is.
+    fn spawn_parts(&self, fire: Fire) {
+        if fire.id.part != Part::Whole || fire.id.attempt != 1 {
+            tokio::spawn(run_fire(self.ctx.clone(), fire));
+            return;
+        }
+        match fire.spec.mode {
+            Mode::Single => {
+                tokio::spawn(run_fire(self.ctx.clone(), fire));
+            }
+            Mode::Broadcast => {
+                let mut fire = fire;
+                fire.id.part = Part::Worker(self.ctx.config.worker_id.clone());
+                tokio::spawn(run_fire(self.ctx.clone(), fire));
+            }
+            Mode::Sharded(n) => {
+                for i in 0..n {
+                    let mut part = fire.clone();
+                    part.id.part = Part::Shard(i);
+                    tokio::spawn(run_fire(self.ctx.clone(), part));
+                }
+            }
+        }
     }
 
     fn apply_job_update(&mut self, update: Update) {
         match update {
             Update::Snapshot { kvs, revision } => {
                 let mut seen = std::collections::HashSet::new();
+                let mut added = Vec::new();
                 for kv in kvs {
+                    let known = self.ctx.keys.parse(&kv.key).is_some_and(|k| match k {
+                        Key::Job(name) => self.jobs.contains_key(name.as_str()),
+                        _ => false,
+                    });
                     if let Some(name) = self.upsert(&kv) {
+                        if !known {
+                            added.push(name.to_string());
+                        }
                         seen.insert(name);
                     }
+                }
+                if !added.is_empty() {
+                    // Ticks before now are not in the wheel: the catch-up scan accounts for
+                    // those that nobody claimed while this worker was away.
+                    let upto = UnixMs::try_from(self.wheel.elapsed_ms().max(wall_ms())).unwrap_or(0);
+                    tokio::spawn(crate::catchup::scan(self.ctx.clone(), added, upto));
                 }
                 let gone: Vec<Arc<str>> = self.jobs.keys().filter(|n| !seen.contains(*n)).cloned().collect();
                 for name in gone {
@@ -177,6 +255,7 @@ impl Scheduler {
     }
 
     fn remove(&mut self, name: &Arc<str>) {
+        self.ctx.jobs.set(name, None);
         if let Some(entry) = self.jobs.remove(name) {
             if let Some(key) = entry.wheel_key {
                 self.wheel.remove(key);
@@ -216,6 +295,7 @@ impl Scheduler {
             Some(entry) => {
                 let timing_same = entry.spec.schedule == spec.schedule && entry.spec.timezone == spec.timezone;
                 entry.spec = Arc::new(spec);
+                self.ctx.jobs.set(&name, Some(JobRef { spec: entry.spec.clone(), mod_revision: kv.mod_revision }));
                 entry.schedule = schedule;
                 entry.mod_revision = kv.mod_revision;
                 tracing::info!(job = %name, mod_revision = kv.mod_revision, "job updated");
@@ -225,10 +305,10 @@ impl Scheduler {
                 }
             }
             None => {
-                self.jobs.insert(
-                    name.clone(),
-                    JobEntry { spec: Arc::new(spec), schedule, mod_revision: kv.mod_revision, wheel_key: None },
-                );
+                let spec = Arc::new(spec);
+                self.ctx.jobs.set(&name, Some(JobRef { spec: spec.clone(), mod_revision: kv.mod_revision }));
+                self.jobs
+                    .insert(name.clone(), JobEntry { spec, schedule, mod_revision: kv.mod_revision, wheel_key: None });
                 tracing::info!(job = %name, mod_revision = kv.mod_revision, "job added");
                 self.run_early_triggers(&name);
             }
@@ -240,12 +320,29 @@ impl Scheduler {
     fn apply_trigger_update(&mut self, update: Update) {
         match update {
             Update::Snapshot { kvs, .. } => {
+                let listed: std::collections::HashSet<Vec<u8>> = kvs.iter().map(|kv| kv.key.clone()).collect();
+                let gone: Vec<Arc<str>> =
+                    self.pending.keys().filter(|k| !listed.contains(k.as_bytes())).cloned().collect();
+                for key in gone {
+                    self.forget_request(&key);
+                }
                 for kv in kvs {
-                    self.trigger(&kv);
+                    if !self.pending.contains_key(String::from_utf8_lossy(&kv.key).as_ref()) {
+                        self.trigger(&kv);
+                    }
                 }
             }
             Update::Put(kv) => self.trigger(&kv),
-            Update::Delete { .. } => {}
+            Update::Delete { key, .. } => self.forget_request(String::from_utf8_lossy(&key).as_ref()),
+        }
+    }
+
+    /// A request that was claimed (or withdrawn) leaves the wheel.
+    fn forget_request(&mut self, key: &str) {
+        if let Some(p) = self.pending.remove(key) {
+            if let Some(k) = p.wheel_key {
+                self.wheel.remove(k);
+            }
         }
     }
 
@@ -256,46 +353,79 @@ impl Scheduler {
         let request: TriggerRequest = match serde_json::from_slice(&kv.value) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(job = %job, request_id = %request_id, error = %e, "ignoring malformed trigger request");
+                tracing::warn!(job = %job, request_id = %request_id, error = %e, "ignoring malformed run request");
                 return;
             }
         };
         if !self.jobs.contains_key(job.as_str()) {
             self.early_triggers.retain(|(at, ..)| at.elapsed() < EARLY_TRIGGER_WAIT);
             if self.early_triggers.len() >= MAX_EARLY_TRIGGERS {
-                tracing::error!(job = %job, request_id = %request_id, "too many manual runs waiting for unknown jobs; this worker ignores this one");
+                tracing::error!(job = %job, request_id = %request_id, "too many run requests waiting for unknown jobs; this worker ignores this one");
                 return;
             }
-            tracing::info!(job = %job, request_id = %request_id, "manual run requested before this worker saw the job; holding it");
+            tracing::info!(job = %job, request_id = %request_id, "run requested before this worker saw the job; holding it");
             self.early_triggers.push((tokio::time::Instant::now(), job, request_id, request));
             return;
         }
-        self.dispatch_trigger(job, request_id, &request);
+        self.add_request(job, request_id, request);
     }
 
-    /// Runs the held triggers of a job that just arrived.
+    fn add_request(&mut self, job: String, request_id: String, request: TriggerRequest) {
+        let key: Arc<str> = Arc::from(self.ctx.keys.trigger(&job, &request_id).as_str());
+        self.forget_request(&key);
+        self.pending.insert(key.clone(), Pending { job, request_id, request, wheel_key: None });
+        self.schedule_request(&key);
+    }
+
+    /// Puts a pending request into the wheel at its `not_before_ms`, or runs it when due.
+    fn schedule_request(&mut self, key: &Arc<str>) {
+        let Some(p) = self.pending.get_mut(key) else { return };
+        let at = u64::try_from(p.request.not_before_ms.unwrap_or(0)).unwrap_or(0);
+        match self.wheel.insert(at, Due::Request(key.clone())) {
+            Ok(k) => p.wheel_key = Some(k),
+            Err(_) => self.request_due(key),
+        }
+    }
+
+    /// Runs the held requests of a job that just arrived.
     fn run_early_triggers(&mut self, name: &str) {
         let (mine, rest): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.early_triggers).into_iter().partition(|(_, job, ..)| job == name);
         self.early_triggers = rest;
         for (at, job, request_id, request) in mine {
             if at.elapsed() < EARLY_TRIGGER_WAIT {
-                self.dispatch_trigger(job, request_id, &request);
+                self.add_request(job, request_id, request);
             }
         }
     }
 
-    fn dispatch_trigger(&self, job: String, request_id: String, request: &TriggerRequest) {
-        let Some(entry) = self.jobs.get(job.as_str()) else { return };
+    /// A request's time has come: race for the execution it names. It stays pending (known
+    /// by key) until its key is deleted by whoever claims it.
+    fn request_due(&mut self, key: &Arc<str>) {
+        let Some(p) = self.pending.get_mut(key) else { return };
+        p.wheel_key = None;
+        let Some(entry) = self.jobs.get(p.job.as_str()) else { return };
+        let request = &p.request;
+        let id = request
+            .execution_id
+            .clone()
+            .filter(|id| id.job == p.job)
+            .unwrap_or_else(|| ExecutionId::new(&p.job, Tick::Manual(p.request_id.clone())));
+        // Manual runs work on paused jobs (an operator asked); retries, dependency runs and
+        // catch-up runs of a paused job are recorded `skipped`.
+        let skip = (!entry.spec.enabled && request.kind != TriggerKind::Manual)
+            .then(|| format!("job paused; {:?} run not started", request.kind).to_lowercase());
         let fire = Fire {
-            job: job.clone(),
+            id,
             spec: entry.spec.clone(),
-            tick: Tick::Manual(request_id),
-            scheduled_ms: request.requested_at_ms,
-            attempt: 1,
-            trigger: TriggerKind::Manual,
-            skip: None,
+            job_revision: entry.mod_revision,
+            scheduled_ms: request.scheduled_ms.unwrap_or(request.requested_at_ms),
+            trigger: request.kind,
+            skip,
+            request_key: Some(key.to_string()),
+            parent: request.parent.clone(),
+            then: request.then.clone(),
         };
-        tokio::spawn(run_fire(self.ctx.clone(), fire));
+        self.spawn_parts(fire);
     }
 }

@@ -143,10 +143,15 @@ async fn claims(n: usize) -> Result<()> {
                 let key = format!("/bench/claims/j{i}/{round}");
                 let out = etcron_common::claim::try_claim(
                     &client,
-                    &key,
-                    b"{}".to_vec(),
-                    (&format!("/bench/running/j{i}/{round}"), b"{}".to_vec()),
-                    lease,
+                    etcron_common::claim::RunClaim {
+                        claim_key: key,
+                        claim_value: b"{}".to_vec(),
+                        running_key: format!("/bench/running/j{i}/{round}"),
+                        running_value: b"{}".to_vec(),
+                        session_lease: lease,
+                        lock: None,
+                        extra: Vec::new(),
+                    },
                 )
                 .await;
                 (start.elapsed().as_micros() as i64, matches!(out, etcron_common::claim::ClaimOutcome::Won { .. }))

@@ -1,0 +1,278 @@
+//! Misfire handling after downtime: when a worker loads jobs it had not seen (at start, or after
+//! a re-list), ticks before that moment are not in its wheel. If the whole cluster was down,
+//! nobody claimed them. The scan finds, per job, the ticks between `{ns}/state/{job}` (the newest
+//! tick claimed) and the load time that have no claim, and applies the job's `misfire` policy:
+//! `skip` records them `missed`, `run_once` runs the newest as a catch-up run, `run_all` runs up
+//! to `max_catchup` of the newest, one after another. Every tick is settled through its claim
+//! key, so scans by several workers never run or record a tick twice.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcron_common::claim;
+use etcron_common::etcd::REQUEST_TIMEOUT;
+use etcron_common::job::Misfire;
+use etcron_common::keys::{ExecutionId, Key, Tick};
+use etcron_common::model::{JobState, Status, TriggerKind};
+use etcron_common::{now_ms, rfc3339_ms, UnixMs};
+use tokio::time::timeout;
+
+use crate::execution::{catchup_request, record_not_run, Context, Fire, MISSED_AFTER};
+
+/// Most ticks of one job a scan looks at; older missed ticks are counted in one log line and
+/// in the reason of the oldest recorded one.
+pub const MAX_SCAN_TICKS: usize = 100_000;
+
+/// What a scan decided for one job's unclaimed ticks (pure, so it can be tested alone).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Ticks to run as catch-up runs, oldest first.
+    pub run: Vec<UnixMs>,
+    /// Ticks to record as `missed` (or `skipped` for a paused job), each with its reason.
+    pub record: Vec<(UnixMs, String)>,
+}
+
+/// Decides what happens to `unclaimed` ticks (oldest first); `older` more were beyond the scan.
+#[must_use]
+pub fn plan(unclaimed: &[UnixMs], older: usize, misfire: Misfire, max_catchup: u32, paused: bool) -> Plan {
+    let keep = usize::try_from(max_catchup).unwrap_or(usize::MAX).max(1);
+    let window_start = unclaimed.len().saturating_sub(keep);
+    let (beyond, window) = unclaimed.split_at(window_start);
+    let not_examined = older + beyond.len();
+    let summary = |reason: String| {
+        if not_examined > 0 {
+            format!("{reason}; {not_examined} older ticks were missed too and are not recorded one by one")
+        } else {
+            reason
+        }
+    };
+    let mut out = Plan { run: Vec::new(), record: Vec::new() };
+    if paused {
+        for (i, &t) in window.iter().enumerate() {
+            let reason = "job paused (tick fell while no worker was running)".to_owned();
+            out.record.push((t, if i == 0 { summary(reason) } else { reason }));
+        }
+        return out;
+    }
+    let down = "no worker claimed this tick (no live worker at the time)";
+    match misfire {
+        Misfire::Skip => {
+            for (i, &t) in window.iter().enumerate() {
+                let reason = format!("{down}; misfire: skip");
+                out.record.push((t, if i == 0 { summary(reason) } else { reason }));
+            }
+        }
+        Misfire::RunOnce => {
+            if let Some((&newest, rest)) = window.split_last() {
+                out.run.push(newest);
+                for (i, &t) in rest.iter().enumerate() {
+                    let reason =
+                        format!("{down}; misfire: run_once caught up once, with the tick at {}", rfc3339_ms(newest));
+                    out.record.push((t, if i == 0 { summary(reason) } else { reason }));
+                }
+            }
+        }
+        Misfire::RunAll => {
+            out.run.extend_from_slice(window);
+            if let Some(&newest_beyond) = beyond.last() {
+                let reason = format!(
+                    "{down}; misfire: run_all caught up the newest {max_catchup} ticks (max_catchup); this tick and {} older ones were not run",
+                    not_examined - 1
+                );
+                out.record.push((newest_beyond, reason));
+            } else if older > 0 {
+                tracing::warn!(older, "misfire run_all: ticks beyond the scan were not run");
+            }
+        }
+    }
+    out
+}
+
+/// Scans `jobs` (just loaded, their wheel starting after `upto`) once the live workers have had
+/// `MISSED_AFTER` to claim the newest ticks.
+pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs) {
+    tokio::time::sleep(MISSED_AFTER).await;
+    let mut kv = ctx.client.kv_client();
+    let states = match timeout(REQUEST_TIMEOUT, kv.get(ctx.keys.state_prefix(), Some(GetOptions::new().with_prefix())))
+        .await
+    {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, jobs = jobs.len(), "catch-up scan: cannot read job states; ticks missed during downtime are not accounted for");
+            return;
+        }
+        Err(_) => {
+            tracing::error!(
+                jobs = jobs.len(),
+                "catch-up scan: reading job states timed out; ticks missed during downtime are not accounted for"
+            );
+            return;
+        }
+    };
+    let mut last: HashMap<String, UnixMs> = HashMap::new();
+    for item in states.kvs() {
+        if let (Some(Key::State(job)), Ok(state)) =
+            (ctx.keys.parse(item.key()), serde_json::from_slice::<JobState>(item.value()))
+        {
+            last.insert(job, state.last_tick_ms);
+        }
+    }
+    for job in jobs {
+        if ctx.members.rank(&ctx.config.worker_id, &format!("catchup/{job}")) != 0 {
+            continue;
+        }
+        scan_job(&ctx, &job, last.get(&job).copied(), upto).await;
+    }
+}
+
+async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) {
+    let Some(entry) = ctx.jobs.get(job) else { return };
+    let state_key = ctx.keys.state(job);
+    let Some(last) = last else {
+        // A job from before states existed, or written straight into etcd: start its state now.
+        let txn = Txn::new().when([Compare::version(state_key.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(
+            state_key.as_str(),
+            JobState { last_tick_ms: upto }.to_bytes(),
+            None,
+        )]);
+        let _ = timeout(REQUEST_TIMEOUT, ctx.client.kv_client().txn(txn)).await;
+        return;
+    };
+    let Ok(schedule) = entry.spec.parsed_schedule() else { return };
+    let mut ticks = Vec::new();
+    let mut older = 0usize;
+    let mut t = last;
+    while let Some(next) = schedule.next_after(t) {
+        if next > upto {
+            break;
+        }
+        if ticks.len() == MAX_SCAN_TICKS {
+            ticks.remove(0);
+            older += 1;
+        }
+        ticks.push(next);
+        t = next;
+    }
+    if ticks.is_empty() {
+        return;
+    }
+    // Which of them were claimed (run, skipped, missed or lost), in one range read.
+    let prefix = ctx.keys.job_claims_prefix(job);
+    let from = format!("{prefix}{}", ticks[0]);
+    let to = format!("{prefix}{}", upto + 1);
+    let opts = GetOptions::new().with_range(to).with_keys_only();
+    let claimed: HashSet<UnixMs> = match timeout(REQUEST_TIMEOUT, ctx.client.kv_client().get(from, Some(opts))).await {
+        Ok(Ok(r)) => r
+            .kvs()
+            .iter()
+            .filter_map(|kv| match ctx.keys.parse(kv.key()) {
+                Some(Key::Claim(id)) => id.tick.scheduled_ms(),
+                _ => None,
+            })
+            .collect(),
+        Ok(Err(e)) => {
+            tracing::error!(job, error = %e, "catch-up scan: cannot read claims; missed ticks are not accounted for");
+            return;
+        }
+        Err(_) => {
+            tracing::error!(job, "catch-up scan: reading claims timed out; missed ticks are not accounted for");
+            return;
+        }
+    };
+    let unclaimed: Vec<UnixMs> = ticks.into_iter().filter(|t| !claimed.contains(t)).collect();
+    let mut ops = vec![claim::advance_state(&state_key, upto)];
+    if unclaimed.is_empty() && older == 0 {
+        let _ = timeout(REQUEST_TIMEOUT, ctx.client.kv_client().txn(Txn::new().and_then(ops))).await;
+        return;
+    }
+    let spec = &entry.spec;
+    let decided = plan(&unclaimed, older, spec.misfire, spec.max_catchup, !spec.enabled);
+    tracing::warn!(
+        job,
+        since = %rfc3339_ms(last),
+        until = %rfc3339_ms(upto),
+        unclaimed = unclaimed.len(),
+        older,
+        run = decided.run.len(),
+        record = decided.record.len(),
+        misfire = ?spec.misfire,
+        "ticks nobody claimed while no worker was running: applying the misfire policy"
+    );
+    if let Some((&first, rest)) = decided.run.split_first() {
+        ops.push(catchup_request(&ctx.keys, job, first, rest.to_vec(), now_ms()));
+    }
+    match timeout(REQUEST_TIMEOUT, ctx.client.kv_client().txn(Txn::new().and_then(ops))).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::error!(job, error = %e, "catch-up scan: writing the catch-up request failed"),
+        Err(_) => tracing::error!(job, "catch-up scan: writing the catch-up request timed out"),
+    }
+    let status = if spec.enabled { Status::Missed } else { Status::Skipped };
+    for (tick, reason) in decided.record {
+        let fire = Fire {
+            id: ExecutionId::new(job, Tick::Scheduled(tick)),
+            spec: spec.clone(),
+            job_revision: entry.mod_revision,
+            scheduled_ms: tick,
+            trigger: TriggerKind::Schedule,
+            skip: None,
+            request_key: None,
+            parent: None,
+            then: Vec::new(),
+        };
+        record_not_run(ctx, &fire, status, reason).await;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skip_records_every_tick_in_the_window() {
+        let p = plan(&[1, 2, 3], 0, Misfire::Skip, 100, false);
+        assert!(p.run.is_empty());
+        assert_eq!(p.record.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert!(p.record[0].1.contains("misfire: skip"));
+    }
+
+    #[test]
+    fn run_once_runs_the_newest_and_records_the_rest() {
+        let p = plan(&[1, 2, 3], 0, Misfire::RunOnce, 100, false);
+        assert_eq!(p.run, vec![3]);
+        assert_eq!(p.record.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2]);
+    }
+
+    #[test]
+    fn run_all_is_bounded_by_max_catchup_keeping_the_newest() {
+        let p = plan(&[1, 2, 3, 4, 5], 0, Misfire::RunAll, 3, false);
+        assert_eq!(p.run, vec![3, 4, 5]);
+        assert_eq!(p.record.len(), 1, "the ticks not run are recorded, summarised in one record");
+        assert_eq!(p.record[0].0, 2);
+        assert!(p.record[0].1.contains("1 older ones were not run"), "{}", p.record[0].1);
+        let p = plan(&[1, 2], 0, Misfire::RunAll, 3, false);
+        assert_eq!((p.run, p.record.len()), (vec![1, 2], 0));
+    }
+
+    #[test]
+    fn records_beyond_the_window_are_summarised_not_dropped_silently() {
+        let p = plan(&[1, 2, 3, 4], 10, Misfire::Skip, 2, false);
+        assert_eq!(p.record.iter().map(|r| r.0).collect::<Vec<_>>(), vec![3, 4]);
+        assert!(p.record[0].1.contains("12 older ticks"), "{}", p.record[0].1);
+        assert!(!p.record[1].1.contains("older ticks"));
+    }
+
+    #[test]
+    fn paused_jobs_record_skips_whatever_the_policy() {
+        let p = plan(&[1, 2], 0, Misfire::RunAll, 100, true);
+        assert!(p.run.is_empty());
+        assert_eq!(p.record.len(), 2);
+        assert!(p.record[0].1.contains("paused"));
+    }
+
+    #[test]
+    fn nothing_unclaimed_means_nothing_to_do() {
+        assert_eq!(plan(&[], 0, Misfire::RunOnce, 100, false), Plan { run: vec![], record: vec![] });
+    }
+}
