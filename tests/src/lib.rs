@@ -360,6 +360,9 @@ pub struct WorkerOpts {
     /// Spool directory; `<logs>/data-<id>` when absent.
     pub data_dir: Option<PathBuf>,
     pub extra: Vec<String>,
+    /// A command the worker runs under, e.g. `["faketime", "-f", "+2s"]`.
+    pub wrapper: Vec<String>,
+    pub env: Vec<(String, String)>,
 }
 
 impl WorkerOpts {
@@ -371,6 +374,8 @@ impl WorkerOpts {
             mongodb: None,
             data_dir: None,
             extra: Vec::new(),
+            wrapper: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -397,7 +402,16 @@ impl Worker {
     }
 
     fn spawn(etcd_endpoint: &str, namespace: &str, logs: &Path, opts: &WorkerOpts) -> Result<Proc> {
-        let mut cmd = Command::new(bin("etcron-worker")?);
+        let worker = bin("etcron-worker")?;
+        let mut cmd = match opts.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(&worker);
+                c
+            }
+            None => Command::new(&worker),
+        };
+        cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
         cmd.args(["--etcd-endpoints", etcd_endpoint, "--namespace", namespace, "--worker-id", &opts.id]);
         cmd.args(["--session-ttl", &opts.session_ttl, "--kill-grace", "2s"]);
         let data_dir = opts.data_dir.clone().unwrap_or_else(|| logs.join(format!("data-{}", opts.id)));

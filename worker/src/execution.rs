@@ -101,6 +101,17 @@ struct KillEntry {
     job: String,
     target: KillTarget,
     mod_revision: i64,
+    reason: String,
+}
+
+impl KillEntry {
+    fn describe(&self) -> String {
+        if self.reason.is_empty() {
+            format!("kill command at revision {}", self.mod_revision)
+        } else {
+            format!("kill command at revision {} ({})", self.mod_revision, self.reason)
+        }
+    }
 }
 
 #[derive(Default)]
@@ -132,7 +143,7 @@ impl Registry {
         let (stop, rx) = watch::channel(None);
         let mut inner = self.lock();
         if let Some(kill) = inner.kills.values().find(|k| kill_applies(k, id, fencing_token)) {
-            let _ = stop.send(Some(StopReason::Killed(format!("kill command at revision {}", kill.mod_revision))));
+            let _ = stop.send(Some(StopReason::Killed(kill.describe())));
         }
         inner.running.insert(id.clone(), RunningHandle { job: id.job.clone(), fencing_token, stop });
         let n = inner.running.len();
@@ -155,13 +166,13 @@ impl Registry {
     }
 
     /// Records a kill command and stops every execution it applies to.
-    pub fn apply_kill(&self, key: Vec<u8>, job: String, target: KillTarget, mod_revision: i64) {
+    pub fn apply_kill(&self, key: Vec<u8>, job: String, target: KillTarget, mod_revision: i64, reason: String) {
         let mut inner = self.lock();
-        let entry = KillEntry { job, target, mod_revision };
+        let entry = KillEntry { job, target, mod_revision, reason };
         for (id, handle) in &inner.running {
             if kill_applies(&entry, id, handle.fencing_token) && handle.stop.borrow().is_none() {
                 tracing::info!(execution_id = %id, job = %handle.job, kill_revision = mod_revision, "kill command: stopping execution");
-                let _ = handle.stop.send(Some(StopReason::Killed(format!("kill command at revision {mod_revision}"))));
+                let _ = handle.stop.send(Some(StopReason::Killed(entry.describe())));
             }
         }
         inner.kills.insert(key, entry);

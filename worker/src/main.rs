@@ -207,12 +207,16 @@ async fn follow_kills(ctx: Arc<Context>, mut rx: mpsc::Receiver<Update>) {
                 ctx.registry.clear_kills();
                 for kv in kvs {
                     if let Some(Key::Kill { job, target }) = ctx.keys.parse(&kv.key) {
-                        ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision);
+                        let reason = kill_reason(&kv.value);
+                        ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision, reason);
                     }
                 }
             }
             Update::Put(kv) => match ctx.keys.parse(&kv.key) {
-                Some(Key::Kill { job, target }) => ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision),
+                Some(Key::Kill { job, target }) => {
+                    let reason = kill_reason(&kv.value);
+                    ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision, reason);
+                }
                 _ => {
                     tracing::warn!(key = %String::from_utf8_lossy(&kv.key), "ignoring malformed kill key")
                 }
@@ -220,4 +224,9 @@ async fn follow_kills(ctx: Arc<Context>, mut rx: mpsc::Receiver<Update>) {
             Update::Delete { key, .. } => ctx.registry.remove_kill(&key),
         }
     }
+}
+
+/// The reason a kill command gives, if any.
+fn kill_reason(value: &[u8]) -> String {
+    serde_json::from_slice::<etcron_common::model::KillCommand>(value).map(|k| k.reason).unwrap_or_default()
 }

@@ -1,0 +1,415 @@
+//! Job semantics end to end: retries, concurrency policies, worker loss, modes, selectors,
+//! dependencies and one-shot schedules, each visible in the execution records.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use etcron_tests::{now_ms, read_fired, record_command, urlencode, wait_for, Cluster, WorkerOpts};
+use nix::sys::signal::Signal;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn ms(rfc: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(rfc.as_str().unwrap()).unwrap().timestamp_millis()
+}
+
+async fn run(c: &Cluster, job: &str) -> String {
+    let (status, body) = c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await.unwrap();
+    assert_eq!(status, 202, "{body}");
+    body["execution_id"].as_str().unwrap().to_owned()
+}
+
+async fn record(c: &Cluster, id: &str) -> Value {
+    c.get(&format!("/api/executions/{}", urlencode(id))).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retries_back_off_exponentially_and_each_attempt_is_its_own_claim_and_record() -> anyhow::Result<()> {
+    let c = Cluster::start("sem-retries", 2).await?;
+    let file = c.path("fired");
+    // Fails twice, then succeeds.
+    let cmd = format!("{}; [ \"$ETCRON_ATTEMPT\" -ge 3 ]", record_command(&file));
+    c.put_job(
+        "flaky",
+        json!({"schedule": "@yearly", "retries": {"max": 5, "backoff": "1s", "max_backoff": "1500ms"},
+               "task": {"kind": "shell", "command": cmd}}),
+    )
+    .await?;
+    let first = run(&c, "flaky").await;
+    let list = c
+        .wait_executions("job=flaky", "three attempts, the last succeeded", |l| {
+            l.len() == 3 && l.iter().any(|r| r["attempt"] == 3 && r["status"] == "succeeded")
+        })
+        .await?;
+    let by_attempt: BTreeMap<i64, &Value> = list.iter().map(|r| (r["attempt"].as_i64().unwrap(), r)).collect();
+    assert_eq!(by_attempt[&1]["id"], first.as_str());
+    assert_eq!(by_attempt[&1]["status"], "failed");
+    assert_eq!(by_attempt[&1]["trigger"], "manual");
+    assert_eq!(by_attempt[&2]["status"], "failed");
+    for a in [2, 3] {
+        let r = by_attempt[&a];
+        assert_eq!(r["trigger"], "retry");
+        assert_eq!(r["id"].as_str().unwrap(), first.replace("#1", &format!("#{a}")));
+        assert_eq!(r["scheduled_at"], by_attempt[&1]["scheduled_at"], "a retry belongs to the same fire");
+        let parent = first.replace("#1", &format!("#{}", a - 1));
+        assert_eq!(record(&c, r["id"].as_str().unwrap()).await["parent"], parent.as_str());
+    }
+    // Backoff: >= half of 1s after attempt 1, >= half of 1.5s (2s capped) after attempt 2.
+    let gap1 = ms(&by_attempt[&2]["started_at"]) - ms(&by_attempt[&1]["finished_at"]);
+    let gap2 = ms(&by_attempt[&3]["started_at"]) - ms(&by_attempt[&2]["finished_at"]);
+    assert!(gap1 >= 500, "first backoff {gap1} ms");
+    assert!(gap2 >= 750, "second backoff {gap2} ms");
+    // Each attempt claimed once, with its own fencing token.
+    let fired = read_fired(&file);
+    assert_eq!(fired.iter().map(|f| f.attempt).collect::<BTreeSet<_>>(), BTreeSet::from([1, 2, 3]));
+    assert_eq!(fired.len(), 3);
+    assert_eq!(fired.iter().map(|f| f.fencing_token).collect::<BTreeSet<_>>().len(), 3);
+    // The failed attempt's record says when the retry comes.
+    assert!(by_attempt[&1]["reason"].as_str().unwrap_or_default().contains("retry"), "{}", by_attempt[&1]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_survives_the_worker_that_scheduled_it_and_stops_when_the_job_is_paused() -> anyhow::Result<()> {
+    let mut c = Cluster::start("sem-retry-move", 2).await?;
+    let file = c.path("fired");
+    let cmd = format!("{}; exit 1", record_command(&file));
+    c.put_job(
+        "always-fails",
+        json!({"schedule": "@yearly", "retries": {"max": 5, "backoff": "4s", "max_backoff": "4s"},
+               "task": {"kind": "shell", "command": cmd}}),
+    )
+    .await?;
+    run(&c, "always-fails").await;
+    let first = c.wait_executions("job=always-fails&status=failed", "attempt 1 failed", |l| l.len() == 1).await?;
+    let ran_on = first[0]["worker_id"].as_str().unwrap().to_owned();
+    // Stop the worker that ran (and closed) attempt 1 before the retry is due.
+    let idx = c.workers.iter().position(|w| w.opts.id == ran_on).unwrap();
+    c.workers[idx].proc.signal(Signal::SIGTERM)?;
+    c.workers[idx].proc.wait_exit(Duration::from_secs(20))?;
+    let second = c
+        .wait_executions("job=always-fails&status=failed", "attempt 2 on the other worker", |l| {
+            l.iter().any(|r| r["attempt"] == 2)
+        })
+        .await?;
+    let r2 = second.iter().find(|r| r["attempt"] == 2).unwrap();
+    assert_ne!(r2["worker_id"], ran_on.as_str(), "the retry ran on the surviving worker");
+    assert_eq!(r2["trigger"], "retry");
+    // Pause: the pending attempt 3 is recorded skipped, and nothing runs after it.
+    c.call(Method::POST, "/api/jobs/always-fails/pause", None).await?;
+    let list = c
+        .wait_executions("job=always-fails", "attempt 3 skipped", |l| {
+            l.iter().any(|r| r["attempt"] == 3 && r["status"] == "skipped")
+        })
+        .await?;
+    let r3 = list.iter().find(|r| r["attempt"] == 3).unwrap();
+    assert!(r3["reason"].as_str().unwrap().contains("paused"), "{r3}");
+    assert_eq!(read_fired(&file).len(), 2, "attempt 3 never ran");
+    assert_eq!(list.len(), 3);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_job_withdraws_its_pending_retry() -> anyhow::Result<()> {
+    let c = Cluster::start("sem-retry-delete", 1).await?;
+    let file = c.path("fired");
+    let cmd = format!("{}; exit 1", record_command(&file));
+    c.put_job(
+        "doomed",
+        json!({"schedule": "@yearly", "retries": {"max": 3, "backoff": "3s", "max_backoff": "3s"},
+               "task": {"kind": "shell", "command": cmd}}),
+    )
+    .await?;
+    run(&c, "doomed").await;
+    c.wait_executions("job=doomed&status=failed", "attempt 1 failed", |l| l.len() == 1).await?;
+    let prefix = format!("{}/trigger/doomed/", c.namespace);
+    let mut etcd = c.etcd.client().await?;
+    let pending = etcd.get(prefix.as_str(), Some(etcd_client::GetOptions::new().with_prefix())).await?;
+    assert_eq!(pending.kvs().len(), 1, "the retry is a pending run request in etcd");
+    let (status, _) = c.call(Method::DELETE, "/api/jobs/doomed", None).await?;
+    assert_eq!(status, 204);
+    let pending = etcd.get(prefix.as_str(), Some(etcd_client::GetOptions::new().with_prefix())).await?;
+    assert_eq!(pending.kvs().len(), 0, "deleting the job withdrew the retry");
+    // Recreate the job under the same name: the withdrawn retry does not come back.
+    c.put_job("doomed", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true"}})).await?;
+    let marker = c.path("after");
+    c.put_job("witness", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": format!("sleep 4; touch {}", marker.display())}})).await?;
+    run(&c, "witness").await;
+    wait_for(Duration::from_secs(30), "the witness run", || async { marker.exists().then_some(()) }).await?;
+    assert_eq!(read_fired(&file).len(), 1, "no attempt 2 after the delete");
+    Ok(())
+}
+
+/// Intervals `[start, end)` written by a task: `start end` per line.
+fn intervals(file: &std::path::Path) -> Vec<(i64, i64)> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut p = l.split_whitespace();
+            Some((p.next()?.parse().ok()?, p.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrency_forbid_skips_ticks_while_a_run_is_going_across_the_cluster() -> anyhow::Result<()> {
+    let c = Cluster::start("sem-forbid", 3).await?;
+    let file = c.path("spans");
+    let cmd = format!("s=$(date +%s%3N); sleep 2.5; echo \"$s $(date +%s%3N)\" >> {}", file.display());
+    c.put_job(
+        "exclusive",
+        json!({"schedule": "* * * * * *", "concurrency": "forbid", "task": {"kind": "shell", "command": cmd}}),
+    )
+    .await?;
+    wait_for(Duration::from_secs(60), "three finished runs", || async { (intervals(&file).len() >= 3).then_some(()) })
+        .await?;
+    c.put_job("exclusive", json!({"schedule": "* * * * * *", "enabled": false, "concurrency": "forbid", "task": {"kind": "shell", "command": cmd}}))
+        .await?;
+    let mut spans = intervals(&file);
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        assert!(w[0].1 <= w[1].0, "runs overlapped: {spans:?}");
+    }
+    let skipped =
+        c.wait_executions("job=exclusive&status=skipped&limit=100", "skipped ticks", |l| l.len() >= 2).await?;
+    for r in &skipped {
+        let reason = r["reason"].as_str().unwrap();
+        assert!(reason.contains("concurrency forbid") || reason.contains("paused"), "{reason}");
+    }
+    assert!(skipped.iter().any(|r| r["reason"].as_str().unwrap().contains("concurrency forbid: exclusive@")));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrency_replace_kills_the_running_execution_and_starts_the_new_one() -> anyhow::Result<()> {
+    let c = Cluster::start("sem-replace", 2).await?;
+    c.put_job(
+        "latest-wins",
+        json!({"schedule": "@yearly", "concurrency": "replace", "task": {"kind": "shell", "command": "sleep 60"}}),
+    )
+    .await?;
+    let first = run(&c, "latest-wins").await;
+    c.wait_executions("job=latest-wins&status=running", "first run running", |l| l.len() == 1).await?;
+    let second = run(&c, "latest-wins").await;
+    let done = c.wait_executions("job=latest-wins&status=killed", "the first run killed", |l| l.len() == 1).await?;
+    assert_eq!(done[0]["id"], first.as_str());
+    let killed = record(&c, &first).await;
+    assert!(killed["error"].as_str().unwrap().contains(&format!("replaced by {second}")), "{killed}");
+    let running = c.wait_executions("job=latest-wins&status=running", "second run running", |l| l.len() == 1).await?;
+    assert_eq!(running[0]["id"], second.as_str());
+    // allow: two manual runs overlap.
+    c.put_job("overlap", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "sleep 60"}})).await?;
+    run(&c, "overlap").await;
+    run(&c, "overlap").await;
+    c.wait_executions("job=overlap&status=running", "two overlapping runs", |l| l.len() == 2).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn worker_loss_reruns_on_another_worker_or_marks_lost() -> anyhow::Result<()> {
+    let mut c = Cluster::start("sem-failover", 1).await?;
+    let file = c.path("fired");
+    let cmd = format!("{}; sleep 120", record_command(&file));
+    c.put_job("rerun-me", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": cmd}})).await?;
+    c.put_job("lose-me", json!({"schedule": "@yearly", "on_worker_loss": "mark_lost", "on_failure": ["lost-alarm"], "task": {"kind": "shell", "command": cmd}}))
+        .await?;
+    c.put_job("lost-alarm", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "echo alarm"}})).await?;
+    let a = run(&c, "rerun-me").await;
+    let b = run(&c, "lose-me").await;
+    wait_for(Duration::from_secs(30), "both running on w1", || async { (read_fired(&file).len() == 2).then_some(()) })
+        .await?;
+    c.add_worker(WorkerOpts::new("w2"))?;
+    c.wait_workers(2).await?;
+    let t0 = now_ms();
+    c.workers[0].proc.kill9();
+    let rerun_id = a.replace("#1", "#2");
+    let rerun = c
+        .wait_executions("job=rerun-me&status=running", "the failover rerun running", |l| {
+            l.iter().any(|r| r["id"] == rerun_id.as_str())
+        })
+        .await?;
+    let rerun = rerun.iter().find(|r| r["id"] == rerun_id.as_str()).unwrap();
+    assert_eq!(rerun["worker_id"], "w2");
+    assert_eq!(rerun["trigger"], "failover");
+    assert_eq!(rerun["attempt"], 2);
+    let lost_a = record(&c, &a).await;
+    assert_eq!(lost_a["status"], "lost");
+    assert!(lost_a["reason"].as_str().unwrap().contains("rerun"), "{lost_a}");
+    assert_eq!(record(&c, &rerun_id).await["parent"], a.as_str());
+    let fired = read_fired(&file);
+    let tokens: BTreeMap<u32, i64> =
+        fired.iter().filter(|f| f.job == "rerun-me").map(|f| (f.attempt, f.fencing_token)).collect();
+    assert!(tokens[&2] > tokens[&1], "the rerun's fencing token is higher: {tokens:?}");
+    eprintln!("failover rerun started {} ms after the SIGKILL", ms(&rerun["started_at"]) - t0);
+    // mark_lost: recorded lost, never rerun, and its on_failure dependency fires.
+    let lost_b = record(&c, &b).await;
+    assert_eq!(lost_b["status"], "lost");
+    let alarm = c.wait_executions("job=lost-alarm", "the on_failure run after the loss", |l| l.len() == 1).await?;
+    assert_eq!(alarm[0]["trigger"], "dependency");
+    let (status, _) =
+        c.call(Method::GET, &format!("/api/executions/{}", urlencode(&b.replace("#1", "#2"))), None).await?;
+    assert_eq!(status, 404, "mark_lost is not rerun");
+    assert_eq!(read_fired(&file).iter().filter(|f| f.job == "lose-me").count(), 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn broadcast_runs_once_per_worker_and_sharded_runs_each_shard_once() -> anyhow::Result<()> {
+    let c = Cluster::start("sem-modes", 3).await?;
+    let file = c.path("fired");
+    let cmd = format!("{} $ETCRON_SHARD_INDEX/$ETCRON_SHARD_COUNT", record_command(&file));
+    c.put_job(
+        "everywhere",
+        json!({"schedule": "@yearly", "mode": "broadcast", "task": {"kind": "shell", "command": cmd}}),
+    )
+    .await?;
+    let id = run(&c, "everywhere").await;
+    let list = c
+        .wait_executions("job=everywhere", "three broadcast runs", |l| {
+            l.len() == 3 && l.iter().all(|r| r["status"] == "succeeded")
+        })
+        .await?;
+    let workers: BTreeSet<&str> = list.iter().map(|r| r["worker_id"].as_str().unwrap()).collect();
+    assert_eq!(workers, BTreeSet::from(["w1", "w2", "w3"]));
+    for r in &list {
+        let w = r["worker_id"].as_str().unwrap();
+        assert_eq!(r["id"].as_str().unwrap(), id.replace("#1", &format!(":worker-{w}#1")));
+    }
+    // Sharded: 4 shards per tick, every second, each shard of each tick exactly once.
+    c.put_job(
+        "split",
+        json!({"schedule": "* * * * * *", "mode": {"sharded": 4}, "task": {"kind": "shell", "command": cmd}}),
+    )
+    .await?;
+    wait_for(Duration::from_secs(60), "five complete ticks", || async {
+        let mut per_tick: BTreeMap<i64, usize> = BTreeMap::new();
+        for f in read_fired(&file).iter().filter(|f| f.job == "split") {
+            *per_tick.entry(f.scheduled_ms).or_default() += 1;
+        }
+        (per_tick.values().filter(|n| **n == 4).count() >= 5).then_some(())
+    })
+    .await?;
+    c.call(Method::POST, "/api/jobs/split/pause", None).await?;
+    let fired: Vec<_> = read_fired(&file).into_iter().filter(|f| f.job == "split").collect();
+    let mut seen = BTreeMap::new();
+    for f in &fired {
+        let shard = f.extra.last().unwrap().clone();
+        *seen.entry((f.scheduled_ms, shard)).or_insert(0) += 1;
+    }
+    assert!(seen.values().all(|n| *n == 1), "a shard ran twice: {seen:?}");
+    let shards: BTreeSet<&str> = seen.keys().map(|(_, s)| s.as_str()).collect();
+    assert_eq!(shards, BTreeSet::from(["0/4", "1/4", "2/4", "3/4"]));
+    let spread: BTreeSet<&str> = fired.iter().map(|f| f.worker.as_str()).collect();
+    assert!(spread.len() >= 2, "shards spread over workers: {spread:?}");
+    let recs = c.wait_executions("job=split&status=succeeded&limit=5", "shard records", |l| l.len() == 5).await?;
+    for r in &recs {
+        assert!(r["id"].as_str().unwrap().contains(":shard-"), "{r}");
+        assert_eq!(r["shard"][1], 4);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_selector_no_live_worker_matches_is_visible_and_its_ticks_are_missed() -> anyhow::Result<()> {
+    let mut c = Cluster::start("sem-selector", 1).await?;
+    let mut eu = WorkerOpts::new("w-eu");
+    eu.labels.insert("region".into(), "eu".into());
+    c.add_worker(eu)?;
+    c.wait_workers(2).await?;
+    let file = c.path("fired");
+    c.put_job("eu-only", json!({"schedule": "@yearly", "selector": {"region": "eu"}, "task": {"kind": "shell", "command": record_command(&file)}}))
+        .await?;
+    c.put_job("mars", json!({"schedule": "* * * * * *", "selector": {"region": "mars"}, "task": {"kind": "shell", "command": "true"}}))
+        .await?;
+    for _ in 0..3 {
+        run(&c, "eu-only").await;
+    }
+    wait_for(Duration::from_secs(30), "three eu runs", || async { (read_fired(&file).len() == 3).then_some(()) })
+        .await?;
+    assert!(read_fired(&file).iter().all(|f| f.worker == "w-eu"));
+    let job = c.get("/api/jobs/mars").await?;
+    assert_eq!(job["eligible_workers"], 0, "{job}");
+    assert_eq!(c.get("/api/jobs/eu-only").await?["eligible_workers"], 1);
+    let workers = c.get("/api/workers").await?;
+    assert!(workers["unmatched_jobs"].as_array().unwrap().iter().any(|j| j["job"] == "mars"), "{workers}");
+    let missed = c.wait_executions("job=mars&status=missed", "missed ticks", |l| l.len() >= 2).await?;
+    for r in &missed {
+        assert!(r["reason"].as_str().unwrap().contains("no live worker matches selector {region=mars}"), "{r}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dependencies_run_once_per_finished_execution_with_the_parent_id() -> anyhow::Result<()> {
+    let c = Cluster::start("sem-deps", 2).await?;
+    let file = c.path("fired");
+    let rec = record_command(&file);
+    c.put_job("child-ok", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": format!("{rec}; echo parent=$ETCRON_PARENT_EXECUTION_ID")}}))
+        .await?;
+    c.put_job("child-fail", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": rec.clone()}})).await?;
+    c.put_job("parent", json!({"schedule": "@yearly", "on_success": ["child-ok"], "on_failure": ["child-fail"], "task": {"kind": "shell", "command": "true"}}))
+        .await?;
+    let p1 = run(&c, "parent").await;
+    let kids = c
+        .wait_executions("job=child-ok", "the on_success run", |l| l.len() == 1 && l[0]["status"] == "succeeded")
+        .await?;
+    assert_eq!(kids[0]["trigger"], "dependency");
+    let kid = record(&c, kids[0]["id"].as_str().unwrap()).await;
+    assert_eq!(kid["parent"], p1.as_str());
+    assert!(kid["output"].as_str().unwrap().contains(&format!("parent={p1}")), "{kid}");
+    // A failing parent (with retries: the dependency waits for the last attempt).
+    c.put_job("parent", json!({"schedule": "@yearly", "on_success": ["child-ok"], "on_failure": ["child-fail"], "retries": {"max": 1, "backoff": "200ms", "max_backoff": "200ms"}, "task": {"kind": "shell", "command": "exit 7"}}))
+        .await?;
+    let p2 = run(&c, "parent").await;
+    let fails = c
+        .wait_executions("job=child-fail", "the on_failure run", |l| l.len() == 1 && l[0]["status"] == "succeeded")
+        .await?;
+    assert_eq!(record(&c, fails[0]["id"].as_str().unwrap()).await["parent"], p2.replace("#1", "#2").as_str());
+    // Exactly once: one child per finished parent execution, no more.
+    let witness = c.path("witness");
+    c.put_job("witness", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": format!("sleep 3; touch {}", witness.display())}})).await?;
+    run(&c, "witness").await;
+    wait_for(Duration::from_secs(30), "the witness", || async { witness.exists().then_some(()) }).await?;
+    let fired = read_fired(&file);
+    assert_eq!(fired.iter().filter(|f| f.job == "child-ok").count(), 1);
+    assert_eq!(fired.iter().filter(|f| f.job == "child-fail").count(), 1);
+    // Cycles are refused at save time.
+    let (status, body) = c
+        .call(
+            Method::PUT,
+            "/api/jobs/child-ok",
+            Some(
+                json!({"schedule": "@yearly", "on_success": ["parent"], "task": {"kind": "shell", "command": "true"}}),
+            ),
+        )
+        .await?;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("child-ok → parent → child-ok"), "{body}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_at_job_runs_once_and_is_disabled_after() -> anyhow::Result<()> {
+    let c = Cluster::start("sem-at", 2).await?;
+    let file = c.path("fired");
+    let at = (now_ms() / 1000 + 3) * 1000;
+    let when = chrono::DateTime::from_timestamp_millis(at).unwrap().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    c.put_job(
+        "once",
+        json!({"schedule": format!("@at {when}"), "task": {"kind": "shell", "command": record_command(&file)}}),
+    )
+    .await?;
+    let list = c.wait_executions("job=once", "the one run", |l| l.len() == 1 && l[0]["status"] == "succeeded").await?;
+    assert_eq!(ms(&list[0]["scheduled_at"]), at);
+    let job = wait_for(Duration::from_secs(30), "the job disabled", || async {
+        let j = c.get("/api/jobs/once").await.ok()?;
+        (j["spec"]["enabled"] == false).then_some(j)
+    })
+    .await?;
+    assert_eq!(job["spec"]["schedule"], format!("@at {when}"));
+    assert_eq!(read_fired(&file).len(), 1);
+    Ok(())
+}
