@@ -516,6 +516,7 @@ async fn execute(
             ending: Ending::SpawnFailed("http tasks are not supported by this worker version".to_owned()),
             exit_code: None,
             signal: None,
+            http_status: None,
             output: String::new(),
             output_truncated: false,
         },
@@ -534,6 +535,12 @@ fn status_of(finished: &Finished) -> (Status, Option<String>) {
         }
         Ending::Stopped(StopReason::Shutdown) => (Status::Killed, Some("killed: worker shut down".to_owned())),
         Ending::SpawnFailed(e) => (Status::Failed, Some(e.clone())),
+        Ending::Http { ok: true, .. } => (Status::Succeeded, None),
+        Ending::Http { status, ok: false, expected } => {
+            let expected = expected.map_or_else(|| "2xx".to_owned(), |s| s.to_string());
+            (Status::Failed, Some(format!("HTTP status {status}, expected {expected}")))
+        }
+        Ending::RequestFailed(e) => (Status::Failed, Some(e.clone())),
     }
 }
 
