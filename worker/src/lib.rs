@@ -4,6 +4,7 @@
 pub mod config;
 pub mod execution;
 pub mod executor;
+pub mod http_task;
 pub mod log_sink;
 pub mod membership;
 pub mod scheduler;
