@@ -17,6 +17,7 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::executor::{self, Ending, Finished, ShellJob, StopReason};
+use crate::http_task::{self, HttpJob};
 use crate::log_sink::LogSink;
 use crate::membership::Members;
 use etcron_common::store::{RecordWrite, WriteMode};
@@ -512,14 +513,33 @@ async fn execute(
             };
             executor::run_shell(job, stop, pid_tx).await
         }
-        Task::Http(_) => Finished {
-            ending: Ending::SpawnFailed("http tasks are not supported by this worker version".to_owned()),
-            exit_code: None,
-            signal: None,
-            http_status: None,
-            output: String::new(),
-            output_truncated: false,
-        },
+        Task::Http(http) => {
+            // No process: nobody waits for a pid.
+            drop(pid_tx);
+            let identity = [
+                ("X-Etcron-Job", fire.job.clone()),
+                ("X-Etcron-Execution-Id", id.to_string()),
+                ("X-Etcron-Scheduled-At", rfc3339_ms(fire.scheduled_ms)),
+                ("X-Etcron-Attempt", fire.attempt.to_string()),
+                ("X-Etcron-Worker-Id", ctx.config.worker_id.clone()),
+                ("X-Etcron-Fencing-Token", fencing_token.to_string()),
+            ];
+            let job = HttpJob {
+                method: http.method.clone(),
+                url: http.url.clone(),
+                headers: http_task::with_default_headers(
+                    &http.headers,
+                    identity.map(|(name, value)| (name.to_owned(), value)),
+                ),
+                body: http.body.clone(),
+                expect_status: http.expect_status,
+                timeout: fire.spec.timeout.map(|t| t.0),
+                max_output: fire.spec.max_output.map_or(ctx.config.max_output, |m| {
+                    usize::try_from(m).unwrap_or(usize::MAX).min(ctx.config.max_output)
+                }),
+            };
+            http_task::run_http(job, stop).await
+        }
     }
 }
 
