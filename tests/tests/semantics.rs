@@ -410,6 +410,17 @@ async fn an_at_job_runs_once_and_is_disabled_after() -> anyhow::Result<()> {
     })
     .await?;
     assert_eq!(job["spec"]["schedule"], format!("@at {when}"));
+    assert!(job["next_runs"].as_array().unwrap().is_empty());
     assert_eq!(read_fired(&file).len(), 1);
+    // `@every` ticks are aligned to the epoch, so every worker computes the same ones.
+    c.put_job("every2", json!({"schedule": "@every 2s", "task": {"kind": "shell", "command": record_command(&file)}}))
+        .await?;
+    wait_for(Duration::from_secs(30), "three @every ticks", || async {
+        (read_fired(&file).iter().filter(|f| f.job == "every2").count() >= 3).then_some(())
+    })
+    .await?;
+    let ticks: Vec<i64> = read_fired(&file).iter().filter(|f| f.job == "every2").map(|f| f.scheduled_ms).collect();
+    assert!(ticks.iter().all(|t| t % 2000 == 0), "{ticks:?}");
+    assert!(ticks.windows(2).all(|w| w[1] - w[0] == 2000), "{ticks:?}");
     Ok(())
 }

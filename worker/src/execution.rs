@@ -20,6 +20,7 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::executor::{self, Ending, Finished, ShellJob, StopReason};
+use crate::http_task::{self, HttpJob};
 use crate::log_sink::LogSink;
 use crate::membership::Members;
 use etcron_common::store::{RecordWrite, WriteMode};
@@ -425,6 +426,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
     record.signal = finished.signal;
     record.output = finished.output;
     record.output_truncated = finished.output_truncated;
+    record.http_status = finished.http_status;
     record.error = error;
     if closed {
         if !notes.is_empty() {
@@ -923,13 +925,33 @@ async fn execute(
             };
             executor::run_shell(job, stop, pid_tx).await
         }
-        Task::Http(_) => Finished {
-            ending: Ending::SpawnFailed("http tasks are not supported by this worker version".to_owned()),
-            exit_code: None,
-            signal: None,
-            output: String::new(),
-            output_truncated: false,
-        },
+        Task::Http(http) => {
+            // No process: nobody waits for a pid.
+            drop(pid_tx);
+            let identity = [
+                ("X-Etcron-Job", id.job.clone()),
+                ("X-Etcron-Execution-Id", id.to_string()),
+                ("X-Etcron-Scheduled-At", rfc3339_ms(fire.scheduled_ms)),
+                ("X-Etcron-Attempt", id.attempt.to_string()),
+                ("X-Etcron-Worker-Id", ctx.config.worker_id.clone()),
+                ("X-Etcron-Fencing-Token", fencing_token.to_string()),
+            ];
+            let job = HttpJob {
+                method: http.method.clone(),
+                url: http.url.clone(),
+                headers: http_task::with_default_headers(
+                    &http.headers,
+                    identity.map(|(name, value)| (name.to_owned(), value)),
+                ),
+                body: http.body.clone(),
+                expect_status: http.expect_status,
+                timeout: fire.spec.timeout.map(|t| t.0),
+                max_output: fire.spec.max_output.map_or(ctx.config.max_output, |m| {
+                    usize::try_from(m).unwrap_or(usize::MAX).min(ctx.config.max_output)
+                }),
+            };
+            http_task::run_http(job, stop).await
+        }
     }
 }
 
@@ -938,13 +960,22 @@ fn status_of(finished: &Finished) -> (Status, Option<String>) {
         Ending::Exited(0) => (Status::Succeeded, None),
         Ending::Exited(code) => (Status::Failed, Some(format!("exit code {code}"))),
         Ending::Signaled(sig) => (Status::Failed, Some(format!("terminated by signal {sig}"))),
-        Ending::TimedOut => (Status::TimedOut, Some("timeout reached; process group killed".to_owned())),
+        Ending::TimedOut => (
+            Status::TimedOut,
+            Some("timeout reached; task stopped (process group killed, or HTTP request aborted)".to_owned()),
+        ),
         Ending::Stopped(StopReason::Killed(why)) => (Status::Killed, Some(format!("killed: {why}"))),
         Ending::Stopped(StopReason::LeaseLost) => {
             (Status::Killed, Some("killed: worker lost its session lease".to_owned()))
         }
         Ending::Stopped(StopReason::Shutdown) => (Status::Killed, Some("killed: worker shut down".to_owned())),
         Ending::SpawnFailed(e) => (Status::Failed, Some(e.clone())),
+        Ending::Http { ok: true, .. } => (Status::Succeeded, None),
+        Ending::Http { status, ok: false, expected } => {
+            let expected = expected.map_or_else(|| "2xx".to_owned(), |s| s.to_string());
+            (Status::Failed, Some(format!("HTTP status {status}, expected {expected}")))
+        }
+        Ending::RequestFailed(e) => (Status::Failed, Some(e.clone())),
     }
 }
 

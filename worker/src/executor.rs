@@ -1,5 +1,6 @@
 //! Runs shell tasks: `/bin/sh -c` in a process group of its own, output captured bounded
 //! (head + tail), and kill/timeout delivered to the whole group (TERM, then KILL after a grace).
+//! Its `Finished`/`Ending`/`StopReason` also describe HTTP tasks (`http_task`).
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
@@ -46,6 +47,16 @@ pub enum Ending {
     TimedOut,
     Stopped(StopReason),
     SpawnFailed(String),
+    /// An HTTP task got a response: `ok` when its status is `expected`, or any 2xx when no
+    /// status is expected.
+    Http {
+        status: u16,
+        ok: bool,
+        expected: Option<u16>,
+    },
+    /// An HTTP task got no (complete) response: DNS, connect, TLS, protocol or body errors,
+    /// naming the step and the URL.
+    RequestFailed(String),
 }
 
 #[derive(Debug)]
@@ -54,6 +65,9 @@ pub struct Finished {
     /// Exit code / signal even when the task was stopped.
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
+    /// Response status of an HTTP task, also when it was stopped while reading the body;
+    /// `None` for shell tasks.
+    pub http_status: Option<u16>,
     pub output: String,
     pub output_truncated: bool,
 }
@@ -151,7 +165,7 @@ pub async fn run_shell(
         let out = output.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         (out.render(), out.truncated())
     };
-    Finished { ending, exit_code, signal, output: text, output_truncated: truncated }
+    Finished { ending, exit_code, signal, http_status: None, output: text, output_truncated: truncated }
 }
 
 fn spawn_failed(message: String) -> Finished {
@@ -159,12 +173,14 @@ fn spawn_failed(message: String) -> Finished {
         ending: Ending::SpawnFailed(message),
         exit_code: None,
         signal: None,
+        http_status: None,
         output: String::new(),
         output_truncated: false,
     }
 }
 
-async fn wait_stop(stop: &mut watch::Receiver<Option<StopReason>>) -> StopReason {
+/// Waits until `stop` carries a reason (forever once its sender is gone).
+pub(crate) async fn wait_stop(stop: &mut watch::Receiver<Option<StopReason>>) -> StopReason {
     loop {
         if let Some(reason) = stop.borrow_and_update().clone() {
             return reason;

@@ -5,6 +5,7 @@ pub mod catchup;
 pub mod config;
 pub mod execution;
 pub mod executor;
+pub mod http_task;
 pub mod log_sink;
 pub mod membership;
 pub mod scheduler;

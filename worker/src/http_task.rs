@@ -1,0 +1,568 @@
+//! Runs HTTP tasks: one request per execution through a pooled client, the status judged
+//! against `expect_status`, the body captured bounded (head + tail) while it streams in, and
+//! timeout, kill and lease loss aborting the request.
+//!
+//! Decisions an operator may want to know:
+//! - **One client per process.** A single `reqwest::Client` is built on first use and shared by
+//!   every HTTP execution, so executions of a job reuse kept-alive connections to its host.
+//! - **Timeouts.** The job's `timeout` bounds the whole exchange: connecting, sending, waiting
+//!   for the response and reading its body. A job without `timeout` has no total limit (as a
+//!   shell task has none), but connecting is limited to [`CONNECT_TIMEOUT`] so an unreachable
+//!   host fails instead of hanging.
+//! - **Redirects** are followed up to [`MAX_REDIRECTS`] hops; more is a failed request. The
+//!   status judged is the final response's. As in browsers, 301/302/303 continue with a GET
+//!   without body, 307/308 repeat the method and body; `Authorization` and cookies are not
+//!   sent on to another host.
+//! - **Success** is `expect_status` when the job sets it, any 2xx otherwise.
+//! - **Output** is `HTTP {code} {reason}` on a line, then the response body as received (no
+//!   decompression; the worker does not ask for compressed bodies), bounded to `max_output`
+//!   bytes as the first and last halves, non-UTF-8 bytes replaced.
+//! - **TLS** is rustls (reqwest's aws-lc-rs provider); server certificates are checked against
+//!   the system's CA roots (`/etc/ssl/certs` and the like), so an internal CA added there is
+//!   trusted. A worker without system roots still runs `http://` tasks; its `https://` tasks
+//!   fail saying why.
+//! - **Headers**: the job's own, the execution's identity headers (`X-Etcron-*`, added by the
+//!   caller with [`with_default_headers`]), and `User-Agent: etcron-worker/{version}`, each
+//!   overridable by the job. The `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` environment variables of
+//!   the worker apply. A body is sent as given, with no `Content-Type` unless the job sets one.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use etcron_common::output::BoundedOutput;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, StatusCode, Url};
+use tokio::sync::watch;
+
+use crate::executor::{wait_stop, Ending, Finished, StopReason};
+
+/// How long establishing a connection (DNS, TCP, TLS) may take, whatever the job's timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Redirect hops followed before a request counts as failed.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// An HTTP task ready to run.
+#[derive(Debug, Clone)]
+pub struct HttpJob {
+    pub method: String,
+    pub url: String,
+    pub headers: BTreeMap<String, String>,
+    pub body: Option<String>,
+    /// The status that counts as success; any 2xx when `None`.
+    pub expect_status: Option<u16>,
+    /// Limit of the whole exchange; none when `None` (connecting is still limited).
+    pub timeout: Option<Duration>,
+    /// Bound of the captured output (status line and body).
+    pub max_output: usize,
+}
+
+/// Runs `job` until the response body has been read, the request failed, the timeout passed,
+/// or `stop` carries a reason; the latter two abort the request.
+pub async fn run_http(job: HttpJob, mut stop: watch::Receiver<Option<StopReason>>) -> Finished {
+    let mut output = BoundedOutput::new(job.max_output);
+    let mut status = None;
+    // A stop that arrived before the start (a kill right after the claim) sends nothing.
+    let already = stop.borrow().clone();
+    let ending = match already {
+        Some(reason) => Ending::Stopped(reason),
+        None => {
+            let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
+            let timeout = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            // Dropping the exchange future closes its connection: that is the abort.
+            tokio::select! {
+                biased;
+                reason = wait_stop(&mut stop) => Ending::Stopped(reason),
+                () = timeout => Ending::TimedOut,
+                ending = exchange(&job, &mut output, &mut status) => ending,
+            }
+        }
+    };
+    Finished {
+        ending,
+        exit_code: None,
+        signal: None,
+        http_status: status,
+        output: output.render(),
+        output_truncated: output.truncated(),
+    }
+}
+
+/// The job's headers, plus each of `defaults` the job has no header of (names compared
+/// case-insensitively, as HTTP does): the job's own values win.
+#[must_use]
+pub fn with_default_headers(
+    own: &BTreeMap<String, String>,
+    defaults: impl IntoIterator<Item = (String, String)>,
+) -> BTreeMap<String, String> {
+    let mut headers = own.clone();
+    for (name, value) in defaults {
+        if !own.keys().any(|k| k.eq_ignore_ascii_case(&name)) {
+            headers.insert(name, value);
+        }
+    }
+    headers
+}
+
+/// The shared client, or why there is none.
+struct SharedClient {
+    client: Result<reqwest::Client, String>,
+    /// Set when the client could only be built without certificate roots: https cannot work.
+    tls_unavailable: Option<String>,
+}
+
+static CLIENT: LazyLock<SharedClient> = LazyLock::new(build_client);
+
+fn build_client() -> SharedClient {
+    let builder = || {
+        reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::limited(MAX_REDIRECTS))
+            .user_agent(concat!("etcron-worker/", env!("CARGO_PKG_VERSION")))
+    };
+    match builder().build() {
+        Ok(client) => SharedClient { client: Ok(client), tls_unavailable: None },
+        Err(e) => {
+            // Most likely no CA certificates on this machine; plain http can still work.
+            let cause = error_chain(&e);
+            tracing::error!(error = %cause, "cannot set up TLS for HTTP tasks; https:// tasks will fail");
+            let fallback = builder().tls_certs_only(std::iter::empty()).build().map_err(|e2| error_chain(&e2));
+            SharedClient { client: fallback, tls_unavailable: Some(cause) }
+        }
+    }
+}
+
+/// Sends the request and reads the response into `output`; `status` is set once known.
+async fn exchange(job: &HttpJob, output: &mut BoundedOutput, status: &mut Option<u16>) -> Ending {
+    let shared = &*CLIENT;
+    let client = match &shared.client {
+        Ok(c) => c,
+        Err(e) => return Ending::RequestFailed(format!("the worker cannot make HTTP requests: {e}")),
+    };
+    let url = match Url::parse(&job.url) {
+        Ok(u) => u,
+        Err(e) => return Ending::RequestFailed(format!("invalid URL {}: {e}", job.url)),
+    };
+    let shown = redacted(&url);
+    if let (Some(cause), "https") = (&shared.tls_unavailable, url.scheme()) {
+        return Ending::RequestFailed(format!(
+            "requesting {shown} failed: https is unavailable on this worker: {cause}"
+        ));
+    }
+    let method = match Method::from_bytes(job.method.as_bytes()) {
+        Ok(m) => m,
+        Err(_) => return Ending::RequestFailed(format!("invalid HTTP method {:?}", job.method)),
+    };
+    let headers = match header_map(&job.headers) {
+        Ok(h) => h,
+        Err(e) => return Ending::RequestFailed(e),
+    };
+    let mut request = client.request(method, url).headers(headers);
+    if let Some(body) = &job.body {
+        request = request.body(body.clone());
+    }
+    let mut response = match request.send().await {
+        Ok(r) => r,
+        Err(e) => return Ending::RequestFailed(describe(&e, &shown)),
+    };
+    let code = response.status();
+    *status = Some(code.as_u16());
+    output.push(status_line(code).as_bytes());
+    // Chunk by chunk: only the bounded head and tail are ever kept.
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => output.push(&chunk),
+            Ok(None) => break,
+            Err(e) => {
+                return Ending::RequestFailed(format!(
+                    "reading the response body from {shown} failed: {}",
+                    error_chain(&e)
+                ))
+            }
+        }
+    }
+    let ok = match job.expect_status {
+        Some(expected) => code.as_u16() == expected,
+        None => code.is_success(),
+    };
+    Ending::Http { status: code.as_u16(), ok, expected: job.expect_status }
+}
+
+fn header_map(headers: &BTreeMap<String, String>) -> Result<HeaderMap, String> {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("invalid header name {name:?}"))?;
+        // The value itself is not repeated: it may be a credential.
+        let value = HeaderValue::from_str(value).map_err(|_| format!("invalid value for header {name}"))?;
+        // Append, not insert: names differing only in case are both sent.
+        map.append(header, value);
+    }
+    Ok(map)
+}
+
+fn status_line(code: StatusCode) -> String {
+    match code.canonical_reason() {
+        Some(reason) => format!("HTTP {} {reason}\n", code.as_u16()),
+        None => format!("HTTP {}\n", code.as_u16()),
+    }
+}
+
+/// The URL as shown in errors, without a password it may carry.
+fn redacted(url: &Url) -> String {
+    let mut shown = url.clone();
+    if shown.password().is_some() {
+        let _ = shown.set_password(Some("redacted"));
+    }
+    shown.to_string()
+}
+
+/// What failed, naming the step and the URL.
+fn describe(e: &reqwest::Error, shown: &str) -> String {
+    let step = if e.is_connect() {
+        "connecting to"
+    } else if e.is_redirect() {
+        "following redirects from"
+    } else if e.is_timeout() {
+        "waiting for"
+    } else {
+        "requesting"
+    };
+    format!("{step} {shown} failed: {}", error_chain(e))
+}
+
+/// The causes below a reqwest error, most specific last, without reqwest's own summary (it
+/// repeats the URL unredacted) and without wrappers that add nothing.
+fn error_chain(e: &reqwest::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let io = c.downcast_ref::<std::io::Error>();
+        let tls = is_tls(c);
+        let text = match io {
+            // "connection refused" reads better than "Connection refused (os error 111)".
+            Some(io) if io.raw_os_error().is_some() && io.kind() != std::io::ErrorKind::Other => io.kind().to_string(),
+            _ if tls => format!("TLS: {c}"),
+            _ => c.to_string(),
+        };
+        let wrapper = text.starts_with("client error (") || text == "tcp connect error";
+        if !wrapper && !parts.iter().any(|p| p == &text) {
+            parts.push(text);
+        }
+        cause = c.source();
+    }
+    if parts.is_empty() {
+        // Nothing below it: reqwest's own summary, without the URL.
+        let mut text = e.to_string();
+        if let Some(cut) = text.find(" for url (") {
+            text.truncate(cut);
+        }
+        parts.push(text);
+    }
+    parts.join(": ")
+}
+
+/// Whether `e` is a rustls error, also when wrapped in (nested) `io::Error`s, whose `source()`
+/// skips the error they wrap.
+fn is_tls(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = e;
+    loop {
+        if current.is::<rustls::Error>() {
+            return true;
+        }
+        match current.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
+            Some(inner) => current = inner,
+            None => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::oneshot;
+
+    /// What the test server received.
+    #[derive(Debug)]
+    struct Seen {
+        head: String,
+        body: Vec<u8>,
+    }
+
+    impl Seen {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.head.lines().skip(1).find_map(|line| {
+                let (n, v) = line.split_once(':')?;
+                n.eq_ignore_ascii_case(name).then(|| v.trim())
+            })
+        }
+    }
+
+    /// Reads one request (head and a Content-Length body) from `stream`.
+    async fn read_request(stream: &mut TcpStream) -> Seen {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "connection closed before the request head ended");
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8(buf[..head_end].to_vec()).unwrap();
+        let mut seen = Seen { head, body: buf[head_end..].to_vec() };
+        let length: usize = seen.header("content-length").map_or(0, |v| v.parse().unwrap());
+        while seen.body.len() < length {
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "connection closed before the request body ended");
+            seen.body.extend_from_slice(&chunk[..n]);
+        }
+        seen
+    }
+
+    /// A server answering one request with `status_line`, `extra` headers and `body`; the
+    /// handle yields what it received.
+    async fn serve_once(status_line: &str, extra: &str, body: Vec<u8>) -> (String, tokio::task::JoinHandle<Seen>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook?x=1", listener.local_addr().unwrap());
+        let head =
+            format!("HTTP/1.1 {status_line}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+        let task = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let seen = read_request(&mut stream).await;
+            stream.write_all(head.as_bytes()).await.unwrap();
+            stream.write_all(&body).await.unwrap();
+            stream.shutdown().await.unwrap();
+            seen
+        });
+        (url, task)
+    }
+
+    /// A server that reads the request, says so on the channel, and never answers; it keeps
+    /// the connection until the client closes it.
+    async fn serve_silently() -> (String, oneshot::Receiver<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/slow", listener.local_addr().unwrap());
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            read_request(&mut stream).await;
+            let _ = tx.send(());
+            let mut sink = [0u8; 1024];
+            while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+        });
+        (url, rx)
+    }
+
+    fn job(url: &str) -> HttpJob {
+        HttpJob {
+            method: "GET".to_owned(),
+            url: url.to_owned(),
+            headers: BTreeMap::new(),
+            body: None,
+            expect_status: None,
+            timeout: Some(Duration::from_secs(30)),
+            max_output: 64 * 1024,
+        }
+    }
+
+    fn no_stop() -> watch::Receiver<Option<StopReason>> {
+        // The sender is dropped: nobody can stop the request.
+        watch::channel(None).1
+    }
+
+    #[tokio::test]
+    async fn ok_response_is_recorded_with_its_body() {
+        let (url, server) = serve_once("200 OK", "", b"all good".to_vec()).await;
+        let done = run_http(job(&url), no_stop()).await;
+        assert_eq!(done.ending, Ending::Http { status: 200, ok: true, expected: None });
+        assert_eq!(done.http_status, Some(200));
+        assert_eq!(done.output, "HTTP 200 OK\nall good");
+        assert!(!done.output_truncated);
+        assert_eq!((done.exit_code, done.signal), (None, None));
+        let seen = server.await.unwrap();
+        assert!(seen.head.starts_with("GET /hook?x=1 HTTP/1.1\r\n"), "{}", seen.head);
+        assert_eq!(seen.header("user-agent"), Some(concat!("etcron-worker/", env!("CARGO_PKG_VERSION"))));
+    }
+
+    #[tokio::test]
+    async fn server_error_fails_without_expected_status() {
+        let (url, _server) = serve_once("503 Service Unavailable", "", b"try later".to_vec()).await;
+        let done = run_http(job(&url), no_stop()).await;
+        assert_eq!(done.ending, Ending::Http { status: 503, ok: false, expected: None });
+        assert_eq!(done.http_status, Some(503));
+        assert_eq!(done.output, "HTTP 503 Service Unavailable\ntry later");
+    }
+
+    #[tokio::test]
+    async fn expected_status_decides_success() {
+        let (url, _server) = serve_once("204 No Content", "", Vec::new()).await;
+        let done = run_http(HttpJob { expect_status: Some(204), ..job(&url) }, no_stop()).await;
+        assert_eq!(done.ending, Ending::Http { status: 204, ok: true, expected: Some(204) });
+        assert_eq!(done.output, "HTTP 204 No Content\n");
+
+        // A 2xx other than the expected one is a failure.
+        let (url, _server) = serve_once("200 OK", "", Vec::new()).await;
+        let done = run_http(HttpJob { expect_status: Some(204), ..job(&url) }, no_stop()).await;
+        assert_eq!(done.ending, Ending::Http { status: 200, ok: false, expected: Some(204) });
+    }
+
+    #[tokio::test]
+    async fn method_headers_and_body_reach_the_server() {
+        let (url, server) = serve_once("201 Created", "", b"made".to_vec()).await;
+        let headers = BTreeMap::from([
+            ("Content-Type".to_owned(), "application/json".to_owned()),
+            ("X-Token".to_owned(), "s3cret".to_owned()),
+            ("User-Agent".to_owned(), "custom/1".to_owned()),
+        ]);
+        let request = HttpJob { method: "POST".to_owned(), headers, body: Some(r#"{"a":1}"#.to_owned()), ..job(&url) };
+        let done = run_http(request, no_stop()).await;
+        assert_eq!(done.ending, Ending::Http { status: 201, ok: true, expected: None });
+        let seen = server.await.unwrap();
+        assert!(seen.head.starts_with("POST /hook?x=1 HTTP/1.1\r\n"), "{}", seen.head);
+        assert_eq!(seen.header("content-type"), Some("application/json"));
+        assert_eq!(seen.header("x-token"), Some("s3cret"));
+        assert_eq!(seen.header("user-agent"), Some("custom/1"));
+        assert_eq!(seen.body, br#"{"a":1}"#);
+    }
+
+    #[tokio::test]
+    async fn large_body_keeps_head_and_tail() {
+        let mut body = b"BEGIN-".to_vec();
+        body.extend(std::iter::repeat_n(b'x', 4 * 1024 * 1024));
+        body.extend_from_slice(b"-END");
+        let (url, _server) = serve_once("200 OK", "", body).await;
+        let done = run_http(HttpJob { max_output: 1024, ..job(&url) }, no_stop()).await;
+        assert_eq!(done.ending, Ending::Http { status: 200, ok: true, expected: None });
+        assert!(done.output_truncated);
+        assert!(done.output.starts_with("HTTP 200 OK\nBEGIN-xxx"), "{}", &done.output[..40]);
+        assert!(done.output.ends_with("xxx-END"));
+        assert!(done.output.contains("bytes omitted"));
+        assert!(done.output.len() < 1024 + 100, "{} bytes kept", done.output.len());
+    }
+
+    #[tokio::test]
+    async fn non_utf8_body_is_converted_lossily() {
+        let (url, _server) = serve_once("200 OK", "", vec![b'a', 0xff, b'b']).await;
+        let done = run_http(job(&url), no_stop()).await;
+        assert_eq!(done.output, "HTTP 200 OK\na\u{fffd}b");
+    }
+
+    #[tokio::test]
+    async fn refused_connection_names_the_url() {
+        // A port that was just free: nobody listens there.
+        let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+        let url = format!("http://127.0.0.1:{port}/");
+        let done = run_http(job(&url), no_stop()).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert_eq!(message, &format!("connecting to {url} failed: connection refused"));
+        assert_eq!(done.http_status, None);
+        assert_eq!(done.output, "");
+    }
+
+    #[tokio::test]
+    async fn tls_failure_says_so() {
+        // A plain-HTTP server that answers at once, spoken to over https.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await.unwrap();
+            let mut sink = [0u8; 1024];
+            while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+        });
+        let done = run_http(job(&url), no_stop()).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert!(message.starts_with(&format!("connecting to {url} failed: TLS: ")), "{message}");
+    }
+
+    #[tokio::test]
+    async fn password_in_url_is_not_repeated() {
+        let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+        let done = run_http(job(&format!("http://user:hunter2@127.0.0.1:{port}/")), no_stop()).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert!(!message.contains("hunter2"), "{message}");
+        assert!(message.contains(&format!("http://user:redacted@127.0.0.1:{port}/")), "{message}");
+    }
+
+    #[tokio::test]
+    async fn redirect_loop_fails_after_the_limit() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/loop", listener.local_addr().unwrap());
+        let location = url.clone();
+        let server = tokio::spawn(async move {
+            let mut requests = 0;
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                read_request(&mut stream).await;
+                requests += 1;
+                let answer = format!(
+                    "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                stream.write_all(answer.as_bytes()).await.unwrap();
+                stream.shutdown().await.unwrap();
+                if requests == MAX_REDIRECTS + 1 {
+                    return requests;
+                }
+            }
+        });
+        let done = run_http(job(&url), no_stop()).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert!(message.starts_with(&format!("following redirects from {url} failed: ")), "{message}");
+        assert_eq!(server.await.unwrap(), MAX_REDIRECTS + 1);
+    }
+
+    #[tokio::test]
+    async fn silent_server_times_out() {
+        let (url, _received) = serve_silently().await;
+        let done = run_http(HttpJob { timeout: Some(Duration::from_millis(200)), ..job(&url) }, no_stop()).await;
+        assert_eq!(done.ending, Ending::TimedOut);
+        assert_eq!(done.http_status, None);
+    }
+
+    #[tokio::test]
+    async fn stop_aborts_a_hanging_request() {
+        let (url, received) = serve_silently().await;
+        let (stop_tx, stop_rx) = watch::channel(None);
+        let run = tokio::spawn(run_http(HttpJob { timeout: None, ..job(&url) }, stop_rx));
+        received.await.unwrap();
+        stop_tx.send(Some(StopReason::Killed("kill command at revision 7".to_owned()))).unwrap();
+        let done = run.await.unwrap();
+        assert_eq!(done.ending, Ending::Stopped(StopReason::Killed("kill command at revision 7".to_owned())));
+    }
+
+    #[tokio::test]
+    async fn stop_before_start_sends_nothing() {
+        let (stop_tx, stop_rx) = watch::channel(Some(StopReason::LeaseLost));
+        // Nothing listens here; a request would fail instead of ending Stopped.
+        let done = run_http(job("http://127.0.0.1:9/"), stop_rx).await;
+        drop(stop_tx);
+        assert_eq!(done.ending, Ending::Stopped(StopReason::LeaseLost));
+    }
+
+    #[test]
+    fn job_headers_win_over_defaults() {
+        let own = BTreeMap::from([("x-etcron-job".to_owned(), "mine".to_owned()), ("A".to_owned(), "1".to_owned())]);
+        let merged = with_default_headers(
+            &own,
+            [("X-Etcron-Job".to_owned(), "j".to_owned()), ("X-Etcron-Attempt".to_owned(), "2".to_owned())],
+        );
+        assert_eq!(
+            merged,
+            BTreeMap::from([
+                ("A".to_owned(), "1".to_owned()),
+                ("X-Etcron-Attempt".to_owned(), "2".to_owned()),
+                ("x-etcron-job".to_owned(), "mine".to_owned()),
+            ])
+        );
+    }
+}
