@@ -424,3 +424,72 @@ async fn an_at_job_runs_once_and_is_disabled_after() -> anyhow::Result<()> {
     assert!(ticks.windows(2).all(|w| w[1] - w[0] == 2000), "{ticks:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_tasks_record_status_body_and_connection_errors() -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let c = Cluster::start("sem-http", 1).await?;
+    // A tiny server that answers 201 and hands the request it saw to the test.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::channel::<String>(4);
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !String::from_utf8_lossy(&buf).contains("ping-body") {
+                match sock.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let _ = seen_tx.send(String::from_utf8_lossy(&buf).into_owned()).await;
+            let _ =
+                sock.write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello").await;
+        }
+    });
+    let master = c.master.url.clone();
+    c.put_job("hook", json!({"schedule": "@yearly", "task": {"kind": "http", "method": "POST", "url": format!("http://127.0.0.1:{port}/hook"), "headers": {"X-Token": "t1"}, "body": "ping-body", "expect_status": 201}}))
+        .await?;
+    c.put_job("health", json!({"schedule": "@yearly", "task": {"kind": "http", "url": format!("{master}/healthz")}}))
+        .await?;
+    c.put_job(
+        "not-found",
+        json!({"schedule": "@yearly", "task": {"kind": "http", "url": format!("{master}/api/jobs/nope")}}),
+    )
+    .await?;
+    c.put_job("want-404", json!({"schedule": "@yearly", "task": {"kind": "http", "url": format!("{master}/api/jobs/nope"), "expect_status": 404}}))
+        .await?;
+    c.put_job("refused", json!({"schedule": "@yearly", "task": {"kind": "http", "url": "http://127.0.0.1:1/x"}}))
+        .await?;
+    let hook = run(&c, "hook").await;
+    let request = tokio::time::timeout(Duration::from_secs(30), seen_rx.recv()).await?.unwrap();
+    assert!(request.starts_with("POST /hook HTTP/1.1"), "{request}");
+    let lower = request.to_lowercase();
+    assert!(lower.contains("x-token: t1"), "{request}");
+    assert!(lower.contains(&format!("x-etcron-execution-id: {}", hook.to_lowercase())), "{request}");
+    assert!(lower.contains("x-etcron-fencing-token: "), "{request}");
+    for job in ["health", "not-found", "want-404", "refused"] {
+        run(&c, job).await;
+    }
+    let all = c
+        .wait_executions("limit=10", "five finished http runs", |l| {
+            l.len() == 5 && l.iter().all(|r| r["status"] != "running")
+        })
+        .await?;
+    let by_job: BTreeMap<&str, &Value> = all.iter().map(|r| (r["job"].as_str().unwrap(), r)).collect();
+    let hook_rec = record(&c, &hook).await;
+    assert_eq!(hook_rec["status"], "succeeded");
+    assert_eq!(hook_rec["http_status"], 201);
+    assert!(hook_rec["output"].as_str().unwrap().ends_with("hello"), "{hook_rec}");
+    assert_eq!(by_job["health"]["status"], "succeeded");
+    assert_eq!(by_job["health"]["http_status"], 200);
+    assert_eq!(by_job["not-found"]["status"], "failed");
+    assert_eq!(by_job["not-found"]["http_status"], 404);
+    assert!(by_job["not-found"]["error"].as_str().unwrap().contains("404"), "{}", by_job["not-found"]);
+    assert_eq!(by_job["want-404"]["status"], "succeeded");
+    assert_eq!(by_job["refused"]["status"], "failed");
+    assert!(by_job["refused"]["http_status"].is_null());
+    assert!(by_job["refused"]["error"].as_str().unwrap().contains("127.0.0.1:1"), "{}", by_job["refused"]);
+    Ok(())
+}
