@@ -12,10 +12,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
+use etcron_common::dependency::DependencyGraph;
 use etcron_common::job::{validate_name, JobSpec};
 use etcron_common::keys::{ExecutionId, Key, Keys, KillTarget};
-use etcron_common::model::{KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
+use etcron_common::model::{JobState, KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
 use etcron_common::model::{Status, TriggerKind};
 use etcron_common::schedule::{format_in, Schedule, ScheduleError};
 use etcron_common::store::{Cursor, MongoStore, Search, StoreError, DEFAULT_LIMIT, MAX_LIMIT};
@@ -35,6 +38,9 @@ const NEXT_RUNS: usize = 5;
 pub const MAX_PREVIEW: usize = 100;
 /// Retries of read-modify-write updates (pause/resume) under contention.
 const RMW_ATTEMPTS: usize = 5;
+/// Times a PUT with dependencies re-reads the jobs and re-checks for a cycle when other jobs
+/// were saved between its read and its write.
+const DEPENDENCY_CHECK_ATTEMPTS: u64 = 5;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -151,6 +157,12 @@ fn respond_with_etag(status: StatusCode, body: impl Serialize, revision: i64) ->
     resp
 }
 
+/// Every stored job: one range read of the jobs prefix.
+async fn all_jobs(st: &AppState) -> ApiResult<etcd_client::GetResponse> {
+    let mut kv = st.client.kv_client();
+    etcd(kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await
+}
+
 async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     let mut kv = st.client.kv_client();
     let resp = etcd(kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await?;
@@ -239,34 +251,22 @@ async fn put_job(
     let body = body_bytes(body)?;
     let spec = JobSpec::from_json(&body)?;
     let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
-    let key = st.keys.job(&name);
-    let mut kv = st.client.kv_client();
-    let compare = match (expected, create_only) {
-        // Optimistic concurrency: the edit applies only to the revision the client read.
-        (Some(rev), _) => Some(Compare::mod_revision(key.clone(), CompareOp::Equal, rev)),
-        (None, true) => Some(Compare::create_revision(key.clone(), CompareOp::Equal, 0)),
-        (None, false) => None,
+    let precondition = Precondition { expected, create_only };
+    let resp = if spec.on_success.is_empty() && spec.on_failure.is_empty() {
+        // A job that starts no other job cannot close a cycle: one txn, as for any edit.
+        match save_job(&st, &name, &value, precondition, None).await? {
+            Saved::Committed(resp) => resp,
+            Saved::Refused(e) => return Err(e),
+            Saved::JobsChanged => {
+                return Err(ApiError::conflict(format!("job {name:?} changed concurrently; retry")));
+            }
+        }
+    } else {
+        save_job_checked(&st, &name, &spec, &value, precondition).await?
     };
-    let txn = Txn::new()
-        .when(compare.into_iter().collect::<Vec<_>>())
-        .and_then([TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_prev_key()))])
-        .or_else([TxnOp::get(key.clone(), None)]);
-    let resp = etcd(kv.txn(txn)).await?;
-    if !resp.succeeded() {
-        let current = resp.op_responses().into_iter().find_map(|op| match op {
-            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.mod_revision()),
-            _ => None,
-        });
-        return Err(match (current, expected) {
-            (Some(rev), Some(want)) => ApiError::conflict(format!("job {name:?} was changed by someone else: it is at revision {rev}, your edit was based on revision {want}; reload and re-apply your change")),
-            (None, Some(_)) => ApiError::conflict(format!("job {name:?} was deleted by someone else; reload before saving")),
-            (Some(_), None) => ApiError::conflict(format!("job {name:?} already exists (If-None-Match: *)")),
-            (None, None) => ApiError::conflict(format!("job {name:?} changed concurrently; retry")),
-        });
-    }
     let revision = resp.header().map_or(0, |h| h.revision());
     let previous = resp.op_responses().into_iter().find_map(|op| match op {
-        etcd_client::TxnOpResponse::Put(p) => p.prev_key().map(|kv| kv.create_revision()),
+        TxnOpResponse::Put(p) => p.prev_key().map(|kv| kv.create_revision()),
         _ => None,
     });
     let (status, created_revision) = match previous {
@@ -277,6 +277,155 @@ async fn put_job(
     Ok(with_etag(status, &view(name, &value, revision, created_revision)))
 }
 
+/// The client's preconditions on a PUT: `If-Match: <revision>` or `If-None-Match: *`.
+#[derive(Debug, Clone, Copy)]
+struct Precondition {
+    expected: Option<i64>,
+    create_only: bool,
+}
+
+/// How a PUT's transaction ended.
+enum Saved {
+    Committed(TxnResponse),
+    /// The client's precondition failed: the answer to give.
+    Refused(ApiError),
+    /// A job was saved or replaced after the revision the dependency check read.
+    JobsChanged,
+}
+
+/// Writes a job in one txn. `checked_at`: the revision of the jobs the dependency check read;
+/// the write then applies only if no job changed since.
+async fn save_job(
+    st: &AppState,
+    name: &str,
+    value: &[u8],
+    precondition: Precondition,
+    checked_at: Option<i64>,
+) -> ApiResult<Saved> {
+    let key = st.keys.job(name);
+    let state_key = st.keys.state(name);
+    let Precondition { expected, create_only } = precondition;
+    let mut compares = match (expected, create_only) {
+        // Optimistic concurrency: the edit applies only to the revision the client read.
+        (Some(rev), _) => vec![Compare::mod_revision(key.clone(), CompareOp::Equal, rev)],
+        (None, true) => vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
+        (None, false) => Vec::new(),
+    };
+    if let Some(rev) = checked_at {
+        // No key under the jobs prefix was written after the graph the check saw; otherwise two
+        // saves checked at the same time could close a cycle together (a → b, b → a). Deletes
+        // pass: they only remove edges.
+        compares.push(Compare::mod_revision(st.keys.jobs_prefix(), CompareOp::Less, rev + 1).with_prefix());
+    }
+    // A new job's catch-up state starts now, so workers never catch up on ticks from before the
+    // job existed. Only when the job does not exist yet and no state is stored: a replace, or a
+    // state left by someone else, keeps its value. Placed before the put so that its compare
+    // sees the job as it was before this txn.
+    let init_state = Txn::new()
+        .when([
+            Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+            Compare::version(state_key.clone(), CompareOp::Equal, 0),
+        ])
+        .and_then([TxnOp::put(state_key, JobState { last_tick_ms: now_ms() }.to_bytes(), None)]);
+    let txn = Txn::new()
+        .when(compares)
+        .and_then([TxnOp::txn(init_state), TxnOp::put(key.clone(), value, Some(PutOptions::new().with_prev_key()))])
+        // The job as it is now tells a failed precondition from a changed jobs prefix.
+        .or_else([TxnOp::get(key, None)]);
+    let mut kv = st.client.kv_client();
+    let resp = etcd(kv.txn(txn)).await?;
+    if resp.succeeded() {
+        return Ok(Saved::Committed(resp));
+    }
+    let current = resp.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.mod_revision()),
+        _ => None,
+    });
+    let refused = match (current, expected) {
+        (Some(rev), Some(want)) if rev != want => Some(format!(
+            "job {name:?} was changed by someone else: it is at revision {rev}, your edit was based on \
+             revision {want}; reload and re-apply your change"
+        )),
+        (None, Some(_)) => Some(format!("job {name:?} was deleted by someone else; reload before saving")),
+        (Some(_), None) if create_only => Some(format!("job {name:?} already exists (If-None-Match: *)")),
+        _ => None,
+    };
+    Ok(match refused {
+        Some(message) => Saved::Refused(ApiError::conflict(message)),
+        None => Saved::JobsChanged,
+    })
+}
+
+/// Saves a job that starts other jobs, refusing a dependency cycle through it. The check reads
+/// every job at one revision and the write commits only if no job changed since; when one did,
+/// it reads and checks again, a few times.
+async fn save_job_checked(
+    st: &AppState,
+    name: &str,
+    spec: &JobSpec,
+    value: &[u8],
+    precondition: Precondition,
+) -> ApiResult<TxnResponse> {
+    // A job naming itself needs no etcd read to be refused.
+    refuse_cycle(name, spec, DependencyGraph::new())?;
+    for attempt in 1..=DEPENDENCY_CHECK_ATTEMPTS {
+        let jobs = all_jobs(st).await?;
+        let read_at = jobs.header().map(|h| h.revision()).ok_or_else(|| ApiError::internal(&"range without header"))?;
+        let mut graph = DependencyGraph::new();
+        for item in jobs.kvs() {
+            if let Some(Key::Job(job)) = st.keys.parse(item.key()) {
+                let edges: StoredEdges = serde_json::from_slice(item.value()).unwrap_or_default();
+                graph.set(&job, edges.on_success.into_iter().chain(edges.on_failure));
+            }
+        }
+        refuse_cycle(name, spec, graph)?;
+        match save_job(st, name, value, precondition, Some(read_at)).await? {
+            Saved::Committed(resp) => return Ok(resp),
+            Saved::Refused(e) => return Err(e),
+            Saved::JobsChanged => {
+                tracing::info!(
+                    job = %name,
+                    attempt,
+                    read_revision = read_at,
+                    "jobs changed during the dependency check; checking again"
+                );
+            }
+        }
+        if attempt < DEPENDENCY_CHECK_ATTEMPTS {
+            // Jitter, so that saves which keep colliding stop doing so.
+            tokio::time::sleep(Duration::from_millis(rand::random_range(5..=25) * attempt)).await;
+        }
+    }
+    Err(ApiError::conflict(format!(
+        "other jobs were saved while the dependencies of job {name:?} were being checked for cycles, \
+         {DEPENDENCY_CHECK_ATTEMPTS} times in a row; nothing was saved, retry"
+    )))
+}
+
+/// The dependency edges of a stored job. Read on their own, without validating the rest, so the
+/// check is cheap and a stored value that is otherwise invalid still counts its edges.
+#[derive(Debug, Default, Deserialize)]
+struct StoredEdges {
+    #[serde(default)]
+    on_success: Vec<String>,
+    #[serde(default)]
+    on_failure: Vec<String>,
+}
+
+/// 400 `dependency_cycle` when `graph`, with `name`'s edges replaced by the spec's, has a cycle
+/// through `name`; the field is the entry of the spec's list the cycle leaves by.
+fn refuse_cycle(name: &str, spec: &JobSpec, mut graph: DependencyGraph) -> ApiResult<()> {
+    graph.set(name, spec.on_success.iter().chain(&spec.on_failure).map(String::as_str));
+    let Some(cycle) = graph.cycle_through(name) else {
+        return Ok(());
+    };
+    let step = cycle.first_step().unwrap_or(name);
+    let field = [("on_success", &spec.on_success), ("on_failure", &spec.on_failure)]
+        .into_iter()
+        .find_map(|(list, jobs)| jobs.iter().position(|j| j == step).map(|i| format!("{list}[{i}]")));
+    Err(ApiError::dependency_cycle(field, format!("dependency cycle: {cycle}")))
+}
+
 async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, headers: HeaderMap) -> ApiResult<StatusCode> {
     job_name(&name)?;
     let expected = if_match(&headers)?;
@@ -285,10 +434,18 @@ async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, header
         Some(rev) => Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
         None => Compare::create_revision(key.clone(), CompareOp::Greater, 0),
     };
-    // The job and its catch-up state go together; claims expire under their own leases.
     let txn = Txn::new()
         .when([compare])
-        .and_then([TxnOp::delete(key.clone(), None), TxnOp::delete(st.keys.state(&name), None)])
+        .and_then([
+            TxnOp::delete(key.clone(), None),
+            // The catch-up state belongs to the job and goes with it.
+            TxnOp::delete(st.keys.state(&name), None),
+            // Pending run requests (manual runs, retries, dependency runs, catch-up) must not
+            // start the job, or a job of the same name created later, after the delete.
+            TxnOp::delete(st.keys.job_trigger_prefix(&name), Some(DeleteOptions::new().with_prefix())),
+            // Claims, running markers and the lock stay: they belong to executions still running
+            // under worker leases, and expire with them.
+        ])
         .or_else([TxnOp::get(key.clone(), None)]);
     let mut kv = st.client.kv_client();
     let resp = etcd(kv.txn(txn)).await?;
@@ -296,10 +453,7 @@ async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, header
         tracing::info!(job = %name, "job deleted");
         return Ok(StatusCode::NO_CONTENT);
     }
-    let exists = resp
-        .op_responses()
-        .into_iter()
-        .any(|op| matches!(op, etcd_client::TxnOpResponse::Get(g) if !g.kvs().is_empty()));
+    let exists = resp.op_responses().into_iter().any(|op| matches!(op, TxnOpResponse::Get(g) if !g.kvs().is_empty()));
     if exists {
         Err(ApiError::conflict(format!("job {name:?} was changed by someone else; reload before deleting")))
     } else {
