@@ -106,9 +106,24 @@ pub struct JobView {
     /// Set when the stored value is not a valid spec (written around the API).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invalid: Option<String>,
+    /// Live workers whose labels match the job's selector (shown by the GET routes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eligible_workers: Option<usize>,
 }
 
-fn view(name: String, value: &[u8], revision: i64, created_revision: i64) -> JobView {
+/// Live workers whose labels include every entry of `selector`.
+fn eligible(workers: &[(String, WorkerInfo)], selector: &BTreeMap<String, String>) -> usize {
+    workers.iter().filter(|(_, w)| w.matches(selector)).count()
+}
+
+/// A stored job as the API shows it; `workers` (the live ones) fills in `eligible_workers`.
+fn view(
+    name: String,
+    value: &[u8],
+    revision: i64,
+    created_revision: i64,
+    workers: Option<&[(String, WorkerInfo)]>,
+) -> JobView {
     match JobSpec::from_json(value) {
         Ok(spec) => {
             let (description, next_runs) = match spec.parsed_schedule() {
@@ -130,6 +145,7 @@ fn view(name: String, value: &[u8], revision: i64, created_revision: i64) -> Job
                 schedule_description: description,
                 next_runs,
                 invalid: None,
+                eligible_workers: workers.map(|w| eligible(w, &spec.selector)),
             }
         }
         Err(e) => JobView {
@@ -140,6 +156,7 @@ fn view(name: String, value: &[u8], revision: i64, created_revision: i64) -> Job
             schedule_description: String::new(),
             next_runs: Vec::new(),
             invalid: Some(e.to_string()),
+            eligible_workers: None,
         },
     }
 }
@@ -157,6 +174,21 @@ fn respond_with_etag(status: StatusCode, body: impl Serialize, revision: i64) ->
     resp
 }
 
+/// The registrations under the workers prefix (each lives as long as its worker's session),
+/// with the worker id from the key; values that do not parse are left out.
+async fn live_workers(st: &AppState) -> ApiResult<Vec<(String, WorkerInfo)>> {
+    let mut kv = st.client.kv_client();
+    let resp = etcd(kv.get(st.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|item| match st.keys.parse(item.key()) {
+            Some(Key::Worker(id)) => serde_json::from_slice::<WorkerInfo>(item.value()).ok().map(|info| (id, info)),
+            _ => None,
+        })
+        .collect())
+}
+
 /// Every stored job: one range read of the jobs prefix.
 async fn all_jobs(st: &AppState) -> ApiResult<etcd_client::GetResponse> {
     let mut kv = st.client.kv_client();
@@ -164,8 +196,7 @@ async fn all_jobs(st: &AppState) -> ApiResult<etcd_client::GetResponse> {
 }
 
 async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
-    let mut kv = st.client.kv_client();
-    let resp = etcd(kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    let (resp, workers) = tokio::try_join!(all_jobs(&st), live_workers(&st))?;
     let summaries = tokio::time::timeout(SUMMARY_TIMEOUT, st.store.summaries(now_ms() - 86_400_000, None)).await;
     let (summaries, records) = match summaries {
         Ok(Ok(s)) => (Some(s), json!({"available": true})),
@@ -176,8 +207,8 @@ async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     for item in resp.kvs() {
         if let Some(Key::Job(name)) = st.keys.parse(item.key()) {
             let summary = summaries.as_ref().map(|s| s.get(&name).cloned().unwrap_or_default());
-            let mut v = serde_json::to_value(view(name, item.value(), item.mod_revision(), item.create_revision()))
-                .map_err(|e| ApiError::internal(&e))?;
+            let job = view(name, item.value(), item.mod_revision(), item.create_revision(), Some(&workers));
+            let mut v = serde_json::to_value(job).map_err(|e| ApiError::internal(&e))?;
             v["summary"] = serde_json::to_value(summary).unwrap_or(Value::Null);
             jobs.push(v);
         }
@@ -185,16 +216,18 @@ async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     Ok(Json(json!({ "jobs": jobs, "records": records })))
 }
 
-async fn fetch_job(st: &AppState, name: &str) -> ApiResult<JobView> {
+async fn fetch_job(st: &AppState, name: &str, workers: Option<&[(String, WorkerInfo)]>) -> ApiResult<JobView> {
     job_name(name)?;
     let mut kv = st.client.kv_client();
     let resp = etcd(kv.get(st.keys.job(name), None)).await?;
     let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
-    Ok(view(name.to_owned(), item.value(), item.mod_revision(), item.create_revision()))
+    Ok(view(name.to_owned(), item.value(), item.mod_revision(), item.create_revision(), workers))
 }
 
 async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    let job = fetch_job(&st, &name).await?;
+    job_name(&name)?;
+    let workers = live_workers(&st).await?;
+    let job = fetch_job(&st, &name, Some(&workers)).await?;
     let summary = async {
         let mut summary =
             st.store.summaries(now_ms() - 86_400_000, Some(&name)).await?.remove(&name).unwrap_or_default();
@@ -274,7 +307,7 @@ async fn put_job(
         None => (StatusCode::CREATED, revision),
     };
     tracing::info!(job = %name, revision, created = previous.is_none(), "job saved");
-    Ok(with_etag(status, &view(name, &value, revision, created_revision)))
+    Ok(with_etag(status, &view(name, &value, revision, created_revision, None)))
 }
 
 /// The client's preconditions on a PUT: `If-Match: <revision>` or `If-None-Match: *`.
@@ -472,7 +505,7 @@ async fn grant_command_lease(st: &AppState) -> ApiResult<i64> {
 }
 
 async fn run_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<(StatusCode, Json<Value>)> {
-    fetch_job(&st, &name).await?;
+    fetch_job(&st, &name, None).await?;
     let id = request_id();
     let now = now_ms();
     let request = TriggerRequest::manual(now, "manual run via API");
@@ -496,7 +529,7 @@ async fn kill_job(
     query: Result<Query<KillQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
-    fetch_job(&st, &name).await?;
+    fetch_job(&st, &name, None).await?;
     let target = match query.execution.as_deref() {
         None | Some("all") => KillTarget::All,
         Some(text) => {
@@ -533,7 +566,7 @@ async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Resp
             ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT"))
         })?;
         if spec.enabled == enabled {
-            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), item.value(), rev, created)));
+            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), item.value(), rev, created, None)));
         }
         spec.enabled = enabled;
         let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
@@ -547,7 +580,7 @@ async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Resp
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             tracing::info!(job = %name, enabled, revision, "job {}", if enabled { "resumed" } else { "paused" });
-            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), &value, revision, created)));
+            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), &value, revision, created, None)));
         }
     }
     Err(ApiError::conflict(format!("job {name:?} is being edited concurrently; retry")))
@@ -572,9 +605,11 @@ struct RunningView {
 }
 
 async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
-    let mut kv = st.client.kv_client();
-    let workers = etcd(kv.get(st.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))).await?;
-    let running = etcd(kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    let running = async {
+        let mut kv = st.client.kv_client();
+        etcd(kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await
+    };
+    let (workers, running, jobs) = tokio::try_join!(live_workers(&st), running, all_jobs(&st))?;
     let mut by_worker: BTreeMap<String, Vec<RunningView>> = BTreeMap::new();
     for item in running.kvs() {
         let (Some(Key::Running(id)), Ok(r)) =
@@ -592,20 +627,24 @@ async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
             fencing_token: r.fencing_token.unwrap_or_else(|| item.create_revision()),
         });
     }
+    // Jobs (valid ones: the others are not scheduled at all) that no live worker may run.
+    let mut unmatched = Vec::new();
+    for item in jobs.kvs() {
+        let (Some(Key::Job(name)), Ok(spec)) = (st.keys.parse(item.key()), JobSpec::from_json(item.value())) else {
+            continue;
+        };
+        if eligible(&workers, &spec.selector) == 0 {
+            unmatched.push(json!({ "job": name, "selector": spec.selector }));
+        }
+    }
     let mut out = Vec::new();
-    for item in workers.kvs() {
-        let Some(Key::Worker(id)) = st.keys.parse(item.key()) else {
-            continue;
-        };
-        let Ok(info) = serde_json::from_slice::<WorkerInfo>(item.value()) else {
-            continue;
-        };
+    for (id, info) in workers {
         let mut value = serde_json::to_value(&info).map_err(|e| ApiError::internal(&e))?;
         value["running_executions"] =
             serde_json::to_value(by_worker.remove(&id).unwrap_or_default()).unwrap_or(Value::Null);
         out.push(value);
     }
-    Ok(Json(json!({ "workers": out })))
+    Ok(Json(json!({ "workers": out, "unmatched_jobs": unmatched })))
 }
 
 #[derive(Debug, Deserialize)]
