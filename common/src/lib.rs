@@ -1,7 +1,9 @@
-//! Shared vocabulary of etcron: job model and validation, schedules, the etcd key layout,
-//! the records stored in etcd, the etcd session and claim helpers, and bounded task output.
+//! Shared vocabulary of etcron: job model and validation, the job dependency graph, schedules,
+//! the etcd key layout, the records stored in etcd, the etcd session and claim helpers, and
+//! bounded task output.
 
 pub mod claim;
+pub mod dependency;
 pub mod duration;
 pub mod etcd;
 pub mod job;

@@ -12,10 +12,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
+use etcron_common::dependency::DependencyGraph;
 use etcron_common::job::{validate_name, JobSpec};
 use etcron_common::keys::{ExecutionId, Key, Keys, KillTarget};
-use etcron_common::model::{KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
+use etcron_common::model::{JobState, KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
 use etcron_common::model::{Status, TriggerKind};
 use etcron_common::schedule::{format_in, Schedule, ScheduleError};
 use etcron_common::store::{Cursor, MongoStore, Search, StoreError, DEFAULT_LIMIT, MAX_LIMIT};
@@ -35,6 +38,9 @@ const NEXT_RUNS: usize = 5;
 pub const MAX_PREVIEW: usize = 100;
 /// Retries of read-modify-write updates (pause/resume) under contention.
 const RMW_ATTEMPTS: usize = 5;
+/// Times a PUT with dependencies re-reads the jobs and re-checks for a cycle when other jobs
+/// were saved between its read and its write.
+const DEPENDENCY_CHECK_ATTEMPTS: u64 = 5;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -100,9 +106,24 @@ pub struct JobView {
     /// Set when the stored value is not a valid spec (written around the API).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invalid: Option<String>,
+    /// Live workers whose labels match the job's selector (shown by the GET routes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eligible_workers: Option<usize>,
 }
 
-fn view(name: String, value: &[u8], revision: i64, created_revision: i64) -> JobView {
+/// Live workers whose labels include every entry of `selector`.
+fn eligible(workers: &[(String, WorkerInfo)], selector: &BTreeMap<String, String>) -> usize {
+    workers.iter().filter(|(_, w)| w.matches(selector)).count()
+}
+
+/// A stored job as the API shows it; `workers` (the live ones) fills in `eligible_workers`.
+fn view(
+    name: String,
+    value: &[u8],
+    revision: i64,
+    created_revision: i64,
+    workers: Option<&[(String, WorkerInfo)]>,
+) -> JobView {
     match JobSpec::from_json(value) {
         Ok(spec) => {
             let (description, next_runs) = match spec.parsed_schedule() {
@@ -124,6 +145,7 @@ fn view(name: String, value: &[u8], revision: i64, created_revision: i64) -> Job
                 schedule_description: description,
                 next_runs,
                 invalid: None,
+                eligible_workers: workers.map(|w| eligible(w, &spec.selector)),
             }
         }
         Err(e) => JobView {
@@ -134,6 +156,7 @@ fn view(name: String, value: &[u8], revision: i64, created_revision: i64) -> Job
             schedule_description: String::new(),
             next_runs: Vec::new(),
             invalid: Some(e.to_string()),
+            eligible_workers: None,
         },
     }
 }
@@ -151,9 +174,29 @@ fn respond_with_etag(status: StatusCode, body: impl Serialize, revision: i64) ->
     resp
 }
 
-async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
+/// The registrations under the workers prefix (each lives as long as its worker's session),
+/// with the worker id from the key; values that do not parse are left out.
+async fn live_workers(st: &AppState) -> ApiResult<Vec<(String, WorkerInfo)>> {
     let mut kv = st.client.kv_client();
-    let resp = etcd(kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    let resp = etcd(kv.get(st.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|item| match st.keys.parse(item.key()) {
+            Some(Key::Worker(id)) => serde_json::from_slice::<WorkerInfo>(item.value()).ok().map(|info| (id, info)),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Every stored job: one range read of the jobs prefix.
+async fn all_jobs(st: &AppState) -> ApiResult<etcd_client::GetResponse> {
+    let mut kv = st.client.kv_client();
+    etcd(kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await
+}
+
+async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
+    let (resp, workers) = tokio::try_join!(all_jobs(&st), live_workers(&st))?;
     let summaries = tokio::time::timeout(SUMMARY_TIMEOUT, st.store.summaries(now_ms() - 86_400_000, None)).await;
     let (summaries, records) = match summaries {
         Ok(Ok(s)) => (Some(s), json!({"available": true})),
@@ -164,8 +207,8 @@ async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     for item in resp.kvs() {
         if let Some(Key::Job(name)) = st.keys.parse(item.key()) {
             let summary = summaries.as_ref().map(|s| s.get(&name).cloned().unwrap_or_default());
-            let mut v = serde_json::to_value(view(name, item.value(), item.mod_revision(), item.create_revision()))
-                .map_err(|e| ApiError::internal(&e))?;
+            let job = view(name, item.value(), item.mod_revision(), item.create_revision(), Some(&workers));
+            let mut v = serde_json::to_value(job).map_err(|e| ApiError::internal(&e))?;
             v["summary"] = serde_json::to_value(summary).unwrap_or(Value::Null);
             jobs.push(v);
         }
@@ -173,16 +216,18 @@ async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     Ok(Json(json!({ "jobs": jobs, "records": records })))
 }
 
-async fn fetch_job(st: &AppState, name: &str) -> ApiResult<JobView> {
+async fn fetch_job(st: &AppState, name: &str, workers: Option<&[(String, WorkerInfo)]>) -> ApiResult<JobView> {
     job_name(name)?;
     let mut kv = st.client.kv_client();
     let resp = etcd(kv.get(st.keys.job(name), None)).await?;
     let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
-    Ok(view(name.to_owned(), item.value(), item.mod_revision(), item.create_revision()))
+    Ok(view(name.to_owned(), item.value(), item.mod_revision(), item.create_revision(), workers))
 }
 
 async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    let job = fetch_job(&st, &name).await?;
+    job_name(&name)?;
+    let workers = live_workers(&st).await?;
+    let job = fetch_job(&st, &name, Some(&workers)).await?;
     let summary = async {
         let mut summary =
             st.store.summaries(now_ms() - 86_400_000, Some(&name)).await?.remove(&name).unwrap_or_default();
@@ -239,34 +284,22 @@ async fn put_job(
     let body = body_bytes(body)?;
     let spec = JobSpec::from_json(&body)?;
     let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
-    let key = st.keys.job(&name);
-    let mut kv = st.client.kv_client();
-    let compare = match (expected, create_only) {
-        // Optimistic concurrency: the edit applies only to the revision the client read.
-        (Some(rev), _) => Some(Compare::mod_revision(key.clone(), CompareOp::Equal, rev)),
-        (None, true) => Some(Compare::create_revision(key.clone(), CompareOp::Equal, 0)),
-        (None, false) => None,
+    let precondition = Precondition { expected, create_only };
+    let resp = if spec.on_success.is_empty() && spec.on_failure.is_empty() {
+        // A job that starts no other job cannot close a cycle: one txn, as for any edit.
+        match save_job(&st, &name, &value, precondition, None).await? {
+            Saved::Committed(resp) => resp,
+            Saved::Refused(e) => return Err(e),
+            Saved::JobsChanged => {
+                return Err(ApiError::conflict(format!("job {name:?} changed concurrently; retry")));
+            }
+        }
+    } else {
+        save_job_checked(&st, &name, &spec, &value, precondition).await?
     };
-    let txn = Txn::new()
-        .when(compare.into_iter().collect::<Vec<_>>())
-        .and_then([TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_prev_key()))])
-        .or_else([TxnOp::get(key.clone(), None)]);
-    let resp = etcd(kv.txn(txn)).await?;
-    if !resp.succeeded() {
-        let current = resp.op_responses().into_iter().find_map(|op| match op {
-            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.mod_revision()),
-            _ => None,
-        });
-        return Err(match (current, expected) {
-            (Some(rev), Some(want)) => ApiError::conflict(format!("job {name:?} was changed by someone else: it is at revision {rev}, your edit was based on revision {want}; reload and re-apply your change")),
-            (None, Some(_)) => ApiError::conflict(format!("job {name:?} was deleted by someone else; reload before saving")),
-            (Some(_), None) => ApiError::conflict(format!("job {name:?} already exists (If-None-Match: *)")),
-            (None, None) => ApiError::conflict(format!("job {name:?} changed concurrently; retry")),
-        });
-    }
     let revision = resp.header().map_or(0, |h| h.revision());
     let previous = resp.op_responses().into_iter().find_map(|op| match op {
-        etcd_client::TxnOpResponse::Put(p) => p.prev_key().map(|kv| kv.create_revision()),
+        TxnOpResponse::Put(p) => p.prev_key().map(|kv| kv.create_revision()),
         _ => None,
     });
     let (status, created_revision) = match previous {
@@ -274,7 +307,156 @@ async fn put_job(
         None => (StatusCode::CREATED, revision),
     };
     tracing::info!(job = %name, revision, created = previous.is_none(), "job saved");
-    Ok(with_etag(status, &view(name, &value, revision, created_revision)))
+    Ok(with_etag(status, &view(name, &value, revision, created_revision, None)))
+}
+
+/// The client's preconditions on a PUT: `If-Match: <revision>` or `If-None-Match: *`.
+#[derive(Debug, Clone, Copy)]
+struct Precondition {
+    expected: Option<i64>,
+    create_only: bool,
+}
+
+/// How a PUT's transaction ended.
+enum Saved {
+    Committed(TxnResponse),
+    /// The client's precondition failed: the answer to give.
+    Refused(ApiError),
+    /// A job was saved or replaced after the revision the dependency check read.
+    JobsChanged,
+}
+
+/// Writes a job in one txn. `checked_at`: the revision of the jobs the dependency check read;
+/// the write then applies only if no job changed since.
+async fn save_job(
+    st: &AppState,
+    name: &str,
+    value: &[u8],
+    precondition: Precondition,
+    checked_at: Option<i64>,
+) -> ApiResult<Saved> {
+    let key = st.keys.job(name);
+    let state_key = st.keys.state(name);
+    let Precondition { expected, create_only } = precondition;
+    let mut compares = match (expected, create_only) {
+        // Optimistic concurrency: the edit applies only to the revision the client read.
+        (Some(rev), _) => vec![Compare::mod_revision(key.clone(), CompareOp::Equal, rev)],
+        (None, true) => vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
+        (None, false) => Vec::new(),
+    };
+    if let Some(rev) = checked_at {
+        // No key under the jobs prefix was written after the graph the check saw; otherwise two
+        // saves checked at the same time could close a cycle together (a → b, b → a). Deletes
+        // pass: they only remove edges.
+        compares.push(Compare::mod_revision(st.keys.jobs_prefix(), CompareOp::Less, rev + 1).with_prefix());
+    }
+    // A new job's catch-up state starts now, so workers never catch up on ticks from before the
+    // job existed. Only when the job does not exist yet and no state is stored: a replace, or a
+    // state left by someone else, keeps its value. Placed before the put so that its compare
+    // sees the job as it was before this txn.
+    let init_state = Txn::new()
+        .when([
+            Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+            Compare::version(state_key.clone(), CompareOp::Equal, 0),
+        ])
+        .and_then([TxnOp::put(state_key, JobState { last_tick_ms: now_ms() }.to_bytes(), None)]);
+    let txn = Txn::new()
+        .when(compares)
+        .and_then([TxnOp::txn(init_state), TxnOp::put(key.clone(), value, Some(PutOptions::new().with_prev_key()))])
+        // The job as it is now tells a failed precondition from a changed jobs prefix.
+        .or_else([TxnOp::get(key, None)]);
+    let mut kv = st.client.kv_client();
+    let resp = etcd(kv.txn(txn)).await?;
+    if resp.succeeded() {
+        return Ok(Saved::Committed(resp));
+    }
+    let current = resp.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.mod_revision()),
+        _ => None,
+    });
+    let refused = match (current, expected) {
+        (Some(rev), Some(want)) if rev != want => Some(format!(
+            "job {name:?} was changed by someone else: it is at revision {rev}, your edit was based on \
+             revision {want}; reload and re-apply your change"
+        )),
+        (None, Some(_)) => Some(format!("job {name:?} was deleted by someone else; reload before saving")),
+        (Some(_), None) if create_only => Some(format!("job {name:?} already exists (If-None-Match: *)")),
+        _ => None,
+    };
+    Ok(match refused {
+        Some(message) => Saved::Refused(ApiError::conflict(message)),
+        None => Saved::JobsChanged,
+    })
+}
+
+/// Saves a job that starts other jobs, refusing a dependency cycle through it. The check reads
+/// every job at one revision and the write commits only if no job changed since; when one did,
+/// it reads and checks again, a few times.
+async fn save_job_checked(
+    st: &AppState,
+    name: &str,
+    spec: &JobSpec,
+    value: &[u8],
+    precondition: Precondition,
+) -> ApiResult<TxnResponse> {
+    // A job naming itself needs no etcd read to be refused.
+    refuse_cycle(name, spec, DependencyGraph::new())?;
+    for attempt in 1..=DEPENDENCY_CHECK_ATTEMPTS {
+        let jobs = all_jobs(st).await?;
+        let read_at = jobs.header().map(|h| h.revision()).ok_or_else(|| ApiError::internal(&"range without header"))?;
+        let mut graph = DependencyGraph::new();
+        for item in jobs.kvs() {
+            if let Some(Key::Job(job)) = st.keys.parse(item.key()) {
+                let edges: StoredEdges = serde_json::from_slice(item.value()).unwrap_or_default();
+                graph.set(&job, edges.on_success.into_iter().chain(edges.on_failure));
+            }
+        }
+        refuse_cycle(name, spec, graph)?;
+        match save_job(st, name, value, precondition, Some(read_at)).await? {
+            Saved::Committed(resp) => return Ok(resp),
+            Saved::Refused(e) => return Err(e),
+            Saved::JobsChanged => {
+                tracing::info!(
+                    job = %name,
+                    attempt,
+                    read_revision = read_at,
+                    "jobs changed during the dependency check; checking again"
+                );
+            }
+        }
+        if attempt < DEPENDENCY_CHECK_ATTEMPTS {
+            // Jitter, so that saves which keep colliding stop doing so.
+            tokio::time::sleep(Duration::from_millis(rand::random_range(5..=25) * attempt)).await;
+        }
+    }
+    Err(ApiError::conflict(format!(
+        "other jobs were saved while the dependencies of job {name:?} were being checked for cycles, \
+         {DEPENDENCY_CHECK_ATTEMPTS} times in a row; nothing was saved, retry"
+    )))
+}
+
+/// The dependency edges of a stored job. Read on their own, without validating the rest, so the
+/// check is cheap and a stored value that is otherwise invalid still counts its edges.
+#[derive(Debug, Default, Deserialize)]
+struct StoredEdges {
+    #[serde(default)]
+    on_success: Vec<String>,
+    #[serde(default)]
+    on_failure: Vec<String>,
+}
+
+/// 400 `dependency_cycle` when `graph`, with `name`'s edges replaced by the spec's, has a cycle
+/// through `name`; the field is the entry of the spec's list the cycle leaves by.
+fn refuse_cycle(name: &str, spec: &JobSpec, mut graph: DependencyGraph) -> ApiResult<()> {
+    graph.set(name, spec.on_success.iter().chain(&spec.on_failure).map(String::as_str));
+    let Some(cycle) = graph.cycle_through(name) else {
+        return Ok(());
+    };
+    let step = cycle.first_step().unwrap_or(name);
+    let field = [("on_success", &spec.on_success), ("on_failure", &spec.on_failure)]
+        .into_iter()
+        .find_map(|(list, jobs)| jobs.iter().position(|j| j == step).map(|i| format!("{list}[{i}]")));
+    Err(ApiError::dependency_cycle(field, format!("dependency cycle: {cycle}")))
 }
 
 async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, headers: HeaderMap) -> ApiResult<StatusCode> {
@@ -285,10 +467,18 @@ async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, header
         Some(rev) => Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
         None => Compare::create_revision(key.clone(), CompareOp::Greater, 0),
     };
-    // The job and its catch-up state go together; claims expire under their own leases.
     let txn = Txn::new()
         .when([compare])
-        .and_then([TxnOp::delete(key.clone(), None), TxnOp::delete(st.keys.state(&name), None)])
+        .and_then([
+            TxnOp::delete(key.clone(), None),
+            // The catch-up state belongs to the job and goes with it.
+            TxnOp::delete(st.keys.state(&name), None),
+            // Pending run requests (manual runs, retries, dependency runs, catch-up) must not
+            // start the job, or a job of the same name created later, after the delete.
+            TxnOp::delete(st.keys.job_trigger_prefix(&name), Some(DeleteOptions::new().with_prefix())),
+            // Claims, running markers and the lock stay: they belong to executions still running
+            // under worker leases, and expire with them.
+        ])
         .or_else([TxnOp::get(key.clone(), None)]);
     let mut kv = st.client.kv_client();
     let resp = etcd(kv.txn(txn)).await?;
@@ -296,10 +486,7 @@ async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, header
         tracing::info!(job = %name, "job deleted");
         return Ok(StatusCode::NO_CONTENT);
     }
-    let exists = resp
-        .op_responses()
-        .into_iter()
-        .any(|op| matches!(op, etcd_client::TxnOpResponse::Get(g) if !g.kvs().is_empty()));
+    let exists = resp.op_responses().into_iter().any(|op| matches!(op, TxnOpResponse::Get(g) if !g.kvs().is_empty()));
     if exists {
         Err(ApiError::conflict(format!("job {name:?} was changed by someone else; reload before deleting")))
     } else {
@@ -318,7 +505,7 @@ async fn grant_command_lease(st: &AppState) -> ApiResult<i64> {
 }
 
 async fn run_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<(StatusCode, Json<Value>)> {
-    fetch_job(&st, &name).await?;
+    fetch_job(&st, &name, None).await?;
     let id = request_id();
     let now = now_ms();
     let request = TriggerRequest::manual(now, "manual run via API");
@@ -342,7 +529,7 @@ async fn kill_job(
     query: Result<Query<KillQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
-    fetch_job(&st, &name).await?;
+    fetch_job(&st, &name, None).await?;
     let target = match query.execution.as_deref() {
         None | Some("all") => KillTarget::All,
         Some(text) => {
@@ -379,7 +566,7 @@ async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Resp
             ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT"))
         })?;
         if spec.enabled == enabled {
-            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), item.value(), rev, created)));
+            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), item.value(), rev, created, None)));
         }
         spec.enabled = enabled;
         let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
@@ -393,7 +580,7 @@ async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Resp
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             tracing::info!(job = %name, enabled, revision, "job {}", if enabled { "resumed" } else { "paused" });
-            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), &value, revision, created)));
+            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), &value, revision, created, None)));
         }
     }
     Err(ApiError::conflict(format!("job {name:?} is being edited concurrently; retry")))
@@ -418,9 +605,11 @@ struct RunningView {
 }
 
 async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
-    let mut kv = st.client.kv_client();
-    let workers = etcd(kv.get(st.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))).await?;
-    let running = etcd(kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    let running = async {
+        let mut kv = st.client.kv_client();
+        etcd(kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await
+    };
+    let (workers, running, jobs) = tokio::try_join!(live_workers(&st), running, all_jobs(&st))?;
     let mut by_worker: BTreeMap<String, Vec<RunningView>> = BTreeMap::new();
     for item in running.kvs() {
         let (Some(Key::Running(id)), Ok(r)) =
@@ -438,20 +627,24 @@ async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
             fencing_token: r.fencing_token.unwrap_or_else(|| item.create_revision()),
         });
     }
+    // Jobs (valid ones: the others are not scheduled at all) that no live worker may run.
+    let mut unmatched = Vec::new();
+    for item in jobs.kvs() {
+        let (Some(Key::Job(name)), Ok(spec)) = (st.keys.parse(item.key()), JobSpec::from_json(item.value())) else {
+            continue;
+        };
+        if eligible(&workers, &spec.selector) == 0 {
+            unmatched.push(json!({ "job": name, "selector": spec.selector }));
+        }
+    }
     let mut out = Vec::new();
-    for item in workers.kvs() {
-        let Some(Key::Worker(id)) = st.keys.parse(item.key()) else {
-            continue;
-        };
-        let Ok(info) = serde_json::from_slice::<WorkerInfo>(item.value()) else {
-            continue;
-        };
+    for (id, info) in workers {
         let mut value = serde_json::to_value(&info).map_err(|e| ApiError::internal(&e))?;
         value["running_executions"] =
             serde_json::to_value(by_worker.remove(&id).unwrap_or_default()).unwrap_or(Value::Null);
         out.push(value);
     }
-    Ok(Json(json!({ "workers": out })))
+    Ok(Json(json!({ "workers": out, "unmatched_jobs": unmatched })))
 }
 
 #[derive(Debug, Deserialize)]

@@ -20,6 +20,11 @@ impl ApiError {
         Self { status: StatusCode::BAD_REQUEST, code: "invalid", message: message.into(), field: field.into() }
     }
 
+    /// The saved job would start itself through `on_success` / `on_failure` edges.
+    pub fn dependency_cycle(field: impl Into<Option<String>>, message: impl Into<String>) -> Self {
+        Self { status: StatusCode::BAD_REQUEST, code: "dependency_cycle", message: message.into(), field: field.into() }
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self { status: StatusCode::NOT_FOUND, code: "not_found", message: message.into(), field: None }
     }

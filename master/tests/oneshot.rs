@@ -1,5 +1,6 @@
 //! Router tests without a socket (`app().oneshot`): input validation that must answer before
-//! any etcd call, previews, unknown routes, and readiness when etcd cannot be reached.
+//! any etcd call (a job naming itself included), previews, unknown routes, and readiness and
+//! 503s when etcd cannot be reached.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
@@ -53,6 +54,40 @@ async fn a_valid_spec_with_etcd_down_is_a_503() {
         call(put("/api/jobs/ok", r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#)).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["error"]["code"], "etcd_unavailable");
+}
+
+#[tokio::test]
+async fn a_job_naming_itself_is_refused_before_touching_etcd() {
+    for (deps, field) in [
+        (r#""on_success":["ok"]"#, "on_success[0]"),
+        (r#""on_success":["other"],"on_failure":["x","ok"]"#, "on_failure[1]"),
+    ] {
+        let body = format!(r#"{{"schedule":"@daily","task":{{"kind":"shell","command":"true"}},{deps}}}"#);
+        let (status, body) = call(put("/api/jobs/ok", &body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(body["error"]["code"], "dependency_cycle");
+        assert_eq!(body["error"]["message"], "dependency cycle: ok → ok");
+        assert_eq!(body["error"]["field"], field);
+    }
+}
+
+#[tokio::test]
+async fn routes_that_read_etcd_answer_503_while_it_is_down() {
+    // A spec with dependencies needs the other jobs to be checked: no answer without etcd.
+    let deps = r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"},"on_success":["b"]}"#;
+    let (status, body) = call(put("/api/jobs/a", deps)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("etcd_unavailable")));
+    for req in [
+        Request::get("/api/jobs").body(Body::empty()).unwrap(),
+        Request::get("/api/jobs/a").body(Body::empty()).unwrap(),
+        Request::get("/api/workers").body(Body::empty()).unwrap(),
+        Request::delete("/api/jobs/a").body(Body::empty()).unwrap(),
+    ] {
+        let what = format!("{} {}", req.method(), req.uri());
+        let (status, body) = call(req).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{what}: {body}");
+        assert_eq!(body["error"]["code"], "etcd_unavailable", "{what}");
+    }
 }
 
 #[tokio::test]

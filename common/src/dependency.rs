@@ -1,0 +1,207 @@
+//! The graph of job dependencies (`on_success` / `on_failure` edges) and the search for a cycle through one job.
+//!
+//! Pure: the caller builds the graph from every stored job, puts the job being saved in with
+//! its new edges, and asks for a cycle through that job. Only a cycle through the edited job
+//! can be new, because every edge the edit adds starts at that job; a cycle elsewhere (written
+//! around the API) is not the edit's fault and is not reported for it.
+//! Edges may name jobs that do not exist (yet): such a job simply has no edges of its own.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+
+/// Edges from each job to the jobs its executions start (`on_success`, then `on_failure`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DependencyGraph {
+    edges: BTreeMap<String, Vec<String>>,
+}
+
+/// A dependency cycle as a path that starts and ends with the same job (`a → b → a`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cycle(pub Vec<String>);
+
+impl Cycle {
+    /// The jobs along the cycle, the first one repeated at the end.
+    #[must_use]
+    pub fn path(&self) -> &[String] {
+        &self.0
+    }
+
+    /// The job the cycle's first edge leads to (the first job itself for a self-loop).
+    #[must_use]
+    pub fn first_step(&self) -> Option<&str> {
+        self.0.get(1).map(String::as_str)
+    }
+}
+
+impl fmt::Display for Cycle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join(" → "))
+    }
+}
+
+impl DependencyGraph {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the edges of `job`, replacing any it had.
+    pub fn set<I, S>(&mut self, job: &str, dependents: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let dependents: Vec<String> = dependents.into_iter().map(Into::into).collect();
+        if dependents.is_empty() {
+            self.edges.remove(job);
+        } else {
+            self.edges.insert(job.to_owned(), dependents);
+        }
+    }
+
+    /// The jobs `job` starts, in the order they were given.
+    #[must_use]
+    pub fn dependents(&self, job: &str) -> &[String] {
+        self.edges.get(job).map_or(&[], Vec::as_slice)
+    }
+
+    /// A shortest cycle through `job`, if there is one: breadth-first from `job`'s dependents
+    /// back to `job`. Ties go to the edge listed first.
+    #[must_use]
+    pub fn cycle_through(&self, job: &str) -> Option<Cycle> {
+        // parent[x] = the job whose edge first reached x.
+        let mut parent: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        let mut queue: VecDeque<&str> = VecDeque::new();
+        queue.push_back(job);
+        while let Some(at) = queue.pop_front() {
+            for next in self.dependents(at) {
+                let next = next.as_str();
+                if next == job {
+                    // Walk back from `at` to `job`, then close the loop.
+                    let mut path = vec![job.to_owned()];
+                    let mut cur = at;
+                    while cur != job {
+                        path.push(cur.to_owned());
+                        cur = parent.get(cur).copied().unwrap_or(job);
+                    }
+                    path[1..].reverse();
+                    path.push(job.to_owned());
+                    return Some(Cycle(path));
+                }
+                if seen.insert(next) {
+                    parent.insert(next, at);
+                    queue.push_back(next);
+                }
+            }
+        }
+        None
+    }
+
+    /// Every job that lies on some cycle (for checking a whole stored graph).
+    #[must_use]
+    pub fn jobs_on_cycles(&self) -> Vec<String> {
+        self.edges.keys().filter(|j| self.cycle_through(j).is_some()).cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(edges: &[(&str, &[&str])]) -> DependencyGraph {
+        let mut g = DependencyGraph::new();
+        for (job, deps) in edges {
+            g.set(job, deps.iter().copied());
+        }
+        g
+    }
+
+    fn path(c: Option<Cycle>) -> Option<Vec<String>> {
+        c.map(|c| c.0)
+    }
+
+    fn names(list: &[&str]) -> Option<Vec<String>> {
+        Some(list.iter().map(|s| (*s).to_owned()).collect())
+    }
+
+    #[test]
+    fn self_loop() {
+        let g = graph(&[("a", &["a"])]);
+        let cycle = g.cycle_through("a").unwrap();
+        assert_eq!(cycle.to_string(), "a → a");
+        assert_eq!(cycle.first_step(), Some("a"));
+    }
+
+    #[test]
+    fn two_cycle() {
+        let g = graph(&[("a", &["b"]), ("b", &["a"])]);
+        assert_eq!(path(g.cycle_through("a")), names(&["a", "b", "a"]));
+        assert_eq!(path(g.cycle_through("b")), names(&["b", "a", "b"]));
+    }
+
+    #[test]
+    fn three_cycle_is_reported_from_the_job_asked_about() {
+        let g = graph(&[("a", &["b"]), ("b", &["c"]), ("c", &["a"])]);
+        let c = g.cycle_through("c").unwrap();
+        assert_eq!(c.to_string(), "c → a → b → c");
+        assert_eq!(c.first_step(), Some("a"));
+        assert_eq!(path(g.cycle_through("a")), names(&["a", "b", "c", "a"]));
+    }
+
+    #[test]
+    fn the_shortest_cycle_is_reported() {
+        // a → b → c → d → a and a → x → a: the short one is the useful message.
+        let g = graph(&[("a", &["b", "x"]), ("b", &["c"]), ("c", &["d"]), ("d", &["a"]), ("x", &["a"])]);
+        assert_eq!(path(g.cycle_through("a")), names(&["a", "x", "a"]));
+    }
+
+    #[test]
+    fn a_cycle_elsewhere_is_not_the_edited_jobs() {
+        // b ⇄ c exists already (written around the API); a → b reaches it but a is on no cycle.
+        let g = graph(&[("a", &["b"]), ("b", &["c"]), ("c", &["b"])]);
+        assert_eq!(g.cycle_through("a"), None);
+        assert_eq!(path(g.cycle_through("b")), names(&["b", "c", "b"]));
+        assert_eq!(g.jobs_on_cycles(), ["b", "c"]);
+    }
+
+    #[test]
+    fn diamond_is_no_cycle() {
+        let g = graph(&[("a", &["b", "c"]), ("b", &["d"]), ("c", &["d"])]);
+        for job in ["a", "b", "c", "d"] {
+            assert_eq!(g.cycle_through(job), None, "{job}");
+        }
+        assert!(g.jobs_on_cycles().is_empty());
+    }
+
+    #[test]
+    fn edges_to_missing_jobs_are_allowed() {
+        let g = graph(&[("a", &["later", "b"]), ("b", &["also-later"])]);
+        assert_eq!(g.cycle_through("a"), None);
+        assert_eq!(g.cycle_through("later"), None);
+    }
+
+    #[test]
+    fn replacing_edges_removes_the_old_ones() {
+        let mut g = graph(&[("a", &["b"]), ("b", &["c"]), ("c", &["a"])]);
+        assert!(g.cycle_through("a").is_some());
+        g.set("c", Vec::<String>::new());
+        assert_eq!(g.cycle_through("a"), None);
+        assert!(g.dependents("c").is_empty());
+        g.set("c", ["b"]);
+        assert_eq!(path(g.cycle_through("c")), names(&["c", "b", "c"]));
+    }
+
+    #[test]
+    fn duplicate_edges_and_long_chains() {
+        let mut g = DependencyGraph::new();
+        for i in 0..1000 {
+            g.set(&format!("j{i}"), [format!("j{}", i + 1), format!("j{}", i + 1)]);
+        }
+        assert_eq!(g.cycle_through("j0"), None);
+        g.set("j1000", ["j0"]);
+        let c = g.cycle_through("j500").unwrap();
+        assert_eq!(c.path().len(), 1002);
+        assert_eq!(c.path().first(), c.path().last());
+    }
+}
