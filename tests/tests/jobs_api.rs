@@ -208,7 +208,7 @@ async fn delete_takes_the_state_and_pending_run_requests_along() -> anyhow::Resu
     }
     // What running executions own: claim, running marker, lock. They stay.
     let execution = ExecutionId::new("dx", Tick::Scheduled(1_700_000_000_000));
-    let owned = [k.claim(&execution), k.running(&execution), k.lock("dx")];
+    let owned = [k.claim(&execution), k.running(&execution), k.lock("dx", &etcron_common::keys::Part::Whole)];
     for key in &owned {
         etcd.put(key.as_str(), "{}", None).await?;
     }

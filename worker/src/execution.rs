@@ -611,8 +611,14 @@ pub fn catchup_request(keys: &Keys, job: &str, tick_ms: UnixMs, then: Vec<UnixMs
     put_request(keys, job, &format!("catchup-{tick_ms}"), &request)
 }
 
+/// A run request, written only while its job exists: a request for a deleted (or never
+/// created) job would outlive it, since requests have no lease.
 fn put_request(keys: &Keys, job: &str, request_id: &str, request: &TriggerRequest) -> TxnOp {
-    TxnOp::put(keys.trigger(job, request_id), to_json(request), None)
+    TxnOp::txn(Txn::new().when([Compare::version(keys.job(job), CompareOp::Greater, 0)]).and_then([TxnOp::put(
+        keys.trigger(job, request_id),
+        to_json(request),
+        None,
+    )]))
 }
 
 /// A catch-up chain whose tick was skipped goes on with its next tick.
