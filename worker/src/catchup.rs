@@ -3,7 +3,8 @@
 //! nobody claimed them. The scan finds, per job, the ticks between `{ns}/state/{job}` (the newest
 //! tick claimed) and the load time that have no claim, and applies the job's `misfire` policy:
 //! `skip` records them `missed`, `run_once` runs the newest as a catch-up run, `run_all` runs up
-//! to `max_catchup` of the newest, one after another. Every tick is settled through its claim
+//! to `max_catchup` of the newest, one after another; every tick not run is recorded `missed`
+//! (up to `MAX_MISSED_RECORDS` one by one, older ones counted in one reason). Every tick is settled through its claim
 //! key, so scans by several workers never run or record a tick twice.
 
 use std::collections::{HashMap, HashSet};
@@ -33,70 +34,75 @@ pub struct Plan {
     pub record: Vec<(UnixMs, String)>,
 }
 
+/// Most missed ticks of one job recorded one by one per scan; older ones are counted in the
+/// reason of the oldest recorded tick.
+pub const MAX_MISSED_RECORDS: usize = 1000;
+
 /// Decides what happens to `unclaimed` ticks (oldest first); `older` more were beyond the scan.
 #[must_use]
 pub fn plan(unclaimed: &[UnixMs], older: usize, misfire: Misfire, max_catchup: u32, paused: bool) -> Plan {
-    let keep = usize::try_from(max_catchup).unwrap_or(usize::MAX).max(1);
-    let window_start = unclaimed.len().saturating_sub(keep);
-    let (beyond, window) = unclaimed.split_at(window_start);
-    let not_examined = older + beyond.len();
-    let summary = |reason: String| {
-        if not_examined > 0 {
-            format!("{reason}; {not_examined} older ticks were missed too and are not recorded one by one")
-        } else {
-            reason
+    let down = "no worker claimed this tick (no live worker at the time)";
+    let (run, rest, why): (&[UnixMs], &[UnixMs], String) = if paused {
+        (&[], unclaimed, "job paused (tick fell while no worker was running)".to_owned())
+    } else {
+        match misfire {
+            Misfire::Skip => (&[], unclaimed, format!("{down}; misfire: skip")),
+            Misfire::RunOnce => match unclaimed.split_last() {
+                Some((newest, rest)) => (
+                    std::slice::from_ref(newest),
+                    rest,
+                    format!("{down}; misfire: run_once caught up once, with the tick at {}", rfc3339_ms(*newest)),
+                ),
+                None => (&[], &[], String::new()),
+            },
+            Misfire::RunAll => {
+                let keep = usize::try_from(max_catchup).unwrap_or(usize::MAX).max(1);
+                let (rest, run) = unclaimed.split_at(unclaimed.len().saturating_sub(keep));
+                (
+                    run,
+                    rest,
+                    format!("{down}; misfire: run_all caught up only the newest {max_catchup} ticks (max_catchup)"),
+                )
+            }
         }
     };
-    let mut out = Plan { run: Vec::new(), record: Vec::new() };
-    if paused {
-        for (i, &t) in window.iter().enumerate() {
-            let reason = "job paused (tick fell while no worker was running)".to_owned();
-            out.record.push((t, if i == 0 { summary(reason) } else { reason }));
-        }
-        return out;
-    }
-    let down = "no worker claimed this tick (no live worker at the time)";
-    match misfire {
-        Misfire::Skip => {
-            for (i, &t) in window.iter().enumerate() {
-                let reason = format!("{down}; misfire: skip");
-                out.record.push((t, if i == 0 { summary(reason) } else { reason }));
-            }
-        }
-        Misfire::RunOnce => {
-            if let Some((&newest, rest)) = window.split_last() {
-                out.run.push(newest);
-                for (i, &t) in rest.iter().enumerate() {
-                    let reason =
-                        format!("{down}; misfire: run_once caught up once, with the tick at {}", rfc3339_ms(newest));
-                    out.record.push((t, if i == 0 { summary(reason) } else { reason }));
-                }
-            }
-        }
-        Misfire::RunAll => {
-            out.run.extend_from_slice(window);
-            if let Some(&newest_beyond) = beyond.last() {
-                let reason = format!(
-                    "{down}; misfire: run_all caught up the newest {max_catchup} ticks (max_catchup); this tick and {} older ones were not run",
-                    not_examined - 1
-                );
-                out.record.push((newest_beyond, reason));
-            } else if older > 0 {
-                tracing::warn!(older, "misfire run_all: ticks beyond the scan were not run");
-            }
-        }
-    }
-    out
+    let (unrecorded, recorded) = rest.split_at(rest.len().saturating_sub(MAX_MISSED_RECORDS));
+    let not_recorded = older + unrecorded.len();
+    let record = recorded
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            let reason = if i == 0 && not_recorded > 0 {
+                format!("{why}; {not_recorded} older ticks were missed too and are not recorded one by one")
+            } else {
+                why.clone()
+            };
+            (t, reason)
+        })
+        .collect();
+    Plan { run: run.to_vec(), record }
 }
 
-/// Scans `jobs` (just loaded, their wheel starting after `upto`) once the live workers have had
-/// `MISSED_AFTER` to claim the newest ticks.
-pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs) {
+/// Scans `jobs` (just loaded at etcd `revision`, their wheel starting after `upto`) once the live
+/// workers have had `MISSED_AFTER` to claim the newest ticks.
+///
+/// The job states are read as of `revision`: by the time the scan runs, this worker's own new
+/// claims have moved them past `upto`.
+pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: i64) {
     tokio::time::sleep(MISSED_AFTER).await;
     let mut kv = ctx.client.kv_client();
-    let states = match timeout(REQUEST_TIMEOUT, kv.get(ctx.keys.state_prefix(), Some(GetOptions::new().with_prefix())))
-        .await
-    {
+    let prefix = ctx.keys.state_prefix();
+    let at_load = GetOptions::new().with_prefix().with_revision(revision);
+    let states = match timeout(REQUEST_TIMEOUT, kv.get(prefix.as_str(), Some(at_load))).await {
+        Ok(Err(e)) => {
+            // Compacted already: the current states are the best left (a gap's newest ticks
+            // may then go unexamined; say so).
+            tracing::warn!(error = %e, revision, "catch-up scan: job states at load time unavailable; using current ones");
+            timeout(REQUEST_TIMEOUT, kv.get(prefix.as_str(), Some(GetOptions::new().with_prefix()))).await
+        }
+        other => other,
+    };
+    let states = match states {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             tracing::error!(error = %e, jobs = jobs.len(), "catch-up scan: cannot read job states; ticks missed during downtime are not accounted for");
@@ -118,12 +124,15 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs) {
             last.insert(job, state.last_tick_ms);
         }
     }
-    for job in jobs {
+    let mut scanned = 0usize;
+    for job in &jobs {
         if ctx.members.rank(&ctx.config.worker_id, &format!("catchup/{job}")) != 0 {
             continue;
         }
-        scan_job(&ctx, &job, last.get(&job).copied(), upto).await;
+        scanned += 1;
+        scan_job(&ctx, job, last.get(job).copied(), upto).await;
     }
+    tracing::info!(jobs = jobs.len(), scanned, states = last.len(), until = %rfc3339_ms(upto), "catch-up scan done");
 }
 
 async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) {
@@ -229,37 +238,43 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
 mod tests {
     use super::*;
 
+    fn ticks(p: &Plan) -> Vec<UnixMs> {
+        p.record.iter().map(|r| r.0).collect()
+    }
+
     #[test]
-    fn skip_records_every_tick_in_the_window() {
-        let p = plan(&[1, 2, 3], 0, Misfire::Skip, 100, false);
+    fn skip_records_every_tick() {
+        let p = plan(&[1, 2, 3], 0, Misfire::Skip, 1, false);
         assert!(p.run.is_empty());
-        assert_eq!(p.record.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2, 3]);
-        assert!(p.record[0].1.contains("misfire: skip"));
+        assert_eq!(ticks(&p), vec![1, 2, 3]);
+        assert!(p.record.iter().all(|r| r.1.contains("misfire: skip")));
     }
 
     #[test]
     fn run_once_runs_the_newest_and_records_the_rest() {
         let p = plan(&[1, 2, 3], 0, Misfire::RunOnce, 100, false);
         assert_eq!(p.run, vec![3]);
-        assert_eq!(p.record.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(ticks(&p), vec![1, 2]);
+        assert!(p.record[0].1.contains("run_once"));
     }
 
     #[test]
-    fn run_all_is_bounded_by_max_catchup_keeping_the_newest() {
+    fn run_all_is_bounded_by_max_catchup_keeping_the_newest_and_records_the_rest() {
         let p = plan(&[1, 2, 3, 4, 5], 0, Misfire::RunAll, 3, false);
         assert_eq!(p.run, vec![3, 4, 5]);
-        assert_eq!(p.record.len(), 1, "the ticks not run are recorded, summarised in one record");
-        assert_eq!(p.record[0].0, 2);
-        assert!(p.record[0].1.contains("1 older ones were not run"), "{}", p.record[0].1);
+        assert_eq!(ticks(&p), vec![1, 2]);
+        assert!(p.record[0].1.contains("max_catchup"), "{}", p.record[0].1);
         let p = plan(&[1, 2], 0, Misfire::RunAll, 3, false);
         assert_eq!((p.run, p.record.len()), (vec![1, 2], 0));
     }
 
     #[test]
-    fn records_beyond_the_window_are_summarised_not_dropped_silently() {
-        let p = plan(&[1, 2, 3, 4], 10, Misfire::Skip, 2, false);
-        assert_eq!(p.record.iter().map(|r| r.0).collect::<Vec<_>>(), vec![3, 4]);
-        assert!(p.record[0].1.contains("12 older ticks"), "{}", p.record[0].1);
+    fn records_beyond_the_cap_are_summarised_not_dropped_silently() {
+        let many: Vec<UnixMs> = (1..=1005).collect();
+        let p = plan(&many, 10, Misfire::Skip, 100, false);
+        assert_eq!(p.record.len(), MAX_MISSED_RECORDS);
+        assert_eq!(p.record[0].0, 6);
+        assert!(p.record[0].1.contains("15 older ticks"), "{}", p.record[0].1);
         assert!(!p.record[1].1.contains("older ticks"));
     }
 

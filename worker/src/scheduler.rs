@@ -235,7 +235,7 @@ impl Scheduler {
                     // Ticks before now are not in the wheel: the catch-up scan accounts for
                     // those that nobody claimed while this worker was away.
                     let upto = UnixMs::try_from(self.wheel.elapsed_ms().max(wall_ms())).unwrap_or(0);
-                    tokio::spawn(crate::catchup::scan(self.ctx.clone(), added, upto));
+                    tokio::spawn(crate::catchup::scan(self.ctx.clone(), added, upto, revision));
                 }
                 let gone: Vec<Arc<str>> = self.jobs.keys().filter(|n| !seen.contains(*n)).cloned().collect();
                 for name in gone {
