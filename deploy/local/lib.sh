@@ -24,8 +24,6 @@ ensure_base_deps() {
     ensure_cmd curl curl
     # cmake: the TLS library of the worker's HTTP client (aws-lc) may build with it.
     ensure_cmd cmake cmake
-    # faketime: tests run a worker with a shifted clock (DST, skew).
-    ensure_cmd faketime faketime
     if ! command -v cargo >/dev/null 2>&1; then
         echo "cargo is required: install Rust from https://rustup.rs" >&2
         exit 1

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/../.."
 . deploy/local/lib.sh
 
 ensure_base_deps
+# faketime: tests run a worker with a shifted clock (DST, skew).
+ensure_cmd faketime faketime
 # The harness starts its own MongoDB-compatible server per test cluster (tests stop and restart
 # it); with ETCRON_MONGODB_URI set, tests that need no outage use that server instead.
 ensure_secantus
