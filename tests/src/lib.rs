@@ -360,9 +360,25 @@ pub struct WorkerOpts {
     /// Spool directory; `<logs>/data-<id>` when absent.
     pub data_dir: Option<PathBuf>,
     pub extra: Vec<String>,
-    /// A command the worker runs under, e.g. `["faketime", "-f", "+2s"]`.
-    pub wrapper: Vec<String>,
+    /// Extra environment, e.g. `faketime_env(..)`.
     pub env: Vec<(String, String)>,
+}
+
+/// Environment that runs a process under libfaketime (Debian package `faketime`) with the given
+/// `FAKETIME` spec (`"+2s"`, `"-2s"`, `"@2027-03-14 06:59:50"`), faking only the wall clock.
+/// The library is preloaded into the process itself, so the harness still holds its pid.
+pub fn faketime_env(spec: &str) -> Result<Vec<(String, String)>> {
+    let lib = std::fs::read_dir("/usr/lib")?
+        .filter_map(std::result::Result::ok)
+        .map(|d| d.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists())
+        .ok_or_else(|| anyhow::anyhow!("libfaketime not found under /usr/lib/*/faketime (apt-get install faketime)"))?;
+    Ok(vec![
+        ("LD_PRELOAD".to_owned(), lib.display().to_string()),
+        ("FAKETIME".to_owned(), spec.to_owned()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
+        ("TZ".to_owned(), "UTC".to_owned()),
+    ])
 }
 
 impl WorkerOpts {
@@ -374,7 +390,6 @@ impl WorkerOpts {
             mongodb: None,
             data_dir: None,
             extra: Vec::new(),
-            wrapper: Vec::new(),
             env: Vec::new(),
         }
     }
@@ -402,15 +417,7 @@ impl Worker {
     }
 
     fn spawn(etcd_endpoint: &str, namespace: &str, logs: &Path, opts: &WorkerOpts) -> Result<Proc> {
-        let worker = bin("etcron-worker")?;
-        let mut cmd = match opts.wrapper.split_first() {
-            Some((program, args)) => {
-                let mut c = Command::new(program);
-                c.args(args).arg(&worker);
-                c
-            }
-            None => Command::new(&worker),
-        };
+        let mut cmd = Command::new(bin("etcron-worker")?);
         cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
         cmd.args(["--etcd-endpoints", etcd_endpoint, "--namespace", namespace, "--worker-id", &opts.id]);
         cmd.args(["--session-ttl", &opts.session_ttl, "--kill-grace", "2s"]);

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use etcron_tests::{now_ms, read_fired, record_command, wait_for, wait_tick, Cluster, WorkerOpts};
+use etcron_tests::{faketime_env, now_ms, read_fired, record_command, wait_for, wait_tick, Cluster, WorkerOpts};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 
@@ -156,8 +156,7 @@ async fn a_job_timezone_across_the_spring_forward_gap_fires_at_the_first_valid_i
     etcd.put(format!("{}/state/ny-0230", c.namespace), r#"{"last_tick_ms":1805007580000}"#, None).await?;
     let mut w = WorkerOpts::new("ny-clock");
     // The worker's wall clock starts ten seconds before 02:00 EST (07:00 UTC) and runs on.
-    w.wrapper = vec!["faketime".into(), "-f".into(), "@2027-03-14 06:59:50".into()];
-    w.env = vec![("TZ".into(), "UTC".into()), ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into())];
+    w.env = faketime_env("@2027-03-14 06:59:50")?;
     c.add_worker(w)?;
     c.wait_workers(1).await?;
     let runs = c
