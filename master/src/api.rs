@@ -66,6 +66,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/executions/{id}", get(get_execution))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(crate::web::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)

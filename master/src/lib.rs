@@ -1,5 +1,7 @@
-//! etcron master: the HTTP API over the job specs, kill commands and trigger requests in etcd.
+//! etcron master: the HTTP API over the job specs, kill commands and trigger requests in etcd,
+//! and the operator UI.
 
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod web;

@@ -147,3 +147,27 @@ async fn record_routes_answer_503_when_mongodb_is_down() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["error"]["code"], "mongodb_unavailable");
 }
+
+#[tokio::test]
+async fn the_console_is_served_from_the_binary_with_a_same_origin_policy() {
+    let resp = app(state().await).oneshot(Request::get("/").body(Body::empty()).unwrap()).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let headers = resp.headers().clone();
+    assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("default-src 'self'") && csp.contains("connect-src 'self'"), "{csp}");
+    let html = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+    let html = String::from_utf8(html.to_vec()).unwrap();
+    assert!(html.contains(r#"<main id="app""#) && html.contains("/assets/app.js"), "{html}");
+    // Every asset the page names is served, with its type; nothing is loaded from elsewhere.
+    for (path, kind) in [("/assets/app.js", "text/javascript"), ("/assets/style.css", "text/css")] {
+        assert!(html.contains(path));
+        let resp = app(state().await).oneshot(Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+        assert!(resp.headers()["content-type"].to_str().unwrap().starts_with(kind), "{path}");
+    }
+    assert!(!html.contains("http://") && !html.contains("https://"), "no external references");
+    let (status, body) = call(Request::get("/assets/nope.js").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["code"], "not_found");
+}
