@@ -8,6 +8,11 @@ cd "$(dirname "$0")/../.."
 ensure_base_deps
 # faketime: tests run a worker with a shifted clock (DST, skew).
 ensure_cmd faketime faketime
+# Browser tests: Debian's Chromium driven by playwright-core from npm (no browser download).
+ensure_cmd chromium chromium
+ensure_cmd node nodejs
+ensure_cmd npm npm
+npm ci --prefix web/tests --no-audit --no-fund >&2
 # The harness starts its own MongoDB-compatible server per test cluster (tests stop and restart
 # it); with ETCRON_MONGODB_URI set, tests that need no outage use that server instead.
 ensure_secantus

@@ -36,6 +36,11 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+/** "2026-11-23T02:30:00.000+01:00" → "2026-11-23 02:30:00 +01:00" (the job's own zone). */
+function jobTime(rfc3339) {
+  return rfc3339.replace("T", " ").replace(/\.\d+/, "").replace(/([+-]\d\d:\d\d|Z)$/, " $1");
+}
+
 function localTime(rfc3339) {
   const d = new Date(rfc3339);
   return isNaN(d) ? rfc3339 : d.toLocaleString();
@@ -66,7 +71,9 @@ async function jobsView(params) {
       h("td", { "data-label": "Job" }, h("strong", {}, j.name), spec.description ? h("div", { class: "muted" }, spec.description) : ""),
       h("td", { "data-label": "State" }, h("span", { class: `badge ${spec.enabled === false ? "paused" : "enabled"}` }, spec.enabled === false ? "paused" : "enabled")),
       h("td", { "data-label": "Schedule" }, h("code", {}, spec.schedule || ""), h("div", { class: "muted" }, j.schedule_description || "")),
-      h("td", { "data-label": "Next run" }, next ? [h("div", {}, next), h("div", { class: "muted" }, localTime(next))] : h("span", { class: "muted" }, "—")),
+      h("td", { "data-label": "Next run" }, next
+        ? [h("div", { title: spec.timezone || "UTC" }, `${jobTime(next)} (${spec.timezone || "UTC"})`), h("div", { class: "muted" }, `${localTime(next)} local`)]
+        : h("span", { class: "muted" }, "—")),
       h("td", { "data-label": "Last result" }, last ? h("span", { class: `status-${last.status}` }, last.status) : h("span", { class: "muted" }, "none yet")),
       h("td", { "data-label": "Workers" }, j.eligible_workers === 0 ? h("span", { class: "warn" }, "no live worker matches") : String(j.eligible_workers ?? "")));
   });
