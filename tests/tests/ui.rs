@@ -57,3 +57,22 @@ async fn the_jobs_list_shows_state_schedule_results_and_unmatched_selectors() ->
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn executions_can_be_searched_opened_and_jobs_run_killed_paused_and_deleted_from_the_ui() -> anyhow::Result<()> {
+    let c = Cluster::start("ui-executions", 1).await?;
+    c.put_job("echo-job", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "echo needle-7"}}))
+        .await?;
+    c.put_job("long-job", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "sleep 300"}})).await?;
+    let (status, _) = c.call(Method::POST, "/api/jobs/echo-job/run", None).await?;
+    assert_eq!(status, 202);
+    c.wait_executions("job=echo-job&status=succeeded", "the echo run", |l| l.len() == 1).await?;
+    browser("executions.mjs", &c.master.url, &c.logs)?;
+    // What the browser did, seen through the API.
+    let (status, _) = c.call(Method::GET, "/api/jobs/echo-job", None).await?;
+    assert_eq!(status, 404, "deleted from the UI");
+    let killed = c.get("/api/executions?job=long-job&status=killed").await?;
+    assert_eq!(killed["executions"].as_array().unwrap().len(), 1);
+    assert_eq!(c.get("/api/jobs/long-job").await?["spec"]["enabled"], true, "paused and resumed");
+    Ok(())
+}

@@ -75,25 +75,132 @@ async function jobsView(params) {
         ? [h("div", { title: spec.timezone || "UTC" }, `${jobTime(next)} (${spec.timezone || "UTC"})`), h("div", { class: "muted" }, `${localTime(next)} local`)]
         : h("span", { class: "muted" }, "—")),
       h("td", { "data-label": "Last result" }, last ? h("span", { class: `status-${last.status}` }, last.status) : h("span", { class: "muted" }, "none yet")),
-      h("td", { "data-label": "Workers" }, j.eligible_workers === 0 ? h("span", { class: "warn" }, "no live worker matches") : String(j.eligible_workers ?? "")));
+      h("td", { "data-label": "Workers" }, j.eligible_workers === 0 ? h("span", { class: "warn" }, "no live worker matches") : String(j.eligible_workers ?? "")),
+      h("td", { "data-label": "Actions", class: "actions" }, jobActions(j)));
   });
   root.append(h("table", {},
-    h("thead", {}, h("tr", {}, ["Job", "State", "Schedule", "Next run", "Last result", "Workers"].map((t) => h("th", { scope: "col" }, t)))),
+    h("thead", {}, h("tr", {}, ["Job", "State", "Schedule", "Next run", "Last result", "Workers", "Actions"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, rows)));
 }
 
-const views = { jobs: jobsView };
+/** A button that runs `action`, then re-renders the current view; errors go to the banner. */
+function button(label, action, attrs = {}) {
+  const b = h("button", { type: "button", ...attrs }, label);
+  b.addEventListener("click", async () => {
+    b.disabled = true;
+    try {
+      await action();
+      await route();
+    } catch (e) {
+      banner(`${label} failed: ${e.message}`);
+    } finally {
+      b.disabled = false;
+    }
+  });
+  return b;
+}
+
+function jobActions(j) {
+  const path = `/api/jobs/${encodeURIComponent(j.name)}`;
+  const paused = j.spec && j.spec.enabled === false;
+  return [
+    button("Run now", () => api(`${path}/run`, { method: "POST" }), { "aria-label": `Run ${j.name} now` }),
+    paused
+      ? button("Resume", () => api(`${path}/resume`, { method: "POST" }), { "aria-label": `Resume ${j.name}` })
+      : button("Pause", () => api(`${path}/pause`, { method: "POST" }), { "aria-label": `Pause ${j.name}` }),
+    button("Kill", () => api(`${path}/kill`, { method: "POST" }), { "aria-label": `Kill running executions of ${j.name}` }),
+    button("Delete", async () => {
+      if (!confirm(`Delete job ${j.name}? Its pending retries and runs are withdrawn.`)) return;
+      await api(path, { method: "DELETE" });
+    }, { "aria-label": `Delete ${j.name}`, class: "danger" }),
+  ];
+}
+
+const FILTERS = ["job", "status", "trigger", "worker", "since", "until", "q"];
+
+/** Execution search: every filter of GET /api/executions, kept in the URL; cursor pages. */
+async function executionsView(params) {
+  const query = new URLSearchParams();
+  for (const f of [...FILTERS, "cursor"]) if (params.get(f)) query.set(f, params.get(f));
+  const data = await api(`/api/executions?${query}`);
+  const form = h("form", { class: "toolbar", role: "search" },
+    FILTERS.map((f) => h("label", {}, h("span", { class: "muted" }, `${f} `),
+      h("input", { name: f, value: params.get(f) || "", size: f === "q" ? 20 : 12,
+        placeholder: f === "since" || f === "until" ? "2026-11-22T00:00:00Z" : f === "status" ? "failed,timed_out" : "" }))),
+    h("button", { type: "submit" }, "Search"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams();
+    for (const f of FILTERS) { const v = form.elements[f].value.trim(); if (v) q.set(f, v); }
+    location.hash = `#/executions?${q}`;
+  });
+  const root = app();
+  root.replaceChildren(h("h1", {}, "Executions"), form);
+  if (data.executions.length === 0) {
+    root.append(h("div", { class: "empty" }, "No execution matches."));
+    return;
+  }
+  const rows = data.executions.map((r) => h("tr", { "data-id": r.id },
+    h("td", { "data-label": "Execution" }, h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id)),
+    h("td", { "data-label": "Status" }, h("span", { class: `status-${r.status}` }, r.status)),
+    h("td", { "data-label": "Trigger" }, r.trigger),
+    h("td", { "data-label": "Scheduled" }, localTime(r.scheduled_at)),
+    h("td", { "data-label": "Duration" }, r.duration_ms == null ? "" : `${r.duration_ms} ms`),
+    h("td", { "data-label": "Worker" }, r.worker_id || "")));
+  root.append(h("table", {},
+    h("thead", {}, h("tr", {}, ["Execution", "Status", "Trigger", "Scheduled", "Duration", "Worker"].map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, rows)));
+  if (data.next_cursor) {
+    const next = new URLSearchParams(params);
+    next.set("cursor", data.next_cursor);
+    root.append(h("p", {}, h("a", { href: `#/executions?${next}`, rel: "next" }, "Older executions →")));
+  }
+}
+
+/** One execution: timings, attempt, worker, fencing token, why it did not run, output. */
+async function executionView(params, rest) {
+  const id = decodeURIComponent(rest);
+  const r = await api(`/api/executions/${encodeURIComponent(id)}`);
+  const field = (k, v) => v == null || v === "" ? [] : [h("dt", {}, k), h("dd", {}, String(v))];
+  const output = h("pre", { class: "output wrap", tabindex: "0", "aria-label": "Output" }, r.output || "");
+  const wrap = h("button", { type: "button", "aria-pressed": "true" }, "Wrap lines");
+  wrap.addEventListener("click", () => {
+    const on = output.classList.toggle("wrap");
+    wrap.setAttribute("aria-pressed", String(on));
+  });
+  const copy = h("button", { type: "button" }, "Copy output");
+  copy.addEventListener("click", async () => {
+    try { await navigator.clipboard.writeText(r.output || ""); copy.textContent = "Copied"; } catch { banner("The browser refused clipboard access."); }
+  });
+  app().replaceChildren(
+    h("h1", {}, r.id),
+    h("p", {}, h("span", { class: `status-${r.status} big` }, r.status), " ", r.error ? h("span", { class: "muted" }, r.error) : ""),
+    r.reason ? h("p", { class: "reason" }, r.reason) : "",
+    h("dl", { class: "fields" },
+      field("Job", r.job), field("Trigger", r.trigger), field("Attempt", r.attempt), field("Worker", r.worker_id),
+      field("Scheduled", r.scheduled_at), field("Claimed", r.claimed_at), field("Started", r.started_at),
+      field("Finished", r.finished_at), field("Duration", r.duration_ms == null ? null : `${r.duration_ms} ms`),
+      field("Exit code", r.exit_code), field("Signal", r.signal), field("HTTP status", r.http_status),
+      field("Fencing token", r.fencing_token), field("Parent", r.parent),
+      field("Shard", r.shard ? `${r.shard[0]} of ${r.shard[1]}` : null)),
+    h("div", { class: "toolbar" }, wrap, copy, r.output_truncated ? h("span", { class: "warn" }, "output truncated (head and tail kept)") : ""),
+    output);
+}
+
+const views = { jobs: jobsView, executions: executionsView, execution: executionView };
 
 async function route() {
   const [path, query] = (location.hash.replace(/^#\/?/, "") || "jobs").split("?");
-  const name = path.split("/")[0];
+  const slash = path.indexOf("/");
+  const name = slash < 0 ? path : path.slice(0, slash);
+  const rest = slash < 0 ? "" : path.slice(slash + 1);
   const view = views[name] || jobsView;
   for (const a of document.querySelectorAll("[data-nav]")) {
-    a.toggleAttribute("aria-current", a.dataset.nav === name);
-    if (a.dataset.nav === name) a.setAttribute("aria-current", "page");
+    const current = a.dataset.nav === name || (name === "execution" && a.dataset.nav === "executions");
+    if (current) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
   try {
-    await view(new URLSearchParams(query || ""));
+    await view(new URLSearchParams(query || ""), rest);
     banner("");
   } catch (e) {
     banner(e.code === "etcd_unavailable" ? "The master cannot reach etcd: jobs cannot be read or changed right now." : `Error: ${e.message}`);

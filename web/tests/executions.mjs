@@ -1,0 +1,84 @@
+// Browser test of the executions pages and the job actions, run by tests/tests/ui.rs:
+//   node executions.mjs <master url> <screenshot dir>
+// The harness has created echo-job (prints "needle-7", one succeeded run) and long-job
+// (sleep 300, never run yet).
+import { chromium } from "playwright-core";
+import assert from "node:assert/strict";
+import path from "node:path";
+
+const [base, shots] = process.argv.slice(2);
+assert.ok(base && shots, "usage: node executions.mjs <master url> <screenshot dir>");
+
+/** Loads `hash` afresh until `selector` matches `count` elements, or fails after 30 s. */
+async function waitRows(page, hash, selector, count) {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    // A full load each time: going to the same hash again would not re-render the view.
+    await page.goto("about:blank");
+    await page.goto(`${base}/${hash}`);
+    await page.waitForFunction(() => !document.querySelector("main").textContent.includes("Loading"));
+    await page.locator("main h1").waitFor();
+    if ((await page.locator(selector).count()) === count) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${count} × ${selector} at ${hash}`);
+    await page.waitForTimeout(250);
+  }
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+});
+try {
+  const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+
+  // Search by text, open the execution, read its output.
+  await waitRows(page, "#/executions?q=needle", "tbody tr", 1);
+  assert.equal(await page.locator("input[name=q]").inputValue(), "needle", "filters stay in the form and the URL");
+  await page.screenshot({ path: path.join(shots, "executions-search.png"), fullPage: true });
+  await page.locator("tbody tr a").first().click();
+  const output = page.getByLabel("Output");
+  await output.waitFor();
+  assert.match(await output.innerText(), /needle-7/);
+  assert.match(await page.locator("dl.fields").innerText(), /Fencing token/);
+  const wrap = page.getByRole("button", { name: "Wrap lines" });
+  await wrap.click();
+  assert.equal(await wrap.getAttribute("aria-pressed"), "false");
+  await page.screenshot({ path: path.join(shots, "execution-detail.png"), fullPage: true });
+
+  // Run a long job from the jobs list, see it running, kill it from the UI.
+  await page.goto(`${base}/#/jobs`);
+  await Promise.all([
+    page.waitForResponse((r) => r.url().endsWith("/api/jobs/long-job/run") && r.status() === 202),
+    page.getByRole("button", { name: "Run long-job now" }).click(),
+  ]);
+  await waitRows(page, "#/executions?job=long-job&status=running", "tbody tr", 1);
+  await page.goto(`${base}/#/jobs`);
+  await Promise.all([
+    page.waitForResponse((r) => r.url().endsWith("/api/jobs/long-job/kill") && r.status() === 202),
+    page.getByRole("button", { name: "Kill running executions of long-job" }).click(),
+  ]);
+  await waitRows(page, "#/executions?job=long-job&status=killed", "tbody tr", 1);
+
+  // Pause and resume.
+  await page.goto(`${base}/#/jobs`);
+  await page.getByRole("button", { name: "Pause long-job" }).click();
+  await page.locator('tr[data-job="long-job"] .badge.paused').waitFor();
+  await page.getByRole("button", { name: "Resume long-job" }).click();
+  await page.locator('tr[data-job="long-job"] .badge.enabled').waitFor();
+  await page.screenshot({ path: path.join(shots, "jobs-actions.png"), fullPage: true });
+
+  // Delete asks first; dismissing keeps the job, accepting deletes it.
+  page.once("dialog", (d) => d.dismiss());
+  await page.getByRole("button", { name: "Delete echo-job" }).click();
+  await page.locator('tr[data-job="echo-job"]').waitFor();
+  page.once("dialog", (d) => d.accept());
+  await page.getByRole("button", { name: "Delete echo-job" }).click();
+  await page.locator('tr[data-job="echo-job"]').waitFor({ state: "detached" });
+
+  assert.deepEqual(errors, [], "no script errors");
+  console.log("executions and job actions: ok");
+} finally {
+  await browser.close();
+}
