@@ -52,7 +52,7 @@ async fn the_jobs_list_shows_state_schedule_results_and_unmatched_selectors() ->
     assert_eq!(status, 202);
     c.wait_executions("job=nightly-report&status=succeeded", "the manual run", |l| l.len() == 1).await?;
     browser("jobs.mjs", &c.master.url, &c.logs)?;
-    for shot in ["jobs-1280.png", "jobs-375-dark.png"] {
+    for shot in ["jobs-1280.png", "jobs-375-dark.png", "workers-1280.png"] {
         assert!(std::fs::metadata(c.logs.join(shot))?.len() > 1000, "{shot} written");
     }
     Ok(())

@@ -187,7 +187,40 @@ async function executionView(params, rest) {
     output);
 }
 
-const views = { jobs: jobsView, executions: executionsView, execution: executionView };
+function uptime(startedAt) {
+  const s = Math.max(0, Math.floor((Date.now() - new Date(startedAt)) / 1000));
+  if (isNaN(s)) return "";
+  const d = Math.floor(s / 86400), hr = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
+  return d ? `${d}d ${hr}h` : hr ? `${hr}h ${m}m` : m ? `${m}m ${s % 60}s` : `${s}s`;
+}
+
+const labelText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(", ");
+
+/** Live workers, and the jobs that no live worker matches. */
+async function workersView() {
+  const data = await api("/api/workers");
+  const root = app();
+  root.replaceChildren(h("h1", {}, "Workers"));
+  if (data.workers.length === 0) {
+    root.append(h("div", { class: "empty" }, "No live worker. Start one with etcron-worker; jobs do not run until then."));
+  } else {
+    root.append(h("table", {},
+      h("thead", {}, h("tr", {}, ["Worker", "Labels", "Running / capacity", "Uptime", "Version"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, data.workers.map((w) => h("tr", { "data-worker": w.id },
+        h("td", { "data-label": "Worker" }, h("strong", {}, w.id), h("div", { class: "muted" }, `${w.hostname} pid ${w.pid}`)),
+        h("td", { "data-label": "Labels" }, labelText(w.labels) || h("span", { class: "muted" }, "none")),
+        h("td", { "data-label": "Running" }, `${w.running} / ${w.capacity}`),
+        h("td", { "data-label": "Uptime", title: w.started_at }, uptime(w.started_at)),
+        h("td", { "data-label": "Version" }, w.version))))));
+  }
+  const unmatched = data.unmatched_jobs || [];
+  root.append(h("h2", {}, "Jobs no live worker matches"));
+  root.append(unmatched.length === 0
+    ? h("p", { class: "muted", id: "unmatched" }, "None: every job has a worker that may run it.")
+    : h("ul", { id: "unmatched" }, unmatched.map((j) => h("li", {}, h("strong", {}, j.job), ` needs ${labelText(j.selector)}`))));
+}
+
+const views = { jobs: jobsView, executions: executionsView, execution: executionView, workers: workersView };
 
 async function route() {
   const [path, query] = (location.hash.replace(/^#\/?/, "") || "jobs").split("?");

@@ -1,7 +1,7 @@
 // Browser test of the jobs list, run by tests/tests/ui.rs against a real cluster:
 //   node jobs.mjs <master url> <screenshot dir>
 // The harness has created: nightly-report (labels team=data, one succeeded run), paused-job
-// (enabled: false) and mars-only (selector region=mars, no worker matches).
+// (enabled: false) and mars-only (selector region=mars, no worker matches); worker w1 runs.
 import { chromium } from "playwright-core";
 import assert from "node:assert/strict";
 import path from "node:path";
@@ -50,6 +50,13 @@ try {
   await small.goto(base + "/");
   await small.locator("tbody tr").first().waitFor();
   await small.screenshot({ path: path.join(shots, "jobs-375-dark.png"), fullPage: true });
+
+  // Workers: the live one with its labels, and the job nobody matches.
+  await page.goto(base + "/#/workers");
+  await page.locator('tr[data-worker="w1"]').waitFor();
+  assert.match(await page.locator('tr[data-worker="w1"]').innerText(), /0 \/ 64/);
+  assert.match(await page.locator("#unmatched").innerText(), /mars-only needs region=mars/);
+  await page.screenshot({ path: path.join(shots, "workers-1280.png"), fullPage: true });
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(external, [], "no requests outside the master");
