@@ -168,8 +168,7 @@ pub async fn claim_done(
     run_claim(client, txn).await
 }
 
-/// True when a key (or, with `prefix`, any key under it) exists: a cheap read that avoids a
-/// losing write.
+/// True when a claim exists: a cheap read that avoids a losing write.
 pub async fn claim_exists(client: &Client, claim_key: &str) -> Result<bool, String> {
     key_exists(client, claim_key, false).await
 }
@@ -179,7 +178,8 @@ pub async fn prefix_exists(client: &Client, prefix: &str) -> Result<bool, String
     key_exists(client, prefix, true).await
 }
 
-async fn key_exists(client: &Client, key: &str, prefix: bool) -> Result<bool, String> {
+/// True when `key` exists (or, with `prefix`, any key under it).
+pub async fn key_exists(client: &Client, key: &str, prefix: bool) -> Result<bool, String> {
     let mut kv = client.kv_client();
     let mut opts = etcd_client::GetOptions::new().with_count_only();
     if prefix {
@@ -188,7 +188,7 @@ async fn key_exists(client: &Client, key: &str, prefix: bool) -> Result<bool, St
     match timeout(REQUEST_TIMEOUT, kv.get(key, Some(opts))).await {
         Ok(Ok(resp)) => Ok(resp.count() > 0),
         Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("claim read timed out".to_owned()),
+        Err(_) => Err("etcd read timed out".to_owned()),
     }
 }
 

@@ -202,6 +202,21 @@ pub enum TriggerKind {
     Failover,
 }
 
+impl TriggerKind {
+    /// The name used in records, the API and `ETCRON_TRIGGER`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerKind::Schedule => "schedule",
+            TriggerKind::Manual => "manual",
+            TriggerKind::Retry => "retry",
+            TriggerKind::Dependency => "dependency",
+            TriggerKind::Catchup => "catchup",
+            TriggerKind::Failover => "failover",
+        }
+    }
+}
+
 /// One execution (or one tick that did not run), as logged and stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecutionRecord {
@@ -254,6 +269,14 @@ mod tests {
         let back: JobState = serde_json::from_slice(&a).unwrap();
         assert_eq!(back.last_tick_ms, 1_000_000_000_000);
         assert_eq!(String::from_utf8(b).unwrap(), r#"{"last_tick_ms":1700000000000}"#);
+    }
+
+    #[test]
+    fn trigger_names_match_their_json() {
+        use TriggerKind::*;
+        for t in [Schedule, Manual, Retry, Dependency, Catchup, Failover] {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+        }
     }
 
     #[test]

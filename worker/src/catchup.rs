@@ -7,7 +7,7 @@
 //! (up to `MAX_MISSED_RECORDS` one by one, older ones counted in one reason). Every tick is settled through its claim
 //! key, so scans by several workers never run or record a tick twice.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
@@ -145,11 +145,12 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
             JobState { last_tick_ms: upto }.to_bytes(),
             None,
         )]);
-        let _ = timeout(REQUEST_TIMEOUT, ctx.client.kv_client().txn(txn)).await;
+        commit(ctx, job, txn, "starting the job state").await;
         return;
     };
     let Ok(schedule) = entry.spec.parsed_schedule() else { return };
-    let mut ticks = Vec::new();
+    // The newest MAX_SCAN_TICKS ticks of the gap; older ones are only counted.
+    let mut ticks = VecDeque::new();
     let mut older = 0usize;
     let mut t = last;
     while let Some(next) = schedule.next_after(t) {
@@ -157,18 +158,16 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
             break;
         }
         if ticks.len() == MAX_SCAN_TICKS {
-            ticks.remove(0);
+            ticks.pop_front();
             older += 1;
         }
-        ticks.push(next);
+        ticks.push_back(next);
         t = next;
     }
-    if ticks.is_empty() {
-        return;
-    }
+    let Some(&first) = ticks.front() else { return };
     // Which of them were claimed (run, skipped, missed or lost), in one range read.
     let prefix = ctx.keys.job_claims_prefix(job);
-    let from = format!("{prefix}{}", ticks[0]);
+    let from = format!("{prefix}{first}");
     let to = format!("{prefix}{}", upto + 1);
     let opts = GetOptions::new().with_range(to).with_keys_only();
     let claimed: HashSet<UnixMs> = match timeout(REQUEST_TIMEOUT, ctx.client.kv_client().get(from, Some(opts))).await {
@@ -190,11 +189,11 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
         }
     };
     let unclaimed: Vec<UnixMs> = ticks.into_iter().filter(|t| !claimed.contains(t)).collect();
-    let mut ops = vec![claim::advance_state(&state_key, upto)];
     if unclaimed.is_empty() && older == 0 {
-        let _ = timeout(REQUEST_TIMEOUT, ctx.client.kv_client().txn(Txn::new().and_then(ops))).await;
+        // Every tick was claimed, and each claim moved the state forward already.
         return;
     }
+    let mut ops = vec![claim::advance_state(&state_key, upto)];
     let spec = &entry.spec;
     let decided = plan(&unclaimed, older, spec.misfire, spec.max_catchup, !spec.enabled);
     tracing::warn!(
@@ -211,11 +210,7 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
     if let Some((&first, rest)) = decided.run.split_first() {
         ops.push(catchup_request(&ctx.keys, job, first, rest.to_vec(), now_ms()));
     }
-    match timeout(REQUEST_TIMEOUT, ctx.client.kv_client().txn(Txn::new().and_then(ops))).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::error!(job, error = %e, "catch-up scan: writing the catch-up request failed"),
-        Err(_) => tracing::error!(job, "catch-up scan: writing the catch-up request timed out"),
-    }
+    commit(ctx, job, Txn::new().and_then(ops), "writing the state and the catch-up request").await;
     let status = if spec.enabled { Status::Missed } else { Status::Skipped };
     for (tick, reason) in decided.record {
         let fire = Fire {
@@ -230,6 +225,15 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
             then: Vec::new(),
         };
         record_not_run(ctx, &fire, status, reason).await;
+    }
+}
+
+/// Runs one scan transaction; a failure is logged, naming what the scan could not write.
+async fn commit(ctx: &Context, job: &str, txn: Txn, what: &str) {
+    match timeout(REQUEST_TIMEOUT, ctx.client.kv_client().txn(txn)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::error!(job, error = %e, "catch-up scan: {what} failed"),
+        Err(_) => tracing::error!(job, "catch-up scan: {what} timed out"),
     }
 }
 

@@ -458,7 +458,7 @@ async fn wait_for_capacity(ctx: &Arc<Context>, fire: &Fire) -> Option<tokio::syn
         if let Ok(Ok(p)) = tokio::time::timeout(Duration::from_secs(1), ctx.capacity.clone().acquire_owned()).await {
             return Some(p);
         }
-        if let Ok(false) = claim::claim_exists(&ctx.client, key).await {
+        if let Ok(false) = claim::key_exists(&ctx.client, key, false).await {
             return None;
         }
     }
@@ -547,7 +547,7 @@ fn follow_ups(
         Status::Succeeded => &spec.on_success,
         _ if failed && !retry => &spec.on_failure,
         Status::Lost => &spec.on_failure,
-        _ => &Vec::new(),
+        _ => &[][..],
     };
     ops.extend(dependency_requests(&ctx.keys, id, dependents, fencing_token, now, &mut notes));
     if let Some(op) = next_catchup(&ctx.keys, fire, now) {
@@ -638,19 +638,35 @@ async fn continue_catchup(ctx: &Context, fire: &Fire) {
 
 /// The record of a fire, before it ran.
 fn base_record(ctx: &Context, fire: &Fire, status: Status, fencing_token: Option<i64>) -> ExecutionRecord {
+    let mut record = blank_record(&fire.id, fire.scheduled_ms, fire.trigger, status, Some(fire.spec.mode));
+    record.worker_id.clone_from(&ctx.config.worker_id);
+    record.hostname.clone_from(&ctx.hostname);
+    record.fencing_token = fencing_token;
+    record.parent.clone_from(&fire.parent);
+    record
+}
+
+/// A record with only the execution's identity filled in.
+fn blank_record(
+    id: &ExecutionId,
+    scheduled_ms: UnixMs,
+    trigger: TriggerKind,
+    status: Status,
+    mode: Option<Mode>,
+) -> ExecutionRecord {
     ExecutionRecord {
-        id: fire.id.clone(),
-        job: fire.id.job.clone(),
-        scheduled_at: rfc3339_ms(fire.scheduled_ms),
-        scheduled_ms: fire.scheduled_ms,
+        id: id.clone(),
+        job: id.job.clone(),
+        scheduled_at: rfc3339_ms(scheduled_ms),
+        scheduled_ms,
         claimed_at: None,
         started_at: None,
         finished_at: None,
         duration_ms: None,
-        worker_id: ctx.config.worker_id.clone(),
-        hostname: ctx.hostname.clone(),
-        attempt: fire.id.attempt,
-        trigger: fire.trigger,
+        worker_id: String::new(),
+        hostname: String::new(),
+        attempt: id.attempt,
+        trigger,
         status,
         exit_code: None,
         signal: None,
@@ -658,11 +674,11 @@ fn base_record(ctx: &Context, fire: &Fire, status: Status, fencing_token: Option
         output_truncated: false,
         error: None,
         reason: None,
-        fencing_token,
-        parent: fire.parent.clone(),
+        fencing_token: None,
+        parent: None,
         http_status: None,
-        shard: match (&fire.id.part, fire.spec.mode) {
-            (Part::Shard(i), Mode::Sharded(n)) => Some((*i, n)),
+        shard: match (&id.part, mode) {
+            (Part::Shard(i), Some(Mode::Sharded(n))) => Some((*i, n)),
             _ => None,
         },
     }
@@ -859,34 +875,13 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
         if let ClaimOutcome::Won { .. } =
             claim::claim_done(&ctx.client, &claim_key, to_json(&claim), lease, follow).await
         {
-            let record = ExecutionRecord {
-                id: id.clone(),
-                job: id.job.clone(),
-                scheduled_at: rfc3339_ms(scheduled_ms),
-                scheduled_ms,
-                claimed_at: Some(running.started_at.clone()),
-                started_at: Some(running.started_at.clone()),
-                finished_at: Some(rfc3339_ms(now)),
-                duration_ms: None,
-                worker_id: departed.clone(),
-                hostname: String::new(),
-                attempt: id.attempt,
-                trigger,
-                status: Status::Lost,
-                exit_code: None,
-                signal: None,
-                output: String::new(),
-                output_truncated: false,
-                error: None,
-                reason: Some(reason),
-                fencing_token: Some(fencing_token),
-                parent: None,
-                http_status: None,
-                shard: match (&id.part, spec.map(|s| s.mode)) {
-                    (Part::Shard(i), Some(Mode::Sharded(n))) => Some((*i, n)),
-                    _ => None,
-                },
-            };
+            let mut record = blank_record(&id, scheduled_ms, trigger, Status::Lost, spec.map(|s| s.mode));
+            record.claimed_at = Some(running.started_at.clone());
+            record.started_at = Some(running.started_at.clone());
+            record.finished_at = Some(rfc3339_ms(now));
+            record.worker_id.clone_from(&departed);
+            record.reason = Some(reason);
+            record.fencing_token = Some(fencing_token);
             log_record(&record, 0);
             ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
         }
@@ -909,7 +904,7 @@ async fn execute(
             env.insert("ETCRON_SCHEDULED_AT".into(), rfc3339_ms(fire.scheduled_ms));
             env.insert("ETCRON_SCHEDULED_AT_MS".into(), fire.scheduled_ms.to_string());
             env.insert("ETCRON_ATTEMPT".into(), id.attempt.to_string());
-            env.insert("ETCRON_TRIGGER".into(), format!("{:?}", fire.trigger).to_lowercase());
+            env.insert("ETCRON_TRIGGER".into(), fire.trigger.as_str().to_owned());
             if let (Part::Shard(i), Mode::Sharded(n)) = (&id.part, fire.spec.mode) {
                 env.insert("ETCRON_SHARD_INDEX".into(), i.to_string());
                 env.insert("ETCRON_SHARD_COUNT".into(), n.to_string());
@@ -1036,7 +1031,7 @@ fn log_record(record: &ExecutionRecord, lateness_ms: i64) {
         duration_ms = record.duration_ms.unwrap_or(0),
         lateness_ms,
         attempt = record.attempt,
-        trigger = ?record.trigger,
+        trigger = record.trigger.as_str(),
         exit_code = record.exit_code,
         signal = record.signal,
         fencing_token = record.fencing_token,

@@ -217,20 +217,14 @@ impl Scheduler {
     fn apply_job_update(&mut self, update: Update) {
         match update {
             Update::Snapshot { kvs, revision } => {
+                let known: std::collections::HashSet<Arc<str>> = self.jobs.keys().cloned().collect();
                 let mut seen = std::collections::HashSet::new();
-                let mut added = Vec::new();
                 for kv in kvs {
-                    let known = self.ctx.keys.parse(&kv.key).is_some_and(|k| match k {
-                        Key::Job(name) => self.jobs.contains_key(name.as_str()),
-                        _ => false,
-                    });
                     if let Some(name) = self.upsert(&kv) {
-                        if !known {
-                            added.push(name.to_string());
-                        }
                         seen.insert(name);
                     }
                 }
+                let added: Vec<String> = seen.difference(&known).map(ToString::to_string).collect();
                 if !added.is_empty() {
                     // Ticks before now are not in the wheel: the catch-up scan accounts for
                     // those that nobody claimed while this worker was away.
@@ -414,7 +408,7 @@ impl Scheduler {
         // Manual runs work on paused jobs (an operator asked); retries, dependency runs and
         // catch-up runs of a paused job are recorded `skipped`.
         let skip = (!entry.spec.enabled && request.kind != TriggerKind::Manual)
-            .then(|| format!("job paused; {:?} run not started", request.kind).to_lowercase());
+            .then(|| format!("job paused; {} run not started", request.kind.as_str()));
         let fire = Fire {
             id,
             spec: entry.spec.clone(),
