@@ -127,6 +127,24 @@ pub struct JobSummary {
     pub total_24h: u64,
 }
 
+/// Executions per status scheduled in one time bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActivityBucket {
+    pub start_ms: UnixMs,
+    pub counts: std::collections::BTreeMap<Status, u64>,
+}
+
+/// An integer BSON value of any width.
+fn int(value: Option<&Bson>) -> Option<i64> {
+    match value? {
+        Bson::Int32(v) => Some(i64::from(*v)),
+        Bson::Int64(v) => Some(*v),
+        #[allow(clippy::cast_possible_truncation)]
+        Bson::Double(v) => Some(*v as i64),
+        _ => None,
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct LastExecution {
     pub id: String,
@@ -442,6 +460,44 @@ impl MongoStore {
             None
         };
         Ok(Page { executions, next_cursor })
+    }
+
+    /// Executions scheduled in `[since_ms, until_ms)` counted by status in buckets of
+    /// `bucket_ms` (aligned to the epoch), optionally of one job; one aggregation served by the
+    /// time index. Buckets without executions are left out.
+    pub async fn activity(
+        &self,
+        since_ms: UnixMs,
+        until_ms: UnixMs,
+        bucket_ms: i64,
+        job: Option<&str>,
+    ) -> Result<Vec<ActivityBucket>, StoreError> {
+        let mut matcher = doc! {"scheduled_at": {
+        "$gte": BsonDate::from_millis(since_ms), "$lt": BsonDate::from_millis(until_ms)}};
+        if let Some(job) = job {
+            matcher.insert("job", job);
+        }
+        let bucket = doc! {"$subtract": ["$scheduled_ms", {"$mod": ["$scheduled_ms", bucket_ms]}]};
+        let pipeline = vec![
+            doc! {"$match": matcher},
+            doc! {"$group": {"_id": {"start": bucket, "status": "$status"}, "n": {"$sum": 1}}},
+        ];
+        let docs: Vec<Document> = self.executions.aggregate(pipeline).await?.try_collect().await?;
+        let mut out: Vec<ActivityBucket> = Vec::new();
+        for d in docs {
+            let Ok(key) = d.get_document("_id") else { continue };
+            let (Some(start), Ok(status)) = (int(key.get("start")), key.get_str("status")) else { continue };
+            let Ok(status) = bson::from_bson::<Status>(Bson::String(status.to_owned())) else { continue };
+            let count = int(d.get("n")).and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
+            match out.iter_mut().find(|b| b.start_ms == start) {
+                Some(b) => {
+                    b.counts.insert(status, count);
+                }
+                None => out.push(ActivityBucket { start_ms: start, counts: [(status, count)].into_iter().collect() }),
+            }
+        }
+        out.sort_by_key(|b| b.start_ms);
+        Ok(out)
     }
 
     /// Outcome counts since `since_ms` and the latest execution of each job seen since then.

@@ -47,6 +47,7 @@ pub struct AppState {
     pub client: Client,
     pub keys: Keys,
     pub store: MongoStore,
+    pub auth: crate::auth::Auth,
 }
 
 /// Deadline for the best-effort record summaries shown with jobs.
@@ -64,10 +65,12 @@ pub fn app(state: AppState) -> Router {
         .route("/api/schedule/preview", get(preview))
         .route("/api/executions", get(search_executions))
         .route("/api/executions/{id}", get(get_execution))
+        .route("/api/overview", get(overview))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(crate::web::routes())
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.auth.clone(), crate::auth::require_token))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -803,9 +806,13 @@ async fn search_executions(
 ) -> ApiResult<Json<Value>> {
     let search = parse_search(query.as_deref().unwrap_or(""))?;
     let page = st.store.search(&search).await.map_err(store_error)?;
-    // Lists leave the output out (it can be large); `GET /api/executions/{id}` has it.
-    let executions: Vec<Value> = page
-        .executions
+    Ok(Json(json!({ "executions": listed(&page.executions), "next_cursor": page.next_cursor })))
+}
+
+/// Records as lists show them: without the output (it can be large; `GET /api/executions/{id}`
+/// has it).
+fn listed(records: &[etcron_common::model::ExecutionRecord]) -> Vec<Value> {
+    records
         .iter()
         .map(|r| {
             let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
@@ -814,8 +821,7 @@ async fn search_executions(
             }
             v
         })
-        .collect();
-    Ok(Json(json!({ "executions": executions, "next_cursor": page.next_cursor })))
+        .collect()
 }
 
 async fn get_execution(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
@@ -824,4 +830,82 @@ async fn get_execution(State(st): State<AppState>, Path(id): Path<String>) -> Ap
         Some(record) => Ok(Json(serde_json::to_value(record).map_err(|e| ApiError::internal(&e))?)),
         None => Err(ApiError::not_found(format!("execution {id:?} has no record"))),
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OverviewQuery {
+    window: Option<String>,
+    job: Option<String>,
+}
+
+/// Records shown in each list of the overview.
+const OVERVIEW_LIST: i64 = 10;
+
+/// Activity for the console's overview and job pages: executions by status in time buckets over
+/// the last hour (1-minute buckets) or day (15-minute buckets), every bucket present (zeros
+/// included), with the latest failures and missed ticks.
+async fn overview(
+    State(st): State<AppState>,
+    query: Result<Query<OverviewQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
+    let window = q.window.unwrap_or_else(|| "1h".to_owned());
+    let (span_ms, bucket_ms): (i64, i64) = match window.as_str() {
+        "1h" => (3_600_000, 60_000),
+        "24h" => (86_400_000, 900_000),
+        other => {
+            return Err(ApiError::bad_request(
+                Some("window".to_owned()),
+                format!("window must be 1h or 24h, not {other:?}"),
+            ))
+        }
+    };
+    if let Some(job) = &q.job {
+        validate_name(job).map_err(|e| ApiError::bad_request(Some("job".to_owned()), e.message))?;
+    }
+    // Whole buckets: the current (partial) one is the last.
+    let until_ms = (now_ms() / bucket_ms + 1) * bucket_ms;
+    let since_ms = until_ms - span_ms;
+    let job = q.job.as_deref();
+    let failures = Search {
+        job: q.job.clone(),
+        statuses: vec![Status::Failed, Status::TimedOut, Status::Lost],
+        since_ms: Some(since_ms),
+        limit: OVERVIEW_LIST,
+        ..Search::default()
+    };
+    let missed = Search { statuses: vec![Status::Missed], ..failures.clone() };
+    let (activity, failures, missed) = tokio::try_join!(
+        st.store.activity(since_ms, until_ms, bucket_ms, job),
+        st.store.search(&failures),
+        st.store.search(&missed)
+    )
+    .map_err(store_error)?;
+    let mut totals: BTreeMap<Status, u64> = BTreeMap::new();
+    let mut by_start: BTreeMap<i64, &BTreeMap<Status, u64>> = BTreeMap::new();
+    for b in &activity {
+        for (status, n) in &b.counts {
+            *totals.entry(*status).or_default() += n;
+        }
+        by_start.insert(b.start_ms, &b.counts);
+    }
+    let empty = BTreeMap::new();
+    let buckets: Vec<Value> = (0..span_ms / bucket_ms)
+        .map(|i| {
+            let start = since_ms + i * bucket_ms;
+            json!({ "start": rfc3339_ms(start), "start_ms": start, "counts": by_start.get(&start).copied().unwrap_or(&empty) })
+        })
+        .collect();
+    Ok(Json(json!({
+        "window": window,
+        "job": q.job,
+        "since": rfc3339_ms(since_ms),
+        "until": rfc3339_ms(until_ms),
+        "bucket_ms": bucket_ms,
+        "buckets": buckets,
+        "totals": totals,
+        "recent_failures": listed(&failures.executions),
+        "recent_missed": listed(&missed.executions),
+    })))
 }

@@ -24,6 +24,10 @@ pub struct Cli {
     /// How long execution records are kept after they finish, e.g. `30d`.
     #[arg(long, env = "ETCRON_RETENTION")]
     pub retention: Option<HumanDuration>,
+    /// Bearer token every `/api/` request must carry (one token with every permission). Prefer
+    /// the environment variable: a flag is visible in the process list.
+    #[arg(long, env = "ETCRON_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -49,6 +53,7 @@ pub struct Config {
     pub retention: Duration,
     pub log_level: String,
     pub json_logs: bool,
+    pub auth: crate::auth::Auth,
 }
 
 /// Shortest and longest record retention.
@@ -78,7 +83,12 @@ impl Config {
         if !RETENTION_RANGE.contains(&retention) {
             bail!("retention: must be between 1h and 3660d, got {}", HumanDuration(retention));
         }
+        let auth = match cli.api_token.as_deref() {
+            Some(token) => crate::auth::Auth::with_token(token).map_err(anyhow::Error::msg)?,
+            None => crate::auth::Auth::open(),
+        };
         Ok(Self {
+            auth,
             etcd_endpoints: shared.etcd_endpoints,
             namespace: shared.namespace,
             listen,

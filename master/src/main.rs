@@ -32,8 +32,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let local = listener.local_addr().context("reading the bound address")?;
-    tracing::info!(listen = %local, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, "etcron-master serving");
-    axum::serve(listener, app(AppState { client, keys, store }))
+    tracing::info!(listen = %local, auth = config.auth.enabled(), namespace = %config.namespace, endpoints = ?config.etcd_endpoints, "etcron-master serving");
+    axum::serve(listener, app(AppState { client, keys, store, auth: config.auth.clone() }))
         .with_graceful_shutdown(etcron_common::settings::shutdown_signal())
         .await
         .context("serving HTTP")?;

@@ -15,7 +15,7 @@ async fn state() -> AppState {
     // Nothing listens on port 1: every etcd and MongoDB call fails, which is what these tests want.
     let client = connect(&EtcdConfig { endpoints: vec!["127.0.0.1:1".to_owned()], user: None }).await.unwrap();
     let store = etcron_common::store::MongoStore::connect("mongodb://127.0.0.1:1", "etcron").await.unwrap();
-    AppState { client, keys: Keys::new("/etcron").unwrap(), store }
+    AppState { client, keys: Keys::new("/etcron").unwrap(), store, auth: etcron_master::auth::Auth::open() }
 }
 
 async fn call(req: Request<Body>) -> (StatusCode, serde_json::Value) {
@@ -170,4 +170,43 @@ async fn the_console_is_served_from_the_binary_with_a_same_origin_policy() {
     let (status, body) = call(Request::get("/assets/nope.js").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body["error"]["code"], "not_found");
+}
+
+#[tokio::test]
+async fn overview_windows_are_validated_before_reading_records() {
+    let (status, body) = call(Request::get("/api/overview?window=7d").body(Body::empty()).unwrap()).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("window")), "{body}");
+    let (status, body) = call(Request::get("/api/overview?job=Bad!").body(Body::empty()).unwrap()).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("job")), "{body}");
+    let (status, body) = call(Request::get("/api/overview?since=x").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = call(Request::get("/api/overview?window=24h").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "MongoDB is down: {body}");
+}
+
+#[tokio::test]
+async fn with_a_token_the_api_needs_it_and_the_console_stays_open() {
+    let token = "s3cret-token-0123456789";
+    let mut st = state().await;
+    st.auth = etcron_master::auth::Auth::with_token(token).unwrap();
+    let send = |req: Request<Body>| {
+        let st = st.clone();
+        async move { app(st).oneshot(req).await.unwrap() }
+    };
+    let resp = send(Request::get("/api/schedule/preview?schedule=@daily").body(Body::empty()).unwrap()).await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(resp.headers()["www-authenticate"], "Bearer realm=\"etcron\"");
+    let wrong = Request::get("/api/schedule/preview?schedule=@daily")
+        .header("authorization", "Bearer s3cret-token-0123456780")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(wrong).await.status(), StatusCode::UNAUTHORIZED);
+    let right = Request::get("/api/schedule/preview?schedule=@daily")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(right).await.status(), StatusCode::OK);
+    for open in ["/", "/assets/app.js", "/healthz"] {
+        assert_eq!(send(Request::get(open).body(Body::empty()).unwrap()).await.status(), StatusCode::OK, "{open}");
+    }
 }

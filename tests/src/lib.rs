@@ -457,6 +457,16 @@ pub struct Cluster {
     pub http: reqwest::Client,
 }
 
+/// The harness's HTTP client: it sends the master's `--api-token`, if one is among its flags.
+fn api_client(master_args: &[&str]) -> Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(i) = master_args.iter().position(|a| *a == "--api-token") {
+        let token = master_args.get(i + 1).context("--api-token needs a value")?;
+        headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {token}").parse()?);
+    }
+    Ok(reqwest::Client::builder().default_headers(headers).build()?)
+}
+
 impl Cluster {
     pub async fn start(test: &str, workers: usize) -> Result<Self> {
         Self::start_with(test, workers, false, &[]).await
@@ -482,7 +492,7 @@ impl Cluster {
             namespace,
             logs,
             work: tempfile::tempdir()?,
-            http: reqwest::Client::new(),
+            http: api_client(master_args)?,
         };
         for i in 1..=workers {
             cluster.add_worker(WorkerOpts::new(&format!("w{i}")))?;
