@@ -17,16 +17,39 @@ fn web_tests() -> PathBuf {
 
 /// Runs one browser script against `url`; fails with its output unless it exits 0.
 fn browser(script: &str, url: &str, shots: &std::path::Path) -> anyhow::Result<()> {
+    browser_with(script, url, shots, &[], &[])
+}
+
+/// The same with extra arguments and environment.
+fn browser_with(
+    script: &str,
+    url: &str,
+    shots: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<()> {
     let dir = web_tests();
     anyhow::ensure!(
         dir.join("node_modules/playwright-core").exists(),
         "playwright-core is not installed: run `npm ci --prefix web/tests` (deploy/local/test.sh does)"
     );
-    let out = Command::new("node").arg(script).arg(url).arg(shots).current_dir(&dir).output()?;
+    let mut cmd = Command::new("node");
+    cmd.arg(script).arg(url).arg(shots).args(args).current_dir(&dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output()?;
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{script}: {text}");
     anyhow::ensure!(out.status.success(), "{script} failed:\n{text}");
     Ok(())
+}
+
+fn screenshots(dir: &std::path::Path, names: &[&str]) {
+    for shot in names {
+        let len = std::fs::metadata(dir.join(shot)).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 1000, "{shot} written ({len} bytes)");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -52,9 +75,7 @@ async fn the_jobs_list_shows_state_schedule_results_and_unmatched_selectors() ->
     assert_eq!(status, 202);
     c.wait_executions("job=nightly-report&status=succeeded", "the manual run", |l| l.len() == 1).await?;
     browser("jobs.mjs", &c.master.url, &c.logs)?;
-    for shot in ["jobs-1280.png", "jobs-375-dark.png", "workers-1280.png"] {
-        assert!(std::fs::metadata(c.logs.join(shot))?.len() > 1000, "{shot} written");
-    }
+    screenshots(&c.logs, &["jobs-1280.png", "jobs-375-dark.png", "workers-1280.png"]);
     Ok(())
 }
 
@@ -68,11 +89,86 @@ async fn executions_can_be_searched_opened_and_jobs_run_killed_paused_and_delete
     assert_eq!(status, 202);
     c.wait_executions("job=echo-job&status=succeeded", "the echo run", |l| l.len() == 1).await?;
     browser("executions.mjs", &c.master.url, &c.logs)?;
+    screenshots(&c.logs, &["executions-search.png", "execution-detail.png", "jobs-actions.png"]);
     // What the browser did, seen through the API.
     let (status, _) = c.call(Method::GET, "/api/jobs/echo-job", None).await?;
     assert_eq!(status, 404, "deleted from the UI");
     let killed = c.get("/api/executions?job=long-job&status=killed").await?;
     assert_eq!(killed["executions"].as_array().unwrap().len(), 1);
     assert_eq!(c.get("/api/jobs/long-job").await?["spec"]["enabled"], true, "paused and resumed");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_are_created_edited_as_form_or_json_and_deleted_in_the_editor() -> anyhow::Result<()> {
+    let c = Cluster::start("ui-editor", 1).await?;
+    browser("editor.mjs", &c.master.url, &c.logs)?;
+    screenshots(
+        &c.logs,
+        &[
+            "editor-invalid-schedule.png",
+            "editor-preview.png",
+            "job-detail.png",
+            "editor-conflict.png",
+            "editor-json.png",
+        ],
+    );
+    // What the browser did, seen through the API: the job ran from its form-made spec, then went.
+    let runs = c.get("/api/executions?job=made-in-ui&status=succeeded").await?;
+    assert!(runs["executions"].as_array().unwrap().len() >= 2, "{runs}");
+    let (status, _) = c.call(Method::GET, "/api/jobs/made-in-ui", None).await?;
+    assert_eq!(status, 404, "deleted from the job page");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_overview_asks_for_the_token_and_banners_say_which_store_is_down() -> anyhow::Result<()> {
+    let token = "ui-test-token-0123456789";
+    let mut c = Cluster::start_with("ui-overview", 1, true, &["--api-token", token]).await?;
+    let (status, _) = c
+        .http
+        .get(format!("{}/api/jobs", c.master.url))
+        .bearer_auth("wrong-token-0123456789")
+        .send()
+        .await
+        .map(|r| (r.status(), ()))?;
+    assert_eq!(status, 401);
+    c.put_job("ok-job", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "echo fine"}})).await?;
+    c.put_job("fail-job", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "echo broken; exit 3"}}))
+        .await?;
+    c.put_job(
+        "mars-job",
+        json!({"schedule": "* * * * * *", "selector": {"region": "mars"}, "task": {"kind": "shell", "command": "true"}}),
+    )
+    .await?;
+    for job in ["ok-job", "ok-job", "fail-job"] {
+        let (status, _) = c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
+        assert_eq!(status, 202);
+    }
+    c.wait_executions("job=ok-job&status=succeeded", "two ok runs", |l| l.len() == 2).await?;
+    c.wait_executions("job=fail-job&status=failed", "the failed run", |l| l.len() == 1).await?;
+    c.wait_executions("job=mars-job&status=missed", "a missed tick", |l| !l.is_empty()).await?;
+    // The aggregate the overview draws, checked against the records themselves.
+    let overview = c.get("/api/overview?window=1h").await?;
+    assert_eq!(overview["buckets"].as_array().unwrap().len(), 60);
+    assert_eq!(overview["totals"]["succeeded"], 2, "{overview}");
+    assert_eq!(overview["totals"]["failed"], 1, "{overview}");
+    let counted: u64 =
+        overview["buckets"].as_array().unwrap().iter().map(|b| b["counts"]["succeeded"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(counted, 2);
+    assert_eq!(overview["recent_failures"][0]["job"], "fail-job");
+    assert_eq!(overview["recent_missed"][0]["job"], "mars-job");
+    assert_eq!(c.get("/api/overview?window=24h").await?["buckets"].as_array().unwrap().len(), 96);
+    let env = [("ETCRON_TEST_TOKEN", token)];
+    browser_with("overview.mjs", &c.master.url, &c.logs, &[], &env)?;
+    screenshots(
+        &c.logs,
+        &["token-prompt.png", "overview-1280.png", "overview-375-dark.png", "executions-375-dark.png"],
+    );
+    c.mongo.stop()?;
+    browser_with("banners.mjs", &c.master.url, &c.logs, &["mongodb"], &env)?;
+    c.etcd.proc.kill9();
+    browser_with("banners.mjs", &c.master.url, &c.logs, &["etcd"], &env)?;
+    screenshots(&c.logs, &["banner-mongodb-jobs.png", "banner-mongodb-executions.png", "banner-etcd.png"]);
     Ok(())
 }

@@ -1,29 +1,47 @@
 // etcron console: a dependency-free single-page app over the JSON API. Views are chosen by the
-// URL hash (#/jobs), so deep links work without server-side routing.
+// URL hash (#/jobs, #/job/NAME, #/edit/NAME, #/new, #/executions?…, #/execution/ID, #/workers,
+// #/overview), so deep links work without server-side routing. Charts are hand-drawn SVG.
 "use strict";
 
 const app = () => document.getElementById("app");
+const TOKEN_KEY = "etcron-token";
+const STATUSES = ["succeeded", "failed", "timed_out", "lost", "killed", "skipped", "missed", "running"];
 
-/** Fetches JSON from the API; throws an Error carrying the API's message. */
+/** Fetches JSON from the API with the session's token; throws an Error carrying the API's error. */
 async function api(path, options = {}) {
-  const resp = await fetch(path, { headers: { "Accept": "application/json" }, ...options });
+  const headers = { "Accept": "application/json", ...(options.headers || {}) };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers["Authorization"] = `Bearer ${token}`;
+  const resp = await fetch(path, { ...options, headers });
   const text = await resp.text();
-  const body = text ? JSON.parse(text) : null;
+  let body = null;
+  try { body = text ? JSON.parse(text) : null; } catch { body = null; }
   if (!resp.ok) {
-    const message = body && body.error ? body.error.message : `${resp.status} ${resp.statusText}`;
-    const err = new Error(message);
+    const error = body && body.error ? body.error : {};
+    const err = new Error(error.message || `${resp.status} ${resp.statusText}`);
     err.status = resp.status;
-    err.code = body && body.error ? body.error.code : undefined;
+    err.code = error.code;
+    err.field = error.field;
     throw err;
   }
-  return body;
+  return { body, etag: resp.headers.get("ETag") };
 }
+const getJson = async (path) => (await api(path)).body;
 
-/** Shows (or clears) the error banner at the top of the page. */
-function banner(message) {
+/** Shows (or clears) the banner at the top of the page; `level` is "error" or "warn". */
+function banner(message, level = "error") {
   const el = document.getElementById("banner");
   el.textContent = message || "";
+  el.className = level;
   el.hidden = !message;
+}
+
+/** What the banner says about a failed request. */
+function explain(e) {
+  if (e.code === "etcd_unavailable") return "The master cannot reach etcd: jobs cannot be read or changed right now. It retries on every request.";
+  if (e.code === "mongodb_unavailable") return "The master cannot reach MongoDB: execution records cannot be searched right now. Jobs still run and their records are kept until MongoDB is back.";
+  if (e instanceof TypeError) return "The master did not answer: is etcron-master running?";
+  return `Error: ${e.message}`;
 }
 
 /** Builds an element: h("td", {class: "x", "data-label": "Job"}, child, "text"). */
@@ -32,6 +50,14 @@ function h(tag, attrs = {}, ...children) {
   for (const [k, v] of Object.entries(attrs)) {
     if (v !== undefined && v !== null && v !== false) el.setAttribute(k, v === true ? "" : v);
   }
+  for (const c of children.flat()) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return el;
+}
+
+/** The same for SVG elements. */
+function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) el.setAttribute(k, v);
   for (const c of children.flat()) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   return el;
 }
@@ -46,35 +72,95 @@ function localTime(rfc3339) {
   return isNaN(d) ? rfc3339 : d.toLocaleString();
 }
 
-/** The jobs list: name, state, schedule in words, next run, last result, eligible workers. */
+const clock = (ms) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+const statusBadge = (status) => h("span", { class: `status-${status}` }, status);
+const jobPath = (name) => `/api/jobs/${encodeURIComponent(name)}`;
+const labelText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(", ");
+
+function duration(ms) {
+  if (ms == null) return "";
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  return `${Math.floor(ms / 60000)}m ${Math.round((ms % 60000) / 1000)}s`;
+}
+
+/** Re-renders the current view after `ms` unless the operator navigated or is typing. */
+let refreshTimer = null;
+function autoRefresh(ms) {
+  clearTimeout(refreshTimer);
+  const hash = location.hash;
+  refreshTimer = setTimeout(() => {
+    if (location.hash !== hash) return;
+    const active = document.activeElement;
+    if (active && ["INPUT", "TEXTAREA", "SELECT"].includes(active.tagName) && app().contains(active)) {
+      autoRefresh(ms);
+      return;
+    }
+    route({ quiet: true });
+  }, ms);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jobs
+
+/** The jobs list: name, state, schedule in words, next run, last result, recent outcomes. */
 async function jobsView(params) {
   const filter = (params.get("q") || "").toLowerCase();
-  const data = await api("/api/jobs");
+  const state = params.get("state") || "";
+  const data = await getJson("/api/jobs");
   const jobs = data.jobs.filter((j) => {
+    const spec = j.spec || {};
+    const last = j.summary && j.summary.last_execution;
+    if (state === "enabled" && spec.enabled === false) return false;
+    if (state === "paused" && spec.enabled !== false) return false;
+    if (state === "failing" && !(last && ["failed", "timed_out", "lost"].includes(last.status))) return false;
     if (!filter) return true;
-    const labels = Object.entries((j.spec && j.spec.labels) || {}).map(([k, v]) => `${k}=${v}`).join(" ");
+    const labels = Object.entries(spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
     return `${j.name} ${labels}`.toLowerCase().includes(filter);
   });
-  const search = h("input", { type: "search", placeholder: "Filter by name or label", "aria-label": "Filter jobs", value: filter });
-  search.addEventListener("change", () => { location.hash = `#/jobs?q=${encodeURIComponent(search.value)}`; });
+  const search = h("input", { type: "search", placeholder: "Filter by name or label (press /)", "aria-label": "Filter jobs", value: filter, "data-shortcut": "/" });
+  const select = h("select", { "aria-label": "Job state" },
+    [["", "Any state"], ["enabled", "Enabled"], ["paused", "Paused"], ["failing", "Last run failed"]]
+      .map(([v, t]) => h("option", { value: v, selected: v === state }, t)));
+  const apply = () => {
+    const q = new URLSearchParams();
+    if (search.value) q.set("q", search.value);
+    if (select.value) q.set("state", select.value);
+    location.hash = `#/jobs?${q}`;
+  };
+  search.addEventListener("change", apply);
+  select.addEventListener("change", apply);
   const root = app();
-  root.replaceChildren(h("h1", {}, "Jobs"), h("div", { class: "toolbar" }, search));
+  root.replaceChildren(
+    h("div", { class: "heading" }, h("h1", {}, "Jobs"), h("a", { class: "button primary", href: "#/new" }, "New job")),
+    h("div", { class: "toolbar" }, search, select));
+  if (data.records && data.records.available === false) {
+    banner("Execution records are unavailable (the master cannot reach MongoDB): last results are not shown.", "warn");
+  }
   if (jobs.length === 0) {
-    root.append(h("div", { class: "empty" }, data.jobs.length ? "No job matches the filter." : "No jobs yet. Create one with PUT /api/jobs/{name}."));
+    root.append(h("div", { class: "empty" }, data.jobs.length
+      ? "No job matches the filter."
+      : ["No jobs yet. ", h("a", { href: "#/new" }, "Create one"), " here, with etcronctl, or with PUT /api/jobs/{name}."]));
     return;
   }
   const rows = jobs.map((j) => {
     const spec = j.spec || {};
-    const last = j.summary && j.summary.last_execution;
+    const summary = j.summary || {};
+    const last = summary.last_execution;
     const next = (j.next_runs || [])[0];
     return h("tr", { "data-job": j.name },
-      h("td", { "data-label": "Job" }, h("strong", {}, j.name), spec.description ? h("div", { class: "muted" }, spec.description) : ""),
+      h("td", { "data-label": "Job" }, h("a", { href: `#/job/${encodeURIComponent(j.name)}` }, h("strong", {}, j.name)),
+        spec.description ? h("div", { class: "muted" }, spec.description) : "",
+        j.invalid ? h("div", { class: "warn" }, `invalid spec: ${j.invalid}`) : ""),
       h("td", { "data-label": "State" }, h("span", { class: `badge ${spec.enabled === false ? "paused" : "enabled"}` }, spec.enabled === false ? "paused" : "enabled")),
       h("td", { "data-label": "Schedule" }, h("code", {}, spec.schedule || ""), h("div", { class: "muted" }, j.schedule_description || "")),
       h("td", { "data-label": "Next run" }, next
         ? [h("div", { title: spec.timezone || "UTC" }, `${jobTime(next)} (${spec.timezone || "UTC"})`), h("div", { class: "muted" }, `${localTime(next)} local`)]
         : h("span", { class: "muted" }, "—")),
-      h("td", { "data-label": "Last result" }, last ? h("span", { class: `status-${last.status}` }, last.status) : h("span", { class: "muted" }, "none yet")),
+      h("td", { "data-label": "Last result" }, last
+        ? [h("a", { href: `#/execution/${encodeURIComponent(last.id)}` }, statusBadge(last.status)),
+          h("div", { class: "muted" }, summary.total_24h ? `24 h: ${summary.succeeded_24h} ok, ${summary.failed_24h} failed of ${summary.total_24h}` : "")]
+        : h("span", { class: "muted" }, data.records && data.records.available === false ? "unavailable" : "none yet")),
       h("td", { "data-label": "Workers" }, j.eligible_workers === 0 ? h("span", { class: "warn" }, "no live worker matches") : String(j.eligible_workers ?? "")),
       h("td", { "data-label": "Actions", class: "actions" }, jobActions(j)));
   });
@@ -89,7 +175,7 @@ function button(label, action, attrs = {}) {
   b.addEventListener("click", async () => {
     b.disabled = true;
     try {
-      await action();
+      if (await action() === false) return;
       await route();
     } catch (e) {
       banner(`${label} failed: ${e.message}`);
@@ -100,8 +186,8 @@ function button(label, action, attrs = {}) {
   return b;
 }
 
-function jobActions(j) {
-  const path = `/api/jobs/${encodeURIComponent(j.name)}`;
+function jobActions(j, { detail = false } = {}) {
+  const path = jobPath(j.name);
   const paused = j.spec && j.spec.enabled === false;
   return [
     button("Run now", () => api(`${path}/run`, { method: "POST" }), { "aria-label": `Run ${j.name} now` }),
@@ -109,24 +195,429 @@ function jobActions(j) {
       ? button("Resume", () => api(`${path}/resume`, { method: "POST" }), { "aria-label": `Resume ${j.name}` })
       : button("Pause", () => api(`${path}/pause`, { method: "POST" }), { "aria-label": `Pause ${j.name}` }),
     button("Kill", () => api(`${path}/kill`, { method: "POST" }), { "aria-label": `Kill running executions of ${j.name}` }),
+    h("a", { class: "button", href: `#/edit/${encodeURIComponent(j.name)}`, "aria-label": `Edit ${j.name}` }, "Edit"),
     button("Delete", async () => {
-      if (!confirm(`Delete job ${j.name}? Its pending retries and runs are withdrawn.`)) return;
+      if (!confirm(`Delete job ${j.name}? Its pending retries and runs are withdrawn.`)) return false;
       await api(path, { method: "DELETE" });
+      if (detail) location.hash = "#/jobs";
+      return true;
     }, { "aria-label": `Delete ${j.name}`, class: "danger" }),
   ];
 }
 
+/** One job: actions, schedule, running executions, a chart of recent runs, its spec. */
+async function jobView(params, rest) {
+  const name = decodeURIComponent(rest);
+  const [{ body: j }, workers, recent] = await Promise.all([
+    api(jobPath(name)),
+    getJson("/api/workers"),
+    getJson(`/api/executions?job=${encodeURIComponent(name)}&limit=100`).catch((e) => ({ error: e })),
+  ]);
+  const spec = j.spec || {};
+  const running = workers.workers.flatMap((w) => w.running_executions || []).filter((r) => r.job === name);
+  const root = app();
+  root.replaceChildren(
+    h("div", { class: "heading start" }, h("h1", {}, j.name),
+      h("span", { class: `badge ${spec.enabled === false ? "paused" : "enabled"}` }, spec.enabled === false ? "paused" : "enabled")),
+    spec.description ? h("p", { class: "muted" }, spec.description) : "",
+    h("div", { class: "toolbar actions" }, jobActions(j, { detail: true })),
+    h("dl", { class: "fields" },
+      h("dt", {}, "Schedule"), h("dd", {}, h("code", {}, spec.schedule), ` — ${j.schedule_description} (${spec.timezone || "UTC"})`),
+      h("dt", {}, "Next runs"), h("dd", {}, (j.next_runs || []).length
+        ? h("ul", { class: "plain" }, j.next_runs.map((t) => h("li", {}, `${jobTime(t)} · ${localTime(t)} local`)))
+        : h("span", { class: "muted" }, spec.enabled === false ? "paused" : "none")),
+      h("dt", {}, "Task"), h("dd", {}, spec.task && spec.task.kind === "http"
+        ? h("code", {}, `${spec.task.method || "GET"} ${spec.task.url}`) : h("code", {}, spec.task ? spec.task.command : "")),
+      h("dt", {}, "Workers"), h("dd", {}, j.eligible_workers === 0
+        ? h("span", { class: "warn" }, `no live worker matches ${labelText(spec.selector)}`)
+        : `${j.eligible_workers} eligible${Object.keys(spec.selector || {}).length ? ` (selector ${labelText(spec.selector)})` : ""}`),
+      h("dt", {}, "Revision"), h("dd", {}, String(j.revision))),
+    h("h2", {}, "Running"),
+    running.length === 0
+      ? h("p", { class: "muted", id: "running" }, "Nothing running.")
+      : h("ul", { id: "running" }, running.map((r) => h("li", {},
+        h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id), ` on ${r.worker_id} since ${localTime(r.started_at)} `,
+        button("Kill", () => api(`${jobPath(name)}/kill?execution=${encodeURIComponent(r.id)}`, { method: "POST" }), { "aria-label": `Kill ${r.id}` })))));
+  root.append(h("h2", {}, "Recent executions"));
+  if (recent.error) {
+    root.append(h("p", { class: "warn" }, explain(recent.error)));
+  } else if (recent.executions.length === 0) {
+    root.append(h("div", { class: "empty" }, "No execution yet."));
+  } else {
+    root.append(durationChart(recent.executions), executionsTable(recent.executions.slice(0, 20)),
+      h("p", {}, h("a", { href: `#/executions?job=${encodeURIComponent(name)}` }, "All executions of this job →")));
+  }
+  root.append(h("h2", {}, "Spec"), h("pre", { class: "output", "aria-label": "Spec" }, JSON.stringify(spec, null, 2)));
+  autoRefresh(5000);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Job editor
+
+/** The form's fields: [name (the API's field path), label, kind, options]. */
+const SELECTS = {
+  "task.kind": [["shell", "Shell command"], ["http", "HTTP request"]],
+  concurrency: [["allow", "allow — runs may overlap"], ["forbid", "forbid — skip a tick while one runs"], ["replace", "replace — kill the running one"]],
+  misfire: [["skip", "skip — record missed ticks"], ["run_once", "run once — run the newest missed tick"], ["run_all", "run all — run every missed tick (up to max catch-up)"]],
+  on_worker_loss: [["rerun", "rerun on another worker"], ["mark_lost", "mark lost"]],
+  mode: [["single", "single — one worker per tick"], ["broadcast", "broadcast — every eligible worker"], ["sharded", "sharded — N parts per tick"]],
+  "task.method": ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"].map((m) => [m, m]),
+};
+
+const idOf = (name) => `f-${name.replace(/[^a-z0-9]/gi, "-")}`;
+
+/** A labelled control with room for a hint and an error; `data-field` is the API's field path. */
+function formField(name, label, control, hint) {
+  control.id = idOf(name);
+  control.name = name;
+  const error = h("div", { class: "field-error", id: `err-${idOf(name)}`, hidden: true });
+  return h("div", { class: "field", "data-field": name },
+    h("label", { for: control.id }, label), control, hint ? h("div", { class: "hint" }, hint) : "", error);
+}
+
+const input = (attrs = {}) => h("input", { type: "text", autocomplete: "off", spellcheck: "false", ...attrs });
+const textarea = (attrs = {}) => h("textarea", { rows: 3, spellcheck: "false", ...attrs });
+const select = (name) => h("select", {}, SELECTS[name].map(([v, t]) => h("option", { value: v }, t)));
+
+/** `k=v` (or `Name: value`) lines ↔ an object. Throws naming the line that does not parse. */
+function parseMap(text, sep) {
+  const out = {};
+  text.split("\n").forEach((line, i) => {
+    if (!line.trim()) return;
+    const at = line.indexOf(sep);
+    if (at <= 0) throw new Error(`line ${i + 1}: expected key${sep}value`);
+    out[line.slice(0, at).trim()] = line.slice(at + sep.length).trim();
+  });
+  return out;
+}
+const formatMap = (obj, sep) => Object.entries(obj || {}).map(([k, v]) => `${k}${sep}${v}`).join("\n");
+const names = (text) => text.split(/[\s,]+/).filter(Boolean);
+const numberOr = (text) => (/^\d+$/.test(text.trim()) ? Number(text.trim()) : text.trim());
+
+/** The editor's form; `read()` gives the spec, `fill(spec)` shows one. */
+function jobForm(isNew) {
+  const f = {};
+  const add = (name, el) => { f[name] = el; return el; };
+  const fields = {
+    name: formField("name", "Name", add("name", input({ required: true, pattern: "[a-z0-9][a-z0-9._-]{0,127}", placeholder: "nightly-report", disabled: !isNew })),
+      "Lowercase letters, digits, . _ -; cannot be changed later."),
+    description: formField("description", "Description", add("description", input({ placeholder: "What this job is for" }))),
+    enabled: h("div", { class: "field check", "data-field": "enabled" },
+      h("label", {}, add("enabled", h("input", { type: "checkbox", name: "enabled", id: idOf("enabled") })), " Enabled (runs on schedule)")),
+    labels: formField("labels", "Labels", add("labels", textarea({ rows: 2, placeholder: "team=data" })), "One key=value per line."),
+    schedule: formField("schedule", "Schedule", add("schedule", input({ required: true, placeholder: "0 30 2 * * *  or  @every 5m  or  @daily" })),
+      "Crontab (5 fields, or 6/7 with seconds first), @hourly/@daily/…, @every 30s, @at 2026-12-01T00:00:00Z."),
+    timezone: formField("timezone", "Timezone", add("timezone", input({ placeholder: "UTC", list: "timezones" })), "IANA name, e.g. Europe/Berlin."),
+    kind: formField("task.kind", "Task", add("task.kind", select("task.kind"))),
+    command: formField("task.command", "Command", add("task.command", textarea({ rows: 3, placeholder: "pg_dump db > /backups/db.sql", class: "mono" })), "Runs with /bin/sh -c in its own process group."),
+    env: formField("task.env", "Environment", add("task.env", textarea({ rows: 2, placeholder: "KEY=value", class: "mono" })), "One KEY=value per line."),
+    cwd: formField("task.cwd", "Working directory", add("task.cwd", input({ placeholder: "/srv/app" }))),
+    method: formField("task.method", "Method", add("task.method", select("task.method"))),
+    url: formField("task.url", "URL", add("task.url", input({ placeholder: "https://example.internal/hook", type: "url" }))),
+    headers: formField("task.headers", "Headers", add("task.headers", textarea({ rows: 2, placeholder: "Authorization: Bearer …", class: "mono" })), "One Name: value per line."),
+    body: formField("task.body", "Body", add("task.body", textarea({ rows: 3, class: "mono" }))),
+    expect: formField("task.expect_status", "Expected status", add("task.expect_status", input({ inputmode: "numeric", placeholder: "any 2xx" }))),
+    timeout: formField("timeout", "Timeout", add("timeout", input({ placeholder: "none, e.g. 10m" })), "TERM, then KILL, after this long."),
+    retries: formField("retries.max", "Retries", add("retries.max", input({ inputmode: "numeric", placeholder: "0" })), "Extra attempts after a failure."),
+    backoff: formField("retries.backoff", "Backoff", add("retries.backoff", input({ placeholder: "10s" })), "Doubles per attempt."),
+    maxBackoff: formField("retries.max_backoff", "Max backoff", add("retries.max_backoff", input({ placeholder: "5m" }))),
+    concurrency: formField("concurrency", "Concurrency", add("concurrency", select("concurrency"))),
+    misfire: formField("misfire", "Missed ticks", add("misfire", select("misfire")), "What to do with ticks missed while no worker ran."),
+    maxCatchup: formField("max_catchup", "Max catch-up", add("max_catchup", input({ inputmode: "numeric", placeholder: "100" }))),
+    loss: formField("on_worker_loss", "On worker loss", add("on_worker_loss", select("on_worker_loss"))),
+    mode: formField("mode", "Mode", add("mode", select("mode"))),
+    shards: formField("mode.sharded", "Shards", add("mode.sharded", input({ inputmode: "numeric", placeholder: "4" }))),
+    selector: formField("selector", "Selector", add("selector", textarea({ rows: 2, placeholder: "region=eu" })), "Only workers with all these labels run the job."),
+    onSuccess: formField("on_success", "On success, run", add("on_success", input({ placeholder: "job-b, job-c" }))),
+    onFailure: formField("on_failure", "On failure, run", add("on_failure", input({ placeholder: "alert" }))),
+    maxOutput: formField("max_output", "Output kept (bytes)", add("max_output", input({ inputmode: "numeric", placeholder: "the worker's limit" }))),
+  };
+  const preview = h("div", { class: "preview", id: "preview", "aria-live": "polite" });
+  fields.schedule.append(preview);
+  const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
+  fields.timezone.append(h("datalist", { id: "timezones" }, ["UTC", ...zones].map((z) => h("option", { value: z }))));
+  const shellOnly = [fields.command, fields.env, fields.cwd];
+  const httpOnly = [fields.method, fields.url, fields.headers, fields.body, fields.expect];
+  const sync = () => {
+    const http = f["task.kind"].value === "http";
+    for (const el of shellOnly) el.hidden = http;
+    for (const el of httpOnly) el.hidden = !http;
+    fields.shards.hidden = f.mode.value !== "sharded";
+  };
+  f["task.kind"].addEventListener("change", sync);
+  f.mode.addEventListener("change", sync);
+  const group = (legend, ...children) => h("fieldset", {}, h("legend", {}, legend), children);
+  const form = h("form", { id: "job-form", novalidate: true, "aria-label": "Job" },
+    group("Job", fields.name, fields.description, fields.enabled, fields.labels),
+    group("Schedule", fields.schedule, fields.timezone),
+    group("Task", fields.kind, ...shellOnly, ...httpOnly),
+    group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.misfire, fields.maxCatchup, fields.loss),
+    group("Where it runs", fields.mode, fields.shards, fields.selector),
+    group("What runs next", fields.onSuccess, fields.onFailure, fields.maxOutput));
+
+  /** The spec the form describes; a field that cannot be read throws {field, message}. */
+  const read = () => {
+    const map = (name, sep) => {
+      try { return parseMap(f[name].value, sep); } catch (e) { throw Object.assign(new Error(e.message), { field: name }); }
+    };
+    const spec = { schedule: f.schedule.value.trim(), timezone: f.timezone.value.trim() || "UTC", enabled: f.enabled.checked };
+    if (f["task.kind"].value === "http") {
+      spec.task = { kind: "http", method: f["task.method"].value, url: f["task.url"].value.trim() };
+      const headers = map("task.headers", ":");
+      if (Object.keys(headers).length) spec.task.headers = headers;
+      if (f["task.body"].value) spec.task.body = f["task.body"].value;
+      if (f["task.expect_status"].value.trim()) spec.task.expect_status = numberOr(f["task.expect_status"].value);
+    } else {
+      spec.task = { kind: "shell", command: f["task.command"].value };
+      const env = map("task.env", "=");
+      if (Object.keys(env).length) spec.task.env = env;
+      if (f["task.cwd"].value.trim()) spec.task.cwd = f["task.cwd"].value.trim();
+    }
+    if (f.timeout.value.trim()) spec.timeout = f.timeout.value.trim();
+    spec.retries = { max: numberOr(f["retries.max"].value || "0") };
+    if (f["retries.backoff"].value.trim()) spec.retries.backoff = f["retries.backoff"].value.trim();
+    if (f["retries.max_backoff"].value.trim()) spec.retries.max_backoff = f["retries.max_backoff"].value.trim();
+    spec.concurrency = f.concurrency.value;
+    spec.misfire = f.misfire.value;
+    if (f.max_catchup.value.trim()) spec.max_catchup = numberOr(f.max_catchup.value);
+    spec.on_worker_loss = f.on_worker_loss.value;
+    spec.mode = f.mode.value === "sharded" ? { sharded: numberOr(f["mode.sharded"].value || "") } : f.mode.value;
+    const selector = map("selector", "=");
+    if (Object.keys(selector).length) spec.selector = selector;
+    if (names(f.on_success.value).length) spec.on_success = names(f.on_success.value);
+    if (names(f.on_failure.value).length) spec.on_failure = names(f.on_failure.value);
+    if (f.description.value.trim()) spec.description = f.description.value.trim();
+    const labels = map("labels", "=");
+    if (Object.keys(labels).length) spec.labels = labels;
+    if (f.max_output.value.trim()) spec.max_output = numberOr(f.max_output.value);
+    return spec;
+  };
+
+  const fill = (spec, name) => {
+    const task = spec.task || { kind: "shell" };
+    const retries = spec.retries || {};
+    const mode = spec.mode && typeof spec.mode === "object" ? "sharded" : spec.mode || "single";
+    const values = {
+      name: name || "", description: spec.description || "", labels: formatMap(spec.labels, "="),
+      schedule: spec.schedule || "", timezone: spec.timezone || "UTC", "task.kind": task.kind || "shell",
+      "task.command": task.command || "", "task.env": formatMap(task.env, "="), "task.cwd": task.cwd || "",
+      "task.method": task.method || "GET", "task.url": task.url || "", "task.headers": formatMap(task.headers, ": "),
+      "task.body": task.body || "", "task.expect_status": task.expect_status ?? "", timeout: spec.timeout || "",
+      "retries.max": retries.max ?? 0, "retries.backoff": retries.backoff || "", "retries.max_backoff": retries.max_backoff || "",
+      concurrency: spec.concurrency || "allow", misfire: spec.misfire || "skip", max_catchup: spec.max_catchup ?? "",
+      on_worker_loss: spec.on_worker_loss || "rerun", mode, "mode.sharded": mode === "sharded" ? spec.mode.sharded : "",
+      selector: formatMap(spec.selector, "="), on_success: (spec.on_success || []).join(", "),
+      on_failure: (spec.on_failure || []).join(", "), max_output: spec.max_output ?? "",
+    };
+    for (const [k, v] of Object.entries(values)) f[k].value = String(v);
+    f.enabled.checked = spec.enabled !== false;
+    sync();
+  };
+  return { form, f, preview, read, fill };
+}
+
+/** Marks the control of API field `path` (e.g. `task.command`, `on_success[0]`) with `message`. */
+function showFieldError(form, path, message) {
+  let key = path || "";
+  while (key) {
+    const holder = form.querySelector(`[data-field="${CSS.escape(key)}"]`);
+    if (holder && !holder.hidden) {
+      const err = holder.querySelector(".field-error");
+      const control = holder.querySelector("input, textarea, select");
+      err.textContent = message;
+      err.hidden = false;
+      if (control) {
+        control.setAttribute("aria-invalid", "true");
+        control.setAttribute("aria-describedby", err.id);
+      }
+      return control || holder;
+    }
+    const cut = Math.max(key.lastIndexOf("."), key.lastIndexOf("["));
+    key = cut > 0 ? key.slice(0, cut) : "";
+  }
+  return null;
+}
+
+function clearFieldErrors(form, only) {
+  for (const holder of form.querySelectorAll("[data-field]")) {
+    if (only && holder.dataset.field !== only) continue;
+    const err = holder.querySelector(".field-error");
+    if (err) { err.hidden = true; err.textContent = ""; }
+    const control = holder.querySelector("[aria-invalid]");
+    if (control) { control.removeAttribute("aria-invalid"); control.removeAttribute("aria-describedby"); }
+  }
+}
+
+/** Create (#/new) or edit (#/edit/NAME) a job: form or JSON, live schedule preview, 409 handling. */
+async function editView(params, rest) {
+  const name = rest ? decodeURIComponent(rest) : "";
+  const isNew = !name;
+  let revision = null;
+  const ui = jobForm(isNew);
+  const { form, f, preview } = ui;
+  const status = h("div", { class: "form-status", role: "status", "aria-live": "polite" });
+  const json = textarea({ rows: 24, class: "mono json", "aria-label": "Job spec JSON", id: "spec-json" });
+  const jsonError = h("div", { class: "field-error", id: "err-json", hidden: true });
+  const jsonPanel = h("section", { hidden: true, id: "json-panel", "aria-label": "JSON" },
+    h("p", { class: "muted" }, "The whole spec as the API takes it. Paste one here, or copy this one."),
+    json, jsonError,
+    h("div", { class: "toolbar" },
+      button("Apply to form", () => { toForm(); return false; }),
+      button("Copy JSON", async () => { await navigator.clipboard.writeText(json.value); status.textContent = "Copied."; return false; })));
+  const formTab = h("button", { type: "button", role: "tab", "aria-selected": "true", "aria-controls": "job-form" }, "Form");
+  const jsonTab = h("button", { type: "button", role: "tab", "aria-selected": "false", "aria-controls": "json-panel" }, "JSON");
+  const showJson = (on) => {
+    form.hidden = on;
+    jsonPanel.hidden = !on;
+    formTab.setAttribute("aria-selected", String(!on));
+    jsonTab.setAttribute("aria-selected", String(on));
+  };
+  const toForm = () => {
+    let spec;
+    try { spec = JSON.parse(json.value); } catch (e) {
+      jsonError.textContent = `Not valid JSON: ${e.message}`;
+      jsonError.hidden = false;
+      return false;
+    }
+    jsonError.hidden = true;
+    ui.fill(spec, isNew ? f.name.value : name);
+    showJson(false);
+    schedulePreview();
+    return true;
+  };
+  formTab.addEventListener("click", () => { if (!jsonPanel.hidden) toForm(); });
+  jsonTab.addEventListener("click", () => {
+    clearFieldErrors(form);
+    try { json.value = JSON.stringify(ui.read(), null, 2); } catch (e) { showFieldError(form, e.field, e.message); return; }
+    showJson(true);
+  });
+
+  // The schedule reads back in words with its next 10 fire times, as the operator types.
+  let previewTimer = null;
+  let previewSeq = 0;
+  const schedulePreview = () => {
+    clearTimeout(previewTimer);
+    previewTimer = setTimeout(async () => {
+      const seq = ++previewSeq;
+      clearFieldErrors(form, "schedule");
+      clearFieldErrors(form, "timezone");
+      const schedule = f.schedule.value.trim();
+      if (!schedule) { preview.replaceChildren(); return; }
+      const tz = f.timezone.value.trim() || "UTC";
+      try {
+        const p = await getJson(`/api/schedule/preview?schedule=${encodeURIComponent(schedule)}&timezone=${encodeURIComponent(tz)}&count=10`);
+        if (seq !== previewSeq) return;
+        preview.replaceChildren(h("p", { class: "reading" }, p.description),
+          h("ol", { class: "next", "aria-label": "Next fire times" }, p.next.map((t) => h("li", {}, `${jobTime(t)} · ${localTime(t)} local`))));
+      } catch (e) {
+        if (seq !== previewSeq) return;
+        preview.replaceChildren();
+        if (e.status === 400) showFieldError(form, e.field || "schedule", e.message); else preview.append(h("p", { class: "warn" }, explain(e)));
+      }
+    }, 250);
+  };
+  f.schedule.addEventListener("input", schedulePreview);
+  f.timezone.addEventListener("input", schedulePreview);
+
+  const load = async () => {
+    const { body } = await api(jobPath(name));
+    revision = body.revision;
+    ui.fill(body.spec || {}, name);
+    status.textContent = "";
+    schedulePreview();
+  };
+
+  const save = async () => {
+    clearFieldErrors(form);
+    jsonError.hidden = true;
+    status.textContent = "";
+    let body;
+    let jobName = isNew ? f.name.value.trim() : name;
+    if (!jsonPanel.hidden) {
+      try { JSON.parse(json.value); } catch (e) { jsonError.textContent = `Not valid JSON: ${e.message}`; jsonError.hidden = false; return; }
+      body = json.value;
+    } else {
+      try { body = JSON.stringify(ui.read()); } catch (e) { showFieldError(form, e.field, e.message).focus(); return; }
+    }
+    if (!jobName) { showFieldError(form, "name", "A job needs a name.").focus(); return; }
+    const headers = { "Content-Type": "application/json" };
+    if (isNew) headers["If-None-Match"] = "*"; else headers["If-Match"] = `"${revision}"`;
+    try {
+      await api(jobPath(jobName), { method: "PUT", headers, body });
+      location.hash = `#/job/${encodeURIComponent(jobName)}`;
+    } catch (e) {
+      if (e.status === 409 && !isNew) {
+        status.replaceChildren(h("div", { class: "conflict", role: "alert" },
+          h("strong", {}, "Someone else changed this job while you were editing. "), e.message, " ",
+          button("Reload their version", async () => { await load(); return false; }),
+          " Reloading discards your changes; copy them from the JSON tab first if you need them."));
+        status.scrollIntoView({ block: "center" });
+        return;
+      }
+      if (e.status === 409 && isNew) {
+        showFieldError(form, "name", e.message).focus();
+        return;
+      }
+      if (e.status === 400 || e.status === 413) {
+        if (!jsonPanel.hidden) {
+          jsonError.textContent = e.field ? `${e.field}: ${e.message}` : e.message;
+          jsonError.hidden = false;
+          return;
+        }
+        const at = showFieldError(form, e.field, e.message);
+        if (at) { at.focus(); return; }
+        status.replaceChildren(h("div", { class: "field-error", role: "alert" }, e.message));
+        status.scrollIntoView({ block: "center" });
+        return;
+      }
+      banner(`Saving failed: ${explain(e)}`);
+    }
+  };
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); save(); });
+  const saveButton = h("button", { type: "button", class: "primary" }, isNew ? "Create job" : "Save changes");
+  saveButton.addEventListener("click", save);
+
+  app().replaceChildren(
+    h("h1", {}, isNew ? "New job" : `Edit ${name}`),
+    h("div", { class: "tabs", role: "tablist" }, formTab, jsonTab),
+    status, form, jsonPanel,
+    h("div", { class: "toolbar sticky" }, saveButton,
+      h("a", { class: "button", href: isNew ? "#/jobs" : `#/job/${encodeURIComponent(name)}` }, "Cancel")));
+  if (isNew) {
+    ui.fill({ schedule: "", timezone: Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC", task: { kind: "shell" } });
+    f.name.focus();
+  } else {
+    await load();
+    f.description.focus();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Executions
+
 const FILTERS = ["job", "status", "trigger", "worker", "since", "until", "q"];
+
+function executionsTable(executions) {
+  return h("table", {},
+    h("thead", {}, h("tr", {}, ["Execution", "Status", "Trigger", "Scheduled", "Duration", "Worker"].map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, executions.map((r) => h("tr", { "data-id": r.id },
+      h("td", { "data-label": "Execution" }, h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id)),
+      h("td", { "data-label": "Status" }, statusBadge(r.status), r.reason ? h("div", { class: "muted small" }, r.reason) : ""),
+      h("td", { "data-label": "Trigger" }, r.trigger),
+      h("td", { "data-label": "Scheduled" }, localTime(r.scheduled_at)),
+      h("td", { "data-label": "Duration" }, duration(r.duration_ms)),
+      h("td", { "data-label": "Worker" }, r.worker_id || "")))));
+}
 
 /** Execution search: every filter of GET /api/executions, kept in the URL; cursor pages. */
 async function executionsView(params) {
   const query = new URLSearchParams();
   for (const f of [...FILTERS, "cursor"]) if (params.get(f)) query.set(f, params.get(f));
-  const data = await api(`/api/executions?${query}`);
+  const live = sessionStorage.getItem("etcron-live") !== "off";
   const form = h("form", { class: "toolbar", role: "search" },
     FILTERS.map((f) => h("label", {}, h("span", { class: "muted" }, `${f} `),
-      h("input", { name: f, value: params.get(f) || "", size: f === "q" ? 20 : 12,
-        placeholder: f === "since" || f === "until" ? "2026-11-22T00:00:00Z" : f === "status" ? "failed,timed_out" : "" }))),
+      h("input", { name: f, value: params.get(f) || "", size: f === "q" ? 20 : 12, "data-shortcut": f === "q" ? "/" : null,
+        placeholder: f === "since" || f === "until" ? "2026-11-22T00:00:00Z" : f === "status" ? "failed,timed_out" : f === "q" ? "text in output" : "" }))),
     h("button", { type: "submit" }, "Search"));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -134,34 +625,50 @@ async function executionsView(params) {
     for (const f of FILTERS) { const v = form.elements[f].value.trim(); if (v) q.set(f, v); }
     location.hash = `#/executions?${q}`;
   });
+  const liveButton = h("button", { type: "button", "aria-pressed": String(live), title: "Refresh the first page every 5 seconds" }, "Auto-refresh");
+  liveButton.addEventListener("click", () => {
+    sessionStorage.setItem("etcron-live", live ? "off" : "on");
+    route();
+  });
   const root = app();
-  root.replaceChildren(h("h1", {}, "Executions"), form);
-  if (data.executions.length === 0) {
-    root.append(h("div", { class: "empty" }, "No execution matches."));
-    return;
+  root.replaceChildren(h("div", { class: "heading" }, h("h1", {}, "Executions"), liveButton), form);
+  let data;
+  try {
+    data = await getJson(`/api/executions?${query}`);
+  } catch (e) {
+    if (e.status === 400) {
+      const input = e.field && form.elements[e.field];
+      root.append(h("p", { class: "field-error", role: "alert" }, e.field ? `${e.field}: ${e.message}` : e.message));
+      if (input) input.setAttribute("aria-invalid", "true");
+      return;
+    }
+    throw e;
   }
-  const rows = data.executions.map((r) => h("tr", { "data-id": r.id },
-    h("td", { "data-label": "Execution" }, h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id)),
-    h("td", { "data-label": "Status" }, h("span", { class: `status-${r.status}` }, r.status)),
-    h("td", { "data-label": "Trigger" }, r.trigger),
-    h("td", { "data-label": "Scheduled" }, localTime(r.scheduled_at)),
-    h("td", { "data-label": "Duration" }, r.duration_ms == null ? "" : `${r.duration_ms} ms`),
-    h("td", { "data-label": "Worker" }, r.worker_id || "")));
-  root.append(h("table", {},
-    h("thead", {}, h("tr", {}, ["Execution", "Status", "Trigger", "Scheduled", "Duration", "Worker"].map((t) => h("th", { scope: "col" }, t)))),
-    h("tbody", {}, rows)));
+  if (data.executions.length === 0) {
+    root.append(h("div", { class: "empty" }, query.toString() ? "No execution matches these filters." : "No executions recorded yet."));
+  } else {
+    root.append(executionsTable(data.executions));
+  }
+  const nav = h("p", { class: "pager" });
+  if (params.get("cursor")) {
+    const first = new URLSearchParams(params);
+    first.delete("cursor");
+    nav.append(h("a", { href: `#/executions?${first}` }, "← Newest"), " ");
+  }
   if (data.next_cursor) {
     const next = new URLSearchParams(params);
     next.set("cursor", data.next_cursor);
-    root.append(h("p", {}, h("a", { href: `#/executions?${next}`, rel: "next" }, "Older executions →")));
+    nav.append(h("a", { href: `#/executions?${next}`, rel: "next" }, "Older executions →"));
   }
+  root.append(nav);
+  if (live && !params.get("cursor")) autoRefresh(5000);
 }
 
 /** One execution: timings, attempt, worker, fencing token, why it did not run, output. */
 async function executionView(params, rest) {
   const id = decodeURIComponent(rest);
-  const r = await api(`/api/executions/${encodeURIComponent(id)}`);
-  const field = (k, v) => v == null || v === "" ? [] : [h("dt", {}, k), h("dd", {}, String(v))];
+  const r = await getJson(`/api/executions/${encodeURIComponent(id)}`);
+  const field = (k, v) => v == null || v === "" ? [] : [h("dt", {}, k), h("dd", {}, v instanceof Node ? v : String(v))];
   const output = h("pre", { class: "output wrap", tabindex: "0", "aria-label": "Output" }, r.output || "");
   const wrap = h("button", { type: "button", "aria-pressed": "true" }, "Wrap lines");
   wrap.addEventListener("click", () => {
@@ -173,19 +680,25 @@ async function executionView(params, rest) {
     try { await navigator.clipboard.writeText(r.output || ""); copy.textContent = "Copied"; } catch { banner("The browser refused clipboard access."); }
   });
   app().replaceChildren(
-    h("h1", {}, r.id),
+    h("h1", { class: "id" }, r.id),
     h("p", {}, h("span", { class: `status-${r.status} big` }, r.status), " ", r.error ? h("span", { class: "muted" }, r.error) : ""),
     r.reason ? h("p", { class: "reason" }, r.reason) : "",
     h("dl", { class: "fields" },
-      field("Job", r.job), field("Trigger", r.trigger), field("Attempt", r.attempt), field("Worker", r.worker_id),
+      field("Job", h("a", { href: `#/job/${encodeURIComponent(r.job)}` }, r.job)), field("Trigger", r.trigger), field("Attempt", r.attempt),
+      field("Worker", r.worker_id), field("Host", r.hostname),
       field("Scheduled", r.scheduled_at), field("Claimed", r.claimed_at), field("Started", r.started_at),
-      field("Finished", r.finished_at), field("Duration", r.duration_ms == null ? null : `${r.duration_ms} ms`),
+      field("Finished", r.finished_at), field("Duration", r.duration_ms == null ? null : duration(r.duration_ms)),
       field("Exit code", r.exit_code), field("Signal", r.signal), field("HTTP status", r.http_status),
-      field("Fencing token", r.fencing_token), field("Parent", r.parent),
+      field("Fencing token", r.fencing_token),
+      field("Parent", r.parent ? h("a", { href: `#/execution/${encodeURIComponent(r.parent)}` }, r.parent) : null),
       field("Shard", r.shard ? `${r.shard[0]} of ${r.shard[1]}` : null)),
     h("div", { class: "toolbar" }, wrap, copy, r.output_truncated ? h("span", { class: "warn" }, "output truncated (head and tail kept)") : ""),
     output);
+  if (r.status === "running") autoRefresh(3000);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Workers
 
 function uptime(startedAt) {
   const s = Math.max(0, Math.floor((Date.now() - new Date(startedAt)) / 1000));
@@ -194,11 +707,9 @@ function uptime(startedAt) {
   return d ? `${d}d ${hr}h` : hr ? `${hr}h ${m}m` : m ? `${m}m ${s % 60}s` : `${s}s`;
 }
 
-const labelText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(", ");
-
 /** Live workers, and the jobs that no live worker matches. */
 async function workersView() {
-  const data = await api("/api/workers");
+  const data = await getJson("/api/workers");
   const root = app();
   root.replaceChildren(h("h1", {}, "Workers"));
   if (data.workers.length === 0) {
@@ -209,7 +720,8 @@ async function workersView() {
       h("tbody", {}, data.workers.map((w) => h("tr", { "data-worker": w.id },
         h("td", { "data-label": "Worker" }, h("strong", {}, w.id), h("div", { class: "muted" }, `${w.hostname} pid ${w.pid}`)),
         h("td", { "data-label": "Labels" }, labelText(w.labels) || h("span", { class: "muted" }, "none")),
-        h("td", { "data-label": "Running" }, `${w.running} / ${w.capacity}`),
+        h("td", { "data-label": "Running" }, `${w.running} / ${w.capacity}`,
+          (w.running_executions || []).length ? h("ul", { class: "plain small" }, w.running_executions.map((r) => h("li", {}, h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id)))) : ""),
         h("td", { "data-label": "Uptime", title: w.started_at }, uptime(w.started_at)),
         h("td", { "data-label": "Version" }, w.version))))));
   }
@@ -217,28 +729,162 @@ async function workersView() {
   root.append(h("h2", {}, "Jobs no live worker matches"));
   root.append(unmatched.length === 0
     ? h("p", { class: "muted", id: "unmatched" }, "None: every job has a worker that may run it.")
-    : h("ul", { id: "unmatched" }, unmatched.map((j) => h("li", {}, h("strong", {}, j.job), ` needs ${labelText(j.selector)}`))));
+    : h("ul", { id: "unmatched" }, unmatched.map((j) => h("li", {}, h("a", { href: `#/job/${encodeURIComponent(j.job)}` }, h("strong", {}, j.job)), ` needs ${labelText(j.selector)}`))));
+  autoRefresh(10000);
 }
 
-const views = { jobs: jobsView, executions: executionsView, execution: executionView, workers: workersView };
+// ---------------------------------------------------------------------------------------------
+// Overview and charts
 
-async function route() {
+/** Charts are drawn at the page's width, so their text stays at its real size on a phone. */
+const chartWidth = () => Math.max(320, Math.min(1248, (app().clientWidth || 960) - 32));
+
+/** Executions per minute by status, stacked, one bar per bucket. */
+function activityChart(data) {
+  const W = chartWidth(), H = 220, left = 44, bottom = 24, top = 10;
+  const perMinute = data.bucket_ms / 60000;
+  const buckets = data.buckets.map((b) => ({ ...b, rates: STATUSES.map((s) => (b.counts[s] || 0) / perMinute) }));
+  const max = Math.max(1, ...buckets.map((b) => b.rates.reduce((a, x) => a + x, 0)));
+  const bw = (W - left) / buckets.length;
+  const y = (v) => top + (H - top - bottom) * (1 - v / max);
+  const total = buckets.reduce((a, b) => a + Object.values(b.counts).reduce((x, n) => x + n, 0), 0);
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": `Executions per minute by status, ${total} in the last ${data.window}` },
+    svg("line", { x1: left, x2: W, y1: y(0), y2: y(0), class: "axis" }),
+    svg("line", { x1: left, x2: W, y1: y(max), y2: y(max), class: "grid" }),
+    svg("text", { x: left - 6, y: y(max) + 4, class: "tick", "text-anchor": "end" }, max >= 10 ? Math.round(max) : max.toFixed(1)),
+    svg("text", { x: left - 6, y: y(0) + 4, class: "tick", "text-anchor": "end" }, "0"));
+  buckets.forEach((b, i) => {
+    let acc = 0;
+    const parts = STATUSES.map((s, k) => {
+      const v = b.rates[k];
+      if (!v) return null;
+      const rect = svg("rect", { x: left + i * bw + 0.5, width: Math.max(1, bw - 1), y: y(acc + v), height: y(acc) - y(acc + v), class: `bar s-${s}` });
+      acc += v;
+      return rect;
+    }).filter(Boolean);
+    const counts = Object.entries(b.counts).map(([s, n]) => `${n} ${s}`).join(", ") || "none";
+    chart.append(svg("g", { "data-start": b.start_ms }, svg("title", {}, `${clock(b.start_ms)}: ${counts}`), parts));
+    if (i % Math.ceil(buckets.length / Math.max(2, Math.floor(W / 150))) === 0) {
+      chart.append(svg("text", { x: left + i * bw, y: H - 6, class: "tick" }, clock(b.start_ms)));
+    }
+  });
+  return h("figure", { class: "chart-box" }, chart, legend(STATUSES.filter((s) => buckets.some((b) => b.counts[s]))));
+}
+
+const legend = (statuses) => h("figcaption", { class: "legend" }, statuses.map((s) => h("span", { class: `key s-${s}` }, s)));
+
+/** Duration of the job's recent executions (oldest left), colored by outcome. */
+function durationChart(executions) {
+  const runs = [...executions].reverse();
+  const W = chartWidth(), H = 180, left = 56, bottom = 22, top = 10;
+  const max = Math.max(1, ...runs.map((r) => r.duration_ms || 0));
+  const bw = (W - left) / Math.max(runs.length, 20);
+  const y = (v) => top + (H - top - bottom) * (1 - v / max);
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": `Duration and outcome of the last ${runs.length} executions` },
+    svg("line", { x1: left, x2: W, y1: y(0), y2: y(0), class: "axis" }),
+    svg("line", { x1: left, x2: W, y1: y(max), y2: y(max), class: "grid" }),
+    svg("text", { x: left - 6, y: y(max) + 4, class: "tick", "text-anchor": "end" }, duration(max)),
+    svg("text", { x: left - 6, y: y(0) + 4, class: "tick", "text-anchor": "end" }, "0"));
+  runs.forEach((r, i) => {
+    const d = r.duration_ms || 0;
+    // Runs without a duration (missed, skipped, running) show as a short mark on the axis.
+    const height = Math.max(3, y(0) - y(d));
+    const link = svg("a", { href: `#/execution/${encodeURIComponent(r.id)}` },
+      svg("title", {}, `${r.id}: ${r.status}${r.duration_ms == null ? "" : `, ${duration(r.duration_ms)}`}`),
+      svg("rect", { x: left + i * bw + 1, width: Math.max(2, bw - 2), y: y(0) - height, height, class: `bar s-${r.status}`, "data-status": r.status }));
+    chart.append(link);
+  });
+  if (runs.length) {
+    chart.append(svg("text", { x: left, y: H - 5, class: "tick" }, localTime(runs[0].scheduled_at)));
+    const end = left + runs.length * bw;
+    if (end - left > 360) {
+      chart.append(svg("text", { x: end, y: H - 5, class: "tick", "text-anchor": "end" }, localTime(runs[runs.length - 1].scheduled_at)));
+    }
+  }
+  return h("figure", { class: "chart-box", id: "duration-chart" }, chart, legend(STATUSES.filter((s) => runs.some((r) => r.status === s))));
+}
+
+/** Activity over the last hour or day, recent failures and missed ticks. */
+async function overviewView(params) {
+  const window = params.get("window") === "24h" ? "24h" : "1h";
+  const data = await getJson(`/api/overview?window=${window}`);
+  const pick = (w, label) => h("a", { href: `#/overview?window=${w}`, class: "button", "aria-pressed": String(w === window) }, label);
+  const totals = STATUSES.filter((s) => data.totals[s]).map((s) => h("li", { "data-status": s }, h("strong", { class: `status-${s}` }, String(data.totals[s])), ` ${s}`));
+  const list = (records, empty, id) => records.length === 0
+    ? h("p", { class: "muted", id }, empty)
+    : h("ul", { class: "plain", id }, records.map((r) => h("li", {},
+      h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id), " ", statusBadge(r.status), " ",
+      h("span", { class: "muted" }, `${localTime(r.scheduled_at)}${r.error ? ` — ${r.error}` : ""}${r.reason ? ` — ${r.reason}` : ""}`))));
+  app().replaceChildren(
+    h("div", { class: "heading" }, h("h1", {}, "Overview"), h("div", { class: "toolbar" }, pick("1h", "Last hour"), pick("24h", "Last day"))),
+    totals.length ? h("ul", { class: "totals", "aria-label": "Totals" }, totals) : h("div", { class: "empty" }, `No executions in the last ${window === "1h" ? "hour" : "day"}.`),
+    activityChart(data),
+    h("div", { class: "columns" },
+      h("section", {}, h("h2", {}, "Recent failures"), list(data.recent_failures, "No failures. ", "failures"),
+        h("a", { href: `#/executions?status=failed,timed_out,lost&since=${encodeURIComponent(data.since)}` }, "All failures →")),
+      h("section", {}, h("h2", {}, "Missed ticks"), list(data.recent_missed, "No missed ticks.", "missed"),
+        h("a", { href: `#/executions?status=missed&since=${encodeURIComponent(data.since)}` }, "All missed ticks →"))));
+  autoRefresh(15000);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token prompt and routing
+
+/** The API answered 401: ask for a token, keep it for this browser session, retry. */
+function tokenView(refused) {
+  const field = h("input", { type: "password", id: "api-token", autocomplete: "current-password", "aria-label": "API token", required: true });
+  const form = h("form", { class: "token", "aria-label": "Sign in" },
+    h("h1", {}, "API token needed"),
+    h("p", {}, "This master requires a bearer token. It is kept for this browser tab only, until you close it."),
+    refused ? h("p", { class: "field-error", role: "alert" }, "That token was refused; check it and try again.") : "",
+    h("label", { for: "api-token" }, "Token"), field, h("button", { type: "submit", class: "primary" }, "Continue"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, field.value.trim());
+    route();
+  });
+  app().replaceChildren(form);
+  field.focus();
+}
+
+const views = { overview: overviewView, jobs: jobsView, job: jobView, new: editView, edit: editView, executions: executionsView, execution: executionView, workers: workersView };
+const NAV_OF = { job: "jobs", new: "jobs", edit: "jobs", execution: "executions" };
+
+async function route({ quiet = false } = {}) {
+  clearTimeout(refreshTimer);
   const [path, query] = (location.hash.replace(/^#\/?/, "") || "jobs").split("?");
   const slash = path.indexOf("/");
   const name = slash < 0 ? path : path.slice(0, slash);
   const rest = slash < 0 ? "" : path.slice(slash + 1);
   const view = views[name] || jobsView;
+  const nav = NAV_OF[name] || name;
   for (const a of document.querySelectorAll("[data-nav]")) {
-    const current = a.dataset.nav === name || (name === "execution" && a.dataset.nav === "executions");
-    if (current) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+    if (a.dataset.nav === nav) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
+  if (!quiet) banner("");
   try {
     await view(new URLSearchParams(query || ""), rest);
-    banner("");
+    if (quiet && document.getElementById("banner").className === "error") banner("");
   } catch (e) {
-    banner(e.code === "etcd_unavailable" ? "The master cannot reach etcd: jobs cannot be read or changed right now." : `Error: ${e.message}`);
+    if (e.status === 401) {
+      const had = !!sessionStorage.getItem(TOKEN_KEY);
+      sessionStorage.removeItem(TOKEN_KEY);
+      tokenView(had);
+      return;
+    }
+    banner(explain(e));
+    if (quiet) autoRefresh(10000);
   }
 }
 
-window.addEventListener("hashchange", route);
-window.addEventListener("DOMContentLoaded", route);
+/** "/" focuses the page's search field, as in most consoles. */
+document.addEventListener("keydown", (ev) => {
+  if (ev.key !== "/" || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+  const t = ev.target;
+  if (t && (["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName) || t.isContentEditable)) return;
+  const search = app().querySelector('[data-shortcut="/"]');
+  if (search) { ev.preventDefault(); search.focus(); }
+});
+
+window.addEventListener("hashchange", () => { route().then(() => { if (!app().contains(document.activeElement)) app().focus({ preventScroll: true }); }); });
+window.addEventListener("DOMContentLoaded", () => route());

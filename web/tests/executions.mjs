@@ -2,36 +2,16 @@
 //   node executions.mjs <master url> <screenshot dir>
 // The harness has created echo-job (prints "needle-7", one succeeded run) and long-job
 // (sleep 300, never run yet).
-import { chromium } from "playwright-core";
 import assert from "node:assert/strict";
 import path from "node:path";
+import { args, launch, open, waitRows as reload } from "./lib.mjs";
 
-const [base, shots] = process.argv.slice(2);
-assert.ok(base && shots, "usage: node executions.mjs <master url> <screenshot dir>");
+const { base, shots } = args("executions.mjs");
+const waitRows = (page, hash, selector, count) => reload(page, base, hash, selector, count);
 
-/** Loads `hash` afresh until `selector` matches `count` elements, or fails after 30 s. */
-async function waitRows(page, hash, selector, count) {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    // A full load each time: going to the same hash again would not re-render the view.
-    await page.goto("about:blank");
-    await page.goto(`${base}/${hash}`);
-    await page.waitForFunction(() => !document.querySelector("main").textContent.includes("Loading"));
-    await page.locator("main h1").waitFor();
-    if ((await page.locator(selector).count()) === count) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${count} × ${selector} at ${hash}`);
-    await page.waitForTimeout(250);
-  }
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-});
+const browser = await launch();
 try {
-  const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
-  const errors = [];
-  page.on("pageerror", (e) => errors.push(e.message));
+  const { page, check } = await open(browser, base);
 
   // Search by text, open the execution, read its output.
   await waitRows(page, "#/executions?q=needle", "tbody tr", 1);
@@ -77,7 +57,7 @@ try {
   await page.getByRole("button", { name: "Delete echo-job" }).click();
   await page.locator('tr[data-job="echo-job"]').waitFor({ state: "detached" });
 
-  assert.deepEqual(errors, [], "no script errors");
+  check();
   console.log("executions and job actions: ok");
 } finally {
   await browser.close();

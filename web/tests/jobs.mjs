@@ -2,24 +2,14 @@
 //   node jobs.mjs <master url> <screenshot dir>
 // The harness has created: nightly-report (labels team=data, one succeeded run), paused-job
 // (enabled: false) and mars-only (selector region=mars, no worker matches); worker w1 runs.
-import { chromium } from "playwright-core";
 import assert from "node:assert/strict";
 import path from "node:path";
+import { args, launch, open } from "./lib.mjs";
 
-const [base, shots] = process.argv.slice(2);
-assert.ok(base && shots, "usage: node jobs.mjs <master url> <screenshot dir>");
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-});
-const external = [];
+const { base, shots } = args("jobs.mjs");
+const browser = await launch();
 try {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-  const page = await context.newPage();
-  page.on("request", (r) => { if (!r.url().startsWith(base)) external.push(r.url()); });
-  const errors = [];
-  page.on("pageerror", (e) => errors.push(e.message));
+  const { context, page, check } = await open(browser, base);
 
   await page.goto(base + "/");
   const rows = page.locator("tbody tr");
@@ -44,9 +34,23 @@ try {
   await deep.locator("tbody tr").first().waitFor();
   assert.equal(await deep.locator("tbody tr").count(), 1);
 
+  // Keyboard: "/" focuses the filter, Enter applies it; actions are buttons that Enter presses.
+  await page.goto(base + "/#/jobs");
+  await page.waitForFunction(() => document.querySelectorAll("tbody tr").length === 3);
+  await page.keyboard.press("/");
+  assert.equal(await page.evaluate(() => document.activeElement.getAttribute("aria-label")), "Filter jobs");
+  await page.keyboard.type("nightly");
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => location.hash === "#/jobs?q=nightly");
+  await page.waitForFunction(() => document.querySelectorAll("tbody tr").length === 1);
+  await page.getByRole("button", { name: "Run nightly-report now" }).focus();
+  await Promise.all([
+    page.waitForResponse((r) => r.url().endsWith("/api/jobs/nightly-report/run") && r.status() === 202),
+    page.keyboard.press("Enter"),
+  ]);
+
   // Phone width and dark scheme stay readable (screenshots are kept as test artifacts).
-  const phone = await browser.newContext({ viewport: { width: 375, height: 740 }, colorScheme: "dark" });
-  const small = await phone.newPage();
+  const { page: small } = await open(browser, base, { width: 375, height: 740, colorScheme: "dark" });
   await small.goto(base + "/");
   await small.locator("tbody tr").first().waitFor();
   await small.screenshot({ path: path.join(shots, "jobs-375-dark.png"), fullPage: true });
@@ -58,8 +62,7 @@ try {
   assert.match(await page.locator("#unmatched").innerText(), /mars-only needs region=mars/);
   await page.screenshot({ path: path.join(shots, "workers-1280.png"), fullPage: true });
 
-  assert.deepEqual(errors, [], "no script errors");
-  assert.deepEqual(external, [], "no requests outside the master");
+  check();
   console.log("jobs list: ok");
 } finally {
   await browser.close();

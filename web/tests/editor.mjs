@@ -1,0 +1,123 @@
+// Browser test of the job editor and the job page, run by tests/tests/ui.rs:
+//   node editor.mjs <master url> <screenshot dir>
+// The harness runs one worker and no jobs. The test creates a job through the form (a wrong
+// schedule first), watches it run, opens its output, loses a concurrent edit and reloads,
+// edits it as JSON, and deletes it from its page.
+import assert from "node:assert/strict";
+import path from "node:path";
+import { args, call, launch, open } from "./lib.mjs";
+
+const { base, shots } = args("editor.mjs");
+const browser = await launch();
+const shot = (page, name) => page.screenshot({ path: path.join(shots, name), fullPage: true });
+try {
+  const { page, check } = await open(browser, base, { height: 1000 });
+  await page.goto(base + "/#/jobs");
+  await page.locator(".empty").waitFor();
+  await page.getByRole("link", { name: "New job" }).first().click();
+  await page.locator("#f-name").waitFor();
+
+  // A schedule that does not parse: the live preview flags it, and so does the API on save.
+  await page.locator("#f-name").fill("made-in-ui");
+  await page.locator("#f-description").fill("created through the form");
+  await page.locator("#f-task-command").fill('echo "made-by-form attempt $ETCRON_ATTEMPT"');
+  await page.locator("#f-timezone").fill("UTC");
+  await page.locator("#f-schedule").fill("every two seconds");
+  await page.locator("#err-f-schedule").waitFor();
+  await Promise.all([
+    page.waitForResponse((r) => r.url().endsWith("/api/jobs/made-in-ui") && r.status() === 400),
+    page.getByRole("button", { name: "Create job" }).click(),
+  ]);
+  const scheduleError = page.locator("#err-f-schedule");
+  await scheduleError.waitFor();
+  assert.match(await scheduleError.innerText(), /\S/, "the error says what is wrong");
+  assert.equal(await page.locator("#f-schedule").getAttribute("aria-invalid"), "true");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "f-schedule", "focus goes to the field");
+  assert.equal(page.url().endsWith("#/new"), true, "still on the form");
+  await shot(page, "editor-invalid-schedule.png");
+
+  // Fixed: the preview reads it back in words and lists the next 10 fire times.
+  await page.locator("#f-schedule").fill("*/2 * * * * *");
+  await page.locator("#preview ol.next li").nth(9).waitFor();
+  assert.equal(await page.locator("#preview ol.next li").count(), 10);
+  assert.match(await page.locator("#preview .reading").innerText(), /\S/);
+  assert.equal(await page.locator("#err-f-schedule").isHidden(), true, "the error is gone");
+  await shot(page, "editor-preview.png");
+  await page.getByRole("button", { name: "Create job" }).click();
+  await page.waitForFunction(() => location.hash === "#/job/made-in-ui");
+
+  // The job page: it runs (the page refreshes itself), with the chart and the runs listed.
+  await page.locator("#duration-chart rect.s-succeeded").nth(1).waitFor({ timeout: 30_000 });
+  assert.match(await page.locator("main").innerText(), /created through the form/);
+  assert.match(await page.locator("pre[aria-label=Spec]").innerText(), /"schedule": "\*\/2 \* \* \* \* \*"/);
+  await shot(page, "job-detail.png");
+  await page.locator("tbody tr a").first().click();
+  await page.getByLabel("Output").waitFor();
+  assert.match(await page.getByLabel("Output").innerText(), /made-by-form attempt 1/);
+
+  // A concurrent edit: someone else saves between our read and our save.
+  await page.goto(`${base}/#/edit/made-in-ui`);
+  await page.waitForFunction(() => document.getElementById("f-schedule").value === "*/2 * * * * *");
+  const current = await call(base, "GET", "/api/jobs/made-in-ui");
+  const theirs = { ...current.body.spec, description: "changed by someone else" };
+  assert.equal((await call(base, "PUT", "/api/jobs/made-in-ui", theirs)).status, 200);
+  await page.locator("#f-description").fill("my change");
+  await page.getByRole("button", { name: "Save changes" }).click();
+  const conflict = page.locator(".conflict");
+  await conflict.waitFor();
+  assert.match(await conflict.innerText(), /changed this job while you were editing/);
+  await shot(page, "editor-conflict.png");
+  await page.getByRole("button", { name: "Reload their version" }).click();
+  await page.waitForFunction(() => document.getElementById("f-description").value === "changed by someone else");
+  await page.locator("#f-description").fill("my change, after reloading");
+  await page.getByRole("button", { name: "Save changes" }).click();
+  await page.waitForFunction(() => location.hash === "#/job/made-in-ui");
+  await page.locator("main > p.muted", { hasText: "my change, after reloading" }).waitFor();
+
+  // The JSON view: copy out the whole spec, paste one back; API errors name the field there too.
+  await page.goto(`${base}/#/edit/made-in-ui`);
+  await page.waitForFunction(() => document.getElementById("f-schedule").value === "*/2 * * * * *");
+  await page.getByRole("tab", { name: "JSON" }).click();
+  const json = page.getByLabel("Job spec JSON");
+  const spec = JSON.parse(await json.inputValue());
+  assert.equal(spec.schedule, "*/2 * * * * *");
+  assert.equal(spec.task.command, 'echo "made-by-form attempt $ETCRON_ATTEMPT"');
+  await json.fill(JSON.stringify({ ...spec, timeout: "soon" }, null, 2));
+  await page.getByRole("button", { name: "Save changes" }).click();
+  await page.locator("#err-json").waitFor();
+  assert.match(await page.locator("#err-json").innerText(), /^timeout: /);
+  await json.fill(JSON.stringify({ ...spec, enabled: false, labels: { team: "ui" } }, null, 2));
+  await shot(page, "editor-json.png");
+  await page.getByRole("button", { name: "Apply to form" }).click();
+  await page.locator("#job-form").waitFor();
+  assert.equal(await page.locator("#f-labels").inputValue(), "team=ui");
+  assert.equal(await page.locator("#f-enabled").isChecked(), false);
+  await page.getByRole("button", { name: "Save changes" }).click();
+  await page.waitForFunction(() => location.hash === "#/job/made-in-ui");
+  await page.locator("h1 + .badge.paused").waitFor();
+  assert.equal((await call(base, "GET", "/api/jobs/made-in-ui")).body.spec.labels.team, "ui");
+
+  // An HTTP task shows its own fields; a name already taken is refused at the name.
+  await page.goto(`${base}/#/new`);
+  await page.locator("#f-task-kind").selectOption("http");
+  assert.equal(await page.locator("#f-task-command").isHidden(), true);
+  await page.locator("#f-name").fill("made-in-ui");
+  await page.locator("#f-schedule").fill("@daily");
+  await page.locator("#f-task-url").fill("http://127.0.0.1:9/hook");
+  await page.getByRole("button", { name: "Create job" }).click();
+  await page.locator("#err-f-name").waitFor();
+  assert.match(await page.locator("#err-f-name").innerText(), /already exists/);
+
+  // Delete from the job page, after confirming.
+  await page.goto(`${base}/#/job/made-in-ui`);
+  page.once("dialog", (d) => d.accept());
+  await page.getByRole("button", { name: "Delete made-in-ui" }).click();
+  await page.waitForFunction(() => location.hash === "#/jobs");
+  await page.locator(".empty").waitFor();
+  assert.equal((await call(base, "GET", "/api/jobs/made-in-ui")).status, 404);
+
+  check();
+  console.log("editor and job page: ok");
+} finally {
+  await browser.close();
+}
