@@ -111,6 +111,10 @@ pub struct ShellTask {
     pub command: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Environment variables the API never shows: reads give `null` for each value, and a
+    /// `null` in a PUT keeps the stored value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_env: Secrets,
     /// Working directory (absolute); the worker's own when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
@@ -124,11 +128,39 @@ pub struct HttpTask {
     pub url: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// Headers the API never shows (e.g. `Authorization`), as `secret_env`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_headers: Secrets,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
     /// The status that counts as success; any 2xx when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_status: Option<u16>,
+}
+
+/// Secret values by name; `None` is a value withheld by the API (or, in a PUT, "keep it").
+pub type Secrets = BTreeMap<String, Option<String>>;
+
+/// A secret that a PUT asks to keep has no stored value to keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingSecret {
+    pub field: String,
+}
+
+impl Task {
+    fn secrets_mut(&mut self) -> (&'static str, &mut Secrets) {
+        match self {
+            Task::Shell(t) => ("task.secret_env", &mut t.secret_env),
+            Task::Http(t) => ("task.secret_headers", &mut t.secret_headers),
+        }
+    }
+
+    fn secrets(&self) -> &Secrets {
+        match self {
+            Task::Shell(t) => &t.secret_env,
+            Task::Http(t) => &t.secret_headers,
+        }
+    }
 }
 
 fn default_method() -> String {
@@ -331,6 +363,39 @@ impl JobSpec {
         Ok(())
     }
 
+    /// Whether any secret of the task is `null` (withheld, or "keep it" in a PUT).
+    #[must_use]
+    pub fn task_withholds_secrets(&self) -> bool {
+        self.task.secrets().values().any(Option::is_none)
+    }
+
+    /// The spec as the API shows it: every secret value withheld (`null`).
+    #[must_use]
+    pub fn redacted(&self) -> Self {
+        let mut spec = self.clone();
+        for value in spec.task.secrets_mut().1.values_mut() {
+            *value = None;
+        }
+        spec
+    }
+
+    /// Fills each withheld (`null`) secret from `stored`, the spec being replaced, when it is a
+    /// task of the same kind with that secret. Errors name the first secret left without a value.
+    pub fn keep_secrets(&mut self, stored: Option<&JobSpec>) -> Result<(), MissingSecret> {
+        let kept = stored.map(|s| s.task.secrets());
+        let same_kind = stored.is_some_and(|s| std::mem::discriminant(&s.task) == std::mem::discriminant(&self.task));
+        let (field, secrets) = self.task.secrets_mut();
+        for (name, value) in secrets.iter_mut() {
+            if value.is_none() {
+                *value = kept.filter(|_| same_kind).and_then(|k| k.get(name).cloned().flatten());
+                if value.is_none() {
+                    return Err(MissingSecret { field: format!("{field}.{name}") });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The parsed schedule. Valid specs always parse; the error is for specs read from etcd
     /// that were written by something other than the master.
     pub fn parsed_schedule(&self) -> Result<Schedule, crate::schedule::ScheduleError> {
@@ -392,11 +457,19 @@ fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
         return Err(SpecError::at("task.command", "must not contain NUL bytes"));
     }
     validate_map("task.env", &shell.env, env_key_ok)?;
-    if let Some((k, _)) = shell.env.iter().find(|(k, _)| k.starts_with("ETCRON_")) {
-        return Err(SpecError::at(
-            &format!("task.env.{k}"),
-            "the ETCRON_ prefix is reserved for variables etcron sets",
-        ));
+    validate_secrets("task.secret_env", &shell.secret_env, env_key_ok, shell.env.len())?;
+    let names =
+        shell.env.keys().map(|k| ("task.env", k)).chain(shell.secret_env.keys().map(|k| ("task.secret_env", k)));
+    for (field, k) in names {
+        if k.starts_with("ETCRON_") {
+            return Err(SpecError::at(
+                &format!("{field}.{k}"),
+                "the ETCRON_ prefix is reserved for variables etcron sets",
+            ));
+        }
+    }
+    if let Some(k) = shell.secret_env.keys().find(|k| shell.env.contains_key(*k)) {
+        return Err(SpecError::at(&format!("task.secret_env.{k}"), "is also in task.env; give each variable once"));
     }
     if let Some(cwd) = &shell.cwd {
         if !cwd.starts_with('/') || cwd.contains('\0') || cwd.len() > 4096 {
@@ -420,11 +493,21 @@ fn validate_http(http: &HttpTask) -> Result<(), SpecError> {
                 && http.url.len() <= 4096 => {}
         _ => return Err(SpecError::at("task.url", "must be an absolute http:// or https:// URL")),
     }
-    validate_map("task.headers", &http.headers, |k| {
-        !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
-    })?;
+    let header_ok = |k: &str| !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+    validate_map("task.headers", &http.headers, header_ok)?;
+    validate_secrets("task.secret_headers", &http.secret_headers, header_ok, http.headers.len())?;
     if let Some((k, _)) = http.headers.iter().find(|(_, v)| v.contains(['\r', '\n'])) {
         return Err(SpecError::at(&format!("task.headers.{k}"), "must not contain line breaks"));
+    }
+    if let Some((k, _)) = http.secret_headers.iter().find(|(_, v)| v.as_ref().is_some_and(|v| v.contains(['\r', '\n'])))
+    {
+        return Err(SpecError::at(&format!("task.secret_headers.{k}"), "must not contain line breaks"));
+    }
+    if let Some(k) = http.secret_headers.keys().find(|k| http.headers.keys().any(|h| h.eq_ignore_ascii_case(k))) {
+        return Err(SpecError::at(
+            &format!("task.secret_headers.{k}"),
+            "is also in task.headers; give each header once",
+        ));
     }
     if http.body.as_ref().is_some_and(|b| b.len() > MAX_HTTP_BODY) {
         return Err(SpecError::at("task.body", format!("longer than {MAX_HTTP_BODY} bytes")));
@@ -458,6 +541,26 @@ fn validate_map(field: &str, map: &BTreeMap<String, String>, key_ok: impl Fn(&st
             return Err(SpecError::at(&format!("{field}.{k}"), "invalid key"));
         }
         if v.len() > MAX_MAP_VALUE_LEN || v.contains('\0') {
+            return Err(SpecError::at(
+                &format!("{field}.{k}"),
+                format!("value longer than {MAX_MAP_VALUE_LEN} bytes or contains NUL"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// As [`validate_map`] for secret values (a `null` value is checked when it is filled in);
+/// `plain` entries of the same task count toward the limit too.
+fn validate_secrets(field: &str, map: &Secrets, key_ok: impl Fn(&str) -> bool, plain: usize) -> Result<(), SpecError> {
+    if map.len() + plain > MAX_MAP_ENTRIES {
+        return Err(SpecError::at(field, format!("at most {MAX_MAP_ENTRIES} entries with the plain ones")));
+    }
+    for (k, v) in map {
+        if k.len() > MAX_MAP_KEY_LEN || !key_ok(k) {
+            return Err(SpecError::at(&format!("{field}.{k}"), "invalid key"));
+        }
+        if v.as_ref().is_some_and(|v| v.len() > MAX_MAP_VALUE_LEN || v.contains('\0')) {
             return Err(SpecError::at(
                 &format!("{field}.{k}"),
                 format!("value longer than {MAX_MAP_VALUE_LEN} bytes or contains NUL"),
@@ -597,5 +700,48 @@ mod tests {
     fn names() {
         assert!(validate_name("db-backup").is_ok());
         assert_eq!(validate_name("DB").unwrap_err().field.as_deref(), Some("name"));
+    }
+
+    #[test]
+    fn secrets_are_withheld_and_kept_on_replace() {
+        let stored = JobSpec::from_json(
+            br#"{"schedule":"@daily","task":{"kind":"shell","command":"x","env":{"A":"1"},"secret_env":{"PW":"hunter2"}}}"#,
+        )
+        .unwrap();
+        let shown = serde_json::to_value(stored.redacted()).unwrap();
+        assert_eq!(shown["task"]["secret_env"]["PW"], serde_json::Value::Null);
+        assert_eq!(shown["task"]["env"]["A"], "1");
+        assert!(!shown.to_string().contains("hunter2"));
+        // A PUT of what was shown keeps the stored secret; a new secret without value is refused.
+        let mut again: JobSpec = JobSpec::from_value(shown.clone()).unwrap();
+        again.keep_secrets(Some(&stored)).unwrap();
+        assert_eq!(again, stored);
+        let mut fresh = JobSpec::from_value(shown).unwrap();
+        assert_eq!(fresh.keep_secrets(None).unwrap_err().field, "task.secret_env.PW");
+        // Secrets are validated like the plain ones, and never given twice.
+        for (body, field) in [
+            (
+                r#"{"schedule":"@daily","task":{"kind":"shell","command":"x","secret_env":{"ETCRON_X":"1"}}}"#,
+                "task.secret_env.ETCRON_X",
+            ),
+            (
+                r#"{"schedule":"@daily","task":{"kind":"shell","command":"x","env":{"A":"1"},"secret_env":{"A":"2"}}}"#,
+                "task.secret_env.A",
+            ),
+            (
+                r#"{"schedule":"@daily","task":{"kind":"shell","command":"x","secret_env":{"1A":"2"}}}"#,
+                "task.secret_env.1A",
+            ),
+            (
+                r#"{"schedule":"@daily","task":{"kind":"http","url":"http://h/","headers":{"authorization":"a"},"secret_headers":{"Authorization":"b"}}}"#,
+                "task.secret_headers.Authorization",
+            ),
+            (
+                r#"{"schedule":"@daily","task":{"kind":"http","url":"http://h/","secret_headers":{"X":"a\nb"}}}"#,
+                "task.secret_headers.X",
+            ),
+        ] {
+            assert_eq!(JobSpec::from_json(body.as_bytes()).unwrap_err().field.as_deref(), Some(field), "{body}");
+        }
     }
 }

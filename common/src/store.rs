@@ -297,6 +297,12 @@ impl MongoStore {
         Ok(Self { db, executions })
     }
 
+    /// The database, for collections other than `executions` (the master's audit log).
+    #[must_use]
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.db.run_command(doc! {"ping": 1}).await?;
         Ok(())

@@ -26,6 +26,7 @@ use etcron_common::{now_ms, rfc3339_ms};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 
 /// Lease of kill commands and trigger requests: long enough for a reconnecting worker.
@@ -48,6 +49,7 @@ pub struct AppState {
     pub keys: Keys,
     pub store: MongoStore,
     pub auth: crate::auth::Auth,
+    pub audit: crate::audit::AuditLog,
 }
 
 /// Deadline for the best-effort record summaries shown with jobs.
@@ -66,11 +68,17 @@ pub fn app(state: AppState) -> Router {
         .route("/api/executions", get(search_executions))
         .route("/api/executions/{id}", get(get_execution))
         .route("/api/overview", get(overview))
+        .route("/api/audit", get(search_audit))
+        .route("/api/auth/whoami", get(whoami))
+        .route("/api/auth/tokens", get(list_tokens))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(crate::web::routes())
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(state.auth.clone(), crate::auth::require_token))
+        // The auth layer names the caller; the audit layer around it records what was asked and
+        // answered, refusals included.
+        .layer(axum::middleware::from_fn_with_state(state.auth.clone(), crate::auth::authorize))
+        .layer(axum::middleware::from_fn_with_state(state.audit.clone(), crate::audit::record))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -143,7 +151,7 @@ fn view(
             };
             JobView {
                 name,
-                spec: serde_json::to_value(&spec).unwrap_or(Value::Null),
+                spec: serde_json::to_value(spec.redacted()).unwrap_or(Value::Null),
                 revision,
                 created_revision,
                 schedule_description: description,
@@ -154,7 +162,7 @@ fn view(
         }
         Err(e) => JobView {
             name,
-            spec: serde_json::from_slice(value).unwrap_or(Value::Null),
+            spec: redact_raw(serde_json::from_slice(value).unwrap_or(Value::Null)),
             revision,
             created_revision,
             schedule_description: String::new(),
@@ -163,6 +171,35 @@ fn view(
             eligible_workers: None,
         },
     }
+}
+
+/// A stored value that is not a valid spec, as the API shows it: secret values withheld all the
+/// same.
+fn redact_raw(mut value: Value) -> Value {
+    if let Some(task) = value.get_mut("task").and_then(Value::as_object_mut) {
+        for field in ["secret_env", "secret_headers"] {
+            match task.get_mut(field) {
+                Some(Value::Object(map)) => map.values_mut().for_each(|v| *v = Value::Null),
+                Some(other) => *other = Value::Null,
+                None => {}
+            }
+        }
+    }
+    value
+}
+
+/// A stored spec as the audit log keeps it (secrets withheld).
+fn audited(value: &[u8]) -> Option<Value> {
+    match JobSpec::from_json(value) {
+        Ok(spec) => serde_json::to_value(spec.redacted()).ok(),
+        Err(_) => serde_json::from_slice(value).ok().map(redact_raw),
+    }
+}
+
+/// `resp` with what the audit log should keep about the request.
+fn with_audit(mut resp: Response, detail: crate::audit::AuditDetail) -> Response {
+    resp.extensions_mut().insert(detail);
+    resp
 }
 
 fn with_etag(status: StatusCode, body: &JobView) -> Response {
@@ -286,7 +323,25 @@ async fn put_job(
     let expected = if_match(&headers)?;
     let create_only = headers.get("if-none-match").is_some_and(|v| v.as_bytes() == b"*");
     let body = body_bytes(body)?;
-    let spec = JobSpec::from_json(&body)?;
+    let mut spec = JobSpec::from_json(&body)?;
+    let mut expected = expected;
+    if spec.task_withholds_secrets() {
+        // `null` secrets keep the stored values: fill them from the job as read, and save only
+        // over that revision.
+        let mut kv = st.client.kv_client();
+        let resp = etcd(kv.get(st.keys.job(&name), None)).await?;
+        let stored = resp.kvs().first();
+        let stored_spec = stored.and_then(|kv| JobSpec::from_json(kv.value()).ok());
+        spec.keep_secrets(stored_spec.as_ref()).map_err(|e| {
+            ApiError::bad_request(
+                Some(e.field),
+                "a null secret keeps the stored value, but this job has none stored; give the value",
+            )
+        })?;
+        if let (None, Some(kv)) = (expected, stored) {
+            expected = Some(kv.mod_revision());
+        }
+    }
     let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
     let precondition = Precondition { expected, create_only };
     let resp = if spec.on_success.is_empty() && spec.on_failure.is_empty() {
@@ -303,15 +358,16 @@ async fn put_job(
     };
     let revision = resp.header().map_or(0, |h| h.revision());
     let previous = resp.op_responses().into_iter().find_map(|op| match op {
-        TxnOpResponse::Put(p) => p.prev_key().map(|kv| kv.create_revision()),
+        TxnOpResponse::Put(p) => p.prev_key().map(|kv| (kv.create_revision(), audited(kv.value()))),
         _ => None,
     });
-    let (status, created_revision) = match previous {
-        Some(created) => (StatusCode::OK, created),
-        None => (StatusCode::CREATED, revision),
+    let (status, created_revision, before) = match previous {
+        Some((created, before)) => (StatusCode::OK, created, before),
+        None => (StatusCode::CREATED, revision, None),
     };
-    tracing::info!(job = %name, revision, created = previous.is_none(), "job saved");
-    Ok(with_etag(status, &view(name, &value, revision, created_revision, None)))
+    tracing::info!(job = %name, revision, created = status == StatusCode::CREATED, "job saved");
+    let detail = crate::audit::AuditDetail { before, after: audited(&value), detail: None };
+    Ok(with_audit(with_etag(status, &view(name, &value, revision, created_revision, None)), detail))
 }
 
 /// The client's preconditions on a PUT: `If-Match: <revision>` or `If-None-Match: *`.
@@ -463,7 +519,7 @@ fn refuse_cycle(name: &str, spec: &JobSpec, mut graph: DependencyGraph) -> ApiRe
     Err(ApiError::dependency_cycle(field, format!("dependency cycle: {cycle}")))
 }
 
-async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, headers: HeaderMap) -> ApiResult<StatusCode> {
+async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
     job_name(&name)?;
     let expected = if_match(&headers)?;
     let key = st.keys.job(&name);
@@ -474,6 +530,8 @@ async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, header
     let txn = Txn::new()
         .when([compare])
         .and_then([
+            // The spec as it was, for the audit log.
+            TxnOp::get(key.clone(), None),
             TxnOp::delete(key.clone(), None),
             // The catch-up state belongs to the job and goes with it.
             TxnOp::delete(st.keys.state(&name), None),
@@ -488,7 +546,12 @@ async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, header
     let resp = etcd(kv.txn(txn)).await?;
     if resp.succeeded() {
         tracing::info!(job = %name, "job deleted");
-        return Ok(StatusCode::NO_CONTENT);
+        let before = resp.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(g) => g.kvs().first().and_then(|kv| audited(kv.value())),
+            _ => None,
+        });
+        let detail = crate::audit::AuditDetail { before, ..Default::default() };
+        return Ok(with_audit(StatusCode::NO_CONTENT.into_response(), detail));
     }
     let exists = resp.op_responses().into_iter().any(|op| matches!(op, TxnOpResponse::Get(g) if !g.kvs().is_empty()));
     if exists {
@@ -508,18 +571,29 @@ async fn grant_command_lease(st: &AppState) -> ApiResult<i64> {
     Ok(etcd(leases.grant(ttl, None)).await?.id())
 }
 
-async fn run_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<(StatusCode, Json<Value>)> {
+/// The caller's name for reasons and logs (`anonymous` without auth).
+fn actor(caller: Option<&axum::Extension<Caller>>) -> String {
+    caller.map_or_else(|| "anonymous".to_owned(), |c| c.name.clone())
+}
+
+async fn run_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    caller: Option<axum::Extension<Caller>>,
+) -> ApiResult<Response> {
     fetch_job(&st, &name, None).await?;
     let id = request_id();
     let now = now_ms();
-    let request = TriggerRequest::manual(now, "manual run via API");
+    let request = TriggerRequest::manual(now, &format!("manual run via API by {}", actor(caller.as_ref())));
     let lease = grant_command_lease(&st).await?;
     let value = serde_json::to_vec(&request).map_err(|e| ApiError::internal(&e))?;
     let mut kv = st.client.kv_client();
     etcd(kv.put(st.keys.trigger(&name, &id), value, Some(PutOptions::new().with_lease(lease)))).await?;
     let execution_id = ExecutionId::new(&name, etcron_common::keys::Tick::Manual(id.clone()));
     tracing::info!(job = %name, request_id = %id, "manual run requested");
-    Ok((StatusCode::ACCEPTED, Json(json!({ "request_id": id, "execution_id": execution_id.to_string() }))))
+    let body = json!({ "request_id": id, "execution_id": execution_id.to_string() });
+    let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };
+    Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
 }
 
 #[derive(Debug, Deserialize)]
@@ -531,7 +605,8 @@ async fn kill_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
     query: Result<Query<KillQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+    caller: Option<axum::Extension<Caller>>,
+) -> ApiResult<Response> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
     fetch_job(&st, &name, None).await?;
     let target = match query.execution.as_deref() {
@@ -549,13 +624,18 @@ async fn kill_job(
         }
     };
     let lease = grant_command_lease(&st).await?;
-    let command = KillCommand { requested_at: rfc3339_ms(now_ms()), reason: "kill via API".to_owned() };
+    let command = KillCommand {
+        requested_at: rfc3339_ms(now_ms()),
+        reason: format!("kill via API by {}", actor(caller.as_ref())),
+    };
     let value = serde_json::to_vec(&command).map_err(|e| ApiError::internal(&e))?;
     let mut kv = st.client.kv_client();
     let resp = etcd(kv.put(st.keys.kill(&name, &target), value, Some(PutOptions::new().with_lease(lease)))).await?;
     let revision = resp.header().map_or(0, |h| h.revision());
     tracing::info!(job = %name, target = %target, revision, "kill requested");
-    Ok((StatusCode::ACCEPTED, Json(json!({ "job": name, "target": target.to_string(), "revision": revision }))))
+    let body = json!({ "job": name, "target": target.to_string(), "revision": revision });
+    let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };
+    Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
 }
 
 async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Response> {
@@ -570,7 +650,11 @@ async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Resp
             ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT"))
         })?;
         if spec.enabled == enabled {
-            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), item.value(), rev, created, None)));
+            let detail = crate::audit::AuditDetail { detail: Some(json!({ "unchanged": true })), ..Default::default() };
+            return Ok(with_audit(
+                with_etag(StatusCode::OK, &view(name.to_owned(), item.value(), rev, created, None)),
+                detail,
+            ));
         }
         spec.enabled = enabled;
         let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
@@ -584,7 +668,12 @@ async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Resp
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             tracing::info!(job = %name, enabled, revision, "job {}", if enabled { "resumed" } else { "paused" });
-            return Ok(with_etag(StatusCode::OK, &view(name.to_owned(), &value, revision, created, None)));
+            let detail =
+                crate::audit::AuditDetail { before: audited(item.value()), after: audited(&value), detail: None };
+            return Ok(with_audit(
+                with_etag(StatusCode::OK, &view(name.to_owned(), &value, revision, created, None)),
+                detail,
+            ));
         }
     }
     Err(ApiError::conflict(format!("job {name:?} is being edited concurrently; retry")))
@@ -908,4 +997,75 @@ async fn overview(
         "recent_failures": listed(&failures.executions),
         "recent_missed": listed(&missed.executions),
     })))
+}
+
+/// Parameters `GET /api/audit` accepts.
+const AUDIT_PARAMS: [&str; 7] = ["job", "actor", "action", "since", "until", "limit", "cursor"];
+
+/// Parses the query of `GET /api/audit`; every bad value is a 400 naming the parameter.
+pub fn parse_audit_search(query: &str) -> ApiResult<crate::audit::AuditSearch> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+        .map_err(|e| ApiError::bad_request(None, format!("malformed query string: {e}")))?;
+    let mut s = crate::audit::AuditSearch { limit: DEFAULT_LIMIT, ..Default::default() };
+    for (key, value) in pairs {
+        let field = Some(key.clone());
+        match key.as_str() {
+            "job" => {
+                validate_name(&value).map_err(|e| ApiError::bad_request(field, e.message))?;
+                s.job = Some(value);
+            }
+            "actor" | "action" => {
+                if value.is_empty() || value.len() > 128 {
+                    return Err(ApiError::bad_request(field, format!("{key} must be 1 to 128 characters")));
+                }
+                if key == "actor" {
+                    s.actor = Some(value);
+                } else {
+                    s.action = Some(value);
+                }
+            }
+            "since" => s.since_ms = Some(parse_time("since", &value)?),
+            "until" => s.until_ms = Some(parse_time("until", &value)?),
+            "limit" => {
+                s.limit = value.parse::<i64>().ok().filter(|n| (1..=crate::audit::MAX_LIMIT).contains(n)).ok_or_else(
+                    || {
+                        ApiError::bad_request(
+                            field,
+                            format!("limit must be an integer between 1 and {}", crate::audit::MAX_LIMIT),
+                        )
+                    },
+                )?;
+            }
+            "cursor" => s.cursor = Some(Cursor::decode(&value).map_err(store_error)?),
+            other => {
+                return Err(ApiError::bad_request(
+                    Some(other.to_owned()),
+                    format!("unknown parameter {other:?}; known: {}", AUDIT_PARAMS.join(", ")),
+                ))
+            }
+        }
+    }
+    Ok(s)
+}
+
+async fn search_audit(
+    State(st): State<AppState>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> ApiResult<Json<Value>> {
+    let search = parse_audit_search(query.as_deref().unwrap_or(""))?;
+    let (entries, next) = crate::audit::search(&st.store, &search).await.map_err(store_error)?;
+    Ok(Json(json!({ "entries": entries, "next_cursor": next })))
+}
+
+/// Who the token is: its name and role (`anonymous`/admin without auth).
+async fn whoami(caller: Option<axum::Extension<Caller>>) -> Json<Value> {
+    match caller {
+        Some(axum::Extension(c)) => Json(json!({ "name": c.name, "role": c.role })),
+        None => Json(json!({ "name": "anonymous", "role": "admin" })),
+    }
+}
+
+/// The configured tokens: names and roles, never hashes (admin only).
+async fn list_tokens(State(st): State<AppState>) -> Json<Value> {
+    Json(json!({ "tokens": st.auth.list(), "enabled": st.auth.enabled() }))
 }

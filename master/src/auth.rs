@@ -1,31 +1,123 @@
-//! Bearer-token authentication of `/api/` routes. With no token configured the API is open
-//! (the master listens on loopback by default); with `ETCRON_API_TOKEN` set every `/api/`
-//! request needs `Authorization: Bearer <token>`. The console and its assets, `/healthz` and
-//! `/readyz` stay open, so a browser can load the page and then ask for the token.
+//! Who may call the API: bearer tokens with a role, kept as SHA-256 hashes in the master's
+//! config (`[[auth.tokens]]`) plus optionally one admin token from `ETCRON_API_TOKEN`, and a
+//! per-caller rate limit on requests that change something.
+//!
+//! With no token configured the API is open (every caller is `anonymous` with the admin role);
+//! the master refuses to start that way on a non-loopback address unless told
+//! `--insecure-no-auth`. The console's page and assets, `/healthz` and `/readyz` stay open so a
+//! browser can load the page and then ask for a token.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 
-/// The accepted tokens (today one, with every permission).
-#[derive(Clone, Default)]
-pub struct Auth {
-    token: Option<Arc<[u8]>>,
+/// What a token may do; each role includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Read jobs, workers, executions, the overview and the audit log.
+    Viewer,
+    /// Also run, kill, pause and resume jobs.
+    Operator,
+    /// Also create, replace and delete jobs, and list tokens.
+    Admin,
 }
 
-impl std::fmt::Debug for Auth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Auth").field("enabled", &self.token.is_some()).finish()
+impl Role {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
     }
+}
+
+/// One `[[auth.tokens]]` entry of the config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// Who holds it; recorded in the audit log.
+    pub name: String,
+    pub role: Role,
+    /// Hex SHA-256 of the token (`etcron-master hash-token` prints one).
+    pub sha256: String,
+}
+
+/// The caller of a request, as the auth layer established it (a request extension).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Caller {
+    pub name: String,
+    pub role: Role,
+}
+
+struct Token {
+    name: String,
+    role: Role,
+    hash: [u8; 32],
 }
 
 /// Shortest token accepted: a guessable token is no protection.
 pub const MIN_TOKEN_LEN: usize = 16;
+/// Longest caller name.
+const MAX_NAME_LEN: usize = 64;
+
+/// The accepted tokens and the mutation rate limit.
+#[derive(Clone, Default)]
+pub struct Auth {
+    tokens: Arc<Vec<Token>>,
+    limiter: Option<Arc<RateLimiter>>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<(&str, &str)> = self.tokens.iter().map(|t| (t.name.as_str(), t.role.as_str())).collect();
+        f.debug_struct("Auth").field("tokens", &names).finish_non_exhaustive()
+    }
+}
+
+/// SHA-256 of `token`, in hex.
+#[must_use]
+pub fn hash_token(token: &str) -> String {
+    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A new random token (32 bytes, hex).
+#[must_use]
+pub fn new_token() -> String {
+    (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect()
+}
+
+fn check_token_text(token: &str) -> Result<(), String> {
+    if token.len() < MIN_TOKEN_LEN {
+        return Err(format!("must be at least {MIN_TOKEN_LEN} characters"));
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("must be printable ASCII without spaces".to_owned());
+    }
+    Ok(())
+}
+
+fn parse_hash(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
 
 impl Auth {
     /// No authentication.
@@ -34,27 +126,73 @@ impl Auth {
         Self::default()
     }
 
-    /// One token with every permission.
+    /// One token with every permission (the `ETCRON_API_TOKEN` case), named `api-token`.
     ///
     /// # Errors
-    /// When the token is shorter than [`MIN_TOKEN_LEN`] or holds whitespace or control characters.
+    /// When the token is shorter than [`MIN_TOKEN_LEN`] or holds spaces or control characters.
     pub fn with_token(token: &str) -> Result<Self, String> {
-        if token.len() < MIN_TOKEN_LEN {
-            return Err(format!("api token: must be at least {MIN_TOKEN_LEN} characters"));
+        Self::new(&[], Some(token))
+    }
+
+    /// The configured tokens, plus `env_token` (admin) when given.
+    ///
+    /// # Errors
+    /// A line naming the bad entry: a malformed hash, a bad name, a duplicate.
+    pub fn new(configured: &[TokenConfig], env_token: Option<&str>) -> Result<Self, String> {
+        let mut tokens = Vec::new();
+        for (i, t) in configured.iter().enumerate() {
+            let at = format!("auth.tokens[{i}]");
+            if t.name.is_empty()
+                || t.name.len() > MAX_NAME_LEN
+                || !t.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._@-".contains(&b))
+            {
+                return Err(format!("{at}.name: 1 to {MAX_NAME_LEN} letters, digits, . _ @ -"));
+            }
+            let hash = parse_hash(&t.sha256.to_ascii_lowercase())
+                .ok_or_else(|| format!("{at}.sha256: must be 64 hex digits (etcron-master hash-token prints one)"))?;
+            tokens.push(Token { name: t.name.clone(), role: t.role, hash });
         }
-        if token.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control() || !b.is_ascii()) {
-            return Err("api token: must be printable ASCII without spaces".to_owned());
+        if let Some(token) = env_token {
+            check_token_text(token).map_err(|e| format!("ETCRON_API_TOKEN: {e}"))?;
+            tokens.push(Token { name: "api-token".to_owned(), role: Role::Admin, hash: Sha256::digest(token).into() });
         }
-        Ok(Self { token: Some(Arc::from(token.as_bytes())) })
+        for (i, a) in tokens.iter().enumerate() {
+            if let Some(b) = tokens[..i].iter().find(|b| b.name == a.name || b.hash == a.hash) {
+                return Err(format!("auth tokens: {:?} and {:?} repeat a name or a token", b.name, a.name));
+            }
+        }
+        Ok(Self { tokens: Arc::new(tokens), limiter: None })
+    }
+
+    /// Limits each caller to `per_second` changing requests on average, `burst` at once.
+    #[must_use]
+    pub fn with_rate_limit(mut self, per_second: f64, burst: u32) -> Self {
+        self.limiter = Some(Arc::new(RateLimiter::new(per_second, burst)));
+        self
     }
 
     #[must_use]
     pub fn enabled(&self) -> bool {
-        self.token.is_some()
+        !self.tokens.is_empty()
     }
 
-    fn accepts(&self, presented: &[u8]) -> bool {
-        self.token.as_deref().is_none_or(|want| constant_time_eq(want, presented))
+    /// The names and roles of the tokens (never the hashes).
+    #[must_use]
+    pub fn list(&self) -> Vec<Caller> {
+        self.tokens.iter().map(|t| Caller { name: t.name.clone(), role: t.role }).collect()
+    }
+
+    /// The holder of `presented`, comparing its hash with every token in constant time.
+    fn identify(&self, presented: &str) -> Option<Caller> {
+        let hash: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found = None;
+        // Every token is compared, found or not, so timing says nothing about which matched.
+        for t in self.tokens.iter() {
+            if constant_time_eq(&t.hash, &hash) {
+                found = Some(Caller { name: t.name.clone(), role: t.role });
+            }
+        }
+        found
     }
 }
 
@@ -67,34 +205,160 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// The middleware: `/api/` routes answer 401 without the right bearer token.
-pub async fn require_token(State(auth): State<Auth>, req: Request, next: Next) -> Response {
-    if !auth.enabled() || !req.uri().path().starts_with("/api/") {
+/// Requests that change something: everything but GET, HEAD and OPTIONS.
+#[must_use]
+pub fn is_mutation(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// The role a request needs: reads need viewer; run, kill, pause and resume need operator;
+/// everything else that changes something (job PUT and DELETE) needs admin, as does the list
+/// of tokens.
+#[must_use]
+pub fn required_role(method: &Method, path: &str) -> Role {
+    if path == "/api/auth/tokens" {
+        return Role::Admin;
+    }
+    if !is_mutation(method) {
+        return Role::Viewer;
+    }
+    let operator_action = path
+        .strip_prefix("/api/jobs/")
+        .and_then(|rest| rest.split_once('/'))
+        .is_some_and(|(_, action)| matches!(action, "run" | "kill" | "pause" | "resume"));
+    if *method == Method::POST && operator_action {
+        Role::Operator
+    } else {
+        Role::Admin
+    }
+}
+
+fn error(status: StatusCode, code: &'static str, message: String) -> ApiError {
+    ApiError { status, code, message, field: None }
+}
+
+/// The middleware: identifies the caller of `/api/` requests (401 without a valid token, 403
+/// without the role), applies the rate limit to changes (429), and hands the [`Caller`] to the
+/// handlers (request extension) and to the audit layer around it (response extension).
+pub async fn authorize(State(auth): State<Auth>, mut req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_owned();
+    if !path.starts_with("/api/") {
         return next.run(req).await;
     }
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
-    match presented {
-        Some(token) if auth.accepts(token.as_bytes()) => next.run(req).await,
-        presented => {
-            let message = if presented.is_some() {
-                "the bearer token is not valid"
-            } else {
-                "this API needs a bearer token: send Authorization: Bearer <token>"
-            };
-            let mut resp = ApiError {
-                status: StatusCode::UNAUTHORIZED,
-                code: "unauthorized",
-                message: message.to_owned(),
-                field: Some("Authorization".to_owned()),
+    let caller = if auth.enabled() {
+        let presented = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim);
+        match presented.and_then(|p| auth.identify(p)) {
+            Some(caller) => caller,
+            None => {
+                let message = if presented.is_some() {
+                    "the bearer token is not valid"
+                } else {
+                    "this API needs a bearer token: send Authorization: Bearer <token>"
+                };
+                let mut resp = ApiError {
+                    status: StatusCode::UNAUTHORIZED,
+                    code: "unauthorized",
+                    message: message.to_owned(),
+                    field: Some("Authorization".to_owned()),
+                }
+                .into_response();
+                resp.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"etcron\""));
+                return resp;
             }
+        }
+    } else {
+        Caller { name: "anonymous".to_owned(), role: Role::Admin }
+    };
+    let needed = required_role(req.method(), &path);
+    if caller.role < needed {
+        tracing::warn!(caller = %caller.name, role = caller.role.as_str(), method = %req.method(), %path, "request refused: role too low");
+        let mut resp = error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "{} holds the {} role; {} {} needs {}",
+                caller.name,
+                caller.role.as_str(),
+                req.method(),
+                path,
+                needed.as_str()
+            ),
+        )
+        .into_response();
+        // The audit layer records refusals too, with who was refused.
+        resp.extensions_mut().insert(caller);
+        return resp;
+    }
+    if let (Some(limiter), true) = (&auth.limiter, is_mutation(req.method())) {
+        // Callers are told apart by token; without tokens, by address.
+        let key = if auth.enabled() {
+            caller.name.clone()
+        } else {
+            req.extensions()
+                .get::<ConnectInfo<std::net::SocketAddr>>()
+                .map_or_else(String::new, |c| c.0.ip().to_string())
+        };
+        if let Err(wait) = limiter.check(&key, Instant::now()) {
+            tracing::warn!(caller = %key, %path, "rate limit hit");
+            let secs = wait.as_secs().max(1);
+            let mut resp = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("too many changes from {key}; retry in {secs} s"),
+            )
             .into_response();
-            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"etcron\""));
-            resp
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            return resp;
+        }
+    }
+    req.extensions_mut().insert(caller.clone());
+    let mut resp = next.run(req).await;
+    resp.extensions_mut().insert(caller);
+    resp
+}
+
+/// Token buckets per caller. Idle buckets are dropped once the map grows past its bound, so
+/// many distinct callers cannot grow it without limit.
+pub struct RateLimiter {
+    per_second: f64,
+    burst: f64,
+    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+}
+
+/// Callers tracked at once before idle ones are dropped.
+const MAX_BUCKETS: usize = 10_000;
+
+impl RateLimiter {
+    #[must_use]
+    pub fn new(per_second: f64, burst: u32) -> Self {
+        Self { per_second: per_second.max(0.001), burst: f64::from(burst.max(1)), buckets: Mutex::new(HashMap::new()) }
+    }
+
+    /// Takes one token from `key`'s bucket, or says how long until one is there.
+    pub fn check(&self, key: &str, now: Instant) -> Result<(), std::time::Duration> {
+        let mut buckets = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(key) {
+            let full = self.burst;
+            let rate = self.per_second;
+            buckets.retain(|_, (tokens, at)| *tokens + now.duration_since(*at).as_secs_f64() * rate < full);
+        }
+        let (tokens, at) = buckets.entry(key.to_owned()).or_insert((self.burst, now));
+        let refilled = (*tokens + now.duration_since(*at).as_secs_f64() * self.per_second).min(self.burst);
+        *at = now;
+        if refilled >= 1.0 {
+            *tokens = refilled - 1.0;
+            Ok(())
+        } else {
+            *tokens = refilled;
+            Err(std::time::Duration::from_secs_f64((1.0 - refilled) / self.per_second))
         }
     }
 }
@@ -104,14 +368,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_compare_exactly() {
-        let auth = Auth::with_token("0123456789abcdef").unwrap();
-        assert!(auth.accepts(b"0123456789abcdef"));
-        assert!(!auth.accepts(b"0123456789abcdeX"));
-        assert!(!auth.accepts(b"0123456789abcdef0"));
-        assert!(!auth.accepts(b""));
-        assert!(Auth::open().accepts(b""));
+    fn tokens_are_matched_by_hash_with_their_role() {
+        let viewer = "viewer-token-0123456789";
+        let config = [TokenConfig { name: "dash".into(), role: Role::Viewer, sha256: hash_token(viewer) }];
+        let auth = Auth::new(&config, Some("admin-token-0123456789")).unwrap();
+        assert_eq!(auth.identify(viewer), Some(Caller { name: "dash".into(), role: Role::Viewer }));
+        assert_eq!(auth.identify("admin-token-0123456789").unwrap().role, Role::Admin);
+        assert_eq!(auth.identify("viewer-token-0123456780"), None);
+        assert_eq!(auth.identify(""), None);
+        assert!(!Auth::open().enabled());
         assert!(Auth::with_token("short").is_err());
         assert!(Auth::with_token("0123456789 abcdef").is_err());
+        let bad = [TokenConfig { name: "x".into(), role: Role::Admin, sha256: "abc".into() }];
+        assert!(Auth::new(&bad, None).unwrap_err().contains("auth.tokens[0].sha256"));
+        let twice = [config[0].clone(), TokenConfig { name: "dash2".into(), ..config[0].clone() }];
+        assert!(Auth::new(&twice, None).is_err(), "the same token twice");
+        assert_eq!(hash_token("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(new_token().len(), 64);
+        assert_ne!(new_token(), new_token());
+    }
+
+    #[test]
+    fn roles_follow_the_route() {
+        use Method as M;
+        assert_eq!(required_role(&M::GET, "/api/jobs"), Role::Viewer);
+        assert_eq!(required_role(&M::GET, "/api/audit"), Role::Viewer);
+        assert_eq!(required_role(&M::POST, "/api/jobs/a/run"), Role::Operator);
+        assert_eq!(required_role(&M::POST, "/api/jobs/a/kill"), Role::Operator);
+        assert_eq!(required_role(&M::POST, "/api/jobs/a/pause"), Role::Operator);
+        assert_eq!(required_role(&M::POST, "/api/jobs/a/resume"), Role::Operator);
+        assert_eq!(required_role(&M::PUT, "/api/jobs/a"), Role::Admin);
+        assert_eq!(required_role(&M::DELETE, "/api/jobs/a"), Role::Admin);
+        assert_eq!(required_role(&M::PUT, "/api/jobs/run"), Role::Admin, "a job named run");
+        assert_eq!(required_role(&M::GET, "/api/auth/tokens"), Role::Admin);
+        assert!(Role::Admin > Role::Operator && Role::Operator > Role::Viewer);
+    }
+
+    #[test]
+    fn the_rate_limit_allows_a_burst_then_the_rate() {
+        let limiter = RateLimiter::new(2.0, 3);
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            limiter.check("a", t0).unwrap();
+        }
+        let wait = limiter.check("a", t0).unwrap_err();
+        assert!(wait > std::time::Duration::from_millis(400) && wait <= std::time::Duration::from_millis(500));
+        limiter.check("b", t0).unwrap();
+        limiter.check("a", t0 + std::time::Duration::from_millis(500)).unwrap();
+        assert!(limiter.check("a", t0 + std::time::Duration::from_millis(500)).is_err());
     }
 }

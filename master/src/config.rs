@@ -28,6 +28,44 @@ pub struct Cli {
     /// the environment variable: a flag is visible in the process list.
     #[arg(long, env = "ETCRON_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+    /// Serve the API without tokens on a non-loopback address (anyone who can connect is admin).
+    #[arg(long, env = "ETCRON_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
+    /// Changing requests (PUT, DELETE, POST) each caller may make per second on average.
+    #[arg(long, env = "ETCRON_MUTATION_RATE")]
+    pub mutation_rate: Option<f64>,
+    /// Changing requests a caller may make at once before the rate applies.
+    #[arg(long, env = "ETCRON_MUTATION_BURST")]
+    pub mutation_burst: Option<u32>,
+    /// How long audit entries are kept, e.g. `365d`.
+    #[arg(long, env = "ETCRON_AUDIT_RETENTION")]
+    pub audit_retention: Option<HumanDuration>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Prints a new random API token and the `[[auth.tokens]]` entry (with its hash) to add to
+    /// the config file; the token itself is stored nowhere.
+    HashToken {
+        /// Who will hold the token (recorded in the audit log).
+        #[arg(long)]
+        name: String,
+        /// viewer, operator or admin.
+        #[arg(long, value_parser = ["viewer", "operator", "admin"])]
+        role: String,
+    },
+}
+
+/// `[auth]` of the config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(default)]
+    pub tokens: Vec<crate::auth::TokenConfig>,
+    #[serde(default)]
+    pub insecure_no_auth: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -41,6 +79,11 @@ pub struct FileConfig {
     pub retention: Option<HumanDuration>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
+    pub mutation_rate: Option<f64>,
+    pub mutation_burst: Option<u32>,
+    pub audit_retention: Option<HumanDuration>,
+    #[serde(default)]
+    pub auth: AuthConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -54,7 +97,12 @@ pub struct Config {
     pub log_level: String,
     pub json_logs: bool,
     pub auth: crate::auth::Auth,
+    pub audit_retention: Duration,
 }
+
+/// Default changing requests per second per caller, and burst.
+pub const DEFAULT_MUTATION_RATE: f64 = 20.0;
+pub const DEFAULT_MUTATION_BURST: u32 = 100;
 
 /// Shortest and longest record retention.
 pub const RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
@@ -83,12 +131,32 @@ impl Config {
         if !RETENTION_RANGE.contains(&retention) {
             bail!("retention: must be between 1h and 3660d, got {}", HumanDuration(retention));
         }
-        let auth = match cli.api_token.as_deref() {
-            Some(token) => crate::auth::Auth::with_token(token).map_err(anyhow::Error::msg)?,
-            None => crate::auth::Auth::open(),
-        };
+        let rate = cli.mutation_rate.or(file.mutation_rate).unwrap_or(DEFAULT_MUTATION_RATE);
+        if !(rate.is_finite() && (0.01..=100_000.0).contains(&rate)) {
+            bail!("mutation_rate: must be between 0.01 and 100000 requests per second, got {rate}");
+        }
+        let burst = cli.mutation_burst.or(file.mutation_burst).unwrap_or(DEFAULT_MUTATION_BURST);
+        if !(1..=1_000_000).contains(&burst) {
+            bail!("mutation_burst: must be between 1 and 1000000, got {burst}");
+        }
+        let auth = crate::auth::Auth::new(&file.auth.tokens, cli.api_token.as_deref().filter(|t| !t.is_empty()))
+            .map_err(anyhow::Error::msg)?
+            .with_rate_limit(rate, burst);
+        let insecure = cli.insecure_no_auth || file.auth.insecure_no_auth;
+        if !auth.enabled() && !listen.ip().is_loopback() && !insecure {
+            bail!(
+                "listen: refusing to serve the API on {listen} without tokens (anyone who can connect could change \
+                 jobs); add [[auth.tokens]] to the config or set ETCRON_API_TOKEN, or pass --insecure-no-auth"
+            );
+        }
+        let audit_retention =
+            cli.audit_retention.or(file.audit_retention).map_or(Duration::from_secs(365 * 86400), |d| d.0);
+        if !RETENTION_RANGE.contains(&audit_retention) {
+            bail!("audit_retention: must be between 1h and 3660d, got {}", HumanDuration(audit_retention));
+        }
         Ok(Self {
             auth,
+            audit_retention,
             etcd_endpoints: shared.etcd_endpoints,
             namespace: shared.namespace,
             listen,
@@ -110,8 +178,11 @@ mod tests {
         let c = Config::resolve(Cli::parse_from(["etcron-master"])).unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:8070");
         assert_eq!(c.namespace, "/etcron");
+        let err = Config::resolve(Cli::parse_from(["etcron-master", "--listen", "0.0.0.0:9000"])).unwrap_err();
+        assert!(format!("{err:#}").contains("without tokens"), "{err:#}");
         let c = Config::resolve(Cli::parse_from([
             "etcron-master",
+            "--insecure-no-auth",
             "--listen",
             "0.0.0.0:9000",
             "--etcd-endpoints",

@@ -2,6 +2,7 @@
 //! and the operator UI.
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod error;

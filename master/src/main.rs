@@ -8,7 +8,18 @@ use etcron_master::api::{app, AppState};
 use etcron_master::config::{Cli, Config};
 
 fn main() -> std::process::ExitCode {
-    let config = match Config::resolve(Cli::parse()) {
+    let cli = Cli::parse();
+    if let Some(etcron_master::config::Command::HashToken { name, role }) = &cli.command {
+        let token = etcron_master::auth::new_token();
+        println!("# Give this token to {name}; it is stored nowhere, only its hash below:");
+        println!("#   {token}");
+        println!(
+            "[[auth.tokens]]\nname = {name:?}\nrole = {role:?}\nsha256 = {:?}",
+            etcron_master::auth::hash_token(&token)
+        );
+        return std::process::ExitCode::SUCCESS;
+    }
+    let config = match Config::resolve(cli) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("etcron-master: {e:#}");
@@ -27,13 +38,15 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let store = etcron_common::store::MongoStore::connect(&config.mongodb_uri, &config.mongodb_db)
         .await
         .map_err(|e| anyhow::anyhow!("mongodb_uri: {e}"))?;
-    tokio::spawn(ensure_indexes(store.clone(), config.retention));
+    tokio::spawn(ensure_indexes(store.clone(), config.retention, config.audit_retention));
+    let audit = etcron_master::audit::AuditLog::start(&store);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let local = listener.local_addr().context("reading the bound address")?;
     tracing::info!(listen = %local, auth = config.auth.enabled(), namespace = %config.namespace, endpoints = ?config.etcd_endpoints, "etcron-master serving");
-    axum::serve(listener, app(AppState { client, keys, store, auth: config.auth.clone() }))
+    let state = AppState { client, keys, store, auth: config.auth.clone(), audit };
+    axum::serve(listener, app(state).into_make_service_with_connect_info::<std::net::SocketAddr>())
         .with_graceful_shutdown(etcron_common::settings::shutdown_signal())
         .await
         .context("serving HTTP")?;
@@ -42,10 +55,18 @@ async fn run(config: Config) -> anyhow::Result<()> {
 }
 
 /// Creates the record indexes (idempotent), retrying until MongoDB answers.
-async fn ensure_indexes(store: etcron_common::store::MongoStore, retention: std::time::Duration) {
+async fn ensure_indexes(
+    store: etcron_common::store::MongoStore,
+    retention: std::time::Duration,
+    audit_retention: std::time::Duration,
+) {
     let mut delay = std::time::Duration::from_secs(1);
     loop {
-        match store.ensure_indexes(retention).await {
+        let done = match store.ensure_indexes(retention).await {
+            Ok(()) => etcron_master::audit::ensure_indexes(&store, audit_retention).await,
+            Err(e) => Err(e),
+        };
+        match done {
             Ok(()) => {
                 tracing::info!(retention_secs = retention.as_secs(), "execution record indexes ready");
                 return;

@@ -15,7 +15,8 @@ async fn state() -> AppState {
     // Nothing listens on port 1: every etcd and MongoDB call fails, which is what these tests want.
     let client = connect(&EtcdConfig { endpoints: vec!["127.0.0.1:1".to_owned()], user: None }).await.unwrap();
     let store = etcron_common::store::MongoStore::connect("mongodb://127.0.0.1:1", "etcron").await.unwrap();
-    AppState { client, keys: Keys::new("/etcron").unwrap(), store, auth: etcron_master::auth::Auth::open() }
+    let audit = etcron_master::audit::AuditLog::start(&store);
+    AppState { client, keys: Keys::new("/etcron").unwrap(), store, auth: etcron_master::auth::Auth::open(), audit }
 }
 
 async fn call(req: Request<Body>) -> (StatusCode, serde_json::Value) {
@@ -209,4 +210,61 @@ async fn with_a_token_the_api_needs_it_and_the_console_stays_open() {
     for open in ["/", "/assets/app.js", "/healthz"] {
         assert_eq!(send(Request::get(open).body(Body::empty()).unwrap()).await.status(), StatusCode::OK, "{open}");
     }
+}
+
+#[tokio::test]
+async fn roles_gate_the_routes_and_changes_are_rate_limited() {
+    use etcron_master::auth::{hash_token, Auth, Role, TokenConfig};
+    let tokens = [
+        TokenConfig { name: "dash".into(), role: Role::Viewer, sha256: hash_token("viewer-token-0123456789") },
+        TokenConfig { name: "oncall".into(), role: Role::Operator, sha256: hash_token("operator-token-0123456789") },
+    ];
+    let mut st = state().await;
+    st.auth = Auth::new(&tokens, Some("admin-token-0123456789")).unwrap().with_rate_limit(0.5, 2);
+    let send = |method: &str, path: &str, token: &str| {
+        let st = st.clone();
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(Body::from(r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#))
+            .unwrap();
+        async move {
+            let resp = app(st).oneshot(req).await.unwrap();
+            let status = resp.status();
+            let retry = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+            (status, serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_default(), retry)
+        }
+    };
+    // Reading is open to every role (here it reaches the unreachable etcd: 503, past the auth layer).
+    let (status, body, _) = send("GET", "/api/auth/whoami", "viewer-token-0123456789").await;
+    assert_eq!((status, body["name"].as_str(), body["role"].as_str()), (StatusCode::OK, Some("dash"), Some("viewer")));
+    let (status, _, _) = send("GET", "/api/jobs", "viewer-token-0123456789").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    // A viewer may not run; an operator may run but not edit; an admin may edit.
+    let (status, body, _) = send("POST", "/api/jobs/a/run", "viewer-token-0123456789").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::FORBIDDEN, Some("forbidden")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("needs operator"), "{body}");
+    let (status, _, _) = send("POST", "/api/jobs/a/run", "operator-token-0123456789").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "past the auth layer");
+    let (status, body, _) = send("PUT", "/api/jobs/a", "operator-token-0123456789").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, _, _) = send("GET", "/api/auth/tokens", "operator-token-0123456789").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, body, _) = send("GET", "/api/auth/tokens", "admin-token-0123456789").await;
+    assert_eq!(status, StatusCode::OK);
+    let names: Vec<&str> = body["tokens"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["dash", "oncall", "api-token"]);
+    assert!(!body.to_string().contains(&hash_token("viewer-token-0123456789")), "hashes are never shown");
+    // The operator used one change (burst 2, 0.5/s): one more passes, the next is a 429.
+    let (status, _, _) = send("POST", "/api/jobs/a/pause", "operator-token-0123456789").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let (status, body, retry) = send("POST", "/api/jobs/a/resume", "operator-token-0123456789").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("rate_limited")));
+    assert!(retry.is_some_and(|r| r.parse::<u64>().unwrap() >= 1));
+    // Limits are per caller: the admin still has its burst.
+    let (status, _, _) = send("PUT", "/api/jobs/a", "admin-token-0123456789").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }

@@ -116,6 +116,10 @@ async fn jobs_are_created_edited_as_form_or_json_and_deleted_in_the_editor() -> 
     // What the browser did, seen through the API: the job ran from its form-made spec, then went.
     let runs = c.get("/api/executions?job=made-in-ui&status=succeeded").await?;
     assert!(runs["executions"].as_array().unwrap().len() >= 2, "{runs}");
+    // The newest run came after the form saves that kept the secret without seeing it.
+    let newest = runs["executions"][0]["id"].as_str().unwrap().replace('@', "%40").replace('#', "%23");
+    let newest = c.get(&format!("/api/executions/{newest}")).await?;
+    assert!(newest["output"].as_str().unwrap().contains("secret-reached-the-task"), "{newest}");
     let (status, _) = c.call(Method::GET, "/api/jobs/made-in-ui", None).await?;
     assert_eq!(status, 404, "deleted from the job page");
     Ok(())

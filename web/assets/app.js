@@ -290,7 +290,9 @@ function parseMap(text, sep) {
   });
   return out;
 }
-const formatMap = (obj, sep) => Object.entries(obj || {}).map(([k, v]) => `${k}${sep}${v}`).join("\n");
+const formatMap = (obj, sep) => Object.entries(obj || {}).map(([k, v]) => `${k}${sep}${v ?? ""}`).join("\n").replace(/[ ]+$/gm, "");
+/** Secret entries left empty are sent as null: "keep the stored value". */
+const secrets = (map) => Object.fromEntries(Object.entries(map).map(([k, v]) => [k, v === "" ? null : v]));
 const names = (text) => text.split(/[\s,]+/).filter(Boolean);
 const numberOr = (text) => (/^\d+$/.test(text.trim()) ? Number(text.trim()) : text.trim());
 
@@ -311,10 +313,14 @@ function jobForm(isNew) {
     kind: formField("task.kind", "Task", add("task.kind", select("task.kind"))),
     command: formField("task.command", "Command", add("task.command", textarea({ rows: 3, placeholder: "pg_dump db > /backups/db.sql", class: "mono" })), "Runs with /bin/sh -c in its own process group."),
     env: formField("task.env", "Environment", add("task.env", textarea({ rows: 2, placeholder: "KEY=value", class: "mono" })), "One KEY=value per line."),
+    secretEnv: formField("task.secret_env", "Secret environment", add("task.secret_env", textarea({ rows: 2, placeholder: "DB_PASSWORD=…", class: "mono" })),
+      "KEY=value per line. Values are never shown again; KEY= with nothing after it keeps the stored value."),
     cwd: formField("task.cwd", "Working directory", add("task.cwd", input({ placeholder: "/srv/app" }))),
     method: formField("task.method", "Method", add("task.method", select("task.method"))),
     url: formField("task.url", "URL", add("task.url", input({ placeholder: "https://example.internal/hook", type: "url" }))),
-    headers: formField("task.headers", "Headers", add("task.headers", textarea({ rows: 2, placeholder: "Authorization: Bearer …", class: "mono" })), "One Name: value per line."),
+    headers: formField("task.headers", "Headers", add("task.headers", textarea({ rows: 2, placeholder: "Accept: application/json", class: "mono" })), "One Name: value per line."),
+    secretHeaders: formField("task.secret_headers", "Secret headers", add("task.secret_headers", textarea({ rows: 2, placeholder: "Authorization: Bearer …", class: "mono" })),
+      "Name: value per line. Never shown again; Name: with nothing after it keeps the stored value."),
     body: formField("task.body", "Body", add("task.body", textarea({ rows: 3, class: "mono" }))),
     expect: formField("task.expect_status", "Expected status", add("task.expect_status", input({ inputmode: "numeric", placeholder: "any 2xx" }))),
     timeout: formField("timeout", "Timeout", add("timeout", input({ placeholder: "none, e.g. 10m" })), "TERM, then KILL, after this long."),
@@ -336,8 +342,8 @@ function jobForm(isNew) {
   fields.schedule.append(preview);
   const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
   fields.timezone.append(h("datalist", { id: "timezones" }, ["UTC", ...zones].map((z) => h("option", { value: z }))));
-  const shellOnly = [fields.command, fields.env, fields.cwd];
-  const httpOnly = [fields.method, fields.url, fields.headers, fields.body, fields.expect];
+  const shellOnly = [fields.command, fields.env, fields.secretEnv, fields.cwd];
+  const httpOnly = [fields.method, fields.url, fields.headers, fields.secretHeaders, fields.body, fields.expect];
   const sync = () => {
     const http = f["task.kind"].value === "http";
     for (const el of shellOnly) el.hidden = http;
@@ -365,12 +371,16 @@ function jobForm(isNew) {
       spec.task = { kind: "http", method: f["task.method"].value, url: f["task.url"].value.trim() };
       const headers = map("task.headers", ":");
       if (Object.keys(headers).length) spec.task.headers = headers;
+      const secretHeaders = secrets(map("task.secret_headers", ":"));
+      if (Object.keys(secretHeaders).length) spec.task.secret_headers = secretHeaders;
       if (f["task.body"].value) spec.task.body = f["task.body"].value;
       if (f["task.expect_status"].value.trim()) spec.task.expect_status = numberOr(f["task.expect_status"].value);
     } else {
       spec.task = { kind: "shell", command: f["task.command"].value };
       const env = map("task.env", "=");
       if (Object.keys(env).length) spec.task.env = env;
+      const secretEnv = secrets(map("task.secret_env", "="));
+      if (Object.keys(secretEnv).length) spec.task.secret_env = secretEnv;
       if (f["task.cwd"].value.trim()) spec.task.cwd = f["task.cwd"].value.trim();
     }
     if (f.timeout.value.trim()) spec.timeout = f.timeout.value.trim();
@@ -401,6 +411,7 @@ function jobForm(isNew) {
       name: name || "", description: spec.description || "", labels: formatMap(spec.labels, "="),
       schedule: spec.schedule || "", timezone: spec.timezone || "UTC", "task.kind": task.kind || "shell",
       "task.command": task.command || "", "task.env": formatMap(task.env, "="), "task.cwd": task.cwd || "",
+      "task.secret_env": formatMap(task.secret_env, "="), "task.secret_headers": formatMap(task.secret_headers, ": "),
       "task.method": task.method || "GET", "task.url": task.url || "", "task.headers": formatMap(task.headers, ": "),
       "task.body": task.body || "", "task.expect_status": task.expect_status ?? "", timeout: spec.timeout || "",
       "retries.max": retries.max ?? 0, "retries.backoff": retries.backoff || "", "retries.max_backoff": retries.max_backoff || "",
@@ -850,6 +861,22 @@ function tokenView(refused) {
 const views = { overview: overviewView, jobs: jobsView, job: jobView, new: editView, edit: editView, executions: executionsView, execution: executionView, workers: workersView };
 const NAV_OF = { job: "jobs", new: "jobs", edit: "jobs", execution: "executions" };
 
+/** Shows who the token belongs to, with a way to forget it (only when the API has tokens). */
+let whoShown = null;
+async function showWho() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (whoShown === token) return;
+  whoShown = token;
+  const el = document.getElementById("who");
+  if (!token) { el.replaceChildren(); return; }
+  try {
+    const me = await getJson("/api/auth/whoami");
+    const out = h("button", { type: "button", class: "link" }, "Sign out");
+    out.addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); location.reload(); });
+    el.replaceChildren(h("span", { class: "muted" }, `${me.name} (${me.role}) `), out);
+  } catch { el.replaceChildren(); }
+}
+
 async function route({ quiet = false } = {}) {
   clearTimeout(refreshTimer);
   const [path, query] = (location.hash.replace(/^#\/?/, "") || "jobs").split("?");
@@ -864,6 +891,7 @@ async function route({ quiet = false } = {}) {
   if (!quiet) banner("");
   try {
     await view(new URLSearchParams(query || ""), rest);
+    showWho();
     if (quiet && document.getElementById("banner").className === "error") banner("");
   } catch (e) {
     if (e.status === 401) {
@@ -873,7 +901,13 @@ async function route({ quiet = false } = {}) {
       return;
     }
     banner(explain(e));
-    if (quiet) autoRefresh(10000);
+    const transient = e.status === 503 || e instanceof TypeError;
+    if (app().textContent.trim() === "Loading…" || !quiet) {
+      app().replaceChildren(h("div", { class: "empty" },
+        transient ? "Nothing to show until the master can answer; retrying every 10 seconds. " : `${e.message} `,
+        button("Retry now", async () => {})));
+    }
+    if (transient) autoRefresh(10000);
   }
 }
 

@@ -28,6 +28,7 @@ try {
     await page.goto(`${base}/#/jobs`);
     await banner.waitFor({ timeout: 20_000 });
     assert.match(await banner.innerText(), /cannot reach etcd/);
+    await page.locator(".empty", { hasText: "retrying every 10 seconds" }).waitFor();
     assert.equal(await banner.getAttribute("class"), "error");
     await page.screenshot({ path: path.join(shots, "banner-etcd.png"), fullPage: true });
   }

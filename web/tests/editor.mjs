@@ -9,6 +9,7 @@ import { args, call, launch, open } from "./lib.mjs";
 
 const { base, shots } = args("editor.mjs");
 const browser = await launch();
+const COMMAND = 'echo "made-by-form attempt $ETCRON_ATTEMPT"; test "$PW" = "hunter$((1 + 1))" && echo secret-reached-the-task';
 const shot = (page, name) => page.screenshot({ path: path.join(shots, name), fullPage: true });
 try {
   const { page, check } = await open(browser, base, { height: 1000 });
@@ -20,7 +21,8 @@ try {
   // A schedule that does not parse: the live preview flags it, and so does the API on save.
   await page.locator("#f-name").fill("made-in-ui");
   await page.locator("#f-description").fill("created through the form");
-  await page.locator("#f-task-command").fill('echo "made-by-form attempt $ETCRON_ATTEMPT"');
+  await page.locator("#f-task-command").fill(COMMAND);
+  await page.locator("#f-task-secret-env").fill("PW=hunter2");
   await page.locator("#f-timezone").fill("UTC");
   await page.locator("#f-schedule").fill("every two seconds");
   await page.locator("#err-f-schedule").waitFor();
@@ -53,11 +55,16 @@ try {
   await shot(page, "job-detail.png");
   await page.locator("tbody tr a").first().click();
   await page.getByLabel("Output").waitFor();
-  assert.match(await page.getByLabel("Output").innerText(), /made-by-form attempt 1/);
+  assert.match(await page.getByLabel("Output").innerText(), /made-by-form attempt 1\nsecret-reached-the-task/);
+  // The secret reached the task, but the API never shows it.
+  const shown = await call(base, "GET", "/api/jobs/made-in-ui");
+  assert.equal(shown.body.spec.task.secret_env.PW, null);
+  assert.ok(!JSON.stringify(shown.body).includes("hunter2"));
 
   // A concurrent edit: someone else saves between our read and our save.
   await page.goto(`${base}/#/edit/made-in-ui`);
   await page.waitForFunction(() => document.getElementById("f-schedule").value === "*/2 * * * * *");
+  assert.equal(await page.locator("#f-task-secret-env").inputValue(), "PW=", "a kept secret shows without its value");
   const current = await call(base, "GET", "/api/jobs/made-in-ui");
   const theirs = { ...current.body.spec, description: "changed by someone else" };
   assert.equal((await call(base, "PUT", "/api/jobs/made-in-ui", theirs)).status, 200);
@@ -81,7 +88,8 @@ try {
   const json = page.getByLabel("Job spec JSON");
   const spec = JSON.parse(await json.inputValue());
   assert.equal(spec.schedule, "*/2 * * * * *");
-  assert.equal(spec.task.command, 'echo "made-by-form attempt $ETCRON_ATTEMPT"');
+  assert.equal(spec.task.command, COMMAND);
+  assert.deepEqual(spec.task.secret_env, { PW: null }, "null keeps the stored secret");
   await json.fill(JSON.stringify({ ...spec, timeout: "soon" }, null, 2));
   await page.getByRole("button", { name: "Save changes" }).click();
   await page.locator("#err-json").waitFor();

@@ -26,6 +26,7 @@ try {
   await page.getByLabel("API token").fill(token);
   await page.getByRole("button", { name: "Continue" }).click();
   await page.getByRole("heading", { name: "Overview" }).waitFor();
+  await page.locator("#who", { hasText: "api-token (admin)" }).waitFor();
   await page.reload();
   await page.getByRole("heading", { name: "Overview" }).waitFor();
   assert.equal(await page.getByLabel("API token").count(), 0, "the token is kept for the session");

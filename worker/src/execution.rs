@@ -899,6 +899,7 @@ async fn execute(
     match &fire.spec.task {
         Task::Shell(shell) => {
             let mut env = shell.env.clone();
+            env.extend(shell.secret_env.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))));
             env.insert("ETCRON_JOB".into(), id.job.clone());
             env.insert("ETCRON_EXECUTION_ID".into(), id.to_string());
             env.insert("ETCRON_SCHEDULED_AT".into(), rfc3339_ms(fire.scheduled_ms));
@@ -941,7 +942,12 @@ async fn execute(
                 method: http.method.clone(),
                 url: http.url.clone(),
                 headers: http_task::with_default_headers(
-                    &http.headers,
+                    &http
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .chain(http.secret_headers.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))))
+                        .collect(),
                     identity.map(|(name, value)| (name.to_owned(), value)),
                 ),
                 body: http.body.clone(),

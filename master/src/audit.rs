@@ -1,0 +1,365 @@
+//! The audit log: every request that changes something (who, what, when, from where, the
+//! answer, and the job's spec before and after, secrets withheld) goes to the MongoDB
+//! collection `audit`, searchable with `GET /api/audit`.
+//!
+//! The middleware (around the auth layer, which names the caller in the response) writes the
+//! entry after the request was answered, refused (403) included; handlers add what only they
+//! know (`before`/`after`) as a response extension ([`AuditDetail`]). Entries are also logged
+//! (target `etcron::audit`), and queue in memory while MongoDB is unreachable: a full queue is
+//! an error line per dropped entry, never a silent loss.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use etcron_common::store::{Cursor, MongoStore, StoreError};
+use etcron_common::{now_ms, rfc3339_ms, UnixMs};
+use futures::TryStreamExt;
+use mongodb::bson::{self, doc, Bson, DateTime as BsonDate, Document};
+use mongodb::options::{FindOptions, IndexOptions};
+use mongodb::{Collection, IndexModel};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::auth::{is_mutation, Caller};
+
+pub const COLLECTION: &str = "audit";
+/// Entries held in memory while MongoDB is unreachable.
+pub const QUEUE: usize = 10_000;
+/// Most entries one search returns.
+pub const MAX_LIMIT: i64 = 500;
+const TTL_INDEX: &str = "audit_ttl_at";
+
+/// What a handler adds to the entry of its request.
+#[derive(Debug, Clone, Default)]
+pub struct AuditDetail {
+    pub before: Option<Value>,
+    pub after: Option<Value>,
+    /// Anything else worth keeping: the run's execution id, the kill's target.
+    pub detail: Option<Value>,
+}
+
+/// One audited request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub id: String,
+    pub at: String,
+    pub at_ms: UnixMs,
+    /// The token's name (`anonymous` without auth).
+    pub actor: String,
+    pub role: String,
+    /// The client's address, and `X-Forwarded-For` when a proxy set it.
+    pub remote: Option<String>,
+    pub forwarded_for: Option<String>,
+    pub method: String,
+    pub path: String,
+    /// `job.put`, `job.delete`, `job.run`, `job.kill`, `job.pause`, `job.resume`, or `METHOD path`.
+    pub action: String,
+    pub job: Option<String>,
+    /// The HTTP status of the answer.
+    pub status: u16,
+    pub before: Option<Value>,
+    pub after: Option<Value>,
+    pub detail: Option<Value>,
+}
+
+/// The action of a request, and the job it is about.
+#[must_use]
+pub fn action_of(method: &str, path: &str) -> (String, Option<String>) {
+    let rest = path.strip_prefix("/api/jobs/");
+    let job = rest.map(|r| r.split('/').next().unwrap_or_default().to_owned()).filter(|j| !j.is_empty());
+    let action = match (method, rest.map(|r| r.split('/').nth(1))) {
+        ("PUT", Some(None)) => "job.put".to_owned(),
+        ("DELETE", Some(None)) => "job.delete".to_owned(),
+        ("POST", Some(Some(a @ ("run" | "kill" | "pause" | "resume")))) => format!("job.{a}"),
+        _ => format!("{method} {path}"),
+    };
+    (action, job)
+}
+
+/// Sends entries to the writer task.
+#[derive(Clone)]
+pub struct AuditLog {
+    tx: mpsc::Sender<AuditEntry>,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog").finish_non_exhaustive()
+    }
+}
+
+impl AuditLog {
+    /// Starts the writer task (it retries while MongoDB is unreachable).
+    #[must_use]
+    pub fn start(store: &MongoStore) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let collection = store.database().collection::<Document>(COLLECTION);
+        tokio::spawn(write_loop(collection, rx));
+        Self { tx }
+    }
+
+    fn record(&self, entry: AuditEntry) {
+        tracing::info!(
+            target: "etcron::audit",
+            actor = %entry.actor, action = %entry.action, job = entry.job.as_deref().unwrap_or(""),
+            status = entry.status, remote = entry.remote.as_deref().unwrap_or(""), "audit"
+        );
+        if let Err(e) = self.tx.try_send(entry) {
+            let entry = match e {
+                mpsc::error::TrySendError::Full(entry) | mpsc::error::TrySendError::Closed(entry) => entry,
+            };
+            tracing::error!(
+                target: "etcron::audit", id = %entry.id, action = %entry.action, queue = QUEUE,
+                "audit entry dropped: MongoDB has been unreachable for {QUEUE} entries; it is only in this log"
+            );
+        }
+    }
+}
+
+async fn write_loop(collection: Collection<Document>, mut rx: mpsc::Receiver<AuditEntry>) {
+    let mut batch: Vec<Document> = Vec::new();
+    let mut delay = Duration::from_millis(200);
+    loop {
+        if batch.is_empty() {
+            match rx.recv().await {
+                Some(e) => batch.push(to_document(&e)),
+                None => return,
+            }
+        }
+        while batch.len() < 500 {
+            match rx.try_recv() {
+                Ok(e) => batch.push(to_document(&e)),
+                Err(_) => break,
+            }
+        }
+        // Unordered inserts keyed by id: a retry after an unknown outcome only hits duplicates.
+        match collection.insert_many(batch.clone()).ordered(false).await {
+            Ok(_) => {
+                batch.clear();
+                delay = Duration::from_millis(200);
+            }
+            Err(e) if only_duplicates(&e) => batch.clear(),
+            Err(e) => {
+                tracing::warn!(error = %e, pending = batch.len(), "writing audit entries failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+fn only_duplicates(e: &mongodb::error::Error) -> bool {
+    match &*e.kind {
+        mongodb::error::ErrorKind::InsertMany(failure) => {
+            failure.write_concern_error.is_none()
+                && failure.write_errors.as_ref().is_some_and(|errs| errs.iter().all(|w| w.code == 11000))
+        }
+        _ => false,
+    }
+}
+
+fn to_document(e: &AuditEntry) -> Document {
+    let json = |v: &Option<Value>| v.as_ref().and_then(|v| bson::to_bson(v).ok()).unwrap_or(Bson::Null);
+    doc! {
+        "_id": &e.id, "at": BsonDate::from_millis(e.at_ms), "at_ms": e.at_ms, "actor": &e.actor, "role": &e.role,
+        "remote": e.remote.clone(), "forwarded_for": e.forwarded_for.clone(), "method": &e.method, "path": &e.path,
+        "action": &e.action, "job": e.job.clone(), "status": i32::from(e.status),
+        "before": json(&e.before), "after": json(&e.after), "detail": json(&e.detail),
+    }
+}
+
+fn from_document(d: &Document) -> Option<AuditEntry> {
+    let s = |k: &str| d.get_str(k).ok().map(str::to_owned);
+    let v = |k: &str| match d.get(k) {
+        None | Some(Bson::Null) => None,
+        Some(b) => serde_json::to_value(b.clone().into_relaxed_extjson()).ok(),
+    };
+    let at_ms = d.get_i64("at_ms").ok()?;
+    Some(AuditEntry {
+        id: s("_id")?,
+        at: rfc3339_ms(at_ms),
+        at_ms,
+        actor: s("actor")?,
+        role: s("role").unwrap_or_default(),
+        remote: s("remote"),
+        forwarded_for: s("forwarded_for"),
+        method: s("method")?,
+        path: s("path")?,
+        action: s("action")?,
+        job: s("job"),
+        status: d.get_i32("status").ok().and_then(|v| u16::try_from(v).ok()).unwrap_or(0),
+        before: v("before"),
+        after: v("after"),
+        detail: v("detail"),
+    })
+}
+
+/// Creates the audit indexes (idempotent) with the TTL `retention`.
+pub async fn ensure_indexes(store: &MongoStore, retention: Duration) -> Result<(), StoreError> {
+    let collection = store.database().collection::<Document>(COLLECTION);
+    let index = |name: &str, keys: Document| {
+        IndexModel::builder().keys(keys).options(IndexOptions::builder().name(name.to_owned()).build()).build()
+    };
+    collection
+        .create_indexes([
+            index("audit_time", doc! {"at": -1, "_id": -1}),
+            index("audit_job_time", doc! {"job": 1, "at": -1, "_id": -1}),
+            index("audit_actor_time", doc! {"actor": 1, "at": -1, "_id": -1}),
+        ])
+        .await?;
+    let existing: Vec<IndexModel> = collection.list_indexes().await?.try_collect().await?;
+    let current = existing.iter().find_map(|m| {
+        let o = m.options.as_ref()?;
+        (o.name.as_deref() == Some(TTL_INDEX)).then_some(o.expire_after)
+    });
+    let ttl_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
+    match current {
+        Some(Some(d)) if d.as_secs() == retention.as_secs() => {}
+        Some(_) => {
+            store
+                .database()
+                .run_command(doc! {"collMod": COLLECTION, "index": {"name": TTL_INDEX, "expireAfterSeconds": ttl_secs}})
+                .await?;
+        }
+        None => {
+            let ttl = IndexModel::builder()
+                .keys(doc! {"at": 1})
+                .options(IndexOptions::builder().name(TTL_INDEX.to_owned()).expire_after(retention).build())
+                .build();
+            collection.create_index(ttl).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A search of the audit log (every filter optional), newest first.
+#[derive(Debug, Clone, Default)]
+pub struct AuditSearch {
+    pub job: Option<String>,
+    pub actor: Option<String>,
+    pub action: Option<String>,
+    pub since_ms: Option<UnixMs>,
+    pub until_ms: Option<UnixMs>,
+    pub limit: i64,
+    pub cursor: Option<Cursor>,
+}
+
+/// One page of entries and the cursor of the next.
+pub async fn search(store: &MongoStore, s: &AuditSearch) -> Result<(Vec<AuditEntry>, Option<String>), StoreError> {
+    let mut filter = Document::new();
+    for (key, value) in [("job", &s.job), ("actor", &s.actor), ("action", &s.action)] {
+        if let Some(v) = value {
+            filter.insert(key, v);
+        }
+    }
+    let mut range = Document::new();
+    if let Some(t) = s.since_ms {
+        range.insert("$gte", BsonDate::from_millis(t));
+    }
+    if let Some(t) = s.until_ms {
+        range.insert("$lte", BsonDate::from_millis(t));
+    }
+    if !range.is_empty() {
+        filter.insert("at", range);
+    }
+    if let Some(c) = &s.cursor {
+        let at = BsonDate::from_millis(c.scheduled_ms);
+        filter.insert("$or", vec![doc! {"at": {"$lt": at}}, doc! {"at": at, "_id": {"$lt": &c.id}}]);
+    }
+    let limit = s.limit.clamp(1, MAX_LIMIT);
+    let options = FindOptions::builder().sort(doc! {"at": -1, "_id": -1}).limit(limit + 1).build();
+    let collection = store.database().collection::<Document>(COLLECTION);
+    let docs: Vec<Document> = collection.find(filter).with_options(options).await?.try_collect().await?;
+    let mut entries: Vec<AuditEntry> = docs.iter().filter_map(from_document).collect();
+    let next = if entries.len() as i64 > limit {
+        entries.truncate(usize::try_from(limit).unwrap_or(0));
+        entries.last().map(|e| Cursor { scheduled_ms: e.at_ms, id: e.id.clone() }.encode())
+    } else {
+        None
+    };
+    Ok((entries, next))
+}
+
+/// The middleware: records each `/api/` request that changes something, after it answered.
+pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_owned();
+    if !path.starts_with("/api/") || !is_mutation(req.method()) {
+        return next.run(req).await;
+    }
+    let method = req.method().as_str().to_owned();
+    let remote = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.to_string());
+    let forwarded_for =
+        req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok()).map(|v| v.chars().take(256).collect());
+    let at_ms = now_ms();
+    let response = next.run(req).await;
+    // Requests without a valid token, and those over the rate limit, are logged by the auth
+    // layer but not kept here: anyone could fill the collection with them.
+    let Some(caller) = response.extensions().get::<Caller>().cloned() else {
+        return response;
+    };
+    if response.status() == axum::http::StatusCode::TOO_MANY_REQUESTS {
+        return response;
+    }
+    let detail = response.extensions().get::<AuditDetail>().cloned().unwrap_or_default();
+    let (action, job) = action_of(&method, &path);
+    let (actor, role) = (caller.name, caller.role.as_str().to_owned());
+    log.record(AuditEntry {
+        id: format!("{at_ms:013}-{:016x}", rand::random::<u64>()),
+        at: rfc3339_ms(at_ms),
+        at_ms,
+        actor,
+        role,
+        remote,
+        forwarded_for,
+        method,
+        path,
+        action,
+        job,
+        status: response.status().as_u16(),
+        before: detail.before,
+        after: detail.after,
+        detail: detail.detail,
+    });
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_are_named_from_the_route() {
+        assert_eq!(action_of("PUT", "/api/jobs/a"), ("job.put".to_owned(), Some("a".to_owned())));
+        assert_eq!(action_of("DELETE", "/api/jobs/a"), ("job.delete".to_owned(), Some("a".to_owned())));
+        assert_eq!(action_of("POST", "/api/jobs/a/run"), ("job.run".to_owned(), Some("a".to_owned())));
+        assert_eq!(action_of("POST", "/api/jobs/a/resume"), ("job.resume".to_owned(), Some("a".to_owned())));
+        assert_eq!(action_of("POST", "/api/jobs/a/other"), ("POST /api/jobs/a/other".to_owned(), Some("a".to_owned())));
+        assert_eq!(action_of("POST", "/api/nope"), ("POST /api/nope".to_owned(), None));
+    }
+
+    #[test]
+    fn entries_round_trip_through_documents() {
+        let e = AuditEntry {
+            id: "1795333638000-00000000000000ff".into(),
+            at: rfc3339_ms(1_795_333_638_000),
+            at_ms: 1_795_333_638_000,
+            actor: "alice".into(),
+            role: "admin".into(),
+            remote: Some("127.0.0.1:5000".into()),
+            forwarded_for: None,
+            method: "PUT".into(),
+            path: "/api/jobs/a".into(),
+            action: "job.put".into(),
+            job: Some("a".into()),
+            status: 201,
+            before: None,
+            after: Some(serde_json::json!({"schedule": "@daily", "task": {"kind": "shell", "command": "true"}})),
+            detail: None,
+        };
+        assert_eq!(from_document(&to_document(&e)), Some(e));
+    }
+}
