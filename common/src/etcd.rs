@@ -8,18 +8,45 @@ use etcd_client::{Client, ConnectOptions};
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How to reach etcd.
-#[derive(Debug, Clone)]
+#[derive(Clone, Default)]
 pub struct EtcdConfig {
-    /// `host:port` or `http://host:port`.
+    /// `host:port`, `http://host:port` or `https://host:port`.
     pub endpoints: Vec<String>,
+    /// etcd user name and password (etcd's own auth).
     pub user: Option<(String, String)>,
+    /// TLS to etcd; endpoints without a scheme then use https.
+    pub tls: Option<EtcdTls>,
+}
+
+/// PEM contents (read at start-up) for TLS to etcd.
+#[derive(Clone, Default)]
+pub struct EtcdTls {
+    /// CA that signed etcd's certificate; the system roots when absent.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate and key, for etcd's `--client-cert-auth`.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The password never reaches a log line.
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls.as_ref().map(|t| (t.ca_pem.is_some(), t.identity.is_some())))
+            .finish()
+    }
 }
 
 /// Builds a client for all endpoints; the client balances over them and retries a failed
 /// endpoint on the next call. Connection is lazy: this succeeds while etcd is down.
 pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> {
-    let endpoints: Vec<String> =
-        config.endpoints.iter().map(|e| if e.contains("://") { e.clone() } else { format!("http://{e}") }).collect();
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    let endpoints: Vec<String> = config
+        .endpoints
+        .iter()
+        .map(|e| if e.contains("://") { e.clone() } else { format!("{scheme}://{e}") })
+        .collect();
     let mut options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(3))
         .with_timeout(REQUEST_TIMEOUT)
@@ -27,6 +54,17 @@ pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> 
         .with_keep_alive_while_idle(true);
     if let Some((user, password)) = &config.user {
         options = options.with_user(user.clone(), password.clone());
+    }
+    if let Some(tls) = &config.tls {
+        let mut t = etcd_client::TlsOptions::new();
+        match &tls.ca_pem {
+            Some(ca) => t = t.ca_certificate(etcd_client::Certificate::from_pem(ca)),
+            None => t = t.with_enabled_roots(),
+        }
+        if let Some((cert, key)) = &tls.identity {
+            t = t.identity(etcd_client::Identity::from_pem(cert, key));
+        }
+        options = options.with_tls(t);
     }
     Client::connect(endpoints, Some(options)).await
 }

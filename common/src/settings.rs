@@ -22,6 +22,96 @@ pub struct SharedArgs {
     /// `text` or `json`.
     #[arg(long, env = "ETCRON_LOG_FORMAT")]
     pub log_format: Option<String>,
+    /// CA certificate (PEM) that signed etcd's; turns on TLS to etcd.
+    #[arg(long, env = "ETCRON_ETCD_CA_FILE")]
+    pub etcd_ca_file: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) for etcd's client-certificate auth; with `--etcd-key-file`.
+    #[arg(long, env = "ETCRON_ETCD_CERT_FILE")]
+    pub etcd_cert_file: Option<std::path::PathBuf>,
+    /// Key (PEM) of `--etcd-cert-file`.
+    #[arg(long, env = "ETCRON_ETCD_KEY_FILE")]
+    pub etcd_key_file: Option<std::path::PathBuf>,
+    /// etcd user (etcd's own auth); the password comes from `ETCRON_ETCD_PASSWORD` or
+    /// `--etcd-password-file`, never from a flag.
+    #[arg(long, env = "ETCRON_ETCD_USER")]
+    pub etcd_user: Option<String>,
+    /// File holding the etcd user's password (one line).
+    #[arg(long, env = "ETCRON_ETCD_PASSWORD_FILE")]
+    pub etcd_password_file: Option<std::path::PathBuf>,
+}
+
+impl SharedArgs {
+    /// The etcd security flags, shaped like the file's `[etcd]` table.
+    #[must_use]
+    pub fn etcd_security(&self) -> EtcdSecurityFile {
+        EtcdSecurityFile {
+            ca_file: self.etcd_ca_file.clone(),
+            cert_file: self.etcd_cert_file.clone(),
+            key_file: self.etcd_key_file.clone(),
+            user: self.etcd_user.clone(),
+            password_file: self.etcd_password_file.clone(),
+        }
+    }
+}
+
+/// The file's etcd security settings (each overridden by its flag or env var).
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdSecurityFile {
+    pub ca_file: Option<std::path::PathBuf>,
+    pub cert_file: Option<std::path::PathBuf>,
+    pub key_file: Option<std::path::PathBuf>,
+    pub user: Option<String>,
+    pub password_file: Option<std::path::PathBuf>,
+}
+
+/// Reads the TLS files and the password and builds the etcd connection settings; errors name
+/// the setting. `ETCRON_ETCD_PASSWORD` is read here (never from a flag: it would show in `ps`).
+pub fn etcd_config(
+    endpoints: Vec<String>,
+    args: &EtcdSecurityFile,
+    file: &EtcdSecurityFile,
+) -> Result<crate::etcd::EtcdConfig, String> {
+    let read = |setting: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| format!("{setting}: cannot read {}: {e}", path.display()))
+    };
+    let ca = args.ca_file.as_ref().or(file.ca_file.as_ref());
+    let cert = args.cert_file.as_ref().or(file.cert_file.as_ref());
+    let key = args.key_file.as_ref().or(file.key_file.as_ref());
+    let identity = match (cert, key) {
+        (Some(c), Some(k)) => Some((read("etcd_cert_file", c)?, read("etcd_key_file", k)?)),
+        (None, None) => None,
+        _ => return Err("etcd_cert_file: needs etcd_key_file, and the other way round".to_owned()),
+    };
+    let ca_pem = ca.map(|p| read("etcd_ca_file", p)).transpose()?;
+    let https = endpoints.iter().any(|e| e.starts_with("https://"));
+    if https && endpoints.iter().any(|e| e.starts_with("http://")) {
+        return Err("etcd_endpoints: mixes http:// and https://".to_owned());
+    }
+    let tls = (ca_pem.is_some() || identity.is_some() || https).then_some(crate::etcd::EtcdTls { ca_pem, identity });
+    if tls.is_some() && endpoints.iter().any(|e| e.starts_with("http://")) {
+        return Err("etcd_endpoints: http:// with TLS settings; use https:// or no scheme".to_owned());
+    }
+    let user = args.user.clone().or_else(|| file.user.clone());
+    let password_file = args.password_file.as_ref().or(file.password_file.as_ref());
+    let user = match user {
+        None => None,
+        Some(u) if u.is_empty() => return Err("etcd_user: must not be empty".to_owned()),
+        Some(u) => {
+            let password = match (std::env::var("ETCRON_ETCD_PASSWORD").ok(), password_file) {
+                (Some(p), _) => p,
+                (None, Some(path)) => String::from_utf8(read("etcd_password_file", path)?)
+                    .map_err(|_| "etcd_password_file: not UTF-8".to_owned())?
+                    .trim_end_matches(['\r', '\n'])
+                    .to_owned(),
+                (None, None) => {
+                    return Err("etcd_user: needs a password in ETCRON_ETCD_PASSWORD or etcd_password_file".to_owned())
+                }
+            };
+            Some((u, password))
+        }
+    };
+    Ok(crate::etcd::EtcdConfig { endpoints, user, tls })
 }
 
 /// Resolved settings common to masters and workers.

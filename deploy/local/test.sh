@@ -8,6 +8,8 @@ cd "$(dirname "$0")/../.."
 ensure_base_deps
 # faketime: tests run a worker with a shifted clock (DST, skew).
 ensure_cmd faketime faketime
+# openssl: the etcd TLS test makes its own CA and certificates.
+ensure_cmd openssl openssl
 # Browser tests: Debian's Chromium driven by playwright-core from npm (no browser download).
 ensure_cmd chromium chromium
 ensure_cmd node nodejs

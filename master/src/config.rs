@@ -72,6 +72,9 @@ pub struct AuthConfig {
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     pub etcd_endpoints: Option<Vec<String>>,
+    /// `[etcd]`: TLS files, user and password file.
+    #[serde(default)]
+    pub etcd: etcron_common::settings::EtcdSecurityFile,
     pub namespace: Option<String>,
     pub listen: Option<SocketAddr>,
     pub mongodb_uri: Option<String>,
@@ -89,6 +92,8 @@ pub struct FileConfig {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub etcd_endpoints: Vec<String>,
+    /// How to connect to etcd (endpoints, TLS, user).
+    pub etcd: etcron_common::etcd::EtcdConfig,
     pub namespace: String,
     pub listen: SocketAddr,
     pub mongodb_uri: String,
@@ -121,6 +126,7 @@ impl Config {
             Some(p) => FileConfig::load(p)?,
             None => FileConfig::default(),
         };
+        let security = cli.shared.etcd_security();
         let shared = etcron_common::settings::resolve_args(
             cli.shared,
             (file.etcd_endpoints, file.namespace, file.mongodb_uri, file.mongodb_db, file.log_level, file.log_format),
@@ -157,6 +163,8 @@ impl Config {
         Ok(Self {
             auth,
             audit_retention,
+            etcd: etcron_common::settings::etcd_config(shared.etcd_endpoints.clone(), &security, &file.etcd)
+                .map_err(anyhow::Error::msg)?,
             etcd_endpoints: shared.etcd_endpoints,
             namespace: shared.namespace,
             listen,

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::Parser;
-use etcron_common::etcd::{connect, EtcdConfig};
+use etcron_common::etcd::connect;
 use etcron_common::keys::Keys;
 use etcron_master::api::{app, AppState};
 use etcron_master::config::{Cli, Config};
@@ -32,9 +32,7 @@ fn main() -> std::process::ExitCode {
 
 async fn run(config: Config) -> anyhow::Result<()> {
     let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let client = connect(&EtcdConfig { endpoints: config.etcd_endpoints.clone(), user: None })
-        .await
-        .context("connecting to etcd")?;
+    let client = connect(&config.etcd).await.context("connecting to etcd")?;
     let store = etcron_common::store::MongoStore::connect(&config.mongodb_uri, &config.mongodb_db)
         .await
         .map_err(|e| anyhow::anyhow!("mongodb_uri: {e}"))?;

@@ -13,7 +13,8 @@ use tower::ServiceExt;
 
 async fn state() -> AppState {
     // Nothing listens on port 1: every etcd and MongoDB call fails, which is what these tests want.
-    let client = connect(&EtcdConfig { endpoints: vec!["127.0.0.1:1".to_owned()], user: None }).await.unwrap();
+    let client =
+        connect(&EtcdConfig { endpoints: vec!["127.0.0.1:1".to_owned()], ..EtcdConfig::default() }).await.unwrap();
     let store = etcron_common::store::MongoStore::connect("mongodb://127.0.0.1:1", "etcron").await.unwrap();
     let audit = etcron_master::audit::AuditLog::start(&store);
     AppState { client, keys: Keys::new("/etcron").unwrap(), store, auth: etcron_master::auth::Auth::open(), audit }

@@ -53,6 +53,9 @@ pub struct Cli {
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     pub etcd_endpoints: Option<Vec<String>>,
+    /// `[etcd]`: TLS files, user and password file.
+    #[serde(default)]
+    pub etcd: etcron_common::settings::EtcdSecurityFile,
     pub namespace: Option<String>,
     pub worker_id: Option<String>,
     pub labels: Option<BTreeMap<String, String>>,
@@ -73,6 +76,8 @@ pub struct FileConfig {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub etcd_endpoints: Vec<String>,
+    /// How to connect to etcd (endpoints, TLS, user).
+    pub etcd: etcron_common::etcd::EtcdConfig,
     pub namespace: String,
     pub worker_id: String,
     pub labels: BTreeMap<String, String>,
@@ -115,6 +120,7 @@ impl Config {
             Some(p) => FileConfig::load(p)?,
             None => FileConfig::default(),
         };
+        let security = cli.shared.etcd_security();
         let shared = etcron_common::settings::resolve_args(
             cli.shared,
             (file.etcd_endpoints, file.namespace, file.mongodb_uri, file.mongodb_db, file.log_level, file.log_format),
@@ -166,6 +172,8 @@ impl Config {
         let data_dir =
             cli.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from(format!("./.etcron/worker-{worker_id}")));
         Ok(Self {
+            etcd: etcron_common::settings::etcd_config(shared.etcd_endpoints.clone(), &security, &file.etcd)
+                .map_err(anyhow::Error::msg)?,
             etcd_endpoints: shared.etcd_endpoints,
             namespace: shared.namespace,
             worker_id,

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use etcd_client::PutOptions;
 use etcron_common::claim::{RetentionLeases, MIN_RETENTION};
-use etcron_common::etcd::{connect, EtcdConfig, REQUEST_TIMEOUT};
+use etcron_common::etcd::{connect, REQUEST_TIMEOUT};
 use etcron_common::keys::{Key, Keys};
 use etcron_common::model::WorkerInfo;
 use etcron_common::session::Session;
@@ -37,9 +37,7 @@ fn main() -> std::process::ExitCode {
 
 async fn run(config: Config) -> anyhow::Result<()> {
     let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let client = connect(&EtcdConfig { endpoints: config.etcd_endpoints.clone(), user: None })
-        .await
-        .context("connecting to etcd")?;
+    let client = connect(&config.etcd).await.context("connecting to etcd")?;
     let store = etcron_common::store::MongoStore::connect(&config.mongodb_uri, &config.mongodb_db)
         .await
         .context("mongodb_uri")?;

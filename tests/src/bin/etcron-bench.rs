@@ -130,7 +130,7 @@ async fn claims(n: usize) -> Result<()> {
     let etcd = etcron_tests::Etcd::start(&logs).await?;
     let client = etcron_common::etcd::connect(&etcron_common::etcd::EtcdConfig {
         endpoints: vec![etcd.endpoint.clone()],
-        user: None,
+        ..etcron_common::etcd::EtcdConfig::default()
     })
     .await?;
     let lease = client.lease_client().grant(30, None).await?.id();
