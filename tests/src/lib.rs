@@ -2,6 +2,7 @@
 //! loopback ports with temporary data dirs, plus helpers to wait on conditions with deadlines
 //! and to read what tasks wrote. Every process is killed when its handle drops.
 
+pub mod etcd_cluster;
 pub mod proxy;
 
 use std::collections::BTreeMap;

@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcron_common::claim;
@@ -38,10 +39,21 @@ pub struct Plan {
 /// reason of the oldest recorded tick.
 pub const MAX_MISSED_RECORDS: usize = 1000;
 
+/// Why the ticks of a scan went unclaimed: the cluster had no live worker, or etcd failed the
+/// workers that were up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gap {
+    NoWorker,
+    EtcdUnreachable,
+}
+
 /// Decides what happens to `unclaimed` ticks (oldest first); `older` more were beyond the scan.
 #[must_use]
-pub fn plan(unclaimed: &[UnixMs], older: usize, misfire: Misfire, max_catchup: u32, paused: bool) -> Plan {
-    let down = "no worker claimed this tick (no live worker at the time)";
+pub fn plan(unclaimed: &[UnixMs], older: usize, misfire: Misfire, max_catchup: u32, paused: bool, gap: Gap) -> Plan {
+    let down = match gap {
+        Gap::NoWorker => "no worker claimed this tick (no live worker at the time)",
+        Gap::EtcdUnreachable => "no worker could claim this tick (etcd was unreachable or had no quorum)",
+    };
     let (run, rest, why): (&[UnixMs], &[UnixMs], String) = if paused {
         (&[], unclaimed, "job paused (tick fell while no worker was running)".to_owned())
     } else {
@@ -130,13 +142,15 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
             continue;
         }
         scanned += 1;
-        scan_job(&ctx, job, last.get(job).copied(), upto).await;
+        scan_job(&ctx, job, last.get(job).copied(), upto, Gap::NoWorker).await;
     }
     tracing::info!(jobs = jobs.len(), scanned, states = last.len(), until = %rfc3339_ms(upto), "catch-up scan done");
 }
 
-async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) {
-    let Some(entry) = ctx.jobs.get(job) else { return };
+/// Settles one job's unclaimed ticks in `(last, upto]`; `false` when etcd failed the scan (the
+/// ticks are then still unaccounted for).
+async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs, gap: Gap) -> bool {
+    let Some(entry) = ctx.jobs.get(job) else { return true };
     let state_key = ctx.keys.state(job);
     let Some(last) = last else {
         // A job from before states existed, or written straight into etcd: start its state now.
@@ -145,10 +159,9 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
             JobState { last_tick_ms: upto }.to_bytes(),
             None,
         )]);
-        commit(ctx, job, txn, "starting the job state").await;
-        return;
+        return commit(ctx, job, txn, "starting the job state").await;
     };
-    let Ok(schedule) = entry.spec.parsed_schedule() else { return };
+    let Ok(schedule) = entry.spec.parsed_schedule() else { return true };
     // The newest MAX_SCAN_TICKS ticks of the gap; older ones are only counted.
     let mut ticks = VecDeque::new();
     let mut older = 0usize;
@@ -164,7 +177,7 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
         ticks.push_back(next);
         t = next;
     }
-    let Some(&first) = ticks.front() else { return };
+    let Some(&first) = ticks.front() else { return true };
     // Which of them were claimed (run, skipped, missed or lost), in one range read.
     let prefix = ctx.keys.job_claims_prefix(job);
     let from = format!("{prefix}{first}");
@@ -181,21 +194,21 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
             .collect(),
         Ok(Err(e)) => {
             tracing::error!(job, error = %e, "catch-up scan: cannot read claims; missed ticks are not accounted for");
-            return;
+            return false;
         }
         Err(_) => {
             tracing::error!(job, "catch-up scan: reading claims timed out; missed ticks are not accounted for");
-            return;
+            return false;
         }
     };
     let unclaimed: Vec<UnixMs> = ticks.into_iter().filter(|t| !claimed.contains(t)).collect();
     if unclaimed.is_empty() && older == 0 {
         // Every tick was claimed, and each claim moved the state forward already.
-        return;
+        return true;
     }
     let mut ops = vec![claim::advance_state(&state_key, upto)];
     let spec = &entry.spec;
-    let decided = plan(&unclaimed, older, spec.misfire, spec.max_catchup, !spec.enabled);
+    let decided = plan(&unclaimed, older, spec.misfire, spec.max_catchup, !spec.enabled, gap);
     tracing::warn!(
         job,
         since = %rfc3339_ms(last),
@@ -210,7 +223,9 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
     if let Some((&first, rest)) = decided.run.split_first() {
         ops.push(catchup_request(&ctx.keys, job, first, rest.to_vec(), now_ms()));
     }
-    commit(ctx, job, Txn::new().and_then(ops), "writing the state and the catch-up request").await;
+    if !commit(ctx, job, Txn::new().and_then(ops), "writing the state and the catch-up request").await {
+        return false;
+    }
     let status = if spec.enabled { Status::Missed } else { Status::Skipped };
     for (tick, reason) in decided.record {
         let fire = Fire {
@@ -226,14 +241,99 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
         };
         record_not_run(ctx, &fire, status, reason).await;
     }
+    true
+}
+
+/// Schedule ticks per job that this worker tried to claim, or to account for, while etcd failed
+/// it (no answer, no quorum, no session): `(first, last)` scheduled ms. The settler scans each
+/// job's range once etcd answers again, so the outage's ticks are recorded `missed` or caught
+/// up per `misfire` instead of being left unaccounted for. Every worker notes the ticks it
+/// fired; the job's first-ranked worker settles them (through the claim keys, so a second
+/// settler can only find them taken).
+#[derive(Debug, Default)]
+pub struct Unsettled {
+    inner: std::sync::Mutex<HashMap<String, (UnixMs, UnixMs, std::time::Instant)>>,
+}
+
+impl Unsettled {
+    /// Notes a schedule tick (other fires are run requests, which stay in etcd until claimed).
+    pub fn note(&self, fire: &Fire) {
+        if fire.trigger != TriggerKind::Schedule {
+            return;
+        }
+        let Some(tick) = fire.id.tick.scheduled_ms() else { return };
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = inner.entry(fire.id.job.clone()).or_insert((tick, tick, std::time::Instant::now()));
+        entry.0 = entry.0.min(tick);
+        entry.1 = entry.1.max(tick);
+        entry.2 = std::time::Instant::now();
+    }
+
+    /// The ranges last noted more than `MISSED_AFTER` ago (live workers had their chance to
+    /// claim those ticks), removed from the ledger.
+    fn take_settled_for(&self, quiet: Duration) -> Vec<(String, UnixMs, UnixMs)> {
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ripe: Vec<String> =
+            inner.iter().filter(|(_, (_, _, at))| at.elapsed() >= quiet).map(|(job, _)| job.clone()).collect();
+        ripe.into_iter().filter_map(|job| inner.remove(&job).map(|(a, b, _)| (job, a, b))).collect()
+    }
+
+    /// Puts a range back (etcd failed again while settling it).
+    fn restore(&self, job: String, first: UnixMs, last: UnixMs) {
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = inner.entry(job).or_insert((first, last, std::time::Instant::now()));
+        entry.0 = entry.0.min(first);
+        entry.1 = entry.1.max(last);
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Settles the ticks noted in `ctx.unsettled`, once etcd answers, every second.
+pub async fn settle_loop(ctx: Arc<Context>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if ctx.unsettled.is_empty() {
+            continue;
+        }
+        // etcd answers a linearizable read only with a quorum: the outage is over.
+        let mut kv = ctx.client.kv_client();
+        let probe = kv.get(ctx.keys.state_prefix(), Some(GetOptions::new().with_prefix().with_count_only()));
+        if !matches!(timeout(REQUEST_TIMEOUT, probe).await, Ok(Ok(_))) {
+            continue;
+        }
+        for (job, first, last) in ctx.unsettled.take_settled_for(MISSED_AFTER) {
+            if ctx.members.rank(&ctx.config.worker_id, &format!("catchup/{job}")) != 0 {
+                continue;
+            }
+            tracing::warn!(job, from = %rfc3339_ms(first), to = %rfc3339_ms(last), "settling ticks etcd kept this worker from accounting for");
+            if !scan_job(&ctx, &job, Some(first - 1), last, Gap::EtcdUnreachable).await {
+                ctx.unsettled.restore(job, first, last);
+            }
+        }
+    }
 }
 
 /// Runs one scan transaction; a failure is logged, naming what the scan could not write.
-async fn commit(ctx: &Context, job: &str, txn: Txn, what: &str) {
+async fn commit(ctx: &Context, job: &str, txn: Txn, what: &str) -> bool {
     match timeout(REQUEST_TIMEOUT, ctx.client.kv_client().txn(txn)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::error!(job, error = %e, "catch-up scan: {what} failed"),
-        Err(_) => tracing::error!(job, "catch-up scan: {what} timed out"),
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            tracing::error!(job, error = %e, "catch-up scan: {what} failed");
+            false
+        }
+        Err(_) => {
+            tracing::error!(job, "catch-up scan: {what} timed out");
+            false
+        }
     }
 }
 
@@ -248,7 +348,7 @@ mod tests {
 
     #[test]
     fn skip_records_every_tick() {
-        let p = plan(&[1, 2, 3], 0, Misfire::Skip, 1, false);
+        let p = plan(&[1, 2, 3], 0, Misfire::Skip, 1, false, Gap::NoWorker);
         assert!(p.run.is_empty());
         assert_eq!(ticks(&p), vec![1, 2, 3]);
         assert!(p.record.iter().all(|r| r.1.contains("misfire: skip")));
@@ -256,7 +356,7 @@ mod tests {
 
     #[test]
     fn run_once_runs_the_newest_and_records_the_rest() {
-        let p = plan(&[1, 2, 3], 0, Misfire::RunOnce, 100, false);
+        let p = plan(&[1, 2, 3], 0, Misfire::RunOnce, 100, false, Gap::NoWorker);
         assert_eq!(p.run, vec![3]);
         assert_eq!(ticks(&p), vec![1, 2]);
         assert!(p.record[0].1.contains("run_once"));
@@ -264,18 +364,18 @@ mod tests {
 
     #[test]
     fn run_all_is_bounded_by_max_catchup_keeping_the_newest_and_records_the_rest() {
-        let p = plan(&[1, 2, 3, 4, 5], 0, Misfire::RunAll, 3, false);
+        let p = plan(&[1, 2, 3, 4, 5], 0, Misfire::RunAll, 3, false, Gap::NoWorker);
         assert_eq!(p.run, vec![3, 4, 5]);
         assert_eq!(ticks(&p), vec![1, 2]);
         assert!(p.record[0].1.contains("max_catchup"), "{}", p.record[0].1);
-        let p = plan(&[1, 2], 0, Misfire::RunAll, 3, false);
+        let p = plan(&[1, 2], 0, Misfire::RunAll, 3, false, Gap::NoWorker);
         assert_eq!((p.run, p.record.len()), (vec![1, 2], 0));
     }
 
     #[test]
     fn records_beyond_the_cap_are_summarised_not_dropped_silently() {
         let many: Vec<UnixMs> = (1..=1005).collect();
-        let p = plan(&many, 10, Misfire::Skip, 100, false);
+        let p = plan(&many, 10, Misfire::Skip, 100, false, Gap::NoWorker);
         assert_eq!(p.record.len(), MAX_MISSED_RECORDS);
         assert_eq!(p.record[0].0, 6);
         assert!(p.record[0].1.contains("15 older ticks"), "{}", p.record[0].1);
@@ -284,7 +384,7 @@ mod tests {
 
     #[test]
     fn paused_jobs_record_skips_whatever_the_policy() {
-        let p = plan(&[1, 2], 0, Misfire::RunAll, 100, true);
+        let p = plan(&[1, 2], 0, Misfire::RunAll, 100, true, Gap::NoWorker);
         assert!(p.run.is_empty());
         assert_eq!(p.record.len(), 2);
         assert!(p.record[0].1.contains("paused"));
@@ -292,6 +392,44 @@ mod tests {
 
     #[test]
     fn nothing_unclaimed_means_nothing_to_do() {
-        assert_eq!(plan(&[], 0, Misfire::RunOnce, 100, false), Plan { run: vec![], record: vec![] });
+        assert_eq!(plan(&[], 0, Misfire::RunOnce, 100, false, Gap::NoWorker), Plan { run: vec![], record: vec![] });
+    }
+
+    #[test]
+    fn outage_gaps_say_etcd_was_unreachable() {
+        let p = plan(&[1, 2], 0, Misfire::Skip, 100, false, Gap::EtcdUnreachable);
+        assert!(p.record.iter().all(|r| r.1.contains("etcd was unreachable")), "{:?}", p.record);
+    }
+
+    #[test]
+    fn the_ledger_keeps_one_range_per_job_until_it_is_quiet() {
+        let ledger = Unsettled::default();
+        let fire = |job: &str, tick: UnixMs, trigger: TriggerKind| Fire {
+            id: ExecutionId::new(job, Tick::Scheduled(tick)),
+            spec: Arc::new(
+                etcron_common::job::JobSpec::from_json(
+                    br#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#,
+                )
+                .unwrap(),
+            ),
+            job_revision: 1,
+            scheduled_ms: tick,
+            trigger,
+            skip: None,
+            request_key: None,
+            parent: None,
+            then: Vec::new(),
+        };
+        ledger.note(&fire("a", 5000, TriggerKind::Schedule));
+        ledger.note(&fire("a", 3000, TriggerKind::Schedule));
+        ledger.note(&fire("a", 4000, TriggerKind::Schedule));
+        ledger.note(&fire("b", 1000, TriggerKind::Retry));
+        assert_eq!(ledger.len(), 1, "run requests stay in etcd and are not noted");
+        assert!(ledger.take_settled_for(Duration::from_secs(3600)).is_empty(), "noted just now");
+        assert_eq!(ledger.take_settled_for(Duration::ZERO), vec![("a".to_owned(), 3000, 5000)]);
+        assert!(ledger.is_empty());
+        ledger.restore("a".to_owned(), 3000, 5000);
+        ledger.note(&fire("a", 7000, TriggerKind::Schedule));
+        assert_eq!(ledger.take_settled_for(Duration::ZERO), vec![("a".to_owned(), 3000, 7000)]);
     }
 }

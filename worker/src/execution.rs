@@ -42,6 +42,8 @@ pub struct Context {
     pub capacity: Arc<Semaphore>,
     pub sink: LogSink,
     pub jobs: JobTable,
+    /// Schedule ticks whose fate this worker could not learn while etcd failed it.
+    pub unsettled: crate::catchup::Unsettled,
 }
 
 /// How long after a tick nobody may have claimed it before it is recorded `missed`.
@@ -291,6 +293,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
     }
     let Some(lease) = *ctx.lease.borrow() else {
         tracing::warn!("no session lease: not claiming");
+        ctx.unsettled.note(&fire);
         watch_for_miss(&ctx, &fire, rank, NotRaced::NoLease);
         return;
     };
@@ -322,6 +325,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::warn!(error = %e, "retention lease unavailable: not claiming");
+                    ctx.unsettled.note(&fire);
                     watch_for_miss(&ctx, &fire, 0, NotRaced::Unknown);
                     return;
                 }
@@ -381,6 +385,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         }
         ClaimOutcome::Unknown(e) => {
             tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, "claim outcome unknown: not running this tick here");
+            ctx.unsettled.note(&fire);
             watch_for_miss(&ctx, &fire, 0, NotRaced::Unknown);
             return;
         }
@@ -718,7 +723,8 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
         }
         ClaimOutcome::Lost => false,
         ClaimOutcome::Unknown(e) => {
-            tracing::warn!(error = %e, status = status.as_str(), "recording a tick that did not run: outcome unknown");
+            tracing::warn!(error = %e, status = status.as_str(), "recording a tick that did not run: outcome unknown; settling it once etcd answers");
+            ctx.unsettled.note(fire);
             false
         }
     }
@@ -763,7 +769,11 @@ fn watch_for_miss(ctx: &Arc<Context>, fire: &Fire, rank: usize, why: NotRaced) {
                 tracing::warn!(job = %fire.id.job, scheduled_ms = fire.scheduled_ms, %reason, "tick missed");
                 record_not_run(&ctx, &fire, Status::Missed, reason).await;
             }
-            Err(e) => tracing::warn!(error = %e, "checking for a missed tick failed"),
+            Err(e) => {
+                // etcd did not answer: the settler looks again once it does.
+                tracing::warn!(error = %e, job = %fire.id.job, scheduled_ms = fire.scheduled_ms, "checking for a missed tick failed; settling it once etcd answers");
+                ctx.unsettled.note(&fire);
+            }
         }
     });
 }
@@ -780,8 +790,14 @@ async fn request_catchup_of(ctx: &Context, fire: &Fire, tick_ms: UnixMs) {
             tracing::warn!(job = %fire.id.job, scheduled_ms = tick_ms, misfire = ?fire.spec.misfire, "tick not claimed in time: catch-up run requested");
         }
         Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "requesting a catch-up run failed; the tick is unaccounted for"),
-        Err(_) => tracing::error!("requesting a catch-up run timed out; the tick is unaccounted for"),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "requesting a catch-up run failed; settling the tick once etcd answers");
+            ctx.unsettled.note(fire);
+        }
+        Err(_) => {
+            tracing::warn!("requesting a catch-up run timed out; settling the tick once etcd answers");
+            ctx.unsettled.note(fire);
+        }
     }
 }
 

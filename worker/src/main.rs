@@ -58,8 +58,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
         capacity: Arc::new(Semaphore::new(config.capacity as usize)),
         sink,
         jobs: etcron_worker::execution::JobTable::default(),
+        unsettled: etcron_worker::catchup::Unsettled::default(),
         config: config.clone(),
     });
+    tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
     tracing::info!(worker_id = %config.worker_id, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, capacity = config.capacity, "etcron-worker starting");
 
     // `sched_stop` ends scheduling; `all_stop` ends the watchers and the session once drained.

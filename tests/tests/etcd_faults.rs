@@ -1,0 +1,159 @@
+//! etcd faults against a real 3-member cluster: with quorum lost nothing runs twice, and once it
+//! returns every tick of the outage is either run or recorded `missed`; clients carry on over
+//! the surviving endpoints and pick up job changes made after the outage.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use etcron_tests::etcd_cluster::EtcdCluster;
+use etcron_tests::{
+    db_name, log_dir, now_ms, read_fired, record_command, wait_for, wait_tick, Master, Mongo, Worker, WorkerOpts,
+};
+use serde_json::{json, Value};
+
+struct Setup {
+    etcd: EtcdCluster,
+    _mongo: Mongo,
+    master: Master,
+    workers: Vec<Worker>,
+    http: reqwest::Client,
+    dir: tempfile::TempDir,
+}
+
+async fn setup(test: &str) -> Setup {
+    let logs = log_dir(test);
+    let etcd = EtcdCluster::start(&logs, 3).await.unwrap();
+    let mongo = Mongo::start(&logs).await.unwrap();
+    let db = db_name(test);
+    let ns = format!("/t-{test}");
+    let endpoints = etcd.endpoints();
+    let master =
+        Master::start(&endpoints, &ns, &logs, &["--mongodb-uri", &mongo.uri, "--mongodb-db", &db]).await.unwrap();
+    let workers = (1..=3)
+        .map(|i| {
+            let mut opts = WorkerOpts::new(&format!("w{i}"));
+            opts.mongodb = Some((mongo.uri.clone(), db.clone()));
+            Worker::start(&endpoints, &ns, &logs, opts).unwrap()
+        })
+        .collect();
+    Setup { etcd, _mongo: mongo, master, workers, http: reqwest::Client::new(), dir: tempfile::tempdir().unwrap() }
+}
+
+impl Setup {
+    async fn put_job(&self, name: &str, spec: Value) {
+        let resp = self.http.put(format!("{}/api/jobs/{name}", self.master.url)).json(&spec).send().await.unwrap();
+        assert!(resp.status().is_success(), "PUT {name}: {}", resp.text().await.unwrap());
+    }
+
+    /// Scheduled ms of the `status` records of `job` (all pages).
+    async fn recorded(&self, job: &str, status: &str) -> Option<BTreeSet<i64>> {
+        let mut out = BTreeSet::new();
+        let mut cursor = String::new();
+        loop {
+            let url = format!("{}/api/executions?job={job}&status={status}&limit=500{cursor}", self.master.url);
+            let page: Value = self.http.get(url).send().await.ok()?.json().await.ok()?;
+            for r in page["executions"].as_array()? {
+                out.insert(r["id"].as_str()?.split('@').nth(1)?.split('#').next()?.parse().ok()?);
+            }
+            match page["next_cursor"].as_str() {
+                Some(c) => cursor = format!("&cursor={c}"),
+                None => return Some(out),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn losing_quorum_runs_nothing_twice_and_accounts_for_every_tick_once_it_returns() -> anyhow::Result<()> {
+    let mut s = setup("etcd-quorum").await;
+    let file = s.dir.path().join("fired.log");
+    let jobs: Vec<String> = (0..5).map(|i| format!("q-{i}")).collect();
+    for job in &jobs {
+        s.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&file)}}))
+            .await;
+    }
+    wait_tick(&file, &jobs, now_ms() + 1000).await?;
+
+    // Two of three members gone: no quorum, so no claim can commit.
+    let from = now_ms();
+    let leader = s.etcd.leader().await?;
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    s.etcd.kill(leader);
+    s.etcd.kill(others[0]);
+    // The outage lasts until ticks have visibly stopped running for a few seconds.
+    wait_for(Duration::from_secs(30), "ticks to stop running", || async {
+        let newest = read_fired(&file).iter().map(|f| f.scheduled_ms).max().unwrap_or(0);
+        (now_ms() - newest > 6_000).then_some(())
+    })
+    .await?;
+    let outage_end = now_ms();
+    s.etcd.restart(leader)?;
+    s.etcd.restart(others[0])?;
+    s.etcd.wait_healthy().await?;
+    wait_tick(&file, &jobs, now_ms() + 1000).await?;
+    let to = now_ms();
+
+    // Every tick from before the outage to after it ran once or is recorded missed.
+    let window: Vec<i64> = ((from / 1000 + 1) * 1000..=to - 1000).step_by(1000).collect();
+    let report = wait_for(Duration::from_secs(60), "every outage tick to be run or recorded missed", || async {
+        let fired = read_fired(&file);
+        let mut unaccounted = Vec::new();
+        let mut missed_total = 0;
+        for job in &jobs {
+            let missed = s.recorded(job, "missed").await?;
+            missed_total += window.iter().filter(|t| missed.contains(t)).count();
+            for t in &window {
+                let ran = fired.iter().any(|f| &f.job == job && f.scheduled_ms == *t);
+                if !ran && !missed.contains(t) {
+                    unaccounted.push((job.clone(), *t));
+                }
+            }
+        }
+        unaccounted.is_empty().then_some((fired, missed_total))
+    })
+    .await;
+    let (fired, missed_total) = match report {
+        Ok(r) => r,
+        Err(e) => {
+            for w in &s.workers {
+                eprintln!("===== {} =====\n{}", w.proc.name, w.proc.log_text());
+            }
+            return Err(e);
+        }
+    };
+    let mut seen = BTreeSet::new();
+    let duplicates: Vec<_> =
+        fired.iter().filter(|f| !seen.insert((f.job.clone(), f.scheduled_ms, f.attempt))).collect();
+    assert!(duplicates.is_empty(), "duplicates: {duplicates:?}");
+    let outage_ticks = usize::try_from((outage_end - from) / 1000).unwrap_or(0) * jobs.len();
+    eprintln!(
+        "window {} ticks × {} jobs; outage ≈ {outage_ticks} ticks; recorded missed {missed_total}",
+        window.len(),
+        jobs.len()
+    );
+    assert!(missed_total > 0, "the outage's ticks are recorded missed");
+    for t in &window {
+        for job in &jobs {
+            let missed = s.recorded(job, "missed").await.unwrap();
+            let ran = fired.iter().any(|f| &f.job == job && f.scheduled_ms == *t);
+            assert!(!(ran && missed.contains(t)), "{job}@{t} both ran and was recorded missed");
+        }
+    }
+
+    // After the outage the workers still follow the job list (their watches resumed).
+    let late = s.dir.path().join("late.log");
+    s.put_job(
+        "after-outage",
+        json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&late)}}),
+    )
+    .await;
+    wait_tick(&late, &["after-outage".to_owned()], now_ms()).await?;
+    // Losing one member (of three) is no outage at all: clients move to the others.
+    let leader = s.etcd.leader().await?;
+    s.etcd.kill(leader);
+    let before = now_ms();
+    wait_tick(&file, &jobs, before + 3000).await?;
+    Ok(())
+}
