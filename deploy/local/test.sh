@@ -30,3 +30,8 @@ cargo build --workspace --bins --locked
 echo ">> running tests"
 # Integration tests start several processes each; two at a time suits a 2-core machine.
 cargo test --workspace --locked -- --test-threads "${ETCRON_TEST_THREADS:-2}"
+
+echo ">> chaos suite"
+# Faults at seeded random times against real processes; fails on a duplicate, an unaccounted
+# tick or a lost record. ETCRON_CHAOS_SEED / ETCRON_CHAOS_SECONDS change the run.
+cargo run --quiet --locked -p etcron-tests --bin etcron-chaos -- --seed "${ETCRON_CHAOS_SEED:-1}" --seconds "${ETCRON_CHAOS_SECONDS:-180}"

@@ -158,3 +158,81 @@ async fn a_kill_written_while_a_worker_was_disconnected_reaches_it_on_reconnect(
     assert!(worker.proc.log_text().contains("kill command: stopping execution"));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zombie_worker_kills_its_task_and_holds_a_lower_fencing_token_than_the_rerun() -> anyhow::Result<()> {
+    let c = Cluster::start("failover-zombie", 2).await?;
+    let runs = c.path("runs.log");
+    // Attempt 1 runs long (it will be orphaned); the failover rerun, attempt 2, ends quickly.
+    let cmd = format!(
+        "echo \"start $ETCRON_ATTEMPT $ETCRON_WORKER_ID $ETCRON_FENCING_TOKEN $$\" >> {f}; \
+         if [ \"$ETCRON_ATTEMPT\" = 1 ]; then sleep 60; fi; \
+         echo \"done $ETCRON_ATTEMPT $ETCRON_WORKER_ID $ETCRON_FENCING_TOKEN\" >> {f}",
+        f = runs.display()
+    );
+    c.put_job(
+        "guarded",
+        json!({"schedule": "@yearly", "on_worker_loss": "rerun", "task": {"kind": "shell", "command": cmd}}),
+    )
+    .await?;
+    let (_, run) = c.call(reqwest::Method::POST, "/api/jobs/guarded/run", None).await?;
+    let first_id = run["execution_id"].as_str().unwrap().to_owned();
+    let line = |prefix: &'static str| {
+        let runs = runs.clone();
+        move || {
+            let text = std::fs::read_to_string(&runs).unwrap_or_default();
+            let found = text
+                .lines()
+                .find(|l| l.starts_with(prefix))
+                .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>());
+            async move { found }
+        }
+    };
+    let first = wait_for(Duration::from_secs(15), "attempt 1 to start", line("start 1 ")).await?;
+    let (zombie, token1, pid1) = (first[2].clone(), first[3].parse::<i64>()?, first[4].parse::<i32>()?);
+    let z = c.workers.iter().position(|w| w.opts.id == zombie).unwrap();
+
+    // Freeze the worker past its session TTL: the survivor records attempt 1 lost and reruns it.
+    c.workers[z].proc.signal(Signal::SIGSTOP)?;
+    let second = wait_for(Duration::from_secs(30), "the failover rerun to start", line("start 2 ")).await?;
+    let (rerun_worker, token2) = (second[2].clone(), second[3].parse::<i64>()?);
+    assert_ne!(rerun_worker, zombie, "the rerun runs on the survivor");
+    assert!(token2 > token1, "the rerun's fencing token {token2} is above the zombie's {token1}");
+    wait_for(Duration::from_secs(15), "the rerun to finish", line("done 2 ")).await?;
+
+    // The zombie wakes up: it finds its lease gone and kills the task it was running.
+    c.workers[z].proc.signal(Signal::SIGCONT)?;
+    wait_for(Duration::from_secs(20), "the orphaned task to be killed", || async { (!alive(pid1)).then_some(()) })
+        .await?;
+    wait_for(Duration::from_secs(20), "the zombie to report what happened to its run", || async {
+        c.workers[z]
+            .proc
+            .log_text()
+            .lines()
+            .any(|l| l.contains("execution finished") && l.contains("lost its session lease"))
+            .then_some(())
+    })
+    .await?;
+    let text = std::fs::read_to_string(&runs)?;
+    assert!(!text.lines().any(|l| l.starts_with("done 1 ")), "attempt 1 never completed:\n{text}");
+    // Its record says it was lost, never that it succeeded; the rerun's record has the higher token.
+    let enc = |id: &str| id.replace('@', "%40").replace('#', "%23");
+    let path1 = format!("/api/executions/{}", enc(&first_id));
+    let record1 = wait_for(Duration::from_secs(20), "attempt 1's final record", || async {
+        let r = c.get(&path1).await.ok()?;
+        (r["status"] != "running").then_some(r)
+    })
+    .await?;
+    assert!(matches!(record1["status"].as_str(), Some("lost" | "killed")), "{record1}");
+    assert_eq!(record1["fencing_token"], token1);
+    let second_id = first_id.replace("#1", "#2");
+    let path2 = format!("/api/executions/{}", enc(&second_id));
+    let record2 = wait_for(Duration::from_secs(20), "the rerun's final record", || async {
+        let r = c.get(&path2).await.ok()?;
+        (r["status"] != "running").then_some(r)
+    })
+    .await?;
+    assert_eq!((record2["status"].as_str(), record2["fencing_token"].as_i64()), (Some("succeeded"), Some(token2)));
+    assert_eq!(record2["trigger"], "failover");
+    Ok(())
+}

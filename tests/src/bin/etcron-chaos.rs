@@ -1,0 +1,333 @@
+//! The chaos suite: real processes, random faults, and a checker of exactly-once.
+//!
+//! `etcron-chaos [--seed N] [--seconds 180] [--jobs 20] [--settle 120]` starts a 3-member etcd
+//! cluster, the MongoDB-compatible server, 2 masters and 3 workers, creates `--jobs` jobs that
+//! fire every second and append `job scheduled_ms attempt worker fencing_token` to a file, then
+//! for `--seconds` injects, one after another at seeded random times: SIGKILL of a worker (then
+//! restart), SIGSTOP of a worker past its session TTL (then SIGCONT), SIGKILL of the etcd leader
+//! (then restart), a MongoDB stop/start, and a master restart. Afterwards it waits (up to
+//! `--settle` seconds) for the cluster to account for every tick, then prints: faults by kind,
+//! ticks due, ticks run, duplicates per (job, tick, attempt), ticks neither run nor recorded
+//! `missed`/`lost`, and execution records lost (a run in the file without its record in
+//! MongoDB). It exits 1 if any of the last three is non-zero. The same seed gives the same fault
+//! schedule.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use etcron_common::store::{MongoStore, Search};
+use etcron_tests::etcd_cluster::EtcdCluster;
+use etcron_tests::{
+    db_name, log_dir, now_ms, read_fired, record_command, wait_for, Fired, Master, Mongo, Worker, WorkerOpts,
+};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+/// Session TTL of the workers (the harness default); a stop lasts longer than this.
+const SESSION_TTL: Duration = Duration::from_secs(3);
+
+/// A small deterministic generator (xorshift64*), so a seed replays the same faults.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from + 1))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    KillWorker,
+    StopWorker,
+    KillEtcdLeader,
+    MongoOutage,
+    RestartMaster,
+}
+
+const FAULTS: [Fault; 5] =
+    [Fault::KillWorker, Fault::StopWorker, Fault::KillEtcdLeader, Fault::MongoOutage, Fault::RestartMaster];
+
+struct Options {
+    seed: u64,
+    seconds: u64,
+    jobs: usize,
+    settle: u64,
+}
+
+fn options() -> Result<Options> {
+    let mut o = Options { seed: u64::try_from(now_ms()).unwrap_or(1), seconds: 180, jobs: 20, settle: 120 };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--seed" => o.seed = value.parse()?,
+            "--seconds" => o.seconds = value.parse()?,
+            "--jobs" => o.jobs = value.parse()?,
+            "--settle" => o.settle = value.parse()?,
+            other => bail!("unknown flag {other}; known: --seed, --seconds, --jobs, --settle"),
+        }
+    }
+    if o.seed == 0 {
+        o.seed = 1;
+    }
+    Ok(o)
+}
+
+struct System {
+    etcd: EtcdCluster,
+    mongo: Mongo,
+    masters: Vec<Master>,
+    workers: Vec<Worker>,
+    master_args: Vec<String>,
+    namespace: String,
+    logs: std::path::PathBuf,
+}
+
+impl System {
+    async fn start_master(&self) -> Result<Master> {
+        let args: Vec<&str> = self.master_args.iter().map(String::as_str).collect();
+        Master::start(&self.etcd.endpoints(), &self.namespace, &self.logs, &args).await
+    }
+
+    /// An answering master's URL (a restart may be under way on the other).
+    fn url(&self, i: usize) -> String {
+        self.masters[i % self.masters.len()].url.clone()
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let o = options()?;
+    let mut rng = Rng(o.seed);
+    println!("etcron-chaos: seed {} (rerun with --seed {}), {} s, {} jobs", o.seed, o.seed, o.seconds, o.jobs);
+    let logs = log_dir("chaos");
+    let etcd = EtcdCluster::start(&logs, 3).await?;
+    let mongo = Mongo::start_own(&logs).await?;
+    let db = db_name("chaos");
+    let namespace = "/t-chaos".to_owned();
+    let master_args = vec!["--mongodb-uri".to_owned(), mongo.uri.clone(), "--mongodb-db".to_owned(), db.clone()];
+    let mut sys = System { etcd, mongo, masters: Vec::new(), workers: Vec::new(), master_args, namespace, logs };
+    for _ in 0..2 {
+        let m = sys.start_master().await?;
+        sys.masters.push(m);
+    }
+    for i in 1..=3 {
+        let mut opts = WorkerOpts::new(&format!("w{i}"));
+        opts.mongodb = Some((sys.mongo.uri.clone(), db.clone()));
+        sys.workers.push(Worker::start(&sys.etcd.endpoints(), &sys.namespace, &sys.logs, opts)?);
+    }
+    let work = tempfile::tempdir()?;
+    let file = work.path().join("fired.log");
+    let http = reqwest::Client::new();
+    let jobs: Vec<String> = (0..o.jobs).map(|i| format!("chaos-{i:02}")).collect();
+    for job in &jobs {
+        let spec = json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&file)}});
+        let resp = http.put(format!("{}/api/jobs/{job}", sys.url(0))).json(&spec).send().await?;
+        if !resp.status().is_success() {
+            bail!("creating {job}: {}", resp.text().await?);
+        }
+    }
+    wait_for(Duration::from_secs(60), "every job to fire", || async {
+        let fired = read_fired(&file);
+        let seen: BTreeSet<&str> = fired.iter().map(|f| f.job.as_str()).collect();
+        (seen.len() == jobs.len()).then_some(())
+    })
+    .await?;
+
+    // Faults, one at a time, until the deadline.
+    let start_ms = now_ms();
+    let deadline = Instant::now() + Duration::from_secs(o.seconds);
+    let mut injected: BTreeMap<Fault, usize> = BTreeMap::new();
+    while Instant::now() < deadline {
+        tokio::time::sleep(rng.millis(3_000, 8_000)).await;
+        if Instant::now() >= deadline {
+            break;
+        }
+        let fault = FAULTS[usize::try_from(rng.below(FAULTS.len() as u64)).unwrap_or(0)];
+        let at = (now_ms() - start_ms) as f64 / 1000.0;
+        match fault {
+            Fault::KillWorker => {
+                let i = usize::try_from(rng.below(3)).unwrap_or(0);
+                println!("{at:7.1}s  SIGKILL worker w{}", i + 1);
+                sys.workers[i].proc.kill9();
+                tokio::time::sleep(rng.millis(500, 3_000)).await;
+                sys.workers[i].restart()?;
+            }
+            Fault::StopWorker => {
+                let i = usize::try_from(rng.below(3)).unwrap_or(0);
+                let pause = SESSION_TTL + rng.millis(1_000, 3_000);
+                println!("{at:7.1}s  SIGSTOP worker w{} for {:.1}s", i + 1, pause.as_secs_f64());
+                sys.workers[i].proc.signal(Signal::SIGSTOP)?;
+                tokio::time::sleep(pause).await;
+                sys.workers[i].proc.signal(Signal::SIGCONT)?;
+            }
+            Fault::KillEtcdLeader => {
+                let leader = sys.etcd.leader().await?;
+                println!("{at:7.1}s  SIGKILL etcd leader m{leader}");
+                sys.etcd.kill(leader);
+                tokio::time::sleep(rng.millis(1_000, 4_000)).await;
+                sys.etcd.restart(leader)?;
+                sys.etcd.wait_healthy().await?;
+            }
+            Fault::MongoOutage => {
+                let down = rng.millis(2_000, 6_000);
+                println!("{at:7.1}s  MongoDB down for {:.1}s", down.as_secs_f64());
+                sys.mongo.stop()?;
+                tokio::time::sleep(down).await;
+                sys.mongo.restart().await?;
+            }
+            Fault::RestartMaster => {
+                let i = usize::try_from(rng.below(2)).unwrap_or(0);
+                println!("{at:7.1}s  restart master {}", i + 1);
+                sys.masters[i].proc.kill9();
+                let m = sys.start_master().await?;
+                sys.masters[i] = m;
+            }
+        }
+        *injected.entry(fault).or_default() += 1;
+    }
+    let end_ms = now_ms();
+    println!(
+        "faults over after {:.0}s; waiting up to {}s for every tick to be accounted for",
+        (end_ms - start_ms) as f64 / 1000.0,
+        o.settle
+    );
+
+    // Due: every whole second strictly inside the fault window, for every job.
+    let due: Vec<i64> = ((start_ms / 1000 + 1) * 1000..=end_ms - 1000).step_by(1000).collect();
+    let store = MongoStore::connect(&sys.mongo.uri, &db).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let settle_deadline = Instant::now() + Duration::from_secs(o.settle);
+    let report = loop {
+        let report = check(&store, &read_fired(&file), &jobs, &due, start_ms, end_ms).await?;
+        if (report.unaccounted.is_empty() && report.records_lost.is_empty()) || Instant::now() > settle_deadline {
+            break report;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+
+    println!("\nfaults injected:");
+    for (fault, n) in &injected {
+        println!("  {fault:?}: {n}");
+    }
+    let due_total = due.len() * jobs.len();
+    println!("ticks due:                      {due_total}");
+    println!("ticks run:                      {}", report.ran);
+    println!("ticks recorded missed:          {}", report.missed);
+    println!("ticks recorded lost:            {}", report.lost);
+    println!("duplicates (job,tick,attempt):  {}", report.duplicates.len());
+    println!("ticks neither run nor recorded: {}", report.unaccounted.len());
+    println!("execution records lost:         {}", report.records_lost.len());
+    for (what, list) in
+        [("duplicate", &report.duplicates), ("unaccounted", &report.unaccounted), ("record lost", &report.records_lost)]
+    {
+        for item in list.iter().take(20) {
+            println!("  {what}: {item}");
+        }
+    }
+    let summary = json!({
+        "seed": o.seed, "seconds": o.seconds, "jobs": o.jobs,
+        "faults": injected.iter().map(|(f, n)| (format!("{f:?}"), n)).collect::<BTreeMap<_, _>>(),
+        "ticks_due": due_total, "ticks_run": report.ran, "missed": report.missed, "lost": report.lost,
+        "duplicates": report.duplicates.len(), "unaccounted": report.unaccounted.len(),
+        "records_lost": report.records_lost.len(),
+    });
+    println!("{summary}");
+    if !report.duplicates.is_empty() || !report.unaccounted.is_empty() || !report.records_lost.is_empty() {
+        println!("FAILED (logs in {})", sys.logs.display());
+        std::process::exit(1);
+    }
+    println!("ok");
+    Ok(())
+}
+
+struct Report {
+    ran: usize,
+    missed: usize,
+    lost: usize,
+    duplicates: Vec<String>,
+    unaccounted: Vec<String>,
+    records_lost: Vec<String>,
+}
+
+/// Compares what the tasks wrote with the records in MongoDB.
+async fn check(
+    store: &MongoStore,
+    fired: &[Fired],
+    jobs: &[String],
+    due: &[i64],
+    start_ms: i64,
+    end_ms: i64,
+) -> Result<Report> {
+    let mut per_attempt: BTreeMap<(String, i64, u32), usize> = BTreeMap::new();
+    for f in fired {
+        *per_attempt.entry((f.job.clone(), f.scheduled_ms, f.attempt)).or_default() += 1;
+    }
+    let duplicates = per_attempt
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|((j, t, a), n)| format!("{j}@{t}#{a} ran {n} times"))
+        .collect();
+    let ran: BTreeSet<(String, i64)> = fired.iter().map(|f| (f.job.clone(), f.scheduled_ms)).collect();
+    // Every record of the window (and a margin for late catch-up runs), all pages.
+    let mut records: BTreeMap<String, etcron_common::model::Status> = BTreeMap::new();
+    let mut by_tick: BTreeMap<(String, i64), Vec<etcron_common::model::Status>> = BTreeMap::new();
+    for job in jobs {
+        let mut search = Search {
+            job: Some(job.clone()),
+            since_ms: Some(start_ms - 5_000),
+            until_ms: Some(end_ms + 5_000),
+            limit: etcron_common::store::MAX_LIMIT,
+            ..Search::default()
+        };
+        loop {
+            let page = match store.search(&search).await {
+                Ok(p) => p,
+                Err(e) => bail!("reading records: {e}"),
+            };
+            for r in &page.executions {
+                records.insert(r.id.to_string(), r.status);
+                by_tick.entry((r.job.clone(), r.scheduled_ms)).or_default().push(r.status);
+            }
+            match page.next_cursor {
+                Some(c) => {
+                    search.cursor = Some(etcron_common::store::Cursor::decode(&c).map_err(|e| anyhow::anyhow!("{e}"))?)
+                }
+                None => break,
+            }
+        }
+    }
+    use etcron_common::model::Status;
+    let (mut ran_n, mut missed, mut lost, mut unaccounted) = (0, 0, 0, Vec::new());
+    for job in jobs {
+        for &t in due {
+            let statuses = by_tick.get(&(job.clone(), t)).cloned().unwrap_or_default();
+            if ran.contains(&(job.clone(), t)) {
+                ran_n += 1;
+            } else if statuses.contains(&Status::Missed) {
+                missed += 1;
+            } else if statuses.contains(&Status::Lost) {
+                lost += 1;
+            } else {
+                unaccounted.push(format!("{job}@{t} (records: {statuses:?})"));
+            }
+        }
+    }
+    let records_lost = per_attempt
+        .keys()
+        .filter(|(_, t, _)| *t > start_ms - 5_000 && *t < end_ms + 5_000)
+        .map(|(j, t, a)| format!("{j}@{t}#{a}"))
+        .filter(|id| !records.contains_key(id))
+        .collect();
+    Ok(Report { ran: ran_n, missed, lost, duplicates, unaccounted, records_lost })
+}
