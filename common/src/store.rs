@@ -277,6 +277,35 @@ pub fn from_document(d: &Document) -> Result<ExecutionRecord, StoreError> {
     })
 }
 
+/// Adds to `filter` the time range `[since, until]` on the date field `field` and, for a page
+/// after `cursor`, the entries older than the cursor's (time, `_id`) in newest-first order.
+pub fn time_page(
+    filter: &mut Document,
+    field: &str,
+    since: Option<UnixMs>,
+    until: Option<UnixMs>,
+    cursor: Option<&Cursor>,
+) {
+    let mut range = Document::new();
+    if let Some(t) = since {
+        range.insert("$gte", BsonDate::from_millis(t));
+    }
+    if let Some(t) = until {
+        range.insert("$lte", BsonDate::from_millis(t));
+    }
+    if !range.is_empty() {
+        filter.insert(field, range);
+    }
+    if let Some(c) = cursor {
+        let at = BsonDate::from_millis(c.scheduled_ms);
+        let mut same = doc! { "_id": {"$lt": &c.id} };
+        same.insert(field, at);
+        let mut before = Document::new();
+        before.insert(field, doc! {"$lt": at});
+        filter.insert("$or", vec![before, same]);
+    }
+}
+
 /// The MongoDB-backed store. Connecting is lazy: `connect` succeeds while the server is down.
 #[derive(Debug, Clone)]
 pub struct MongoStore {
@@ -428,29 +457,13 @@ impl MongoStore {
         if let Some(trigger) = &s.trigger {
             filter.insert("trigger", bson::to_bson(trigger).unwrap_or(Bson::Null));
         }
-        let mut range = Document::new();
-        if let Some(since) = s.since_ms {
-            range.insert("$gte", BsonDate::from_millis(since));
-        }
-        if let Some(until) = s.until_ms {
-            range.insert("$lte", BsonDate::from_millis(until));
-        }
-        if !range.is_empty() {
-            filter.insert("scheduled_at", range);
-        }
         if let Some(q) = &s.q {
             let terms = words(q);
             if !terms.is_empty() {
                 filter.insert("words", doc! {"$all": terms});
             }
         }
-        if let Some(c) = &s.cursor {
-            let at = BsonDate::from_millis(c.scheduled_ms);
-            filter.insert(
-                "$or",
-                vec![doc! {"scheduled_at": {"$lt": at}}, doc! {"scheduled_at": at, "_id": {"$lt": &c.id}}],
-            );
-        }
+        time_page(&mut filter, "scheduled_at", s.since_ms, s.until_ms, s.cursor.as_ref());
         let limit = s.limit.clamp(1, MAX_LIMIT);
         let options = FindOptions::builder()
             .sort(doc! {"scheduled_at": -1, "_id": -1})

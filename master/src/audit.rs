@@ -256,20 +256,7 @@ pub async fn search(store: &MongoStore, s: &AuditSearch) -> Result<(Vec<AuditEnt
             filter.insert(key, v);
         }
     }
-    let mut range = Document::new();
-    if let Some(t) = s.since_ms {
-        range.insert("$gte", BsonDate::from_millis(t));
-    }
-    if let Some(t) = s.until_ms {
-        range.insert("$lte", BsonDate::from_millis(t));
-    }
-    if !range.is_empty() {
-        filter.insert("at", range);
-    }
-    if let Some(c) = &s.cursor {
-        let at = BsonDate::from_millis(c.scheduled_ms);
-        filter.insert("$or", vec![doc! {"at": {"$lt": at}}, doc! {"at": at, "_id": {"$lt": &c.id}}]);
-    }
+    etcron_common::store::time_page(&mut filter, "at", s.since_ms, s.until_ms, s.cursor.as_ref());
     let limit = s.limit.clamp(1, MAX_LIMIT);
     let options = FindOptions::builder().sort(doc! {"at": -1, "_id": -1}).limit(limit + 1).build();
     let collection = store.database().collection::<Document>(COLLECTION);

@@ -236,3 +236,74 @@ async fn a_zombie_worker_kills_its_task_and_holds_a_lower_fencing_token_than_the
     assert_eq!(record2["trigger"], "failover");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lone_worker_killed_and_restarted_within_its_ttl_accounts_for_everything() -> anyhow::Result<()> {
+    let mut c = Cluster::start("failover-quick-restart", 1).await?;
+    let file = c.path("fired.log");
+    let jobs = c.every_second_jobs("quick", 3, &file).await?;
+    let started = c.path("long.pid");
+    let cmd = format!("echo $ETCRON_ATTEMPT >> {}; sleep 300", started.display());
+    c.put_job("long", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": cmd}})).await?;
+    let (_, run) = c.call(reqwest::Method::POST, "/api/jobs/long/run", None).await?;
+    let long_id = run["execution_id"].as_str().unwrap().to_owned();
+    wait_for(Duration::from_secs(15), "the long run to start", || async {
+        std::fs::read_to_string(&started).ok().filter(|t| t.contains('1')).map(|_| ())
+    })
+    .await?;
+    wait_tick(&file, &jobs, now_ms() + 1000).await?;
+    let from = now_ms();
+    // SIGKILL and restart at once: the new process finds its predecessor's registration alive.
+    c.workers[0].proc.kill9();
+    c.workers[0].restart()?;
+    wait_tick(&file, &jobs, now_ms() + 2000).await?;
+    let to = now_ms();
+    let log = c.workers[0].proc.log_text();
+    assert!(log.contains("an earlier instance of this worker is still registered"), "the takeover ran");
+
+    // The run it was in the middle of is recorded lost and rerun (attempt 2) by the new process.
+    let enc = |id: &str| id.replace('@', "%40").replace('#', "%23");
+    let lost = wait_for(Duration::from_secs(30), "the killed run's lost record", || async {
+        let r = c.get(&format!("/api/executions/{}", enc(&long_id))).await.ok()?;
+        (r["status"] == "lost").then_some(r)
+    })
+    .await?;
+    assert_eq!(lost["attempt"], 1);
+    wait_for(Duration::from_secs(30), "the failover rerun to start", || async {
+        std::fs::read_to_string(&started).ok().filter(|t| t.lines().any(|l| l == "2")).map(|_| ())
+    })
+    .await?;
+
+    // Every tick around the kill ran once or is recorded missed; every run has its record.
+    let window: Vec<i64> = ((from / 1000 + 1) * 1000..=to - 1000).step_by(1000).collect();
+    wait_for(Duration::from_secs(30), "every tick and run to be accounted for", || async {
+        let fired = read_fired(&file);
+        for job in &jobs {
+            let records = c.get(&format!("/api/executions?job={job}&limit=500")).await.ok()?;
+            let ids: std::collections::BTreeSet<String> = records["executions"]
+                .as_array()?
+                .iter()
+                .filter_map(|r| Some((r["id"].as_str()?.to_owned(), r["status"].as_str()?.to_owned())))
+                .map(|(id, status)| format!("{id} {status}"))
+                .collect();
+            for t in &window {
+                let ran = fired.iter().any(|f| &f.job == job && f.scheduled_ms == *t);
+                let missed = ids.contains(&format!("{job}@{t}#1 missed"));
+                if !ran && !missed {
+                    return None;
+                }
+            }
+            for f in fired.iter().filter(|f| &f.job == job && f.scheduled_ms >= from && f.scheduled_ms <= to) {
+                let id = format!("{}@{}#{}", f.job, f.scheduled_ms, f.attempt);
+                if !ids.iter().any(|r| r.starts_with(&format!("{id} "))) {
+                    return None;
+                }
+            }
+        }
+        Some(())
+    })
+    .await?;
+    let report = check_every_second(&read_fired(&file), &jobs, from, to);
+    assert!(report.duplicates.is_empty(), "duplicates: {:?}", report.duplicates);
+    Ok(())
+}

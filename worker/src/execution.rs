@@ -44,6 +44,9 @@ pub struct Context {
     pub jobs: JobTable,
     /// Schedule ticks whose fate this worker could not learn while etcd failed it.
     pub unsettled: crate::catchup::Unsettled,
+    /// Set when this worker revoked the session of a dead earlier instance of itself: the
+    /// departure that follows is that instance's, and this worker accounts for it too.
+    pub predecessor_revoked: std::sync::atomic::AtomicBool,
 }
 
 /// How long after a tick nobody may have claimed it before it is recorded `missed`.

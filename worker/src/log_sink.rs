@@ -7,6 +7,12 @@
 //! it answers again, also after a restart. While the spool holds anything, new batches go to the
 //! spool too, so order is kept. A record is dropped only if even the spool cannot be written;
 //! that is logged at error level and counted.
+//!
+//! A worker killed outright (SIGKILL, OOM) loses its memory, so every submitted record is first
+//! appended to a journal file (one `write`, no fsync: the page cache outlives the process). The
+//! sink empties the journal each time its queue is drained and everything taken was written
+//! (to MongoDB or the spool); at start, whatever a previous instance left in the journal goes
+//! to the spool ahead of anything new.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -27,6 +33,7 @@ pub const QUEUE: usize = 10_000;
 /// How often a non-empty spool is retried.
 const REPLAY_EVERY: Duration = Duration::from_secs(1);
 const SPOOL_FILE: &str = "spool.jsonl";
+const JOURNAL_FILE: &str = "journal.jsonl";
 const REPLAY_PREFIX: &str = "replay-";
 
 /// Counters of the sink (exported as metrics).
@@ -113,27 +120,90 @@ impl Spool {
     }
 }
 
+/// The write-ahead journal of submitted records (see the module docs).
+#[derive(Debug)]
+struct Journal {
+    path: PathBuf,
+    /// The open journal; its lock also orders journal appends with queue sends.
+    file: Mutex<Option<File>>,
+}
+
+impl Journal {
+    /// Opens the journal of `dir`, moving what a previous instance left in it to `spool`.
+    fn open(dir: &Path, spool: &Spool) -> std::io::Result<Self> {
+        let path = dir.join(JOURNAL_FILE);
+        if fs::metadata(&path).map(|m| m.len() > 0).unwrap_or(false) {
+            let left = read_spool(&path)?;
+            if !left.is_empty() {
+                tracing::warn!(
+                    records = left.len(),
+                    "the previous run of this worker ended abruptly; its unwritten execution records are spooled now"
+                );
+                spool.append(&left)?;
+            }
+        }
+        let file = OpenOptions::new().create(true).write(true).truncate(true).open(&path)?;
+        Ok(Self { path, file: Mutex::new(Some(file)) })
+    }
+
+    /// Appends `write`, then hands it to `then` (the queue send) under the same lock.
+    fn append_then<T>(&self, write: RecordWrite, then: impl FnOnce(RecordWrite) -> T) -> T {
+        let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(f) = file.as_mut() {
+            let mut line = serde_json::to_vec(&write).unwrap_or_default();
+            line.push(b'\n');
+            if let Err(e) = f.write_all(&line) {
+                tracing::error!(error = %e, "appending to the record journal failed; a crash now could lose this record");
+            }
+        }
+        then(write)
+    }
+
+    /// Empties the journal if `drained()` holds under the lock (nothing submitted is still queued).
+    fn checkpoint(&self, drained: impl FnOnce() -> bool) {
+        let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !drained() {
+            return;
+        }
+        match OpenOptions::new().create(true).write(true).truncate(true).open(&self.path) {
+            Ok(f) => *file = Some(f),
+            Err(e) => tracing::error!(error = %e, "emptying the record journal failed"),
+        }
+    }
+}
+
 /// Submits records to the sink; cheap to clone.
 #[derive(Clone)]
 pub struct LogSink {
     tx: mpsc::Sender<RecordWrite>,
     spool: Arc<Spool>,
+    journal: Arc<Journal>,
     pub stats: Arc<SinkStats>,
 }
 
 impl LogSink {
-    /// Starts the sink task. `store` is `None` when records are disabled.
-    pub fn start(store: MongoStore, spool: Spool, stop: watch::Receiver<bool>) -> (Self, tokio::task::JoinHandle<()>) {
+    /// Starts the sink task, after moving what a previous instance left in the journal to the
+    /// spool.
+    ///
+    /// # Errors
+    /// When the journal in the spool's directory cannot be read or created.
+    pub fn start(
+        store: MongoStore,
+        spool: Spool,
+        stop: watch::Receiver<bool>,
+    ) -> std::io::Result<(Self, tokio::task::JoinHandle<()>)> {
         let (tx, rx) = mpsc::channel(QUEUE);
+        let journal = Arc::new(Journal::open(&spool.dir, &spool)?);
         let spool = Arc::new(spool);
         let stats = Arc::new(SinkStats::default());
-        let task = tokio::spawn(run(store, rx, spool.clone(), stats.clone(), stop));
-        (Self { tx, spool, stats }, task)
+        let task = tokio::spawn(run(store, rx, spool.clone(), journal.clone(), stats.clone(), stop));
+        Ok((Self { tx, spool, journal, stats }, task))
     }
 
     /// Queues a record; never blocks and never drops silently.
     pub fn submit(&self, write: RecordWrite) {
-        match self.tx.try_send(write) {
+        let sent = self.journal.append_then(write, |w| self.tx.try_send(w));
+        match sent {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(w) | mpsc::error::TrySendError::Closed(w)) => {
                 tracing::warn!(execution_id = %w.record.id, "record queue full or closed; writing the record to the spool directly");
@@ -166,6 +236,7 @@ async fn run(
     store: MongoStore,
     mut rx: mpsc::Receiver<RecordWrite>,
     spool: Arc<Spool>,
+    journal: Arc<Journal>,
     stats: Arc<SinkStats>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -209,6 +280,9 @@ async fn run(
                 stats.written.fetch_add(batch.len() as u64, Ordering::Relaxed);
             }
             batch.clear();
+            // Everything taken is in MongoDB or the spool: if nothing else waits in the queue,
+            // the journal holds nothing that is not safe elsewhere.
+            journal.checkpoint(|| rx.is_empty());
         }
         if spool.pending() {
             replay(&store, &spool, &stats).await;
@@ -352,5 +426,34 @@ mod tests {
         assert_eq!(seen, vec![1, 2, 3]);
         assert!(spool.size() > 0);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_journal_keeps_records_until_a_checkpoint_and_hands_leftovers_to_the_spool() {
+        let path = std::env::temp_dir().join(format!("etcron-journal-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        let dir = Path::new(&path);
+        let spool = Spool::open(dir).unwrap();
+        let journal = Journal::open(dir, &spool).unwrap();
+        assert!(!spool.pending(), "nothing left over");
+        journal.append_then(write(1), drop);
+        journal.append_then(write(2), drop);
+        assert_eq!(read_spool(&dir.join(JOURNAL_FILE)).unwrap().len(), 2);
+        journal.checkpoint(|| false);
+        assert_eq!(read_spool(&dir.join(JOURNAL_FILE)).unwrap().len(), 2, "not drained: kept");
+        journal.checkpoint(|| true);
+        assert!(read_spool(&dir.join(JOURNAL_FILE)).unwrap().is_empty());
+        // A crash leaves records in the journal: the next start spools them, in order.
+        journal.append_then(write(3), drop);
+        journal.append_then(write(4), drop);
+        drop(journal);
+        let journal = Journal::open(dir, &spool).unwrap();
+        assert!(spool.pending());
+        let spooled = read_spool(&dir.join(SPOOL_FILE)).unwrap();
+        let ticks: Vec<i64> = spooled.iter().map(|w| w.record.scheduled_ms).collect();
+        assert_eq!(ticks, vec![3, 4]);
+        assert!(read_spool(&dir.join(JOURNAL_FILE)).unwrap().is_empty());
+        drop(journal);
+        fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -44,7 +44,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let spool = etcron_worker::log_sink::Spool::open(&config.data_dir)
         .with_context(|| format!("opening the record spool in {}", config.data_dir.display()))?;
     let (sink_stop_tx, sink_stop) = watch::channel(false);
-    let (sink, sink_task) = etcron_worker::log_sink::LogSink::start(store, spool, sink_stop);
+    let (sink, sink_task) = etcron_worker::log_sink::LogSink::start(store, spool, sink_stop)
+        .with_context(|| format!("opening the record journal in {}", config.data_dir.display()))?;
     let hostname = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
     let (lease_tx, lease_rx) = watch::channel(None);
     let ctx = Arc::new(Context {
@@ -59,6 +60,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         sink,
         jobs: etcron_worker::execution::JobTable::default(),
         unsettled: etcron_worker::catchup::Unsettled::default(),
+        predecessor_revoked: std::sync::atomic::AtomicBool::new(false),
         config: config.clone(),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
@@ -75,7 +77,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let lost_ctx = ctx.clone();
     tokio::spawn(async move {
         while let Some((worker, revision)) = departures.recv().await {
-            if worker != lost_ctx.config.worker_id {
+            let predecessor = worker == lost_ctx.config.worker_id
+                && lost_ctx.predecessor_revoked.swap(false, std::sync::atomic::Ordering::SeqCst);
+            if worker != lost_ctx.config.worker_id || predecessor {
                 tokio::spawn(etcron_worker::execution::record_lost(lost_ctx.clone(), worker, revision));
             }
         }
@@ -142,6 +146,9 @@ async fn supervise_session(
         backoff = Duration::from_millis(200);
         let lease = session.lease_id();
         tracing::info!(lease_id = lease, ttl = ?ctx.config.session_ttl, "session lease granted");
+        if !take_over_registration(&ctx, lease, &mut stop).await {
+            return Some(session);
+        }
         let mut published: Option<u32> = None;
         let running = ctx.registry.watch_count();
         let mut refresh = tokio::time::interval(REGISTRATION_REFRESH);
@@ -169,6 +176,55 @@ async fn supervise_session(
         ctx.registry.stop_all(&StopReason::LeaseLost);
         if !ctx.registry.wait_empty(ctx.config.kill_grace + Duration::from_secs(5)).await {
             tracing::error!(running = ctx.registry.running(), "executions still running after the lease loss kill");
+        }
+    }
+}
+
+/// Before registering under a new lease: a registration of this worker id under another lease
+/// is either a dead earlier instance of this worker on this host (restarted faster than its
+/// session TTL) or our own previous session. Its lease is revoked at once, which deletes its
+/// registration, running markers and running claims in one step, so the other workers account
+/// for what it ran (recorded `lost`, rerun per `on_worker_loss`) exactly as if it had expired;
+/// overwriting the registration instead would hide the departure. A registration by a live
+/// process (or another host) is waited out: two workers must not share an id. `false` when
+/// told to stop while waiting.
+async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Receiver<bool>) -> bool {
+    let key = ctx.keys.worker(&ctx.config.worker_id);
+    let mut warned = false;
+    loop {
+        let mut kv = ctx.client.kv_client();
+        let existing = match tokio::time::timeout(REQUEST_TIMEOUT, kv.get(key.as_str(), None)).await {
+            Ok(Ok(r)) => r.kvs().first().map(|kv| (kv.lease(), serde_json::from_slice::<WorkerInfo>(kv.value()).ok())),
+            _ => return true, // etcd unreachable: registering will retry anyway
+        };
+        let Some((old_lease, info)) = existing else { return true };
+        if old_lease == lease || old_lease == 0 {
+            return true;
+        }
+        let ours = info.as_ref().is_some_and(|i| {
+            i.hostname == ctx.hostname
+                && (i.pid == std::process::id()
+                    || nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(i.pid).unwrap_or(0)), None)
+                        .is_err())
+        });
+        if ours {
+            let pid = info.map_or(0, |i| i.pid);
+            tracing::warn!(old_lease, pid, "an earlier instance of this worker is still registered; revoking its session so its executions are accounted for");
+            ctx.predecessor_revoked.store(true, std::sync::atomic::Ordering::SeqCst);
+            let mut leases = ctx.client.lease_client();
+            if let Ok(Err(e)) = tokio::time::timeout(REQUEST_TIMEOUT, leases.revoke(old_lease)).await {
+                tracing::warn!(old_lease, error = %e, "revoking the earlier session failed (it may have expired)");
+            }
+            return true;
+        }
+        if !warned {
+            let (host, pid) = info.map_or((String::new(), 0), |i| (i.hostname, i.pid));
+            tracing::error!(%host, pid, "worker id {} is registered by another live process; waiting for it to go (two workers must not share an id)", ctx.config.worker_id);
+            warned = true;
+        }
+        tokio::select! {
+            _ = stop.changed() => return false,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }

@@ -220,7 +220,7 @@ async fn sink(n: usize) -> Result<()> {
     let spool_dir = tempfile::tempdir()?;
     let spool = etcron_worker::log_sink::Spool::open(spool_dir.path())?;
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
-    let (sink, _task) = etcron_worker::log_sink::LogSink::start(store, spool, stop);
+    let (sink, _task) = etcron_worker::log_sink::LogSink::start(store, spool, stop)?;
     let output = "started backup of db\nwrote 1234 rows\ndone in 47 ms\n";
     let start = std::time::Instant::now();
     let base = 1_790_000_000_000i64;
