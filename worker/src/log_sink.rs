@@ -202,14 +202,12 @@ impl LogSink {
 
     /// Queues a record; never blocks and never drops silently.
     pub fn submit(&self, write: RecordWrite) {
-        let sent = self.journal.append_then(write, |w| self.tx.try_send(w));
-        match sent {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(w) | mpsc::error::TrySendError::Closed(w)) => {
+        self.journal.append_then(write, |w| {
+            if let Err(mpsc::error::TrySendError::Full(w) | mpsc::error::TrySendError::Closed(w)) = self.tx.try_send(w) {
                 tracing::warn!(execution_id = %w.record.id, "record queue full or closed; writing the record to the spool directly");
                 spool_or_drop(&self.spool, &self.stats, &[w]);
             }
-        }
+        });
     }
 
     #[must_use]
