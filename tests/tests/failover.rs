@@ -93,6 +93,15 @@ async fn a_worker_that_lost_its_lease_kills_its_tasks_and_registers_again() -> a
     assert!(log.matches("session lease granted").count() > lease_before, "no new lease");
     // The killed execution is not reported as done for its tick: its claim went with the lease.
     assert!(log.lines().any(|l| l.contains("execution finished") && l.contains("lost its session lease")));
+    // Alone in the cluster, the worker accounts for its own lost session: attempt 1 is recorded
+    // lost and, under `on_worker_loss: rerun`, attempt 2 runs.
+    let attempts = c
+        .wait_executions("job=long", "attempt 1 lost and attempt 2 started", |l| {
+            l.iter().any(|r| r["attempt"] == 1 && r["status"] == "lost")
+                && l.iter().any(|r| r["attempt"] == 2 && r["trigger"] == "failover")
+        })
+        .await?;
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
     Ok(())
 }
 

@@ -44,9 +44,6 @@ pub struct Context {
     pub jobs: JobTable,
     /// Schedule ticks whose fate this worker could not learn while etcd failed it.
     pub unsettled: crate::catchup::Unsettled,
-    /// Set when this worker revoked the session of a dead earlier instance of itself: the
-    /// departure that follows is that instance's, and this worker accounts for it too.
-    pub predecessor_revoked: std::sync::atomic::AtomicBool,
 }
 
 /// How long after a tick nobody may have claimed it before it is recorded `missed`.
@@ -551,10 +548,14 @@ fn follow_ups(
         };
         ops.push(put_request(&ctx.keys, &id.job, &format!("retry-{fencing_token}"), &request));
     }
+    if status == Status::Lost {
+        let (loss_ops, note) = after_loss(&ctx.keys, id, spec, fire.scheduled_ms, fencing_token, now);
+        ops.extend(loss_ops);
+        notes.extend(note);
+    }
     let dependents = match status {
         Status::Succeeded => &spec.on_success,
         _ if failed && !retry => &spec.on_failure,
-        Status::Lost => &spec.on_failure,
         _ => &[][..],
     };
     ops.extend(dependency_requests(&ctx.keys, id, dependents, fencing_token, now, &mut notes));
@@ -575,6 +576,40 @@ fn follow_ups(
         notes.push("one-shot job disabled after its run".to_owned());
     }
     (ops, notes)
+}
+
+/// What follows a run lost with its worker's session, per `on_worker_loss`: a failover rerun
+/// (next attempt, same scheduled time; not for broadcast parts, and at most `MAX_FAILOVERS` on
+/// top of the retries), or the `on_failure` jobs. Also a note for the record's reason.
+fn after_loss(
+    keys: &Keys,
+    id: &ExecutionId,
+    spec: &JobSpec,
+    scheduled_ms: UnixMs,
+    fencing_token: i64,
+    now: UnixMs,
+) -> (Vec<TxnOp>, Option<String>) {
+    let rerun = spec.on_worker_loss == OnWorkerLoss::Rerun
+        && !matches!(id.part, Part::Worker(_))
+        && id.attempt <= spec.retries.max + MAX_FAILOVERS;
+    if rerun {
+        let next = id.next_attempt();
+        let note = format!("on_worker_loss rerun: {next} requested");
+        let request = TriggerRequest {
+            kind: TriggerKind::Failover,
+            execution_id: Some(next),
+            scheduled_ms: Some(scheduled_ms),
+            parent: Some(id.clone()),
+            ..TriggerRequest::manual(now, &format!("failover of {id}"))
+        };
+        return (vec![put_request(keys, &id.job, &format!("failover-{fencing_token}"), &request)], Some(note));
+    }
+    let mut notes = Vec::new();
+    if spec.on_worker_loss == OnWorkerLoss::Rerun {
+        notes.push("not rerun (broadcast run or failover limit reached)".to_owned());
+    }
+    let ops = dependency_requests(keys, id, &spec.on_failure, fencing_token, now, &mut notes);
+    (ops, (!notes.is_empty()).then(|| notes.join("; ")))
 }
 
 fn dependency_requests(
@@ -863,29 +898,10 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
         let mut follow = Vec::new();
         let now = now_ms();
         if let Some(spec) = &spec {
-            let rerun = spec.on_worker_loss == OnWorkerLoss::Rerun
-                && !matches!(id.part, Part::Worker(_))
-                && id.attempt <= spec.retries.max + MAX_FAILOVERS;
-            if rerun {
-                let next = id.next_attempt();
-                reason.push_str(&format!("; on_worker_loss rerun: {next} requested"));
-                let request = TriggerRequest {
-                    kind: TriggerKind::Failover,
-                    execution_id: Some(next),
-                    scheduled_ms: Some(scheduled_ms),
-                    parent: Some(id.clone()),
-                    ..TriggerRequest::manual(now, &format!("failover of {id}"))
-                };
-                follow.push(put_request(&ctx.keys, &id.job, &format!("failover-{fencing_token}"), &request));
-            } else {
-                let mut notes = Vec::new();
-                follow.extend(dependency_requests(&ctx.keys, &id, &spec.on_failure, fencing_token, now, &mut notes));
-                if spec.on_worker_loss == OnWorkerLoss::Rerun {
-                    reason.push_str("; not rerun (broadcast run or failover limit reached)");
-                }
-                if !notes.is_empty() {
-                    reason.push_str(&format!("; {}", notes.join("; ")));
-                }
+            let (ops, note) = after_loss(&ctx.keys, &id, spec, scheduled_ms, fencing_token, now);
+            follow = ops;
+            if let Some(note) = note {
+                reason.push_str(&format!("; {note}"));
             }
         }
         // Re-create the execution's claim (it went with the lease) as done/lost: recorded once,
@@ -991,8 +1007,10 @@ fn status_of(finished: &Finished) -> (Status, Option<String>) {
             Some("timeout reached; task stopped (process group killed, or HTTP request aborted)".to_owned()),
         ),
         Ending::Stopped(StopReason::Killed(why)) => (Status::Killed, Some(format!("killed: {why}"))),
+        // Not an operator's kill: the run was lost with the worker's session, and is handled
+        // as any lost run (rerun or `on_failure`, per `on_worker_loss`).
         Ending::Stopped(StopReason::LeaseLost) => {
-            (Status::Killed, Some("killed: worker lost its session lease".to_owned()))
+            (Status::Lost, Some("stopped: this worker lost its session lease while running it".to_owned()))
         }
         Ending::Stopped(StopReason::Shutdown) => (Status::Killed, Some("killed: worker shut down".to_owned())),
         Ending::SpawnFailed(e) => (Status::Failed, Some(e.clone())),

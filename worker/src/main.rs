@@ -60,7 +60,6 @@ async fn run(config: Config) -> anyhow::Result<()> {
         sink,
         jobs: etcron_worker::execution::JobTable::default(),
         unsettled: etcron_worker::catchup::Unsettled::default(),
-        predecessor_revoked: std::sync::atomic::AtomicBool::new(false),
         config: config.clone(),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
@@ -76,12 +75,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(ctx.members.clone().follow(keys.clone(), workers_rx, departures_tx));
     let lost_ctx = ctx.clone();
     tokio::spawn(async move {
+        // Our own departures too: a session of ours that expired (paused, cut off) or a dead
+        // earlier instance's that we revoked. Alone in the cluster, nobody else would account
+        // for what ran under it; with others, the claim keys let only one of us do it.
         while let Some((worker, revision)) = departures.recv().await {
-            let predecessor = worker == lost_ctx.config.worker_id
-                && lost_ctx.predecessor_revoked.swap(false, std::sync::atomic::Ordering::SeqCst);
-            if worker != lost_ctx.config.worker_id || predecessor {
-                tokio::spawn(etcron_worker::execution::record_lost(lost_ctx.clone(), worker, revision));
-            }
+            tokio::spawn(etcron_worker::execution::record_lost(lost_ctx.clone(), worker, revision));
         }
     });
 
@@ -210,7 +208,6 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
         if ours {
             let pid = info.map_or(0, |i| i.pid);
             tracing::warn!(old_lease, pid, "an earlier instance of this worker is still registered; revoking its session so its executions are accounted for");
-            ctx.predecessor_revoked.store(true, std::sync::atomic::Ordering::SeqCst);
             let mut leases = ctx.client.lease_client();
             if let Ok(Err(e)) = tokio::time::timeout(REQUEST_TIMEOUT, leases.revoke(old_lease)).await {
                 tracing::warn!(old_lease, error = %e, "revoking the earlier session failed (it may have expired)");
