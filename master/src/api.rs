@@ -66,6 +66,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/executions", get(search_executions))
         .route("/api/executions/{id}", get(get_execution))
         .route("/api/overview", get(overview))
+        .route("/api/openapi.json", get(crate::openapi::document))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(crate::web::routes())

@@ -5,4 +5,5 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod openapi;
 pub mod web;
