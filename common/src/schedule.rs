@@ -25,6 +25,10 @@ pub const MAX_EXPRESSION_LEN: usize = 256;
 pub const MIN_EVERY: Duration = Duration::from_secs(1);
 /// Longest `@every` interval.
 pub const MAX_EVERY: Duration = Duration::from_secs(366 * 24 * 3600);
+/// Latest `@at` instant: 9999-12-31T00:00:00Z. RFC 3339 has four-digit years, and a later
+/// instant would be in year 10000 in timezones east of UTC (fire times are shown in the job's
+/// timezone), which no RFC 3339 reader accepts.
+pub const MAX_AT_MS: UnixMs = 253_402_214_400_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
@@ -167,7 +171,14 @@ fn parse_kind(expression: &str) -> Result<Kind, ScheduleError> {
         let at = DateTime::parse_from_rfc3339(rest.trim()).map_err(|e| {
             ScheduleError::Expression(format!("@at needs an RFC 3339 instant such as 2026-12-01T00:00:00Z ({e})"))
         })?;
-        return Ok(Kind::At { at_ms: at.timestamp_millis() });
+        let at_ms = at.timestamp_millis();
+        if at_ms > MAX_AT_MS {
+            return Err(ScheduleError::Expression(format!(
+                "@at must be no later than {}",
+                crate::rfc3339_ms(MAX_AT_MS)
+            )));
+        }
+        return Ok(Kind::At { at_ms });
     }
     let pattern = match expr.to_ascii_lowercase().as_str() {
         "@yearly" | "@annually" => "0 0 1 1 *".to_owned(),
@@ -277,6 +288,10 @@ mod tests {
         assert_eq!(s.next_after(at), None);
         let s = Schedule::parse("@at 2026-12-01T01:00:00+01:00", "Europe/Berlin").unwrap();
         assert_eq!(s.next_after(0), Some(at));
+        // The latest instant still has a four-digit year where the day starts first.
+        let last = Schedule::parse("@at 9999-12-31T00:00:00Z", "Pacific/Kiritimati").unwrap();
+        assert_eq!(format_in(last.timezone(), MAX_AT_MS), "9999-12-31T14:00:00.000+14:00");
+        assert_eq!(last.next_after(0), Some(MAX_AT_MS));
     }
 
     #[test]
@@ -338,6 +353,8 @@ mod tests {
             ("@every soon", "invalid duration"),
             ("@every 10ms", "between"),
             ("@at tomorrow", "RFC 3339"),
+            ("@at 9999-12-31T23:59:59Z", "no later than 9999-12-31T00:00:00.000Z"),
+            ("@at 9999-12-31T23:59:59-23:59", "no later than"),
         ];
         for (expr, needle) in cases {
             let err = Schedule::parse(expr, "UTC").unwrap_err().to_string();

@@ -8,6 +8,11 @@ ensure_cmd() {
         return 0
     fi
     echo ">> installing $* (for $cmd)" >&2
+    apt_install "$@"
+}
+
+# apt_install PACKAGE...: install Debian packages (apt-get update once per script).
+apt_install() {
     local sudo=""
     if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
     if [ -z "${ETCRON_APT_UPDATED:-}" ]; then
@@ -41,6 +46,26 @@ ensure_secantus() {
     ensure_cmd cmake cmake
     echo ">> installing secantus-mdb $SECANTUS_VERSION (MongoDB-compatible test server; one-time build)" >&2
     cargo install secantus-mdb --version "$SECANTUS_VERSION" --ignore-rust-version --locked >&2
+}
+
+# ensure_schemathesis: the API fuzzer that tests the master against its OpenAPI document
+# (tests/tests/openapi.rs), pinned, in the virtualenv .venv-schemathesis/ at the repository root
+# (not committed). Debian's python3 needs python3-venv for `python3 -m venv`.
+SCHEMATHESIS_VERSION=4.32.5
+ensure_schemathesis() {
+    local venv=.venv-schemathesis
+    if [ "$("$venv/bin/st" --version 2>/dev/null)" = "st, version $SCHEMATHESIS_VERSION" ]; then
+        return 0
+    fi
+    ensure_cmd python3 python3
+    if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        echo ">> installing python3-venv (for $venv)" >&2
+        apt_install python3-venv
+    fi
+    echo ">> installing schemathesis $SCHEMATHESIS_VERSION into $venv" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION" >&2
 }
 
 # start_secantus DIR PORT LOG: starts the server in the background and waits until it answers;

@@ -15,6 +15,8 @@ ensure_cmd chromium chromium
 ensure_cmd node nodejs
 ensure_cmd npm npm
 npm ci --prefix web/tests --no-audit --no-fund >&2
+# API tests: schemathesis (PyPI, pinned) checks the master against its OpenAPI document.
+ensure_schemathesis
 # The harness starts its own MongoDB-compatible server per test cluster (tests stop and restart
 # it); with ETCRON_MONGODB_URI set, tests that need no outage use that server instead.
 ensure_secantus

@@ -71,6 +71,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/audit", get(search_audit))
         .route("/api/auth/whoami", get(whoami))
         .route("/api/auth/tokens", get(list_tokens))
+        .route("/api/openapi.json", get(crate::openapi::document))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(crate::web::routes())
@@ -303,6 +304,19 @@ fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
     })
 }
 
+/// `If-None-Match: *` (create only). Any other value asks for a check this API does not make,
+/// so it is refused rather than ignored.
+fn if_none_match(headers: &HeaderMap) -> ApiResult<bool> {
+    match headers.get("if-none-match").map(|v| v.to_str().map(str::trim)) {
+        None => Ok(false),
+        Some(Ok("*")) => Ok(true),
+        Some(_) => Err(ApiError::bad_request(
+            Some("If-None-Match".to_owned()),
+            "If-None-Match must be * (create the job only if it does not exist); use If-Match: <revision> to edit",
+        )),
+    }
+}
+
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
     body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -321,7 +335,7 @@ async fn put_job(
 ) -> ApiResult<Response> {
     job_name(&name)?;
     let expected = if_match(&headers)?;
-    let create_only = headers.get("if-none-match").is_some_and(|v| v.as_bytes() == b"*");
+    let create_only = if_none_match(&headers)?;
     let body = body_bytes(body)?;
     let mut spec = JobSpec::from_json(&body)?;
     let mut expected = expected;

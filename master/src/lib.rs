@@ -6,4 +6,5 @@ pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod openapi;
 pub mod web;

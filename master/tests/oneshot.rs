@@ -59,6 +59,20 @@ async fn a_valid_spec_with_etcd_down_is_a_503() {
 }
 
 #[tokio::test]
+async fn preconditions_other_than_create_only_are_refused_not_ignored() {
+    let spec = r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#;
+    for value in ["\"5\"", "W/\"5\"", "abc"] {
+        let req = Request::put("/api/jobs/ok").header("If-None-Match", value).body(Body::from(spec)).unwrap();
+        let (status, body) = call(req).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{value}: {body}");
+        assert_eq!(body["error"]["field"], "If-None-Match", "{value}");
+    }
+    // `*` passes the check (and then needs etcd).
+    let req = Request::put("/api/jobs/ok").header("If-None-Match", "*").body(Body::from(spec)).unwrap();
+    assert_eq!(call(req).await.0, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
 async fn a_job_naming_itself_is_refused_before_touching_etcd() {
     for (deps, field) in [
         (r#""on_success":["ok"]"#, "on_success[0]"),

@@ -1,0 +1,219 @@
+//! The master against its own OpenAPI document: schemathesis (PyPI, pinned, installed into
+//! `.venv-schemathesis/` by deploy/local/test.sh) reads `/api/openapi.json` from a real master
+//! and sends generated requests to every operation. The run passes only when no response is a
+//! server error and every response has a documented status, content type, headers and body.
+//!
+//! The cluster has no worker, so no job the generator creates ever runs; what the responses
+//! show (jobs of every kind, a job stored around the API, a registered worker with a running
+//! execution, execution records of every shape) is seeded before the run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use etcron_common::keys::{ExecutionId, Keys, Part, Tick};
+use etcron_common::model::{ExecutionRecord, RunningExecution, Status, TriggerKind, WorkerInfo};
+use etcron_common::store::{RecordWrite, WriteMode};
+use etcron_tests::{now_ms, Cluster, Proc};
+use serde_json::json;
+
+const TOKEN: &str = "openapi-test-token-0123456789";
+/// Examples per operation and phase; with the seed, each run sends the same requests.
+const MAX_EXAMPLES: &str = "25";
+const SEED: &str = "20261122";
+/// Upper bound on the whole schemathesis run.
+const RUN_LIMIT: Duration = Duration::from_secs(600);
+/// What schemathesis checks: no 5xx; status, content type, headers and body as documented; and
+/// that operations declaring the bearer token refuse requests without it or with a wrong one.
+const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
+                      response_headers_conformance,response_schema_conformance,ignored_auth";
+
+fn schemathesis() -> anyhow::Result<PathBuf> {
+    let st = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv-schemathesis/bin/st");
+    anyhow::ensure!(
+        st.exists(),
+        "schemathesis is not installed ({} is missing): run deploy/local/test.sh, which creates the \
+         virtualenv .venv-schemathesis/ with the pinned schemathesis",
+        st.display()
+    );
+    Ok(st)
+}
+
+/// A record as a worker would write it; `f` fills in what differs.
+fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord)) -> RecordWrite {
+    let ms = id.tick.scheduled_ms().unwrap_or_else(now_ms);
+    let mut r = ExecutionRecord {
+        job: id.job.clone(),
+        scheduled_at: etcron_common::rfc3339_ms(ms),
+        scheduled_ms: ms,
+        claimed_at: Some(etcron_common::rfc3339_ms(ms + 3)),
+        started_at: Some(etcron_common::rfc3339_ms(ms + 4)),
+        finished_at: Some(etcron_common::rfc3339_ms(ms + 1004)),
+        duration_ms: Some(1000),
+        worker_id: "w-seeded".to_owned(),
+        hostname: "host-1".to_owned(),
+        attempt: id.attempt,
+        trigger: TriggerKind::Schedule,
+        status,
+        exit_code: Some(0),
+        signal: None,
+        output: "report written\n".to_owned(),
+        output_truncated: false,
+        error: None,
+        reason: None,
+        fencing_token: Some(41),
+        parent: None,
+        http_status: None,
+        shard: None,
+        id,
+    };
+    f(&mut r);
+    RecordWrite { mode: WriteMode::Replace, record: r }
+}
+
+/// Jobs of each kind, one stored value that is no valid spec, a registered worker running an
+/// execution, and records of each shape (the document's examples name some of them).
+async fn seed(c: &Cluster) -> anyhow::Result<()> {
+    c.put_job(
+        "nightly-report",
+        json!({"schedule": "0 30 2 * * *", "timezone": "Europe/Berlin", "description": "the nightly report",
+               "task": {"kind": "shell", "command": "echo report", "env": {"OUT": "/tmp/r"}, "cwd": "/"},
+               "timeout": "10m", "retries": {"max": 3, "backoff": "10s", "max_backoff": "5m"},
+               "concurrency": "forbid", "misfire": "run_once", "on_worker_loss": "mark_lost",
+               "selector": {"region": "eu"}, "on_failure": ["alert"], "labels": {"team": "data"},
+               "max_output": 4096}),
+    )
+    .await?;
+    c.put_job(
+        "webhook",
+        json!({"schedule": "@every 10m", "enabled": false, "mode": {"sharded": 2},
+               "task": {"kind": "http", "method": "POST", "url": "https://hooks.example.com/x",
+                        "headers": {"X-Token": "t"}, "body": "{}", "expect_status": 204}}),
+    )
+    .await?;
+    c.put_job(
+        "everywhere",
+        json!({"schedule": "@hourly", "mode": "broadcast", "task": {"kind": "shell", "command": "true"}}),
+    )
+    .await?;
+    let keys = Keys::new(&c.namespace)?;
+    let mut etcd = c.etcd.client().await?;
+    etcd.put(keys.job("broken"), r#"{"schedule":"every tuesday","task":{"kind":"shell"}}"#, None).await?;
+    let worker = WorkerInfo {
+        id: "w-seeded".to_owned(),
+        hostname: "host-1".to_owned(),
+        pid: 4242,
+        labels: BTreeMap::from([("region".to_owned(), "eu".to_owned())]),
+        capacity: 8,
+        running: 1,
+        version: etcron_common::VERSION.to_owned(),
+        started_at: etcron_common::rfc3339_ms(now_ms() - 60_000),
+    };
+    etcd.put(keys.worker(&worker.id), serde_json::to_vec(&worker)?, None).await?;
+    let running = ExecutionId::new("nightly-report", Tick::Manual("00000000000000aa".to_owned()));
+    let marker = RunningExecution {
+        worker_id: worker.id.clone(),
+        execution_id: running.clone(),
+        pid: Some(4343),
+        started_at: etcron_common::rfc3339_ms(now_ms() - 5_000),
+        fencing_token: None,
+        trigger: Some(TriggerKind::Manual),
+        scheduled_ms: None,
+    };
+    etcd.put(keys.running(&running), serde_json::to_vec(&marker)?, None).await?;
+
+    let now = now_ms();
+    let scheduled = |job: &str, ms: i64| ExecutionId::new(job, Tick::Scheduled(ms));
+    let first = scheduled("nightly-report", 1_700_000_000_000);
+    let second_id = ExecutionId { attempt: 2, ..scheduled("nightly-report", 1_700_000_060_000) };
+    let records = vec![
+        record(first.clone(), Status::Succeeded, |_| {}),
+        record(second_id.clone(), Status::Failed, |r| {
+            r.trigger = TriggerKind::Retry;
+            r.exit_code = Some(3);
+            r.error = Some("exit code 3".to_owned());
+            r.output = "disk full\n".to_owned();
+            r.parent = Some(first.clone());
+        }),
+        record(running, Status::Running, |r| {
+            r.trigger = TriggerKind::Manual;
+            r.finished_at = None;
+            r.duration_ms = None;
+            r.exit_code = None;
+            r.output = String::new();
+        }),
+        record(scheduled("nightly-report", now - 60_000), Status::Missed, |r| {
+            r.claimed_at = None;
+            r.started_at = None;
+            r.duration_ms = None;
+            r.exit_code = None;
+            r.worker_id = String::new();
+            r.hostname = String::new();
+            r.output = String::new();
+            r.reason = Some("not claimed within 5s: no live worker matches selector {region=eu}".to_owned());
+            r.fencing_token = None;
+        }),
+        record(scheduled("nightly-report", now - 120_000), Status::TimedOut, |r| {
+            r.exit_code = None;
+            r.signal = Some(15);
+            r.error = Some("timed out after 10m".to_owned());
+            r.output_truncated = true;
+        }),
+        record(ExecutionId { part: Part::Shard(1), ..scheduled("webhook", now - 180_000) }, Status::Succeeded, |r| {
+            r.exit_code = None;
+            r.http_status = Some(204);
+            r.shard = Some((1, 2));
+            r.output = "HTTP 204 No Content\n".to_owned();
+        }),
+        record(
+            ExecutionId { part: Part::Worker("w-seeded".to_owned()), ..scheduled("everywhere", now - 240_000) },
+            Status::Killed,
+            |r| {
+                r.exit_code = None;
+                r.signal = Some(9);
+            },
+        ),
+        record(ExecutionId::new("alert", Tick::Dependency("41".to_owned())), Status::Succeeded, |r| {
+            r.trigger = TriggerKind::Dependency;
+            r.parent = Some(second_id.clone());
+        }),
+    ];
+    c.mongo.store(&c.db).await?.write(&records).await?;
+    Ok(())
+}
+
+/// The lines of schemathesis's closing summary.
+fn summary(output: &str) -> String {
+    let start = output.rfind("SUMMARY").and_then(|i| output[..i].rfind('\n')).unwrap_or(0);
+    output[start..].trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_master_answers_as_its_openapi_document_says() -> anyhow::Result<()> {
+    let st = schemathesis()?;
+    let c = Cluster::start_with("openapi", 0, false, &["--api-token", TOKEN, "--retention", "3660d"]).await?;
+    seed(&c).await?;
+    let mut cmd = Command::new(&st);
+    cmd.arg("run").arg(format!("{}/api/openapi.json", c.master.url));
+    cmd.args(["--header", &format!("Authorization: Bearer {TOKEN}")]);
+    cmd.args(["--checks", CHECKS, "--max-examples", MAX_EXAMPLES, "--seed", SEED]);
+    // One worker: hypothesis parses lambda sources with `ast`, which is not thread-safe on some
+    // Python 3.11 releases ("AST constructor recursion depth mismatch").
+    cmd.args(["--workers", "1", "--generation-database", "none", "--no-color", "--request-timeout", "30"]);
+    // Reports and caches go to the test's log directory, not the work tree.
+    cmd.current_dir(&c.logs).env("NO_COLOR", "1").env("COLUMNS", "120");
+    let started = Instant::now();
+    let mut run = Proc::spawn("schemathesis", cmd, c.logs.join("schemathesis.log"))?;
+    let code = run.wait_exit(RUN_LIMIT);
+    let output = run.log_text();
+    eprintln!("schemathesis ({:.0?}), full output in {}:\n{}", started.elapsed(), run.log.display(), summary(&output));
+    let code = code?;
+    if code != Some(0) {
+        c.dump_logs();
+        anyhow::bail!("schemathesis found failures (exit {code:?}):\n{output}");
+    }
+    Ok(())
+}
