@@ -384,10 +384,20 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
             return;
         }
         ClaimOutcome::Unknown(e) => {
-            tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, "claim outcome unknown: not running this tick here");
-            ctx.unsettled.note(&fire);
-            watch_for_miss(&ctx, &fire, 0, NotRaced::Unknown);
-            return;
+            // The txn may have committed (etcd lost the answer, not the write): then the tick is
+            // ours and nobody else may run it, so it must run here, late, or never at all.
+            match resolve_unknown_claim(&ctx, &claim_key, &id, lease).await {
+                Some(token) => {
+                    tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown, but the claim is ours: running the tick late");
+                    token
+                }
+                None => {
+                    tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, "claim outcome unknown: not running this tick here");
+                    ctx.unsettled.note(&fire);
+                    watch_for_miss(&ctx, &fire, 0, NotRaced::Unknown);
+                    return;
+                }
+            }
         }
     };
     let stop = ctx.registry.register(&id, fencing_token);
@@ -448,6 +458,33 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
     }
     log_record(&record, started_ms - fire.scheduled_ms);
     ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+}
+
+/// How long a worker keeps asking etcd whether a claim whose txn had an unknown outcome is its own.
+const RESOLVE_UNKNOWN_FOR: Duration = Duration::from_secs(30);
+
+/// After a claim txn with an unknown outcome: reads the claim until etcd answers. `Some(token)`
+/// when it holds this execution as `running` under this worker's lease (the txn committed: the
+/// claim's create revision is the fencing token); `None` when it is absent, someone else's, or
+/// etcd did not answer in time.
+async fn resolve_unknown_claim(ctx: &Context, claim_key: &str, id: &ExecutionId, lease: i64) -> Option<i64> {
+    let deadline = tokio::time::Instant::now() + RESOLVE_UNKNOWN_FOR;
+    while tokio::time::Instant::now() < deadline {
+        let mut kv = ctx.client.kv_client();
+        match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, kv.get(claim_key, None)).await {
+            Ok(Ok(resp)) => {
+                let kv = resp.kvs().first()?;
+                let claim: Claim = serde_json::from_slice(kv.value()).ok()?;
+                let ours = kv.lease() == lease
+                    && claim.worker_id == ctx.config.worker_id
+                    && &claim.execution_id == id
+                    && claim.state == ClaimState::Running;
+                return ours.then(|| kv.create_revision());
+            }
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    None
 }
 
 /// Most time a run request waits on this worker for a free capacity slot.
