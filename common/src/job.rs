@@ -744,4 +744,267 @@ mod tests {
             assert_eq!(JobSpec::from_json(body.as_bytes()).unwrap_err().field.as_deref(), Some(field), "{body}");
         }
     }
+
+    /// Property tests: no JSON value makes validation panic; every refusal says what is wrong
+    /// and names a field that exists (in the body, or in the spec's schema when it is missing);
+    /// every accepted spec survives a trip through its own JSON.
+    mod properties {
+        use proptest::prelude::*;
+        use proptest::test_runner::TestCaseResult;
+        use serde_json::{json, Map, Value};
+
+        use super::*;
+        use crate::check::check;
+
+        /// Field names of the spec (so generated objects often hit real fields) and some others.
+        const NAMES: &[&str] = &[
+            "schedule",
+            "timezone",
+            "enabled",
+            "task",
+            "kind",
+            "command",
+            "env",
+            "secret_env",
+            "cwd",
+            "method",
+            "url",
+            "headers",
+            "secret_headers",
+            "body",
+            "expect_status",
+            "timeout",
+            "retries",
+            "max",
+            "backoff",
+            "max_backoff",
+            "concurrency",
+            "misfire",
+            "max_catchup",
+            "on_worker_loss",
+            "mode",
+            "sharded",
+            "selector",
+            "on_success",
+            "on_failure",
+            "description",
+            "labels",
+            "max_output",
+            "A",
+            "ETCRON_X",
+            "a.b",
+        ];
+
+        /// Strings that are valid somewhere in a spec, and some that are not.
+        const WORDS: &[&str] = &[
+            "* * * * *",
+            "*/5 * * * * *",
+            "@every 1s",
+            "@at 2030-01-01T00:00:00Z",
+            "@daily",
+            "61 * * * *",
+            "UTC",
+            "Europe/Berlin",
+            "Mars/Base",
+            "shell",
+            "http",
+            "ftp",
+            "true",
+            "",
+            " ",
+            "10s",
+            "0s",
+            "1ns",
+            "25h",
+            "8d",
+            "allow",
+            "forbid",
+            "replace",
+            "skip",
+            "run_once",
+            "run_all",
+            "rerun",
+            "mark_lost",
+            "single",
+            "broadcast",
+            "sharded",
+            "http://h/",
+            "https://x.example/p",
+            "ftp://x",
+            "GET",
+            "POST",
+            "BREW",
+            "/",
+            "relative",
+            "job-b",
+            "Bad Name",
+            "a\nb",
+            "a\0b",
+        ];
+
+        fn leaf() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                (-2i64..2000).prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                any::<f64>().prop_map(Value::from),
+                prop::sample::select(WORDS).prop_map(Value::from),
+                any::<String>().prop_map(Value::from),
+            ]
+        }
+
+        fn name() -> impl Strategy<Value = String> {
+            prop_oneof![prop::sample::select(NAMES).prop_map(str::to_owned), "[A-Za-z_. -]{0,8}"]
+        }
+
+        /// Any JSON value, up to 4 levels deep.
+        fn json_value() -> impl Strategy<Value = Value> {
+            leaf().prop_recursive(4, 48, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    prop::collection::vec((name(), inner), 0..8)
+                        .prop_map(|entries| Value::Object(entries.into_iter().collect::<Map<_, _>>())),
+                ]
+            })
+        }
+
+        fn base_spec() -> impl Strategy<Value = Value> {
+            prop::sample::select(vec![
+                json!({"schedule": "* * * * *", "task": {"kind": "shell", "command": "true"}}),
+                json!({"schedule": "*/5 * * * * *", "timezone": "Europe/Berlin", "enabled": false,
+                    "task": {"kind": "shell", "command": "pg_dump db", "env": {"A": "1"},
+                        "secret_env": {"PW": "x", "KEEP": null}, "cwd": "/"},
+                    "timeout": "10m", "retries": {"max": 3, "backoff": "10s", "max_backoff": "5m"},
+                    "concurrency": "forbid", "misfire": "run_all", "max_catchup": 5, "on_worker_loss": "mark_lost",
+                    "mode": {"sharded": 4}, "selector": {"region": "eu"}, "on_success": ["job-b"],
+                    "on_failure": ["alert"], "description": "d", "labels": {"team": "data"}, "max_output": 1024}),
+                json!({"schedule": "@every 10s", "mode": "broadcast", "task": {"kind": "http", "url": "https://h/x",
+                    "method": "POST", "headers": {"X-A": "1"}, "secret_headers": {"Authorization": "t"},
+                    "body": "{}", "expect_status": 204}}),
+            ])
+        }
+
+        /// Where a mutation lands: the top level, or inside `task`, `retries` or `mode`.
+        #[derive(Debug, Clone)]
+        enum Edit {
+            Set(Option<&'static str>, String, Value),
+            Remove(Option<&'static str>, String),
+        }
+
+        fn edit() -> impl Strategy<Value = Edit> {
+            let place = prop::sample::select(vec![None, Some("task"), Some("retries"), Some("mode")]);
+            prop_oneof![
+                3 => (place.clone(), name(), prop_oneof![leaf(), json_value()]).prop_map(|(p, n, v)| Edit::Set(p, n, v)),
+                1 => (place, name()).prop_map(|(p, n)| Edit::Remove(p, n)),
+            ]
+        }
+
+        /// A valid spec with a few fields changed, removed or added.
+        fn near_spec() -> impl Strategy<Value = Value> {
+            (base_spec(), prop::collection::vec(edit(), 0..4)).prop_map(|(mut spec, edits)| {
+                for edit in edits {
+                    let (place, name) = match &edit {
+                        Edit::Set(p, n, _) | Edit::Remove(p, n) => (*p, n.clone()),
+                    };
+                    let target = match place {
+                        None => Some(&mut spec),
+                        Some(p) => spec.get_mut(p),
+                    };
+                    if let Some(Value::Object(map)) = target {
+                        match edit {
+                            Edit::Set(_, _, v) => {
+                                map.insert(name, v);
+                            }
+                            Edit::Remove(..) => {
+                                map.remove(&name);
+                            }
+                        }
+                    }
+                }
+                spec
+            })
+        }
+
+        /// Paths of the schema that an error may name although the body lacks them (missing
+        /// fields); anything else it names must be in the body.
+        const SCHEMA_PATHS: &[&str] = &["schedule", "task", "task.kind", "task.command", "task.url", "mode.sharded"];
+
+        /// Whether `path` (`a.b`, `a[0]`, keys may hold dots) leads somewhere in `value`.
+        fn resolves(value: &Value, path: &str) -> bool {
+            if path.is_empty() {
+                return true;
+            }
+            match value {
+                Value::Object(map) => map.iter().any(|(k, v)| {
+                    path.strip_prefix(k.as_str()).is_some_and(|rest| {
+                        rest.is_empty()
+                            || rest.strip_prefix('.').is_some_and(|r| resolves(v, r))
+                            || (rest.starts_with('[') && resolves(v, rest))
+                    })
+                }),
+                Value::Array(items) => path
+                    .strip_prefix('[')
+                    .and_then(|r| r.split_once(']'))
+                    .and_then(|(i, rest)| Some((items.get(i.parse::<usize>().ok()?)?, rest)))
+                    .is_some_and(|(item, rest)| {
+                        rest.is_empty() || rest.strip_prefix('.').is_some_and(|r| resolves(item, r))
+                    }),
+                _ => false,
+            }
+        }
+
+        fn check_value(value: &Value) -> TestCaseResult {
+            match JobSpec::from_value(value.clone()) {
+                Err(e) => {
+                    prop_assert!(!e.message.trim().is_empty(), "empty message for {}", value);
+                    if let Some(field) = &e.field {
+                        prop_assert!(
+                            SCHEMA_PATHS.contains(&field.as_str()) || resolves(value, field),
+                            "error names {:?}, which is not in {} ({})",
+                            field,
+                            value,
+                            e.message
+                        );
+                    }
+                }
+                Ok(spec) => {
+                    let again = serde_json::to_value(&spec).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    prop_assert_eq!(JobSpec::from_value(again.clone()), Ok(spec.clone()), "{}", again);
+                    let bytes = serde_json::to_vec(&spec).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    prop_assert_eq!(JobSpec::from_json(&bytes), Ok(spec));
+                }
+            }
+            Ok(())
+        }
+
+        #[test]
+        fn arbitrary_json_is_refused_or_accepted_cleanly() {
+            check(300, json_value(), |value| check_value(&value));
+        }
+
+        #[test]
+        fn near_valid_specs_are_refused_at_a_real_field_or_round_trip() {
+            check(600, near_spec(), |value| check_value(&value));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic() {
+            let bytes = prop_oneof![
+                any::<Vec<u8>>(),
+                near_spec().prop_map(|v| {
+                    let mut b = serde_json::to_vec(&v).unwrap_or_default();
+                    b.truncate(b.len() / 2 + 1);
+                    b
+                }),
+            ];
+            check(200, bytes, |bytes| {
+                if let Err(e) = JobSpec::from_json(&bytes) {
+                    prop_assert!(!e.message.is_empty());
+                }
+                Ok(())
+            });
+        }
+    }
 }

@@ -64,6 +64,19 @@ pub fn validate_id(id: &str) -> Result<(), String> {
     }
 }
 
+/// Parses a number written as this module writes it: decimal digits, no sign, no leading zero.
+/// Anything else would parse into a value that prints back differently, so one key (or id)
+/// could be written several ways.
+fn canonical<N: FromStr>(text: &str) -> Option<N> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let no_padding = text == "0" || !text.starts_with('0');
+    if digits && no_padding {
+        text.parse().ok()
+    } else {
+        None
+    }
+}
+
 /// Which fire of a job a claim or execution belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Tick {
@@ -108,10 +121,9 @@ impl FromStr for Tick {
             validate_id(id)?;
             return Ok(Tick::Dependency(id.to_owned()));
         }
-        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("tick {s:?} is neither unix milliseconds, manual-<request id> nor dep-<id>"));
-        }
-        s.parse::<UnixMs>().map(Tick::Scheduled).map_err(|e| format!("tick {s:?}: {e}"))
+        canonical::<UnixMs>(s).map(Tick::Scheduled).ok_or_else(|| {
+            format!("tick {s:?} is neither unix milliseconds (without leading zeros), manual-<request id> nor dep-<id>")
+        })
     }
 }
 
@@ -144,9 +156,7 @@ impl FromStr for Part {
             return Ok(Part::Whole);
         }
         if let Some(i) = s.strip_prefix(":shard-") {
-            if !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()) {
-                return i.parse().map(Part::Shard).map_err(|e| format!("shard {i:?}: {e}"));
-            }
+            return canonical(i).map(Part::Shard).ok_or_else(|| format!("shard {i:?} is not a shard number"));
         }
         if let Some(id) = s.strip_prefix(":worker-") {
             validate_id(id)?;
@@ -193,10 +203,7 @@ impl FromStr for ExecutionId {
         let (job, rest) = s.split_once('@').ok_or_else(bad)?;
         let (tick, attempt) = rest.rsplit_once('#').ok_or_else(bad)?;
         validate_job_name(job)?;
-        let attempt: u32 = attempt.parse().map_err(|_| bad())?;
-        if attempt == 0 {
-            return Err(bad());
-        }
+        let attempt: u32 = canonical(attempt).filter(|a| *a > 0).ok_or_else(bad)?;
         let (tick, part) = match tick.find(':') {
             Some(i) => tick.split_at(i),
             None => (tick, ""),
@@ -395,7 +402,7 @@ impl Keys {
                 }
                 // The first attempt's key has no `#1`; a written `#1` is not a claim key.
                 let (tick, attempt) = match rest.rsplit_once('#') {
-                    Some((t, a)) => (t, a.parse::<u32>().ok().filter(|a| *a > 1)?),
+                    Some((t, a)) => (t, canonical::<u32>(a).filter(|a| *a > 1)?),
                     None => (rest, 1),
                 };
                 let id: ExecutionId = format!("{job}@{tick}#{attempt}").parse().ok()?;
@@ -518,6 +525,14 @@ mod tests {
             "/etcron/kill/a/b@1#1",
             "/etcron/nope/a",
             "/etcron/trigger/a/",
+            // Numbers written another way than the builders write them (found by the
+            // property tests: they parsed, and built back to other bytes).
+            "/etcron/claims/a/05",
+            "/etcron/claims/a/5#+2",
+            "/etcron/claims/a/5#02",
+            "/etcron/claims/a/5:shard-01",
+            "/etcron/running/a/a@5#+1",
+            "/etcron/lock/a:shard-+1",
         ] {
             assert_eq!(k.parse(bad.as_bytes()), None, "{bad}");
         }
@@ -555,8 +570,160 @@ mod tests {
         assert_eq!(shard.part, Part::Shard(2));
         let w: ExecutionId = "a@manual-r1:worker-w.1#4".parse().unwrap();
         assert_eq!((w.tick, w.part, w.attempt), (Tick::Manual("r1".into()), Part::Worker("w.1".into()), 4));
-        for bad in ["a", "a@1", "a@1#", "a@1#x", "A@1#1", "a@x#1", "a@1#0", "a@1:#1", "a@1:shard-#1", "a@1:x-1#1"] {
+        for bad in [
+            "a",
+            "a@1",
+            "a@1#",
+            "a@1#x",
+            "A@1#1",
+            "a@x#1",
+            "a@1#0",
+            "a@1:#1",
+            "a@1:shard-#1",
+            "a@1:x-1#1",
+            "a@01#1",
+            "a@1#01",
+            "a@1#+1",
+            "a@1:shard-00#1",
+        ] {
             assert!(bad.parse::<ExecutionId>().is_err(), "{bad}");
+        }
+    }
+
+    /// Property tests: every key the module builds parses back to what built it, and whatever
+    /// bytes parse into a key are exactly the bytes that key builds.
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::check::check;
+
+        fn job_name() -> impl Strategy<Value = String> {
+            "[a-z0-9][a-z0-9._-]{0,127}"
+        }
+
+        fn id() -> impl Strategy<Value = String> {
+            "[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+        }
+
+        fn tick() -> impl Strategy<Value = Tick> {
+            prop_oneof![
+                (0..=9_999_999_999_999i64).prop_map(Tick::Scheduled),
+                (0..=i64::MAX).prop_map(Tick::Scheduled),
+                id().prop_map(Tick::Manual),
+                id().prop_map(Tick::Dependency),
+            ]
+        }
+
+        fn part() -> impl Strategy<Value = Part> {
+            prop_oneof![Just(Part::Whole), any::<u32>().prop_map(Part::Shard), id().prop_map(Part::Worker)]
+        }
+
+        fn execution_id() -> impl Strategy<Value = ExecutionId> {
+            (job_name(), tick(), part(), prop_oneof![1..=5u32, 1..=u32::MAX])
+                .prop_map(|(job, tick, part, attempt)| ExecutionId { job, tick, part, attempt })
+        }
+
+        fn namespace() -> impl Strategy<Value = Keys> {
+            prop_oneof![Just("/etcron".to_owned()), "(/[A-Za-z0-9._-]{1,12}){1,3}"]
+                .prop_filter_map("invalid namespace", |ns| Keys::new(&ns).ok())
+        }
+
+        fn key() -> impl Strategy<Value = Key> {
+            prop_oneof![
+                job_name().prop_map(Key::Job),
+                id().prop_map(Key::Worker),
+                execution_id().prop_map(Key::Claim),
+                execution_id().prop_map(Key::Running),
+                job_name().prop_map(|job| Key::Kill { job, target: KillTarget::All }),
+                execution_id().prop_map(|id| Key::Kill { job: id.job.clone(), target: KillTarget::Execution(id) }),
+                (job_name(), id()).prop_map(|(job, request_id)| Key::Trigger { job, request_id }),
+                job_name().prop_map(Key::State),
+                (job_name(), part()).prop_map(|(job, part)| Key::Lock { job, part }),
+            ]
+        }
+
+        /// The key string of a parsed key, through the builders.
+        fn build(keys: &Keys, key: &Key) -> String {
+            match key {
+                Key::Job(job) => keys.job(job),
+                Key::Worker(id) => keys.worker(id),
+                Key::Claim(id) => keys.claim(id),
+                Key::Running(id) => keys.running(id),
+                Key::Kill { job, target } => keys.kill(job, target),
+                Key::Trigger { job, request_id } => keys.trigger(job, request_id),
+                Key::State(job) => keys.state(job),
+                Key::Lock { job, part } => keys.lock(job, part),
+            }
+        }
+
+        #[test]
+        fn built_keys_parse_back() {
+            check(300, (namespace(), key()), |(keys, key)| {
+                let built = build(&keys, &key);
+                prop_assert_eq!(keys.parse(built.as_bytes()), Some(key));
+                Ok(())
+            });
+        }
+
+        #[test]
+        fn execution_ids_ticks_and_parts_round_trip() {
+            check(300, execution_id(), |id| {
+                let text = id.to_string();
+                prop_assert_eq!(text.parse::<ExecutionId>(), Ok(id.clone()));
+                prop_assert_eq!(id.tick.to_string().parse::<Tick>(), Ok(id.tick.clone()));
+                prop_assert_eq!(id.part.to_string().parse::<Part>(), Ok(id.part.clone()));
+                let json = serde_json::to_string(&id).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(serde_json::from_str::<ExecutionId>(&json).ok(), Some(id));
+                Ok(())
+            });
+        }
+
+        /// Text near the key grammar: the separators, signs and leading zeros a parser may
+        /// accept by mistake.
+        fn near_key() -> impl Strategy<Value = Vec<u8>> {
+            let kind =
+                prop::sample::select(vec!["jobs", "workers", "claims", "running", "kill", "trigger", "state", "lock"]);
+            let piece = "[a-z0-9@#:+_./-]{0,6}|0[0-9]{1,3}|\\+[0-9]{1,3}|manual-|dep-|:shard-|:worker-|#|@|all";
+            let rest = proptest::collection::vec(piece, 0..8).prop_map(|p| p.concat());
+            (kind, rest).prop_map(|(kind, rest)| format!("/etcron/{kind}/{rest}").into_bytes())
+        }
+
+        #[test]
+        fn parsed_bytes_build_back_to_themselves() {
+            let keys = Keys::new("/etcron").unwrap();
+            let bytes = prop_oneof![
+                any::<Vec<u8>>(),
+                near_key(),
+                key().prop_map(|k| {
+                    let mut b = build(&Keys::new("/etcron").unwrap(), &k).into_bytes();
+                    // Change one byte of a valid key.
+                    let i = b.len() / 2;
+                    b[i] = b[i].wrapping_add(1);
+                    b
+                })
+            ];
+            check(800, bytes, |bytes| {
+                if let Some(key) = keys.parse(&bytes) {
+                    let built = build(&keys, &key);
+                    prop_assert_eq!(built.as_bytes(), &bytes[..], "{:?}", key);
+                }
+                Ok(())
+            });
+        }
+
+        #[test]
+        fn parsed_execution_ids_print_back_to_themselves() {
+            let text = prop_oneof![
+                any::<String>(),
+                "[a-z0-9]{1,3}@(0|00|01|\\+1|[0-9]{1,4}|manual-[a-z0-9]{1,3}|dep-[0-9]{1,3})(:shard-(0|01|\\+1|[0-9]{1,3})|:worker-[a-z0-9]{1,3})?#(0|01|\\+1|[0-9]{1,3})",
+            ];
+            check(400, text, |text| {
+                if let Ok(id) = text.parse::<ExecutionId>() {
+                    prop_assert_eq!(id.to_string(), text);
+                }
+                Ok(())
+            });
         }
     }
 }

@@ -2,6 +2,8 @@
 //! the etcd key layout, the records stored in etcd, the etcd session and claim helpers, and
 //! bounded task output.
 
+#[cfg(test)]
+mod check;
 pub mod claim;
 pub mod dependency;
 pub mod duration;

@@ -352,4 +352,198 @@ mod tests {
         assert_eq!(Schedule::parse("@every 90s", "UTC").unwrap().describe(), "Every 1m 30s");
         assert!(!Schedule::parse("0 9 * * 1-5", "UTC").unwrap().describe().is_empty());
     }
+
+    /// Property tests: any input is safe to parse and evaluate, and generated valid schedules
+    /// give strictly increasing fire times that the schedule itself accepts.
+    mod properties {
+        use std::collections::BTreeSet;
+
+        use chrono::{Datelike, Timelike};
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::check::check;
+
+        /// 1970-01-01 .. 2100-01-01 in ms.
+        const INSTANTS: std::ops::Range<UnixMs> = 0..4_102_444_800_000;
+
+        /// One cron field of values `lo..=max`: its text and the values it allows. Values named
+        /// in the text stop at `hi` (days at 28, so that every month has them).
+        fn field(lo: u32, hi: u32, max: u32) -> BoxedStrategy<(String, BTreeSet<u32>)> {
+            prop_oneof![
+                Just(("*".to_owned(), (lo..=max).collect())),
+                (lo..=hi).prop_map(|v| (v.to_string(), BTreeSet::from([v]))),
+                (1..=hi - lo).prop_map(move |step| (format!("*/{step}"), (lo..=max).step_by(step as usize).collect())),
+                (lo..=hi, lo..=hi).prop_map(|(a, b)| {
+                    let (a, b) = (a.min(b), a.max(b));
+                    (format!("{a}-{b}"), (a..=b).collect())
+                }),
+                proptest::collection::btree_set(lo..=hi, 1..4)
+                    .prop_map(|set| { (set.iter().map(ToString::to_string).collect::<Vec<_>>().join(","), set) }),
+            ]
+            .boxed()
+        }
+
+        /// A valid crontab: the expression and, per field (sec, min, hour, dom, month, dow),
+        /// the allowed values. Days of month stop at 28 so every month/day pair exists.
+        #[derive(Debug, Clone)]
+        struct Crontab {
+            expression: String,
+            sets: [BTreeSet<u32>; 6],
+            dom_star: bool,
+            dow_star: bool,
+        }
+
+        impl Crontab {
+            /// Whether `t` (in `tz`) matches every field, as Vixie cron reads them: when both
+            /// day fields are restricted, either may match.
+            fn matches(&self, t: DateTime<Tz>) -> bool {
+                let [sec, min, hour, dom, month, dow] = &self.sets;
+                let dom_ok = dom.contains(&t.day());
+                let dow_ok = dow.contains(&t.weekday().num_days_from_sunday());
+                let day_ok = match (self.dom_star, self.dow_star) {
+                    (true, _) => dow_ok,
+                    (false, true) => dom_ok,
+                    (false, false) => dom_ok || dow_ok,
+                };
+                sec.contains(&t.second())
+                    && min.contains(&t.minute())
+                    && hour.contains(&t.hour())
+                    && month.contains(&t.month())
+                    && day_ok
+            }
+        }
+
+        fn crontab() -> impl Strategy<Value = Crontab> {
+            let fields = (field(0, 59, 59), field(0, 59, 59), field(0, 23, 23), field(1, 28, 31), field(1, 12, 12));
+            (any::<bool>(), fields, field(0, 6, 6)).prop_map(|(with_seconds, (sec, min, hour, dom, month), dow)| {
+                let (sec_text, sec_set) = if with_seconds { sec } else { ("0".to_owned(), BTreeSet::from([0])) };
+                let mut fields = vec![min.0, hour.0, dom.0.clone(), month.0, dow.0.clone()];
+                if with_seconds {
+                    fields.insert(0, sec_text);
+                }
+                Crontab {
+                    expression: fields.join(" "),
+                    sets: [sec_set, min.1, hour.1, dom.1, month.1, dow.1],
+                    dom_star: dom.0 == "*",
+                    dow_star: dow.0 == "*",
+                }
+            })
+        }
+
+        /// `@every` expressions with their interval in ms.
+        fn every() -> impl Strategy<Value = (String, i64)> {
+            prop_oneof![
+                (1i64..=86_400).prop_map(|s| (format!("@every {s}s"), s * 1000)),
+                (1i64..=1440).prop_map(|m| (format!("@every {m}m"), m * 60_000)),
+                (1i64..=48, 0i64..60).prop_map(|(h, m)| (format!("@every {h}h {m}m"), (h * 60 + m) * 60_000)),
+                (1i64..=366).prop_map(|d| (format!("@EVERY  {d}d"), d * 86_400_000)),
+                (1000i64..=100_000).prop_map(|ms| (format!("@every {ms}ms"), ms)),
+            ]
+        }
+
+        fn any_timezone() -> impl Strategy<Value = Tz> {
+            proptest::sample::select(chrono_tz::TZ_VARIANTS.to_vec())
+        }
+
+        /// Checks what holds for every schedule: `n` times (fewer only when it ends), strictly
+        /// increasing, after `now`, each one the schedule's next fire time from just before it.
+        fn check_upcoming(s: &Schedule, now: UnixMs, n: usize) -> Result<Vec<UnixMs>, TestCaseError> {
+            let times = s.upcoming(now, n);
+            prop_assert!(times.len() <= n);
+            let mut prev = now;
+            for &t in &times {
+                prop_assert!(t > prev, "{t} not after {prev} in {times:?}");
+                prop_assert_eq!(s.next_after(t - 1), Some(t), "the schedule does not fire at {}", t);
+                prev = t;
+            }
+            Ok(times)
+        }
+
+        #[test]
+        fn arbitrary_text_never_panics() {
+            let text = prop_oneof![
+                any::<String>(),
+                "[0-9*/,LW#?a-z -]{0,40}",
+                "@(every|at|daily|hourly|yearly|EVERY) ?[0-9a-z:.+ -]{0,30}",
+                ("[0-9*/,-]{1,8}", 1usize..9).prop_map(|(f, n)| vec![f; n].join(" ")),
+            ];
+            check(400, (text, INSTANTS), |(expr, now)| {
+                if let Ok(s) = Schedule::parse(&expr, "UTC") {
+                    let _ = s.describe();
+                    check_upcoming(&s, now, 3)?;
+                }
+                Ok(())
+            });
+        }
+
+        #[test]
+        fn crontab_fire_times_match_every_field() {
+            check(200, (crontab(), INSTANTS, 1usize..20), |(cron, now, n)| {
+                let s = Schedule::parse(&cron.expression, "UTC").map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let times = check_upcoming(&s, now, n)?;
+                prop_assert_eq!(times.len(), n);
+                for t in times {
+                    let at = Utc.timestamp_millis_opt(t).single().map(|u| u.with_timezone(&Tz::UTC));
+                    prop_assert!(at.is_some_and(|at| cron.matches(at)), "{} fires at {}", cron.expression, t);
+                }
+                Ok(())
+            });
+        }
+
+        #[test]
+        fn every_fires_on_multiples_of_its_interval() {
+            check(200, (every(), INSTANTS, 1usize..20), |((expr, interval), now, n)| {
+                let s = Schedule::parse(&expr, "UTC").map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let times = check_upcoming(&s, now, n)?;
+                prop_assert_eq!(times.len(), n);
+                prop_assert!(times[0] - now <= interval);
+                for pair in times.windows(2) {
+                    prop_assert_eq!(pair[1] - pair[0], interval);
+                }
+                prop_assert!(times.iter().all(|t| t % interval == 0));
+                Ok(())
+            });
+        }
+
+        #[test]
+        fn at_fires_once_if_still_ahead() {
+            let offset_min = -12 * 60..=14 * 60i32;
+            check(200, (INSTANTS, offset_min, INSTANTS), |(at, offset, now)| {
+                let zone = chrono::FixedOffset::east_opt(offset * 60).ok_or_else(|| TestCaseError::reject("offset"))?;
+                let text = Utc
+                    .timestamp_millis_opt(at)
+                    .single()
+                    .ok_or_else(|| TestCaseError::reject("instant"))?
+                    .with_timezone(&zone)
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, false);
+                let s = Schedule::parse(&format!("@at {text}"), "Asia/Kolkata")
+                    .map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?;
+                let times = check_upcoming(&s, now, 3)?;
+                prop_assert_eq!(times, if at > now { vec![at] } else { vec![] });
+                Ok(())
+            });
+        }
+
+        #[test]
+        fn any_timezone_across_dst_changes() {
+            // Days in the months where clocks change, in either hemisphere, and schedules that
+            // hit the hours around the change.
+            let day = (1970i32..2040, prop::sample::select(vec![3u32, 4, 9, 10, 11]), 1u32..=28);
+            let expr = prop_oneof![
+                crontab().prop_map(|c| c.expression),
+                (0u32..60, 0u32..4).prop_map(|(m, h)| format!("{m} {h},{} * * *", h + 1)),
+                Just("*/30 * * * *".to_owned()),
+                Just("0 0 * * * *".to_owned()),
+                every().prop_map(|e| e.0),
+            ];
+            check(300, (any_timezone(), day, expr, 1usize..40), |(tz, (y, m, d), expr, n)| {
+                let s = Schedule::parse(&expr, tz.name()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let now = Utc.with_ymd_and_hms(y, m, d, 0, 0, 0).single().map_or(0, |t| t.timestamp_millis());
+                check_upcoming(&s, now, n)?;
+                let _ = s.describe();
+                Ok(())
+            });
+        }
+    }
 }
