@@ -271,6 +271,7 @@ impl JobSpec {
 
     /// Parses and validates a spec already decoded into a JSON value.
     pub fn from_value(value: serde_json::Value) -> Result<Self, SpecError> {
+        objects_only(&value)?;
         // `task` is internally tagged, which makes serde lose the path of errors inside it:
         // check the task on its own first so its errors name e.g. `task.command`.
         if let Some(task) = value.get("task").and_then(|t| t.as_object()) {
@@ -401,6 +402,24 @@ impl JobSpec {
     pub fn parsed_schedule(&self) -> Result<Schedule, crate::schedule::ScheduleError> {
         Schedule::parse(&self.schedule, &self.timezone)
     }
+}
+
+/// serde reads a struct from a JSON array too (fields by position), so `["* * * * *", "UTC",
+/// true, {...}]` would be a spec: refuse arrays wherever the spec has an object.
+fn objects_only(value: &serde_json::Value) -> Result<(), SpecError> {
+    if !value.is_object() {
+        return Err(SpecError {
+            field: None,
+            message: "a job spec must be a JSON object".to_owned(),
+            too_large: false,
+        });
+    }
+    for field in ["task", "retries"] {
+        if value.get(field).is_some_and(serde_json::Value::is_array) {
+            return Err(SpecError::at(field, "must be a JSON object"));
+        }
+    }
+    Ok(())
 }
 
 /// Validates a job name, naming the field `name`.
@@ -680,6 +699,18 @@ mod tests {
         for (json, field) in cases {
             assert_eq!(field_of(json).as_deref(), Some(*field), "{json}");
         }
+    }
+
+    #[test]
+    fn arrays_are_not_read_as_objects() {
+        let err = parse(r#"["* * * * *", "UTC", true, {"kind":"shell","command":"true"}]"#).unwrap_err();
+        assert_eq!((err.field, err.message.as_str()), (None, "a job spec must be a JSON object"));
+        assert_eq!(field_of(r#"{"schedule":"* * * * *","task":["shell","true"]}"#).as_deref(), Some("task"));
+        assert_eq!(
+            field_of(r#"{"schedule":"* * * * *","retries":[3,"1s","5m"],"task":{"kind":"shell","command":"true"}}"#)
+                .as_deref(),
+            Some("retries")
+        );
     }
 
     #[test]

@@ -116,12 +116,14 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
             return;
         }
     };
-    let mut last: HashMap<String, UnixMs> = HashMap::new();
+    let mut last: HashMap<String, Stored> = HashMap::new();
     for item in states.kvs() {
-        if let (Some(Key::State(job)), Ok(state)) =
-            (ctx.keys.parse(item.key()), serde_json::from_slice::<JobState>(item.value()))
-        {
-            last.insert(job, state.last_tick_ms);
+        if let Some(Key::State(job)) = ctx.keys.parse(item.key()) {
+            let stored = match JobState::from_bytes(item.value()) {
+                Some(state) => Stored::At(state.last_tick_ms),
+                None => Stored::Malformed { mod_revision: item.mod_revision(), bytes: item.value().len() },
+            };
+            last.insert(job, stored);
         }
     }
     let mut scanned = 0usize;
@@ -130,40 +132,56 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
             continue;
         }
         scanned += 1;
-        scan_job(&ctx, job, last.get(job).copied(), upto).await;
+        scan_job(&ctx, job, last.get(job).copied().unwrap_or(Stored::Missing), upto).await;
     }
     tracing::info!(jobs = jobs.len(), scanned, states = last.len(), until = %rfc3339_ms(upto), "catch-up scan done");
 }
 
-async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) {
+/// A job's `{ns}/state/{job}` as the scan read it.
+#[derive(Debug, Clone, Copy)]
+enum Stored {
+    Missing,
+    /// Not what `JobState::to_bytes` writes (written around the API).
+    Malformed {
+        mod_revision: i64,
+        bytes: usize,
+    },
+    At(UnixMs),
+}
+
+async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs) {
     let Some(entry) = ctx.jobs.get(job) else { return };
     let state_key = ctx.keys.state(job);
-    let Some(last) = last else {
-        // A job from before states existed, or written straight into etcd: start its state now.
-        let txn = Txn::new().when([Compare::version(state_key.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(
-            state_key.as_str(),
-            JobState { last_tick_ms: upto }.to_bytes(),
-            None,
-        )]);
-        commit(ctx, job, txn, "starting the job state").await;
-        return;
+    let last = match stored {
+        Stored::At(last) => last,
+        Stored::Missing => {
+            // A job from before states existed, or written straight into etcd: start its state now.
+            let txn = Txn::new()
+                .when([Compare::version(state_key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(state_key.as_str(), JobState { last_tick_ms: upto }.to_bytes(), None)]);
+            commit(ctx, job, txn, "starting the job state").await;
+            return;
+        }
+        Stored::Malformed { mod_revision, bytes } => {
+            // Nothing tells which ticks were missed: start the state again from now, unless it
+            // was changed meanwhile.
+            tracing::error!(
+                job,
+                key = %state_key,
+                bytes,
+                "job state in etcd is malformed (expected {{\"last_tick_ms\":<13 digits>}}); resetting it to now, ticks missed before now are not caught up"
+            );
+            let txn = Txn::new()
+                .when([Compare::mod_revision(state_key.as_str(), CompareOp::Equal, mod_revision)])
+                .and_then([TxnOp::put(state_key.as_str(), JobState { last_tick_ms: upto }.to_bytes(), None)]);
+            commit(ctx, job, txn, "resetting the malformed job state").await;
+            return;
+        }
     };
     let Ok(schedule) = entry.spec.parsed_schedule() else { return };
-    // The newest MAX_SCAN_TICKS ticks of the gap; older ones are only counted.
-    let mut ticks = VecDeque::new();
-    let mut older = 0usize;
-    let mut t = last;
-    while let Some(next) = schedule.next_after(t) {
-        if next > upto {
-            break;
-        }
-        if ticks.len() == MAX_SCAN_TICKS {
-            ticks.pop_front();
-            older += 1;
-        }
-        ticks.push_back(next);
-        t = next;
-    }
+    // Walking a long gap of a frequent schedule takes a while: off the async workers.
+    let walk = tokio::task::spawn_blocking(move || ticks_between(&schedule, last, upto)).await;
+    let Ok((ticks, older)) = walk else { return };
     let Some(&first) = ticks.front() else { return };
     // Which of them were claimed (run, skipped, missed or lost), in one range read.
     let prefix = ctx.keys.job_claims_prefix(job);
@@ -226,6 +244,30 @@ async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs) 
         };
         record_not_run(ctx, &fire, status, reason).await;
     }
+}
+
+/// The newest `MAX_SCAN_TICKS` ticks after `last` up to `upto`, and how many older ones there
+/// were.
+fn ticks_between(
+    schedule: &etcron_common::schedule::Schedule,
+    last: UnixMs,
+    upto: UnixMs,
+) -> (VecDeque<UnixMs>, usize) {
+    let mut ticks = VecDeque::new();
+    let mut older = 0usize;
+    let mut t = last;
+    while let Some(next) = schedule.next_after(t) {
+        if next > upto {
+            break;
+        }
+        if ticks.len() == MAX_SCAN_TICKS {
+            ticks.pop_front();
+            older += 1;
+        }
+        ticks.push_back(next);
+        t = next;
+    }
+    (ticks, older)
 }
 
 /// Runs one scan transaction; a failure is logged, naming what the scan could not write.
