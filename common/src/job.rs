@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::duration::HumanDuration;
 use crate::keys::validate_job_name;
 use crate::schedule::Schedule;
+use crate::size::ByteSize;
 
 /// Largest serialized spec.
 pub const MAX_SPEC_BYTES: usize = 64 * 1024;
@@ -42,6 +43,13 @@ pub const DEFAULT_MAX_CATCHUP: u32 = 100;
 pub const MAX_CATCHUP: u32 = 1000;
 /// Largest HTTP task body.
 pub const MAX_HTTP_BODY: usize = 32 * 1024;
+/// Smallest and largest `limits.memory` (address space of each process of a shell task).
+pub const MEMORY_LIMIT_RANGE: std::ops::RangeInclusive<u64> = 1 << 20..=1 << 40;
+/// Smallest and largest `limits.cpu` (CPU time of each process of a shell task).
+pub const CPU_LIMIT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(1)..=Duration::from_secs(7 * 24 * 3600);
+/// Smallest and largest `limits.open_files` (per process of a shell task).
+pub const OPEN_FILES_RANGE: std::ops::RangeInclusive<u64> = 16..=1_048_576;
 
 /// A job as stored at `{ns}/jobs/{job}` and accepted by `PUT /api/jobs/{job}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,6 +92,53 @@ pub struct JobSpec {
     /// and never more than it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output: Option<u64>,
+    /// Resource limits of each process of a shell task (`output` applies to any task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+}
+
+/// `limits`: applied with `setrlimit` to the task's shell before it runs, so each process of
+/// the task (the shell and everything it starts) gets these limits on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Address space (`RLIMIT_AS`): allocations beyond it fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<ByteSize>,
+    /// CPU time (`RLIMIT_CPU`): SIGXCPU when used up, SIGKILL shortly after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<HumanDuration>,
+    /// Open file descriptors (`RLIMIT_NOFILE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_files: Option<u64>,
+    /// Another name for the spec's `max_output` (bytes of output kept); both may be given only
+    /// with the same value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<ByteSize>,
+}
+
+impl Limits {
+    /// Whether any process limit (memory, cpu, open files) is set.
+    #[must_use]
+    pub fn limits_processes(&self) -> bool {
+        self.memory.is_some() || self.cpu.is_some() || self.open_files.is_some()
+    }
+
+    /// The process limits in words, e.g. `memory 64MiB, cpu 2s, open files 32`; empty when none.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(m) = self.memory {
+            parts.push(format!("memory {m}"));
+        }
+        if let Some(c) = self.cpu {
+            parts.push(format!("cpu {c}"));
+        }
+        if let Some(n) = self.open_files {
+            parts.push(format!("open files {n}"));
+        }
+        parts.join(", ")
+    }
 }
 
 fn default_max_catchup() -> u32 {
@@ -271,6 +326,7 @@ impl JobSpec {
 
     /// Parses and validates a spec already decoded into a JSON value.
     pub fn from_value(value: serde_json::Value) -> Result<Self, SpecError> {
+        objects_only(&value)?;
         // `task` is internally tagged, which makes serde lose the path of errors inside it:
         // check the task on its own first so its errors name e.g. `task.command`.
         if let Some(task) = value.get("task").and_then(|t| t.as_object()) {
@@ -357,6 +413,9 @@ impl JobSpec {
                 ));
             }
         }
+        if let Some(limits) = &self.limits {
+            validate_limits(limits, &self.task, self.max_output)?;
+        }
         if self.description.len() > MAX_DESCRIPTION_LEN {
             return Err(SpecError::at("description", format!("longer than {MAX_DESCRIPTION_LEN} bytes")));
         }
@@ -396,11 +455,35 @@ impl JobSpec {
         Ok(())
     }
 
+    /// Bytes of output to keep, from `max_output` or its other name `limits.output`.
+    #[must_use]
+    pub fn output_limit(&self) -> Option<u64> {
+        self.max_output.or(self.limits.and_then(|l| l.output).map(|o| o.0))
+    }
+
     /// The parsed schedule. Valid specs always parse; the error is for specs read from etcd
     /// that were written by something other than the master.
     pub fn parsed_schedule(&self) -> Result<Schedule, crate::schedule::ScheduleError> {
         Schedule::parse(&self.schedule, &self.timezone)
     }
+}
+
+/// serde reads a struct from a JSON array too (fields by position), so `["* * * * *", "UTC",
+/// true, {...}]` would be a spec: refuse arrays wherever the spec has an object.
+fn objects_only(value: &serde_json::Value) -> Result<(), SpecError> {
+    if !value.is_object() {
+        return Err(SpecError {
+            field: None,
+            message: "a job spec must be a JSON object".to_owned(),
+            too_large: false,
+        });
+    }
+    for field in ["task", "retries", "limits"] {
+        if value.get(field).is_some_and(serde_json::Value::is_array) {
+            return Err(SpecError::at(field, "must be a JSON object"));
+        }
+    }
+    Ok(())
 }
 
 /// Validates a job name, naming the field `name`.
@@ -515,6 +598,70 @@ fn validate_http(http: &HttpTask) -> Result<(), SpecError> {
     if let Some(s) = http.expect_status {
         if !(100..=599).contains(&s) {
             return Err(SpecError::at("task.expect_status", "must be an HTTP status between 100 and 599"));
+        }
+    }
+    Ok(())
+}
+
+fn validate_limits(limits: &Limits, task: &Task, max_output: Option<u64>) -> Result<(), SpecError> {
+    if let Task::Http(_) = task {
+        for (field, set) in [
+            ("limits.memory", limits.memory.is_some()),
+            ("limits.cpu", limits.cpu.is_some()),
+            ("limits.open_files", limits.open_files.is_some()),
+        ] {
+            if set {
+                return Err(SpecError::at(
+                    field,
+                    "applies to shell tasks only (an HTTP task runs inside the worker); use timeout and limits.output",
+                ));
+            }
+        }
+    }
+    if let Some(m) = limits.memory {
+        if !MEMORY_LIMIT_RANGE.contains(&m.0) {
+            return Err(SpecError::at(
+                "limits.memory",
+                format!(
+                    "must be between {} and {}",
+                    ByteSize(*MEMORY_LIMIT_RANGE.start()),
+                    ByteSize(*MEMORY_LIMIT_RANGE.end())
+                ),
+            ));
+        }
+    }
+    if let Some(c) = limits.cpu {
+        if !CPU_LIMIT_RANGE.contains(&c.0) || c.0.subsec_nanos() != 0 {
+            return Err(SpecError::at(
+                "limits.cpu",
+                format!(
+                    "must be whole seconds between {} and {}",
+                    HumanDuration(*CPU_LIMIT_RANGE.start()),
+                    HumanDuration(*CPU_LIMIT_RANGE.end())
+                ),
+            ));
+        }
+    }
+    if let Some(n) = limits.open_files {
+        if !OPEN_FILES_RANGE.contains(&n) {
+            return Err(SpecError::at(
+                "limits.open_files",
+                format!("must be between {} and {}", OPEN_FILES_RANGE.start(), OPEN_FILES_RANGE.end()),
+            ));
+        }
+    }
+    if let Some(o) = limits.output {
+        if !MAX_OUTPUT_RANGE.contains(&o.0) {
+            return Err(SpecError::at(
+                "limits.output",
+                format!("must be between {} and {} bytes", MAX_OUTPUT_RANGE.start(), MAX_OUTPUT_RANGE.end()),
+            ));
+        }
+        if max_output.is_some_and(|m| m != o.0) {
+            return Err(SpecError::at(
+                "limits.output",
+                "is another name for max_output and differs from it; give one of them",
+            ));
         }
     }
     Ok(())
@@ -683,6 +830,80 @@ mod tests {
     }
 
     #[test]
+    fn limits_are_checked_and_round_trip() {
+        let spec = parse(
+            r#"{"schedule":"@daily","task":{"kind":"shell","command":"x"},
+                "limits":{"memory":"256MiB","cpu":"30s","open_files":64,"output":1048576}}"#,
+        )
+        .unwrap();
+        let limits = spec.limits.unwrap();
+        assert_eq!(limits.memory, Some(ByteSize(256 << 20)));
+        assert_eq!(limits.cpu, Some(HumanDuration::from_secs(30)));
+        assert_eq!(limits.open_files, Some(64));
+        assert_eq!(spec.output_limit(), Some(1 << 20));
+        assert_eq!(limits.describe(), "memory 256MiB, cpu 30s, open files 64");
+        let json = serde_json::to_value(&spec).unwrap();
+        assert_eq!(json["limits"], serde_json::json!({"memory":"256MiB","cpu":"30s","open_files":64,"output":"1MiB"}));
+        assert_eq!(JobSpec::from_value(json).unwrap(), spec);
+        assert_eq!(
+            parse(r#"{"schedule":"@daily","task":{"kind":"shell","command":"x"},"limits":{"memory":67108864}}"#)
+                .unwrap()
+                .limits
+                .and_then(|l| l.memory),
+            Some(ByteSize(64 << 20))
+        );
+        // Same value under both names is fine.
+        let both = r#"{"schedule":"@daily","task":{"kind":"shell","command":"x"},"max_output":1024,"limits":{"output":"1KiB"}}"#;
+        assert_eq!(parse(both).unwrap().output_limit(), Some(1024));
+        let shell = |limits: &str| {
+            format!(r#"{{"schedule":"@daily","task":{{"kind":"shell","command":"x"}},"limits":{limits}}}"#)
+        };
+        let http = |limits: &str| {
+            format!(r#"{{"schedule":"@daily","task":{{"kind":"http","url":"http://h/"}},"limits":{limits}}}"#)
+        };
+        for (json, field) in [
+            (shell(r#"{"memory":"1KiB"}"#), "limits.memory"),
+            (shell(r#"{"memory":"2TiB"}"#), "limits.memory"),
+            (shell(r#"{"memory":"lots"}"#), "limits.memory"),
+            (shell(r#"{"memory":-1}"#), "limits.memory"),
+            (shell(r#"{"cpu":"500ms"}"#), "limits.cpu"),
+            (shell(r#"{"cpu":"1500ms"}"#), "limits.cpu"),
+            (shell(r#"{"cpu":"8d"}"#), "limits.cpu"),
+            (shell(r#"{"cpu":30}"#), "limits.cpu"),
+            (shell(r#"{"open_files":8}"#), "limits.open_files"),
+            (shell(r#"{"open_files":2000000}"#), "limits.open_files"),
+            (shell(r#"{"output":"100B"}"#), "limits.output"),
+            (shell(r#"{"nice":5}"#), "limits.nice"),
+            (shell(r#""64MiB""#), "limits"),
+            (http(r#"{"memory":"64MiB"}"#), "limits.memory"),
+            (http(r#"{"cpu":"1s"}"#), "limits.cpu"),
+            (http(r#"{"open_files":64}"#), "limits.open_files"),
+            (
+                r#"{"schedule":"@daily","task":{"kind":"shell","command":"x"},"max_output":1024,"limits":{"output":2048}}"#.to_owned(),
+                "limits.output",
+            ),
+        ] {
+            let err = parse(&json).unwrap_err();
+            assert_eq!(err.field.as_deref(), Some(field), "{json}: {err}");
+            assert!(!err.message.is_empty());
+        }
+        // HTTP tasks may bound their output.
+        assert!(parse(&http(r#"{"output":"4KiB"}"#)).is_ok());
+    }
+
+    #[test]
+    fn arrays_are_not_read_as_objects() {
+        let err = parse(r#"["* * * * *", "UTC", true, {"kind":"shell","command":"true"}]"#).unwrap_err();
+        assert_eq!((err.field, err.message.as_str()), (None, "a job spec must be a JSON object"));
+        assert_eq!(field_of(r#"{"schedule":"* * * * *","task":["shell","true"]}"#).as_deref(), Some("task"));
+        assert_eq!(
+            field_of(r#"{"schedule":"* * * * *","retries":[3,"1s","5m"],"task":{"kind":"shell","command":"true"}}"#)
+                .as_deref(),
+            Some("retries")
+        );
+    }
+
+    #[test]
     fn syntax_errors_and_size_limit() {
         let err = parse("{not json").unwrap_err();
         assert_eq!(err.field, None);
@@ -758,6 +979,11 @@ mod tests {
 
         /// Field names of the spec (so generated objects often hit real fields) and some others.
         const NAMES: &[&str] = &[
+            "limits",
+            "memory",
+            "cpu",
+            "open_files",
+            "output",
             "schedule",
             "timezone",
             "enabled",
@@ -839,6 +1065,11 @@ mod tests {
             "job-b",
             "Bad Name",
             "a\nb",
+            "64MiB",
+            "2TiB",
+            "1KiB",
+            "30s",
+            "1500ms",
             "a\0b",
         ];
 
@@ -879,7 +1110,8 @@ mod tests {
                     "timeout": "10m", "retries": {"max": 3, "backoff": "10s", "max_backoff": "5m"},
                     "concurrency": "forbid", "misfire": "run_all", "max_catchup": 5, "on_worker_loss": "mark_lost",
                     "mode": {"sharded": 4}, "selector": {"region": "eu"}, "on_success": ["job-b"],
-                    "on_failure": ["alert"], "description": "d", "labels": {"team": "data"}, "max_output": 1024}),
+                    "on_failure": ["alert"], "description": "d", "labels": {"team": "data"}, "max_output": 1024,
+                    "limits": {"memory": "64MiB", "cpu": "10s", "open_files": 64, "output": 1024}}),
                 json!({"schedule": "@every 10s", "mode": "broadcast", "task": {"kind": "http", "url": "https://h/x",
                     "method": "POST", "headers": {"X-A": "1"}, "secret_headers": {"Authorization": "t"},
                     "body": "{}", "expect_status": 204}}),
@@ -894,7 +1126,7 @@ mod tests {
         }
 
         fn edit() -> impl Strategy<Value = Edit> {
-            let place = prop::sample::select(vec![None, Some("task"), Some("retries"), Some("mode")]);
+            let place = prop::sample::select(vec![None, Some("task"), Some("retries"), Some("mode"), Some("limits")]);
             prop_oneof![
                 3 => (place.clone(), name(), prop_oneof![leaf(), json_value()]).prop_map(|(p, n, v)| Edit::Set(p, n, v)),
                 1 => (place, name()).prop_map(|(p, n)| Edit::Remove(p, n)),

@@ -15,6 +15,7 @@ pub mod output;
 pub mod schedule;
 pub mod session;
 pub mod settings;
+pub mod size;
 pub mod store;
 
 /// Milliseconds since the Unix epoch, the unit of every instant etcron stores.

@@ -81,7 +81,8 @@ pub struct RunningExecution {
 /// written (claim create revision < kill mod revision), so it never kills later runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KillCommand {
-    /// RFC 3339.
+    /// RFC 3339; may be left out by an operator writing `{}` with `etcdctl`.
+    #[serde(default)]
     pub requested_at: String,
     #[serde(default)]
     pub reason: String,
@@ -159,6 +160,15 @@ impl JobState {
     #[must_use]
     pub fn to_bytes(self) -> Vec<u8> {
         format!("{{\"last_tick_ms\":{}}}", self.last_tick_ms.clamp(MIN_STATE_MS, MAX_STATE_MS)).into_bytes()
+    }
+
+    /// Reads stored bytes; `None` unless they are exactly what [`JobState::to_bytes`] writes,
+    /// since only that form orders bytewise like its ticks (anything else, even valid JSON such
+    /// as `{"last_tick_ms": 5}`, would stop transactions from moving the state forward).
+    #[must_use]
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let state: JobState = serde_json::from_slice(bytes).ok()?;
+        (state.to_bytes() == bytes).then_some(state)
     }
 }
 
@@ -268,6 +278,10 @@ mod tests {
         assert!(a < b && b < c);
         let back: JobState = serde_json::from_slice(&a).unwrap();
         assert_eq!(back.last_tick_ms, 1_000_000_000_000);
+        assert_eq!(JobState::from_bytes(&c), Some(JobState { last_tick_ms: 1_700_000_000_001 }));
+        for bad in [&b"garbage"[..], b"{\"last_tick_ms\":5}", b"{\"last_tick_ms\": 1700000000000}", b"[]", b""] {
+            assert_eq!(JobState::from_bytes(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
         assert_eq!(String::from_utf8(b).unwrap(), r#"{"last_tick_ms":1700000000000}"#);
     }
 

@@ -163,7 +163,12 @@ fn view(
         }
         Err(e) => JobView {
             name,
-            spec: redact_raw(serde_json::from_slice(value).unwrap_or(Value::Null)),
+            // A value over the size limit is not echoed into every listing.
+            spec: if e.too_large {
+                Value::Null
+            } else {
+                redact_raw(serde_json::from_slice(value).unwrap_or(Value::Null))
+            },
             revision,
             created_revision,
             schedule_description: String::new(),

@@ -331,6 +331,9 @@ function jobForm(isNew) {
     misfire: formField("misfire", "Missed ticks", add("misfire", select("misfire")), "What to do with ticks missed while no worker ran."),
     maxCatchup: formField("max_catchup", "Max catch-up", add("max_catchup", input({ inputmode: "numeric", placeholder: "100" }))),
     loss: formField("on_worker_loss", "On worker loss", add("on_worker_loss", select("on_worker_loss"))),
+    memory: formField("limits.memory", "Memory limit", add("limits.memory", input({ placeholder: "none, e.g. 256MiB" })), "Address space of each process; allocations beyond it fail."),
+    cpu: formField("limits.cpu", "CPU limit", add("limits.cpu", input({ placeholder: "none, e.g. 30s" })), "CPU time of each process; SIGXCPU when used up."),
+    openFiles: formField("limits.open_files", "Open files limit", add("limits.open_files", input({ inputmode: "numeric", placeholder: "none, e.g. 1024" }))),
     mode: formField("mode", "Mode", add("mode", select("mode"))),
     shards: formField("mode.sharded", "Shards", add("mode.sharded", input({ inputmode: "numeric", placeholder: "4" }))),
     selector: formField("selector", "Selector", add("selector", textarea({ rows: 2, placeholder: "region=eu" })), "Only workers with all these labels run the job."),
@@ -343,10 +346,11 @@ function jobForm(isNew) {
   const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
   fields.timezone.append(h("datalist", { id: "timezones" }, ["UTC", ...zones].map((z) => h("option", { value: z }))));
   const shellOnly = [fields.command, fields.env, fields.secretEnv, fields.cwd];
+  const limitFields = [fields.memory, fields.cpu, fields.openFiles];
   const httpOnly = [fields.method, fields.url, fields.headers, fields.secretHeaders, fields.body, fields.expect];
   const sync = () => {
     const http = f["task.kind"].value === "http";
-    for (const el of shellOnly) el.hidden = http;
+    for (const el of [...shellOnly, ...limitFields]) el.hidden = http;
     for (const el of httpOnly) el.hidden = !http;
     fields.shards.hidden = f.mode.value !== "sharded";
   };
@@ -357,7 +361,7 @@ function jobForm(isNew) {
     group("Job", fields.name, fields.description, fields.enabled, fields.labels),
     group("Schedule", fields.schedule, fields.timezone),
     group("Task", fields.kind, ...shellOnly, ...httpOnly),
-    group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.misfire, fields.maxCatchup, fields.loss),
+    group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.misfire, fields.maxCatchup, fields.loss, ...limitFields),
     group("Where it runs", fields.mode, fields.shards, fields.selector),
     group("What runs next", fields.onSuccess, fields.onFailure, fields.maxOutput));
 
@@ -400,11 +404,23 @@ function jobForm(isNew) {
     const labels = map("labels", "=");
     if (Object.keys(labels).length) spec.labels = labels;
     if (f.max_output.value.trim()) spec.max_output = numberOr(f.max_output.value);
+    const limits = {};
+    if (spec.task.kind === "shell") {
+      if (f["limits.memory"].value.trim()) limits.memory = numberOr(f["limits.memory"].value);
+      if (f["limits.cpu"].value.trim()) limits.cpu = f["limits.cpu"].value.trim();
+      if (f["limits.open_files"].value.trim()) limits.open_files = numberOr(f["limits.open_files"].value);
+    }
+    // `limits.output` (another name for max_output) has no control of its own: keep it.
+    if (keptOutput !== undefined && !spec.max_output) limits.output = keptOutput;
+    if (Object.keys(limits).length) spec.limits = limits;
     return spec;
   };
 
+  let keptOutput;
   const fill = (spec, name) => {
     const task = spec.task || { kind: "shell" };
+    const limits = spec.limits || {};
+    keptOutput = limits.output;
     const retries = spec.retries || {};
     const mode = spec.mode && typeof spec.mode === "object" ? "sharded" : spec.mode || "single";
     const values = {
@@ -419,6 +435,7 @@ function jobForm(isNew) {
       on_worker_loss: spec.on_worker_loss || "rerun", mode, "mode.sharded": mode === "sharded" ? spec.mode.sharded : "",
       selector: formatMap(spec.selector, "="), on_success: (spec.on_success || []).join(", "),
       on_failure: (spec.on_failure || []).join(", "), max_output: spec.max_output ?? "",
+      "limits.memory": limits.memory ?? "", "limits.cpu": limits.cpu || "", "limits.open_files": limits.open_files ?? "",
     };
     for (const [k, v] of Object.entries(values)) f[k].value = String(v);
     f.enabled.checked = spec.enabled !== false;

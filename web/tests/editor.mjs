@@ -94,16 +94,22 @@ try {
   await page.getByRole("button", { name: "Save changes" }).click();
   await page.locator("#err-json").waitFor();
   assert.match(await page.locator("#err-json").innerText(), /^timeout: /);
-  await json.fill(JSON.stringify({ ...spec, enabled: false, labels: { team: "ui" } }, null, 2));
+  const limits = { memory: "64MiB", cpu: "30s", open_files: 64, output: 4096 };
+  await json.fill(JSON.stringify({ ...spec, enabled: false, labels: { team: "ui" }, limits }, null, 2));
   await shot(page, "editor-json.png");
   await page.getByRole("button", { name: "Apply to form" }).click();
   await page.locator("#job-form").waitFor();
   assert.equal(await page.locator("#f-labels").inputValue(), "team=ui");
   assert.equal(await page.locator("#f-enabled").isChecked(), false);
+  assert.equal(await page.locator("#f-limits-memory").inputValue(), "64MiB");
+  assert.equal(await page.locator("#f-limits-cpu").inputValue(), "30s");
+  assert.equal(await page.locator("#f-limits-open-files").inputValue(), "64");
   await page.getByRole("button", { name: "Save changes" }).click();
   await page.waitForFunction(() => location.hash === "#/job/made-in-ui");
   await page.locator("h1 + .badge.paused").waitFor();
-  assert.equal((await call(base, "GET", "/api/jobs/made-in-ui")).body.spec.labels.team, "ui");
+  const saved = (await call(base, "GET", "/api/jobs/made-in-ui")).body.spec;
+  assert.equal(saved.labels.team, "ui");
+  assert.deepEqual(saved.limits, { memory: "64MiB", cpu: "30s", open_files: 64, output: "4KiB" }, "limits.output is kept");
 
   // An HTTP task shows its own fields; a name already taken is refused at the name.
   await page.goto(`${base}/#/new`);

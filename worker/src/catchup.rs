@@ -128,12 +128,14 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
             return;
         }
     };
-    let mut last: HashMap<String, UnixMs> = HashMap::new();
+    let mut last: HashMap<String, Stored> = HashMap::new();
     for item in states.kvs() {
-        if let (Some(Key::State(job)), Ok(state)) =
-            (ctx.keys.parse(item.key()), serde_json::from_slice::<JobState>(item.value()))
-        {
-            last.insert(job, state.last_tick_ms);
+        if let Some(Key::State(job)) = ctx.keys.parse(item.key()) {
+            let stored = match JobState::from_bytes(item.value()) {
+                Some(state) => Stored::At(state.last_tick_ms),
+                None => Stored::Malformed { mod_revision: item.mod_revision(), bytes: item.value().len() },
+            };
+            last.insert(job, stored);
         }
     }
     let mut scanned = 0usize;
@@ -142,41 +144,56 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
             continue;
         }
         scanned += 1;
-        scan_job(&ctx, job, last.get(job).copied(), upto, Gap::NoWorker).await;
+        scan_job(&ctx, job, last.get(job).copied().unwrap_or(Stored::Missing), upto, Gap::NoWorker).await;
     }
     tracing::info!(jobs = jobs.len(), scanned, states = last.len(), until = %rfc3339_ms(upto), "catch-up scan done");
 }
 
+/// A job's `{ns}/state/{job}` as the scan read it.
+#[derive(Debug, Clone, Copy)]
+enum Stored {
+    Missing,
+    /// Not what `JobState::to_bytes` writes (written around the API).
+    Malformed {
+        mod_revision: i64,
+        bytes: usize,
+    },
+    At(UnixMs),
+}
+
 /// Settles one job's unclaimed ticks in `(last, upto]`; `false` when etcd failed the scan (the
 /// ticks are then still unaccounted for).
-async fn scan_job(ctx: &Context, job: &str, last: Option<UnixMs>, upto: UnixMs, gap: Gap) -> bool {
+async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: Gap) -> bool {
     let Some(entry) = ctx.jobs.get(job) else { return true };
     let state_key = ctx.keys.state(job);
-    let Some(last) = last else {
-        // A job from before states existed, or written straight into etcd: start its state now.
-        let txn = Txn::new().when([Compare::version(state_key.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(
-            state_key.as_str(),
-            JobState { last_tick_ms: upto }.to_bytes(),
-            None,
-        )]);
-        return commit(ctx, job, txn, "starting the job state").await;
+    let last = match stored {
+        Stored::At(last) => last,
+        Stored::Missing => {
+            // A job from before states existed, or written straight into etcd: start its state now.
+            let txn = Txn::new()
+                .when([Compare::version(state_key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(state_key.as_str(), JobState { last_tick_ms: upto }.to_bytes(), None)]);
+            return commit(ctx, job, txn, "starting the job state").await;
+        }
+        Stored::Malformed { mod_revision, bytes } => {
+            // Nothing tells which ticks were missed: start the state again from now, unless it
+            // was changed meanwhile.
+            tracing::error!(
+                job,
+                key = %state_key,
+                bytes,
+                "job state in etcd is malformed (expected {{\"last_tick_ms\":<13 digits>}}); resetting it to now, ticks missed before now are not caught up"
+            );
+            let txn = Txn::new()
+                .when([Compare::mod_revision(state_key.as_str(), CompareOp::Equal, mod_revision)])
+                .and_then([TxnOp::put(state_key.as_str(), JobState { last_tick_ms: upto }.to_bytes(), None)]);
+            return commit(ctx, job, txn, "resetting the malformed job state").await;
+        }
     };
     let Ok(schedule) = entry.spec.parsed_schedule() else { return true };
-    // The newest MAX_SCAN_TICKS ticks of the gap; older ones are only counted.
-    let mut ticks = VecDeque::new();
-    let mut older = 0usize;
-    let mut t = last;
-    while let Some(next) = schedule.next_after(t) {
-        if next > upto {
-            break;
-        }
-        if ticks.len() == MAX_SCAN_TICKS {
-            ticks.pop_front();
-            older += 1;
-        }
-        ticks.push_back(next);
-        t = next;
-    }
+    // Walking a long gap of a frequent schedule takes a while: off the async workers.
+    let walk = tokio::task::spawn_blocking(move || ticks_between(&schedule, last, upto)).await;
+    let Ok((ticks, older)) = walk else { return true };
     let Some(&first) = ticks.front() else { return true };
     // Which of them were claimed (run, skipped, missed or lost), in one range read.
     let prefix = ctx.keys.job_claims_prefix(job);
@@ -315,11 +332,35 @@ pub async fn settle_loop(ctx: Arc<Context>) {
                 continue;
             }
             tracing::warn!(job, from = %rfc3339_ms(first), to = %rfc3339_ms(last), "settling ticks etcd kept this worker from accounting for");
-            if !scan_job(&ctx, &job, Some(first - 1), last, Gap::EtcdUnreachable).await {
+            if !scan_job(&ctx, &job, Stored::At(first - 1), last, Gap::EtcdUnreachable).await {
                 ctx.unsettled.restore(job, first, last);
             }
         }
     }
+}
+
+/// The newest `MAX_SCAN_TICKS` ticks after `last` up to `upto`, and how many older ones there
+/// were.
+fn ticks_between(
+    schedule: &etcron_common::schedule::Schedule,
+    last: UnixMs,
+    upto: UnixMs,
+) -> (VecDeque<UnixMs>, usize) {
+    let mut ticks = VecDeque::new();
+    let mut older = 0usize;
+    let mut t = last;
+    while let Some(next) = schedule.next_after(t) {
+        if next > upto {
+            break;
+        }
+        if ticks.len() == MAX_SCAN_TICKS {
+            ticks.pop_front();
+            older += 1;
+        }
+        ticks.push_back(next);
+        t = next;
+    }
+    (ticks, older)
 }
 
 /// Runs one scan transaction; a failure is logged, naming what the scan could not write.

@@ -429,7 +429,12 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
     drop(permit);
     let finished_ms = now_ms();
     ctx.registry.deregister(&id);
-    let (status, error) = status_of(&finished);
+    let (status, mut error) = status_of(&finished);
+    if let (Status::Failed, Some(limits), Some(e)) = (status, &fire.spec.limits, &mut error) {
+        if let Some(note) = executor::limit_note(limits, &finished) {
+            *e = format!("{e}: {note}");
+        }
+    }
     let done = Claim { state: ClaimState::Done, status: Some(status), ..claim_value };
     let (follow, notes) = follow_ups(&ctx, &fire, status, fencing_token, finished_ms);
     let lock = uses_lock.then(|| (lock_key.as_str(), lock_value.clone()));
@@ -993,9 +998,10 @@ async fn execute(
                 cwd: shell.cwd.clone(),
                 timeout: fire.spec.timeout.map(|t| t.0),
                 kill_grace: ctx.config.kill_grace,
-                max_output: fire.spec.max_output.map_or(ctx.config.max_output, |m| {
+                max_output: fire.spec.output_limit().map_or(ctx.config.max_output, |m| {
                     usize::try_from(m).unwrap_or(usize::MAX).min(ctx.config.max_output)
                 }),
+                limits: fire.spec.limits.unwrap_or_default(),
             };
             executor::run_shell(job, stop, pid_tx).await
         }
@@ -1025,7 +1031,7 @@ async fn execute(
                 body: http.body.clone(),
                 expect_status: http.expect_status,
                 timeout: fire.spec.timeout.map(|t| t.0),
-                max_output: fire.spec.max_output.map_or(ctx.config.max_output, |m| {
+                max_output: fire.spec.output_limit().map_or(ctx.config.max_output, |m| {
                     usize::try_from(m).unwrap_or(usize::MAX).min(ctx.config.max_output)
                 }),
             };

@@ -1,5 +1,6 @@
 //! Runs shell tasks: `/bin/sh -c` in a process group of its own, output captured bounded
-//! (head + tail), and kill/timeout delivered to the whole group (TERM, then KILL after a grace).
+//! (head + tail), kill/timeout delivered to the whole group (TERM, then KILL after a grace), and
+//! the job's `limits` set with `setrlimit` in the child before it runs the shell.
 //! Its `Finished`/`Ending`/`StopReason` also describe HTTP tasks (`http_task`).
 
 use std::collections::BTreeMap;
@@ -8,7 +9,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use etcron_common::job::Limits;
 use etcron_common::output::BoundedOutput;
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
@@ -18,6 +21,9 @@ use tokio::sync::{oneshot, watch};
 /// How long output pipes may stay open after the shell exited (background children holding
 /// them); after that the rest of their output is not waited for.
 const PIPE_DRAIN: Duration = Duration::from_secs(2);
+/// The hard CPU limit is this much above the soft one: SIGXCPU at the soft limit lets a task
+/// clean up (or dies of it), SIGKILL at the hard one ends a task that ignores it.
+pub const CPU_KILL_AFTER: Duration = Duration::from_secs(2);
 
 /// Why a running task is being stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +44,8 @@ pub struct ShellJob {
     pub timeout: Option<Duration>,
     pub kill_grace: Duration,
     pub max_output: usize,
+    /// Process limits (memory, cpu, open files) of the shell and everything it starts.
+    pub limits: Limits,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +108,10 @@ pub async fn run_shell(
         .kill_on_drop(true);
     if let Some(cwd) = &job.cwd {
         cmd.current_dir(cwd);
+    }
+    let rlimits = rlimits(&job.limits);
+    if !rlimits.is_empty() {
+        set_limits_in_child(&mut cmd, rlimits);
     }
     let output = Arc::new(Mutex::new(BoundedOutput::new(job.max_output)));
     // fork/exec blocks the calling thread; on the blocking pool, many tasks due at the same
@@ -168,6 +180,103 @@ pub async fn run_shell(
     Finished { ending, exit_code, signal, http_status: None, output: text, output_truncated: truncated }
 }
 
+/// The `(resource, soft, hard)` limits the child sets for `limits`, computed before the fork. A
+/// process cannot raise its hard limits, so each is capped at the worker's own.
+fn rlimits(limits: &Limits) -> Vec<(Resource, u64, u64)> {
+    let mut wanted = Vec::new();
+    if let Some(memory) = limits.memory {
+        wanted.push((Resource::RLIMIT_AS, memory.0, memory.0));
+    }
+    if let Some(cpu) = limits.cpu {
+        let secs = cpu.0.as_secs().max(1);
+        wanted.push((Resource::RLIMIT_CPU, secs, secs + CPU_KILL_AFTER.as_secs()));
+    }
+    if let Some(files) = limits.open_files {
+        wanted.push((Resource::RLIMIT_NOFILE, files, files));
+    }
+    wanted
+        .into_iter()
+        .map(|(resource, soft, hard)| {
+            let own_hard = getrlimit(resource).map_or(u64::MAX, |(_, h)| h);
+            if hard > own_hard {
+                tracing::warn!(
+                    ?resource,
+                    wanted = hard,
+                    allowed = own_hard,
+                    "task limit capped at the worker's own hard limit"
+                );
+            }
+            (resource, soft.min(own_hard), hard.min(own_hard))
+        })
+        .collect()
+}
+
+/// Makes the child set `rlimits` between fork and exec, so they hold from the shell's first
+/// instruction and are inherited by everything it starts.
+#[allow(unsafe_code)]
+fn set_limits_in_child(cmd: &mut Command, rlimits: Vec<(Resource, u64, u64)>) {
+    // SAFETY: the closure runs in the forked child, where only async-signal-safe calls are
+    // allowed. It only calls setrlimit(2) with values computed before the fork; it allocates
+    // nothing (it iterates a Vec built in the parent, and a failure becomes an io::Error from
+    // the raw errno), takes no lock and touches no shared state.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &(resource, soft, hard) in &rlimits {
+                setrlimit(resource, soft, hard)?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// What a failed shell task's record says about its `limits`: which one it hit when that can be
+/// told (SIGXCPU, an allocation failure or "too many open files" in the output), else which ones
+/// applied. `None` when no process limit was set or the task did not fail.
+#[must_use]
+pub fn limit_note(limits: &Limits, finished: &Finished) -> Option<String> {
+    if !limits.limits_processes() {
+        return None;
+    }
+    let sigxcpu = Signal::SIGXCPU as i32;
+    let sigkill = Signal::SIGKILL as i32;
+    let applied = format!("limits: {}", limits.describe());
+    let output = finished.output.to_ascii_lowercase();
+    let said = |needles: &[&str]| needles.iter().any(|n| output.contains(n));
+    let note = match (&finished.ending, limits.cpu) {
+        (Ending::Signaled(sig), Some(cpu)) if *sig == sigxcpu => format!("CPU limit of {cpu} reached (SIGXCPU)"),
+        (Ending::Exited(code), Some(cpu)) if *code == 128 + sigxcpu => {
+            format!("a process of the task reached the CPU limit of {cpu} (SIGXCPU; {applied})")
+        }
+        (Ending::Signaled(sig), Some(cpu)) if *sig == sigkill => format!(
+            "SIGKILL: the CPU limit of {cpu} may have been reached (its hard limit, {} later, kills; {applied})",
+            humantime::format_duration(CPU_KILL_AFTER)
+        ),
+        (Ending::Exited(0), _) => return None,
+        (Ending::Exited(_) | Ending::Signaled(_), _) => match (limits.memory, limits.open_files) {
+            (Some(memory), _)
+                if said(&[
+                    "cannot allocate memory",
+                    "out of memory",
+                    "memory exhausted",
+                    "memoryerror",
+                    "bad_alloc",
+                    "failed to allocate",
+                    "allocation failed",
+                    "memory allocation",
+                ]) =>
+            {
+                format!("memory limit of {memory} reached (the task reported an allocation failure; {applied})")
+            }
+            (_, Some(files)) if said(&["too many open files"]) => {
+                format!("open files limit of {files} reached (the task reported \"too many open files\"; {applied})")
+            }
+            _ => applied,
+        },
+        _ => return None,
+    };
+    Some(note)
+}
+
 fn spawn_failed(message: String) -> Finished {
     Finished {
         ending: Ending::SpawnFailed(message),
@@ -221,5 +330,69 @@ async fn pump(mut pipe: impl tokio::io::AsyncRead + Unpin, output: Arc<Mutex<Bou
             Ok(0) | Err(_) => return,
             Ok(n) => output.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(&buf[..n]),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use etcron_common::duration::HumanDuration;
+    use etcron_common::size::ByteSize;
+
+    use super::*;
+
+    fn finished(ending: Ending, output: &str) -> Finished {
+        Finished {
+            ending,
+            exit_code: None,
+            signal: None,
+            http_status: None,
+            output: output.to_owned(),
+            output_truncated: false,
+        }
+    }
+
+    #[test]
+    fn limit_notes_say_which_limit_was_hit_when_it_can_be_told() {
+        let all = Limits {
+            memory: Some(ByteSize(64 << 20)),
+            cpu: Some(HumanDuration::from_secs(2)),
+            open_files: Some(32),
+            output: None,
+        };
+        let note = |ending, output| limit_note(&all, &finished(ending, output));
+        assert_eq!(note(Ending::Signaled(24), "").as_deref(), Some("CPU limit of 2s reached (SIGXCPU)"));
+        assert!(note(Ending::Exited(152), "").is_some_and(|n| n.contains("CPU limit of 2s")));
+        assert!(note(Ending::Signaled(9), "").is_some_and(|n| n.contains("may have been reached")));
+        let mem = note(Ending::Exited(1), "tail: memory exhausted\n").unwrap();
+        assert!(mem.starts_with("memory limit of 64MiB reached"), "{mem}");
+        let files = note(Ending::Exited(7), "bash: /dev/null: Too many open files").unwrap();
+        assert!(files.starts_with("open files limit of 32 reached"), "{files}");
+        assert_eq!(note(Ending::Exited(3), "no idea").as_deref(), Some("limits: memory 64MiB, cpu 2s, open files 32"));
+        assert_eq!(note(Ending::Exited(0), "memory exhausted"), None);
+        assert_eq!(note(Ending::TimedOut, ""), None);
+        // Without process limits there is nothing to say.
+        assert_eq!(limit_note(&Limits::default(), &finished(Ending::Signaled(24), "")), None);
+        // SIGXCPU without a CPU limit is not blamed on one.
+        let memory_only = Limits { memory: Some(ByteSize(1 << 20)), ..Limits::default() };
+        assert_eq!(
+            limit_note(&memory_only, &finished(Ending::Signaled(24), "")).as_deref(),
+            Some("limits: memory 1MiB")
+        );
+    }
+
+    #[test]
+    fn rlimits_are_capped_at_the_workers_own() {
+        let limits = Limits {
+            memory: Some(ByteSize(64 << 20)),
+            cpu: Some(HumanDuration::from_secs(5)),
+            open_files: Some(u64::MAX),
+            output: None,
+        };
+        let set = rlimits(&limits);
+        assert_eq!(set[0], (Resource::RLIMIT_AS, 64 << 20, 64 << 20));
+        assert_eq!(set[1], (Resource::RLIMIT_CPU, 5, 7));
+        let (_, own) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        assert_eq!(set[2], (Resource::RLIMIT_NOFILE, own, own));
+        assert!(rlimits(&Limits::default()).is_empty());
     }
 }

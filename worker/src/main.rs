@@ -259,27 +259,33 @@ async fn follow_kills(ctx: Arc<Context>, mut rx: mpsc::Receiver<Update>) {
             Update::Snapshot { kvs, .. } => {
                 ctx.registry.clear_kills();
                 for kv in kvs {
-                    if let Some(Key::Kill { job, target }) = ctx.keys.parse(&kv.key) {
-                        let reason = kill_reason(&kv.value);
-                        ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision, reason);
-                    }
+                    apply_kill(&ctx, kv);
                 }
             }
-            Update::Put(kv) => match ctx.keys.parse(&kv.key) {
-                Some(Key::Kill { job, target }) => {
-                    let reason = kill_reason(&kv.value);
-                    ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision, reason);
-                }
-                _ => {
-                    tracing::warn!(key = %String::from_utf8_lossy(&kv.key), "ignoring malformed kill key")
-                }
-            },
+            Update::Put(kv) => apply_kill(&ctx, kv),
             Update::Delete { key, .. } => ctx.registry.remove_kill(&key),
         }
     }
 }
 
-/// The reason a kill command gives, if any.
-fn kill_reason(value: &[u8]) -> String {
-    serde_json::from_slice::<etcron_common::model::KillCommand>(value).map(|k| k.reason).unwrap_or_default()
+/// Applies a kill command read from etcd. A key that is not a kill key, or a value that is not
+/// a kill command (`{}` is the least one), is logged and ignored: only well-formed commands
+/// stop tasks.
+fn apply_kill(ctx: &Context, kv: etcron_worker::watcher::Kv) {
+    let key = String::from_utf8_lossy(&kv.key).into_owned();
+    let Some(Key::Kill { job, target }) = ctx.keys.parse(&kv.key) else {
+        tracing::error!(
+            key,
+            "key under the kill prefix is not a kill key ({{ns}}/kill/{{job}}/{{execution id|all}}); ignored"
+        );
+        return;
+    };
+    match serde_json::from_slice::<etcron_common::model::KillCommand>(&kv.value) {
+        Ok(command) => ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision, command.reason),
+        Err(e) => tracing::error!(
+            key,
+            error = %e,
+            "kill command in etcd is malformed (expected a JSON object such as {{\"reason\":\"...\"}}); ignored"
+        ),
+    }
 }

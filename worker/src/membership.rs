@@ -64,23 +64,14 @@ impl Members {
                 Update::Snapshot { kvs, .. } => {
                     members.clear();
                     for kv in kvs {
-                        if let (Some(Key::Worker(id)), Ok(info)) =
-                            (keys.parse(&kv.key), serde_json::from_slice::<WorkerInfo>(&kv.value))
-                        {
+                        if let Some((id, info)) = registration(&keys, &kv) {
                             members.insert(id, info);
                         }
                     }
                 }
                 Update::Put(kv) => {
-                    if let Some(Key::Worker(id)) = keys.parse(&kv.key) {
-                        match serde_json::from_slice::<WorkerInfo>(&kv.value) {
-                            Ok(info) => {
-                                members.insert(id, info);
-                            }
-                            Err(e) => {
-                                tracing::warn!(worker = %id, error = %e, "ignoring malformed worker registration")
-                            }
-                        }
+                    if let Some((id, info)) = registration(&keys, &kv) {
+                        members.insert(id, info);
                     }
                 }
                 Update::Delete { key, mod_revision } => {
@@ -90,6 +81,22 @@ impl Members {
                     }
                 }
             }
+        }
+    }
+}
+
+/// A worker registration read from etcd; a key or value that is not one is logged and left out
+/// (such a "worker" never takes part in the claim order).
+fn registration(keys: &Keys, kv: &crate::watcher::Kv) -> Option<(String, WorkerInfo)> {
+    let Some(Key::Worker(id)) = keys.parse(&kv.key) else {
+        tracing::error!(key = %String::from_utf8_lossy(&kv.key), "key under the workers prefix is not a worker key; ignored");
+        return None;
+    };
+    match serde_json::from_slice::<WorkerInfo>(&kv.value) {
+        Ok(info) => Some((id, info)),
+        Err(e) => {
+            tracing::error!(worker = %id, key = %String::from_utf8_lossy(&kv.key), error = %e, "worker registration in etcd is malformed; ignored");
+            None
         }
     }
 }

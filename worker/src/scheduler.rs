@@ -261,7 +261,10 @@ impl Scheduler {
     /// Adds or replaces a job from its etcd value; returns its name when the key is a job key.
     fn upsert(&mut self, kv: &Kv) -> Option<Arc<str>> {
         let Some(Key::Job(name)) = self.ctx.keys.parse(&kv.key) else {
-            tracing::warn!(key = %String::from_utf8_lossy(&kv.key), "ignoring key under the jobs prefix that is not a job");
+            tracing::error!(
+                key = %String::from_utf8_lossy(&kv.key),
+                "key under the jobs prefix is not a job (names match ^[a-z0-9][a-z0-9._-]{{0,127}}$); ignored"
+            );
             return None;
         };
         let name: Arc<str> = Arc::from(name.as_str());
@@ -271,7 +274,7 @@ impl Scheduler {
         let spec = match JobSpec::from_json(&kv.value) {
             Ok(spec) => spec,
             Err(e) => {
-                tracing::error!(job = %name, mod_revision = kv.mod_revision, error = %e, "job spec in etcd is invalid; job not scheduled until it is fixed");
+                tracing::error!(job = %name, key = %String::from_utf8_lossy(&kv.key), mod_revision = kv.mod_revision, bytes = kv.value.len(), error = %e, "job spec in etcd is invalid; job not scheduled until it is fixed");
                 self.remove(&name);
                 return None;
             }
@@ -279,7 +282,7 @@ impl Scheduler {
         let schedule = match spec.parsed_schedule() {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(job = %name, error = %e, "job schedule invalid; job not scheduled");
+                tracing::error!(job = %name, key = %String::from_utf8_lossy(&kv.key), error = %e, "job schedule invalid; job not scheduled");
                 self.remove(&name);
                 return None;
             }
@@ -342,12 +345,13 @@ impl Scheduler {
 
     fn trigger(&mut self, kv: &Kv) {
         let Some(Key::Trigger { job, request_id }) = self.ctx.keys.parse(&kv.key) else {
+            tracing::error!(key = %String::from_utf8_lossy(&kv.key), "key under the trigger prefix is not a run request key; ignored");
             return;
         };
         let request: TriggerRequest = match serde_json::from_slice(&kv.value) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(job = %job, request_id = %request_id, error = %e, "ignoring malformed run request");
+                tracing::error!(job = %job, request_id = %request_id, key = %String::from_utf8_lossy(&kv.key), error = %e, "run request in etcd is malformed; ignored");
                 return;
             }
         };
