@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::Mutex;
-use tokio::time::{timeout, Instant};
+use tokio::time::Instant;
 
-use crate::etcd::REQUEST_TIMEOUT;
+use crate::etcd::request;
 
 /// The result of a claim attempt. Never run the task on `Unknown`: the transaction may or may
 /// not have committed.
@@ -34,6 +34,19 @@ pub enum ClaimOutcome {
     },
     Lost,
     Unknown(String),
+}
+
+impl ClaimOutcome {
+    /// The outcome's name in metrics: `won`, `blocked`, `lost` or `unknown`.
+    #[must_use]
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Won { .. } => "won",
+            Self::Blocked { .. } => "blocked",
+            Self::Lost => "lost",
+            Self::Unknown(_) => "unknown",
+        }
+    }
 }
 
 /// A job's concurrency lock, taken with the claim (`forbid` / `replace`).
@@ -103,7 +116,7 @@ pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
         .when([Compare::create_revision(c.claim_key.as_str(), CompareOp::Equal, 0)])
         .and_then(then);
     let mut kv = client.kv_client();
-    let resp = match timeout(REQUEST_TIMEOUT, kv.txn(txn)).await {
+    let resp = match request("claim", kv.txn(txn)).await {
         Ok(Ok(resp)) => resp,
         Ok(Err(e)) => return ClaimOutcome::Unknown(e.to_string()),
         Err(_) => return ClaimOutcome::Unknown("claim txn timed out".to_owned()),
@@ -138,7 +151,7 @@ pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
 /// the fencing token.
 async fn run_claim(client: &Client, txn: Txn) -> ClaimOutcome {
     let mut kv = client.kv_client();
-    match timeout(REQUEST_TIMEOUT, kv.txn(txn)).await {
+    match request("claim", kv.txn(txn)).await {
         Ok(Ok(resp)) if resp.succeeded() => match resp.header() {
             Some(h) => ClaimOutcome::Won { fencing_token: h.revision(), replaced: None },
             None => ClaimOutcome::Unknown("txn response without header".to_owned()),
@@ -185,7 +198,7 @@ pub async fn key_exists(client: &Client, key: &str, prefix: bool) -> Result<bool
     if prefix {
         opts = opts.with_prefix();
     }
-    match timeout(REQUEST_TIMEOUT, kv.get(key, Some(opts))).await {
+    match request("claim_read", kv.get(key, Some(opts))).await {
         Ok(Ok(resp)) => Ok(resp.count() > 0),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("etcd read timed out".to_owned()),
@@ -239,7 +252,7 @@ pub async fn complete(
         .and_then(then)
         .or_else([TxnOp::get(claim_key, None)]);
     let mut kv = client.kv_client();
-    match timeout(REQUEST_TIMEOUT, kv.txn(txn)).await {
+    match request("close", kv.txn(txn)).await {
         Ok(Ok(resp)) if resp.succeeded() => Ok(CompleteOutcome::Closed),
         Ok(Ok(resp)) => {
             let closed_before = resp.op_responses().into_iter().any(|r| match r {
@@ -306,7 +319,7 @@ impl RetentionLeases {
         let granted = Instant::now();
         let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
         let mut leases = self.client.lease_client();
-        match timeout(REQUEST_TIMEOUT, leases.grant(ttl, None)).await {
+        match request("lease_grant", leases.grant(ttl, None)).await {
             Ok(Ok(resp)) => {
                 *current = Some((resp.id(), granted));
                 Ok(resp.id())

@@ -74,3 +74,37 @@ pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> 
 pub fn parse_endpoints(text: &str) -> Vec<String> {
     text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
 }
+
+/// Runs one etcd request under the standard deadline ([`REQUEST_TIMEOUT`]) and records it in
+/// the shared metrics under `op`: its latency, and whether it failed or timed out. The result is
+/// `tokio::time::timeout`'s.
+///
+/// # Errors
+/// `Elapsed` when etcd did not answer within the deadline.
+pub async fn request<T>(
+    op: &'static str,
+    fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed> {
+    request_within(op, REQUEST_TIMEOUT, fut).await
+}
+
+/// [`request`] with another deadline.
+///
+/// # Errors
+/// `Elapsed` when etcd did not answer within `limit`.
+pub async fn request_within<T>(
+    op: &'static str,
+    limit: Duration,
+    fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed> {
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(limit, fut).await;
+    let m = &*crate::metrics::ETCD;
+    m.seconds.with_label_values(&[op]).observe(started.elapsed().as_secs_f64());
+    match &result {
+        Ok(Ok(_)) => {}
+        Ok(Err(_)) => m.errors.with_label_values(&[op, "error"]).inc(),
+        Err(_) => m.errors.with_label_values(&[op, "timeout"]).inc(),
+    }
+    result
+}

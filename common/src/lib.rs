@@ -10,6 +10,7 @@ pub mod duration;
 pub mod etcd;
 pub mod job;
 pub mod keys;
+pub mod metrics;
 pub mod model;
 pub mod output;
 pub mod schedule;

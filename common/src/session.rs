@@ -12,7 +12,7 @@ use std::time::Duration;
 use etcd_client::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::{timeout, Instant};
+use tokio::time::Instant;
 
 /// Shortest accepted TTL.
 pub const MIN_TTL: Duration = Duration::from_secs(2);
@@ -51,7 +51,7 @@ impl Session {
         let ttl_secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
         let requested = Instant::now();
         let mut leases = client.lease_client();
-        let grant = timeout(crate::etcd::REQUEST_TIMEOUT, leases.grant(ttl_secs, None))
+        let grant = crate::etcd::request("lease_grant", leases.grant(ttl_secs, None))
             .await
             .map_err(|_| SessionError::GrantTimeout)?
             .map_err(SessionError::Grant)?;
@@ -89,7 +89,7 @@ impl Session {
         let _ = self.stop.send(true);
         let _ = self.keeper.await;
         let mut leases = self.client.lease_client();
-        if let Err(e) = timeout(crate::etcd::REQUEST_TIMEOUT, leases.revoke(self.lease_id))
+        if let Err(e) = crate::etcd::request("lease_revoke", leases.revoke(self.lease_id))
             .await
             .unwrap_or_else(|_| Err(etcd_client::Error::LeaseKeepAliveError("revoke timed out".to_owned())))
         {
@@ -127,7 +127,7 @@ async fn keep_alive(
         let per_call = interval.min(deadline.saturating_duration_since(Instant::now())).max(Duration::from_millis(100));
         if stream.is_none() {
             let mut leases = client.lease_client();
-            match timeout(per_call, leases.keep_alive(lease_id)).await {
+            match crate::etcd::request_within("keep_alive_stream", per_call, leases.keep_alive(lease_id)).await {
                 Ok(Ok(pair)) => stream = Some(pair),
                 Ok(Err(e)) => {
                     tracing::warn!(lease_id, error = %e, "session keep-alive stream failed; retrying");
@@ -145,7 +145,7 @@ async fn keep_alive(
             continue;
         };
         let sent_at = Instant::now();
-        let result = timeout(per_call, async {
+        let result = crate::etcd::request_within("keep_alive", per_call, async {
             keeper.keep_alive().await?;
             responses.message().await
         })

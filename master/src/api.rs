@@ -74,12 +74,14 @@ pub fn app(state: AppState) -> Router {
         .route("/api/openapi.json", get(crate::openapi::document))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(crate::metrics::serve))
         .merge(crate::web::routes())
         .fallback(not_found)
         // The auth layer names the caller; the audit layer around it records what was asked and
         // answered, refusals included.
         .layer(axum::middleware::from_fn_with_state(state.auth.clone(), crate::auth::authorize))
         .layer(axum::middleware::from_fn_with_state(state.audit.clone(), crate::audit::record))
+        .layer(axum::middleware::from_fn(crate::metrics::track))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -90,11 +92,11 @@ async fn not_found() -> ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-async fn etcd<T, F>(fut: F) -> ApiResult<T>
+async fn etcd<T, F>(op: &'static str, fut: F) -> ApiResult<T>
 where
     F: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
-    match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, fut).await {
+    match etcron_common::etcd::request(op, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(ApiError::etcd_unavailable(&e)),
         Err(_) => Err(ApiError::etcd_unavailable(&"request timed out")),
@@ -225,7 +227,7 @@ fn respond_with_etag(status: StatusCode, body: impl Serialize, revision: i64) ->
 /// with the worker id from the key; values that do not parse are left out.
 async fn live_workers(st: &AppState) -> ApiResult<Vec<(String, WorkerInfo)>> {
     let mut kv = st.client.kv_client();
-    let resp = etcd(kv.get(st.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    let resp = etcd("list_workers", kv.get(st.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))).await?;
     Ok(resp
         .kvs()
         .iter()
@@ -239,7 +241,7 @@ async fn live_workers(st: &AppState) -> ApiResult<Vec<(String, WorkerInfo)>> {
 /// Every stored job: one range read of the jobs prefix.
 async fn all_jobs(st: &AppState) -> ApiResult<etcd_client::GetResponse> {
     let mut kv = st.client.kv_client();
-    etcd(kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await
+    etcd("list_jobs", kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await
 }
 
 async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
@@ -266,7 +268,7 @@ async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
 async fn fetch_job(st: &AppState, name: &str, workers: Option<&[(String, WorkerInfo)]>) -> ApiResult<JobView> {
     job_name(name)?;
     let mut kv = st.client.kv_client();
-    let resp = etcd(kv.get(st.keys.job(name), None)).await?;
+    let resp = etcd("get_job", kv.get(st.keys.job(name), None)).await?;
     let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
     Ok(view(name.to_owned(), item.value(), item.mod_revision(), item.create_revision(), workers))
 }
@@ -348,7 +350,7 @@ async fn put_job(
         // `null` secrets keep the stored values: fill them from the job as read, and save only
         // over that revision.
         let mut kv = st.client.kv_client();
-        let resp = etcd(kv.get(st.keys.job(&name), None)).await?;
+        let resp = etcd("get_job", kv.get(st.keys.job(&name), None)).await?;
         let stored = resp.kvs().first();
         let stored_spec = stored.and_then(|kv| JobSpec::from_json(kv.value()).ok());
         spec.keep_secrets(stored_spec.as_ref()).map_err(|e| {
@@ -445,7 +447,7 @@ async fn save_job(
         // The job as it is now tells a failed precondition from a changed jobs prefix.
         .or_else([TxnOp::get(key, None)]);
     let mut kv = st.client.kv_client();
-    let resp = etcd(kv.txn(txn)).await?;
+    let resp = etcd("txn", kv.txn(txn)).await?;
     if resp.succeeded() {
         return Ok(Saved::Committed(resp));
     }
@@ -562,7 +564,7 @@ async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, header
         ])
         .or_else([TxnOp::get(key.clone(), None)]);
     let mut kv = st.client.kv_client();
-    let resp = etcd(kv.txn(txn)).await?;
+    let resp = etcd("txn", kv.txn(txn)).await?;
     if resp.succeeded() {
         tracing::info!(job = %name, "job deleted");
         let before = resp.op_responses().into_iter().find_map(|op| match op {
@@ -587,7 +589,7 @@ fn request_id() -> String {
 async fn grant_command_lease(st: &AppState) -> ApiResult<i64> {
     let mut leases = st.client.lease_client();
     let ttl = i64::try_from(COMMAND_LEASE.as_secs()).unwrap_or(60);
-    Ok(etcd(leases.grant(ttl, None)).await?.id())
+    Ok(etcd("lease_grant", leases.grant(ttl, None)).await?.id())
 }
 
 /// The caller's name for reasons and logs (`anonymous` without auth).
@@ -607,7 +609,7 @@ async fn run_job(
     let lease = grant_command_lease(&st).await?;
     let value = serde_json::to_vec(&request).map_err(|e| ApiError::internal(&e))?;
     let mut kv = st.client.kv_client();
-    etcd(kv.put(st.keys.trigger(&name, &id), value, Some(PutOptions::new().with_lease(lease)))).await?;
+    etcd("put_trigger", kv.put(st.keys.trigger(&name, &id), value, Some(PutOptions::new().with_lease(lease)))).await?;
     let execution_id = ExecutionId::new(&name, etcron_common::keys::Tick::Manual(id.clone()));
     tracing::info!(job = %name, request_id = %id, "manual run requested");
     let body = json!({ "request_id": id, "execution_id": execution_id.to_string() });
@@ -649,7 +651,8 @@ async fn kill_job(
     };
     let value = serde_json::to_vec(&command).map_err(|e| ApiError::internal(&e))?;
     let mut kv = st.client.kv_client();
-    let resp = etcd(kv.put(st.keys.kill(&name, &target), value, Some(PutOptions::new().with_lease(lease)))).await?;
+    let resp = etcd("put_kill", kv.put(st.keys.kill(&name, &target), value, Some(PutOptions::new().with_lease(lease))))
+        .await?;
     let revision = resp.header().map_or(0, |h| h.revision());
     tracing::info!(job = %name, target = %target, revision, "kill requested");
     let body = json!({ "job": name, "target": target.to_string(), "revision": revision });
@@ -662,7 +665,7 @@ async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Resp
     let key = st.keys.job(name);
     for _ in 0..RMW_ATTEMPTS {
         let mut kv = st.client.kv_client();
-        let resp = etcd(kv.get(key.clone(), None)).await?;
+        let resp = etcd("get", kv.get(key.clone(), None)).await?;
         let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
         let (rev, created) = (item.mod_revision(), item.create_revision());
         let mut spec = JobSpec::from_json(item.value()).map_err(|e| {
@@ -683,7 +686,7 @@ async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Resp
             value.clone(),
             None,
         )]);
-        let resp = etcd(kv.txn(txn)).await?;
+        let resp = etcd("txn", kv.txn(txn)).await?;
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             tracing::info!(job = %name, enabled, revision, "job {}", if enabled { "resumed" } else { "paused" });
@@ -719,7 +722,7 @@ struct RunningView {
 async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     let running = async {
         let mut kv = st.client.kv_client();
-        etcd(kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await
+        etcd("list_running", kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await
     };
     let (workers, running, jobs) = tokio::try_join!(live_workers(&st), running, all_jobs(&st))?;
     let mut by_worker: BTreeMap<String, Vec<RunningView>> = BTreeMap::new();

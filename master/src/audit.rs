@@ -112,6 +112,7 @@ impl AuditLog {
             let entry = match e {
                 mpsc::error::TrySendError::Full(entry) | mpsc::error::TrySendError::Closed(entry) => entry,
             };
+            crate::metrics::METRICS.audit_dropped.inc();
             tracing::error!(
                 target: "etcron::audit", id = %entry.id, action = %entry.action, queue = QUEUE,
                 "audit entry dropped: MongoDB has been unreachable for {QUEUE} entries; it is only in this log"

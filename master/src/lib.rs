@@ -6,5 +6,6 @@ pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod metrics;
 pub mod openapi;
 pub mod web;

@@ -38,6 +38,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("mongodb_uri: {e}"))?;
     tokio::spawn(ensure_indexes(store.clone(), config.retention, config.audit_retention));
     let audit = etcron_master::audit::AuditLog::start(&store);
+    etcron_master::metrics::init();
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;

@@ -37,6 +37,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/openapi.json"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
+    ("GET", "/metrics"),
     ("GET", "/"),
     ("GET", "/assets/{file}"),
 ];

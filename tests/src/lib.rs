@@ -738,3 +738,76 @@ pub fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+/// One scrape of a Prometheus text endpoint: samples by name with their labels.
+#[derive(Debug, Default)]
+pub struct Scrape {
+    pub samples: Vec<(String, BTreeMap<String, String>, f64)>,
+    pub text: String,
+}
+
+impl Scrape {
+    /// Parses the text format (`name{k="v",...} value`; comments skipped).
+    #[must_use]
+    pub fn parse(text: &str) -> Self {
+        let mut samples = Vec::new();
+        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+            let Some((series, value)) = line.rsplit_once(' ') else { continue };
+            let Ok(value) = value.parse::<f64>() else { continue };
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => {
+                    let mut labels = BTreeMap::new();
+                    for pair in rest.trim_end_matches('}').split("\",").filter(|p| !p.is_empty()) {
+                        if let Some((k, v)) = pair.split_once("=\"") {
+                            labels.insert(k.to_owned(), v.trim_end_matches('"').to_owned());
+                        }
+                    }
+                    (name.to_owned(), labels)
+                }
+                None => (series.to_owned(), BTreeMap::new()),
+            };
+            samples.push((name, labels, value));
+        }
+        Self { samples, text: text.to_owned() }
+    }
+
+    /// Sum of the samples named `name` whose labels include all of `labels`; `None` when no
+    /// sample matches.
+    #[must_use]
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let matching: Vec<f64> = self
+            .samples
+            .iter()
+            .filter(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
+            .map(|(_, _, v)| *v)
+            .collect();
+        (!matching.is_empty()).then(|| matching.iter().sum())
+    }
+
+    /// Like [`Scrape::get`], 0 when absent.
+    #[must_use]
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.get(name, labels).unwrap_or(0.0)
+    }
+
+    /// Whether a metric family of this name is declared (`# TYPE name ...`).
+    #[must_use]
+    pub fn declares(&self, name: &str) -> bool {
+        self.text.lines().any(|l| l.strip_prefix("# TYPE ").is_some_and(|rest| rest.split(' ').next() == Some(name)))
+    }
+}
+
+/// GETs a metrics endpoint (with a bearer token when given) and parses it; an error unless 200.
+pub async fn scrape(url: &str, token: Option<&str>) -> Result<Scrape> {
+    let mut req = reqwest::Client::new().get(url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await?;
+    let status = resp.status();
+    let text = resp.text().await?;
+    if status != reqwest::StatusCode::OK {
+        bail!("GET {url}: {status}: {text}");
+    }
+    Ok(Scrape::parse(&text))
+}

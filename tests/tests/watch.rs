@@ -19,6 +19,8 @@ async fn a_watch_behind_a_compaction_relists_and_reconciles() -> anyhow::Result<
     let proxy = Proxy::start(etcd.endpoint.clone()).await?;
     let mut opts = WorkerOpts::new("behind");
     opts.session_ttl = "60s".to_owned();
+    let metrics_port = etcron_tests::free_port();
+    opts.extra = vec!["--metrics-listen".to_owned(), format!("127.0.0.1:{metrics_port}")];
     let worker = Worker::start(&proxy.endpoint, ns, &logs, opts)?;
     let work = tempfile::tempdir()?;
     let out = work.path().join("fired.log");
@@ -56,6 +58,13 @@ async fn a_watch_behind_a_compaction_relists_and_reconciles() -> anyhow::Result<
 
     wait_for(Duration::from_secs(30), "the worker to re-list after the compaction", || async {
         worker.proc.log_text().contains("watch cancelled (compaction?); re-listing").then_some(())
+    })
+    .await?;
+    // The re-list is counted for the operator.
+    let url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    wait_for(Duration::from_secs(10), "the jobs watch's re-list to be counted", || async {
+        let metrics = etcron_tests::scrape(&url, None).await.ok()?;
+        (metrics.value("etcron_worker_watch_resyncs_total", &[("watch", "jobs")]) >= 1.0).then_some(())
     })
     .await?;
     wait_for(Duration::from_secs(20), "the new job to fire", || async {

@@ -13,12 +13,11 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcron_common::claim;
-use etcron_common::etcd::REQUEST_TIMEOUT;
+use etcron_common::etcd::request;
 use etcron_common::job::Misfire;
 use etcron_common::keys::{ExecutionId, Key, Tick};
 use etcron_common::model::{JobState, Status, TriggerKind};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
-use tokio::time::timeout;
 
 use crate::execution::{catchup_request, record_not_run, Context, Fire, MISSED_AFTER};
 
@@ -105,12 +104,12 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
     let mut kv = ctx.client.kv_client();
     let prefix = ctx.keys.state_prefix();
     let at_load = GetOptions::new().with_prefix().with_revision(revision);
-    let states = match timeout(REQUEST_TIMEOUT, kv.get(prefix.as_str(), Some(at_load))).await {
+    let states = match request("scan_states", kv.get(prefix.as_str(), Some(at_load))).await {
         Ok(Err(e)) => {
             // Compacted already: the current states are the best left (a gap's newest ticks
             // may then go unexamined; say so).
             tracing::warn!(error = %e, revision, "catch-up scan: job states at load time unavailable; using current ones");
-            timeout(REQUEST_TIMEOUT, kv.get(prefix.as_str(), Some(GetOptions::new().with_prefix()))).await
+            request("scan_states", kv.get(prefix.as_str(), Some(GetOptions::new().with_prefix()))).await
         }
         other => other,
     };
@@ -200,7 +199,7 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
     let from = format!("{prefix}{first}");
     let to = format!("{prefix}{}", upto + 1);
     let opts = GetOptions::new().with_range(to).with_keys_only();
-    let claimed: HashSet<UnixMs> = match timeout(REQUEST_TIMEOUT, ctx.client.kv_client().get(from, Some(opts))).await {
+    let claimed: HashSet<UnixMs> = match request("scan_claims", ctx.client.kv_client().get(from, Some(opts))).await {
         Ok(Ok(r)) => r
             .kvs()
             .iter()
@@ -324,7 +323,7 @@ pub async fn settle_loop(ctx: Arc<Context>) {
         // etcd answers a linearizable read only with a quorum: the outage is over.
         let mut kv = ctx.client.kv_client();
         let probe = kv.get(ctx.keys.state_prefix(), Some(GetOptions::new().with_prefix().with_count_only()));
-        if !matches!(timeout(REQUEST_TIMEOUT, probe).await, Ok(Ok(_))) {
+        if !matches!(request("probe", probe).await, Ok(Ok(_))) {
             continue;
         }
         for (job, first, last) in ctx.unsettled.take_settled_for(MISSED_AFTER) {
@@ -365,7 +364,7 @@ fn ticks_between(
 
 /// Runs one scan transaction; a failure is logged, naming what the scan could not write.
 async fn commit(ctx: &Context, job: &str, txn: Txn, what: &str) -> bool {
-    match timeout(REQUEST_TIMEOUT, ctx.client.kv_client().txn(txn)).await {
+    match request("scan_commit", ctx.client.kv_client().txn(txn)).await {
         Ok(Ok(_)) => true,
         Ok(Err(e)) => {
             tracing::error!(job, error = %e, "catch-up scan: {what} failed");

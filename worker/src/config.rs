@@ -46,6 +46,10 @@ pub struct Cli {
     /// Directory for the record spool (default `./.etcron/worker-{id}`).
     #[arg(long, env = "ETCRON_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (off by default; no authentication,
+    /// so bind it to a private address).
+    #[arg(long, env = "ETCRON_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// The `[worker]` file format; every key optional, unknown keys refused.
@@ -68,6 +72,7 @@ pub struct FileConfig {
     pub mongodb_uri: Option<String>,
     pub mongodb_db: Option<String>,
     pub data_dir: Option<PathBuf>,
+    pub metrics_listen: Option<std::net::SocketAddr>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
 }
@@ -90,6 +95,8 @@ pub struct Config {
     pub mongodb_uri: String,
     pub mongodb_db: String,
     pub data_dir: PathBuf,
+    /// Where `/metrics` is served; none when off.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     pub log_level: String,
     pub json_logs: bool,
 }
@@ -187,6 +194,7 @@ impl Config {
             mongodb_uri: shared.mongodb_uri,
             mongodb_db: shared.mongodb_db,
             data_dir,
+            metrics_listen: cli.metrics_listen.or(file.metrics_listen),
             log_level: shared.log_level,
             json_logs: shared.json_logs,
         })

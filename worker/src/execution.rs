@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::metrics::METRICS;
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcron_common::claim::{self, ClaimOutcome, CompleteOutcome, LockClaim, RetentionLeases, RunClaim};
 use etcron_common::job::{Concurrency, JobSpec, Misfire, Mode, OnWorkerLoss, Task};
@@ -227,6 +228,7 @@ fn kill_applies(kill: &KillEntry, id: &ExecutionId, fencing_token: i64) -> bool 
 
 /// Runs one fire end to end; see the module docs.
 pub async fn run_fire(ctx: Arc<Context>, fire: Fire) {
+    METRICS.ticks_due.with_label_values(&[fire.trigger.as_str()]).inc();
     let span = tracing::info_span!("execution", job = %fire.id.job, execution_id = %fire.id, worker_id = %ctx.config.worker_id);
     race_and_run(ctx, fire).instrument(span).await;
 }
@@ -260,6 +262,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
     }
     if !labels_match(&ctx.config.labels, &fire.spec.selector) {
         tracing::trace!("selector does not match this worker's labels");
+        METRICS.not_raced.with_label_values(&["selector"]).inc();
         watch_for_miss(&ctx, &fire, rank, NotRaced::Selector);
         return;
     }
@@ -271,12 +274,14 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         },
         Err(_) if own_part => {
             tracing::warn!(capacity = ctx.config.capacity, "worker at capacity: this worker's broadcast run is missed");
+            METRICS.not_raced.with_label_values(&["capacity"]).inc();
             let reason = format!("worker {me} was at capacity ({} running)", ctx.config.capacity);
             record_not_run(&ctx, &fire, Status::Missed, reason).await;
             return;
         }
         Err(_) => {
             tracing::warn!(capacity = ctx.config.capacity, "worker at capacity: leaving this tick to other workers");
+            METRICS.not_raced.with_label_values(&["capacity"]).inc();
             watch_for_miss(&ctx, &fire, rank, NotRaced::Capacity);
             return;
         }
@@ -286,13 +291,17 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         // read costs etcd no raft proposal, a losing txn does.
         tokio::time::sleep(ctx.config.claim_stagger * u32::try_from(rank).unwrap_or(u32::MAX)).await;
         match claim::claim_exists(&ctx.client, &claim_key).await {
-            Ok(true) => return,
+            Ok(true) => {
+                METRICS.claims.with_label_values(&["taken"]).inc();
+                return;
+            }
             Ok(false) => {}
             Err(e) => tracing::debug!(error = %e, "claim pre-check failed; racing anyway"),
         }
     }
     let Some(lease) = *ctx.lease.borrow() else {
         tracing::warn!("no session lease: not claiming");
+        METRICS.not_raced.with_label_values(&["no_lease"]).inc();
         ctx.unsettled.note(&fire);
         watch_for_miss(&ctx, &fire, rank, NotRaced::NoLease);
         return;
@@ -325,6 +334,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::warn!(error = %e, "retention lease unavailable: not claiming");
+                    METRICS.not_raced.with_label_values(&["no_lease"]).inc();
                     ctx.unsettled.note(&fire);
                     watch_for_miss(&ctx, &fire, 0, NotRaced::Unknown);
                     return;
@@ -346,6 +356,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         }
     };
     let uses_lock = lock.is_some();
+    let claim_started = std::time::Instant::now();
     let outcome = claim::try_claim(
         &ctx.client,
         RunClaim {
@@ -359,6 +370,8 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         },
     )
     .await;
+    METRICS.claim_seconds.observe(claim_started.elapsed().as_secs_f64());
+    METRICS.claims.with_label_values(&[outcome.label()]).inc();
     let fencing_token = match outcome {
         ClaimOutcome::Won { fencing_token, replaced } => {
             if let Some(old) = replaced.and_then(|v| serde_json::from_slice::<ExecutionId>(&v).ok()) {
@@ -388,6 +401,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
             // ours and nobody else may run it, so it must run here, late, or never at all.
             match resolve_unknown_claim(&ctx, &claim_key, &id, lease).await {
                 Some(token) => {
+                    METRICS.claims.with_label_values(&["unknown_won"]).inc();
                     tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown, but the claim is ours: running the tick late");
                     token
                 }
@@ -402,6 +416,10 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
     };
     let stop = ctx.registry.register(&id, fencing_token);
     let started_ms = now_ms();
+    if fire.trigger == TriggerKind::Schedule {
+        #[allow(clippy::cast_precision_loss)] // milliseconds of lateness fit an f64 exactly
+        METRICS.lateness.observe((started_ms - fire.scheduled_ms).max(0) as f64 / 1000.0);
+    }
     let mut record = base_record(&ctx, &fire, Status::Running, Some(fencing_token));
     record.claimed_at = Some(rfc3339_ms(claimed_ms));
     record.started_at = Some(rfc3339_ms(started_ms));
@@ -418,7 +436,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
             let mut kv = ctx.client.kv_client();
             let put = kv.put(running_key.clone(), to_json(&running), Some(PutOptions::new().with_lease(lease)));
             // Informational only (pid, token); the claim already guards the execution.
-            match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, put).await {
+            match etcron_common::etcd::request("put_running", put).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "updating the running marker with pid and token failed"),
                 Err(_) => tracing::warn!("updating the running marker with pid and token timed out"),
@@ -476,7 +494,7 @@ async fn resolve_unknown_claim(ctx: &Context, claim_key: &str, id: &ExecutionId,
     let deadline = tokio::time::Instant::now() + RESOLVE_UNKNOWN_FOR;
     while tokio::time::Instant::now() < deadline {
         let mut kv = ctx.client.kv_client();
-        match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, kv.get(claim_key, None)).await {
+        match etcron_common::etcd::request("claim_read", kv.get(claim_key, None)).await {
             Ok(Ok(resp)) => {
                 let kv = resp.kvs().first()?;
                 let claim: Claim = serde_json::from_slice(kv.value()).ok()?;
@@ -545,7 +563,7 @@ fn replace_running(ctx: &Arc<Context>, old: &ExecutionId, new: &ExecutionId) {
         let key = ctx.keys.kill(&old.job, &KillTarget::Execution(old.clone()));
         let mut kv = ctx.client.kv_client();
         let put = kv.put(key, to_json(&command), Some(PutOptions::new().with_lease(lease)));
-        match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, put).await {
+        match etcron_common::etcd::request("put_kill", put).await {
             Ok(Ok(_)) => tracing::info!(replaced = %old, "concurrency replace: kill written for the running execution"),
             Ok(Err(e)) => {
                 tracing::error!(error = %e, replaced = %old, "writing the kill for the replaced execution failed")
@@ -710,7 +728,7 @@ fn put_request(keys: &Keys, job: &str, request_id: &str, request: &TriggerReques
 async fn continue_catchup(ctx: &Context, fire: &Fire) {
     let Some(op) = next_catchup(&ctx.keys, fire, now_ms()) else { return };
     let mut kv = ctx.client.kv_client();
-    match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, kv.txn(Txn::new().and_then([op]))).await {
+    match etcron_common::etcd::request("put_request", kv.txn(Txn::new().and_then([op]))).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => {
             tracing::error!(error = %e, remaining = fire.then.len(), "catch-up chain broken: could not request its next tick")
@@ -865,7 +883,7 @@ async fn request_catchup_of(ctx: &Context, fire: &Fire, tick_ms: UnixMs) {
         .when([Compare::create_revision(claim_key.as_str(), CompareOp::Equal, 0)])
         .and_then([catchup_request(&ctx.keys, &fire.id.job, tick_ms, Vec::new(), now_ms())]);
     let mut kv = ctx.client.kv_client();
-    match tokio::time::timeout(etcron_common::etcd::REQUEST_TIMEOUT, kv.txn(txn)).await {
+    match etcron_common::etcd::request("put_request", kv.txn(txn)).await {
         Ok(Ok(r)) if r.succeeded() => {
             tracing::warn!(job = %fire.id.job, scheduled_ms = tick_ms, misfire = ?fire.spec.misfire, "tick not claimed in time: catch-up run requested");
         }
@@ -890,12 +908,7 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     }
     let mut kv = ctx.client.kv_client();
     let opts = etcd_client::GetOptions::new().with_prefix().with_revision(revision - 1);
-    let resp = match tokio::time::timeout(
-        etcron_common::etcd::REQUEST_TIMEOUT,
-        kv.get(ctx.keys.running_prefix(), Some(opts)),
-    )
-    .await
-    {
+    let resp = match etcron_common::etcd::request("list_running", kv.get(ctx.keys.running_prefix(), Some(opts))).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             tracing::error!(worker = %departed, error = %e, "cannot list what the departed worker was running; its executions are not recorded lost");
@@ -1107,6 +1120,7 @@ async fn close_claim(
 }
 
 fn log_record(record: &ExecutionRecord, lateness_ms: i64) {
+    METRICS.executions.with_label_values(&[record.job.as_str(), record.status.as_str()]).inc();
     tracing::info!(
         target: "etcron::execution",
         execution_id = %record.id,

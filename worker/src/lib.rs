@@ -8,6 +8,7 @@ pub mod executor;
 pub mod http_task;
 pub mod log_sink;
 pub mod membership;
+pub mod metrics;
 pub mod scheduler;
 pub mod watcher;
 pub mod wheel;

@@ -214,6 +214,12 @@ impl LogSink {
     pub fn queued(&self) -> usize {
         QUEUE - self.tx.capacity()
     }
+
+    /// Bytes waiting in the spool.
+    #[must_use]
+    pub fn spool_size(&self) -> u64 {
+        self.spool.size()
+    }
 }
 
 fn spool_or_drop(spool: &Spool, stats: &SinkStats, batch: &[RecordWrite]) {

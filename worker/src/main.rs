@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use etcd_client::PutOptions;
 use etcron_common::claim::{RetentionLeases, MIN_RETENTION};
-use etcron_common::etcd::{connect, REQUEST_TIMEOUT};
+use etcron_common::etcd::{connect, request};
 use etcron_common::keys::{Key, Keys};
 use etcron_common::model::WorkerInfo;
 use etcron_common::session::Session;
@@ -63,6 +63,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
         config: config.clone(),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
+    etcron_worker::metrics::init(config.capacity);
+    if let Some(addr) = config.metrics_listen {
+        etcron_worker::metrics::serve(addr, ctx.clone())
+            .await
+            .with_context(|| format!("metrics_listen: binding {addr}"))?;
+    }
     tracing::info!(worker_id = %config.worker_id, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, capacity = config.capacity, "etcron-worker starting");
 
     // `sched_stop` ends scheduling; `all_stop` ends the watchers and the session once drained.
@@ -166,6 +172,7 @@ async fn supervise_session(
             }
         }
         let _ = lease_tx.send(None);
+        etcron_worker::metrics::METRICS.lease_losses.inc();
         tracing::error!(
             lease_id = lease,
             running = ctx.registry.running(),
@@ -191,7 +198,7 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
     let mut warned = false;
     loop {
         let mut kv = ctx.client.kv_client();
-        let existing = match tokio::time::timeout(REQUEST_TIMEOUT, kv.get(key.as_str(), None)).await {
+        let existing = match request("get_registration", kv.get(key.as_str(), None)).await {
             Ok(Ok(r)) => r.kvs().first().map(|kv| (kv.lease(), serde_json::from_slice::<WorkerInfo>(kv.value()).ok())),
             _ => return true, // etcd unreachable: registering will retry anyway
         };
@@ -209,7 +216,7 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
             let pid = info.map_or(0, |i| i.pid);
             tracing::warn!(old_lease, pid, "an earlier instance of this worker is still registered; revoking its session so its executions are accounted for");
             let mut leases = ctx.client.lease_client();
-            if let Ok(Err(e)) = tokio::time::timeout(REQUEST_TIMEOUT, leases.revoke(old_lease)).await {
+            if let Ok(Err(e)) = request("lease_revoke", leases.revoke(old_lease)).await {
                 tracing::warn!(old_lease, error = %e, "revoking the earlier session failed (it may have expired)");
             }
             return true;
@@ -240,7 +247,7 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
     let value = serde_json::to_vec(&info).unwrap_or_default();
     let mut kv = ctx.client.kv_client();
     let put = kv.put(ctx.keys.worker(&ctx.config.worker_id), value, Some(PutOptions::new().with_lease(lease)));
-    match tokio::time::timeout(REQUEST_TIMEOUT, put).await {
+    match request("register", put).await {
         Ok(Ok(_)) => true,
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "registering worker failed; will retry");

@@ -102,6 +102,9 @@ impl Scheduler {
                     Due::Request(key) => self.request_due(&key),
                 }
             }
+            let m = &*crate::metrics::METRICS;
+            m.jobs.set(i64::try_from(self.jobs.len()).unwrap_or(i64::MAX));
+            m.wheel_entries.set(i64::try_from(self.wheel.len()).unwrap_or(i64::MAX));
             let sleep = match self.wheel.next_expiration() {
                 Some(t) => Duration::from_millis(t.saturating_sub(wall_ms()).max(1)).min(MAX_SLEEP),
                 None => MAX_SLEEP,

@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, WatchOptions};
 use tokio::sync::{mpsc, watch};
-use tokio::time::timeout;
 
-use etcron_common::etcd::REQUEST_TIMEOUT;
+use etcron_common::etcd::{request, request_within, REQUEST_TIMEOUT};
 
 /// Keys fetched per page while listing.
 const PAGE_SIZE: i64 = 2_000;
@@ -47,7 +46,7 @@ pub async fn list(client: &Client, prefix: &str) -> Result<(Vec<Kv>, i64), etcd_
         if revision > 0 {
             opts = opts.with_revision(revision);
         }
-        let resp = match timeout(REQUEST_TIMEOUT * 4, kv.get(start.clone(), Some(opts))).await {
+        let resp = match request_within("list", REQUEST_TIMEOUT * 4, kv.get(start.clone(), Some(opts))).await {
             Ok(r) => r?,
             Err(_) => return Err(etcd_client::Error::WatchError("listing timed out".to_owned())),
         };
@@ -94,9 +93,13 @@ pub async fn mirror(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(100);
+    let mut listed_before = false;
     loop {
         if *stop.borrow() {
             return;
+        }
+        if std::mem::replace(&mut listed_before, true) {
+            crate::metrics::METRICS.watch_resyncs.with_label_values(&[name]).inc();
         }
         let (kvs, revision) = match list(&client, &prefix).await {
             Ok(x) => x,
@@ -113,7 +116,7 @@ pub async fn mirror(
         }
         let mut watcher = client.watch_client();
         let opts = WatchOptions::new().with_prefix().with_start_revision(revision + 1).with_prev_key();
-        let mut stream = match timeout(REQUEST_TIMEOUT, watcher.watch(prefix.clone(), Some(opts))).await {
+        let mut stream = match request("watch", watcher.watch(prefix.clone(), Some(opts))).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 tracing::warn!(watch = name, error = %e, "starting watch failed; re-listing");

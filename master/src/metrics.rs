@@ -1,0 +1,84 @@
+//! The master's Prometheus metrics, served at `GET /metrics` under the same tokens as the API
+//! (any role may read them). The etcd request metrics and the process metrics come from
+//! `etcron_common::metrics`.
+
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::header::CONTENT_TYPE;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use etcron_common::metrics::{counter, counter_vec, histogram_vec, LATENCY_BUCKETS};
+use prometheus::{HistogramVec, IntCounter, IntCounterVec};
+
+pub struct MasterMetrics {
+    /// HTTP requests by method, route template (`/api/jobs/{job}`) and status code.
+    pub requests: IntCounterVec,
+    pub request_seconds: HistogramVec,
+    /// Audit entries that could not be queued for MongoDB (they are only in the log).
+    pub audit_dropped: IntCounter,
+}
+
+pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| MasterMetrics {
+    requests: counter_vec(
+        "etcron_master_http_requests_total",
+        "HTTP requests by method, route and status code.",
+        &["method", "route", "status"],
+    ),
+    request_seconds: histogram_vec(
+        "etcron_master_http_request_duration_seconds",
+        "Time to answer HTTP requests, by method and route.",
+        &["method", "route"],
+        LATENCY_BUCKETS,
+    ),
+    audit_dropped: counter(
+        "etcron_master_audit_entries_dropped_total",
+        "Audit entries dropped because MongoDB was unreachable for a full queue (they are only in the log).",
+    ),
+});
+
+/// Creates every metric so all are listed from the first scrape.
+pub fn init() {
+    etcron_common::metrics::init("master");
+    LazyLock::force(&METRICS);
+}
+
+/// Middleware: counts and times every request by its route template; requests no route
+/// matched are counted under `unmatched`, so probing random paths adds no series.
+pub async fn track(req: Request, next: Next) -> Response {
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_owned();
+    let method = req.method().as_str().to_owned();
+    let started = Instant::now();
+    let response = next.run(req).await;
+    let m = &*METRICS;
+    m.request_seconds.with_label_values(&[method.as_str(), route.as_str()]).observe(started.elapsed().as_secs_f64());
+    m.requests.with_label_values(&[method.as_str(), route.as_str(), response.status().as_str()]).inc();
+    response
+}
+
+/// `GET /metrics`.
+pub async fn serve() -> Response {
+    ([(CONTENT_TYPE, etcron_common::metrics::CONTENT_TYPE)], etcron_common::metrics::render()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_master_metric_is_registered_and_listed() {
+        init();
+        METRICS.requests.with_label_values(&["GET", "/api/jobs", "200"]).inc();
+        METRICS.request_seconds.with_label_values(&["GET", "/api/jobs"]).observe(0.01);
+        let text = etcron_common::metrics::render();
+        for name in [
+            "etcron_master_http_requests_total{method=\"GET\",route=\"/api/jobs\",status=\"200\"} 1",
+            "etcron_master_http_request_duration_seconds_bucket",
+            "etcron_master_audit_entries_dropped_total 0",
+            "etcron_build_info{component=\"master\"",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The worker's Prometheus metrics, served at `/metrics` on `--metrics-listen` (off by default).
+//! The etcd request metrics and the process metrics come from `etcron_common::metrics`.
+//!
+//! Labels stay bounded: `job` appears only on `etcron_worker_executions_total` (one series per
+//! job and status that actually occurred on this worker); every other label has a fixed set of
+//! values.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock};
+
+use etcron_common::metrics::{counter, counter_vec, gauge, histogram, sync_counter, LATENCY_BUCKETS};
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge};
+
+use crate::execution::Context;
+
+/// Fire lateness buckets in seconds (task start minus scheduled time): 1 ms to 1 min.
+const LATENESS_BUCKETS: &[f64] =
+    &[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+pub struct WorkerMetrics {
+    /// Fires that came due on this worker, by trigger (every worker sees every schedule tick
+    /// of the jobs it may run; run requests come due on every worker too).
+    pub ticks_due: IntCounterVec,
+    /// Fires this worker did not race for, by reason (selector, capacity, no_lease).
+    pub not_raced: IntCounterVec,
+    /// Claim attempts by outcome: won, lost (another worker's txn won), taken (a ranked-later
+    /// worker saw the claim before writing), blocked (concurrency forbid), unknown (etcd did
+    /// not answer), unknown_won (an unknown outcome later read back as ours).
+    pub claims: IntCounterVec,
+    /// Task start minus scheduled time of schedule-triggered executions.
+    pub lateness: Histogram,
+    /// Execution records by job and status (running records are not counted; the final one is).
+    pub executions: IntCounterVec,
+    pub running: IntGauge,
+    pub capacity: IntGauge,
+    pub jobs: IntGauge,
+    pub wheel_entries: IntGauge,
+    /// Re-lists of a watched prefix after the first list (compaction, error, stream closed).
+    pub watch_resyncs: IntCounterVec,
+    pub lease_losses: IntCounter,
+    pub sink_queue: IntGauge,
+    pub spool_bytes: IntGauge,
+    pub records_written: IntCounter,
+    pub records_spooled: IntCounter,
+    pub records_replayed: IntCounter,
+    pub records_dropped: IntCounter,
+    pub record_write_errors: IntCounter,
+    /// How long the claim transaction took (the race itself, from this worker).
+    pub claim_seconds: Histogram,
+}
+
+pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
+    ticks_due: counter_vec(
+        "etcron_worker_ticks_due_total",
+        "Fires that came due in this worker's timing wheel, by trigger.",
+        &["trigger"],
+    ),
+    not_raced: counter_vec(
+        "etcron_worker_fires_not_raced_total",
+        "Fires this worker did not race for, by reason (selector, capacity, no_lease).",
+        &["reason"],
+    ),
+    claims: counter_vec(
+        "etcron_worker_claims_total",
+        "Claim attempts by outcome (won, lost, taken, blocked, unknown, unknown_won).",
+        &["outcome"],
+    ),
+    lateness: histogram(
+        "etcron_worker_fire_lateness_seconds",
+        "Task start minus scheduled time, schedule-triggered executions.",
+        LATENESS_BUCKETS,
+    ),
+    executions: counter_vec(
+        "etcron_worker_executions_total",
+        "Execution records this worker wrote, by job and final status.",
+        &["job", "status"],
+    ),
+    running: gauge("etcron_worker_running_executions", "Executions running on this worker."),
+    capacity: gauge("etcron_worker_capacity", "Most executions this worker runs at once."),
+    jobs: gauge("etcron_worker_jobs", "Jobs in this worker's job table."),
+    wheel_entries: gauge(
+        "etcron_worker_wheel_entries",
+        "Entries in the timing wheel (next ticks and pending run requests).",
+    ),
+    watch_resyncs: counter_vec(
+        "etcron_worker_watch_resyncs_total",
+        "Re-lists of a watched etcd prefix after its first list, by watch.",
+        &["watch"],
+    ),
+    lease_losses: counter(
+        "etcron_worker_session_lease_losses_total",
+        "Session leases this worker lost (its running executions were stopped).",
+    ),
+    sink_queue: gauge("etcron_worker_log_sink_queue_length", "Execution records queued for MongoDB in memory."),
+    spool_bytes: gauge("etcron_worker_spool_bytes", "Bytes of execution records waiting in the on-disk spool."),
+    records_written: counter("etcron_worker_records_written_total", "Execution record writes MongoDB acknowledged."),
+    records_spooled: counter(
+        "etcron_worker_records_spooled_total",
+        "Execution record writes put into the spool (MongoDB unavailable or the queue full).",
+    ),
+    records_replayed: counter("etcron_worker_records_replayed_total", "Spooled record writes replayed into MongoDB."),
+    records_dropped: counter(
+        "etcron_worker_records_lost_total",
+        "Execution record writes lost: MongoDB unavailable and the spool not writable.",
+    ),
+    record_write_errors: counter(
+        "etcron_worker_record_write_errors_total",
+        "Failed batch writes of execution records to MongoDB.",
+    ),
+    claim_seconds: histogram(
+        "etcron_worker_claim_duration_seconds",
+        "Duration of claim transactions.",
+        LATENCY_BUCKETS,
+    ),
+});
+
+/// Creates every metric (so all are listed from the first scrape) and the shared ones.
+pub fn init(capacity: u32) {
+    etcron_common::metrics::init("worker");
+    METRICS.capacity.set(i64::from(capacity));
+}
+
+/// Brings the gauges and counters kept elsewhere up to date, then renders everything.
+#[must_use]
+pub fn render(ctx: &Context) -> String {
+    let m = &*METRICS;
+    m.running.set(i64::try_from(ctx.registry.running()).unwrap_or(i64::MAX));
+    m.sink_queue.set(i64::try_from(ctx.sink.queued()).unwrap_or(i64::MAX));
+    m.spool_bytes.set(i64::try_from(ctx.sink.spool_size()).unwrap_or(i64::MAX));
+    let stats = &ctx.sink.stats;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    sync_counter(&m.records_written, get(&stats.written));
+    sync_counter(&m.records_spooled, get(&stats.spooled));
+    sync_counter(&m.records_replayed, get(&stats.replayed));
+    sync_counter(&m.records_dropped, get(&stats.dropped));
+    sync_counter(&m.record_write_errors, get(&stats.write_errors));
+    etcron_common::metrics::render()
+}
+
+/// Serves `GET /metrics` on `addr` until the process ends.
+///
+/// # Errors
+/// When `addr` cannot be bound.
+pub async fn serve(addr: SocketAddr, ctx: Arc<Context>) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    use axum::http::header::CONTENT_TYPE;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving metrics at /metrics");
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let ctx = ctx.clone();
+            async move { ([(CONTENT_TYPE, etcron_common::metrics::CONTENT_TYPE)], render(&ctx)) }
+        }),
+    );
+    Ok(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "metrics server failed");
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_worker_metric_is_registered_and_listed() {
+        init(4);
+        METRICS.ticks_due.with_label_values(&["schedule"]).inc();
+        METRICS.executions.with_label_values(&["j", "succeeded"]).inc();
+        let text = etcron_common::metrics::render();
+        for name in [
+            "etcron_worker_ticks_due_total",
+            "etcron_worker_fire_lateness_seconds_bucket",
+            "etcron_worker_executions_total",
+            "etcron_worker_running_executions",
+            "etcron_worker_capacity 4",
+            "etcron_worker_session_lease_losses_total",
+            "etcron_worker_log_sink_queue_length",
+            "etcron_worker_spool_bytes",
+            "etcron_worker_records_written_total",
+            "etcron_worker_claim_duration_seconds_bucket",
+            "etcron_build_info",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+    }
+}
