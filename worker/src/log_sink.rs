@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcron_common::store::{MongoStore, RecordWrite};
+use etcron_common::store::{MongoStore, RecordWrite, WriteMode};
 use tokio::sync::{mpsc, watch};
 
 /// Records per write.
@@ -236,6 +236,17 @@ fn spool_or_drop(spool: &Spool, stats: &SinkStats, batch: &[RecordWrite]) {
     }
 }
 
+/// Drops every `running` write (`IfAbsent`) whose final record is in the same batch: the final
+/// record replaces it anyway, so a task shorter than a batch costs MongoDB one write, not two.
+/// Order among the remaining writes is kept.
+fn coalesce(batch: &mut Vec<RecordWrite>) {
+    let finals: std::collections::HashSet<String> =
+        batch.iter().filter(|w| w.mode == WriteMode::Replace).map(|w| w.record.id.to_string()).collect();
+    if !finals.is_empty() {
+        batch.retain(|w| w.mode == WriteMode::Replace || !finals.contains(&w.record.id.to_string()));
+    }
+}
+
 async fn run(
     store: MongoStore,
     mut rx: mpsc::Receiver<RecordWrite>,
@@ -273,6 +284,7 @@ async fn run(
             }
         }
         if !batch.is_empty() {
+            coalesce(&mut batch);
             if spool.pending() {
                 // Keep order: older records are waiting in the spool.
                 spool_or_drop(&spool, &stats, &batch);
@@ -377,7 +389,6 @@ mod tests {
     use super::*;
     use etcron_common::keys::{ExecutionId, Tick};
     use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
-    use etcron_common::store::WriteMode;
 
     fn write(n: i64) -> RecordWrite {
         RecordWrite {
@@ -408,6 +419,19 @@ mod tests {
                 shard: None,
             },
         }
+    }
+
+    #[test]
+    fn a_running_write_followed_by_its_final_record_in_one_batch_is_dropped() {
+        let running = |n| RecordWrite { mode: WriteMode::IfAbsent, ..write(n) };
+        // 1: started and finished within the batch; 2: only started; 3: finished, started earlier.
+        let mut batch = vec![running(1), running(2), write(1), write(3)];
+        coalesce(&mut batch);
+        let left: Vec<(WriteMode, i64)> = batch.iter().map(|w| (w.mode, w.record.scheduled_ms)).collect();
+        assert_eq!(left, vec![(WriteMode::IfAbsent, 2), (WriteMode::Replace, 1), (WriteMode::Replace, 3)]);
+        let mut only_running = vec![running(4)];
+        coalesce(&mut only_running);
+        assert_eq!(only_running.len(), 1);
     }
 
     #[test]
