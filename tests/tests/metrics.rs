@@ -26,6 +26,7 @@ const WORKER_FAMILIES: &[&str] = &[
     "etcron_worker_capacity",
     "etcron_worker_jobs",
     "etcron_worker_wheel_entries",
+    "etcron_worker_jobs_revision",
     "etcron_worker_session_lease_losses_total",
     "etcron_worker_log_sink_queue_length",
     "etcron_worker_spool_bytes",
@@ -101,7 +102,14 @@ async fn worker_and_master_metrics_are_listed_and_move() -> anyhow::Result<()> {
     until(&url, "records to reach MongoDB", |s| s.value("etcron_worker_records_written_total", &[]) >= 4.0).await?;
 
     // A long manual run shows in the running gauge, and its kill in the counters.
-    c.put_job("long", json!({"schedule": "0 0 0 1 1 *", "task": {"kind": "shell", "command": "sleep 60"}})).await?;
+    let put =
+        c.put_job("long", json!({"schedule": "0 0 0 1 1 *", "task": {"kind": "shell", "command": "sleep 60"}})).await?;
+    // The worker's job table catches up with the revision the master answered.
+    let revision = put["revision"].as_i64().expect("a PUT answers the revision");
+    until(&url, "the worker to apply the new job", |s| {
+        s.value("etcron_worker_jobs_revision", &[]) >= revision as f64 && s.value("etcron_worker_jobs", &[]) == 3.0
+    })
+    .await?;
     assert_eq!(c.call(Method::POST, "/api/jobs/long/run", None).await?.0, 202);
     until(&url, "the running gauge to show the long run", |s| s.value("etcron_worker_running_executions", &[]) >= 1.0)
         .await?;

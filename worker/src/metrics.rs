@@ -35,6 +35,9 @@ pub struct WorkerMetrics {
     pub capacity: IntGauge,
     pub jobs: IntGauge,
     pub wheel_entries: IntGauge,
+    /// The etcd revision of the newest job change this worker has applied (how far its view of
+    /// the jobs has caught up: compare with the revision a `PUT /api/jobs/..` answered).
+    pub jobs_revision: IntGauge,
     /// Re-lists of a watched prefix after the first list (compaction, error, stream closed).
     pub watch_resyncs: IntCounterVec,
     pub lease_losses: IntCounter,
@@ -81,6 +84,10 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
     wheel_entries: gauge(
         "etcron_worker_wheel_entries",
         "Entries in the timing wheel (next ticks and pending run requests).",
+    ),
+    jobs_revision: gauge(
+        "etcron_worker_jobs_revision",
+        "etcd revision of the newest job change applied to this worker's job table.",
     ),
     watch_resyncs: counter_vec(
         "etcron_worker_watch_resyncs_total",
