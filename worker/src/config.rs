@@ -40,6 +40,10 @@ pub struct Cli {
     /// Delay per rendezvous rank before a worker joins the race for a tick.
     #[arg(long, env = "ETCRON_CLAIM_STAGGER")]
     pub claim_stagger: Option<HumanDuration>,
+    /// How long before a schedule tick the race for its claim starts (the task still starts
+    /// at the scheduled time), so the claim's etcd round trip is not part of the lateness.
+    #[arg(long, env = "ETCRON_CLAIM_AHEAD")]
+    pub claim_ahead: Option<HumanDuration>,
     /// Captured output per execution in bytes (head + tail).
     #[arg(long, env = "ETCRON_MAX_OUTPUT")]
     pub max_output: Option<usize>,
@@ -68,6 +72,7 @@ pub struct FileConfig {
     pub kill_grace: Option<HumanDuration>,
     pub shutdown_grace: Option<HumanDuration>,
     pub claim_stagger: Option<HumanDuration>,
+    pub claim_ahead: Option<HumanDuration>,
     pub max_output: Option<usize>,
     pub mongodb_uri: Option<String>,
     pub mongodb_db: Option<String>,
@@ -91,6 +96,8 @@ pub struct Config {
     pub kill_grace: Duration,
     pub shutdown_grace: Duration,
     pub claim_stagger: Duration,
+    /// Races for schedule ticks (of `concurrency: allow` jobs) start this long before the tick.
+    pub claim_ahead: Duration,
     pub max_output: usize,
     pub mongodb_uri: String,
     pub mongodb_db: String,
@@ -100,6 +107,12 @@ pub struct Config {
     pub log_level: String,
     pub json_logs: bool,
 }
+
+/// Default lead of a claim before its tick.
+pub const DEFAULT_CLAIM_AHEAD: Duration = Duration::from_millis(200);
+/// Longest lead: half the shortest schedule interval (1 s), so a job never has two of its
+/// ticks claimed ahead at once.
+pub const MAX_CLAIM_AHEAD: Duration = Duration::from_millis(500);
 
 /// Most concurrent executions per worker.
 pub const MAX_CAPACITY: u32 = 10_000;
@@ -172,6 +185,10 @@ impl Config {
         if claim_stagger > Duration::from_secs(1) {
             bail!("claim_stagger: must be at most 1s");
         }
+        let claim_ahead = cli.claim_ahead.or(file.claim_ahead).map_or(DEFAULT_CLAIM_AHEAD, |d| d.0);
+        if claim_ahead > MAX_CLAIM_AHEAD {
+            bail!("claim_ahead: must be at most {}", HumanDuration(MAX_CLAIM_AHEAD));
+        }
         let max_output = cli.max_output.or(file.max_output).unwrap_or(etcron_common::output::DEFAULT_MAX_OUTPUT);
         if !(1024..=16 * 1024 * 1024).contains(&max_output) {
             bail!("max_output: must be between 1024 and 16777216 bytes");
@@ -190,6 +207,7 @@ impl Config {
             kill_grace,
             shutdown_grace,
             claim_stagger,
+            claim_ahead,
             max_output,
             mongodb_uri: shared.mongodb_uri,
             mongodb_db: shared.mongodb_db,
@@ -231,6 +249,7 @@ mod tests {
             (vec!["--namespace", "nope"], "namespace"),
             (vec!["--worker-id", "bad id"], "worker_id"),
             (vec!["--session-ttl", "1s"], "session_ttl"),
+            (vec!["--claim-ahead", "2s"], "claim_ahead"),
             (vec!["--labels", "novalue"], "labels"),
             (vec!["--log-format", "xml"], "log_format"),
         ] {

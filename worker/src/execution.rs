@@ -266,6 +266,20 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         watch_for_miss(&ctx, &fire, rank, NotRaced::Selector);
         return;
     }
+    if rank > 0 {
+        // Give the workers ranked before this one a head start, then look before writing: a
+        // read costs etcd no raft proposal, a losing txn does. No capacity slot is taken
+        // before: a tick that is taken already must not make this worker look full.
+        tokio::time::sleep(ctx.config.claim_stagger * u32::try_from(rank).unwrap_or(u32::MAX)).await;
+        match claim::claim_exists(&ctx.client, &claim_key).await {
+            Ok(true) => {
+                METRICS.claims.with_label_values(&["taken"]).inc();
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => tracing::debug!(error = %e, "claim pre-check failed; racing anyway"),
+        }
+    }
     let permit = match ctx.capacity.clone().try_acquire_owned() {
         Ok(p) => p,
         Err(_) if fire.request_key.is_some() => match wait_for_capacity(&ctx, &fire).await {
@@ -286,19 +300,6 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
             return;
         }
     };
-    if rank > 0 {
-        // Give the workers ranked before this one a head start, then look before writing: a
-        // read costs etcd no raft proposal, a losing txn does.
-        tokio::time::sleep(ctx.config.claim_stagger * u32::try_from(rank).unwrap_or(u32::MAX)).await;
-        match claim::claim_exists(&ctx.client, &claim_key).await {
-            Ok(true) => {
-                METRICS.claims.with_label_values(&["taken"]).inc();
-                return;
-            }
-            Ok(false) => {}
-            Err(e) => tracing::debug!(error = %e, "claim pre-check failed; racing anyway"),
-        }
-    }
     let Some(lease) = *ctx.lease.borrow() else {
         tracing::warn!("no session lease: not claiming");
         METRICS.not_raced.with_label_values(&["no_lease"]).inc();
@@ -414,15 +415,22 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
             }
         }
     };
-    let stop = ctx.registry.register(&id, fencing_token);
-    let started_ms = now_ms();
-    if fire.trigger == TriggerKind::Schedule {
-        #[allow(clippy::cast_precision_loss)] // milliseconds of lateness fit an f64 exactly
-        METRICS.lateness.observe((started_ms - fire.scheduled_ms).max(0) as f64 / 1000.0);
+    let mut stop = ctx.registry.register(&id, fencing_token);
+    // A tick claimed ahead (`claim_ahead`) starts at its scheduled time, not before; a kill or a
+    // lost lease meanwhile still applies (the task is then never started).
+    let wait_ms = fire.scheduled_ms - now_ms();
+    if fire.trigger == TriggerKind::Schedule && wait_ms > 0 {
+        let wait = tokio::time::sleep(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)));
+        tokio::select! {
+            () = wait => {}
+            _ = stop.wait_for(Option::is_some) => {}
+        }
     }
+    // Handed to the executor now; a shell task's start is when its process was spawned.
+    let handed_ms = now_ms();
     let mut record = base_record(&ctx, &fire, Status::Running, Some(fencing_token));
     record.claimed_at = Some(rfc3339_ms(claimed_ms));
-    record.started_at = Some(rfc3339_ms(started_ms));
+    record.started_at = Some(rfc3339_ms(handed_ms));
     ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: record.clone() });
     let (pid_tx, pid_rx) = oneshot::channel();
     let run = execute(&ctx, &fire, &id, fencing_token, stop, pid_tx);
@@ -446,6 +454,11 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
     };
     drop(permit);
     let finished_ms = now_ms();
+    let started_ms = finished.spawned_ms.unwrap_or(handed_ms);
+    if fire.trigger == TriggerKind::Schedule {
+        #[allow(clippy::cast_precision_loss)] // milliseconds of lateness fit an f64 exactly
+        METRICS.lateness.observe((started_ms - fire.scheduled_ms).max(0) as f64 / 1000.0);
+    }
     ctx.registry.deregister(&id);
     let (status, mut error) = status_of(&finished);
     if let (Status::Failed, Some(limits), Some(e)) = (status, &fire.spec.limits, &mut error) {
@@ -457,6 +470,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
     let (follow, notes) = follow_ups(&ctx, &fire, status, fencing_token, finished_ms);
     let lock = uses_lock.then(|| (lock_key.as_str(), lock_value.clone()));
     let closed = close_claim(&ctx, &claim_key, fencing_token, &done, &running_key, lock, follow).await;
+    record.started_at = Some(rfc3339_ms(started_ms));
     record.finished_at = Some(rfc3339_ms(finished_ms));
     record.duration_ms = u64::try_from(finished_ms - started_ms).ok();
     record.status = status;
@@ -986,6 +1000,10 @@ async fn execute(
     stop: watch::Receiver<Option<StopReason>>,
     pid_tx: oneshot::Sender<u32>,
 ) -> Finished {
+    // Stopped before it started (killed while claimed ahead, lease lost): nothing is started.
+    if let Some(reason) = stop.borrow().clone() {
+        return Finished::not_started(Ending::Stopped(reason));
+    }
     match &fire.spec.task {
         Task::Shell(shell) => {
             let mut env = shell.env.clone();

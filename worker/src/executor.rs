@@ -78,6 +78,25 @@ pub struct Finished {
     pub http_status: Option<u16>,
     pub output: String,
     pub output_truncated: bool,
+    /// When the process was started (Unix ms, just after the spawn returned); `None` when it
+    /// never was, and for HTTP tasks (which start when handed over).
+    pub spawned_ms: Option<i64>,
+}
+
+impl Finished {
+    /// A task that was never started: `ending` says why.
+    #[must_use]
+    pub fn not_started(ending: Ending) -> Self {
+        Self {
+            ending,
+            exit_code: None,
+            signal: None,
+            http_status: None,
+            output: String::new(),
+            output_truncated: false,
+            spawned_ms: None,
+        }
+    }
 }
 
 /// Runs `job` until it exits, times out, or `stop` carries a reason. `pid_tx` receives the
@@ -118,8 +137,11 @@ pub async fn run_shell(
     // tick start in parallel instead of queueing behind each other on the async workers.
     // `cmd` (holding the pipe's write ends) is dropped there after the spawn, so the reader sees
     // end-of-file once the task and its children are done with the pipe.
-    let spawned = tokio::task::spawn_blocking(move || cmd.spawn()).await;
-    let spawned = spawned.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+    // The start time is read on the spawning thread, as the spawn returns: by then the child
+    // has exec'd the shell (posix_spawn), while this task may wait a while to be polled again.
+    let spawned = tokio::task::spawn_blocking(move || (cmd.spawn(), etcron_common::now_ms())).await;
+    let (spawned, spawned_ms) =
+        spawned.unwrap_or_else(|e| (Err(std::io::Error::other(e.to_string())), etcron_common::now_ms()));
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => return spawn_failed(format!("spawning /bin/sh failed: {e}")),
@@ -177,7 +199,15 @@ pub async fn run_shell(
         let out = output.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         (out.render(), out.truncated())
     };
-    Finished { ending, exit_code, signal, http_status: None, output: text, output_truncated: truncated }
+    Finished {
+        ending,
+        exit_code,
+        signal,
+        http_status: None,
+        output: text,
+        output_truncated: truncated,
+        spawned_ms: Some(spawned_ms),
+    }
 }
 
 /// The `(resource, soft, hard)` limits the child sets for `limits`, computed before the fork. A
@@ -278,14 +308,7 @@ pub fn limit_note(limits: &Limits, finished: &Finished) -> Option<String> {
 }
 
 fn spawn_failed(message: String) -> Finished {
-    Finished {
-        ending: Ending::SpawnFailed(message),
-        exit_code: None,
-        signal: None,
-        http_status: None,
-        output: String::new(),
-        output_truncated: false,
-    }
+    Finished::not_started(Ending::SpawnFailed(message))
 }
 
 /// Waits until `stop` carries a reason (forever once its sender is gone).
@@ -348,6 +371,7 @@ mod tests {
             http_status: None,
             output: output.to_owned(),
             output_truncated: false,
+            spawned_ms: None,
         }
     }
 

@@ -91,6 +91,7 @@ pub async fn run_http(job: HttpJob, mut stop: watch::Receiver<Option<StopReason>
         http_status: status,
         output: output.render(),
         output_truncated: output.truncated(),
+        spawned_ms: None,
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcron_common::job::{JobSpec, Mode};
+use etcron_common::job::{Concurrency, JobSpec, Mode};
 use etcron_common::keys::{ExecutionId, Key, Part, Tick};
 use etcron_common::model::{TriggerKind, TriggerRequest};
 use etcron_common::schedule::Schedule;
@@ -32,8 +32,9 @@ struct JobEntry {
 /// What a wheel entry stands for.
 #[derive(Debug, Clone)]
 enum Due {
-    /// The next schedule tick of a job.
-    Tick(Arc<str>),
+    /// The next schedule tick of a job, at its scheduled time (the wheel holds it `claim_ahead`
+    /// earlier for jobs that may claim ahead).
+    Tick(Arc<str>, u64),
     /// A run request whose `not_before_ms` has not come yet (a retry's backoff), by key.
     Request(Arc<str>),
 }
@@ -60,6 +61,17 @@ pub struct Scheduler {
 const EARLY_TRIGGER_WAIT: Duration = Duration::from_secs(60);
 /// Most triggers waiting for their jobs.
 const MAX_EARLY_TRIGGERS: usize = 10_000;
+
+/// How long before a tick this job's race for it starts: `claim_ahead` for jobs whose runs may
+/// overlap (`concurrency: allow`); none for `forbid`/`replace`, whose lock must be taken when the
+/// tick is due (claiming early could find the previous run still going, or kill it early).
+fn claim_ahead_ms(config: &crate::config::Config, spec: &JobSpec) -> u64 {
+    if spec.concurrency == Concurrency::Allow {
+        u64::try_from(config.claim_ahead.as_millis()).unwrap_or(0)
+    } else {
+        0
+    }
+}
 
 fn wall_ms() -> u64 {
     u64::try_from(now_ms()).unwrap_or(0)
@@ -96,9 +108,9 @@ impl Scheduler {
                 self.rebuild(now);
             }
             self.wheel.poll(now, &mut due);
-            for (deadline, item) in due.drain(..) {
+            for (_, item) in due.drain(..) {
                 match item {
-                    Due::Tick(name) => self.fire_due(&name, deadline, now),
+                    Due::Tick(name, scheduled_ms) => self.fire_due(&name, scheduled_ms, now),
                     Due::Request(key) => self.request_due(&key),
                 }
             }
@@ -150,7 +162,8 @@ impl Scheduler {
             return;
         };
         let next = u64::try_from(next).unwrap_or(0);
-        match self.wheel.insert(next, Due::Tick(name.clone())) {
+        let ahead = claim_ahead_ms(&self.ctx.config, &entry.spec);
+        match self.wheel.insert(next.saturating_sub(ahead), Due::Tick(name.clone(), next)) {
             Ok(key) => entry.wheel_key = Some(key),
             Err(_) => {
                 // Due already (the wheel is ahead of `after_ms`): fire it now.
@@ -160,6 +173,7 @@ impl Scheduler {
         }
     }
 
+    /// Fires the tick scheduled at `deadline` (now, or up to `claim_ahead` before it).
     fn fire_due(&mut self, name: &Arc<str>, deadline: u64, now: u64) {
         let Some(entry) = self.jobs.get_mut(name) else {
             return;
@@ -239,14 +253,17 @@ impl Scheduler {
                     self.remove(&name);
                 }
                 tracing::info!(jobs = self.jobs.len(), revision, "job list loaded");
+                crate::metrics::METRICS.jobs_revision.set(revision);
             }
             Update::Put(kv) => {
                 self.upsert(&kv);
+                crate::metrics::METRICS.jobs_revision.set(kv.mod_revision);
             }
-            Update::Delete { key, .. } => {
+            Update::Delete { key, mod_revision } => {
                 if let Some(Key::Job(name)) = self.ctx.keys.parse(&key) {
                     self.remove(&Arc::from(name.as_str()));
                 }
+                crate::metrics::METRICS.jobs_revision.set(mod_revision);
             }
         }
     }
