@@ -7,12 +7,23 @@
 //! (`{"job","scheduled_ms","started_ms","worker_id"}`) for comparisons with other schedulers.
 //! Run it from a release build: `cargo run --release -p etcron-tests --bin etcron-bench -- e2e`.
 
+mod failover;
+mod receiver;
+mod scale;
+mod spawn;
+mod wheel;
+
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use etcron_tests::{check_every_second, now_ms, proc_usage, quantile, read_fired, wait_for, Cluster};
+use etcron_tests::{check_every_second, now_ms, proc_usage, quantile, read_fired, wait_for, Cluster, Proc, WorkerOpts};
 use serde_json::json;
+
+struct E2eOpts {
+    task: BenchTask,
+    worker_args: Vec<String>,
+}
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -21,6 +32,10 @@ async fn main() -> Result<()> {
     let mut workers = 3usize;
     let mut seconds = 60i64;
     let mut out: Option<String> = None;
+    let mut entries = 1_000_000usize;
+    let mut rounds = 5usize;
+    let mut session_ttl = "3s".to_owned();
+    let mut e2e_opts = E2eOpts { task: BenchTask::Append, worker_args: Vec::new() };
     let mut it = args.iter();
     let scenario = it.next().map(String::as_str).unwrap_or("e2e");
     while let Some(flag) = it.next() {
@@ -30,26 +45,83 @@ async fn main() -> Result<()> {
             "--workers" => workers = value.parse()?,
             "--seconds" => seconds = value.parse()?,
             "--jsonl" => out = Some(value.clone()),
+            "--entries" => entries = value.parse()?,
+            "--rounds" => rounds = value.parse()?,
+            "--session-ttl" => session_ttl.clone_from(value),
+            "--task" => {
+                e2e_opts.task = match value.as_str() {
+                    "append" => BenchTask::Append,
+                    "true" => BenchTask::True,
+                    "http" => BenchTask::Http,
+                    other => bail!("--task: append, true or http, not {other}"),
+                }
+            }
+            // Passed to every worker, e.g. `--worker-arg --claim-ahead=0s`.
+            "--worker-arg" => e2e_opts.worker_args.push(value.clone()),
             other => bail!("unknown flag {other}"),
         }
     }
     match scenario {
-        "e2e" => e2e(jobs, workers, seconds, out).await,
+        "e2e" => e2e(jobs, workers, seconds, out, &e2e_opts).await,
         "claims" => claims(jobs).await,
         "sink" => sink(jobs).await,
         "search" => search(jobs).await,
-        other => bail!("unknown scenario {other}; known: e2e, claims, sink, search"),
+        "wheel" => wheel::run(entries),
+        "failover" => failover::run(rounds, &session_ttl).await,
+        "scale" => scale::run(jobs).await,
+        "spawn" => {
+            let dir = tempfile::tempdir()?;
+            spawn::run(jobs, rounds, &dir.path().join("spawned.log")).await
+        }
+        other => bail!("unknown scenario {other}; known: e2e, claims, sink, search, wheel, failover, scale, spawn"),
     }
 }
 
-async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String>) -> Result<()> {
-    let c = Cluster::start("bench-e2e", n_workers).await?;
+/// How the e2e benchmark's tasks report themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BenchTask {
+    /// `echo "$ETCRON_JOB ..." >> file`: shell builtins only, so one process per fire like
+    /// `true`, and every run is visible to the duplicate check.
+    Append,
+    /// `true`: runs are counted from the execution records alone.
+    True,
+    /// An HTTP GET to a receiver in this process: no process per fire, so lateness is the
+    /// scheduler's own (request received minus scheduled time).
+    Http,
+}
+
+async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String>, opts: &E2eOpts) -> Result<()> {
+    let mut c = Cluster::start("bench-e2e", 0).await?;
+    for i in 1..=n_workers {
+        let mut w = WorkerOpts::new(&format!("w{i}"));
+        w.extra.clone_from(&opts.worker_args);
+        c.add_worker(w)?;
+    }
+    c.wait_workers(n_workers).await?;
     let file = c.path("fired.log");
-    let jobs = c.every_second_jobs("bench", n_jobs, &file).await?;
-    // Warm up: every job has fired once.
-    wait_for(Duration::from_secs(60), "every job to fire once", || async {
-        let fired = read_fired(&file);
-        let seen: std::collections::BTreeSet<&str> = fired.iter().map(|f| f.job.as_str()).collect();
+    let command = match opts.task {
+        BenchTask::Append => format!(
+            "echo \"$ETCRON_JOB $ETCRON_SCHEDULED_AT_MS $ETCRON_ATTEMPT $ETCRON_WORKER_ID $ETCRON_FENCING_TOKEN\" >> {}",
+            file.display()
+        ),
+        BenchTask::True | BenchTask::Http => "true".to_owned(),
+    };
+    let receiver = receiver::Receiver::start().await?;
+    let jobs: Vec<String> = (0..n_jobs).map(|i| format!("bench-{i}")).collect();
+    let spec = if opts.task == BenchTask::Http {
+        json!({"schedule": "* * * * * *", "task": {"kind": "http", "url": receiver.url}})
+    } else {
+        json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": command}})
+    };
+    for job in &jobs {
+        c.put_job(job, spec.clone()).await?;
+    }
+    let store = c.mongo.store(&c.db).await?;
+    // Warm up: every job has run once.
+    let warm = now_ms();
+    wait_for(Duration::from_secs(120), "every job to run once", || async {
+        let runs = records_between(&store, warm, now_ms()).await.ok()?;
+        let seen: std::collections::BTreeSet<&str> = runs.iter().map(|r| r.job.as_str()).collect();
         (seen.len() == jobs.len()).then_some(())
     })
     .await?;
@@ -58,6 +130,7 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
         .iter()
         .filter_map(|w| Some((w.opts.id.clone(), w.proc.pid()?)))
         .chain(c.etcd.proc.pid().map(|p| ("etcd".to_owned(), p)))
+        .chain(c.mongo.proc.as_ref().and_then(Proc::pid).map(|p| ("mongodb".to_owned(), p)))
         .collect();
     let proposals0 = c.etcd.metric("etcd_server_proposals_committed_total").await?;
     let txn0 = c.etcd.metric_with("grpc_server_handled_total", "grpc_method=\"Txn\"").await?;
@@ -76,29 +149,80 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
         .zip(&cpu0)
         .map(|((_, p), c0)| proc_usage(*p).map_or((0.0, 0), |(c1, rss)| (c1 - c0, rss)))
         .collect();
-    // Let the last ticks of the window finish writing.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let fired = read_fired(&file);
-    let window: Vec<_> = fired.iter().filter(|f| f.scheduled_ms > from && f.scheduled_ms <= to).collect();
-    let report = check_every_second(&fired, &jobs, from, to);
-    let mut lateness: Vec<i64> =
-        window.iter().filter_map(|f| f.extra.first()?.parse::<i64>().ok().map(|s| s - f.scheduled_ms)).collect();
+    // Every tick of the window has a final record (or the check below reports it missing).
+    let first = (from / 1000 + 1) * 1000;
+    let last = to / 1000 * 1000;
+    let expected = jobs.len() * usize::try_from((last - first) / 1000 + 1)?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut runs = Vec::new();
+    while tokio::time::Instant::now() < deadline {
+        runs = records_between(&store, first, last).await?;
+        runs.retain(|r| r.status != etcron_common::model::Status::Running);
+        if runs.len() >= expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let window: Vec<_> = runs.iter().filter(|r| r.trigger == etcron_common::model::TriggerKind::Schedule).collect();
+    let not_succeeded = window.iter().filter(|r| r.status != etcron_common::model::Status::Succeeded).count();
+    let recorded: std::collections::BTreeSet<(&str, i64)> =
+        window.iter().map(|r| (r.job.as_str(), r.scheduled_ms)).collect();
+    let missing = expected - recorded.len().min(expected);
+    let hits: Vec<receiver::Hit> =
+        receiver.hits().into_iter().filter(|h| h.scheduled_ms >= first && h.scheduled_ms <= last).collect();
+    let mut lateness: Vec<i64> = if opts.task == BenchTask::Http {
+        hits.iter().map(|h| h.received_ms - h.scheduled_ms).collect()
+    } else {
+        window.iter().filter_map(|r| Some(started_ms(r)? - r.scheduled_ms)).collect()
+    };
     lateness.sort_unstable();
     let fires = window.len() as f64;
     println!("e2e: {n_jobs} jobs every second, {n_workers} workers, {seconds} s window ({} fires)", window.len());
-    println!("  duplicates            {}", report.duplicates.len());
-    println!("  missing ticks         {}", report.missing.len());
+    println!("  worker flags          {:?}", opts.worker_args);
+    match opts.task {
+        BenchTask::Append => {
+            let fired = read_fired(&file);
+            let report = check_every_second(&fired, &jobs, first - 1, last);
+            println!("  task                  echo ... >> file (builtins: one process per fire)");
+            println!(
+                "  duplicates            {} (runs the tasks wrote twice for one tick and attempt)",
+                report.duplicates.len()
+            );
+            println!("  missing ticks         {} (in the tasks' file)  {missing} (no record)", report.missing.len());
+        }
+        BenchTask::True => {
+            println!("  task                  true (runs counted from the records)");
+            println!("  missing ticks         {missing} (no record)");
+        }
+        BenchTask::Http => {
+            let mut seen: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+            for h in &hits {
+                *seen.entry(h.execution_id.as_str()).or_default() += 1;
+            }
+            let received: std::collections::BTreeSet<(&str, i64)> =
+                hits.iter().map(|h| (h.job.as_str(), h.scheduled_ms)).collect();
+            println!("  task                  HTTP GET to a receiver in the benchmark process (no process per fire)");
+            println!("  duplicates            {} (execution ids received twice)", seen.values().filter(|n| **n > 1).count());
+            println!(
+                "  missing ticks         {} (never received)  {missing} (no record)",
+                expected - received.len().min(expected)
+            );
+        }
+    }
+    println!("  not succeeded         {not_succeeded}");
     println!(
-        "  lateness ms           p50 {}  p99 {}  max {}",
+        "  lateness ms           p50 {}  p90 {}  p99 {}  max {}   ({})",
         quantile(&lateness, 0.5),
+        quantile(&lateness, 0.9),
         quantile(&lateness, 0.99),
-        lateness.last().copied().unwrap_or(0)
+        lateness.last().copied().unwrap_or(0),
+        if opts.task == BenchTask::Http { "request received" } else { "process spawned" }
     );
     println!("  etcd proposals/fire   {:.2}  (raft proposals committed: every write request)", proposals / fires);
     println!("  etcd Txn/fire {:.2}  Put/fire {:.3}  Range/fire {:.2}", txns / fires, puts / fires, ranges / fires);
     let mut per_worker: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
-    for f in &window {
-        *per_worker.entry(f.worker.as_str()).or_default() += 1;
+    for r in &window {
+        *per_worker.entry(r.worker_id.as_str()).or_default() += 1;
     }
     for ((name, _), (cpu, rss)) in pids.iter().zip(&usage) {
         println!(
@@ -110,17 +234,45 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
     }
     if let Some(path) = jsonl {
         let mut w = std::io::BufWriter::new(std::fs::File::create(&path)?);
-        for f in &window {
-            let started: i64 = f.extra.first().and_then(|s| s.parse().ok()).unwrap_or(0);
-            writeln!(
-                w,
-                "{}",
-                json!({"job": f.job, "scheduled_ms": f.scheduled_ms, "started_ms": started, "worker_id": f.worker})
-            )?;
+        if opts.task == BenchTask::Http {
+            for h in &hits {
+                let line = json!({"job": h.job, "scheduled_ms": h.scheduled_ms, "started_ms": h.received_ms, "worker_id": h.worker_id});
+                writeln!(w, "{line}")?;
+            }
+        } else {
+            for r in &window {
+                let line = json!({"job": r.job, "scheduled_ms": r.scheduled_ms, "started_ms": started_ms(r), "worker_id": r.worker_id});
+                writeln!(w, "{line}")?;
+            }
         }
         println!("  per-execution lines   {path}");
     }
     Ok(())
+}
+
+fn started_ms(r: &etcron_common::model::ExecutionRecord) -> Option<i64> {
+    let at = r.started_at.as_deref()?;
+    Some(chrono::DateTime::parse_from_rfc3339(at).ok()?.timestamp_millis())
+}
+
+/// Every record scheduled in `[from_ms, to_ms]`, all pages.
+async fn records_between(
+    store: &etcron_common::store::MongoStore,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<etcron_common::model::ExecutionRecord>> {
+    use etcron_common::store::{Cursor, Search};
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let s = Search { since_ms: Some(from_ms), until_ms: Some(to_ms), limit: 500, cursor, ..Search::default() };
+        let page = store.search(&s).await?;
+        out.extend(page.executions);
+        match page.next_cursor {
+            Some(next) => cursor = Some(Cursor::decode(&next)?),
+            None => return Ok(out),
+        }
+    }
 }
 
 /// `claims --jobs N`: N claim transactions started at the same instant on one client, as a
