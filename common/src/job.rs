@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::duration::HumanDuration;
 use crate::keys::validate_job_name;
-use crate::schedule::Schedule;
+use crate::schedule::{Schedule, ScheduleCache};
 use crate::size::ByteSize;
 
 /// Largest serialized spec.
@@ -324,8 +324,32 @@ impl JobSpec {
         Self::from_value(value)
     }
 
+    /// Like [`JobSpec::from_json`], with the schedule parsed through `cache` and handed back:
+    /// a worker loading many jobs parses each distinct schedule once.
+    pub fn from_json_cached(bytes: &[u8], cache: &mut ScheduleCache) -> Result<(Self, Schedule), SpecError> {
+        if bytes.len() > MAX_SPEC_BYTES {
+            return Err(SpecError {
+                field: None,
+                message: format!("job spec is {} bytes; the limit is {MAX_SPEC_BYTES}", bytes.len()),
+                too_large: true,
+            });
+        }
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| serde_error(".", &e.to_string(), true))?;
+        let spec = Self::decode(value)?;
+        let schedule = spec.validate_with(&mut |expression, timezone| cache.get(expression, timezone))?;
+        Ok((spec, schedule))
+    }
+
     /// Parses and validates a spec already decoded into a JSON value.
     pub fn from_value(value: serde_json::Value) -> Result<Self, SpecError> {
+        let spec = Self::decode(value)?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Reads a spec from a JSON value without validating its fields.
+    fn decode(value: serde_json::Value) -> Result<Self, SpecError> {
         objects_only(&value)?;
         // `task` is internally tagged, which makes serde lose the path of errors inside it:
         // check the task on its own first so its errors name e.g. `task.command`.
@@ -345,24 +369,29 @@ impl JobSpec {
                 }
             }
         }
-        let spec: JobSpec = serde_path_to_error::deserialize(value).map_err(|e| {
+        serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             serde_error(&path, &e.into_inner().to_string(), false)
-        })?;
-        spec.validate()?;
-        Ok(spec)
+        })
     }
 
     /// Checks every field; the schedule is parsed in the spec's timezone.
     pub fn validate(&self) -> Result<(), SpecError> {
-        let schedule = Schedule::parse(&self.schedule, &self.timezone);
-        if let Err(e) = schedule {
+        self.validate_with(&mut Schedule::parse).map(drop)
+    }
+
+    /// Checks every field, parsing the schedule with `parse`; returns the parsed schedule.
+    fn validate_with(
+        &self,
+        parse: &mut dyn FnMut(&str, &str) -> Result<Schedule, crate::schedule::ScheduleError>,
+    ) -> Result<Schedule, SpecError> {
+        let schedule = parse(&self.schedule, &self.timezone).map_err(|e| {
             let field = match e {
                 crate::schedule::ScheduleError::Timezone(_) => "timezone",
                 crate::schedule::ScheduleError::Expression(_) => "schedule",
             };
-            return Err(SpecError::at(field, e.to_string()));
-        }
+            SpecError::at(field, e.to_string())
+        })?;
         match &self.task {
             Task::Shell(shell) => validate_shell(shell)?,
             Task::Http(http) => validate_http(http)?,
@@ -419,7 +448,7 @@ impl JobSpec {
         if self.description.len() > MAX_DESCRIPTION_LEN {
             return Err(SpecError::at("description", format!("longer than {MAX_DESCRIPTION_LEN} bytes")));
         }
-        Ok(())
+        Ok(schedule)
     }
 
     /// Whether any secret of the task is `null` (withheld, or "keep it" in a PUT).

@@ -10,7 +10,9 @@
 //! fall-back overlap runs once, at its first occurrence. Interval patterns (`*/15 * * * *`) follow
 //! real elapsed time and never fire twice for one wall-clock time.
 
+use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -40,15 +42,13 @@ pub enum ScheduleError {
 
 #[derive(Debug, Clone)]
 enum Kind {
-    Cron(Box<Cron>),
+    /// Shared: a parsed pattern is ~5.7 KB (croner keeps a table of every year), and
+    /// [`ScheduleCache`] lets every job with the same schedule hold one.
+    Cron(Arc<Cron>),
     /// Fires at every multiple of the interval since the Unix epoch.
-    Every {
-        interval_ms: i64,
-    },
+    Every { interval_ms: i64 },
     /// Fires once.
-    At {
-        at_ms: UnixMs,
-    },
+    At { at_ms: UnixMs },
 }
 
 /// A parsed schedule bound to a timezone.
@@ -56,6 +56,47 @@ enum Kind {
 pub struct Schedule {
     kind: Kind,
     tz: Tz,
+}
+
+/// Parsed schedules shared by expression and timezone. A worker holding 100 000 jobs parses
+/// each distinct schedule once and keeps one copy of it, instead of a ~5.7 KB croner pattern per
+/// job; only cron patterns are kept (`@every` and `@at` are a few bytes each).
+#[derive(Debug, Default)]
+pub struct ScheduleCache {
+    parsed: HashMap<(String, String), Schedule>,
+}
+
+impl ScheduleCache {
+    /// The schedule for `expression` in `timezone`, parsed at most once while any job holds it.
+    pub fn get(&mut self, expression: &str, timezone: &str) -> Result<Schedule, ScheduleError> {
+        let key = (expression.to_owned(), timezone.to_owned());
+        if let Some(s) = self.parsed.get(&key) {
+            return Ok(s.clone());
+        }
+        let schedule = Schedule::parse(expression, timezone)?;
+        if matches!(schedule.kind, Kind::Cron(_)) {
+            self.parsed.insert(key, schedule.clone());
+        }
+        Ok(schedule)
+    }
+
+    /// Forgets the schedules nobody but the cache holds any more.
+    pub fn prune(&mut self) {
+        self.parsed.retain(|_, s| match &s.kind {
+            Kind::Cron(cron) => Arc::strong_count(cron) > 1,
+            _ => false,
+        });
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.parsed.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.parsed.is_empty()
+    }
 }
 
 /// Parses an IANA timezone name.
@@ -202,7 +243,7 @@ fn parse_kind(expression: &str) -> Result<Kind, ScheduleError> {
     }
     let cron = Cron::from_str(&pattern)
         .map_err(|e| ScheduleError::Expression(format!("invalid cron expression {pattern:?}: {e}")))?;
-    Ok(Kind::Cron(Box::new(cron)))
+    Ok(Kind::Cron(Arc::new(cron)))
 }
 
 fn strip_keyword<'a>(expr: &'a str, keyword: &str) -> Option<&'a str> {
@@ -216,6 +257,30 @@ fn strip_keyword<'a>(expr: &'a str, keyword: &str) -> Option<&'a str> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_cache_shares_one_parsed_pattern_per_schedule_and_forgets_unused_ones() {
+        let mut cache = ScheduleCache::default();
+        let a = cache.get("0 5 * * *", "UTC").unwrap();
+        let b = cache.get("0 5 * * *", "UTC").unwrap();
+        let other_tz = cache.get("0 5 * * *", "Europe/Berlin").unwrap();
+        let every = cache.get("@every 30s", "UTC").unwrap();
+        assert_eq!(cache.len(), 2, "one entry per (pattern, timezone); @every is not kept");
+        match (&a.kind, &b.kind) {
+            (Kind::Cron(x), Kind::Cron(y)) => assert!(Arc::ptr_eq(x, y)),
+            _ => panic!("cron schedules"),
+        }
+        assert_eq!(a.next_after(0), Schedule::parse("0 5 * * *", "UTC").unwrap().next_after(0));
+        assert_ne!(a.next_after(0), other_tz.next_after(0));
+        assert!(cache.get("not a schedule", "UTC").is_err());
+        drop((a, every));
+        cache.prune();
+        assert_eq!(cache.len(), 2, "b and other_tz still hold theirs");
+        drop((b, other_tz));
+        cache.prune();
+        assert!(cache.is_empty());
+    }
+
     use super::*;
 
     fn ms(rfc: &str) -> UnixMs {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use etcron_common::job::{Concurrency, JobSpec, Mode};
 use etcron_common::keys::{ExecutionId, Key, Part, Tick};
 use etcron_common::model::{TriggerKind, TriggerRequest};
-use etcron_common::schedule::Schedule;
+use etcron_common::schedule::{Schedule, ScheduleCache};
 use etcron_common::{now_ms, UnixMs};
 use tokio::sync::{mpsc, watch};
 
@@ -52,6 +52,8 @@ pub struct Scheduler {
     wheel: Wheel<Due>,
     jobs: HashMap<Arc<str>, JobEntry>,
     pending: HashMap<Arc<str>, Pending>,
+    /// One parsed copy of each distinct schedule the jobs use.
+    schedules: ScheduleCache,
     /// Manual-run requests that arrived before their job: triggers and jobs come on separate
     /// watch streams, so a brand-new job's trigger can overtake it.
     early_triggers: Vec<(tokio::time::Instant, String, String, TriggerRequest)>,
@@ -85,6 +87,7 @@ impl Scheduler {
             wheel: Wheel::new(wall_ms()),
             jobs: HashMap::new(),
             pending: HashMap::new(),
+            schedules: ScheduleCache::default(),
             early_triggers: Vec::new(),
         }
     }
@@ -237,7 +240,7 @@ impl Scheduler {
                 let known: std::collections::HashSet<Arc<str>> = self.jobs.keys().cloned().collect();
                 let mut seen = std::collections::HashSet::new();
                 for kv in kvs {
-                    if let Some(name) = self.upsert(&kv) {
+                    if let Some(name) = self.upsert(&kv, true) {
                         seen.insert(name);
                     }
                 }
@@ -252,19 +255,30 @@ impl Scheduler {
                 for name in gone {
                     self.remove(&name);
                 }
-                tracing::info!(jobs = self.jobs.len(), revision, "job list loaded");
+                self.schedules.prune();
+                tracing::info!(jobs = self.jobs.len(), schedules = self.schedules.len(), revision, "job list loaded");
                 crate::metrics::METRICS.jobs_revision.set(revision);
             }
             Update::Put(kv) => {
-                self.upsert(&kv);
+                self.upsert(&kv, false);
+                self.prune_schedules();
                 crate::metrics::METRICS.jobs_revision.set(kv.mod_revision);
             }
             Update::Delete { key, mod_revision } => {
                 if let Some(Key::Job(name)) = self.ctx.keys.parse(&key) {
                     self.remove(&Arc::from(name.as_str()));
+                    self.prune_schedules();
                 }
                 crate::metrics::METRICS.jobs_revision.set(mod_revision);
             }
+        }
+    }
+
+    /// Drops cached schedules no job uses, once there are many more of them than jobs (so a
+    /// stream of edits costs O(1) amortised).
+    fn prune_schedules(&mut self) {
+        if self.schedules.len() > 1_024 && self.schedules.len() > 2 * self.jobs.len() {
+            self.schedules.prune();
         }
     }
 
@@ -279,7 +293,9 @@ impl Scheduler {
     }
 
     /// Adds or replaces a job from its etcd value; returns its name when the key is a job key.
-    fn upsert(&mut self, kv: &Kv) -> Option<Arc<str>> {
+    /// `listed`: part of a (re-)list, logged per job at debug level only (the list is logged
+    /// once; 100 000 lines would slow a worker's start).
+    fn upsert(&mut self, kv: &Kv, listed: bool) -> Option<Arc<str>> {
         let Some(Key::Job(name)) = self.ctx.keys.parse(&kv.key) else {
             tracing::error!(
                 key = %String::from_utf8_lossy(&kv.key),
@@ -291,18 +307,10 @@ impl Scheduler {
         if self.jobs.get(&name).is_some_and(|e| e.mod_revision >= kv.mod_revision) {
             return Some(name);
         }
-        let spec = match JobSpec::from_json(&kv.value) {
-            Ok(spec) => spec,
+        let (spec, schedule) = match JobSpec::from_json_cached(&kv.value, &mut self.schedules) {
+            Ok(parsed) => parsed,
             Err(e) => {
                 tracing::error!(job = %name, key = %String::from_utf8_lossy(&kv.key), mod_revision = kv.mod_revision, bytes = kv.value.len(), error = %e, "job spec in etcd is invalid; job not scheduled until it is fixed");
-                self.remove(&name);
-                return None;
-            }
-        };
-        let schedule = match spec.parsed_schedule() {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(job = %name, key = %String::from_utf8_lossy(&kv.key), error = %e, "job schedule invalid; job not scheduled");
                 self.remove(&name);
                 return None;
             }
@@ -315,7 +323,11 @@ impl Scheduler {
                 self.ctx.jobs.set(&name, Some(JobRef { spec: entry.spec.clone(), mod_revision: kv.mod_revision }));
                 entry.schedule = schedule;
                 entry.mod_revision = kv.mod_revision;
-                tracing::info!(job = %name, mod_revision = kv.mod_revision, "job updated");
+                if listed {
+                    tracing::debug!(job = %name, mod_revision = kv.mod_revision, "job updated");
+                } else {
+                    tracing::info!(job = %name, mod_revision = kv.mod_revision, "job updated");
+                }
                 if timing_same && entry.wheel_key.is_some() {
                     // The pending tick stays; it runs with the new spec.
                     return Some(name);
@@ -326,7 +338,11 @@ impl Scheduler {
                 self.ctx.jobs.set(&name, Some(JobRef { spec: spec.clone(), mod_revision: kv.mod_revision }));
                 self.jobs
                     .insert(name.clone(), JobEntry { spec, schedule, mod_revision: kv.mod_revision, wheel_key: None });
-                tracing::info!(job = %name, mod_revision = kv.mod_revision, "job added");
+                if listed {
+                    tracing::debug!(job = %name, mod_revision = kv.mod_revision, "job added");
+                } else {
+                    tracing::info!(job = %name, mod_revision = kv.mod_revision, "job added");
+                }
                 self.run_early_triggers(&name);
             }
         }
