@@ -270,7 +270,11 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         // Give the workers ranked before this one a head start, then look before writing: a
         // read costs etcd no raft proposal, a losing txn does. No capacity slot is taken
         // before: a tick that is taken already must not make this worker look full.
-        tokio::time::sleep(ctx.config.claim_stagger * u32::try_from(rank).unwrap_or(u32::MAX)).await;
+        // A tick raced ahead of its time can space the ranks out over the lead at no cost to
+        // its start, so fewer rank-0 claims are still in flight when the next rank looks.
+        let ahead_ms = u64::try_from(fire.scheduled_ms - now_ms()).unwrap_or(0);
+        let step = ctx.config.claim_stagger.max(Duration::from_millis(ahead_ms / 4));
+        tokio::time::sleep(step * u32::try_from(rank).unwrap_or(u32::MAX)).await;
         match claim::claim_exists(&ctx.client, &claim_key).await {
             Ok(true) => {
                 METRICS.claims.with_label_values(&["taken"]).inc();

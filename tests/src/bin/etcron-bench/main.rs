@@ -94,6 +94,9 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
     let mut c = Cluster::start("bench-e2e", 0).await?;
     for i in 1..=n_workers {
         let mut w = WorkerOpts::new(&format!("w{i}"));
+        // The production default, not the tests' short TTL: a saturated machine can delay a
+        // keep-alive past 3 s.
+        "10s".clone_into(&mut w.session_ttl);
         w.extra.clone_from(&opts.worker_args);
         c.add_worker(w)?;
     }
@@ -202,7 +205,10 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
             let received: std::collections::BTreeSet<(&str, i64)> =
                 hits.iter().map(|h| (h.job.as_str(), h.scheduled_ms)).collect();
             println!("  task                  HTTP GET to a receiver in the benchmark process (no process per fire)");
-            println!("  duplicates            {} (execution ids received twice)", seen.values().filter(|n| **n > 1).count());
+            println!(
+                "  duplicates            {} (execution ids received twice)",
+                seen.values().filter(|n| **n > 1).count()
+            );
             println!(
                 "  missing ticks         {} (never received)  {missing} (no record)",
                 expected - received.len().min(expected)

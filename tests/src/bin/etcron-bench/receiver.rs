@@ -64,8 +64,8 @@ async fn serve(mut stream: tokio::net::TcpStream, hits: Arc<Mutex<Vec<Hit>>>) {
                 .unwrap_or_default()
                 .to_owned()
         };
-        let scheduled_ms = chrono::DateTime::parse_from_rfc3339(&header("x-etcron-scheduled-at"))
-            .map_or(0, |t| t.timestamp_millis());
+        let scheduled_ms =
+            chrono::DateTime::parse_from_rfc3339(&header("x-etcron-scheduled-at")).map_or(0, |t| t.timestamp_millis());
         let hit = Hit {
             execution_id: header("x-etcron-execution-id"),
             job: header("x-etcron-job"),
