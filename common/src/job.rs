@@ -312,31 +312,13 @@ impl SpecError {
 impl JobSpec {
     /// Parses and validates a JSON spec (the body of `PUT /api/jobs/{job}`).
     pub fn from_json(bytes: &[u8]) -> Result<Self, SpecError> {
-        if bytes.len() > MAX_SPEC_BYTES {
-            return Err(SpecError {
-                field: None,
-                message: format!("job spec is {} bytes; the limit is {MAX_SPEC_BYTES}", bytes.len()),
-                too_large: true,
-            });
-        }
-        let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| serde_error(".", &e.to_string(), true))?;
-        Self::from_value(value)
+        Self::from_value(json_value(bytes)?)
     }
 
     /// Like [`JobSpec::from_json`], with the schedule parsed through `cache` and handed back:
     /// a worker loading many jobs parses each distinct schedule once.
     pub fn from_json_cached(bytes: &[u8], cache: &mut ScheduleCache) -> Result<(Self, Schedule), SpecError> {
-        if bytes.len() > MAX_SPEC_BYTES {
-            return Err(SpecError {
-                field: None,
-                message: format!("job spec is {} bytes; the limit is {MAX_SPEC_BYTES}", bytes.len()),
-                too_large: true,
-            });
-        }
-        let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| serde_error(".", &e.to_string(), true))?;
-        let spec = Self::decode(value)?;
+        let spec = Self::decode(json_value(bytes)?)?;
         let schedule = spec.validate_with(&mut |expression, timezone| cache.get(expression, timezone))?;
         Ok((spec, schedule))
     }
@@ -495,6 +477,18 @@ impl JobSpec {
     pub fn parsed_schedule(&self) -> Result<Schedule, crate::schedule::ScheduleError> {
         Schedule::parse(&self.schedule, &self.timezone)
     }
+}
+
+/// The JSON value of a spec's bytes, refused past `MAX_SPEC_BYTES`.
+fn json_value(bytes: &[u8]) -> Result<serde_json::Value, SpecError> {
+    if bytes.len() > MAX_SPEC_BYTES {
+        return Err(SpecError {
+            field: None,
+            message: format!("job spec is {} bytes; the limit is {MAX_SPEC_BYTES}", bytes.len()),
+            too_large: true,
+        });
+    }
+    serde_json::from_slice(bytes).map_err(|e| serde_error(".", &e.to_string(), true))
 }
 
 /// serde reads a struct from a JSON array too (fields by position), so `["* * * * *", "UTC",

@@ -811,3 +811,26 @@ pub async fn scrape(url: &str, token: Option<&str>) -> Result<Scrape> {
     }
     Ok(Scrape::parse(&text))
 }
+
+/// A small deterministic generator (xorshift64*): a seed replays the same faults (chaos suite)
+/// or the same deadlines (benchmarks).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// A duration uniform in `from..=to` milliseconds.
+    pub fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from + 1))
+    }
+}

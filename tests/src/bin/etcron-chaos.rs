@@ -19,31 +19,13 @@ use anyhow::{bail, Context, Result};
 use etcron_common::store::{MongoStore, Search};
 use etcron_tests::etcd_cluster::EtcdCluster;
 use etcron_tests::{
-    db_name, log_dir, now_ms, read_fired, record_command, wait_for, Fired, Master, Mongo, Worker, WorkerOpts,
+    db_name, log_dir, now_ms, read_fired, record_command, wait_for, Fired, Master, Mongo, Rng, Worker, WorkerOpts,
 };
 use nix::sys::signal::Signal;
 use serde_json::json;
 
 /// Session TTL of the workers (the harness default); a stop lasts longer than this.
 const SESSION_TTL: Duration = Duration::from_secs(3);
-
-/// A small deterministic generator (xorshift64*), so a seed replays the same faults.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from + 1))
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {

@@ -12,23 +12,8 @@ use std::collections::BinaryHeap;
 use std::time::Instant;
 
 use anyhow::Result;
+use etcron_tests::Rng;
 use etcron_worker::wheel::Wheel;
-
-/// A small deterministic generator (xorshift64*), so every run uses the same deadlines.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A heap schedule with O(1) cancel by generation, as heap-based cron schedulers do it.
 struct HeapSchedule {
