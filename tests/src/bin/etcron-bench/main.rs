@@ -1,11 +1,10 @@
-//! Benchmarks that print figures (they assert nothing about speed).
-//!
-//! `etcron-bench e2e --jobs 50 --workers 3 --seconds 60`: N jobs firing every second across W
-//! workers on one etcd. Prints duplicates, misses, fire lateness (task start minus scheduled
-//! time, measured by the task itself), etcd write requests per fire (from etcd's own metrics),
-//! CPU and RSS of every worker and of etcd, and writes one JSON line per execution
-//! (`{"job","scheduled_ms","started_ms","worker_id"}`) for comparisons with other schedulers.
-//! Run it from a release build: `cargo run --release -p etcron-tests --bin etcron-bench -- e2e`.
+//! Benchmarks that print figures (they assert nothing about speed); BENCHMARKS.md has the
+//! commands and results. Scenarios: `e2e` (N jobs every second across W workers: duplicates,
+//! misses, lateness from the execution records or an HTTP receiver, etcd writes per fire from
+//! etcd's own metrics, CPU and RSS, one JSON line per execution
+//! `{"job","scheduled_ms","started_ms","worker_id"}`), `spawn` (the process-creation floor),
+//! `failover`, `scale`, `wheel`, `claims`, `sink`, `search`.
+//! Run it from a release build: `cargo build --release --workspace --bins`.
 
 mod failover;
 mod receiver;
