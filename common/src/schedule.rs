@@ -257,6 +257,7 @@ fn strip_keyword<'a>(expr: &'a str, keyword: &str) -> Option<&'a str> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn the_cache_shares_one_parsed_pattern_per_schedule_and_forgets_unused_ones() {
@@ -280,8 +281,6 @@ mod tests {
         cache.prune();
         assert!(cache.is_empty());
     }
-
-    use super::*;
 
     fn ms(rfc: &str) -> UnixMs {
         DateTime::parse_from_rfc3339(rfc).unwrap().timestamp_millis()

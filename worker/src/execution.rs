@@ -427,7 +427,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         let wait = tokio::time::sleep(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)));
         tokio::select! {
             () = wait => {}
-            _ = stop.wait_for(Option::is_some) => {}
+            _ = executor::wait_stop(&mut stop) => {}
         }
     }
     // Handed to the executor now; a shell task's start is when its process was spawned.
