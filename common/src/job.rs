@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::duration::HumanDuration;
 use crate::keys::validate_job_name;
+use crate::notify::{self, NotifyTarget};
 use crate::schedule::{Schedule, ScheduleCache};
 use crate::size::ByteSize;
 
@@ -95,6 +96,10 @@ pub struct JobSpec {
     /// Resource limits of each process of a shell task (`output` applies to any task).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
+    /// Webhooks told about this job's outcomes (`crate::notify`). Absent: the worker's default
+    /// targets; `[]`: none at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<Vec<NotifyTarget>>,
 }
 
 /// `limits`: applied with `setrlimit` to the task's shell before it runs, so each process of
@@ -304,7 +309,7 @@ pub struct SpecError {
 }
 
 impl SpecError {
-    fn at(field: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn at(field: &str, message: impl Into<String>) -> Self {
         Self { field: Some(field.to_owned()), message: message.into(), too_large: false }
     }
 }
@@ -430,6 +435,9 @@ impl JobSpec {
         if self.description.len() > MAX_DESCRIPTION_LEN {
             return Err(SpecError::at("description", format!("longer than {MAX_DESCRIPTION_LEN} bytes")));
         }
+        if let Some(targets) = &self.notify {
+            notify::validate_targets("notify", targets)?;
+        }
         Ok(schedule)
     }
 
@@ -439,12 +447,21 @@ impl JobSpec {
         self.task.secrets().values().any(Option::is_none)
     }
 
+    /// Whether any secret (of the task or of a `notify` target) is `null`.
+    #[must_use]
+    pub fn withholds_secrets(&self) -> bool {
+        self.task_withholds_secrets() || self.notify.iter().flatten().any(NotifyTarget::withholds_secrets)
+    }
+
     /// The spec as the API shows it: every secret value withheld (`null`).
     #[must_use]
     pub fn redacted(&self) -> Self {
         let mut spec = self.clone();
         for value in spec.task.secrets_mut().1.values_mut() {
             *value = None;
+        }
+        if let Some(targets) = &mut spec.notify {
+            *targets = targets.iter().map(NotifyTarget::redacted).collect();
         }
         spec
     }
@@ -462,6 +479,10 @@ impl JobSpec {
                     return Err(MissingSecret { field: format!("{field}.{name}") });
                 }
             }
+        }
+        if let Some(targets) = &mut self.notify {
+            let stored = stored.and_then(|s| s.notify.as_deref()).unwrap_or_default();
+            notify::keep_secrets("notify", targets, stored).map_err(|field| MissingSecret { field })?;
         }
         Ok(())
     }
@@ -504,6 +525,11 @@ fn objects_only(value: &serde_json::Value) -> Result<(), SpecError> {
     for field in ["task", "retries", "limits"] {
         if value.get(field).is_some_and(serde_json::Value::is_array) {
             return Err(SpecError::at(field, "must be a JSON object"));
+        }
+    }
+    if let Some(targets) = value.get("notify").and_then(serde_json::Value::as_array) {
+        if let Some(i) = targets.iter().position(serde_json::Value::is_array) {
+            return Err(SpecError::at(&format!("notify[{i}]"), "must be a JSON object"));
         }
     }
     Ok(())
@@ -989,6 +1015,43 @@ mod tests {
         }
     }
 
+    #[test]
+    fn notify_targets_are_validated_and_their_secrets_withheld() {
+        let body = r#"{"schedule":"@daily","task":{"kind":"shell","command":"x"},
+            "notify":[{"url":"https://h/x"},{"name":"ops","secret_url":"https://hooks.slack.com/services/T/B/X","format":"slack","on":["failure","missed"]}]}"#;
+        let stored = parse(body).unwrap();
+        let targets = stored.notify.as_ref().unwrap();
+        assert_eq!(targets.len(), 2);
+        let shown = serde_json::to_value(stored.redacted()).unwrap();
+        assert_eq!(shown["notify"][1]["secret_url"], serde_json::Value::Null);
+        assert_eq!(shown["notify"][0]["url"], "https://h/x");
+        assert!(!shown.to_string().contains("services/T"));
+        let mut again = JobSpec::from_value(shown.clone()).unwrap();
+        assert!(again.withholds_secrets() && !again.task_withholds_secrets());
+        again.keep_secrets(Some(&stored)).unwrap();
+        assert_eq!(again, stored);
+        let mut fresh = JobSpec::from_value(shown).unwrap();
+        assert_eq!(fresh.keep_secrets(None).unwrap_err().field, "notify[1].secret_url");
+        // `[]` means no notifications and stays `[]`; absent stays absent.
+        let none = parse(r#"{"schedule":"@daily","task":{"kind":"shell","command":"x"},"notify":[]}"#).unwrap();
+        assert_eq!(none.notify.as_deref(), Some(&[][..]));
+        assert_eq!(serde_json::to_value(&none).unwrap()["notify"], serde_json::json!([]));
+        let absent = parse(r#"{"schedule":"@daily","task":{"kind":"shell","command":"x"}}"#).unwrap();
+        assert!(absent.notify.is_none() && serde_json::to_value(&absent).unwrap().get("notify").is_none());
+        for (notify, field) in [
+            (r#"[{"url":"https://h/x","on":["failure","boom"]}]"#, "notify[0].on[1]"),
+            (r#"[{"url":"https://h/x"},{"url":"gopher://h"}]"#, "notify[1].url"),
+            (r#"[{"url":"https://h/x","format":"xml"}]"#, "notify[0].format"),
+            (r#"[{"url":"https://h/x","extra":1}]"#, "notify[0].extra"),
+            (r#"[["https://h/x"]]"#, "notify[0]"),
+            (r#"{"url":"https://h/x"}"#, "notify"),
+            (r#"[{"secret_url":"https://h/x","headers":{"User-Agent":"me"}}]"#, "notify[0].headers.User-Agent"),
+        ] {
+            let body = format!(r#"{{"schedule":"@daily","task":{{"kind":"shell","command":"x"}},"notify":{notify}}}"#);
+            assert_eq!(field_of(&body).as_deref(), Some(field), "{body}");
+        }
+    }
+
     /// Property tests: no JSON value makes validation panic; every refusal says what is wrong
     /// and names a field that exists (in the body, or in the spec's schema when it is missing);
     /// every accepted spec survives a trip through its own JSON.
@@ -1002,6 +1065,11 @@ mod tests {
 
         /// Field names of the spec (so generated objects often hit real fields) and some others.
         const NAMES: &[&str] = &[
+            "notify",
+            "on",
+            "format",
+            "secret_url",
+            "name",
             "limits",
             "memory",
             "cpu",
@@ -1094,6 +1162,9 @@ mod tests {
             "30s",
             "1500ms",
             "a\0b",
+            "failure",
+            "recovery",
+            "slack",
         ];
 
         fn leaf() -> impl Strategy<Value = Value> {
@@ -1138,6 +1209,10 @@ mod tests {
                 json!({"schedule": "@every 10s", "mode": "broadcast", "task": {"kind": "http", "url": "https://h/x",
                     "method": "POST", "headers": {"X-A": "1"}, "secret_headers": {"Authorization": "t"},
                     "body": "{}", "expect_status": 204}}),
+                json!({"schedule": "@hourly", "task": {"kind": "shell", "command": "true"},
+                    "notify": [{"url": "https://h/x", "on": ["failure", "success"], "headers": {"X-A": "1"}},
+                        {"name": "ops", "secret_url": "https://hooks.example/T/B", "format": "slack",
+                         "secret_headers": {"Authorization": "t"}}]}),
             ])
         }
 
@@ -1149,7 +1224,14 @@ mod tests {
         }
 
         fn edit() -> impl Strategy<Value = Edit> {
-            let place = prop::sample::select(vec![None, Some("task"), Some("retries"), Some("mode"), Some("limits")]);
+            let place = prop::sample::select(vec![
+                None,
+                Some("task"),
+                Some("retries"),
+                Some("mode"),
+                Some("limits"),
+                Some("notify"),
+            ]);
             prop_oneof![
                 3 => (place.clone(), name(), prop_oneof![leaf(), json_value()]).prop_map(|(p, n, v)| Edit::Set(p, n, v)),
                 1 => (place, name()).prop_map(|(p, n)| Edit::Remove(p, n)),
@@ -1165,6 +1247,8 @@ mod tests {
                     };
                     let target = match place {
                         None => Some(&mut spec),
+                        // Edits of `notify` land in its first target.
+                        Some("notify") => spec.get_mut("notify").and_then(|n| n.get_mut(0)),
                         Some(p) => spec.get_mut(p),
                     };
                     if let Some(Value::Object(map)) = target {

@@ -8,6 +8,7 @@
 //! {ns}/kill/{job}/{execution_id|all}      KillCommand          (lease >= 60 s)
 //! {ns}/trigger/{job}/{request_id}         TriggerRequest       (lease >= 60 s)
 //! {ns}/state/{job}                        JobState
+//! {ns}/health/{job}                       JobHealth            (jobs notifying `recovery`)
 //! ```
 //! `{tick}` is the scheduled time in Unix ms, or `manual-{request_id}` for a manual run.
 //! Execution ids are `{job}@{tick}#{attempt}`.
@@ -258,6 +259,8 @@ pub enum Key {
         request_id: String,
     },
     State(String),
+    /// The job's health for `recovery` notifications.
+    Health(String),
     Lock {
         job: String,
         part: Part,
@@ -375,6 +378,16 @@ impl Keys {
     pub fn state(&self, job: &str) -> String {
         format!("{}/state/{job}", self.ns)
     }
+    /// Whether the job's last final outcome was a failure, for `recovery` notifications; kept
+    /// by workers only for jobs with a target that asks for `recovery`, deleted with the job.
+    #[must_use]
+    pub fn health(&self, job: &str) -> String {
+        format!("{}/health/{job}", self.ns)
+    }
+    #[must_use]
+    pub fn health_prefix(&self) -> String {
+        format!("{}/health/", self.ns)
+    }
 
     /// Parses any key of this namespace; `None` for keys outside it or malformed ones.
     #[must_use]
@@ -387,6 +400,7 @@ impl Keys {
             "jobs" if job_ok(rest) => Some(Key::Job(rest.to_owned())),
             "workers" if validate_id(rest).is_ok() => Some(Key::Worker(rest.to_owned())),
             "state" if job_ok(rest) => Some(Key::State(rest.to_owned())),
+            "health" if job_ok(rest) => Some(Key::Health(rest.to_owned())),
             "lock" => {
                 let (job, part) = match rest.find(':') {
                     Some(i) => rest.split_at(i),
@@ -482,6 +496,7 @@ mod tests {
             ),
             (k.trigger("db-backup", "r-1"), Key::Trigger { job: "db-backup".into(), request_id: "r-1".into() }),
             (k.state("db-backup"), Key::State("db-backup".into())),
+            (k.health("db-backup"), Key::Health("db-backup".into())),
         ];
         for (key, parsed) in cases {
             assert_eq!(k.parse(key.as_bytes()), Some(parsed), "{key}");
@@ -493,6 +508,9 @@ mod tests {
         assert_eq!(k.claim(&on_worker), "/etcron/claims/nightly.report/1764547200000:worker-w-1");
         assert_eq!(shard.to_string(), "nightly.report@1764547200000:shard-3#2");
         assert_eq!(dep.to_string(), "alert@dep-1234#1");
+        assert_eq!(k.health("db-backup"), "/etcron/health/db-backup");
+        assert!(k.health("db-backup").starts_with(&k.health_prefix()));
+        assert_eq!(k.parse(b"/etcron/health/Bad"), None);
     }
 
     #[test]
@@ -639,6 +657,7 @@ mod tests {
                 execution_id().prop_map(|id| Key::Kill { job: id.job.clone(), target: KillTarget::Execution(id) }),
                 (job_name(), id()).prop_map(|(job, request_id)| Key::Trigger { job, request_id }),
                 job_name().prop_map(Key::State),
+                job_name().prop_map(Key::Health),
                 (job_name(), part()).prop_map(|(job, part)| Key::Lock { job, part }),
             ]
         }
@@ -653,6 +672,7 @@ mod tests {
                 Key::Kill { job, target } => keys.kill(job, target),
                 Key::Trigger { job, request_id } => keys.trigger(job, request_id),
                 Key::State(job) => keys.state(job),
+                Key::Health(job) => keys.health(job),
                 Key::Lock { job, part } => keys.lock(job, part),
             }
         }
@@ -682,8 +702,9 @@ mod tests {
         /// Text near the key grammar: the separators, signs and leading zeros a parser may
         /// accept by mistake.
         fn near_key() -> impl Strategy<Value = Vec<u8>> {
-            let kind =
-                prop::sample::select(vec!["jobs", "workers", "claims", "running", "kill", "trigger", "state", "lock"]);
+            let kind = prop::sample::select(vec![
+                "jobs", "workers", "claims", "running", "kill", "trigger", "state", "health", "lock",
+            ]);
             let piece = "[a-z0-9@#:+_./-]{0,6}|0[0-9]{1,3}|\\+[0-9]{1,3}|manual-|dep-|:shard-|:worker-|#|@|all";
             let rest = proptest::collection::vec(piece, 0..8).prop_map(|p| p.concat());
             (kind, rest).prop_map(|(kind, rest)| format!("/etcron/{kind}/{rest}").into_bytes())

@@ -1,6 +1,6 @@
 //! Shared vocabulary of etcron: job model and validation, the job dependency graph, schedules,
-//! the etcd key layout, the records stored in etcd, the etcd session and claim helpers, and
-//! bounded task output.
+//! the etcd key layout, the records stored in etcd, the etcd session and claim helpers,
+//! bounded task output, and webhook notification targets and records.
 
 #[cfg(test)]
 mod check;
@@ -12,6 +12,7 @@ pub mod job;
 pub mod keys;
 pub mod metrics;
 pub mod model;
+pub mod notify;
 pub mod output;
 pub mod schedule;
 pub mod session;

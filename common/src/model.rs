@@ -20,6 +20,12 @@ pub struct WorkerInfo {
     pub version: String,
     /// RFC 3339.
     pub started_at: String,
+    /// Where masters read the live output of this worker's running executions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_url: Option<String>,
+    /// Bearer token for `output_url`. Only in etcd: the API never shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_token: Option<String>,
 }
 
 impl WorkerInfo {

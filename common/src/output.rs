@@ -68,6 +68,94 @@ impl BoundedOutput {
     }
 }
 
+/// A part of the output stream, read from some offset on: bytes, or bytes the bound cut out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Bytes(Vec<u8>),
+    /// This many bytes were produced here but are no longer kept.
+    Gap(u64),
+}
+
+impl BoundedOutput {
+    /// What was produced from stream offset `from` on (offsets count every byte ever pushed),
+    /// as kept bytes and gaps, and the offset to read from next (`total()`). A follower that
+    /// read up to `from` calls this to catch up; what the bound dropped in between is a gap.
+    #[must_use]
+    pub fn read_from(&self, from: u64) -> (Vec<Piece>, u64) {
+        let mut pieces = Vec::new();
+        let head_len = self.head.len() as u64;
+        // The head holds offsets [0, head_len), the tail [tail_start, total); between them,
+        // when the tail overflowed, lies what was cut.
+        let tail_start = self.total - self.tail.len() as u64;
+        let mut at = from.min(self.total);
+        if at < head_len {
+            pieces.push(Piece::Bytes(self.head[usize::try_from(at).unwrap_or(usize::MAX)..].to_vec()));
+            at = head_len;
+        }
+        if at < tail_start {
+            pieces.push(Piece::Gap(tail_start - at));
+            at = tail_start;
+        }
+        if at < self.total {
+            let skip = usize::try_from(at - tail_start).unwrap_or(usize::MAX);
+            pieces.push(Piece::Bytes(self.tail.iter().skip(skip).copied().collect()));
+        }
+        (pieces, self.total)
+    }
+}
+
+/// Turns a byte stream cut into arbitrary chunks into text: a character split between two
+/// chunks is held back until its end arrives; invalid bytes become U+FFFD.
+#[derive(Debug, Default)]
+pub struct Utf8Chunks {
+    pending: Vec<u8>,
+}
+
+impl Utf8Chunks {
+    /// The text `bytes` complete (with what was held back before).
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let mut out = String::new();
+        let mut rest: &[u8] = &self.pending;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(text) => {
+                    out.push_str(text);
+                    rest = &[];
+                    break;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                    match e.error_len() {
+                        Some(bad) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            rest = &after[bad..];
+                        }
+                        // An incomplete character at the end: wait for the rest of it.
+                        None => {
+                            rest = after;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.pending = rest.to_vec();
+        out
+    }
+
+    /// Drops what was held back (a gap follows, or the stream ended): U+FFFD if anything was.
+    pub fn flush(&mut self) -> String {
+        if self.pending.is_empty() {
+            String::new()
+        } else {
+            self.pending.clear();
+            char::REPLACEMENT_CHARACTER.to_string()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,6 +178,62 @@ mod tests {
         assert!(o.truncated());
         assert_eq!(o.total(), 18);
         assert_eq!(o.render(), "abcd\n[... 10 bytes omitted ...]\nopqr");
+    }
+
+    #[test]
+    fn a_follower_reads_what_is_kept_and_gaps_for_what_was_cut() {
+        let mut o = BoundedOutput::new(8);
+        o.push(b"abc");
+        assert_eq!(o.read_from(0), (vec![Piece::Bytes(b"abc".to_vec())], 3));
+        assert_eq!(o.read_from(3), (vec![], 3));
+        o.push(b"defgh");
+        // head "abcd", tail "efgh": nothing cut yet.
+        assert_eq!(o.read_from(3), (vec![Piece::Bytes(b"d".to_vec()), Piece::Bytes(b"efgh".to_vec())], 8));
+        o.push(b"ijklmnop");
+        // 16 bytes: head "abcd", tail "mnop"; offsets 4..12 were cut.
+        assert_eq!(o.read_from(8), (vec![Piece::Gap(4), Piece::Bytes(b"mnop".to_vec())], 16));
+        assert_eq!(o.read_from(13), (vec![Piece::Bytes(b"nop".to_vec())], 16));
+        assert_eq!(
+            o.read_from(0),
+            (vec![Piece::Bytes(b"abcd".to_vec()), Piece::Gap(8), Piece::Bytes(b"mnop".to_vec())], 16)
+        );
+        // An offset beyond the end reads nothing.
+        assert_eq!(o.read_from(99), (vec![], 16));
+    }
+
+    #[test]
+    fn reading_in_steps_equals_the_whole_when_nothing_is_cut() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let mut o = BoundedOutput::new(1000);
+        let mut read = Vec::new();
+        let mut at = 0;
+        for chunk in data.chunks(7) {
+            o.push(chunk);
+            let (pieces, next) = o.read_from(at);
+            for p in pieces {
+                match p {
+                    Piece::Bytes(b) => read.extend(b),
+                    Piece::Gap(n) => panic!("unexpected gap of {n}"),
+                }
+            }
+            at = next;
+        }
+        assert_eq!(read, data);
+    }
+
+    #[test]
+    fn characters_split_between_chunks_are_joined() {
+        let text = "größe → ✓ 🦀";
+        for split in 0..=text.len() {
+            let mut d = Utf8Chunks::default();
+            let mut out = d.push(&text.as_bytes()[..split]);
+            out.push_str(&d.push(&text.as_bytes()[split..]));
+            assert_eq!(out, text, "split at {split}");
+            assert_eq!(d.flush(), "");
+        }
+        let mut d = Utf8Chunks::default();
+        assert_eq!(d.push(b"a\xffb\xe2\x86"), "a\u{fffd}b");
+        assert_eq!(d.flush(), "\u{fffd}");
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! The execution-record store: MongoDB collection `executions`, `_id` = execution id.
+//! The execution-record store: MongoDB collection `executions`, `_id` = execution id; and the
+//! notification deliveries: collection `notifications`, `_id` = delivery id.
 //!
 //! Only features MongoDB 6 has are used: the `update` command with upserts for batched,
 //! idempotent writes; compound indexes for every search filter; a multikey index over the
-//! words of output and error for `q`; a TTL index on `finished_at` for retention.
+//! words of output and error for `q`; a TTL index on `finished_at` (deliveries: `created_at`)
+//! for retention.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -15,9 +17,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::keys::ExecutionId;
 use crate::model::{ExecutionRecord, Status, TriggerKind};
+use crate::notify::{Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat};
 use crate::UnixMs;
 
 pub const COLLECTION: &str = "executions";
+/// Notification deliveries, one document per delivery with all its attempts.
+pub const NOTIFICATIONS: &str = "notifications";
+const NOTIFICATIONS_TTL_INDEX: &str = "notif_ttl_created";
 /// Most records per search page.
 pub const MAX_LIMIT: i64 = 500;
 /// Default records per search page.
@@ -306,11 +312,92 @@ pub fn time_page(
     }
 }
 
+/// A search of `GET /api/notifications`, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct NotificationSearch {
+    pub job: Option<String>,
+    pub execution_id: Option<String>,
+    pub event: Option<NotifyEvent>,
+    pub limit: i64,
+}
+
+/// The stored document of a delivery.
+#[must_use]
+pub fn notification_document(n: &Delivery) -> Document {
+    let attempts: Vec<Document> = n
+        .attempts
+        .iter()
+        .map(|a| {
+            doc! {
+                "at": date(Some(&a.at)),
+                "duration_ms": i64::try_from(a.duration_ms).unwrap_or(i64::MAX),
+                "http_status": a.http_status.map(i32::from),
+                "error": a.error.as_deref(),
+            }
+        })
+        .collect();
+    doc! {
+        "_id": &n.id,
+        "job": &n.job,
+        "execution_id": &n.execution_id,
+        "event": n.event.as_str(),
+        "target": &n.target,
+        "target_name": n.target_name.as_deref(),
+        "default_target": n.default_target,
+        "format": n.format.as_str(),
+        "worker_id": &n.worker_id,
+        "state": n.state.as_str(),
+        "attempts": attempts,
+        "created_at": date(Some(&n.created_at)),
+        "finished_at": date(n.finished_at.as_deref()),
+    }
+}
+
+/// A stored delivery document back as a delivery.
+pub fn notification_from_document(d: &Document) -> Result<Delivery, StoreError> {
+    let bad = |what: &str| StoreError::Failed(format!("stored notification has no valid {what}"));
+    let str_of = |k: &str| d.get_str(k).ok().map(str::to_owned);
+    let parse = |k: &str| -> Result<Bson, StoreError> { d.get(k).cloned().ok_or_else(|| bad(k)) };
+    let event: NotifyEvent = bson::from_bson(parse("event")?).map_err(|_| bad("event"))?;
+    let state: DeliveryState = bson::from_bson(parse("state")?).map_err(|_| bad("state"))?;
+    let format: NotifyFormat = bson::from_bson(parse("format")?).unwrap_or_default();
+    let attempts = d
+        .get_array("attempts")
+        .map(|list| {
+            list.iter()
+                .filter_map(Bson::as_document)
+                .map(|a| Attempt {
+                    at: rfc(a.get("at")).unwrap_or_default(),
+                    duration_ms: int(a.get("duration_ms")).and_then(|v| u64::try_from(v).ok()).unwrap_or(0),
+                    http_status: int(a.get("http_status")).and_then(|v| u16::try_from(v).ok()),
+                    error: a.get_str("error").ok().map(str::to_owned),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Delivery {
+        id: str_of("_id").ok_or_else(|| bad("_id"))?,
+        job: str_of("job").unwrap_or_default(),
+        execution_id: str_of("execution_id").unwrap_or_default(),
+        event,
+        target: str_of("target").unwrap_or_default(),
+        target_name: str_of("target_name"),
+        default_target: d.get_bool("default_target").unwrap_or(false),
+        format,
+        worker_id: str_of("worker_id").unwrap_or_default(),
+        state,
+        attempts,
+        created_at: rfc(d.get("created_at")).unwrap_or_default(),
+        finished_at: rfc(d.get("finished_at")),
+    })
+}
+
 /// The MongoDB-backed store. Connecting is lazy: `connect` succeeds while the server is down.
 #[derive(Debug, Clone)]
 pub struct MongoStore {
     db: Database,
     executions: Collection<Document>,
+    notifications: Collection<Document>,
 }
 
 impl MongoStore {
@@ -323,7 +410,8 @@ impl MongoStore {
         let client = Client::with_options(options)?;
         let db = client.database(database);
         let executions = db.collection::<Document>(COLLECTION);
-        Ok(Self { db, executions })
+        let notifications = db.collection::<Document>(NOTIFICATIONS);
+        Ok(Self { db, executions, notifications })
     }
 
     /// The database, for collections other than `executions` (the master's audit log).
@@ -360,27 +448,98 @@ impl MongoStore {
                 .build(),
         ];
         self.executions.create_indexes(models).await?;
+        self.ensure_ttl(&self.executions, COLLECTION, TTL_INDEX, "finished_at", retention).await?;
+        self.ensure_notification_indexes(retention).await
+    }
+
+    /// The `notifications` indexes: one per filter of `GET /api/notifications` with the time,
+    /// and a TTL on `created_at` (a delivery whose worker died before it finished still goes).
+    async fn ensure_notification_indexes(&self, retention: Duration) -> Result<(), StoreError> {
+        let index = |name: &str, keys: Document| {
+            IndexModel::builder().keys(keys).options(IndexOptions::builder().name(name.to_owned()).build()).build()
+        };
+        let models = vec![
+            index("notif_job_time", doc! {"job": 1, "created_at": -1, "_id": -1}),
+            index("notif_execution", doc! {"execution_id": 1, "created_at": -1}),
+            index("notif_event_time", doc! {"event": 1, "created_at": -1, "_id": -1}),
+            index("notif_time", doc! {"created_at": -1, "_id": -1}),
+        ];
+        self.notifications.create_indexes(models).await?;
+        self.ensure_ttl(&self.notifications, NOTIFICATIONS, NOTIFICATIONS_TTL_INDEX, "created_at", retention).await
+    }
+
+    /// Creates the TTL index `name` on `field`, or changes its expiry in place to `retention`.
+    async fn ensure_ttl(
+        &self,
+        collection: &Collection<Document>,
+        collection_name: &str,
+        name: &str,
+        field: &str,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
         let ttl_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
-        let existing: Vec<mongodb::IndexModel> = self.executions.list_indexes().await?.try_collect().await?;
-        let current = existing.iter().find(|m| m.options.as_ref().and_then(|o| o.name.as_deref()) == Some(TTL_INDEX));
+        let existing: Vec<mongodb::IndexModel> = collection.list_indexes().await?.try_collect().await?;
+        let current = existing.iter().find(|m| m.options.as_ref().and_then(|o| o.name.as_deref()) == Some(name));
         match current.and_then(|m| m.options.as_ref()?.expire_after) {
             Some(d) if d.as_secs() == retention.as_secs() => {}
             Some(_) => {
                 self.db
                     .run_command(
-                        doc! {"collMod": COLLECTION, "index": {"name": TTL_INDEX, "expireAfterSeconds": ttl_secs}},
+                        doc! {"collMod": collection_name, "index": {"name": name, "expireAfterSeconds": ttl_secs}},
                     )
                     .await?;
             }
             None => {
+                let mut keys = Document::new();
+                keys.insert(field, 1);
                 let ttl = IndexModel::builder()
-                    .keys(doc! {"finished_at": 1})
-                    .options(IndexOptions::builder().name(TTL_INDEX.to_owned()).expire_after(retention).build())
+                    .keys(keys)
+                    .options(IndexOptions::builder().name(name.to_owned()).expire_after(retention).build())
                     .build();
-                self.executions.create_index(ttl).await?;
+                collection.create_index(ttl).await?;
             }
         }
         Ok(())
+    }
+
+    /// Writes the latest state of each delivery in one round trip: whole-document upserts by
+    /// delivery id, so a replay is harmless and the newest write wins.
+    pub async fn write_notifications(&self, batch: &[Delivery]) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let updates: Vec<Document> =
+            batch.iter().map(|n| doc! {"q": {"_id": &n.id}, "u": notification_document(n), "upsert": true}).collect();
+        let reply = self.db.run_command(doc! {"update": NOTIFICATIONS, "updates": updates, "ordered": false}).await?;
+        if let Ok(errors) = reply.get_array("writeErrors") {
+            if let Some(first) = errors.iter().filter_map(|e| e.as_document()).next() {
+                // Including 11000 (two upserts of a new id raced): the caller writes again.
+                return Err(StoreError::Failed(format!(
+                    "{} notification write errors, first: {}",
+                    errors.len(),
+                    first.get_str("errmsg").unwrap_or("?")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Deliveries matching `s`, newest first (by creation, then id).
+    pub async fn notifications(&self, s: &NotificationSearch) -> Result<Vec<Delivery>, StoreError> {
+        let mut filter = Document::new();
+        if let Some(job) = &s.job {
+            filter.insert("job", job);
+        }
+        if let Some(id) = &s.execution_id {
+            filter.insert("execution_id", id);
+        }
+        if let Some(event) = s.event {
+            filter.insert("event", event.as_str());
+        }
+        let options =
+            FindOptions::builder().sort(doc! {"created_at": -1, "_id": -1}).limit(s.limit.clamp(1, MAX_LIMIT)).build();
+        let docs: Vec<Document> = self.notifications.find(filter).with_options(options).await?.try_collect().await?;
+        docs.iter().map(notification_from_document).collect()
     }
 
     /// The TTL of the retention index, if it exists.
@@ -623,6 +782,43 @@ mod tests {
         let d = to_document(&record());
         let indexed: Vec<&str> = d.get_array("words").unwrap().iter().filter_map(|b| b.as_str()).collect();
         assert!(indexed.contains(&"disk_full") && indexed.contains(&"exit"), "{indexed:?}");
+    }
+
+    #[test]
+    fn notification_documents_round_trip() {
+        let n = Delivery {
+            id: "a@1700000000000#1/failure/0".into(),
+            job: "a".into(),
+            execution_id: "a@1700000000000#1".into(),
+            event: NotifyEvent::Failure,
+            target: "https://hooks.slack.com/…".into(),
+            target_name: Some("ops".into()),
+            default_target: false,
+            format: NotifyFormat::Slack,
+            worker_id: "w1".into(),
+            state: DeliveryState::Delivered,
+            attempts: vec![
+                Attempt {
+                    at: crate::rfc3339_ms(1_700_000_000_100),
+                    duration_ms: 12,
+                    http_status: Some(500),
+                    error: Some("HTTP 500".into()),
+                },
+                Attempt {
+                    at: crate::rfc3339_ms(1_700_000_001_200),
+                    duration_ms: 3,
+                    http_status: Some(200),
+                    error: None,
+                },
+            ],
+            created_at: crate::rfc3339_ms(1_700_000_000_050),
+            finished_at: Some(crate::rfc3339_ms(1_700_000_001_203)),
+        };
+        let d = notification_document(&n);
+        assert!(matches!(d.get("created_at"), Some(Bson::DateTime(_))));
+        assert_eq!(notification_from_document(&d).unwrap(), n);
+        let pending = Delivery { state: DeliveryState::Pending, finished_at: None, attempts: Vec::new(), ..n };
+        assert_eq!(notification_from_document(&notification_document(&pending)).unwrap(), pending);
     }
 
     #[test]

@@ -67,8 +67,10 @@ pub fn app(state: AppState) -> Router {
         .route("/api/schedule/preview", get(preview))
         .route("/api/executions", get(search_executions))
         .route("/api/executions/{id}", get(get_execution))
+        .route("/api/executions/{id}/stream", get(crate::stream::stream_execution))
         .route("/api/overview", get(overview))
         .route("/api/audit", get(search_audit))
+        .route("/api/notifications", get(crate::notification::search))
         .route("/api/auth/whoami", get(whoami))
         .route("/api/auth/tokens", get(list_tokens))
         .route("/api/openapi.json", get(crate::openapi::document))
@@ -90,9 +92,9 @@ async fn not_found() -> ApiError {
     ApiError::not_found("no such route")
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
-async fn etcd<T, F>(op: &'static str, fut: F) -> ApiResult<T>
+pub(crate) async fn etcd<T, F>(op: &'static str, fut: F) -> ApiResult<T>
 where
     F: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
@@ -187,6 +189,18 @@ fn redact_raw(mut value: Value) -> Value {
     if let Some(task) = value.get_mut("task").and_then(Value::as_object_mut) {
         for field in ["secret_env", "secret_headers"] {
             match task.get_mut(field) {
+                Some(Value::Object(map)) => map.values_mut().for_each(|v| *v = Value::Null),
+                Some(other) => *other = Value::Null,
+                None => {}
+            }
+        }
+    }
+    if let Some(targets) = value.get_mut("notify").and_then(Value::as_array_mut) {
+        for target in targets.iter_mut().filter_map(Value::as_object_mut) {
+            if let Some(url) = target.get_mut("secret_url") {
+                *url = Value::Null;
+            }
+            match target.get_mut("secret_headers") {
                 Some(Value::Object(map)) => map.values_mut().for_each(|v| *v = Value::Null),
                 Some(other) => *other = Value::Null,
                 None => {}
@@ -346,7 +360,7 @@ async fn put_job(
     let body = body_bytes(body)?;
     let mut spec = JobSpec::from_json(&body)?;
     let mut expected = expected;
-    if spec.task_withholds_secrets() {
+    if spec.withholds_secrets() {
         // `null` secrets keep the stored values: fill them from the job as read, and save only
         // over that revision.
         let mut kv = st.client.kv_client();
@@ -556,6 +570,8 @@ async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, header
             TxnOp::delete(key.clone(), None),
             // The catch-up state belongs to the job and goes with it.
             TxnOp::delete(st.keys.state(&name), None),
+            // So is the health that `recovery` notifications read.
+            TxnOp::delete(st.keys.health(&name), None),
             // Pending run requests (manual runs, retries, dependency runs, catch-up) must not
             // start the job, or a job of the same name created later, after the delete.
             TxnOp::delete(st.keys.job_trigger_prefix(&name), Some(DeleteOptions::new().with_prefix())),
@@ -755,6 +771,10 @@ async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     let mut out = Vec::new();
     for (id, info) in workers {
         let mut value = serde_json::to_value(&info).map_err(|e| ApiError::internal(&e))?;
+        // The live output token is for masters only.
+        if let Some(fields) = value.as_object_mut() {
+            fields.remove("output_token");
+        }
         value["running_executions"] =
             serde_json::to_value(by_worker.remove(&id).unwrap_or_default()).unwrap_or(Value::Null);
         out.push(value);
@@ -818,7 +838,7 @@ async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
     (status, Json(json!({ "ready": ready, "etcd": etcd, "mongodb": mongodb })))
 }
 
-fn store_error(e: StoreError) -> ApiError {
+pub(crate) fn store_error(e: StoreError) -> ApiError {
     match e {
         StoreError::BadCursor => {
             ApiError::bad_request(Some("cursor".to_owned()), "cursor is not one this API returned")

@@ -7,5 +7,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod metrics;
+pub mod notification;
 pub mod openapi;
+pub mod stream;
 pub mod web;

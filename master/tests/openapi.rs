@@ -30,8 +30,10 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/schedule/preview"),
     ("GET", "/api/executions"),
     ("GET", "/api/executions/{id}"),
+    ("GET", "/api/executions/{id}/stream"),
     ("GET", "/api/overview"),
     ("GET", "/api/audit"),
+    ("GET", "/api/notifications"),
     ("GET", "/api/auth/whoami"),
     ("GET", "/api/auth/tokens"),
     ("GET", "/api/openapi.json"),
@@ -154,6 +156,8 @@ fn the_documented_limits_are_the_enforced_ones() {
     let shell = schema("ShellTask");
     let http = schema("HttpTask");
     let labels = schema("Labels");
+    let notify_target = schema("NotifyTarget");
+    let target = &notify_target["properties"];
     let checks: &[(&Value, u64)] = &[
         (&shell["properties"]["command"]["maxLength"], MAX_COMMAND_BYTES as u64),
         (&shell["properties"]["env"]["maxProperties"], MAX_MAP_ENTRIES as u64),
@@ -175,6 +179,12 @@ fn the_documented_limits_are_the_enforced_ones() {
         (&schema("ScheduleExpression")["maxLength"], etcron_common::schedule::MAX_EXPRESSION_LEN as u64),
         (&schema("JobName")["maxLength"], etcron_common::keys::MAX_JOB_NAME_LEN as u64),
         (&schema("Id")["maxLength"], etcron_common::keys::MAX_ID_LEN as u64),
+        (&p["notify"]["maxItems"], etcron_common::notify::MAX_TARGETS as u64),
+        (&target["url"]["maxLength"], etcron_common::notify::MAX_URL_LEN as u64),
+        (&target["secret_url"]["maxLength"], etcron_common::notify::MAX_URL_LEN as u64),
+        (&target["name"]["maxLength"], etcron_common::notify::MAX_TARGET_NAME_LEN as u64),
+        (&target["headers"]["maxProperties"], etcron_common::notify::MAX_TARGET_HEADERS as u64),
+        (&target["headers"]["additionalProperties"]["maxLength"], etcron_common::notify::MAX_HEADER_VALUE_LEN as u64),
     ];
     for (i, (documented, enforced)) in checks.iter().enumerate() {
         assert_eq!(documented.as_u64(), Some(*enforced), "limit #{i}");
@@ -187,7 +197,7 @@ fn the_documented_limits_are_the_enforced_ones() {
     let count = preview.iter().find(|p| p["name"] == "count").unwrap();
     assert_eq!(count["schema"]["maximum"].as_u64(), Some(etcron_master::api::MAX_PREVIEW as u64));
     // deny_unknown_fields on the Rust side is additionalProperties: false here.
-    for name in ["JobSpec", "ShellTask", "HttpTask", "Retries"] {
+    for name in ["JobSpec", "ShellTask", "HttpTask", "Retries", "NotifyTarget"] {
         assert_eq!(schema(name)["additionalProperties"], false, "{name}");
     }
 }

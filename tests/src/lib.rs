@@ -4,6 +4,7 @@
 
 pub mod etcd_cluster;
 pub mod proxy;
+pub mod webhook;
 
 use std::collections::BTreeMap;
 use std::fs::File;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use etcron_common::keys::{ExecutionId, Keys, Part, Tick};
 use etcron_common::model::{ExecutionRecord, RunningExecution, Status, TriggerKind, WorkerInfo};
+use etcron_common::notify::{delivery_id, Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_tests::{now_ms, Cluster, Proc};
 use serde_json::json;
@@ -99,6 +100,14 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         json!({"schedule": "@hourly", "mode": "broadcast", "task": {"kind": "shell", "command": "true"}}),
     )
     .await?;
+    c.put_job(
+        "notifying",
+        json!({"schedule": "@daily", "task": {"kind": "shell", "command": "true"},
+               "notify": [{"url": "https://alerts.example.com/etcron", "on": ["failure", "missed"],
+                           "headers": {"X-Team": "data"}, "secret_headers": {"Authorization": "Bearer t"}},
+                          {"name": "ops", "secret_url": "https://hooks.slack.com/services/T/B/X", "format": "slack"}]}),
+    )
+    .await?;
     let keys = Keys::new(&c.namespace)?;
     let mut etcd = c.etcd.client().await?;
     etcd.put(keys.job("broken"), r#"{"schedule":"every tuesday","task":{"kind":"shell"}}"#, None).await?;
@@ -111,6 +120,8 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         running: 1,
         version: etcron_common::VERSION.to_owned(),
         started_at: etcron_common::rfc3339_ms(now_ms() - 60_000),
+        output_url: None,
+        output_token: None,
     };
     etcd.put(keys.worker(&worker.id), serde_json::to_vec(&worker)?, None).await?;
     let running = ExecutionId::new("nightly-report", Tick::Manual("00000000000000aa".to_owned()));
@@ -181,7 +192,40 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
             r.parent = Some(second_id.clone());
         }),
     ];
-    c.mongo.store(&c.db).await?.write(&records).await?;
+    let store = c.mongo.store(&c.db).await?;
+    store.write(&records).await?;
+    let delivery = |event: NotifyEvent, state: DeliveryState, attempts: Vec<Attempt>| Delivery {
+        id: delivery_id(&second_id.to_string(), event, "0"),
+        job: "nightly-report".to_owned(),
+        execution_id: second_id.to_string(),
+        event,
+        target: "https://hooks.slack.com/…".to_owned(),
+        target_name: Some("ops".to_owned()),
+        default_target: false,
+        format: NotifyFormat::Slack,
+        worker_id: "w-seeded".to_owned(),
+        finished_at: (state != DeliveryState::Pending).then(|| etcron_common::rfc3339_ms(now + 2_000)),
+        state,
+        attempts,
+        created_at: etcron_common::rfc3339_ms(now),
+    };
+    let attempt = |status: Option<u16>, error: Option<&str>| Attempt {
+        at: etcron_common::rfc3339_ms(now + 1_000),
+        duration_ms: 12,
+        http_status: status,
+        error: error.map(str::to_owned),
+    };
+    store
+        .write_notifications(&[
+            delivery(
+                NotifyEvent::Failure,
+                DeliveryState::Delivered,
+                vec![attempt(Some(500), Some("HTTP 500: busy")), attempt(Some(200), None)],
+            ),
+            delivery(NotifyEvent::Missed, DeliveryState::Failed, vec![attempt(None, Some("no answer within 10s"))]),
+            delivery(NotifyEvent::Recovery, DeliveryState::Pending, Vec::new()),
+        ])
+        .await?;
     Ok(())
 }
 

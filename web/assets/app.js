@@ -413,14 +413,19 @@ function jobForm(isNew) {
     // `limits.output` (another name for max_output) has no control of its own: keep it.
     if (keptOutput !== undefined && !spec.max_output) limits.output = keptOutput;
     if (Object.keys(limits).length) spec.limits = limits;
+    // `notify` has no controls (edit it in the JSON tab): keep it as loaded, its withheld
+    // secrets as `null`, which the API reads as "keep the stored value".
+    if (keptNotify !== undefined) spec.notify = keptNotify;
     return spec;
   };
 
   let keptOutput;
+  let keptNotify;
   const fill = (spec, name) => {
     const task = spec.task || { kind: "shell" };
     const limits = spec.limits || {};
     keptOutput = limits.output;
+    keptNotify = spec.notify;
     const retries = spec.retries || {};
     const mode = spec.mode && typeof spec.mode === "object" ? "sharded" : spec.mode || "single";
     const values = {
@@ -705,7 +710,7 @@ async function executionView(params, rest) {
   });
   const copy = h("button", { type: "button" }, "Copy output");
   copy.addEventListener("click", async () => {
-    try { await navigator.clipboard.writeText(r.output || ""); copy.textContent = "Copied"; } catch { banner("The browser refused clipboard access."); }
+    try { await navigator.clipboard.writeText(output.textContent); copy.textContent = "Copied"; } catch { banner("The browser refused clipboard access."); }
   });
   app().replaceChildren(
     h("h1", { class: "id" }, r.id),
@@ -722,7 +727,69 @@ async function executionView(params, rest) {
       field("Shard", r.shard ? `${r.shard[0]} of ${r.shard[1]}` : null)),
     h("div", { class: "toolbar" }, wrap, copy, r.output_truncated ? h("span", { class: "warn" }, "output truncated (head and tail kept)") : ""),
     output);
-  if (r.status === "running") autoRefresh(3000);
+  if (r.status !== "running") return;
+  // Running: its output as it is printed, then the final record (the view re-renders).
+  const live = h("span", { class: "live", role: "status" }, "● live output");
+  wrap.parentNode.append(live);
+  output.textContent = "";
+  followOutput(r.id, {
+    output: (d) => { output.append(d.text); if (output.scrollHeight - output.scrollTop - output.clientHeight < 80) output.scrollTop = output.scrollHeight; },
+    gap: (d) => output.append(`\n[... ${d.skipped_bytes} bytes not kept ...]\n`),
+    status: () => { live.remove(); route({ quiet: true }); },
+    error: (d) => { live.remove(); banner(d.message, "warn"); },
+  }).catch((e) => {
+    // No stream (an older master, a proxy in the way): fall back to re-reading the record.
+    if (e.name === "AbortError") return;
+    live.textContent = "output refreshes every 3 s";
+    output.textContent = r.output || "";
+    autoRefresh(3000);
+  });
+}
+
+/** The open live-output stream, closed when the view changes. */
+let following = null;
+function stopFollowing() {
+  if (following) following.abort();
+  following = null;
+}
+
+/**
+ * Follows `GET /api/executions/{id}/stream` (Server-Sent Events read through fetch, so the
+ * session's token goes along) and calls `handlers[event](data)` for each event.
+ */
+async function followOutput(id, handlers) {
+  stopFollowing();
+  const ctl = new AbortController();
+  following = ctl;
+  const headers = { "Accept": "text/event-stream" };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers["Authorization"] = `Bearer ${token}`;
+  const resp = await fetch(`/api/executions/${encodeURIComponent(id)}/stream`, { headers, signal: ctl.signal });
+  if (!resp.ok || !resp.body) throw new Error(`stream: ${resp.status}`);
+  const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value.replace(/\r\n?/g, "\n");
+    let end;
+    while ((end = buf.indexOf("\n\n")) >= 0) {
+      const block = buf.slice(0, end);
+      buf = buf.slice(end + 2);
+      let event = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith(":")) continue;
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        const val = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+        if (field === "event") event = val;
+        else if (field === "data") data.push(val);
+      }
+      if (!data.length || !handlers[event]) continue;
+      try { handlers[event](JSON.parse(data.join("\n"))); } catch (e) { console.error(e); }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -896,6 +963,7 @@ async function showWho() {
 
 async function route({ quiet = false } = {}) {
   clearTimeout(refreshTimer);
+  stopFollowing();
   const [path, query] = (location.hash.replace(/^#\/?/, "") || "jobs").split("?");
   const slash = path.indexOf("/");
   const name = slash < 0 ? path : path.slice(0, slash);

@@ -1,7 +1,7 @@
 // Browser test of the executions pages and the job actions, run by tests/tests/ui.rs:
 //   node executions.mjs <master url> <screenshot dir>
 // The harness has created echo-job (prints "needle-7", one succeeded run) and long-job
-// (sleep 300, never run yet).
+// (prints "live-start", then sleeps 300 s; never run yet).
 import assert from "node:assert/strict";
 import path from "node:path";
 import { args, launch, open, waitRows as reload } from "./lib.mjs";
@@ -34,11 +34,24 @@ try {
     page.getByRole("button", { name: "Run long-job now" }).click(),
   ]);
   await waitRows(page, "#/executions?job=long-job&status=running", "tbody tr", 1);
+  // Its page, in a second tab, follows the output as it is printed: the record holds no output
+  // until the run ends, so "live-start" here came through the stream.
+  const viewer = await open(browser, base);
+  await viewer.page.goto(`${base}/${await page.locator("tbody tr a").first().getAttribute("href")}`);
+  await viewer.page.locator(".live").waitFor();
+  await viewer.page.getByLabel("Output").filter({ hasText: "live-start" }).waitFor();
+  await viewer.page.screenshot({ path: path.join(shots, "execution-live.png"), fullPage: true });
   await page.goto(`${base}/#/jobs`);
   await Promise.all([
     page.waitForResponse((r) => r.url().endsWith("/api/jobs/long-job/kill") && r.status() === 202),
     page.getByRole("button", { name: "Kill running executions of long-job" }).click(),
   ]);
+  // The stream ends with the final record, and the open page shows it without a reload.
+  await viewer.page.locator(".status-killed.big").waitFor();
+  assert.equal(await viewer.page.locator(".live").count(), 0, "no longer live");
+  assert.match(await viewer.page.getByLabel("Output").innerText(), /live-start/);
+  viewer.check();
+  await viewer.context.close();
   await waitRows(page, "#/executions?job=long-job&status=killed", "tbody tr", 1);
 
   // Pause and resume.

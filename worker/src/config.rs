@@ -54,6 +54,17 @@ pub struct Cli {
     /// so bind it to a private address).
     #[arg(long, env = "ETCRON_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Serve the live output of running executions to masters here (default `127.0.0.1:0`:
+    /// loopback, any free port). Requests need the token the worker advertises in etcd.
+    #[arg(long, env = "ETCRON_OUTPUT_LISTEN")]
+    pub output_listen: Option<std::net::SocketAddr>,
+    /// The URL masters use to reach `output_listen` (default `http://` + the bound address, or
+    /// the hostname when listening on all interfaces).
+    #[arg(long, env = "ETCRON_OUTPUT_URL")]
+    pub output_url: Option<String>,
+    /// `[notify]` settings: `--ui-url`, `--notify-*`.
+    #[command(flatten)]
+    pub notify: crate::notifier::NotifyArgs,
 }
 
 /// The `[worker]` file format; every key optional, unknown keys refused.
@@ -78,8 +89,12 @@ pub struct FileConfig {
     pub mongodb_db: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub metrics_listen: Option<std::net::SocketAddr>,
+    pub output_listen: Option<std::net::SocketAddr>,
+    pub output_url: Option<String>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
+    /// `[notify]`: webhook notification settings and default targets.
+    pub notify: Option<crate::notifier::NotifyFile>,
 }
 
 /// The resolved, validated configuration.
@@ -104,8 +119,14 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Where `/metrics` is served; none when off.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Where the live output of running executions is served.
+    pub output_listen: std::net::SocketAddr,
+    /// How masters reach it; derived from the bound address when `None`.
+    pub output_url: Option<String>,
     pub log_level: String,
     pub json_logs: bool,
+    /// Webhook notifications: console URL, default targets, delivery limits.
+    pub notify: crate::notifier::NotifyConfig,
 }
 
 /// Default lead of a claim before its tick.
@@ -113,6 +134,10 @@ pub const DEFAULT_CLAIM_AHEAD: Duration = Duration::from_millis(200);
 /// Longest lead: half the shortest schedule interval (1 s), so a job never has two of its
 /// ticks claimed ahead at once.
 pub const MAX_CLAIM_AHEAD: Duration = Duration::from_millis(500);
+
+/// Live output is served on loopback, on a free port, unless told otherwise.
+pub const DEFAULT_OUTPUT_LISTEN: std::net::SocketAddr =
+    std::net::SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0));
 
 /// Most concurrent executions per worker.
 pub const MAX_CAPACITY: u32 = 10_000;
@@ -193,6 +218,14 @@ impl Config {
         if !(1024..=16 * 1024 * 1024).contains(&max_output) {
             bail!("max_output: must be between 1024 and 16777216 bytes");
         }
+        let output_listen = cli.output_listen.or(file.output_listen).unwrap_or(DEFAULT_OUTPUT_LISTEN);
+        let output_url = cli.output_url.or(file.output_url).map(|u| u.trim_end_matches('/').to_owned());
+        if let Some(url) = &output_url {
+            let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+            if rest.is_none_or(|r| r.is_empty() || r.contains(char::is_whitespace)) {
+                bail!("output_url: must be an http:// or https:// URL, got {url:?}");
+            }
+        }
         let data_dir =
             cli.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from(format!("./.etcron/worker-{worker_id}")));
         Ok(Self {
@@ -213,8 +246,11 @@ impl Config {
             mongodb_db: shared.mongodb_db,
             data_dir,
             metrics_listen: cli.metrics_listen.or(file.metrics_listen),
+            output_listen,
+            output_url,
             log_level: shared.log_level,
             json_logs: shared.json_logs,
+            notify: crate::notifier::NotifyConfig::resolve(cli.notify, file.notify)?,
         })
     }
 }
@@ -252,6 +288,7 @@ mod tests {
             (vec!["--claim-ahead", "2s"], "claim_ahead"),
             (vec!["--labels", "novalue"], "labels"),
             (vec!["--log-format", "xml"], "log_format"),
+            (vec!["--output-url", "worker-1:8071"], "output_url"),
         ] {
             let err = format!("{:#}", Config::resolve(cli(&args)).unwrap_err());
             assert!(err.contains(needle), "{args:?}: {err}");

@@ -45,6 +45,20 @@ pub struct Context {
     pub jobs: JobTable,
     /// Schedule ticks whose fate this worker could not learn while etcd failed it.
     pub unsettled: crate::catchup::Unsettled,
+    /// Webhook notifications of final records (queued here, delivered in the background).
+    pub notifier: crate::notifier::Notifier,
+    /// Output of the running shell tasks, followable while they run.
+    pub live: Arc<crate::live_output::LiveOutputs>,
+    /// Where masters reach the live output, and the token they present; advertised in the
+    /// worker's registration.
+    pub output_endpoint: Option<OutputEndpoint>,
+}
+
+/// The live output server as advertised to masters.
+#[derive(Debug, Clone)]
+pub struct OutputEndpoint {
+    pub url: String,
+    pub token: String,
 }
 
 /// How long after a tick nobody may have claimed it before it is recorded `missed`.
@@ -498,6 +512,10 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         record.status = Status::Lost;
     }
     log_record(&record, started_ms - fire.scheduled_ms);
+    if closed {
+        // Not when the claim was lost: the survivor that records the run `lost` notifies.
+        ctx.notifier.record(&fire.spec, &record);
+    }
     ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
 }
 
@@ -610,7 +628,7 @@ fn follow_ups(
     let mut ops = Vec::new();
     let mut notes = Vec::new();
     let failed = matches!(status, Status::Failed | Status::TimedOut);
-    let retry = failed && id.attempt <= spec.retries.max;
+    let retry = retried(spec, id, status);
     if retry {
         let delay = spec.retries.delay(id.attempt, rand::random::<f64>());
         let not_before = now + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2);
@@ -656,6 +674,20 @@ fn follow_ups(
     (ops, notes)
 }
 
+/// Whether a run that ended `status` gets another attempt (`retries.max` not used up). Such a
+/// failure is not final: neither `on_failure` nor a failure notification follows it.
+pub(crate) fn retried(spec: &JobSpec, id: &ExecutionId, status: Status) -> bool {
+    matches!(status, Status::Failed | Status::TimedOut) && id.attempt <= spec.retries.max
+}
+
+/// Whether a run lost with its worker is rerun (`on_worker_loss: rerun`, not a broadcast part,
+/// at most `MAX_FAILOVERS` reruns on top of the retries); otherwise the loss is final.
+pub(crate) fn rerun_after_loss(spec: &JobSpec, id: &ExecutionId) -> bool {
+    spec.on_worker_loss == OnWorkerLoss::Rerun
+        && !matches!(id.part, Part::Worker(_))
+        && id.attempt <= spec.retries.max + MAX_FAILOVERS
+}
+
 /// What follows a run lost with its worker's session, per `on_worker_loss`: a failover rerun
 /// (next attempt, same scheduled time; not for broadcast parts, and at most `MAX_FAILOVERS` on
 /// top of the retries), or the `on_failure` jobs. Also a note for the record's reason.
@@ -667,10 +699,7 @@ fn after_loss(
     fencing_token: i64,
     now: UnixMs,
 ) -> (Vec<TxnOp>, Option<String>) {
-    let rerun = spec.on_worker_loss == OnWorkerLoss::Rerun
-        && !matches!(id.part, Part::Worker(_))
-        && id.attempt <= spec.retries.max + MAX_FAILOVERS;
-    if rerun {
+    if rerun_after_loss(spec, id) {
         let next = id.next_attempt();
         let note = format!("on_worker_loss rerun: {next} requested");
         let request = TriggerRequest {
@@ -834,6 +863,7 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
         ClaimOutcome::Won { fencing_token, .. } | ClaimOutcome::Blocked { fencing_token, .. } => {
             let record = not_run_record(ctx, fire, status, reason, fencing_token);
             log_record(&record, 0);
+            ctx.notifier.record(&fire.spec, &record);
             ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
             true
         }
@@ -983,7 +1013,7 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
         if let ClaimOutcome::Won { .. } =
             claim::claim_done(&ctx.client, &claim_key, to_json(&claim), lease, follow).await
         {
-            let mut record = blank_record(&id, scheduled_ms, trigger, Status::Lost, spec.map(|s| s.mode));
+            let mut record = blank_record(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
             record.claimed_at = Some(running.started_at.clone());
             record.started_at = Some(running.started_at.clone());
             record.finished_at = Some(rfc3339_ms(now));
@@ -991,6 +1021,9 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
             record.reason = Some(reason);
             record.fencing_token = Some(fencing_token);
             log_record(&record, 0);
+            if let Some(spec) = &spec {
+                ctx.notifier.record(spec, &record);
+            }
             ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
         }
     }
@@ -1027,15 +1060,19 @@ async fn execute(
             }
             env.insert("ETCRON_WORKER_ID".into(), ctx.config.worker_id.clone());
             env.insert("ETCRON_FENCING_TOKEN".into(), fencing_token.to_string());
+            let max_output = fire
+                .spec
+                .output_limit()
+                .map_or(ctx.config.max_output, |m| usize::try_from(m).unwrap_or(usize::MAX).min(ctx.config.max_output));
+            // Followable from now until the run ends (the guard's drop ends the followers).
+            let live = ctx.live.open(&id.to_string(), max_output);
             let job = ShellJob {
                 command: shell.command.clone(),
                 env,
                 cwd: shell.cwd.clone(),
                 timeout: fire.spec.timeout.map(|t| t.0),
                 kill_grace: ctx.config.kill_grace,
-                max_output: fire.spec.output_limit().map_or(ctx.config.max_output, |m| {
-                    usize::try_from(m).unwrap_or(usize::MAX).min(ctx.config.max_output)
-                }),
+                output: live.output(),
                 limits: fire.spec.limits.unwrap_or_default(),
             };
             executor::run_shell(job, stop, pid_tx).await

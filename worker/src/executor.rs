@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::live_output::LiveOutput;
 use etcron_common::job::Limits;
-use etcron_common::output::BoundedOutput;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -43,7 +43,8 @@ pub struct ShellJob {
     pub cwd: Option<String>,
     pub timeout: Option<Duration>,
     pub kill_grace: Duration,
-    pub max_output: usize,
+    /// Where the task's output goes (bounded; followers read it live).
+    pub output: Arc<LiveOutput>,
     /// Process limits (memory, cpu, open files) of the shell and everything it starts.
     pub limits: Limits,
 }
@@ -132,7 +133,7 @@ pub async fn run_shell(
     if !rlimits.is_empty() {
         set_limits_in_child(&mut cmd, rlimits);
     }
-    let output = Arc::new(Mutex::new(BoundedOutput::new(job.max_output)));
+    let output = job.output.clone();
     // fork/exec blocks the calling thread; on the blocking pool, many tasks due at the same
     // tick start in parallel instead of queueing behind each other on the async workers.
     // `cmd` (holding the pipe's write ends) is dropped there after the spawn, so the reader sees
@@ -195,10 +196,7 @@ pub async fn run_shell(
         (None, Some(sig)) => Ending::Signaled(sig),
         (None, None) => Ending::SpawnFailed("exit status unavailable".to_owned()),
     });
-    let (text, truncated) = {
-        let out = output.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        (out.render(), out.truncated())
-    };
+    let (text, truncated) = output.render();
     Finished {
         ending,
         exit_code,
@@ -346,12 +344,12 @@ async fn terminate(child: &mut tokio::process::Child, group: Pid, grace: Duratio
     }
 }
 
-async fn pump(mut pipe: impl tokio::io::AsyncRead + Unpin, output: Arc<Mutex<BoundedOutput>>) {
+async fn pump(mut pipe: impl tokio::io::AsyncRead + Unpin, output: Arc<LiveOutput>) {
     let mut buf = vec![0u8; 8192];
     loop {
         match pipe.read(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(n) => output.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(&buf[..n]),
+            Ok(n) => output.push(&buf[..n]),
         }
     }
 }

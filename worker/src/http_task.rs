@@ -239,7 +239,7 @@ fn describe(e: &reqwest::Error, shown: &str) -> String {
 
 /// The causes below a reqwest error, most specific last, without reqwest's own summary (it
 /// repeats the URL unredacted) and without wrappers that add nothing.
-fn error_chain(e: &reqwest::Error) -> String {
+pub(crate) fn error_chain(e: &reqwest::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {

@@ -44,9 +44,28 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let spool = etcron_worker::log_sink::Spool::open(&config.data_dir)
         .with_context(|| format!("opening the record spool in {}", config.data_dir.display()))?;
     let (sink_stop_tx, sink_stop) = watch::channel(false);
+    let notifier = etcron_worker::notifier::Notifier::start(
+        config.notify.clone(),
+        client.clone(),
+        keys.clone(),
+        store.clone(),
+        config.worker_id.clone(),
+    );
     let (sink, sink_task) = etcron_worker::log_sink::LogSink::start(store, spool, sink_stop)
         .with_context(|| format!("opening the record journal in {}", config.data_dir.display()))?;
     let hostname = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
+    let live = Arc::new(etcron_worker::live_output::LiveOutputs::default());
+    let output_token = random_token();
+    let bound = etcron_worker::live_output::serve(config.output_listen, live.clone(), output_token.clone())
+        .await
+        .with_context(|| format!("output_listen: binding {}", config.output_listen))?;
+    let output_url = config.output_url.clone().unwrap_or_else(|| {
+        if bound.ip().is_unspecified() {
+            format!("http://{hostname}:{}", bound.port())
+        } else {
+            format!("http://{bound}")
+        }
+    });
     let (lease_tx, lease_rx) = watch::channel(None);
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -60,7 +79,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
         sink,
         jobs: etcron_worker::execution::JobTable::default(),
         unsettled: etcron_worker::catchup::Unsettled::default(),
+        notifier,
         config: config.clone(),
+        live,
+        output_endpoint: Some(etcron_worker::execution::OutputEndpoint { url: output_url, token: output_token }),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
     etcron_worker::metrics::init(config.capacity);
@@ -116,7 +138,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
     if let Ok(Some(session)) = supervisor.await {
         session.close().await;
     }
-    // Flush the records of the last executions (to MongoDB, or to the spool).
+    // Deliveries of the last outcomes get a moment; then flush the records of the last
+    // executions (to MongoDB, or to the spool).
+    ctx.notifier.drain(etcron_worker::notifier::DRAIN_ON_SHUTDOWN).await;
     let _ = sink_stop_tx.send(true);
     let _ = sink_task.await;
     tracing::info!("etcron-worker stopped");
@@ -233,6 +257,16 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
     }
 }
 
+/// 128 random bits, hex: the token masters present to read live output.
+fn random_token() -> String {
+    use std::fmt::Write as _;
+    let bytes: [u8; 16] = rand::random();
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
 async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> bool {
     let info = WorkerInfo {
         id: ctx.config.worker_id.clone(),
@@ -243,6 +277,8 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
         running,
         version: etcron_common::VERSION.to_owned(),
         started_at: started_at.to_owned(),
+        output_url: ctx.output_endpoint.as_ref().map(|e| e.url.clone()),
+        output_token: ctx.output_endpoint.as_ref().map(|e| e.token.clone()),
     };
     let value = serde_json::to_vec(&info).unwrap_or_default();
     let mut kv = ctx.client.kv_client();

@@ -130,6 +130,8 @@ mod tests {
                 running: 0,
                 version: "0".into(),
                 started_at: String::new(),
+                output_url: None,
+                output_token: None,
             };
             m.inner.write().unwrap().insert((*id).to_owned(), info);
         }

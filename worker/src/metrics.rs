@@ -141,6 +141,7 @@ pub fn render(ctx: &Context) -> String {
     sync_counter(&m.records_replayed, get(&stats.replayed));
     sync_counter(&m.records_dropped, get(&stats.dropped));
     sync_counter(&m.record_write_errors, get(&stats.write_errors));
+    crate::notifier::refresh_metrics(&ctx.notifier);
     etcron_common::metrics::render()
 }
 
@@ -151,14 +152,35 @@ pub fn render(ctx: &Context) -> String {
 pub async fn serve(addr: SocketAddr, ctx: Arc<Context>) -> std::io::Result<tokio::task::JoinHandle<()>> {
     use axum::http::header::CONTENT_TYPE;
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving metrics at /metrics");
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let ctx = ctx.clone();
-            async move { ([(CONTENT_TYPE, etcron_common::metrics::CONTENT_TYPE)], render(&ctx)) }
-        }),
-    );
+    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    let ready_ctx = ctx.clone();
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let ctx = ctx.clone();
+                async move { ([(CONTENT_TYPE, etcron_common::metrics::CONTENT_TYPE)], render(&ctx)) }
+            }),
+        )
+        // Alive while the process answers.
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        // Ready while registered under a live session lease: able to claim ticks.
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let registered = ready_ctx.lease.borrow().is_some();
+                async move {
+                    if registered {
+                        (axum::http::StatusCode::OK, "ready\n")
+                    } else {
+                        (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            "not ready: no session lease (etcd unreachable?)\n",
+                        )
+                    }
+                }
+            }),
+        );
     Ok(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "metrics server failed");

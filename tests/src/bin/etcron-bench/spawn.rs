@@ -34,7 +34,7 @@ pub async fn run(n: usize, rounds: usize, file: &std::path::Path) -> Result<()> 
                 cwd: None,
                 timeout: None,
                 kill_grace: Duration::from_secs(1),
-                max_output: 65_536,
+                output: std::sync::Arc::new(etcron_worker::live_output::LiveOutput::new(65_536)),
                 limits: Limits::default(),
             };
             let (pid_tx, _pid_rx) = oneshot::channel();

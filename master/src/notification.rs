@@ -1,0 +1,82 @@
+//! `GET /api/notifications`: the webhook deliveries workers recorded in MongoDB (collection
+//! `notifications`), newest first, each with every attempt. The master never sends one.
+
+use axum::extract::{RawQuery, State};
+use axum::Json;
+use etcron_common::job::validate_name;
+use etcron_common::keys::ExecutionId;
+use etcron_common::notify::NotifyEvent;
+use etcron_common::store::{NotificationSearch, DEFAULT_LIMIT, MAX_LIMIT};
+use serde_json::{json, Value};
+
+use crate::api::{store_error, ApiResult, AppState};
+use crate::error::ApiError;
+
+/// Parameters `GET /api/notifications` accepts.
+pub const PARAMS: [&str; 4] = ["job", "execution", "event", "limit"];
+
+/// Parses the query of `GET /api/notifications`; every bad value is a 400 naming the parameter.
+pub fn parse_search(query: &str) -> ApiResult<NotificationSearch> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+        .map_err(|e| ApiError::bad_request(None, format!("malformed query string: {e}")))?;
+    let mut s = NotificationSearch { limit: DEFAULT_LIMIT, ..NotificationSearch::default() };
+    for (key, value) in pairs {
+        let field = Some(key.clone());
+        match key.as_str() {
+            "job" => {
+                validate_name(&value).map_err(|e| ApiError::bad_request(field, e.message))?;
+                s.job = Some(value);
+            }
+            "execution" => {
+                let id: ExecutionId = value.parse().map_err(|e: String| ApiError::bad_request(field, e))?;
+                s.execution_id = Some(id.to_string());
+            }
+            "event" => s.event = Some(value.parse::<NotifyEvent>().map_err(|e| ApiError::bad_request(field, e))?),
+            "limit" => {
+                s.limit = value.parse::<i64>().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(|| {
+                    ApiError::bad_request(field, format!("limit must be an integer between 1 and {MAX_LIMIT}"))
+                })?;
+            }
+            other => {
+                return Err(ApiError::bad_request(
+                    Some(other.to_owned()),
+                    format!("unknown parameter {other:?}; known: {}", PARAMS.join(", ")),
+                ))
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// `{"notifications": [...]}`, newest first.
+pub async fn search(State(st): State<AppState>, RawQuery(query): RawQuery) -> ApiResult<Json<Value>> {
+    let search = parse_search(query.as_deref().unwrap_or(""))?;
+    let found = st.store.notifications(&search).await.map_err(store_error)?;
+    Ok(Json(json!({ "notifications": found })))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_parameter_is_checked_and_named_when_wrong() {
+        let s = parse_search("job=a&execution=a%401700000000000%232&event=recovery&limit=5").unwrap();
+        assert_eq!(s.job.as_deref(), Some("a"));
+        assert_eq!(s.execution_id.as_deref(), Some("a@1700000000000#2"));
+        assert_eq!(s.event, Some(NotifyEvent::Recovery));
+        assert_eq!(s.limit, 5);
+        assert_eq!(parse_search("").unwrap().limit, DEFAULT_LIMIT);
+        for (query, field) in [
+            ("job=Bad", "job"),
+            ("execution=nope", "execution"),
+            ("event=killed", "event"),
+            ("limit=0", "limit"),
+            ("limit=501", "limit"),
+            ("status=failed", "status"),
+        ] {
+            assert_eq!(parse_search(query).unwrap_err().field.as_deref(), Some(field), "{query}");
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! `GET /api/executions/{id}/stream`: an execution's output as Server-Sent Events while it runs,
+//! relayed from the worker running it (found through the running marker and the worker's
+//! registration in etcd), ending with the final record. The master keeps nothing: each stream
+//! is one relay task that ends with the client, the execution, or the worker.
+//!
+//! Events: `output` `{"text": …}` (in order; the first carry what was printed so far), `gap`
+//! `{"skipped_bytes": n}` (output the bound cut before it was read), `status` (the final
+//! execution record, as `GET /api/executions/{id}` answers it; always the last event), and
+//! `error` `{"message": …}` when no final record came in time.
+
+use std::convert::Infallible;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use etcron_common::keys::ExecutionId;
+use etcron_common::model::{ExecutionRecord, RunningExecution, Status, WorkerInfo};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::api::{etcd, store_error, ApiResult, AppState};
+use crate::error::ApiError;
+
+/// How often the record is read while waiting for the execution to end.
+const POLL: Duration = Duration::from_millis(500);
+/// After the running marker is gone, how long the final record may take to reach MongoDB (a
+/// worker spools it through an outage) before the stream gives up with an `error` event.
+const FINAL_RECORD_WAIT: Duration = Duration::from_secs(120);
+/// The worker sends a line at least every 10 s; silence for this long means it is gone.
+const WORKER_SILENCE: Duration = Duration::from_secs(30);
+/// Connecting to the worker: its output may open a moment after the running marker is written.
+const CONNECT_ATTEMPTS: u32 = 5;
+const CONNECT_RETRY: Duration = Duration::from_millis(200);
+/// Comment lines keep proxies from closing a quiet stream.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+
+static HTTP: LazyLock<reqwest::Client> =
+    LazyLock::new(|| reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default());
+
+pub async fn stream_execution(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let id: ExecutionId = id.parse().map_err(|e: String| ApiError::bad_request(Some("id".to_owned()), e))?;
+    let running = running_marker(&st, &id).await?;
+    let record = if running.is_some() {
+        // The worker's stream is the source while it runs; a MongoDB outage does not stop it.
+        st.store.get(&id.to_string()).await.unwrap_or(None)
+    } else {
+        st.store.get(&id.to_string()).await.map_err(store_error)?
+    };
+    if running.is_none() && record.is_none() {
+        return Err(ApiError::not_found(format!("execution {:?} is not running and has no record", id.to_string())));
+    }
+    let (tx, rx) = mpsc::channel::<Event>(16);
+    tokio::spawn(relay(st, id, running, tx));
+    let events =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx)) });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEPALIVE)).into_response())
+}
+
+/// The running marker of `id`, if it runs.
+async fn running_marker(st: &AppState, id: &ExecutionId) -> ApiResult<Option<RunningExecution>> {
+    let mut kv = st.client.kv_client();
+    let resp = etcd("get_running", kv.get(st.keys.running(id), None)).await?;
+    Ok(resp.kvs().first().and_then(|kv| serde_json::from_slice(kv.value()).ok()))
+}
+
+async fn relay(st: AppState, id: ExecutionId, running: Option<RunningExecution>, tx: mpsc::Sender<Event>) {
+    let mut sent_output = false;
+    if let Some(running) = running {
+        match worker_endpoint(&st, &running.worker_id).await {
+            Some((url, token)) => match from_worker(&url, &token, &id, &tx, &mut sent_output).await {
+                Relay::ClientGone => return,
+                Relay::Ended => {}
+                Relay::Broken(why) => {
+                    tracing::info!(execution_id = %id, worker_id = %running.worker_id, why, "live output unavailable; waiting for the record");
+                }
+            },
+            None => {
+                tracing::debug!(execution_id = %id, worker_id = %running.worker_id, "worker advertises no live output");
+            }
+        }
+    }
+    // The run is over (or its output cannot be followed): the final record ends the stream.
+    let mut marker_seen = tokio::time::Instant::now();
+    loop {
+        if tx.is_closed() {
+            return;
+        }
+        if let Ok(Some(record)) = st.store.get(&id.to_string()).await {
+            if record.status != Status::Running {
+                finish(&tx, record, sent_output).await;
+                return;
+            }
+        }
+        match running_marker(&st, &id).await {
+            Ok(None) => {}
+            // Still running, or etcd cannot tell: keep waiting.
+            Ok(Some(_)) | Err(_) => marker_seen = tokio::time::Instant::now(),
+        }
+        if marker_seen.elapsed() > FINAL_RECORD_WAIT {
+            let message = format!(
+                "the execution is no longer running but its final record did not arrive within {}s (MongoDB unreachable?); GET /api/executions/{id} later",
+                FINAL_RECORD_WAIT.as_secs()
+            );
+            let _ = tx.send(Event::default().event("error").data(json!({ "message": message }).to_string())).await;
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The final events: the recorded output unless the live stream already carried output,
+/// then the record.
+async fn finish(tx: &mpsc::Sender<Event>, record: ExecutionRecord, sent_output: bool) {
+    if !sent_output && !record.output.is_empty() {
+        let _ = tx.send(Event::default().event("output").data(json!({ "text": record.output }).to_string())).await;
+    }
+    let value = serde_json::to_value(&record).unwrap_or(Value::Null);
+    let _ = tx.send(Event::default().event("status").data(value.to_string())).await;
+}
+
+/// The live output URL and token of a live worker.
+async fn worker_endpoint(st: &AppState, worker_id: &str) -> Option<(String, String)> {
+    let mut kv = st.client.kv_client();
+    let resp = etcd("get_worker", kv.get(st.keys.worker(worker_id), None)).await.ok()?;
+    let info: WorkerInfo = serde_json::from_slice(resp.kvs().first()?.value()).ok()?;
+    Some((info.output_url?, info.output_token?))
+}
+
+enum Relay {
+    /// The worker said the output ended.
+    Ended,
+    ClientGone,
+    /// No (complete) stream from the worker: why.
+    Broken(String),
+}
+
+/// Relays the worker's newline-delimited JSON (`{"output"}`, `{"gap"}`, `{}`, `{"end"}`).
+async fn from_worker(url: &str, token: &str, id: &ExecutionId, tx: &mpsc::Sender<Event>, sent: &mut bool) -> Relay {
+    let target = format!("{url}/executions/{}/output", urlencode(&id.to_string()));
+    let mut attempt = 0;
+    let mut resp = loop {
+        attempt += 1;
+        match HTTP.get(&target).bearer_auth(token).send().await {
+            Ok(r) if r.status().is_success() => break r,
+            // Not followable (yet): the marker is written before the task starts; HTTP tasks
+            // have no live output at all.
+            Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND && attempt < CONNECT_ATTEMPTS => {}
+            Ok(r) => return Relay::Broken(format!("worker answered {}", r.status())),
+            Err(e) if attempt < CONNECT_ATTEMPTS => tracing::debug!(error = %e, "connecting to the worker"),
+            Err(e) => return Relay::Broken(format!("cannot reach the worker at {url}: {e}")),
+        }
+        if tx.is_closed() {
+            return Relay::ClientGone;
+        }
+        tokio::time::sleep(CONNECT_RETRY).await;
+    };
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let chunk = tokio::select! {
+            c = tokio::time::timeout(WORKER_SILENCE, resp.chunk()) => c,
+            // The client left while the task is quiet.
+            () = tx.closed() => return Relay::ClientGone,
+        };
+        let bytes = match chunk {
+            Ok(Ok(Some(b))) => b,
+            Ok(Ok(None)) => return Relay::Broken("the worker closed the stream early".to_owned()),
+            Ok(Err(e)) => return Relay::Broken(format!("reading from the worker: {e}")),
+            Err(_) => return Relay::Broken(format!("the worker sent nothing for {}s", WORKER_SILENCE.as_secs())),
+        };
+        buf.extend_from_slice(&bytes);
+        while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            let Ok(msg) = serde_json::from_slice::<Value>(&line) else { continue };
+            let event = if let Some(text) = msg.get("output").and_then(Value::as_str) {
+                *sent = true;
+                Event::default().event("output").data(json!({ "text": text }).to_string())
+            } else if let Some(n) = msg.get("gap").and_then(Value::as_u64) {
+                Event::default().event("gap").data(json!({ "skipped_bytes": n }).to_string())
+            } else if msg.get("end").is_some() {
+                return Relay::Ended;
+            } else {
+                continue;
+            };
+            if tx.send(event).await.is_err() {
+                return Relay::ClientGone;
+            }
+        }
+    }
+}
+
+/// Percent-encodes a path segment (execution ids hold `@` and `#`).
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn execution_ids_are_encoded_as_one_path_segment() {
+        assert_eq!(urlencode("nightly@1700000000000#2"), "nightly%401700000000000%232");
+        assert_eq!(urlencode("a.b_c-d~"), "a.b_c-d~");
+    }
+}

@@ -1,0 +1,291 @@
+//! Live output of running executions: what each shell task printed so far, kept bounded like
+//! the record's output, and served to masters (`GET /executions/{id}/output`, newline-delimited
+//! JSON) so operators can follow a run while it happens. Masters find the server and its token
+//! in the worker's `{ns}/workers/{id}` entry; nothing else hands the token out.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use etcron_common::output::{BoundedOutput, Piece, Utf8Chunks};
+use serde_json::json;
+use tokio::sync::watch;
+
+/// A follower with nothing new to read is sent an empty line this often, so a master can tell
+/// a quiet task from a vanished worker.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// One execution's output as it is produced.
+#[derive(Debug)]
+pub struct LiveOutput {
+    buf: Mutex<BoundedOutput>,
+    /// (bytes produced so far, finished): followers wake on every change.
+    progress: watch::Sender<(u64, bool)>,
+}
+
+impl LiveOutput {
+    /// Output bounded to `limit` bytes (head + tail), as the record keeps it.
+    #[must_use]
+    pub fn new(limit: usize) -> Self {
+        Self { buf: Mutex::new(BoundedOutput::new(limit)), progress: watch::channel((0, false)).0 }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BoundedOutput> {
+        self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn push(&self, bytes: &[u8]) {
+        let total = {
+            let mut buf = self.lock();
+            buf.push(bytes);
+            buf.total()
+        };
+        self.progress.send_modify(|p| p.0 = total);
+    }
+
+    /// No more output will come; followers read the rest and end.
+    pub fn finish(&self) {
+        self.progress.send_modify(|p| p.1 = true);
+    }
+
+    /// The record's output: head, an omission marker, tail; and whether anything was cut.
+    #[must_use]
+    pub fn render(&self) -> (String, bool) {
+        let buf = self.lock();
+        (buf.render(), buf.truncated())
+    }
+
+    fn read_from(&self, from: u64) -> (Vec<Piece>, u64) {
+        self.lock().read_from(from)
+    }
+}
+
+/// The live outputs of this worker's running executions, by execution id.
+#[derive(Debug, Default)]
+pub struct LiveOutputs {
+    map: Mutex<HashMap<String, Arc<LiveOutput>>>,
+}
+
+impl LiveOutputs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LiveOutput>>> {
+        self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Makes `id`'s output followable until the guard is dropped (which also ends the followers).
+    pub fn open(&self, id: &str, limit: usize) -> LiveGuard<'_> {
+        let live = Arc::new(LiveOutput::new(limit));
+        self.lock().insert(id.to_owned(), live.clone());
+        LiveGuard { outputs: self, id: id.to_owned(), live }
+    }
+
+    #[must_use]
+    pub fn get(&self, id: &str) -> Option<Arc<LiveOutput>> {
+        self.lock().get(id).cloned()
+    }
+}
+
+/// Keeps one execution's output in [`LiveOutputs`]; removes it and ends its followers on drop.
+#[derive(Debug)]
+pub struct LiveGuard<'a> {
+    outputs: &'a LiveOutputs,
+    id: String,
+    live: Arc<LiveOutput>,
+}
+
+impl LiveGuard<'_> {
+    #[must_use]
+    pub fn output(&self) -> Arc<LiveOutput> {
+        self.live.clone()
+    }
+}
+
+impl Drop for LiveGuard<'_> {
+    fn drop(&mut self) {
+        self.live.finish();
+        let mut map = self.outputs.lock();
+        if map.get(&self.id).is_some_and(|l| Arc::ptr_eq(l, &self.live)) {
+            map.remove(&self.id);
+        }
+    }
+}
+
+#[derive(Clone)]
+struct ServerState {
+    outputs: Arc<LiveOutputs>,
+    token: Arc<str>,
+}
+
+/// Serves live output on `addr` for requests bearing `token`. Returns the bound address
+/// (`addr` may ask for port 0).
+pub async fn serve(addr: SocketAddr, outputs: Arc<LiveOutputs>, token: String) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tracing::info!(addr = %bound, "serving live output of running executions");
+    let app = axum::Router::new()
+        .route("/executions/{id}/output", axum::routing::get(follow))
+        .with_state(ServerState { outputs, token: token.into() });
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "live output server failed");
+        }
+    });
+    Ok(bound)
+}
+
+/// Compares without stopping at the first difference, so timing does not tell how much of a
+/// guessed token was right.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn follow(State(st): State<ServerState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !same(presented.as_bytes(), st.token.as_bytes()) {
+        return (StatusCode::UNAUTHORIZED, "a master's bearer token is required\n").into_response();
+    }
+    let Some(live) = st.outputs.get(&id) else {
+        return (StatusCode::NOT_FOUND, "no running shell execution with this id here\n").into_response();
+    };
+    let follower = Follower { rx: live.progress.subscribe(), live, at: 0, text: Utf8Chunks::default(), ended: false };
+    let body = Body::from_stream(futures::stream::unfold(follower, |mut f| async move {
+        let chunk = f.next().await?;
+        Some((Ok::<_, Infallible>(chunk), f))
+    }));
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+}
+
+/// Reads one execution's output from the start, as lines of JSON: `{"output": text}`,
+/// `{"gap": bytes}` where the bound cut output the follower had not read, `{}` heartbeats, and
+/// `{"end": true}` once the task is done and everything was read.
+struct Follower {
+    live: Arc<LiveOutput>,
+    rx: watch::Receiver<(u64, bool)>,
+    at: u64,
+    text: Utf8Chunks,
+    ended: bool,
+}
+
+impl Follower {
+    async fn next(&mut self) -> Option<Bytes> {
+        if self.ended {
+            return None;
+        }
+        loop {
+            let (total, finished) = *self.rx.borrow_and_update();
+            let mut lines = String::new();
+            if total > self.at || finished {
+                let (pieces, next) = self.live.read_from(self.at);
+                self.at = next;
+                for piece in pieces {
+                    match piece {
+                        Piece::Bytes(bytes) => line(&mut lines, "output", &self.text.push(&bytes)),
+                        Piece::Gap(n) => {
+                            let cut = self.text.flush();
+                            line(&mut lines, "output", &cut);
+                            lines.push_str(&json!({ "gap": n }).to_string());
+                            lines.push('\n');
+                        }
+                    }
+                }
+                if finished {
+                    let rest = self.text.flush();
+                    line(&mut lines, "output", &rest);
+                    lines.push_str("{\"end\":true}\n");
+                    self.ended = true;
+                }
+            }
+            if !lines.is_empty() {
+                return Some(Bytes::from(lines));
+            }
+            tokio::select! {
+                changed = self.rx.changed() => {
+                    if changed.is_err() {
+                        // The output is gone without being finished (cannot happen while the
+                        // guard lives); end the stream the same way.
+                        self.ended = true;
+                        return Some(Bytes::from_static(b"{\"end\":true}\n"));
+                    }
+                }
+                () = tokio::time::sleep(HEARTBEAT) => return Some(Bytes::from_static(b"{}\n")),
+            }
+        }
+    }
+}
+
+fn line(lines: &mut String, key: &str, text: &str) {
+    if !text.is_empty() {
+        lines.push_str(&json!({ key: text }).to_string());
+        lines.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn follower(live: &Arc<LiveOutput>) -> Follower {
+        Follower { rx: live.progress.subscribe(), live: live.clone(), at: 0, text: Utf8Chunks::default(), ended: false }
+    }
+
+    async fn next(f: &mut Follower) -> String {
+        String::from_utf8(f.next().await.unwrap().to_vec()).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_gets_what_was_printed_then_each_new_chunk_then_the_end() {
+        let live = Arc::new(LiveOutput::new(1024));
+        live.push(b"one\n");
+        let mut f = follower(&live);
+        assert_eq!(next(&mut f).await, "{\"output\":\"one\\n\"}\n");
+        live.push("tw\u{f6}".as_bytes().split_last().unwrap().1);
+        // "tw" and the first byte of "ö": the half character waits for its end.
+        assert_eq!(next(&mut f).await, "{\"output\":\"tw\"}\n");
+        live.push(&"\u{f6}".as_bytes()[1..]);
+        live.push(b"\n");
+        assert_eq!(next(&mut f).await, "{\"output\":\"\u{f6}\\n\"}\n");
+        // Nothing new: a heartbeat after HEARTBEAT (paused clock: no real waiting).
+        assert_eq!(next(&mut f).await, "{}\n");
+        live.finish();
+        assert_eq!(next(&mut f).await, "{\"end\":true}\n");
+        assert!(f.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_follower_is_told_what_the_bound_cut() {
+        let live = Arc::new(LiveOutput::new(8));
+        live.push(b"abcdefghijklmnop");
+        live.finish();
+        let mut f = follower(&live);
+        assert_eq!(next(&mut f).await, "{\"output\":\"abcd\"}\n{\"gap\":8}\n{\"output\":\"mnop\"}\n{\"end\":true}\n");
+    }
+
+    #[test]
+    fn the_guard_removes_the_output_and_finishes_it() {
+        let outputs = LiveOutputs::default();
+        let live = {
+            let guard = outputs.open("j@1#1", 16);
+            assert!(outputs.get("j@1#1").is_some());
+            guard.output()
+        };
+        assert!(outputs.get("j@1#1").is_none());
+        assert!(live.progress.borrow().1);
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same(b"abc", b"abc"));
+        assert!(!same(b"abc", b"abd"));
+        assert!(!same(b"abc", b"ab"));
+        assert!(!same(b"", b"a"));
+    }
+}
