@@ -1,0 +1,554 @@
+//! `jobs apply` and `import`: make the server's jobs match job files. The plan is pure (files
+//! and the server's list in, steps out); carrying it out uses the API's preconditions, so a
+//! concurrent edit (console, another apply) is a conflict and never silently overwritten:
+//! creates send `If-None-Match: *`, updates and prune deletes `If-Match: <revision read>`.
+//!
+//! Comparison: each file's spec is parsed with common's `JobSpec` and shown the way the API
+//! shows a saved spec (defaults filled in, secret values withheld), then compared with the
+//! server's. Secret values can never be compared (the API does not show them), so a job whose
+//! file gives a secret value is sent on every apply; a job whose file keeps its secrets
+//! (`null` / `{ keep = true }`) compares like any other.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::client::{segment, Client};
+use crate::exit::{ApiError, FileError, InvalidFiles, Usage};
+use crate::jobfile::{self, FileJob};
+use crate::table::clip;
+
+/// A job as the server has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Current {
+    /// As the API shows it (secret values `null`).
+    pub spec: Value,
+    pub revision: i64,
+    /// Why the stored value is not a valid spec, when it is not.
+    pub invalid: Option<String>,
+}
+
+/// The jobs of a `GET /api/jobs` answer by name.
+#[must_use]
+pub fn current_jobs(list: &Value) -> BTreeMap<String, Current> {
+    list["jobs"]
+        .as_array()
+        .map(|jobs| {
+            jobs.iter()
+                .filter_map(|j| {
+                    let name = j["name"].as_str()?.to_owned();
+                    let current = Current {
+                        spec: j["spec"].clone(),
+                        revision: j["revision"].as_i64().unwrap_or(0),
+                        invalid: j["invalid"].as_str().map(str::to_owned),
+                    };
+                    Some((name, current))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One field that differs between the server's spec and the file's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Difference {
+    /// Dotted path (`task.command`, `labels.team`); lists compare as a whole.
+    pub path: String,
+    pub old: Option<Value>,
+    pub new: Option<Value>,
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |v: &Value| clip(&v.to_string(), 60);
+        match (&self.old, &self.new) {
+            (Some(old), Some(new)) => write!(f, "~ {}: {} → {}", self.path, show(old), show(new)),
+            (None, Some(new)) => write!(f, "+ {}: {}", self.path, show(new)),
+            (Some(old), None) => write!(f, "- {}: {}", self.path, show(old)),
+            (None, None) => write!(f, "  {}", self.path),
+        }
+    }
+}
+
+/// The fields that differ from `old` to `new`, objects compared key by key.
+#[must_use]
+pub fn diff(old: &Value, new: &Value) -> Vec<Difference> {
+    let mut out = Vec::new();
+    diff_at("", old, new, &mut out);
+    out
+}
+
+fn diff_at(path: &str, old: &Value, new: &Value, out: &mut Vec<Difference>) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for key in keys {
+                let sub = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                match (a.get(key), b.get(key)) {
+                    (Some(x), Some(y)) => diff_at(&sub, x, y, out),
+                    (x, y) => out.push(Difference { path: sub, old: x.cloned(), new: y.cloned() }),
+                }
+            }
+        }
+        (a, b) if a == b => {}
+        (a, b) => out.push(Difference { path: path.to_owned(), old: Some(a.clone()), new: Some(b.clone()) }),
+    }
+}
+
+/// What apply does with one job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Create,
+    Update {
+        revision: i64,
+        diff: Vec<Difference>,
+        /// Why it is updated when the diff does not say (secret values, an invalid stored value).
+        note: Option<String>,
+    },
+    Unchanged,
+    Delete {
+        revision: i64,
+    },
+}
+
+impl Action {
+    fn verb(&self, done: bool) -> &'static str {
+        match (self, done) {
+            (Action::Create, false) => "create",
+            (Action::Create, true) => "created",
+            (Action::Update { .. }, false) => "update",
+            (Action::Update { .. }, true) => "updated",
+            (Action::Unchanged, _) => "unchanged",
+            (Action::Delete { .. }, false) => "delete",
+            (Action::Delete { .. }, true) => "deleted",
+        }
+    }
+}
+
+/// One job's step of the plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub job: String,
+    /// The file it comes from (none for a prune delete).
+    pub file: Option<PathBuf>,
+    pub action: Action,
+    /// The body to PUT.
+    pub body: Option<Value>,
+}
+
+/// The steps that make the server's jobs match `files`; with `prune`, jobs the files do not
+/// define are deleted. Refuses (before anything changes) a job that asks to keep a secret the
+/// server does not have.
+pub fn plan(files: &[FileJob], current: &BTreeMap<String, Current>, prune: bool) -> Result<Vec<Step>, InvalidFiles> {
+    let mut steps = Vec::new();
+    let mut errors = Vec::new();
+    for f in files {
+        let step =
+            |action| Step { job: f.name.clone(), file: Some(f.file.clone()), action, body: Some(f.body.clone()) };
+        match current.get(&f.name) {
+            None => {
+                for field in &f.kept_secrets {
+                    errors.push(FileError {
+                        file: f.file.clone(),
+                        job: Some(f.name.clone()),
+                        field: Some(field.clone()),
+                        message: format!(
+                            "no value given (null / {{ keep = true }} keeps the value stored on the server), and job \
+                             {:?} does not exist there: write the secret's value into the file (an export cannot \
+                             contain secrets)",
+                            f.name
+                        ),
+                    });
+                }
+                steps.push(step(Action::Create));
+            }
+            Some(cur) => {
+                let changes = diff(&cur.spec, &f.normalized);
+                let note = if let Some(why) = &cur.invalid {
+                    Some(format!("the stored value is not a valid spec ({why})"))
+                } else if !f.secret_values.is_empty() {
+                    Some(format!(
+                        "secret values cannot be read back to compare ({}): sent on every apply",
+                        f.secret_values.join(", ")
+                    ))
+                } else {
+                    None
+                };
+                if changes.is_empty() && note.is_none() {
+                    steps.push(step(Action::Unchanged));
+                } else {
+                    steps.push(step(Action::Update { revision: cur.revision, diff: changes, note }));
+                }
+            }
+        }
+    }
+    if prune {
+        for (name, cur) in current {
+            if !files.iter().any(|f| f.name == *name) {
+                steps.push(Step {
+                    job: name.clone(),
+                    file: None,
+                    action: Action::Delete { revision: cur.revision },
+                    body: None,
+                });
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(steps)
+    } else {
+        Err(InvalidFiles(errors))
+    }
+}
+
+/// How `apply` runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub prune: bool,
+    pub dry_run: bool,
+    pub json: bool,
+}
+
+/// What became of one step.
+#[derive(Debug)]
+struct Outcome {
+    step: Step,
+    /// The job's revision after the change.
+    revision: Option<i64>,
+    error: Option<anyhow::Error>,
+}
+
+/// Counts for the summary line.
+#[derive(Debug, Default)]
+struct Summary {
+    created: usize,
+    updated: usize,
+    unchanged: usize,
+    deleted: usize,
+    failed: usize,
+}
+
+impl Summary {
+    fn of(outcomes: &[Outcome]) -> Self {
+        let mut s = Summary::default();
+        for o in outcomes {
+            if o.error.is_some() {
+                s.failed += 1;
+                continue;
+            }
+            match o.step.action {
+                Action::Create => s.created += 1,
+                Action::Update { .. } => s.updated += 1,
+                Action::Unchanged => s.unchanged += 1,
+                Action::Delete { .. } => s.deleted += 1,
+            }
+        }
+        s
+    }
+
+    fn line(&self, dry_run: bool) -> String {
+        let mut line = format!(
+            "{} created, {} updated, {} unchanged, {} deleted",
+            self.created, self.updated, self.unchanged, self.deleted
+        );
+        if self.failed > 0 {
+            let _ = write!(line, ", {} failed", self.failed);
+        }
+        if dry_run {
+            line.push_str(" (dry run: nothing was changed)");
+        }
+        line
+    }
+}
+
+/// `jobs apply -f ...` / `import FILE`.
+pub async fn apply(client: &Client, paths: &[PathBuf], opts: Options) -> anyhow::Result<()> {
+    let files = jobfile::load(paths)?;
+    if opts.prune && files.is_empty() {
+        return Err(Usage(
+            "the files define no job: --prune would delete every job on the server; refusing (delete jobs with \
+             `jobs rm`)"
+                .to_owned(),
+        )
+        .into());
+    }
+    let list = client.get("/api/jobs").await.context("listing the jobs on the server")?;
+    let steps = plan(&files, &current_jobs(&list), opts.prune)?;
+    let mut out = Printer { json: opts.json, done: !opts.dry_run };
+    if opts.dry_run {
+        let outcomes: Vec<Outcome> =
+            steps.into_iter().map(|step| Outcome { step, revision: None, error: None }).collect();
+        for o in &outcomes {
+            out.step(o)?;
+        }
+        return out.finish(&outcomes, true);
+    }
+    let mut outcomes = Vec::new();
+    let (mut writes, deletes): (Vec<Step>, Vec<Step>) =
+        steps.into_iter().partition(|s| !matches!(s.action, Action::Delete { .. }));
+    // A save refused as a dependency cycle may only be one with the stored jobs that another
+    // file changes too (a → b becoming b → a): retry those after the others, while that helps.
+    loop {
+        let mut deferred = Vec::new();
+        let mut progress = false;
+        let last_pass = writes.len();
+        for step in writes {
+            let result = write(client, &step).await;
+            match result {
+                Err(e) if is_cycle(&e) && last_pass > 1 => deferred.push((step, e)),
+                result => {
+                    progress = true;
+                    let outcome = finished(step, result);
+                    out.step(&outcome)?;
+                    outcomes.push(outcome);
+                }
+            }
+        }
+        if deferred.is_empty() {
+            break;
+        }
+        if !progress {
+            for (step, e) in deferred {
+                let outcome = finished(step, Err(e));
+                out.step(&outcome)?;
+                outcomes.push(outcome);
+            }
+            break;
+        }
+        writes = deferred.into_iter().map(|(s, _)| s).collect();
+    }
+    let failed = outcomes.iter().filter(|o| o.error.is_some()).count();
+    if failed > 0 && !deletes.is_empty() {
+        eprintln!("etcronctl: not pruning {} job(s): {failed} change(s) failed", deletes.len());
+    } else {
+        for step in deletes {
+            let result = delete(client, &step).await;
+            let outcome = finished(step, result);
+            out.step(&outcome)?;
+            outcomes.push(outcome);
+        }
+    }
+    out.finish(&outcomes, false)
+}
+
+fn finished(step: Step, result: anyhow::Result<Option<i64>>) -> Outcome {
+    match result {
+        Ok(revision) => Outcome { step, revision, error: None },
+        Err(e) => Outcome { step, revision: None, error: Some(e) },
+    }
+}
+
+fn is_cycle(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<ApiError>().is_some_and(|a| a.code == "dependency_cycle")
+}
+
+/// Creates or replaces a job with the precondition of its step; the new revision.
+async fn write(client: &Client, step: &Step) -> anyhow::Result<Option<i64>> {
+    let path = format!("/api/jobs/{}", segment(&step.job));
+    let headers = match &step.action {
+        Action::Create => vec![("If-None-Match", "*".to_owned())],
+        Action::Update { revision, .. } => vec![("If-Match", revision.to_string())],
+        Action::Unchanged | Action::Delete { .. } => return Ok(None),
+    };
+    let reply = client.send(Method::PUT, &path, step.body.as_ref(), &headers).await?;
+    Ok(reply.body["revision"].as_i64())
+}
+
+/// Deletes a job not in the files, only at the revision read (404: already gone, fine).
+async fn delete(client: &Client, step: &Step) -> anyhow::Result<Option<i64>> {
+    let Action::Delete { revision } = step.action else { return Ok(None) };
+    let path = format!("/api/jobs/{}", segment(&step.job));
+    match client.send(Method::DELETE, &path, None, &[("If-Match", revision.to_string())]).await {
+        Err(e) if e.downcast_ref::<ApiError>().is_some_and(|a| a.status == 404) => Ok(None),
+        other => other.map(|_| None),
+    }
+}
+
+/// Prints steps as they happen (table) or all at the end (JSON).
+struct Printer {
+    json: bool,
+    /// Past tense (changes made) or plan (dry run).
+    done: bool,
+}
+
+impl Printer {
+    fn step(&mut self, o: &Outcome) -> anyhow::Result<()> {
+        let where_ = o.step.file.as_ref().map(|f| format!(" ({})", f.display())).unwrap_or_default();
+        if let Some(e) = &o.error {
+            eprintln!("etcronctl: job {:?}{where_}: {e:#}", o.step.job);
+        }
+        if self.json {
+            return Ok(());
+        }
+        let mut text = String::new();
+        let verb = if o.error.is_some() { "failed" } else { o.step.action.verb(self.done) };
+        let _ = writeln!(text, "{verb:<10} {}{where_}", o.step.job);
+        if let Action::Update { diff, note, .. } = &o.step.action {
+            for d in diff {
+                let _ = writeln!(text, "    {d}");
+            }
+            if let Some(note) = note {
+                let _ = writeln!(text, "    ({note})");
+            }
+        }
+        std::io::stdout().write_all(text.as_bytes())?;
+        Ok(())
+    }
+
+    fn finish(&mut self, outcomes: &[Outcome], dry_run: bool) -> anyhow::Result<()> {
+        let summary = Summary::of(outcomes);
+        let mut stdout = std::io::stdout();
+        if self.json {
+            let changes: Vec<Value> = outcomes
+                .iter()
+                .map(|o| {
+                    let (diff, note) = match &o.step.action {
+                        Action::Update { diff, note, .. } => (
+                            diff.iter().map(|d| json!({"path": d.path, "old": d.old, "new": d.new})).collect(),
+                            note.clone(),
+                        ),
+                        _ => (Vec::new(), None),
+                    };
+                    json!({
+                        "job": o.step.job,
+                        "file": o.step.file.as_ref().map(|f| f.display().to_string()),
+                        "action": o.step.action.verb(false),
+                        "applied": !dry_run && o.error.is_none() && o.step.action != Action::Unchanged,
+                        "diff": diff,
+                        "note": note,
+                        "revision": o.revision,
+                        "error": o.error.as_ref().map(|e| format!("{e:#}")),
+                    })
+                })
+                .collect();
+            let body = json!({
+                "dry_run": dry_run,
+                "changes": changes,
+                "summary": {"created": summary.created, "updated": summary.updated, "unchanged": summary.unchanged,
+                            "deleted": summary.deleted, "failed": summary.failed},
+            });
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&body)?)?;
+        } else {
+            writeln!(stdout, "{}", summary.line(dry_run))?;
+        }
+        let Some((o, e)) = outcomes.iter().find_map(|o| o.error.as_ref().map(|e| (o, e))) else {
+            return Ok(());
+        };
+        // Each failure was printed as it happened; the first one's decides the exit code.
+        let what =
+            format!("{} of {} change(s) failed, the first for job {:?}", summary.failed, outcomes.len(), o.step.job);
+        Err(match e.chain().find_map(|c| c.downcast_ref::<ApiError>()) {
+            Some(api) => anyhow::Error::new(api.clone()).context(what),
+            None => anyhow::anyhow!("{e:#}").context(what),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::path::Path;
+
+    fn file_jobs(text: &str) -> Vec<FileJob> {
+        jobfile::parse(Path::new("jobs.json"), text).unwrap().into_iter().map(|j| j.unwrap()).collect()
+    }
+
+    fn server(jobs: &[(&str, Value, i64)]) -> BTreeMap<String, Current> {
+        let list = json!({"jobs": jobs.iter().map(|(n, spec, rev)| json!({"name": n, "spec": spec, "revision": rev})).collect::<Vec<_>>()});
+        current_jobs(&list)
+    }
+
+    /// A spec as the API shows it after saving `{"schedule", "task": shell command}`.
+    fn shown(schedule: &str, command: &str) -> Value {
+        let spec = etcron_common::job::JobSpec::from_value(
+            json!({"schedule": schedule, "task": {"kind": "shell", "command": command}}),
+        )
+        .unwrap();
+        serde_json::to_value(spec.redacted()).unwrap()
+    }
+
+    #[test]
+    fn plans_create_update_unchanged_and_prune() {
+        let files = file_jobs(
+            r#"{"jobs": {
+                "new": {"schedule": "@daily", "task": {"kind": "shell", "command": "a"}},
+                "same": {"schedule": "@daily", "task": {"kind": "shell", "command": "b"}},
+                "changed": {"schedule": "@hourly", "task": {"kind": "shell", "command": "c2"}, "labels": {"t": "x"}}
+            }}"#,
+        );
+        let current = server(&[
+            ("same", shown("@daily", "b"), 10),
+            ("changed", shown("@hourly", "c1"), 11),
+            ("gone", shown("@daily", "d"), 12),
+        ]);
+        let steps = plan(&files, &current, false).unwrap();
+        let actions: Vec<(&str, &Action)> = steps.iter().map(|s| (s.job.as_str(), &s.action)).collect();
+        assert_eq!(actions[0], ("new", &Action::Create));
+        assert_eq!(actions[1], ("same", &Action::Unchanged));
+        let Action::Update { revision, diff, note } = actions[2].1 else { panic!("{actions:?}") };
+        assert_eq!((*revision, note), (11, &None));
+        let lines: Vec<String> = diff.iter().map(ToString::to_string).collect();
+        assert_eq!(lines, ["+ labels: {\"t\":\"x\"}", "~ task.command: \"c1\" → \"c2\""]);
+        assert_eq!(steps.len(), 3, "no prune: gone stays");
+        let steps = plan(&files, &current, true).unwrap();
+        assert_eq!(steps[3].action, Action::Delete { revision: 12 });
+        assert_eq!(steps[3].job, "gone");
+    }
+
+    #[test]
+    fn secrets_given_are_always_sent_and_kept_ones_compare() {
+        let files = file_jobs(
+            r#"{"jobs": {
+                "given": {"schedule": "@daily", "task": {"kind": "shell", "command": "a", "secret_env": {"PW": "x"}}},
+                "kept": {"schedule": "@daily", "task": {"kind": "shell", "command": "a", "secret_env": {"PW": null}}}
+            }}"#,
+        );
+        let mut with_secret = shown("@daily", "a");
+        with_secret["task"]["secret_env"] = json!({"PW": null});
+        let current = server(&[("given", with_secret.clone(), 3), ("kept", with_secret, 4)]);
+        let steps = plan(&files, &current, false).unwrap();
+        let Action::Update { diff, note, .. } = &steps[0].action else { panic!("{steps:?}") };
+        assert!(diff.is_empty());
+        assert!(note.as_deref().unwrap().contains("task.secret_env.PW"), "{note:?}");
+        assert_eq!(steps[1].action, Action::Unchanged);
+        // Keeping a secret of a job the server does not have is refused before any change.
+        let e = plan(&files, &BTreeMap::new(), false).unwrap_err();
+        assert_eq!(e.0.len(), 1);
+        assert_eq!(e.0[0].job.as_deref(), Some("kept"));
+        assert_eq!(e.0[0].field.as_deref(), Some("task.secret_env.PW"));
+    }
+
+    #[test]
+    fn an_invalid_stored_value_is_replaced() {
+        let files = file_jobs(r#"{"jobs": {"x": {"schedule": "@daily", "task": {"kind": "shell", "command": "a"}}}}"#);
+        let list =
+            json!({"jobs": [{"name": "x", "spec": shown("@daily", "a"), "revision": 5, "invalid": "schedule: bad"}]});
+        let steps = plan(&files, &current_jobs(&list), false).unwrap();
+        let Action::Update { note, .. } = &steps[0].action else { panic!("{steps:?}") };
+        assert!(note.as_deref().unwrap().contains("schedule: bad"));
+    }
+
+    #[test]
+    fn diffs_walk_objects_and_compare_lists_whole() {
+        let old = json!({"a": 1, "m": {"x": 1, "y": 2}, "l": [1, 2], "gone": true});
+        let new = json!({"a": 1, "m": {"x": 1, "y": 3, "z": 4}, "l": [1, 2, 3]});
+        let d: Vec<String> = diff(&old, &new).iter().map(ToString::to_string).collect();
+        assert_eq!(d, ["- gone: true", "~ l: [1,2] → [1,2,3]", "~ m.y: 2 → 3", "+ m.z: 4"]);
+        assert!(diff(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn the_summary_line() {
+        let s = Summary { created: 1, updated: 2, unchanged: 3, deleted: 0, failed: 0 };
+        assert_eq!(s.line(false), "1 created, 2 updated, 3 unchanged, 0 deleted");
+        assert_eq!(s.line(true), "1 created, 2 updated, 3 unchanged, 0 deleted (dry run: nothing was changed)");
+        let s = Summary { failed: 1, ..Summary::default() };
+        assert_eq!(s.line(false), "0 created, 0 updated, 0 unchanged, 0 deleted, 1 failed");
+    }
+}

@@ -1,0 +1,375 @@
+//! The `executions` commands: search (one page, every page, or `--follow` polling like
+//! `tail -f`), and get (the record with its output, or `--follow` streaming the live output of
+//! a running execution from `GET /api/executions/{id}/stream`).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::{json, Value};
+
+use crate::client::{query, segment, Client};
+use crate::exit::{ApiError, Exit, Unsuccessful};
+use crate::sse;
+use crate::table::{clip, duration_ms, line, text, Table};
+use crate::{out, print_json};
+
+/// How often `executions search --follow` asks again.
+const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Filters of `GET /api/executions`.
+#[derive(Debug, Clone, Default)]
+pub struct Filters {
+    pub job: Option<String>,
+    pub statuses: Vec<String>,
+    pub worker: Option<String>,
+    pub trigger: Option<String>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub q: Option<String>,
+    pub limit: Option<u32>,
+}
+
+impl Filters {
+    /// The query string, with `cursor` when given.
+    fn query(&self, cursor: Option<String>) -> String {
+        let statuses = (!self.statuses.is_empty()).then(|| self.statuses.join(","));
+        query(&[
+            ("job", self.job.clone()),
+            ("status", statuses),
+            ("worker", self.worker.clone()),
+            ("trigger", self.trigger.clone()),
+            ("since", self.since.as_deref().map(time_param)),
+            ("until", self.until.as_deref().map(time_param)),
+            ("q", self.q.clone()),
+            ("limit", self.limit.map(|l| l.to_string())),
+            ("cursor", cursor),
+        ])
+    }
+}
+
+/// `--since 1h` means an hour ago; anything else (RFC 3339) goes to the API as given.
+fn time_param(text: &str) -> String {
+    match humantime::parse_duration(text.trim()) {
+        Ok(ago) => {
+            let ago = chrono::Duration::from_std(ago).unwrap_or(chrono::Duration::MAX);
+            let at = chrono::Utc::now().checked_sub_signed(ago).unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+            at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        }
+        Err(_) => text.to_owned(),
+    }
+}
+
+const COLUMNS: [&str; 7] = ["ID", "STATUS", "TRIGGER", "WORKER", "SCHEDULED", "DURATION", "RESULT"];
+/// Column widths of `--follow`, which cannot measure rows it has not seen yet.
+const FOLLOW_WIDTHS: [usize; 7] = [36, 9, 10, 12, 24, 8, 0];
+
+/// What an execution came to, in a few words: the error, the reason, or the exit code.
+fn result(e: &Value) -> String {
+    let words = if let Some(err) = e["error"].as_str() {
+        err.to_owned()
+    } else if let Some(reason) = e["reason"].as_str() {
+        reason.to_owned()
+    } else if let Some(code) = e["exit_code"].as_i64() {
+        format!("exit {code}")
+    } else if let Some(sig) = e["signal"].as_i64() {
+        format!("signal {sig}")
+    } else if let Some(status) = e["http_status"].as_i64() {
+        format!("HTTP {status}")
+    } else {
+        "-".to_owned()
+    };
+    clip(&words, 80)
+}
+
+fn row(e: &Value) -> Vec<String> {
+    vec![
+        text(&e["id"]),
+        text(&e["status"]),
+        text(&e["trigger"]),
+        text(&e["worker_id"]),
+        text(&e["scheduled_at"]),
+        e["duration_ms"].as_u64().map_or_else(|| "-".to_owned(), duration_ms),
+        result(e),
+    ]
+}
+
+pub async fn search(
+    client: &Client,
+    filters: &Filters,
+    cursor: Option<String>,
+    all: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut cursor = cursor;
+    let mut executions = Vec::new();
+    let next = loop {
+        let page = client
+            .get(&format!("/api/executions{}", filters.query(cursor.take())))
+            .await
+            .context("searching executions")?;
+        executions.extend(page["executions"].as_array().cloned().unwrap_or_default());
+        let next = page["next_cursor"].as_str().map(str::to_owned);
+        match next {
+            Some(c) if all => cursor = Some(c),
+            next => break next,
+        }
+    };
+    if json {
+        return print_json(&json!({ "executions": executions, "next_cursor": next }));
+    }
+    let mut table = Table::new(&COLUMNS);
+    for e in &executions {
+        table.row(row(e));
+    }
+    out(&table.render())?;
+    if let Some(c) = next {
+        eprintln!("etcronctl: more executions: --cursor {c} (or --all)");
+    }
+    Ok(())
+}
+
+/// The records of one poll that are new or changed since `seen`, oldest first; `seen` becomes
+/// this poll's records (so it never holds more than one page).
+fn news(seen: &mut HashMap<String, Value>, page: &[Value]) -> Vec<Value> {
+    let mut fresh: Vec<Value> = page.iter().filter(|e| seen.get(&text(&e["id"])) != Some(*e)).cloned().collect();
+    fresh.sort_by(|a, b| {
+        let key = |e: &Value| (e["scheduled_ms"].as_i64().unwrap_or(0), text(&e["id"]));
+        key(a).cmp(&key(b))
+    });
+    *seen = page.iter().map(|e| (text(&e["id"]), e.clone())).collect();
+    fresh
+}
+
+/// `executions search --follow`: polls every second and prints records that are new or changed
+/// (a run that finished is printed again with its result), oldest first, until interrupted.
+/// With `-o json`, one JSON record per line.
+pub async fn follow(client: &Client, filters: &Filters, json: bool) -> anyhow::Result<()> {
+    let path = format!("/api/executions{}", filters.query(None));
+    let mut seen = HashMap::new();
+    let mut failing = false;
+    if !json {
+        out(&format!("{}\n", line(&COLUMNS.map(str::to_owned), &FOLLOW_WIDTHS)))?;
+    }
+    loop {
+        match client.get(&path).await {
+            Ok(page) => {
+                if failing {
+                    eprintln!("etcronctl: the master answers again");
+                    failing = false;
+                }
+                let list = page["executions"].as_array().cloned().unwrap_or_default();
+                let mut text = String::new();
+                for e in news(&mut seen, &list) {
+                    if json {
+                        let _ = writeln!(text, "{e}");
+                    } else {
+                        let _ = writeln!(text, "{}", line(&row(&e), &FOLLOW_WIDTHS));
+                    }
+                }
+                out(&text)?;
+            }
+            Err(e) => {
+                // A refusal (bad filter, token) will not heal; an outage might.
+                let retry = e.downcast_ref::<ApiError>().is_none_or(|a| a.status >= 500 || a.status == 429);
+                if !retry {
+                    return Err(e.context("searching executions"));
+                }
+                if !failing {
+                    eprintln!("etcronctl: searching executions: {e:#}; retrying every second");
+                    failing = true;
+                }
+            }
+        }
+        tokio::time::sleep(FOLLOW_INTERVAL).await;
+    }
+}
+
+fn execution_path(id: &str) -> String {
+    format!("/api/executions/{}", segment(id))
+}
+
+pub async fn get(client: &Client, id: &str, json: bool) -> anyhow::Result<()> {
+    let e = client.get(&execution_path(id)).await.with_context(|| format!("execution {id:?}"))?;
+    if json {
+        return print_json(&e);
+    }
+    let mut s = String::new();
+    let field = |s: &mut String, label: &str, v: &Value| {
+        if !v.is_null() {
+            let _ = writeln!(s, "{:<15}{}", format!("{label}:"), text(v));
+        }
+    };
+    for (label, key) in [
+        ("id", "id"),
+        ("job", "job"),
+        ("status", "status"),
+        ("trigger", "trigger"),
+        ("attempt", "attempt"),
+        ("worker", "worker_id"),
+        ("host", "hostname"),
+        ("scheduled", "scheduled_at"),
+        ("claimed", "claimed_at"),
+        ("started", "started_at"),
+        ("finished", "finished_at"),
+    ] {
+        field(&mut s, label, &e[key]);
+    }
+    if let Some(ms) = e["duration_ms"].as_u64() {
+        let _ = writeln!(s, "{:<15}{}", "duration:", duration_ms(ms));
+    }
+    for (label, key) in [
+        ("exit code", "exit_code"),
+        ("signal", "signal"),
+        ("http status", "http_status"),
+        ("error", "error"),
+        ("reason", "reason"),
+        ("parent", "parent"),
+        ("fencing token", "fencing_token"),
+    ] {
+        field(&mut s, label, &e[key]);
+    }
+    let output = e["output"].as_str().unwrap_or_default();
+    let truncated = if e["output_truncated"] == Value::Bool(true) { " (truncated: head and tail kept)" } else { "" };
+    let _ = writeln!(s, "output{truncated}:");
+    s.push_str(output);
+    if !output.is_empty() && !output.ends_with('\n') {
+        s.push('\n');
+    }
+    out(&s)
+}
+
+/// One line about how an execution ended: `execution X: failed (exit 3) after 1.2s on w1`.
+fn status_line(e: &Value) -> String {
+    let mut s = format!("execution {}: {}", text(&e["id"]), text(&e["status"]));
+    let why = result(e);
+    if why != "-" {
+        let _ = write!(s, " ({why})");
+    }
+    if let Some(ms) = e["duration_ms"].as_u64() {
+        let _ = write!(s, " after {}", duration_ms(ms));
+    }
+    if let Some(w) = e["worker_id"].as_str().filter(|w| !w.is_empty()) {
+        let _ = write!(s, " on {w}");
+    }
+    s
+}
+
+/// `executions get ID --follow`: prints the output as it comes (stdout) and the final status
+/// (stderr); fails with [`Exit::Unsuccessful`] unless the execution succeeded, and with exit 1
+/// when the stream ends without a final status (an `error` event says why). With `-o json`,
+/// each event is one JSON line: `{"event":"output","text":…}`, `{"event":"gap","skipped_bytes":…}`,
+/// `{"event":"status","execution":{…}}`.
+pub async fn stream(client: &Client, id: &str, json: bool) -> anyhow::Result<()> {
+    let path = format!("{}/stream", execution_path(id));
+    let mut resp = client.open_stream(&path).await.with_context(|| format!("following execution {id:?}"))?;
+    let mut parser = sse::Parser::new();
+    let mut stdout = std::io::stdout();
+    let mut at_line_start = true;
+    let mut last = None;
+    let mut failure = None;
+    'read: while let Some(chunk) =
+        client.chunk(&mut resp).await.with_context(|| format!("following execution {id:?}"))?
+    {
+        for event in parser.push(&chunk) {
+            let data: Value = serde_json::from_str(&event.data)
+                .with_context(|| format!("the stream sent a {} event that is not JSON", event.event))?;
+            match event.event.as_str() {
+                "output" => {
+                    let text = data["text"].as_str().unwrap_or_default();
+                    if json {
+                        writeln!(stdout, "{}", json!({"event": "output", "text": text}))?;
+                    } else if !text.is_empty() {
+                        stdout.write_all(text.as_bytes())?;
+                        at_line_start = text.ends_with('\n');
+                    }
+                    stdout.flush()?;
+                }
+                "gap" => {
+                    if json {
+                        writeln!(stdout, "{}", json!({"event": "gap", "skipped_bytes": data["skipped_bytes"]}))?;
+                    } else {
+                        stdout.flush()?;
+                        eprintln!(
+                            "{}etcronctl: [{} bytes of output skipped: this reader fell behind what the worker keeps]",
+                            if at_line_start { "" } else { "\n" },
+                            text(&data["skipped_bytes"])
+                        );
+                        at_line_start = true;
+                    }
+                }
+                "status" => {
+                    last = Some(data);
+                    break 'read;
+                }
+                // The master gave up waiting for the final record (it ends the stream).
+                "error" => failure = data["message"].as_str().map(str::to_owned),
+                _ => {}
+            }
+        }
+    }
+    parser.finish();
+    let Some(record) = last else {
+        let why = failure.unwrap_or_else(|| "the master may have restarted".to_owned());
+        anyhow::bail!(
+            "the stream of execution {id:?} ended before its final status ({why}); see `etcronctl executions get {id}`"
+        );
+    };
+    let line = status_line(&record);
+    if json {
+        writeln!(stdout, "{}", json!({"event": "status", "execution": record}))?;
+    } else {
+        eprintln!("{}{line}", if at_line_start { "" } else { "\n" });
+    }
+    if record["status"] == "succeeded" {
+        Ok(())
+    } else {
+        Err(Unsuccessful { exit: Exit::Unsuccessful, what: line }.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn follow_prints_new_and_changed_records_oldest_first() {
+        let rec = |id: &str, ms: i64, status: &str| json!({"id": id, "scheduled_ms": ms, "status": status});
+        let mut seen = HashMap::new();
+        let first = news(&mut seen, &[rec("b", 2, "running"), rec("a", 1, "succeeded")]);
+        assert_eq!(first, vec![rec("a", 1, "succeeded"), rec("b", 2, "running")]);
+        assert!(news(&mut seen, &[rec("b", 2, "running"), rec("a", 1, "succeeded")]).is_empty());
+        let next = news(&mut seen, &[rec("c", 3, "running"), rec("b", 2, "failed"), rec("a", 1, "succeeded")]);
+        assert_eq!(next, vec![rec("b", 2, "failed"), rec("c", 3, "running")]);
+        // Only the last page is remembered.
+        news(&mut seen, &[rec("c", 3, "running")]);
+        assert_eq!(seen.len(), 1);
+    }
+
+    #[test]
+    fn results_and_status_lines_say_how_it_ended() {
+        let failed = json!({"id": "j@1#1", "status": "failed", "exit_code": 3, "duration_ms": 1200, "worker_id": "w1",
+                            "error": "exit code 3"});
+        assert_eq!(result(&failed), "exit code 3");
+        assert_eq!(status_line(&failed), "execution j@1#1: failed (exit code 3) after 1.2s on w1");
+        let ok = json!({"id": "j@1#1", "status": "succeeded", "exit_code": 0});
+        assert_eq!(result(&ok), "exit 0");
+        assert_eq!(result(&json!({"reason": "job paused"})), "job paused");
+        assert_eq!(result(&json!({})), "-");
+    }
+
+    #[test]
+    fn relative_times_become_rfc3339() {
+        assert_eq!(time_param("2026-01-01T00:00:00Z"), "2026-01-01T00:00:00Z");
+        let an_hour_ago = time_param("1h");
+        let parsed = chrono::DateTime::parse_from_rfc3339(&an_hour_ago).unwrap();
+        let delta = chrono::Utc::now().signed_duration_since(parsed);
+        assert!((delta.num_seconds() - 3600).abs() < 5, "{an_hour_ago}");
+        let q = Filters { job: Some("a".into()), statuses: vec!["failed".into(), "lost".into()], ..Filters::default() }
+            .query(Some("c1".into()));
+        assert_eq!(q, "?job=a&status=failed%2Clost&cursor=c1");
+    }
+}

@@ -1,0 +1,361 @@
+//! The `jobs` commands (ls, get, rm, run, kill, pause, resume), `export`, and the `workers` and
+//! `schedule` reads: each is one or a few API calls, printed as a table or as the API's JSON.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::client::{query, segment, Client};
+use crate::exit::{ApiError, Usage};
+use crate::jobfile::{self, Format};
+use crate::table::{clip, pairs, text, Table};
+use crate::{out, print_json};
+
+/// What `jobs ls --status` may filter on: the job's state, or the status of its last execution.
+pub const LIST_STATUSES: [&str; 12] = [
+    "enabled",
+    "paused",
+    "invalid",
+    "never",
+    "running",
+    "succeeded",
+    "failed",
+    "timed_out",
+    "killed",
+    "lost",
+    "skipped",
+    "missed",
+];
+
+fn job_path(name: &str) -> String {
+    format!("/api/jobs/{}", segment(name))
+}
+
+/// `enabled`, `paused` or `invalid`.
+fn state(job: &Value) -> &'static str {
+    if job["invalid"].is_string() {
+        "invalid"
+    } else if job["spec"]["enabled"] == Value::Bool(false) {
+        "paused"
+    } else {
+        "enabled"
+    }
+}
+
+/// The status of the job's last execution, `never` when it has none (or records are away).
+fn last_status(job: &Value) -> &str {
+    job["summary"]["last_execution"]["status"].as_str().unwrap_or("never")
+}
+
+/// Whether `job` passes `jobs ls` filters: every label, and any of the statuses.
+fn matches(job: &Value, labels: &[(String, String)], statuses: &[String]) -> bool {
+    let labels_ok = labels.iter().all(|(k, v)| job["spec"]["labels"][k].as_str() == Some(v.as_str()));
+    let status_ok = statuses.is_empty() || statuses.iter().any(|s| s == state(job) || s == last_status(job));
+    labels_ok && status_ok
+}
+
+pub async fn ls(client: &Client, labels: &[(String, String)], statuses: &[String], json: bool) -> anyhow::Result<()> {
+    let mut list = client.get("/api/jobs").await.context("listing jobs")?;
+    let jobs: Vec<Value> = list["jobs"]
+        .as_array()
+        .map(|all| all.iter().filter(|j| matches(j, labels, statuses)).cloned().collect())
+        .unwrap_or_default();
+    if json {
+        list["jobs"] = Value::Array(jobs);
+        return print_json(&list);
+    }
+    if list["records"]["available"] == Value::Bool(false) {
+        eprintln!(
+            "etcronctl: note: execution records are unavailable ({}); LAST STATUS is empty",
+            text(&list["records"]["error"])
+        );
+    }
+    let mut table = Table::new(&["NAME", "SCHEDULE", "TZ", "ENABLED", "NEXT RUN", "LAST STATUS", "LAST RUN"]);
+    for j in &jobs {
+        let enabled = match state(j) {
+            "invalid" => "invalid",
+            "paused" => "no",
+            _ => "yes",
+        };
+        let last = &j["summary"]["last_execution"];
+        table.row(vec![
+            text(&j["name"]),
+            clip(&text(&j["spec"]["schedule"]), 32),
+            text(&j["spec"]["timezone"]),
+            enabled.to_owned(),
+            text(&j["next_runs"][0]),
+            text(&last["status"]),
+            text(&last["scheduled_at"]),
+        ]);
+    }
+    out(&table.render())
+}
+
+pub async fn get(client: &Client, name: &str, json: bool) -> anyhow::Result<()> {
+    let job = client.get(&job_path(name)).await.with_context(|| format!("job {name:?}"))?;
+    if json {
+        return print_json(&job);
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "name:             {}", text(&job["name"]));
+    let _ = writeln!(s, "revision:         {}", text(&job["revision"]));
+    let _ = writeln!(s, "state:            {}", state(&job));
+    if let Some(why) = job["invalid"].as_str() {
+        let _ = writeln!(s, "invalid:          {why}");
+    }
+    let _ = writeln!(
+        s,
+        "schedule:         {} ({}): {}",
+        text(&job["spec"]["schedule"]),
+        text(&job["spec"]["timezone"]),
+        text(&job["schedule_description"])
+    );
+    let next: Vec<&str> =
+        job["next_runs"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let _ = writeln!(s, "next runs:        {}", if next.is_empty() { "-".to_owned() } else { next.join(", ") });
+    if !job["eligible_workers"].is_null() {
+        let _ = writeln!(s, "eligible workers: {}", text(&job["eligible_workers"]));
+    }
+    let summary = &job["summary"];
+    if summary.is_object() {
+        let last = &summary["last_execution"];
+        if last.is_object() {
+            let _ = writeln!(
+                s,
+                "last execution:   {} {} ({})",
+                text(&last["status"]),
+                text(&last["id"]),
+                text(&last["scheduled_at"])
+            );
+        }
+        let _ = writeln!(
+            s,
+            "last 24 h:        {} succeeded, {} failed, {} in all",
+            text(&summary["succeeded_24h"]),
+            text(&summary["failed_24h"]),
+            text(&summary["total_24h"])
+        );
+    }
+    let _ = writeln!(s, "spec:");
+    let yaml = serde_norway::to_string(&job["spec"]).context("showing the spec as YAML")?;
+    for line in yaml.lines() {
+        let _ = writeln!(s, "  {line}");
+    }
+    out(&s)
+}
+
+pub async fn rm(client: &Client, names: &[String], json: bool) -> anyhow::Result<()> {
+    let mut deleted = Vec::new();
+    let mut failures = Vec::new();
+    for name in names {
+        match client.send(Method::DELETE, &job_path(name), None, &[]).await {
+            Ok(_) => {
+                if !json {
+                    out(&format!("deleted {name}\n"))?;
+                }
+                deleted.push(name.clone());
+            }
+            Err(e) => {
+                let e = e.context(format!("deleting job {name:?}"));
+                if names.len() > 1 {
+                    eprintln!("etcronctl: {e:#}");
+                }
+                failures.push(e);
+            }
+        }
+    }
+    if json {
+        print_json(&json!({ "deleted": deleted }))?;
+    }
+    let total = names.len();
+    let failed = failures.len();
+    match failures.into_iter().next() {
+        None => Ok(()),
+        Some(e) if total == 1 => Err(e),
+        // Each failure was printed; the first one's decides the exit code.
+        Some(e) => {
+            let what = format!("{failed} of {total} job(s) could not be deleted");
+            Err(match e.chain().find_map(|c| c.downcast_ref::<ApiError>()).cloned() {
+                Some(api) => anyhow::Error::new(api).context(what),
+                None => e.context(what),
+            })
+        }
+    }
+}
+
+pub async fn run(client: &Client, name: &str, json: bool) -> anyhow::Result<()> {
+    let v = client.post(&format!("{}/run", job_path(name))).await.with_context(|| format!("running job {name:?}"))?;
+    if json {
+        return print_json(&v);
+    }
+    out(&format!("request_id:   {}\nexecution_id: {}\n", text(&v["request_id"]), text(&v["execution_id"])))
+}
+
+pub async fn kill(client: &Client, name: &str, execution: Option<String>, json: bool) -> anyhow::Result<()> {
+    let path = format!("{}/kill{}", job_path(name), query(&[("execution", execution)]));
+    let v = client.post(&path).await.with_context(|| format!("killing job {name:?}"))?;
+    if json {
+        return print_json(&v);
+    }
+    let target = match v["target"].as_str() {
+        Some("all") | None => "every running execution".to_owned(),
+        Some(id) => format!("execution {id}"),
+    };
+    out(&format!("kill requested for {target} of job {} (revision {})\n", text(&v["job"]), text(&v["revision"])))
+}
+
+pub async fn set_enabled(client: &Client, name: &str, enabled: bool, json: bool) -> anyhow::Result<()> {
+    let (action, doing) = if enabled { ("resume", "resuming") } else { ("pause", "pausing") };
+    let v =
+        client.post(&format!("{}/{action}", job_path(name))).await.with_context(|| format!("{doing} job {name:?}"))?;
+    if json {
+        return print_json(&v);
+    }
+    let state = if enabled { "enabled" } else { "paused" };
+    out(&format!("job {name} {state} (revision {})\n", text(&v["revision"])))
+}
+
+pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {
+    let v = client.get("/api/workers").await.context("listing workers")?;
+    if json {
+        return print_json(&v);
+    }
+    let mut table = Table::new(&["ID", "HOST", "LABELS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
+    for w in v["workers"].as_array().into_iter().flatten() {
+        table.row(vec![
+            text(&w["id"]),
+            text(&w["hostname"]),
+            pairs(&w["labels"]),
+            text(&w["capacity"]),
+            text(&w["running"]),
+            text(&w["version"]),
+            text(&w["started_at"]),
+        ]);
+    }
+    out(&table.render())?;
+    let unmatched: Vec<String> = v["unmatched_jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|u| format!("{} (selector {})", text(&u["job"]), pairs(&u["selector"])))
+        .collect();
+    if !unmatched.is_empty() {
+        eprintln!("etcronctl: note: no live worker matches these jobs: {}", unmatched.join(", "));
+    }
+    Ok(())
+}
+
+pub async fn preview(
+    client: &Client,
+    schedule: &str,
+    timezone: Option<String>,
+    count: Option<u32>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let path = format!(
+        "/api/schedule/preview{}",
+        query(&[
+            ("schedule", Some(schedule.to_owned())),
+            ("timezone", timezone),
+            ("count", count.map(|c| c.to_string()))
+        ])
+    );
+    let v = client.get(&path).await.with_context(|| format!("schedule {schedule:?}"))?;
+    if json {
+        return print_json(&v);
+    }
+    let mut s = format!("{} ({})\n", text(&v["description"]), text(&v["timezone"]));
+    for t in v["next"].as_array().into_iter().flatten() {
+        let _ = writeln!(s, "{}", text(t));
+    }
+    out(&s)
+}
+
+/// `export`: every job as one job file (to `file`, or stdout: TOML, or JSON with `-o json`).
+/// The API withholds secret values:
+/// the file keeps their names with `null` (`{ keep = true }` in TOML), which an import applies
+/// as "keep the stored value" and refuses for a job the server does not have.
+pub async fn export(client: &Client, file: Option<&Path>, format: Option<Format>, json: bool) -> anyhow::Result<()> {
+    let by_extension = file.map(|f| (f, Format::of_path(f)));
+    let format = match (format, by_extension) {
+        (Some(given), Some((f, Some(ext)))) if given != ext => {
+            return Err(Usage(format!(
+                "--format {given} does not match the extension of {}, which import reads as {ext}",
+                f.display()
+            ))
+            .into());
+        }
+        (Some(given), _) => given,
+        (None, Some((_, Some(ext)))) => ext,
+        (None, Some((f, None))) => {
+            return Err(Usage(format!(
+                "{}: name the file .toml, .yaml, .yml or .json (import reads the format from it)",
+                f.display()
+            ))
+            .into());
+        }
+        (None, None) if json => Format::Json,
+        (None, None) => Format::Toml,
+    };
+    let list = client.get("/api/jobs").await.context("listing jobs")?;
+    let mut jobs = BTreeMap::new();
+    let mut withheld = Vec::new();
+    for j in list["jobs"].as_array().into_iter().flatten() {
+        let name = text(&j["name"]);
+        if let Some(why) = j["invalid"].as_str() {
+            eprintln!("etcronctl: warning: job {name:?} is not exported: its stored value is not a valid spec ({why})");
+            continue;
+        }
+        for field in ["secret_env", "secret_headers"] {
+            for (key, value) in j["spec"]["task"][field].as_object().into_iter().flatten() {
+                if value.is_null() {
+                    withheld.push(format!("{name}: task.{field}.{key}"));
+                }
+            }
+        }
+        jobs.insert(name, j["spec"].clone());
+    }
+    if !withheld.is_empty() {
+        eprintln!(
+            "etcronctl: warning: the API never shows secret values, so the export has their names only ({}). \
+             Importing keeps the values stored for jobs that still exist; for jobs that do not, import refuses \
+             until the values are written into the file.",
+            withheld.join(", ")
+        );
+    }
+    let rendered = jobfile::render(&jobs, format).context("writing the job file")?;
+    match file {
+        Some(path) => {
+            std::fs::write(path, rendered).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("etcronctl: exported {} job(s) to {}", jobs.len(), path.display());
+            Ok(())
+        }
+        None => out(&rendered),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ls_filters_by_label_state_and_last_status() {
+        let job = json!({"name": "a", "spec": {"enabled": false, "labels": {"team": "data"}},
+                         "summary": {"last_execution": {"status": "failed"}}});
+        let label = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
+        assert!(matches(&job, &[], &[]));
+        assert!(matches(&job, &label("team", "data"), &[]));
+        assert!(!matches(&job, &label("team", "web"), &[]));
+        assert!(matches(&job, &[], &["paused".to_owned()]));
+        assert!(matches(&job, &[], &["enabled".to_owned(), "failed".to_owned()]));
+        assert!(!matches(&job, &[], &["enabled".to_owned()]));
+        let fresh = json!({"name": "b", "spec": {"enabled": true}, "summary": {"last_execution": null}});
+        assert!(matches(&fresh, &[], &["never".to_owned()]));
+        let broken = json!({"name": "c", "spec": {}, "invalid": "schedule: bad"});
+        assert_eq!(state(&broken), "invalid");
+    }
+}

@@ -1,0 +1,379 @@
+//! `etcronctl`: the operator's command line for an etcron cluster. It is a client of a master's
+//! HTTP API only (it never talks to etcd or MongoDB): jobs, job files (apply, export, import),
+//! executions (search, follow, live output), workers and schedule previews.
+
+mod apply;
+mod client;
+mod executions;
+mod exit;
+mod jobfile;
+mod jobs;
+mod sse;
+mod table;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+
+use crate::client::Client;
+use crate::exit::{Exit, InvalidFiles, Unsuccessful};
+use crate::jobfile::Format;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "etcronctl",
+    version,
+    about = "Operate an etcron cluster through a master's HTTP API",
+    after_help = exit::HELP
+)]
+struct Cli {
+    /// The master's address.
+    #[arg(long, global = true, env = "ETCRON_SERVER", default_value = "http://127.0.0.1:8070")]
+    server: String,
+    /// API token, sent as `Authorization: Bearer <token>`.
+    #[arg(long, global = true, env = "ETCRON_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Output: aligned columns for people, or the API's JSON (pretty-printed) for scripts.
+    #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// Time limit of each request, e.g. 30s or 2m (streams are limited only while connecting).
+    #[arg(long, global = true, default_value = "30s", value_parser = parse_duration)]
+    timeout: Duration,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List, show, apply, delete, run, kill, pause and resume jobs.
+    #[command(subcommand)]
+    Jobs(JobsCommand),
+    /// Search execution records, follow new ones, show one with its output or stream it live.
+    #[command(subcommand)]
+    Executions(ExecutionsCommand),
+    /// Live workers.
+    #[command(subcommand)]
+    Workers(WorkersCommand),
+    /// Check a schedule before using it.
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
+    /// Write every job into one job file (secret values are withheld by the API: see README).
+    Export {
+        /// The file to write (its extension gives the format); stdout when absent.
+        #[arg(short = 'f', long = "file")]
+        file: Option<PathBuf>,
+        /// toml, yaml or json; by default the file's extension, or on stdout toml (json with `-o json`).
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+    },
+    /// Restore jobs from a job file or directory (`jobs apply` of it).
+    Import {
+        /// A job file or a directory of them.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Also delete the jobs on the server that the files do not define.
+        #[arg(long)]
+        prune: bool,
+        /// Print what would change, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Print a shell completion script (e.g. `etcronctl completions bash > /etc/bash_completion.d/etcronctl`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum JobsCommand {
+    /// List jobs: name, schedule, timezone, enabled, next run, last status.
+    #[command(visible_alias = "list")]
+    Ls {
+        /// Only jobs with this label (k=v; repeat for several, all must match).
+        #[arg(long = "label", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+        /// Only jobs in one of these states (enabled, paused, invalid) or whose last execution
+        /// has one of these statuses (never = no execution yet); comma-separated.
+        #[arg(long = "status", value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(jobs::LIST_STATUSES))]
+        statuses: Vec<String>,
+    },
+    /// Show one job: its state, next runs, last execution and spec (as YAML; `-o json` for the API's JSON).
+    Get { name: String },
+    /// Create or update jobs from job files (TOML, YAML, JSON) so that the server matches them.
+    Apply {
+        /// A job file, or a directory of them (every *.toml, *.yaml, *.yml, *.json in it); repeatable.
+        #[arg(short = 'f', long = "file", required = true)]
+        files: Vec<PathBuf>,
+        /// Also delete the jobs on the server that the files do not define.
+        #[arg(long)]
+        prune: bool,
+        /// Print the plan (create/update/unchanged/delete, with the fields that change); change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Delete jobs.
+    #[command(visible_alias = "delete")]
+    Rm {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+    /// Run a job now (prints the request and execution ids).
+    Run { name: String },
+    /// Kill the running executions of a job (or one of them).
+    Kill {
+        name: String,
+        /// Only this execution (an id from `executions search`).
+        #[arg(long)]
+        execution: Option<String>,
+    },
+    /// Pause a job: its ticks are recorded `skipped` until resumed.
+    Pause { name: String },
+    /// Resume a paused job.
+    Resume { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum ExecutionsCommand {
+    /// Search execution records, newest first.
+    #[command(visible_alias = "ls")]
+    Search {
+        #[arg(long)]
+        job: Option<String>,
+        /// Comma-separated: running, succeeded, failed, timed_out, killed, lost, skipped, missed.
+        #[arg(long = "status", value_delimiter = ',')]
+        statuses: Vec<String>,
+        #[arg(long)]
+        worker: Option<String>,
+        /// schedule, manual, retry, dependency, catchup or failover.
+        #[arg(long)]
+        trigger: Option<String>,
+        /// Scheduled at or after: RFC 3339, or a duration ago (`1h`, `30m`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Scheduled at or before: RFC 3339, or a duration ago.
+        #[arg(long)]
+        until: Option<String>,
+        /// Words in the output, error or reason.
+        #[arg(short = 'q', long = "query")]
+        q: Option<String>,
+        /// Records per page (the API's default is 50, at most 500).
+        #[arg(long)]
+        limit: Option<u32>,
+        /// Continue from a page's `next_cursor`.
+        #[arg(long, conflicts_with_all = ["all", "follow"])]
+        cursor: Option<String>,
+        /// Fetch every page.
+        #[arg(long, conflicts_with = "follow")]
+        all: bool,
+        /// Keep polling every second and print new or changed records as they come, until Ctrl-C.
+        #[arg(short = 'f', long, conflicts_with = "until")]
+        follow: bool,
+    },
+    /// Show one execution with its output.
+    Get {
+        id: String,
+        /// Stream the live output of a running execution until it ends; exit code 5 unless it succeeded.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WorkersCommand {
+    /// List live workers: id, host, labels, capacity, running, version, up since.
+    #[command(visible_alias = "list")]
+    Ls,
+}
+
+#[derive(Debug, Subcommand)]
+enum ScheduleCommand {
+    /// The next fire times of a schedule (as the workers compute them).
+    Preview {
+        schedule: String,
+        /// IANA timezone the schedule is read in (UTC by default).
+        #[arg(long)]
+        timezone: Option<String>,
+        /// How many fire times (1..100; 10 by default).
+        #[arg(long)]
+        count: Option<u32>,
+    },
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text.trim()).map_err(|e| format!("{e}; e.g. 30s or 2m"))?;
+    if d.is_zero() {
+        return Err("must be more than 0".to_owned());
+    }
+    Ok(d)
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{text:?} is not k=v")),
+    }
+}
+
+/// Writes to stdout; a closed pipe (`etcronctl ... | head`) ends the command quietly.
+pub fn out(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// The API's JSON, pretty-printed.
+pub fn print_json(value: &Value) -> anyhow::Result<()> {
+    out(&format!("{}\n", serde_json::to_string_pretty(value)?))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let json = cli.output == Output::Json;
+    if let Command::Completions { shell } = cli.command {
+        let mut buf = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "etcronctl", &mut buf);
+        return out(&String::from_utf8_lossy(&buf));
+    }
+    let client = Client::new(&cli.server, cli.token.clone(), cli.timeout)?;
+    match cli.command {
+        Command::Jobs(cmd) => match cmd {
+            JobsCommand::Ls { labels, statuses } => jobs::ls(&client, &labels, &statuses, json).await,
+            JobsCommand::Get { name } => jobs::get(&client, &name, json).await,
+            JobsCommand::Apply { files, prune, dry_run } => {
+                apply::apply(&client, &files, apply::Options { prune, dry_run, json }).await
+            }
+            JobsCommand::Rm { names } => jobs::rm(&client, &names, json).await,
+            JobsCommand::Run { name } => jobs::run(&client, &name, json).await,
+            JobsCommand::Kill { name, execution } => jobs::kill(&client, &name, execution, json).await,
+            JobsCommand::Pause { name } => jobs::set_enabled(&client, &name, false, json).await,
+            JobsCommand::Resume { name } => jobs::set_enabled(&client, &name, true, json).await,
+        },
+        Command::Executions(cmd) => match cmd {
+            ExecutionsCommand::Search {
+                job,
+                statuses,
+                worker,
+                trigger,
+                since,
+                until,
+                q,
+                limit,
+                cursor,
+                all,
+                follow,
+            } => {
+                let filters = executions::Filters { job, statuses, worker, trigger, since, until, q, limit };
+                if follow {
+                    executions::follow(&client, &filters, json).await
+                } else {
+                    executions::search(&client, &filters, cursor, all, json).await
+                }
+            }
+            ExecutionsCommand::Get { id, follow: true } => executions::stream(&client, &id, json).await,
+            ExecutionsCommand::Get { id, follow: false } => executions::get(&client, &id, json).await,
+        },
+        Command::Workers(WorkersCommand::Ls) => jobs::workers(&client, json).await,
+        Command::Schedule(ScheduleCommand::Preview { schedule, timezone, count }) => {
+            jobs::preview(&client, &schedule, timezone, count, json).await
+        }
+        Command::Export { file, format } => jobs::export(&client, file.as_deref(), format, json).await,
+        Command::Import { files, prune, dry_run } => {
+            apply::apply(&client, &files, apply::Options { prune, dry_run, json }).await
+        }
+        Command::Completions { .. } => Ok(()),
+    }
+}
+
+/// Prints a failure as one line per problem: `etcronctl: <what>: <why>`.
+fn report(e: &anyhow::Error) {
+    if let Some(files) = e.chain().find_map(|c| c.downcast_ref::<InvalidFiles>()) {
+        for f in &files.0 {
+            eprintln!("etcronctl: invalid job file: {f}");
+        }
+        return;
+    }
+    if e.chain().any(|c| c.is::<Unsuccessful>()) {
+        // The command printed how the execution ended.
+        return;
+    }
+    eprintln!("etcronctl: {e:#}");
+}
+
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("etcronctl: starting the async runtime: {e}");
+            return ExitCode::from(Exit::Failed.code());
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::from(Exit::Ok.code()),
+        Err(e) if broken_pipe(&e) => ExitCode::from(Exit::Ok.code()),
+        Err(e) => {
+            report(&e);
+            ExitCode::from(Exit::of(&e).code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_go_anywhere_and_labels_parse() {
+        let cli = Cli::try_parse_from([
+            "etcronctl",
+            "jobs",
+            "ls",
+            "-o",
+            "json",
+            "--label",
+            "team=data",
+            "--status",
+            "paused,failed",
+        ])
+        .unwrap();
+        assert_eq!(cli.output, Output::Json);
+        let Command::Jobs(JobsCommand::Ls { labels, statuses }) = cli.command else { panic!() };
+        assert_eq!(labels, vec![("team".to_owned(), "data".to_owned())]);
+        assert_eq!(statuses, vec!["paused", "failed"]);
+        assert!(Cli::try_parse_from(["etcronctl", "jobs", "ls", "--status", "sleeping"]).is_err());
+        assert!(Cli::try_parse_from(["etcronctl", "jobs", "ls", "--label", "nokey"]).is_err());
+        assert!(Cli::try_parse_from(["etcronctl", "--timeout", "0s", "workers", "ls"]).is_err());
+        assert!(Cli::try_parse_from(["etcronctl", "executions", "search", "--follow", "--all"]).is_err());
+    }
+
+    #[test]
+    fn completions_name_the_subcommands() {
+        let mut buf = Vec::new();
+        clap_complete::generate(clap_complete::Shell::Bash, &mut Cli::command(), "etcronctl", &mut buf);
+        let script = String::from_utf8(buf).unwrap();
+        for word in ["jobs", "apply", "executions", "workers", "schedule", "export", "import"] {
+            assert!(script.contains(word), "{word}");
+        }
+    }
+}

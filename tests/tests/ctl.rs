@@ -1,0 +1,629 @@
+//! `etcronctl` against real clusters, run as a process like an operator would: job files applied
+//! (TOML, YAML, JSON; unchanged, updated, dry run, prune, invalid and duplicate files), every
+//! job command in table and JSON output, runs and kills with a worker, execution search (with
+//! `--follow` as a child process) and live output, export → delete → import, tokens, and the
+//! exit codes of not found (3) and conflicts (4), the latter through an interposed proxy that
+//! edits the job between etcronctl's read and its write, as a console user would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
+
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcron_common::keys::Keys;
+use etcron_tests::{bin, wait_for, Cluster};
+use reqwest::Method;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// What one etcronctl run printed and its exit code.
+#[derive(Debug)]
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn ok(self) -> Self {
+        assert_eq!(self.code, 0, "etcronctl failed: {self:?}");
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+}
+
+/// Runs etcronctl against `server` with `env` (ETCRON_TOKEN is never inherited).
+async fn ctl_at(server: &str, env: &[(&str, &str)], args: &[&str]) -> Out {
+    let mut cmd = tokio::process::Command::new(bin("etcronctl").unwrap());
+    cmd.args(args).env("ETCRON_SERVER", server).env_remove("ETCRON_TOKEN");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await.expect("etcronctl hung").unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+async fn ctl(c: &Cluster, args: &[&str]) -> Out {
+    ctl_at(&c.master.url, &[], args).await
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(name), text).unwrap();
+}
+
+/// Every job's spec as the API shows it, by name.
+async fn specs(c: &Cluster) -> BTreeMap<String, Value> {
+    let list = c.get("/api/jobs").await.unwrap();
+    list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["name"].as_str().unwrap().to_owned(), j["spec"].clone()))
+        .collect()
+}
+
+async fn job(c: &Cluster, name: &str) -> (u16, Value) {
+    c.call(Method::GET, &format!("/api/jobs/{name}"), None).await.unwrap()
+}
+
+const ALPHA_TOML: &str = r#"
+[jobs.alpha]
+schedule = "@yearly"
+description = "from toml"
+labels = { team = "data" }
+timeout = "10m"
+
+[jobs.alpha.task]
+kind = "shell"
+command = "echo alpha"
+"#;
+
+const BETA_YAML: &str = "jobs:\n  beta:\n    schedule: '0 3 * * *'\n    timezone: Europe/Berlin\n    task: {kind: shell, command: echo beta}\n";
+
+const GAMMA_JSON: &str = r#"{"jobs": {"gamma": {"schedule": "@daily", "retries": {"max": 2},
+    "task": {"kind": "http", "method": "POST", "url": "http://127.0.0.1:9/hook"}}}}"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apply_files_and_job_commands() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-apply", 1).await?;
+    let dir = c.path("jobs");
+    write(&dir, "a.toml", ALPHA_TOML);
+    write(&dir, "b.yaml", BETA_YAML);
+    write(&dir, "c.json", GAMMA_JSON);
+    write(&dir, "README.txt", "not a job file");
+    let dir_arg = dir.display().to_string();
+
+    // A directory of the three formats: every job created, as the files say.
+    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg]).await.ok();
+    assert!(out.stdout.contains("created    alpha"), "{}", out.stdout);
+    assert!(out.stdout.contains("3 created, 0 updated, 0 unchanged, 0 deleted"), "{}", out.stdout);
+    let (_, alpha) = job(&c, "alpha").await;
+    assert_eq!(alpha["spec"]["description"], "from toml");
+    assert_eq!(alpha["spec"]["labels"], json!({"team": "data"}));
+    assert_eq!(job(&c, "beta").await.1["spec"]["timezone"], "Europe/Berlin");
+    assert_eq!(job(&c, "gamma").await.1["spec"]["task"]["kind"], "http");
+
+    // Applying again changes nothing.
+    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg]).await.ok();
+    assert!(out.stdout.contains("0 created, 0 updated, 3 unchanged, 0 deleted"), "{}", out.stdout);
+    assert_eq!(job(&c, "alpha").await.1["revision"], alpha["revision"]);
+
+    // A changed file: the dry run shows the field and changes nothing; then it is applied.
+    write(&dir, "b.yaml", &BETA_YAML.replace("echo beta", "echo beta2"));
+    let before = job(&c, "beta").await.1;
+    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg, "--dry-run"]).await.ok();
+    assert!(out.stdout.contains("update     beta"), "{}", out.stdout);
+    assert!(out.stdout.contains("~ task.command: \"echo beta\" → \"echo beta2\""), "{}", out.stdout);
+    assert!(out.stdout.contains("0 created, 1 updated, 2 unchanged, 0 deleted (dry run"), "{}", out.stdout);
+    assert_eq!(job(&c, "beta").await.1, before, "a dry run changes nothing");
+    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg, "-o", "json"]).await.ok();
+    let report = out.json();
+    assert_eq!(report["summary"], json!({"created": 0, "updated": 1, "unchanged": 2, "deleted": 0, "failed": 0}));
+    let beta = job(&c, "beta").await.1;
+    assert_eq!(beta["spec"]["task"]["command"], "echo beta2");
+    let change = report["changes"].as_array().unwrap().iter().find(|ch| ch["job"] == "beta").unwrap().clone();
+    assert_eq!(change["revision"], beta["revision"]);
+
+    // A job removed from the files: only --prune deletes it, and --dry-run only lists it.
+    std::fs::remove_file(dir.join("c.json"))?;
+    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg]).await.ok();
+    assert!(out.stdout.contains("0 created, 0 updated, 2 unchanged, 0 deleted"), "{}", out.stdout);
+    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg, "--prune", "--dry-run"]).await.ok();
+    assert!(out.stdout.contains("delete     gamma"), "{}", out.stdout);
+    assert_eq!(job(&c, "gamma").await.0, 200);
+    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg, "--prune"]).await.ok();
+    assert!(out.stdout.contains("0 created, 0 updated, 2 unchanged, 1 deleted"), "{}", out.stdout);
+    assert_eq!(job(&c, "gamma").await.0, 404);
+
+    // An invalid file: exit 2 naming the file, the job and the field, and nothing is applied.
+    let bad = c.path("bad");
+    write(&bad, "ok.yaml", "jobs:\n  fine: {schedule: '@daily', task: {kind: shell, command: 'true'}}\n");
+    write(
+        &bad,
+        "typo.toml",
+        "[jobs.typo]\nschedule = \"@daily\"\n[jobs.typo.task]\nkind = \"shell\"\ncomand = \"ls\"\n",
+    );
+    let out = ctl(&c, &["jobs", "apply", "-f", &bad.display().to_string()]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("typo.toml: job \"typo\": task.comand: unknown field `comand`"), "{}", out.stderr);
+    assert_eq!(job(&c, "fine").await.0, 404, "nothing applied from an invalid set of files");
+
+    // A job defined in two files: exit 2 naming both.
+    let dup = c.path("dup");
+    write(
+        &dup,
+        "one.toml",
+        "[jobs.twice]\nschedule = \"@daily\"\n[jobs.twice.task]\nkind = \"shell\"\ncommand = \"a\"\n",
+    );
+    write(
+        &dup,
+        "two.json",
+        r#"{"jobs": {"twice": {"schedule": "@daily", "task": {"kind": "shell", "command": "b"}}}}"#,
+    );
+    let out = ctl(&c, &["jobs", "apply", "-f", &dup.display().to_string()]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("two.json: job \"twice\": is defined twice: also in"), "{}", out.stderr);
+    assert!(out.stderr.contains("one.toml"), "{}", out.stderr);
+
+    // Reversing a dependency across one apply: b → a is refused while a → b is stored, so it is
+    // retried after a's update.
+    let swap = c.path("swap");
+    let edge =
+        |to: &[&str]| json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true"}, "on_success": to});
+    write(&swap, "s.json", &json!({"jobs": {"swap-a": edge(&["swap-b"]), "swap-b": edge(&[])}}).to_string());
+    ctl(&c, &["jobs", "apply", "-f", &swap.display().to_string()]).await.ok();
+    write(&swap, "s.json", &json!({"jobs": {"swap-b": edge(&["swap-a"]), "swap-a": edge(&[])}}).to_string());
+    let out = ctl(&c, &["jobs", "apply", "-f", &swap.display().to_string()]).await.ok();
+    assert!(out.stdout.contains("0 created, 2 updated"), "{}", out.stdout);
+    assert_eq!(job(&c, "swap-b").await.1["spec"]["on_success"], json!(["swap-a"]));
+    ctl(&c, &["jobs", "rm", "swap-a", "swap-b"]).await.ok();
+
+    // ls: a table with a header, filters, and the API's JSON.
+    let out = ctl(&c, &["jobs", "ls"]).await.ok();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("NEXT RUN") && lines[0].contains("LAST STATUS"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("alpha ") && l.contains("@yearly") && l.contains("yes")),
+        "{}",
+        out.stdout
+    );
+    assert!(lines.iter().any(|l| l.starts_with("beta ") && l.contains("Europe/Berlin")), "{}", out.stdout);
+    let out = ctl(&c, &["jobs", "ls", "--label", "team=data"]).await.ok();
+    assert!(out.stdout.contains("alpha") && !out.stdout.contains("beta"), "{}", out.stdout);
+    let out = ctl(&c, &["jobs", "ls", "-o", "json"]).await.ok();
+    let listed = out.json();
+    let names: Vec<&str> = listed["jobs"].as_array().unwrap().iter().map(|j| j["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["alpha", "beta"]);
+
+    // get: a summary with the spec as YAML, or the API's JSON.
+    let out = ctl(&c, &["jobs", "get", "alpha"]).await.ok();
+    assert!(out.stdout.contains("name:             alpha"), "{}", out.stdout);
+    assert!(out.stdout.contains("spec:\n") && out.stdout.contains("  description: from toml"), "{}", out.stdout);
+    let out = ctl(&c, &["jobs", "get", "alpha", "-o", "json"]).await.ok();
+    assert_eq!(out.json()["spec"], job(&c, "alpha").await.1["spec"]);
+
+    // pause / resume flip `enabled`; ls filters on it.
+    let out = ctl(&c, &["jobs", "pause", "alpha"]).await.ok();
+    assert!(out.stdout.contains("job alpha paused"), "{}", out.stdout);
+    assert_eq!(job(&c, "alpha").await.1["spec"]["enabled"], false);
+    let out = ctl(&c, &["jobs", "ls", "--status", "paused"]).await.ok();
+    assert!(out.stdout.contains("alpha") && !out.stdout.contains("beta"), "{}", out.stdout);
+    ctl(&c, &["jobs", "resume", "alpha"]).await.ok();
+    assert_eq!(job(&c, "alpha").await.1["spec"]["enabled"], true);
+
+    // rm, and not found (3) for a job that is not there.
+    let out = ctl(&c, &["jobs", "rm", "beta"]).await.ok();
+    assert_eq!(out.stdout, "deleted beta\n");
+    c.put_job("b2", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true"}})).await?;
+    let out = ctl(&c, &["jobs", "rm", "b2", "nope", "-o", "json"]).await;
+    assert_eq!((out.code, out.json()), (3, json!({"deleted": ["b2"]})), "{out:?}");
+    assert_eq!(job(&c, "beta").await.0, 404);
+    let out = ctl(&c, &["jobs", "rm", "beta"]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr.starts_with("etcronctl: deleting job \"beta\": not_found (404): job \"beta\" does not exist"),
+        "{}",
+        out.stderr
+    );
+    for args in [["jobs", "get", "nope"], ["jobs", "run", "nope"], ["jobs", "pause", "nope"]] {
+        let out = ctl(&c, &args).await;
+        assert_eq!(out.code, 3, "{args:?}: {out:?}");
+    }
+    assert_eq!(ctl(&c, &["executions", "get", "nope@1#1"]).await.code, 3);
+
+    // workers ls names the worker.
+    let out = ctl(&c, &["workers", "ls"]).await.ok();
+    assert!(out.stdout.starts_with("ID") && out.stdout.contains("CAPACITY"), "{}", out.stdout);
+    assert!(out.stdout.lines().any(|l| l.starts_with("w1 ")), "{}", out.stdout);
+    let out = ctl(&c, &["workers", "ls", "-o", "json"]).await.ok();
+    assert_eq!(out.json()["workers"][0]["id"], "w1");
+
+    // schedule preview: good and bad.
+    let out = ctl(&c, &["schedule", "preview", "0 9 * * 1-5", "--timezone", "Asia/Tokyo", "--count", "3"]).await.ok();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", out.stdout);
+    assert!(lines[0].contains("Asia/Tokyo"), "{}", out.stdout);
+    assert!(lines[1..].iter().all(|l| l.contains("T09:00:00")), "{}", out.stdout);
+    let out = ctl(&c, &["schedule", "preview", "61 * * * *"]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.starts_with("etcronctl: schedule \"61 * * * *\": invalid (400): schedule: "), "{}", out.stderr);
+
+    // completions, a usage error, and an unreachable master.
+    let out = ctl(&c, &["completions", "bash"]).await.ok();
+    for word in ["jobs", "apply", "executions", "workers", "export", "import"] {
+        assert!(out.stdout.contains(word), "{word}");
+    }
+    assert_eq!(ctl(&c, &["jobs", "frobnicate"]).await.code, 2);
+    let out = ctl_at("http://127.0.0.1:1", &[], &["jobs", "ls"]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("cannot reach the master at http://127.0.0.1:1"), "{}", out.stderr);
+    assert!(out.stderr.contains("ETCRON_SERVER"), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "one line: {}", out.stderr);
+    Ok(())
+}
+
+/// Reads a child's stdout lines into a shared buffer (a thread, since the read blocks).
+fn collect_lines(stdout: std::process::ChildStdout) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            sink.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
+/// The execution of `id` once `check` accepts it.
+async fn execution(c: &Cluster, id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let path = format!("/api/executions/{}", etcron_tests::urlencode(id));
+    wait_for(Duration::from_secs(30), what, || async {
+        let (status, v) = c.call(Method::GET, &path, None).await.ok()?;
+        (status == 200 && check(&v)).then_some(v)
+    })
+    .await
+    .unwrap()
+}
+
+/// `jobs run NAME`: the execution id it printed.
+async fn run(c: &Cluster, name: &str) -> String {
+    let out = ctl(c, &["jobs", "run", name]).await.ok();
+    assert!(out.stdout.starts_with("request_id:"), "{}", out.stdout);
+    out.stdout.lines().find_map(|l| l.strip_prefix("execution_id: ")).unwrap().trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_kills_and_executions() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-runs", 1).await?;
+    let yearly = |command: &str| json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}});
+    c.put_job("hello", yearly("echo hello-$ETCRON_TRIGGER")).await?;
+    c.put_job("sleeper", yearly("sleep 60")).await?;
+
+    // Follow the job's executions from before it runs, as a child process.
+    let mut follow = std::process::Command::new(bin("etcronctl")?)
+        .args(["executions", "search", "--job", "hello", "--follow"])
+        .env("ETCRON_SERVER", &c.master.url)
+        .env_remove("ETCRON_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let followed = collect_lines(follow.stdout.take().unwrap());
+
+    // run: an execution with trigger manual shows up and succeeds.
+    let id = run(&c, "hello").await;
+    assert!(id.starts_with("hello@manual-"), "{id}");
+    let record = execution(&c, &id, "the manual run to succeed", |v| v["status"] == "succeeded").await;
+    assert_eq!(record["trigger"], "manual");
+    wait_for(Duration::from_secs(30), "--follow to print the finished run", || async {
+        let lines = followed.lock().unwrap();
+        lines.iter().any(|l| l.starts_with(&id) && l.contains("succeeded")).then_some(())
+    })
+    .await?;
+    follow.kill()?;
+    follow.wait()?;
+    let lines = followed.lock().unwrap().clone();
+    assert!(lines[0].starts_with("ID") && lines[0].contains("STATUS"), "{lines:?}");
+
+    // search with filters, in both outputs.
+    let out =
+        ctl(&c, &["executions", "search", "--job", "hello", "--status", "succeeded,failed", "--trigger", "manual"])
+            .await
+            .ok();
+    assert!(out.stdout.lines().next().unwrap().starts_with("ID"), "{}", out.stdout);
+    assert!(out.stdout.contains(&id) && out.stdout.contains("exit 0"), "{}", out.stdout);
+    let out = ctl(&c, &["executions", "search", "--job", "hello", "--status", "failed"]).await.ok();
+    assert!(!out.stdout.contains(&id), "{}", out.stdout);
+    let out =
+        ctl(&c, &["executions", "search", "-q", "hello", "--worker", "w1", "--since", "1h", "-o", "json"]).await.ok();
+    assert_eq!(out.json()["executions"][0]["id"], id.as_str());
+    let out = ctl(&c, &["executions", "search", "--all", "--limit", "1", "-o", "json"]).await.ok();
+    assert_eq!(out.json()["executions"].as_array().unwrap().len(), 1, "one record in all");
+    assert_eq!(ctl(&c, &["executions", "search", "--status", "sleepy"]).await.code, 1, "the API refuses the filter");
+
+    // get: the record with its output.
+    let out = ctl(&c, &["executions", "get", &id]).await.ok();
+    assert!(out.stdout.contains("status:        succeeded"), "{}", out.stdout);
+    assert!(out.stdout.contains("trigger:       manual"), "{}", out.stdout);
+    assert!(out.stdout.ends_with("output:\nhello-manual\n"), "{}", out.stdout);
+    let out = ctl(&c, &["executions", "get", &id, "-o", "json"]).await.ok();
+    assert_eq!(out.json()["output"], "hello-manual\n");
+
+    // kill: every running execution of the job, then one by id.
+    for by_id in [false, true] {
+        let id = run(&c, "sleeper").await;
+        execution(&c, &id, "sleep 60 to run", |v| v["status"] == "running").await;
+        let out = if by_id {
+            ctl(&c, &["jobs", "kill", "sleeper", "--execution", &id]).await.ok()
+        } else {
+            ctl(&c, &["jobs", "kill", "sleeper"]).await.ok()
+        };
+        let target = if by_id { format!("execution {id}") } else { "every running execution".to_owned() };
+        assert!(out.stdout.starts_with(&format!("kill requested for {target} of job sleeper")), "{}", out.stdout);
+        execution(&c, &id, "the killed record", |v| v["status"] == "killed").await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn executions_get_follow_streams_live_output() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-stream", 1).await?;
+    let yearly = |command: &str| json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}});
+    c.put_job("ticker", yearly("for i in 1 2 3 4 5 6; do echo line-$i; sleep 0.5; done")).await?;
+    c.put_job("broken", yearly("echo before; sleep 1; echo after; exit 3")).await?;
+
+    let id = run(&c, "ticker").await;
+    execution(&c, &id, "the ticker to run", |v| v["status"] == "running").await;
+    let out = ctl(&c, &["executions", "get", &id, "--follow"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines, ["line-1", "line-2", "line-3", "line-4", "line-5", "line-6"], "{out:?}");
+    assert!(out.stderr.contains(&format!("execution {id}: succeeded")), "{}", out.stderr);
+
+    // A run that fails: its output, then exit code 5; JSON events for scripts.
+    let id = run(&c, "broken").await;
+    execution(&c, &id, "the broken job to run", |v| v["status"] == "running").await;
+    let out = ctl(&c, &["executions", "get", &id, "--follow"]).await;
+    assert_eq!(out.code, 5, "{out:?}");
+    assert!(out.stdout.ends_with("after\n"), "{out:?}");
+    assert!(out.stderr.contains(&format!("execution {id}: failed")), "{}", out.stderr);
+    let out = ctl(&c, &["executions", "get", &id, "--follow", "-o", "json"]).await;
+    assert_eq!(out.code, 5, "{out:?}");
+    let last: Value = serde_json::from_str(out.stdout.lines().last().unwrap())?;
+    assert_eq!(last["event"], "status");
+    assert_eq!(last["execution"]["status"], "failed");
+    let out = ctl(&c, &["executions", "get", "ticker@1#1", "--follow"]).await;
+    assert_eq!(out.code, 3, "unknown execution: {out:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn export_delete_import_round_trip() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-export", 0).await?;
+    let dir = c.path("src");
+    write(&dir, "a.toml", ALPHA_TOML);
+    write(&dir, "b.yaml", BETA_YAML);
+    write(
+        &dir,
+        "c.json",
+        r#"{"jobs": {"gamma": {"schedule": "@every 30m", "enabled": false, "mode": {"sharded": 3}, "concurrency": "forbid",
+            "on_success": ["alpha"], "limits": {"memory": "64MiB"},
+            "task": {"kind": "shell", "command": "echo $ETCRON_SHARD_INDEX", "env": {"A": "1"}, "cwd": "/tmp"}},
+            "hook": {"schedule": "@at 2030-01-01T00:00:00Z",
+            "task": {"kind": "http", "url": "http://127.0.0.1:9/x", "headers": {"X-A": "b"}, "expect_status": 204}}}}"#,
+    );
+    ctl(&c, &["jobs", "apply", "-f", &dir.display().to_string()]).await.ok();
+    let original = specs(&c).await;
+    assert_eq!(original.len(), 4);
+
+    for format in ["toml", "yaml", "json"] {
+        let file = c.path(&format!("backup.{format}"));
+        let file_arg = file.display().to_string();
+        let out = ctl(&c, &["export", "-f", &file_arg]).await.ok();
+        assert!(out.stderr.contains("exported 4 job(s)"), "{}", out.stderr);
+        let names: Vec<String> = original.keys().cloned().collect();
+        let mut rm = vec!["jobs", "rm"];
+        rm.extend(names.iter().map(String::as_str));
+        ctl(&c, &rm).await.ok();
+        assert!(specs(&c).await.is_empty());
+        let out = ctl(&c, &["import", &file_arg]).await.ok();
+        assert!(out.stdout.contains("4 created, 0 updated, 0 unchanged, 0 deleted"), "{format}: {}", out.stdout);
+        assert_eq!(specs(&c).await, original, "{format} round trip");
+    }
+    // To stdout, TOML unless told otherwise.
+    let out = ctl(&c, &["export"]).await.ok();
+    assert!(out.stdout.contains("[jobs.alpha]"), "{}", out.stdout);
+    let out = ctl(&c, &["export", "--format", "json"]).await.ok();
+    assert_eq!(out.json()["jobs"]["beta"], original["beta"]);
+    let out = ctl(&c, &["export", "-o", "json"]).await.ok();
+    assert_eq!(out.json()["jobs"]["gamma"], original["gamma"]);
+    assert_eq!(ctl(&c, &["export", "-f", "x.yaml", "--format", "json"]).await.code, 2, "format and extension disagree");
+
+    // Secrets: the export names them and holds no value; an import keeps the stored values of
+    // jobs that exist and refuses, before any change, jobs whose values nobody can give back.
+    c.put_job(
+        "secretive",
+        json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true", "secret_env": {"PW": "hunter2"}}}),
+    )
+    .await?;
+    let file = c.path("with-secret.toml");
+    let file_arg = file.display().to_string();
+    let out = ctl(&c, &["export", "-f", &file_arg]).await.ok();
+    assert!(out.stderr.contains("secretive: task.secret_env.PW"), "{}", out.stderr);
+    let text = std::fs::read_to_string(&file)?;
+    assert!(!text.contains("hunter2") && text.contains("keep = true"), "{text}");
+    let out = ctl(&c, &["import", &file_arg]).await.ok();
+    assert!(out.stdout.contains("0 created, 0 updated, 5 unchanged, 0 deleted"), "{}", out.stdout);
+    ctl(&c, &["jobs", "rm", "secretive", "alpha"]).await.ok();
+    let out = ctl(&c, &["import", &file_arg]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("job \"secretive\": task.secret_env.PW: no value given"), "{}", out.stderr);
+    assert_eq!(job(&c, "alpha").await.0, 404, "nothing was imported");
+    let out = ctl(&c, &["import", &file_arg, "--prune", "--dry-run"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    Ok(())
+}
+
+const TOKEN: &str = "ctl-test-token-0123456789abcdef";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_come_from_the_flag_or_the_environment() -> anyhow::Result<()> {
+    let c = Cluster::start_with("ctl-token", 0, false, &["--api-token", TOKEN]).await?;
+    let out = ctl(&c, &["jobs", "ls"]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.starts_with("etcronctl: listing jobs: unauthorized (401): Authorization: "), "{}", out.stderr);
+    let out = ctl_at(&c.master.url, &[("ETCRON_TOKEN", "wrong-token-0123456789")], &["jobs", "ls"]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("not valid"), "{}", out.stderr);
+    let out = ctl_at(&c.master.url, &[("ETCRON_TOKEN", TOKEN)], &["jobs", "ls"]).await.ok();
+    assert!(out.stdout.starts_with("NAME"), "{}", out.stdout);
+    ctl(&c, &["--token", TOKEN, "workers", "ls"]).await.ok();
+    Ok(())
+}
+
+/// A proxy in front of the master that, before forwarding the first write (PUT) of `job`, saves
+/// `job` through the API itself: the console user who edits a job between etcronctl's read and
+/// its write. It records the precondition headers etcronctl sent.
+struct Interloper {
+    url: String,
+    seen: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Interloper {
+    async fn start(master: String, job: &'static str, edit: Value) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut edited = false;
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let Some((method, path, headers, body)) = read_request(&mut sock).await else { continue };
+                if method == "PUT" && path == format!("/api/jobs/{job}") && !edited {
+                    edited = true;
+                    for h in ["if-match", "if-none-match"] {
+                        if let Some((_, v)) = headers.iter().find(|(k, _)| k == h) {
+                            record.lock().unwrap().push((h.to_owned(), v.clone()));
+                        }
+                    }
+                    let resp = http.put(format!("{master}{path}")).json(&edit).send().await.unwrap();
+                    assert!(resp.status().is_success(), "the interloper's edit");
+                }
+                let mut req = http.request(method.parse().unwrap(), format!("{master}{path}")).body(body);
+                for (k, v) in &headers {
+                    if !["host", "content-length", "connection"].contains(&k.as_str()) {
+                        req = req.header(k, v);
+                    }
+                }
+                let resp = req.send().await.unwrap();
+                let status = resp.status();
+                let body = resp.bytes().await.unwrap();
+                let head = format!(
+                    "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    status.as_u16(),
+                    status.canonical_reason().unwrap_or(""),
+                    body.len()
+                );
+                let _ = sock.write_all(head.as_bytes()).await;
+                let _ = sock.write_all(&body).await;
+                let _ = sock.shutdown().await;
+            }
+        });
+        Self { url, seen }
+    }
+}
+
+/// One HTTP/1.1 request: method, path, lowercased headers, body (by content-length).
+async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<(String, String, Vec<(String, String)>, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let end = loop {
+        let n = sock.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next()?.split(' ');
+    let (method, path) = (first.next()?.to_owned(), first.next()?.to_owned());
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned())))
+        .collect();
+    let length: usize =
+        headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+    let mut body = buf[end + 4..].to_vec();
+    while body.len() < length {
+        let n = sock.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    Some((method, path, headers, body))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conflicts_exit_4_and_nothing_is_overwritten() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-conflict", 0).await?;
+    let spec = |command: &str| json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}});
+    let files = c.path("files");
+    write(&files, "racy.json", &json!({"jobs": {"racy": spec("from the file")}}).to_string());
+    write(&files, "fresh.json", &json!({"jobs": {"fresh": spec("from the file")}}).to_string());
+
+    // An update: etcronctl read revision R and sends If-Match: R; someone saved in between.
+    c.put_job("racy", spec("original")).await?;
+    let read = job(&c, "racy").await.1["revision"].as_i64().unwrap();
+    let proxy = Interloper::start(c.master.url.clone(), "racy", spec("the console's edit")).await;
+    let out = ctl_at(&proxy.url, &[], &["jobs", "apply", "-f", &files.join("racy.json").display().to_string()]).await;
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("job \"racy\""), "{}", out.stderr);
+    assert!(out.stderr.contains("conflict (409): job \"racy\" was changed by someone else"), "{}", out.stderr);
+    assert_eq!(*proxy.seen.lock().unwrap(), [("if-match".to_owned(), read.to_string())]);
+    assert_eq!(job(&c, "racy").await.1["spec"]["task"]["command"], "the console's edit", "not overwritten");
+
+    // A create: If-None-Match: * and someone created it in between.
+    let proxy = Interloper::start(c.master.url.clone(), "fresh", spec("the console's job")).await;
+    let out = ctl_at(&proxy.url, &[], &["jobs", "apply", "-f", &files.join("fresh.json").display().to_string()]).await;
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("already exists"), "{}", out.stderr);
+    assert_eq!(*proxy.seen.lock().unwrap(), [("if-none-match".to_owned(), "*".to_owned())]);
+    assert_eq!(job(&c, "fresh").await.1["spec"]["task"]["command"], "the console's job", "not overwritten");
+
+    // pause of a job whose stored value is not a valid spec (written around the API) is a
+    // conflict too; apply replaces that value and says why.
+    let keys = Keys::new(&c.namespace).unwrap();
+    let mut etcd = c.etcd.client().await?;
+    etcd.put(keys.job("broken"), r#"{"schedule": 5}"#, None).await?;
+    let out = ctl(&c, &["jobs", "pause", "broken"]).await;
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.starts_with("etcronctl: pausing job \"broken\": conflict (409): "), "{}", out.stderr);
+    let out = ctl(&c, &["jobs", "ls", "--status", "invalid"]).await.ok();
+    assert!(out.stdout.lines().any(|l| l.starts_with("broken ") && l.contains("invalid")), "{}", out.stdout);
+    write(&files, "broken.json", &json!({"jobs": {"broken": spec("fixed")}}).to_string());
+    let out = ctl(&c, &["jobs", "apply", "-f", &files.join("broken.json").display().to_string()]).await.ok();
+    assert!(out.stdout.contains("updated    broken") && out.stdout.contains("not a valid spec"), "{}", out.stdout);
+    ctl(&c, &["jobs", "pause", "broken"]).await.ok();
+    Ok(())
+}
