@@ -38,5 +38,30 @@ pub fn rfc3339_ms(ms: UnixMs) -> String {
     }
 }
 
+/// Percent-encodes `s` as one URL path segment or query value: everything but RFC 3986's
+/// unreserved characters (execution ids hold `@`, `#` and `:`).
+#[must_use]
+pub fn percent_encode(s: &str) -> String {
+    use std::fmt::Write as _;
+    s.bytes().fold(String::with_capacity(s.len()), |mut out, b| {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+        out
+    })
+}
+
 /// The version every binary reports (workers put it into their registration).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ids_are_percent_encoded_as_one_segment() {
+        assert_eq!(super::percent_encode("nightly-report@1700000000000#2"), "nightly-report%401700000000000%232");
+        assert_eq!(super::percent_encode("a:shard-1 b/c~d_e.f"), "a%3Ashard-1%20b%2Fc~d_e.f");
+        assert_eq!(super::percent_encode("ü"), "%C3%BC");
+    }
+}

@@ -138,7 +138,7 @@ enum Relay {
 
 /// Relays the worker's newline-delimited JSON (`{"output"}`, `{"gap"}`, `{}`, `{"end"}`).
 async fn from_worker(url: &str, token: &str, id: &ExecutionId, tx: &mpsc::Sender<Event>, sent: &mut bool) -> Relay {
-    let target = format!("{url}/executions/{}/output", urlencode(&id.to_string()));
+    let target = format!("{url}/executions/{}/output", etcron_common::percent_encode(&id.to_string()));
     let mut attempt = 0;
     let mut resp = loop {
         attempt += 1;
@@ -187,29 +187,5 @@ async fn from_worker(url: &str, token: &str, id: &ExecutionId, tx: &mpsc::Sender
                 return Relay::ClientGone;
             }
         }
-    }
-}
-
-/// Percent-encodes a path segment (execution ids hold `@` and `#`).
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn execution_ids_are_encoded_as_one_path_segment() {
-        assert_eq!(urlencode("nightly@1700000000000#2"), "nightly%401700000000000%232");
-        assert_eq!(urlencode("a.b_c-d~"), "a.b_c-d~");
     }
 }

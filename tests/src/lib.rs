@@ -728,17 +728,7 @@ pub fn read_pid(path: &Path) -> Option<i32> {
 }
 
 /// Percent-encodes everything but unreserved characters (for ids in paths and queries).
-pub fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
+pub use etcron_common::percent_encode as urlencode;
 
 /// One scrape of a Prometheus text endpoint: samples by name with their labels.
 #[derive(Debug, Default)]

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcron_tests::{wait_for, Cluster, Master};
+use etcron_tests::{urlencode, wait_for, Cluster, Master};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -160,7 +160,7 @@ async fn two_masters_behind_a_balancer_share_edits_catch_conflicts_and_serve_the
         v["executions"].as_array()?.first()?["id"].as_str().map(str::to_owned)
     })
     .await?;
-    let path = format!("/api/executions/{}/stream", id.replace('@', "%40").replace('#', "%23"));
+    let path = format!("/api/executions/{}/stream", urlencode(&id));
     let mut stream = http.get(format!("{b}{path}")).send().await?;
     assert_eq!(stream.status(), StatusCode::OK);
     let mut seen = String::new();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use etcron_common::keys::Keys;
 use etcron_common::model::WorkerInfo;
-use etcron_tests::Cluster;
+use etcron_tests::{urlencode, Cluster};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -77,10 +77,6 @@ impl SseReader {
             }
         }
     }
-}
-
-fn urlencode(s: &str) -> String {
-    s.replace('@', "%40").replace('#', "%23")
 }
 
 /// The id of the one running execution of `job`.

@@ -47,18 +47,7 @@ impl fmt::Display for Unreachable {
 impl std::error::Error for Unreachable {}
 
 /// Percent-encodes a path segment (job names and execution ids hold `@`, `#`, `:`).
-#[must_use]
-pub fn segment(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
+pub use etcron_common::percent_encode as segment;
 
 /// `?a=1&b=2` from the pairs whose value is set (empty when none is).
 #[must_use]

@@ -3,13 +3,14 @@
 //! misses, lateness from the execution records or an HTTP receiver, etcd writes per fire from
 //! etcd's own metrics, CPU and RSS, one JSON line per execution
 //! `{"job","scheduled_ms","started_ms","worker_id"}`), `spawn` (the process-creation floor),
-//! `failover`, `scale`, `wheel`, `claims`, `sink`, `search`.
+//! `failover`, `scale`, `stream` (live-output latency), `wheel`, `claims`, `sink`, `search`.
 //! Run it from a release build: `cargo build --release --workspace --bins`.
 
 mod failover;
 mod receiver;
 mod scale;
 mod spawn;
+mod stream;
 mod wheel;
 
 use std::io::Write;
@@ -68,11 +69,14 @@ async fn main() -> Result<()> {
         "wheel" => wheel::run(entries),
         "failover" => failover::run(rounds, &session_ttl).await,
         "scale" => scale::run(jobs).await,
+        "stream" => stream::run(jobs, seconds).await,
         "spawn" => {
             let dir = tempfile::tempdir()?;
             spawn::run(jobs, rounds, &dir.path().join("spawned.log")).await
         }
-        other => bail!("unknown scenario {other}; known: e2e, claims, sink, search, wheel, failover, scale, spawn"),
+        other => {
+            bail!("unknown scenario {other}; known: e2e, claims, sink, search, wheel, failover, scale, spawn, stream")
+        }
     }
 }
 
