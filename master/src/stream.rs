@@ -87,11 +87,15 @@ async fn relay(st: AppState, id: ExecutionId, running: Option<RunningExecution>,
         if tx.is_closed() {
             return;
         }
-        if let Ok(Some(record)) = st.store.get(&id.to_string()).await {
-            if record.status != Status::Running {
+        match st.store.get(&id.to_string()).await {
+            Ok(Some(record)) if record.status != Status::Running => {
                 finish(&tx, record, sent_output).await;
                 return;
             }
+            Ok(_) => {}
+            // MongoDB away: the final record is spooled by the worker; keep waiting (bounded
+            // by FINAL_RECORD_WAIT once the run is over).
+            Err(e) => tracing::debug!(execution_id = %id, error = %e, "reading the record while following; retrying"),
         }
         match running_marker(&st, &id).await {
             Ok(None) => {}
