@@ -192,6 +192,18 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status.
+    pub const ALL: [Status; 8] = [
+        Status::Running,
+        Status::Succeeded,
+        Status::Failed,
+        Status::TimedOut,
+        Status::Killed,
+        Status::Lost,
+        Status::Skipped,
+        Status::Missed,
+    ];
+
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -219,6 +231,16 @@ pub enum TriggerKind {
 }
 
 impl TriggerKind {
+    /// Every trigger.
+    pub const ALL: [TriggerKind; 6] = [
+        TriggerKind::Schedule,
+        TriggerKind::Manual,
+        TriggerKind::Retry,
+        TriggerKind::Dependency,
+        TriggerKind::Catchup,
+        TriggerKind::Failover,
+    ];
+
     /// The name used in records, the API and `ETCRON_TRIGGER`.
     #[must_use]
     pub fn as_str(self) -> &'static str {

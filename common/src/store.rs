@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use mongodb::bson::{self, doc, Bson, DateTime as BsonDate, Document};
+use mongodb::bson::{self, doc, Bson, DateTime as BsonDate, Document, RawArrayBuf, RawDocumentBuf};
 use mongodb::options::{ClientOptions, FindOptions, IndexOptions};
 use mongodb::{Client, Collection, Database, IndexModel};
 use serde::{Deserialize, Serialize};
@@ -33,6 +33,17 @@ pub const MAX_WORDS: usize = 2_000;
 /// Shortest and longest indexed word.
 const WORD_LEN: std::ops::RangeInclusive<usize> = 2..=64;
 const TTL_INDEX: &str = "exec_ttl_finished";
+/// MongoDB's error code for a collection that does not exist.
+const NAMESPACE_NOT_FOUND: i32 = 26;
+/// MongoDB's error code for creating a collection that exists.
+const NAMESPACE_EXISTS: i32 = 48;
+/// MongoDB's duplicate-key error code.
+const DUPLICATE_KEY: i32 = 11000;
+/// Most bytes of records in one `update` command (MongoDB takes 16 MiB per command document).
+const UPDATE_COMMAND_BYTES: usize = 4 * 1024 * 1024;
+/// Most bytes of output stored per record: a document must stay under MongoDB's 16 MiB, and
+/// `max_output` may be as large as that. Longer output keeps its head and tail.
+pub const MAX_STORED_OUTPUT: usize = 12 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -122,6 +133,9 @@ impl Cursor {
 pub struct Page {
     pub executions: Vec<ExecutionRecord>,
     pub next_cursor: Option<String>,
+    /// True when the page ended at the scan budget rather than at `limit` records: everything
+    /// newer than `next_cursor` was searched, and older records may still match.
+    pub partial: bool,
 }
 
 /// Per-job outcome counts and latest execution.
@@ -158,20 +172,29 @@ pub struct LastExecution {
     pub scheduled_at: String,
 }
 
-/// Lowercased words of `text` for the `words` index: ASCII letters, digits and `_`.
+/// Lowercased words of `text` for the `words` field: letters, digits and `_`.
 #[must_use]
 pub fn words(text: &str) -> Vec<String> {
+    words_of(std::iter::once(text))
+}
+
+/// The distinct lowercased words of the texts, in order of first appearance, at most
+/// `MAX_WORDS` of them.
+fn words_of<'a>(texts: impl Iterator<Item = &'a str>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    for w in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
-        if !WORD_LEN.contains(&w.len()) {
-            continue;
-        }
-        let w = w.to_lowercase();
-        if seen.insert(w.clone()) {
-            out.push(w);
-            if out.len() >= MAX_WORDS {
-                break;
+    for text in texts {
+        for w in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if !WORD_LEN.contains(&w.len()) {
+                continue;
+            }
+            let w = w.to_lowercase();
+            if !seen.contains(&w) {
+                seen.insert(w.clone());
+                out.push(w);
+                if out.len() >= MAX_WORDS {
+                    return out;
+                }
             }
         }
     }
@@ -192,44 +215,91 @@ fn rfc(value: Option<&Bson>) -> Option<String> {
     }
 }
 
-/// The stored document of a record.
+/// The stored document of a record (see [`to_raw_document`]).
 #[must_use]
 pub fn to_document(r: &ExecutionRecord) -> Document {
-    let mut text = r.output.clone();
-    if let Some(e) = &r.error {
-        text.push(' ');
-        text.push_str(e);
+    Document::try_from(to_raw_document(r).as_ref()).unwrap_or_default()
+}
+
+/// The stored document of a record, built as raw BSON (what the driver sends: no map of
+/// fields is made on the record path). Absent values are left out rather than stored null.
+#[must_use]
+pub fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
+    let (output, cut) = stored_output(&r.output);
+    let mut d = RawDocumentBuf::new();
+    d.append("_id", r.id.to_string());
+    d.append("job", r.job.as_str());
+    let mut date = |key: &str, rfc: Option<&str>| {
+        if let Some(t) = rfc.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) {
+            d.append(key, BsonDate::from_millis(t.timestamp_millis()));
+        }
+    };
+    date("scheduled_at", Some(&r.scheduled_at));
+    date("claimed_at", r.claimed_at.as_deref());
+    date("started_at", r.started_at.as_deref());
+    date("finished_at", r.finished_at.as_deref());
+    d.append("scheduled_ms", r.scheduled_ms);
+    if let Some(ms) = r.duration_ms {
+        d.append("duration_ms", i64::try_from(ms).unwrap_or(i64::MAX));
     }
-    if let Some(reason) = &r.reason {
-        text.push(' ');
-        text.push_str(reason);
+    d.append("worker_id", r.worker_id.as_str());
+    d.append("hostname", r.hostname.as_str());
+    d.append("attempt", i64::from(r.attempt));
+    d.append("trigger", r.trigger.as_str());
+    d.append("status", r.status.as_str());
+    let mut opt_i64 = |key: &str, v: Option<i64>| {
+        if let Some(v) = v {
+            d.append(key, v);
+        }
+    };
+    opt_i64("exit_code", r.exit_code.map(i64::from));
+    opt_i64("signal", r.signal.map(i64::from));
+    opt_i64("fencing_token", r.fencing_token);
+    opt_i64("http_status", r.http_status.map(i64::from));
+    d.append("output", output.as_ref());
+    d.append("output_truncated", r.output_truncated || cut);
+    let mut opt_str = |key: &str, v: Option<&str>| {
+        if let Some(v) = v {
+            d.append(key, v);
+        }
+    };
+    opt_str("error", r.error.as_deref());
+    opt_str("reason", r.reason.as_deref());
+    opt_str("parent", r.parent.as_ref().map(ToString::to_string).as_deref());
+    if let Some((i, n)) = r.shard {
+        let mut shard = RawArrayBuf::new();
+        shard.push(i64::from(i));
+        shard.push(i64::from(n));
+        d.append("shard", shard);
     }
-    doc! {
-        "_id": r.id.to_string(),
-        "job": &r.job,
-        "scheduled_at": date(Some(&r.scheduled_at)),
-        "scheduled_ms": r.scheduled_ms,
-        "claimed_at": date(r.claimed_at.as_deref()),
-        "started_at": date(r.started_at.as_deref()),
-        "finished_at": date(r.finished_at.as_deref()),
-        "duration_ms": r.duration_ms.map(|d| i64::try_from(d).unwrap_or(i64::MAX)),
-        "worker_id": &r.worker_id,
-        "hostname": &r.hostname,
-        "attempt": i64::from(r.attempt),
-        "trigger": bson::to_bson(&r.trigger).unwrap_or(Bson::Null),
-        "status": r.status.as_str(),
-        "exit_code": r.exit_code,
-        "signal": r.signal,
-        "output": &r.output,
-        "output_truncated": r.output_truncated,
-        "error": r.error.as_deref(),
-        "reason": r.reason.as_deref(),
-        "fencing_token": r.fencing_token,
-        "parent": r.parent.as_ref().map(ToString::to_string),
-        "http_status": r.http_status.map(i32::from),
-        "shard": r.shard.map(|(i, n)| vec![i64::from(i), i64::from(n)]),
-        "words": words(&text),
+    let mut terms = RawArrayBuf::new();
+    let extra = [r.error.as_deref(), r.reason.as_deref()];
+    for w in words_of(std::iter::once(output.as_ref()).chain(extra.into_iter().flatten())) {
+        terms.push(w);
     }
+    d.append("words", terms);
+    d
+}
+
+/// The output as stored: at most `MAX_STORED_OUTPUT` bytes, the head and the tail around a
+/// marker; true when cut.
+fn stored_output(output: &str) -> (std::borrow::Cow<'_, str>, bool) {
+    if output.len() <= MAX_STORED_OUTPUT {
+        return (std::borrow::Cow::Borrowed(output), false);
+    }
+    let floor = |mut i: usize| {
+        while !output.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let head = floor(MAX_STORED_OUTPUT / 2);
+    let tail = floor(output.len() - MAX_STORED_OUTPUT / 2);
+    let cut = tail - head;
+    (
+        std::borrow::Cow::Owned(format!("{}\n[... {cut} bytes not stored ...]\n{}", &output[..head], &output[tail..])),
+        true,
+    )
 }
 
 /// A stored document back as a record (`output` may be absent in search results).
@@ -285,6 +355,8 @@ pub fn from_document(d: &Document) -> Result<ExecutionRecord, StoreError> {
 
 /// Adds to `filter` the time range `[since, until]` on the date field `field` and, for a page
 /// after `cursor`, the entries older than the cursor's (time, `_id`) in newest-first order.
+/// The cursor narrows the range itself (`field <= its time`) and only the entries at exactly its
+/// time are filtered by `_id`, so an index on `(…, field, _id)` is read as one range in order.
 pub fn time_page(
     filter: &mut Document,
     field: &str,
@@ -292,6 +364,10 @@ pub fn time_page(
     until: Option<UnixMs>,
     cursor: Option<&Cursor>,
 ) {
+    let until = match (until, cursor) {
+        (Some(u), Some(c)) => Some(u.min(c.scheduled_ms)),
+        (u, c) => u.or(c.map(|c| c.scheduled_ms)),
+    };
     let mut range = Document::new();
     if let Some(t) = since {
         range.insert("$gte", BsonDate::from_millis(t));
@@ -303,12 +379,118 @@ pub fn time_page(
         filter.insert(field, range);
     }
     if let Some(c) = cursor {
-        let at = BsonDate::from_millis(c.scheduled_ms);
-        let mut same = doc! { "_id": {"$lt": &c.id} };
-        same.insert(field, at);
-        let mut before = Document::new();
-        before.insert(field, doc! {"$lt": at});
-        filter.insert("$or", vec![before, same]);
+        let mut seen = doc! { "_id": {"$gte": &c.id} };
+        seen.insert(field, BsonDate::from_millis(c.scheduled_ms));
+        filter.insert("$nor", vec![seen]);
+    }
+}
+
+/// The search indexes, each `{<lead>, status, trigger, scheduled_at: -1, _id: -1}`: one per
+/// filter with too many values to list (the job, the worker) and one led by the status for
+/// searches with neither. A search reads one index in (scheduled_at, _id) order and stops after
+/// `limit` + 1 matches: the status and trigger are listed in full (`$in`) when not filtered, so
+/// MongoDB reads the index as one ordered range per (status, trigger) pair and merges them (48
+/// at most) instead of sorting. Words (`q`) have no index: each indexed word costs every insert
+/// more than all these indexes together (BENCHMARKS.md), so words are checked on the documents.
+pub const SEARCH_INDEXES: [(&str, Option<&str>); 3] =
+    [("exec_job", Some("job")), ("exec_worker", Some("worker_id")), ("exec_status", None)];
+
+/// Most documents a search examines for filters its index does not hold (words, or a worker
+/// together with a job): it reads at most this many index entries of the index's range, newest
+/// first, and the page ends there, `partial`, with a cursor to go on from.
+pub const SCAN_BUDGET: i64 = 5_000;
+
+/// Lists every status and trigger in `filter`, so that a time range is read from the search
+/// indexes (which lead with the job or the status) as ranges instead of a collection scan.
+fn any_status_and_trigger(filter: &mut Document) {
+    filter.insert("status", doc! {"$in": Status::ALL.iter().map(|st| st.as_str()).collect::<Vec<_>>()});
+    filter.insert("trigger", doc! {"$in": TriggerKind::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>()});
+}
+
+/// How MongoDB runs a search: the index, the filter its bounds hold, and what is checked on the
+/// documents the index yields (`residual`, empty when the index holds every filter).
+#[derive(Debug, Clone)]
+pub struct SearchPlan {
+    pub index: &'static str,
+    pub indexed: Document,
+    pub residual: Document,
+}
+
+impl SearchPlan {
+    /// Both filters together.
+    #[must_use]
+    pub fn filter(&self) -> Document {
+        let mut all = self.indexed.clone();
+        all.extend(self.residual.clone());
+        all
+    }
+}
+
+/// The plan of a search: the job's index when a job is given, else the worker's, else the
+/// status's; the words, and a worker given with a job, are residual.
+#[must_use]
+pub fn search_plan(s: &Search) -> SearchPlan {
+    let mut indexed = Document::new();
+    let mut residual = Document::new();
+    let index = match (&s.job, &s.worker) {
+        (Some(job), worker) => {
+            indexed.insert("job", job);
+            if let Some(worker) = worker {
+                residual.insert("worker_id", worker);
+            }
+            "exec_job"
+        }
+        (None, Some(worker)) => {
+            indexed.insert("worker_id", worker);
+            "exec_worker"
+        }
+        (None, None) => "exec_status",
+    };
+    let statuses: Vec<&str> = if s.statuses.is_empty() {
+        Status::ALL.iter().map(|st| st.as_str()).collect()
+    } else {
+        s.statuses.iter().map(|st| st.as_str()).collect()
+    };
+    match statuses.as_slice() {
+        [one] => indexed.insert("status", *one),
+        many => indexed.insert("status", doc! {"$in": many}),
+    };
+    match s.trigger {
+        Some(t) => indexed.insert("trigger", t.as_str()),
+        None => {
+            indexed.insert("trigger", doc! {"$in": TriggerKind::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>()})
+        }
+    };
+    time_page(&mut indexed, "scheduled_at", s.since_ms, s.until_ms, s.cursor.as_ref());
+    let terms = s.q.as_deref().map(words).unwrap_or_default();
+    if !terms.is_empty() {
+        residual.insert("words", doc! {"$all": terms});
+    }
+    SearchPlan { index, indexed, residual }
+}
+
+/// The filter of the budget's keys-only read: the indexed filter without the cursor's check of
+/// ids at its instant, which MongoDB would fetch documents for; the few entries at that instant
+/// that an earlier page returned only end the budget that much sooner.
+fn budget_filter(plan: &SearchPlan) -> Document {
+    let mut filter = plan.indexed.clone();
+    filter.remove("$nor");
+    filter
+}
+
+/// Adds to `filter` "at or after `position` in newest-first order", i.e. not older than it.
+fn not_older_than(filter: &mut Document, position: &Cursor) {
+    let at = BsonDate::from_millis(position.scheduled_ms);
+    // The position lies inside the range searched, so it replaces any lower bound.
+    let mut range = filter.get_document("scheduled_at").cloned().unwrap_or_default();
+    range.insert("$gte", at);
+    filter.insert("scheduled_at", range);
+    let older_at_same_time = doc! {"scheduled_at": at, "_id": {"$lt": &position.id}};
+    match filter.get_array_mut("$nor") {
+        Ok(nor) => nor.push(Bson::Document(older_at_same_time)),
+        Err(_) => {
+            filter.insert("$nor", vec![older_at_same_time]);
+        }
     }
 }
 
@@ -427,29 +609,67 @@ impl MongoStore {
 
     /// Creates every index (idempotent); sets the TTL to `retention`, changing it if needed.
     pub async fn ensure_indexes(&self, retention: Duration) -> Result<(), StoreError> {
-        let compound = |name: &str, first: &str| {
-            let mut keys = Document::new();
-            if !first.is_empty() {
-                keys.insert(first, 1);
-            }
-            keys.insert("scheduled_at", -1);
-            keys.insert("_id", -1);
-            IndexModel::builder().keys(keys).options(IndexOptions::builder().name(name.to_owned()).build()).build()
-        };
-        let models = vec![
-            compound("exec_job_time", "job"),
-            compound("exec_status_time", "status"),
-            compound("exec_worker_time", "worker_id"),
-            compound("exec_trigger_time", "trigger"),
-            compound("exec_time", ""),
-            IndexModel::builder()
-                .keys(doc! {"words": 1})
-                .options(IndexOptions::builder().name("exec_words".to_owned()).build())
-                .build(),
-        ];
+        let models: Vec<IndexModel> = SEARCH_INDEXES
+            .iter()
+            .map(|(name, lead)| {
+                let mut keys = Document::new();
+                if let Some(field) = lead {
+                    keys.insert(*field, 1);
+                }
+                keys.insert("status", 1);
+                keys.insert("trigger", 1);
+                keys.insert("scheduled_at", -1);
+                keys.insert("_id", -1);
+                IndexModel::builder()
+                    .keys(keys)
+                    .options(IndexOptions::builder().name((*name).to_owned()).build())
+                    .build()
+            })
+            .collect();
+        self.ensure_collection().await?;
         self.executions.create_indexes(models).await?;
+        self.drop_obsolete_indexes().await?;
         self.ensure_ttl(&self.executions, COLLECTION, TTL_INDEX, "finished_at", retention).await?;
         self.ensure_notification_indexes(retention).await
+    }
+
+    /// Creates `executions` as a clustered collection (documents kept in `_id` order, so no
+    /// separate `_id` index for every insert to update) unless it exists. A collection an
+    /// earlier version made stays as it is: MongoDB cannot cluster it in place.
+    async fn ensure_collection(&self) -> Result<(), StoreError> {
+        let names = self.db.list_collection_names().filter(doc! {"name": COLLECTION}).await?;
+        if !names.is_empty() {
+            return Ok(());
+        }
+        match self.db.create_collection(COLLECTION).clustered_index(mongodb::options::ClusteredIndex::default()).await {
+            Ok(()) => Ok(()),
+            // Made meanwhile by another master.
+            Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(ref c) if c.code == NAMESPACE_EXISTS) => {
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Drops the search indexes earlier versions made (every `exec_*` index that is neither a
+    /// search index nor the TTL index): each one costs every insert a write.
+    async fn drop_obsolete_indexes(&self) -> Result<(), StoreError> {
+        let names = match self.executions.list_index_names().await {
+            Ok(names) => names,
+            // No collection yet, so no index.
+            Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(ref c) if c.code == NAMESPACE_NOT_FOUND) => {
+                return Ok(())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for name in names {
+            let current = name == TTL_INDEX || SEARCH_INDEXES.iter().any(|(n, _)| *n == name);
+            if name.starts_with("exec_") && !current {
+                tracing::info!(index = %name, "dropping an execution index this version no longer uses");
+                self.executions.drop_index(name).await?;
+            }
+        }
+        Ok(())
     }
 
     /// The `notifications` indexes: one per filter of `GET /api/notifications` with the time,
@@ -551,40 +771,95 @@ impl MongoStore {
             .and_then(|m| m.options.as_ref()?.expire_after))
     }
 
-    /// Writes a batch in one round trip; each write is an upsert by `_id`, so replaying a batch
-    /// is harmless.
+    /// Writes a batch idempotently; see [`MongoStore::write_known`].
     pub async fn write(&self, batch: &[RecordWrite]) -> Result<(), StoreError> {
-        if batch.is_empty() {
-            return Ok(());
+        self.write_known(batch, |_| false).await
+    }
+
+    /// Writes a batch idempotently in one or two round trips. Every record is inserted
+    /// (`insertMany`, unordered): a new record, which nearly all are, costs MongoDB one insert
+    /// and no lookup, and upserts cost about twice as much. An insert whose id is taken
+    /// (duplicate key) is settled by its mode: a `running` record ([`WriteMode::IfAbsent`]) is
+    /// done, since whatever is stored is the same run, at least as far along; a final record
+    /// ([`WriteMode::Replace`]) replaces the stored one in the second trip. `stored` names the
+    /// final records whose `running` record the caller wrote before: they go to the replace
+    /// straight away instead of failing an insert first.
+    pub async fn write_known(
+        &self,
+        batch: &[RecordWrite],
+        stored: impl Fn(&RecordWrite) -> bool,
+    ) -> Result<(), StoreError> {
+        let (mut replace, insert): (Vec<&RecordWrite>, Vec<&RecordWrite>) =
+            batch.iter().partition(|w| w.mode == WriteMode::Replace && stored(w));
+        if !insert.is_empty() {
+            let taken = self.insert(&insert).await?;
+            replace.extend(taken.into_iter().filter_map(|i| insert.get(i)).filter(|w| w.mode == WriteMode::Replace));
         }
-        let updates: Vec<Document> = batch
-            .iter()
-            .map(|w| {
-                let d = to_document(&w.record);
-                let id = d.get("_id").cloned().unwrap_or(Bson::Null);
-                let u = match w.mode {
-                    WriteMode::IfAbsent => doc! {"$setOnInsert": d},
-                    WriteMode::Replace => d,
-                };
-                doc! {"q": {"_id": id}, "u": u, "upsert": true}
-            })
-            .collect();
+        self.replace(&replace).await
+    }
+
+    /// Inserts records (unordered); returns the positions whose id was taken already.
+    async fn insert(&self, writes: &[&RecordWrite]) -> Result<Vec<usize>, StoreError> {
+        use mongodb::error::ErrorKind;
+        let docs: Vec<RawDocumentBuf> = writes.iter().map(|w| to_raw_document(&w.record)).collect();
+        let err = match self.db.collection::<RawDocumentBuf>(COLLECTION).insert_many(docs).ordered(false).await {
+            Ok(_) => return Ok(Vec::new()),
+            Err(e) => e,
+        };
+        let ErrorKind::InsertMany(failure) = err.kind.as_ref() else { return Err(err.into()) };
+        if let Some(wce) = &failure.write_concern_error {
+            // Inserted, but not known to be durable: the caller keeps the batch and writes it again.
+            return Err(StoreError::Unavailable(format!("write concern not satisfied: {}", wce.message)));
+        }
+        let errors = failure.write_errors.as_deref().unwrap_or_default();
+        if let Some(real) = errors.iter().find(|e| e.code != DUPLICATE_KEY) {
+            return Err(StoreError::Failed(format!(
+                "{} of {} record inserts failed, first (code {}): {}",
+                errors.iter().filter(|e| e.code != DUPLICATE_KEY).count(),
+                writes.len(),
+                real.code,
+                real.message
+            )));
+        }
+        Ok(errors.iter().map(|e| e.index).collect())
+    }
+
+    /// Replaces stored records whole (upserts by `_id`), in `update` commands of at most
+    /// `UPDATE_COMMAND_BYTES` each.
+    async fn replace(&self, writes: &[&RecordWrite]) -> Result<(), StoreError> {
+        let mut updates: Vec<Document> = Vec::new();
+        let mut bytes = 0usize;
+        for (n, w) in writes.iter().enumerate() {
+            let d = to_document(&w.record);
+            let id = d.get("_id").cloned().unwrap_or(Bson::Null);
+            bytes += w.record.output.len() + 1024;
+            updates.push(doc! {"q": {"_id": id}, "u": d, "upsert": true});
+            if bytes >= UPDATE_COMMAND_BYTES || n + 1 == writes.len() {
+                self.update_command(std::mem::take(&mut updates)).await?;
+                bytes = 0;
+            }
+        }
+        Ok(())
+    }
+
+    async fn update_command(&self, updates: Vec<Document>) -> Result<(), StoreError> {
         let reply = self.db.run_command(doc! {"update": COLLECTION, "updates": updates, "ordered": false}).await?;
         if let Ok(errors) = reply.get_array("writeErrors") {
-            // 11000: two upserts of a new id raced; the other one inserted it, which is fine
-            // for IfAbsent and retried by the caller for Replace (the batch is idempotent).
-            let real: Vec<String> = errors
-                .iter()
-                .filter_map(|e| e.as_document())
-                .filter(|e| e.get_i32("code").unwrap_or(0) != 11000)
-                .map(|e| e.get_str("errmsg").unwrap_or("?").to_owned())
-                .collect();
-            if !real.is_empty() {
-                return Err(StoreError::Failed(format!("{} write errors, first: {}", real.len(), real[0])));
+            // Including a duplicate key: two upserts of a new id raced; the caller writes again
+            // (the batch is idempotent).
+            if let Some(first) = errors.iter().filter_map(Bson::as_document).next() {
+                return Err(StoreError::Failed(format!(
+                    "{} record replacements failed, first: {}",
+                    errors.len(),
+                    first.get_str("errmsg").unwrap_or("?")
+                )));
             }
-            if !errors.is_empty() && batch.iter().any(|w| w.mode == WriteMode::Replace) {
-                return Err(StoreError::Failed("upsert race (duplicate key); retry".to_owned()));
-            }
+        }
+        if let Ok(wce) = reply.get_document("writeConcernError") {
+            return Err(StoreError::Unavailable(format!(
+                "write concern not satisfied: {}",
+                wce.get_str("errmsg").unwrap_or("?")
+            )));
         }
         Ok(())
     }
@@ -596,48 +871,77 @@ impl MongoStore {
         }
     }
 
+    /// Records matching `s`, newest first (by scheduled time, then id). A search whose filters
+    /// the index holds reads `limit` + 1 entries. One with residual filters (see [`search_plan`])
+    /// first finds the position of the `SCAN_BUDGET`-th entry of its index range (keys only),
+    /// then reads no further than it: a page that ends there with fewer than `limit` records is
+    /// `partial`, and its cursor is that position.
     pub async fn search(&self, s: &Search) -> Result<Page, StoreError> {
-        let mut filter = Document::new();
-        if let Some(job) = &s.job {
-            filter.insert("job", job);
-        }
-        match s.statuses.as_slice() {
-            [] => {}
-            [one] => {
-                filter.insert("status", one.as_str());
-            }
-            many => {
-                filter.insert("status", doc! {"$in": many.iter().map(|st| st.as_str()).collect::<Vec<_>>()});
-            }
-        }
-        if let Some(worker) = &s.worker {
-            filter.insert("worker_id", worker);
-        }
-        if let Some(trigger) = &s.trigger {
-            filter.insert("trigger", bson::to_bson(trigger).unwrap_or(Bson::Null));
-        }
-        if let Some(q) = &s.q {
-            let terms = words(q);
-            if !terms.is_empty() {
-                filter.insert("words", doc! {"$all": terms});
-            }
-        }
-        time_page(&mut filter, "scheduled_at", s.since_ms, s.until_ms, s.cursor.as_ref());
         let limit = s.limit.clamp(1, MAX_LIMIT);
+        let plan = search_plan(s);
+        let mut filter = plan.filter();
+        let budget_end = if plan.residual.is_empty() { None } else { self.scan_budget_end(&plan).await? };
+        if let Some(end) = &budget_end {
+            not_older_than(&mut filter, end);
+        }
         let options = FindOptions::builder()
             .sort(doc! {"scheduled_at": -1, "_id": -1})
             .limit(limit + 1)
             .projection(doc! {"output": 0, "words": 0})
+            .hint(mongodb::options::Hint::Name(plan.index.to_owned()))
             .build();
         let docs: Vec<Document> = self.executions.find(filter).with_options(options).await?.try_collect().await?;
         let mut executions = docs.iter().map(from_document).collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = if executions.len() as i64 > limit {
+        if executions.len() as i64 > limit {
             executions.truncate(usize::try_from(limit).unwrap_or(0));
-            executions.last().map(|r| Cursor { scheduled_ms: r.scheduled_ms, id: r.id.to_string() }.encode())
-        } else {
-            None
+            let next = executions.last().map(|r| Cursor { scheduled_ms: r.scheduled_ms, id: r.id.to_string() });
+            return Ok(Page { executions, next_cursor: next.map(|c| c.encode()), partial: false });
+        }
+        let partial = budget_end.is_some();
+        Ok(Page { executions, next_cursor: budget_end.map(|c| c.encode()), partial })
+    }
+
+    /// The `SCAN_BUDGET`-th entry of the plan's index range (a covered read of keys only), or
+    /// None when the range is shorter.
+    async fn scan_budget_end(&self, plan: &SearchPlan) -> Result<Option<Cursor>, StoreError> {
+        let options = FindOptions::builder()
+            .sort(doc! {"scheduled_at": -1, "_id": -1})
+            .skip(u64::try_from(SCAN_BUDGET - 1).unwrap_or(0))
+            .limit(1)
+            .projection(doc! {"_id": 1, "scheduled_at": 1})
+            .hint(mongodb::options::Hint::Name(plan.index.to_owned()))
+            .build();
+        let found = self.executions.find(budget_filter(plan)).with_options(options).await?.try_next().await?;
+        Ok(found.and_then(|d| {
+            let id = d.get_str("_id").ok()?.to_owned();
+            let scheduled_ms = d.get_datetime("scheduled_at").ok()?.timestamp_millis();
+            Some(Cursor { scheduled_ms, id })
+        }))
+    }
+
+    /// MongoDB's `explain` (execution statistics) of the queries `search` runs for `s`: the
+    /// records' query, and for residual filters first the budget's.
+    pub async fn explain_search(&self, s: &Search) -> Result<Vec<Document>, StoreError> {
+        let plan = search_plan(s);
+        let sort = doc! {"scheduled_at": -1, "_id": -1};
+        let mut out = Vec::new();
+        let mut filter = plan.filter();
+        if !plan.residual.is_empty() {
+            let find = doc! {
+                "find": COLLECTION, "filter": budget_filter(&plan), "sort": sort.clone(),
+                "skip": SCAN_BUDGET - 1, "limit": 1_i64, "projection": {"_id": 1, "scheduled_at": 1}, "hint": plan.index,
+            };
+            out.push(self.db.run_command(doc! {"explain": find, "verbosity": "executionStats"}).await?);
+            if let Some(end) = self.scan_budget_end(&plan).await? {
+                not_older_than(&mut filter, &end);
+            }
+        }
+        let find = doc! {
+            "find": COLLECTION, "filter": filter, "sort": sort, "limit": s.limit.clamp(1, MAX_LIMIT) + 1,
+            "projection": {"output": 0, "words": 0}, "hint": plan.index,
         };
-        Ok(Page { executions, next_cursor })
+        out.push(self.db.run_command(doc! {"explain": find, "verbosity": "executionStats"}).await?);
+        Ok(out)
     }
 
     /// Executions scheduled in `[since_ms, until_ms)` counted by status in buckets of
@@ -655,6 +959,7 @@ impl MongoStore {
         if let Some(job) = job {
             matcher.insert("job", job);
         }
+        any_status_and_trigger(&mut matcher);
         let bucket = doc! {"$subtract": ["$scheduled_ms", {"$mod": ["$scheduled_ms", bucket_ms]}]};
         let pipeline = vec![
             doc! {"$match": matcher},
@@ -688,6 +993,7 @@ impl MongoStore {
         if let Some(job) = job {
             matcher.insert("job", job);
         }
+        any_status_and_trigger(&mut matcher);
         let pipeline = vec![
             doc! {"$match": matcher},
             doc! {"$sort": {"scheduled_at": -1, "_id": -1}},
@@ -772,6 +1078,18 @@ mod tests {
         let d = to_document(&r);
         assert!(matches!(d.get("scheduled_at"), Some(Bson::DateTime(_))));
         assert_eq!(from_document(&d).unwrap(), r);
+    }
+
+    #[test]
+    fn output_too_large_for_a_document_keeps_head_and_tail() {
+        let mut r = record();
+        r.output = format!("é{}end", "x".repeat(MAX_STORED_OUTPUT + 10));
+        let d = to_document(&r);
+        let stored = d.get_str("output").unwrap();
+        assert!(stored.len() <= MAX_STORED_OUTPUT + 64, "{}", stored.len());
+        assert!(stored.starts_with('é') && stored.ends_with("end") && stored.contains("bytes not stored"));
+        assert_eq!(d.get_bool("output_truncated"), Ok(true));
+        assert_eq!(to_document(&record()).get_str("output").unwrap(), record().output);
     }
 
     #[test]

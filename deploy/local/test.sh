@@ -17,9 +17,9 @@ ensure_cmd npm npm
 npm ci --prefix web/tests --no-audit --no-fund >&2
 # API tests: schemathesis (PyPI, pinned) checks the master against its OpenAPI document.
 ensure_schemathesis
-# The harness starts its own MongoDB-compatible server per test cluster (tests stop and restart
-# it); with ETCRON_MONGODB_URI set, tests that need no outage use that server instead.
-ensure_secantus
+# The harness starts a genuine mongod (a one-node replica set) per test cluster, so tests can
+# stop and restart it; with ETCRON_MONGODB_URI set, tests that need no outage use that server.
+ensure_mongod
 export CARGO_TERM_COLOR=never
 # A one-shot build gains nothing from incremental artefacts, which would add gigabytes on disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"

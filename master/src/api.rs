@@ -937,7 +937,9 @@ async fn search_executions(
 ) -> ApiResult<Json<Value>> {
     let search = parse_search(query.as_deref().unwrap_or(""))?;
     let page = st.store.search(&search).await.map_err(store_error)?;
-    Ok(Json(json!({ "executions": listed(&page.executions), "next_cursor": page.next_cursor })))
+    Ok(Json(
+        json!({ "executions": listed(&page.executions), "next_cursor": page.next_cursor, "partial": page.partial }),
+    ))
 }
 
 /// Records as lists show them: without the output (it can be large; `GET /api/executions/{id}`

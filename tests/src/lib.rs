@@ -4,6 +4,7 @@
 
 pub mod etcd_cluster;
 pub mod proxy;
+pub mod records;
 pub mod webhook;
 
 use std::collections::BTreeMap;
@@ -235,52 +236,149 @@ impl Etcd {
     }
 }
 
-/// The MongoDB-compatible test server (`secantusd-rs`), or an external MongoDB when
+/// A genuine `mongod` (MongoDB 6.0.5, installed by `deploy/local/test.sh`) run as the one-node
+/// replica set `rs0`, as production runs a replica set; or an external MongoDB when
 /// `ETCRON_MONGODB_URI` is set (then `stop`/`restart` are unavailable).
 pub struct Mongo {
     pub uri: String,
     port: u16,
-    dir: Option<tempfile::TempDir>,
+    /// The data dir (None for an external server) and the temporary dir holding it, if any.
+    dir: Option<PathBuf>,
+    _temp: Option<tempfile::TempDir>,
+    opts: MongoOpts,
     logs: PathBuf,
     pub proc: Option<Proc>,
+}
+
+/// How the harness runs its own `mongod`.
+#[derive(Debug, Clone, Default)]
+pub struct MongoOpts {
+    /// WiredTiger cache in GiB: 0.25 when None (tests), MongoDB's own default (half of the
+    /// memory less 1 GiB) when Some(0.0), as a production server would run.
+    pub cache_gb: Option<f64>,
+    /// A data dir that outlives the server (benchmarks reuse loaded data); a temporary one when
+    /// None.
+    pub dir: Option<PathBuf>,
+}
+
+/// The `mongod` binary: `ETCRON_MONGOD`, else where `deploy/local/lib.sh` caches it, else `PATH`.
+pub fn mongod_bin() -> PathBuf {
+    if let Ok(path) = std::env::var("ETCRON_MONGOD") {
+        return PathBuf::from(path);
+    }
+    let cache = std::env::var("ETCRON_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache").join("etcron"));
+    let cached = cache.join("mongodb-6.0.5").join("mongod");
+    if cached.exists() {
+        cached
+    } else {
+        PathBuf::from("mongod")
+    }
 }
 
 impl Mongo {
     /// Uses `ETCRON_MONGODB_URI` if set, otherwise starts a server of our own.
     pub async fn start(logs: &Path) -> Result<Self> {
         if let Ok(uri) = std::env::var("ETCRON_MONGODB_URI") {
-            return Ok(Self { uri, port: 0, dir: None, logs: logs.to_path_buf(), proc: None });
+            return Ok(Self {
+                uri,
+                port: 0,
+                dir: None,
+                _temp: None,
+                opts: MongoOpts::default(),
+                logs: logs.to_path_buf(),
+                proc: None,
+            });
         }
         Self::start_own(logs).await
     }
 
     /// Always starts a server of our own (for tests that stop and restart it).
     pub async fn start_own(logs: &Path) -> Result<Self> {
-        let port = free_port();
-        let dir = tempfile::tempdir()?;
-        let proc = Self::spawn(port, dir.path(), logs)?;
+        Self::start_own_with(logs, MongoOpts::default()).await
+    }
+
+    pub async fn start_own_with(logs: &Path, opts: MongoOpts) -> Result<Self> {
+        let mut port = free_port();
+        let (dir, temp) = match &opts.dir {
+            Some(dir) => {
+                // The replica set's configuration names the member's port: a kept data dir is
+                // served on the port it was made with.
+                std::fs::create_dir_all(dir)?;
+                let port_file = dir.join("etcron-port");
+                match std::fs::read_to_string(&port_file).ok().and_then(|p| p.trim().parse().ok()) {
+                    Some(p) => port = p,
+                    None => std::fs::write(&port_file, port.to_string())?,
+                }
+                (dir.clone(), None)
+            }
+            None => {
+                let temp = tempfile::tempdir()?;
+                (temp.path().to_path_buf(), Some(temp))
+            }
+        };
+        let proc = Self::spawn(port, &dir, logs, &opts)?;
         let mongo = Self {
-            uri: format!("mongodb://127.0.0.1:{port}"),
+            uri: format!("mongodb://127.0.0.1:{port}/?replicaSet=rs0"),
             port,
             dir: Some(dir),
+            _temp: temp,
+            opts,
             logs: logs.to_path_buf(),
             proc: Some(proc),
         };
-        mongo.wait_ready().await?;
+        mongo.wait_primary().await?;
         Ok(mongo)
     }
 
-    fn spawn(port: u16, dir: &Path, logs: &Path) -> Result<Proc> {
-        let bin = std::env::var("SECANTUS_BIN").unwrap_or_else(|_| "secantusd-rs".to_owned());
-        let mut cmd = Command::new(bin);
-        cmd.args(["--host", "127.0.0.1", "--port", &port.to_string(), "--storage-path"]).arg(dir.join("data"));
-        cmd.args(["--cache-size", "256M"]);
-        Proc::spawn("mongodb", cmd, logs.join(format!("mongodb-{port}.log")))
+    fn spawn(port: u16, dir: &Path, logs: &Path, opts: &MongoOpts) -> Result<Proc> {
+        let bin = mongod_bin();
+        let mut cmd = Command::new(&bin);
+        cmd.arg("--dbpath").arg(dir).args(["--port", &port.to_string(), "--bind_ip", "127.0.0.1"]);
+        cmd.args(["--replSet", "rs0"]);
+        match opts.cache_gb {
+            None => {
+                cmd.args(["--wiredTigerCacheSizeGB", "0.25"]);
+            }
+            Some(gb) if gb > 0.0 => {
+                cmd.args(["--wiredTigerCacheSizeGB", &gb.to_string()]);
+            }
+            Some(_) => {}
+        }
+        // A small data dir (~11 MB, not ~300 MB of preallocated journal), and TTL deletions
+        // every second so retention is testable.
+        cmd.args(["--wiredTigerEngineConfigString", "log=(prealloc=false,file_max=10MB)"]);
+        cmd.args(["--setParameter", "ttlMonitorSleepSecs=1"]);
+        Proc::spawn("mongodb", cmd, logs.join(format!("mongodb-{port}.log"))).with_context(|| {
+            format!("starting {} (deploy/local/test.sh installs it; ETCRON_MONGOD names another)", bin.display())
+        })
     }
 
-    async fn wait_ready(&self) -> Result<()> {
+    /// Initiates the one-node replica set (once: a restart keeps its configuration) and waits
+    /// until the member is primary.
+    async fn wait_primary(&self) -> Result<()> {
+        let direct = format!("mongodb://127.0.0.1:{}/?directConnection=true", self.port);
+        let admin = etcron_common::store::MongoStore::connect(&direct, "admin").await?;
+        let config =
+            mongodb::bson::doc! {"_id": "rs0", "members": [{"_id": 0, "host": format!("127.0.0.1:{}", self.port)}]};
+        wait_for(Duration::from_secs(30), "mongod to become primary of its replica set", || {
+            let (db, config) = (admin.database().clone(), config.clone());
+            async move {
+                match db.run_command(mongodb::bson::doc! {"replSetInitiate": config}).await {
+                    Ok(_) => {}
+                    // AlreadyInitialized: restarted on the same data.
+                    Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(ref c) if c.code == 23) => {}
+                    Err(_) => return None,
+                }
+                let hello = db.run_command(mongodb::bson::doc! {"hello": 1}).await.ok()?;
+                hello.get_bool("isWritablePrimary").unwrap_or(false).then_some(())
+            }
+        })
+        .await?;
+        // The replica-set URI is what masters and workers get: wait until it selects the primary.
         let store = etcron_common::store::MongoStore::connect(&self.uri, "ping").await?;
-        wait_for(Duration::from_secs(30), "the MongoDB-compatible server to answer", || {
+        wait_for(Duration::from_secs(30), "mongod to answer through the replica-set URI", || {
             let store = store.clone();
             async move { store.ping().await.ok() }
         })
@@ -303,8 +401,8 @@ impl Mongo {
         if let Some(p) = self.proc.as_mut() {
             p.kill9();
         }
-        self.proc = Some(Self::spawn(self.port, dir.path(), &self.logs)?);
-        self.wait_ready().await
+        self.proc = Some(Self::spawn(self.port, dir, &self.logs, &self.opts)?);
+        self.wait_primary().await
     }
 
     pub async fn store(&self, db: &str) -> Result<etcron_common::store::MongoStore> {

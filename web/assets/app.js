@@ -678,9 +678,13 @@ async function executionsView(params) {
     throw e;
   }
   if (data.executions.length === 0) {
-    root.append(h("div", { class: "empty" }, query.toString() ? "No execution matches these filters." : "No executions recorded yet."));
+    const none = data.partial ? "No match among the records searched so far." : query.toString() ? "No execution matches these filters." : "No executions recorded yet.";
+    root.append(h("div", { class: "empty" }, none));
   } else {
     root.append(executionsTable(data.executions));
+  }
+  if (data.partial) {
+    root.append(h("p", { class: "partial", role: "status" }, "Words are matched on the records read, 5 000 a page: this page searched part of the history. Older records may match: search older below."));
   }
   const nav = h("p", { class: "pager" });
   if (params.get("cursor")) {
@@ -691,7 +695,7 @@ async function executionsView(params) {
   if (data.next_cursor) {
     const next = new URLSearchParams(params);
     next.set("cursor", data.next_cursor);
-    nav.append(h("a", { href: `#/executions?${next}`, rel: "next" }, "Older executions →"));
+    nav.append(h("a", { href: `#/executions?${next}`, rel: "next" }, data.partial ? "Search older →" : "Older executions →"));
   }
   root.append(nav);
   if (live && !params.get("cursor")) autoRefresh(5000);

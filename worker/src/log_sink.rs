@@ -21,11 +21,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use etcron_common::keys::ExecutionId;
 use etcron_common::store::{MongoStore, RecordWrite, WriteMode};
 use tokio::sync::{mpsc, watch};
 
 /// Records per write.
-pub const BATCH: usize = 500;
+pub const BATCH: usize = 1000;
 /// Longest a record waits in the queue before a write.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(200);
 /// Records the in-memory queue holds before new ones go straight to the spool.
@@ -236,6 +237,38 @@ fn spool_or_drop(spool: &Spool, stats: &SinkStats, batch: &[RecordWrite]) {
     }
 }
 
+/// Ids of executions whose `running` record this sink has written and whose final record it has
+/// not: their final record replaces the stored one without trying an insert first.
+#[derive(Debug, Default)]
+struct StoredRunning(std::collections::HashSet<ExecutionId>);
+
+/// Most ids `StoredRunning` keeps (a worker runs at most its capacity at once; runs whose final
+/// record went elsewhere, e.g. to the spool, only cost a failed insert once forgotten).
+const STORED_RUNNING_MAX: usize = 100_000;
+
+impl StoredRunning {
+    fn contains(&self, id: &ExecutionId) -> bool {
+        self.0.contains(id)
+    }
+
+    /// Notes a batch MongoDB took.
+    fn note(&mut self, batch: &[RecordWrite]) {
+        for w in batch {
+            match w.mode {
+                WriteMode::IfAbsent => {
+                    if self.0.len() >= STORED_RUNNING_MAX {
+                        self.0.clear();
+                    }
+                    self.0.insert(w.record.id.clone());
+                }
+                WriteMode::Replace => {
+                    self.0.remove(&w.record.id);
+                }
+            }
+        }
+    }
+}
+
 /// Drops every `running` write (`IfAbsent`) whose final record is in the same batch: the final
 /// record replaces it anyway, so a task shorter than a batch costs MongoDB one write, not two.
 /// Order among the remaining writes is kept.
@@ -244,6 +277,57 @@ fn coalesce(batch: &mut Vec<RecordWrite>) {
         batch.iter().filter(|w| w.mode == WriteMode::Replace).map(|w| w.record.id.to_string()).collect();
     if !finals.is_empty() {
         batch.retain(|w| w.mode == WriteMode::Replace || !finals.contains(&w.record.id.to_string()));
+    }
+}
+
+/// Batch writes in flight at once: while MongoDB inserts one batch, the next is collected and
+/// sent, so the worker's and MongoDB's work overlap (BENCHMARKS.md: sink).
+pub const IN_FLIGHT: usize = 2;
+
+/// The batch writes under way; each hands its batch back with the outcome.
+struct Writes {
+    tasks: tokio::task::JoinSet<(Vec<RecordWrite>, Result<(), etcron_common::store::StoreError>)>,
+    /// Set when a write task panicked with its batch: the journal is then never emptied, so the
+    /// next start spools that batch again (writes are idempotent).
+    keep_journal: bool,
+}
+
+impl Writes {
+    fn start(&mut self, store: &MongoStore, batch: Vec<RecordWrite>, running: &StoredRunning) {
+        let stored: std::collections::HashSet<ExecutionId> = batch
+            .iter()
+            .filter(|w| w.mode == WriteMode::Replace && running.contains(&w.record.id))
+            .map(|w| w.record.id.clone())
+            .collect();
+        let store = store.clone();
+        self.tasks.spawn(async move {
+            let outcome = store.write_known(&batch, |w| stored.contains(&w.record.id)).await;
+            (batch, outcome)
+        });
+    }
+
+    /// Counts a finished write, or spools its batch.
+    fn settle(
+        &mut self,
+        done: Result<(Vec<RecordWrite>, Result<(), etcron_common::store::StoreError>), tokio::task::JoinError>,
+        ctx: (&Spool, &SinkStats, &mut StoredRunning),
+    ) {
+        let (spool, stats, running) = ctx;
+        match done {
+            Ok((batch, Ok(()))) => {
+                stats.written.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                running.note(&batch);
+            }
+            Ok((batch, Err(e))) => {
+                stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(records = batch.len(), error = %e, "writing execution records failed; spooling them");
+                spool_or_drop(spool, stats, &batch);
+            }
+            Err(e) => {
+                self.keep_journal = true;
+                tracing::error!(error = %e, "a record write task failed; its records stay in the journal and are spooled at the next start");
+            }
+        }
     }
 }
 
@@ -256,13 +340,20 @@ async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut batch: Vec<RecordWrite> = Vec::with_capacity(BATCH);
+    let mut running = StoredRunning::default();
+    let mut writes = Writes { tasks: tokio::task::JoinSet::new(), keep_journal: false };
     let mut replay_tick = tokio::time::interval(REPLAY_EVERY);
     replay_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut closing = false;
     loop {
-        // Collect a batch: up to BATCH records, or whatever came within FLUSH_EVERY.
+        // Collect a batch: up to BATCH records, or whatever came within FLUSH_EVERY; a write
+        // slot must be free first.
         let first = tokio::select! {
-            r = rx.recv(), if !closing => r,
+            r = rx.recv(), if !closing && writes.tasks.len() < IN_FLIGHT => r,
+            Some(done) = writes.tasks.join_next(), if !writes.tasks.is_empty() => {
+                writes.settle(done, (&spool, &stats, &mut running));
+                None
+            }
             _ = replay_tick.tick() => None,
             _ = stop.changed(), if !closing => { closing = true; None }
         };
@@ -288,20 +379,25 @@ async fn run(
             if spool.pending() {
                 // Keep order: older records are waiting in the spool.
                 spool_or_drop(&spool, &stats, &batch);
-            } else if let Err(e) = store.write(&batch).await {
-                stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(records = batch.len(), error = %e, "writing execution records failed; spooling them");
-                spool_or_drop(&spool, &stats, &batch);
+                batch.clear();
             } else {
-                stats.written.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                writes.start(&store, std::mem::replace(&mut batch, Vec::with_capacity(BATCH)), &running);
             }
-            batch.clear();
+        }
+        if closing {
+            while let Some(done) = writes.tasks.join_next().await {
+                writes.settle(done, (&spool, &stats, &mut running));
+            }
+        }
+        if writes.tasks.is_empty() {
             // Everything taken is in MongoDB or the spool: if nothing else waits in the queue,
             // the journal holds nothing that is not safe elsewhere.
-            journal.checkpoint(|| rx.is_empty());
-        }
-        if spool.pending() {
-            replay(&store, &spool, &stats).await;
+            if !writes.keep_journal {
+                journal.checkpoint(|| rx.is_empty());
+            }
+            if spool.pending() {
+                replay(&store, &spool, &stats).await;
+            }
         }
         if closing {
             if spool.pending() {
@@ -387,7 +483,7 @@ fn read_spool(path: &Path) -> std::io::Result<Vec<RecordWrite>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use etcron_common::keys::{ExecutionId, Tick};
+    use etcron_common::keys::Tick;
     use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
 
     fn write(n: i64) -> RecordWrite {

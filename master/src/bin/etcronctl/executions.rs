@@ -105,6 +105,7 @@ pub async fn search(
 ) -> anyhow::Result<()> {
     let mut cursor = cursor;
     let mut executions = Vec::new();
+    let mut partial;
     let next = loop {
         let page = client
             .get(&format!("/api/executions{}", filters.query(cursor.take())))
@@ -112,13 +113,14 @@ pub async fn search(
             .context("searching executions")?;
         executions.extend(page["executions"].as_array().cloned().unwrap_or_default());
         let next = page["next_cursor"].as_str().map(str::to_owned);
+        partial = page["partial"].as_bool().unwrap_or(false);
         match next {
             Some(c) if all => cursor = Some(c),
             next => break next,
         }
     };
     if json {
-        return print_json(&json!({ "executions": executions, "next_cursor": next }));
+        return print_json(&json!({ "executions": executions, "next_cursor": next, "partial": partial && !all }));
     }
     let mut table = Table::new(&COLUMNS);
     for e in &executions {
@@ -126,6 +128,9 @@ pub async fn search(
     }
     out(&table.render())?;
     if let Some(c) = next {
+        if partial {
+            eprintln!("etcronctl: searched part of the history (words are matched on the records read, 5 000 a page); older records may match");
+        }
         eprintln!("etcronctl: more executions: --cursor {c} (or --all)");
     }
     Ok(())

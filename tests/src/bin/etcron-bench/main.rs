@@ -8,6 +8,7 @@
 
 mod failover;
 mod receiver;
+mod records;
 mod scale;
 mod spawn;
 mod stream;
@@ -35,6 +36,7 @@ async fn main() -> Result<()> {
     let mut entries = 1_000_000usize;
     let mut rounds = 5usize;
     let mut session_ttl = "3s".to_owned();
+    let mut records_opts = records::Opts { records: 0, cache_gb: None, data: None };
     let mut e2e_opts = E2eOpts { task: BenchTask::Append, worker_args: Vec::new() };
     let mut it = args.iter();
     let scenario = it.next().map(String::as_str).unwrap_or("e2e");
@@ -48,6 +50,9 @@ async fn main() -> Result<()> {
             "--entries" => entries = value.parse()?,
             "--rounds" => rounds = value.parse()?,
             "--session-ttl" => session_ttl.clone_from(value),
+            "--records" => records_opts.records = value.parse()?,
+            "--cache-gb" => records_opts.cache_gb = Some(value.parse()?),
+            "--data" => records_opts.data = Some(value.into()),
             "--task" => {
                 e2e_opts.task = match value.as_str() {
                     "append" => BenchTask::Append,
@@ -64,8 +69,14 @@ async fn main() -> Result<()> {
     match scenario {
         "e2e" => e2e(jobs, workers, seconds, out, &e2e_opts).await,
         "claims" => claims(jobs).await,
-        "sink" => sink(jobs).await,
-        "search" => search(jobs).await,
+        "sink" => {
+            records_opts.records = if records_opts.records == 0 { 200_000 } else { records_opts.records };
+            records::sink(&records_opts).await
+        }
+        "search" => {
+            records_opts.records = if records_opts.records == 0 { 1_000_000 } else { records_opts.records };
+            records::search(&records_opts).await
+        }
         "wheel" => wheel::run(entries),
         "failover" => failover::run(rounds, &session_ttl).await,
         "scale" => scale::run(jobs).await,
@@ -334,137 +345,5 @@ async fn claims(n: usize) -> Result<()> {
     }
     let fsyncs = etcd.metric("etcd_disk_wal_fsync_duration_seconds_count").await?;
     println!("wal fsyncs: {fsyncs}");
-    Ok(())
-}
-
-fn synthetic(job: &str, ms: i64, n: u32, text: &str) -> etcron_common::store::RecordWrite {
-    use etcron_common::keys::{ExecutionId, Tick};
-    use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
-    etcron_common::store::RecordWrite {
-        mode: etcron_common::store::WriteMode::Replace,
-        record: ExecutionRecord {
-            id: ExecutionId { attempt: n, ..ExecutionId::new(job, Tick::Scheduled(ms)) },
-            job: job.to_owned(),
-            scheduled_at: etcron_common::rfc3339_ms(ms),
-            scheduled_ms: ms,
-            claimed_at: Some(etcron_common::rfc3339_ms(ms + 2)),
-            started_at: Some(etcron_common::rfc3339_ms(ms + 3)),
-            finished_at: Some(etcron_common::rfc3339_ms(ms + 50)),
-            duration_ms: Some(47),
-            worker_id: format!("w{}", ms % 3),
-            hostname: "bench".into(),
-            attempt: n,
-            trigger: TriggerKind::Schedule,
-            status: if ms % 10 == 0 { Status::Failed } else { Status::Succeeded },
-            exit_code: Some(0),
-            signal: None,
-            output: text.to_owned(),
-            output_truncated: false,
-            error: None,
-            reason: None,
-            fencing_token: Some(ms),
-            parent: None,
-            http_status: None,
-            shard: None,
-        },
-    }
-}
-
-/// `sink --jobs N`: N records through the worker's log sink (batches as in production) into a
-/// fresh MongoDB-compatible server; prints records/s.
-async fn sink(n: usize) -> Result<()> {
-    let logs = etcron_tests::log_dir("bench-sink");
-    let mongo = etcron_tests::Mongo::start(&logs).await?;
-    let db = etcron_tests::db_name("bench_sink");
-    let store = mongo.store(&db).await?;
-    store.ensure_indexes(Duration::from_secs(86_400)).await?;
-    let spool_dir = tempfile::tempdir()?;
-    let spool = etcron_worker::log_sink::Spool::open(spool_dir.path())?;
-    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
-    let (sink, _task) = etcron_worker::log_sink::LogSink::start(store, spool, stop)?;
-    let output = "started backup of db\nwrote 1234 rows\ndone in 47 ms\n";
-    let start = std::time::Instant::now();
-    let base = 1_790_000_000_000i64;
-    for i in 0..n {
-        let i = i64::try_from(i)?;
-        sink.submit(synthetic(&format!("job-{}", i % 500), base + i * 1000, 1, output));
-        if i % 5_000 == 4_999 {
-            // Producers in a worker are paced by ticks; don't let the queue overflow to the spool.
-            while sink.queued() > 5_000 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    }
-    let total = u64::try_from(n)?;
-    wait_for(Duration::from_secs(600), "every record written", || async {
-        (sink.stats.written.load(std::sync::atomic::Ordering::Relaxed) >= total).then_some(())
-    })
-    .await?;
-    let secs = start.elapsed().as_secs_f64();
-    println!(
-        "sink: {n} records in {secs:.2} s = {:.0} records/s (batches of {}), spooled {}",
-        n as f64 / secs,
-        etcron_worker::log_sink::BATCH,
-        sink.stats.spooled.load(std::sync::atomic::Ordering::Relaxed)
-    );
-    Ok(())
-}
-
-/// `search --jobs N`: loads N records (500 jobs, one record per job per second, 1 in 200 with the
-/// word `disk_full`), then times a job + time-range query and a text query.
-async fn search(n: usize) -> Result<()> {
-    use etcron_common::store::Search;
-    let logs = etcron_tests::log_dir("bench-search");
-    let mongo = etcron_tests::Mongo::start(&logs).await?;
-    let db = etcron_tests::db_name("bench_search");
-    let store = mongo.store(&db).await?;
-    store.ensure_indexes(Duration::from_secs(86_400 * 3650)).await?;
-    let base = 1_790_000_000_000i64;
-    let load = std::time::Instant::now();
-    let mut batch = Vec::with_capacity(500);
-    for i in 0..n {
-        let i = i64::try_from(i)?;
-        let text = if i % 200 == 0 { "error: disk_full on /var/backups" } else { "ok wrote rows" };
-        batch.push(synthetic(&format!("job-{:03}", i % 500), base + (i / 500) * 1000, 1, text));
-        if batch.len() == 500 {
-            store.write(&batch).await?;
-            batch.clear();
-        }
-    }
-    store.write(&batch).await?;
-    println!("search: loaded {n} records in {:.1} s", load.elapsed().as_secs_f64());
-    let span_ms = i64::try_from(n / 500)? * 1000;
-    let mut timings: Vec<(&str, Vec<i64>)> = Vec::new();
-    for (name, make) in
-        [("job + 1 h range, limit 50", 0), ("text q=disk_full, limit 50", 1), ("status=failed, limit 50", 2)]
-    {
-        let mut lat = Vec::new();
-        for k in 0..50i64 {
-            let s = match make {
-                0 => Search {
-                    job: Some(format!("job-{:03}", k * 7 % 500)),
-                    since_ms: Some(base + (k * 9_973_000) % span_ms.max(1)),
-                    until_ms: Some(base + (k * 9_973_000) % span_ms.max(1) + 3_600_000),
-                    limit: 50,
-                    ..Search::default()
-                },
-                1 => Search { q: Some("disk_full".into()), limit: 50, ..Search::default() },
-                _ => Search { statuses: vec![etcron_common::model::Status::Failed], limit: 50, ..Search::default() },
-            };
-            let t = std::time::Instant::now();
-            let page = store.search(&s).await?;
-            lat.push(i64::try_from(t.elapsed().as_micros())?);
-            anyhow::ensure!(make == 0 || !page.executions.is_empty(), "{name}: no results");
-        }
-        lat.sort_unstable();
-        timings.push((name, lat));
-    }
-    for (name, lat) in timings {
-        println!(
-            "  {name:<30} p50 {:>7.2} ms   p99 {:>7.2} ms",
-            quantile(&lat, 0.5) as f64 / 1000.0,
-            quantile(&lat, 0.99) as f64 / 1000.0
-        );
-    }
     Ok(())
 }
