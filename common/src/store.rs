@@ -396,9 +396,20 @@ pub const SEARCH_INDEXES: [(&str, Option<&str>); 3] =
     [("exec_job", Some("job")), ("exec_worker", Some("worker_id")), ("exec_status", None)];
 
 /// Most documents a search examines for filters its index does not hold (words, or a worker
-/// together with a job): it reads at most this many index entries of the index's range, newest
-/// first, and the page ends there, `partial`, with a cursor to go on from.
-pub const SCAN_BUDGET: i64 = 5_000;
+/// together with a job): it reads at most this many documents of the index's range, newest
+/// first, checking each, and the page ends there, `partial`, with a cursor to go on from.
+pub const SCAN_BUDGET: i64 = 1_000;
+
+/// Documents a residual search takes from MongoDB per round trip.
+const RESIDUAL_BATCH: i64 = 500;
+
+/// A stored document's place in newest-first order.
+fn position(d: &mongodb::bson::RawDocument) -> Result<Cursor, StoreError> {
+    let bad = |what: &str| StoreError::Failed(format!("stored record has no valid {what}"));
+    let id = d.get_str("_id").map_err(|_| bad("_id"))?.to_owned();
+    let scheduled_ms = d.get_datetime("scheduled_at").map_err(|_| bad("scheduled_at"))?.timestamp_millis();
+    Ok(Cursor { scheduled_ms, id })
+}
 
 /// Lists every status and trigger in `filter`, so that a time range is read from the search
 /// indexes (which lead with the job or the status) as ranges instead of a collection scan.
@@ -407,22 +418,46 @@ fn any_status_and_trigger(filter: &mut Document) {
     filter.insert("trigger", doc! {"$in": TriggerKind::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>()});
 }
 
-/// How MongoDB runs a search: the index, the filter its bounds hold, and what is checked on the
-/// documents the index yields (`residual`, empty when the index holds every filter).
+/// How a search runs: the index, the filter its bounds hold, and the filters checked on the
+/// documents the index yields (residual: a worker given with a job, and the words).
 #[derive(Debug, Clone)]
 pub struct SearchPlan {
     pub index: &'static str,
     pub indexed: Document,
-    pub residual: Document,
+    pub worker: Option<String>,
+    pub words: Vec<String>,
 }
 
 impl SearchPlan {
-    /// Both filters together.
+    /// True when the index holds every filter.
+    #[must_use]
+    pub fn exact(&self) -> bool {
+        self.worker.is_none() && self.words.is_empty()
+    }
+
+    /// Every filter as one MongoDB filter (what a page's records match).
     #[must_use]
     pub fn filter(&self) -> Document {
         let mut all = self.indexed.clone();
-        all.extend(self.residual.clone());
+        if let Some(worker) = &self.worker {
+            all.insert("worker_id", worker);
+        }
+        if !self.words.is_empty() {
+            all.insert("words", doc! {"$all": &self.words});
+        }
         all
+    }
+
+    /// Whether a document the index yielded passes the residual filters (read in place).
+    fn admits(&self, d: &mongodb::bson::RawDocument) -> bool {
+        if self.worker.as_deref().is_some_and(|w| d.get_str("worker_id").ok() != Some(w)) {
+            return false;
+        }
+        if self.words.is_empty() {
+            return true;
+        }
+        let Ok(stored) = d.get_array("words") else { return false };
+        self.words.iter().all(|w| stored.into_iter().any(|s| s.ok().and_then(|s| s.as_str()) == Some(w.as_str())))
     }
 }
 
@@ -431,13 +466,11 @@ impl SearchPlan {
 #[must_use]
 pub fn search_plan(s: &Search) -> SearchPlan {
     let mut indexed = Document::new();
-    let mut residual = Document::new();
+    let mut residual_worker = None;
     let index = match (&s.job, &s.worker) {
         (Some(job), worker) => {
             indexed.insert("job", job);
-            if let Some(worker) = worker {
-                residual.insert("worker_id", worker);
-            }
+            residual_worker.clone_from(worker);
             "exec_job"
         }
         (None, Some(worker)) => {
@@ -462,36 +495,8 @@ pub fn search_plan(s: &Search) -> SearchPlan {
         }
     };
     time_page(&mut indexed, "scheduled_at", s.since_ms, s.until_ms, s.cursor.as_ref());
-    let terms = s.q.as_deref().map(words).unwrap_or_default();
-    if !terms.is_empty() {
-        residual.insert("words", doc! {"$all": terms});
-    }
-    SearchPlan { index, indexed, residual }
-}
-
-/// The filter of the budget's keys-only read: the indexed filter without the cursor's check of
-/// ids at its instant, which MongoDB would fetch documents for; the few entries at that instant
-/// that an earlier page returned only end the budget that much sooner.
-fn budget_filter(plan: &SearchPlan) -> Document {
-    let mut filter = plan.indexed.clone();
-    filter.remove("$nor");
-    filter
-}
-
-/// Adds to `filter` "at or after `position` in newest-first order", i.e. not older than it.
-fn not_older_than(filter: &mut Document, position: &Cursor) {
-    let at = BsonDate::from_millis(position.scheduled_ms);
-    // The position lies inside the range searched, so it replaces any lower bound.
-    let mut range = filter.get_document("scheduled_at").cloned().unwrap_or_default();
-    range.insert("$gte", at);
-    filter.insert("scheduled_at", range);
-    let older_at_same_time = doc! {"scheduled_at": at, "_id": {"$lt": &position.id}};
-    match filter.get_array_mut("$nor") {
-        Ok(nor) => nor.push(Bson::Document(older_at_same_time)),
-        Err(_) => {
-            filter.insert("$nor", vec![older_at_same_time]);
-        }
-    }
+    let words = s.q.as_deref().map(words).unwrap_or_default();
+    SearchPlan { index, indexed, worker: residual_worker, words }
 }
 
 /// A search of `GET /api/notifications`, newest first.
@@ -634,14 +639,20 @@ impl MongoStore {
     }
 
     /// Creates `executions` as a clustered collection (documents kept in `_id` order, so no
-    /// separate `_id` index for every insert to update) unless it exists. A collection an
+    /// separate `_id` index for every insert to update), its blocks compressed with zstd, unless
+    /// it exists. A collection an
     /// earlier version made stays as it is: MongoDB cannot cluster it in place.
     async fn ensure_collection(&self) -> Result<(), StoreError> {
         let names = self.db.list_collection_names().filter(doc! {"name": COLLECTION}).await?;
         if !names.is_empty() {
             return Ok(());
         }
-        match self.db.create_collection(COLLECTION).clustered_index(mongodb::options::ClusteredIndex::default()).await {
+        let create = self
+            .db
+            .create_collection(COLLECTION)
+            .clustered_index(mongodb::options::ClusteredIndex::default())
+            .storage_engine(doc! {"wiredTiger": {"configString": "block_compressor=zstd"}});
+        match create.await {
             Ok(()) => Ok(()),
             // Made meanwhile by another master.
             Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(ref c) if c.code == NAMESPACE_EXISTS) => {
@@ -873,75 +884,64 @@ impl MongoStore {
 
     /// Records matching `s`, newest first (by scheduled time, then id). A search whose filters
     /// the index holds reads `limit` + 1 entries. One with residual filters (see [`search_plan`])
-    /// first finds the position of the `SCAN_BUDGET`-th entry of its index range (keys only),
-    /// then reads no further than it: a page that ends there with fewer than `limit` records is
-    /// `partial`, and its cursor is that position.
+    /// reads at most `SCAN_BUDGET` documents of its index range, checking each: a page that ends
+    /// there with fewer than `limit` records is `partial`, and its cursor is the last document
+    /// read.
     pub async fn search(&self, s: &Search) -> Result<Page, StoreError> {
         let limit = s.limit.clamp(1, MAX_LIMIT);
         let plan = search_plan(s);
-        let mut filter = plan.filter();
-        let budget_end = if plan.residual.is_empty() { None } else { self.scan_budget_end(&plan).await? };
-        if let Some(end) = &budget_end {
-            not_older_than(&mut filter, end);
-        }
+        let (projection, read) =
+            if plan.exact() { (doc! {"output": 0, "words": 0}, limit + 1) } else { (doc! {"output": 0}, SCAN_BUDGET) };
         let options = FindOptions::builder()
             .sort(doc! {"scheduled_at": -1, "_id": -1})
-            .limit(limit + 1)
-            .projection(doc! {"output": 0, "words": 0})
+            .limit(read)
+            // Residual searches stop reading once the page is full: MongoDB fetches no further
+            // than the batch under way.
+            .batch_size(u32::try_from(read.min(RESIDUAL_BATCH)).unwrap_or(1))
+            .projection(projection)
             .hint(mongodb::options::Hint::Name(plan.index.to_owned()))
             .build();
-        let docs: Vec<Document> = self.executions.find(filter).with_options(options).await?.try_collect().await?;
-        let mut executions = docs.iter().map(from_document).collect::<Result<Vec<_>, _>>()?;
+        let raw = self.db.collection::<RawDocumentBuf>(COLLECTION);
+        let mut cursor = raw.find(plan.indexed.clone()).with_options(options).await?;
+        let (mut executions, mut examined, mut last) = (Vec::new(), 0, None);
+        while let Some(d) = cursor.try_next().await? {
+            examined += 1;
+            if !plan.exact() {
+                last = Some(position(&d)?);
+            }
+            if plan.admits(&d) {
+                let d = Document::try_from(d.as_ref()).map_err(|e| StoreError::Failed(e.to_string()))?;
+                executions.push(from_document(&d)?);
+                if executions.len() as i64 > limit {
+                    break;
+                }
+            }
+        }
         if executions.len() as i64 > limit {
             executions.truncate(usize::try_from(limit).unwrap_or(0));
             let next = executions.last().map(|r| Cursor { scheduled_ms: r.scheduled_ms, id: r.id.to_string() });
             return Ok(Page { executions, next_cursor: next.map(|c| c.encode()), partial: false });
         }
-        let partial = budget_end.is_some();
-        Ok(Page { executions, next_cursor: budget_end.map(|c| c.encode()), partial })
+        // The index range ended, or the budget did (more may match further on).
+        let partial = examined == read && !plan.exact();
+        let next_cursor = if partial { last.map(|c| c.encode()) } else { None };
+        Ok(Page { executions, next_cursor, partial })
     }
 
-    /// The `SCAN_BUDGET`-th entry of the plan's index range (a covered read of keys only), or
-    /// None when the range is shorter.
-    async fn scan_budget_end(&self, plan: &SearchPlan) -> Result<Option<Cursor>, StoreError> {
-        let options = FindOptions::builder()
-            .sort(doc! {"scheduled_at": -1, "_id": -1})
-            .skip(u64::try_from(SCAN_BUDGET - 1).unwrap_or(0))
-            .limit(1)
-            .projection(doc! {"_id": 1, "scheduled_at": 1})
-            .hint(mongodb::options::Hint::Name(plan.index.to_owned()))
-            .build();
-        let found = self.executions.find(budget_filter(plan)).with_options(options).await?.try_next().await?;
-        Ok(found.and_then(|d| {
-            let id = d.get_str("_id").ok()?.to_owned();
-            let scheduled_ms = d.get_datetime("scheduled_at").ok()?.timestamp_millis();
-            Some(Cursor { scheduled_ms, id })
-        }))
-    }
-
-    /// MongoDB's `explain` (execution statistics) of the queries `search` runs for `s`: the
-    /// records' query, and for residual filters first the budget's.
-    pub async fn explain_search(&self, s: &Search) -> Result<Vec<Document>, StoreError> {
+    /// MongoDB's `explain` (execution statistics) of the query `search` runs for `s`, read to
+    /// its end (at most `limit` + 1 entries, or `SCAN_BUDGET` for residual filters).
+    pub async fn explain_search(&self, s: &Search) -> Result<Document, StoreError> {
         let plan = search_plan(s);
-        let sort = doc! {"scheduled_at": -1, "_id": -1};
-        let mut out = Vec::new();
-        let mut filter = plan.filter();
-        if !plan.residual.is_empty() {
-            let find = doc! {
-                "find": COLLECTION, "filter": budget_filter(&plan), "sort": sort.clone(),
-                "skip": SCAN_BUDGET - 1, "limit": 1_i64, "projection": {"_id": 1, "scheduled_at": 1}, "hint": plan.index,
-            };
-            out.push(self.db.run_command(doc! {"explain": find, "verbosity": "executionStats"}).await?);
-            if let Some(end) = self.scan_budget_end(&plan).await? {
-                not_older_than(&mut filter, &end);
-            }
-        }
-        let find = doc! {
-            "find": COLLECTION, "filter": filter, "sort": sort, "limit": s.limit.clamp(1, MAX_LIMIT) + 1,
-            "projection": {"output": 0, "words": 0}, "hint": plan.index,
+        let (projection, read) = if plan.exact() {
+            (doc! {"output": 0, "words": 0}, s.limit.clamp(1, MAX_LIMIT) + 1)
+        } else {
+            (doc! {"output": 0}, SCAN_BUDGET)
         };
-        out.push(self.db.run_command(doc! {"explain": find, "verbosity": "executionStats"}).await?);
-        Ok(out)
+        let find = doc! {
+            "find": COLLECTION, "filter": plan.indexed, "sort": {"scheduled_at": -1, "_id": -1}, "limit": read,
+            "projection": projection, "hint": plan.index,
+        };
+        Ok(self.db.run_command(doc! {"explain": find, "verbosity": "executionStats"}).await?)
     }
 
     /// Executions scheduled in `[since_ms, until_ms)` counted by status in buckets of

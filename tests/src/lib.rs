@@ -577,7 +577,7 @@ impl Cluster {
         Self::start_with(test, workers, false, &[]).await
     }
 
-    /// `own_mongo`: a MongoDB-compatible server only this cluster uses (so it can be stopped);
+    /// `own_mongo`: a `mongod` only this cluster uses (so it can be stopped);
     /// `master_args`: extra flags for the master.
     pub async fn start_with(test: &str, workers: usize, own_mongo: bool, master_args: &[&str]) -> Result<Self> {
         let logs = log_dir(test);

@@ -1,6 +1,6 @@
 //! Masters and workers reach a secured etcd: TLS with a CA made in the test and client
 //! certificates (etcd's `--client-cert-auth`), and etcd's own user/password auth with a role
-//! limited to the namespace. Real etcd, the MongoDB-compatible server and processes.
+//! limited to the namespace. Real etcd, a real `mongod` and processes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 

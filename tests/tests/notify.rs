@@ -1,4 +1,4 @@
-//! Webhook notifications end to end: real etcd, MongoDB-compatible server, master and workers,
+//! Webhook notifications end to end: real etcd, a real `mongod`, master and workers,
 //! and a webhook receiver in the test. Failure, success and recovery (also across workers),
 //! missed ticks, retries with every attempt recorded, the Slack format and secret URLs, a
 //! webhook that never answers while an every-second job keeps its ticks, and the workers'

@@ -1,4 +1,4 @@
-//! Execution records in the MongoDB-compatible server: one per execution and per tick that did
+//! Execution records in a real `mongod`: one per execution and per tick that did
 //! not run, searchable by every filter, kept across MongoDB outages and worker restarts.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
@@ -313,19 +313,51 @@ async fn a_worker_killed_with_records_in_its_spool_replays_them_after_restart() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_retention_index_has_the_configured_ttl() -> anyhow::Result<()> {
+async fn the_retention_index_has_the_configured_ttl_and_deletes() -> anyhow::Result<()> {
     let mut c = Cluster::start_with("records-retention", 0, false, &["--retention", "7d"]).await?;
     let store = c.mongo.store(&c.db).await?;
     wait_for(Duration::from_secs(30), "the TTL index", || async {
         (store.retention().await.ok().flatten() == Some(Duration::from_secs(7 * 86_400))).then_some(())
     })
     .await?;
+    // The collection is clustered by execution id (no separate _id index).
+    let options = store
+        .database()
+        .run_command(mongodb::bson::doc! {"listCollections": 1, "filter": {"name": "executions"}})
+        .await?;
+    let info = format!("{options}");
+    anyhow::ensure!(info.contains("clusteredIndex"), "executions is not clustered: {info}");
+    anyhow::ensure!(info.contains("block_compressor=zstd"), "executions is not compressed with zstd: {info}");
+    // The TTL monitor really deletes: a record that finished 8 days ago goes, one of now stays.
+    let old = now_ms() - 8 * 86_400_000;
+    let (gone, kept) = (synthetic("ttl-old", old, 1), synthetic("ttl-new", now_ms(), 1));
+    store.write(&[gone.clone(), kept.clone()]).await?;
+    wait_for(Duration::from_secs(60), "the TTL monitor to delete the old record", || async {
+        store.get(&gone.record.id.to_string()).await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    anyhow::ensure!(store.get(&kept.record.id.to_string()).await?.is_some(), "the recent record was deleted too");
+    // An index an earlier version made is dropped at the next start (every index costs inserts).
+    let executions = store.database().collection::<mongodb::bson::Document>("executions");
+    executions
+        .create_index(
+            mongodb::IndexModel::builder()
+                .keys(mongodb::bson::doc! {"words": 1})
+                .options(mongodb::options::IndexOptions::builder().name("exec_words".to_owned()).build())
+                .build(),
+        )
+        .await?;
     // Restarting with another retention changes the TTL in place.
     c.master.proc.kill9();
     let args = ["--mongodb-uri", c.mongo.uri.as_str(), "--mongodb-db", c.db.as_str(), "--retention", "36h"];
     c.master = etcron_tests::Master::start(&c.etcd.endpoint, &c.namespace, &c.logs, &args).await?;
     wait_for(Duration::from_secs(30), "the TTL to change", || async {
         (store.retention().await.ok().flatten() == Some(Duration::from_secs(36 * 3600))).then_some(())
+    })
+    .await?;
+    wait_for(Duration::from_secs(30), "the obsolete index to be dropped", || async {
+        let names = executions.list_index_names().await.ok()?;
+        (!names.iter().any(|n| n == "exec_words")).then_some(())
     })
     .await?;
     Ok(())

@@ -1,4 +1,4 @@
-//! The master's doors, against real etcd, the MongoDB-compatible server and master processes:
+//! The master's doors, against real etcd, a real `mongod` and master processes:
 //! tokens from `hash-token` with roles, secrets that reach the task but never the API, the
 //! audit log (kept across a MongoDB outage), no CORS, and refusing an open non-loopback listen.
 

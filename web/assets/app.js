@@ -684,7 +684,7 @@ async function executionsView(params) {
     root.append(executionsTable(data.executions));
   }
   if (data.partial) {
-    root.append(h("p", { class: "partial", role: "status" }, "Words are matched on the records read, 5 000 a page: this page searched part of the history. Older records may match: search older below."));
+    root.append(h("p", { class: "partial", role: "status" }, "Words are matched on the records read, 1 000 a page: this page searched part of the history. Older records may match: search older below."));
   }
   const nav = h("p", { class: "pager" });
   if (params.get("cursor")) {

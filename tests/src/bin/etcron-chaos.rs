@@ -1,7 +1,7 @@
 //! The chaos suite: real processes, random faults, and a checker of exactly-once.
 //!
 //! `etcron-chaos [--seed N] [--seconds 180] [--jobs 20] [--settle 120]` starts a 3-member etcd
-//! cluster, the MongoDB-compatible server, 2 masters and 3 workers, creates `--jobs` jobs that
+//! cluster, a `mongod` (one-node replica set), 2 masters and 3 workers, creates `--jobs` jobs that
 //! fire every second and append `job scheduled_ms attempt worker fencing_token` to a file, then
 //! for `--seconds` injects, one after another at seeded random times: SIGKILL of a worker (then
 //! restart), SIGSTOP of a worker past its session TTL (then SIGCONT), SIGKILL of the etcd leader

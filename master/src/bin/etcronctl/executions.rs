@@ -129,7 +129,7 @@ pub async fn search(
     out(&table.render())?;
     if let Some(c) = next {
         if partial {
-            eprintln!("etcronctl: searched part of the history (words are matched on the records read, 5 000 a page); older records may match");
+            eprintln!("etcronctl: searched part of the history (words are matched on the records read, 1 000 a page); older records may match");
         }
         eprintln!("etcronctl: more executions: --cursor {c} (or --all)");
     }

@@ -36,7 +36,7 @@ async fn main() -> Result<()> {
     let mut entries = 1_000_000usize;
     let mut rounds = 5usize;
     let mut session_ttl = "3s".to_owned();
-    let mut records_opts = records::Opts { records: 0, cache_gb: None, data: None };
+    let mut records_opts = records::Opts { records: 0, cache_gb: None, data: None, compressor: None };
     let mut e2e_opts = E2eOpts { task: BenchTask::Append, worker_args: Vec::new() };
     let mut it = args.iter();
     let scenario = it.next().map(String::as_str).unwrap_or("e2e");
@@ -53,6 +53,7 @@ async fn main() -> Result<()> {
             "--records" => records_opts.records = value.parse()?,
             "--cache-gb" => records_opts.cache_gb = Some(value.parse()?),
             "--data" => records_opts.data = Some(value.into()),
+            "--compressor" => records_opts.compressor = Some(value.clone()),
             "--task" => {
                 e2e_opts.task = match value.as_str() {
                     "append" => BenchTask::Append,
