@@ -72,35 +72,15 @@ fn shapes(span_ms: i64) -> Vec<(String, Search)> {
     out
 }
 
-/// Stage names anywhere in a plan.
-fn stages(plan: &Document, out: &mut Vec<String>) {
-    if let Ok(stage) = plan.get_str("stage") {
-        out.push(stage.to_owned());
-    }
+/// Calls `visit` on every stage of a plan, the plan itself first.
+fn walk(plan: &Document, visit: &mut impl FnMut(&Document)) {
+    visit(plan);
     for (key, value) in plan {
         match value {
-            Bson::Document(d) if key == "inputStage" => stages(d, out),
+            Bson::Document(d) if key == "inputStage" => walk(d, visit),
             Bson::Array(a) if key == "inputStages" => {
                 for d in a.iter().filter_map(Bson::as_document) {
-                    stages(d, out);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Index names of every IXSCAN in a plan.
-fn index_names(plan: &Document, out: &mut Vec<String>) {
-    if plan.get_str("stage") == Ok("IXSCAN") {
-        out.push(plan.get_str("indexName").unwrap_or("?").to_owned());
-    }
-    for (key, value) in plan {
-        match value {
-            Bson::Document(d) if key == "inputStage" => index_names(d, out),
-            Bson::Array(a) if key == "inputStages" => {
-                for d in a.iter().filter_map(Bson::as_document) {
-                    index_names(d, out);
+                    walk(d, visit);
                 }
             }
             _ => {}
@@ -130,11 +110,15 @@ async fn examine(store: &MongoStore, name: &str, s: &Search) -> Result<Examined>
     let planner = explain.get_document("queryPlanner").context("queryPlanner")?;
     let plan = planner.get_document("winningPlan").context("winningPlan")?;
     let plan = plan.get_document("queryPlan").unwrap_or(plan);
-    let mut names = Vec::new();
-    stages(plan, &mut names);
+    let (mut names, mut indexes) = (Vec::new(), Vec::new());
+    walk(plan, &mut |stage| {
+        let name = stage.get_str("stage").unwrap_or("?");
+        if name == "IXSCAN" {
+            indexes.push(stage.get_str("indexName").unwrap_or("?").to_owned());
+        }
+        names.push(name.to_owned());
+    });
     ensure!(!names.iter().any(|n| n == "SORT"), "{name}: a blocking sort: {names:?}");
-    let mut indexes = Vec::new();
-    index_names(plan, &mut indexes);
     ensure!(
         !indexes.is_empty() && indexes.iter().all(|i| i == expected),
         "{name}: reads {indexes:?}, not {expected} (stages {names:?})"

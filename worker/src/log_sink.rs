@@ -436,13 +436,16 @@ async fn replay_pass(store: &MongoStore, spool: &Spool, stats: &SinkStats) -> bo
         .into_iter()
         .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(REPLAY_PREFIX)))
     {
-        let records = match read_spool(&path) {
+        let mut records = match read_spool(&path) {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(file = %path.display(), error = %e, "reading a spool file failed");
                 return false;
             }
         };
+        // A run spooled while it went on has its `running` and final records here: the final
+        // one alone is written (as a live batch would be), so no reader sees it go back.
+        coalesce(&mut records);
         for chunk in records.chunks(BATCH) {
             if let Err(e) = store.write(chunk).await {
                 stats.write_errors.fetch_add(1, Ordering::Relaxed);
