@@ -189,8 +189,7 @@ fn words_of<'a>(texts: impl Iterator<Item = &'a str>) -> Vec<String> {
                 continue;
             }
             let w = w.to_lowercase();
-            if !seen.contains(&w) {
-                seen.insert(w.clone());
+            if seen.insert(w.clone()) {
                 out.push(w);
                 if out.len() >= MAX_WORDS {
                     return out;
@@ -411,11 +410,26 @@ fn position(d: &mongodb::bson::RawDocument) -> Result<Cursor, StoreError> {
     Ok(Cursor { scheduled_ms, id })
 }
 
-/// Lists every status and trigger in `filter`, so that a time range is read from the search
-/// indexes (which lead with the job or the status) as ranges instead of a collection scan.
+/// Adds the status and trigger filters, listing every value of one not filtered: the search
+/// indexes hold both before the time, so MongoDB then reads one ordered range per pair instead
+/// of scanning or sorting.
+fn status_and_trigger(filter: &mut Document, statuses: &[Status], trigger: Option<TriggerKind>) {
+    let statuses: Vec<&str> =
+        if statuses.is_empty() { &Status::ALL[..] } else { statuses }.iter().map(|st| st.as_str()).collect();
+    match statuses.as_slice() {
+        [one] => filter.insert("status", *one),
+        many => filter.insert("status", doc! {"$in": many}),
+    };
+    match trigger {
+        Some(t) => filter.insert("trigger", t.as_str()),
+        None => filter.insert("trigger", doc! {"$in": TriggerKind::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>()}),
+    };
+}
+
+/// Lists every status and trigger in `filter` (see [`status_and_trigger`]), so that a time
+/// range is read from the search indexes as ranges instead of a collection scan.
 fn any_status_and_trigger(filter: &mut Document) {
-    filter.insert("status", doc! {"$in": Status::ALL.iter().map(|st| st.as_str()).collect::<Vec<_>>()});
-    filter.insert("trigger", doc! {"$in": TriggerKind::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>()});
+    status_and_trigger(filter, &[], None);
 }
 
 /// How a search runs: the index, the filter its bounds hold, and the filters checked on the
@@ -433,6 +447,16 @@ impl SearchPlan {
     #[must_use]
     pub fn exact(&self) -> bool {
         self.worker.is_none() && self.words.is_empty()
+    }
+
+    /// The projection and the most documents to read for a page of `limit`: `limit` + 1 when
+    /// the index holds every filter, else the scan budget, with the words to check.
+    fn read(&self, limit: i64) -> (Document, i64) {
+        if self.exact() {
+            (doc! {"output": 0, "words": 0}, limit + 1)
+        } else {
+            (doc! {"output": 0}, SCAN_BUDGET)
+        }
     }
 
     /// Every filter as one MongoDB filter (what a page's records match).
@@ -479,21 +503,7 @@ pub fn search_plan(s: &Search) -> SearchPlan {
         }
         (None, None) => "exec_status",
     };
-    let statuses: Vec<&str> = if s.statuses.is_empty() {
-        Status::ALL.iter().map(|st| st.as_str()).collect()
-    } else {
-        s.statuses.iter().map(|st| st.as_str()).collect()
-    };
-    match statuses.as_slice() {
-        [one] => indexed.insert("status", *one),
-        many => indexed.insert("status", doc! {"$in": many}),
-    };
-    match s.trigger {
-        Some(t) => indexed.insert("trigger", t.as_str()),
-        None => {
-            indexed.insert("trigger", doc! {"$in": TriggerKind::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>()})
-        }
-    };
+    status_and_trigger(&mut indexed, &s.statuses, s.trigger);
     time_page(&mut indexed, "scheduled_at", s.since_ms, s.until_ms, s.cursor.as_ref());
     let words = s.q.as_deref().map(words).unwrap_or_default();
     SearchPlan { index, indexed, worker: residual_worker, words }
@@ -890,8 +900,7 @@ impl MongoStore {
     pub async fn search(&self, s: &Search) -> Result<Page, StoreError> {
         let limit = s.limit.clamp(1, MAX_LIMIT);
         let plan = search_plan(s);
-        let (projection, read) =
-            if plan.exact() { (doc! {"output": 0, "words": 0}, limit + 1) } else { (doc! {"output": 0}, SCAN_BUDGET) };
+        let (projection, read) = plan.read(limit);
         let options = FindOptions::builder()
             .sort(doc! {"scheduled_at": -1, "_id": -1})
             .limit(read)
@@ -932,11 +941,7 @@ impl MongoStore {
     /// its end (at most `limit` + 1 entries, or `SCAN_BUDGET` for residual filters).
     pub async fn explain_search(&self, s: &Search) -> Result<Document, StoreError> {
         let plan = search_plan(s);
-        let (projection, read) = if plan.exact() {
-            (doc! {"output": 0, "words": 0}, s.limit.clamp(1, MAX_LIMIT) + 1)
-        } else {
-            (doc! {"output": 0}, SCAN_BUDGET)
-        };
+        let (projection, read) = plan.read(s.limit.clamp(1, MAX_LIMIT));
         let find = doc! {
             "find": COLLECTION, "filter": plan.indexed, "sort": {"scheduled_at": -1, "_id": -1}, "limit": read,
             "projection": projection, "hint": plan.index,

@@ -324,6 +324,7 @@ impl Writes {
                 spool_or_drop(spool, stats, &batch);
             }
             Err(e) => {
+                stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 self.keep_journal = true;
                 tracing::error!(error = %e, "a record write task failed; its records stay in the journal and are spooled at the next start");
             }
