@@ -1,10 +1,13 @@
 //! Per-execution claims: the etcd transactions that decide which worker runs a tick, and that
 //! close the claim when the execution ends.
 //!
-//! A claim is won by `create_revision(claim) == 0 -> put(claim), put(running)` under the
-//! worker's session lease. The claim's create revision is the execution's fencing token. The
-//! claim is closed by `create_revision(claim) == token -> put(claim done, retention lease),
-//! delete(running)`: a worker whose claim vanished with its lease cannot close someone else's.
+//! A claim is won by `create_revision(claim) == 0 -> put(claim), put(running)`. The claim lives
+//! on a retention lease, so a won execution can never be won again whatever happens to the
+//! winner's session; the running marker lives on the session lease and says the execution is
+//! still looked after. The claim's create revision (the marker's too: same transaction) is the
+//! execution's fencing token. The claim is closed by `create_revision(running) == token ->
+//! put(claim done), delete(running)`: a worker whose session ended cannot close the execution,
+//! which then belongs to the loss handling (`mark_lost`).
 //! Concurrency locks, the job state and follow-up run requests ride in the same transactions,
 //! so each fire still costs two etcd writes.
 
@@ -58,7 +61,6 @@ pub struct LockClaim {
     pub replace: bool,
     /// The claim as closed when `forbid` finds the lock held (`done`, `skipped`).
     pub blocked_claim: Vec<u8>,
-    pub retention_lease: i64,
 }
 
 /// Everything a run claim writes.
@@ -69,18 +71,22 @@ pub struct RunClaim {
     pub running_key: String,
     pub running_value: Vec<u8>,
     pub session_lease: i64,
+    /// The claim's lease: it outlives the session (see the module docs).
+    pub retention_lease: i64,
     pub lock: Option<LockClaim>,
     /// Written whenever the tick is taken, run or blocked: the job state's advance, the removal
     /// of the run request that asked for this execution.
     pub extra: Vec<TxnOp>,
 }
 
-/// Races for a claim. The claim, the running marker and the lock share the session lease: if
-/// the worker dies, all three disappear and the execution counts as lost.
+/// Races for a claim. The claim goes on the retention lease; the running marker and the lock
+/// on the session lease: if the worker dies, those two disappear, the execution counts as lost,
+/// and the claim still keeps anyone from winning it again.
 pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
     let session = Some(PutOptions::new().with_lease(c.session_lease));
+    let retention = Some(PutOptions::new().with_lease(c.retention_lease));
     let mut run = vec![
-        TxnOp::put(c.claim_key.as_str(), c.claim_value, session.clone()),
+        TxnOp::put(c.claim_key.as_str(), c.claim_value, retention.clone()),
         TxnOp::put(c.running_key.as_str(), c.running_value, session.clone()),
     ];
     let mut then = Vec::new();
@@ -94,7 +100,6 @@ pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
         }
         Some(lock) => {
             run.push(TxnOp::put(lock.key.as_str(), lock.value.clone(), session));
-            let retention = Some(PutOptions::new().with_lease(lock.retention_lease));
             then.push(TxnOp::txn(
                 Txn::new()
                     // Nothing of this job runs: take the lock with the claim. Deciding inside
@@ -111,9 +116,13 @@ pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
     }
     then.extend(c.extra);
     let txn = Txn::new()
-        // Only the first writer of this execution's key wins; a done claim (kept for the
-        // retention period) makes later attempts lose too.
-        .when([Compare::create_revision(c.claim_key.as_str(), CompareOp::Equal, 0)])
+        // Only the first writer of this execution's key wins; a claim (kept for the retention
+        // period after it was written) makes later attempts lose too, and so does a live
+        // running marker, should a run outlast its claim's retention.
+        .when([
+            Compare::create_revision(c.claim_key.as_str(), CompareOp::Equal, 0),
+            Compare::create_revision(c.running_key.as_str(), CompareOp::Equal, 0),
+        ])
         .and_then(then);
     let mut kv = client.kv_client();
     let resp = match request("claim", kv.txn(txn)).await {
@@ -216,8 +225,10 @@ pub enum CompleteOutcome {
 /// Marks a won claim done (fenced by `fencing_token`), deletes the running marker, releases the
 /// job's lock if this execution still holds it, and writes `extra` (follow-up run requests).
 ///
-/// Idempotent: a retry after an unknown outcome finds the claim already closed (version > 1)
-/// and reports `Closed` without writing the follow-ups twice.
+/// Fenced by the running marker, which lives on the session lease: once the session ended, the
+/// execution is the loss handling's (`mark_lost`) and this writes nothing. Idempotent: a retry
+/// after an unknown outcome finds the claim holding exactly `done_value` and reports `Closed`
+/// without writing the follow-ups twice.
 #[allow(clippy::too_many_arguments)]
 pub async fn complete(
     client: &Client,
@@ -230,9 +241,8 @@ pub async fn complete(
     extra: Vec<TxnOp>,
 ) -> Result<CompleteOutcome, String> {
     let mut then = vec![
-        // Moving the key to the retention lease keeps it past the session, so no late or
-        // clock-skewed worker can claim this execution again.
-        TxnOp::put(claim_key, done_value, Some(PutOptions::new().with_lease(retention_lease))),
+        // A fresh retention lease: the done claim lives its full retention from now.
+        TxnOp::put(claim_key, done_value.clone(), Some(PutOptions::new().with_lease(retention_lease))),
         TxnOp::delete(running_key, None),
     ];
     if let Some((key, value)) = lock {
@@ -242,13 +252,9 @@ pub async fn complete(
         ));
     }
     then.extend(extra);
+    // Still looked after by our session: the marker our winning txn created is there.
     let txn = Txn::new()
-        .when([
-            // Still our claim: created by our winning txn, not by a later claimant.
-            Compare::create_revision(claim_key, CompareOp::Equal, fencing_token),
-            // Not closed yet (the winning put is version 1).
-            Compare::version(claim_key, CompareOp::Equal, 1),
-        ])
+        .when([Compare::create_revision(running_key, CompareOp::Equal, fencing_token)])
         .and_then(then)
         .or_else([TxnOp::get(claim_key, None)]);
     let mut kv = client.kv_client();
@@ -256,15 +262,53 @@ pub async fn complete(
         Ok(Ok(resp)) if resp.succeeded() => Ok(CompleteOutcome::Closed),
         Ok(Ok(resp)) => {
             let closed_before = resp.op_responses().into_iter().any(|r| match r {
-                TxnOpResponse::Get(g) => {
-                    g.kvs().first().is_some_and(|kv| kv.create_revision() == fencing_token && kv.version() > 1)
-                }
+                TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.value() == done_value.as_slice()),
                 _ => false,
             });
             Ok(if closed_before { CompleteOutcome::Closed } else { CompleteOutcome::Fenced })
         }
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("complete txn timed out".to_owned()),
+    }
+}
+
+/// Closes the claim of an execution whose worker's session ended before it closed it: the
+/// claim still as its winning txn wrote it (`create_revision == fencing_token`, version 1), or
+/// gone (its retention ended during a run longer than the retention), is written `lost_value`
+/// with `extra` (the failover rerun). `Won` when this call wrote it; `Lost` when it was closed
+/// already (by the worker itself, or by another survivor).
+pub async fn mark_lost(
+    client: &Client,
+    claim_key: &str,
+    fencing_token: i64,
+    lost_value: Vec<u8>,
+    retention_lease: i64,
+    extra: Vec<TxnOp>,
+) -> ClaimOutcome {
+    let mut then = vec![TxnOp::put(claim_key, lost_value, Some(PutOptions::new().with_lease(retention_lease)))];
+    then.extend(extra);
+    let running = Txn::new()
+        .when([
+            Compare::create_revision(claim_key, CompareOp::Equal, fencing_token),
+            Compare::version(claim_key, CompareOp::Equal, 1),
+        ])
+        .and_then(then.clone())
+        .or_else([TxnOp::txn(
+            Txn::new().when([Compare::create_revision(claim_key, CompareOp::Equal, 0)]).and_then(then),
+        )]);
+    let mut kv = client.kv_client();
+    match request("claim", kv.txn(running)).await {
+        Ok(Ok(resp)) => {
+            let won = resp.succeeded()
+                || resp.op_responses().into_iter().any(|r| matches!(r, TxnOpResponse::Txn(inner) if inner.succeeded()));
+            match (won, resp.header()) {
+                (true, Some(h)) => ClaimOutcome::Won { fencing_token: h.revision(), replaced: None },
+                (true, None) => ClaimOutcome::Unknown("txn response without header".to_owned()),
+                (false, _) => ClaimOutcome::Lost,
+            }
+        }
+        Ok(Err(e)) => ClaimOutcome::Unknown(e.to_string()),
+        Err(_) => ClaimOutcome::Unknown("claim txn timed out".to_owned()),
     }
 }
 

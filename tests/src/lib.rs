@@ -783,6 +783,22 @@ pub fn check_every_second(fired: &[Fired], jobs: &[String], from_ms: i64, to_ms:
     report
 }
 
+/// Every change etcd kept of `key` since revision 1, oldest first: `(deleted, lease)` per event.
+/// Reads a watch until it has been quiet for half a second (the history arrives at once).
+pub async fn key_history(client: &mut etcd_client::Client, key: &str) -> Result<Vec<(bool, i64)>> {
+    let opts = etcd_client::WatchOptions::new().with_start_revision(1);
+    let mut stream = client.watch(key, Some(opts)).await?;
+    let mut events = Vec::new();
+    while let Ok(msg) = tokio::time::timeout(Duration::from_millis(500), stream.message()).await {
+        let Some(resp) = msg? else { break };
+        for e in resp.events() {
+            let lease = e.kv().map_or(0, etcd_client::KeyValue::lease);
+            events.push((e.event_type() == etcd_client::EventType::Delete, lease));
+        }
+    }
+    Ok(events)
+}
+
 pub fn now_ms() -> i64 {
     etcron_common::now_ms()
 }

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use etcron_tests::{alive, check_every_second, now_ms, read_fired, read_pid, wait_for, wait_tick, Cluster};
+use etcron_tests::{
+    alive, check_every_second, key_history, now_ms, read_fired, read_pid, wait_for, wait_tick, Cluster,
+};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -243,6 +245,12 @@ async fn a_zombie_worker_kills_its_task_and_holds_a_lower_fencing_token_than_the
     .await?;
     assert_eq!((record2["status"].as_str(), record2["fencing_token"].as_i64()), (Some("succeeded"), Some(token2)));
     assert_eq!(record2["trigger"], "failover");
+    // Attempt 1's claim outlived the zombie's session: written when won, rewritten `lost`, never
+    // deleted, so no worker could have won attempt 1 again in between.
+    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let claim_key = keys.claim(&first_id.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?);
+    let history = key_history(&mut c.etcd.client().await?, &claim_key).await?;
+    assert!(history.len() >= 2 && history.iter().all(|(deleted, _)| !deleted), "{claim_key}: {history:?}");
     Ok(())
 }
 

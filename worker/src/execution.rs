@@ -346,19 +346,20 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
     let running_key = ctx.keys.running(&id);
     let lock_key = ctx.keys.lock(&id.job, &id.part);
     let lock_value = to_json(&id);
+    // The claim outlives the session on the retention lease: a won attempt is never won again.
+    let retention_lease = match ctx.retention.get().await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "retention lease unavailable: not claiming");
+            METRICS.not_raced.with_label_values(&["no_lease"]).inc();
+            ctx.unsettled.note(&fire);
+            watch_for_miss(&ctx, &fire, 0, NotRaced::Unknown);
+            return;
+        }
+    };
     let lock = match fire.spec.concurrency {
         Concurrency::Allow => None,
         policy => {
-            let retention_lease = match ctx.retention.get().await {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(error = %e, "retention lease unavailable: not claiming");
-                    METRICS.not_raced.with_label_values(&["no_lease"]).inc();
-                    ctx.unsettled.note(&fire);
-                    watch_for_miss(&ctx, &fire, 0, NotRaced::Unknown);
-                    return;
-                }
-            };
             let blocked = Claim {
                 state: ClaimState::Done,
                 status: Some(Status::Skipped),
@@ -370,7 +371,6 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
                 value: lock_value.clone(),
                 replace: policy == Concurrency::Replace,
                 blocked_claim: to_json(&blocked),
-                retention_lease,
             })
         }
     };
@@ -384,6 +384,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
             running_key: running_key.clone(),
             running_value: to_json(&running),
             session_lease: lease,
+            retention_lease,
             lock,
             extra: taken_ops(&ctx, &fire),
         },
@@ -418,7 +419,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         ClaimOutcome::Unknown(e) => {
             // The txn may have committed (etcd lost the answer, not the write): then the tick is
             // ours and nobody else may run it, so it must run here, late, or never at all.
-            match resolve_unknown_claim(&ctx, &claim_key, &id, lease).await {
+            match resolve_unknown_claim(&ctx, &running_key, &id, lease).await {
                 Some(token) => {
                     METRICS.claims.with_label_values(&["unknown_won"]).inc();
                     tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown, but the claim is ours: running the tick late");
@@ -522,22 +523,20 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
 /// How long a worker keeps asking etcd whether a claim whose txn had an unknown outcome is its own.
 const RESOLVE_UNKNOWN_FOR: Duration = Duration::from_secs(30);
 
-/// After a claim txn with an unknown outcome: reads the claim until etcd answers. `Some(token)`
-/// when it holds this execution as `running` under this worker's lease (the txn committed: the
-/// claim's create revision is the fencing token); `None` when it is absent, someone else's, or
-/// etcd did not answer in time.
-async fn resolve_unknown_claim(ctx: &Context, claim_key: &str, id: &ExecutionId, lease: i64) -> Option<i64> {
+/// After a claim txn with an unknown outcome: reads the running marker (written by the same
+/// txn) until etcd answers. `Some(token)` when it holds this execution under this worker's
+/// session lease (the txn committed: the marker's create revision is the claim's, the fencing
+/// token); `None` when it is absent, someone else's, or etcd did not answer in time.
+async fn resolve_unknown_claim(ctx: &Context, running_key: &str, id: &ExecutionId, lease: i64) -> Option<i64> {
     let deadline = tokio::time::Instant::now() + RESOLVE_UNKNOWN_FOR;
     while tokio::time::Instant::now() < deadline {
         let mut kv = ctx.client.kv_client();
-        match etcron_common::etcd::request("claim_read", kv.get(claim_key, None)).await {
+        match etcron_common::etcd::request("claim_read", kv.get(running_key, None)).await {
             Ok(Ok(resp)) => {
                 let kv = resp.kvs().first()?;
-                let claim: Claim = serde_json::from_slice(kv.value()).ok()?;
-                let ours = kv.lease() == lease
-                    && claim.worker_id == ctx.config.worker_id
-                    && &claim.execution_id == id
-                    && claim.state == ClaimState::Running;
+                let running: RunningExecution = serde_json::from_slice(kv.value()).ok()?;
+                let ours =
+                    kv.lease() == lease && running.worker_id == ctx.config.worker_id && &running.execution_id == id;
                 return ours.then(|| kv.create_revision());
             }
             _ => tokio::time::sleep(Duration::from_millis(500)).await,
@@ -1007,11 +1006,11 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
                 reason.push_str(&format!("; {note}"));
             }
         }
-        // Re-create the execution's claim (it went with the lease) as done/lost: recorded once,
-        // and no late worker can claim it again. The rerun request rides in the same txn.
+        // Close the execution's claim (still as its winner wrote it) as done/lost: recorded
+        // once, whichever survivors try. The rerun request rides in the same txn.
         let claim_key = ctx.keys.claim(&id);
         if let ClaimOutcome::Won { .. } =
-            claim::claim_done(&ctx.client, &claim_key, to_json(&claim), lease, follow).await
+            claim::mark_lost(&ctx.client, &claim_key, fencing_token, to_json(&claim), lease, follow).await
         {
             let mut record = blank_record(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
             record.claimed_at = Some(running.started_at.clone());

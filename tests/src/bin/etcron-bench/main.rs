@@ -322,6 +322,7 @@ async fn claims(n: usize) -> Result<()> {
                         running_key: format!("/bench/running/j{i}/{round}"),
                         running_value: b"{}".to_vec(),
                         session_lease: lease,
+                        retention_lease: lease,
                         lock: None,
                         extra: Vec::new(),
                     },
