@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use mongodb::bson::{self, doc, Bson, DateTime as BsonDate, Document, RawArrayBuf, RawDocumentBuf};
-use mongodb::options::{ClientOptions, FindOptions, IndexOptions};
+use mongodb::options::{AggregateOptions, ClientOptions, FindOptions, IndexOptions};
 use mongodb::{Client, Collection, Database, IndexModel};
 use serde::{Deserialize, Serialize};
 
@@ -400,7 +400,11 @@ pub const SEARCH_INDEXES: [(&str, Option<&str>); 3] =
 pub const SCAN_BUDGET: i64 = 1_000;
 
 /// Documents a residual search takes from MongoDB per round trip.
-const RESIDUAL_BATCH: i64 = 500;
+const RESIDUAL_BATCH: u32 = 500;
+
+/// Marks a document a residual search read and did not match (see
+/// [`SearchPlan::residual_pipeline`]).
+const RESIDUAL_SKIP: &str = "skip";
 
 /// A stored document's place in newest-first order.
 fn position(d: &mongodb::bson::RawDocument) -> Result<Cursor, StoreError> {
@@ -449,14 +453,36 @@ impl SearchPlan {
         self.worker.is_none() && self.words.is_empty()
     }
 
-    /// The projection and the most documents to read for a page of `limit`: `limit` + 1 when
-    /// the index holds every filter, else the scan budget, with the words to check.
-    fn read(&self, limit: i64) -> (Document, i64) {
-        if self.exact() {
-            (doc! {"output": 0, "words": 0}, limit + 1)
-        } else {
-            (doc! {"output": 0}, SCAN_BUDGET)
+    /// The projection and the most documents to read for a page of `limit` when the index holds
+    /// every filter: `limit` + 1.
+    fn exact_read(limit: i64) -> (Document, i64) {
+        (doc! {"output": 0, "words": 0}, limit + 1)
+    }
+
+    /// The aggregation a search with residual filters runs: the index range newest first, at
+    /// most `SCAN_BUDGET` documents of it, each checked inside MongoDB. A match comes back
+    /// whole (without output and words), any other document as its position only (`_id`,
+    /// `scheduled_at` and `skip`), so a page ships its matches and not the documents it read.
+    fn residual_pipeline(&self) -> Vec<Document> {
+        let mut checks = Vec::new();
+        if let Some(worker) = &self.worker {
+            checks.push(Bson::Document(doc! {"$eq": ["$worker_id", worker]}));
         }
+        if !self.words.is_empty() {
+            checks.push(Bson::Document(doc! {"$setIsSubset": [&self.words, {"$ifNull": ["$words", []]}]}));
+        }
+        vec![
+            doc! {"$match": self.indexed.clone()},
+            doc! {"$sort": {"scheduled_at": -1, "_id": -1}},
+            doc! {"$limit": SCAN_BUDGET},
+            doc! {"$project": {"output": 0}},
+            doc! {"$replaceWith": {"$cond": [
+                {"$and": checks},
+                "$$ROOT",
+                {"_id": "$_id", "scheduled_at": "$scheduled_at", RESIDUAL_SKIP: true},
+            ]}},
+            doc! {"$project": {"words": 0}},
+        ]
     }
 
     /// Every filter as one MongoDB filter (what a page's records match).
@@ -470,18 +496,6 @@ impl SearchPlan {
             all.insert("words", doc! {"$all": &self.words});
         }
         all
-    }
-
-    /// Whether a document the index yielded passes the residual filters (read in place).
-    fn admits(&self, d: &mongodb::bson::RawDocument) -> bool {
-        if self.worker.as_deref().is_some_and(|w| d.get_str("worker_id").ok() != Some(w)) {
-            return false;
-        }
-        if self.words.is_empty() {
-            return true;
-        }
-        let Ok(stored) = d.get_array("words") else { return false };
-        self.words.iter().all(|w| stored.into_iter().any(|s| s.ok().and_then(|s| s.as_str()) == Some(w.as_str())))
     }
 }
 
@@ -894,36 +908,44 @@ impl MongoStore {
 
     /// Records matching `s`, newest first (by scheduled time, then id). A search whose filters
     /// the index holds reads `limit` + 1 entries. One with residual filters (see [`search_plan`])
-    /// reads at most `SCAN_BUDGET` documents of its index range, checking each: a page that ends
-    /// there with fewer than `limit` records is `partial`, and its cursor is the last document
-    /// read.
+    /// reads at most `SCAN_BUDGET` documents of its index range, checked inside MongoDB: a page
+    /// that ends there with fewer than `limit` records is `partial`, and its cursor is the last
+    /// document read.
     pub async fn search(&self, s: &Search) -> Result<Page, StoreError> {
         let limit = s.limit.clamp(1, MAX_LIMIT);
         let plan = search_plan(s);
-        let (projection, read) = plan.read(limit);
-        let options = FindOptions::builder()
-            .sort(doc! {"scheduled_at": -1, "_id": -1})
-            .limit(read)
-            // Residual searches stop reading once the page is full: MongoDB fetches no further
-            // than the batch under way.
-            .batch_size(u32::try_from(read.min(RESIDUAL_BATCH)).unwrap_or(1))
-            .projection(projection)
-            .hint(mongodb::options::Hint::Name(plan.index.to_owned()))
-            .build();
+        let hint = mongodb::options::Hint::Name(plan.index.to_owned());
         let raw = self.db.collection::<RawDocumentBuf>(COLLECTION);
-        let mut cursor = raw.find(plan.indexed.clone()).with_options(options).await?;
+        let (mut cursor, read) = if plan.exact() {
+            let (projection, read) = SearchPlan::exact_read(limit);
+            let options = FindOptions::builder()
+                .sort(doc! {"scheduled_at": -1, "_id": -1})
+                .limit(read)
+                .batch_size(u32::try_from(read).unwrap_or(1))
+                .projection(projection)
+                .hint(hint)
+                .build();
+            (raw.find(plan.indexed.clone()).with_options(options).await?, read)
+        } else {
+            // Stops reading once the page is full: MongoDB checks no further than the batch
+            // under way.
+            let options = AggregateOptions::builder().hint(hint).batch_size(RESIDUAL_BATCH).build();
+            let cursor = raw.aggregate(plan.residual_pipeline()).with_options(options).await?;
+            (cursor.with_type::<RawDocumentBuf>(), SCAN_BUDGET)
+        };
         let (mut executions, mut examined, mut last) = (Vec::new(), 0, None);
         while let Some(d) = cursor.try_next().await? {
             examined += 1;
             if !plan.exact() {
                 last = Some(position(&d)?);
             }
-            if plan.admits(&d) {
-                let d = Document::try_from(d.as_ref()).map_err(|e| StoreError::Failed(e.to_string()))?;
-                executions.push(from_document(&d)?);
-                if executions.len() as i64 > limit {
-                    break;
-                }
+            if d.get_bool(RESIDUAL_SKIP).unwrap_or(false) {
+                continue;
+            }
+            let d = Document::try_from(d.as_ref()).map_err(|e| StoreError::Failed(e.to_string()))?;
+            executions.push(from_document(&d)?);
+            if executions.len() as i64 > limit {
+                break;
             }
         }
         if executions.len() as i64 > limit {
@@ -938,15 +960,29 @@ impl MongoStore {
     }
 
     /// MongoDB's `explain` (execution statistics) of the query `search` runs for `s`, read to
-    /// its end (at most `limit` + 1 entries, or `SCAN_BUDGET` for residual filters).
+    /// its end (at most `limit` + 1 entries, or `SCAN_BUDGET` for residual filters). For the
+    /// aggregation of a residual search, the explain of its index read (its `$cursor` stage).
     pub async fn explain_search(&self, s: &Search) -> Result<Document, StoreError> {
         let plan = search_plan(s);
-        let (projection, read) = plan.read(s.limit.clamp(1, MAX_LIMIT));
-        let find = doc! {
-            "find": COLLECTION, "filter": plan.indexed, "sort": {"scheduled_at": -1, "_id": -1}, "limit": read,
-            "projection": projection, "hint": plan.index,
+        let sort = doc! {"scheduled_at": -1, "_id": -1};
+        let command = if plan.exact() {
+            let (projection, read) = SearchPlan::exact_read(s.limit.clamp(1, MAX_LIMIT));
+            doc! {
+                "find": COLLECTION, "filter": plan.indexed, "sort": sort, "limit": read,
+                "projection": projection, "hint": plan.index,
+            }
+        } else {
+            doc! {"aggregate": COLLECTION, "pipeline": plan.residual_pipeline(), "cursor": {}, "hint": plan.index}
         };
-        Ok(self.db.run_command(doc! {"explain": find, "verbosity": "executionStats"}).await?)
+        let explain = self.db.run_command(doc! {"explain": command, "verbosity": "executionStats"}).await?;
+        let cursor_stage = explain
+            .get_array("stages")
+            .ok()
+            .and_then(|stages| stages.first())
+            .and_then(Bson::as_document)
+            .and_then(|first| first.get_document("$cursor").ok())
+            .cloned();
+        Ok(cursor_stage.unwrap_or(explain))
     }
 
     /// Executions scheduled in `[since_ms, until_ms)` counted by status in buckets of

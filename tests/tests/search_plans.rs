@@ -134,6 +134,7 @@ fn check_bounds(name: &str, s: &Search, records: &Examined, ties: i64) -> Result
     // One ordered range per (status, trigger) pair may each read one entry past its end.
     let ranges = 48;
     let read = if search_plan(s).exact() { LIMIT + 1 } else { SCAN_BUDGET };
+    ensure!(records.docs >= 0 && records.keys >= 0, "{name}: explain gave no execution counts: {records:?}");
     ensure!(records.docs <= read + ties, "{name}: {} documents examined, more than {read}", records.docs);
     ensure!(records.keys <= read + ties + ranges, "{name}: {} keys examined for {read} documents", records.keys);
     Ok(())
