@@ -15,6 +15,7 @@ pub mod model;
 pub mod notify;
 pub mod output;
 pub mod schedule;
+pub mod serve;
 pub mod session;
 pub mod settings;
 pub mod size;

@@ -32,7 +32,7 @@ use crate::error::ApiError;
 /// Lease of kill commands and trigger requests: long enough for a reconnecting worker.
 pub const COMMAND_LEASE: Duration = Duration::from_secs(60);
 /// Largest request body the router reads at all; specs are further limited to 64 KiB.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+pub use crate::limits::MAX_BODY_BYTES;
 /// Upcoming fire times shown with each job.
 const NEXT_RUNS: usize = 5;
 /// Most fire times a preview returns.
@@ -50,6 +50,7 @@ pub struct AppState {
     pub store: MongoStore,
     pub auth: crate::auth::Auth,
     pub audit: crate::audit::AuditLog,
+    pub guard: crate::guard::Guard,
 }
 
 /// Deadline for the best-effort record summaries shown with jobs.
@@ -78,11 +79,14 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::serve))
         .merge(crate::web::routes())
+        .route_layer(axum::middleware::from_fn(crate::guard::query_params))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         // The auth layer names the caller; the audit layer around it records what was asked and
-        // answered, refusals included.
+        // answered, refusals included; the guard checks Host and origin before either.
         .layer(axum::middleware::from_fn_with_state(state.auth.clone(), crate::auth::authorize))
         .layer(axum::middleware::from_fn_with_state(state.audit.clone(), crate::audit::record))
+        .layer(axum::middleware::from_fn_with_state(state.guard, crate::guard::check))
         .layer(axum::middleware::from_fn(crate::metrics::track))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -90,6 +94,15 @@ pub fn app(state: AppState) -> Router {
 
 async fn not_found() -> ApiError {
     ApiError::not_found("no such route")
+}
+
+async fn method_not_allowed(method: axum::http::Method) -> ApiError {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        code: "method_not_allowed",
+        message: format!("{method} is not allowed on this route"),
+        field: None,
+    }
 }
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
@@ -171,7 +184,7 @@ fn view(
             spec: if e.too_large {
                 Value::Null
             } else {
-                redact_raw(serde_json::from_slice(value).unwrap_or(Value::Null))
+                crate::audit::redact_raw(serde_json::from_slice(value).unwrap_or(Value::Null))
             },
             revision,
             created_revision,
@@ -180,41 +193,6 @@ fn view(
             invalid: Some(e.to_string()),
             eligible_workers: None,
         },
-    }
-}
-
-/// A stored value that is not a valid spec, as the API shows it: secret values withheld all the
-/// same.
-fn redact_raw(mut value: Value) -> Value {
-    if let Some(task) = value.get_mut("task").and_then(Value::as_object_mut) {
-        for field in ["secret_env", "secret_headers"] {
-            match task.get_mut(field) {
-                Some(Value::Object(map)) => map.values_mut().for_each(|v| *v = Value::Null),
-                Some(other) => *other = Value::Null,
-                None => {}
-            }
-        }
-    }
-    if let Some(targets) = value.get_mut("notify").and_then(Value::as_array_mut) {
-        for target in targets.iter_mut().filter_map(Value::as_object_mut) {
-            if let Some(url) = target.get_mut("secret_url") {
-                *url = Value::Null;
-            }
-            match target.get_mut("secret_headers") {
-                Some(Value::Object(map)) => map.values_mut().for_each(|v| *v = Value::Null),
-                Some(other) => *other = Value::Null,
-                None => {}
-            }
-        }
-    }
-    value
-}
-
-/// A stored spec as the audit log keeps it (secrets withheld).
-fn audited(value: &[u8]) -> Option<Value> {
-    match JobSpec::from_json(value) {
-        Ok(spec) => serde_json::to_value(spec.redacted()).ok(),
-        Err(_) => serde_json::from_slice(value).ok().map(redact_raw),
     }
 }
 
@@ -393,7 +371,7 @@ async fn put_job(
     };
     let revision = resp.header().map_or(0, |h| h.revision());
     let previous = resp.op_responses().into_iter().find_map(|op| match op {
-        TxnOpResponse::Put(p) => p.prev_key().map(|kv| (kv.create_revision(), audited(kv.value()))),
+        TxnOpResponse::Put(p) => p.prev_key().map(|kv| (kv.create_revision(), crate::audit::audited(kv.value()))),
         _ => None,
     });
     let (status, created_revision, before) = match previous {
@@ -401,7 +379,7 @@ async fn put_job(
         None => (StatusCode::CREATED, revision, None),
     };
     tracing::info!(job = %name, revision, created = status == StatusCode::CREATED, "job saved");
-    let detail = crate::audit::AuditDetail { before, after: audited(&value), detail: None };
+    let detail = crate::audit::AuditDetail { before, after: crate::audit::audited(&value), detail: None };
     Ok(with_audit(with_etag(status, &view(name, &value, revision, created_revision, None)), detail))
 }
 
@@ -584,7 +562,7 @@ async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, header
     if resp.succeeded() {
         tracing::info!(job = %name, "job deleted");
         let before = resp.op_responses().into_iter().find_map(|op| match op {
-            TxnOpResponse::Get(g) => g.kvs().first().and_then(|kv| audited(kv.value())),
+            TxnOpResponse::Get(g) => g.kvs().first().and_then(|kv| crate::audit::audited(kv.value())),
             _ => None,
         });
         let detail = crate::audit::AuditDetail { before, ..Default::default() };
@@ -706,8 +684,11 @@ async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Resp
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             tracing::info!(job = %name, enabled, revision, "job {}", if enabled { "resumed" } else { "paused" });
-            let detail =
-                crate::audit::AuditDetail { before: audited(item.value()), after: audited(&value), detail: None };
+            let detail = crate::audit::AuditDetail {
+                before: crate::audit::audited(item.value()),
+                after: crate::audit::audited(&value),
+                detail: None,
+            };
             return Ok(with_audit(
                 with_etag(StatusCode::OK, &view(name.to_owned(), &value, revision, created, None)),
                 detail,

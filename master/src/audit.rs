@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use etcron_common::store::{Cursor, MongoStore, StoreError};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use futures::TryStreamExt;
@@ -32,6 +32,12 @@ pub const QUEUE: usize = 10_000;
 /// Most entries one search returns.
 pub const MAX_LIMIT: i64 = 500;
 const TTL_INDEX: &str = "audit_ttl_at";
+/// Longest path kept in an entry (longer ones end with `…`).
+pub const MAX_PATH: usize = 256;
+/// Longest job name kept in an entry.
+pub const MAX_JOB: usize = 128;
+/// Longest record of what a refused change attempted (its body, secrets withheld).
+pub const MAX_ATTEMPTED: usize = 4096;
 
 /// What a handler adds to the entry of its request.
 #[derive(Debug, Clone, Default)]
@@ -75,9 +81,22 @@ pub fn action_of(method: &str, path: &str) -> (String, Option<String>) {
         ("PUT", Some(None)) => "job.put".to_owned(),
         ("DELETE", Some(None)) => "job.delete".to_owned(),
         ("POST", Some(Some(a @ ("run" | "kill" | "pause" | "resume")))) => format!("job.{a}"),
-        _ => format!("{method} {path}"),
+        _ => format!("{method} {}", bounded(path, MAX_PATH)),
     };
-    (action, job)
+    (action, job.map(|j| bounded(&j, MAX_JOB)))
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary), marked with `…` when cut.
+#[must_use]
+pub fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// Sends entries to the writer task.
@@ -108,6 +127,16 @@ impl AuditLog {
             actor = %entry.actor, action = %entry.action, job = entry.job.as_deref().unwrap_or(""),
             status = entry.status, remote = entry.remote.as_deref().unwrap_or(""), "audit"
         );
+        // Refusals may fill at most half the queue: a low role's attempts never push out what
+        // the roles allowed to change things did while MongoDB was away.
+        if entry.status == 403 && self.tx.capacity() <= QUEUE / 2 {
+            crate::metrics::METRICS.audit_dropped.inc();
+            tracing::error!(
+                target: "etcron::audit", id = %entry.id, actor = %entry.actor, action = %entry.action,
+                "audit entry of a refused request dropped: the queue is half full (MongoDB unreachable); it is only in this log"
+            );
+            return;
+        }
         if let Err(e) = self.tx.try_send(entry) {
             let entry = match e {
                 mpsc::error::TrySendError::Full(entry) | mpsc::error::TrySendError::Closed(entry) => entry,
@@ -199,6 +228,56 @@ fn from_document(d: &Document) -> Option<AuditEntry> {
     })
 }
 
+/// A stored value that is not a valid spec, as the API shows it: secret values withheld all the
+/// same.
+pub(crate) fn redact_raw(mut value: Value) -> Value {
+    if let Some(task) = value.get_mut("task").and_then(Value::as_object_mut) {
+        for field in ["secret_env", "secret_headers"] {
+            match task.get_mut(field) {
+                Some(Value::Object(map)) => map.values_mut().for_each(|v| *v = Value::Null),
+                Some(other) => *other = Value::Null,
+                None => {}
+            }
+        }
+    }
+    if let Some(targets) = value.get_mut("notify").and_then(Value::as_array_mut) {
+        for target in targets.iter_mut().filter_map(Value::as_object_mut) {
+            if let Some(url) = target.get_mut("secret_url") {
+                *url = Value::Null;
+            }
+            match target.get_mut("secret_headers") {
+                Some(Value::Object(map)) => map.values_mut().for_each(|v| *v = Value::Null),
+                Some(other) => *other = Value::Null,
+                None => {}
+            }
+        }
+    }
+    value
+}
+
+/// A stored spec as the audit log keeps it (secrets withheld).
+pub(crate) fn audited(value: &[u8]) -> Option<Value> {
+    match etcron_common::job::JobSpec::from_json(value) {
+        Ok(spec) => serde_json::to_value(spec.redacted()).ok(),
+        Err(_) => serde_json::from_slice(value).ok().map(redact_raw),
+    }
+}
+
+/// What a refused change sent, as the audit log keeps it: the JSON with secrets withheld, at
+/// most `MAX_ATTEMPTED` bytes of it.
+fn attempted(body: &[u8]) -> Value {
+    // Not JSON: its text could hold anything, a secret included; only its size is kept.
+    let Some(text) = audited(body).map(|v| v.to_string()) else {
+        return serde_json::json!({"bytes": body.len(), "not_json": true});
+    };
+    if text.len() <= MAX_ATTEMPTED {
+        if let Ok(v) = serde_json::from_str::<Value>(&text) {
+            return v;
+        }
+    }
+    Value::String(bounded(&text, MAX_ATTEMPTED))
+}
+
 /// Creates the audit indexes (idempotent) with the TTL `retention`.
 pub async fn ensure_indexes(store: &MongoStore, retention: Duration) -> Result<(), StoreError> {
     let collection = store.database().collection::<Document>(COLLECTION);
@@ -280,9 +359,18 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
     }
     let method = req.method().as_str().to_owned();
     let remote = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.to_string());
-    let forwarded_for =
-        req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok()).map(|v| v.chars().take(256).collect());
+    let forwarded_for = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok()).map(|v| bounded(v, 256));
     let at_ms = now_ms();
+    // The body is read here (it is small: the API's limit) so a refusal can say what it refused.
+    let (parts, body) = req.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, crate::limits::MAX_BODY_BYTES).await else {
+        return crate::error::ApiError::too_large(format!(
+            "request body exceeds {} bytes",
+            crate::limits::MAX_BODY_BYTES
+        ))
+        .into_response();
+    };
+    let req = Request::from_parts(parts, axum::body::Body::from(body.clone()));
     let response = next.run(req).await;
     // Requests without a valid token, and those over the rate limit, are logged by the auth
     // layer but not kept here: anyone could fill the collection with them.
@@ -292,7 +380,10 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
     if response.status() == axum::http::StatusCode::TOO_MANY_REQUESTS {
         return response;
     }
-    let detail = response.extensions().get::<AuditDetail>().cloned().unwrap_or_default();
+    let mut detail = response.extensions().get::<AuditDetail>().cloned().unwrap_or_default();
+    if response.status() == axum::http::StatusCode::FORBIDDEN && !body.is_empty() {
+        detail.detail = Some(serde_json::json!({"attempted": attempted(&body)}));
+    }
     let (action, job) = action_of(&method, &path);
     let (actor, role) = (caller.name, caller.role.as_str().to_owned());
     log.record(AuditEntry {
@@ -304,7 +395,7 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
         remote,
         forwarded_for,
         method,
-        path,
+        path: bounded(&path, MAX_PATH),
         action,
         job,
         status: response.status().as_u16(),
@@ -327,6 +418,51 @@ mod tests {
         assert_eq!(action_of("POST", "/api/jobs/a/resume"), ("job.resume".to_owned(), Some("a".to_owned())));
         assert_eq!(action_of("POST", "/api/jobs/a/other"), ("POST /api/jobs/a/other".to_owned(), Some("a".to_owned())));
         assert_eq!(action_of("POST", "/api/nope"), ("POST /api/nope".to_owned(), None));
+    }
+
+    fn entry(status: u16, path: &str) -> AuditEntry {
+        let (action, job) = action_of("PUT", path);
+        AuditEntry {
+            id: format!("{:016x}", rand::random::<u64>()),
+            at: rfc3339_ms(1_795_333_638_000),
+            at_ms: 1_795_333_638_000,
+            actor: "a".into(),
+            role: "viewer".into(),
+            remote: None,
+            forwarded_for: None,
+            method: "PUT".into(),
+            path: bounded(path, MAX_PATH),
+            action,
+            job,
+            status,
+            before: None,
+            after: None,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn refusals_never_take_the_second_half_of_the_queue_and_fields_are_bounded() {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let log = AuditLog { tx };
+        // MongoDB away: nothing drains the queue.
+        for _ in 0..QUEUE / 2 {
+            log.record(entry(403, "/api/jobs/a"));
+        }
+        assert_eq!(rx.len(), QUEUE / 2);
+        log.record(entry(403, "/api/jobs/a"));
+        assert_eq!(rx.len(), QUEUE / 2, "a refusal past half the queue is dropped");
+        log.record(entry(200, "/api/jobs/a"));
+        assert_eq!(rx.len(), QUEUE / 2 + 1, "an allowed change still gets in");
+        let long = format!("/api/jobs/{}/x", "n".repeat(60_000));
+        let e = entry(403, &long);
+        assert!(e.path.len() <= MAX_PATH + 3 && e.action.len() <= MAX_PATH + 8, "{} {}", e.path.len(), e.action.len());
+        assert!(e.job.unwrap().len() <= MAX_JOB + 3);
+        assert_eq!(attempted(b"not json: secret=hunter2"), serde_json::json!({"bytes": 24, "not_json": true}));
+        let big = serde_json::json!({"schedule": "@daily", "task": {"kind": "shell", "command": "x".repeat(10_000),
+            "secret_env": {"PW": "hunter2"}}});
+        let kept = attempted(big.to_string().as_bytes());
+        assert!(kept.as_str().is_some_and(|t| t.len() <= MAX_ATTEMPTED + 3 && !t.contains("hunter2")), "{kept}");
     }
 
     #[test]

@@ -73,10 +73,27 @@ pub const MIN_TOKEN_LEN: usize = 16;
 const MAX_NAME_LEN: usize = 64;
 
 /// The accepted tokens and the mutation rate limit.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Auth {
     tokens: Arc<Vec<Token>>,
     limiter: Option<Arc<RateLimiter>>,
+    /// Failed authentications per client address: a budget, then 429 without looking.
+    failures: Arc<RateLimiter>,
+}
+
+/// Failed authentications one address may make: `AUTH_FAILURE_BURST` at once, then one every
+/// `1 / AUTH_FAILURE_RATE` seconds.
+pub const AUTH_FAILURE_RATE: f64 = 1.0;
+pub const AUTH_FAILURE_BURST: u32 = 20;
+
+impl Default for Auth {
+    fn default() -> Self {
+        Self {
+            tokens: Arc::default(),
+            limiter: None,
+            failures: Arc::new(RateLimiter::new(AUTH_FAILURE_RATE, AUTH_FAILURE_BURST)),
+        }
+    }
 }
 
 impl std::fmt::Debug for Auth {
@@ -161,7 +178,7 @@ impl Auth {
                 return Err(format!("auth tokens: {:?} and {:?} repeat a name or a token", b.name, a.name));
             }
         }
-        Ok(Self { tokens: Arc::new(tokens), limiter: None })
+        Ok(Self { tokens: Arc::new(tokens), ..Self::default() })
     }
 
     /// Limits each caller to `per_second` changing requests on average, `burst` at once.
@@ -246,36 +263,25 @@ pub async fn authorize(State(auth): State<Auth>, mut req: Request, next: Next) -
     if !path.starts_with("/api/") && path != "/metrics" {
         return next.run(req).await;
     }
+    let peer = req.extensions().get::<ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip());
     let caller = if auth.enabled() {
-        let presented = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim);
-        match presented.and_then(|p| auth.identify(p)) {
-            Some(caller) => caller,
-            None => {
-                let message = if presented.is_some() {
-                    "the bearer token is not valid"
-                } else {
-                    "this API needs a bearer token: send Authorization: Bearer <token>"
-                };
-                let mut resp = ApiError {
-                    status: StatusCode::UNAUTHORIZED,
-                    code: "unauthorized",
-                    message: message.to_owned(),
-                    field: Some("Authorization".to_owned()),
-                }
-                .into_response();
-                resp.headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"etcron\""));
-                return resp;
-            }
+        match authenticate(&auth, &req, peer) {
+            Ok(caller) => caller,
+            Err(resp) => return *resp,
         }
     } else {
         Caller { name: "anonymous".to_owned(), role: Role::Admin }
     };
+    // The rate limit comes before the role check: refusals cost the caller's budget too, so a
+    // low role cannot flood the audit log with them.
+    if let (Some(limiter), true) = (&auth.limiter, is_mutation(req.method())) {
+        // Callers are told apart by token; without tokens, by address.
+        let key = if auth.enabled() { caller.name.clone() } else { peer.map_or_else(String::new, |ip| ip.to_string()) };
+        if let Err(wait) = limiter.check(&key, Instant::now()) {
+            tracing::warn!(caller = %key, %path, "rate limit hit");
+            return too_many(format!("too many changes from {key}"), wait);
+        }
+    }
     let needed = required_role(req.method(), &path);
     if caller.role < needed {
         tracing::warn!(caller = %caller.name, role = caller.role.as_str(), method = %req.method(), %path, "request refused: role too low");
@@ -296,34 +302,57 @@ pub async fn authorize(State(auth): State<Auth>, mut req: Request, next: Next) -
         resp.extensions_mut().insert(caller);
         return resp;
     }
-    if let (Some(limiter), true) = (&auth.limiter, is_mutation(req.method())) {
-        // Callers are told apart by token; without tokens, by address.
-        let key = if auth.enabled() {
-            caller.name.clone()
-        } else {
-            req.extensions()
-                .get::<ConnectInfo<std::net::SocketAddr>>()
-                .map_or_else(String::new, |c| c.0.ip().to_string())
-        };
-        if let Err(wait) = limiter.check(&key, Instant::now()) {
-            tracing::warn!(caller = %key, %path, "rate limit hit");
-            let secs = wait.as_secs().max(1);
-            let mut resp = error(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
-                format!("too many changes from {key}; retry in {secs} s"),
-            )
-            .into_response();
-            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-            return resp;
-        }
-    }
     req.extensions_mut().insert(caller.clone());
     let mut resp = next.run(req).await;
     resp.extensions_mut().insert(caller);
     resp
+}
+
+/// 429 with `Retry-After`.
+fn too_many(message: String, wait: std::time::Duration) -> Response {
+    let secs = wait.as_secs().max(1);
+    let mut resp =
+        error(StatusCode::TOO_MANY_REQUESTS, "rate_limited", format!("{message}; retry in {secs} s")).into_response();
+    if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+/// The caller named by the request's bearer token, or the answer to give: 401, or 429 once the
+/// address has spent its budget of failed attempts (then the token is not even looked at, so
+/// guessing is slow; every failure is logged with the address).
+fn authenticate(auth: &Auth, req: &Request, peer: Option<std::net::IpAddr>) -> Result<Caller, Box<Response>> {
+    let address = peer.map_or_else(|| "?".to_owned(), |ip| ip.to_string());
+    if let Some(wait) = auth.failures.empty_for(&address, Instant::now()) {
+        return Err(Box::new(too_many(format!("too many failed authentications from {address}"), wait)));
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    if let Some(caller) = presented.and_then(|p| auth.identify(p)) {
+        return Ok(caller);
+    }
+    let message = if presented.is_some() {
+        // A missing token is a page loading before it asked for one; a wrong one is an attempt.
+        let _ = auth.failures.check(&address, Instant::now());
+        tracing::warn!(peer = %address, path = %req.uri().path(), "authentication failed: the bearer token is not valid");
+        "the bearer token is not valid"
+    } else {
+        "this API needs a bearer token: send Authorization: Bearer <token>"
+    };
+    let mut resp = ApiError {
+        status: StatusCode::UNAUTHORIZED,
+        code: "unauthorized",
+        message: message.to_owned(),
+        field: Some("Authorization".to_owned()),
+    }
+    .into_response();
+    resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"etcron\""));
+    Err(Box::new(resp))
 }
 
 /// Token buckets per caller. Idle buckets are dropped once the map grows past its bound, so
@@ -341,6 +370,14 @@ impl RateLimiter {
     #[must_use]
     pub fn new(per_second: f64, burst: u32) -> Self {
         Self { per_second: per_second.max(0.001), burst: f64::from(burst.max(1)), buckets: Mutex::new(HashMap::new()) }
+    }
+
+    /// How long until `key`'s bucket holds a token, when it holds none now (nothing is taken).
+    pub fn empty_for(&self, key: &str, now: Instant) -> Option<std::time::Duration> {
+        let buckets = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (tokens, at) = buckets.get(key)?;
+        let refilled = (*tokens + now.duration_since(*at).as_secs_f64() * self.per_second).min(self.burst);
+        (refilled < 1.0).then(|| std::time::Duration::from_secs_f64((1.0 - refilled) / self.per_second))
     }
 
     /// Takes one token from `key`'s bucket, or says how long until one is there.

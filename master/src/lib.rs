@@ -6,6 +6,8 @@ pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod guard;
+pub mod limits;
 pub mod metrics;
 pub mod notification;
 pub mod openapi;

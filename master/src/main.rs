@@ -44,9 +44,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("listening on {}", config.listen))?;
     let local = listener.local_addr().context("reading the bound address")?;
     tracing::info!(listen = %local, auth = config.auth.enabled(), namespace = %config.namespace, endpoints = ?config.etcd_endpoints, "etcron-master serving");
-    let state = AppState { client, keys, store, auth: config.auth.clone(), audit };
-    axum::serve(listener, app(state).into_make_service_with_connect_info::<std::net::SocketAddr>())
-        .with_graceful_shutdown(etcron_common::settings::shutdown_signal())
+    // An open API answers only to loopback names, unless it was opened on purpose elsewhere.
+    let guard = etcron_master::guard::Guard { loopback_hosts_only: !config.auth.enabled() && local.ip().is_loopback() };
+    let state = AppState { client, keys, store, auth: config.auth.clone(), audit, guard };
+    let limits = etcron_common::serve::Limits::default();
+    etcron_common::serve::serve(listener, app(state), limits, etcron_common::settings::shutdown_signal())
         .await
         .context("serving HTTP")?;
     tracing::info!("etcron-master stopped");

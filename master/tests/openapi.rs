@@ -57,7 +57,14 @@ async fn state() -> AppState {
         connect(&EtcdConfig { endpoints: vec!["127.0.0.1:1".to_owned()], ..EtcdConfig::default() }).await.unwrap();
     let store = etcron_common::store::MongoStore::connect("mongodb://127.0.0.1:1", "etcron").await.unwrap();
     let audit = etcron_master::audit::AuditLog::start(&store);
-    AppState { client, keys: Keys::new("/etcron").unwrap(), store, auth: etcron_master::auth::Auth::open(), audit }
+    AppState {
+        client,
+        keys: Keys::new("/etcron").unwrap(),
+        store,
+        auth: etcron_master::auth::Auth::open(),
+        audit,
+        guard: etcron_master::guard::Guard { loopback_hosts_only: false },
+    }
 }
 
 /// The operations of the document as `(METHOD, path)`.

@@ -434,12 +434,11 @@ impl Master {
             namespace,
             "--listen",
             &format!("127.0.0.1:{port}"),
-            // Tests create jobs in bulk from one address; the limit itself is tested on its own.
-            "--mutation-rate",
-            "100000",
-            "--mutation-burst",
-            "1000000",
         ]);
+        if !extra.contains(&"--mutation-rate") {
+            // Tests create jobs in bulk from one address; the limit itself is tested on its own.
+            cmd.args(["--mutation-rate", "100000", "--mutation-burst", "1000000"]);
+        }
         cmd.args(extra);
         cmd.env("RUST_LOG", "info");
         let proc = Proc::spawn("master", cmd, logs.join(format!("master-{port}.log")))?;

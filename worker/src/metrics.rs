@@ -182,7 +182,8 @@ pub async fn serve(addr: SocketAddr, ctx: Arc<Context>) -> std::io::Result<tokio
             }),
         );
     Ok(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        let limits = etcron_common::serve::Limits::default();
+        if let Err(e) = etcron_common::serve::serve(listener, app, limits, std::future::pending()).await {
             tracing::error!(error = %e, "metrics server failed");
         }
     }))

