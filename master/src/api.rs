@@ -356,6 +356,15 @@ async fn put_job(
         }
     }
     let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
+    // What is stored is checked, not only what was sent: defaults and kept secrets add bytes,
+    // and a stored spec over the limit would be refused by every worker.
+    if value.len() > etcron_common::job::MAX_SPEC_BYTES {
+        return Err(ApiError::too_large(format!(
+            "the job spec as stored (with defaults and kept secrets filled in) is {} bytes; the limit is {}",
+            value.len(),
+            etcron_common::job::MAX_SPEC_BYTES
+        )));
+    }
     let precondition = Precondition { expected, create_only };
     let resp = if spec.on_success.is_empty() && spec.on_failure.is_empty() {
         // A job that starts no other job cannot close a cycle: one txn, as for any edit.

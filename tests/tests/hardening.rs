@@ -115,6 +115,26 @@ async fn refusals_are_limited_bounded_and_say_what_was_attempted() -> anyhow::Re
         .await?;
     assert_eq!(resp.status().as_u16(), 201, "the console's own origin may change things");
 
+    // What is stored is held to the spec limit, not only what was sent: a body just under the
+    // limit grows past it with its defaults filled in.
+    let env: serde_json::Map<String, Value> = (0..15).map(|i| (format!("V{i:02}"), json!("x".repeat(4000)))).collect();
+    let mut spec = json!({"schedule": "@daily", "task": {"kind": "shell", "command": "", "env": env}});
+    let room = 65_536 - 16 - spec.to_string().len();
+    spec["task"]["command"] = json!(format!("echo {}", "x".repeat(room - 5)));
+    let body = spec.to_string();
+    assert!(body.len() <= 65_536, "{}", body.len());
+    let resp = client
+        .put(format!("{}/api/jobs/near-the-limit", c.master.url))
+        .bearer_auth(ADMIN)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await?;
+    let status = resp.status().as_u16();
+    let answer: Value = resp.json().await?;
+    assert_eq!((status, answer["error"]["code"].as_str()), (413, Some("too_large")), "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("as stored"), "{answer}");
+
     // Wrong tokens: each is logged with its address, and after a budget the address is told to
     // wait, whatever it sends, until the budget refills.
     let mut statuses = Vec::new();
