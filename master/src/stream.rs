@@ -124,12 +124,35 @@ async fn finish(tx: &mpsc::Sender<Event>, record: ExecutionRecord, sent_output: 
     let _ = tx.send(Event::default().event("status").data(value.to_string())).await;
 }
 
-/// The live output URL and token of a live worker.
+/// The live output URL and token of a live worker, when the URL has the shape a worker
+/// advertises (see [`advertised_shape`]).
 async fn worker_endpoint(st: &AppState, worker_id: &str) -> Option<(String, String)> {
     let mut kv = st.client.kv_client();
     let resp = etcd("get_worker", kv.get(st.keys.worker(worker_id), None)).await.ok()?;
     let info: WorkerInfo = serde_json::from_slice(resp.kvs().first()?.value()).ok()?;
-    Some((info.output_url?, info.output_token?))
+    let url = info.output_url?;
+    if !advertised_shape(&url) {
+        tracing::warn!(worker_id, url = %url, "ignoring the worker's output_url: not http(s)://host[:port] as workers advertise it");
+        return None;
+    }
+    Some((url, info.output_token?))
+}
+
+/// Whether `url` is what a worker advertises: `http://` or `https://`, a host and a port, and
+/// nothing else (no user, path, query or fragment). The master appends its own path and sends
+/// the worker's token only there. Whoever can write etcd can write any job, so a registration is
+/// trusted as much as etcd's access control; this keeps a malformed or planted entry from
+/// pointing the master at arbitrary paths with credentials.
+fn advertised_shape(url: &str) -> bool {
+    let Ok(parsed) = reqwest::Url::parse(url) else { return false };
+    matches!(parsed.scheme(), "http" | "https")
+        && parsed.host_str().is_some_and(|h| !h.is_empty())
+        && parsed.username().is_empty()
+        && parsed.password().is_none()
+        && matches!(parsed.path(), "" | "/")
+        && parsed.query().is_none()
+        && parsed.fragment().is_none()
+        && !url.contains('@')
 }
 
 enum Relay {
@@ -190,6 +213,28 @@ async fn from_worker(url: &str, token: &str, id: &ExecutionId, tx: &mpsc::Sender
             if tx.send(event).await.is_err() {
                 return Relay::ClientGone;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertised_shape;
+
+    #[test]
+    fn only_urls_shaped_as_workers_advertise_them_are_followed() {
+        assert!(advertised_shape("http://10.0.0.5:8071"));
+        assert!(advertised_shape("https://worker-1.internal:8071/"));
+        for bad in [
+            "http://169.254.169.254/latest/meta-data",
+            "http://user:pw@10.0.0.5:8071",
+            "http://10.0.0.5:8071?x=1",
+            "http://10.0.0.5:8071#f",
+            "file:///etc/passwd",
+            "gopher://10.0.0.5:70",
+            "10.0.0.5:8071",
+        ] {
+            assert!(!advertised_shape(bad), "{bad}");
         }
     }
 }
