@@ -828,6 +828,19 @@ async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
     (status, Json(json!({ "ready": ready, "etcd": etcd, "mongodb": mongodb })))
 }
 
+/// Most time a record route waits for MongoDB before answering 503: searches are bounded by
+/// design (tens of ms), so a slower answer means MongoDB is away or stuck.
+pub(crate) const RECORDS_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A MongoDB request of a record route, answered `503 mongodb_unavailable` after
+/// `RECORDS_TIMEOUT` instead of waiting out the driver's own timeouts.
+pub(crate) async fn records<T>(fut: impl std::future::Future<Output = Result<T, StoreError>>) -> ApiResult<T> {
+    match tokio::time::timeout(RECORDS_TIMEOUT, fut).await {
+        Ok(result) => result.map_err(store_error),
+        Err(_) => Err(ApiError::mongodb_unavailable(&format!("no answer within {} s", RECORDS_TIMEOUT.as_secs()))),
+    }
+}
+
 pub(crate) fn store_error(e: StoreError) -> ApiError {
     match e {
         StoreError::BadCursor => {
@@ -926,7 +939,7 @@ async fn search_executions(
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> ApiResult<Json<Value>> {
     let search = parse_search(query.as_deref().unwrap_or(""))?;
-    let page = st.store.search(&search).await.map_err(store_error)?;
+    let page = records(st.store.search(&search)).await?;
     Ok(Json(
         json!({ "executions": listed(&page.executions), "next_cursor": page.next_cursor, "partial": page.partial }),
     ))
@@ -949,7 +962,7 @@ fn listed(records: &[etcron_common::model::ExecutionRecord]) -> Vec<Value> {
 
 async fn get_execution(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let parsed: ExecutionId = id.parse().map_err(|e: String| ApiError::bad_request(Some("id".to_owned()), e))?;
-    match st.store.get(&parsed.to_string()).await.map_err(store_error)? {
+    match records(st.store.get(&parsed.to_string())).await? {
         Some(record) => Ok(Json(serde_json::to_value(record).map_err(|e| ApiError::internal(&e))?)),
         None => Err(ApiError::not_found(format!("execution {id:?} has no record"))),
     }
@@ -1087,7 +1100,7 @@ async fn search_audit(
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> ApiResult<Json<Value>> {
     let search = parse_audit_search(query.as_deref().unwrap_or(""))?;
-    let (entries, next) = crate::audit::search(&st.store, &search).await.map_err(store_error)?;
+    let (entries, next) = records(crate::audit::search(&st.store, &search)).await?;
     Ok(Json(json!({ "entries": entries, "next_cursor": next })))
 }
 

@@ -9,7 +9,7 @@ use etcron_common::notify::NotifyEvent;
 use etcron_common::store::{NotificationSearch, DEFAULT_LIMIT, MAX_LIMIT};
 use serde_json::{json, Value};
 
-use crate::api::{store_error, ApiResult, AppState};
+use crate::api::{ApiResult, AppState};
 use crate::error::ApiError;
 
 /// Parameters `GET /api/notifications` accepts.
@@ -51,7 +51,7 @@ pub fn parse_search(query: &str) -> ApiResult<NotificationSearch> {
 /// `{"notifications": [...]}`, newest first.
 pub async fn search(State(st): State<AppState>, RawQuery(query): RawQuery) -> ApiResult<Json<Value>> {
     let search = parse_search(query.as_deref().unwrap_or(""))?;
-    let found = st.store.notifications(&search).await.map_err(store_error)?;
+    let found = crate::api::records(st.store.notifications(&search)).await?;
     Ok(Json(json!({ "notifications": found })))
 }
 

@@ -20,7 +20,7 @@ use etcron_common::model::{ExecutionRecord, RunningExecution, Status, WorkerInfo
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::api::{etcd, store_error, ApiResult, AppState};
+use crate::api::{etcd, ApiResult, AppState};
 use crate::error::ApiError;
 
 /// How often the record is read while waiting for the execution to end.
@@ -46,7 +46,7 @@ pub async fn stream_execution(State(st): State<AppState>, Path(id): Path<String>
         // The worker's stream is the source while it runs; a MongoDB outage does not stop it.
         st.store.get(&id.to_string()).await.unwrap_or(None)
     } else {
-        st.store.get(&id.to_string()).await.map_err(store_error)?
+        crate::api::records(st.store.get(&id.to_string())).await?
     };
     if running.is_none() && record.is_none() {
         return Err(ApiError::not_found(format!("execution {:?} is not running and has no record", id.to_string())));

@@ -214,3 +214,22 @@ async fn half_sent_requests_cannot_hold_the_masters_connections() -> anyhow::Res
     assert!(closed_at.iter().all(|d| *d < Duration::from_secs(25)), "every half-sent request is cut off");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn record_routes_fail_fast_when_mongodb_stops_answering() -> anyhow::Result<()> {
+    let c = Cluster::start_with("hardening-mongo-stuck", 0, true, &[]).await?;
+    assert_eq!(c.get("/api/executions").await?["executions"], json!([]));
+    // A frozen mongod (a stuck disk, a paused VM) accepts nothing and answers nothing.
+    let mongod = c.mongo.proc.as_ref().unwrap();
+    mongod.signal(etcron_tests::Sig::SIGSTOP)?;
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(8)).build()?;
+    for path in ["/api/executions", "/api/executions/a%401795466922000%231", "/api/audit", "/api/notifications"] {
+        let resp = client.get(format!("{}{path}", c.master.url)).send().await;
+        let resp = resp.map_err(|e| anyhow::anyhow!("{path}: no answer within 8 s: {e}"))?;
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await?;
+        assert_eq!((status, body["error"]["code"].as_str()), (503, Some("mongodb_unavailable")), "{path}: {body}");
+    }
+    mongod.signal(etcron_tests::Sig::SIGCONT)?;
+    Ok(())
+}
