@@ -194,7 +194,11 @@ function jobActions(j, { detail = false } = {}) {
     paused
       ? button("Resume", () => api(`${path}/resume`, { method: "POST" }), { "aria-label": `Resume ${j.name}` })
       : button("Pause", () => api(`${path}/pause`, { method: "POST" }), { "aria-label": `Pause ${j.name}` }),
-    button("Kill", () => api(`${path}/kill`, { method: "POST" }), { "aria-label": `Kill running executions of ${j.name}` }),
+    button("Kill", async () => {
+      if (!confirm(`Kill every running execution of ${j.name}?`)) return false;
+      await api(`${path}/kill`, { method: "POST" });
+      return true;
+    }, { "aria-label": `Kill running executions of ${j.name}`, class: "danger" }),
     h("a", { class: "button", href: `#/edit/${encodeURIComponent(j.name)}`, "aria-label": `Edit ${j.name}` }, "Edit"),
     button("Delete", async () => {
       if (!confirm(`Delete job ${j.name}? Its pending retries and runs are withdrawn.`)) return false;
@@ -237,7 +241,11 @@ async function jobView(params, rest) {
       ? h("p", { class: "muted", id: "running" }, "Nothing running.")
       : h("ul", { id: "running" }, running.map((r) => h("li", {},
         h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id), ` on ${r.worker_id} since ${localTime(r.started_at)} `,
-        button("Kill", () => api(`${jobPath(name)}/kill?execution=${encodeURIComponent(r.id)}`, { method: "POST" }), { "aria-label": `Kill ${r.id}` })))));
+        button("Kill", async () => {
+          if (!confirm(`Kill ${r.id}?`)) return false;
+          await api(`${jobPath(name)}/kill?execution=${encodeURIComponent(r.id)}`, { method: "POST" });
+          return true;
+        }, { "aria-label": `Kill ${r.id}`, class: "danger" })))));
   root.append(h("h2", {}, "Recent executions"));
   if (recent.error) {
     root.append(h("p", { class: "warn" }, explain(recent.error)));

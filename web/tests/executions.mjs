@@ -42,10 +42,21 @@ try {
   await viewer.page.getByLabel("Output").filter({ hasText: "live-start" }).waitFor();
   await viewer.page.screenshot({ path: path.join(shots, "execution-live.png"), fullPage: true });
   await page.goto(`${base}/#/jobs`);
+  // Kill asks first: dismissing sends nothing, accepting kills.
+  let killRequests = 0;
+  const countKills = (r) => { if (r.url().endsWith("/api/jobs/long-job/kill")) killRequests += 1; };
+  page.on("request", countKills);
+  page.once("dialog", (d) => d.dismiss());
+  await page.getByRole("button", { name: "Kill running executions of long-job" }).click();
+  // The button is enabled again once its action returned.
+  await page.waitForFunction(() => !document.querySelector('[aria-label="Kill running executions of long-job"]').disabled);
+  assert.equal(killRequests, 0, "a dismissed kill sends nothing");
+  page.once("dialog", (d) => d.accept());
   await Promise.all([
     page.waitForResponse((r) => r.url().endsWith("/api/jobs/long-job/kill") && r.status() === 202),
     page.getByRole("button", { name: "Kill running executions of long-job" }).click(),
   ]);
+  page.off("request", countKills);
   // The stream ends with the final record, and the open page shows it without a reload.
   await viewer.page.locator(".status-killed.big").waitFor();
   assert.equal(await viewer.page.locator(".live").count(), 0, "no longer live");
