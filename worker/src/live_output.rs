@@ -2,11 +2,21 @@
 //! the record's output, and served to masters (`GET /executions/{id}/output`, newline-delimited
 //! JSON) so operators can follow a run while it happens. Masters find the server and its token
 //! in the worker's `{ns}/workers/{id}` entry; nothing else hands the token out.
+//!
+//! The server may face anyone who can reach `output_listen`, token or not, so each connection is
+//! bounded: its request head must arrive within [`HEADER_READ_TIMEOUT`], it is closed after
+//! [`IDLE_TIMEOUT`] without a byte read or written (a follower gets a heartbeat every
+//! [`HEARTBEAT`], so a live stream never idles), and at most [`MAX_CONNECTIONS`] are open at
+//! once; more are closed as soon as they are accepted. A pile of half-sent requests therefore
+//! holds at most `MAX_CONNECTIONS` descriptors for at most `HEADER_READ_TIMEOUT`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -14,12 +24,22 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use etcron_common::output::{BoundedOutput, Piece, Utf8Chunks};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde_json::json;
-use tokio::sync::watch;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 /// A follower with nothing new to read is sent an empty line this often, so a master can tell
 /// a quiet task from a vanished worker.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
+/// Longest a client may take to send a request's head (slowloris).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection with nothing read or written for this long is closed (kept-alive connections
+/// between requests, followers that stopped reading). More than [`HEARTBEAT`].
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most connections served at once (masters open one per client following a run).
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// One execution's output as it is produced.
 #[derive(Debug)]
@@ -130,12 +150,111 @@ pub async fn serve(addr: SocketAddr, outputs: Arc<LiveOutputs>, token: String) -
     let app = axum::Router::new()
         .route("/executions/{id}/output", axum::routing::get(follow))
         .with_state(ServerState { outputs, token: token.into() });
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "live output server failed");
-        }
-    });
+    tokio::spawn(accept(listener, app));
     Ok(bound)
+}
+
+/// Accepts connections for ever, serving at most [`MAX_CONNECTIONS`] at once.
+async fn accept(listener: tokio::net::TcpListener, app: axum::Router) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors, most likely: give the running tasks a moment.
+                tracing::warn!(error = %e, "accepting a live output connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, limit = MAX_CONNECTIONS, "live output: too many connections; closing a new one");
+            continue;
+        };
+        tokio::spawn(serve_connection(stream, app.clone(), slot));
+    }
+}
+
+/// Serves one connection until it ends, breaks a timeout, or idles past [`IDLE_TIMEOUT`].
+async fn serve_connection(stream: tokio::net::TcpStream, app: axum::Router, _slot: OwnedSemaphorePermit) {
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched { inner: stream, activity: activity.clone() });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(io, TowerToHyperService::new(app));
+    tokio::select! {
+        result = conn => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "live output connection ended");
+            }
+        }
+        () = activity.idle_for(IDLE_TIMEOUT) => tracing::debug!("live output connection idle; closed"),
+    }
+}
+
+/// When a connection last read or wrote a byte.
+struct Activity {
+    start: tokio::time::Instant,
+    /// Milliseconds after `start`.
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self { start: tokio::time::Instant::now(), last_ms: AtomicU64::new(0) }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Returns once nothing happened for `limit`.
+    async fn idle_for(&self, limit: Duration) {
+        loop {
+            let deadline = self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed)) + limit;
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// A stream that notes each read or written byte in its [`Activity`].
+struct Watched {
+    inner: tokio::net::TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// Compares without stopping at the first difference, so timing does not tell how much of a
