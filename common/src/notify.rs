@@ -21,16 +21,12 @@ pub const MAX_TARGETS: usize = 10;
 pub const MAX_TARGET_HEADERS: usize = 16;
 /// Longest target URL.
 pub const MAX_URL_LEN: usize = 2048;
-/// Longest header value.
-pub const MAX_HEADER_VALUE_LEN: usize = 4096;
-/// Longest header name.
-pub const MAX_HEADER_NAME_LEN: usize = 128;
+pub use crate::headers::{MAX_HEADER_NAME_LEN, MAX_HEADER_VALUE_LEN};
 /// Longest target name.
 pub const MAX_TARGET_NAME_LEN: usize = 64;
-/// Headers etcron sets on every delivery; a target may not set them.
-pub const RESERVED_HEADERS: [&str; 5] = ["content-type", "content-length", "host", "user-agent", "transfer-encoding"];
-/// Prefix of etcron's own headers (`X-Etcron-Event`, `X-Etcron-Delivery`), also reserved.
-pub const RESERVED_HEADER_PREFIX: &str = "x-etcron-";
+/// Headers etcron sets on every delivery besides those no request may set
+/// (`crate::headers::check_name`: `Host`, `Content-Length`, `Transfer-Encoding`, `X-Etcron-*`).
+pub const DELIVERY_HEADERS: [&str; 2] = ["content-type", "user-agent"];
 
 /// What a target can be told about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -273,21 +269,9 @@ pub fn validate_targets(field: &str, targets: &[NotifyTarget]) -> Result<(), Spe
         let secret = t.secret_headers.iter().map(|(k, v)| ("secret_headers", k, v.as_deref()));
         for (kind, name, value) in headers.chain(secret) {
             let at = format!("{here}.{kind}.{name}");
-            if !header_name_ok(name) {
-                return Err(SpecError::at(
-                    &at,
-                    format!("header names are 1..{MAX_HEADER_NAME_LEN} letters, digits, '-' or '_'"),
-                ));
-            }
-            let lower = name.to_ascii_lowercase();
-            if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with(RESERVED_HEADER_PREFIX) {
-                return Err(SpecError::at(&at, "is set by etcron on every delivery"));
-            }
-            if value.is_some_and(|v| v.len() > MAX_HEADER_VALUE_LEN || v.contains(['\r', '\n', '\0'])) {
-                return Err(SpecError::at(
-                    &at,
-                    format!("value longer than {MAX_HEADER_VALUE_LEN} bytes or contains a line break or NUL"),
-                ));
+            crate::headers::check_name(name, &DELIVERY_HEADERS).map_err(|m| SpecError::at(&at, m))?;
+            if let Some(value) = value {
+                crate::headers::check_value(value).map_err(|m| SpecError::at(&at, m))?;
             }
         }
         if let Some(k) = t.secret_headers.keys().find(|k| t.headers.keys().any(|h| h.eq_ignore_ascii_case(k))) {
@@ -307,23 +291,10 @@ fn name_ok(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
 }
 
-fn header_name_ok(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_HEADER_NAME_LEN
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
-}
-
-/// An absolute `http://` or `https://` URL with a host, without whitespace or control characters.
+/// An absolute `http://` or `https://` URL with a host, without whitespace or control characters
+/// (`crate::headers::check_url`, the rule of HTTP task URLs too).
 pub fn validate_url(field: &str, url: &str) -> Result<(), SpecError> {
-    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
-    let ok = rest.is_some_and(|r| !r.is_empty() && !r.starts_with(['/', '?', '#']))
-        && !url.contains(|c: char| c.is_whitespace() || c.is_control())
-        && url.len() <= MAX_URL_LEN;
-    if ok {
-        Ok(())
-    } else {
-        Err(SpecError::at(field, format!("must be an absolute http:// or https:// URL of at most {MAX_URL_LEN} bytes")))
-    }
+    crate::headers::check_url(url, MAX_URL_LEN).map_err(|m| SpecError::at(field, m))
 }
 
 /// `{ns}/health/{job}`: whether the job's last final outcome that changed its health was a

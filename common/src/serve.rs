@@ -1,16 +1,20 @@
 //! Serving HTTP with explicit limits, for every server etcron runs (the master's API and
-//! console, the worker's live output and metrics): HTTP/1.1 only; at most `max_connections`
-//! connections at once, below the process's descriptor limit (further clients wait in the
-//! listen backlog; `accept` never runs out of descriptors); at most `per_peer` of them from one
-//! address (more are closed at once), so one client cannot take every slot; a request's
-//! headers within `header_read` (an idle keep-alive connection waiting for its next request
-//! included), so half-sent requests and idle sockets cannot hold slots; and a bounded drain on
-//! shutdown.
+//! console, the worker's live output and metrics), whoever can reach it, token or not:
+//! HTTP/1.1 only; at most `max_connections` connections at once, below the process's
+//! descriptor limit, and at most `per_peer` from one address (more are closed as soon as they
+//! are accepted, so `accept` never runs out of descriptors and one client cannot take every
+//! slot); a request's head within `header_read`; a connection with nothing read or written for
+//! `idle` closed (kept-alive connections between requests, followers that stopped reading:
+//! streams send heartbeats more often); and a bounded drain on shutdown. A pile of half-sent
+//! requests therefore holds a bounded number of descriptors for a bounded time.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
@@ -18,7 +22,8 @@ use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
@@ -29,9 +34,10 @@ pub struct Limits {
     pub max_connections: usize,
     /// Connections served at once from one IP address.
     pub per_peer: usize,
-    /// Time a client has to send a request's headers, from connect or from its previous
-    /// answer; the connection is closed after it.
+    /// Time a client has to send a request's head.
     pub header_read: Duration,
+    /// A connection with nothing read or written for this long is closed.
+    pub idle: Duration,
     /// Longest a shutdown waits for connections still open (a followed output stream).
     pub drain: Duration,
 }
@@ -43,7 +49,7 @@ pub const PER_PEER: usize = 128;
 
 impl Default for Limits {
     /// `MAX_CONNECTIONS`, or half the descriptor limit when that is lower (the rest is for etcd,
-    /// MongoDB, files and processes); `PER_PEER`; 10 s for headers; 10 s of drain.
+    /// MongoDB, files and processes); `PER_PEER`; 10 s for a head; 60 s idle; 10 s of drain.
     fn default() -> Self {
         let descriptors = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
             .map_or(u64::MAX, |(soft, _)| soft);
@@ -52,6 +58,7 @@ impl Default for Limits {
             max_connections: MAX_CONNECTIONS.min(half).max(16),
             per_peer: PER_PEER,
             header_read: Duration::from_secs(10),
+            idle: Duration::from_secs(60),
             drain: Duration::from_secs(10),
         }
     }
@@ -84,6 +91,19 @@ impl Peers {
     }
 }
 
+/// Says at most once a minute that connections are being closed at once (a flood must not
+/// flood the log too).
+struct Refusals(tokio::time::Instant);
+
+impl Refusals {
+    fn note(&mut self, peer: SocketAddr, why: &str) {
+        if self.0.elapsed() >= Duration::from_secs(60) {
+            self.0 = tokio::time::Instant::now();
+            tracing::warn!(%peer, why, "connection closed at once (said at most once a minute)");
+        }
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` completes, then drains (up to `limits.drain`).
 /// Handlers can read the peer with `ConnectInfo<SocketAddr>`.
 ///
@@ -97,16 +117,12 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let peers = Arc::new(Peers::default());
-    let mut refused_logged = tokio::time::Instant::now() - Duration::from_secs(60);
+    let mut refusals = Refusals(tokio::time::Instant::now() - Duration::from_secs(60));
     let graceful = GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read).keep_alive(true);
     tokio::pin!(shutdown);
     loop {
-        let slot = tokio::select! {
-            () = &mut shutdown => break,
-            slot = slots.clone().acquire_owned() => slot.map_err(std::io::Error::other)?,
-        };
         let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
@@ -119,12 +135,12 @@ pub async fn serve(
                 }
             },
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refusals.note(peer, "the server holds the most connections it may");
+            continue;
+        };
         if !peers.enter(peer.ip(), limits.per_peer) {
-            // Closed at once; said at most once a minute (a flood must not flood the log too).
-            if refused_logged.elapsed() >= Duration::from_secs(60) {
-                refused_logged = tokio::time::Instant::now();
-                tracing::warn!(peer = %peer.ip(), per_peer = limits.per_peer, "connection closed: this address already holds the most connections one address may");
-            }
+            refusals.note(peer, "this address holds the most connections one address may");
             continue;
         }
         let service =
@@ -132,11 +148,16 @@ pub async fn serve(
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
                 req.map(axum::body::Body::new)
             }));
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-        let peers = peers.clone();
+        let activity = Arc::new(Activity::new());
+        let io = TokioIo::new(Watched { inner: stream, activity: activity.clone() });
+        let conn = graceful.watch(builder.serve_connection(io, service));
+        let (peers, idle) = (peers.clone(), limits.idle);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            tokio::select! {
+                result = conn => if let Err(e) = result {
+                    tracing::debug!(error = %e, %peer, "connection ended with an error");
+                },
+                () = activity.idle_for(idle) => tracing::debug!(%peer, "connection idle; closed"),
             }
             peers.leave(peer.ip());
             drop(slot);
@@ -147,4 +168,68 @@ pub async fn serve(
         tracing::warn!(drain_secs = limits.drain.as_secs(), "connections still open at shutdown were dropped");
     }
     Ok(())
+}
+
+/// When a connection last read or wrote a byte.
+struct Activity {
+    start: tokio::time::Instant,
+    /// Milliseconds after `start`.
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self { start: tokio::time::Instant::now(), last_ms: AtomicU64::new(0) }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Returns once nothing happened for `limit`.
+    async fn idle_for(&self, limit: Duration) {
+        loop {
+            let deadline = self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed)) + limit;
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// A stream that notes each read or written byte in its [`Activity`].
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }

@@ -62,6 +62,11 @@ pub struct Cli {
     /// the hostname when listening on all interfaces).
     #[arg(long, env = "ETCRON_OUTPUT_URL")]
     pub output_url: Option<String>,
+    /// Variables of the worker's own environment that shell tasks get, comma-separated (default
+    /// `PATH,HOME,LANG,LC_ALL,TZ,USER,LOGNAME,SHELL,TMPDIR`; `""` for none). Nothing else of the
+    /// worker's environment reaches a task.
+    #[arg(long, env = "ETCRON_TASK_ENV_PASSTHROUGH")]
+    pub task_env_passthrough: Option<String>,
     /// `[notify]` settings: `--ui-url`, `--notify-*`.
     #[command(flatten)]
     pub notify: crate::notifier::NotifyArgs,
@@ -91,6 +96,7 @@ pub struct FileConfig {
     pub metrics_listen: Option<std::net::SocketAddr>,
     pub output_listen: Option<std::net::SocketAddr>,
     pub output_url: Option<String>,
+    pub task_env_passthrough: Option<Vec<String>>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
     /// `[notify]`: webhook notification settings and default targets.
@@ -123,6 +129,8 @@ pub struct Config {
     pub output_listen: std::net::SocketAddr,
     /// How masters reach it; derived from the bound address when `None`.
     pub output_url: Option<String>,
+    /// Names of the worker's environment variables that shell tasks inherit; nothing else is.
+    pub task_env_passthrough: Vec<String>,
     pub log_level: String,
     pub json_logs: bool,
     /// Webhook notifications: console URL, default targets, delivery limits.
@@ -139,6 +147,15 @@ pub const MAX_CLAIM_AHEAD: Duration = Duration::from_millis(500);
 pub const DEFAULT_OUTPUT_LISTEN: std::net::SocketAddr =
     std::net::SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0));
 
+/// What shell tasks inherit of the worker's environment unless configured otherwise: what
+/// programs need to find commands, a home, a locale, a timezone and a temp dir; never the
+/// worker's credentials (`ETCRON_MONGODB_URI`, `ETCRON_ETCD_PASSWORD`…) nor what the operator
+/// exported for the worker itself.
+pub const DEFAULT_TASK_ENV_PASSTHROUGH: [&str; 9] =
+    ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR"];
+/// Most names in `task_env_passthrough`.
+pub const MAX_TASK_ENV_PASSTHROUGH: usize = 64;
+
 /// Most concurrent executions per worker.
 pub const MAX_CAPACITY: u32 = 10_000;
 
@@ -147,6 +164,31 @@ impl FileConfig {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
     }
+}
+
+/// The passed-through names from a flag (`a,b`), the file, or the default; each a variable
+/// name that is not etcron's own (`ETCRON_*` holds the worker's settings and credentials).
+fn task_env_passthrough(flag: Option<String>, file: Option<Vec<String>>) -> anyhow::Result<Vec<String>> {
+    let names: Vec<String> = match (flag, file) {
+        (Some(list), _) => list.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect(),
+        (None, Some(list)) => list,
+        (None, None) => DEFAULT_TASK_ENV_PASSTHROUGH.iter().map(|&n| n.to_owned()).collect(),
+    };
+    if names.len() > MAX_TASK_ENV_PASSTHROUGH {
+        bail!("task_env_passthrough: at most {MAX_TASK_ENV_PASSTHROUGH} names");
+    }
+    for name in &names {
+        let ok = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            bail!("task_env_passthrough: {name:?} is not an environment variable name");
+        }
+        if name.starts_with("ETCRON_") {
+            bail!("task_env_passthrough: {name} is etcron's own (settings and credentials); tasks get their ETCRON_* variables anyway");
+        }
+    }
+    Ok(names)
 }
 
 /// Parses `k=v,k=v`.
@@ -226,6 +268,7 @@ impl Config {
                 bail!("output_url: must be an http:// or https:// URL, got {url:?}");
             }
         }
+        let task_env_passthrough = task_env_passthrough(cli.task_env_passthrough, file.task_env_passthrough)?;
         let data_dir =
             cli.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from(format!("./.etcron/worker-{worker_id}")));
         Ok(Self {
@@ -248,6 +291,7 @@ impl Config {
             metrics_listen: cli.metrics_listen.or(file.metrics_listen),
             output_listen,
             output_url,
+            task_env_passthrough,
             log_level: shared.log_level,
             json_logs: shared.json_logs,
             notify: crate::notifier::NotifyConfig::resolve(cli.notify, file.notify)?,
@@ -289,10 +333,26 @@ mod tests {
             (vec!["--labels", "novalue"], "labels"),
             (vec!["--log-format", "xml"], "log_format"),
             (vec!["--output-url", "worker-1:8071"], "output_url"),
+            (vec!["--task-env-passthrough", "PATH,ETCRON_MONGODB_URI"], "task_env_passthrough"),
+            (vec!["--task-env-passthrough", "A-B"], "task_env_passthrough"),
         ] {
             let err = format!("{:#}", Config::resolve(cli(&args)).unwrap_err());
             assert!(err.contains(needle), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn tasks_inherit_only_the_listed_variables() {
+        let c = Config::resolve(cli(&[])).unwrap();
+        assert_eq!(c.task_env_passthrough, DEFAULT_TASK_ENV_PASSTHROUGH.map(str::to_owned));
+        let c = Config::resolve(cli(&["--task-env-passthrough", "PATH, JAVA_HOME"])).unwrap();
+        assert_eq!(c.task_env_passthrough, ["PATH", "JAVA_HOME"]);
+        assert!(Config::resolve(cli(&["--task-env-passthrough", ""])).unwrap().task_env_passthrough.is_empty());
+        let dir = tempfile_dir();
+        let path = dir.join("env.toml");
+        std::fs::write(&path, "task_env_passthrough = [\"PATH\", \"PGHOST\"]\n").unwrap();
+        let c = Config::resolve(cli(&["--config", path.to_str().unwrap()])).unwrap();
+        assert_eq!(c.task_env_passthrough, ["PATH", "PGHOST"]);
     }
 
     #[test]

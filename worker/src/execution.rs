@@ -1042,7 +1042,9 @@ async fn execute(
     }
     match &fire.spec.task {
         Task::Shell(shell) => {
-            let mut env = shell.env.clone();
+            // Only the configured names of the worker's environment, then the job's own.
+            let mut env = executor::inherited_env(&ctx.config.task_env_passthrough);
+            env.extend(shell.env.iter().map(|(k, v)| (k.clone(), v.clone())));
             env.extend(shell.secret_env.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))));
             env.insert("ETCRON_JOB".into(), id.job.clone());
             env.insert("ETCRON_EXECUTION_ID".into(), id.to_string());
@@ -1069,6 +1071,7 @@ async fn execute(
                 command: shell.command.clone(),
                 env,
                 cwd: shell.cwd.clone(),
+                worker_id: ctx.config.worker_id.clone(),
                 timeout: fire.spec.timeout.map(|t| t.0),
                 kill_grace: ctx.config.kill_grace,
                 output: live.output(),
@@ -1099,6 +1102,7 @@ async fn execute(
                         .collect(),
                     identity.map(|(name, value)| (name.to_owned(), value)),
                 ),
+                secret_headers: http.secret_headers.keys().cloned().collect(),
                 body: http.body.clone(),
                 expect_status: http.expect_status,
                 timeout: fire.spec.timeout.map(|t| t.0),

@@ -39,8 +39,12 @@ pub enum StopReason {
 #[derive(Debug)]
 pub struct ShellJob {
     pub command: String,
+    /// The task's whole environment: nothing of the worker's own is inherited beyond what is
+    /// here (see [`inherited_env`]).
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,
+    /// Named in errors the worker alone can see (a `cwd` missing on this machine).
+    pub worker_id: String,
     pub timeout: Option<Duration>,
     pub kill_grace: Duration,
     /// Where the task's output goes (bounded; followers read it live).
@@ -120,6 +124,7 @@ pub async fn run_shell(
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(&job.command)
+        .env_clear()
         .envs(&job.env)
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
@@ -145,7 +150,7 @@ pub async fn run_shell(
         spawned.unwrap_or_else(|e| (Err(std::io::Error::other(e.to_string())), etcron_common::now_ms()));
     let mut child = match spawned {
         Ok(c) => c,
-        Err(e) => return spawn_failed(format!("spawning /bin/sh failed: {e}")),
+        Err(e) => return spawn_failed(spawn_error(job.cwd.as_deref(), &job.worker_id, &e)),
     };
     let pid = child.id().unwrap_or(0);
     let _ = pid_tx.send(pid);
@@ -206,6 +211,29 @@ pub async fn run_shell(
         output_truncated: truncated,
         spawned_ms: Some(spawned_ms),
     }
+}
+
+/// The values of `names` in the worker's environment (those set, and valid UTF-8): what a task
+/// inherits of it.
+#[must_use]
+pub fn inherited_env(names: &[String]) -> BTreeMap<String, String> {
+    names.iter().filter_map(|name| Some((name.clone(), std::env::var(name).ok()?))).collect()
+}
+
+/// Why the shell could not be started: a `cwd` that this worker lacks is named as such (the
+/// master cannot check it at save time), anything else is the spawn's own error.
+fn spawn_error(cwd: Option<&str>, worker_id: &str, e: &std::io::Error) -> String {
+    if let Some(cwd) = cwd {
+        match std::fs::metadata(cwd) {
+            Err(m) if m.kind() == std::io::ErrorKind::NotFound => {
+                return format!("cwd {cwd} does not exist on worker {worker_id}")
+            }
+            Ok(m) if !m.is_dir() => return format!("cwd {cwd} is not a directory on worker {worker_id}"),
+            Err(m) => return format!("cwd {cwd} cannot be used on worker {worker_id}: {m}"),
+            Ok(_) => return format!("spawning /bin/sh in cwd {cwd} failed on worker {worker_id}: {e}"),
+        }
+    }
+    format!("spawning /bin/sh failed on worker {worker_id}: {e}")
 }
 
 /// The `(resource, soft, hard)` limits the child sets for `limits`, computed before the fork. A
@@ -399,6 +427,50 @@ mod tests {
         assert_eq!(
             limit_note(&memory_only, &finished(Ending::Signaled(24), "")).as_deref(),
             Some("limits: memory 1MiB")
+        );
+    }
+
+    fn shell(command: &str, cwd: Option<&str>) -> ShellJob {
+        ShellJob {
+            command: command.to_owned(),
+            env: BTreeMap::from([("JOB_VAR".to_owned(), "from-the-job".to_owned())]),
+            cwd: cwd.map(str::to_owned),
+            worker_id: "w-test".to_owned(),
+            timeout: Some(Duration::from_secs(30)),
+            kill_grace: Duration::from_secs(1),
+            output: Arc::new(LiveOutput::new(64 * 1024)),
+            limits: Limits::default(),
+        }
+    }
+
+    async fn run(job: ShellJob) -> Finished {
+        let (_stop_tx, stop_rx) = watch::channel(None);
+        run_shell(job, stop_rx, oneshot::channel().0).await
+    }
+
+    #[tokio::test]
+    async fn a_task_gets_its_own_environment_and_nothing_of_the_workers() {
+        // cargo runs tests with CARGO_* variables (and HOME, PATH…) in this process's environment.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let done = run(shell("env", None)).await;
+        assert_eq!(done.ending, Ending::Exited(0), "{}", done.output);
+        assert!(done.output.contains("JOB_VAR=from-the-job"), "{}", done.output);
+        assert!(!done.output.contains("CARGO_MANIFEST_DIR"), "{}", done.output);
+        let inherited = inherited_env(&["CARGO_MANIFEST_DIR".to_owned(), "ETCRON_SURELY_UNSET_42".to_owned()]);
+        assert_eq!(inherited.keys().collect::<Vec<_>>(), ["CARGO_MANIFEST_DIR"]);
+    }
+
+    #[tokio::test]
+    async fn a_missing_cwd_is_named_with_the_worker() {
+        let done = run(shell("true", Some("/surely/not/here-42"))).await;
+        assert_eq!(
+            done.ending,
+            Ending::SpawnFailed("cwd /surely/not/here-42 does not exist on worker w-test".to_owned())
+        );
+        let done = run(shell("true", Some("/etc/hostname"))).await;
+        assert_eq!(
+            done.ending,
+            Ending::SpawnFailed("cwd /etc/hostname is not a directory on worker w-test".to_owned())
         );
     }
 

@@ -2,6 +2,12 @@
 //! the record's output, and served to masters (`GET /executions/{id}/output`, newline-delimited
 //! JSON) so operators can follow a run while it happens. Masters find the server and its token
 //! in the worker's `{ns}/workers/{id}` entry; nothing else hands the token out.
+//!
+//! The server may face anyone who can reach `output_listen`, token or not, so it runs with
+//! `common::serve`'s limits: its request head must arrive within [`HEADER_READ_TIMEOUT`], it is
+//! closed after [`IDLE_TIMEOUT`] without a byte read or written (a follower gets a heartbeat
+//! every [`HEARTBEAT`], so a live stream never idles), and at most [`MAX_CONNECTIONS`] are open
+//! at once; more are closed as soon as they are accepted.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -20,6 +26,13 @@ use tokio::sync::watch;
 /// A follower with nothing new to read is sent an empty line this often, so a master can tell
 /// a quiet task from a vanished worker.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
+/// Longest a client may take to send a request's head (slowloris).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection with nothing read or written for this long is closed (kept-alive connections
+/// between requests, followers that stopped reading). More than [`HEARTBEAT`].
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most connections served at once (masters open one per client following a run).
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// One execution's output as it is produced.
 #[derive(Debug)]
@@ -130,8 +143,16 @@ pub async fn serve(addr: SocketAddr, outputs: Arc<LiveOutputs>, token: String) -
     let app = axum::Router::new()
         .route("/executions/{id}/output", axum::routing::get(follow))
         .with_state(ServerState { outputs, token: token.into() });
+    // Masters are its only clients: no per-address cap below the total.
+    let limits = etcron_common::serve::Limits {
+        max_connections: MAX_CONNECTIONS,
+        per_peer: MAX_CONNECTIONS,
+        header_read: HEADER_READ_TIMEOUT,
+        idle: IDLE_TIMEOUT,
+        ..etcron_common::serve::Limits::default()
+    };
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        if let Err(e) = etcron_common::serve::serve(listener, app, limits, std::future::pending()).await {
             tracing::error!(error = %e, "live output server failed");
         }
     });

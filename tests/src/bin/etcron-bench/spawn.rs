@@ -23,15 +23,17 @@ pub async fn run(n: usize, rounds: usize, file: &std::path::Path) -> Result<()> 
         tokio::time::sleep(Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0))).await;
         let mut tasks = Vec::with_capacity(n);
         for i in 0..n {
-            let env: BTreeMap<String, String> = [
+            let mut env: BTreeMap<String, String> = [
                 ("ETCRON_JOB".to_owned(), format!("spawn-{i}")),
                 ("ETCRON_SCHEDULED_AT_MS".to_owned(), at.to_string()),
             ]
             .into();
+            env.extend(etcron_worker::executor::inherited_env(&["PATH".to_owned()]));
             let job = ShellJob {
                 command: command.clone(),
                 env,
                 cwd: None,
+                worker_id: "bench".to_owned(),
                 timeout: None,
                 kill_grace: Duration::from_secs(1),
                 output: std::sync::Arc::new(etcron_worker::live_output::LiveOutput::new(65_536)),
