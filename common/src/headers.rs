@@ -113,3 +113,94 @@ mod tests {
         assert!(check_url("http://h/xx", 10).is_err());
     }
 }
+
+/// What views show in place of a password inside a URL (`https://user:redacted@host/`); a PUT
+/// that sends it back keeps the stored password, as a `null` secret does.
+pub const SHOWN_PASSWORD: &str = "redacted";
+
+/// `url` as views show it: a password in its userinfo replaced by [`SHOWN_PASSWORD`].
+#[must_use]
+pub fn shown_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some(SHOWN_PASSWORD));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Whether `url` carries the password views show ([`SHOWN_PASSWORD`]): a PUT asking to keep it.
+#[must_use]
+pub fn shows_password(url: &str) -> bool {
+    url::Url::parse(url).is_ok_and(|u| u.password() == Some(SHOWN_PASSWORD))
+}
+
+/// Where a URL sends its requests: scheme, host and port (the secrets a job keeps for a URL
+/// are for that destination only).
+#[must_use]
+pub fn destination(url: &str) -> Option<(String, String, u16)> {
+    let parsed = url::Url::parse(url).ok()?;
+    Some((parsed.scheme().to_owned(), parsed.host_str()?.to_owned(), parsed.port_or_known_default()?))
+}
+
+/// `url` with the stored password put back where a view showed [`SHOWN_PASSWORD`]: only for the
+/// same destination and user. `Ok(url)` unchanged when it carries no shown password; `Err` with
+/// why when the password cannot be kept.
+pub fn keep_url_password(url: &str, stored: Option<&str>) -> Result<String, String> {
+    let Ok(mut parsed) = url::Url::parse(url) else { return Ok(url.to_owned()) };
+    if parsed.password() != Some(SHOWN_PASSWORD) {
+        return Ok(url.to_owned());
+    }
+    let kept = stored.and_then(|s| url::Url::parse(s).ok()).filter(|s| {
+        destination(s.as_str()) == destination(url) && s.username() == parsed.username() && s.password().is_some()
+    });
+    let Some(kept) = kept else {
+        return Err(format!(
+            "the password {SHOWN_PASSWORD:?} keeps the stored one only for the same user, scheme, host and port; give the password"
+        ));
+    };
+    let _ = parsed.set_password(kept.password());
+    Ok(parsed.to_string())
+}
+
+/// Why secrets kept for `stored_url` may not go to `url`: their destinations differ.
+#[must_use]
+pub fn destination_changed(url: &str, stored_url: &str) -> Option<String> {
+    let (new, old) = (destination(url), destination(stored_url));
+    (new != old).then(|| {
+        let show = |d: Option<(String, String, u16)>| d.map_or("?".to_owned(), |(s, h, p)| format!("{s}://{h}:{p}"));
+        format!(
+            "the URL's destination changed from {} to {}: secrets kept for the old one are not sent to the new one; give them again",
+            show(old),
+            show(new)
+        )
+    })
+}
+
+#[cfg(test)]
+mod url_secret_tests {
+    use super::*;
+
+    #[test]
+    fn url_passwords_are_shown_redacted_and_kept_only_for_the_same_destination_and_user() {
+        let stored = "https://alice:s3cret@api.example/v1?x=1";
+        let shown = shown_url(stored);
+        assert_eq!(shown, "https://alice:redacted@api.example/v1?x=1");
+        assert_eq!(shown_url("https://api.example/v1"), "https://api.example/v1");
+        assert_eq!(keep_url_password(&shown, Some(stored)).unwrap(), stored);
+        let edited = "https://alice:redacted@api.example/v2";
+        assert_eq!(keep_url_password(edited, Some(stored)).unwrap(), "https://alice:s3cret@api.example/v2");
+        assert!(keep_url_password("https://alice:redacted@evil.example/", Some(stored)).is_err());
+        assert!(keep_url_password("https://bob:redacted@api.example/", Some(stored)).is_err());
+        assert!(keep_url_password("http://alice:redacted@api.example/", Some(stored)).is_err());
+        assert!(keep_url_password(&shown, None).is_err());
+        assert_eq!(
+            keep_url_password("https://alice:new@api.example/", Some(stored)).unwrap(),
+            "https://alice:new@api.example/"
+        );
+        assert!(destination_changed("https://api.example/a", "https://api.example:443/b").is_none());
+        assert!(destination_changed("https://evil.example/", "https://api.example/").is_some());
+        assert!(destination_changed("http://api.example/", "https://api.example/").is_some());
+    }
+}

@@ -209,6 +209,17 @@ pub type Secrets = BTreeMap<String, Option<String>>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MissingSecret {
     pub field: String,
+    /// Why it cannot be kept.
+    pub why: String,
+}
+
+impl MissingSecret {
+    fn none_stored(field: String) -> Self {
+        Self {
+            field,
+            why: "a null secret keeps the stored value, but this job has none stored; give the value".to_owned(),
+        }
+    }
 }
 
 impl Task {
@@ -451,10 +462,18 @@ impl JobSpec {
         self.task.secrets().values().any(Option::is_none)
     }
 
-    /// Whether any secret (of the task or of a `notify` target) is `null`.
+    /// Whether any secret (of the task or of a `notify` target) is `null`, or a URL carries the
+    /// password views show in place of the stored one.
     #[must_use]
     pub fn withholds_secrets(&self) -> bool {
-        self.task_withholds_secrets() || self.notify.iter().flatten().any(NotifyTarget::withholds_secrets)
+        let shown_password =
+            match &self.task {
+                Task::Http(h) => crate::headers::shows_password(&h.url),
+                Task::Shell(_) => false,
+            } || self.notify.iter().flatten().any(|t| t.url.as_deref().is_some_and(crate::headers::shows_password));
+        shown_password
+            || self.task_withholds_secrets()
+            || self.notify.iter().flatten().any(NotifyTarget::withholds_secrets)
     }
 
     /// The spec as the API shows it: every secret value withheld (`null`).
@@ -464,6 +483,9 @@ impl JobSpec {
         for value in spec.task.secrets_mut().1.values_mut() {
             *value = None;
         }
+        if let Task::Http(http) = &mut spec.task {
+            http.url = crate::headers::shown_url(&http.url);
+        }
         if let Some(targets) = &mut spec.notify {
             *targets = targets.iter().map(NotifyTarget::redacted).collect();
         }
@@ -471,22 +493,42 @@ impl JobSpec {
     }
 
     /// Fills each withheld (`null`) secret from `stored`, the spec being replaced, when it is a
-    /// task of the same kind with that secret. Errors name the first secret left without a value.
+    /// task of the same kind with that secret, and a URL password shown as `redacted` from the
+    /// stored URL. Secrets kept for an HTTP task's URL are kept only while it points at the same
+    /// destination (scheme, host, port). Errors name the first secret that cannot be kept.
     pub fn keep_secrets(&mut self, stored: Option<&JobSpec>) -> Result<(), MissingSecret> {
+        let stored_url = match stored.map(|s| &s.task) {
+            Some(Task::Http(h)) => Some(h.url.as_str()),
+            _ => None,
+        };
+        if let Task::Http(http) = &mut self.task {
+            http.url = crate::headers::keep_url_password(&http.url, stored_url)
+                .map_err(|why| MissingSecret { field: "task.url".to_owned(), why })?;
+        }
+        let moved = match (&self.task, stored_url) {
+            (Task::Http(h), Some(old)) => crate::headers::destination_changed(&h.url, old),
+            _ => None,
+        };
         let kept = stored.map(|s| s.task.secrets());
         let same_kind = stored.is_some_and(|s| std::mem::discriminant(&s.task) == std::mem::discriminant(&self.task));
         let (field, secrets) = self.task.secrets_mut();
         for (name, value) in secrets.iter_mut() {
             if value.is_none() {
+                if let Some(why) = &moved {
+                    return Err(MissingSecret { field: format!("{field}.{name}"), why: why.clone() });
+                }
                 *value = kept.filter(|_| same_kind).and_then(|k| k.get(name).cloned().flatten());
                 if value.is_none() {
-                    return Err(MissingSecret { field: format!("{field}.{name}") });
+                    return Err(MissingSecret::none_stored(format!("{field}.{name}")));
                 }
             }
         }
         if let Some(targets) = &mut self.notify {
             let stored = stored.and_then(|s| s.notify.as_deref()).unwrap_or_default();
-            notify::keep_secrets("notify", targets, stored).map_err(|field| MissingSecret { field })?;
+            notify::keep_secrets("notify", targets, stored).map_err(|(field, why)| MissingSecret {
+                field,
+                why: why.unwrap_or_else(|| MissingSecret::none_stored(String::new()).why),
+            })?;
         }
         Ok(())
     }
@@ -1079,6 +1121,37 @@ mod tests {
         ] {
             assert_eq!(JobSpec::from_json(body.as_bytes()).unwrap_err().field.as_deref(), Some(field), "{body}");
         }
+    }
+
+    #[test]
+    fn url_passwords_are_shown_redacted_and_secrets_do_not_follow_a_new_destination() {
+        let body = r#"{"schedule":"@daily","task":{"kind":"http","url":"https://alice:s3cret@api.example/v1",
+            "secret_headers":{"X-Api-Key":"k1"}},
+            "notify":[{"name":"n","url":"https://bob:pw@hooks.example/x","secret_headers":{"Authorization":"t"}}]}"#;
+        let stored = parse(body).unwrap();
+        let shown = serde_json::to_value(stored.redacted()).unwrap();
+        assert_eq!(shown["task"]["url"], "https://alice:redacted@api.example/v1");
+        assert_eq!(shown["notify"][0]["url"], "https://bob:redacted@hooks.example/x");
+        assert!(!shown.to_string().contains("s3cret") && !shown.to_string().contains(":pw@"));
+        // Sent back as shown: every secret, URL passwords included, is kept.
+        let mut again = JobSpec::from_value(shown.clone()).unwrap();
+        assert!(again.withholds_secrets());
+        again.keep_secrets(Some(&stored)).unwrap();
+        assert_eq!(again, stored);
+        // A new destination with a kept secret: give the secret again.
+        let mut moved = shown.clone();
+        moved["task"]["url"] = serde_json::json!("https://evil.example/collect");
+        let err = JobSpec::from_value(moved).unwrap().keep_secrets(Some(&stored)).unwrap_err();
+        assert_eq!(err.field, "task.secret_headers.X-Api-Key");
+        assert!(err.why.contains("destination changed"), "{}", err.why);
+        let mut moved = shown.clone();
+        moved["notify"][0]["url"] = serde_json::json!("https://bob:redacted@evil.example/x");
+        let err = JobSpec::from_value(moved).unwrap().keep_secrets(Some(&stored)).unwrap_err();
+        assert_eq!(err.field, "notify[0].url");
+        let mut moved = shown;
+        moved["notify"][0]["url"] = serde_json::json!("https://evil.example/x");
+        let err = JobSpec::from_value(moved).unwrap().keep_secrets(Some(&stored)).unwrap_err();
+        assert_eq!(err.field, "notify[0].secret_headers.Authorization");
     }
 
     #[test]

@@ -166,6 +166,7 @@ impl NotifyTarget {
         if t.secret_url.is_some() {
             t.secret_url = Some(None);
         }
+        t.url = t.url.as_deref().map(crate::headers::shown_url);
         t.secret_headers.values_mut().for_each(|v| *v = None);
         t
     }
@@ -189,27 +190,45 @@ impl NotifyTarget {
 /// named target takes the secrets of the stored target of the same name, an unnamed one those
 /// of the unnamed stored target at the same position. Errors name the first secret left
 /// without a value (`notify[1].secret_url`).
-pub fn keep_secrets(field: &str, targets: &mut [NotifyTarget], stored: &[NotifyTarget]) -> Result<(), String> {
+/// Fills withheld secrets of `targets` from `stored` (see `JobSpec::keep_secrets`); `Err` names
+/// the field that cannot be kept, and why when it is more than "nothing stored".
+pub fn keep_secrets(
+    field: &str,
+    targets: &mut [NotifyTarget],
+    stored: &[NotifyTarget],
+) -> Result<(), (String, Option<String>)> {
     for (i, target) in targets.iter_mut().enumerate() {
-        if !target.withholds_secrets() {
-            continue;
-        }
         let here = format!("{field}[{i}]");
         let source = match &target.name {
             Some(name) => stored.iter().find(|s| s.name.as_ref() == Some(name)),
             None => stored.get(i).filter(|s| s.name.is_none()),
         };
+        let stored_url = source.and_then(|s| s.url.as_deref());
+        if let Some(url) = &mut target.url {
+            *url =
+                crate::headers::keep_url_password(url, stored_url).map_err(|why| (format!("{here}.url"), Some(why)))?;
+        }
+        if !target.withholds_secrets() {
+            continue;
+        }
+        let moved = match (&target.url, stored_url) {
+            (Some(new), Some(old)) => crate::headers::destination_changed(new, old),
+            _ => None,
+        };
         if matches!(target.secret_url, Some(None)) {
             target.secret_url = Some(source.and_then(|s| s.secret_url.clone().flatten()));
             if matches!(target.secret_url, Some(None)) {
-                return Err(format!("{here}.secret_url"));
+                return Err((format!("{here}.secret_url"), None));
             }
         }
         for (name, value) in &mut target.secret_headers {
             if value.is_none() {
+                if let Some(why) = &moved {
+                    return Err((format!("{here}.secret_headers.{name}"), Some(why.clone())));
+                }
                 *value = source.and_then(|s| s.secret_headers.get(name).cloned().flatten());
                 if value.is_none() {
-                    return Err(format!("{here}.secret_headers.{name}"));
+                    return Err((format!("{here}.secret_headers.{name}"), None));
                 }
             }
         }
@@ -450,7 +469,8 @@ mod tests {
         // Named targets keep theirs when the list is reordered.
         let mut reordered = vec![shown[1].clone(), shown[0].clone()];
         let err = keep_secrets("notify", &mut reordered, &stored).unwrap_err();
-        assert_eq!(err, "notify[0].secret_headers.Authorization", "an unnamed target is matched by position");
+        // (its URL's shown password has no stored URL at that position to come from either)
+        assert_eq!(err.0, "notify[0].url", "an unnamed target is matched by position");
         let mut named_only = vec![shown[0].clone()];
         keep_secrets("notify", &mut named_only, &stored[1..]).unwrap_err();
         let mut moved = vec![targets(r#"[{"url":"https://x/y"}]"#).remove(0), shown[0].clone()];
@@ -458,7 +478,7 @@ mod tests {
         assert_eq!(moved[1], stored[0]);
         // Nothing stored: refused, naming the entry.
         let mut fresh = shown.clone();
-        assert_eq!(keep_secrets("notify", &mut fresh, &[]).unwrap_err(), "notify[0].secret_url");
+        assert_eq!(keep_secrets("notify", &mut fresh, &[]).unwrap_err().0, "notify[0].secret_url");
     }
 
     #[test]

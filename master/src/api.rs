@@ -345,12 +345,7 @@ async fn put_job(
         let resp = etcd("get_job", kv.get(st.keys.job(&name), None)).await?;
         let stored = resp.kvs().first();
         let stored_spec = stored.and_then(|kv| JobSpec::from_json(kv.value()).ok());
-        spec.keep_secrets(stored_spec.as_ref()).map_err(|e| {
-            ApiError::bad_request(
-                Some(e.field),
-                "a null secret keeps the stored value, but this job has none stored; give the value",
-            )
-        })?;
+        spec.keep_secrets(stored_spec.as_ref()).map_err(|e| ApiError::bad_request(Some(e.field), e.why))?;
         if let (None, Some(kv)) = (expected, stored) {
             expected = Some(kv.mod_revision());
         }

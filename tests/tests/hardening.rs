@@ -135,6 +135,27 @@ async fn refusals_are_limited_bounded_and_say_what_was_attempted() -> anyhow::Re
     assert_eq!((status, answer["error"]["code"].as_str()), (413, Some("too_large")), "{answer}");
     assert!(answer["error"]["message"].as_str().unwrap().contains("as stored"), "{answer}");
 
+    // A password in a plain URL is shown redacted, kept when sent back as shown, and secrets
+    // kept for a URL do not follow it to another destination.
+    let http = json!({"schedule": "@yearly", "task": {"kind": "http", "url": "https://alice:s3cret@127.0.0.1:9/hook",
+        "secret_headers": {"X-Api-Key": "k-123"}}});
+    let (status, _) = c.call(Method::PUT, "/api/jobs/with-url-secrets", Some(http)).await?;
+    assert_eq!(status, 201);
+    let shown = c.get("/api/jobs/with-url-secrets").await?;
+    assert_eq!(shown["spec"]["task"]["url"], "https://alice:redacted@127.0.0.1:9/hook");
+    let (status, _) = c.call(Method::PUT, "/api/jobs/with-url-secrets", Some(shown["spec"].clone())).await?;
+    assert_eq!(status, 200, "sent back as shown");
+    let key = format!("{}/jobs/with-url-secrets", c.namespace);
+    let stored = c.etcd.client().await?.get(key, None).await?;
+    let stored = String::from_utf8_lossy(stored.kvs()[0].value()).into_owned();
+    assert!(stored.contains("alice:s3cret@") && stored.contains("k-123"), "the secrets were kept: {stored}");
+    let mut moved = shown["spec"].clone();
+    moved["task"]["url"] = json!("https://127.0.0.2:9/collect");
+    let (status, body) = c.call(Method::PUT, "/api/jobs/with-url-secrets", Some(moved)).await?;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("task.secret_headers.X-Api-Key")), "{body}");
+    let audit = c.get("/api/audit?job=with-url-secrets").await?;
+    assert!(!audit.to_string().contains("s3cret") && audit.to_string().contains("alice:redacted@"), "{audit}");
+
     // Wrong tokens: each is logged with its address, and after a budget the address is told to
     // wait, whatever it sends, until the budget refills.
     let mut statuses = Vec::new();
