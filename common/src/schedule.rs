@@ -124,8 +124,9 @@ impl Schedule {
     pub fn next_after(&self, after_ms: UnixMs) -> Option<UnixMs> {
         match &self.kind {
             Kind::Every { interval_ms } => {
+                // No later than the latest `@at`, so every fire time has a four-digit year.
                 let next = (after_ms.div_euclid(*interval_ms) + 1).checked_mul(*interval_ms)?;
-                Some(next)
+                (next <= MAX_AT_MS).then_some(next)
             }
             Kind::At { at_ms } => (*at_ms > after_ms).then_some(*at_ms),
             Kind::Cron(cron) => {
