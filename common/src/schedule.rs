@@ -5,10 +5,17 @@
 //! function of the expression, the timezone and an instant: `@every` is anchored to the Unix
 //! epoch, not to the moment a worker happened to load the job.
 //!
-//! Daylight saving time (cron with fixed hours, via croner): a fixed-time tick that falls into a
-//! spring-forward gap runs once at the first valid instant after the gap; a fixed-time tick in a
-//! fall-back overlap runs once, at its first occurrence. Interval patterns (`*/15 * * * *`) follow
-//! real elapsed time and never fire twice for one wall-clock time.
+//! Cron expressions are parsed and evaluated here (`field`, `cron`), mapped to instants with
+//! cron's daylight-saving rule (`zone`) and read out in words (`describe`). The DST rule: a
+//! fixed-time job (neither minute nor hour is `*` or `*/n`) runs once at the first valid instant
+//! after a spring-forward gap and only at the first occurrence in a fall-back overlap; a wildcard
+//! job follows elapsed time (both occurrences in an overlap, nothing in a gap). An expression
+//! that can never fire is refused when parsed, so a search for the next tick is short.
+
+mod cron;
+mod describe;
+mod field;
+mod zone;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -16,8 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
+
+use self::cron::CronSpec;
 use chrono_tz::Tz;
-use croner::Cron;
 
 use crate::UnixMs;
 
@@ -42,9 +50,8 @@ pub enum ScheduleError {
 
 #[derive(Debug, Clone)]
 enum Kind {
-    /// Shared: a parsed pattern is ~5.7 KB (croner keeps a table of every year), and
-    /// [`ScheduleCache`] lets every job with the same schedule hold one.
-    Cron(Arc<Cron>),
+    /// Shared: [`ScheduleCache`] lets every job with the same schedule hold one.
+    Cron(Arc<CronSpec>),
     /// Fires at every multiple of the interval since the Unix epoch.
     Every { interval_ms: i64 },
     /// Fires once.
@@ -59,8 +66,7 @@ pub struct Schedule {
 }
 
 /// Parsed schedules shared by expression and timezone. A worker holding 100 000 jobs parses
-/// each distinct schedule once and keeps one copy of it, instead of a ~5.7 KB croner pattern per
-/// job; only cron patterns are kept (`@every` and `@at` are a few bytes each).
+/// each distinct schedule once and keeps one copy of it; only cron patterns are kept (`@every` and `@at` are a few bytes each).
 #[derive(Debug, Default)]
 pub struct ScheduleCache {
     parsed: HashMap<(String, String), Schedule>,
@@ -118,19 +124,29 @@ impl Schedule {
     pub fn next_after(&self, after_ms: UnixMs) -> Option<UnixMs> {
         match &self.kind {
             Kind::Every { interval_ms } => {
+                // No later than the latest `@at`, so every fire time has a four-digit year.
                 let next = (after_ms.div_euclid(*interval_ms) + 1).checked_mul(*interval_ms)?;
-                Some(next)
+                (next <= MAX_AT_MS).then_some(next)
             }
             Kind::At { at_ms } => (*at_ms > after_ms).then_some(*at_ms),
             Kind::Cron(cron) => {
-                // Cron resolution is one second: start from the whole second containing
-                // `after_ms` and search exclusively, so the answer is strictly later.
-                let secs = after_ms.div_euclid(1000);
-                let start: DateTime<Tz> = self.tz.timestamp_opt(secs, 0).single()?;
-                let next = cron.find_next_occurrence(&start, false).ok()?;
-                Some(next.timestamp_millis())
+                // Cron resolution is one second: search strictly after the whole second
+                // containing `after_ms`, so the answer is strictly later.
+                let next = zone::next_after(cron, self.tz, after_ms.div_euclid(1000))?;
+                next.checked_mul(1000)
             }
         }
+    }
+
+    /// The first fire time after `after_ms`, or an error saying there is none (a past `@at`, a
+    /// year field wholly in the past): what saving a job and previewing a schedule check.
+    pub fn fires_after(&self, after_ms: UnixMs) -> Result<UnixMs, ScheduleError> {
+        self.next_after(after_ms).ok_or_else(|| {
+            ScheduleError::Expression(format!(
+                "never fires after {}: its last fire time has passed",
+                format_in(self.tz, after_ms)
+            ))
+        })
     }
 
     /// The next `count` fire times strictly after `after_ms`.
@@ -165,10 +181,9 @@ impl Schedule {
     #[must_use]
     pub fn describe(&self) -> String {
         match &self.kind {
-            Kind::Cron(cron) => cron.describe(),
+            Kind::Cron(cron) => describe::cron(cron),
             Kind::Every { interval_ms } => {
-                let d = Duration::from_millis(u64::try_from(*interval_ms).unwrap_or(0));
-                format!("Every {}", humantime::format_duration(d))
+                describe::every(Duration::from_millis(u64::try_from(*interval_ms).unwrap_or(0)))
             }
             Kind::At { at_ms } => format!("Once at {}", crate::rfc3339_ms(*at_ms)),
         }
@@ -235,14 +250,19 @@ fn parse_kind(expression: &str) -> Result<Kind, ScheduleError> {
         }
         _ => expr.to_owned(),
     };
-    let fields = pattern.split_whitespace().count();
-    if !(5..=7).contains(&fields) {
+    let fields: Vec<&str> = pattern.split_whitespace().collect();
+    if !(5..=7).contains(&fields.len()) {
         return Err(ScheduleError::Expression(format!(
-            "cron expression has {fields} fields; expected 5 (min hour day month weekday), 6 (seconds first) or 7 (seconds first, year last)"
+            "cron expression has {} fields; expected 5 (min hour day month weekday), 6 (seconds first) or 7 (seconds first, year last)",
+            fields.len()
         )));
     }
-    let cron = Cron::from_str(&pattern)
-        .map_err(|e| ScheduleError::Expression(format!("invalid cron expression {pattern:?}: {e}")))?;
+    let cron = CronSpec::parse(&fields).map_err(ScheduleError::Expression)?;
+    if !cron.can_fire() {
+        return Err(ScheduleError::Expression(format!(
+            "{pattern:?} never fires: no date matches its day-of-month, month, day-of-week and year fields"
+        )));
+    }
     Ok(Kind::Cron(Arc::new(cron)))
 }
 
@@ -412,7 +432,6 @@ mod tests {
         let cases = [
             ("", "empty"),
             ("* * *", "3 fields"),
-            ("61 * * * *", "invalid cron"),
             ("@fortnightly", "unknown schedule keyword"),
             ("@every soon", "invalid duration"),
             ("@every 10ms", "between"),
@@ -428,10 +447,362 @@ mod tests {
         assert_eq!(err, ScheduleError::Timezone("Mars/Olympus".to_owned()));
     }
 
+    fn parse_error(expr: &str) -> String {
+        match Schedule::parse(expr, "UTC") {
+            Ok(_) => panic!("{expr:?} was accepted"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field_and_its_range() {
+        let cases = [
+            ("61 * * * *", "minute: 61 is out of range 0-59"),
+            ("* 24 * * *", "hour: 24 is out of range 0-23"),
+            ("0 0 0 0 * *", "day-of-month: 0 is out of range 1-31"),
+            ("0 0 32 * *", "day-of-month: 32 is out of range 1-31"),
+            ("0 0 1 13 *", "month: 13 is out of range 1-12"),
+            ("0 0 * * 8", "day-of-week: 8 is out of range 0-7"),
+            ("60 * * * * *", "second: 60 is out of range 0-59"),
+            ("0 0 0 1 1 * 1969", "year: 1969 is out of range 1970-9999"),
+            ("0 0-99999999999 * * *", "hour: 99999999999 is out of range 0-23"),
+            ("*/0 * * * *", "minute: step \"0\" must be a whole number of at least 1"),
+            ("0 5-2 * * *", "hour: the range 5-2 runs backwards"),
+            ("x * * * *", "minute: \"x\" is not a number"),
+            ("0 0 * * 5#6", "day-of-week: in \"5#6\", #6 must be #1 to #5"),
+        ];
+        for (expr, want) in cases {
+            let err = parse_error(expr);
+            assert!(err.contains(want), "{expr:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn names_only_in_their_own_field() {
+        let cases = [
+            ("0 0 * MON *", "month: MON is a day name; day names belong in the day-of-week field"),
+            ("0 0 * * JAN", "day-of-week: JAN is a month name; month names belong in the month field"),
+            ("0 0 MON * *", "day-of-month: MON is a day name"),
+            ("0 JAN * * *", "hour: JAN is a month name"),
+            ("1,,2 * * * *", "minute: empty item in the list \"1,,2\""),
+            ("0 0 1, * *", "day-of-month: empty item"),
+            ("0 0 ?/2 * *", "day-of-month: ? cannot take a step"),
+            ("0 0 * * ?/2", "day-of-week: ? cannot take a step"),
+            ("? * * * *", "minute: ? is only allowed in day-of-month and day-of-week"),
+            ("0 0 * FOO *", "month: \"FOO\" is neither 1-12 nor a month name"),
+        ];
+        for (expr, want) in cases {
+            let err = parse_error(expr);
+            assert!(err.contains(want), "{expr:?}: {err}");
+        }
+        // Names where they belong, in any case, alone and in ranges.
+        assert_eq!(
+            next_n("0 0 * jan-Feb mon-FRI", "UTC", "2026-01-30T12:00:00Z", 3),
+            ["2026-02-02T00:00:00.000+00:00", "2026-02-03T00:00:00.000+00:00", "2026-02-04T00:00:00.000+00:00"]
+        );
+        assert_eq!(next_n("0 0 1 DEC ?", "UTC", "2026-01-30T12:00:00Z", 1), ["2026-12-01T00:00:00.000+00:00"]);
+    }
+
+    #[test]
+    fn schedules_that_never_fire_are_refused_when_parsed() {
+        for expr in
+            ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "0 0 0 31 2,4,6,9,11 *", "0 0 0 29 2 * 2029-2031", "0 0 0 30W 2 *"]
+        {
+            let err = parse_error(expr);
+            assert!(err.contains("never fires"), "{expr:?}: {err}");
+        }
+        // Rare is not never: 29 February, and a fifth Friday in February (2036).
+        assert_eq!(next_n("0 0 29 2 *", "UTC", "2026-01-01T00:00:00Z", 1), ["2028-02-29T00:00:00.000+00:00"]);
+        assert_eq!(next_n("0 0 * 2 5#5", "UTC", "2026-01-01T00:00:00Z", 1), ["2036-02-29T00:00:00.000+00:00"]);
+    }
+
+    #[test]
+    fn schedules_whose_last_tick_is_past_answer_none_quickly() {
+        let now = ms("2026-06-01T00:00:00Z");
+        let past_year = Schedule::parse("0 0 12 1 1 * 2020-2025", "UTC").unwrap();
+        let past_at = Schedule::parse("@at 2020-01-01T00:00:00Z", "UTC").unwrap();
+        let rare = Schedule::parse("0 0 0 29 2 * 2024-9999", "Europe/Berlin").unwrap();
+        let started = std::time::Instant::now();
+        for _ in 0..1000 {
+            assert_eq!(past_year.next_after(now), None);
+            assert_eq!(past_at.next_after(now), None);
+            assert!(rare.next_after(now).is_some());
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "3000 evaluations took {:?}", started.elapsed());
+        assert!(past_year.fires_after(now).is_err_and(|e| e.to_string().contains("never fires after")));
+        assert!(past_at.fires_after(now).is_err_and(|e| e.to_string().contains("never fires after")));
+        assert!(rare.fires_after(now).is_ok());
+    }
+
+    #[test]
+    fn next_after_is_fast() {
+        let cases = [
+            ("*/15 * * * * *", "America/New_York"),
+            ("30 2,14 * * *", "America/New_York"),
+            ("0 0 L * *", "Australia/Lord_Howe"),
+            ("0 0 * * 5#5", "UTC"),
+            ("* * * * * *", "Europe/Berlin"),
+        ];
+        for (expr, tz) in cases {
+            let s = Schedule::parse(expr, tz).unwrap();
+            let started = std::time::Instant::now();
+            // Two years of hourly starting points, across both DST changes.
+            let mut t = ms("2026-01-01T00:00:00Z");
+            for _ in 0..(2 * 365 * 24) {
+                assert!(s.next_after(t).is_some_and(|n| n > t));
+                t += 3_600_000;
+            }
+            let took = started.elapsed();
+            assert!(took < Duration::from_secs(2), "{expr} in {tz}: 17 520 evaluations took {took:?}");
+        }
+    }
+
     #[test]
     fn describes_in_words() {
-        assert_eq!(Schedule::parse("@every 90s", "UTC").unwrap().describe(), "Every 1m 30s");
-        assert!(!Schedule::parse("0 9 * * 1-5", "UTC").unwrap().describe().is_empty());
+        let cases = [
+            ("@every 90s", "Every 90 seconds"),
+            ("@every 366d", "Every 366 days"),
+            ("@every 1d", "Every day"),
+            ("@every 1500ms", "Every 1500 milliseconds"),
+            ("*/90 * * * *", "Every hour at :00"),
+            ("0 * * * *", "Every hour at :00"),
+            ("*/15 * * * *", "Every 15 minutes"),
+            ("0-30/7 * * * *", "Every 7 minutes from :00 through :28"),
+            ("2-12/3 * * * *", "Every 3 minutes from :02 through :11"),
+            ("0 2-12/3 * * *", "At 02:00, 05:00, 08:00 and 11:00 every day"),
+            ("0 */2 * * *", "Every 2 hours at :00"),
+            ("30 2,14 * * *", "At 02:30 and 14:30 every day"),
+            ("0 9 * * 1-5", "At 09:00 on Monday through Friday"),
+            ("*/5 9-17 * * MON-FRI", "Every 5 minutes during hours 9 through 17 on Monday through Friday"),
+            ("0 0 LW * *", "At 00:00 on the last weekday of the month"),
+            ("0 0 L * *", "At 00:00 on the last day of the month"),
+            ("0 0 15W * *", "At 00:00 on the weekday nearest day 15 of the month"),
+            ("0 0 * * 5#2", "At 00:00 on the second Friday of the month"),
+            ("0 0 * * 5L", "At 00:00 on the last Friday of the month"),
+            ("0 0 1,15 * 1", "At 00:00 on days 1 and 15 of the month or on Monday"),
+            ("0 0 * * 7", "At 00:00 on Sunday"),
+            ("0 0 1 1,7 *", "At 00:00 on day 1 of the month in January and July"),
+            ("*/20 * * * * *", "Every 20 seconds"),
+            ("5 30 2 * * *", "At 02:30:05 every day"),
+            ("0 0 12 1 1 * 2030", "At 12:00 on day 1 of the month in January in 2030"),
+        ];
+        for (expr, want) in cases {
+            assert_eq!(Schedule::parse(expr, "UTC").unwrap().describe(), want, "{expr}");
+        }
+    }
+
+    #[test]
+    fn dst_rule_for_lists_ranges_and_wildcards_in_many_zones() {
+        let cases: &[(&str, &str, &str, &[&str])] = &[
+            // New York, 2026-03-08 02:00 -> 03:00: fixed times in the gap run at 03:00.
+            (
+                "30 2,14 * * *",
+                "America/New_York",
+                "2026-03-07T20:00:00-05:00",
+                &["2026-03-08T03:00:00.000-04:00", "2026-03-08T14:30:00.000-04:00", "2026-03-09T02:30:00.000-04:00"],
+            ),
+            (
+                "30 2 * * *",
+                "America/New_York",
+                "2026-03-07T20:00:00-05:00",
+                &["2026-03-08T03:00:00.000-04:00", "2026-03-09T02:30:00.000-04:00"],
+            ),
+            (
+                "0,30 2 * * *",
+                "America/New_York",
+                "2026-03-07T20:00:00-05:00",
+                &["2026-03-08T03:00:00.000-04:00", "2026-03-09T02:00:00.000-04:00"],
+            ),
+            // Wildcards follow elapsed time: nothing in the gap.
+            (
+                "30 * * * *",
+                "America/New_York",
+                "2026-03-08T01:00:00-05:00",
+                &["2026-03-08T01:30:00.000-05:00", "2026-03-08T03:30:00.000-04:00"],
+            ),
+            // New York, 2026-11-01 02:00 -> 01:00: fixed times once, wildcards twice.
+            (
+                "0,30 1 * * *",
+                "America/New_York",
+                "2026-10-31T20:00:00-04:00",
+                &["2026-11-01T01:00:00.000-04:00", "2026-11-01T01:30:00.000-04:00", "2026-11-02T01:00:00.000-05:00"],
+            ),
+            (
+                "30 1,13 * * *",
+                "America/New_York",
+                "2026-10-31T20:00:00-04:00",
+                &["2026-11-01T01:30:00.000-04:00", "2026-11-01T13:30:00.000-05:00", "2026-11-02T01:30:00.000-05:00"],
+            ),
+            (
+                "0 1-3 * * *",
+                "America/New_York",
+                "2026-10-31T20:00:00-04:00",
+                &["2026-11-01T01:00:00.000-04:00", "2026-11-01T02:00:00.000-05:00", "2026-11-01T03:00:00.000-05:00"],
+            ),
+            (
+                "*/30 * * * *",
+                "America/New_York",
+                "2026-11-01T00:45:00-04:00",
+                &[
+                    "2026-11-01T01:00:00.000-04:00",
+                    "2026-11-01T01:30:00.000-04:00",
+                    "2026-11-01T01:00:00.000-05:00",
+                    "2026-11-01T01:30:00.000-05:00",
+                    "2026-11-01T02:00:00.000-05:00",
+                ],
+            ),
+            // From inside the first pass, a wildcard job still has the second pass ahead.
+            (
+                "0 * * * *",
+                "America/New_York",
+                "2026-11-01T01:00:00-04:00",
+                &["2026-11-01T01:00:00.000-05:00", "2026-11-01T02:00:00.000-05:00"],
+            ),
+            ("0 1 * * *", "America/New_York", "2026-11-01T01:00:00-04:00", &["2026-11-02T01:00:00.000-05:00"]),
+            // Berlin, 2026-03-29 02:00 -> 03:00 and 2026-10-25 03:00 -> 02:00.
+            (
+                "15 2,14 * * *",
+                "Europe/Berlin",
+                "2026-03-28T20:00:00+01:00",
+                &["2026-03-29T03:00:00.000+02:00", "2026-03-29T14:15:00.000+02:00"],
+            ),
+            (
+                "0,30 2 * * *",
+                "Europe/Berlin",
+                "2026-10-24T20:00:00+02:00",
+                &["2026-10-25T02:00:00.000+02:00", "2026-10-25T02:30:00.000+02:00", "2026-10-26T02:00:00.000+01:00"],
+            ),
+            // Sydney, 2026-10-04 02:00 -> 03:00 and 2026-04-05 03:00 -> 02:00.
+            (
+                "30 2,3 * * *",
+                "Australia/Sydney",
+                "2026-10-03T20:00:00+10:00",
+                &["2026-10-04T03:00:00.000+11:00", "2026-10-04T03:30:00.000+11:00", "2026-10-05T02:30:00.000+11:00"],
+            ),
+            (
+                "0 2-3 * * *",
+                "Australia/Sydney",
+                "2026-04-04T20:00:00+11:00",
+                &["2026-04-05T02:00:00.000+11:00", "2026-04-05T03:00:00.000+10:00"],
+            ),
+            // Lord Howe shifts by 30 minutes: 02:00 -> 02:30 on 2026-10-04, 02:00 -> 01:30 on 2026-04-05.
+            (
+                "15 2,14 * * *",
+                "Australia/Lord_Howe",
+                "2026-10-03T20:00:00+10:30",
+                &["2026-10-04T02:30:00.000+11:00", "2026-10-04T14:15:00.000+11:00"],
+            ),
+            (
+                "45 1,13 * * *",
+                "Australia/Lord_Howe",
+                "2026-04-04T20:00:00+11:00",
+                &["2026-04-05T01:45:00.000+11:00", "2026-04-05T13:45:00.000+10:30"],
+            ),
+            (
+                "*/15 * * * *",
+                "Australia/Lord_Howe",
+                "2026-04-05T01:40:00+11:00",
+                &[
+                    "2026-04-05T01:45:00.000+11:00",
+                    "2026-04-05T01:30:00.000+10:30",
+                    "2026-04-05T01:45:00.000+10:30",
+                    "2026-04-05T02:00:00.000+10:30",
+                ],
+            ),
+            // Santiago changes at midnight: 2026-09-06 00:00 -> 01:00, 2026-04-05 00:00 -> 2026-04-04 23:00.
+            (
+                "0 0,12 * * *",
+                "America/Santiago",
+                "2026-09-05T20:00:00-04:00",
+                &["2026-09-06T01:00:00.000-03:00", "2026-09-06T12:00:00.000-03:00", "2026-09-07T00:00:00.000-03:00"],
+            ),
+            (
+                "0 0 * * *",
+                "America/Santiago",
+                "2026-09-05T20:00:00-04:00",
+                &["2026-09-06T01:00:00.000-03:00", "2026-09-07T00:00:00.000-03:00"],
+            ),
+            (
+                "0 */24 * * *",
+                "America/Santiago",
+                "2026-09-05T20:00:00-04:00",
+                &["2026-09-06T01:00:00.000-03:00", "2026-09-07T00:00:00.000-03:00"],
+            ),
+            (
+                "30 23 * * *",
+                "America/Santiago",
+                "2026-04-04T20:00:00-03:00",
+                &["2026-04-04T23:30:00.000-03:00", "2026-04-05T23:30:00.000-04:00"],
+            ),
+            (
+                "30 * * * *",
+                "America/Santiago",
+                "2026-04-04T23:00:00-03:00",
+                &["2026-04-04T23:30:00.000-03:00", "2026-04-04T23:30:00.000-04:00", "2026-04-05T00:30:00.000-04:00"],
+            ),
+            // Dublin (tzdb's negative DST): 01:00 -> 02:00 on 2026-03-29, 02:00 -> 01:00 on 2026-10-25.
+            (
+                "30 1,13 * * *",
+                "Europe/Dublin",
+                "2026-03-28T20:00:00+00:00",
+                &["2026-03-29T02:00:00.000+01:00", "2026-03-29T13:30:00.000+01:00"],
+            ),
+            (
+                "30 1 * * *",
+                "Europe/Dublin",
+                "2026-10-24T20:00:00+01:00",
+                &["2026-10-25T01:30:00.000+01:00", "2026-10-26T01:30:00.000+00:00"],
+            ),
+            // Kolkata has no DST.
+            (
+                "30 2,14 * * *",
+                "Asia/Kolkata",
+                "2026-03-07T20:00:00+05:30",
+                &["2026-03-08T02:30:00.000+05:30", "2026-03-08T14:30:00.000+05:30"],
+            ),
+        ];
+        for (expr, tz, from, want) in cases {
+            assert_eq!(next_n(expr, tz, from, want.len()), *want, "{expr} in {tz} from {from}");
+        }
+    }
+
+    #[test]
+    fn calendar_features_keep_working() {
+        let cases: &[(&str, &str, &[&str])] = &[
+            ("0 0 L * *", "2026-02-01T00:00:00Z", &["2026-02-28T00:00:00.000+00:00", "2026-03-31T00:00:00.000+00:00"]),
+            // May 2026 ends on a Sunday; 15 August 2026 is a Saturday, 1 August too.
+            ("0 0 LW 5 *", "2026-01-01T00:00:00Z", &["2026-05-29T00:00:00.000+00:00"]),
+            ("0 0 15W 8 *", "2026-01-01T00:00:00Z", &["2026-08-14T00:00:00.000+00:00"]),
+            ("0 0 1W 8 *", "2026-01-01T00:00:00Z", &["2026-08-03T00:00:00.000+00:00"]),
+            ("0 0 * 3 5#2", "2026-01-01T00:00:00Z", &["2026-03-13T00:00:00.000+00:00"]),
+            ("0 0 * 2 6L", "2026-01-01T00:00:00Z", &["2026-02-28T00:00:00.000+00:00"]),
+            // Both day fields restricted: either matches (13 March 2026 is a Friday).
+            (
+                "0 0 13 3 5",
+                "2026-03-01T00:00:00Z",
+                &["2026-03-06T00:00:00.000+00:00", "2026-03-13T00:00:00.000+00:00", "2026-03-20T00:00:00.000+00:00"],
+            ),
+            ("0 0 10 3 5", "2026-03-07T00:00:00Z", &["2026-03-10T00:00:00.000+00:00", "2026-03-13T00:00:00.000+00:00"]),
+            // 7 is Sunday, alone and at the end of a range.
+            ("0 0 * * 7", "2026-01-01T00:00:00Z", &["2026-01-04T00:00:00.000+00:00"]),
+            (
+                "0 0 * * 6-7",
+                "2026-01-01T00:00:00Z",
+                &["2026-01-03T00:00:00.000+00:00", "2026-01-04T00:00:00.000+00:00"],
+            ),
+            ("0 0 * * SUN", "2026-01-01T00:00:00Z", &["2026-01-04T00:00:00.000+00:00"]),
+            (
+                "0 0 1 */5 *",
+                "2026-01-01T00:00:00Z",
+                &["2026-06-01T00:00:00.000+00:00", "2026-11-01T00:00:00.000+00:00"],
+            ),
+        ];
+        for (expr, from, want) in cases {
+            assert_eq!(next_n(expr, "UTC", from, want.len()), *want, "{expr} from {from}");
+        }
+        // @every is epoch-anchored in every zone, DST or not.
+        let s = Schedule::parse("@every 1h", "America/New_York").unwrap();
+        assert_eq!(s.upcoming(ms("2026-11-01T05:30:00Z"), 2), [ms("2026-11-01T06:00:00Z"), ms("2026-11-01T07:00:00Z")]);
     }
 
     /// Property tests: any input is safe to parse and evaluate, and generated valid schedules

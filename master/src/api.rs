@@ -20,9 +20,9 @@ use etcron_common::job::{validate_name, JobSpec};
 use etcron_common::keys::{ExecutionId, Key, Keys, KillTarget};
 use etcron_common::model::{JobState, KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
 use etcron_common::model::{Status, TriggerKind};
-use etcron_common::schedule::{format_in, Schedule, ScheduleError};
+use etcron_common::schedule::{format_in, Schedule, ScheduleError, MAX_AT_MS};
 use etcron_common::store::{Cursor, MongoStore, Search, StoreError, DEFAULT_LIMIT, MAX_LIMIT};
-use etcron_common::{now_ms, rfc3339_ms};
+use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -326,6 +326,19 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
     })
 }
 
+/// An enabled job must have a fire time ahead: a past `@at` or a year field wholly in the past
+/// is refused. (A disabled one may keep its spent schedule: workers disable an `@at` job after
+/// its run, and such a job may be saved back as exported.)
+fn fires_again(spec: &JobSpec) -> ApiResult<()> {
+    if !spec.enabled {
+        return Ok(());
+    }
+    spec.parsed_schedule()
+        .and_then(|s| s.fires_after(now_ms()))
+        .map(drop)
+        .map_err(|e| ApiError::bad_request(Some("schedule".to_owned()), e.to_string()))
+}
+
 async fn put_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
@@ -337,6 +350,7 @@ async fn put_job(
     let create_only = if_none_match(&headers)?;
     let body = body_bytes(body)?;
     let mut spec = JobSpec::from_json(&body)?;
+    fires_again(&spec)?;
     let mut expected = expected;
     if spec.withholds_secrets() {
         // `null` secrets keep the stored values: fill them from the job as read, and save only
@@ -772,6 +786,7 @@ struct PreviewQuery {
     schedule: Option<String>,
     timezone: Option<String>,
     count: Option<String>,
+    after: Option<String>,
 }
 
 async fn preview(
@@ -790,15 +805,39 @@ async fn preview(
             )
         })?,
     };
+    let after = match q.after {
+        None => now_ms(),
+        Some(a) => preview_after(&a)?,
+    };
     let parsed = Schedule::parse(&schedule, &timezone).map_err(|e| match e {
         ScheduleError::Timezone(_) => ApiError::bad_request(Some("timezone".to_owned()), e.to_string()),
         ScheduleError::Expression(_) => ApiError::bad_request(Some("schedule".to_owned()), e.to_string()),
     })?;
-    let next_ms = parsed.upcoming(now_ms(), count);
+    parsed.fires_after(after).map_err(|e| ApiError::bad_request(Some("schedule".to_owned()), e.to_string()))?;
+    let next_ms = parsed.upcoming(after, count);
     let next: Vec<String> = next_ms.iter().map(|t| format_in(parsed.timezone(), *t)).collect();
     Ok(Json(
         json!({ "schedule": schedule, "timezone": timezone, "description": parsed.describe(), "next": next, "next_ms": next_ms }),
     ))
+}
+
+/// The `after` of a preview: an RFC 3339 instant from the Unix epoch to the latest `@at`.
+fn preview_after(text: &str) -> ApiResult<UnixMs> {
+    let invalid = |why: String| {
+        ApiError::bad_request(
+            Some("after".to_owned()),
+            format!(
+                "after must be an RFC 3339 instant from 1970-01-01T00:00:00Z to {}, such as 2026-03-08T00:00:00Z ({why})",
+                rfc3339_ms(MAX_AT_MS)
+            ),
+        )
+    };
+    let at = chrono::DateTime::parse_from_rfc3339(text.trim()).map_err(|e| invalid(e.to_string()))?;
+    let ms = at.timestamp_millis();
+    if !(0..=MAX_AT_MS).contains(&ms) {
+        return Err(invalid(format!("{text} is out of range")));
+    }
+    Ok(ms)
 }
 
 async fn healthz() -> Json<Value> {

@@ -119,7 +119,7 @@ async fn preview_and_unknown_routes() {
         call(Request::get("/api/schedule/preview?schedule=%40every%2090s&count=2").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["next"].as_array().unwrap().len(), 2);
-    assert_eq!(body["description"], "Every 1m 30s");
+    assert_eq!(body["description"], "Every 90 seconds");
     let (status, body) =
         call(Request::get("/api/schedule/preview?schedule=%40every%2090s&count=1000").body(Body::empty()).unwrap())
             .await;

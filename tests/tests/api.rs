@@ -164,6 +164,39 @@ async fn bad_input_gets_400_naming_the_field() -> anyhow::Result<()> {
         let (status, err) = c.call(Method::GET, &format!("/api/schedule/preview?{query}"), None).await?;
         assert_eq!((status, err["error"]["field"].as_str()), (400, Some(field)), "{query}");
     }
+
+    // Preview from a chosen instant: New York's spring-forward day, where 02:30 runs at 03:00.
+    let preview = c
+        .get("/api/schedule/preview?schedule=30%202,14%20*%20*%20*&timezone=America/New_York&count=2&after=2026-03-07T20:00:00-05:00")
+        .await?;
+    assert_eq!(preview["next"], json!(["2026-03-08T03:00:00.000-04:00", "2026-03-08T14:30:00.000-04:00"]));
+    assert_eq!(preview["description"], "At 02:30 and 14:30 every day");
+    // A bad `after`, and schedules that never fire (at all, or after `after`) say so.
+    for (query, field, says) in [
+        ("schedule=@daily&after=yesterday", "after", "after must be an RFC 3339 instant"),
+        ("schedule=@daily&after=1969-12-31T23:59:59Z", "after", "out of range"),
+        ("schedule=0%200%2030%202%20*", "schedule", "never fires: no date matches"),
+        ("schedule=@at%202020-01-01T00:00:00Z", "schedule", "never fires after"),
+        ("schedule=0%200%200%201%201%20*%202027&after=2027-06-01T00:00:00Z", "schedule", "never fires after"),
+        ("schedule=0%200%20*%20MON%20*", "schedule", "month: MON is a day name"),
+        ("schedule=61%20*%20*%20*%20*", "schedule", "minute: 61 is out of range 0-59"),
+    ] {
+        let (status, err) = c.call(Method::GET, &format!("/api/schedule/preview?{query}"), None).await?;
+        assert_eq!((status, err["error"]["field"].as_str()), (400, Some(field)), "{query}: {err}");
+        assert!(err["error"]["message"].as_str().is_some_and(|m| m.contains(says)), "{query}: {err}");
+    }
+    // Saving: an enabled job that can never fire again is refused; a disabled spent one is kept.
+    let spent = json!({"schedule": "@at 2020-01-01T00:00:00Z", "task": {"kind": "shell", "command": "true"}});
+    let (status, err) = c.call(Method::PUT, "/api/jobs/spent", Some(spent.clone())).await?;
+    assert_eq!((status, err["error"]["field"].as_str()), (400, Some("schedule")), "{err}");
+    assert!(err["error"]["message"].as_str().is_some_and(|m| m.contains("never fires after")), "{err}");
+    let past_year = json!({"schedule": "0 0 0 1 1 * 2020", "task": {"kind": "shell", "command": "true"}});
+    let (status, err) = c.call(Method::PUT, "/api/jobs/spent", Some(past_year)).await?;
+    assert_eq!((status, err["error"]["field"].as_str()), (400, Some("schedule")), "{err}");
+    let mut disabled = spent;
+    disabled["enabled"] = json!(false);
+    let (status, body) = c.call(Method::PUT, "/api/jobs/spent", Some(disabled)).await?;
+    assert!(status == 200 || status == 201, "{status} {body}");
     let (status, _) = c.call(Method::GET, "/api/nope", None).await?;
     assert_eq!(status, 404);
     Ok(())

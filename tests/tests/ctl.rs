@@ -263,6 +263,16 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     let out = ctl(&c, &["schedule", "preview", "61 * * * *"]).await;
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.starts_with("etcronctl: schedule \"61 * * * *\": invalid (400): schedule: "), "{}", out.stderr);
+    // From a chosen instant: New York's spring-forward day, where 02:30 runs at 03:00.
+    let args = ["--timezone", "America/New_York", "--count", "2", "--after", "2026-03-07T20:00:00-05:00"];
+    let out = ctl(&c, &[&["schedule", "preview", "30 2,14 * * *"][..], &args].concat()).await.ok();
+    assert_eq!(
+        out.stdout,
+        "At 02:30 and 14:30 every day (America/New_York)\n2026-03-08T03:00:00.000-04:00\n2026-03-08T14:30:00.000-04:00\n"
+    );
+    let out = ctl(&c, &["schedule", "preview", "@daily", "--after", "soon"]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("invalid (400): after: after must be an RFC 3339 instant"), "{}", out.stderr);
 
     // completions, a usage error, and an unreachable master.
     let out = ctl(&c, &["completions", "bash"]).await.ok();

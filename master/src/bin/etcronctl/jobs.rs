@@ -249,19 +249,23 @@ pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn preview(
-    client: &Client,
-    schedule: &str,
-    timezone: Option<String>,
-    count: Option<u32>,
-    json: bool,
-) -> anyhow::Result<()> {
+/// What `schedule preview` asks for besides the schedule.
+pub struct PreviewOptions {
+    pub timezone: Option<String>,
+    pub count: Option<u32>,
+    /// An RFC 3339 instant; the master checks it and names `after` when it is not one.
+    pub after: Option<String>,
+}
+
+pub async fn preview(client: &Client, schedule: &str, options: PreviewOptions, json: bool) -> anyhow::Result<()> {
+    let PreviewOptions { timezone, count, after } = options;
     let path = format!(
         "/api/schedule/preview{}",
         query(&[
             ("schedule", Some(schedule.to_owned())),
             ("timezone", timezone),
-            ("count", count.map(|c| c.to_string()))
+            ("count", count.map(|c| c.to_string())),
+            ("after", after),
         ])
     );
     let v = client.get(&path).await.with_context(|| format!("schedule {schedule:?}"))?;

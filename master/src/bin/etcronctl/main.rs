@@ -207,6 +207,9 @@ enum ScheduleCommand {
         /// How many fire times (1..100; 10 by default).
         #[arg(long)]
         count: Option<u32>,
+        /// Fire times after this RFC 3339 instant (now by default), e.g. 2026-03-08T00:00:00Z.
+        #[arg(long)]
+        after: Option<String>,
     },
 }
 
@@ -284,8 +287,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ExecutionsCommand::Get { id, follow: false } => executions::get(&client, &id, json).await,
         },
         Command::Workers(WorkersCommand::Ls) => jobs::workers(&client, json).await,
-        Command::Schedule(ScheduleCommand::Preview { schedule, timezone, count }) => {
-            jobs::preview(&client, &schedule, timezone, count, json).await
+        Command::Schedule(ScheduleCommand::Preview { schedule, timezone, count, after }) => {
+            jobs::preview(&client, &schedule, jobs::PreviewOptions { timezone, count, after }, json).await
         }
         Command::Export { file, format } => jobs::export(&client, file.as_deref(), format, json).await,
         Command::Import { files, prune, dry_run } => {
