@@ -180,3 +180,13 @@ async fn the_overview_asks_for_the_token_and_banners_say_which_store_is_down() -
     screenshots(&c.logs, &["banner-mongodb-jobs.png", "banner-mongodb-executions.png", "banner-etcd.png"]);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_page_on_another_origin_cannot_change_a_job() -> anyhow::Result<()> {
+    let c = Cluster::start("ui-cross-origin", 0).await?;
+    c.put_job("target", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true"}})).await?;
+    browser("crossorigin.mjs", &c.master.url, &c.logs)?;
+    let job = c.get("/api/jobs/target").await?;
+    assert_ne!(job["spec"]["enabled"], false, "still enabled: {job}");
+    Ok(())
+}
