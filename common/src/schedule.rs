@@ -535,7 +535,8 @@ mod tests {
     }
 
     #[test]
-    fn next_after_is_fast() {
+    fn next_after_moves_forward_from_every_hour_of_two_years() {
+        // (How fast it is, is for `etcron-bench`: tests do not time.)
         let cases = [
             ("*/15 * * * * *", "America/New_York"),
             ("30 2,14 * * *", "America/New_York"),
@@ -545,15 +546,12 @@ mod tests {
         ];
         for (expr, tz) in cases {
             let s = Schedule::parse(expr, tz).unwrap();
-            let started = std::time::Instant::now();
             // Two years of hourly starting points, across both DST changes.
             let mut t = ms("2026-01-01T00:00:00Z");
             for _ in 0..(2 * 365 * 24) {
-                assert!(s.next_after(t).is_some_and(|n| n > t));
+                assert!(s.next_after(t).is_some_and(|n| n > t), "{expr} in {tz} after {t}");
                 t += 3_600_000;
             }
-            let took = started.elapsed();
-            assert!(took < Duration::from_secs(2), "{expr} in {tz}: 17 520 evaluations took {took:?}");
         }
     }
 
