@@ -49,6 +49,9 @@ pub struct Context {
     pub notifier: crate::notifier::Notifier,
     /// Output of the running shell tasks, followable while they run.
     pub live: Arc<crate::live_output::LiveOutputs>,
+    /// The worker's variables that `task_env_passthrough` names, read once at start: the base of
+    /// every shell task's environment.
+    pub task_env: std::collections::BTreeMap<String, String>,
     /// Where masters reach the live output, and the token they present; advertised in the
     /// worker's registration.
     pub output_endpoint: Option<OutputEndpoint>,
@@ -1043,7 +1046,7 @@ async fn execute(
     match &fire.spec.task {
         Task::Shell(shell) => {
             // Only the configured names of the worker's environment, then the job's own.
-            let mut env = executor::inherited_env(&ctx.config.task_env_passthrough);
+            let mut env = ctx.task_env.clone();
             env.extend(shell.env.iter().map(|(k, v)| (k.clone(), v.clone())));
             env.extend(shell.secret_env.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))));
             env.insert("ETCRON_JOB".into(), id.job.clone());

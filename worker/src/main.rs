@@ -82,6 +82,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         notifier,
         config: config.clone(),
         live,
+        task_env: etcron_worker::executor::inherited_env(&config.task_env_passthrough),
         output_endpoint: Some(etcron_worker::execution::OutputEndpoint { url: output_url, token: output_token }),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
