@@ -227,7 +227,7 @@ async fn half_sent_requests_cannot_hold_the_masters_connections() -> anyhow::Res
             }
             !closed
         });
-        std::thread::sleep(Duration::from_millis(50));
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(open.is_empty(), "{} half-sent requests still open after 30 s", open.len());
     let quickly = closed_at.iter().filter(|d| **d < Duration::from_secs(2)).count();
