@@ -104,6 +104,16 @@ pub static ETCD: LazyLock<EtcdMetrics> = LazyLock::new(|| EtcdMetrics {
     ),
 });
 
+/// Connections an HTTP server closed as soon as it accepted them (`common::serve`), by reason:
+/// `full` (the server's cap), `per_peer` (one address's cap).
+pub static HTTP_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "etcron_http_connections_refused_total",
+        "Connections closed at once on accept, by reason (full, per_peer).",
+        &["reason"],
+    )
+});
+
 /// Registers the process collector (CPU seconds, resident memory, open files, start time) and
 /// `etcron_build_info{component,version}`, and creates the shared metrics so they are listed
 /// from the first scrape. Call once at start.
@@ -119,6 +129,7 @@ pub fn init(component: &str) {
         gauge_vec("etcron_build_info", "Component and version of this process (always 1).", &["component", "version"]);
     info.with_label_values(&[component, crate::VERSION]).set(1);
     LazyLock::force(&ETCD);
+    LazyLock::force(&HTTP_REFUSED);
 }
 
 /// The default registry in Prometheus' text format (version 0.0.4).

@@ -91,12 +91,14 @@ impl Peers {
     }
 }
 
-/// Says at most once a minute that connections are being closed at once (a flood must not
-/// flood the log too).
+/// Counts every connection closed at once, and says so in the log at most once a minute (a
+/// flood must not flood the log too).
 struct Refusals(tokio::time::Instant);
 
 impl Refusals {
-    fn note(&mut self, peer: SocketAddr, why: &str) {
+    /// Counts the refusal (`etcron_http_connections_refused_total{reason}`) and logs it.
+    fn note(&mut self, peer: SocketAddr, reason: &str, why: &str) {
+        crate::metrics::HTTP_REFUSED.with_label_values(&[reason]).inc();
         if self.0.elapsed() >= Duration::from_secs(60) {
             self.0 = tokio::time::Instant::now();
             tracing::warn!(%peer, why, "connection closed at once (said at most once a minute)");
@@ -136,11 +138,11 @@ pub async fn serve(
             },
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refusals.note(peer, "the server holds the most connections it may");
+            refusals.note(peer, "full", "the server holds the most connections it may");
             continue;
         };
         if !peers.enter(peer.ip(), limits.per_peer) {
-            refusals.note(peer, "this address holds the most connections one address may");
+            refusals.note(peer, "per_peer", "this address holds the most connections one address may");
             continue;
         }
         let service =

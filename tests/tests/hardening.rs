@@ -233,6 +233,10 @@ async fn half_sent_requests_cannot_hold_the_masters_connections() -> anyhow::Res
     let quickly = closed_at.iter().filter(|d| **d < Duration::from_secs(2)).count();
     assert!(quickly >= 300 - 128, "at most 128 connections are held for one address: {quickly} closed at once");
     assert!(closed_at.iter().all(|d| *d < Duration::from_secs(25)), "every half-sent request is cut off");
+    // Each connection closed at once is counted.
+    let metrics = etcron_tests::scrape(&format!("{}/metrics", c.master.url), None).await?;
+    let refused = metrics.value("etcron_http_connections_refused_total", &[("reason", "per_peer")]);
+    assert!(refused >= (300 - 128) as f64, "{refused} refusals counted");
     Ok(())
 }
 
