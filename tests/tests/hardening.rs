@@ -46,6 +46,7 @@ async fn refusals_are_limited_bounded_and_say_what_was_attempted() -> anyhow::Re
     let long = format!("/api/jobs/{}", "n".repeat(60_000));
     let client = reqwest::Client::new();
     let (mut refused, mut throttled) = (0, 0);
+    let flood_started = Instant::now();
     for _ in 0..40 {
         let resp = client
             .put(format!("{}{long}", c.master.url))
@@ -60,7 +61,9 @@ async fn refusals_are_limited_bounded_and_say_what_was_attempted() -> anyhow::Re
             other => panic!("unexpected {other}"),
         }
     }
-    assert!(refused <= 12 && throttled >= 28, "refused {refused}, throttled {throttled}");
+    // The burst of 10, plus what the budget (1 a second) refilled while the flood lasted.
+    let refilled = usize::try_from(flood_started.elapsed().as_secs()).unwrap() + 1;
+    assert!(refused <= 10 + refilled && throttled >= 30 - refilled, "refused {refused}, throttled {throttled}");
     let entries = wait_for(Duration::from_secs(30), "the refusals in the audit log", || async {
         let v = c.call(Method::GET, "/api/audit?actor=dash", None).await.ok()?.1;
         let e = v["entries"].as_array()?.clone();
@@ -159,11 +162,16 @@ async fn refusals_are_limited_bounded_and_say_what_was_attempted() -> anyhow::Re
     // Wrong tokens: each is logged with its address, and after a budget the address is told to
     // wait, whatever it sends, until the budget refills.
     let mut statuses = Vec::new();
+    let guessing_started = Instant::now();
     for i in 0..30 {
         statuses.push(send(&c, &format!("wrong-token-{i:020}"), Method::GET, "/api/jobs", &[]).await.0);
     }
+    // 20 at once, then one a second: past the budget, only refills get a 401.
+    let refilled = usize::try_from(guessing_started.elapsed().as_secs()).unwrap() + 1;
     assert!(statuses[..20].iter().all(|s| *s == 401), "{statuses:?}");
-    assert!(statuses[20..].iter().all(|s| *s == 429), "{statuses:?}");
+    let late_401 = statuses[20..].iter().filter(|s| **s == 401).count();
+    assert!(statuses[20..].iter().all(|s| *s == 401 || *s == 429), "{statuses:?}");
+    assert!(late_401 <= refilled && late_401 < 10, "{statuses:?}");
     assert!(c.master.proc.log_text().matches("authentication failed").count() >= 20);
     wait_for(Duration::from_secs(10), "the address to be let in again", || async {
         (send(&c, ADMIN, Method::GET, "/api/jobs", &[]).await.0 == 200).then_some(())
