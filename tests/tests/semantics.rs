@@ -25,6 +25,18 @@ async fn record(c: &Cluster, id: &str) -> Value {
     c.get(&format!("/api/executions/{}", urlencode(id))).await.unwrap()
 }
 
+/// The record once it shows `status`: the sink writes records asynchronously, so a record can land
+/// after something it caused (a failover rerun) is already visible.
+async fn record_when(c: &Cluster, id: &str, status: &str) -> Value {
+    let what = format!("{id} recorded {status}");
+    wait_for(Duration::from_secs(30), &what, || async {
+        let r = c.get(&format!("/api/executions/{}", urlencode(id))).await.ok()?;
+        (r["status"] == status).then_some(r)
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn retries_back_off_exponentially_and_each_attempt_is_its_own_claim_and_record() -> anyhow::Result<()> {
     let c = Cluster::start("sem-retries", 2).await?;
@@ -235,8 +247,7 @@ async fn worker_loss_reruns_on_another_worker_or_marks_lost() -> anyhow::Result<
     assert_eq!(rerun["worker_id"], "w2");
     assert_eq!(rerun["trigger"], "failover");
     assert_eq!(rerun["attempt"], 2);
-    let lost_a = record(&c, &a).await;
-    assert_eq!(lost_a["status"], "lost");
+    let lost_a = record_when(&c, &a, "lost").await;
     assert!(lost_a["reason"].as_str().unwrap().contains("rerun"), "{lost_a}");
     assert_eq!(record(&c, &rerun_id).await["parent"], a.as_str());
     let fired = read_fired(&file);
@@ -245,8 +256,7 @@ async fn worker_loss_reruns_on_another_worker_or_marks_lost() -> anyhow::Result<
     assert!(tokens[&2] > tokens[&1], "the rerun's fencing token is higher: {tokens:?}");
     eprintln!("failover rerun started {} ms after the SIGKILL", ms(&rerun["started_at"]) - t0);
     // mark_lost: recorded lost, never rerun, and its on_failure dependency fires.
-    let lost_b = record(&c, &b).await;
-    assert_eq!(lost_b["status"], "lost");
+    record_when(&c, &b, "lost").await;
     let alarm = c.wait_executions("job=lost-alarm", "the on_failure run after the loss", |l| l.len() == 1).await?;
     assert_eq!(alarm[0]["trigger"], "dependency");
     let (status, _) =
