@@ -5,9 +5,10 @@
 //! on a retention lease, so a won execution can never be won again whatever happens to the
 //! winner's session; the running marker lives on the session lease and says the execution is
 //! still looked after. The claim's create revision (the marker's too: same transaction) is the
-//! execution's fencing token. The claim is closed by `create_revision(running) == token ->
-//! put(claim done), delete(running)`: a worker whose session ended cannot close the execution,
-//! which then belongs to the loss handling (`mark_lost`).
+//! execution's fencing token. The claim is closed by `mod_revision(claim) == token ->
+//! put(claim done), delete(running)`, by its winner (`complete`, also after the winner's
+//! session ended: a finished task's close may land late) or by the loss handling (`mark_lost`,
+//! a grace period after the session ended): the compare lets exactly one of them write.
 //! Concurrency locks, the job state and follow-up run requests ride in the same transactions,
 //! so each fire still costs two etcd writes.
 
@@ -218,28 +219,42 @@ pub async fn key_exists(client: &Client, key: &str, prefix: bool) -> Result<bool
 pub enum CompleteOutcome {
     /// The claim is now `done` under the retention lease.
     Closed,
-    /// The claim is no longer ours (lease lost, key gone or re-claimed): nothing was written.
+    /// Somebody else closed the claim (the loss handling recorded it `lost`), or it is gone
+    /// and so is the running marker: nothing was written.
     Fenced,
 }
 
-/// Marks a won claim done (fenced by `fencing_token`), deletes the running marker, releases the
-/// job's lock if this execution still holds it, and writes `extra` (follow-up run requests).
+/// Everything the close of a won claim writes.
+#[derive(Debug, Clone)]
+pub struct Close {
+    pub claim_key: String,
+    /// The claim's create revision: the fencing token.
+    pub fencing_token: i64,
+    /// The claim as closed (`done`, with the execution's status).
+    pub done_value: Vec<u8>,
+    pub running_key: String,
+    /// The job's lock and the value this execution wrote into it, when it took one.
+    pub lock: Option<(String, Vec<u8>)>,
+    /// Follow-up run requests (retry, dependents, catch-up, failover), written only by the
+    /// transaction that closes the claim.
+    pub extra: Vec<TxnOp>,
+}
+
+/// Marks a won claim done (fenced by the claim itself), deletes the running marker, releases the
+/// job's lock if this execution still holds it, and writes the follow-ups.
 ///
-/// Fenced by the running marker, which lives on the session lease: once the session ended, the
-/// execution is the loss handling's (`mark_lost`) and this writes nothing. Idempotent: a retry
-/// after an unknown outcome finds the claim holding exactly `done_value` and reports `Closed`
-/// without writing the follow-ups twice.
-#[allow(clippy::too_many_arguments)]
-pub async fn complete(
-    client: &Client,
-    claim_key: &str,
-    fencing_token: i64,
-    done_value: Vec<u8>,
-    running_key: &str,
-    lock: Option<(&str, Vec<u8>)>,
-    retention_lease: i64,
-    extra: Vec<TxnOp>,
-) -> Result<CompleteOutcome, String> {
+/// The fence is the claim as the winning transaction wrote it (`mod_revision == fencing_token`):
+/// nobody else has closed it, so this close may land even after the winner's session ended (a
+/// task that finished before the session was lost is then recorded as it ended, not rerun). The
+/// loss handling (`mark_lost`) uses the same compare, so exactly one of the two closes the
+/// claim. A claim gone after a run longer than its retention is closed only while the running
+/// marker from the winning transaction still lives. Idempotent: a retry after an unknown
+/// outcome finds the claim holding exactly `done_value` and reports `Closed` without writing
+/// the follow-ups twice.
+pub async fn complete(client: &Client, close: Close, retention_lease: i64) -> Result<CompleteOutcome, String> {
+    let Close { claim_key, fencing_token, done_value, running_key, lock, extra } = close;
+    let claim_key = claim_key.as_str();
+    let running_key = running_key.as_str();
     let mut then = vec![
         // A fresh retention lease: the done claim lives its full retention from now.
         TxnOp::put(claim_key, done_value.clone(), Some(PutOptions::new().with_lease(retention_lease))),
@@ -248,27 +263,48 @@ pub async fn complete(
     if let Some((key, value)) = lock {
         // Release the lock only if it is still ours: `replace` may have handed it on.
         then.push(TxnOp::txn(
-            Txn::new().when([Compare::value(key, CompareOp::Equal, value)]).and_then([TxnOp::delete(key, None)]),
+            Txn::new()
+                .when([Compare::value(key.as_str(), CompareOp::Equal, value)])
+                .and_then([TxnOp::delete(key.as_str(), None)]),
         ));
     }
     then.extend(extra);
-    // Still looked after by our session: the marker our winning txn created is there.
-    let txn = Txn::new()
-        .when([Compare::create_revision(running_key, CompareOp::Equal, fencing_token)])
-        .and_then(then)
+    let outlived = Txn::new()
+        .when([
+            Compare::create_revision(claim_key, CompareOp::Equal, 0),
+            Compare::create_revision(running_key, CompareOp::Equal, fencing_token),
+        ])
+        .and_then(then.clone())
         .or_else([TxnOp::get(claim_key, None)]);
+    let txn = Txn::new()
+        .when([Compare::mod_revision(claim_key, CompareOp::Equal, fencing_token)])
+        .and_then(then)
+        .or_else([TxnOp::txn(outlived)]);
     let mut kv = client.kv_client();
     match request("close", kv.txn(txn)).await {
         Ok(Ok(resp)) if resp.succeeded() => Ok(CompleteOutcome::Closed),
-        Ok(Ok(resp)) => {
-            let closed_before = resp.op_responses().into_iter().any(|r| match r {
-                TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.value() == done_value.as_slice()),
-                _ => false,
-            });
-            Ok(if closed_before { CompleteOutcome::Closed } else { CompleteOutcome::Fenced })
-        }
+        Ok(Ok(resp)) => Ok(close_outcome(resp.op_responses(), &done_value)),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("complete txn timed out".to_owned()),
+    }
+}
+
+/// The outcome of a close whose claim compare failed: the nested transaction for a claim past
+/// its retention succeeded, or the claim already holds exactly what this close writes (an
+/// earlier try committed), or somebody else closed it.
+fn close_outcome(responses: Vec<TxnOpResponse>, done_value: &[u8]) -> CompleteOutcome {
+    let Some(TxnOpResponse::Txn(inner)) = responses.into_iter().next() else { return CompleteOutcome::Fenced };
+    if inner.succeeded() {
+        return CompleteOutcome::Closed;
+    }
+    let closed_before = inner.op_responses().into_iter().any(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.value() == done_value),
+        _ => false,
+    });
+    if closed_before {
+        CompleteOutcome::Closed
+    } else {
+        CompleteOutcome::Fenced
     }
 }
 

@@ -324,3 +324,70 @@ async fn a_lone_worker_killed_and_restarted_within_its_ttl_accounts_for_everythi
     assert!(report.duplicates.is_empty(), "duplicates: {:?}", report.duplicates);
     Ok(())
 }
+
+/// A task that finished while its worker could not reach etcd, for longer than the session TTL:
+/// its close lands once etcd answers again, the run is recorded as it ended, and the loss
+/// handling does not rerun it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_that_finished_while_etcd_was_out_of_reach_is_closed_late_and_not_rerun() -> anyhow::Result<()> {
+    use etcron_tests::proxy::Proxy;
+    use etcron_tests::{Worker, WorkerOpts};
+    let mut c = Cluster::start("failover-close-late", 0).await?;
+    // The survivor's grace before it records a loss is its session TTL: longer than the test
+    // keeps the cut-off worker away, so only a missing close could make the run lost.
+    let mut survivor = WorkerOpts::new("survivor");
+    survivor.session_ttl = "60s".to_owned();
+    c.add_worker(survivor)?;
+    let proxy = Proxy::start(c.etcd.endpoint.clone()).await?;
+    let mut cut_off = WorkerOpts::new("cut-off");
+    cut_off.labels.insert("role".into(), "cut-off".into());
+    cut_off.mongodb = Some((c.mongo.uri.clone(), c.db.clone()));
+    c.workers.push(Worker::start(&proxy.endpoint, &c.namespace, &c.logs, cut_off)?);
+    c.wait_workers(2).await?;
+    let runs = c.path("runs.log");
+    let cmd = format!(
+        "echo \"start $ETCRON_ATTEMPT\" >> {f}; while [ ! -e {f}.go ]; do sleep 0.1; done; echo \"done $ETCRON_ATTEMPT\" >> {f}",
+        f = runs.display()
+    );
+    c.put_job(
+        "finishes-cut-off",
+        json!({"schedule": "@yearly", "selector": {"role": "cut-off"}, "on_worker_loss": "rerun",
+               "task": {"kind": "shell", "command": cmd}}),
+    )
+    .await?;
+    let (_, run) = c.call(reqwest::Method::POST, "/api/jobs/finishes-cut-off/run", None).await?;
+    let id = run["execution_id"].as_str().unwrap().to_owned();
+    let lines = || std::fs::read_to_string(&runs).unwrap_or_default();
+    wait_for(Duration::from_secs(20), "the task to start", || async { lines().contains("start 1").then_some(()) })
+        .await?;
+    // etcd out of reach (connections kept, nothing forwarded); the task finishes meanwhile, so
+    // its close cannot land before the session expires.
+    proxy.pause();
+    std::fs::write(format!("{}.go", runs.display()), "")?;
+    wait_for(Duration::from_secs(20), "the task to finish", || async { lines().contains("done 1").then_some(()) })
+        .await?;
+    wait_for(Duration::from_secs(30), "the cut-off worker's session to expire", || async {
+        let v = c.get("/api/workers").await.ok()?;
+        (v["workers"].as_array()?.len() == 1).then_some(())
+    })
+    .await?;
+    proxy.resume();
+    let path = format!("/api/executions/{}", id.replace('@', "%40").replace('#', "%23"));
+    let record = wait_for(Duration::from_secs(30), "the run's final record", || async {
+        let r = c.get(&path).await.ok()?;
+        (r["status"] != "running").then_some(r)
+    })
+    .await?;
+    assert_eq!(record["status"], "succeeded", "{record}");
+    // The loss handling ran for the expired session (on whichever worker ranks first for it)
+    // and found the claim closed by its worker.
+    wait_for(Duration::from_secs(90), "the loss handling to find the run closed", || async {
+        c.workers.iter().any(|w| w.proc.log_text().contains("closed already (by that worker")).then_some(())
+    })
+    .await?;
+    let rerun = format!("/api/executions/{}", id.replace("#1", "#2").replace('@', "%40").replace('#', "%23"));
+    let (status, _) = c.call(reqwest::Method::GET, &rerun, None).await?;
+    assert_eq!(status, 404, "no failover rerun of a run that finished");
+    assert_eq!(lines().matches("start").count(), 1, "{}", lines());
+    Ok(())
+}

@@ -40,6 +40,8 @@ pub struct Context {
     pub lease: watch::Receiver<Option<i64>>,
     pub retention: RetentionLeases,
     pub registry: Registry,
+    /// Closes of finished executions not yet taken by etcd: shutdown waits for them.
+    pub closing: Pending,
     pub capacity: Arc<Semaphore>,
     pub sink: LogSink,
     pub jobs: JobTable,
@@ -55,6 +57,40 @@ pub struct Context {
     /// Where masters reach the live output, and the token they present; advertised in the
     /// worker's registration.
     pub output_endpoint: Option<OutputEndpoint>,
+}
+
+/// A count of pieces of work in progress that shutdown waits for (`enter` until the guard drops).
+#[derive(Debug, Default)]
+pub struct Pending {
+    count: watch::Sender<usize>,
+}
+
+/// Ends one piece of pending work when dropped.
+pub struct PendingGuard<'a>(&'a Pending);
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.count.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl Pending {
+    pub fn enter(&self) -> PendingGuard<'_> {
+        self.count.send_modify(|n| *n += 1);
+        PendingGuard(self)
+    }
+
+    #[must_use]
+    pub fn count(&self) -> usize {
+        *self.count.borrow()
+    }
+
+    /// Waits until nothing is pending, at most `limit`; `false` when something still is.
+    pub async fn wait_empty(&self, limit: Duration) -> bool {
+        let mut rx = self.count.subscribe();
+        let empty = tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await.is_ok();
+        empty
+    }
 }
 
 /// The live output server as advertised to masters.
@@ -490,8 +526,15 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
     }
     let done = Claim { state: ClaimState::Done, status: Some(status), ..claim_value };
     let (follow, notes) = follow_ups(&ctx, &fire, status, fencing_token, finished_ms);
-    let lock = uses_lock.then(|| (lock_key.as_str(), lock_value.clone()));
-    let closed = close_claim(&ctx, &claim_key, fencing_token, &done, &running_key, lock, follow).await;
+    let close = claim::Close {
+        claim_key: claim_key.clone(),
+        fencing_token,
+        done_value: to_json(&done),
+        running_key: running_key.clone(),
+        lock: uses_lock.then(|| (lock_key.clone(), lock_value.clone())),
+        extra: follow,
+    };
+    let closed = close_claim(&ctx, close).await == Closed::Done;
     record.started_at = Some(rfc3339_ms(started_ms));
     record.finished_at = Some(rfc3339_ms(finished_ms));
     record.duration_ms = u64::try_from(finished_ms - started_ms).ok();
@@ -507,10 +550,10 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
             record.reason = Some(notes.join("; "));
         }
     } else {
-        // The claim went with the session: the tick belongs to whoever holds it now, so this
-        // run must not count as the tick's outcome.
+        // The loss handling closed the claim first: it recorded the run lost (and requested
+        // the failover rerun), so this run must not count as the tick's outcome.
         record.reason = Some(format!(
-            "this worker lost its claim (session lease) before the task ended; the task ended as {}",
+            "this worker lost its session and could not close the claim before the loss handling recorded the run lost; the task ended as {}",
             status.as_str()
         ));
         record.status = Status::Lost;
@@ -609,6 +652,14 @@ fn replace_running(ctx: &Arc<Context>, old: &ExecutionId, new: &ExecutionId) {
             Err(_) => tracing::error!(replaced = %old, "writing the kill for the replaced execution timed out"),
         }
     });
+}
+
+/// How long the loss handling leaves a departed worker to close its own claims: a session TTL,
+/// enough for a worker that was cut off to learn its session ended, reconnect and retry its
+/// pending closes (retried every `CLOSE_RETRY_MAX` at most).
+#[must_use]
+pub fn loss_grace(config: &Config) -> Duration {
+    config.session_ttl
 }
 
 /// Most failover reruns of one tick on top of its retries (a task that crashes every worker it
@@ -952,82 +1003,136 @@ async fn request_catchup_of(ctx: &Context, fire: &Fire, tick_ms: UnixMs) {
 /// Records `lost` for executions that ran on a worker whose session ended (its registration
 /// was deleted at `revision` by lease expiry), and requests their failover rerun when the job
 /// says `on_worker_loss: rerun`. Only the first-ranked survivor does it.
+///
+/// It first gives the departed worker a chance to close its own claims: a worker whose session
+/// ended while etcd was out of its reach (a stall, a partition) closes the claims of the tasks
+/// that finished as soon as etcd answers it again, and a run closed that way is not lost. A
+/// survivor waits `loss_grace`; a worker handling its own departure knows its pending closes
+/// and waits for them. What is still unclosed afterwards may not have finished: recorded lost.
 pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     if ctx.members.rank(&ctx.config.worker_id, &format!("lost/{departed}/{revision}")) != 0 {
         return;
     }
-    let mut kv = ctx.client.kv_client();
-    let opts = etcd_client::GetOptions::new().with_prefix().with_revision(revision - 1);
-    let resp = match etcron_common::etcd::request("list_running", kv.get(ctx.keys.running_prefix(), Some(opts))).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            tracing::error!(worker = %departed, error = %e, "cannot list what the departed worker was running; its executions are not recorded lost");
-            return;
-        }
-        Err(_) => {
-            tracing::error!(worker = %departed, "listing what the departed worker was running timed out");
-            return;
-        }
-    };
+    if departed == ctx.config.worker_id {
+        ctx.closing.wait_empty(CLOSE_FOR).await;
+    } else {
+        tokio::time::sleep(loss_grace(&ctx.config)).await;
+    }
+    let Some(resp) = list_running_at(&ctx, &departed, revision - 1).await else { return };
     for item in resp.kvs() {
         let Ok(running) = serde_json::from_slice::<RunningExecution>(item.value()) else { continue };
-        if running.worker_id != departed {
-            continue;
+        if running.worker_id == departed {
+            settle_lost(&ctx, &departed, revision, &running, item.create_revision()).await;
         }
-        let id = running.execution_id.clone();
-        let fencing_token = running.fencing_token.unwrap_or_else(|| item.create_revision());
-        let scheduled_ms = running.scheduled_ms.or(id.tick.scheduled_ms()).unwrap_or_else(now_ms);
-        let trigger = running.trigger.unwrap_or(match id.tick {
-            Tick::Scheduled(_) => TriggerKind::Schedule,
-            Tick::Manual(_) => TriggerKind::Manual,
-            Tick::Dependency(_) => TriggerKind::Dependency,
-        });
-        let lease = match ctx.retention.get().await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot record lost execution: retention lease unavailable");
+    }
+}
+
+/// Tries of an etcd step of the loss handling before it gives up (loudly).
+const LOSS_TRIES: u32 = 30;
+
+/// The running markers as of `revision`, retried while etcd fails (up to `LOSS_TRIES`).
+async fn list_running_at(ctx: &Context, departed: &str, revision: i64) -> Option<etcd_client::GetResponse> {
+    let opts = etcd_client::GetOptions::new().with_prefix().with_revision(revision);
+    for _ in 0..LOSS_TRIES {
+        let mut kv = ctx.client.kv_client();
+        let get = kv.get(ctx.keys.running_prefix(), Some(opts.clone()));
+        match etcron_common::etcd::request("list_running", get).await {
+            Ok(Ok(r)) => return Some(r),
+            Ok(Err(e)) if e.to_string().contains("compacted") => {
+                tracing::error!(worker = %departed, error = %e, "what the departed worker was running was compacted away; its executions are not recorded lost");
+                return None;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(worker = %departed, error = %e, "listing what the departed worker was running failed; retrying")
+            }
+            Err(_) => {
+                tracing::warn!(worker = %departed, "listing what the departed worker was running timed out; retrying")
+            }
+        }
+        tokio::time::sleep(CLOSE_RETRY_MAX).await;
+    }
+    tracing::error!(worker = %departed, "cannot list what the departed worker was running; its executions are not recorded lost");
+    None
+}
+
+/// Closes one execution of a departed worker as `lost` (with its failover rerun or
+/// `on_failure` requests), unless its worker or another survivor closed it first.
+async fn settle_lost(ctx: &Context, departed: &str, revision: i64, running: &RunningExecution, created: i64) {
+    let id = running.execution_id.clone();
+    let fencing_token = running.fencing_token.unwrap_or(created);
+    let scheduled_ms = running.scheduled_ms.or(id.tick.scheduled_ms()).unwrap_or_else(now_ms);
+    let claim = Claim {
+        worker_id: departed.to_owned(),
+        execution_id: id.clone(),
+        attempt: id.attempt,
+        state: ClaimState::Done,
+        status: Some(Status::Lost),
+    };
+    let spec = ctx.jobs.get(&id.job).map(|j| j.spec);
+    let mut reason = format!(
+        "worker {departed} lost its session (lease expired at revision {revision}) while running this execution"
+    );
+    let mut follow = Vec::new();
+    let now = now_ms();
+    if let Some(spec) = &spec {
+        let (ops, note) = after_loss(&ctx.keys, &id, spec, scheduled_ms, fencing_token, now);
+        follow = ops;
+        if let Some(note) = note {
+            reason.push_str(&format!("; {note}"));
+        }
+    }
+    // Close the execution's claim (still as its winner wrote it) as done/lost: recorded once,
+    // whichever survivors try, and never after its worker closed it. The rerun request rides
+    // in the same txn.
+    let claim_key = ctx.keys.claim(&id);
+    let mut won = false;
+    for _ in 0..LOSS_TRIES {
+        let outcome = match ctx.retention.get().await {
+            Ok(lease) => {
+                claim::mark_lost(&ctx.client, &claim_key, fencing_token, to_json(&claim), lease, follow.clone()).await
+            }
+            Err(e) => ClaimOutcome::Unknown(format!("retention lease unavailable: {e}")),
+        };
+        match outcome {
+            ClaimOutcome::Won { .. } | ClaimOutcome::Blocked { .. } => {
+                won = true;
+                break;
+            }
+            ClaimOutcome::Lost => {
+                tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor): not lost");
                 return;
             }
-        };
-        let claim = Claim {
-            worker_id: departed.clone(),
-            execution_id: id.clone(),
-            attempt: id.attempt,
-            state: ClaimState::Done,
-            status: Some(Status::Lost),
-        };
-        let spec = ctx.jobs.get(&id.job).map(|j| j.spec);
-        let mut reason = format!(
-            "worker {departed} lost its session (lease expired at revision {revision}) while running this execution"
-        );
-        let mut follow = Vec::new();
-        let now = now_ms();
-        if let Some(spec) = &spec {
-            let (ops, note) = after_loss(&ctx.keys, &id, spec, scheduled_ms, fencing_token, now);
-            follow = ops;
-            if let Some(note) = note {
-                reason.push_str(&format!("; {note}"));
+            ClaimOutcome::Unknown(e) => {
+                tracing::warn!(execution_id = %id, error = %e, "recording a lost execution: outcome unknown; retrying");
+                tokio::time::sleep(CLOSE_RETRY_MAX).await;
             }
         }
-        // Close the execution's claim (still as its winner wrote it) as done/lost: recorded
-        // once, whichever survivors try. The rerun request rides in the same txn.
-        let claim_key = ctx.keys.claim(&id);
-        if let ClaimOutcome::Won { .. } =
-            claim::mark_lost(&ctx.client, &claim_key, fencing_token, to_json(&claim), lease, follow).await
-        {
-            let mut record = blank_record(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
-            record.claimed_at = Some(running.started_at.clone());
-            record.started_at = Some(running.started_at.clone());
-            record.finished_at = Some(rfc3339_ms(now));
-            record.worker_id.clone_from(&departed);
-            record.reason = Some(reason);
-            record.fencing_token = Some(fencing_token);
-            log_record(&record, 0);
-            if let Some(spec) = &spec {
-                ctx.notifier.record(spec, &record);
-            }
-            ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
-        }
+    }
+    if !won {
+        tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim stays running");
+        return;
+    }
+    let trigger = running.trigger.unwrap_or_else(|| trigger_of(&id.tick));
+    let mut record = blank_record(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
+    record.claimed_at = Some(running.started_at.clone());
+    record.started_at = Some(running.started_at.clone());
+    record.finished_at = Some(rfc3339_ms(now));
+    record.worker_id = departed.to_owned();
+    record.reason = Some(reason);
+    record.fencing_token = Some(fencing_token);
+    log_record(&record, 0);
+    if let Some(spec) = &spec {
+        ctx.notifier.record(spec, &record);
+    }
+    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+}
+
+/// What triggered an execution, as far as its tick tells (markers from before `trigger`).
+fn trigger_of(tick: &Tick) -> TriggerKind {
+    match tick {
+        Tick::Scheduled(_) => TriggerKind::Schedule,
+        Tick::Manual(_) => TriggerKind::Manual,
+        Tick::Dependency(_) => TriggerKind::Dependency,
     }
 }
 
@@ -1144,44 +1249,72 @@ fn status_of(finished: &Finished) -> (Status, Option<String>) {
     }
 }
 
-async fn close_claim(
-    ctx: &Context,
-    claim_key: &str,
-    fencing_token: i64,
-    done: &Claim,
-    running_key: &str,
-    lock: Option<(&str, Vec<u8>)>,
-    follow: Vec<TxnOp>,
-) -> bool {
-    let mut delay = Duration::from_millis(100);
-    for attempt in 1..=5 {
-        let lease = match ctx.retention.get().await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, attempt, "retention lease unavailable; retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-                continue;
-            }
+/// How a close ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    /// The claim is `done` with this run's status; its follow-ups are written.
+    Done,
+    /// The loss handling closed it first (recorded `lost`), or etcd did not take the close
+    /// within the claim's retention: this run is not the tick's outcome.
+    NotOurs,
+}
+
+/// Longest a close keeps trying: past the claim's shortest retention the claim is gone and
+/// can no longer be closed by its winner.
+const CLOSE_FOR: Duration = claim::MIN_RETENTION;
+
+/// Most time between two tries of a close etcd failed.
+const CLOSE_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Closes a won claim, trying until etcd takes it or somebody else closed it. A close that
+/// could not land before the session ended still lands once etcd answers (its fence is the
+/// claim, not the session): the loss handling waits a grace period before it records the run
+/// `lost`, so a task that finished is recorded as it ended, not rerun.
+async fn close_claim(ctx: &Context, close: claim::Close) -> Closed {
+    let _pending = ctx.closing.enter();
+    let deadline = tokio::time::Instant::now() + CLOSE_FOR;
+    let mut delay = Duration::from_millis(50);
+    let mut tries = 0u32;
+    while tokio::time::Instant::now() < deadline {
+        tries += 1;
+        let outcome = match ctx.retention.get().await {
+            Ok(lease) => claim::complete(&ctx.client, close.clone(), lease).await,
+            Err(e) => Err(format!("retention lease unavailable: {e}")),
         };
-        let (lock, follow) = (lock.as_ref().map(|(k, v)| (*k, v.clone())), follow.clone());
-        match claim::complete(&ctx.client, claim_key, fencing_token, to_json(done), running_key, lock, lease, follow)
-            .await
-        {
-            Ok(CompleteOutcome::Closed) => return true,
+        match outcome {
+            Ok(CompleteOutcome::Closed) => {
+                if tries > 1 {
+                    tracing::info!(
+                        tries,
+                        fencing_token = close.fencing_token,
+                        "claim closed after etcd failed earlier tries"
+                    );
+                }
+                return Closed::Done;
+            }
             Ok(CompleteOutcome::Fenced) => {
-                tracing::warn!(fencing_token, "claim no longer ours (session lost); execution not marked done");
-                return false;
+                tracing::warn!(
+                    fencing_token = close.fencing_token,
+                    "claim closed by the loss handling before this worker could: the run is recorded lost"
+                );
+                return Closed::NotOurs;
             }
             Err(e) => {
-                tracing::warn!(error = %e, attempt, "closing claim failed; retrying");
+                if tries == 1 {
+                    tracing::warn!(error = %e, "closing the claim failed; retrying until etcd takes it");
+                }
+                METRICS.close_retries.inc();
                 tokio::time::sleep(delay).await;
-                delay *= 2;
+                delay = (delay * 2).min(CLOSE_RETRY_MAX);
             }
         }
     }
-    tracing::error!(fencing_token, "could not close claim; it stays `running` until this worker's session lease ends, and its follow-ups (retry, dependencies) are not requested");
-    true
+    tracing::error!(
+        fencing_token = close.fencing_token,
+        tries,
+        "etcd did not take the claim's close within its retention; the run is left to the loss handling"
+    );
+    Closed::NotOurs
 }
 
 fn log_record(record: &ExecutionRecord, lateness_ms: i64) {

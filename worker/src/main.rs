@@ -23,6 +23,9 @@ use tokio::sync::{mpsc, watch, Semaphore};
 /// How often the registration is refreshed when the running count changed.
 const REGISTRATION_REFRESH: Duration = Duration::from_secs(2);
 
+/// Most time shutdown waits for claim closes etcd has not taken yet.
+const CLOSE_ON_SHUTDOWN: Duration = Duration::from_secs(30);
+
 fn main() -> std::process::ExitCode {
     let config = match Config::resolve(Cli::parse()) {
         Ok(c) => c,
@@ -75,6 +78,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         lease: lease_rx,
         retention: RetentionLeases::new(client.clone(), MIN_RETENTION),
         registry: Registry::default(),
+        closing: etcron_worker::execution::Pending::default(),
         capacity: Arc::new(Semaphore::new(config.capacity as usize)),
         sink,
         jobs: etcron_worker::execution::JobTable::default(),
@@ -134,6 +138,14 @@ async fn run(config: Config) -> anyhow::Result<()> {
         if !ctx.registry.wait_empty(config.kill_grace + Duration::from_secs(5)).await {
             tracing::error!(running = ctx.registry.running(), "tasks still running after kill; exiting anyway");
         }
+    }
+    // A finished task's close etcd has not taken yet keeps trying for a while: leaving now would
+    // hand the run to the loss handling (recorded lost, and rerun) although it finished.
+    if !ctx.closing.wait_empty(CLOSE_ON_SHUTDOWN).await {
+        tracing::error!(
+            pending = ctx.closing.count(),
+            "claim closes still pending at exit; the loss handling will record those runs lost"
+        );
     }
     let _ = all_stop_tx.send(true);
     if let Ok(Some(session)) = supervisor.await {

@@ -50,6 +50,10 @@ pub struct WorkerMetrics {
     pub record_write_errors: IntCounter,
     /// How long the claim transaction took (the race itself, from this worker).
     pub claim_seconds: Histogram,
+    /// Closes of finished executions etcd has not taken yet (retried until it does).
+    pub closes_pending: IntGauge,
+    /// Tries of a close that etcd failed (error or no answer) and that were tried again.
+    pub close_retries: IntCounter,
 }
 
 pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
@@ -119,6 +123,14 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
         "Duration of claim transactions.",
         LATENCY_BUCKETS,
     ),
+    closes_pending: gauge(
+        "etcron_worker_closes_pending",
+        "Finished executions whose claim close etcd has not taken yet (retried until it does).",
+    ),
+    close_retries: counter(
+        "etcron_worker_close_retries_total",
+        "Claim closes that etcd failed and that were tried again.",
+    ),
 });
 
 /// Creates every metric (so all are listed from the first scrape) and the shared ones.
@@ -132,6 +144,7 @@ pub fn init(capacity: u32) {
 pub fn render(ctx: &Context) -> String {
     let m = &*METRICS;
     m.running.set(i64::try_from(ctx.registry.running()).unwrap_or(i64::MAX));
+    m.closes_pending.set(i64::try_from(ctx.closing.count()).unwrap_or(i64::MAX));
     m.sink_queue.set(i64::try_from(ctx.sink.queued()).unwrap_or(i64::MAX));
     m.spool_bytes.set(i64::try_from(ctx.sink.spool_size()).unwrap_or(i64::MAX));
     let stats = &ctx.sink.stats;
@@ -210,6 +223,8 @@ mod tests {
             "etcron_worker_spool_bytes",
             "etcron_worker_records_written_total",
             "etcron_worker_claim_duration_seconds_bucket",
+            "etcron_worker_closes_pending",
+            "etcron_worker_close_retries_total",
             "etcron_build_info",
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");
