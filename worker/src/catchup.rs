@@ -38,12 +38,13 @@ pub struct Plan {
 /// reason of the oldest recorded tick.
 pub const MAX_MISSED_RECORDS: usize = 1000;
 
-/// Why the ticks of a scan went unclaimed: the cluster had no live worker, or etcd failed the
-/// workers that were up.
+/// Why the ticks of a scan went unclaimed: the cluster had no live worker, etcd failed the
+/// workers that were up, or a worker that would have claimed or recorded them departed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gap {
     NoWorker,
     EtcdUnreachable,
+    WorkerDeparted,
 }
 
 /// Decides what happens to `unclaimed` ticks (oldest first); `older` more were beyond the scan.
@@ -52,6 +53,9 @@ pub fn plan(unclaimed: &[UnixMs], older: usize, misfire: Misfire, max_catchup: u
     let down = match gap {
         Gap::NoWorker => "no worker claimed this tick (no live worker at the time)",
         Gap::EtcdUnreachable => "no worker could claim this tick (etcd was unreachable or had no quorum)",
+        Gap::WorkerDeparted => {
+            "no worker claimed this tick (the worker ranked first for it lost its session before settling it)"
+        }
     };
     let (run, rest, why): (&[UnixMs], &[UnixMs], String) = if paused {
         (&[], unclaimed, "job paused (tick fell while no worker was running)".to_owned())
@@ -234,7 +238,8 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
         run = decided.run.len(),
         record = decided.record.len(),
         misfire = ?spec.misfire,
-        "ticks nobody claimed while no worker was running: applying the misfire policy"
+        ?gap,
+        "ticks nobody claimed: applying the misfire policy"
     );
     if let Some((&first, rest)) = decided.run.split_first() {
         ops.push(catchup_request(&ctx.keys, job, first, rest.to_vec(), now_ms()));
@@ -260,51 +265,120 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
     true
 }
 
-/// Schedule ticks per job that this worker tried to claim, or to account for, while etcd failed
-/// it (no answer, no quorum, no session): `(first, last)` scheduled ms. The settler scans each
-/// job's range once etcd answers again, so the outage's ticks are recorded `missed` or caught
-/// up per `misfire` instead of being left unaccounted for. Every worker notes the ticks it
-/// fired; the job's first-ranked worker settles them (through the claim keys, so a second
-/// settler can only find them taken).
+/// Ticks whose fate nobody may have settled, waiting for a sweep: per job, the schedule ticks
+/// this worker tried to claim or to account for while etcd failed it (no answer, no quorum, no
+/// session), and, for every job, the window a departed worker may have left unsettled (it was
+/// the first-ranked worker of some ticks, and the one to record them `missed`). The settle loop
+/// sweeps each range once etcd answers: every tick in it without a claim is recorded `missed`
+/// or caught up per `misfire`. Sweeps go through the claim keys, so several workers sweeping the
+/// same range settle each tick once; the job's first-ranked worker sweeps first, the others
+/// later, when they mostly find the ticks settled already.
 #[derive(Debug, Default)]
 pub struct Unsettled {
-    inner: std::sync::Mutex<HashMap<String, (UnixMs, UnixMs, std::time::Instant)>>,
+    inner: std::sync::Mutex<Ledger>,
+}
+
+#[derive(Debug, Default)]
+struct Ledger {
+    jobs: HashMap<String, Range>,
+    /// A window of every job's ticks, and why nobody may have settled them.
+    all: Option<(Range, Gap)>,
+}
+
+/// Scheduled ms `first..=last`, and when the range last grew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    pub first: UnixMs,
+    pub last: UnixMs,
+    noted: std::time::Instant,
+}
+
+impl Range {
+    fn new(first: UnixMs, last: UnixMs) -> Self {
+        Self { first, last, noted: std::time::Instant::now() }
+    }
+
+    fn widen(&mut self, first: UnixMs, last: UnixMs) {
+        self.first = self.first.min(first);
+        self.last = self.last.max(last);
+        self.noted = std::time::Instant::now();
+    }
+}
+
+/// A range that is due for a sweep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sweep {
+    Job { job: String, first: UnixMs, last: UnixMs },
+    All { first: UnixMs, last: UnixMs, gap: Gap },
 }
 
 impl Unsettled {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Notes a schedule tick (other fires are run requests, which stay in etcd until claimed).
     pub fn note(&self, fire: &Fire) {
         if fire.trigger != TriggerKind::Schedule {
             return;
         }
         let Some(tick) = fire.id.tick.scheduled_ms() else { return };
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let entry = inner.entry(fire.id.job.clone()).or_insert((tick, tick, std::time::Instant::now()));
-        entry.0 = entry.0.min(tick);
-        entry.1 = entry.1.max(tick);
-        entry.2 = std::time::Instant::now();
+        self.note_job(&fire.id.job, tick, tick);
     }
 
-    /// The ranges last noted more than `MISSED_AFTER` ago (live workers had their chance to
-    /// claim those ticks), removed from the ledger.
-    fn take_settled_for(&self, quiet: Duration) -> Vec<(String, UnixMs, UnixMs)> {
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let ripe: Vec<String> =
-            inner.iter().filter(|(_, (_, _, at))| at.elapsed() >= quiet).map(|(job, _)| job.clone()).collect();
-        ripe.into_iter().filter_map(|job| inner.remove(&job).map(|(a, b, _)| (job, a, b))).collect()
+    fn note_job(&self, job: &str, first: UnixMs, last: UnixMs) {
+        let mut ledger = self.lock();
+        match ledger.jobs.get_mut(job) {
+            Some(range) => range.widen(first, last),
+            None => {
+                ledger.jobs.insert(job.to_owned(), Range::new(first, last));
+            }
+        }
     }
 
-    /// Puts a range back (etcd failed again while settling it).
-    fn restore(&self, job: String, first: UnixMs, last: UnixMs) {
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let entry = inner.entry(job).or_insert((first, last, std::time::Instant::now()));
-        entry.0 = entry.0.min(first);
-        entry.1 = entry.1.max(last);
+    /// Notes every job's ticks in `first..=last`.
+    pub fn note_all(&self, first: UnixMs, last: UnixMs, gap: Gap) {
+        let mut ledger = self.lock();
+        match &mut ledger.all {
+            Some((range, _)) => range.widen(first, last),
+            None => ledger.all = Some((Range::new(first, last), gap)),
+        }
+    }
+
+    /// The ranges noted at least `quiet` ago (at least `quiet_for(job)` for a job's own range),
+    /// removed from the ledger.
+    fn take_ripe(&self, quiet: Duration, quiet_for: impl Fn(&str) -> Duration) -> Vec<Sweep> {
+        let mut ledger = self.lock();
+        let ripe: Vec<String> = ledger
+            .jobs
+            .iter()
+            .filter(|(job, range)| range.noted.elapsed() >= quiet_for(job))
+            .map(|(job, _)| job.clone())
+            .collect();
+        let mut due: Vec<Sweep> = ripe
+            .into_iter()
+            .filter_map(|job| ledger.jobs.remove(&job).map(|r| Sweep::Job { job, first: r.first, last: r.last }))
+            .collect();
+        if ledger.all.is_some_and(|(range, _)| range.noted.elapsed() >= quiet) {
+            if let Some((range, gap)) = ledger.all.take() {
+                due.push(Sweep::All { first: range.first, last: range.last, gap });
+            }
+        }
+        due
+    }
+
+    /// Puts a range back (etcd failed again while sweeping it).
+    fn restore(&self, sweep: Sweep) {
+        match sweep {
+            Sweep::Job { job, first, last } => self.note_job(&job, first, last),
+            Sweep::All { first, last, gap } => self.note_all(first, last, gap),
+        }
     }
 
     #[must_use]
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+        let ledger = self.lock();
+        ledger.jobs.len() + usize::from(ledger.all.is_some())
     }
 
     #[must_use]
@@ -313,7 +387,9 @@ impl Unsettled {
     }
 }
 
-/// Settles the ticks noted in `ctx.unsettled`, once etcd answers, every second.
+/// Sweeps the ranges noted in `ctx.unsettled`, once etcd answers, every second. A job's range
+/// is swept by its first-ranked worker after `MISSED_AFTER` of quiet, by the others after twice
+/// that (then usually finding every tick claimed: one read, no write).
 pub async fn settle_loop(ctx: Arc<Context>) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -326,14 +402,45 @@ pub async fn settle_loop(ctx: Arc<Context>) {
         if !matches!(request("probe", probe).await, Ok(Ok(_))) {
             continue;
         }
-        for (job, first, last) in ctx.unsettled.take_settled_for(MISSED_AFTER) {
-            if ctx.members.rank(&ctx.config.worker_id, &format!("catchup/{job}")) != 0 {
-                continue;
+        let first_ranked = |job: &str| ctx.members.rank(&ctx.config.worker_id, &format!("catchup/{job}")) == 0;
+        let due =
+            ctx.unsettled.take_ripe(
+                MISSED_AFTER,
+                |job| {
+                    if first_ranked(job) {
+                        MISSED_AFTER
+                    } else {
+                        MISSED_AFTER * 2
+                    }
+                },
+            );
+        for sweep in due {
+            if !sweep_range(&ctx, &sweep).await {
+                ctx.unsettled.restore(sweep);
             }
-            tracing::warn!(job, from = %rfc3339_ms(first), to = %rfc3339_ms(last), "settling ticks etcd kept this worker from accounting for");
-            if !scan_job(&ctx, &job, Stored::At(first - 1), last, Gap::EtcdUnreachable).await {
-                ctx.unsettled.restore(job, first, last);
+        }
+    }
+}
+
+/// Settles the unclaimed ticks of one noted range; `false` when etcd failed part of it.
+async fn sweep_range(ctx: &Context, sweep: &Sweep) -> bool {
+    match sweep {
+        Sweep::Job { job, first, last } => {
+            tracing::warn!(job, from = %rfc3339_ms(*first), to = %rfc3339_ms(*last), "settling ticks etcd kept this worker from accounting for");
+            scan_job(ctx, job, Stored::At(first - 1), *last, Gap::EtcdUnreachable).await
+        }
+        Sweep::All { first, last, gap } => {
+            let jobs = ctx.jobs.names();
+            tracing::warn!(jobs = jobs.len(), from = %rfc3339_ms(*first), to = %rfc3339_ms(*last), "sweeping every job's ticks a departed worker may have left unsettled");
+            let mut complete = true;
+            for job in jobs {
+                // No tick of the job's current schedule was due before this worker had it.
+                let since = ctx.jobs.get(&job).map_or(*first, |j| j.timing_since_ms.max(*first));
+                if since <= *last && !scan_job(ctx, &job, Stored::At(since - 1), *last, *gap).await {
+                    complete = false;
+                }
             }
+            complete
         }
     }
 }
@@ -460,16 +567,38 @@ mod tests {
             parent: None,
             then: Vec::new(),
         };
+        let hour = Duration::from_secs(3600);
         ledger.note(&fire("a", 5000, TriggerKind::Schedule));
         ledger.note(&fire("a", 3000, TriggerKind::Schedule));
         ledger.note(&fire("a", 4000, TriggerKind::Schedule));
         ledger.note(&fire("b", 1000, TriggerKind::Retry));
         assert_eq!(ledger.len(), 1, "run requests stay in etcd and are not noted");
-        assert!(ledger.take_settled_for(Duration::from_secs(3600)).is_empty(), "noted just now");
-        assert_eq!(ledger.take_settled_for(Duration::ZERO), vec![("a".to_owned(), 3000, 5000)]);
+        assert!(ledger.take_ripe(hour, |_| hour).is_empty(), "noted just now");
+        let a = Sweep::Job { job: "a".to_owned(), first: 3000, last: 5000 };
+        assert_eq!(ledger.take_ripe(Duration::ZERO, |_| Duration::ZERO), vec![a.clone()]);
         assert!(ledger.is_empty());
-        ledger.restore("a".to_owned(), 3000, 5000);
+        ledger.restore(a);
         ledger.note(&fire("a", 7000, TriggerKind::Schedule));
-        assert_eq!(ledger.take_settled_for(Duration::ZERO), vec![("a".to_owned(), 3000, 7000)]);
+        let a = Sweep::Job { job: "a".to_owned(), first: 3000, last: 7000 };
+        assert_eq!(ledger.take_ripe(Duration::ZERO, |_| Duration::ZERO), vec![a]);
+    }
+
+    #[test]
+    fn a_job_waits_longer_where_this_worker_is_not_first_and_windows_cover_every_job() {
+        let ledger = Unsettled::default();
+        ledger.note_job("mine", 1, 2);
+        ledger.note_job("theirs", 1, 2);
+        ledger.note_all(10, 20, Gap::WorkerDeparted);
+        ledger.note_all(5, 15, Gap::WorkerDeparted);
+        let hour = Duration::from_secs(3600);
+        let due = ledger.take_ripe(Duration::ZERO, |job| if job == "mine" { Duration::ZERO } else { hour });
+        assert_eq!(
+            due,
+            vec![
+                Sweep::Job { job: "mine".to_owned(), first: 1, last: 2 },
+                Sweep::All { first: 5, last: 20, gap: Gap::WorkerDeparted }
+            ]
+        );
+        assert_eq!(ledger.len(), 1, "the other worker's job waits");
     }
 }

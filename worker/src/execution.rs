@@ -126,6 +126,9 @@ pub struct Fire {
 pub struct JobRef {
     pub spec: Arc<JobSpec>,
     pub mod_revision: i64,
+    /// When this worker started scheduling the job's current timing (schedule and timezone):
+    /// no tick of it is due before, so a sweep of an outage never reaches further back.
+    pub timing_since_ms: UnixMs,
 }
 
 /// The scheduler's jobs, readable by executions (failover needs the lost run's job spec).
@@ -139,6 +142,12 @@ impl JobTable {
     pub fn get(&self, job: &str) -> Option<JobRef> {
         self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(job).cloned()
     }
+    /// The names of all jobs.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect()
+    }
+
     pub fn set(&self, job: &str, entry: Option<JobRef>) {
         let mut inner = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         match entry {
@@ -1013,18 +1022,26 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     if ctx.members.rank(&ctx.config.worker_id, &format!("lost/{departed}/{revision}")) != 0 {
         return;
     }
+    let noticed = now_ms();
     if departed == ctx.config.worker_id {
         ctx.closing.wait_empty(CLOSE_FOR).await;
     } else {
         tokio::time::sleep(loss_grace(&ctx.config)).await;
     }
-    let Some(resp) = list_running_at(&ctx, &departed, revision - 1).await else { return };
-    for item in resp.kvs() {
-        let Ok(running) = serde_json::from_slice::<RunningExecution>(item.value()) else { continue };
-        if running.worker_id == departed {
-            settle_lost(&ctx, &departed, revision, &running, item.create_revision()).await;
+    if let Some(resp) = list_running_at(&ctx, &departed, revision - 1).await {
+        for item in resp.kvs() {
+            let Ok(running) = serde_json::from_slice::<RunningExecution>(item.value()) else { continue };
+            if running.worker_id == departed {
+                settle_lost(&ctx, &departed, revision, &running, item.create_revision()).await;
+            }
         }
     }
+    // The departed worker was the first-ranked one for some ticks, the one to record them
+    // `missed` had nobody claimed them; it may have died before it could. Sweep every job's
+    // ticks since it may have stopped answering (its lease expired a TTL after that).
+    let ttl = i64::try_from(ctx.config.session_ttl.as_millis()).unwrap_or(i64::MAX / 4);
+    let missed_after = i64::try_from(MISSED_AFTER.as_millis()).unwrap_or(0);
+    ctx.unsettled.note_all(noticed - 2 * ttl - missed_after, noticed, crate::catchup::Gap::WorkerDeparted);
 }
 
 /// Tries of an etcd step of the loss handling before it gives up (loudly).

@@ -320,7 +320,12 @@ impl Scheduler {
             Some(entry) => {
                 let timing_same = entry.spec.schedule == spec.schedule && entry.spec.timezone == spec.timezone;
                 entry.spec = Arc::new(spec);
-                self.ctx.jobs.set(&name, Some(JobRef { spec: entry.spec.clone(), mod_revision: kv.mod_revision }));
+                let timing_since_ms = match self.ctx.jobs.get(&name) {
+                    Some(old) if timing_same => old.timing_since_ms,
+                    _ => etcron_common::now_ms(),
+                };
+                let job = JobRef { spec: entry.spec.clone(), mod_revision: kv.mod_revision, timing_since_ms };
+                self.ctx.jobs.set(&name, Some(job));
                 entry.schedule = schedule;
                 entry.mod_revision = kv.mod_revision;
                 if listed {
@@ -335,7 +340,12 @@ impl Scheduler {
             }
             None => {
                 let spec = Arc::new(spec);
-                self.ctx.jobs.set(&name, Some(JobRef { spec: spec.clone(), mod_revision: kv.mod_revision }));
+                let job = JobRef {
+                    spec: spec.clone(),
+                    mod_revision: kv.mod_revision,
+                    timing_since_ms: etcron_common::now_ms(),
+                };
+                self.ctx.jobs.set(&name, Some(job));
                 self.jobs
                     .insert(name.clone(), JobEntry { spec, schedule, mod_revision: kv.mod_revision, wheel_key: None });
                 if listed {

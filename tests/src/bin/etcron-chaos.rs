@@ -5,7 +5,10 @@
 //! fire every second and append `job scheduled_ms attempt worker fencing_token` to a file, then
 //! for `--seconds` injects, one after another at seeded random times: SIGKILL of a worker (then
 //! restart), SIGSTOP of a worker past its session TTL (then SIGCONT), SIGKILL of the etcd leader
-//! (then restart), a MongoDB stop/start, and a master restart. Afterwards it waits (up to
+//! (then restart), a MongoDB stop/start, a master restart, a stall of the whole etcd cluster
+//! past the session TTL (SIGSTOP of every member, then SIGCONT), CPU starvation (two busy-looping
+//! processes, one per core, for a few seconds) and a burst (100 one-shot `@at` jobs due at the
+//! same instant, whose ticks are checked like the others). Afterwards it waits (up to
 //! `--settle` seconds) for the cluster to account for every tick, then prints: faults by kind,
 //! ticks due, ticks run, duplicates per (job, tick, attempt), ticks neither run nor recorded
 //! `missed`/`lost`, and execution records lost (a run in the file without its record in
@@ -34,10 +37,48 @@ enum Fault {
     KillEtcdLeader,
     MongoOutage,
     RestartMaster,
+    StallEtcd,
+    StarveCpu,
+    Burst,
 }
 
-const FAULTS: [Fault; 5] =
-    [Fault::KillWorker, Fault::StopWorker, Fault::KillEtcdLeader, Fault::MongoOutage, Fault::RestartMaster];
+const FAULTS: [Fault; 8] = [
+    Fault::KillWorker,
+    Fault::StopWorker,
+    Fault::KillEtcdLeader,
+    Fault::MongoOutage,
+    Fault::RestartMaster,
+    Fault::StallEtcd,
+    Fault::StarveCpu,
+    Fault::Burst,
+];
+
+/// One-shot jobs a burst creates, all due at the same instant.
+const BURST_JOBS: usize = 100;
+
+/// Busy-looping processes for `length`, one per core of this machine (2), then killed.
+async fn starve_cpu(length: Duration) -> Result<()> {
+    let mut hogs = Vec::new();
+    for _ in 0..2 {
+        hogs.push(std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn()?);
+    }
+    tokio::time::sleep(length).await;
+    for mut hog in hogs {
+        let _ = hog.kill();
+        let _ = hog.wait();
+    }
+    Ok(())
+}
+
+/// SIGSTOP (or SIGCONT) every etcd member.
+fn signal_etcd(etcd: &EtcdCluster, sig: Signal) -> Result<()> {
+    for i in 0..etcd.len() {
+        if let Some(pid) = etcd.pid(i) {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(pid)?), sig)?;
+        }
+    }
+    Ok(())
+}
 
 struct Options {
     seed: u64,
@@ -131,6 +172,8 @@ async fn main() -> Result<()> {
     let start_ms = now_ms();
     let deadline = Instant::now() + Duration::from_secs(o.seconds);
     let mut injected: BTreeMap<Fault, usize> = BTreeMap::new();
+    // One-shot ticks of the bursts: (job, tick).
+    let mut bursts: Vec<(String, i64)> = Vec::new();
     while Instant::now() < deadline {
         tokio::time::sleep(rng.millis(3_000, 8_000)).await;
         if Instant::now() >= deadline {
@@ -176,6 +219,36 @@ async fn main() -> Result<()> {
                 let m = sys.start_master().await?;
                 sys.masters[i] = m;
             }
+            Fault::StallEtcd => {
+                let stall = SESSION_TTL * 2 + rng.millis(0, 2_000);
+                println!("{at:7.1}s  SIGSTOP every etcd member for {:.1}s", stall.as_secs_f64());
+                signal_etcd(&sys.etcd, Signal::SIGSTOP)?;
+                tokio::time::sleep(stall).await;
+                signal_etcd(&sys.etcd, Signal::SIGCONT)?;
+                sys.etcd.wait_healthy().await?;
+            }
+            Fault::StarveCpu => {
+                let length = rng.millis(4_000, 10_000);
+                println!("{at:7.1}s  two busy-looping processes for {:.1}s", length.as_secs_f64());
+                starve_cpu(length).await?;
+            }
+            Fault::Burst => {
+                let tick = (now_ms() / 1000 + 4) * 1000;
+                let n = bursts.len();
+                println!("{at:7.1}s  {BURST_JOBS} one-shot jobs due at {tick}");
+                let at = etcron_common::rfc3339_ms(tick);
+                for k in 0..BURST_JOBS {
+                    let job = format!("burst-{n:05}-{k:03}");
+                    let spec = json!({"schedule": format!("@at {at}"), "task": {"kind": "shell", "command": record_command(&file)}});
+                    // A master may be restarting: the other one takes it.
+                    let resp = http.put(format!("{}/api/jobs/{job}", sys.url(k))).json(&spec).send().await;
+                    match resp {
+                        Ok(r) if r.status().is_success() => bursts.push((job, tick)),
+                        Ok(r) => println!("           creating {job}: {}", r.status()),
+                        Err(e) => println!("           creating {job}: {e}"),
+                    }
+                }
+            }
         }
         *injected.entry(fault).or_default() += 1;
     }
@@ -191,7 +264,7 @@ async fn main() -> Result<()> {
     let store = MongoStore::connect(&sys.mongo.uri, &db).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let settle_deadline = Instant::now() + Duration::from_secs(o.settle);
     let report = loop {
-        let report = check(&store, &read_fired(&file), &jobs, &due, start_ms, end_ms).await?;
+        let report = check(&store, &read_fired(&file), &jobs, &due, &bursts, start_ms, end_ms).await?;
         if (report.unaccounted.is_empty() && report.records_lost.is_empty()) || Instant::now() > settle_deadline {
             break report;
         }
@@ -202,7 +275,7 @@ async fn main() -> Result<()> {
     for (fault, n) in &injected {
         println!("  {fault:?}: {n}");
     }
-    let due_total = due.len() * jobs.len();
+    let due_total = due.len() * jobs.len() + bursts.len();
     println!("ticks due:                      {due_total}");
     println!("ticks run:                      {}", report.ran);
     println!("ticks recorded missed:          {}", report.missed);
@@ -248,6 +321,7 @@ async fn check(
     fired: &[Fired],
     jobs: &[String],
     due: &[i64],
+    bursts: &[(String, i64)],
     start_ms: i64,
     end_ms: i64,
 ) -> Result<Report> {
@@ -264,7 +338,8 @@ async fn check(
     // Every record of the window (and a margin for late catch-up runs), all pages.
     let mut records: BTreeMap<String, etcron_common::model::Status> = BTreeMap::new();
     let mut by_tick: BTreeMap<(String, i64), Vec<etcron_common::model::Status>> = BTreeMap::new();
-    for job in jobs {
+    let burst_jobs = bursts.iter().map(|(j, _)| j);
+    for job in jobs.iter().chain(burst_jobs) {
         let mut search = Search {
             job: Some(job.clone()),
             since_ms: Some(start_ms - 5_000),
@@ -291,18 +366,17 @@ async fn check(
     }
     use etcron_common::model::Status;
     let (mut ran_n, mut missed, mut lost, mut unaccounted) = (0, 0, 0, Vec::new());
-    for job in jobs {
-        for &t in due {
-            let statuses = by_tick.get(&(job.clone(), t)).cloned().unwrap_or_default();
-            if ran.contains(&(job.clone(), t)) {
-                ran_n += 1;
-            } else if statuses.contains(&Status::Missed) {
-                missed += 1;
-            } else if statuses.contains(&Status::Lost) {
-                lost += 1;
-            } else {
-                unaccounted.push(format!("{job}@{t} (records: {statuses:?})"));
-            }
+    let every_second = jobs.iter().flat_map(|job| due.iter().map(move |&t| (job.clone(), t)));
+    for tick in every_second.chain(bursts.iter().cloned()) {
+        let statuses = by_tick.get(&tick).cloned().unwrap_or_default();
+        if ran.contains(&tick) {
+            ran_n += 1;
+        } else if statuses.contains(&Status::Missed) {
+            missed += 1;
+        } else if statuses.contains(&Status::Lost) {
+            lost += 1;
+        } else {
+            unaccounted.push(format!("{}@{} (records: {statuses:?})", tick.0, tick.1));
         }
     }
     let records_lost = per_attempt
