@@ -42,6 +42,48 @@ async fn setup(test: &str) -> Setup {
 }
 
 impl Setup {
+    /// Waits until every tick of `window` of every job ran or is recorded `missed` (or `lost`);
+    /// asserts no (job, tick, attempt) ran twice. Returns what ran and how many were missed.
+    async fn account_for(
+        &self,
+        file: &std::path::Path,
+        jobs: &[String],
+        window: &[i64],
+    ) -> anyhow::Result<(Vec<etcron_tests::Fired>, usize)> {
+        let report = wait_for(Duration::from_secs(90), "every tick to be run or recorded", || async {
+            let fired = read_fired(file);
+            let mut unaccounted = Vec::new();
+            let mut missed_total = 0;
+            for job in jobs {
+                let missed = self.recorded(job, "missed").await?;
+                let lost = self.recorded(job, "lost").await?;
+                missed_total += window.iter().filter(|t| missed.contains(t)).count();
+                for t in window {
+                    let ran = fired.iter().any(|f| &f.job == job && f.scheduled_ms == *t);
+                    if !ran && !missed.contains(t) && !lost.contains(t) {
+                        unaccounted.push((job.clone(), *t));
+                    }
+                }
+            }
+            unaccounted.is_empty().then_some((fired, missed_total))
+        })
+        .await;
+        let (fired, missed_total) = match report {
+            Ok(r) => r,
+            Err(e) => {
+                for w in &self.workers {
+                    eprintln!("===== {} =====\n{}", w.proc.name, w.proc.log_text());
+                }
+                return Err(e);
+            }
+        };
+        let mut seen = BTreeSet::new();
+        let duplicates: Vec<_> =
+            fired.iter().filter(|f| !seen.insert((f.job.clone(), f.scheduled_ms, f.attempt))).collect();
+        assert!(duplicates.is_empty(), "duplicates: {duplicates:?}");
+        Ok((fired, missed_total))
+    }
+
     async fn put_job(&self, name: &str, spec: Value) {
         let resp = self.http.put(format!("{}/api/jobs/{name}", self.master.url)).json(&spec).send().await.unwrap();
         assert!(resp.status().is_success(), "PUT {name}: {}", resp.text().await.unwrap());
@@ -97,36 +139,7 @@ async fn losing_quorum_runs_nothing_twice_and_accounts_for_every_tick_once_it_re
 
     // Every tick from before the outage to after it ran once or is recorded missed.
     let window: Vec<i64> = ((from / 1000 + 1) * 1000..=to - 1000).step_by(1000).collect();
-    let report = wait_for(Duration::from_secs(60), "every outage tick to be run or recorded missed", || async {
-        let fired = read_fired(&file);
-        let mut unaccounted = Vec::new();
-        let mut missed_total = 0;
-        for job in &jobs {
-            let missed = s.recorded(job, "missed").await?;
-            missed_total += window.iter().filter(|t| missed.contains(t)).count();
-            for t in &window {
-                let ran = fired.iter().any(|f| &f.job == job && f.scheduled_ms == *t);
-                if !ran && !missed.contains(t) {
-                    unaccounted.push((job.clone(), *t));
-                }
-            }
-        }
-        unaccounted.is_empty().then_some((fired, missed_total))
-    })
-    .await;
-    let (fired, missed_total) = match report {
-        Ok(r) => r,
-        Err(e) => {
-            for w in &s.workers {
-                eprintln!("===== {} =====\n{}", w.proc.name, w.proc.log_text());
-            }
-            return Err(e);
-        }
-    };
-    let mut seen = BTreeSet::new();
-    let duplicates: Vec<_> =
-        fired.iter().filter(|f| !seen.insert((f.job.clone(), f.scheduled_ms, f.attempt))).collect();
-    assert!(duplicates.is_empty(), "duplicates: {duplicates:?}");
+    let (fired, missed_total) = s.account_for(&file, &jobs, &window).await?;
     let outage_ticks = usize::try_from((outage_end - from) / 1000).unwrap_or(0) * jobs.len();
     eprintln!(
         "window {} ticks × {} jobs; outage ≈ {outage_ticks} ticks; recorded missed {missed_total}",
@@ -155,5 +168,55 @@ async fn losing_quorum_runs_nothing_twice_and_accounts_for_every_tick_once_it_re
     s.etcd.kill(leader);
     let before = now_ms();
     wait_tick(&file, &jobs, before + 3000).await?;
+    Ok(())
+}
+
+/// Every member frozen (SIGSTOP) for twice the session TTL, twice, with both cores busy: every
+/// worker's session expires while its claims and closes are in flight. Nothing runs twice, and
+/// every tick of the window runs or is recorded, without waiting for a re-list.
+#[tokio::test(flavor = "multi_thread")]
+async fn freezing_etcd_past_the_session_ttl_on_a_starved_machine_runs_nothing_twice_and_loses_no_tick(
+) -> anyhow::Result<()> {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let s = setup("etcd-freeze").await;
+    let file = s.dir.path().join("fired.log");
+    let jobs: Vec<String> = (0..10).map(|i| format!("f-{i}")).collect();
+    for job in &jobs {
+        s.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&file)}}))
+            .await;
+    }
+    wait_tick(&file, &jobs, now_ms() + 1000).await?;
+    let from = now_ms();
+    // Deliberate overload: one busy-looping process per core for the whole fault window.
+    let mut hogs: Vec<std::process::Child> = (0..2)
+        .map(|_| std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn())
+        .collect::<Result<_, _>>()?;
+    let signal_all = |sig: Signal| -> anyhow::Result<()> {
+        for i in 0..s.etcd.len() {
+            if let Some(pid) = s.etcd.pid(i) {
+                kill(Pid::from_raw(i32::try_from(pid)?), sig)?;
+            }
+        }
+        Ok(())
+    };
+    for _ in 0..2 {
+        signal_all(Signal::SIGSTOP)?;
+        // The harness's session TTL is 3 s.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        signal_all(Signal::SIGCONT)?;
+        s.etcd.wait_healthy().await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    for hog in &mut hogs {
+        hog.kill()?;
+        hog.wait()?;
+    }
+    wait_tick(&file, &jobs, now_ms() + 1000).await?;
+    let to = now_ms();
+    let window: Vec<i64> = ((from / 1000 + 1) * 1000..=to - 1000).step_by(1000).collect();
+    let (fired, missed) = s.account_for(&file, &jobs, &window).await?;
+    let ran = fired.iter().filter(|f| window.contains(&f.scheduled_ms)).count();
+    eprintln!("window {} ticks × {} jobs: {ran} ran, {missed} recorded missed", window.len(), jobs.len());
     Ok(())
 }
