@@ -84,6 +84,44 @@ pub struct RunClaim {
 /// on the session lease: if the worker dies, those two disappear, the execution counts as lost,
 /// and the claim still keeps anyone from winning it again.
 pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
+    let replace = c.lock.as_ref().is_some_and(|l| l.replace);
+    let locked = c.lock.is_some();
+    let mut kv = client.kv_client();
+    let resp = match request("claim", kv.txn(claim_txn(c))).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => return ClaimOutcome::Unknown(e.to_string()),
+        Err(_) => return ClaimOutcome::Unknown("claim txn timed out".to_owned()),
+    };
+    if !resp.succeeded() {
+        return ClaimOutcome::Lost;
+    }
+    let Some(fencing_token) = resp.header().map(etcd_client::ResponseHeader::revision) else {
+        return ClaimOutcome::Unknown("txn response without header".to_owned());
+    };
+    let first = resp.op_responses().into_iter().next();
+    match (locked, replace, first) {
+        (true, true, Some(TxnOpResponse::Get(get))) => {
+            ClaimOutcome::Won { fencing_token, replaced: get.kvs().first().map(|kv| kv.value().to_vec()) }
+        }
+        (true, false, Some(TxnOpResponse::Txn(inner))) if !inner.succeeded() => {
+            let holder = inner
+                .op_responses()
+                .into_iter()
+                .find_map(|r| match r {
+                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            ClaimOutcome::Blocked { fencing_token, holder }
+        }
+        _ => ClaimOutcome::Won { fencing_token, replaced: None },
+    }
+}
+
+/// The transaction of one claim: it commits (succeeds) only for the first writer of the
+/// execution's key. Also the unit of a batch ([`claim_batch`]).
+#[must_use]
+pub fn claim_txn(c: RunClaim) -> Txn {
     let session = Some(PutOptions::new().with_lease(c.session_lease));
     let retention = Some(PutOptions::new().with_lease(c.retention_lease));
     let mut run = vec![
@@ -116,7 +154,7 @@ pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
         }
     }
     then.extend(c.extra);
-    let txn = Txn::new()
+    Txn::new()
         // Only the first writer of this execution's key wins; a claim (kept for the retention
         // period after it was written) makes later attempts lose too, and so does a live
         // running marker, should a run outlast its claim's retention.
@@ -124,37 +162,41 @@ pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
             Compare::create_revision(c.claim_key.as_str(), CompareOp::Equal, 0),
             Compare::create_revision(c.running_key.as_str(), CompareOp::Equal, 0),
         ])
-        .and_then(then);
+        .and_then(then)
+}
+
+/// Most claims or closes in one batch transaction: etcd refuses a transaction with more than
+/// `--max-txn-ops` (128 by default) operations in a branch, and a nested transaction's own
+/// operations count against what the outer one leaves.
+pub const MAX_BATCH: usize = 100;
+
+/// Claims several executions in one transaction (one raft proposal): each claim is a nested
+/// transaction with its own compare, so one taken claim does not fail the others. The claims
+/// must not write the same key twice (etcd refuses the whole transaction): at most one claim
+/// per job, and no locks. `Some(won)` per claim, in order; all won claims share the
+/// transaction's revision as their fencing token (it still grows per job: a job has one claim
+/// per batch). An error is the whole batch's: every outcome is unknown.
+pub async fn claim_batch(client: &Client, claims: Vec<RunClaim>) -> Result<Vec<ClaimOutcome>, etcd_client::Error> {
+    let n = claims.len();
+    let txn = Txn::new().and_then(claims.into_iter().map(|c| TxnOp::txn(claim_txn(c))).collect::<Vec<_>>());
     let mut kv = client.kv_client();
-    let resp = match request("claim", kv.txn(txn)).await {
-        Ok(Ok(resp)) => resp,
-        Ok(Err(e)) => return ClaimOutcome::Unknown(e.to_string()),
-        Err(_) => return ClaimOutcome::Unknown("claim txn timed out".to_owned()),
+    let resp = match request("claim_batch", kv.txn(txn)).await {
+        Ok(r) => r?,
+        Err(_) => return Ok((0..n).map(|_| ClaimOutcome::Unknown("claim batch txn timed out".to_owned())).collect()),
     };
-    if !resp.succeeded() {
-        return ClaimOutcome::Lost;
-    }
     let Some(fencing_token) = resp.header().map(etcd_client::ResponseHeader::revision) else {
-        return ClaimOutcome::Unknown("txn response without header".to_owned());
+        return Ok((0..n).map(|_| ClaimOutcome::Unknown("txn response without header".to_owned())).collect());
     };
-    let first = resp.op_responses().into_iter().next();
-    match (&c.lock, first) {
-        (Some(lock), Some(TxnOpResponse::Get(get))) if lock.replace => {
-            ClaimOutcome::Won { fencing_token, replaced: get.kvs().first().map(|kv| kv.value().to_vec()) }
-        }
-        (Some(_), Some(TxnOpResponse::Txn(inner))) if !inner.succeeded() => {
-            let holder = inner
-                .op_responses()
-                .into_iter()
-                .find_map(|r| match r {
-                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
-                    _ => None,
-                })
-                .unwrap_or_default();
-            ClaimOutcome::Blocked { fencing_token, holder }
-        }
-        _ => ClaimOutcome::Won { fencing_token, replaced: None },
-    }
+    let mut outcomes: Vec<ClaimOutcome> = resp
+        .op_responses()
+        .into_iter()
+        .map(|r| match r {
+            TxnOpResponse::Txn(inner) if inner.succeeded() => ClaimOutcome::Won { fencing_token, replaced: None },
+            _ => ClaimOutcome::Lost,
+        })
+        .collect();
+    outcomes.resize_with(n, || ClaimOutcome::Unknown("claim batch answered fewer claims than asked".to_owned()));
+    Ok(outcomes)
 }
 
 /// Runs a claim txn; a committed one's header revision is the new key's create revision, i.e.
@@ -252,12 +294,59 @@ pub struct Close {
 /// outcome finds the claim holding exactly `done_value` and reports `Closed` without writing
 /// the follow-ups twice.
 pub async fn complete(client: &Client, close: Close, retention_lease: i64) -> Result<CompleteOutcome, String> {
+    let done_value = close.done_value.clone();
+    let mut kv = client.kv_client();
+    match request("close", kv.txn(close_txn(close, retention_lease))).await {
+        Ok(Ok(resp)) if resp.succeeded() => Ok(CompleteOutcome::Closed),
+        Ok(Ok(resp)) => Ok(close_outcome(resp.op_responses(), &done_value)),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("complete txn timed out".to_owned()),
+    }
+}
+
+/// Closes several claims in one transaction (one raft proposal), each a nested [`close_txn`]
+/// with its own fence. The closes must not write the same key twice: no locks, no follow-ups.
+/// One outcome per close, in order; an error is the whole batch's.
+pub async fn complete_batch(
+    client: &Client,
+    closes: Vec<Close>,
+    retention_lease: i64,
+) -> Result<Vec<CompleteOutcome>, String> {
+    let n = closes.len();
+    let done: Vec<Vec<u8>> = closes.iter().map(|c| c.done_value.clone()).collect();
+    let ops: Vec<TxnOp> = closes.into_iter().map(|c| TxnOp::txn(close_txn(c, retention_lease))).collect();
+    let mut kv = client.kv_client();
+    let resp = match request("close_batch", kv.txn(Txn::new().and_then(ops))).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err("close batch txn timed out".to_owned()),
+    };
+    let outcomes: Vec<CompleteOutcome> = resp
+        .op_responses()
+        .into_iter()
+        .zip(&done)
+        .map(|(r, done_value)| match r {
+            TxnOpResponse::Txn(inner) if inner.succeeded() => CompleteOutcome::Closed,
+            TxnOpResponse::Txn(inner) => close_outcome(inner.op_responses(), done_value),
+            _ => CompleteOutcome::Fenced,
+        })
+        .collect();
+    if outcomes.len() == n {
+        Ok(outcomes)
+    } else {
+        Err("close batch answered fewer closes than asked".to_owned())
+    }
+}
+
+/// The transaction of one close (see [`complete`]); also the unit of a batch.
+#[must_use]
+pub fn close_txn(close: Close, retention_lease: i64) -> Txn {
     let Close { claim_key, fencing_token, done_value, running_key, lock, extra } = close;
     let claim_key = claim_key.as_str();
     let running_key = running_key.as_str();
     let mut then = vec![
         // A fresh retention lease: the done claim lives its full retention from now.
-        TxnOp::put(claim_key, done_value.clone(), Some(PutOptions::new().with_lease(retention_lease))),
+        TxnOp::put(claim_key, done_value, Some(PutOptions::new().with_lease(retention_lease))),
         TxnOp::delete(running_key, None),
     ];
     if let Some((key, value)) = lock {
@@ -276,17 +365,10 @@ pub async fn complete(client: &Client, close: Close, retention_lease: i64) -> Re
         ])
         .and_then(then.clone())
         .or_else([TxnOp::get(claim_key, None)]);
-    let txn = Txn::new()
+    Txn::new()
         .when([Compare::mod_revision(claim_key, CompareOp::Equal, fencing_token)])
         .and_then(then)
-        .or_else([TxnOp::txn(outlived)]);
-    let mut kv = client.kv_client();
-    match request("close", kv.txn(txn)).await {
-        Ok(Ok(resp)) if resp.succeeded() => Ok(CompleteOutcome::Closed),
-        Ok(Ok(resp)) => Ok(close_outcome(resp.op_responses(), &done_value)),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("complete txn timed out".to_owned()),
-    }
+        .or_else([TxnOp::txn(outlived)])
 }
 
 /// The outcome of a close whose claim compare failed: the nested transaction for a claim past

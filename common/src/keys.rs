@@ -86,11 +86,25 @@ pub enum Tick {
     /// A manual run requested through `{ns}/trigger/{job}/{request_id}`.
     Manual(String),
     /// A run triggered by another job's execution (`on_success` / `on_failure`); the id names
-    /// the parent execution (its fencing token).
+    /// the parent execution (see [`Tick::dependency`]).
     Dependency(String),
 }
 
 impl Tick {
+    /// The tick of a dependency run of `parent`, whose claim had `fencing_token`:
+    /// `{token}-{12 hex digits of the parent job's name}`. A token alone is not unique: claims
+    /// of several jobs committed in one batch transaction share its revision (one claim per job
+    /// per batch, so the pair is).
+    #[must_use]
+    pub fn dependency(fencing_token: i64, parent_job: &str) -> Self {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in parent_job.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        Tick::Dependency(format!("{fencing_token}-{:012x}", h & 0xffff_ffff_ffff))
+    }
+
     /// The scheduled time of a schedule tick.
     #[must_use]
     pub fn scheduled_ms(&self) -> Option<UnixMs> {
@@ -508,6 +522,12 @@ mod tests {
         assert_eq!(k.claim(&on_worker), "/etcron/claims/nightly.report/1764547200000:worker-w-1");
         assert_eq!(shard.to_string(), "nightly.report@1764547200000:shard-3#2");
         assert_eq!(dep.to_string(), "alert@dep-1234#1");
+        // Two parents whose claims shared a batch (one revision) give their child two runs.
+        let a = ExecutionId::new("alert", Tick::dependency(1234, "backup"));
+        let b = ExecutionId::new("alert", Tick::dependency(1234, "report"));
+        assert_ne!(a, b);
+        assert_eq!(a, ExecutionId::new("alert", Tick::dependency(1234, "backup")));
+        assert_eq!(a.to_string().parse::<ExecutionId>().unwrap(), a);
         assert_eq!(k.health("db-backup"), "/etcron/health/db-backup");
         assert!(k.health("db-backup").starts_with(&k.health_prefix()));
         assert_eq!(k.parse(b"/etcron/health/Bad"), None);

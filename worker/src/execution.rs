@@ -40,6 +40,8 @@ pub struct Context {
     pub lease: watch::Receiver<Option<i64>>,
     pub retention: RetentionLeases,
     pub registry: Registry,
+    /// Group commit of claims and closes.
+    pub batchers: crate::batcher::Batchers,
     /// Closes of finished executions not yet taken by etcd: shutdown waits for them.
     pub closing: Pending,
     pub capacity: Arc<Semaphore>,
@@ -424,20 +426,22 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
     };
     let uses_lock = lock.is_some();
     let claim_started = std::time::Instant::now();
-    let outcome = claim::try_claim(
-        &ctx.client,
-        RunClaim {
-            claim_key: claim_key.clone(),
-            claim_value: to_json(&claim_value),
-            running_key: running_key.clone(),
-            running_value: to_json(&running),
-            session_lease: lease,
-            retention_lease,
-            lock,
-            extra: taken_ops(&ctx, &fire),
-        },
-    )
-    .await;
+    let outcome = ctx
+        .batchers
+        .claim(
+            &id.job,
+            RunClaim {
+                claim_key: claim_key.clone(),
+                claim_value: to_json(&claim_value),
+                running_key: running_key.clone(),
+                running_value: to_json(&running),
+                session_lease: lease,
+                retention_lease,
+                lock,
+                extra: taken_ops(&ctx, &fire),
+            },
+        )
+        .await;
     METRICS.claim_seconds.observe(claim_started.elapsed().as_secs_f64());
     METRICS.claims.with_label_values(&[outcome.label()]).inc();
     let fencing_token = match outcome {
@@ -791,8 +795,9 @@ fn dependency_requests(
 ) -> Vec<TxnOp> {
     let mut ops = Vec::new();
     for child in dependents {
-        let request_id = format!("dep-{fencing_token}");
-        let execution = ExecutionId::new(child, Tick::Dependency(fencing_token.to_string()));
+        let tick = Tick::dependency(fencing_token, &parent.job);
+        let request_id = tick.to_string();
+        let execution = ExecutionId::new(child, tick);
         notes.push(format!("triggered {execution}"));
         let request = TriggerRequest {
             kind: TriggerKind::Dependency,
@@ -1295,7 +1300,7 @@ async fn close_claim(ctx: &Context, close: claim::Close) -> Closed {
     while tokio::time::Instant::now() < deadline {
         tries += 1;
         let outcome = match ctx.retention.get().await {
-            Ok(lease) => claim::complete(&ctx.client, close.clone(), lease).await,
+            Ok(lease) => ctx.batchers.complete(close.clone(), lease).await,
             Err(e) => Err(format!("retention lease unavailable: {e}")),
         };
         match outcome {

@@ -78,6 +78,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         lease: lease_rx,
         retention: RetentionLeases::new(client.clone(), MIN_RETENTION),
         registry: Registry::default(),
+        batchers: etcron_worker::batcher::Batchers::start(client.clone()),
         closing: etcron_worker::execution::Pending::default(),
         capacity: Arc::new(Semaphore::new(config.capacity as usize)),
         sink,

@@ -8,8 +8,8 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 
-use etcron_common::metrics::{counter, counter_vec, gauge, histogram, sync_counter, LATENCY_BUCKETS};
-use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge};
+use etcron_common::metrics::{counter, counter_vec, gauge, histogram, histogram_vec, sync_counter, LATENCY_BUCKETS};
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge};
 
 use crate::execution::Context;
 
@@ -54,6 +54,8 @@ pub struct WorkerMetrics {
     pub closes_pending: IntGauge,
     /// Tries of a close that etcd failed (error or no answer) and that were tried again.
     pub close_retries: IntCounter,
+    /// Claims or closes per batch transaction (batches of more than one), by kind.
+    pub batch_size: HistogramVec,
 }
 
 pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
@@ -130,6 +132,12 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
     close_retries: counter(
         "etcron_worker_close_retries_total",
         "Claim closes that etcd failed and that were tried again.",
+    ),
+    batch_size: histogram_vec(
+        "etcron_worker_batch_size",
+        "Claims or closes written in one etcd transaction (batches of two or more), by kind (claim, close).",
+        &["kind"],
+        &[2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0],
     ),
 });
 
