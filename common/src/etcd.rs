@@ -76,11 +76,12 @@ pub fn parse_endpoints(text: &str) -> Vec<String> {
 }
 
 /// Runs one etcd request under the standard deadline ([`REQUEST_TIMEOUT`]) and records it in
-/// the shared metrics under `op`: its latency, and whether it failed or timed out. The result is
-/// `tokio::time::timeout`'s.
+/// the shared metrics under `op`: its latency, and whether it failed or timed out. The request
+/// first waits for a slot of the process's admission limit (`admission::LIMITER`), within the
+/// same deadline. The result is `tokio::time::timeout`'s.
 ///
 /// # Errors
-/// `Elapsed` when etcd did not answer within the deadline.
+/// `Elapsed` when etcd did not answer within the deadline, or no slot came free in time.
 pub async fn request<T>(
     op: &'static str,
     fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
@@ -91,20 +92,103 @@ pub async fn request<T>(
 /// [`request`] with another deadline.
 ///
 /// # Errors
-/// `Elapsed` when etcd did not answer within `limit`.
+/// `Elapsed` when etcd did not answer within `limit`, or no slot came free in time.
 pub async fn request_within<T>(
     op: &'static str,
     limit: Duration,
     fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed> {
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
+    let deadline = started + limit;
+    // `fut` is not polled before it has a slot: etcd-client's calls send nothing until then.
+    let result = match crate::admission::LIMITER.admit_by(deadline).await {
+        Ok(permit) => {
+            let result = tokio::time::timeout_at(deadline, fut).await;
+            permit.finish(outcome(&result));
+            result
+        }
+        Err(elapsed) => Err(elapsed),
+    };
+    record(op, started, &result);
+    result
+}
+
+/// [`request_within`] without an admission slot, for the session's lease grant, keep-alives
+/// and revoke only (on the session's own connection): they must never wait behind other
+/// traffic, or a burst of claims could expire the session that the claims depend on.
+pub(crate) async fn request_exempt<T>(
+    op: &'static str,
+    limit: Duration,
+    fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed> {
+    let started = tokio::time::Instant::now();
     let result = tokio::time::timeout(limit, fut).await;
+    record(op, started, &result);
+    result
+}
+
+fn record<T>(
+    op: &'static str,
+    started: tokio::time::Instant,
+    result: &Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed>,
+) {
     let m = &*crate::metrics::ETCD;
     m.seconds.with_label_values(&[op]).observe(started.elapsed().as_secs_f64());
-    match &result {
+    match result {
         Ok(Ok(_)) => {}
         Ok(Err(_)) => m.errors.with_label_values(&[op, "error"]).inc(),
         Err(_) => m.errors.with_label_values(&[op, "timeout"]).inc(),
     }
-    result
+}
+
+/// What a request's end says about etcd's load, for the admission limit.
+fn outcome<T>(
+    result: &Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed>,
+) -> crate::admission::Outcome {
+    use crate::admission::{Outcome, Overload};
+    match result {
+        Ok(Ok(_)) => Outcome::Answered,
+        Ok(Err(e)) if is_overload(e) => Outcome::Overloaded(Overload::TooManyRequests),
+        Ok(Err(_)) => Outcome::Failed,
+        Err(_) => Outcome::Overloaded(Overload::Timeout),
+    }
+}
+
+/// etcd (or a gRPC proxy in front of it) refused the request because it is overloaded:
+/// "etcdserver: too many requests" (`ResourceExhausted`, sent when etcd's applied index lags
+/// the committed one by more than 5 000 entries) or another `ResourceExhausted`, except the two
+/// that are not about load: "database space exceeded" (a full backend: a quota to raise) and a
+/// message larger than the server accepts.
+#[must_use]
+pub fn is_overload(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            status.message().contains("too many requests")
+                || (status.code() == tonic::Code::ResourceExhausted
+                    && !status.message().contains("space exceeded")
+                    && !status.message().contains("larger than max"))
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overload_is_too_many_requests_or_resource_exhausted_but_not_a_full_database() {
+        let status = |code, message: &str| etcd_client::Error::GRpcStatus(tonic::Status::new(code, message));
+        assert!(is_overload(&status(tonic::Code::ResourceExhausted, "etcdserver: too many requests")));
+        assert!(is_overload(&status(tonic::Code::ResourceExhausted, "rate limited")));
+        assert!(!is_overload(&status(
+            tonic::Code::ResourceExhausted,
+            "grpc: received message larger than max (9 vs. 4)"
+        )));
+        assert!(is_overload(&status(tonic::Code::Unavailable, "etcdserver: too many requests")));
+        assert!(!is_overload(&status(tonic::Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded")));
+        assert!(!is_overload(&status(tonic::Code::Unavailable, "etcdserver: leader changed")));
+        assert!(!is_overload(&status(tonic::Code::DeadlineExceeded, "context deadline exceeded")));
+        assert!(!is_overload(&etcd_client::Error::WatchError("listing timed out".to_owned())));
+    }
 }
