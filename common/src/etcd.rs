@@ -148,47 +148,67 @@ fn outcome<T>(
     use crate::admission::{Outcome, Overload};
     match result {
         Ok(Ok(_)) => Outcome::Answered,
-        Ok(Err(e)) if is_overload(e) => Outcome::Overloaded(Overload::TooManyRequests),
-        Ok(Err(_)) => Outcome::Failed,
+        Ok(Err(e)) => overload(e).map_or(Outcome::Failed, Outcome::Overloaded),
         Err(_) => Outcome::Overloaded(Overload::Timeout),
     }
 }
 
-/// etcd (or a gRPC proxy in front of it) refused the request because it is overloaded:
-/// "etcdserver: too many requests" (`ResourceExhausted`, sent when etcd's applied index lags
-/// the committed one by more than 5 000 entries) or another `ResourceExhausted`, except the two
-/// that are not about load: "database space exceeded" (a full backend: a quota to raise) and a
-/// message larger than the server accepts.
+/// Whether an error says etcd is overloaded, and how.
+///
+/// `TooManyRequests`: "etcdserver: too many requests" (`ResourceExhausted`, sent when etcd's
+/// applied index lags the committed one by more than 5 000 entries) or another
+/// `ResourceExhausted` (a gRPC proxy shedding load), except the two that are not about load:
+/// "database space exceeded" (a full backend: a quota to raise) and a message larger than the
+/// server accepts.
+///
+/// `Timeout`: the same deadline seen by another layer: the client's own per-call timeout
+/// (tonic's "Timeout expired", which can fire in the same millisecond as the request's
+/// deadline), `DeadlineExceeded` from etcd, or "etcdserver: request timed out" (a proposal not
+/// applied in time).
 #[must_use]
-pub fn is_overload(e: &etcd_client::Error) -> bool {
-    match e {
-        etcd_client::Error::GRpcStatus(status) => {
-            status.message().contains("too many requests")
-                || (status.code() == tonic::Code::ResourceExhausted
-                    && !status.message().contains("space exceeded")
-                    && !status.message().contains("larger than max"))
+pub fn overload(e: &etcd_client::Error) -> Option<crate::admission::Overload> {
+    use crate::admission::Overload;
+    use tonic::Code;
+    let etcd_client::Error::GRpcStatus(status) = e else { return None };
+    let message = status.message();
+    match status.code() {
+        _ if message.contains("too many requests") => Some(Overload::TooManyRequests),
+        Code::ResourceExhausted if !message.contains("space exceeded") && !message.contains("larger than max") => {
+            Some(Overload::TooManyRequests)
         }
-        _ => false,
+        Code::DeadlineExceeded => Some(Overload::Timeout),
+        Code::Cancelled if message == "Timeout expired" => Some(Overload::Timeout),
+        _ if message.contains("etcdserver: request timed out") => Some(Overload::Timeout),
+        _ => None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::Overload;
 
     #[test]
-    fn overload_is_too_many_requests_or_resource_exhausted_but_not_a_full_database() {
+    fn overload_is_told_from_etcd_errors() {
         let status = |code, message: &str| etcd_client::Error::GRpcStatus(tonic::Status::new(code, message));
-        assert!(is_overload(&status(tonic::Code::ResourceExhausted, "etcdserver: too many requests")));
-        assert!(is_overload(&status(tonic::Code::ResourceExhausted, "rate limited")));
-        assert!(!is_overload(&status(
-            tonic::Code::ResourceExhausted,
-            "grpc: received message larger than max (9 vs. 4)"
-        )));
-        assert!(is_overload(&status(tonic::Code::Unavailable, "etcdserver: too many requests")));
-        assert!(!is_overload(&status(tonic::Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded")));
-        assert!(!is_overload(&status(tonic::Code::Unavailable, "etcdserver: leader changed")));
-        assert!(!is_overload(&status(tonic::Code::DeadlineExceeded, "context deadline exceeded")));
-        assert!(!is_overload(&etcd_client::Error::WatchError("listing timed out".to_owned())));
+        let too_many = Some(Overload::TooManyRequests);
+        let timeout = Some(Overload::Timeout);
+        assert_eq!(overload(&status(tonic::Code::ResourceExhausted, "etcdserver: too many requests")), too_many);
+        assert_eq!(overload(&status(tonic::Code::ResourceExhausted, "rate limited")), too_many);
+        assert_eq!(overload(&status(tonic::Code::Unavailable, "etcdserver: too many requests")), too_many);
+        assert_eq!(overload(&status(tonic::Code::DeadlineExceeded, "context deadline exceeded")), timeout);
+        assert_eq!(overload(&status(tonic::Code::Unavailable, "etcdserver: request timed out")), timeout);
+        assert_eq!(overload(&status(tonic::Code::Cancelled, "Timeout expired")), timeout);
+        assert_eq!(
+            overload(&status(tonic::Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded")),
+            None
+        );
+        assert_eq!(
+            overload(&status(tonic::Code::ResourceExhausted, "grpc: received message larger than max (9 vs. 4)")),
+            None
+        );
+        assert_eq!(overload(&status(tonic::Code::Unavailable, "etcdserver: leader changed")), None);
+        assert_eq!(overload(&status(tonic::Code::Cancelled, "operation was canceled")), None);
+        assert_eq!(overload(&etcd_client::Error::WatchError("listing timed out".to_owned())), None);
     }
 }
