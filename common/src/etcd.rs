@@ -162,15 +162,19 @@ fn outcome<T>(
 /// server accepts.
 ///
 /// `Timeout`: the same deadline seen by another layer: the client's own per-call timeout
-/// (tonic's "Timeout expired", which can fire in the same millisecond as the request's
-/// deadline), `DeadlineExceeded` from etcd, or "etcdserver: request timed out" (a proposal not
-/// applied in time).
+/// (tonic's "Timeout expired", which fires in the same millisecond as the request's deadline
+/// and usually first), `DeadlineExceeded` from etcd, "etcdserver: request timed out" (a
+/// proposal not applied in time), or an HTTP/2 ping that etcd did not answer within the
+/// connection's keep-alive timeout (every call on the connection then fails with it).
 #[must_use]
 pub fn overload(e: &etcd_client::Error) -> Option<crate::admission::Overload> {
     use crate::admission::Overload;
     use tonic::Code;
     let etcd_client::Error::GRpcStatus(status) = e else { return None };
     let message = status.message();
+    if status.code() == Code::Unavailable && ping_timed_out(status) {
+        return Some(Overload::Timeout);
+    }
     match status.code() {
         _ if message.contains("too many requests") => Some(Overload::TooManyRequests),
         Code::ResourceExhausted if !message.contains("space exceeded") && !message.contains("larger than max") => {
@@ -181,6 +185,18 @@ pub fn overload(e: &etcd_client::Error) -> Option<crate::admission::Overload> {
         _ if message.contains("etcdserver: request timed out") => Some(Overload::Timeout),
         _ => None,
     }
+}
+
+/// Whether a status comes from hyper's HTTP/2 keep-alive giving up on the connection.
+fn ping_timed_out(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 #[cfg(test)]
