@@ -76,11 +76,12 @@ pub fn parse_endpoints(text: &str) -> Vec<String> {
 }
 
 /// Runs one etcd request under the standard deadline ([`REQUEST_TIMEOUT`]) and records it in
-/// the shared metrics under `op`: its latency, and whether it failed or timed out. The result is
-/// `tokio::time::timeout`'s.
+/// the shared metrics under `op`: its latency, and whether it failed or timed out. The request
+/// first waits for a slot of the process's admission limit (`admission::LIMITER`), within the
+/// same deadline. The result is `tokio::time::timeout`'s.
 ///
 /// # Errors
-/// `Elapsed` when etcd did not answer within the deadline.
+/// `Elapsed` when etcd did not answer within the deadline, or no slot came free in time.
 pub async fn request<T>(
     op: &'static str,
     fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
@@ -91,20 +92,139 @@ pub async fn request<T>(
 /// [`request`] with another deadline.
 ///
 /// # Errors
-/// `Elapsed` when etcd did not answer within `limit`.
+/// `Elapsed` when etcd did not answer within `limit`, or no slot came free in time.
 pub async fn request_within<T>(
     op: &'static str,
     limit: Duration,
     fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed> {
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
+    let deadline = started + limit;
+    // `fut` is not polled before it has a slot: etcd-client's calls send nothing until then.
+    let result = match crate::admission::LIMITER.admit_by(deadline).await {
+        Ok(permit) => {
+            let result = tokio::time::timeout_at(deadline, fut).await;
+            permit.finish(outcome(&result));
+            result
+        }
+        Err(elapsed) => Err(elapsed),
+    };
+    record(op, started, &result);
+    result
+}
+
+/// [`request_within`] without an admission slot, for the session's lease grant, keep-alives
+/// and revoke only (on the session's own connection): they must never wait behind other
+/// traffic, or a burst of claims could expire the session that the claims depend on.
+pub(crate) async fn request_exempt<T>(
+    op: &'static str,
+    limit: Duration,
+    fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed> {
+    let started = tokio::time::Instant::now();
     let result = tokio::time::timeout(limit, fut).await;
+    record(op, started, &result);
+    result
+}
+
+fn record<T>(
+    op: &'static str,
+    started: tokio::time::Instant,
+    result: &Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed>,
+) {
     let m = &*crate::metrics::ETCD;
     m.seconds.with_label_values(&[op]).observe(started.elapsed().as_secs_f64());
-    match &result {
+    match result {
         Ok(Ok(_)) => {}
         Ok(Err(_)) => m.errors.with_label_values(&[op, "error"]).inc(),
         Err(_) => m.errors.with_label_values(&[op, "timeout"]).inc(),
     }
-    result
+}
+
+/// What a request's end says about etcd's load, for the admission limit.
+fn outcome<T>(
+    result: &Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed>,
+) -> crate::admission::Outcome {
+    use crate::admission::{Outcome, Overload};
+    match result {
+        Ok(Ok(_)) => Outcome::Answered,
+        Ok(Err(e)) => overload(e).map_or(Outcome::Failed, Outcome::Overloaded),
+        Err(_) => Outcome::Overloaded(Overload::Timeout),
+    }
+}
+
+/// Whether an error says etcd is overloaded, and how.
+///
+/// `TooManyRequests`: "etcdserver: too many requests" (`ResourceExhausted`, sent when etcd's
+/// applied index lags the committed one by more than 5 000 entries) or another
+/// `ResourceExhausted` (a gRPC proxy shedding load), except the two that are not about load:
+/// "database space exceeded" (a full backend: a quota to raise) and a message larger than the
+/// server accepts.
+///
+/// `Timeout`: the same deadline seen by another layer: the client's own per-call timeout
+/// (tonic's "Timeout expired", which fires in the same millisecond as the request's deadline
+/// and usually first), `DeadlineExceeded` from etcd, "etcdserver: request timed out" (a
+/// proposal not applied in time), or an HTTP/2 ping that etcd did not answer within the
+/// connection's keep-alive timeout (every call on the connection then fails with it).
+#[must_use]
+pub fn overload(e: &etcd_client::Error) -> Option<crate::admission::Overload> {
+    use crate::admission::Overload;
+    use tonic::Code;
+    let etcd_client::Error::GRpcStatus(status) = e else { return None };
+    let message = status.message();
+    if status.code() == Code::Unavailable && ping_timed_out(status) {
+        return Some(Overload::Timeout);
+    }
+    match status.code() {
+        _ if message.contains("too many requests") => Some(Overload::TooManyRequests),
+        Code::ResourceExhausted if !message.contains("space exceeded") && !message.contains("larger than max") => {
+            Some(Overload::TooManyRequests)
+        }
+        Code::DeadlineExceeded => Some(Overload::Timeout),
+        Code::Cancelled if message == "Timeout expired" => Some(Overload::Timeout),
+        _ if message.contains("etcdserver: request timed out") => Some(Overload::Timeout),
+        _ => None,
+    }
+}
+
+/// Whether a status comes from hyper's HTTP/2 keep-alive giving up on the connection.
+fn ping_timed_out(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::Overload;
+
+    #[test]
+    fn overload_is_told_from_etcd_errors() {
+        let status = |code, message: &str| etcd_client::Error::GRpcStatus(tonic::Status::new(code, message));
+        let too_many = Some(Overload::TooManyRequests);
+        let timeout = Some(Overload::Timeout);
+        assert_eq!(overload(&status(tonic::Code::ResourceExhausted, "etcdserver: too many requests")), too_many);
+        assert_eq!(overload(&status(tonic::Code::ResourceExhausted, "rate limited")), too_many);
+        assert_eq!(overload(&status(tonic::Code::Unavailable, "etcdserver: too many requests")), too_many);
+        assert_eq!(overload(&status(tonic::Code::DeadlineExceeded, "context deadline exceeded")), timeout);
+        assert_eq!(overload(&status(tonic::Code::Unavailable, "etcdserver: request timed out")), timeout);
+        assert_eq!(overload(&status(tonic::Code::Cancelled, "Timeout expired")), timeout);
+        assert_eq!(
+            overload(&status(tonic::Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded")),
+            None
+        );
+        assert_eq!(
+            overload(&status(tonic::Code::ResourceExhausted, "grpc: received message larger than max (9 vs. 4)")),
+            None
+        );
+        assert_eq!(overload(&status(tonic::Code::Unavailable, "etcdserver: leader changed")), None);
+        assert_eq!(overload(&status(tonic::Code::Cancelled, "operation was canceled")), None);
+        assert_eq!(overload(&etcd_client::Error::WatchError("listing timed out".to_owned())), None);
+    }
 }

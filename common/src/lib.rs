@@ -2,6 +2,7 @@
 //! the etcd key layout, the records stored in etcd, the etcd session and claim helpers,
 //! bounded task output, and webhook notification targets and records.
 
+pub mod admission;
 #[cfg(test)]
 mod check;
 pub mod claim;

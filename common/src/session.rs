@@ -6,6 +6,11 @@
 //! the last keep-alive request that the server acknowledged was *sent*; the server cannot expire
 //! the lease earlier than that, so a paused or partitioned worker learns it lost the lease no
 //! later than the rest of the cluster does.
+//!
+//! Give the session a client of its own (`etcd::connect` again: its own gRPC connection), not
+//! the one the rest of the process uses: its grant, keep-alives and revoke never take an
+//! admission slot (`common::admission`), and on their own connection they do not queue behind
+//! a storm of claims either, so no amount of other traffic delays them.
 
 use std::time::Duration;
 
@@ -43,7 +48,8 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Grants a lease of `ttl` (whole seconds) and starts keeping it alive.
+    /// Grants a lease of `ttl` (whole seconds) and starts keeping it alive. `client` should be
+    /// the session's own (see the module's documentation).
     pub async fn grant(client: &Client, ttl: Duration) -> Result<Self, SessionError> {
         if ttl < MIN_TTL {
             return Err(SessionError::TtlTooShort);
@@ -51,10 +57,11 @@ impl Session {
         let ttl_secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
         let requested = Instant::now();
         let mut leases = client.lease_client();
-        let grant = crate::etcd::request("lease_grant", leases.grant(ttl_secs, None))
-            .await
-            .map_err(|_| SessionError::GrantTimeout)?
-            .map_err(SessionError::Grant)?;
+        let grant =
+            crate::etcd::request_exempt("lease_grant", crate::etcd::REQUEST_TIMEOUT, leases.grant(ttl_secs, None))
+                .await
+                .map_err(|_| SessionError::GrantTimeout)?
+                .map_err(SessionError::Grant)?;
         let lease_id = grant.id();
         let (alive_tx, alive) = watch::channel(true);
         let (stop, stop_rx) = watch::channel(false);
@@ -89,9 +96,10 @@ impl Session {
         let _ = self.stop.send(true);
         let _ = self.keeper.await;
         let mut leases = self.client.lease_client();
-        if let Err(e) = crate::etcd::request("lease_revoke", leases.revoke(self.lease_id))
-            .await
-            .unwrap_or_else(|_| Err(etcd_client::Error::LeaseKeepAliveError("revoke timed out".to_owned())))
+        if let Err(e) =
+            crate::etcd::request_exempt("lease_revoke", crate::etcd::REQUEST_TIMEOUT, leases.revoke(self.lease_id))
+                .await
+                .unwrap_or_else(|_| Err(etcd_client::Error::LeaseKeepAliveError("revoke timed out".to_owned())))
         {
             tracing::warn!(lease_id = self.lease_id, error = %e, "revoking session lease failed; it will expire by itself");
         }
@@ -127,7 +135,7 @@ async fn keep_alive(
         let per_call = interval.min(deadline.saturating_duration_since(Instant::now())).max(Duration::from_millis(100));
         if stream.is_none() {
             let mut leases = client.lease_client();
-            match crate::etcd::request_within("keep_alive_stream", per_call, leases.keep_alive(lease_id)).await {
+            match crate::etcd::request_exempt("keep_alive_stream", per_call, leases.keep_alive(lease_id)).await {
                 Ok(Ok(pair)) => stream = Some(pair),
                 Ok(Err(e)) => {
                     tracing::warn!(lease_id, error = %e, "session keep-alive stream failed; retrying");
@@ -145,7 +153,7 @@ async fn keep_alive(
             continue;
         };
         let sent_at = Instant::now();
-        let result = crate::etcd::request_within("keep_alive", per_call, async {
+        let result = crate::etcd::request_exempt("keep_alive", per_call, async {
             keeper.keep_alive().await?;
             responses.message().await
         })

@@ -41,6 +41,8 @@ fn main() -> std::process::ExitCode {
 async fn run(config: Config) -> anyhow::Result<()> {
     let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
     let client = connect(&config.etcd).await.context("connecting to etcd")?;
+    // The session's own connection: its keep-alives never queue behind claims and watches.
+    let session_client = connect(&config.etcd).await.context("connecting to etcd")?;
     let store = etcron_common::store::MongoStore::connect(&config.mongodb_uri, &config.mongodb_db)
         .await
         .context("mongodb_uri")?;
@@ -121,7 +123,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(mirror(client.clone(), keys.kill_prefix(), "kill", kills_tx, all_stop.clone()));
     tokio::spawn(follow_kills(ctx.clone(), kills_rx));
 
-    let supervisor = tokio::spawn(supervise_session(ctx.clone(), lease_tx, all_stop.clone()));
+    let supervisor = tokio::spawn(supervise_session(ctx.clone(), session_client, lease_tx, all_stop.clone()));
 
     let (jobs_tx, jobs_rx) = mpsc::channel(4096);
     tokio::spawn(mirror(client.clone(), keys.jobs_prefix(), "jobs", jobs_tx, sched_stop.clone()));
@@ -161,11 +163,13 @@ async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Keeps a session: grants it, registers the worker under it, refreshes the registration, and
-/// when the lease is lost stops everything that ran under it and starts over with a new one.
-/// Returns the live session at shutdown so the caller can revoke it after draining.
+/// Keeps a session: grants it (on `session_client`, the session's own connection), registers the
+/// worker under it, refreshes the registration, and when the lease is lost stops everything that
+/// ran under it and starts over with a new one. Returns the live session at shutdown so the
+/// caller can revoke it after draining.
 async fn supervise_session(
     ctx: Arc<Context>,
+    session_client: etcd_client::Client,
     lease_tx: watch::Sender<Option<i64>>,
     mut stop: watch::Receiver<bool>,
 ) -> Option<Session> {
@@ -173,7 +177,7 @@ async fn supervise_session(
     let mut backoff = Duration::from_millis(200);
     loop {
         let session = loop {
-            match Session::grant(&ctx.client, ctx.config.session_ttl).await {
+            match Session::grant(&session_client, ctx.config.session_ttl).await {
                 Ok(s) => break s,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot get a session lease; retrying");

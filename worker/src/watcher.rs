@@ -125,7 +125,11 @@ pub async fn mirror(
                 continue;
             }
             Err(_) => {
+                // Backs off like a failure: re-listing at once would add a large read to the
+                // load that kept etcd from answering.
                 tracing::warn!(watch = name, "starting watch timed out; re-listing");
+                tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
                 continue;
             }
         };
