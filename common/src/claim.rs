@@ -305,8 +305,9 @@ pub async fn complete(client: &Client, close: Close, retention_lease: i64) -> Re
 }
 
 /// Closes several claims in one transaction (one raft proposal), each a nested [`close_txn`]
-/// with its own fence. The closes must not write the same key twice: no locks, no follow-ups.
-/// One outcome per close, in order; an error is the whole batch's.
+/// with its own fence. The closes must not write the same key twice (etcd refuses the whole
+/// transaction): no locks, and at most one close per job. One outcome per close, in order; an
+/// error is the whole batch's.
 pub async fn complete_batch(
     client: &Client,
     closes: Vec<Close>,

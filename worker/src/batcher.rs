@@ -4,10 +4,13 @@
 //! Each loop keeps at most `IN_FLIGHT` batch transactions outstanding; while they are, new
 //! requests queue, and the next batch takes everything queued (up to `claim::MAX_BATCH`), after
 //! waiting `WINDOW` for more to arrive. At a trickle a request goes alone, at once; under a burst
-//! batches fill. Claims with a concurrency lock and closes with a lock or follow-ups (run
-//! requests) go alone: etcd refuses a transaction that writes one key twice, and those can.
-//! A claim batch holds at most one claim per job (the job state is written with each claim);
-//! a second one waits for the next batch.
+//! batches fill. Claims and closes of executions with a concurrency lock go alone: etcd refuses
+//! a transaction that writes one key twice, and two of them can write the same lock. A batch
+//! holds at most one claim (or close) per job: a claim writes the job state, a close's
+//! follow-ups may write the job's spec (an `@at` job disabled) or a run request named by the
+//! fencing token, which claims of one batch share. A second one waits for the next batch. If
+//! etcd refuses a batch as a whole (an invalid request, never a lost race), each item is sent
+//! on its own.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -18,7 +21,7 @@ use etcron_common::claim::{self, ClaimOutcome, Close, CompleteOutcome, RunClaim,
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// Batch transactions of one kind outstanding at once.
-const IN_FLIGHT: usize = 4;
+const IN_FLIGHT: usize = 2;
 
 /// How long a batch waits for more requests after its first one: a few ms, small against the
 /// claim-ahead lead (200 ms) and a task's run.
@@ -34,6 +37,7 @@ struct ClaimJob {
 }
 
 struct CloseJob {
+    job: String,
     close: Close,
     lease: i64,
     reply: oneshot::Sender<Result<CompleteOutcome, String>>,
@@ -82,13 +86,13 @@ impl Batchers {
         answer.await.unwrap_or_else(|_| ClaimOutcome::Unknown("claim batch dropped".to_owned()))
     }
 
-    /// Closes a claim, in a batch when it can share one.
-    pub async fn complete(&self, close: Close, lease: i64) -> Result<CompleteOutcome, String> {
-        if close.lock.is_some() || !close.extra.is_empty() {
+    /// Closes a claim of `job`, in a batch when it can share one.
+    pub async fn complete(&self, job: &str, close: Close, lease: i64) -> Result<CompleteOutcome, String> {
+        if close.lock.is_some() {
             return claim::complete(&self.client, close, lease).await;
         }
         let (reply, answer) = oneshot::channel();
-        if self.closes.send(CloseJob { close, lease, reply }).await.is_err() {
+        if self.closes.send(CloseJob { job: job.to_owned(), close, lease, reply }).await.is_err() {
             return Err("close batcher stopped".to_owned());
         }
         answer.await.unwrap_or_else(|_| Err("close batch dropped".to_owned()))
@@ -202,10 +206,11 @@ async fn close_loop(client: Client, mut rx: mpsc::Receiver<CloseJob>) {
     let mut carry = VecDeque::new();
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        // Closes of different executions never share a key; one lease per batch.
-        let mut lease = None;
-        let same_lease = |j: &CloseJob| *lease.get_or_insert(j.lease) == j.lease;
-        let Some(batch) = next_batch(&mut rx, &mut carry, same_lease).await else { return };
+        // One lease per batch, and one close per job: the follow-ups of two closes of one job
+        // could write the same key (an `@at` job's spec).
+        let (mut lease, mut jobs) = (None, HashSet::new());
+        let admit = |j: &CloseJob| *lease.get_or_insert(j.lease) == j.lease && jobs.insert(j.job.clone());
+        let Some(batch) = next_batch(&mut rx, &mut carry, admit).await else { return };
         if batch.is_empty() {
             continue;
         }
@@ -227,10 +232,17 @@ async fn commit_closes(client: &Client, batch: Vec<CloseJob>) {
     }
     crate::metrics::METRICS.batch_size.with_label_values(&["close"]).observe(batch.len() as f64);
     let (closes, replies): (Vec<Close>, Vec<_>) = batch.into_iter().map(|j| (j.close, j.reply)).unzip();
+    let fallback = closes.clone();
     match claim::complete_batch(client, closes, lease).await {
         Ok(outcomes) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 let _ = reply.send(Ok(outcome));
+            }
+        }
+        Err(e) if e.contains("InvalidArgument") => {
+            tracing::warn!(error = %e, closes = fallback.len(), "etcd refused a close batch; closing one by one");
+            for (reply, close) in replies.into_iter().zip(fallback) {
+                let _ = reply.send(claim::complete(client, close, lease).await);
             }
         }
         Err(e) => {

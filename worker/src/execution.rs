@@ -547,7 +547,7 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         lock: uses_lock.then(|| (lock_key.clone(), lock_value.clone())),
         extra: follow,
     };
-    let closed = close_claim(&ctx, close).await == Closed::Done;
+    let closed = close_claim(&ctx, &id.job, close).await == Closed::Done;
     record.started_at = Some(rfc3339_ms(started_ms));
     record.finished_at = Some(rfc3339_ms(finished_ms));
     record.duration_ms = u64::try_from(finished_ms - started_ms).ok();
@@ -1292,7 +1292,7 @@ const CLOSE_RETRY_MAX: Duration = Duration::from_secs(1);
 /// could not land before the session ended still lands once etcd answers (its fence is the
 /// claim, not the session): the loss handling waits a grace period before it records the run
 /// `lost`, so a task that finished is recorded as it ended, not rerun.
-async fn close_claim(ctx: &Context, close: claim::Close) -> Closed {
+async fn close_claim(ctx: &Context, job: &str, close: claim::Close) -> Closed {
     let _pending = ctx.closing.enter();
     let deadline = tokio::time::Instant::now() + CLOSE_FOR;
     let mut delay = Duration::from_millis(50);
@@ -1300,7 +1300,7 @@ async fn close_claim(ctx: &Context, close: claim::Close) -> Closed {
     while tokio::time::Instant::now() < deadline {
         tries += 1;
         let outcome = match ctx.retention.get().await {
-            Ok(lease) => ctx.batchers.complete(close.clone(), lease).await,
+            Ok(lease) => ctx.batchers.complete(job, close.clone(), lease).await,
             Err(e) => Err(format!("retention lease unavailable: {e}")),
         };
         match outcome {
