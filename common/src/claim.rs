@@ -9,8 +9,9 @@
 //! put(claim done), delete(running)`, by its winner (`complete`, also after the winner's
 //! session ended: a finished task's close may land late) or by the loss handling (`mark_lost`,
 //! a grace period after the session ended): the compare lets exactly one of them write.
-//! Concurrency locks, the job state and follow-up run requests ride in the same transactions,
-//! so each fire still costs two etcd writes.
+//! Concurrency locks, the job state and follow-up run requests ride in the same transactions;
+//! claims and closes of different jobs can share one transaction (`claim_batch`,
+//! `complete_batch`), so a burst costs etcd a few writes, not two per fire.
 
 use std::time::Duration;
 
