@@ -42,6 +42,8 @@ pub struct Context {
     pub registry: Registry,
     /// Group commit of claims and closes.
     pub batchers: crate::batcher::Batchers,
+    /// Claims seen written (a watch): a ranked-later worker looks here before reading etcd.
+    pub taken: Arc<crate::taken::Taken>,
     /// Closes of finished executions not yet taken by etcd: shutdown waits for them.
     pub closing: Pending,
     pub capacity: Arc<Semaphore>,
@@ -331,21 +333,16 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         return;
     }
     if rank > 0 {
-        // Give the workers ranked before this one a head start, then look before writing: a
-        // read costs etcd no raft proposal, a losing txn does. No capacity slot is taken
-        // before: a tick that is taken already must not make this worker look full.
-        // A tick raced ahead of its time can space the ranks out over the lead at no cost to
-        // its start, so fewer rank-0 claims are still in flight when the next rank looks.
+        // Give the workers ranked before this one a head start, then look before writing. No
+        // capacity slot is taken before: a tick that is taken already must not make this
+        // worker look full. A tick raced ahead of its time can space the ranks out over the
+        // lead at no cost to its start, so fewer rank-0 claims are still in flight when the
+        // next rank looks.
         let ahead_ms = u64::try_from(fire.scheduled_ms - now_ms()).unwrap_or(0);
         let step = ctx.config.claim_stagger.max(Duration::from_millis(ahead_ms / 4));
         tokio::time::sleep(step * u32::try_from(rank).unwrap_or(u32::MAX)).await;
-        match claim::claim_exists(&ctx.client, &claim_key).await {
-            Ok(true) => {
-                METRICS.claims.with_label_values(&["taken"]).inc();
-                return;
-            }
-            Ok(false) => {}
-            Err(e) => tracing::debug!(error = %e, "claim pre-check failed; racing anyway"),
+        if already_taken(&ctx, &fire, &claim_key).await {
+            return;
         }
     }
     let permit = match ctx.capacity.clone().try_acquire_owned() {
@@ -577,6 +574,31 @@ async fn race_and_run(ctx: Arc<Context>, fire: Fire) {
         ctx.notifier.record(&fire.spec, &record);
     }
     ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+}
+
+/// Whether a ranked-later worker finds the claim taken: seen in its watch of claims (no etcd
+/// request), or, for a claim that would go alone (a concurrency lock), read from etcd — a
+/// losing claim alone costs a raft proposal, a read does not. A batchable claim not seen yet is
+/// raced: in a batch, losing costs no proposal of its own.
+async fn already_taken(ctx: &Context, fire: &Fire, claim_key: &str) -> bool {
+    if ctx.taken.contains(claim_key) {
+        METRICS.claims.with_label_values(&["taken_seen"]).inc();
+        return true;
+    }
+    if fire.spec.concurrency == Concurrency::Allow {
+        return false;
+    }
+    match claim::claim_exists(&ctx.client, claim_key).await {
+        Ok(true) => {
+            METRICS.claims.with_label_values(&["taken"]).inc();
+            true
+        }
+        Ok(false) => false,
+        Err(e) => {
+            tracing::debug!(error = %e, "claim pre-check failed; racing anyway");
+            false
+        }
+    }
 }
 
 /// How long a worker keeps asking etcd whether a claim whose txn had an unknown outcome is its own.

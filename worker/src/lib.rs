@@ -13,5 +13,6 @@ pub mod membership;
 pub mod metrics;
 pub mod notifier;
 pub mod scheduler;
+pub mod taken;
 pub mod watcher;
 pub mod wheel;

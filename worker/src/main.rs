@@ -81,6 +81,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         retention: RetentionLeases::new(client.clone(), MIN_RETENTION),
         registry: Registry::default(),
         batchers: etcron_worker::batcher::Batchers::start(client.clone()),
+        taken: Arc::new(etcron_worker::taken::Taken::default()),
         closing: etcron_worker::execution::Pending::default(),
         capacity: Arc::new(Semaphore::new(config.capacity as usize)),
         sink,
@@ -118,6 +119,13 @@ async fn run(config: Config) -> anyhow::Result<()> {
             tokio::spawn(etcron_worker::execution::record_lost(lost_ctx.clone(), worker, revision));
         }
     });
+
+    tokio::spawn(etcron_worker::taken::follow(
+        client.clone(),
+        keys.claims_prefix(),
+        ctx.taken.clone(),
+        all_stop.clone(),
+    ));
 
     let (kills_tx, kills_rx) = mpsc::channel(256);
     tokio::spawn(mirror(client.clone(), keys.kill_prefix(), "kill", kills_tx, all_stop.clone()));

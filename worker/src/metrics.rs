@@ -23,9 +23,10 @@ pub struct WorkerMetrics {
     pub ticks_due: IntCounterVec,
     /// Fires this worker did not race for, by reason (selector, capacity, no_lease).
     pub not_raced: IntCounterVec,
-    /// Claim attempts by outcome: won, lost (another worker's txn won), taken (a ranked-later
-    /// worker saw the claim before writing), blocked (concurrency forbid), unknown (etcd did
-    /// not answer), unknown_won (an unknown outcome later read back as ours).
+    /// Claim attempts by outcome: won, lost (another worker's txn won), taken_seen (a
+    /// ranked-later worker saw the claim in its watch), taken (it read the claim from etcd
+    /// before writing), blocked (concurrency forbid), unknown (etcd did not answer),
+    /// unknown_won (an unknown outcome later read back as ours).
     pub claims: IntCounterVec,
     /// Task start minus scheduled time of schedule-triggered executions.
     pub lateness: Histogram,
@@ -71,7 +72,7 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
     ),
     claims: counter_vec(
         "etcron_worker_claims_total",
-        "Claim attempts by outcome (won, lost, taken, blocked, unknown, unknown_won).",
+        "Claim attempts by outcome (won, lost, taken_seen, taken, blocked, unknown, unknown_won).",
         &["outcome"],
     ),
     lateness: histogram(
