@@ -136,7 +136,7 @@ mod tests {
         }
         forget_older_half(&mut seen);
         assert_eq!(seen.len(), 4);
-        assert!(seen.contains_key(&9u64.to_be_bytes().to_vec()));
-        assert!(!seen.contains_key(&0u64.to_be_bytes().to_vec()));
+        assert!(seen.contains_key(9u64.to_be_bytes().as_slice()));
+        assert!(!seen.contains_key(0u64.to_be_bytes().as_slice()));
     }
 }
