@@ -157,7 +157,7 @@ pub const DEFAULT_TASK_ENV_PASSTHROUGH: [&str; 9] =
 pub const MAX_TASK_ENV_PASSTHROUGH: usize = 64;
 
 /// Most concurrent executions per worker.
-pub const MAX_CAPACITY: u32 = 10_000;
+pub const MAX_CAPACITY: u32 = 100_000;
 
 impl FileConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {

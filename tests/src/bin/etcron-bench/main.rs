@@ -2,10 +2,12 @@
 //! commands and results. Scenarios: `e2e` (N jobs every second across W workers: duplicates,
 //! misses, lateness from the execution records or an HTTP receiver, etcd writes per fire from
 //! etcd's own metrics, CPU and RSS, one JSON line per execution
-//! `{"job","scheduled_ms","started_ms","worker_id"}`), `spawn` (the process-creation floor),
+//! `{"job","scheduled_ms","started_ms","worker_id"}`), `burst` (N one-shot jobs due at one
+//! instant), `spawn` (the process-creation floor),
 //! `failover`, `scale`, `stream` (live-output latency), `wheel`, `claims`, `sink`, `search`.
 //! Run it from a release build: `cargo build --release --workspace --bins`.
 
+mod burst;
 mod failover;
 mod receiver;
 mod records;
@@ -69,6 +71,7 @@ async fn main() -> Result<()> {
     }
     match scenario {
         "e2e" => e2e(jobs, workers, seconds, out, &e2e_opts).await,
+        "burst" => burst::run(jobs, workers, &e2e_opts.worker_args).await,
         "claims" => claims(jobs).await,
         "sink" => {
             records_opts.records = if records_opts.records == 0 { 200_000 } else { records_opts.records };
@@ -87,7 +90,7 @@ async fn main() -> Result<()> {
             spawn::run(jobs, rounds, &dir.path().join("spawned.log")).await
         }
         other => {
-            bail!("unknown scenario {other}; known: e2e, claims, sink, search, wheel, failover, scale, spawn, stream")
+            bail!("unknown scenario {other}; known: e2e, burst, claims, sink, search, wheel, failover, scale, spawn, stream")
         }
     }
 }
@@ -345,7 +348,63 @@ async fn claims(n: usize) -> Result<()> {
             *lat.last().unwrap_or(&0) as f64 / 1000.0
         );
     }
+    // The same claims in batches of `MAX_BATCH` (nested transactions, one proposal each), as
+    // the worker's group commit sends them, one batch after another and 4 at once.
+    for in_flight in [1usize, 4] {
+        let start = std::time::Instant::now();
+        let batches: Vec<Vec<etcron_common::claim::RunClaim>> = (0..n)
+            .map(|i| etcron_common::claim::RunClaim {
+                claim_key: format!("/bench/batched{in_flight}/claims/j{i}/0"),
+                claim_value: b"{}".to_vec(),
+                running_key: format!("/bench/batched{in_flight}/running/j{i}/0"),
+                running_value: b"{}".to_vec(),
+                session_lease: lease,
+                retention_lease: lease,
+                lock: None,
+                extra: Vec::new(),
+            })
+            .collect::<Vec<_>>()
+            .chunks(etcron_common::claim::MAX_BATCH)
+            .map(|c| {
+                c.iter()
+                    .map(|r| etcron_common::claim::RunClaim { lock: None, extra: Vec::new(), ..clone_claim(r) })
+                    .collect()
+            })
+            .collect();
+        let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
+        let mut tasks = Vec::new();
+        for batch in batches {
+            let (client, sem) = (client.clone(), sem.clone());
+            tasks.push(tokio::spawn(async move {
+                let _slot = sem.acquire_owned().await;
+                etcron_common::claim::claim_batch(&client, batch).await
+            }));
+        }
+        let mut won = 0;
+        for t in tasks {
+            won += t.await??.iter().filter(|o| matches!(o, etcron_common::claim::ClaimOutcome::Won { .. })).count();
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "batched, {in_flight} in flight: {won} of {n} claims won in {:.0} ms: {:.0} claims/s",
+            secs * 1000.0,
+            won as f64 / secs
+        );
+    }
     let fsyncs = etcd.metric("etcd_disk_wal_fsync_duration_seconds_count").await?;
     println!("wal fsyncs: {fsyncs}");
     Ok(())
+}
+
+fn clone_claim(c: &etcron_common::claim::RunClaim) -> etcron_common::claim::RunClaim {
+    etcron_common::claim::RunClaim {
+        claim_key: c.claim_key.clone(),
+        claim_value: c.claim_value.clone(),
+        running_key: c.running_key.clone(),
+        running_value: c.running_value.clone(),
+        session_lease: c.session_lease,
+        retention_lease: c.retention_lease,
+        lock: None,
+        extra: c.extra.clone(),
+    }
 }

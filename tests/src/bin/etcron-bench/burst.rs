@@ -1,0 +1,202 @@
+//! `burst --jobs 10000 --workers 3`: N one-shot jobs (`@at T`, HTTP tasks to a receiver in this
+//! process) all due at the same instant. The jobs (and their states, as the master writes them)
+//! go straight into etcd; T is far enough ahead for every worker to load them. Prints: jobs run
+//! once, jobs run more than once, attempts beyond the first (failover reruns), jobs never run,
+//! records by status, start lateness (request received minus T) and the last start, sessions
+//! lost, etcd proposals per fire (etcd's own counter, from 1 s before T until every record is
+//! written), and the latency of `GET /api/jobs/{job}` probes sent every 100 ms during the burst.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use etcd_client::{Txn, TxnOp};
+use etcron_common::keys::Keys;
+use etcron_common::model::JobState;
+use etcron_tests::{free_port, now_ms, quantile, scrape, Cluster, WorkerOpts};
+use serde_json::json;
+
+use crate::receiver::Receiver;
+
+/// Jobs written per etcd transaction (a job and its state each: 128 operations at most).
+const PER_TXN: usize = 60;
+
+pub async fn run(n: usize, n_workers: usize, worker_args: &[String]) -> Result<()> {
+    let mut c = Cluster::start("bench-burst", 0).await?;
+    let receiver = Receiver::start().await?;
+    let mut urls = Vec::new();
+    for i in 1..=n_workers {
+        let port = free_port();
+        let mut w = WorkerOpts::new(&format!("w{i}"));
+        "10s".clone_into(&mut w.session_ttl);
+        // Every claim holds a slot from the claim (ahead of T) to the end of its run.
+        w.extra = vec!["--metrics-listen".to_owned(), format!("127.0.0.1:{port}"), format!("--capacity={}", n.max(64))];
+        w.extra.extend(worker_args.iter().cloned());
+        c.add_worker(w)?;
+        urls.push(format!("http://127.0.0.1:{port}/metrics"));
+    }
+    c.wait_workers(n_workers).await?;
+    // Loading is about 25 µs per job per worker; writing, a few seconds per 10 000.
+    let lead_ms = 20_000 + i64::try_from(n)? * 2;
+    let at_ms = (now_ms() + lead_ms) / 1000 * 1000;
+    write_jobs(&c, n, at_ms, &receiver.url).await?;
+    for url in &urls {
+        wait_metric(url, "etcron_worker_jobs", n as f64, at_ms).await?;
+    }
+    if now_ms() > at_ms - 1_000 {
+        bail!("the jobs were not loaded 1 s before they were due; the lead ({lead_ms} ms) is too short");
+    }
+    println!(
+        "burst: {n} one-shot HTTP jobs due at one instant, {n_workers} workers; loaded {} ms before",
+        at_ms - now_ms()
+    );
+    tokio::time::sleep(Duration::from_millis(u64::try_from(at_ms - 1_000 - now_ms()).unwrap_or(0))).await;
+    let proposals0 = c.etcd.metric("etcd_server_proposals_committed_total").await?;
+    let probes = tokio::spawn(probe_api(c.master.url.clone(), c.http.clone(), at_ms + 15_000));
+    let store = c.mongo.store(&c.db).await?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut finals = Vec::new();
+    while Instant::now() < deadline {
+        finals = crate::records_between(&store, at_ms, at_ms).await?;
+        finals.retain(|r| r.status != etcron_common::model::Status::Running);
+        if finals.len() >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let proposals = c.etcd.metric("etcd_server_proposals_committed_total").await? - proposals0;
+    let api = probes.await?;
+    report(n, at_ms, &receiver, &finals, proposals, &api, &urls).await
+}
+
+/// N jobs `burst-{i}` due at `at_ms`, with their states, straight into etcd.
+async fn write_jobs(c: &Cluster, n: usize, at_ms: i64, url: &str) -> Result<()> {
+    let keys = Keys::new(&c.namespace)?;
+    let client = c.etcd.client().await?;
+    let state = JobState { last_tick_ms: now_ms() }.to_bytes();
+    let spec = serde_json::to_vec(&json!({
+        "schedule": format!("@at {}", etcron_common::rfc3339_ms(at_ms)),
+        "task": {"kind": "http", "url": url},
+    }))?;
+    let mut pending = Vec::new();
+    for start in (0..n).step_by(PER_TXN) {
+        let mut ops = Vec::with_capacity(PER_TXN * 2);
+        for i in start..(start + PER_TXN).min(n) {
+            let name = format!("burst-{i:06}");
+            ops.push(TxnOp::put(keys.job(&name), spec.clone(), None));
+            ops.push(TxnOp::put(keys.state(&name), state.clone(), None));
+        }
+        let mut kv = client.kv_client();
+        pending.push(tokio::spawn(async move { kv.txn(Txn::new().and_then(ops)).await }));
+        if pending.len() >= 8 {
+            for p in pending.drain(..) {
+                p.await??;
+            }
+        }
+    }
+    for p in pending {
+        p.await??;
+    }
+    Ok(())
+}
+
+async fn wait_metric(url: &str, name: &str, at_least: f64, until_ms: i64) -> Result<()> {
+    while now_ms() < until_ms {
+        if let Ok(s) = scrape(url, None).await {
+            if s.value(name, &[]) >= at_least {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("{url}: {name} did not reach {at_least} before the burst")
+}
+
+/// `GET /api/jobs/burst-…` every 100 ms until `until_ms`: each request's latency in ms (a
+/// failed or non-200 request counts as its time, and is reported).
+async fn probe_api(base: String, http: reqwest::Client, until_ms: i64) -> Vec<(i64, bool)> {
+    let mut out = Vec::new();
+    let mut i = 0usize;
+    while now_ms() < until_ms {
+        let t = Instant::now();
+        let ok = http
+            .get(format!("{base}/api/jobs/burst-{:06}", i % 100))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200);
+        out.push((i64::try_from(t.elapsed().as_millis()).unwrap_or(i64::MAX), ok));
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    out
+}
+
+async fn report(
+    n: usize,
+    at_ms: i64,
+    receiver: &Receiver,
+    finals: &[etcron_common::model::ExecutionRecord],
+    proposals: f64,
+    api: &[(i64, bool)],
+    urls: &[String],
+) -> Result<()> {
+    let hits = receiver.hits();
+    let mut per_job: BTreeMap<&str, usize> = BTreeMap::new();
+    for h in &hits {
+        *per_job.entry(h.job.as_str()).or_default() += 1;
+    }
+    let reruns = hits.iter().filter(|h| !h.execution_id.ends_with("#1")).count();
+    let mut lateness: Vec<i64> = hits.iter().map(|h| h.received_ms - at_ms).collect();
+    lateness.sort_unstable();
+    let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in finals {
+        *statuses.entry(r.status.as_str()).or_default() += 1;
+    }
+    let mut api_ms: Vec<i64> = api.iter().map(|(ms, _)| *ms).collect();
+    api_ms.sort_unstable();
+    let mut lost_sessions = 0.0;
+    let mut batches = (0.0, 0.0);
+    let mut ops: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for url in urls {
+        let s = scrape(url, None).await?;
+        lost_sessions += s.value("etcron_worker_session_lease_losses_total", &[]);
+        batches.0 += s.value("etcron_worker_batch_size_count", &[("kind", "claim")]);
+        batches.1 += s.value("etcron_worker_batch_size_count", &[("kind", "close")]);
+        for op in ["claim", "claim_batch", "close", "close_batch"] {
+            let e = ops.entry(op).or_default();
+            e.0 += s.value("etcron_etcd_request_duration_seconds_sum", &[("op", op)]);
+            e.1 += s.value("etcron_etcd_request_duration_seconds_count", &[("op", op)]);
+        }
+    }
+    println!("  jobs run once         {}", per_job.values().filter(|c| **c == 1).count());
+    println!("  jobs run twice+       {}", per_job.values().filter(|c| **c > 1).count());
+    println!("  failover reruns       {reruns} (requests of attempt 2 or later)");
+    println!("  jobs never run        {}", n - per_job.len().min(n));
+    println!("  records               {statuses:?} ({} final of {n})", finals.len());
+    println!(
+        "  start lateness ms     p50 {}  p90 {}  p99 {}  last {}",
+        quantile(&lateness, 0.5),
+        quantile(&lateness, 0.9),
+        quantile(&lateness, 0.99),
+        lateness.last().copied().unwrap_or(0)
+    );
+    println!("  sessions lost         {lost_sessions}");
+    println!("  etcd proposals/fire   {:.3}  ({proposals} proposals)", proposals / n as f64);
+    println!("  batches               {} claim, {} close (transactions of two or more)", batches.0, batches.1);
+    for (op, (sum, count)) in &ops {
+        println!(
+            "  etcd {op:<12}     {count} requests, mean {:.0} ms (admission wait included)",
+            sum / count.max(1.0) * 1000.0
+        );
+    }
+    println!(
+        "  API GET during burst  p50 {}  p99 {}  max {} ms  ({} probes, {} failed)",
+        quantile(&api_ms, 0.5),
+        quantile(&api_ms, 0.99),
+        api_ms.last().copied().unwrap_or(0),
+        api.len(),
+        api.iter().filter(|(_, ok)| !ok).count()
+    );
+    Ok(())
+}
