@@ -13,10 +13,10 @@ use etcron_common::keys::{Key, Keys};
 use etcron_common::model::WorkerInfo;
 use etcron_common::session::Session;
 use etcron_worker::config::{Cli, Config};
-use etcron_worker::execution::{Context, Registry};
 use etcron_worker::executor::StopReason;
 use etcron_worker::membership::Members;
 use etcron_worker::scheduler::Scheduler;
+use etcron_worker::state::{Context, Registry};
 use etcron_worker::watcher::{mirror, Update};
 use tokio::sync::{mpsc, watch, Semaphore};
 
@@ -82,21 +82,21 @@ async fn run(config: Config) -> anyhow::Result<()> {
         registry: Registry::default(),
         batchers: etcron_worker::batcher::Batchers::start(client.clone()),
         taken: Arc::new(etcron_worker::taken::Taken::default()),
-        closing: etcron_worker::execution::Pending::default(),
+        closing: etcron_worker::state::Pending::default(),
         capacity: Arc::new(Semaphore::new(config.capacity as usize)),
         sink,
-        jobs: etcron_worker::execution::JobTable::default(),
-        unsettled: etcron_worker::catchup::Unsettled::default(),
+        jobs: etcron_worker::state::JobTable::default(),
+        unsettled: etcron_worker::ledger::Unsettled::default(),
         notifier,
         config: config.clone(),
         live,
         task_env: etcron_worker::executor::inherited_env(&config.task_env_passthrough),
-        output_endpoint: Some(etcron_worker::execution::OutputEndpoint { url: output_url, token: output_token }),
+        output_endpoint: Some(etcron_worker::state::OutputEndpoint { url: output_url, token: output_token }),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
     etcron_worker::metrics::init(config.capacity);
     if let Some(addr) = config.metrics_listen {
-        etcron_worker::metrics::serve(addr, ctx.clone())
+        etcron_worker::metrics_server::serve(addr, ctx.clone())
             .await
             .with_context(|| format!("metrics_listen: binding {addr}"))?;
     }
@@ -116,7 +116,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         // earlier instance's that we revoked. Alone in the cluster, nobody else would account
         // for what ran under it; with others, the claim keys let only one of us do it.
         while let Some((worker, revision)) = departures.recv().await {
-            tokio::spawn(etcron_worker::execution::record_lost(lost_ctx.clone(), worker, revision));
+            tokio::spawn(etcron_worker::loss::record_lost(lost_ctx.clone(), worker, revision));
         }
     });
 

@@ -187,10 +187,10 @@ impl NotifyConfig {
 pub fn classify(spec: &JobSpec, record: &ExecutionRecord) -> Option<NotifyEvent> {
     match record.status {
         Status::Succeeded => Some(NotifyEvent::Success),
-        Status::Failed | Status::TimedOut if !crate::execution::retried(spec, &record.id, record.status) => {
+        Status::Failed | Status::TimedOut if !crate::rules::retried(spec, &record.id, record.status) => {
             Some(NotifyEvent::Failure)
         }
-        Status::Lost if !crate::execution::rerun_after_loss(spec, &record.id) => Some(NotifyEvent::Failure),
+        Status::Lost if !crate::rules::rerun_after_loss(spec, &record.id) => Some(NotifyEvent::Failure),
         Status::Missed => Some(NotifyEvent::Missed),
         _ => None,
     }
@@ -905,7 +905,7 @@ mod tests {
         }
         // Lost: rerun elsewhere (not final) unless mark_lost or the failover limit is reached.
         assert_eq!(classify(&retrying, &record(Status::Lost, 1)), None);
-        let over = 2 + crate::execution::MAX_FAILOVERS + 1;
+        let over = 2 + crate::rules::MAX_FAILOVERS + 1;
         assert_eq!(classify(&retrying, &record(Status::Lost, over)), Some(NotifyEvent::Failure));
         let mark = spec(r#"{"schedule":"@daily","task":{"kind":"shell","command":"x"},"on_worker_loss":"mark_lost"}"#);
         assert_eq!(classify(&mark, &record(Status::Lost, 1)), Some(NotifyEvent::Failure));

@@ -13,7 +13,9 @@ use etcron_common::schedule::{Schedule, ScheduleCache};
 use etcron_common::{now_ms, UnixMs};
 use tokio::sync::{mpsc, watch};
 
-use crate::execution::{run_fire, Context, Fire, JobRef};
+use crate::execution::run_fire;
+use crate::fire::Fire;
+use crate::state::{Context, JobRef};
 use crate::watcher::{Kv, Update};
 use crate::wheel::{EntryKey, Wheel};
 

@@ -1,0 +1,140 @@
+//! The close phase: the claim rewritten `done` with the run's status and its follow-ups (one
+//! transaction, batched with others), retried until etcd takes it; then the final record and
+//! its notification.
+
+use std::time::Duration;
+
+use etcron_common::claim::{self, CompleteOutcome};
+use etcron_common::model::{Claim, ClaimState, Status};
+use etcron_common::store::{RecordWrite, WriteMode};
+use etcron_common::{now_ms, rfc3339_ms};
+
+use crate::executor;
+use crate::fire::{to_json, Fire};
+use crate::metrics::METRICS;
+use crate::race::WonClaim;
+use crate::record::{log_record, status_of};
+use crate::rules::follow_ups;
+use crate::run::Ran;
+use crate::state::Context;
+
+/// How a close ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// The claim is `done` with this run's status; its follow-ups are written.
+    Done,
+    /// The loss handling closed it first (recorded `lost`), or etcd did not take the close
+    /// within the claim's retention: this run is not the tick's outcome.
+    NotOurs,
+}
+
+/// Longest a close keeps trying: past the claim's shortest retention the claim is gone and
+/// can no longer be closed by its winner.
+pub(crate) const CLOSE_FOR: Duration = claim::MIN_RETENTION;
+
+/// Most time between two tries of a close etcd failed.
+pub(crate) const CLOSE_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Closes a won claim, trying until etcd takes it or somebody else closed it. A close that
+/// could not land before the session ended still lands once etcd answers (its fence is the
+/// claim, not the session): the loss handling waits a grace period before it records the run
+/// `lost`, so a task that finished is recorded as it ended, not rerun.
+pub(crate) async fn close_claim(ctx: &Context, job: &str, close: claim::Close) -> Closed {
+    let _pending = ctx.closing.enter();
+    let deadline = tokio::time::Instant::now() + CLOSE_FOR;
+    let mut delay = Duration::from_millis(50);
+    let mut tries = 0u32;
+    while tokio::time::Instant::now() < deadline {
+        tries += 1;
+        let outcome = match ctx.retention.get().await {
+            Ok(lease) => ctx.batchers.complete(job, close.clone(), lease).await,
+            Err(e) => Err(format!("retention lease unavailable: {e}")),
+        };
+        match outcome {
+            Ok(CompleteOutcome::Closed) => {
+                if tries > 1 {
+                    tracing::info!(
+                        tries,
+                        fencing_token = close.fencing_token,
+                        "claim closed after etcd failed earlier tries"
+                    );
+                }
+                return Closed::Done;
+            }
+            Ok(CompleteOutcome::Fenced) => {
+                tracing::warn!(
+                    fencing_token = close.fencing_token,
+                    "claim closed by the loss handling before this worker could: the run is recorded lost"
+                );
+                return Closed::NotOurs;
+            }
+            Err(e) => {
+                if tries == 1 {
+                    tracing::warn!(error = %e, "closing the claim failed; retrying until etcd takes it");
+                }
+                METRICS.close_retries.inc();
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(CLOSE_RETRY_MAX);
+            }
+        }
+    }
+    tracing::error!(
+        fencing_token = close.fencing_token,
+        tries,
+        "etcd did not take the claim's close within its retention; the run is left to the loss handling"
+    );
+    Closed::NotOurs
+}
+
+/// Closes the claim of a run that ended, then writes its final record (and notifies).
+pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
+    let Ran { finished, handed_ms, mut record } = ran;
+    let finished_ms = now_ms();
+    let started_ms = finished.spawned_ms.unwrap_or(handed_ms);
+    let (status, mut error) = status_of(&finished);
+    if let (Status::Failed, Some(limits), Some(e)) = (status, &fire.spec.limits, &mut error) {
+        if let Some(note) = executor::limit_note(limits, &finished) {
+            *e = format!("{e}: {note}");
+        }
+    }
+    let done = Claim { state: ClaimState::Done, status: Some(status), ..won.claim };
+    let (follow, notes) = follow_ups(&ctx.keys, fire, status, won.fencing_token, finished_ms);
+    let request = claim::Close {
+        claim_key: won.claim_key,
+        fencing_token: won.fencing_token,
+        done_value: to_json(&done),
+        running_key: won.running_key,
+        lock: won.lock,
+        extra: follow,
+    };
+    let closed = close_claim(ctx, &fire.id.job, request).await == Closed::Done;
+    record.started_at = Some(rfc3339_ms(started_ms));
+    record.finished_at = Some(rfc3339_ms(finished_ms));
+    record.duration_ms = u64::try_from(finished_ms - started_ms).ok();
+    record.status = status;
+    record.exit_code = finished.exit_code;
+    record.signal = finished.signal;
+    record.output = finished.output;
+    record.output_truncated = finished.output_truncated;
+    record.http_status = finished.http_status;
+    record.error = error;
+    if closed {
+        if !notes.is_empty() {
+            record.reason = Some(notes.join("; "));
+        }
+    } else {
+        // The loss handling closed the claim first: it recorded the run lost (and requested
+        // the failover rerun), so this run must not count as the tick's outcome.
+        record.reason = Some(format!(
+            "this worker lost its session and could not close the claim before the loss handling recorded the run lost; the task ended as {}",
+            status.as_str()
+        ));
+        record.status = Status::Lost;
+    }
+    log_record(&record, started_ms - fire.scheduled_ms);
+    if closed {
+        // Not when the claim was lost: the survivor that records the run `lost` notifies.
+        ctx.notifier.record(&fire.spec, &record);
+    }
+    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+}

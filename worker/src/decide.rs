@@ -1,0 +1,147 @@
+//! The decide phase: whether this worker races for a fire at all — its part, its rank (and the
+//! head start of the workers ranked before it), the job's selector, a free capacity slot, a
+//! session — and what happens to a fire it does not race for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcron_common::claim;
+use etcron_common::job::Concurrency;
+use etcron_common::keys::Part;
+use etcron_common::model::{labels_match, Status};
+use etcron_common::now_ms;
+
+use crate::fire::Fire;
+use crate::metrics::METRICS;
+use crate::settle::{record_not_run, watch_for_miss, NotRaced};
+use crate::state::Context;
+
+/// Whether a ranked-later worker finds the claim taken: seen in its watch of claims (no etcd
+/// request), or, for a claim that would go alone (a concurrency lock), read from etcd — a
+/// losing claim alone costs a raft proposal, a read does not. A batchable claim not seen yet is
+/// raced: in a batch, losing costs no proposal of its own.
+pub(crate) async fn already_taken(ctx: &Context, fire: &Fire, claim_key: &str) -> bool {
+    if ctx.taken.contains(claim_key) {
+        METRICS.claims.with_label_values(&["taken_seen"]).inc();
+        return true;
+    }
+    if fire.spec.concurrency == Concurrency::Allow {
+        return false;
+    }
+    match claim::claim_exists(&ctx.client, claim_key).await {
+        Ok(true) => {
+            METRICS.claims.with_label_values(&["taken"]).inc();
+            true
+        }
+        Ok(false) => false,
+        Err(e) => {
+            tracing::debug!(error = %e, "claim pre-check failed; racing anyway");
+            false
+        }
+    }
+}
+
+/// Most time a run request waits on this worker for a free capacity slot.
+pub(crate) const REQUEST_CAPACITY_WAIT: Duration = Duration::from_secs(600);
+
+/// Run requests (retries, dependencies, catch-up, failover, manual runs) wait for capacity
+/// while their request key exists; `None` when another worker took it or the wait ran out.
+pub(crate) async fn wait_for_capacity(ctx: &Arc<Context>, fire: &Fire) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let key = fire.request_key.as_deref()?;
+    tracing::info!(capacity = ctx.config.capacity, "worker at capacity: run request waits for a free slot");
+    let deadline = tokio::time::Instant::now() + REQUEST_CAPACITY_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(Ok(p)) = tokio::time::timeout(Duration::from_secs(1), ctx.capacity.clone().acquire_owned()).await {
+            return Some(p);
+        }
+        if let Ok(false) = claim::key_exists(&ctx.client, key, false).await {
+            return None;
+        }
+    }
+    tracing::warn!("run request waited {}s for capacity", REQUEST_CAPACITY_WAIT.as_secs());
+    watch_for_miss(ctx, fire, 0, NotRaced::Capacity);
+    None
+}
+
+/// What the decide phase hands on: this worker races for the fire, holding a capacity slot, as
+/// of session `lease`.
+pub struct Go {
+    pub permit: tokio::sync::OwnedSemaphorePermit,
+    pub lease: i64,
+}
+
+/// Decides whether this worker races for `fire`; `None` when it does not (what happens to the
+/// fire then is arranged here: recorded, watched for a miss, or left to the others).
+pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
+    let claim_key = ctx.keys.claim(&fire.id);
+    let me = ctx.config.worker_id.as_str();
+    // A broadcast job's part belongs to one worker: no race, nobody else's business.
+    let own_part = match &fire.id.part {
+        Part::Worker(w) if w == me => true,
+        Part::Worker(_) => return None,
+        _ => false,
+    };
+    let rank = if own_part { 0 } else { ctx.members.rank(me, &claim_key) };
+    if let Some(reason) = fire.skip.clone() {
+        // One worker records the skipped tick; the claim makes it exactly one.
+        if rank == 0 {
+            record_not_run(ctx, fire, Status::Skipped, reason).await;
+        }
+        return None;
+    }
+    if !labels_match(&ctx.config.labels, &fire.spec.selector) {
+        tracing::trace!("selector does not match this worker's labels");
+        METRICS.not_raced.with_label_values(&["selector"]).inc();
+        watch_for_miss(ctx, fire, rank, NotRaced::Selector);
+        return None;
+    }
+    if rank > 0 && !head_start(ctx, fire, &claim_key, rank).await {
+        return None;
+    }
+    let permit = capacity(ctx, fire, rank, own_part).await?;
+    let Some(lease) = *ctx.lease.borrow() else {
+        tracing::warn!("no session lease: not claiming");
+        METRICS.not_raced.with_label_values(&["no_lease"]).inc();
+        ctx.unsettled.note(fire);
+        watch_for_miss(ctx, fire, rank, NotRaced::NoLease);
+        return None;
+    };
+    Some(Go { permit, lease })
+}
+
+/// Gives the workers ranked before this one a head start, then looks before writing: `false`
+/// when the claim is taken. No capacity slot is taken before: a tick that is taken already must
+/// not make this worker look full. A tick raced ahead of its time can space the ranks out over
+/// the lead at no cost to its start, so fewer rank-0 claims are still in flight when the next
+/// rank looks.
+pub(crate) async fn head_start(ctx: &Context, fire: &Fire, claim_key: &str, rank: usize) -> bool {
+    let ahead_ms = u64::try_from(fire.scheduled_ms - now_ms()).unwrap_or(0);
+    let step = ctx.config.claim_stagger.max(Duration::from_millis(ahead_ms / 4));
+    tokio::time::sleep(step * u32::try_from(rank).unwrap_or(u32::MAX)).await;
+    !already_taken(ctx, fire, claim_key).await
+}
+
+/// A capacity slot, or `None` when the worker is full: a run request waits for one, a
+/// broadcast part is recorded missed, a tick is left to the other workers.
+pub(crate) async fn capacity(
+    ctx: &Arc<Context>,
+    fire: &Fire,
+    rank: usize,
+    own_part: bool,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    match ctx.capacity.clone().try_acquire_owned() {
+        Ok(permit) => return Some(permit),
+        Err(_) if fire.request_key.is_some() => return wait_for_capacity(ctx, fire).await,
+        Err(_) => {}
+    }
+    METRICS.not_raced.with_label_values(&["capacity"]).inc();
+    if own_part {
+        tracing::warn!(capacity = ctx.config.capacity, "worker at capacity: this worker's broadcast run is missed");
+        let reason = format!("worker {} was at capacity ({} running)", ctx.config.worker_id, ctx.config.capacity);
+        record_not_run(ctx, fire, Status::Missed, reason).await;
+    } else {
+        tracing::warn!(capacity = ctx.config.capacity, "worker at capacity: leaving this tick to other workers");
+        watch_for_miss(ctx, fire, rank, NotRaced::Capacity);
+    }
+    None
+}

@@ -1,0 +1,37 @@
+//! What the scheduler hands to the fire path: one execution to race for (a schedule tick's,
+//! or a run request's), and the rules every phase shares about ticks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcron_common::job::JobSpec;
+use etcron_common::keys::ExecutionId;
+use etcron_common::model::TriggerKind;
+use etcron_common::UnixMs;
+
+/// How long after a tick nobody may have claimed it before it is recorded `missed`.
+pub const MISSED_AFTER: Duration = Duration::from_secs(5);
+
+/// One execution to race for: a schedule tick's (part), or a run request's.
+#[derive(Debug, Clone)]
+pub struct Fire {
+    pub id: ExecutionId,
+    pub spec: Arc<JobSpec>,
+    /// The job key's mod revision the spec was read at.
+    pub job_revision: i64,
+    pub scheduled_ms: UnixMs,
+    pub trigger: TriggerKind,
+    /// Record the tick as `skipped` with this reason instead of running it.
+    pub skip: Option<String>,
+    /// The run request (`{ns}/trigger/...`) this fire answers; consumed with the claim.
+    pub request_key: Option<String>,
+    pub parent: Option<ExecutionId>,
+    /// Catch-up ticks to run after this one.
+    pub then: Vec<UnixMs>,
+}
+
+/// A value as etcd stores it. Serializing these plain structs cannot fail: no maps with
+/// non-string keys, no floats.
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}

@@ -1,0 +1,168 @@
+//! Worker loss: the executions a departed worker held (its running markers, read as of the
+//! revision before its lease expired) are recorded `lost` with their failover rerun or
+//! `on_failure` jobs, a grace period after the departure, unless their worker closed them
+//! first; then every job's ticks the departed worker may have left unsettled are swept.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcron_common::claim::{self, ClaimOutcome};
+use etcron_common::model::{Claim, ClaimState, RunningExecution, Status};
+use etcron_common::store::{RecordWrite, WriteMode};
+use etcron_common::{now_ms, rfc3339_ms};
+
+use crate::close::{CLOSE_FOR, CLOSE_RETRY_MAX};
+use crate::config::Config;
+use crate::fire::{to_json, MISSED_AFTER};
+use crate::record::{blank_record, log_record, trigger_of};
+use crate::rules::after_loss;
+use crate::state::Context;
+
+/// How long the loss handling leaves a departed worker to close its own claims: a session TTL,
+/// enough for a worker that was cut off to learn its session ended, reconnect and retry its
+/// pending closes (retried every `CLOSE_RETRY_MAX` at most).
+#[must_use]
+pub fn loss_grace(config: &Config) -> Duration {
+    config.session_ttl
+}
+
+/// Records `lost` for executions that ran on a worker whose session ended (its registration
+/// was deleted at `revision` by lease expiry), and requests their failover rerun when the job
+/// says `on_worker_loss: rerun`. Only the first-ranked survivor does it.
+///
+/// It first gives the departed worker a chance to close its own claims: a worker whose session
+/// ended while etcd was out of its reach (a stall, a partition) closes the claims of the tasks
+/// that finished as soon as etcd answers it again, and a run closed that way is not lost. A
+/// survivor waits `loss_grace`; a worker handling its own departure knows its pending closes
+/// and waits for them. What is still unclosed afterwards may not have finished: recorded lost.
+pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
+    if ctx.members.rank(&ctx.config.worker_id, &format!("lost/{departed}/{revision}")) != 0 {
+        return;
+    }
+    let noticed = now_ms();
+    if departed == ctx.config.worker_id {
+        ctx.closing.wait_empty(CLOSE_FOR).await;
+    } else {
+        tokio::time::sleep(loss_grace(&ctx.config)).await;
+    }
+    if let Some(resp) = list_running_at(&ctx, &departed, revision - 1).await {
+        for item in resp.kvs() {
+            let Ok(running) = serde_json::from_slice::<RunningExecution>(item.value()) else { continue };
+            if running.worker_id == departed {
+                settle_lost(&ctx, &departed, revision, &running, item.create_revision()).await;
+            }
+        }
+    }
+    // The departed worker was the first-ranked one for some ticks, the one to record them
+    // `missed` had nobody claimed them; it may have died before it could. Sweep every job's
+    // ticks since it may have stopped answering (its lease expired a TTL after that).
+    let ttl = i64::try_from(ctx.config.session_ttl.as_millis()).unwrap_or(i64::MAX / 4);
+    let missed_after = i64::try_from(MISSED_AFTER.as_millis()).unwrap_or(0);
+    ctx.unsettled.note_all(noticed - 2 * ttl - missed_after, noticed, crate::ledger::Gap::WorkerDeparted);
+}
+
+/// Tries of an etcd step of the loss handling before it gives up (loudly).
+pub(crate) const LOSS_TRIES: u32 = 30;
+
+/// The running markers as of `revision`, retried while etcd fails (up to `LOSS_TRIES`).
+pub(crate) async fn list_running_at(ctx: &Context, departed: &str, revision: i64) -> Option<etcd_client::GetResponse> {
+    let opts = etcd_client::GetOptions::new().with_prefix().with_revision(revision);
+    for _ in 0..LOSS_TRIES {
+        let mut kv = ctx.client.kv_client();
+        let get = kv.get(ctx.keys.running_prefix(), Some(opts.clone()));
+        match etcron_common::etcd::request("list_running", get).await {
+            Ok(Ok(r)) => return Some(r),
+            Ok(Err(e)) if e.to_string().contains("compacted") => {
+                tracing::error!(worker = %departed, error = %e, "what the departed worker was running was compacted away; its executions are not recorded lost");
+                return None;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(worker = %departed, error = %e, "listing what the departed worker was running failed; retrying")
+            }
+            Err(_) => {
+                tracing::warn!(worker = %departed, "listing what the departed worker was running timed out; retrying")
+            }
+        }
+        tokio::time::sleep(CLOSE_RETRY_MAX).await;
+    }
+    tracing::error!(worker = %departed, "cannot list what the departed worker was running; its executions are not recorded lost");
+    None
+}
+
+/// Closes one execution of a departed worker as `lost` (with its failover rerun or
+/// `on_failure` requests), unless its worker or another survivor closed it first.
+pub(crate) async fn settle_lost(
+    ctx: &Context,
+    departed: &str,
+    revision: i64,
+    running: &RunningExecution,
+    created: i64,
+) {
+    let id = running.execution_id.clone();
+    let fencing_token = running.fencing_token.unwrap_or(created);
+    let scheduled_ms = running.scheduled_ms.or(id.tick.scheduled_ms()).unwrap_or_else(now_ms);
+    let claim = Claim {
+        worker_id: departed.to_owned(),
+        execution_id: id.clone(),
+        attempt: id.attempt,
+        state: ClaimState::Done,
+        status: Some(Status::Lost),
+    };
+    let spec = ctx.jobs.get(&id.job).map(|j| j.spec);
+    let mut reason = format!(
+        "worker {departed} lost its session (lease expired at revision {revision}) while running this execution"
+    );
+    let mut follow = Vec::new();
+    let now = now_ms();
+    if let Some(spec) = &spec {
+        let (ops, note) = after_loss(&ctx.keys, &id, spec, scheduled_ms, fencing_token, now);
+        follow = ops;
+        if let Some(note) = note {
+            reason.push_str(&format!("; {note}"));
+        }
+    }
+    // Close the execution's claim (still as its winner wrote it) as done/lost: recorded once,
+    // whichever survivors try, and never after its worker closed it. The rerun request rides
+    // in the same txn.
+    let claim_key = ctx.keys.claim(&id);
+    let mut won = false;
+    for _ in 0..LOSS_TRIES {
+        let outcome = match ctx.retention.get().await {
+            Ok(lease) => {
+                claim::mark_lost(&ctx.client, &claim_key, fencing_token, to_json(&claim), lease, follow.clone()).await
+            }
+            Err(e) => ClaimOutcome::Unknown(format!("retention lease unavailable: {e}")),
+        };
+        match outcome {
+            ClaimOutcome::Won { .. } | ClaimOutcome::Blocked { .. } => {
+                won = true;
+                break;
+            }
+            ClaimOutcome::Lost => {
+                tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor): not lost");
+                return;
+            }
+            ClaimOutcome::Unknown(e) => {
+                tracing::warn!(execution_id = %id, error = %e, "recording a lost execution: outcome unknown; retrying");
+                tokio::time::sleep(CLOSE_RETRY_MAX).await;
+            }
+        }
+    }
+    if !won {
+        tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim stays running");
+        return;
+    }
+    let trigger = running.trigger.unwrap_or_else(|| trigger_of(&id.tick));
+    let mut record = blank_record(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
+    record.claimed_at = Some(running.started_at.clone());
+    record.started_at = Some(running.started_at.clone());
+    record.finished_at = Some(rfc3339_ms(now));
+    record.worker_id = departed.to_owned();
+    record.reason = Some(reason);
+    record.fencing_token = Some(fencing_token);
+    log_record(&record, 0);
+    if let Some(spec) = &spec {
+        ctx.notifier.record(spec, &record);
+    }
+    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+}

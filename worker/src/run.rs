@@ -1,0 +1,187 @@
+//! The run phase: wait for the scheduled time (a claim is won ahead of it), then the task —
+//! a shell command in its own process group, or an HTTP request — with the job's environment
+//! and identity, until it ends or is stopped.
+
+use std::time::Duration;
+
+use etcd_client::PutOptions;
+use etcron_common::job::{HttpTask, Mode, ShellTask, Task};
+use etcron_common::keys::Part;
+use etcron_common::model::{Status, TriggerKind};
+use etcron_common::store::{RecordWrite, WriteMode};
+use etcron_common::{now_ms, rfc3339_ms};
+use tokio::sync::{oneshot, watch};
+
+use crate::executor::{self, Ending, Finished, ShellJob, StopReason};
+use crate::fire::{to_json, Fire};
+use crate::http_task::{self, HttpJob};
+use crate::metrics::METRICS;
+use crate::race::WonClaim;
+use crate::record::base_record;
+use crate::state::Context;
+
+/// How long a task must run before its running marker is updated with pid and fencing token.
+pub(crate) const RUNNING_DETAIL_AFTER: Duration = Duration::from_secs(1);
+
+/// Runs the task: a shell command or an HTTP request, until it ends or `stop` says.
+pub(crate) async fn execute(
+    ctx: &Context,
+    fire: &Fire,
+    fencing_token: i64,
+    stop: watch::Receiver<Option<StopReason>>,
+    pid_tx: oneshot::Sender<u32>,
+) -> Finished {
+    // Stopped before it started (killed while claimed ahead, lease lost): nothing is started.
+    if let Some(reason) = stop.borrow().clone() {
+        return Finished::not_started(Ending::Stopped(reason));
+    }
+    let max_output = fire
+        .spec
+        .output_limit()
+        .map_or(ctx.config.max_output, |m| usize::try_from(m).unwrap_or(usize::MAX).min(ctx.config.max_output));
+    match &fire.spec.task {
+        Task::Shell(shell) => {
+            // Followable from now until the run ends (the guard's drop ends the followers).
+            let live = ctx.live.open(&fire.id.to_string(), max_output);
+            let job = ShellJob {
+                command: shell.command.clone(),
+                env: shell_env(ctx, fire, shell, fencing_token),
+                cwd: shell.cwd.clone(),
+                worker_id: ctx.config.worker_id.clone(),
+                timeout: fire.spec.timeout.map(|t| t.0),
+                kill_grace: ctx.config.kill_grace,
+                output: live.output(),
+                limits: fire.spec.limits.unwrap_or_default(),
+            };
+            executor::run_shell(job, stop, pid_tx).await
+        }
+        Task::Http(http) => {
+            // No process: nobody waits for a pid.
+            drop(pid_tx);
+            http_task::run_http(http_job(ctx, fire, http, fencing_token, max_output), stop).await
+        }
+    }
+}
+
+/// A shell task's environment: only the configured names of the worker's, then the job's own,
+/// then the `ETCRON_*` task variables.
+fn shell_env(
+    ctx: &Context,
+    fire: &Fire,
+    shell: &ShellTask,
+    fencing_token: i64,
+) -> std::collections::BTreeMap<String, String> {
+    let id = &fire.id;
+    let mut env = ctx.task_env.clone();
+    env.extend(shell.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.extend(shell.secret_env.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))));
+    env.insert("ETCRON_JOB".into(), id.job.clone());
+    env.insert("ETCRON_EXECUTION_ID".into(), id.to_string());
+    env.insert("ETCRON_SCHEDULED_AT".into(), rfc3339_ms(fire.scheduled_ms));
+    env.insert("ETCRON_SCHEDULED_AT_MS".into(), fire.scheduled_ms.to_string());
+    env.insert("ETCRON_ATTEMPT".into(), id.attempt.to_string());
+    env.insert("ETCRON_TRIGGER".into(), fire.trigger.as_str().to_owned());
+    if let (Part::Shard(i), Mode::Sharded(n)) = (&id.part, fire.spec.mode) {
+        env.insert("ETCRON_SHARD_INDEX".into(), i.to_string());
+        env.insert("ETCRON_SHARD_COUNT".into(), n.to_string());
+    }
+    if let Some(parent) = &fire.parent {
+        env.insert("ETCRON_PARENT_EXECUTION_ID".into(), parent.to_string());
+    }
+    env.insert("ETCRON_WORKER_ID".into(), ctx.config.worker_id.clone());
+    env.insert("ETCRON_FENCING_TOKEN".into(), fencing_token.to_string());
+    env
+}
+
+/// An HTTP task's request: the job's headers (secrets included) and the `X-Etcron-*` identity.
+fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, max_output: usize) -> HttpJob {
+    let id = &fire.id;
+    let identity = [
+        ("X-Etcron-Job", id.job.clone()),
+        ("X-Etcron-Execution-Id", id.to_string()),
+        ("X-Etcron-Scheduled-At", rfc3339_ms(fire.scheduled_ms)),
+        ("X-Etcron-Attempt", id.attempt.to_string()),
+        ("X-Etcron-Worker-Id", ctx.config.worker_id.clone()),
+        ("X-Etcron-Fencing-Token", fencing_token.to_string()),
+    ];
+    let headers = http
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain(http.secret_headers.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))))
+        .collect();
+    HttpJob {
+        method: http.method.clone(),
+        url: http.url.clone(),
+        headers: http_task::with_default_headers(&headers, identity.map(|(name, value)| (name.to_owned(), value))),
+        secret_headers: http.secret_headers.keys().cloned().collect(),
+        body: http.body.clone(),
+        expect_status: http.expect_status,
+        timeout: fire.spec.timeout.map(|t| t.0),
+        max_output,
+    }
+}
+
+/// What the run phase hands to the close phase.
+pub struct Ran {
+    pub finished: Finished,
+    /// When the task was handed to the executor.
+    pub handed_ms: i64,
+    /// The `running` record as submitted (the close phase completes it).
+    pub record: etcron_common::model::ExecutionRecord,
+}
+
+/// Runs the task of a won claim: registered (so kills and lease loss reach it) from now until
+/// it ends; started at its scheduled time, not before.
+pub async fn run(ctx: &Context, fire: &Fire, won: &mut WonClaim) -> Ran {
+    let id = &fire.id;
+    let mut stop = ctx.registry.register(id, won.fencing_token);
+    // A tick claimed ahead (`claim_ahead`) starts at its scheduled time, not before; a kill or a
+    // lost lease meanwhile still applies (the task is then never started).
+    let wait_ms = fire.scheduled_ms - now_ms();
+    if fire.trigger == TriggerKind::Schedule && wait_ms > 0 {
+        let wait = tokio::time::sleep(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)));
+        tokio::select! {
+            () = wait => {}
+            _ = executor::wait_stop(&mut stop) => {}
+        }
+    }
+    // Handed to the executor now; a shell task's start is when its process was spawned.
+    let handed_ms = now_ms();
+    let mut record = base_record(ctx, fire, Status::Running, Some(won.fencing_token));
+    record.claimed_at = Some(rfc3339_ms(won.claimed_ms));
+    record.started_at = Some(rfc3339_ms(handed_ms));
+    ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: record.clone() });
+    let (pid_tx, pid_rx) = oneshot::channel();
+    let run = execute(ctx, fire, won.fencing_token, stop, pid_tx);
+    tokio::pin!(run);
+    let finished = tokio::select! {
+        f = &mut run => f,
+        () = tokio::time::sleep(RUNNING_DETAIL_AFTER) => {
+            fill_in_marker(ctx, won, pid_rx.await.ok()).await;
+            run.await
+        }
+    };
+    ctx.registry.deregister(id);
+    if fire.trigger == TriggerKind::Schedule {
+        let started_ms = finished.spawned_ms.unwrap_or(handed_ms);
+        #[allow(clippy::cast_precision_loss)] // milliseconds of lateness fit an f64 exactly
+        METRICS.lateness.observe((started_ms - fire.scheduled_ms).max(0) as f64 / 1000.0);
+    }
+    Ran { finished, handed_ms, record }
+}
+
+/// A long run: fills in pid and fencing token in the running marker for operators reading etcd.
+/// Informational only; the claim already guards the execution.
+pub(crate) async fn fill_in_marker(ctx: &Context, won: &mut WonClaim, pid: Option<u32>) {
+    won.running.pid = pid;
+    won.running.fencing_token = Some(won.fencing_token);
+    let mut kv = ctx.client.kv_client();
+    let opts = Some(PutOptions::new().with_lease(won.lease));
+    let put = kv.put(won.running_key.clone(), to_json(&won.running), opts);
+    match etcron_common::etcd::request("put_running", put).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "updating the running marker with pid and token failed"),
+        Err(_) => tracing::warn!("updating the running marker with pid and token timed out"),
+    }
+}

@@ -1,0 +1,261 @@
+//! The worker's shared state: what every execution reads (configuration, etcd client, leases,
+//! members, jobs, batchers, the record sink), the registry of running executions that kill
+//! commands and lease loss act on, and the count of pending closes shutdown waits for.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::Client;
+use etcron_common::claim::RetentionLeases;
+use etcron_common::job::JobSpec;
+use etcron_common::keys::{ExecutionId, Keys, KillTarget};
+use etcron_common::UnixMs;
+use tokio::sync::{watch, Semaphore};
+
+use crate::config::Config;
+use crate::executor::StopReason;
+use crate::log_sink::LogSink;
+use crate::membership::Members;
+
+/// Everything an execution needs, shared by all of them.
+pub struct Context {
+    pub client: Client,
+    pub keys: Keys,
+    pub config: Config,
+    pub hostname: String,
+    pub members: Members,
+    /// The current session lease; `None` while the worker has no session.
+    pub lease: watch::Receiver<Option<i64>>,
+    pub retention: RetentionLeases,
+    pub registry: Registry,
+    /// Group commit of claims and closes.
+    pub batchers: crate::batcher::Batchers,
+    /// Claims seen written (a watch): a ranked-later worker looks here before reading etcd.
+    pub taken: Arc<crate::taken::Taken>,
+    /// Closes of finished executions not yet taken by etcd: shutdown waits for them.
+    pub closing: Pending,
+    pub capacity: Arc<Semaphore>,
+    pub sink: LogSink,
+    pub jobs: JobTable,
+    /// Schedule ticks whose fate this worker could not learn while etcd failed it.
+    pub unsettled: crate::ledger::Unsettled,
+    /// Webhook notifications of final records (queued here, delivered in the background).
+    pub notifier: crate::notifier::Notifier,
+    /// Output of the running shell tasks, followable while they run.
+    pub live: Arc<crate::live_output::LiveOutputs>,
+    /// The worker's variables that `task_env_passthrough` names, read once at start: the base of
+    /// every shell task's environment.
+    pub task_env: std::collections::BTreeMap<String, String>,
+    /// Where masters reach the live output, and the token they present; advertised in the
+    /// worker's registration.
+    pub output_endpoint: Option<OutputEndpoint>,
+}
+
+/// A count of pieces of work in progress that shutdown waits for (`enter` until the guard drops).
+#[derive(Debug, Default)]
+pub struct Pending {
+    count: watch::Sender<usize>,
+}
+
+/// Ends one piece of pending work when dropped.
+pub struct PendingGuard<'a>(&'a Pending);
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.count.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl Pending {
+    pub fn enter(&self) -> PendingGuard<'_> {
+        self.count.send_modify(|n| *n += 1);
+        PendingGuard(self)
+    }
+
+    #[must_use]
+    pub fn count(&self) -> usize {
+        *self.count.borrow()
+    }
+
+    /// Waits until nothing is pending, at most `limit`; `false` when something still is.
+    pub async fn wait_empty(&self, limit: Duration) -> bool {
+        let mut rx = self.count.subscribe();
+        let empty = tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await.is_ok();
+        empty
+    }
+}
+
+/// The live output server as advertised to masters.
+#[derive(Debug, Clone)]
+pub struct OutputEndpoint {
+    pub url: String,
+    pub token: String,
+}
+
+/// A job as the scheduler last saw it.
+#[derive(Debug, Clone)]
+pub struct JobRef {
+    pub spec: Arc<JobSpec>,
+    pub mod_revision: i64,
+    /// When this worker started scheduling the job's current timing (schedule and timezone):
+    /// no tick of it is due before, so a sweep of an outage never reaches further back.
+    pub timing_since_ms: UnixMs,
+}
+
+/// The scheduler's jobs, readable by executions (failover needs the lost run's job spec).
+#[derive(Debug, Default)]
+pub struct JobTable {
+    inner: std::sync::RwLock<HashMap<String, JobRef>>,
+}
+
+impl JobTable {
+    #[must_use]
+    pub fn get(&self, job: &str) -> Option<JobRef> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(job).cloned()
+    }
+    /// The names of all jobs.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect()
+    }
+
+    pub fn set(&self, job: &str, entry: Option<JobRef>) {
+        let mut inner = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match entry {
+            Some(e) => inner.insert(job.to_owned(), e),
+            None => inner.remove(job),
+        };
+    }
+}
+
+struct RunningHandle {
+    job: String,
+    fencing_token: i64,
+    stop: watch::Sender<Option<StopReason>>,
+}
+
+struct KillEntry {
+    job: String,
+    target: KillTarget,
+    mod_revision: i64,
+    reason: String,
+}
+
+impl KillEntry {
+    fn describe(&self) -> String {
+        if self.reason.is_empty() {
+            format!("kill command at revision {}", self.mod_revision)
+        } else {
+            format!("kill command at revision {} ({})", self.mod_revision, self.reason)
+        }
+    }
+}
+
+#[derive(Default)]
+struct RegistryInner {
+    running: HashMap<ExecutionId, RunningHandle>,
+    /// Live kill commands by key, so an execution registered after the command still sees it.
+    kills: HashMap<Vec<u8>, KillEntry>,
+}
+
+/// Running executions of this worker and the kill commands that apply to them.
+pub struct Registry {
+    inner: Mutex<RegistryInner>,
+    count: watch::Sender<usize>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self { inner: Mutex::default(), count: watch::channel(0).0 }
+    }
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RegistryInner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers a won execution; a kill command written after its claim stops it at once.
+    pub(crate) fn register(&self, id: &ExecutionId, fencing_token: i64) -> watch::Receiver<Option<StopReason>> {
+        let (stop, rx) = watch::channel(None);
+        let mut inner = self.lock();
+        if let Some(kill) = inner.kills.values().find(|k| kill_applies(k, id, fencing_token)) {
+            let _ = stop.send(Some(StopReason::Killed(kill.describe())));
+        }
+        inner.running.insert(id.clone(), RunningHandle { job: id.job.clone(), fencing_token, stop });
+        let n = inner.running.len();
+        drop(inner);
+        self.count.send_replace(n);
+        rx
+    }
+
+    pub(crate) fn deregister(&self, id: &ExecutionId) {
+        let mut inner = self.lock();
+        inner.running.remove(id);
+        let n = inner.running.len();
+        drop(inner);
+        self.count.send_replace(n);
+    }
+
+    #[must_use]
+    pub fn running(&self) -> usize {
+        *self.count.borrow()
+    }
+
+    /// Records a kill command and stops every execution it applies to.
+    pub fn apply_kill(&self, key: Vec<u8>, job: String, target: KillTarget, mod_revision: i64, reason: String) {
+        let mut inner = self.lock();
+        let entry = KillEntry { job, target, mod_revision, reason };
+        for (id, handle) in &inner.running {
+            if kill_applies(&entry, id, handle.fencing_token) && handle.stop.borrow().is_none() {
+                tracing::info!(execution_id = %id, job = %handle.job, kill_revision = mod_revision, "kill command: stopping execution");
+                let _ = handle.stop.send(Some(StopReason::Killed(entry.describe())));
+            }
+        }
+        inner.kills.insert(key, entry);
+    }
+
+    pub fn remove_kill(&self, key: &[u8]) {
+        self.lock().kills.remove(key);
+    }
+
+    /// Forgets all kill commands (before applying a fresh snapshot).
+    pub fn clear_kills(&self) {
+        self.lock().kills.clear();
+    }
+
+    /// Stops every running execution.
+    pub fn stop_all(&self, reason: &StopReason) {
+        let inner = self.lock();
+        for handle in inner.running.values() {
+            if handle.stop.borrow().is_none() {
+                let _ = handle.stop.send(Some(reason.clone()));
+            }
+        }
+    }
+
+    /// Waits until nothing runs, or `limit` passes; true when empty.
+    pub async fn wait_empty(&self, limit: Duration) -> bool {
+        let mut rx = self.count.subscribe();
+        let drained = tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await.is_ok();
+        drained
+    }
+
+    /// A receiver of the running count.
+    #[must_use]
+    pub fn watch_count(&self) -> watch::Receiver<usize> {
+        self.count.subscribe()
+    }
+}
+
+/// A kill applies to executions of its job claimed before it was written: ordering by etcd
+/// revision needs no clock agreement between master and worker.
+fn kill_applies(kill: &KillEntry, id: &ExecutionId, fencing_token: i64) -> bool {
+    kill.job == id.job
+        && fencing_token < kill.mod_revision
+        && match &kill.target {
+            KillTarget::All => true,
+            KillTarget::Execution(target) => target == id,
+        }
+}
