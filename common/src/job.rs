@@ -46,6 +46,9 @@ pub const MAX_CATCHUP: u32 = 1000;
 pub const MAX_HTTP_BODY: usize = 32 * 1024;
 /// Longest HTTP task URL.
 pub const MAX_URL_LEN: usize = 4096;
+/// Smallest, default and largest `start_deadline`: how late a schedule tick may still be raced.
+pub const START_DEADLINE_RANGE: std::ops::RangeInclusive<Duration> = Duration::from_secs(1)..=Duration::from_secs(3600);
+pub const DEFAULT_START_DEADLINE: Duration = Duration::from_secs(10);
 /// Shortest task timeout: below it no task can even start.
 pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 /// Smallest and largest `limits.memory` (address space of each process of a shell task).
@@ -78,6 +81,10 @@ pub struct JobSpec {
     /// Most missed ticks `misfire: run_all` runs after an outage (the newest ones).
     #[serde(default = "default_max_catchup")]
     pub max_catchup: u32,
+    /// A schedule tick not raced within this long after its time is handed to `misfire`
+    /// (`DEFAULT_START_DEADLINE` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_deadline: Option<HumanDuration>,
     #[serde(default)]
     pub on_worker_loss: OnWorkerLoss,
     #[serde(default)]
@@ -418,6 +425,18 @@ impl JobSpec {
         if self.retries.backoff > self.retries.max_backoff {
             return Err(SpecError::at("retries.backoff", "must not exceed retries.max_backoff"));
         }
+        if let Some(d) = self.start_deadline {
+            if !START_DEADLINE_RANGE.contains(&d.0) {
+                return Err(SpecError::at(
+                    "start_deadline",
+                    format!(
+                        "must be between {} and {}",
+                        HumanDuration(*START_DEADLINE_RANGE.start()),
+                        HumanDuration(*START_DEADLINE_RANGE.end())
+                    ),
+                ));
+            }
+        }
         if self.max_catchup == 0 || self.max_catchup > MAX_CATCHUP {
             return Err(SpecError::at("max_catchup", format!("must be between 1 and {MAX_CATCHUP}")));
         }
@@ -531,6 +550,12 @@ impl JobSpec {
             })?;
         }
         Ok(())
+    }
+
+    /// How late a schedule tick may still be raced: `start_deadline`, or the default.
+    #[must_use]
+    pub fn start_deadline(&self) -> Duration {
+        self.start_deadline.map_or(DEFAULT_START_DEADLINE, |d| d.0)
     }
 
     /// Bytes of output to keep, from `max_output` or its other name `limits.output`.
@@ -853,6 +878,10 @@ mod tests {
         assert_eq!(spec.mode, Mode::Single);
         assert_eq!(spec.retries, Retries::default());
         assert_eq!(spec.timeout, None);
+        assert_eq!(spec.start_deadline, None, "absent stays absent");
+        assert_eq!(spec.start_deadline(), DEFAULT_START_DEADLINE);
+        let given = parse(r#"{"schedule":"* * * * *","start_deadline":"1m","task":{"kind":"shell","command":"true"}}"#);
+        assert_eq!(given.unwrap().start_deadline(), Duration::from_secs(60));
     }
 
     #[test]
@@ -888,6 +917,18 @@ mod tests {
             (r#"{"schedule":"* * * * *","enabled":"yes","task":{"kind":"shell","command":"true"}}"#, "enabled"),
             (r#"{"schedule":"* * * * *","timeout":"soon","task":{"kind":"shell","command":"true"}}"#, "timeout"),
             (r#"{"schedule":"* * * * *","timeout":"0s","task":{"kind":"shell","command":"true"}}"#, "timeout"),
+            (
+                r#"{"schedule":"* * * * *","start_deadline":"500ms","task":{"kind":"shell","command":"true"}}"#,
+                "start_deadline",
+            ),
+            (
+                r#"{"schedule":"* * * * *","start_deadline":"2h","task":{"kind":"shell","command":"true"}}"#,
+                "start_deadline",
+            ),
+            (
+                r#"{"schedule":"* * * * *","start_deadline":"soon","task":{"kind":"shell","command":"true"}}"#,
+                "start_deadline",
+            ),
             (
                 r#"{"schedule":"* * * * *","retries":{"max":1000},"task":{"kind":"shell","command":"true"}}"#,
                 "retries.max",
@@ -1237,6 +1278,7 @@ mod tests {
             "concurrency",
             "misfire",
             "max_catchup",
+            "start_deadline",
             "on_worker_loss",
             "mode",
             "sharded",

@@ -503,3 +503,57 @@ async fn http_tasks_record_status_body_and_connection_errors() -> anyhow::Result
     assert!(by_job["refused"]["error"].as_str().unwrap().contains("127.0.0.1:1"), "{}", by_job["refused"]);
     Ok(())
 }
+
+/// A worker that wakes up with ticks behind it (paused here; a starved machine or a backlog does
+/// the same) does not race a tick past the job's `start_deadline`: it is recorded `missed` with
+/// how late it was, and the ticks it passed over are swept and recorded too. A manual run has no
+/// deadline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tick_past_its_start_deadline_is_recorded_missed_not_raced() -> anyhow::Result<()> {
+    let mut c = Cluster::start("sem-deadline", 0).await?;
+    let mut opts = WorkerOpts::new("sleepy");
+    // Longer than the pause: the session outlives it, so only lateness is at play.
+    opts.session_ttl = "30s".to_owned();
+    c.add_worker(opts)?;
+    c.wait_workers(1).await?;
+    let file = c.path("fired");
+    c.put_job(
+        "punctual",
+        json!({"schedule": "* * * * * *", "start_deadline": "1s", "misfire": "skip",
+               "task": {"kind": "shell", "command": record_command(&file)}}),
+    )
+    .await?;
+    wait_for(Duration::from_secs(30), "the job to run", || async { (!read_fired(&file).is_empty()).then_some(()) })
+        .await?;
+    c.workers[0].proc.signal(Signal::SIGSTOP)?;
+    let paused_at = now_ms();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    c.workers[0].proc.signal(Signal::SIGCONT)?;
+    let resumed_at = now_ms();
+    let late = c
+        .wait_executions("job=punctual&status=missed", "the late tick recorded missed", |l| {
+            l.iter().any(|r| r["reason"].as_str().is_some_and(|s| s.contains("past start_deadline 1s")))
+        })
+        .await?;
+    let late = late.iter().find(|r| r["reason"].as_str().unwrap().contains("past start_deadline")).unwrap();
+    assert!(late["reason"].as_str().unwrap().contains("misfire: skip"), "{late}");
+    let tick = ms(&late["scheduled_at"]);
+    assert!(tick > paused_at && tick < resumed_at, "the missed tick fell in the pause: {late}");
+    // Every tick of the pause: none ran, each is recorded missed (the late one, and the ones
+    // the worker passed over, through the sweep).
+    let pause: Vec<i64> = ((paused_at / 1000 + 1) * 1000..resumed_at - 1000).step_by(1000).collect();
+    let missed = c
+        .wait_executions("job=punctual&status=missed&limit=500", "every tick of the pause recorded missed", |l| {
+            pause.iter().all(|t| l.iter().any(|r| ms(&r["scheduled_at"]) == *t))
+        })
+        .await?;
+    let fired = read_fired(&file);
+    for t in &pause {
+        assert!(!fired.iter().any(|f| f.scheduled_ms == *t), "tick {t} of the pause ran: {fired:?}");
+    }
+    assert!(missed.len() >= pause.len());
+    // A manual run is raced however late: it has no deadline.
+    let id = run(&c, "punctual").await;
+    record_when(&c, &id, "succeeded").await;
+    Ok(())
+}

@@ -338,6 +338,7 @@ function jobForm(isNew) {
     concurrency: formField("concurrency", "Concurrency", add("concurrency", select("concurrency"))),
     misfire: formField("misfire", "Missed ticks", add("misfire", select("misfire")), "What to do with ticks missed while no worker ran."),
     maxCatchup: formField("max_catchup", "Max catch-up", add("max_catchup", input({ inputmode: "numeric", placeholder: "100" }))),
+    startDeadline: formField("start_deadline", "Start deadline", add("start_deadline", input({ placeholder: "10s" })), "A tick not started this long after its time goes to the missed-tick policy."),
     loss: formField("on_worker_loss", "On worker loss", add("on_worker_loss", select("on_worker_loss"))),
     memory: formField("limits.memory", "Memory limit", add("limits.memory", input({ placeholder: "none, e.g. 256MiB" })), "Address space of each process; allocations beyond it fail."),
     cpu: formField("limits.cpu", "CPU limit", add("limits.cpu", input({ placeholder: "none, e.g. 30s" })), "CPU time of each process; SIGXCPU when used up."),
@@ -369,7 +370,7 @@ function jobForm(isNew) {
     group("Job", fields.name, fields.description, fields.enabled, fields.labels),
     group("Schedule", fields.schedule, fields.timezone),
     group("Task", fields.kind, ...shellOnly, ...httpOnly),
-    group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.misfire, fields.maxCatchup, fields.loss, ...limitFields),
+    group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.loss, ...limitFields),
     group("Where it runs", fields.mode, fields.shards, fields.selector),
     group("What runs next", fields.onSuccess, fields.onFailure, fields.maxOutput));
 
@@ -396,6 +397,7 @@ function jobForm(isNew) {
       if (f["task.cwd"].value.trim()) spec.task.cwd = f["task.cwd"].value.trim();
     }
     if (f.timeout.value.trim()) spec.timeout = f.timeout.value.trim();
+    if (f.start_deadline.value.trim()) spec.start_deadline = f.start_deadline.value.trim();
     spec.retries = { max: numberOr(f["retries.max"].value || "0") };
     if (f["retries.backoff"].value.trim()) spec.retries.backoff = f["retries.backoff"].value.trim();
     if (f["retries.max_backoff"].value.trim()) spec.retries.max_backoff = f["retries.max_backoff"].value.trim();
@@ -442,7 +444,7 @@ function jobForm(isNew) {
       "task.command": task.command || "", "task.env": formatMap(task.env, "="), "task.cwd": task.cwd || "",
       "task.secret_env": formatMap(task.secret_env, "="), "task.secret_headers": formatMap(task.secret_headers, ": "),
       "task.method": task.method || "GET", "task.url": task.url || "", "task.headers": formatMap(task.headers, ": "),
-      "task.body": task.body || "", "task.expect_status": task.expect_status ?? "", timeout: spec.timeout || "",
+      "task.body": task.body || "", "task.expect_status": task.expect_status ?? "", timeout: spec.timeout || "", start_deadline: spec.start_deadline || "",
       "retries.max": retries.max ?? 0, "retries.backoff": retries.backoff || "", "retries.max_backoff": retries.max_backoff || "",
       concurrency: spec.concurrency || "allow", misfire: spec.misfire || "skip", max_catchup: spec.max_catchup ?? "",
       on_worker_loss: spec.on_worker_loss || "rerun", mode, "mode.sharded": mode === "sharded" ? spec.mode.sharded : "",

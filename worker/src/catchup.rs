@@ -47,7 +47,9 @@ pub const MAX_MISSED_RECORDS: usize = 1000;
 pub fn plan(unclaimed: &[UnixMs], older: usize, misfire: Misfire, max_catchup: u32, paused: bool, gap: Gap) -> Plan {
     let down = match gap {
         Gap::NoWorker => "no worker claimed this tick (no live worker at the time)",
-        Gap::EtcdUnreachable => "no worker could claim this tick (etcd was unreachable or had no quorum)",
+        Gap::EtcdUnreachable => {
+            "no worker could claim this tick (etcd was unreachable or had no quorum, or the workers were paused or starved)"
+        }
         Gap::WorkerDeparted => {
             "no worker claimed this tick (the worker ranked first for it lost its session before settling it)"
         }

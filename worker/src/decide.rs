@@ -11,7 +11,7 @@ use etcron_common::keys::Part;
 use etcron_common::model::{labels_match, Status};
 use etcron_common::now_ms;
 
-use crate::fire::Fire;
+use crate::fire::{past_deadline, Fire};
 use crate::metrics::METRICS;
 use crate::settle::{record_not_run, watch_for_miss, NotRaced};
 use crate::state::Context;
@@ -96,6 +96,14 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         return None;
     }
     if rank > 0 && !head_start(ctx, fire, &claim_key, rank).await {
+        return None;
+    }
+    let deadline = fire.spec.start_deadline();
+    if let Some(late_ms) = past_deadline(fire.trigger, fire.scheduled_ms, now_ms(), deadline) {
+        // Racing it would add to the backlog that made it late: the misfire policy decides.
+        tracing::warn!(late_ms, start_deadline = ?deadline, "tick past its start deadline: not raced");
+        METRICS.not_raced.with_label_values(&["late"]).inc();
+        watch_for_miss(ctx, fire, rank, NotRaced::Late(late_ms));
         return None;
     }
     let permit = capacity(ctx, fire, rank, own_part).await?;

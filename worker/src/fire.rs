@@ -30,8 +30,39 @@ pub struct Fire {
     pub then: Vec<UnixMs>,
 }
 
+/// How many ms a fire is past its start deadline at `now_ms`, when it is. Only schedule ticks
+/// have one: run requests (manual, retry, failover, dependency, catch-up) are raced however late.
+#[must_use]
+pub fn past_deadline(trigger: TriggerKind, scheduled_ms: UnixMs, now_ms: UnixMs, deadline: Duration) -> Option<i64> {
+    let late = now_ms - scheduled_ms;
+    let deadline_ms = i64::try_from(deadline.as_millis()).unwrap_or(i64::MAX);
+    (trigger == TriggerKind::Schedule && late > deadline_ms).then_some(late)
+}
+
 /// A value as etcd stores it. Serializing these plain structs cannot fail: no maps with
 /// non-string keys, no floats.
 pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_schedule_ticks_later_than_their_deadline_are_past_it() {
+        let d = Duration::from_secs(10);
+        assert_eq!(past_deadline(TriggerKind::Schedule, 1_000, 11_000, d), None, "exactly at the deadline");
+        assert_eq!(past_deadline(TriggerKind::Schedule, 1_000, 11_001, d), Some(10_001));
+        assert_eq!(past_deadline(TriggerKind::Schedule, 1_000, 500, d), None, "raced ahead of its time");
+        for trigger in [
+            TriggerKind::Manual,
+            TriggerKind::Retry,
+            TriggerKind::Failover,
+            TriggerKind::Dependency,
+            TriggerKind::Catchup,
+        ] {
+            assert_eq!(past_deadline(trigger, 1_000, 1_000_000, d), None, "{trigger:?}");
+        }
+    }
 }

@@ -18,7 +18,7 @@ pub struct WorkerMetrics {
     /// Fires that came due on this worker, by trigger (every worker sees every schedule tick
     /// of the jobs it may run; run requests come due on every worker too).
     pub ticks_due: IntCounterVec,
-    /// Fires this worker did not race for, by reason (selector, capacity, no_lease).
+    /// Fires this worker did not race for, by reason (selector, capacity, no_lease, late).
     pub not_raced: IntCounterVec,
     /// Claim attempts by outcome: won, lost (another worker's txn won), taken_seen (a
     /// ranked-later worker saw the claim in its watch), taken (it read the claim from etcd
@@ -64,7 +64,7 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
     ),
     not_raced: counter_vec(
         "etcron_worker_fires_not_raced_total",
-        "Fires this worker did not race for, by reason (selector, capacity, no_lease).",
+        "Fires this worker did not race for, by reason (selector, capacity, no_lease, late).",
         &["reason"],
     ),
     claims: counter_vec(

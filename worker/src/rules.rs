@@ -174,6 +174,22 @@ pub fn catchup_request(keys: &Keys, job: &str, tick_ms: UnixMs, then: Vec<UnixMs
     put_request(keys, job, &format!("catchup-{tick_ms}"), &request)
 }
 
+/// The request id of the one catch-up run late ticks of a `run_once` job share.
+pub(crate) const LATE_CATCHUP: &str = "catchup-late";
+
+/// The catch-up run request late ticks of a `run_once` job share (`catchup-late`): written only
+/// while none is pending, so a backlog of late ticks asks for one run, not one each.
+pub(crate) fn late_catchup_request(keys: &Keys, job: &str, tick_ms: UnixMs, now: UnixMs) -> TxnOp {
+    let request = TriggerRequest {
+        kind: TriggerKind::Catchup,
+        execution_id: Some(ExecutionId::new(job, Tick::Scheduled(tick_ms))),
+        scheduled_ms: Some(tick_ms),
+        then: Vec::new(),
+        ..TriggerRequest::manual(now, &format!("catch-up of the late tick at {}", rfc3339_ms(tick_ms)))
+    };
+    put_request(keys, job, LATE_CATCHUP, &request)
+}
+
 /// A run request, written only while its job exists: a request for a deleted (or never
 /// created) job would outlive it, since requests have no lease.
 pub(crate) fn put_request(keys: &Keys, job: &str, request_id: &str, request: &TriggerRequest) -> TxnOp {

@@ -188,9 +188,15 @@ impl Scheduler {
         let job_revision = entry.mod_revision;
         let late_ms = now.saturating_sub(deadline);
         if late_ms > 1_000 {
-            tracing::warn!(job = %name, scheduled_ms = deadline, late_ms, "tick fired late (worker paused or overloaded); later ticks missed meanwhile are left to other workers");
+            tracing::warn!(job = %name, scheduled_ms = deadline, late_ms, "tick fired late (worker paused or overloaded); later ticks missed meanwhile are left to other workers and the sweep");
         }
-        // The next tick comes after both this one and now, so a late wake-up never bursts.
+        // The next tick comes after both this one and now, so a late wake-up never bursts; the
+        // ticks passed over are noted for the sweep, which finds them claimed by the other
+        // workers, or settles them (`misfire`) when nobody could.
+        let (after, until) = (UnixMs::try_from(deadline).unwrap_or(0), UnixMs::try_from(now).unwrap_or(0));
+        if let Some(first) = entry.schedule.next_after(after).filter(|t| *t <= until) {
+            self.ctx.unsettled.note_job(name, first, until);
+        }
         self.schedule_next(name, deadline.max(now));
         // A paused job keeps ticking in the wheel so each tick is recorded `skipped`.
         let skip = (!spec.enabled).then(|| "job paused".to_owned());

@@ -14,7 +14,7 @@ use etcron_common::{now_ms, UnixMs};
 
 use crate::fire::{to_json, Fire, MISSED_AFTER};
 use crate::record::{log_record, not_run_record};
-use crate::rules::{catchup_request, next_catchup};
+use crate::rules::{catchup_request, late_catchup_request, next_catchup, LATE_CATCHUP};
 use crate::state::Context;
 
 /// Why this worker did not race for a fire.
@@ -24,6 +24,8 @@ pub(crate) enum NotRaced {
     Capacity,
     NoLease,
     Unknown,
+    /// Past the job's `start_deadline` by this many ms when this worker would have raced.
+    Late(i64),
 }
 
 /// Records a fire that did not run, exactly once across the cluster (via its claim key).
@@ -86,20 +88,7 @@ pub(crate) fn watch_for_miss(ctx: &Arc<Context>, fire: &Fire, rank: usize, why: 
         };
         match taken {
             Ok(true) => {}
-            Ok(false) => {
-                let catch_up = why != NotRaced::Selector
-                    && fire.trigger == TriggerKind::Schedule
-                    && fire.spec.misfire != Misfire::Skip;
-                if catch_up {
-                    if let Some(ms) = fire.id.tick.scheduled_ms() {
-                        request_catchup_of(&ctx, &fire, ms).await;
-                        return;
-                    }
-                }
-                let reason = ctx.members.miss_reason(&fire.spec.selector, MISSED_AFTER);
-                tracing::warn!(job = %fire.id.job, scheduled_ms = fire.scheduled_ms, %reason, "tick missed");
-                record_not_run(&ctx, &fire, Status::Missed, reason).await;
-            }
+            Ok(false) => settle_unclaimed(&ctx, &fire, why).await,
             Err(e) => {
                 // etcd did not answer: the settler looks again once it does.
                 tracing::warn!(error = %e, job = %fire.id.job, scheduled_ms = fire.scheduled_ms, "checking for a missed tick failed; settling it once etcd answers");
@@ -109,25 +98,84 @@ pub(crate) fn watch_for_miss(ctx: &Arc<Context>, fire: &Fire, rank: usize, why: 
     });
 }
 
-/// A tick nobody could take: ask for a catch-up run of it, unless it got claimed meanwhile.
-pub(crate) async fn request_catchup_of(ctx: &Context, fire: &Fire, tick_ms: UnixMs) {
+/// A tick nobody claimed: a catch-up run per `misfire` (not when no worker matches: waiting
+/// would not help), else recorded `missed` with why.
+async fn settle_unclaimed(ctx: &Context, fire: &Fire, why: NotRaced) {
+    let misfire = fire.spec.misfire;
+    if why != NotRaced::Selector && fire.trigger == TriggerKind::Schedule && misfire != Misfire::Skip {
+        if let Some(ms) = fire.id.tick.scheduled_ms() {
+            // Late ticks under `run_once` share one pending catch-up run: a backlog shrinks.
+            let coalesce = matches!(why, NotRaced::Late(_)) && misfire == Misfire::RunOnce;
+            if request_catchup_of(ctx, fire, ms, coalesce).await != Catchup::Coalesced {
+                return;
+            }
+        }
+    }
+    let reason = match why {
+        NotRaced::Late(late_ms) => late_reason(late_ms, fire.spec.start_deadline(), misfire),
+        _ => ctx.members.miss_reason(&fire.spec.selector, MISSED_AFTER),
+    };
+    tracing::warn!(job = %fire.id.job, scheduled_ms = fire.scheduled_ms, %reason, "tick missed");
+    record_not_run(ctx, fire, Status::Missed, reason).await;
+}
+
+/// Why a tick past its start deadline was not run.
+pub(crate) fn late_reason(late_ms: i64, deadline: std::time::Duration, misfire: Misfire) -> String {
+    #[allow(clippy::cast_precision_loss)] // a lateness in ms fits an f64 exactly
+    let late = late_ms as f64 / 1000.0;
+    let then = match misfire {
+        Misfire::Skip => "misfire: skip",
+        Misfire::RunOnce => "misfire: run_once, and a catch-up run of this job was already pending",
+        Misfire::RunAll => "misfire: run_all",
+    };
+    format!(
+        "not started: raced {late:.1} s after its scheduled time, past start_deadline {}; {then}",
+        etcron_common::duration::HumanDuration(deadline)
+    )
+}
+
+/// What asking for a catch-up run did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Catchup {
+    /// Requested, or the tick was claimed meanwhile, or etcd failed (the tick is noted).
+    Done,
+    /// `coalesce`: a catch-up run of the job is pending already; this tick gets none.
+    Coalesced,
+}
+
+/// A tick nobody could take: ask for a catch-up run of it, unless it got claimed meanwhile
+/// (or, with `coalesce`, a late tick's catch-up run of the job is pending already).
+pub(crate) async fn request_catchup_of(ctx: &Context, fire: &Fire, tick_ms: UnixMs, coalesce: bool) -> Catchup {
+    let job = &fire.id.job;
     let claim_key = ctx.keys.claim(&fire.id);
-    let txn = Txn::new()
-        .when([Compare::create_revision(claim_key.as_str(), CompareOp::Equal, 0)])
-        .and_then([catchup_request(&ctx.keys, &fire.id.job, tick_ms, Vec::new(), now_ms())]);
+    let mut when = vec![Compare::create_revision(claim_key.as_str(), CompareOp::Equal, 0)];
+    let request = if coalesce {
+        when.push(Compare::create_revision(ctx.keys.trigger(job, LATE_CATCHUP), CompareOp::Equal, 0));
+        late_catchup_request(&ctx.keys, job, tick_ms, now_ms())
+    } else {
+        catchup_request(&ctx.keys, job, tick_ms, Vec::new(), now_ms())
+    };
+    let txn = Txn::new().when(when).and_then([request]);
     let mut kv = ctx.client.kv_client();
     match etcron_common::etcd::request("put_request", kv.txn(txn)).await {
         Ok(Ok(r)) if r.succeeded() => {
-            tracing::warn!(job = %fire.id.job, scheduled_ms = tick_ms, misfire = ?fire.spec.misfire, "tick not claimed in time: catch-up run requested");
+            tracing::warn!(job = %job, scheduled_ms = tick_ms, misfire = ?fire.spec.misfire, "tick not claimed in time: catch-up run requested");
+            Catchup::Done
         }
-        Ok(Ok(_)) => {}
+        // Claimed meanwhile, or (coalescing) a catch-up run is pending.
+        Ok(Ok(_)) if coalesce && matches!(claim::claim_exists(&ctx.client, &claim_key).await, Ok(false)) => {
+            Catchup::Coalesced
+        }
+        Ok(Ok(_)) => Catchup::Done,
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "requesting a catch-up run failed; settling the tick once etcd answers");
             ctx.unsettled.note(fire);
+            Catchup::Done
         }
         Err(_) => {
             tracing::warn!("requesting a catch-up run timed out; settling the tick once etcd answers");
             ctx.unsettled.note(fire);
+            Catchup::Done
         }
     }
 }
