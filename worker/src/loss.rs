@@ -18,12 +18,16 @@ use crate::record::{blank_record, log_record, trigger_of};
 use crate::rules::after_loss;
 use crate::state::Context;
 
-/// How long the loss handling leaves a departed worker to close its own claims: a session TTL,
-/// enough for a worker that was cut off to learn its session ended, reconnect and retry its
-/// pending closes (retried every `CLOSE_RETRY_MAX` at most).
+/// Longest grace the loss handling gives a departed worker.
+pub const MAX_LOSS_GRACE: Duration = Duration::from_secs(5);
+
+/// How long the loss handling leaves a departed worker to close its own claims: its session
+/// TTL, at most `MAX_LOSS_GRACE` — enough for a worker that etcd could not hear (a stall, a
+/// short partition) to retry its pending closes several times (every `CLOSE_RETRY_MAX` at most)
+/// once etcd answers, without holding a failover rerun back by a whole default TTL.
 #[must_use]
 pub fn loss_grace(config: &Config) -> Duration {
-    config.session_ttl
+    config.session_ttl.min(MAX_LOSS_GRACE)
 }
 
 /// Records `lost` for executions that ran on a worker whose session ended (its registration
