@@ -55,7 +55,7 @@ impl ClaimOutcome {
 }
 
 /// A job's concurrency lock, taken with the claim (`forbid` / `replace`).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LockClaim {
     pub key: String,
     /// What the lock holds while this execution runs (its execution id).
@@ -66,7 +66,7 @@ pub struct LockClaim {
 }
 
 /// Everything a run claim writes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RunClaim {
     pub claim_key: String,
     pub claim_value: Vec<u8>,

@@ -167,7 +167,7 @@ async fn commit_claims(client: &Client, batch: Vec<ClaimJob>) {
     }
     crate::metrics::METRICS.batch_size.with_label_values(&["claim"]).observe(batch.len() as f64);
     let (claims, replies): (Vec<RunClaim>, Vec<_>) = batch.into_iter().map(|j| (j.claim, j.reply)).unzip();
-    let fallback: Vec<RunClaim> = claims.iter().map(clone_claim).collect();
+    let fallback = claims.clone();
     match claim::claim_batch(client, claims).await {
         Ok(outcomes) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
@@ -185,19 +185,6 @@ async fn commit_claims(client: &Client, batch: Vec<ClaimJob>) {
                 let _ = reply.send(ClaimOutcome::Unknown(e.to_string()));
             }
         }
-    }
-}
-
-fn clone_claim(c: &RunClaim) -> RunClaim {
-    RunClaim {
-        claim_key: c.claim_key.clone(),
-        claim_value: c.claim_value.clone(),
-        running_key: c.running_key.clone(),
-        running_value: c.running_value.clone(),
-        session_lease: c.session_lease,
-        retention_lease: c.retention_lease,
-        lock: None,
-        extra: c.extra.clone(),
     }
 }
 

@@ -365,11 +365,7 @@ async fn claims(n: usize) -> Result<()> {
             })
             .collect::<Vec<_>>()
             .chunks(etcron_common::claim::MAX_BATCH)
-            .map(|c| {
-                c.iter()
-                    .map(|r| etcron_common::claim::RunClaim { lock: None, extra: Vec::new(), ..clone_claim(r) })
-                    .collect()
-            })
+            .map(<[etcron_common::claim::RunClaim]>::to_vec)
             .collect();
         let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
         let mut tasks = Vec::new();
@@ -394,17 +390,4 @@ async fn claims(n: usize) -> Result<()> {
     let fsyncs = etcd.metric("etcd_disk_wal_fsync_duration_seconds_count").await?;
     println!("wal fsyncs: {fsyncs}");
     Ok(())
-}
-
-fn clone_claim(c: &etcron_common::claim::RunClaim) -> etcron_common::claim::RunClaim {
-    etcron_common::claim::RunClaim {
-        claim_key: c.claim_key.clone(),
-        claim_value: c.claim_value.clone(),
-        running_key: c.running_key.clone(),
-        running_value: c.running_value.clone(),
-        session_lease: c.session_lease,
-        retention_lease: c.retention_lease,
-        lock: None,
-        extra: c.extra.clone(),
-    }
 }
