@@ -88,7 +88,7 @@ pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
     let replace = c.lock.as_ref().is_some_and(|l| l.replace);
     let locked = c.lock.is_some();
     let mut kv = client.kv_client();
-    let resp = match request("claim", kv.txn(claim_txn(c))).await {
+    let resp = match request("claim", kv.txn(claim_txn(&c))).await {
         Ok(Ok(resp)) => resp,
         Ok(Err(e)) => return ClaimOutcome::Unknown(e.to_string()),
         Err(_) => return ClaimOutcome::Unknown("claim txn timed out".to_owned()),
@@ -122,12 +122,12 @@ pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
 /// The transaction of one claim: it commits (succeeds) only for the first writer of the
 /// execution's key. Also the unit of a batch ([`claim_batch`]).
 #[must_use]
-pub fn claim_txn(c: RunClaim) -> Txn {
+pub fn claim_txn(c: &RunClaim) -> Txn {
     let session = Some(PutOptions::new().with_lease(c.session_lease));
     let retention = Some(PutOptions::new().with_lease(c.retention_lease));
     let mut run = vec![
-        TxnOp::put(c.claim_key.as_str(), c.claim_value, retention.clone()),
-        TxnOp::put(c.running_key.as_str(), c.running_value, session.clone()),
+        TxnOp::put(c.claim_key.as_str(), c.claim_value.clone(), retention.clone()),
+        TxnOp::put(c.running_key.as_str(), c.running_value.clone(), session.clone()),
     ];
     let mut then = Vec::new();
     match &c.lock {
@@ -154,7 +154,7 @@ pub fn claim_txn(c: RunClaim) -> Txn {
             ));
         }
     }
-    then.extend(c.extra);
+    then.extend(c.extra.iter().cloned());
     Txn::new()
         // Only the first writer of this execution's key wins; a claim (kept for the retention
         // period after it was written) makes later attempts lose too, and so does a live
@@ -177,13 +177,17 @@ pub const MAX_BATCH: usize = 100;
 /// per job, and no locks. `Some(won)` per claim, in order; all won claims share the
 /// transaction's revision as their fencing token (it still grows per job: a job has one claim
 /// per batch). An error is the whole batch's: every outcome is unknown.
-pub async fn claim_batch(client: &Client, claims: Vec<RunClaim>) -> Result<Vec<ClaimOutcome>, etcd_client::Error> {
+///
+/// # Errors
+/// [`BatchError::Refused`] when etcd refused the transaction as invalid (nothing was written:
+/// send the claims one by one); [`BatchError::Failed`] when it failed or did not answer.
+pub async fn claim_batch(client: &Client, claims: &[RunClaim]) -> Result<Vec<ClaimOutcome>, BatchError> {
     let n = claims.len();
-    let txn = Txn::new().and_then(claims.into_iter().map(|c| TxnOp::txn(claim_txn(c))).collect::<Vec<_>>());
+    let txn = Txn::new().and_then(claims.iter().map(|c| TxnOp::txn(claim_txn(c))).collect::<Vec<_>>());
     let mut kv = client.kv_client();
     let resp = match request("claim_batch", kv.txn(txn)).await {
-        Ok(r) => r?,
-        Err(_) => return Ok((0..n).map(|_| ClaimOutcome::Unknown("claim batch txn timed out".to_owned())).collect()),
+        Ok(r) => r.map_err(BatchError::from)?,
+        Err(_) => return Err(BatchError::Failed("claim batch txn timed out".to_owned())),
     };
     let Some(fencing_token) = resp.header().map(etcd_client::ResponseHeader::revision) else {
         return Ok((0..n).map(|_| ClaimOutcome::Unknown("txn response without header".to_owned())).collect());
@@ -294,12 +298,11 @@ pub struct Close {
 /// marker from the winning transaction still lives. Idempotent: a retry after an unknown
 /// outcome finds the claim holding exactly `done_value` and reports `Closed` without writing
 /// the follow-ups twice.
-pub async fn complete(client: &Client, close: Close, retention_lease: i64) -> Result<CompleteOutcome, String> {
-    let done_value = close.done_value.clone();
+pub async fn complete(client: &Client, close: &Close, retention_lease: i64) -> Result<CompleteOutcome, String> {
     let mut kv = client.kv_client();
     match request("close", kv.txn(close_txn(close, retention_lease))).await {
         Ok(Ok(resp)) if resp.succeeded() => Ok(CompleteOutcome::Closed),
-        Ok(Ok(resp)) => Ok(close_outcome(resp.op_responses(), &done_value)),
+        Ok(Ok(resp)) => Ok(close_outcome(resp.op_responses(), &close.done_value)),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("complete txn timed out".to_owned()),
     }
@@ -309,57 +312,88 @@ pub async fn complete(client: &Client, close: Close, retention_lease: i64) -> Re
 /// with its own fence. The closes must not write the same key twice (etcd refuses the whole
 /// transaction): no locks, and at most one close per job. One outcome per close, in order; an
 /// error is the whole batch's.
+///
+/// # Errors
+/// As [`claim_batch`].
 pub async fn complete_batch(
     client: &Client,
-    closes: Vec<Close>,
+    closes: &[Close],
     retention_lease: i64,
-) -> Result<Vec<CompleteOutcome>, String> {
-    let n = closes.len();
-    let done: Vec<Vec<u8>> = closes.iter().map(|c| c.done_value.clone()).collect();
-    let ops: Vec<TxnOp> = closes.into_iter().map(|c| TxnOp::txn(close_txn(c, retention_lease))).collect();
+) -> Result<Vec<CompleteOutcome>, BatchError> {
+    let ops: Vec<TxnOp> = closes.iter().map(|c| TxnOp::txn(close_txn(c, retention_lease))).collect();
     let mut kv = client.kv_client();
     let resp = match request("close_batch", kv.txn(Txn::new().and_then(ops))).await {
-        Ok(Ok(resp)) => resp,
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => return Err("close batch txn timed out".to_owned()),
+        Ok(r) => r.map_err(BatchError::from)?,
+        Err(_) => return Err(BatchError::Failed("close batch txn timed out".to_owned())),
     };
     let outcomes: Vec<CompleteOutcome> = resp
         .op_responses()
         .into_iter()
-        .zip(&done)
-        .map(|(r, done_value)| match r {
+        .zip(closes)
+        .map(|(r, close)| match r {
             TxnOpResponse::Txn(inner) if inner.succeeded() => CompleteOutcome::Closed,
-            TxnOpResponse::Txn(inner) => close_outcome(inner.op_responses(), done_value),
+            TxnOpResponse::Txn(inner) => close_outcome(inner.op_responses(), &close.done_value),
             _ => CompleteOutcome::Fenced,
         })
         .collect();
-    if outcomes.len() == n {
+    if outcomes.len() == closes.len() {
         Ok(outcomes)
     } else {
-        Err("close batch answered fewer closes than asked".to_owned())
+        Err(BatchError::Failed("close batch answered fewer closes than asked".to_owned()))
+    }
+}
+
+/// Why a batch transaction wrote nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchError {
+    /// etcd refused the request as invalid (too many operations, a key written twice): each
+    /// item may still be sent alone.
+    Refused(String),
+    /// etcd failed or did not answer: the outcome of every item is unknown.
+    Failed(String),
+}
+
+impl From<etcd_client::Error> for BatchError {
+    fn from(e: etcd_client::Error) -> Self {
+        match &e {
+            etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::InvalidArgument => {
+                Self::Refused(s.message().to_owned())
+            }
+            _ => Self::Failed(e.to_string()),
+        }
+    }
+}
+
+impl std::error::Error for BatchError {}
+
+impl std::fmt::Display for BatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Refused(e) => write!(f, "etcd refused the batch: {e}"),
+            Self::Failed(e) => f.write_str(e),
+        }
     }
 }
 
 /// The transaction of one close (see [`complete`]); also the unit of a batch.
 #[must_use]
-pub fn close_txn(close: Close, retention_lease: i64) -> Txn {
+pub fn close_txn(close: &Close, retention_lease: i64) -> Txn {
     let Close { claim_key, fencing_token, done_value, running_key, lock, extra } = close;
-    let claim_key = claim_key.as_str();
-    let running_key = running_key.as_str();
+    let (claim_key, running_key, fencing_token) = (claim_key.as_str(), running_key.as_str(), *fencing_token);
     let mut then = vec![
         // A fresh retention lease: the done claim lives its full retention from now.
-        TxnOp::put(claim_key, done_value, Some(PutOptions::new().with_lease(retention_lease))),
+        TxnOp::put(claim_key, done_value.clone(), Some(PutOptions::new().with_lease(retention_lease))),
         TxnOp::delete(running_key, None),
     ];
     if let Some((key, value)) = lock {
         // Release the lock only if it is still ours: `replace` may have handed it on.
         then.push(TxnOp::txn(
             Txn::new()
-                .when([Compare::value(key.as_str(), CompareOp::Equal, value)])
+                .when([Compare::value(key.as_str(), CompareOp::Equal, value.clone())])
                 .and_then([TxnOp::delete(key.as_str(), None)]),
         ));
     }
-    then.extend(extra);
+    then.extend(extra.iter().cloned());
     let outlived = Txn::new()
         .when([
             Compare::create_revision(claim_key, CompareOp::Equal, 0),
@@ -491,5 +525,20 @@ impl RetentionLeases {
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("retention lease grant timed out".to_owned()),
         }
+    }
+}
+
+#[cfg(test)]
+mod batch_error_tests {
+    use super::BatchError;
+
+    #[test]
+    fn an_invalid_request_is_refused_anything_else_failed() {
+        let status = |code, message: &str| etcd_client::Error::GRpcStatus(tonic::Status::new(code, message));
+        let refused =
+            BatchError::from(status(tonic::Code::InvalidArgument, "etcdserver: duplicate key given in txn request"));
+        assert_eq!(refused, BatchError::Refused("etcdserver: duplicate key given in txn request".to_owned()));
+        let failed = BatchError::from(status(tonic::Code::ResourceExhausted, "etcdserver: too many requests"));
+        assert!(matches!(failed, BatchError::Failed(ref e) if e.contains("too many requests")), "{failed:?}");
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::Client;
-use etcron_common::claim::{self, ClaimOutcome, Close, CompleteOutcome, RunClaim, MAX_BATCH};
+use etcron_common::claim::{self, BatchError, ClaimOutcome, Close, CompleteOutcome, RunClaim, MAX_BATCH};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// Batch transactions of one kind outstanding at once.
@@ -89,7 +89,7 @@ impl Batchers {
     /// Closes a claim of `job`, in a batch when it can share one.
     pub async fn complete(&self, job: &str, close: Close, lease: i64) -> Result<CompleteOutcome, String> {
         if close.lock.is_some() {
-            return claim::complete(&self.client, close, lease).await;
+            return claim::complete(&self.client, &close, lease).await;
         }
         let (reply, answer) = oneshot::channel();
         if self.closes.send(CloseJob { job: job.to_owned(), close, lease, reply }).await.is_err() {
@@ -167,16 +167,15 @@ async fn commit_claims(client: &Client, batch: Vec<ClaimJob>) {
     }
     crate::metrics::METRICS.batch_size.with_label_values(&["claim"]).observe(batch.len() as f64);
     let (claims, replies): (Vec<RunClaim>, Vec<_>) = batch.into_iter().map(|j| (j.claim, j.reply)).unzip();
-    let fallback = claims.clone();
-    match claim::claim_batch(client, claims).await {
+    match claim::claim_batch(client, &claims).await {
         Ok(outcomes) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 let _ = reply.send(outcome);
             }
         }
-        Err(etcd_client::Error::GRpcStatus(status)) if format!("{:?}", status.code()) == "InvalidArgument" => {
-            tracing::warn!(error = %status.message(), claims = fallback.len(), "etcd refused a claim batch; claiming one by one");
-            for (reply, claim) in replies.into_iter().zip(fallback) {
+        Err(e @ BatchError::Refused(_)) => {
+            tracing::warn!(error = %e, claims = claims.len(), "claiming one by one");
+            for (reply, claim) in replies.into_iter().zip(claims) {
                 let _ = reply.send(claim::try_claim(client, claim).await);
             }
         }
@@ -213,28 +212,27 @@ async fn commit_closes(client: &Client, batch: Vec<CloseJob>) {
     let lease = batch[0].lease;
     if batch.len() == 1 {
         for job in batch {
-            let _ = job.reply.send(claim::complete(client, job.close, job.lease).await);
+            let _ = job.reply.send(claim::complete(client, &job.close, job.lease).await);
         }
         return;
     }
     crate::metrics::METRICS.batch_size.with_label_values(&["close"]).observe(batch.len() as f64);
     let (closes, replies): (Vec<Close>, Vec<_>) = batch.into_iter().map(|j| (j.close, j.reply)).unzip();
-    let fallback = closes.clone();
-    match claim::complete_batch(client, closes, lease).await {
+    match claim::complete_batch(client, &closes, lease).await {
         Ok(outcomes) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 let _ = reply.send(Ok(outcome));
             }
         }
-        Err(e) if e.contains("InvalidArgument") => {
-            tracing::warn!(error = %e, closes = fallback.len(), "etcd refused a close batch; closing one by one");
-            for (reply, close) in replies.into_iter().zip(fallback) {
+        Err(e @ BatchError::Refused(_)) => {
+            tracing::warn!(error = %e, closes = closes.len(), "closing one by one");
+            for (reply, close) in replies.into_iter().zip(&closes) {
                 let _ = reply.send(claim::complete(client, close, lease).await);
             }
         }
         Err(e) => {
             for reply in replies {
-                let _ = reply.send(Err(e.clone()));
+                let _ = reply.send(Err(e.to_string()));
             }
         }
     }

@@ -193,9 +193,12 @@ impl Scheduler {
         // The next tick comes after both this one and now, so a late wake-up never bursts; the
         // ticks passed over are noted for the sweep, which finds them claimed by the other
         // workers, or settles them (`misfire`) when nobody could.
-        let (after, until) = (UnixMs::try_from(deadline).unwrap_or(0), UnixMs::try_from(now).unwrap_or(0));
-        if let Some(first) = entry.schedule.next_after(after).filter(|t| *t <= until) {
-            self.ctx.unsettled.note_job(name, first, until);
+        // (A tick raced ahead, the usual case, passed over nothing: no schedule walk.)
+        if now > deadline {
+            let (after, until) = (UnixMs::try_from(deadline).unwrap_or(0), UnixMs::try_from(now).unwrap_or(0));
+            if let Some(first) = entry.schedule.next_after(after).filter(|t| *t <= until) {
+                self.ctx.unsettled.note_job(name, first, until);
+            }
         }
         self.schedule_next(name, deadline.max(now));
         // A paused job keeps ticking in the wheel so each tick is recorded `skipped`.

@@ -373,7 +373,7 @@ async fn claims(n: usize) -> Result<()> {
             let (client, sem) = (client.clone(), sem.clone());
             tasks.push(tokio::spawn(async move {
                 let _slot = sem.acquire_owned().await;
-                etcron_common::claim::claim_batch(&client, batch).await
+                etcron_common::claim::claim_batch(&client, &batch).await
             }));
         }
         let mut won = 0;
