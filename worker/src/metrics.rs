@@ -23,7 +23,8 @@ pub struct WorkerMetrics {
     /// Claim attempts by outcome: won, lost (another worker's txn won), taken_seen (a
     /// ranked-later worker saw the claim in its watch), taken (it read the claim from etcd
     /// before writing), blocked (concurrency forbid), unknown (etcd did not answer),
-    /// unknown_won (an unknown outcome later read back as ours).
+    /// unknown_won (an unknown outcome later read back as ours), unknown_orphaned (read back as
+    /// ours, but its session had ended: closed `missed`).
     pub claims: IntCounterVec,
     /// Task start minus scheduled time of schedule-triggered executions.
     pub lateness: Histogram,
@@ -69,7 +70,7 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
     ),
     claims: counter_vec(
         "etcron_worker_claims_total",
-        "Claim attempts by outcome (won, lost, taken_seen, taken, blocked, unknown, unknown_won).",
+        "Claim attempts by outcome (won, lost, taken_seen, taken, blocked, unknown, unknown_won, unknown_orphaned).",
         &["outcome"],
     ),
     lateness: histogram(

@@ -1,19 +1,19 @@
 //! The claim phase: race for the execution's claim (batched with other claims), and learn
 //! whether it is ours — won, lost, blocked by `concurrency: forbid`, or unknown and then read
-//! back from the running marker.
+//! back from the running marker and the claim (an orphaned claim of ours is closed `missed`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::PutOptions;
-use etcron_common::claim::{ClaimOutcome, LockClaim, RunClaim};
+use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcron_common::claim::{self, ClaimOutcome, LockClaim, RunClaim};
 use etcron_common::job::Concurrency;
 use etcron_common::keys::{ExecutionId, KillTarget};
 use etcron_common::model::{Claim, ClaimState, KillCommand, RunningExecution, Status};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, rfc3339_ms};
 
-use crate::fire::{to_json, Fire};
+use crate::fire::{to_json, Fire, MISSED_AFTER};
 use crate::metrics::METRICS;
 use crate::record::{log_record, not_run_record};
 use crate::settle::{continue_catchup, taken_ops, watch_for_miss, NotRaced};
@@ -22,31 +22,148 @@ use crate::state::Context;
 /// How long a worker keeps asking etcd whether a claim whose txn had an unknown outcome is its own.
 pub(crate) const RESOLVE_UNKNOWN_FOR: Duration = Duration::from_secs(30);
 
-/// After a claim txn with an unknown outcome: reads the running marker (written by the same
-/// txn) until etcd answers. `Some(token)` when it holds this execution under this worker's
-/// session lease (the txn committed: the marker's create revision is the claim's, the fencing
-/// token); `None` when it is absent, someone else's, or etcd did not answer in time.
-pub(crate) async fn resolve_unknown_claim(
-    ctx: &Context,
-    running_key: &str,
-    id: &ExecutionId,
-    lease: i64,
-) -> Option<i64> {
+/// What reading back a claim whose txn had an unknown outcome found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resolved {
+    /// The running marker is this worker's under the claim's session lease: the txn committed
+    /// and the session still holds it (the marker's create revision, the fencing token).
+    Ours(i64),
+    /// The claim is this worker's and never closed, but no marker of the claim's session holds
+    /// it: the txn committed, then the session ended before etcd answered. Nobody runs it.
+    Orphaned(i64),
+    /// Somebody else's claim, no claim, or etcd did not answer in time.
+    NotOurs,
+}
+
+/// After a claim txn with an unknown outcome: reads the running marker and the claim (written
+/// by the same txn) until etcd answers, at most `RESOLVE_UNKNOWN_FOR`.
+pub(crate) async fn resolve_unknown_claim(ctx: &Context, won: &WonClaim, id: &ExecutionId) -> Resolved {
     let deadline = tokio::time::Instant::now() + RESOLVE_UNKNOWN_FOR;
     while tokio::time::Instant::now() < deadline {
+        let reads =
+            Txn::new().and_then([TxnOp::get(won.running_key.as_str(), None), TxnOp::get(won.claim_key.as_str(), None)]);
         let mut kv = ctx.client.kv_client();
-        match etcron_common::etcd::request("claim_read", kv.get(running_key, None)).await {
+        match etcron_common::etcd::request("claim_read", kv.txn(reads)).await {
             Ok(Ok(resp)) => {
-                let kv = resp.kvs().first()?;
-                let running: RunningExecution = serde_json::from_slice(kv.value()).ok()?;
-                let ours =
-                    kv.lease() == lease && running.worker_id == ctx.config.worker_id && &running.execution_id == id;
-                return ours.then(|| kv.create_revision());
+                let mut found = resp.op_responses().into_iter().map(|r| match r {
+                    TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+                    _ => None,
+                });
+                let (marker, claim) = (found.next().flatten(), found.next().flatten());
+                return read_back(
+                    &ctx.config.worker_id,
+                    id,
+                    won.lease,
+                    marker.as_ref().map(ReadKey::from),
+                    claim.as_ref().map(ReadKey::from),
+                );
             }
             _ => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     }
-    None
+    Resolved::NotOurs
+}
+
+/// A key as read back: its value, lease and revisions.
+#[derive(Debug, Clone, Copy)]
+struct ReadKey<'a> {
+    value: &'a [u8],
+    lease: i64,
+    create_revision: i64,
+    version: i64,
+}
+
+impl<'a> From<&'a KeyValue> for ReadKey<'a> {
+    fn from(kv: &'a KeyValue) -> Self {
+        Self { value: kv.value(), lease: kv.lease(), create_revision: kv.create_revision(), version: kv.version() }
+    }
+}
+
+/// Whose the execution is, from its running marker and its claim as read back.
+fn read_back(
+    worker_id: &str,
+    id: &ExecutionId,
+    lease: i64,
+    marker: Option<ReadKey>,
+    claim: Option<ReadKey>,
+) -> Resolved {
+    let marker_ours = marker.and_then(|kv| {
+        let running: RunningExecution = serde_json::from_slice(kv.value).ok()?;
+        (kv.lease == lease && running.worker_id == worker_id && &running.execution_id == id)
+            .then_some(kv.create_revision)
+    });
+    if let Some(token) = marker_ours {
+        return Resolved::Ours(token);
+    }
+    let claim_ours = claim.and_then(|kv| {
+        let claim: Claim = serde_json::from_slice(kv.value).ok()?;
+        (claim.worker_id == worker_id
+            && &claim.execution_id == id
+            && claim.state == ClaimState::Running
+            && kv.version == 1)
+            .then_some(kv.create_revision)
+    });
+    claim_ours.map_or(Resolved::NotOurs, Resolved::Orphaned)
+}
+
+/// A claim this worker gave up on (its outcome unknown, nothing found when read back) is read
+/// again after `MISSED_AFTER`: a txn etcd applied after the read (it was queued behind a stall)
+/// leaves a claim of ours that nobody runs, which is then closed `missed`.
+fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) {
+    let (ctx, fire, won) = (ctx.clone(), fire.clone(), won.clone());
+    tokio::spawn(async move {
+        tokio::time::sleep(MISSED_AFTER).await;
+        match resolve_unknown_claim(&ctx, &won, &fire.id).await {
+            Resolved::Ours(token) | Resolved::Orphaned(token) => {
+                record_orphan(&ctx, &fire, &won, token).await;
+            }
+            Resolved::NotOurs => {}
+        }
+    });
+}
+
+/// A claim of this worker's that it never ran (its txn's outcome was unknown, and the session
+/// that wrote it ended before etcd answered, or etcd applied it after this worker had given up):
+/// closed `missed` through its fencing token, with its running marker and lock released, unless
+/// somebody closed it first. A tick claimed and never run is never left open.
+pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fencing_token: i64) -> bool {
+    let lease = match ctx.retention.get().await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot close an orphaned claim: retention lease unavailable; settling it once etcd answers");
+            ctx.unsettled.note(fire);
+            return false;
+        }
+    };
+    let claim = Claim { state: ClaimState::Done, status: Some(Status::Missed), ..won.claim.clone() };
+    let mut release = vec![TxnOp::delete(won.running_key.as_str(), None)];
+    if let Some((key, value)) = &won.lock {
+        release.push(TxnOp::txn(
+            Txn::new()
+                .when([Compare::value(key.as_str(), CompareOp::Equal, value.clone())])
+                .and_then([TxnOp::delete(key.as_str(), None)]),
+        ));
+    }
+    let outcome = claim::mark_lost(&ctx.client, &won.claim_key, fencing_token, to_json(&claim), lease, release).await;
+    match outcome {
+        ClaimOutcome::Won { .. } | ClaimOutcome::Blocked { .. } => {
+            let reason = "claimed by this worker while etcd did not answer, but its session ended (or it had given \
+                          the claim up) before etcd confirmed it: not run"
+                .to_owned();
+            tracing::warn!(job = %fire.id.job, scheduled_ms = fire.scheduled_ms, fencing_token, "orphaned claim closed missed");
+            let record = not_run_record(ctx, fire, Status::Missed, reason, fencing_token);
+            log_record(&record, 0);
+            ctx.notifier.record(&fire.spec, &record);
+            ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+            true
+        }
+        ClaimOutcome::Lost => true,
+        ClaimOutcome::Unknown(e) => {
+            tracing::warn!(error = %e, "closing an orphaned claim: outcome unknown; settling it once etcd answers");
+            ctx.unsettled.note(fire);
+            false
+        }
+    }
 }
 
 /// `concurrency: replace`: stop the execution this one took the lock from, wherever it runs.
@@ -78,6 +195,7 @@ pub(crate) fn replace_running(ctx: &Arc<Context>, old: &ExecutionId, new: &Execu
 }
 
 /// A claim this worker won: what the run and close phases need of it.
+#[derive(Clone)]
 pub struct WonClaim {
     pub claim_key: String,
     pub running_key: String,
@@ -207,16 +325,82 @@ pub(crate) async fn settle_outcome(
         ClaimOutcome::Unknown(e) => {
             // The txn may have committed (etcd lost the answer, not the write): then the tick is
             // ours and nobody else may run it, so it must run here, late, or never at all.
-            let token = resolve_unknown_claim(ctx, &won.running_key, id, won.lease).await;
-            if let Some(token) = token {
-                METRICS.claims.with_label_values(&["unknown_won"]).inc();
-                tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown, but the claim is ours: running the tick late");
-            } else {
-                tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, "claim outcome unknown: not running this tick here");
-                ctx.unsettled.note(fire);
-                watch_for_miss(ctx, fire, 0, NotRaced::Unknown);
+            match resolve_unknown_claim(ctx, won, id).await {
+                Resolved::Ours(token) => {
+                    METRICS.claims.with_label_values(&["unknown_won"]).inc();
+                    tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown, but the claim is ours: running the tick late");
+                    Some(token)
+                }
+                Resolved::Orphaned(token) => {
+                    METRICS.claims.with_label_values(&["unknown_orphaned"]).inc();
+                    tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown; the claim is ours but its session ended before etcd answered: not running it");
+                    record_orphan(ctx, fire, won, token).await;
+                    None
+                }
+                Resolved::NotOurs => {
+                    tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, "claim outcome unknown: not running this tick here");
+                    ctx.unsettled.note(fire);
+                    watch_for_miss(ctx, fire, 0, NotRaced::Unknown);
+                    recheck_unknown_claim(ctx, fire, won);
+                    None
+                }
             }
-            token
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use etcron_common::keys::Tick;
+
+    use super::*;
+
+    fn marker(worker: &str, id: &ExecutionId) -> Vec<u8> {
+        let running = RunningExecution {
+            worker_id: worker.to_owned(),
+            execution_id: id.clone(),
+            pid: None,
+            started_at: "2026-11-24T19:13:12.000Z".to_owned(),
+            fencing_token: None,
+            trigger: None,
+            scheduled_ms: None,
+        };
+        serde_json::to_vec(&running).unwrap()
+    }
+
+    fn claim(worker: &str, id: &ExecutionId, state: ClaimState) -> Vec<u8> {
+        let status = (state == ClaimState::Done).then_some(Status::Succeeded);
+        let claim = Claim { worker_id: worker.to_owned(), execution_id: id.clone(), attempt: 1, state, status };
+        serde_json::to_vec(&claim).unwrap()
+    }
+
+    fn key(value: &[u8], lease: i64, version: i64) -> ReadKey<'_> {
+        ReadKey { value, lease, create_revision: 40, version }
+    }
+
+    #[test]
+    fn a_claim_read_back_is_ours_orphaned_or_not_ours() {
+        let id = ExecutionId::new("j", Tick::Scheduled(1_795_547_592_000));
+        let other = ExecutionId::new("j", Tick::Scheduled(1_795_547_593_000));
+        let (mine, theirs) = (marker("w1", &id), marker("w2", &id));
+        let running = claim("w1", &id, ClaimState::Running);
+        let closed = claim("w1", &id, ClaimState::Done);
+        let foreign = claim("w2", &id, ClaimState::Running);
+        let back = |m: Option<ReadKey>, c: Option<ReadKey>| read_back("w1", &id, 7, m, c);
+        // The txn committed and the session holds the marker: run it.
+        assert_eq!(back(Some(key(&mine, 7, 1)), Some(key(&running, 9, 1))), Resolved::Ours(40));
+        // The session ended between the commit and the read: the marker went with it.
+        assert_eq!(back(None, Some(key(&running, 9, 1))), Resolved::Orphaned(40));
+        // A marker of the same execution under another lease is not this session's.
+        assert_eq!(back(Some(key(&mine, 8, 1)), Some(key(&running, 9, 1))), Resolved::Orphaned(40));
+        // Closed already (version 2), someone else's, or another execution's: not ours to settle.
+        assert_eq!(back(None, Some(key(&closed, 9, 2))), Resolved::NotOurs);
+        assert_eq!(back(None, Some(key(&running, 9, 2))), Resolved::NotOurs);
+        assert_eq!(back(Some(key(&theirs, 7, 1)), Some(key(&foreign, 9, 1))), Resolved::NotOurs);
+        assert_eq!(read_back("w1", &other, 7, None, Some(key(&running, 9, 1))), Resolved::NotOurs);
+        // Nothing written: the txn failed (or has not been applied yet).
+        assert_eq!(back(None, None), Resolved::NotOurs);
+        assert_eq!(back(Some(key(b"not json", 7, 1)), None), Resolved::NotOurs);
     }
 }
