@@ -115,7 +115,9 @@ pub async fn mirror(
             return;
         }
         let mut watcher = client.watch_client();
-        let opts = WatchOptions::new().with_prefix().with_start_revision(revision + 1).with_prev_key();
+        // No previous values: nothing here reads them, and etcd would read each one from its
+        // backend for every event of every watcher.
+        let opts = WatchOptions::new().with_prefix().with_start_revision(revision + 1);
         let mut stream = match request("watch", watcher.watch(prefix.clone(), Some(opts))).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
