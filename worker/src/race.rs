@@ -16,7 +16,7 @@ use etcron_common::{now_ms, rfc3339_ms};
 use crate::fire::{to_json, Fire, MISSED_AFTER};
 use crate::metrics::METRICS;
 use crate::record::{log_record, not_run_record};
-use crate::settle::{continue_catchup, taken_ops, watch_for_miss, NotRaced};
+use crate::settle::{continue_catchup, submit_not_run, taken_ops, watch_for_miss, NotRaced};
 use crate::state::Context;
 
 /// How long a worker keeps asking etcd whether a claim whose txn had an unknown outcome is its own.
@@ -151,10 +151,7 @@ pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fe
                           the claim up) before etcd confirmed it: not run"
                 .to_owned();
             tracing::warn!(job = %fire.id.job, scheduled_ms = fire.scheduled_ms, fencing_token, "orphaned claim closed missed");
-            let record = not_run_record(ctx, fire, Status::Missed, reason, fencing_token);
-            log_record(&record, 0);
-            ctx.notifier.record(&fire.spec, &record);
-            ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+            submit_not_run(ctx, fire, Status::Missed, reason, fencing_token);
             true
         }
         ClaimOutcome::Lost => true,

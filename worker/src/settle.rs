@@ -48,10 +48,7 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
     extra.extend(next_catchup(&ctx.keys, fire, now_ms()));
     match claim::claim_done(&ctx.client, &ctx.keys.claim(&fire.id), to_json(&claim), lease, extra).await {
         ClaimOutcome::Won { fencing_token, .. } | ClaimOutcome::Blocked { fencing_token, .. } => {
-            let record = not_run_record(ctx, fire, status, reason, fencing_token);
-            log_record(&record, 0);
-            ctx.notifier.record(&fire.spec, &record);
-            ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+            submit_not_run(ctx, fire, status, reason, fencing_token);
             true
         }
         ClaimOutcome::Lost => false,
@@ -61,6 +58,14 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
             false
         }
     }
+}
+
+/// The record of a fire that did not run, once its claim says so: logged, notified, written.
+pub(crate) fn submit_not_run(ctx: &Context, fire: &Fire, status: Status, reason: String, fencing_token: i64) {
+    let record = not_run_record(ctx, fire, status, reason, fencing_token);
+    log_record(&record, 0);
+    ctx.notifier.record(&fire.spec, &record);
+    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
 }
 
 /// When this worker did not race for a fire, the first-ranked one checks after `MISSED_AFTER`
