@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::keys::ExecutionId;
-use crate::UnixMs;
+use crate::job::Mode;
+use crate::keys::{ExecutionId, Part, Tick};
+use crate::{rfc3339_ms, UnixMs};
 
 /// `{ns}/workers/{worker_id}`, under the worker's session lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,6 +232,16 @@ pub enum TriggerKind {
 }
 
 impl TriggerKind {
+    /// What triggered an execution, as far as its tick tells (markers from before `trigger`).
+    #[must_use]
+    pub fn of_tick(tick: &Tick) -> Self {
+        match tick {
+            Tick::Scheduled(_) => TriggerKind::Schedule,
+            Tick::Manual(_) => TriggerKind::Manual,
+            Tick::Dependency(_) => TriggerKind::Dependency,
+        }
+    }
+
     /// Every trigger.
     pub const ALL: [TriggerKind; 6] = [
         TriggerKind::Schedule,
@@ -294,9 +305,87 @@ pub struct ExecutionRecord {
     pub shard: Option<(u32, u32)>,
 }
 
+impl ExecutionRecord {
+    /// A record with only the execution's identity filled in.
+    #[must_use]
+    pub fn blank(
+        id: &ExecutionId,
+        scheduled_ms: UnixMs,
+        trigger: TriggerKind,
+        status: Status,
+        mode: Option<Mode>,
+    ) -> Self {
+        ExecutionRecord {
+            id: id.clone(),
+            job: id.job.clone(),
+            scheduled_at: rfc3339_ms(scheduled_ms),
+            scheduled_ms,
+            claimed_at: None,
+            started_at: None,
+            finished_at: None,
+            duration_ms: None,
+            worker_id: String::new(),
+            hostname: String::new(),
+            attempt: id.attempt,
+            trigger,
+            status,
+            exit_code: None,
+            signal: None,
+            output: String::new(),
+            output_truncated: false,
+            error: None,
+            reason: None,
+            fencing_token: None,
+            parent: None,
+            http_status: None,
+            shard: match (&id.part, mode) {
+                (Part::Shard(i), Some(Mode::Sharded(n))) => Some((*i, n)),
+                _ => None,
+            },
+        }
+    }
+
+    /// What a running marker says of its execution, as a `running` record: for an execution
+    /// whose own `running` record is not written yet (a run writes it once it has lasted
+    /// `RUNNING_DETAIL_AFTER`; a shorter one only writes its final record).
+    #[must_use]
+    pub fn from_marker(marker: &RunningExecution) -> Self {
+        let id = &marker.execution_id;
+        let scheduled_ms = marker.scheduled_ms.or(id.tick.scheduled_ms()).unwrap_or(0);
+        let trigger = marker.trigger.unwrap_or_else(|| TriggerKind::of_tick(&id.tick));
+        let mut record = Self::blank(id, scheduled_ms, trigger, Status::Running, None);
+        record.worker_id.clone_from(&marker.worker_id);
+        record.claimed_at = Some(marker.started_at.clone());
+        record.started_at = Some(marker.started_at.clone());
+        record.fencing_token = marker.fencing_token;
+        record
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_running_marker_reads_as_a_running_record() {
+        let id = ExecutionId::new("j", Tick::Manual("r1".to_owned()));
+        let marker = RunningExecution {
+            worker_id: "w2".to_owned(),
+            execution_id: id.clone(),
+            pid: Some(42),
+            started_at: "2026-11-24T19:13:12.004Z".to_owned(),
+            fencing_token: Some(7_001),
+            trigger: None,
+            scheduled_ms: Some(1_795_547_592_000),
+        };
+        let record = ExecutionRecord::from_marker(&marker);
+        assert_eq!((record.id, record.job.as_str(), record.status), (id, "j", Status::Running));
+        assert_eq!(record.trigger, TriggerKind::Manual, "from the tick when the marker does not say");
+        assert_eq!(record.scheduled_at, "2026-11-24T19:13:12.000Z");
+        assert_eq!(record.started_at.as_deref(), Some("2026-11-24T19:13:12.004Z"));
+        assert_eq!((record.worker_id.as_str(), record.fencing_token), ("w2", Some(7_001)));
+        assert_eq!((record.finished_at, record.exit_code), (None, None));
+    }
 
     #[test]
     fn job_state_bytes_order_like_their_ticks() {

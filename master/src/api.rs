@@ -18,7 +18,7 @@ use etcd_client::{
 use etcron_common::dependency::DependencyGraph;
 use etcron_common::job::{validate_name, JobSpec};
 use etcron_common::keys::{ExecutionId, Key, Keys, KillTarget};
-use etcron_common::model::{JobState, KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
+use etcron_common::model::{ExecutionRecord, JobState, KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
 use etcron_common::model::{Status, TriggerKind};
 use etcron_common::schedule::{format_in, Schedule, ScheduleError, MAX_AT_MS};
 use etcron_common::store::{Cursor, MongoStore, Search, StoreError, DEFAULT_LIMIT, MAX_LIMIT};
@@ -996,10 +996,16 @@ fn listed(records: &[etcron_common::model::ExecutionRecord]) -> Vec<Value> {
 
 async fn get_execution(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let parsed: ExecutionId = id.parse().map_err(|e: String| ApiError::bad_request(Some("id".to_owned()), e))?;
-    match records(st.store.get(&parsed.to_string())).await? {
-        Some(record) => Ok(Json(serde_json::to_value(record).map_err(|e| ApiError::internal(&e))?)),
-        None => Err(ApiError::not_found(format!("execution {id:?} has no record"))),
-    }
+    let record = match records(st.store.get(&parsed.to_string())).await? {
+        Some(record) => record,
+        // A run's own `running` record is written once it has lasted a second; before that,
+        // its running marker in etcd says what it is.
+        None => match crate::stream::running_marker(&st, &parsed).await? {
+            Some(marker) => ExecutionRecord::from_marker(&marker),
+            None => return Err(ApiError::not_found(format!("execution {id:?} has no record"))),
+        },
+    };
+    Ok(Json(serde_json::to_value(record).map_err(|e| ApiError::internal(&e))?))
 }
 
 #[derive(Debug, Deserialize)]

@@ -59,7 +59,7 @@ pub async fn stream_execution(State(st): State<AppState>, Path(id): Path<String>
 }
 
 /// The running marker of `id`, if it runs.
-async fn running_marker(st: &AppState, id: &ExecutionId) -> ApiResult<Option<RunningExecution>> {
+pub(crate) async fn running_marker(st: &AppState, id: &ExecutionId) -> ApiResult<Option<RunningExecution>> {
     let mut kv = st.client.kv_client();
     let resp = etcd("get_running", kv.get(st.keys.running(id), None)).await?;
     Ok(resp.kvs().first().and_then(|kv| serde_json::from_slice(kv.value()).ok()))

@@ -449,3 +449,45 @@ async fn record_writes_are_idempotent_in_any_order() -> anyhow::Result<()> {
     anyhow::ensure!(executions.count_documents(mongodb::bson::doc! {}).await? == 3, "one document per execution");
     Ok(())
 }
+
+/// A run writes its `running` record only once it has lasted a second; until a record exists,
+/// `GET /api/executions/{id}` answers from the execution's running marker in etcd. The marker
+/// is written here by hand (nothing runs), so what answers is the marker, whatever the timing.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_execution_without_a_record_is_answered_from_its_running_marker() -> anyhow::Result<()> {
+    let c = Cluster::start("records-marker", 0).await?;
+    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let id = ExecutionId::new("early", Tick::Scheduled(1_795_547_592_000));
+    let path = format!("/api/executions/{}", urlencode(&id.to_string()));
+    let (status, body) = c.call(Method::GET, &path, None).await?;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
+
+    let marker = etcron_common::model::RunningExecution {
+        worker_id: "w9".to_owned(),
+        execution_id: id.clone(),
+        pid: None,
+        started_at: "2026-11-24T19:13:12.003Z".to_owned(),
+        fencing_token: None,
+        trigger: Some(TriggerKind::Schedule),
+        scheduled_ms: Some(1_795_547_592_000),
+    };
+    let mut etcd = c.etcd.client().await?;
+    etcd.put(keys.running(&id), serde_json::to_vec(&marker)?, None).await?;
+    let shown = c.get(&path).await?;
+    assert_eq!(shown["id"], id.to_string());
+    assert_eq!(shown["status"], "running");
+    assert_eq!(shown["worker_id"], "w9");
+    assert_eq!(shown["trigger"], "schedule");
+    assert_eq!(shown["started_at"], "2026-11-24T19:13:12.003Z");
+    assert_eq!(shown["scheduled_at"], "2026-11-24T19:13:12.000Z");
+
+    // Once a record exists, it is what answers.
+    let store = c.mongo.store(&c.db).await?;
+    let mut record = ExecutionRecord::from_marker(&marker);
+    record.status = Status::Succeeded;
+    record.finished_at = Some("2026-11-24T19:13:12.010Z".to_owned());
+    store.write(&[RecordWrite { mode: WriteMode::Replace, record }]).await?;
+    let shown = c.get(&path).await?;
+    assert_eq!(shown["status"], "succeeded");
+    Ok(())
+}

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcron_common::claim::{self, ClaimOutcome};
-use etcron_common::model::{Claim, ClaimState, RunningExecution, Status};
+use etcron_common::model::{Claim, ClaimState, ExecutionRecord, RunningExecution, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, rfc3339_ms};
 
 use crate::close::{CLOSE_FOR, CLOSE_RETRY_MAX};
 use crate::config::Config;
 use crate::fire::{to_json, MISSED_AFTER};
-use crate::record::{blank_record, log_record, trigger_of};
+use crate::record::log_record;
 use crate::rules::after_loss;
 use crate::state::Context;
 
@@ -156,8 +156,8 @@ pub(crate) async fn settle_lost(
         tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim stays running");
         return;
     }
-    let trigger = running.trigger.unwrap_or_else(|| trigger_of(&id.tick));
-    let mut record = blank_record(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
+    let trigger = running.trigger.unwrap_or_else(|| TriggerKind::of_tick(&id.tick));
+    let mut record = ExecutionRecord::blank(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
     record.claimed_at = Some(running.started_at.clone());
     record.started_at = Some(running.started_at.clone());
     record.finished_at = Some(rfc3339_ms(now));

@@ -1,9 +1,7 @@
 //! Execution records as the fire path builds them, and the log line of a finished one.
 
-use etcron_common::job::Mode;
-use etcron_common::keys::{ExecutionId, Part, Tick};
-use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
-use etcron_common::{now_ms, rfc3339_ms, UnixMs};
+use etcron_common::model::{ExecutionRecord, Status};
+use etcron_common::{now_ms, rfc3339_ms};
 
 use crate::executor::{Ending, Finished, StopReason};
 use crate::fire::Fire;
@@ -12,50 +10,12 @@ use crate::state::Context;
 
 /// The record of a fire, before it ran.
 pub(crate) fn base_record(ctx: &Context, fire: &Fire, status: Status, fencing_token: Option<i64>) -> ExecutionRecord {
-    let mut record = blank_record(&fire.id, fire.scheduled_ms, fire.trigger, status, Some(fire.spec.mode));
+    let mut record = ExecutionRecord::blank(&fire.id, fire.scheduled_ms, fire.trigger, status, Some(fire.spec.mode));
     record.worker_id.clone_from(&ctx.config.worker_id);
     record.hostname.clone_from(&ctx.hostname);
     record.fencing_token = fencing_token;
     record.parent.clone_from(&fire.parent);
     record
-}
-
-/// A record with only the execution's identity filled in.
-pub(crate) fn blank_record(
-    id: &ExecutionId,
-    scheduled_ms: UnixMs,
-    trigger: TriggerKind,
-    status: Status,
-    mode: Option<Mode>,
-) -> ExecutionRecord {
-    ExecutionRecord {
-        id: id.clone(),
-        job: id.job.clone(),
-        scheduled_at: rfc3339_ms(scheduled_ms),
-        scheduled_ms,
-        claimed_at: None,
-        started_at: None,
-        finished_at: None,
-        duration_ms: None,
-        worker_id: String::new(),
-        hostname: String::new(),
-        attempt: id.attempt,
-        trigger,
-        status,
-        exit_code: None,
-        signal: None,
-        output: String::new(),
-        output_truncated: false,
-        error: None,
-        reason: None,
-        fencing_token: None,
-        parent: None,
-        http_status: None,
-        shard: match (&id.part, mode) {
-            (Part::Shard(i), Some(Mode::Sharded(n))) => Some((*i, n)),
-            _ => None,
-        },
-    }
 }
 
 pub(crate) fn not_run_record(
@@ -119,13 +79,4 @@ pub(crate) fn log_record(record: &ExecutionRecord, lateness_ms: i64) {
         reason = record.reason.as_deref().unwrap_or(""),
         "execution finished"
     );
-}
-
-/// What triggered an execution, as far as its tick tells (markers from before `trigger`).
-pub(crate) fn trigger_of(tick: &Tick) -> TriggerKind {
-    match tick {
-        Tick::Scheduled(_) => TriggerKind::Schedule,
-        Tick::Manual(_) => TriggerKind::Manual,
-        Tick::Dependency(_) => TriggerKind::Dependency,
-    }
 }

@@ -20,7 +20,8 @@ use crate::race::WonClaim;
 use crate::record::base_record;
 use crate::state::Context;
 
-/// How long a task must run before its running marker is updated with pid and fencing token.
+/// How long a task must run before its `running` record is written and its running marker is
+/// updated with pid and fencing token.
 pub(crate) const RUNNING_DETAIL_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs the task: a shell command or an HTTP request, until it ends or `stop` says.
@@ -151,13 +152,16 @@ pub async fn run(ctx: &Context, fire: &Fire, won: &mut WonClaim) -> Ran {
     let mut record = base_record(ctx, fire, Status::Running, Some(won.fencing_token));
     record.claimed_at = Some(rfc3339_ms(won.claimed_ms));
     record.started_at = Some(rfc3339_ms(handed_ms));
-    ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: record.clone() });
     let (pid_tx, pid_rx) = oneshot::channel();
     let run = execute(ctx, fire, won.fencing_token, stop, pid_tx);
     tokio::pin!(run);
     let finished = tokio::select! {
         f = &mut run => f,
         () = tokio::time::sleep(RUNNING_DETAIL_AFTER) => {
+            // Still running: now its `running` record. A run that ends sooner writes only its
+            // final record (one MongoDB write instead of two); until then the master answers
+            // for it from the running marker.
+            ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: record.clone() });
             fill_in_marker(ctx, won, pid_rx.await.ok()).await;
             run.await
         }
