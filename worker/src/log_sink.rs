@@ -494,29 +494,16 @@ mod tests {
         RecordWrite {
             mode: WriteMode::Replace,
             record: ExecutionRecord {
-                id: ExecutionId::new("a", Tick::Scheduled(n)),
-                job: "a".into(),
-                scheduled_at: etcron_common::rfc3339_ms(n),
-                scheduled_ms: n,
-                claimed_at: None,
-                started_at: None,
-                finished_at: None,
-                duration_ms: None,
                 worker_id: "w".into(),
                 hostname: "h".into(),
-                attempt: 1,
-                trigger: TriggerKind::Schedule,
-                status: Status::Succeeded,
                 exit_code: Some(0),
-                signal: None,
-                output: String::new(),
-                output_truncated: false,
-                error: None,
-                reason: None,
-                fencing_token: None,
-                parent: None,
-                http_status: None,
-                shard: None,
+                ..ExecutionRecord::blank(
+                    &ExecutionId::new("a", Tick::Scheduled(n)),
+                    n,
+                    TriggerKind::Schedule,
+                    Status::Succeeded,
+                    None,
+                )
             },
         }
     }
