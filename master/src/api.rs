@@ -267,8 +267,12 @@ async fn fetch_job(st: &AppState, name: &str, workers: Option<&[(String, WorkerI
 
 async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
     job_name(&name)?;
-    let workers = live_workers(&st).await?;
-    let job = fetch_job(&st, &name, Some(&workers)).await?;
+    // The job (etcd) and its summary (MongoDB) are read at the same time: under load the
+    // answer waits for the slower of the two, not for both in turn.
+    let job = async {
+        let workers = live_workers(&st).await?;
+        fetch_job(&st, &name, Some(&workers)).await
+    };
     let summary = async {
         let mut summary =
             st.store.summaries(now_ms() - 86_400_000, Some(&name)).await?.remove(&name).unwrap_or_default();
@@ -280,7 +284,9 @@ async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiRes
         });
         Ok::<_, StoreError>(summary)
     };
-    let summary = match tokio::time::timeout(SUMMARY_TIMEOUT, summary).await {
+    let (job, summary) = tokio::join!(job, tokio::time::timeout(SUMMARY_TIMEOUT, summary));
+    let job = job?;
+    let summary = match summary {
         Ok(Ok(s)) => serde_json::to_value(s).unwrap_or(Value::Null),
         _ => Value::Null,
     };
