@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use etcd_client::EventType;
 use etcron_common::claim::{self, ClaimOutcome};
 use etcron_common::model::{Claim, ClaimState, ExecutionRecord, RunningExecution, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, WriteMode};
@@ -14,6 +15,7 @@ use etcron_common::{now_ms, rfc3339_ms};
 use crate::close::{CLOSE_FOR, CLOSE_RETRY_MAX};
 use crate::config::Config;
 use crate::fire::{to_json, MISSED_AFTER};
+use crate::membership::Departed;
 use crate::record::log_record;
 use crate::rules::after_loss;
 use crate::state::Context;
@@ -28,6 +30,60 @@ pub const MAX_LOSS_GRACE: Duration = Duration::from_secs(5);
 #[must_use]
 pub fn loss_grace(config: &Config) -> Duration {
     config.session_ttl.min(MAX_LOSS_GRACE)
+}
+
+/// A departure from the cluster, seen as it happened or found by a re-listing: its executions
+/// are recorded `lost` as of the revision its registration was deleted at.
+pub async fn departed(ctx: Arc<Context>, worker: String, departed: Departed) {
+    let revision = match departed {
+        Departed::At(revision) => Some(revision),
+        Departed::After(seen) => find_delete(&ctx, &worker, seen).await,
+    };
+    match revision {
+        Some(revision) => record_lost(ctx, worker, revision).await,
+        None => {
+            // Its running markers cannot be read as of its departure: the ticks are still swept.
+            let now = now_ms();
+            let ttl = i64::try_from(ctx.config.session_ttl.as_millis()).unwrap_or(i64::MAX / 4);
+            ctx.unsettled.note_all(now - 2 * ttl, now, crate::ledger::Gap::WorkerDeparted);
+        }
+    }
+}
+
+/// How long the loss handling replays a registration's history to find its delete.
+const FIND_DELETE_FOR: Duration = Duration::from_secs(10);
+
+/// The revision `worker`'s registration was deleted at, after `seen` (while this worker's
+/// mirror was re-listing): replayed from etcd's history with a watch from `seen + 1`.
+async fn find_delete(ctx: &Context, worker: &str, seen: i64) -> Option<i64> {
+    let key = ctx.keys.worker(worker);
+    let found = tokio::time::timeout(FIND_DELETE_FOR, async {
+        let mut watcher = ctx.client.watch_client();
+        let opts = etcd_client::WatchOptions::new().with_start_revision(seen + 1);
+        let mut stream = watcher.watch(key.as_str(), Some(opts)).await.ok()?;
+        while let Ok(Some(resp)) = stream.message().await {
+            if resp.compact_revision() > 0 || resp.canceled() {
+                return None;
+            }
+            if let Some(kv) = resp.events().iter().find(|e| e.event_type() == EventType::Delete).and_then(|e| e.kv()) {
+                return Some(kv.mod_revision());
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten();
+    if found.is_none() {
+        tracing::error!(worker, seen, "a worker departed while this worker was re-listing, and its delete could not be found in etcd's history (compacted or unreachable): its running executions are not recorded lost; its ticks are swept");
+    } else {
+        tracing::warn!(
+            worker,
+            revision = found,
+            "a worker departed while this worker was re-listing; found its delete in etcd's history"
+        );
+    }
+    found
 }
 
 /// Records `lost` for executions that ran on a worker whose session ended (its registration

@@ -115,8 +115,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
         // Our own departures too: a session of ours that expired (paused, cut off) or a dead
         // earlier instance's that we revoked. Alone in the cluster, nobody else would account
         // for what ran under it; with others, the claim keys let only one of us do it.
-        while let Some((worker, revision)) = departures.recv().await {
-            tokio::spawn(etcron_worker::loss::record_lost(lost_ctx.clone(), worker, revision));
+        while let Some((worker, departed)) = departures.recv().await {
+            tokio::spawn(etcron_worker::loss::departed(lost_ctx.clone(), worker, departed));
         }
     });
 

@@ -51,38 +51,69 @@ impl Members {
     }
 
     /// Applies mirror updates until the channel closes; a deleted registration is reported on
-    /// `departures` with the revision of the delete.
+    /// `departures` with the revision of the delete. A registration that went while the mirror
+    /// was re-listing (absent from the new listing, or there again but created anew) is reported
+    /// with the revision it was last seen at, so the loss handling can look up its delete.
     pub async fn follow(
         self,
         keys: Keys,
         mut rx: mpsc::Receiver<Update>,
-        departures: mpsc::UnboundedSender<(String, i64)>,
+        departures: mpsc::UnboundedSender<(String, Departed)>,
     ) {
+        // Create and mod revision of each registration as last seen.
+        let mut seen: BTreeMap<String, (i64, i64)> = BTreeMap::new();
         while let Some(update) = rx.recv().await {
             let mut members = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
             match update {
                 Update::Snapshot { kvs, .. } => {
                     members.clear();
+                    let mut listed = BTreeMap::new();
                     for kv in kvs {
                         if let Some((id, info)) = registration(&keys, &kv) {
+                            listed.insert(id.clone(), (kv.create_revision, kv.mod_revision));
                             members.insert(id, info);
                         }
                     }
+                    for (id, revision) in unseen_departures(&seen, &listed) {
+                        let _ = departures.send((id, Departed::After(revision)));
+                    }
+                    seen = listed;
                 }
                 Update::Put(kv) => {
                     if let Some((id, info)) = registration(&keys, &kv) {
+                        seen.insert(id.clone(), (kv.create_revision, kv.mod_revision));
                         members.insert(id, info);
                     }
                 }
                 Update::Delete { key, mod_revision } => {
                     if let Some(Key::Worker(id)) = keys.parse(&key) {
+                        seen.remove(&id);
                         members.remove(&id);
-                        let _ = departures.send((id, mod_revision));
+                        let _ = departures.send((id, Departed::At(mod_revision)));
                     }
                 }
             }
         }
     }
+}
+
+/// How a worker's registration went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Departed {
+    /// Deleted at this revision (its lease expired or was revoked).
+    At(i64),
+    /// Deleted some time after this revision, while the mirror was re-listing.
+    After(i64),
+}
+
+/// Registrations seen before a re-listing that the listing no longer has, or has as a new
+/// registration (another create revision: the old one was deleted, and the worker registered
+/// again): each with the mod revision it was last seen at.
+fn unseen_departures(seen: &BTreeMap<String, (i64, i64)>, listed: &BTreeMap<String, (i64, i64)>) -> Vec<(String, i64)> {
+    seen.iter()
+        .filter(|(id, (created, _))| listed.get(*id).is_none_or(|(now_created, _)| now_created != created))
+        .map(|(id, (_, modified))| (id.clone(), *modified))
+        .collect()
 }
 
 /// A worker registration read from etcd; a key or value that is not one is logged and left out
@@ -117,6 +148,20 @@ fn score(worker: &str, tick_key: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relisting_reports_registrations_that_went_or_were_created_anew() {
+        let map = |items: &[(&str, i64, i64)]| -> BTreeMap<String, (i64, i64)> {
+            items.iter().map(|(id, c, m)| ((*id).to_owned(), (*c, *m))).collect()
+        };
+        let seen = map(&[("w1", 10, 12), ("w2", 20, 25), ("w3", 30, 30)]);
+        // w1 refreshed its registration (same create revision): still there. w2 is gone. w3
+        // was deleted and registered again (a new create revision). w4 is new.
+        let listed = map(&[("w1", 10, 40), ("w3", 41, 41), ("w4", 42, 42)]);
+        assert_eq!(unseen_departures(&seen, &listed), vec![("w2".to_owned(), 25), ("w3".to_owned(), 30)]);
+        assert!(unseen_departures(&seen, &seen).is_empty());
+        assert!(unseen_departures(&BTreeMap::new(), &listed).is_empty(), "a first listing reports nobody");
+    }
 
     fn members(ids: &[&str]) -> Members {
         let m = Members::default();
