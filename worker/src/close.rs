@@ -10,7 +10,7 @@ use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, rfc3339_ms};
 
 use crate::executor;
-use crate::fire::{to_json, Fire};
+use crate::fire::{to_json, Fire, CLOSE_RETRY_MAX};
 use crate::metrics::METRICS;
 use crate::race::WonClaim;
 use crate::record::{log_record, status_of};
@@ -31,9 +31,6 @@ pub(crate) enum Closed {
 /// Longest a close keeps trying: past the claim's shortest retention the claim is gone and
 /// can no longer be closed by its winner.
 pub(crate) const CLOSE_FOR: Duration = claim::MIN_RETENTION;
-
-/// Most time between two tries of a close etcd failed.
-pub(crate) const CLOSE_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Closes a won claim, trying until etcd takes it or somebody else closed it. A close that
 /// could not land before the session ended still lands once etcd answers (its fence is the

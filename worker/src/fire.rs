@@ -12,6 +12,14 @@ use etcron_common::UnixMs;
 /// How long after a tick nobody may have claimed it before it is recorded `missed`.
 pub const MISSED_AFTER: Duration = Duration::from_secs(5);
 
+/// Most time between two tries of a close (or of closing a claim as `lost` or `missed`) that
+/// etcd failed.
+pub(crate) const CLOSE_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Tries of an etcd step of the loss handling (or of closing an orphaned claim) before it gives
+/// up, loudly.
+pub(crate) const LOSS_TRIES: u32 = 30;
+
 /// One execution to race for: a schedule tick's (part), or a run request's.
 #[derive(Debug, Clone)]
 pub struct Fire {

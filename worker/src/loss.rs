@@ -12,9 +12,9 @@ use etcron_common::model::{Claim, ClaimState, ExecutionRecord, RunningExecution,
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, rfc3339_ms};
 
-use crate::close::{CLOSE_FOR, CLOSE_RETRY_MAX};
+use crate::close::CLOSE_FOR;
 use crate::config::Config;
-use crate::fire::{to_json, MISSED_AFTER};
+use crate::fire::{to_json, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
 use crate::membership::Departed;
 use crate::record::log_record;
 use crate::rules::after_loss;
@@ -41,13 +41,18 @@ pub async fn departed(ctx: Arc<Context>, worker: String, departed: Departed) {
     };
     match revision {
         Some(revision) => record_lost(ctx, worker, revision).await,
-        None => {
-            // Its running markers cannot be read as of its departure: the ticks are still swept.
-            let now = now_ms();
-            let ttl = i64::try_from(ctx.config.session_ttl.as_millis()).unwrap_or(i64::MAX / 4);
-            ctx.unsettled.note_all(now - 2 * ttl, now, crate::ledger::Gap::WorkerDeparted);
-        }
+        // Its running markers cannot be read as of its departure: the ticks are still swept.
+        None => note_departure_window(&ctx, now_ms()),
     }
+}
+
+/// The departed worker was the first-ranked one for some ticks, the one to record them
+/// `missed` had nobody claimed them; it may have died before it could. Notes every job's ticks
+/// since it may have stopped answering (its lease expired a TTL after that) for a sweep.
+fn note_departure_window(ctx: &Context, noticed: i64) {
+    let ttl = i64::try_from(ctx.config.session_ttl.as_millis()).unwrap_or(i64::MAX / 4);
+    let missed_after = i64::try_from(MISSED_AFTER.as_millis()).unwrap_or(0);
+    ctx.unsettled.note_all(noticed - 2 * ttl - missed_after, noticed, crate::ledger::Gap::WorkerDeparted);
 }
 
 /// How long the loss handling replays a registration's history to find its delete.
@@ -113,16 +118,8 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
             }
         }
     }
-    // The departed worker was the first-ranked one for some ticks, the one to record them
-    // `missed` had nobody claimed them; it may have died before it could. Sweep every job's
-    // ticks since it may have stopped answering (its lease expired a TTL after that).
-    let ttl = i64::try_from(ctx.config.session_ttl.as_millis()).unwrap_or(i64::MAX / 4);
-    let missed_after = i64::try_from(MISSED_AFTER.as_millis()).unwrap_or(0);
-    ctx.unsettled.note_all(noticed - 2 * ttl - missed_after, noticed, crate::ledger::Gap::WorkerDeparted);
+    note_departure_window(&ctx, noticed);
 }
-
-/// Tries of an etcd step of the loss handling before it gives up (loudly).
-pub(crate) const LOSS_TRIES: u32 = 30;
 
 /// The running markers as of `revision`, retried while etcd fails (up to `LOSS_TRIES`).
 pub(crate) async fn list_running_at(ctx: &Context, departed: &str, revision: i64) -> Option<etcd_client::GetResponse> {

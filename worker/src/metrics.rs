@@ -24,7 +24,8 @@ pub struct WorkerMetrics {
     /// ranked-later worker saw the claim in its watch), taken (it read the claim from etcd
     /// before writing), blocked (concurrency forbid), unknown (etcd did not answer),
     /// unknown_won (an unknown outcome later read back as ours), unknown_orphaned (read back as
-    /// ours, but its session had ended: closed `missed`).
+    /// ours, but its session had ended: closed `missed`), unknown_unresolved (an orphan etcd
+    /// would not let this worker read again or close: its tick stays claimed and unrecorded).
     pub claims: IntCounterVec,
     /// Task start minus scheduled time of schedule-triggered executions.
     pub lateness: Histogram,
@@ -57,7 +58,8 @@ pub struct WorkerMetrics {
     pub batch_size: HistogramVec,
 }
 
-pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
+pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
+    WorkerMetrics {
     ticks_due: counter_vec(
         "etcron_worker_ticks_due_total",
         "Fires that came due in this worker's timing wheel, by trigger.",
@@ -70,7 +72,7 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
     ),
     claims: counter_vec(
         "etcron_worker_claims_total",
-        "Claim attempts by outcome (won, lost, taken_seen, taken, blocked, unknown, unknown_won, unknown_orphaned).",
+        "Claim attempts by outcome (won, lost, taken_seen, taken, blocked, unknown, unknown_won, unknown_orphaned, unknown_unresolved).",
         &["outcome"],
     ),
     lateness: histogram(
@@ -138,6 +140,7 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
         &["kind"],
         &[2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0],
     ),
+}
 });
 
 /// Creates every metric (so all are listed from the first scrape) and the shared ones.

@@ -13,7 +13,7 @@ use etcron_common::model::{Claim, ClaimState, KillCommand, RunningExecution, Sta
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, rfc3339_ms};
 
-use crate::fire::{to_json, Fire, MISSED_AFTER};
+use crate::fire::{to_json, Fire, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
 use crate::metrics::METRICS;
 use crate::record::{log_record, not_run_record};
 use crate::settle::{continue_catchup, submit_not_run, taken_ops, watch_for_miss, NotRaced};
@@ -31,8 +31,10 @@ pub(crate) enum Resolved {
     /// The claim is this worker's and never closed, but no marker of the claim's session holds
     /// it: the txn committed, then the session ended before etcd answered. Nobody runs it.
     Orphaned(i64),
-    /// Somebody else's claim, no claim, or etcd did not answer in time.
+    /// Somebody else's claim, or no claim.
     NotOurs,
+    /// etcd did not answer within `RESOLVE_UNKNOWN_FOR`.
+    NoAnswer,
 }
 
 /// After a claim txn with an unknown outcome: reads the running marker and the claim (written
@@ -61,7 +63,7 @@ pub(crate) async fn resolve_unknown_claim(ctx: &Context, won: &WonClaim, id: &Ex
             _ => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     }
-    Resolved::NotOurs
+    Resolved::NoAnswer
 }
 
 /// A key as read back: its value, lease and revisions.
@@ -114,10 +116,12 @@ fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) {
     tokio::spawn(async move {
         tokio::time::sleep(MISSED_AFTER).await;
         match resolve_unknown_claim(&ctx, &won, &fire.id).await {
-            Resolved::Ours(token) | Resolved::Orphaned(token) => {
-                record_orphan(&ctx, &fire, &won, token).await;
-            }
+            Resolved::Ours(token) | Resolved::Orphaned(token) => record_orphan(&ctx, &fire, &won, token).await,
             Resolved::NotOurs => {}
+            Resolved::NoAnswer => {
+                tracing::error!(execution_id = %fire.id, "reading a given-up claim again: etcd did not answer; if etcd applied it late, the tick stays claimed and unrecorded");
+                METRICS.claims.with_label_values(&["unknown_unresolved"]).inc();
+            }
         }
     });
 }
@@ -125,16 +129,9 @@ fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) {
 /// A claim of this worker's that it never ran (its txn's outcome was unknown, and the session
 /// that wrote it ended before etcd answered, or etcd applied it after this worker had given up):
 /// closed `missed` through its fencing token, with its running marker and lock released, unless
-/// somebody closed it first. A tick claimed and never run is never left open.
-pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fencing_token: i64) -> bool {
-    let lease = match ctx.retention.get().await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot close an orphaned claim: retention lease unavailable; settling it once etcd answers");
-            ctx.unsettled.note(fire);
-            return false;
-        }
-    };
+/// somebody closed it first. Retried while etcd fails (the close is fenced, so idempotent): the
+/// sweeps settle only unclaimed ticks, so an orphan left open would stay unrecorded.
+pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fencing_token: i64) {
     let claim = Claim { state: ClaimState::Done, status: Some(Status::Missed), ..won.claim.clone() };
     let mut release = vec![TxnOp::delete(won.running_key.as_str(), None)];
     if let Some((key, value)) = &won.lock {
@@ -144,23 +141,32 @@ pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fe
                 .and_then([TxnOp::delete(key.as_str(), None)]),
         ));
     }
-    let outcome = claim::mark_lost(&ctx.client, &won.claim_key, fencing_token, to_json(&claim), lease, release).await;
-    match outcome {
-        ClaimOutcome::Won { .. } | ClaimOutcome::Blocked { .. } => {
-            let reason = "claimed by this worker while etcd did not answer, but its session ended (or it had given \
-                          the claim up) before etcd confirmed it: not run"
-                .to_owned();
-            tracing::warn!(job = %fire.id.job, scheduled_ms = fire.scheduled_ms, fencing_token, "orphaned claim closed missed");
-            submit_not_run(ctx, fire, Status::Missed, reason, fencing_token);
-            true
-        }
-        ClaimOutcome::Lost => true,
-        ClaimOutcome::Unknown(e) => {
-            tracing::warn!(error = %e, "closing an orphaned claim: outcome unknown; settling it once etcd answers");
-            ctx.unsettled.note(fire);
-            false
+    for _ in 0..LOSS_TRIES {
+        let outcome = match ctx.retention.get().await {
+            Ok(lease) => {
+                claim::mark_lost(&ctx.client, &won.claim_key, fencing_token, to_json(&claim), lease, release.clone())
+                    .await
+            }
+            Err(e) => ClaimOutcome::Unknown(format!("retention lease unavailable: {e}")),
+        };
+        match outcome {
+            ClaimOutcome::Won { .. } | ClaimOutcome::Blocked { .. } => {
+                let reason = "claimed by this worker while etcd did not answer, but its session ended (or it had \
+                              given the claim up) before etcd confirmed it: not run"
+                    .to_owned();
+                tracing::warn!(job = %fire.id.job, scheduled_ms = fire.scheduled_ms, fencing_token, "orphaned claim closed missed");
+                submit_not_run(ctx, fire, Status::Missed, reason, fencing_token);
+                return;
+            }
+            ClaimOutcome::Lost => return,
+            ClaimOutcome::Unknown(e) => {
+                tracing::warn!(error = %e, "closing an orphaned claim: outcome unknown; retrying");
+                tokio::time::sleep(CLOSE_RETRY_MAX).await;
+            }
         }
     }
+    tracing::error!(execution_id = %fire.id, fencing_token, "etcd did not take the close of an orphaned claim; its tick stays claimed and unrecorded");
+    METRICS.claims.with_label_values(&["unknown_unresolved"]).inc();
 }
 
 /// `concurrency: replace`: stop the execution this one took the lock from, wherever it runs.
@@ -334,7 +340,7 @@ pub(crate) async fn settle_outcome(
                     record_orphan(ctx, fire, won, token).await;
                     None
                 }
-                Resolved::NotOurs => {
+                Resolved::NotOurs | Resolved::NoAnswer => {
                     tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, "claim outcome unknown: not running this tick here");
                     ctx.unsettled.note(fire);
                     watch_for_miss(ctx, fire, 0, NotRaced::Unknown);
