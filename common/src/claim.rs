@@ -1,17 +1,20 @@
 //! Per-execution claims: the etcd transactions that decide which worker runs a tick, and that
 //! close the claim when the execution ends.
 //!
-//! A claim is won by `create_revision(claim) == 0 -> put(claim), put(running)`. The claim lives
-//! on a retention lease, so a won execution can never be won again whatever happens to the
-//! winner's session; the running marker lives on the session lease and says the execution is
-//! still looked after. The claim's create revision (the marker's too: same transaction) is the
-//! execution's fencing token. The claim is closed by `mod_revision(claim) == token ->
-//! put(claim done), delete(running)`, by its winner (`complete`, also after the winner's
-//! session ended: a finished task's close may land late) or by the loss handling (`mark_lost`,
-//! a grace period after the session ended): the compare lets exactly one of them write.
-//! Concurrency locks, the job state and follow-up run requests ride in the same transactions;
-//! claims and closes of different jobs can share one transaction (`claim_batch`,
-//! `complete_batch`), so a burst costs etcd a few writes, not two per fire.
+//! A claim is won by `create_revision(claim) == 0 -> put(claim)`. The claim lives on a
+//! retention lease, so a won execution can never be won again whatever happens to the winner's
+//! session. What says the execution is still looked after lives on the session lease: the
+//! transaction also writes one `{ns}/inflight/{worker}/{batch}` key listing the executions it
+//! raced for ([`InflightPut`]; one per transaction, not per claim: a batch of 100 claims writes
+//! one), and an execution that runs longer than a second gets its own running marker. The
+//! claim's create revision (the inflight key's too: same transaction) is the execution's
+//! fencing token. The claim is closed by `mod_revision(claim) == token -> put(claim done)`, by
+//! its winner (`complete`, also after the winner's session ended: a finished task's close may
+//! land late) or by the loss handling (`mark_lost`, a grace period after the session ended):
+//! the compare lets exactly one of them write. Concurrency locks, the job state and follow-up
+//! run requests ride in the same transactions; claims and closes of different jobs can share
+//! one transaction (`claim_batch`, `complete_batch`), so a burst costs etcd a few raft
+//! proposals, and a fire two key revisions: the claim and its close.
 
 use std::time::Duration;
 
@@ -70,8 +73,10 @@ pub struct LockClaim {
 pub struct RunClaim {
     pub claim_key: String,
     pub claim_value: Vec<u8>,
+    /// The execution's running marker: not written by the claim, but it must be absent (a run
+    /// that outlasted its claim's retention still holds it).
     pub running_key: String,
-    pub running_value: Vec<u8>,
+    /// The lease of the inflight key and of the lock.
     pub session_lease: i64,
     /// The claim's lease: it outlives the session (see the module docs).
     pub retention_lease: i64,
@@ -81,14 +86,31 @@ pub struct RunClaim {
     pub extra: Vec<TxnOp>,
 }
 
-/// Races for a claim. The claim goes on the retention lease; the running marker and the lock
-/// on the session lease: if the worker dies, those two disappear, the execution counts as lost,
-/// and the claim still keeps anyone from winning it again.
-pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
+/// The `{ns}/inflight/{worker}/{batch}` key a claim transaction writes on the session lease:
+/// the executions it raced for (a JSON list of ids).
+#[derive(Debug, Clone)]
+pub struct InflightPut {
+    pub key: String,
+    pub value: Vec<u8>,
+    pub session_lease: i64,
+}
+
+impl InflightPut {
+    fn op(&self) -> TxnOp {
+        TxnOp::put(self.key.as_str(), self.value.clone(), Some(PutOptions::new().with_lease(self.session_lease)))
+    }
+}
+
+/// Races for a claim. The claim goes on the retention lease; the inflight key and the lock on
+/// the session lease: if the worker dies, those disappear, the execution counts as lost, and
+/// the claim still keeps anyone from winning it again. The inflight key is written only when
+/// the claim is won.
+pub async fn try_claim(client: &Client, c: RunClaim, inflight: &InflightPut) -> ClaimOutcome {
     let replace = c.lock.as_ref().is_some_and(|l| l.replace);
     let locked = c.lock.is_some();
     let mut kv = client.kv_client();
-    let resp = match request("claim", kv.txn(claim_txn(&c))).await {
+    let txn = claim_txn_with(&c, Some(inflight.op()));
+    let resp = match request("claim", kv.txn(txn)).await {
         Ok(Ok(resp)) => resp,
         Ok(Err(e)) => return ClaimOutcome::Unknown(e.to_string()),
         Err(_) => return ClaimOutcome::Unknown("claim txn timed out".to_owned()),
@@ -99,7 +121,8 @@ pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
     let Some(fencing_token) = resp.header().map(etcd_client::ResponseHeader::revision) else {
         return ClaimOutcome::Unknown("txn response without header".to_owned());
     };
-    let first = resp.op_responses().into_iter().next();
+    // The first answer that is not a put's: the lock's read (`replace`) or its nested txn.
+    let first = resp.op_responses().into_iter().find(|r| !matches!(r, TxnOpResponse::Put(_)));
     match (locked, replace, first) {
         (true, true, Some(TxnOpResponse::Get(get))) => {
             ClaimOutcome::Won { fencing_token, replaced: get.kvs().first().map(|kv| kv.value().to_vec()) }
@@ -123,13 +146,15 @@ pub async fn try_claim(client: &Client, c: RunClaim) -> ClaimOutcome {
 /// execution's key. Also the unit of a batch ([`claim_batch`]).
 #[must_use]
 pub fn claim_txn(c: &RunClaim) -> Txn {
+    claim_txn_with(c, None)
+}
+
+/// [`claim_txn`], writing `first` (the inflight key of a claim sent alone) when it wins.
+fn claim_txn_with(c: &RunClaim, first: Option<TxnOp>) -> Txn {
     let session = Some(PutOptions::new().with_lease(c.session_lease));
     let retention = Some(PutOptions::new().with_lease(c.retention_lease));
-    let mut run = vec![
-        TxnOp::put(c.claim_key.as_str(), c.claim_value.clone(), retention.clone()),
-        TxnOp::put(c.running_key.as_str(), c.running_value.clone(), session.clone()),
-    ];
-    let mut then = Vec::new();
+    let mut run = vec![TxnOp::put(c.claim_key.as_str(), c.claim_value.clone(), retention.clone())];
+    let mut then: Vec<TxnOp> = first.into_iter().collect();
     match &c.lock {
         None => then.append(&mut run),
         Some(lock) if lock.replace => {
@@ -172,18 +197,24 @@ pub fn claim_txn(c: &RunClaim) -> Txn {
 pub const MAX_BATCH: usize = 100;
 
 /// Claims several executions in one transaction (one raft proposal): each claim is a nested
-/// transaction with its own compare, so one taken claim does not fail the others. The claims
-/// must not write the same key twice (etcd refuses the whole transaction): at most one claim
-/// per job, and no locks. `Some(won)` per claim, in order; all won claims share the
-/// transaction's revision as their fencing token (it still grows per job: a job has one claim
-/// per batch). An error is the whole batch's: every outcome is unknown.
+/// transaction with its own compare, so one taken claim does not fail the others; the inflight
+/// key listing them all is written once, whatever they find. The claims must not write the same
+/// key twice (etcd refuses the whole transaction): at most one claim per job, and no locks.
+/// One outcome per claim, in order; all won claims share the transaction's revision as their
+/// fencing token (it still grows per job: a job has one claim per batch). An error is the whole
+/// batch's: every outcome is unknown.
 ///
 /// # Errors
 /// [`BatchError::Refused`] when etcd refused the transaction as invalid (nothing was written:
 /// send the claims one by one); [`BatchError::Failed`] when it failed or did not answer.
-pub async fn claim_batch(client: &Client, claims: &[RunClaim]) -> Result<Vec<ClaimOutcome>, BatchError> {
+pub async fn claim_batch(
+    client: &Client,
+    claims: &[RunClaim],
+    inflight: &InflightPut,
+) -> Result<Vec<ClaimOutcome>, BatchError> {
     let n = claims.len();
-    let txn = Txn::new().and_then(claims.iter().map(|c| TxnOp::txn(claim_txn(c))).collect::<Vec<_>>());
+    let ops = std::iter::once(inflight.op()).chain(claims.iter().map(|c| TxnOp::txn(claim_txn(c))));
+    let txn = Txn::new().and_then(ops.collect::<Vec<_>>());
     let mut kv = client.kv_client();
     let resp = match request("claim_batch", kv.txn(txn)).await {
         Ok(r) => r.map_err(BatchError::from)?,
@@ -195,6 +226,7 @@ pub async fn claim_batch(client: &Client, claims: &[RunClaim]) -> Result<Vec<Cla
     let mut outcomes: Vec<ClaimOutcome> = resp
         .op_responses()
         .into_iter()
+        .skip(1)
         .map(|r| match r {
             TxnOpResponse::Txn(inner) if inner.succeeded() => ClaimOutcome::Won { fencing_token, replaced: None },
             _ => ClaimOutcome::Lost,
@@ -280,6 +312,9 @@ pub struct Close {
     /// The claim as closed (`done`, with the execution's status).
     pub done_value: Vec<u8>,
     pub running_key: String,
+    /// The create revision of the execution's running marker, when it ran long enough to get
+    /// one (the close deletes it; a claim past its retention is closed only while it lives).
+    pub marker_revision: Option<i64>,
     /// The job's lock and the value this execution wrote into it, when it took one.
     pub lock: Option<(String, Vec<u8>)>,
     /// Follow-up run requests (retry, dependents, catch-up, failover), written only by the
@@ -287,8 +322,9 @@ pub struct Close {
     pub extra: Vec<TxnOp>,
 }
 
-/// Marks a won claim done (fenced by the claim itself), deletes the running marker, releases the
-/// job's lock if this execution still holds it, and writes the follow-ups.
+/// Marks a won claim done (fenced by the claim itself), deletes the running marker if it has
+/// one, releases the job's lock if this execution still holds it, and writes the follow-ups
+/// (among them, for the last open execution of its claim transaction, the inflight key's delete).
 ///
 /// The fence is the claim as the winning transaction wrote it (`mod_revision == fencing_token`):
 /// nobody else has closed it, so this close may land even after the winner's session ended (a
@@ -378,13 +414,13 @@ impl std::fmt::Display for BatchError {
 /// The transaction of one close (see [`complete`]); also the unit of a batch.
 #[must_use]
 pub fn close_txn(close: &Close, retention_lease: i64) -> Txn {
-    let Close { claim_key, fencing_token, done_value, running_key, lock, extra } = close;
+    let Close { claim_key, fencing_token, done_value, running_key, marker_revision, lock, extra } = close;
     let (claim_key, running_key, fencing_token) = (claim_key.as_str(), running_key.as_str(), *fencing_token);
-    let mut then = vec![
-        // A fresh retention lease: the done claim lives its full retention from now.
-        TxnOp::put(claim_key, done_value.clone(), Some(PutOptions::new().with_lease(retention_lease))),
-        TxnOp::delete(running_key, None),
-    ];
+    // A fresh retention lease: the done claim lives its full retention from now.
+    let mut then = vec![TxnOp::put(claim_key, done_value.clone(), Some(PutOptions::new().with_lease(retention_lease)))];
+    if marker_revision.is_some() {
+        then.push(TxnOp::delete(running_key, None));
+    }
     if let Some((key, value)) = lock {
         // Release the lock only if it is still ours: `replace` may have handed it on.
         then.push(TxnOp::txn(
@@ -394,62 +430,83 @@ pub fn close_txn(close: &Close, retention_lease: i64) -> Txn {
         ));
     }
     then.extend(extra.iter().cloned());
-    let outlived = Txn::new()
-        .when([
-            Compare::create_revision(claim_key, CompareOp::Equal, 0),
-            Compare::create_revision(running_key, CompareOp::Equal, fencing_token),
-        ])
-        .and_then(then.clone())
-        .or_else([TxnOp::get(claim_key, None)]);
+    let otherwise = match marker_revision {
+        // A run longer than its claim's retention: the claim is gone, its marker still lives.
+        Some(marker) => TxnOp::txn(
+            Txn::new()
+                .when([
+                    Compare::create_revision(claim_key, CompareOp::Equal, 0),
+                    Compare::create_revision(running_key, CompareOp::Equal, *marker),
+                ])
+                .and_then(then.clone())
+                .or_else([TxnOp::get(claim_key, None)]),
+        ),
+        None => TxnOp::get(claim_key, None),
+    };
     Txn::new()
         .when([Compare::mod_revision(claim_key, CompareOp::Equal, fencing_token)])
         .and_then(then)
-        .or_else([TxnOp::txn(outlived)])
+        .or_else([otherwise])
 }
 
 /// The outcome of a close whose claim compare failed: the nested transaction for a claim past
 /// its retention succeeded, or the claim already holds exactly what this close writes (an
 /// earlier try committed), or somebody else closed it.
 fn close_outcome(responses: Vec<TxnOpResponse>, done_value: &[u8]) -> CompleteOutcome {
-    let Some(TxnOpResponse::Txn(inner)) = responses.into_iter().next() else { return CompleteOutcome::Fenced };
-    if inner.succeeded() {
-        return CompleteOutcome::Closed;
+    let read = match responses.into_iter().next() {
+        Some(TxnOpResponse::Txn(inner)) if inner.succeeded() => return CompleteOutcome::Closed,
+        Some(TxnOpResponse::Txn(inner)) => inner.op_responses().into_iter().next(),
+        other => other,
+    };
+    match read {
+        Some(TxnOpResponse::Get(g)) if g.kvs().first().is_some_and(|kv| kv.value() == done_value) => {
+            CompleteOutcome::Closed
+        }
+        _ => CompleteOutcome::Fenced,
     }
-    let closed_before = inner.op_responses().into_iter().any(|r| match r {
-        TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.value() == done_value),
-        _ => false,
-    });
-    if closed_before {
-        CompleteOutcome::Closed
-    } else {
-        CompleteOutcome::Fenced
-    }
+}
+
+/// How the loss handling knows an execution was the departed worker's to close.
+#[derive(Debug, Clone)]
+pub enum Held {
+    /// Listed by the worker's inflight key: the claim counts only as its claim transaction
+    /// wrote it (`value`, version 1); a claim gone or rewritten is not this worker's to close.
+    Claimed { value: Vec<u8> },
+    /// The worker's running marker of the execution (a run longer than a second): the claim
+    /// may also be gone, its retention over during the run.
+    Marked,
 }
 
 /// Closes the claim of an execution whose worker's session ended before it closed it: the
 /// claim still as its winning txn wrote it (`create_revision == fencing_token`, version 1), or
-/// gone (its retention ended during a run longer than the retention), is written `lost_value`
-/// with `extra` (the failover rerun). `Won` when this call wrote it; `Lost` when it was closed
-/// already (by the worker itself, or by another survivor).
+/// gone (its retention ended during a run longer than the retention, [`Held::Marked`] only), is
+/// written `lost_value` with `extra` (the failover rerun). `Won` when this call wrote it; `Lost`
+/// when it was closed already (by the worker itself, or by another survivor).
 pub async fn mark_lost(
     client: &Client,
     claim_key: &str,
     fencing_token: i64,
+    held: Held,
     lost_value: Vec<u8>,
     retention_lease: i64,
     extra: Vec<TxnOp>,
 ) -> ClaimOutcome {
     let mut then = vec![TxnOp::put(claim_key, lost_value, Some(PutOptions::new().with_lease(retention_lease)))];
     then.extend(extra);
-    let running = Txn::new()
-        .when([
-            Compare::create_revision(claim_key, CompareOp::Equal, fencing_token),
-            Compare::version(claim_key, CompareOp::Equal, 1),
-        ])
-        .and_then(then.clone())
-        .or_else([TxnOp::txn(
-            Txn::new().when([Compare::create_revision(claim_key, CompareOp::Equal, 0)]).and_then(then),
-        )]);
+    let mut as_won = vec![
+        Compare::create_revision(claim_key, CompareOp::Equal, fencing_token),
+        Compare::version(claim_key, CompareOp::Equal, 1),
+    ];
+    let gone = match held {
+        Held::Claimed { value } => {
+            as_won.push(Compare::value(claim_key, CompareOp::Equal, value));
+            Vec::new()
+        }
+        Held::Marked => vec![TxnOp::txn(
+            Txn::new().when([Compare::create_revision(claim_key, CompareOp::Equal, 0)]).and_then(then.clone()),
+        )],
+    };
+    let running = Txn::new().when(as_won).and_then(then).or_else(gone);
     let mut kv = client.kv_client();
     match request("claim", kv.txn(running)).await {
         Ok(Ok(resp)) => {

@@ -75,6 +75,14 @@ pub fn parse_endpoints(text: &str) -> Vec<String> {
     text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
 }
 
+/// True when etcd refused a write because its database reached its quota (the `NOSPACE`
+/// alarm): every write fails until an operator compacts, defragments and disarms it
+/// (docs/operations.md, "etcd storage").
+#[must_use]
+pub fn is_nospace(e: &etcd_client::Error) -> bool {
+    e.to_string().contains("database space exceeded")
+}
+
 /// Runs one etcd request under the standard deadline ([`REQUEST_TIMEOUT`]) and records it in
 /// the shared metrics under `op`: its latency, and whether it failed or timed out. The request
 /// first waits for a slot of the process's admission limit (`admission::LIMITER`), within the
@@ -136,6 +144,7 @@ fn record<T>(
     m.seconds.with_label_values(&[op]).observe(started.elapsed().as_secs_f64());
     match result {
         Ok(Ok(_)) => {}
+        Ok(Err(e)) if is_nospace(e) => m.errors.with_label_values(&[op, "nospace"]).inc(),
         Ok(Err(_)) => m.errors.with_label_values(&[op, "error"]).inc(),
         Err(_) => m.errors.with_label_values(&[op, "timeout"]).inc(),
     }
@@ -224,6 +233,8 @@ mod tests {
             None
         );
         assert_eq!(overload(&status(tonic::Code::Unavailable, "etcdserver: leader changed")), None);
+        assert!(is_nospace(&status(tonic::Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded")));
+        assert!(!is_nospace(&status(tonic::Code::ResourceExhausted, "etcdserver: too many requests")));
         assert_eq!(overload(&status(tonic::Code::Cancelled, "operation was canceled")), None);
         assert_eq!(overload(&etcd_client::Error::WatchError("listing timed out".to_owned())), None);
     }

@@ -264,6 +264,11 @@ pub enum Key {
     /// The claim of one execution (attempt included).
     Claim(ExecutionId),
     Running(ExecutionId),
+    /// The executions one claim transaction of `worker` raced for (see `Keys::inflight`).
+    Inflight {
+        worker: String,
+        batch: String,
+    },
     Kill {
         job: String,
         target: KillTarget,
@@ -279,6 +284,55 @@ pub enum Key {
         job: String,
         part: Part,
     },
+}
+
+/// `{job}/{tick}{part}`, plus `#{attempt}` after the first attempt: how claim and running
+/// marker keys name an execution.
+fn execution_suffix(id: &ExecutionId) -> String {
+    if id.attempt > 1 {
+        format!("{}/{}{}#{}", id.job, id.tick, id.part, id.attempt)
+    } else {
+        format!("{}/{}{}", id.job, id.tick, id.part)
+    }
+}
+
+/// The value of an inflight key (`Keys::inflight`): its executions grouped by what follows the
+/// job in their claim keys, `{"1764037206000":["backup","report"]}` — most executions of one
+/// claim transaction share a tick, so each costs little more than its job's name.
+#[must_use]
+pub fn inflight_value(ids: &[&ExecutionId]) -> Vec<u8> {
+    let mut by_tick: std::collections::BTreeMap<String, Vec<&str>> = std::collections::BTreeMap::new();
+    for id in ids {
+        let suffix = execution_suffix(id);
+        let tick = suffix.split_once('/').map_or(suffix.as_str(), |(_, t)| t).to_owned();
+        by_tick.entry(tick).or_default().push(&id.job);
+    }
+    serde_json::to_vec(&by_tick).unwrap_or_default()
+}
+
+/// Reads what [`inflight_value`] writes; `None` if it is anything else.
+#[must_use]
+pub fn parse_inflight_value(bytes: &[u8]) -> Option<Vec<ExecutionId>> {
+    let by_tick: std::collections::BTreeMap<String, Vec<String>> = serde_json::from_slice(bytes).ok()?;
+    let mut ids = Vec::new();
+    for (tick, jobs) in by_tick {
+        for job in jobs {
+            ids.push(parse_execution_suffix(&format!("{job}/{tick}"))?);
+        }
+    }
+    Some(ids)
+}
+
+/// Reads what [`execution_suffix`] writes.
+fn parse_execution_suffix(rest: &str) -> Option<ExecutionId> {
+    let (job, rest) = rest.split_once('/')?;
+    validate_job_name(job).ok()?;
+    // The first attempt's key has no `#1`; a written `#1` is not an execution's key.
+    let (tick, attempt) = match rest.rsplit_once('#') {
+        Some((t, a)) => (t, canonical::<u32>(a).filter(|a| *a > 1)?),
+        None => (rest, 1),
+    };
+    format!("{job}@{tick}#{attempt}").parse().ok()
 }
 
 /// Builds and parses the keys of one namespace.
@@ -335,11 +389,7 @@ impl Keys {
     /// `{ns}/claims/{job}/{tick}{part}`, plus `#{attempt}` after the first attempt.
     #[must_use]
     pub fn claim(&self, id: &ExecutionId) -> String {
-        if id.attempt > 1 {
-            format!("{}/claims/{}/{}{}#{}", self.ns, id.job, id.tick, id.part, id.attempt)
-        } else {
-            format!("{}/claims/{}/{}{}", self.ns, id.job, id.tick, id.part)
-        }
+        format!("{}/claims/{}", self.ns, execution_suffix(id))
     }
     /// Every claim (all parts and attempts) of one tick: `{ns}/claims/{job}/{tick}` as a prefix.
     #[must_use]
@@ -354,9 +404,28 @@ impl Keys {
     pub fn job_running_prefix(&self, job: &str) -> String {
         format!("{}/running/{job}/", self.ns)
     }
+    /// `{ns}/running/{job}/{tick}{part}`, plus `#{attempt}` after the first attempt: the
+    /// claim's key under `running/` (older versions wrote `{job}/{execution_id}`; both parse).
     #[must_use]
     pub fn running(&self, id: &ExecutionId) -> String {
-        format!("{}/running/{}/{id}", self.ns, id.job)
+        format!("{}/running/{}", self.ns, execution_suffix(id))
+    }
+    /// Everything in flight on any worker.
+    #[must_use]
+    pub fn inflight_prefix(&self) -> String {
+        format!("{}/inflight/", self.ns)
+    }
+    #[must_use]
+    pub fn worker_inflight_prefix(&self, worker_id: &str) -> String {
+        format!("{}/inflight/{worker_id}/", self.ns)
+    }
+    /// `{ns}/inflight/{worker}/{batch}`, under the worker's session lease: written by each claim
+    /// transaction, listing the executions it raced for; its create revision is the fencing
+    /// token of the claims it won. Deleted once they are all closed; if the session ends
+    /// first, it tells the loss handling what the worker held.
+    #[must_use]
+    pub fn inflight(&self, worker_id: &str, batch: &str) -> String {
+        format!("{}/inflight/{worker_id}/{batch}", self.ns)
     }
     #[must_use]
     pub fn kill_prefix(&self) -> String {
@@ -423,23 +492,21 @@ impl Keys {
                 job_ok(job).then_some(())?;
                 Some(Key::Lock { job: job.to_owned(), part: part.parse().ok()? })
             }
-            "claims" => {
-                let (job, rest) = rest.split_once('/')?;
-                if !job_ok(job) {
-                    return None;
-                }
-                // The first attempt's key has no `#1`; a written `#1` is not a claim key.
-                let (tick, attempt) = match rest.rsplit_once('#') {
-                    Some((t, a)) => (t, canonical::<u32>(a).filter(|a| *a > 1)?),
-                    None => (rest, 1),
-                };
-                let id: ExecutionId = format!("{job}@{tick}#{attempt}").parse().ok()?;
-                Some(Key::Claim(id))
-            }
+            "claims" => parse_execution_suffix(rest).map(Key::Claim),
             "running" => {
                 let (job, id) = rest.split_once('/')?;
-                let id: ExecutionId = id.parse().ok()?;
-                (id.job == job).then_some(Key::Running(id))
+                if id.contains('@') {
+                    // An older version's `{job}/{execution_id}`.
+                    let id: ExecutionId = id.parse().ok()?;
+                    (id.job == job).then_some(Key::Running(id))
+                } else {
+                    parse_execution_suffix(rest).map(Key::Running)
+                }
+            }
+            "inflight" => {
+                let (worker, batch) = rest.split_once('/')?;
+                (validate_id(worker).is_ok() && validate_id(batch).is_ok())
+                    .then(|| Key::Inflight { worker: worker.to_owned(), batch: batch.to_owned() })
             }
             "kill" => {
                 let (job, target) = rest.split_once('/')?;
@@ -503,6 +570,7 @@ mod tests {
             (k.lock("db-backup", &Part::Shard(2)), Key::Lock { job: "db-backup".into(), part: Part::Shard(2) }),
             (k.running(&id), Key::Running(id.clone())),
             (k.running(&manual), Key::Running(manual.clone())),
+            (k.inflight("w-1", "5f1e-17"), Key::Inflight { worker: "w-1".into(), batch: "5f1e-17".into() }),
             (k.kill("db-backup", &KillTarget::All), Key::Kill { job: "db-backup".into(), target: KillTarget::All }),
             (
                 k.kill("nightly.report", &KillTarget::Execution(id.clone())),
@@ -515,7 +583,13 @@ mod tests {
         for (key, parsed) in cases {
             assert_eq!(k.parse(key.as_bytes()), Some(parsed), "{key}");
         }
-        assert_eq!(k.running(&id), "/etcron/running/nightly.report/nightly.report@1764547200000#2");
+        assert_eq!(k.running(&id), "/etcron/running/nightly.report/1764547200000#2");
+        // A marker key written by an older version still names its execution.
+        assert_eq!(
+            k.parse(b"/etcron/running/nightly.report/nightly.report@1764547200000#2"),
+            Some(Key::Running(id.clone()))
+        );
+        assert_eq!(k.parse(b"/etcron/running/other/nightly.report@1764547200000#2"), None);
         assert_eq!(k.claim(&ExecutionId::new("a", Tick::Manual("r".into()))), "/etcron/claims/a/manual-r");
         assert_eq!(k.claim(&id), "/etcron/claims/nightly.report/1764547200000#2");
         assert_eq!(k.claim(&shard), "/etcron/claims/nightly.report/1764547200000:shard-3#2");
@@ -531,6 +605,21 @@ mod tests {
         assert_eq!(k.health("db-backup"), "/etcron/health/db-backup");
         assert!(k.health("db-backup").starts_with(&k.health_prefix()));
         assert_eq!(k.parse(b"/etcron/health/Bad"), None);
+    }
+
+    #[test]
+    fn inflight_values_list_their_executions() {
+        let a = ExecutionId::new("backup", Tick::Scheduled(1_764_037_206_000));
+        let b = ExecutionId::new("report", Tick::Scheduled(1_764_037_206_000));
+        let c = "sharded@1764037206000:shard-3#2".parse::<ExecutionId>().unwrap();
+        let value = inflight_value(&[&a, &b, &c]);
+        assert_eq!(
+            String::from_utf8(value.clone()).unwrap(),
+            r#"{"1764037206000":["backup","report"],"1764037206000:shard-3#2":["sharded"]}"#
+        );
+        assert_eq!(parse_inflight_value(&value), Some(vec![a, b, c]));
+        assert_eq!(parse_inflight_value(br#"{"1764037206000#1":["a"]}"#), None, "a written #1 names nothing");
+        assert_eq!(parse_inflight_value(b"[]"), None);
     }
 
     #[test]
@@ -673,6 +762,7 @@ mod tests {
                 id().prop_map(Key::Worker),
                 execution_id().prop_map(Key::Claim),
                 execution_id().prop_map(Key::Running),
+                (id(), id()).prop_map(|(worker, batch)| Key::Inflight { worker, batch }),
                 job_name().prop_map(|job| Key::Kill { job, target: KillTarget::All }),
                 execution_id().prop_map(|id| Key::Kill { job: id.job.clone(), target: KillTarget::Execution(id) }),
                 (job_name(), id()).prop_map(|(job, request_id)| Key::Trigger { job, request_id }),
@@ -689,6 +779,7 @@ mod tests {
                 Key::Worker(id) => keys.worker(id),
                 Key::Claim(id) => keys.claim(id),
                 Key::Running(id) => keys.running(id),
+                Key::Inflight { worker, batch } => keys.inflight(worker, batch),
                 Key::Kill { job, target } => keys.kill(job, target),
                 Key::Trigger { job, request_id } => keys.trigger(job, request_id),
                 Key::State(job) => keys.state(job),

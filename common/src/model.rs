@@ -50,23 +50,48 @@ pub enum ClaimState {
     Done,
 }
 
-/// `{ns}/claims/{job}/{tick}`: who won a tick. The key's create revision is the fencing token.
+/// `{ns}/claims/{job}/{tick}{part}[#attempt]`: who won a tick. The key names the execution and
+/// its create revision is the fencing token, so the value holds only the winner while the
+/// claim is taken, `{"worker_id":"w1"}`, and the final status once it is closed,
+/// `{"status":"succeeded"}` (the execution record says who ran it). Values written by older
+/// versions (with `execution_id`, `attempt`, `state`) still read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub worker_id: String,
-    pub execution_id: ExecutionId,
-    pub attempt: u32,
-    pub state: ClaimState,
-    /// Final status once `state` is `done`.
+    /// Final status once the claim was rewritten `done`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
 }
 
-/// `{ns}/running/{job}/{execution_id}`, under the worker's session lease.
-///
-/// Written in the same transaction as the claim, before the task's pid or the claim's revision
-/// are known; the worker fills `pid` and `fencing_token` in once the task has run for a second.
-/// Readers take the fencing token from the key's create revision when the field is absent.
+impl Claim {
+    /// The claim as its winning transaction writes it.
+    #[must_use]
+    pub fn taken(worker_id: &str) -> Self {
+        Self { worker_id: worker_id.to_owned(), status: None }
+    }
+
+    /// The claim as closed with `status`.
+    #[must_use]
+    pub fn closed(status: Status) -> Self {
+        Self { worker_id: String::new(), status: Some(status) }
+    }
+
+    /// `Done` once the claim carries a final status.
+    #[must_use]
+    pub fn state(&self) -> ClaimState {
+        if self.status.is_some() {
+            ClaimState::Done
+        } else {
+            ClaimState::Running
+        }
+    }
+}
+
+/// `{ns}/running/{job}/{tick}{part}[#attempt]`, under the worker's session lease: an execution
+/// that has run for a second (a shorter one is never written: its claim transaction's
+/// `{ns}/inflight/...` key says it is looked after). In memory and in the API it carries
+/// everything; in etcd only what the key does not tell (see [`RunningExecution::to_bytes`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunningExecution {
     pub worker_id: String,
@@ -82,6 +107,88 @@ pub struct RunningExecution {
     pub trigger: Option<TriggerKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduled_ms: Option<UnixMs>,
+}
+
+/// A running marker's value: `{"worker_id":"w1","started_ms":1764037206012,"pid":42,
+/// "fencing_token":9001}`, plus `trigger` / `scheduled_ms` only where the execution's tick does
+/// not tell them (a catch-up, retry or failover run; a manual run's request time). Markers of
+/// older versions (`started_at`, `execution_id`, ...) still read, their create revision being
+/// the token.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredMarker {
+    worker_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    started_ms: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
+    /// The claim's create revision (the marker is written after the claim, in its own txn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fencing_token: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trigger: Option<TriggerKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scheduled_ms: Option<UnixMs>,
+}
+
+impl RunningExecution {
+    /// The marker's stored value (see [`StoredMarker`]).
+    #[must_use]
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let tick = &self.execution_id.tick;
+        let derived_trigger = TriggerKind::of_tick(tick);
+        let started_ms = chrono::DateTime::parse_from_rfc3339(&self.started_at).ok().map(|t| t.timestamp_millis());
+        let stored = StoredMarker {
+            worker_id: self.worker_id.clone(),
+            started_ms,
+            started_at: started_ms.is_none().then(|| self.started_at.clone()),
+            pid: self.pid,
+            fencing_token: self.fencing_token,
+            trigger: self.trigger.filter(|t| *t != derived_trigger),
+            scheduled_ms: self.scheduled_ms.filter(|ms| tick.scheduled_ms() != Some(*ms)),
+        };
+        serde_json::to_vec(&stored).unwrap_or_default()
+    }
+
+    /// What a claim taken by a worker (`Claim::taken`, not yet closed) tells of a run too young
+    /// to have its marker: its start is taken to be its scheduled time (its tick's, or now for a
+    /// manual run, whose request time only the marker holds).
+    #[must_use]
+    pub fn from_claim(execution_id: &ExecutionId, claim: &Claim, create_revision: i64) -> Self {
+        let scheduled_ms = execution_id.tick.scheduled_ms();
+        Self {
+            worker_id: claim.worker_id.clone(),
+            execution_id: execution_id.clone(),
+            pid: None,
+            started_at: rfc3339_ms(scheduled_ms.unwrap_or_else(crate::now_ms)),
+            fencing_token: Some(create_revision),
+            trigger: Some(TriggerKind::of_tick(&execution_id.tick)),
+            scheduled_ms,
+        }
+    }
+
+    /// Reads a marker stored under the key of `execution_id` with this create revision.
+    #[must_use]
+    pub fn from_stored(execution_id: ExecutionId, bytes: &[u8], create_revision: i64) -> Option<Self> {
+        let stored: StoredMarker = serde_json::from_slice(bytes).ok()?;
+        let started_at = match (stored.started_ms, stored.started_at) {
+            (Some(ms), _) => rfc3339_ms(ms),
+            (None, Some(at)) => at,
+            (None, None) => return None,
+        };
+        let trigger = stored.trigger.unwrap_or_else(|| TriggerKind::of_tick(&execution_id.tick));
+        let scheduled_ms = stored.scheduled_ms.or(execution_id.tick.scheduled_ms());
+        Some(Self {
+            worker_id: stored.worker_id,
+            execution_id,
+            pid: stored.pid,
+            started_at,
+            fencing_token: Some(stored.fencing_token.unwrap_or(create_revision)),
+            trigger: Some(trigger),
+            scheduled_ms,
+        })
+    }
 }
 
 /// `{ns}/kill/{job}/{execution_id|all}`. Applies to executions claimed before the key was

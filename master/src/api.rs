@@ -113,6 +113,7 @@ where
 {
     match etcron_common::etcd::request(op, fut).await {
         Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) if etcron_common::etcd::is_nospace(&e) => Err(ApiError::etcd_nospace(&e)),
         Ok(Err(e)) => Err(ApiError::etcd_unavailable(&e)),
         Err(_) => Err(ApiError::etcd_unavailable(&"request timed out")),
     }
@@ -748,9 +749,8 @@ async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     let (workers, running, jobs) = tokio::try_join!(live_workers(&st), running, all_jobs(&st))?;
     let mut by_worker: BTreeMap<String, Vec<RunningView>> = BTreeMap::new();
     for item in running.kvs() {
-        let (Some(Key::Running(id)), Ok(r)) =
-            (st.keys.parse(item.key()), serde_json::from_slice::<RunningExecution>(item.value()))
-        else {
+        let Some(Key::Running(id)) = st.keys.parse(item.key()) else { continue };
+        let Some(r) = RunningExecution::from_stored(id.clone(), item.value(), item.create_revision()) else {
             continue;
         };
         by_worker.entry(r.worker_id.clone()).or_default().push(RunningView {

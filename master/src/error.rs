@@ -38,6 +38,21 @@ impl ApiError {
     }
 
     /// etcd did not answer: the request may be retried.
+    /// etcd refused the write: its database is full (`NOSPACE`). 507, so that clients do not
+    /// take it for a passing outage.
+    pub fn etcd_nospace(cause: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "etcd refused a write: its database reached its quota (NOSPACE alarm)");
+        Self {
+            status: StatusCode::INSUFFICIENT_STORAGE,
+            code: "etcd_nospace",
+            message:
+                "etcd's database reached its quota (NOSPACE alarm) and refuses every write: compact, defragment and \
+                      disarm it (docs/operations.md, \"etcd storage\")"
+                    .to_owned(),
+            field: None,
+        }
+    }
+
     pub fn etcd_unavailable(cause: &dyn std::fmt::Display) -> Self {
         tracing::warn!(error = %cause, "etcd request failed");
         Self {

@@ -15,8 +15,9 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use etcd_client::{Txn, TxnOp, TxnOpResponse};
 use etcron_common::keys::ExecutionId;
-use etcron_common::model::{ExecutionRecord, RunningExecution, Status, WorkerInfo};
+use etcron_common::model::{Claim, ClaimState, ExecutionRecord, RunningExecution, Status, WorkerInfo};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -58,11 +59,25 @@ pub async fn stream_execution(State(st): State<AppState>, Path(id): Path<String>
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEPALIVE)).into_response())
 }
 
-/// The running marker of `id`, if it runs.
+/// What etcd says of `id` while it runs: its running marker, or for a run younger than a
+/// second (which has none yet) its claim as won — taken by a worker and not yet closed.
 pub(crate) async fn running_marker(st: &AppState, id: &ExecutionId) -> ApiResult<Option<RunningExecution>> {
     let mut kv = st.client.kv_client();
-    let resp = etcd("get_running", kv.get(st.keys.running(id), None)).await?;
-    Ok(resp.kvs().first().and_then(|kv| serde_json::from_slice(kv.value()).ok()))
+    let reads = Txn::new().and_then([TxnOp::get(st.keys.running(id), None), TxnOp::get(st.keys.claim(id), None)]);
+    let resp = etcd("get_running", kv.txn(reads)).await?;
+    let mut found = resp.op_responses().into_iter().map(|r| match r {
+        TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+        _ => None,
+    });
+    let (marker, claim) = (found.next().flatten(), found.next().flatten());
+    if let Some(kv) = marker {
+        return Ok(RunningExecution::from_stored(id.clone(), kv.value(), kv.create_revision()));
+    }
+    Ok(claim.and_then(|kv| {
+        let claim: Claim = serde_json::from_slice(kv.value()).ok()?;
+        (claim.state() == ClaimState::Running && kv.version() == 1)
+            .then(|| RunningExecution::from_claim(id, &claim, kv.create_revision()))
+    }))
 }
 
 async fn relay(st: AppState, id: ExecutionId, running: Option<RunningExecution>, tx: mpsc::Sender<Event>) {

@@ -19,8 +19,9 @@ use etcron_common::keys::{ExecutionId, Key, Tick};
 use etcron_common::model::{JobState, Status, TriggerKind};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 
-use crate::fire::{Fire, MISSED_AFTER};
+use crate::fire::{Fire, MISSED_AFTER, STATE_EVERY};
 use crate::ledger::{Gap, Sweep};
+use crate::metrics::METRICS;
 use crate::rules::catchup_request;
 use crate::settle::record_not_run;
 use crate::state::Context;
@@ -36,6 +37,22 @@ pub struct Plan {
     pub run: Vec<UnixMs>,
     /// Ticks to record as `missed` (or `skipped` for a paused job), each with its reason.
     pub record: Vec<(UnixMs, String)>,
+}
+
+/// Why an unsure tick (see [`split_unsure`]) is recorded `missed`.
+const UNSURE_REASON: &str = "no claim of this tick is left, but it fell less than a minute after the job state's last \
+     advance and is older than a claim's retention: it may have run before the outage (this record is written only if \
+     no record of the execution exists); not run again";
+
+/// Splits unclaimed ticks after the job state `state` into those the scan cannot tell from
+/// ticks that ran, and the rest. The state trails the newest claimed tick by up to
+/// `STATE_EVERY`, so a tick within that much after it may have been claimed; its claim lives at
+/// least `MIN_RETENTION`, so only a tick older than that can have lost its claim.
+#[must_use]
+pub fn split_unsure(unclaimed: Vec<UnixMs>, state: UnixMs, now: UnixMs) -> (Vec<UnixMs>, Vec<UnixMs>) {
+    let lag = i64::try_from(STATE_EVERY.as_millis()).unwrap_or(i64::MAX);
+    let retention = i64::try_from(claim::MIN_RETENTION.as_millis()).unwrap_or(i64::MAX);
+    unclaimed.into_iter().partition(|t| *t <= state.saturating_add(lag) && *t < now - retention)
 }
 
 /// Most missed ticks of one job recorded one by one per scan; older ones are counted in the
@@ -132,7 +149,7 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
     for item in states.kvs() {
         if let Some(Key::State(job)) = ctx.keys.parse(item.key()) {
             let stored = match JobState::from_bytes(item.value()) {
-                Some(state) => Stored::At(state.last_tick_ms),
+                Some(state) => Stored::State(state.last_tick_ms),
                 None => Stored::Malformed { mod_revision: item.mod_revision(), bytes: item.value().len() },
             };
             last.insert(job, stored);
@@ -149,9 +166,11 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
     tracing::info!(jobs = jobs.len(), scanned, states = last.len(), until = %rfc3339_ms(upto), "catch-up scan done");
 }
 
-/// A job's `{ns}/state/{job}` as the scan read it.
+/// A job's `{ns}/state/{job}` as the scan read it, or where a sweep starts.
 #[derive(Debug, Clone, Copy)]
 enum Stored {
+    /// The job state: it trails the newest claimed tick by up to `STATE_EVERY`.
+    State(UnixMs),
     Missing,
     /// Not what `JobState::to_bytes` writes (written around the API).
     Malformed {
@@ -166,8 +185,9 @@ enum Stored {
 async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: Gap) -> bool {
     let Some(entry) = ctx.jobs.get(job) else { return true };
     let state_key = ctx.keys.state(job);
-    let last = match stored {
-        Stored::At(last) => last,
+    let (last, from_state) = match stored {
+        Stored::State(last) => (last, true),
+        Stored::At(last) => (last, false),
         Stored::Missing => {
             // A job from before states existed, or written straight into etcd: start its state now.
             let txn = Txn::new()
@@ -219,13 +239,24 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
         }
     };
     let unclaimed: Vec<UnixMs> = ticks.into_iter().filter(|t| !claimed.contains(t)).collect();
-    if unclaimed.is_empty() && older == 0 {
+    let (unsure, unclaimed) =
+        if from_state { split_unsure(unclaimed, last, now_ms()) } else { (Vec::new(), unclaimed) };
+    if !unsure.is_empty() {
+        tracing::warn!(
+            job,
+            ticks = unsure.len(),
+            "ticks with no claim left, within STATE_EVERY after the job state and older than a claim's retention: they may have run before the outage; recorded missed where no record exists, never run again"
+        );
+        METRICS.unsure_ticks.inc_by(unsure.len() as u64);
+    }
+    if unclaimed.is_empty() && unsure.is_empty() && older == 0 {
         // Every tick was claimed, and each claim moved the state forward already.
         return true;
     }
     let mut ops = vec![claim::advance_state(&state_key, upto)];
     let spec = &entry.spec;
-    let decided = plan(&unclaimed, older, spec.misfire, spec.max_catchup, !spec.enabled, gap);
+    let mut decided = plan(&unclaimed, older, spec.misfire, spec.max_catchup, !spec.enabled, gap);
+    decided.record.splice(0..0, unsure.into_iter().map(|t| (t, UNSURE_REASON.to_owned())));
     tracing::warn!(
         job,
         since = %rfc3339_ms(last),
@@ -363,6 +394,21 @@ async fn commit(ctx: &Context, job: &str, txn: Txn, what: &str) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_old_ticks_just_after_the_state_are_unsure() {
+        let state = 1_000_000_000_000;
+        let (lag, retention) = (60_000, 600_000);
+        let ticks = vec![state + 1_000, state + lag, state + lag + 1_000, state + 700_000];
+        // Right after the outage: every claim is still there, nothing is unsure.
+        assert_eq!(split_unsure(ticks.clone(), state, state + lag + 2_000), (vec![], ticks.clone()));
+        // A long outage: the ticks within the lag after the state may have lost their claims.
+        let now = state + 2 * retention;
+        assert_eq!(
+            split_unsure(ticks, state, now),
+            (vec![state + 1_000, state + lag], vec![state + lag + 1_000, state + 700_000])
+        );
+    }
 
     fn ticks(p: &Plan) -> Vec<UnixMs> {
         p.record.iter().map(|r| r.0).collect()

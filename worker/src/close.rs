@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use etcron_common::claim::{self, CompleteOutcome};
-use etcron_common::model::{Claim, ClaimState, Status};
+use etcron_common::model::{Claim, Status};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, rfc3339_ms};
 
@@ -94,17 +94,22 @@ pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
             *e = format!("{e}: {note}");
         }
     }
-    let done = Claim { state: ClaimState::Done, status: Some(status), ..won.claim };
-    let (follow, notes) = follow_ups(&ctx.keys, fire, status, won.fencing_token, finished_ms);
+    let done = Claim::closed(status);
+    let (mut follow, notes) = follow_ups(&ctx.keys, fire, status, won.fencing_token, finished_ms);
+    // The last open execution of its claim transaction removes the inflight key with its close.
+    let last = won.hold.close_op();
+    follow.extend(last.clone());
     let request = claim::Close {
         claim_key: won.claim_key,
         fencing_token: won.fencing_token,
         done_value: to_json(&done),
         running_key: won.running_key,
+        marker_revision: won.marker_revision,
         lock: won.lock,
         extra: follow,
     };
     let closed = close_claim(ctx, &fire.id.job, request).await == Closed::Done;
+    won.hold.closed(closed && last.is_some());
     record.started_at = Some(rfc3339_ms(started_ms));
     record.finished_at = Some(rfc3339_ms(finished_ms));
     record.duration_ms = u64::try_from(finished_ms - started_ms).ok();

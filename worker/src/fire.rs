@@ -14,6 +14,12 @@ pub const MISSED_AFTER: Duration = Duration::from_secs(5);
 
 /// Most time between two tries of a close (or of closing a claim as `lost` or `missed`) that
 /// etcd failed.
+/// How far (in ticks' scheduled time) a worker lets `{ns}/state/{job}` trail the newest tick it
+/// claimed: a claim carries the state's advance only when this worker's last one for the job is
+/// this old, so a job firing every second writes its state about once a minute per worker, not
+/// every second. The catch-up scan allows for it (`catchup::plan_gap`).
+pub const STATE_EVERY: Duration = Duration::from_secs(60);
+
 pub(crate) const CLOSE_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Tries of an etcd step of the loss handling (or of closing an orphaned claim) before it gives

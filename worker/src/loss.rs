@@ -1,14 +1,17 @@
-//! Worker loss: the executions a departed worker held (its running markers, read as of the
-//! revision before its lease expired) are recorded `lost` with their failover rerun or
-//! `on_failure` jobs, a grace period after the departure, unless their worker closed them
-//! first; then every job's ticks the departed worker may have left unsettled are swept.
+//! Worker loss: the executions a departed worker held (listed by its inflight keys and its
+//! running markers, read as of the revision before its lease expired) are recorded `lost` with
+//! their failover rerun or `on_failure` jobs, a grace period after the departure, unless their
+//! worker closed them first; then every job's ticks the departed worker may have left
+//! unsettled are swept.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::EventType;
-use etcron_common::claim::{self, ClaimOutcome};
-use etcron_common::model::{Claim, ClaimState, ExecutionRecord, RunningExecution, Status, TriggerKind};
+use etcron_common::claim::{self, ClaimOutcome, Held};
+use etcron_common::keys::{ExecutionId, Key};
+use etcron_common::model::{Claim, ExecutionRecord, RunningExecution, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, rfc3339_ms};
 
@@ -110,23 +113,74 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     } else {
         tokio::time::sleep(loss_grace(&ctx.config)).await;
     }
-    if let Some(resp) = list_running_at(&ctx, &departed, revision - 1).await {
-        for item in resp.kvs() {
-            let Ok(running) = serde_json::from_slice::<RunningExecution>(item.value()) else { continue };
-            if running.worker_id == departed {
-                settle_lost(&ctx, &departed, revision, &running, item.create_revision()).await;
-            }
-        }
+    for held in held_at(&ctx, &departed, revision - 1).await {
+        settle_lost(&ctx, &departed, revision, held).await;
     }
     note_departure_window(&ctx, noticed);
 }
 
-/// The running markers as of `revision`, retried while etcd fails (up to `LOSS_TRIES`).
-pub(crate) async fn list_running_at(ctx: &Context, departed: &str, revision: i64) -> Option<etcd_client::GetResponse> {
+/// An execution a departed worker held when its session ended.
+#[derive(Debug)]
+pub(crate) struct HeldExecution {
+    id: ExecutionId,
+    fencing_token: i64,
+    held: Held,
+    trigger: TriggerKind,
+    scheduled_ms: Option<i64>,
+    started_at: Option<String>,
+}
+
+/// What `departed` held as of `revision`: the executions its inflight keys list (short runs)
+/// and its running markers (runs that lasted a second), one entry per execution.
+async fn held_at(ctx: &Context, departed: &str, revision: i64) -> Vec<HeldExecution> {
+    let mut held: BTreeMap<ExecutionId, HeldExecution> = BTreeMap::new();
+    let claimed = Claim::taken(departed);
+    if let Some(resp) = list_at(ctx, departed, &ctx.keys.worker_inflight_prefix(departed), revision).await {
+        for item in resp.kvs() {
+            let Some(ids) = etcron_common::keys::parse_inflight_value(item.value()) else { continue };
+            for id in ids {
+                let trigger = if id.attempt > 1 { TriggerKind::Retry } else { TriggerKind::of_tick(&id.tick) };
+                let entry = HeldExecution {
+                    fencing_token: item.create_revision(),
+                    held: Held::Claimed { value: to_json(&claimed) },
+                    trigger,
+                    scheduled_ms: id.tick.scheduled_ms(),
+                    started_at: None,
+                    id,
+                };
+                held.insert(entry.id.clone(), entry);
+            }
+        }
+    }
+    if let Some(resp) = list_at(ctx, departed, &ctx.keys.running_prefix(), revision).await {
+        for item in resp.kvs() {
+            let Some(Key::Running(id)) = ctx.keys.parse(item.key()) else { continue };
+            let Some(running) = RunningExecution::from_stored(id, item.value(), item.create_revision()) else {
+                continue;
+            };
+            if running.worker_id != departed {
+                continue;
+            }
+            let entry = HeldExecution {
+                id: running.execution_id.clone(),
+                fencing_token: running.fencing_token.unwrap_or(item.create_revision()),
+                held: Held::Marked,
+                trigger: running.trigger.unwrap_or_else(|| TriggerKind::of_tick(&running.execution_id.tick)),
+                scheduled_ms: running.scheduled_ms,
+                started_at: Some(running.started_at),
+            };
+            held.insert(entry.id.clone(), entry);
+        }
+    }
+    held.into_values().collect()
+}
+
+/// The keys under `prefix` as of `revision`, retried while etcd fails (up to `LOSS_TRIES`).
+async fn list_at(ctx: &Context, departed: &str, prefix: &str, revision: i64) -> Option<etcd_client::GetResponse> {
     let opts = etcd_client::GetOptions::new().with_prefix().with_revision(revision);
     for _ in 0..LOSS_TRIES {
         let mut kv = ctx.client.kv_client();
-        let get = kv.get(ctx.keys.running_prefix(), Some(opts.clone()));
+        let get = kv.get(prefix, Some(opts.clone()));
         match etcron_common::etcd::request("list_running", get).await {
             Ok(Ok(r)) => return Some(r),
             Ok(Err(e)) if e.to_string().contains("compacted") => {
@@ -148,23 +202,10 @@ pub(crate) async fn list_running_at(ctx: &Context, departed: &str, revision: i64
 
 /// Closes one execution of a departed worker as `lost` (with its failover rerun or
 /// `on_failure` requests), unless its worker or another survivor closed it first.
-pub(crate) async fn settle_lost(
-    ctx: &Context,
-    departed: &str,
-    revision: i64,
-    running: &RunningExecution,
-    created: i64,
-) {
-    let id = running.execution_id.clone();
-    let fencing_token = running.fencing_token.unwrap_or(created);
-    let scheduled_ms = running.scheduled_ms.or(id.tick.scheduled_ms()).unwrap_or_else(now_ms);
-    let claim = Claim {
-        worker_id: departed.to_owned(),
-        execution_id: id.clone(),
-        attempt: id.attempt,
-        state: ClaimState::Done,
-        status: Some(Status::Lost),
-    };
+async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExecution) {
+    let HeldExecution { id, fencing_token, held, trigger, scheduled_ms, started_at } = held;
+    let scheduled_ms = scheduled_ms.unwrap_or_else(now_ms);
+    let claim = Claim::closed(Status::Lost);
     let spec = ctx.jobs.get(&id.job).map(|j| j.spec);
     let mut reason = format!(
         "worker {departed} lost its session (lease expired at revision {revision}) while running this execution"
@@ -186,7 +227,8 @@ pub(crate) async fn settle_lost(
     for _ in 0..LOSS_TRIES {
         let outcome = match ctx.retention.get().await {
             Ok(lease) => {
-                claim::mark_lost(&ctx.client, &claim_key, fencing_token, to_json(&claim), lease, follow.clone()).await
+                let (value, extra) = (to_json(&claim), follow.clone());
+                claim::mark_lost(&ctx.client, &claim_key, fencing_token, held.clone(), value, lease, extra).await
             }
             Err(e) => ClaimOutcome::Unknown(format!("retention lease unavailable: {e}")),
         };
@@ -196,7 +238,7 @@ pub(crate) async fn settle_lost(
                 break;
             }
             ClaimOutcome::Lost => {
-                tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor): not lost");
+                tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
                 return;
             }
             ClaimOutcome::Unknown(e) => {
@@ -209,10 +251,9 @@ pub(crate) async fn settle_lost(
         tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim stays running");
         return;
     }
-    let trigger = running.trigger.unwrap_or_else(|| TriggerKind::of_tick(&id.tick));
     let mut record = ExecutionRecord::blank(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
-    record.claimed_at = Some(running.started_at.clone());
-    record.started_at = Some(running.started_at.clone());
+    record.claimed_at.clone_from(&started_at);
+    record.started_at = started_at;
     record.finished_at = Some(rfc3339_ms(now));
     record.worker_id = departed.to_owned();
     record.reason = Some(reason);

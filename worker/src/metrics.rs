@@ -54,6 +54,9 @@ pub struct WorkerMetrics {
     pub closes_pending: IntGauge,
     /// Tries of a close that etcd failed (error or no answer) and that were tried again.
     pub close_retries: IntCounter,
+    /// Unclaimed ticks the catch-up scan could not tell from ticks that ran (their claims may
+    /// have expired during a long outage): recorded `missed` where no record exists, never run.
+    pub unsure_ticks: IntCounter,
     /// Claims or closes per batch transaction (batches of more than one), by kind.
     pub batch_size: HistogramVec,
 }
@@ -133,6 +136,10 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     close_retries: counter(
         "etcron_worker_close_retries_total",
         "Claim closes that etcd failed and that were tried again.",
+    ),
+    unsure_ticks: counter(
+        "etcron_worker_catchup_unsure_ticks_total",
+        "Unclaimed ticks the catch-up scan could not tell from ticks that ran (claims expired during a long outage): recorded missed where no record exists, never run.",
     ),
     batch_size: histogram_vec(
         "etcron_worker_batch_size",

@@ -1,6 +1,7 @@
 //! The claim phase: race for the execution's claim (batched with other claims), and learn
 //! whether it is ours — won, lost, blocked by `concurrency: forbid`, or unknown and then read
-//! back from the running marker and the claim (an orphaned claim of ours is closed `missed`).
+//! back from the claim and this worker's registration (an orphaned claim of ours is closed
+//! `missed`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +14,11 @@ use etcron_common::model::{Claim, ClaimState, KillCommand, RunningExecution, Sta
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, rfc3339_ms};
 
+use crate::batcher::Hold;
 use crate::fire::{to_json, Fire, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
 use crate::metrics::METRICS;
 use crate::record::{log_record, not_run_record};
-use crate::settle::{continue_catchup, submit_not_run, taken_ops, watch_for_miss, NotRaced};
+use crate::settle::{continue_catchup, state_tick, submit_not_run, taken_ops, watch_for_miss, NotRaced};
 use crate::state::Context;
 
 /// How long a worker keeps asking etcd whether a claim whose txn had an unknown outcome is its own.
@@ -25,11 +27,12 @@ pub(crate) const RESOLVE_UNKNOWN_FOR: Duration = Duration::from_secs(30);
 /// What reading back a claim whose txn had an unknown outcome found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Resolved {
-    /// The running marker is this worker's under the claim's session lease: the txn committed
-    /// and the session still holds it (the marker's create revision, the fencing token).
+    /// The claim is this worker's, never closed, and the session that claimed it still lives
+    /// (so does the claim transaction's inflight key): the txn committed (the claim's create
+    /// revision, the fencing token).
     Ours(i64),
-    /// The claim is this worker's and never closed, but no marker of the claim's session holds
-    /// it: the txn committed, then the session ended before etcd answered. Nobody runs it.
+    /// The claim is this worker's and never closed, but the session that claimed it ended
+    /// before etcd answered (its inflight key went with it). Nobody runs it.
     Orphaned(i64),
     /// Somebody else's claim, or no claim.
     NotOurs,
@@ -37,13 +40,14 @@ pub(crate) enum Resolved {
     NoAnswer,
 }
 
-/// After a claim txn with an unknown outcome: reads the running marker and the claim (written
-/// by the same txn) until etcd answers, at most `RESOLVE_UNKNOWN_FOR`.
-pub(crate) async fn resolve_unknown_claim(ctx: &Context, won: &WonClaim, id: &ExecutionId) -> Resolved {
+/// After a claim txn with an unknown outcome: reads the claim and this worker's registration
+/// (on the session lease the txn used) until etcd answers, at most `RESOLVE_UNKNOWN_FOR`.
+pub(crate) async fn resolve_unknown_claim(ctx: &Context, won: &WonClaim) -> Resolved {
     let deadline = tokio::time::Instant::now() + RESOLVE_UNKNOWN_FOR;
+    let registration = ctx.keys.worker(&ctx.config.worker_id);
     while tokio::time::Instant::now() < deadline {
         let reads =
-            Txn::new().and_then([TxnOp::get(won.running_key.as_str(), None), TxnOp::get(won.claim_key.as_str(), None)]);
+            Txn::new().and_then([TxnOp::get(registration.as_str(), None), TxnOp::get(won.claim_key.as_str(), None)]);
         let mut kv = ctx.client.kv_client();
         match etcron_common::etcd::request("claim_read", kv.txn(reads)).await {
             Ok(Ok(resp)) => {
@@ -51,12 +55,11 @@ pub(crate) async fn resolve_unknown_claim(ctx: &Context, won: &WonClaim, id: &Ex
                     TxnOpResponse::Get(get) => get.kvs().first().cloned(),
                     _ => None,
                 });
-                let (marker, claim) = (found.next().flatten(), found.next().flatten());
+                let (registered, claim) = (found.next().flatten(), found.next().flatten());
                 return read_back(
                     &ctx.config.worker_id,
-                    id,
                     won.lease,
-                    marker.as_ref().map(ReadKey::from),
+                    registered.as_ref().map(ReadKey::from),
                     claim.as_ref().map(ReadKey::from),
                 );
             }
@@ -81,31 +84,19 @@ impl<'a> From<&'a KeyValue> for ReadKey<'a> {
     }
 }
 
-/// Whose the execution is, from its running marker and its claim as read back.
-fn read_back(
-    worker_id: &str,
-    id: &ExecutionId,
-    lease: i64,
-    marker: Option<ReadKey>,
-    claim: Option<ReadKey>,
-) -> Resolved {
-    let marker_ours = marker.and_then(|kv| {
-        let running: RunningExecution = serde_json::from_slice(kv.value).ok()?;
-        (kv.lease == lease && running.worker_id == worker_id && &running.execution_id == id)
-            .then_some(kv.create_revision)
-    });
-    if let Some(token) = marker_ours {
-        return Resolved::Ours(token);
-    }
+/// Whose the execution is, from its claim and this worker's registration as read back.
+fn read_back(worker_id: &str, lease: i64, registered: Option<ReadKey>, claim: Option<ReadKey>) -> Resolved {
     let claim_ours = claim.and_then(|kv| {
         let claim: Claim = serde_json::from_slice(kv.value).ok()?;
-        (claim.worker_id == worker_id
-            && &claim.execution_id == id
-            && claim.state == ClaimState::Running
-            && kv.version == 1)
+        (claim.worker_id == worker_id && claim.state() == ClaimState::Running && kv.version == 1)
             .then_some(kv.create_revision)
     });
-    claim_ours.map_or(Resolved::NotOurs, Resolved::Orphaned)
+    let Some(token) = claim_ours else { return Resolved::NotOurs };
+    if registered.is_some_and(|kv| kv.lease == lease) {
+        Resolved::Ours(token)
+    } else {
+        Resolved::Orphaned(token)
+    }
 }
 
 /// A claim this worker gave up on (its outcome unknown, nothing found when read back) is read
@@ -115,7 +106,7 @@ fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) {
     let (ctx, fire, won) = (ctx.clone(), fire.clone(), won.clone());
     tokio::spawn(async move {
         tokio::time::sleep(MISSED_AFTER).await;
-        match resolve_unknown_claim(&ctx, &won, &fire.id).await {
+        match resolve_unknown_claim(&ctx, &won).await {
             Resolved::Ours(token) | Resolved::Orphaned(token) => record_orphan(&ctx, &fire, &won, token).await,
             Resolved::NotOurs => {}
             Resolved::NoAnswer => {
@@ -132,8 +123,9 @@ fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) {
 /// somebody closed it first. Retried while etcd fails (the close is fenced, so idempotent): the
 /// sweeps settle only unclaimed ticks, so an orphan left open would stay unrecorded.
 pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fencing_token: i64) {
-    let claim = Claim { state: ClaimState::Done, status: Some(Status::Missed), ..won.claim.clone() };
-    let mut release = vec![TxnOp::delete(won.running_key.as_str(), None)];
+    let claim = Claim::closed(Status::Missed);
+    let held = claim::Held::Claimed { value: to_json(&won.claim) };
+    let mut release = Vec::new();
     if let Some((key, value)) = &won.lock {
         release.push(TxnOp::txn(
             Txn::new()
@@ -144,8 +136,8 @@ pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fe
     for _ in 0..LOSS_TRIES {
         let outcome = match ctx.retention.get().await {
             Ok(lease) => {
-                claim::mark_lost(&ctx.client, &won.claim_key, fencing_token, to_json(&claim), lease, release.clone())
-                    .await
+                let (value, extra) = (to_json(&claim), release.clone());
+                claim::mark_lost(&ctx.client, &won.claim_key, fencing_token, held.clone(), value, lease, extra).await
             }
             Err(e) => ClaimOutcome::Unknown(format!("retention lease unavailable: {e}")),
         };
@@ -205,12 +197,16 @@ pub struct WonClaim {
     pub fencing_token: i64,
     /// The claim as won (`running`); the close rewrites it `done`.
     pub claim: Claim,
-    /// The running marker as written (the run phase fills in pid and token).
+    /// The running marker, written once the run has lasted a second (with pid and token).
     pub running: RunningExecution,
+    /// The marker's create revision once written.
+    pub marker_revision: Option<i64>,
     /// The job's lock and the value this execution holds in it (`forbid`/`replace`).
     pub lock: Option<(String, Vec<u8>)>,
-    /// The session lease the marker (and lock) live on.
+    /// The session lease the inflight key, the marker and the lock live on.
     pub lease: i64,
+    /// This execution's share of its claim transaction's inflight key.
+    pub hold: Hold,
     pub claimed_ms: i64,
 }
 
@@ -228,20 +224,25 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64) -> Option<WonCla
         }
     };
     let won = prepare(ctx, fire, lease);
+    // The job state trails this worker's claims by up to `STATE_EVERY` (see there).
+    let advance = state_tick(fire).is_some_and(|ms| ctx.state_marks.due(&fire.id.job, ms));
     let request = RunClaim {
         claim_key: won.claim_key.clone(),
         claim_value: to_json(&won.claim),
         running_key: won.running_key.clone(),
-        running_value: to_json(&won.running),
         session_lease: lease,
         retention_lease,
         lock: lock_claim(fire, &won),
-        extra: taken_ops(ctx, fire),
+        extra: taken_ops(ctx, fire, advance),
     };
     let started = std::time::Instant::now();
-    let outcome = ctx.batchers.claim(&fire.id.job, request).await;
+    let (outcome, hold) = ctx.batchers.claim(&fire.id, request).await;
     METRICS.claim_seconds.observe(started.elapsed().as_secs_f64());
     METRICS.claims.with_label_values(&[outcome.label()]).inc();
+    let won = WonClaim { hold, ..won };
+    if let (true, ClaimOutcome::Won { .. }, Some(ms)) = (advance, &outcome, state_tick(fire)) {
+        ctx.state_marks.advanced(&fire.id.job, ms);
+    }
     let fencing_token = settle_outcome(ctx, fire, &won, outcome).await?;
     Some(WonClaim { fencing_token, ..won })
 }
@@ -251,13 +252,7 @@ pub(crate) fn prepare(ctx: &Context, fire: &Fire, lease: i64) -> WonClaim {
     let id = &fire.id;
     let claimed_ms = now_ms();
     let worker_id = ctx.config.worker_id.clone();
-    let claim = Claim {
-        worker_id: worker_id.clone(),
-        execution_id: id.clone(),
-        attempt: id.attempt,
-        state: ClaimState::Running,
-        status: None,
-    };
+    let claim = Claim::taken(&worker_id);
     let running = RunningExecution {
         worker_id,
         execution_id: id.clone(),
@@ -274,8 +269,10 @@ pub(crate) fn prepare(ctx: &Context, fire: &Fire, lease: i64) -> WonClaim {
         fencing_token: 0,
         claim,
         running,
+        marker_revision: None,
         lock,
         lease,
+        hold: Hold::none(),
         claimed_ms,
     }
 }
@@ -283,7 +280,7 @@ pub(crate) fn prepare(ctx: &Context, fire: &Fire, lease: i64) -> WonClaim {
 /// The lock part of the claim transaction (`forbid`: skip when held; `replace`: take it over).
 pub(crate) fn lock_claim(fire: &Fire, won: &WonClaim) -> Option<LockClaim> {
     let (key, value) = won.lock.clone()?;
-    let blocked = Claim { state: ClaimState::Done, status: Some(Status::Skipped), ..won.claim.clone() };
+    let blocked = Claim::closed(Status::Skipped);
     Some(LockClaim {
         key,
         value,
@@ -328,7 +325,7 @@ pub(crate) async fn settle_outcome(
         ClaimOutcome::Unknown(e) => {
             // The txn may have committed (etcd lost the answer, not the write): then the tick is
             // ours and nobody else may run it, so it must run here, late, or never at all.
-            match resolve_unknown_claim(ctx, won, id).await {
+            match resolve_unknown_claim(ctx, won).await {
                 Resolved::Ours(token) => {
                     METRICS.claims.with_label_values(&["unknown_won"]).inc();
                     tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown, but the claim is ours: running the tick late");
@@ -355,27 +352,11 @@ pub(crate) async fn settle_outcome(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use etcron_common::keys::Tick;
-
     use super::*;
 
-    fn marker(worker: &str, id: &ExecutionId) -> Vec<u8> {
-        let running = RunningExecution {
-            worker_id: worker.to_owned(),
-            execution_id: id.clone(),
-            pid: None,
-            started_at: "2026-11-24T19:13:12.000Z".to_owned(),
-            fencing_token: None,
-            trigger: None,
-            scheduled_ms: None,
-        };
-        serde_json::to_vec(&running).unwrap()
-    }
-
-    fn claim(worker: &str, id: &ExecutionId, state: ClaimState) -> Vec<u8> {
+    fn claim(worker: &str, state: ClaimState) -> Vec<u8> {
         let status = (state == ClaimState::Done).then_some(Status::Succeeded);
-        let claim = Claim { worker_id: worker.to_owned(), execution_id: id.clone(), attempt: 1, state, status };
-        serde_json::to_vec(&claim).unwrap()
+        serde_json::to_vec(&Claim { worker_id: worker.to_owned(), status }).unwrap()
     }
 
     fn key(value: &[u8], lease: i64, version: i64) -> ReadKey<'_> {
@@ -384,26 +365,22 @@ mod tests {
 
     #[test]
     fn a_claim_read_back_is_ours_orphaned_or_not_ours() {
-        let id = ExecutionId::new("j", Tick::Scheduled(1_795_547_592_000));
-        let other = ExecutionId::new("j", Tick::Scheduled(1_795_547_593_000));
-        let (mine, theirs) = (marker("w1", &id), marker("w2", &id));
-        let running = claim("w1", &id, ClaimState::Running);
-        let closed = claim("w1", &id, ClaimState::Done);
-        let foreign = claim("w2", &id, ClaimState::Running);
-        let back = |m: Option<ReadKey>, c: Option<ReadKey>| read_back("w1", &id, 7, m, c);
-        // The txn committed and the session holds the marker: run it.
-        assert_eq!(back(Some(key(&mine, 7, 1)), Some(key(&running, 9, 1))), Resolved::Ours(40));
-        // The session ended between the commit and the read: the marker went with it.
+        let registration = br#"{"id":"w1"}"#;
+        let (running, closed, foreign) =
+            (claim("w1", ClaimState::Running), claim("w1", ClaimState::Done), claim("w2", ClaimState::Running));
+        let back = |r: Option<ReadKey>, c: Option<ReadKey>| read_back("w1", 7, r, c);
+        // The txn committed and the session that made it still lives: run it.
+        assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&running, 9, 1))), Resolved::Ours(40));
+        // The session ended between the commit and the read (gone, or registered anew).
         assert_eq!(back(None, Some(key(&running, 9, 1))), Resolved::Orphaned(40));
-        // A marker of the same execution under another lease is not this session's.
-        assert_eq!(back(Some(key(&mine, 8, 1)), Some(key(&running, 9, 1))), Resolved::Orphaned(40));
-        // Closed already (version 2), someone else's, or another execution's: not ours to settle.
-        assert_eq!(back(None, Some(key(&closed, 9, 2))), Resolved::NotOurs);
-        assert_eq!(back(None, Some(key(&running, 9, 2))), Resolved::NotOurs);
-        assert_eq!(back(Some(key(&theirs, 7, 1)), Some(key(&foreign, 9, 1))), Resolved::NotOurs);
-        assert_eq!(read_back("w1", &other, 7, None, Some(key(&running, 9, 1))), Resolved::NotOurs);
+        assert_eq!(back(Some(key(registration, 8, 1)), Some(key(&running, 9, 1))), Resolved::Orphaned(40));
+        // Closed already (a status, or rewritten), or someone else's: not ours to settle.
+        assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&closed, 9, 2))), Resolved::NotOurs);
+        assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&closed, 9, 1))), Resolved::NotOurs);
+        assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&running, 9, 2))), Resolved::NotOurs);
+        assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&foreign, 9, 1))), Resolved::NotOurs);
         // Nothing written: the txn failed (or has not been applied yet).
-        assert_eq!(back(None, None), Resolved::NotOurs);
-        assert_eq!(back(Some(key(b"not json", 7, 1)), None), Resolved::NotOurs);
+        assert_eq!(back(Some(key(registration, 7, 1)), None), Resolved::NotOurs);
+        assert_eq!(back(Some(key(registration, 7, 1)), Some(key(b"not json", 9, 1))), Resolved::NotOurs);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use etcd_client::PutOptions;
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcron_common::job::{HttpTask, Mode, ShellTask, Task};
 use etcron_common::keys::Part;
 use etcron_common::model::{Status, TriggerKind};
@@ -13,7 +13,7 @@ use etcron_common::{now_ms, rfc3339_ms};
 use tokio::sync::{oneshot, watch};
 
 use crate::executor::{self, Ending, Finished, ShellJob, StopReason};
-use crate::fire::{to_json, Fire};
+use crate::fire::Fire;
 use crate::http_task::{self, HttpJob};
 use crate::metrics::METRICS;
 use crate::race::WonClaim;
@@ -175,17 +175,25 @@ pub async fn run(ctx: &Context, fire: &Fire, won: &mut WonClaim) -> Ran {
     Ran { finished, handed_ms, record }
 }
 
-/// A long run: fills in pid and fencing token in the running marker for operators reading etcd.
-/// Informational only; the claim already guards the execution.
+/// A run that lasts: writes its running marker (worker, start, pid, fencing token) on the
+/// session lease, while the claim is still as won. It shows the run to the API and to
+/// operators reading etcd, and keeps the execution from being claimed again should the run
+/// outlast its claim's retention. Shorter runs never write one: the claim transaction's
+/// inflight key is what tells the loss handling about them.
 pub(crate) async fn fill_in_marker(ctx: &Context, won: &mut WonClaim, pid: Option<u32>) {
     won.running.pid = pid;
     won.running.fencing_token = Some(won.fencing_token);
-    let mut kv = ctx.client.kv_client();
     let opts = Some(PutOptions::new().with_lease(won.lease));
-    let put = kv.put(won.running_key.clone(), to_json(&won.running), opts);
-    match etcron_common::etcd::request("put_running", put).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "updating the running marker with pid and token failed"),
-        Err(_) => tracing::warn!("updating the running marker with pid and token timed out"),
+    let txn = Txn::new()
+        .when([Compare::mod_revision(won.claim_key.as_str(), CompareOp::Equal, won.fencing_token)])
+        .and_then([TxnOp::put(won.running_key.as_str(), won.running.to_bytes(), opts)]);
+    let mut kv = ctx.client.kv_client();
+    match etcron_common::etcd::request("put_running", kv.txn(txn)).await {
+        Ok(Ok(resp)) if resp.succeeded() => {
+            won.marker_revision = resp.header().map(etcd_client::ResponseHeader::revision);
+        }
+        Ok(Ok(_)) => tracing::warn!("not writing the running marker: the claim was closed by the loss handling"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "writing the running marker failed"),
+        Err(_) => tracing::warn!("writing the running marker timed out"),
     }
 }

@@ -8,7 +8,7 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use etcron_common::claim::{self, ClaimOutcome};
 use etcron_common::job::Misfire;
 use etcron_common::keys::Part;
-use etcron_common::model::{Claim, ClaimState, Status, TriggerKind};
+use etcron_common::model::{Claim, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, UnixMs};
 
@@ -37,14 +37,8 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
             return false;
         }
     };
-    let claim = Claim {
-        worker_id: ctx.config.worker_id.clone(),
-        execution_id: fire.id.clone(),
-        attempt: fire.id.attempt,
-        state: ClaimState::Done,
-        status: Some(status),
-    };
-    let mut extra = taken_ops(ctx, fire);
+    let claim = Claim::closed(status);
+    let mut extra = taken_ops(ctx, fire, true);
     extra.extend(next_catchup(&ctx.keys, fire, now_ms()));
     match claim::claim_done(&ctx.client, &ctx.keys.claim(&fire.id), to_json(&claim), lease, extra).await {
         ClaimOutcome::Won { fencing_token, .. } | ClaimOutcome::Blocked { fencing_token, .. } => {
@@ -60,12 +54,14 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
     }
 }
 
-/// The record of a fire that did not run, once its claim says so: logged, notified, written.
+/// The record of a fire that did not run, once its claim says so: logged, notified, written
+/// unless a record of the execution exists (a tick the catch-up scan could not tell from one
+/// that ran, `catchup::Unsure`, must not overwrite the run's record).
 pub(crate) fn submit_not_run(ctx: &Context, fire: &Fire, status: Status, reason: String, fencing_token: i64) {
     let record = not_run_record(ctx, fire, status, reason, fencing_token);
     log_record(&record, 0);
     ctx.notifier.record(&fire.spec, &record);
-    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+    ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record });
 }
 
 /// When this worker did not race for a fire, the first-ranked one checks after `MISSED_AFTER`
@@ -200,11 +196,17 @@ pub(crate) async fn continue_catchup(ctx: &Context, fire: &Fire) {
     }
 }
 
+/// The tick a fire's claim moves the job state to: a first attempt of a scheduled tick.
+pub(crate) fn state_tick(fire: &Fire) -> Option<UnixMs> {
+    fire.id.tick.scheduled_ms().filter(|_| fire.id.attempt == 1)
+}
+
 /// Ops written whenever a fire's execution is taken (run, skipped or recorded): the job state
-/// moves forward for schedule ticks, and the run request that asked for it is consumed.
-pub(crate) fn taken_ops(ctx: &Context, fire: &Fire) -> Vec<TxnOp> {
+/// moves forward for schedule ticks (with `advance`), and the run request that asked for it is
+/// consumed.
+pub(crate) fn taken_ops(ctx: &Context, fire: &Fire, advance: bool) -> Vec<TxnOp> {
     let mut ops = Vec::new();
-    if let (Some(ms), 1) = (fire.id.tick.scheduled_ms(), fire.id.attempt) {
+    if let (Some(ms), 1, true) = (state_tick(fire), fire.id.attempt, advance) {
         ops.push(claim::advance_state(&ctx.keys.state(&fire.id.job), ms));
     }
     if let Some(key) = &fire.request_key {

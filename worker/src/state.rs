@@ -38,6 +38,8 @@ pub struct Context {
     pub capacity: Arc<Semaphore>,
     pub sink: LogSink,
     pub jobs: JobTable,
+    /// When this worker last moved each job's state forward.
+    pub state_marks: StateMarks,
     /// Schedule ticks whose fate this worker could not learn while etcd failed it.
     pub unsettled: crate::ledger::Unsettled,
     /// Webhook notifications of final records (queued here, delivered in the background).
@@ -50,6 +52,27 @@ pub struct Context {
     /// Where masters reach the live output, and the token they present; advertised in the
     /// worker's registration.
     pub output_endpoint: Option<OutputEndpoint>,
+}
+
+/// The newest tick whose claim by this worker moved each job's `{ns}/state/{job}` forward: a
+/// claim carries the state's advance again only `STATE_EVERY` of ticks later.
+#[derive(Debug, Default)]
+pub struct StateMarks(Mutex<HashMap<String, UnixMs>>);
+
+impl StateMarks {
+    /// True when a claim of `tick` should move the job's state forward.
+    #[must_use]
+    pub fn due(&self, job: &str, tick: UnixMs) -> bool {
+        let every = i64::try_from(crate::fire::STATE_EVERY.as_millis()).unwrap_or(i64::MAX);
+        let marks = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        marks.get(job).is_none_or(|last| tick < *last || tick - *last >= every)
+    }
+
+    /// A claim of `tick` that carried the advance was won.
+    pub fn advanced(&self, job: &str, tick: UnixMs) {
+        let mut marks = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        marks.insert(job.to_owned(), tick);
+    }
 }
 
 /// A count of pieces of work in progress that shutdown waits for (`enter` until the guard drops).

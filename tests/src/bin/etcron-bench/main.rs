@@ -3,15 +3,19 @@
 //! misses, lateness from the execution records or an HTTP receiver, etcd writes per fire from
 //! etcd's own metrics, CPU and RSS, one JSON line per execution
 //! `{"job","scheduled_ms","started_ms","worker_id"}`), `burst` (N one-shot jobs due at one
-//! instant), `spawn` (the process-creation floor),
+//! instant), `soak` (N HTTP jobs every second for a long window with the production etcd storage
+//! flags: etcd's database size, alarms and every process's memory over time), `spawn` (the
+//! process-creation floor),
 //! `failover`, `scale`, `stream` (live-output latency), `wheel`, `claims`, `sink`, `search`.
 //! Run it from a release build: `cargo build --release --workspace --bins`.
 
 mod burst;
+mod etcd_writes;
 mod failover;
 mod receiver;
 mod records;
 mod scale;
+mod soak;
 mod spawn;
 mod stream;
 mod wheel;
@@ -38,6 +42,7 @@ async fn main() -> Result<()> {
     let mut entries = 1_000_000usize;
     let mut rounds = 5usize;
     let mut session_ttl = "3s".to_owned();
+    let mut sample_every = 300i64;
     let mut records_opts = records::Opts { records: 0, cache_gb: None, data: None, compressor: None };
     let mut e2e_opts = E2eOpts { task: BenchTask::Append, worker_args: Vec::new() };
     let mut it = args.iter();
@@ -52,6 +57,7 @@ async fn main() -> Result<()> {
             "--entries" => entries = value.parse()?,
             "--rounds" => rounds = value.parse()?,
             "--session-ttl" => session_ttl.clone_from(value),
+            "--sample-every" => sample_every = value.parse()?,
             "--records" => records_opts.records = value.parse()?,
             "--cache-gb" => records_opts.cache_gb = Some(value.parse()?),
             "--data" => records_opts.data = Some(value.into()),
@@ -72,6 +78,7 @@ async fn main() -> Result<()> {
     match scenario {
         "e2e" => e2e(jobs, workers, seconds, out, &e2e_opts).await,
         "burst" => burst::run(jobs, workers, &e2e_opts.worker_args).await,
+        "soak" => soak::run(jobs, workers, seconds, sample_every, &e2e_opts.worker_args).await,
         "claims" => claims(jobs).await,
         "sink" => {
             records_opts.records = if records_opts.records == 0 { 200_000 } else { records_opts.records };
@@ -90,7 +97,7 @@ async fn main() -> Result<()> {
             spawn::run(jobs, rounds, &dir.path().join("spawned.log")).await
         }
         other => {
-            bail!("unknown scenario {other}; known: e2e, burst, claims, sink, search, wheel, failover, scale, spawn, stream")
+            bail!("unknown scenario {other}; known: e2e, burst, soak, claims, sink, search, wheel, failover, scale, spawn, stream")
         }
     }
 }
@@ -109,7 +116,8 @@ enum BenchTask {
 }
 
 async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String>, opts: &E2eOpts) -> Result<()> {
-    let mut c = Cluster::start("bench-e2e", 0).await?;
+    // `/t-bench`: a namespace as long as the default `/etcron`, so key sizes are production sizes.
+    let mut c = Cluster::start("bench", 0).await?;
     for i in 1..=n_workers {
         let mut w = WorkerOpts::new(&format!("w{i}"));
         // The production default, not the tests' short TTL: a saturated machine can delay a
@@ -158,6 +166,7 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
     let put0 = c.etcd.metric_with("grpc_server_handled_total", "grpc_method=\"Put\"").await?;
     let range0 = c.etcd.metric_with("grpc_server_handled_total", "grpc_method=\"Range\"").await?;
     let cpu0: Vec<f64> = pids.iter().map(|(_, p)| proc_usage(*p).map_or(0.0, |u| u.0)).collect();
+    let writes = etcd_writes::Writes::start(c.etcd.client().await?, &c.namespace).await?;
     let from = now_ms();
     tokio::time::sleep(Duration::from_millis(u64::try_from(seconds * 1000)?)).await;
     let to = now_ms();
@@ -244,6 +253,7 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
     );
     println!("  etcd proposals/fire   {:.2}  (raft proposals committed: every write request)", proposals / fires);
     println!("  etcd Txn/fire {:.2}  Put/fire {:.3}  Range/fire {:.2}", txns / fires, puts / fires, ranges / fires);
+    writes.finish(fires).await?;
     let mut per_worker: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
     for r in &window {
         *per_worker.entry(r.worker_id.as_str()).or_default() += 1;
@@ -323,11 +333,15 @@ async fn claims(n: usize) -> Result<()> {
                         claim_key: key,
                         claim_value: b"{}".to_vec(),
                         running_key: format!("/bench/running/j{i}/{round}"),
-                        running_value: b"{}".to_vec(),
                         session_lease: lease,
                         retention_lease: lease,
                         lock: None,
                         extra: Vec::new(),
+                    },
+                    &etcron_common::claim::InflightPut {
+                        key: format!("/bench/inflight/w/{i}-{round}"),
+                        value: format!("[\"j{i}@{round}#1\"]").into_bytes(),
+                        session_lease: lease,
                     },
                 )
                 .await;
@@ -357,7 +371,6 @@ async fn claims(n: usize) -> Result<()> {
                 claim_key: format!("/bench/batched{in_flight}/claims/j{i}/0"),
                 claim_value: b"{}".to_vec(),
                 running_key: format!("/bench/batched{in_flight}/running/j{i}/0"),
-                running_value: b"{}".to_vec(),
                 session_lease: lease,
                 retention_lease: lease,
                 lock: None,
@@ -369,11 +382,16 @@ async fn claims(n: usize) -> Result<()> {
             .collect();
         let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
         let mut tasks = Vec::new();
-        for batch in batches {
+        for (b, batch) in batches.into_iter().enumerate() {
             let (client, sem) = (client.clone(), sem.clone());
+            let inflight = etcron_common::claim::InflightPut {
+                key: format!("/bench/batched{in_flight}/inflight/w/{b}"),
+                value: b"[]".to_vec(),
+                session_lease: lease,
+            };
             tasks.push(tokio::spawn(async move {
                 let _slot = sem.acquire_owned().await;
-                etcron_common::claim::claim_batch(&client, &batch).await
+                etcron_common::claim::claim_batch(&client, &batch, &inflight).await
             }));
         }
         let mut won = 0;
