@@ -38,7 +38,9 @@ trap cleanup EXIT INT TERM
 etcd --name local --data-dir "$DATA/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --log-level warn >"$DATA/logs/etcd.log" 2>&1 &
+    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --log-level warn \
+    --auto-compaction-mode=periodic --auto-compaction-retention=5m --quota-backend-bytes=2147483648 \
+    >"$DATA/logs/etcd.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://127.0.0.1:$ETCD_PORT/health" 20
 

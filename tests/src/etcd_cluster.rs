@@ -52,6 +52,7 @@ impl EtcdCluster {
         cmd.args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer]);
         cmd.args(["--initial-cluster", &self.initial_cluster, "--initial-cluster-token", "etcron-test"]);
         cmd.args(["--initial-cluster-state", "new", "--log-level", "warn"]);
+        cmd.args(crate::ETCD_STORAGE_FLAGS);
         let proc = Proc::spawn(&format!("etcd {}", m.name), cmd, self.logs.join(format!("etcd-{}.log", m.name)))?;
         self.members[i].proc = Some(proc);
         Ok(())

@@ -145,6 +145,12 @@ where
     }
 }
 
+/// The storage flags of every etcd the project starts (`deploy/local/up.sh`, the compose file,
+/// the docs, these tests): compaction keeping 5 minutes of history, and etcd's 2 GiB quota
+/// stated (README: "Sizing etcd").
+pub const ETCD_STORAGE_FLAGS: &[&str] =
+    &["--auto-compaction-mode=periodic", "--auto-compaction-retention=5m", "--quota-backend-bytes=2147483648"];
+
 /// A single-member etcd on free ports with its own data dir.
 pub struct Etcd {
     pub endpoint: String,
@@ -152,28 +158,37 @@ pub struct Etcd {
     peer_port: u16,
     data: tempfile::TempDir,
     logs: PathBuf,
+    flags: Vec<String>,
     pub proc: Proc,
 }
 
 impl Etcd {
+    /// With the production storage flags ([`ETCD_STORAGE_FLAGS`]).
     pub async fn start(logs: &Path) -> Result<Self> {
+        Self::start_with(logs, ETCD_STORAGE_FLAGS).await
+    }
+
+    /// With these storage flags instead (a small quota, compaction off, ...).
+    pub async fn start_with(logs: &Path, flags: &[&str]) -> Result<Self> {
         let data = tempfile::tempdir()?;
         let client_port = free_port();
         let peer_port = free_port();
-        let proc = Self::spawn(data.path(), client_port, peer_port, logs)?;
+        let flags: Vec<String> = flags.iter().map(|f| (*f).to_owned()).collect();
+        let proc = Self::spawn(data.path(), client_port, peer_port, logs, &flags)?;
         let etcd = Self {
             endpoint: format!("127.0.0.1:{client_port}"),
             client_port,
             peer_port,
             data,
             logs: logs.to_path_buf(),
+            flags,
             proc,
         };
         etcd.wait_ready().await?;
         Ok(etcd)
     }
 
-    fn spawn(data: &Path, client_port: u16, peer_port: u16, logs: &Path) -> Result<Proc> {
+    fn spawn(data: &Path, client_port: u16, peer_port: u16, logs: &Path, flags: &[String]) -> Result<Proc> {
         let mut cmd = Command::new(std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".to_owned()));
         let client = format!("http://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
@@ -181,13 +196,14 @@ impl Etcd {
         cmd.args(["--listen-client-urls", &client, "--advertise-client-urls", &client]);
         cmd.args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer]);
         cmd.args(["--initial-cluster", &format!("t={peer}"), "--log-level", "warn"]);
+        cmd.args(flags);
         Proc::spawn("etcd", cmd, logs.join("etcd.log"))
     }
 
     /// Restarts etcd on the same ports and data after it was stopped or killed.
     pub async fn restart(&mut self) -> Result<()> {
         self.proc.kill9();
-        self.proc = Self::spawn(self.data.path(), self.client_port, self.peer_port, &self.logs)?;
+        self.proc = Self::spawn(self.data.path(), self.client_port, self.peer_port, &self.logs, &self.flags)?;
         self.wait_ready().await
     }
 
@@ -579,8 +595,20 @@ impl Cluster {
     /// `own_mongo`: a `mongod` only this cluster uses (so it can be stopped);
     /// `master_args`: extra flags for the master.
     pub async fn start_with(test: &str, workers: usize, own_mongo: bool, master_args: &[&str]) -> Result<Self> {
+        Self::start_with_etcd(test, workers, own_mongo, master_args, ETCD_STORAGE_FLAGS).await
+    }
+
+    /// As [`Cluster::start_with`], with etcd's storage flags given (instead of
+    /// [`ETCD_STORAGE_FLAGS`]).
+    pub async fn start_with_etcd(
+        test: &str,
+        workers: usize,
+        own_mongo: bool,
+        master_args: &[&str],
+        etcd_flags: &[&str],
+    ) -> Result<Self> {
         let logs = log_dir(test);
-        let etcd = Etcd::start(&logs).await?;
+        let etcd = Etcd::start_with(&logs, etcd_flags).await?;
         let mongo = if own_mongo { Mongo::start_own(&logs).await? } else { Mongo::start(&logs).await? };
         let db = db_name(test);
         let namespace = format!("/t-{test}");

@@ -1431,3 +1431,39 @@ fn systemd_units_are_hardened_and_run_a_workspace_binary_with_an_example_config(
     }
     problems.assert_none("deploy/systemd");
 }
+
+/// Every etcd the project starts compacts and states its quota (docs/operations.md): the local
+/// script and each compose member carry the harness's `ETCD_STORAGE_FLAGS`, and the operations
+/// manual names them for the etcd an operator runs.
+#[test]
+fn every_etcd_the_project_starts_compacts_and_has_a_quota() {
+    let up = read(&deploy().join("local/up.sh"));
+    let compose = yaml_docs(&deploy().join("compose/compose.yaml")).unwrap();
+    let ops = read(&root().join("docs/operations.md"));
+    let mut problems = Problems::default();
+    for flag in etcron_tests::ETCD_STORAGE_FLAGS {
+        problems.check(up.contains(flag), || format!("deploy/local/up.sh starts etcd without {flag}"));
+        let (name, value) = flag.trim_start_matches("--").split_once('=').unwrap();
+        problems.check(ops.contains(&format!("{name}: ")) && ops.contains(value), || {
+            format!("docs/operations.md does not give etcd's {name} for etcd run elsewhere")
+        });
+    }
+    let mut members = 0;
+    for doc in &compose {
+        let Some(Yaml::Mapping(services)) = yget(doc, &["services"]) else { continue };
+        for (name, service) in services {
+            let command: Vec<String> = yseq(service, &["command"]).into_iter().filter_map(scalar).collect();
+            if command.first().map(String::as_str) != Some("etcd") {
+                continue;
+            }
+            members += 1;
+            for flag in etcron_tests::ETCD_STORAGE_FLAGS {
+                problems.check(command.iter().any(|a| a == flag), || {
+                    format!("compose service {} starts etcd without {flag}", scalar(name).unwrap_or_default())
+                });
+            }
+        }
+    }
+    problems.check(members > 0, || "the compose stack runs no etcd".to_owned());
+    problems.assert_none("etcd storage flags");
+}
