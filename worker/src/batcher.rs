@@ -64,8 +64,10 @@ impl Batch {
 /// Deletes an inflight key none of whose executions is open any more (best effort: one left
 /// behind goes with the session, and the loss handling finds its executions closed).
 fn delete_key(client: &Client, key: String) {
+    // A hold dropped outside the runtime (the process exiting): the key goes with the session.
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     let mut kv = client.kv_client();
-    tokio::spawn(async move {
+    runtime.spawn(async move {
         let why = match etcron_common::etcd::request("delete_inflight", kv.delete(key.as_str(), None)).await {
             Ok(Ok(_)) => return,
             Ok(Err(e)) => e.to_string(),
