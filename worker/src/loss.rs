@@ -200,6 +200,22 @@ async fn list_at(ctx: &Context, departed: &str, prefix: &str, revision: i64) -> 
     None
 }
 
+/// True while the claim is as the departed worker's transaction left it (see `claim::Held`):
+/// read before its lost record is journaled, so that none is written for an execution the
+/// worker closed or never won. `None` when etcd did not answer (the close decides alone).
+async fn still_held(ctx: &Context, claim_key: &str, fencing_token: i64, held: &Held) -> Option<bool> {
+    let mut kv = ctx.client.kv_client();
+    let Ok(Ok(resp)) = etcron_common::etcd::request("claim_read", kv.get(claim_key, None)).await else { return None };
+    Some(match (resp.kvs().first(), held) {
+        (Some(kv), Held::Claimed { value }) => {
+            kv.create_revision() == fencing_token && kv.version() == 1 && kv.value() == value.as_slice()
+        }
+        (Some(kv), Held::Marked) => kv.create_revision() == fencing_token && kv.version() == 1,
+        (None, Held::Claimed { .. }) => false,
+        (None, Held::Marked) => true,
+    })
+}
+
 /// Closes one execution of a departed worker as `lost` (with its failover rerun or
 /// `on_failure` requests), unless its worker or another survivor closed it first.
 async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExecution) {
@@ -219,10 +235,28 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
             reason.push_str(&format!("; {note}"));
         }
     }
+    let claim_key = ctx.keys.claim(&id);
+    let held_now = still_held(ctx, &claim_key, fencing_token, &held).await;
+    if held_now == Some(false) {
+        tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
+        return;
+    }
+    let mut record = ExecutionRecord::blank(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
+    record.claimed_at.clone_from(&started_at);
+    record.started_at = started_at;
+    record.finished_at = Some(rfc3339_ms(now));
+    record.worker_id = departed.to_owned();
+    record.reason = Some(reason);
+    record.fencing_token = Some(fencing_token);
+    // Journaled before the claim is closed: should this worker die between the close and the
+    // record, the record still reaches MongoDB when it restarts. Only if no record exists: a
+    // late close by the departed worker writes the run's own record over it.
+    if held_now == Some(true) {
+        ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: record.clone() });
+    }
     // Close the execution's claim (still as its winner wrote it) as done/lost: recorded once,
     // whichever survivors try, and never after its worker closed it. The rerun request rides
     // in the same txn.
-    let claim_key = ctx.keys.claim(&id);
     let mut won = false;
     for _ in 0..LOSS_TRIES {
         let outcome = match ctx.retention.get().await {
@@ -251,13 +285,6 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
         tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim stays running");
         return;
     }
-    let mut record = ExecutionRecord::blank(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
-    record.claimed_at.clone_from(&started_at);
-    record.started_at = started_at;
-    record.finished_at = Some(rfc3339_ms(now));
-    record.worker_id = departed.to_owned();
-    record.reason = Some(reason);
-    record.fencing_token = Some(fencing_token);
     log_record(&record, 0);
     if let Some(spec) = &spec {
         ctx.notifier.record(spec, &record);
