@@ -427,6 +427,11 @@ impl Keys {
     pub fn inflight(&self, worker_id: &str, batch: &str) -> String {
         format!("{}/inflight/{worker_id}/{batch}", self.ns)
     }
+    /// Held (on a lease) by the master that compacts etcd.
+    #[must_use]
+    pub fn compactor(&self) -> String {
+        format!("{}/compactor", self.ns)
+    }
     #[must_use]
     pub fn kill_prefix(&self) -> String {
         format!("{}/kill/", self.ns)

@@ -51,6 +51,8 @@ pub struct AppState {
     pub auth: crate::auth::Auth,
     pub audit: crate::audit::AuditLog,
     pub guard: crate::guard::Guard,
+    /// etcd's database size as last polled.
+    pub storage: crate::etcd_storage::StorageWatch,
 }
 
 /// Deadline for the best-effort record summaries shown with jobs.
@@ -65,6 +67,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/jobs/{job}/pause", post(pause_job))
         .route("/api/jobs/{job}/resume", post(resume_job))
         .route("/api/workers", get(list_workers))
+        .route("/api/cluster/storage", get(cluster_storage))
         .route("/api/schedule/preview", get(preview))
         .route("/api/executions", get(search_executions))
         .route("/api/executions/{id}", get(get_execution))
@@ -865,7 +868,18 @@ async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
     };
     let ready = etcd["ok"] == true && mongodb["ok"] == true;
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(json!({ "ready": ready, "etcd": etcd, "mongodb": mongodb })))
+    // A storage warning does not make the master unready: it is a warning.
+    let storage = st.storage.current();
+    (status, Json(json!({ "ready": ready, "etcd": etcd, "mongodb": mongodb, "etcd_storage": storage })))
+}
+
+/// `GET /api/cluster/storage`: etcd's database size, quota, alarms and the warning, as the
+/// master last polled them (`etcd_storage`).
+async fn cluster_storage(State(st): State<AppState>) -> ApiResult<Json<crate::etcd_storage::Storage>> {
+    st.storage
+        .current()
+        .map(Json)
+        .ok_or_else(|| ApiError::etcd_unavailable(&"etcd's status has not been read yet (it is polled every 10 s)"))
 }
 
 /// Most time a record route waits for MongoDB before answering 503: searches are bounded by

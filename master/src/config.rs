@@ -40,6 +40,21 @@ pub struct Cli {
     /// How long audit entries are kept, e.g. `365d`.
     #[arg(long, env = "ETCRON_AUDIT_RETENTION")]
     pub audit_retention: Option<HumanDuration>,
+    /// etcd's quota in bytes, when etcd's status does not give it (etcd 3.4): 2 GiB by default.
+    #[arg(long, env = "ETCRON_ETCD_QUOTA_BYTES")]
+    pub etcd_quota_bytes: Option<i64>,
+    /// Share of the quota at which etcd's size is warned about (0.1..1, default 0.7).
+    #[arg(long, env = "ETCRON_ETCD_SIZE_WARN_RATIO")]
+    pub etcd_size_warn_ratio: Option<f64>,
+    /// How often the elected master compacts etcd (`0s`: never).
+    #[arg(long, env = "ETCRON_COMPACT_EVERY")]
+    pub compact_every: Option<HumanDuration>,
+    /// How much history the compaction keeps (at least 5m).
+    #[arg(long, env = "ETCRON_COMPACT_RETENTION")]
+    pub compact_retention: Option<HumanDuration>,
+    /// Tests only: the shortest `compact_retention` accepted (5m).
+    #[arg(long, hide = true)]
+    pub compact_retention_floor: Option<HumanDuration>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -85,6 +100,10 @@ pub struct FileConfig {
     pub mutation_rate: Option<f64>,
     pub mutation_burst: Option<u32>,
     pub audit_retention: Option<HumanDuration>,
+    pub etcd_quota_bytes: Option<i64>,
+    pub etcd_size_warn_ratio: Option<f64>,
+    pub compact_every: Option<HumanDuration>,
+    pub compact_retention: Option<HumanDuration>,
     #[serde(default)]
     pub auth: AuthConfig,
 }
@@ -103,6 +122,8 @@ pub struct Config {
     pub json_logs: bool,
     pub auth: crate::auth::Auth,
     pub audit_retention: Duration,
+    pub storage: crate::etcd_storage::StorageSettings,
+    pub compactor: crate::compactor::CompactorSettings,
 }
 
 /// Default changing requests per second per caller, and burst.
@@ -112,6 +133,19 @@ pub const DEFAULT_MUTATION_BURST: u32 = 100;
 /// Shortest and longest record retention.
 pub const RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(3600)..=Duration::from_secs(10 * 366 * 86400);
+
+/// The etcd size warning's settings, checked.
+fn storage_settings(quota: Option<i64>, ratio: Option<f64>) -> anyhow::Result<crate::etcd_storage::StorageSettings> {
+    let quota_bytes = quota.unwrap_or(crate::etcd_storage::DEFAULT_QUOTA_BYTES);
+    if !(1024 * 1024..=64 * 1024 * 1024 * 1024).contains(&quota_bytes) {
+        bail!("etcd_quota_bytes: must be between 1 MiB and 64 GiB, got {quota_bytes}");
+    }
+    let warn_ratio = ratio.unwrap_or(crate::etcd_storage::DEFAULT_WARN_RATIO);
+    if !(warn_ratio.is_finite() && (0.1..=1.0).contains(&warn_ratio)) {
+        bail!("etcd_size_warn_ratio: must be between 0.1 and 1, got {warn_ratio}");
+    }
+    Ok(crate::etcd_storage::StorageSettings { warn_ratio, quota_bytes })
+}
 
 impl FileConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
@@ -160,9 +194,30 @@ impl Config {
         if !RETENTION_RANGE.contains(&audit_retention) {
             bail!("audit_retention: must be between 1h and 3660d, got {}", HumanDuration(audit_retention));
         }
+        let storage = storage_settings(
+            cli.etcd_quota_bytes.or(file.etcd_quota_bytes),
+            cli.etcd_size_warn_ratio.or(file.etcd_size_warn_ratio),
+        )?;
+        let floor = cli.compact_retention_floor.map_or(crate::compactor::MIN_RETENTION, |d| d.0);
+        let compactor = crate::compactor::CompactorSettings {
+            every: cli.compact_every.or(file.compact_every).map_or(crate::compactor::DEFAULT_EVERY, |d| d.0),
+            retention: cli
+                .compact_retention
+                .or(file.compact_retention)
+                .map_or(crate::compactor::DEFAULT_RETENTION, |d| d.0),
+        };
+        if compactor.retention < floor {
+            bail!(
+                "compact_retention: must be at least {} (workers read that much of etcd's history), got {}",
+                HumanDuration(floor),
+                HumanDuration(compactor.retention)
+            );
+        }
         Ok(Self {
             auth,
             audit_retention,
+            storage,
+            compactor,
             etcd: etcron_common::settings::etcd_config(shared.etcd_endpoints.clone(), &security, &file.etcd)
                 .map_err(anyhow::Error::msg)?,
             etcd_endpoints: shared.etcd_endpoints,

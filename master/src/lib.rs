@@ -4,8 +4,10 @@
 pub mod api;
 pub mod audit;
 pub mod auth;
+pub mod compactor;
 pub mod config;
 pub mod error;
+pub mod etcd_storage;
 pub mod guard;
 pub mod limits;
 pub mod metrics;

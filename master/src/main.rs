@@ -46,7 +46,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tracing::info!(listen = %local, auth = config.auth.enabled(), namespace = %config.namespace, endpoints = ?config.etcd_endpoints, "etcron-master serving");
     // An open API answers only to loopback names, unless it was opened on purpose elsewhere.
     let guard = etcron_master::guard::Guard { loopback_hosts_only: !config.auth.enabled() && local.ip().is_loopback() };
-    let state = AppState { client, keys, store, auth: config.auth.clone(), audit, guard };
+    let storage = etcron_master::etcd_storage::start(client.clone(), config.storage);
+    let me = format!("{}:{}", config.listen, std::process::id());
+    etcron_master::compactor::start(client.clone(), &keys, storage.clone(), config.compactor, me);
+    let state = AppState { client, keys, store, auth: config.auth.clone(), audit, guard, storage };
     let limits = etcron_common::serve::Limits::default();
     etcron_common::serve::serve(listener, app(state), limits, etcron_common::settings::shutdown_signal())
         .await

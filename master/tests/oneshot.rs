@@ -24,6 +24,7 @@ async fn state() -> AppState {
         auth: etcron_master::auth::Auth::open(),
         audit,
         guard: etcron_master::guard::Guard { loopback_hosts_only: false },
+        storage: etcron_master::etcd_storage::StorageWatch::default(),
     }
 }
 

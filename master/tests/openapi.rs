@@ -27,6 +27,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/jobs/{job}/pause"),
     ("POST", "/api/jobs/{job}/resume"),
     ("GET", "/api/workers"),
+    ("GET", "/api/cluster/storage"),
     ("GET", "/api/schedule/preview"),
     ("GET", "/api/executions"),
     ("GET", "/api/executions/{id}"),
@@ -64,6 +65,7 @@ async fn state() -> AppState {
         auth: etcron_master::auth::Auth::open(),
         audit,
         guard: etcron_master::guard::Guard { loopback_hosts_only: false },
+        storage: etcron_master::etcd_storage::StorageWatch::default(),
     }
 }
 

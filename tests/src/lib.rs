@@ -966,3 +966,24 @@ impl Rng {
         Duration::from_millis(from + self.below(to - from + 1))
     }
 }
+
+/// Runs the browser test `web/tests/{script}` (playwright-core driving Debian's Chromium)
+/// against the master at `url`, screenshots into `shots`; fails with its output unless it
+/// exits 0.
+pub fn browser_with(script: &str, url: &str, shots: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<()> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/tests");
+    anyhow::ensure!(
+        dir.join("node_modules/playwright-core").exists(),
+        "playwright-core is not installed: run `npm ci --prefix web/tests` (deploy/local/test.sh does)"
+    );
+    let mut cmd = Command::new("node");
+    cmd.arg(script).arg(url).arg(shots).args(args).current_dir(&dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output()?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{script}: {text}");
+    anyhow::ensure!(out.status.success(), "{script} failed:\n{text}");
+    Ok(())
+}

@@ -4,45 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
-use std::path::PathBuf;
-use std::process::Command;
-
-use etcron_tests::Cluster;
+use etcron_tests::{browser_with, Cluster};
 use reqwest::Method;
 use serde_json::json;
-
-fn web_tests() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/tests")
-}
 
 /// Runs one browser script against `url`; fails with its output unless it exits 0.
 fn browser(script: &str, url: &str, shots: &std::path::Path) -> anyhow::Result<()> {
     browser_with(script, url, shots, &[], &[])
-}
-
-/// The same with extra arguments and environment.
-fn browser_with(
-    script: &str,
-    url: &str,
-    shots: &std::path::Path,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> anyhow::Result<()> {
-    let dir = web_tests();
-    anyhow::ensure!(
-        dir.join("node_modules/playwright-core").exists(),
-        "playwright-core is not installed: run `npm ci --prefix web/tests` (deploy/local/test.sh does)"
-    );
-    let mut cmd = Command::new("node");
-    cmd.arg(script).arg(url).arg(shots).args(args).current_dir(&dir);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output()?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    eprintln!("{script}: {text}");
-    anyhow::ensure!(out.status.success(), "{script} failed:\n{text}");
-    Ok(())
 }
 
 fn screenshots(dir: &std::path::Path, names: &[&str]) {

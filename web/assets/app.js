@@ -36,8 +36,20 @@ function banner(message, level = "error") {
   el.hidden = !message;
 }
 
+/** Shows etcd's storage warning (its database near its quota, or an alarm) above every page,
+ * from `/api/cluster/storage`; checked at load and every 30 s. */
+async function checkStorage() {
+  const el = document.getElementById("etcd-storage-banner");
+  try {
+    const storage = await getJson("/api/cluster/storage");
+    el.textContent = storage && storage.warning ? storage.warning : "";
+    el.hidden = !(storage && storage.warning);
+  } catch { /* no reading yet, or no token: the page's own banner says what is wrong */ }
+}
+
 /** What the banner says about a failed request. */
 function explain(e) {
+  if (e.code === "etcd_nospace") return "etcd's database is full (NOSPACE alarm): it refuses every write, so jobs cannot be changed and nothing runs until an operator compacts, defragments and disarms it (docs/operations.md).";
   if (e.code === "etcd_unavailable") return "The master cannot reach etcd: jobs cannot be read or changed right now. It retries on every request.";
   if (e.code === "mongodb_unavailable") return "The master cannot reach MongoDB: execution records cannot be searched right now. Jobs still run and their records are kept until MongoDB is back.";
   if (e instanceof TypeError) return "The master did not answer: is etcron-master running?";
@@ -1020,4 +1032,4 @@ document.addEventListener("keydown", (ev) => {
 });
 
 window.addEventListener("hashchange", () => { route().then(() => { if (!app().contains(document.activeElement)) app().focus({ preventScroll: true }); }); });
-window.addEventListener("DOMContentLoaded", () => route());
+window.addEventListener("DOMContentLoaded", () => { route(); checkStorage(); setInterval(checkStorage, 30000); });
