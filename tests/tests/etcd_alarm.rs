@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _};
-use etcd_client::{AlarmAction, AlarmOptions, AlarmType, CompactionOptions};
+use etcd_client::{AlarmAction, AlarmType};
 use etcron_tests::{browser_with, now_ms, read_fired, scrape, wait_for, wait_tick, Cluster, WorkerOpts};
 use serde_json::{json, Value};
 
@@ -117,19 +117,21 @@ async fn a_full_etcd_is_reported_runs_nothing_twice_and_every_tick_is_accounted_
     trace(&format!("ticks stopped; workers counted {refused} etcd requests refused for space"));
     assert!(refused > 0.0, "the workers count the refused requests as nospace");
 
-    // The documented recovery: compact, defragment, disarm.
-    let revision = client.get("/filler", None).await?.header().context("header")?.revision();
-    client.compact(revision, Some(CompactionOptions::new().with_physical())).await?;
-    client.defragment().await?;
-    for member in nospace {
-        let mut opts = AlarmOptions::new();
-        opts.with_member(member);
-        client.alarm(AlarmAction::Deactivate, AlarmType::Nospace, Some(opts)).await?;
-    }
+    // The documented recovery, run as printed in docs/operations.md: compact, defragment, disarm.
+    let ops = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md"))?;
+    let section = ops.split("## Recovering from NOSPACE").nth(1).context("the recovery section")?;
+    let script = section.split("```sh\n").nth(1).and_then(|s| s.split("```").next()).context("its sh block")?;
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .env("ETCDCTL_ENDPOINTS", &c.etcd.endpoint)
+        .output()?;
+    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    ensure!(out.status.success(), "the documented recovery failed:\n{printed}");
     let status = client.status().await?;
     let outage_end = now_ms();
     trace(&format!(
-        "compacted to {revision}, defragmented, disarmed: dbSize {:.1} MiB",
+        "ran the recovery of docs/operations.md ({} alarm(s) were raised):\n{printed}dbSize now {:.1} MiB",
+        nospace.len(),
         status.db_size() as f64 / 1048576.0
     ));
     ensure!(client.alarm(AlarmAction::Get, AlarmType::None, None).await?.alarms().is_empty(), "alarm cleared");
