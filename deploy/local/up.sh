@@ -40,6 +40,7 @@ etcd --name local --data-dir "$DATA/etcd" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --log-level warn \
     --auto-compaction-mode=periodic --auto-compaction-retention=5m --quota-backend-bytes=2147483648 \
+    --snapshot-count=10000 \
     >"$DATA/logs/etcd.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://127.0.0.1:$ETCD_PORT/health" 20
