@@ -538,6 +538,10 @@ pub fn advance_state(state_key: &str, tick_ms: crate::UnixMs) -> TxnOp {
 
 /// Hands out leases for done claims without a grant per claim: one lease of `ttl` is reused for
 /// `ttl - min_retention`, so every key attached to it lives at least `min_retention`.
+///
+/// The reuse is short ([`RETENTION_REUSE`]): when a lease ends etcd deletes every key on it in one
+/// raft entry, and a lease that gathered minutes of claims (tens of thousands of keys at hundreds
+/// of fires per second) makes that one entry, and etcd's heap while applying it, large.
 pub struct RetentionLeases {
     client: Client,
     ttl: Duration,
@@ -554,12 +558,16 @@ impl std::fmt::Debug for RetentionLeases {
 /// Shortest retention of a done claim.
 pub const MIN_RETENTION: Duration = Duration::from_secs(600);
 
+/// How long one retention lease is handed out: claims live between `min_retention` and
+/// `min_retention + RETENTION_REUSE`, and a worker grants one lease per this while it claims.
+pub const RETENTION_REUSE: Duration = Duration::from_secs(30);
+
 impl RetentionLeases {
-    /// Done claims live between `min_retention` and `1.5 * min_retention`.
+    /// Done claims live between `min_retention` and `min_retention + reuse_for`; a worker
+    /// passes [`MIN_RETENTION`] and [`RETENTION_REUSE`].
     #[must_use]
-    pub fn new(client: Client, min_retention: Duration) -> Self {
+    pub fn new(client: Client, min_retention: Duration, reuse_for: Duration) -> Self {
         let min_retention = min_retention.max(MIN_RETENTION);
-        let reuse_for = min_retention / 2;
         Self { client, ttl: min_retention + reuse_for, reuse_for, current: Mutex::new(None) }
     }
 

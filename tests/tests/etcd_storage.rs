@@ -1,7 +1,8 @@
 //! The elected compactor against real etcd and two real masters: exactly one master holds
 //! `{ns}/compactor` and compacts etcd's history to the revision of `--compact-retention` ago;
 //! `GET /api/cluster/storage` and `/readyz` report etcd's size and quota. (A full etcd, with
-//! its warning in the API and the console, is `etcd_alarm.rs`.)
+//! its warning in the API and the console, is `etcd_alarm.rs`.) And the workers' retention
+//! leases, which bound how many claims etcd deletes at once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
@@ -80,5 +81,33 @@ async fn a_compaction_retention_under_five_minutes_is_refused() -> anyhow::Resul
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("compact_retention: must be at least 5m"), "{err}");
+    Ok(())
+}
+
+/// Done claims go on a retention lease that a worker hands out for a short while only, so when it
+/// ends etcd deletes a few seconds' worth of claims at once, not minutes of them: one lease per
+/// `reuse_for`, each living the minimum retention past its last use.
+#[tokio::test(flavor = "multi_thread")]
+async fn retention_leases_are_reused_briefly_and_outlive_their_last_use_by_the_retention() -> anyhow::Result<()> {
+    use etcron_common::claim::{RetentionLeases, MIN_RETENTION};
+    let logs = etcron_tests::log_dir("retention-leases");
+    let etcd = etcron_tests::Etcd::start(&logs).await?;
+    let client = etcd.client().await?;
+    let reuse = Duration::from_secs(2);
+    let leases = RetentionLeases::new(client.clone(), MIN_RETENTION, reuse);
+    let first = leases.get().await.map_err(anyhow::Error::msg)?;
+    assert_eq!(leases.get().await.map_err(anyhow::Error::msg)?, first, "reused within reuse_for");
+    let ttl = client.clone().lease_client().time_to_live(first, None).await?;
+    let full = i64::try_from((MIN_RETENTION + reuse).as_secs())?;
+    assert_eq!(ttl.granted_ttl(), full, "granted for the retention plus the reuse");
+    assert!(ttl.ttl() > full - 5, "a fresh lease: {} s left", ttl.ttl());
+    tokio::time::sleep(reuse + Duration::from_millis(200)).await;
+    let second = leases.get().await.map_err(anyhow::Error::msg)?;
+    assert_ne!(second, first, "a new lease after reuse_for");
+    let left = client.clone().lease_client().time_to_live(first, None).await?.ttl();
+    assert!(
+        left >= i64::try_from(MIN_RETENTION.as_secs())? - 1,
+        "the first lease still outlives its last use by the retention: {left} s"
+    );
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use etcd_client::PutOptions;
-use etcron_common::claim::{RetentionLeases, MIN_RETENTION};
+use etcron_common::claim::{RetentionLeases, MIN_RETENTION, RETENTION_REUSE};
 use etcron_common::etcd::{connect, request};
 use etcron_common::keys::{Key, Keys};
 use etcron_common::model::WorkerInfo;
@@ -78,7 +78,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         hostname,
         members: Members::default(),
         lease: lease_rx,
-        retention: RetentionLeases::new(client.clone(), MIN_RETENTION),
+        retention: RetentionLeases::new(client.clone(), MIN_RETENTION, RETENTION_REUSE),
         registry: Registry::default(),
         batchers: etcron_worker::batcher::Batchers::start(client.clone(), keys.clone(), config.worker_id.clone()),
         taken: Arc::new(etcron_worker::taken::Taken::default()),

@@ -54,14 +54,17 @@ pub async fn run(
     );
     let names: Vec<&str> = pids.iter().map(|(n, _)| n.as_str()).collect();
     println!(
-        "  {:>6}  {:>9}  {:>9}  {:>9}  {:>6}  RSS MiB {}",
+        "  {:>6}  {:>9}  {:>9}  {:>9}  {:>6}  {:>9}  RSS MiB {}",
         "min",
         "dbSize",
         "inUse",
         "revision",
         "alarms",
+        "etcd heap",
         names.join(" / ")
     );
+    let http = reqwest::Client::new();
+    let metrics_url = format!("http://{}/metrics", c.etcd.endpoint);
     let from = now_ms();
     let mut next = 0i64;
     loop {
@@ -73,13 +76,15 @@ pub async fn run(
                 .iter()
                 .map(|(_, p)| proc_usage(*p).map_or("-".to_owned(), |u| format!("{:.0}", u.1 as f64 / 1048576.0)))
                 .collect();
+            let heap = etcd_heap_in_use(&http, &metrics_url).await;
             println!(
-                "  {:>6.1}  {:>7.1}MB  {:>7.1}MB  {:>9}  {:>6}  {}",
+                "  {:>6.1}  {:>7.1}MB  {:>7.1}MB  {:>9}  {:>6}  {:>7}MB  {}",
                 elapsed as f64 / 60.0,
                 db as f64 / 1e6,
                 in_use as f64 / 1e6,
                 rev,
                 alarms,
+                heap.map_or("-".to_owned(), |h| format!("{:.1}", h / 1e6)),
                 rss.join(" / ")
             );
             next += sample_every;
@@ -109,4 +114,11 @@ pub async fn run(
         expected - received.len().min(expected)
     );
     Ok(())
+}
+
+/// etcd's Go heap in use (`go_memstats_heap_inuse_bytes`): its RSS also counts the pages of the
+/// database file it has touched through mmap.
+async fn etcd_heap_in_use(http: &reqwest::Client, url: &str) -> Option<f64> {
+    let text = http.get(url).timeout(Duration::from_secs(5)).send().await.ok()?.text().await.ok()?;
+    text.lines().find_map(|l| l.strip_prefix("go_memstats_heap_inuse_bytes ")).and_then(|v| v.trim().parse().ok())
 }
