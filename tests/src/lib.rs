@@ -484,6 +484,10 @@ pub struct WorkerOpts {
     pub mongodb: Option<(String, String)>,
     /// Spool directory; `<logs>/data-<id>` when absent.
     pub data_dir: Option<PathBuf>,
+    /// Start without `--worker-id` and `--data-dir`, as an operator with the defaults does (`id`
+    /// then only names the log file): set `STATE_DIRECTORY` in `env` to keep it off the machine's
+    /// own state directory.
+    pub default_identity: bool,
     pub extra: Vec<String>,
     /// Extra environment, e.g. `faketime_env(..)`.
     pub env: Vec<(String, String)>,
@@ -514,6 +518,7 @@ impl WorkerOpts {
             labels: BTreeMap::new(),
             mongodb: None,
             data_dir: None,
+            default_identity: false,
             extra: Vec::new(),
             env: Vec::new(),
         }
@@ -544,10 +549,13 @@ impl Worker {
     fn spawn(etcd_endpoint: &str, namespace: &str, logs: &Path, opts: &WorkerOpts) -> Result<Proc> {
         let mut cmd = Command::new(bin("etcron-worker")?);
         cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
-        cmd.args(["--etcd-endpoints", etcd_endpoint, "--namespace", namespace, "--worker-id", &opts.id]);
+        cmd.args(["--etcd-endpoints", etcd_endpoint, "--namespace", namespace]);
         cmd.args(["--session-ttl", &opts.session_ttl, "--kill-grace", "2s"]);
-        let data_dir = opts.data_dir.clone().unwrap_or_else(|| logs.join(format!("data-{}", opts.id)));
-        cmd.arg("--data-dir").arg(data_dir);
+        if !opts.default_identity {
+            cmd.args(["--worker-id", &opts.id]);
+            let data_dir = opts.data_dir.clone().unwrap_or_else(|| logs.join(format!("data-{}", opts.id)));
+            cmd.arg("--data-dir").arg(data_dir);
+        }
         if let Some((uri, db)) = &opts.mongodb {
             cmd.args(["--mongodb-uri", uri, "--mongodb-db", db]);
         }

@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use anyhow::Context as _;
+
 use etcron_common::keys::{ExecutionId, Tick};
 use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, Search, WriteMode};
@@ -270,38 +272,47 @@ async fn a_mongodb_outage_loses_and_doubles_no_record() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_worker_killed_with_records_in_its_spool_replays_them_after_restart() -> anyhow::Result<()> {
-    let mut c = Cluster::start_with("records-spool-restart", 1, true, &[]).await?;
+/// Finished records in a worker's data dir: the live spool file plus the ones moved aside by
+/// replay attempts.
+fn spooled(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                .map(|text| text.lines().filter(|l| l.contains("\"succeeded\"")).count())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Runs a job 3 times on the cluster's only worker while MongoDB is down, waits for the 3
+/// final records in its data dir `data`, then SIGKILLs the worker, brings MongoDB back and
+/// starts the worker again with the same settings. The execution ids.
+async fn spool_three_runs_and_restart(c: &mut Cluster, data: &std::path::Path) -> anyhow::Result<Vec<String>> {
     c.put_job("manual", shell("@yearly", "echo spooled-run")).await?;
     c.mongo.stop()?;
     let mut ids = Vec::new();
     for _ in 0..3 {
         let (_, body) = c.call(Method::POST, "/api/jobs/manual/run", None).await?;
-        ids.push(body["execution_id"].as_str().unwrap().to_owned());
+        ids.push(body["execution_id"].as_str().context("execution_id")?.to_owned());
     }
-    let spool_dir = c.logs.join("data-w1");
-    // Live spool file plus the ones moved aside by replay attempts.
-    let spooled = |dir: &std::path::Path| -> usize {
-        std::fs::read_dir(dir)
-            .map(|entries| {
-                entries
-                    .filter_map(Result::ok)
-                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-                    .map(|text| text.lines().filter(|l| l.contains("\"succeeded\"")).count())
-                    .sum()
-            })
-            .unwrap_or(0)
-    };
     wait_for(Duration::from_secs(30), "3 finished records in the spool", || async {
-        (spooled(&spool_dir) >= 3).then_some(())
+        (spooled(data) >= 3).then_some(())
     })
     .await?;
     c.workers[0].proc.kill9();
     c.mongo.restart().await?;
     c.workers[0].restart()?;
+    Ok(ids)
+}
+
+/// Waits for the final record of each of `ids` to be replayed into MongoDB and for the spool in
+/// `data` to be emptied; the records.
+async fn replayed(c: &Cluster, ids: &[String], data: &std::path::Path) -> anyhow::Result<Vec<ExecutionRecord>> {
     let store = c.mongo.store(&c.db).await?;
-    for id in &ids {
+    let mut records = Vec::new();
+    for id in ids {
         // A spooled `running` record may land first (its final record is in a later spool
         // file): what counts is that the final one arrives.
         let rec = wait_for(Duration::from_secs(30), "the spooled final record to be replayed", || async {
@@ -310,9 +321,19 @@ async fn a_worker_killed_with_records_in_its_spool_replays_them_after_restart() 
         .await?;
         assert_eq!(rec.status, Status::Succeeded);
         assert_eq!(rec.output, "spooled-run\n");
+        records.push(rec);
     }
-    wait_for(Duration::from_secs(10), "the spool to be emptied", || async { (spooled(&spool_dir) == 0).then_some(()) })
+    wait_for(Duration::from_secs(10), "the spool to be emptied", || async { (spooled(data) == 0).then_some(()) })
         .await?;
+    Ok(records)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_with_records_in_its_spool_replays_them_after_restart() -> anyhow::Result<()> {
+    let mut c = Cluster::start_with("records-spool-restart", 1, true, &[]).await?;
+    let data = c.logs.join("data-w1");
+    let ids = spool_three_runs_and_restart(&mut c, &data).await?;
+    replayed(&c, &ids, &data).await?;
     Ok(())
 }
 
@@ -490,4 +511,44 @@ async fn an_execution_without_a_record_is_answered_from_its_running_marker() -> 
     let shown = c.get(&path).await?;
     assert_eq!(shown["status"], "succeeded");
     Ok(())
+}
+
+/// A worker started with neither an id nor a data dir (as a package installs it) comes back
+/// from a restart as the same worker in the same data dir, and replays the records it spooled
+/// while MongoDB was down. A second worker pointed at the same data dir refuses to start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_with_the_default_id_and_data_dir_replays_its_spool_after_restart() -> anyhow::Result<()> {
+    let mut c = Cluster::start_with("records-default-identity", 0, true, &[]).await?;
+    let state = c.logs.join("state");
+    let mut opts = WorkerOpts::new("default");
+    opts.default_identity = true;
+    opts.env.push(("STATE_DIRECTORY".to_owned(), state.display().to_string()));
+    c.add_worker(opts.clone())?;
+    c.wait_workers(1).await?;
+    let data = state.join("worker");
+    let id = std::fs::read_to_string(data.join("worker-id"))?.trim().to_owned();
+    assert_eq!(registered(&c).await, Some(vec![id.clone()]));
+
+    let mut second = opts.clone();
+    second.id = "second".to_owned();
+    let mut second = etcron_tests::Worker::start(&c.etcd.endpoint, &c.namespace, &c.logs, second)?;
+    assert_eq!(second.proc.wait_exit(Duration::from_secs(20))?, Some(2), "a second worker on the data dir must refuse");
+    let said = second.proc.log_text();
+    assert!(said.contains("is in use by another worker"), "{said}");
+
+    let ids = spool_three_runs_and_restart(&mut c, &data).await?;
+    wait_for(Duration::from_secs(30), "the restarted worker registered under its id", || async {
+        (registered(&c).await? == vec![id.clone()]).then_some(())
+    })
+    .await?;
+    for rec in replayed(&c, &ids, &data).await? {
+        assert_eq!(rec.worker_id, id);
+    }
+    Ok(())
+}
+
+/// The ids of the registered workers.
+async fn registered(c: &Cluster) -> Option<Vec<String>> {
+    let v = c.get("/api/workers").await.ok()?;
+    v["workers"].as_array()?.iter().map(|w| w["id"].as_str().map(str::to_owned)).collect()
 }

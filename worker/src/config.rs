@@ -9,6 +9,8 @@ use clap::Parser;
 use etcron_common::duration::HumanDuration;
 use serde::Deserialize;
 
+use crate::identity;
+
 /// Command line of `etcron-worker`. Every setting is optional here so that the file and the
 /// defaults can fill what flags and env vars leave out.
 #[derive(Debug, Parser)]
@@ -19,7 +21,8 @@ pub struct Cli {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub shared: etcron_common::settings::SharedArgs,
-    /// Worker id (default `<hostname>-<pid>`).
+    /// Worker id (default: the one kept in the data dir, chosen on first start as
+    /// `<hostname>-<6 hex digits>`).
     #[arg(long, env = "ETCRON_WORKER_ID")]
     pub worker_id: Option<String>,
     /// Labels `k=v,k=v` matched against job selectors.
@@ -47,7 +50,9 @@ pub struct Cli {
     /// Captured output per execution in bytes (head + tail).
     #[arg(long, env = "ETCRON_MAX_OUTPUT")]
     pub max_output: Option<usize>,
-    /// Directory for the record spool (default `./.etcron/worker-{id}`).
+    /// Directory for the record spool and the worker id (default `/var/lib/etcron/worker` for
+    /// root, `$STATE_DIRECTORY/worker` under systemd, else `~/.local/state/etcron/worker`;
+    /// `worker-{id}` instead of `worker` when the id is given).
     #[arg(long, env = "ETCRON_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// Serve Prometheus metrics at `http://ADDR/metrics` (off by default; no authentication,
@@ -213,21 +218,25 @@ impl Config {
             (file.etcd_endpoints, file.namespace, file.mongodb_uri, file.mongodb_db, file.log_level, file.log_format),
         )
         .map_err(anyhow::Error::msg)?;
-        let worker_id = match cli.worker_id.or(file.worker_id) {
-            Some(id) => id,
+        let explicit_id = cli.worker_id.or(file.worker_id);
+        if let Some(id) = &explicit_id {
+            etcron_common::keys::validate_id(id).map_err(|e| anyhow::anyhow!("worker_id: {e}"))?;
+        }
+        let data_dir = match cli.data_dir.or(file.data_dir) {
+            Some(dir) => std::path::absolute(&dir).with_context(|| format!("data_dir {}", dir.display()))?,
             None => {
-                let host = nix::unistd::gethostname()
-                    .ok()
-                    .and_then(|h| h.into_string().ok())
-                    .unwrap_or_else(|| "worker".to_owned());
-                let host: String = host
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
-                    .collect();
-                format!("{host}-{}", std::process::id())
+                let state = identity::default_state_dir(|k| std::env::var(k).ok(), nix::unistd::geteuid().is_root())
+                    .map_err(anyhow::Error::msg)?;
+                identity::default_data_dir(&state, explicit_id.as_deref())
             }
         };
-        etcron_common::keys::validate_id(&worker_id).map_err(|e| anyhow::anyhow!("worker_id: {e}"))?;
+        let worker_id = match explicit_id {
+            Some(id) => id,
+            None => {
+                let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
+                identity::stored_or_new_id(&data_dir, &host).map_err(anyhow::Error::msg)?
+            }
+        };
         let labels = match cli.labels {
             Some(l) => parse_labels(&l).context("labels")?,
             None => file.labels.unwrap_or_default(),
@@ -269,8 +278,6 @@ impl Config {
             }
         }
         let task_env_passthrough = task_env_passthrough(cli.task_env_passthrough, file.task_env_passthrough)?;
-        let data_dir =
-            cli.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from(format!("./.etcron/worker-{worker_id}")));
         Ok(Self {
             etcd: etcron_common::settings::etcd_config(shared.etcd_endpoints.clone(), &security, &file.etcd)
                 .map_err(anyhow::Error::msg)?,
@@ -303,8 +310,10 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// With a data dir of the test's own: the default one is the machine's.
     fn cli(args: &[&str]) -> Cli {
-        let mut all = vec!["etcron-worker"];
+        let data = tempfile_dir().join("data");
+        let mut all = vec!["etcron-worker", "--data-dir", data.to_str().unwrap()];
         all.extend_from_slice(args);
         Cli::parse_from(all)
     }

@@ -10,6 +10,7 @@ pub mod execution;
 pub mod executor;
 pub mod fire;
 pub mod http_task;
+pub mod identity;
 pub mod ledger;
 pub mod live_output;
 pub mod log_sink;

@@ -34,6 +34,14 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    // Held until the process ends: one worker per data dir (its spool and its id).
+    let _data_dir = match etcron_worker::identity::lock_data_dir(&config.data_dir) {
+        Ok(lock) => lock,
+        Err(e) => {
+            eprintln!("etcron-worker: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let (level, json) = (config.log_level.clone(), config.json_logs);
     etcron_common::settings::run_main("etcron-worker", &level, json, || run(config))
 }
