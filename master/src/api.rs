@@ -666,6 +666,10 @@ async fn kill_job(
             KillTarget::Execution(id)
         }
     };
+    let running = match &target {
+        KillTarget::All => crate::stream::running_of_job(&st, &name).await?.len(),
+        KillTarget::Execution(id) => usize::from(crate::stream::running_marker(&st, id).await?.is_some()),
+    };
     let lease = grant_command_lease(&st).await?;
     let command = KillCommand {
         requested_at: rfc3339_ms(now_ms()),
@@ -676,8 +680,8 @@ async fn kill_job(
     let resp = etcd("put_kill", kv.put(st.keys.kill(&name, &target), value, Some(PutOptions::new().with_lease(lease))))
         .await?;
     let revision = resp.header().map_or(0, |h| h.revision());
-    tracing::info!(job = %name, target = %target, revision, "kill requested");
-    let body = json!({ "job": name, "target": target.to_string(), "revision": revision });
+    tracing::info!(job = %name, target = %target, revision, running, "kill requested");
+    let body = json!({ "job": name, "target": target.to_string(), "revision": revision, "running": running });
     let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };
     Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
 }

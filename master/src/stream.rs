@@ -80,6 +80,34 @@ pub(crate) async fn running_marker(st: &AppState, id: &ExecutionId) -> ApiResult
     }))
 }
 
+/// The executions of `job` running now, as [`running_marker`] tells them: claims taken and not
+/// closed, and running markers (a run past its claim's retention has only its marker).
+pub(crate) async fn running_of_job(st: &AppState, job: &str) -> ApiResult<std::collections::BTreeSet<ExecutionId>> {
+    let prefix = |p: String| TxnOp::get(p, Some(etcd_client::GetOptions::new().with_prefix()));
+    let reads = Txn::new().and_then([prefix(st.keys.job_claims_prefix(job)), prefix(st.keys.job_running_prefix(job))]);
+    let resp = etcd("get_running", st.client.kv_client().txn(reads)).await?;
+    let mut running = std::collections::BTreeSet::new();
+    for r in resp.op_responses() {
+        let TxnOpResponse::Get(get) = r else { continue };
+        for kv in get.kvs() {
+            match st.keys.parse(kv.key()) {
+                Some(etcron_common::keys::Key::Running(id)) => {
+                    running.insert(id);
+                }
+                Some(etcron_common::keys::Key::Claim(id)) => {
+                    let taken = serde_json::from_slice::<Claim>(kv.value())
+                        .is_ok_and(|c| c.state() == ClaimState::Running && kv.version() == 1);
+                    if taken {
+                        running.insert(id);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(running)
+}
+
 async fn relay(st: AppState, id: ExecutionId, running: Option<RunningExecution>, tx: mpsc::Sender<Event>) {
     let mut sent_output = false;
     if let Some(running) = running {

@@ -3,7 +3,9 @@
 //! job command in table and JSON output, runs and kills with a worker, execution search (with
 //! `--follow` as a child process) and live output, export → delete → import, tokens, and the
 //! exit codes of not found (3) and conflicts (4), the latter through an interposed proxy that
-//! edits the job between etcronctl's read and its write, as a console user would.
+//! edits the job between etcronctl's read and its write, as a console user would; and every
+//! command's exit code against no server, a server that is not a master, bad arguments, a dry
+//! run and a kill with nothing running.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
@@ -123,7 +125,8 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     // A changed file: the dry run shows the field and changes nothing; then it is applied.
     write(&dir, "b.yaml", &BETA_YAML.replace("echo beta", "echo beta2"));
     let before = job(&c, "beta").await.1;
-    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg, "--dry-run"]).await.ok();
+    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg, "--dry-run"]).await;
+    assert_eq!(out.code, 7, "a dry run with changes pending: {out:?}");
     assert!(out.stdout.contains("update     beta"), "{}", out.stdout);
     assert!(out.stdout.contains("~ task.command: \"echo beta\" → \"echo beta2\""), "{}", out.stdout);
     assert!(out.stdout.contains("0 created, 1 updated, 2 unchanged, 0 deleted (dry run"), "{}", out.stdout);
@@ -140,7 +143,8 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     std::fs::remove_file(dir.join("c.json"))?;
     let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg]).await.ok();
     assert!(out.stdout.contains("0 created, 0 updated, 2 unchanged, 0 deleted"), "{}", out.stdout);
-    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg, "--prune", "--dry-run"]).await.ok();
+    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg, "--prune", "--dry-run"]).await;
+    assert_eq!(out.code, 7, "a dry run with a deletion pending: {out:?}");
     assert!(out.stdout.contains("delete     gamma"), "{}", out.stdout);
     assert_eq!(job(&c, "gamma").await.0, 200);
     let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg, "--prune"]).await.ok();
@@ -261,7 +265,7 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     assert!(lines[0].contains("Asia/Tokyo"), "{}", out.stdout);
     assert!(lines[1..].iter().all(|l| l.contains("T09:00:00")), "{}", out.stdout);
     let out = ctl(&c, &["schedule", "preview", "61 * * * *"]).await;
-    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.starts_with("etcronctl: schedule \"61 * * * *\": invalid (400): schedule: "), "{}", out.stderr);
     // From a chosen instant: New York's spring-forward day, where 02:30 runs at 03:00.
     let args = ["--timezone", "America/New_York", "--count", "2", "--after", "2026-03-07T20:00:00-05:00"];
@@ -271,7 +275,7 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
         "At 02:30 and 14:30 every day (America/New_York)\n2026-03-08T03:00:00.000-04:00\n2026-03-08T14:30:00.000-04:00\n"
     );
     let out = ctl(&c, &["schedule", "preview", "@daily", "--after", "soon"]).await;
-    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("invalid (400): after: after must be an RFC 3339 instant"), "{}", out.stderr);
 
     // completions, a usage error, and an unreachable master.
@@ -281,7 +285,7 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     }
     assert_eq!(ctl(&c, &["jobs", "frobnicate"]).await.code, 2);
     let out = ctl_at("http://127.0.0.1:1", &[], &["jobs", "ls"]).await;
-    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(out.code, 6, "{out:?}");
     assert!(out.stderr.contains("cannot reach the master at http://127.0.0.1:1"), "{}", out.stderr);
     assert!(out.stderr.contains("ETCRON_SERVER"), "{}", out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "one line: {}", out.stderr);
@@ -365,7 +369,7 @@ async fn runs_kills_and_executions() -> anyhow::Result<()> {
     assert_eq!(out.json()["executions"][0]["id"], id.as_str());
     let out = ctl(&c, &["executions", "search", "--all", "--limit", "1", "-o", "json"]).await.ok();
     assert_eq!(out.json()["executions"].as_array().unwrap().len(), 1, "one record in all");
-    assert_eq!(ctl(&c, &["executions", "search", "--status", "sleepy"]).await.code, 1, "the API refuses the filter");
+    assert_eq!(ctl(&c, &["executions", "search", "--status", "sleepy"]).await.code, 2, "the API refuses the filter");
 
     // get: the record with its output.
     let out = ctl(&c, &["executions", "get", &id]).await.ok();
@@ -635,5 +639,96 @@ async fn conflicts_exit_4_and_nothing_is_overwritten() -> anyhow::Result<()> {
     let out = ctl(&c, &["jobs", "apply", "-f", &files.join("broken.json").display().to_string()]).await.ok();
     assert!(out.stdout.contains("updated    broken") && out.stdout.contains("not a valid spec"), "{}", out.stdout);
     ctl(&c, &["jobs", "pause", "broken"]).await.ok();
+    Ok(())
+}
+
+/// Answers every request with a 404 page, as a web server at a mistyped `--server` would.
+async fn not_a_master() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = read_request(&mut sock).await;
+                let page = "<html><body>Not Found</body></html>";
+                let head = format!(
+                    "HTTP/1.1 404 Not Found\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    page.len()
+                );
+                let _ = sock.write_all(format!("{head}{page}").as_bytes()).await;
+            });
+        }
+    });
+    url
+}
+
+/// The exit code table (etcronctl's `exit.rs`, the README) holds for every command: no master
+/// at `--server` is 6 whether nothing listens or another server answers, never "not found";
+/// a bad argument is 2 whichever side notices it; `--dry-run` is 7 with changes pending and 0
+/// without; a kill with nothing running says so and succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_command_exits_with_the_documented_codes() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-exit-codes", 0).await?;
+    let dir = tempfile::tempdir()?;
+    write(dir.path(), "a.toml", ALPHA_TOML);
+    let file = dir.path().join("a.toml").display().to_string();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["jobs", "ls"],
+        vec!["jobs", "get", "alpha"],
+        vec!["jobs", "apply", "-f", &file],
+        vec!["jobs", "rm", "alpha"],
+        vec!["jobs", "run", "alpha"],
+        vec!["jobs", "kill", "alpha"],
+        vec!["jobs", "pause", "alpha"],
+        vec!["jobs", "resume", "alpha"],
+        vec!["executions", "search"],
+        vec!["executions", "search", "--follow"],
+        vec!["executions", "get", "alpha@1795309040000#1"],
+        vec!["executions", "get", "alpha@1795309040000#1", "--follow"],
+        vec!["workers", "ls"],
+        vec!["schedule", "preview", "0 9 * * *"],
+        vec!["export"],
+        vec!["import", &file],
+    ];
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        format!("http://{}", l.local_addr()?)
+    };
+    let page = not_a_master().await;
+    for server in [&closed, &page] {
+        for args in &commands {
+            let out = ctl_at(server, &[], &[args.as_slice(), &["--timeout", "5s"]].concat()).await;
+            assert_eq!(out.code, 6, "{args:?} at {server}: {out:?}");
+            assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+            assert!(out.stderr.starts_with("etcronctl: ") && out.stderr.lines().count() == 1, "{args:?}: {out:?}");
+        }
+    }
+
+    // The same mistake is 2 whether etcronctl or the master notices it.
+    let bad_status = ctl(&c, &["jobs", "ls", "--status", "sleeping"]).await;
+    assert_eq!(bad_status.code, 2, "{bad_status:?}");
+    let bad_search = ctl(&c, &["executions", "search", "--since", "yesterday-ish"]).await;
+    assert_eq!(bad_search.code, 2, "{bad_search:?}");
+    assert!(bad_search.stderr.contains("since"), "{bad_search:?}");
+
+    // A dry run: 7 while the file would change the server, 0 once it matches.
+    let out = ctl(&c, &["jobs", "apply", "-f", &file, "--dry-run"]).await;
+    assert_eq!(out.code, 7, "{out:?}");
+    assert!(out.stdout.contains("1 created") && out.stdout.contains("dry run"), "{out:?}");
+    assert_eq!(job(&c, "alpha").await.0, 404, "a dry run changes nothing");
+    ctl(&c, &["jobs", "apply", "-f", &file]).await.ok();
+    let out = ctl(&c, &["import", &file, "--dry-run"]).await.ok();
+    assert!(out.stdout.contains("1 unchanged"), "{out:?}");
+
+    // A kill with nothing running succeeds and says so; the JSON carries the count.
+    let out = ctl(&c, &["jobs", "kill", "alpha"]).await.ok();
+    assert_eq!(out.stdout, "nothing to kill: job alpha has no running execution\n");
+    let out = ctl(&c, &["jobs", "kill", "alpha", "--execution", "alpha@1795309040000#1", "-o", "json"]).await.ok();
+    assert_eq!(out.json()["running"], 0);
+    let out = ctl(&c, &["jobs", "kill", "alpha", "--execution", "alpha@1795309040000#1"]).await.ok();
+    assert_eq!(out.stdout, "nothing to kill: execution alpha@1795309040000#1 is not running\n");
+
+    // Not found stays 3 from a real master.
+    assert_eq!(ctl(&c, &["jobs", "get", "nope"]).await.code, 3);
     Ok(())
 }

@@ -19,7 +19,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::client::{segment, Client};
-use crate::exit::{ApiError, FileError, InvalidFiles, Usage};
+use crate::exit::{ApiError, Exit, FileError, InvalidFiles, Unsuccessful, Usage};
 use crate::jobfile::{self, FileJob};
 use crate::table::clip;
 
@@ -437,6 +437,10 @@ impl Printer {
             writeln!(stdout, "{}", summary.line(dry_run))?;
         }
         let Some((o, e)) = outcomes.iter().find_map(|o| o.error.as_ref().map(|e| (o, e))) else {
+            if dry_run && summary.created + summary.updated + summary.deleted > 0 {
+                // Printed above; the exit code tells scripts that applying would change something.
+                return Err(Unsuccessful { exit: Exit::Pending, what: "changes pending".to_owned() }.into());
+            }
             return Ok(());
         };
         // Each failure was printed as it happened; the first one's decides the exit code.

@@ -155,11 +155,15 @@ pub async fn follow(client: &Client, filters: &Filters, json: bool) -> anyhow::R
     let path = format!("/api/executions{}", filters.query(None));
     let mut seen = HashMap::new();
     let mut failing = false;
+    // The first answer must come from a master: a wrong --server fails at once (exit 6); only a
+    // master that answered before is waited for.
+    let first = client.get(&path).await.context("searching executions")?;
     if !json {
         out(&format!("{}\n", line(&COLUMNS.map(str::to_owned), &FOLLOW_WIDTHS)))?;
     }
+    let mut answer: anyhow::Result<serde_json::Value> = Ok(first);
     loop {
-        match client.get(&path).await {
+        match answer {
             Ok(page) => {
                 if failing {
                     eprintln!("etcronctl: the master answers again");
@@ -189,6 +193,7 @@ pub async fn follow(client: &Client, filters: &Filters, json: bool) -> anyhow::R
             }
         }
         tokio::time::sleep(FOLLOW_INTERVAL).await;
+        answer = client.get(&path).await;
     }
 }
 

@@ -12,9 +12,10 @@ use std::path::PathBuf;
 pub enum Exit {
     /// Everything asked for was done.
     Ok = 0,
-    /// The master refused or failed (a 4xx/5xx not listed below), or could not be reached.
+    /// The master refused or failed (a 4xx/5xx not listed below).
     Failed = 1,
-    /// Usage error (clap's own exit code for bad arguments) or an invalid job file.
+    /// Usage error: bad arguments (clap's own exit code, or a 400 from the master naming the
+    /// argument) or an invalid job file.
     Usage = 2,
     /// The job or execution does not exist (404).
     NotFound = 3,
@@ -22,22 +23,30 @@ pub enum Exit {
     Conflict = 4,
     /// `executions get --follow`: the execution ended in a status other than `succeeded`.
     Unsuccessful = 5,
+    /// No etcron master answered at `--server`: refused, timed out, or something else answered
+    /// (another server's page, a proxy's error).
+    Unreachable = 6,
+    /// `--dry-run`: changes are pending (as `git diff --exit-code`); 0 when there are none.
+    Pending = 7,
 }
 
 /// The text `--help` shows after the commands.
 pub const HELP: &str = "Exit codes:
-  0  success
-  1  the master refused or failed the request, or could not be reached
-  2  usage error, or an invalid job file (nothing was changed)
+  0  success (also: kill with nothing running, which says so)
+  1  the master refused or failed the request
+  2  usage error: bad arguments, or an invalid job file (nothing was changed)
   3  not found (404)
   4  conflict (409): the job changed since it was read, or already exists
-  5  executions get --follow: the execution ended in a status other than succeeded";
+  5  executions get --follow: the execution ended in a status other than succeeded
+  6  no etcron master answered at --server (refused, timed out, or another server answered)
+  7  --dry-run: changes are pending";
 
 impl Exit {
     /// The code for an HTTP error status from the master.
     #[must_use]
     pub fn for_status(status: u16) -> Self {
         match status {
+            400 => Exit::Usage,
             404 => Exit::NotFound,
             409 => Exit::Conflict,
             _ => Exit::Failed,
@@ -49,7 +58,14 @@ impl Exit {
     pub fn of(error: &anyhow::Error) -> Self {
         for cause in error.chain() {
             if let Some(e) = cause.downcast_ref::<ApiError>() {
+                // Not the API's error shape: whatever answered is not an etcron master.
+                if e.code == NOT_THE_API {
+                    return Exit::Unreachable;
+                }
                 return Exit::for_status(e.status);
+            }
+            if cause.is::<crate::client::Unreachable>() {
+                return Exit::Unreachable;
             }
             if cause.is::<InvalidFiles>() || cause.is::<Usage>() {
                 return Exit::Usage;
@@ -66,6 +82,9 @@ impl Exit {
         self as u8
     }
 }
+
+/// The code of an [`ApiError`] whose body was not the API's error shape.
+pub const NOT_THE_API: &str = "http_error";
 
 /// An error answer of the API: `{"error":{"code","message","field"}}` with its status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +124,7 @@ impl ApiError {
                 let text: String = raw.trim().chars().take(200).collect();
                 Self {
                     status,
-                    code: "http_error".to_owned(),
+                    code: NOT_THE_API.to_owned(),
                     message: if text.is_empty() { "(empty answer)".to_owned() } else { text },
                     field: None,
                 }
@@ -190,13 +209,15 @@ mod tests {
 
     #[test]
     fn statuses_map_to_exit_codes() {
-        assert_eq!(Exit::of(&api(400)), Exit::Failed);
+        assert_eq!(Exit::of(&api(400)), Exit::Usage);
         assert_eq!(Exit::of(&api(401)), Exit::Failed);
         assert_eq!(Exit::of(&api(403)), Exit::Failed);
         assert_eq!(Exit::of(&api(404)), Exit::NotFound);
         assert_eq!(Exit::of(&api(409)), Exit::Conflict);
         assert_eq!(Exit::of(&api(503)), Exit::Failed);
-        assert_eq!(Exit::of(&anyhow::anyhow!("connection refused")), Exit::Failed);
+        assert_eq!(Exit::of(&anyhow::anyhow!("something else")), Exit::Failed);
+        let page = ApiError::from_body(404, &serde_json::Value::Null, "<html>Not Found</html>");
+        assert_eq!(Exit::of(&anyhow::Error::new(page).context("listing jobs")), Exit::Unreachable);
         let files = InvalidFiles(vec![FileError {
             file: "a.toml".into(),
             job: Some("j".into()),
@@ -211,7 +232,7 @@ mod tests {
             [Exit::Ok, Exit::Failed, Exit::Usage, Exit::NotFound, Exit::Conflict].map(Exit::code),
             [0, 1, 2, 3, 4]
         );
-        assert_eq!(Exit::Unsuccessful.code(), 5);
+        assert_eq!([Exit::Unsuccessful, Exit::Unreachable, Exit::Pending].map(Exit::code), [5, 6, 7]);
     }
 
     #[test]

@@ -205,6 +205,13 @@ pub async fn kill(client: &Client, name: &str, execution: Option<String>, json: 
         Some("all") | None => "every running execution".to_owned(),
         Some(id) => format!("execution {id}"),
     };
+    if v["running"].as_u64() == Some(0) {
+        let what = match v["target"].as_str() {
+            Some("all") | None => format!("job {name} has no running execution"),
+            Some(id) => format!("execution {id} is not running"),
+        };
+        return out(&format!("nothing to kill: {what}\n"));
+    }
     out(&format!("kill requested for {target} of job {} (revision {})\n", text(&v["job"]), text(&v["revision"])))
 }
 

@@ -84,7 +84,7 @@ enum Command {
         /// Also delete the jobs on the server that the files do not define.
         #[arg(long)]
         prune: bool,
-        /// Print what would change, change nothing.
+        /// Print what would change, change nothing; exit 7 when something would change.
         #[arg(long)]
         dry_run: bool,
     },
@@ -118,7 +118,8 @@ enum JobsCommand {
         /// Also delete the jobs on the server that the files do not define.
         #[arg(long)]
         prune: bool,
-        /// Print the plan (create/update/unchanged/delete, with the fields that change); change nothing.
+        /// Print the plan (create/update/unchanged/delete, with the fields that change); change
+        /// nothing; exit 7 when something would change.
         #[arg(long)]
         dry_run: bool,
     },
