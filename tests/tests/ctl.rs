@@ -732,3 +732,23 @@ async fn every_command_exits_with_the_documented_codes() -> anyhow::Result<()> {
     assert_eq!(ctl(&c, &["jobs", "get", "nope"]).await.code, 3);
     Ok(())
 }
+
+/// A repository of 300 jobs applied against a master with the default change limits (20/s,
+/// burst 100): etcronctl waits out each `429` as its `Retry-After` says, so every job is
+/// created and nothing fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_repository_applies_under_the_default_rate_limit() -> anyhow::Result<()> {
+    let defaults = ["--mutation-rate", "20", "--mutation-burst", "100"];
+    let c = Cluster::start_with("ctl-apply-limited", 0, false, &defaults).await?;
+    let dir = tempfile::tempdir()?;
+    let jobs: String = (0..300)
+        .map(|i| {
+            format!("[jobs.repo-{i:03}]\nschedule = \"@yearly\"\ntask = {{ kind = \"shell\", command = \"true\" }}\n\n")
+        })
+        .collect();
+    write(dir.path(), "repo.toml", &jobs);
+    let out = ctl(&c, &["jobs", "apply", "-f", &dir.path().display().to_string()]).await.ok();
+    assert!(out.stdout.contains("300 created, 0 updated, 0 unchanged, 0 deleted"), "{out:?}");
+    assert_eq!(specs(&c).await.len(), 300);
+    Ok(())
+}

@@ -107,7 +107,8 @@ impl Client {
     }
 
     /// Sends a request with optional JSON body and headers; a non-2xx answer is an
-    /// [`ApiError`].
+    /// [`ApiError`]. A `429` is waited out as its `Retry-After` says (the master refused it before
+    /// doing anything, so sending it again is safe), for at most `--timeout` in all.
     pub async fn send(
         &self,
         method: Method,
@@ -115,14 +116,24 @@ impl Client {
         body: Option<&Value>,
         headers: &[(&str, String)],
     ) -> anyhow::Result<Reply> {
-        let mut req = self.request(method, path).timeout(self.timeout);
-        for (name, value) in headers {
-            req = req.header(*name, value);
-        }
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
+        let mut waited = Duration::ZERO;
+        let resp = loop {
+            let mut req = self.request(method.clone(), path).timeout(self.timeout);
+            for (name, value) in headers {
+                req = req.header(*name, value);
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
+            match retry_after(&resp) {
+                Some(wait) if waited + wait <= self.timeout => {
+                    tokio::time::sleep(wait).await;
+                    waited += wait;
+                }
+                _ => break resp,
+            }
+        };
         let status = resp.status().as_u16();
         let text = resp.text().await.map_err(|e| self.unreachable(&e))?;
         let value =
@@ -163,6 +174,21 @@ impl Client {
     pub async fn chunk(&self, resp: &mut reqwest::Response) -> anyhow::Result<Option<axum::body::Bytes>> {
         resp.chunk().await.map_err(|e| anyhow::Error::new(self.unreachable(&e)).context("reading the stream"))
     }
+}
+
+/// How long a `429` answer asks to wait (`Retry-After` in seconds, 1 s when absent, at most
+/// a minute); `None` for any other answer.
+fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
+    if resp.status() != reqwest::StatusCode::TOO_MANY_REQUESTS {
+        return None;
+    }
+    let secs = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(1);
+    Some(Duration::from_secs(secs.clamp(1, 60)))
 }
 
 #[cfg(test)]
