@@ -238,6 +238,16 @@ fn manual() -> TriggerKind {
 }
 
 impl TriggerRequest {
+    /// The execution this request (`{ns}/trigger/{job}/{request_id}`) runs: its
+    /// `execution_id` when it names one of `job`, else the manual run `{job}@manual-{request_id}#1`.
+    #[must_use]
+    pub fn execution(&self, job: &str, request_id: &str) -> ExecutionId {
+        self.execution_id
+            .clone()
+            .filter(|id| id.job == job)
+            .unwrap_or_else(|| ExecutionId::new(job, Tick::Manual(request_id.to_owned())))
+    }
+
     /// A manual run request made now.
     #[must_use]
     pub fn manual(now_ms: UnixMs, reason: &str) -> Self {

@@ -632,7 +632,7 @@ async fn run_job(
     let value = serde_json::to_vec(&request).map_err(|e| ApiError::internal(&e))?;
     let mut kv = st.client.kv_client();
     etcd("put_trigger", kv.put(st.keys.trigger(&name, &id), value, Some(PutOptions::new().with_lease(lease)))).await?;
-    let execution_id = ExecutionId::new(&name, etcron_common::keys::Tick::Manual(id.clone()));
+    let execution_id = request.execution(&name, &id);
     tracing::info!(job = %name, request_id = %id, "manual run requested");
     let body = json!({ "request_id": id, "execution_id": execution_id.to_string() });
     let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };

@@ -17,7 +17,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use etcd_client::{Txn, TxnOp, TxnOpResponse};
 use etcron_common::keys::ExecutionId;
-use etcron_common::model::{Claim, ClaimState, ExecutionRecord, RunningExecution, Status, WorkerInfo};
+use etcron_common::model::{Claim, ClaimState, ExecutionRecord, RunningExecution, Status, TriggerRequest, WorkerInfo};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -49,8 +49,11 @@ pub async fn stream_execution(State(st): State<AppState>, Path(id): Path<String>
     } else {
         crate::api::records(st.store.get(&id.to_string())).await?
     };
-    if running.is_none() && record.is_none() {
-        return Err(ApiError::not_found(format!("execution {:?} is not running and has no record", id.to_string())));
+    if running.is_none() && record.is_none() && !coming(&st, &id).await? {
+        return Err(ApiError::not_found(format!(
+            "execution {:?} is not running, not requested and has no record",
+            id.to_string()
+        )));
     }
     let (tx, rx) = mpsc::channel::<Event>(16);
     tokio::spawn(relay(st, id, running, tx));
@@ -108,25 +111,47 @@ pub(crate) async fn running_of_job(st: &AppState, job: &str) -> ApiResult<std::c
     Ok(running)
 }
 
-async fn relay(st: AppState, id: ExecutionId, running: Option<RunningExecution>, tx: mpsc::Sender<Event>) {
+/// Whether `id` will have a record without running now: a run request for it is waiting (a
+/// manual run not yet claimed, a retry in its backoff), or its claim is closed and its record is
+/// on its way to MongoDB.
+async fn coming(st: &AppState, id: &ExecutionId) -> ApiResult<bool> {
+    let reads = Txn::new().and_then([
+        TxnOp::get(st.keys.claim(id), Some(etcd_client::GetOptions::new().with_count_only())),
+        TxnOp::get(st.keys.job_trigger_prefix(&id.job), Some(etcd_client::GetOptions::new().with_prefix())),
+    ]);
+    let resp = etcd("get_coming", st.client.kv_client().txn(reads)).await?;
+    let mut gets = resp.op_responses().into_iter().filter_map(|r| match r {
+        TxnOpResponse::Get(get) => Some(get),
+        _ => None,
+    });
+    if gets.next().is_some_and(|claim| claim.count() > 0) {
+        return Ok(true);
+    }
+    Ok(gets.next().is_some_and(|triggers| {
+        triggers.kvs().iter().any(|kv| {
+            let (Some(etcron_common::keys::Key::Trigger { job, request_id }), Ok(request)) =
+                (st.keys.parse(kv.key()), serde_json::from_slice::<TriggerRequest>(kv.value()))
+            else {
+                return false;
+            };
+            request.execution(&job, &request_id) == *id
+        })
+    }))
+}
+
+/// Relays the worker's live output while `id` runs (as soon as it runs, for one requested but
+/// not started), then ends the stream with its final record.
+async fn relay(st: AppState, id: ExecutionId, mut running: Option<RunningExecution>, tx: mpsc::Sender<Event>) {
     let mut sent_output = false;
-    if let Some(running) = running {
-        match worker_endpoint(&st, &running.worker_id).await {
-            Some((url, token)) => match from_worker(&url, &token, &id, &tx, &mut sent_output).await {
-                Relay::ClientGone => return,
-                Relay::Ended => {}
-                Relay::Broken(why) => {
-                    tracing::info!(execution_id = %id, worker_id = %running.worker_id, why, "live output unavailable; waiting for the record");
-                }
-            },
-            None => {
-                tracing::debug!(execution_id = %id, worker_id = %running.worker_id, "worker advertises no live output");
+    let mut followed = false;
+    let mut alive = tokio::time::Instant::now();
+    loop {
+        if let Some(r) = running.take().filter(|_| !followed) {
+            followed = true;
+            if matches!(live(&st, &id, &r, &tx, &mut sent_output).await, Relay::ClientGone) {
+                return;
             }
         }
-    }
-    // The run is over (or its output cannot be followed): the final record ends the stream.
-    let mut marker_seen = tokio::time::Instant::now();
-    loop {
         if tx.is_closed() {
             return;
         }
@@ -141,11 +166,15 @@ async fn relay(st: AppState, id: ExecutionId, running: Option<RunningExecution>,
             Err(e) => tracing::debug!(execution_id = %id, error = %e, "reading the record while following; retrying"),
         }
         match running_marker(&st, &id).await {
-            Ok(None) => {}
-            // Still running, or etcd cannot tell: keep waiting.
-            Ok(Some(_)) | Err(_) => marker_seen = tokio::time::Instant::now(),
+            Ok(Some(r)) => {
+                alive = tokio::time::Instant::now();
+                running = Some(r);
+            }
+            // Requested and not started yet (or etcd cannot tell): keep waiting.
+            Ok(None) if followed || !coming(&st, &id).await.unwrap_or(true) => {}
+            Ok(None) | Err(_) => alive = tokio::time::Instant::now(),
         }
-        if marker_seen.elapsed() > FINAL_RECORD_WAIT {
+        if alive.elapsed() > FINAL_RECORD_WAIT {
             let message = format!(
                 "the execution is no longer running but its final record did not arrive within {}s (MongoDB unreachable?); GET /api/executions/{id} later",
                 FINAL_RECORD_WAIT.as_secs()
@@ -155,6 +184,25 @@ async fn relay(st: AppState, id: ExecutionId, running: Option<RunningExecution>,
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// The worker's live output of `running`, relayed until the run ends or cannot be followed.
+async fn live(
+    st: &AppState,
+    id: &ExecutionId,
+    running: &RunningExecution,
+    tx: &mpsc::Sender<Event>,
+    sent_output: &mut bool,
+) -> Relay {
+    let Some((url, token)) = worker_endpoint(st, &running.worker_id).await else {
+        tracing::debug!(execution_id = %id, worker_id = %running.worker_id, "worker advertises no live output");
+        return Relay::Ended;
+    };
+    let outcome = from_worker(&url, &token, id, tx, sent_output).await;
+    if let Relay::Broken(why) = &outcome {
+        tracing::info!(execution_id = %id, worker_id = %running.worker_id, why, "live output unavailable; waiting for the record");
+    }
+    outcome
 }
 
 /// The final events: the recorded output unless the live stream already carried output,

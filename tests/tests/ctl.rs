@@ -752,3 +752,31 @@ async fn a_large_repository_applies_under_the_default_rate_limit() -> anyhow::Re
     assert_eq!(specs(&c).await.len(), 300);
     Ok(())
 }
+
+/// `jobs run --follow` right after the request, 20 times in a row on a task that ends at once:
+/// the stream waits for a run that is requested but not yet claimed and for a record on its way,
+/// so it never answers 404. A failing job with a retry is followed to its final attempt.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_follow_never_races_the_record_and_follows_retries() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-run-follow", 1).await?;
+    c.put_job(
+        "fast",
+        json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "echo fast-$ETCRON_ATTEMPT"}}),
+    )
+    .await?;
+    for i in 0..20 {
+        let out = ctl(&c, &["jobs", "run", "fast", "--follow"]).await;
+        assert_eq!(out.code, 0, "run {i}: {out:?}");
+        assert_eq!(out.stdout, "fast-1\n", "run {i}: {out:?}");
+        assert!(out.stderr.contains(": succeeded"), "run {i}: {out:?}");
+    }
+    let flaky = json!({"schedule": "@yearly", "retries": {"max": 1, "backoff": "1s"},
+                       "task": {"kind": "shell", "command": "echo try-$ETCRON_ATTEMPT; exit 3"}});
+    c.put_job("flaky", flaky).await?;
+    let out = ctl(&c, &["jobs", "run", "flaky", "--follow"]).await;
+    assert_eq!(out.code, 5, "the final attempt failed: {out:?}");
+    assert_eq!(out.stdout, "try-1\ntry-2\n", "{out:?}");
+    assert!(out.stderr.contains("following the retry"), "{out:?}");
+    assert_eq!(out.stderr.matches(": failed (exit code 3)").count(), 2, "{out:?}");
+    Ok(())
+}

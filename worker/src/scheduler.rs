@@ -461,11 +461,7 @@ impl Scheduler {
         p.wheel_key = None;
         let Some(entry) = self.jobs.get(p.job.as_str()) else { return };
         let request = &p.request;
-        let id = request
-            .execution_id
-            .clone()
-            .filter(|id| id.job == p.job)
-            .unwrap_or_else(|| ExecutionId::new(&p.job, Tick::Manual(p.request_id.clone())));
+        let id = request.execution(&p.job, &p.request_id);
         // Manual runs work on paused jobs (an operator asked); retries, dependency runs and
         // catch-up runs of a paused job are recorded `skipped`.
         let skip = (!entry.spec.enabled && request.kind != TriggerKind::Manual)

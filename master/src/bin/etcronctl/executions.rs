@@ -272,17 +272,53 @@ fn status_line(e: &Value) -> String {
 /// when the stream ends without a final status (an `error` event says why). With `-o json`,
 /// each event is one JSON line: `{"event":"output","text":…}`, `{"event":"gap","skipped_bytes":…}`,
 /// `{"event":"status","execution":{…}}`.
+/// Follows execution `id` and then its retries to the final attempt: the output of each as it
+/// is produced and how each ended; exit 5 unless the last attempt succeeded.
 pub async fn stream(client: &Client, id: &str, json: bool) -> anyhow::Result<()> {
-    let path = format!("{}/stream", execution_path(id));
-    let mut resp = client.open_stream(&path).await.with_context(|| format!("following execution {id:?}"))?;
+    let path = |id: &str| format!("{}/stream", execution_path(id));
+    let mut resp = client.open_stream(&path(id)).await.with_context(|| format!("following execution {id:?}"))?;
+    let mut id = id.to_owned();
+    loop {
+        let (record, line) = follow_attempt(client, &mut resp, &id, json).await?;
+        if record["status"] == "succeeded" {
+            return Ok(());
+        }
+        // A retry is written with the close of the failed attempt, before its record: if the
+        // master does not know the next attempt now, there is none.
+        let next = id.parse::<etcron_common::keys::ExecutionId>().map(|e| e.next_attempt().to_string());
+        let next_stream = match &next {
+            Ok(next) => client.open_stream(&path(next)).await,
+            Err(_) => return Err(Unsuccessful { exit: Exit::Unsuccessful, what: line }.into()),
+        };
+        match next_stream {
+            Ok(r) => {
+                resp = r;
+                id = next.unwrap_or_default();
+                if !json {
+                    eprintln!("etcronctl: following the retry, execution {id}");
+                }
+            }
+            Err(e) if e.downcast_ref::<ApiError>().is_some_and(|a| a.status == 404) => {
+                return Err(Unsuccessful { exit: Exit::Unsuccessful, what: line }.into());
+            }
+            Err(e) => return Err(e.context(format!("following the retry of execution {id:?}"))),
+        }
+    }
+}
+
+/// Relays one attempt's stream; its final record and the line printed about it.
+async fn follow_attempt(
+    client: &Client,
+    resp: &mut reqwest::Response,
+    id: &str,
+    json: bool,
+) -> anyhow::Result<(Value, String)> {
     let mut parser = sse::Parser::new();
     let mut stdout = std::io::stdout();
     let mut at_line_start = true;
     let mut last = None;
     let mut failure = None;
-    'read: while let Some(chunk) =
-        client.chunk(&mut resp).await.with_context(|| format!("following execution {id:?}"))?
-    {
+    'read: while let Some(chunk) = client.chunk(resp).await.with_context(|| format!("following execution {id:?}"))? {
         for event in parser.push(&chunk) {
             let data: Value = serde_json::from_str(&event.data)
                 .with_context(|| format!("the stream sent a {} event that is not JSON", event.event))?;
@@ -333,11 +369,7 @@ pub async fn stream(client: &Client, id: &str, json: bool) -> anyhow::Result<()>
     } else {
         eprintln!("{}{line}", if at_line_start { "" } else { "\n" });
     }
-    if record["status"] == "succeeded" {
-        Ok(())
-    } else {
-        Err(Unsuccessful { exit: Exit::Unsuccessful, what: line }.into())
-    }
+    Ok((record, line))
 }
 
 #[cfg(test)]

@@ -187,8 +187,16 @@ pub async fn rm(client: &Client, names: &[String], json: bool) -> anyhow::Result
     }
 }
 
-pub async fn run(client: &Client, name: &str, json: bool) -> anyhow::Result<()> {
+/// Requests a run of `name`; with `follow`, follows it (and its retries) to the final attempt.
+pub async fn run(client: &Client, name: &str, follow: bool, json: bool) -> anyhow::Result<()> {
     let v = client.post(&format!("{}/run", job_path(name))).await.with_context(|| format!("running job {name:?}"))?;
+    if follow {
+        let id = v["execution_id"].as_str().context("the run request's answer has no execution_id")?;
+        if !json {
+            eprintln!("etcronctl: following execution {id}");
+        }
+        return crate::executions::stream(client, id, json).await;
+    }
     if json {
         return print_json(&v);
     }

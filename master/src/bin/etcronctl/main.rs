@@ -130,7 +130,13 @@ enum JobsCommand {
         names: Vec<String>,
     },
     /// Run a job now (prints the request and execution ids).
-    Run { name: String },
+    Run {
+        name: String,
+        /// Follow the run: its output as it is produced and how it ended, then its retries up
+        /// to the final attempt (exit 5 unless that one succeeded).
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
     /// Kill the running executions of a job (or one of them).
     Kill {
         name: String,
@@ -258,7 +264,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 apply::apply(&client, &files, apply::Options { prune, dry_run, json }).await
             }
             JobsCommand::Rm { names } => jobs::rm(&client, &names, json).await,
-            JobsCommand::Run { name } => jobs::run(&client, &name, json).await,
+            JobsCommand::Run { name, follow } => jobs::run(&client, &name, follow, json).await,
             JobsCommand::Kill { name, execution } => jobs::kill(&client, &name, execution, json).await,
             JobsCommand::Pause { name } => jobs::set_enabled(&client, &name, false, json).await,
             JobsCommand::Resume { name } => jobs::set_enabled(&client, &name, true, json).await,
