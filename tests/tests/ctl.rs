@@ -30,6 +30,16 @@ struct Out {
     stderr: String,
 }
 
+impl From<std::process::Output> for Out {
+    fn from(out: std::process::Output) -> Self {
+        Out {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
 impl Out {
     fn ok(self) -> Self {
         assert_eq!(self.code, 0, "etcronctl failed: {self:?}");
@@ -48,12 +58,7 @@ async fn ctl_at(server: &str, env: &[(&str, &str)], args: &[&str]) -> Out {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await.expect("etcronctl hung").unwrap();
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    tokio::time::timeout(Duration::from_secs(60), cmd.output()).await.expect("etcronctl hung").unwrap().into()
 }
 
 async fn ctl(c: &Cluster, args: &[&str]) -> Out {
@@ -778,5 +783,47 @@ async fn run_follow_never_races_the_record_and_follows_retries() -> anyhow::Resu
     assert_eq!(out.stdout, "try-1\ntry-2\n", "{out:?}");
     assert!(out.stderr.contains("following the retry"), "{out:?}");
     assert_eq!(out.stderr.matches(": failed (exit code 3)").count(), 2, "{out:?}");
+    Ok(())
+}
+
+/// Runs etcronctl against the cluster with `input` on its standard input.
+async fn ctl_stdin(c: &Cluster, args: &[&str], input: &str) -> Out {
+    let mut cmd = tokio::process::Command::new(bin("etcronctl").unwrap());
+    cmd.args(args).env("ETCRON_SERVER", &c.master.url).env_remove("ETCRON_TOKEN");
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("etcronctl hung")
+        .unwrap()
+        .into()
+}
+
+/// One job exported to stdout goes back in through standard input (`-`), and a file without an
+/// extension is read by its content: `export NAME | import -` copies a job as it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_job_exports_to_a_pipe_and_imports_from_stdin_or_any_file() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-stdin", 0).await?;
+    let dir = c.path("src");
+    write(&dir, "a.toml", ALPHA_TOML);
+    write(&dir, "b.yaml", BETA_YAML);
+    ctl(&c, &["jobs", "apply", "-f", &dir.display().to_string()]).await.ok();
+    let original = specs(&c).await;
+    for format in ["toml", "yaml", "json"] {
+        let exported = ctl(&c, &["export", "beta", "--format", format]).await.ok().stdout;
+        assert!(exported.contains("beta") && !exported.contains("alpha"), "{format}: {exported}");
+        ctl(&c, &["jobs", "rm", "beta"]).await.ok();
+        let out = ctl_stdin(&c, &["import", "-f", "-"], &exported).await.ok();
+        assert!(out.stdout.contains("1 created"), "{format}: {out:?}");
+        assert_eq!(specs(&c).await, original, "{format} through a pipe");
+        // A file named without a known extension (as `crontab`-style tools keep them).
+        write(&dir, "beta-backup", &exported);
+        let out = ctl(&c, &["jobs", "apply", "-f", &dir.join("beta-backup").display().to_string()]).await.ok();
+        assert!(out.stdout.contains("1 unchanged"), "{format}: {out:?}");
+    }
+    assert_eq!(ctl(&c, &["export", "nope"]).await.code, 3, "a job that does not exist");
     Ok(())
 }

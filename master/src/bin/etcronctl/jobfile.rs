@@ -37,6 +37,26 @@ impl Format {
             _ => None,
         }
     }
+
+    /// The format of a text read without a telling name (standard input, a file without a
+    /// known extension): JSON when it starts with `{`, TOML when it parses as TOML, else YAML.
+    #[must_use]
+    pub fn sniff(text: &str) -> Self {
+        if text.trim_start().starts_with('{') {
+            Format::Json
+        } else if toml::from_str::<toml::Table>(text).is_ok() {
+            Format::Toml
+        } else {
+            Format::Yaml
+        }
+    }
+}
+
+/// The path that means standard input.
+pub const STDIN: &str = "-";
+
+fn is_stdin(path: &Path) -> bool {
+    path.as_os_str() == STDIN
 }
 
 impl fmt::Display for Format {
@@ -77,6 +97,10 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, InvalidFiles> {
     let mut errors = Vec::new();
     let error = |file: &Path, message: String| FileError { file: file.to_path_buf(), job: None, field: None, message };
     for path in paths {
+        if is_stdin(path) {
+            files.push(path.clone());
+            continue;
+        }
         let meta = match std::fs::metadata(path) {
             Ok(m) => m,
             Err(e) => {
@@ -103,10 +127,10 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, InvalidFiles> {
                 errors.push(error(path, "the directory holds no .toml, .yaml, .yml or .json file".to_owned()));
             }
             files.extend(found);
-        } else if Format::of_path(path).is_some() {
-            files.push(path.clone());
         } else {
-            errors.push(error(path, "unknown kind of file: name it .toml, .yaml, .yml or .json".to_owned()));
+            // Named on its own: any name (the format is read from the text when the extension
+            // does not say it).
+            files.push(path.clone());
         }
     }
     let mut seen = std::collections::HashSet::new();
@@ -126,7 +150,12 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<FileJob>, InvalidFiles> {
     let mut errors = Vec::new();
     let mut defined: BTreeMap<String, PathBuf> = BTreeMap::new();
     for file in files {
-        let text = match std::fs::read_to_string(&file) {
+        let read = if is_stdin(&file) {
+            std::io::read_to_string(std::io::stdin().lock())
+        } else {
+            std::fs::read_to_string(&file)
+        };
+        let text = match read {
             Ok(t) => t,
             Err(e) => {
                 errors.push(FileError { file, job: None, field: None, message: format!("cannot read: {e}") });
@@ -168,7 +197,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<FileJob>, InvalidFiles> {
 /// on its own.
 pub fn parse(file: &Path, text: &str) -> Result<Vec<Result<FileJob, FileError>>, FileError> {
     let whole = |message: String| FileError { file: file.to_path_buf(), job: None, field: None, message };
-    let format = Format::of_path(file).ok_or_else(|| whole("unknown kind of file".to_owned()))?;
+    let format = Format::of_path(file).unwrap_or_else(|| Format::sniff(text));
     let doc: Doc = match format {
         Format::Json => serde_json::from_str(text).map_err(|e| whole(e.to_string()))?,
         Format::Yaml => {
@@ -599,8 +628,23 @@ schedule = "@daily"
         assert_eq!(names, ["a.toml", "b.yaml", "c.json", "d.yml"]);
         let empty = tempfile::tempdir().unwrap();
         assert!(expand(&[empty.path().to_path_buf()]).is_err());
-        assert!(expand(&[dir.path().join("notes.txt")]).is_err());
+        // Named on its own, any file is read (its format from its text); `-` is standard input.
+        let named = expand(&[dir.path().join("notes.txt"), PathBuf::from("-")]).unwrap();
+        assert_eq!(named, [dir.path().join("notes.txt"), PathBuf::from("-")]);
         assert!(expand(&[dir.path().join("missing.toml")]).is_err());
+    }
+
+    #[test]
+    fn a_text_without_a_telling_name_is_read_by_its_content() {
+        let toml = "[jobs.a]\nschedule = \"@daily\"\n[jobs.a.task]\nkind = \"shell\"\ncommand = \"x\"\n";
+        let yaml = "jobs:\n  a:\n    schedule: '@daily'\n    task: {kind: shell, command: x}\n";
+        let json = r#"{"jobs": {"a": {"schedule": "@daily", "task": {"kind": "shell", "command": "x"}}}}"#;
+        for (text, format) in [(toml, Format::Toml), (yaml, Format::Yaml), (json, Format::Json)] {
+            assert_eq!(Format::sniff(text), format, "{text}");
+            let jobs = parse(Path::new("-"), text).unwrap();
+            assert_eq!(jobs.len(), 1, "{text}");
+            assert_eq!(jobs[0].as_ref().unwrap().name, "a");
+        }
     }
 
     #[test]

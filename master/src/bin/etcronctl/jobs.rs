@@ -298,7 +298,14 @@ pub async fn preview(client: &Client, schedule: &str, options: PreviewOptions, j
 /// The API withholds secret values:
 /// the file keeps their names with `null` (`{ keep = true }` in TOML), which an import applies
 /// as "keep the stored value" and refuses for a job the server does not have.
-pub async fn export(client: &Client, file: Option<&Path>, format: Option<Format>, json: bool) -> anyhow::Result<()> {
+/// Writes the jobs (all, or those `names`d) as one job file.
+pub async fn export(
+    client: &Client,
+    names: &[String],
+    file: Option<&Path>,
+    format: Option<Format>,
+    json: bool,
+) -> anyhow::Result<()> {
     let by_extension = file.map(|f| (f, Format::of_path(f)));
     let format = match (format, by_extension) {
         (Some(given), Some((f, Some(ext)))) if given != ext => {
@@ -323,7 +330,12 @@ pub async fn export(client: &Client, file: Option<&Path>, format: Option<Format>
     let list = client.get("/api/jobs").await.context("listing jobs")?;
     let mut jobs = BTreeMap::new();
     let mut withheld = Vec::new();
-    for j in list["jobs"].as_array().into_iter().flatten() {
+    let listed: Vec<&Value> = list["jobs"].as_array().into_iter().flatten().collect();
+    if let Some(missing) = names.iter().find(|n| !listed.iter().any(|j| j["name"] == n.as_str())) {
+        let message = format!("job {missing:?} does not exist");
+        return Err(ApiError { status: 404, code: "not_found".to_owned(), message, field: None }.into());
+    }
+    for j in listed.into_iter().filter(|j| names.is_empty() || names.iter().any(|n| j["name"] == n.as_str())) {
         let name = text(&j["name"]);
         if let Some(why) = j["invalid"].as_str() {
             eprintln!("etcronctl: warning: job {name:?} is not exported: its stored value is not a valid spec ({why})");

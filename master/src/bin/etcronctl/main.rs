@@ -69,6 +69,8 @@ enum Command {
     Schedule(ScheduleCommand),
     /// Write every job into one job file (secret values are withheld by the API: see README).
     Export {
+        /// Only these jobs (every job when none is named).
+        names: Vec<String>,
         /// The file to write (its extension gives the format); stdout when absent.
         #[arg(short = 'f', long = "file")]
         file: Option<PathBuf>,
@@ -78,9 +80,12 @@ enum Command {
     },
     /// Restore jobs from a job file or directory (`jobs apply` of it).
     Import {
-        /// A job file or a directory of them.
-        #[arg(required = true)]
+        /// A job file (`-`: standard input, as `export` writes it), or a directory of them.
+        #[arg(required_unless_present = "file")]
         files: Vec<PathBuf>,
+        /// The same, as `jobs apply` takes them; repeatable.
+        #[arg(short = 'f', long = "file")]
+        file: Vec<PathBuf>,
         /// Also delete the jobs on the server that the files do not define.
         #[arg(long)]
         prune: bool,
@@ -112,7 +117,8 @@ enum JobsCommand {
     Get { name: String },
     /// Create or update jobs from job files (TOML, YAML, JSON) so that the server matches them.
     Apply {
-        /// A job file, or a directory of them (every *.toml, *.yaml, *.yml, *.json in it); repeatable.
+        /// A job file (`-`: standard input; a name without .toml/.yaml/.yml/.json is read by its
+        /// content), or a directory of them (every *.toml, *.yaml, *.yml, *.json in it); repeatable.
         #[arg(short = 'f', long = "file", required = true)]
         files: Vec<PathBuf>,
         /// Also delete the jobs on the server that the files do not define.
@@ -297,8 +303,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schedule(ScheduleCommand::Preview { schedule, timezone, count, after }) => {
             jobs::preview(&client, &schedule, jobs::PreviewOptions { timezone, count, after }, json).await
         }
-        Command::Export { file, format } => jobs::export(&client, file.as_deref(), format, json).await,
-        Command::Import { files, prune, dry_run } => {
+        Command::Export { names, file, format } => jobs::export(&client, &names, file.as_deref(), format, json).await,
+        Command::Import { mut files, file, prune, dry_run } => {
+            files.extend(file);
             apply::apply(&client, &files, apply::Options { prune, dry_run, json }).await
         }
         Command::Completions { .. } => Ok(()),
