@@ -9,6 +9,7 @@
 //! {ns}/trigger/{job}/{request_id}         TriggerRequest       (lease >= 60 s)
 //! {ns}/state/{job}                        JobState
 //! {ns}/health/{job}                       JobHealth            (jobs notifying `recovery`)
+//! {ns}/paused/{job}                       Pause                (no lease: until resumed or deleted)
 //! ```
 //! `{tick}` is the scheduled time in Unix ms, or `manual-{request_id}` for a manual run.
 //! Execution ids are `{job}@{tick}#{attempt}`.
@@ -280,6 +281,8 @@ pub enum Key {
     State(String),
     /// The job's health for `recovery` notifications.
     Health(String),
+    /// An operator's pause of the job (see `Keys::paused`).
+    Paused(String),
     Lock {
         job: String,
         part: Part,
@@ -476,6 +479,16 @@ impl Keys {
     pub fn health_prefix(&self) -> String {
         format!("{}/health/", self.ns)
     }
+    /// An operator's pause of the job, kept outside its spec so that writing the spec again
+    /// (`etcronctl jobs apply`) never resumes it. No lease: deleted by resume and with the job.
+    #[must_use]
+    pub fn paused(&self, job: &str) -> String {
+        format!("{}/paused/{job}", self.ns)
+    }
+    #[must_use]
+    pub fn paused_prefix(&self) -> String {
+        format!("{}/paused/", self.ns)
+    }
 
     /// Parses any key of this namespace; `None` for keys outside it or malformed ones.
     #[must_use]
@@ -489,6 +502,7 @@ impl Keys {
             "workers" if validate_id(rest).is_ok() => Some(Key::Worker(rest.to_owned())),
             "state" if job_ok(rest) => Some(Key::State(rest.to_owned())),
             "health" if job_ok(rest) => Some(Key::Health(rest.to_owned())),
+            "paused" if job_ok(rest) => Some(Key::Paused(rest.to_owned())),
             "lock" => {
                 let (job, part) = match rest.find(':') {
                     Some(i) => rest.split_at(i),
@@ -584,6 +598,7 @@ mod tests {
             (k.trigger("db-backup", "r-1"), Key::Trigger { job: "db-backup".into(), request_id: "r-1".into() }),
             (k.state("db-backup"), Key::State("db-backup".into())),
             (k.health("db-backup"), Key::Health("db-backup".into())),
+            (k.paused("db-backup"), Key::Paused("db-backup".into())),
         ];
         for (key, parsed) in cases {
             assert_eq!(k.parse(key.as_bytes()), Some(parsed), "{key}");
@@ -610,6 +625,9 @@ mod tests {
         assert_eq!(k.health("db-backup"), "/etcron/health/db-backup");
         assert!(k.health("db-backup").starts_with(&k.health_prefix()));
         assert_eq!(k.parse(b"/etcron/health/Bad"), None);
+        assert_eq!(k.paused("db-backup"), "/etcron/paused/db-backup");
+        assert_eq!(k.parse(b"/etcron/paused/Bad"), None);
+        assert_eq!(k.parse(b"/etcron/paused/a/b"), None);
     }
 
     #[test]
@@ -631,6 +649,8 @@ mod tests {
     fn prefixes_contain_their_keys() {
         let k = keys();
         assert!(k.job("a").starts_with(&k.jobs_prefix()));
+        assert!(k.paused("a").starts_with(&k.paused_prefix()));
+        assert!(!k.paused("a").starts_with(&k.jobs_prefix()) && !k.job("a").starts_with(&k.paused_prefix()));
         let a1 = ExecutionId::new("a", Tick::Scheduled(1));
         assert!(k.claim(&a1).starts_with(&k.job_claims_prefix("a")));
         assert!(k.claim(&a1.next_attempt()).starts_with(&k.tick_claims_prefix("a", &Tick::Scheduled(1))));
@@ -657,6 +677,8 @@ mod tests {
             "/etcron/kill/a/b@1#1",
             "/etcron/nope/a",
             "/etcron/trigger/a/",
+            "/etcron/paused/",
+            "/etcron/paused/-a",
             // Numbers written another way than the builders write them (found by the
             // property tests: they parsed, and built back to other bytes).
             "/etcron/claims/a/05",
@@ -773,6 +795,7 @@ mod tests {
                 (job_name(), id()).prop_map(|(job, request_id)| Key::Trigger { job, request_id }),
                 job_name().prop_map(Key::State),
                 job_name().prop_map(Key::Health),
+                job_name().prop_map(Key::Paused),
                 (job_name(), part()).prop_map(|(job, part)| Key::Lock { job, part }),
             ]
         }
@@ -789,6 +812,7 @@ mod tests {
                 Key::Trigger { job, request_id } => keys.trigger(job, request_id),
                 Key::State(job) => keys.state(job),
                 Key::Health(job) => keys.health(job),
+                Key::Paused(job) => keys.paused(job),
                 Key::Lock { job, part } => keys.lock(job, part),
             }
         }
@@ -819,7 +843,7 @@ mod tests {
         /// accept by mistake.
         fn near_key() -> impl Strategy<Value = Vec<u8>> {
             let kind = prop::sample::select(vec![
-                "jobs", "workers", "claims", "running", "kill", "trigger", "state", "health", "lock",
+                "jobs", "workers", "claims", "running", "kill", "trigger", "state", "health", "lock", "paused",
             ]);
             let piece = "[a-z0-9@#:+_./-]{0,6}|0[0-9]{1,3}|\\+[0-9]{1,3}|manual-|dep-|:shard-|:worker-|#|@|all";
             let rest = proptest::collection::vec(piece, 0..8).prop_map(|p| p.concat());

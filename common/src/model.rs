@@ -265,6 +265,99 @@ impl TriggerRequest {
     }
 }
 
+/// Longest reason an operator may give for a pause, in characters.
+pub const MAX_PAUSE_REASON: usize = 500;
+
+/// `{ns}/paused/{job}`: an operator paused the job, `{"by":"alice","at_ms":1764037206012,
+/// "reason":"db migration"}`. Kept outside the spec, so that writing the spec again (as
+/// `etcronctl jobs apply` does) never resumes a paused job; no lease: it lasts until resumed
+/// or until the job is deleted.
+///
+/// **The key's existence is the pause**; the value only says who, when and why. Every field
+/// may be missing (`{}` written with `etcdctl` is a pause by someone unknown), unknown fields
+/// are ignored, and a value that does not parse at all still pauses the job: readers log it,
+/// naming the key, and go on with [`Pause::default`] (fail safe: what was meant as a pause
+/// never runs the job).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pause {
+    /// Who paused the job (the API caller's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Pause {
+    /// Reads a stored value; `Err` says why it does not parse (the job is paused all the same:
+    /// see [`Pause`]).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
+        // serde would read a struct from an array too (fields by position).
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        if !value.is_object() {
+            return Err("a pause is a JSON object".to_owned());
+        }
+        serde_json::from_value(value).map_err(|e| e.to_string())
+    }
+
+    /// `job paused`, `job paused by alice`, `job paused by alice: db migration`: the reason a
+    /// tick of a paused job is recorded `skipped` with.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let mut text = "job paused".to_owned();
+        if let Some(by) = self.by.as_deref().filter(|b| !b.is_empty()) {
+            text.push_str(" by ");
+            text.push_str(by);
+        }
+        if let Some(reason) = self.reason.as_deref().filter(|r| !r.is_empty()) {
+            text.push_str(": ");
+            text.push_str(reason);
+        }
+        text
+    }
+}
+
+/// Why a job's schedule does not fire (see [`halt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Halt<'a> {
+    /// An operator paused it (`{ns}/paused/{job}`).
+    Paused(&'a Pause),
+    /// Its spec says `enabled: false`: declared so, or an `@at` job the workers disabled after
+    /// its run.
+    Disabled,
+}
+
+impl Halt<'_> {
+    /// What a tick that does not run because of it is recorded `skipped` with.
+    #[must_use]
+    pub fn reason(&self) -> String {
+        match self {
+            Halt::Paused(pause) => pause.describe(),
+            Halt::Disabled => "job disabled (its spec says enabled: false)".to_owned(),
+        }
+    }
+}
+
+/// **The rule for whether a job's schedule fires**, the one place workers and the API decide
+/// it: a job fires iff its spec says `enabled` (the declared state) and no operator paused it
+/// (`pause`, the value of `{ns}/paused/{job}` when that key exists). `None` when it fires;
+/// else why not, the pause first. Manual runs are not subject to it.
+#[must_use]
+pub fn halt<'a>(spec: &crate::job::JobSpec, pause: Option<&'a Pause>) -> Option<Halt<'a>> {
+    match pause {
+        Some(p) => Some(Halt::Paused(p)),
+        None if !spec.enabled => Some(Halt::Disabled),
+        None => None,
+    }
+}
+
+/// Whether a job's schedule fires: [`halt`] is `None`.
+#[must_use]
+pub fn fires(spec: &crate::job::JobSpec, pause: Option<&Pause>) -> bool {
+    halt(spec, pause).is_none()
+}
+
 const MIN_STATE_MS: UnixMs = 1_000_000_000_000;
 const MAX_STATE_MS: UnixMs = 9_999_999_999_999;
 
@@ -524,6 +617,50 @@ mod tests {
         use TriggerKind::*;
         for t in [Schedule, Manual, Retry, Dependency, Catchup, Failover] {
             assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+        }
+    }
+
+    fn spec(enabled: bool) -> crate::job::JobSpec {
+        let json =
+            format!(r#"{{"schedule":"@hourly","enabled":{enabled},"task":{{"kind":"shell","command":"true"}}}}"#);
+        crate::job::JobSpec::from_json(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_job_fires_iff_its_spec_is_enabled_and_nobody_paused_it() {
+        let pause = Pause { by: Some("alice".into()), at_ms: Some(5), reason: Some("db migration".into()) };
+        assert!(fires(&spec(true), None));
+        assert!(!fires(&spec(true), Some(&pause)));
+        assert!(!fires(&spec(false), None));
+        assert!(!fires(&spec(false), Some(&pause)));
+        assert_eq!(halt(&spec(true), None), None);
+        assert_eq!(halt(&spec(false), None), Some(Halt::Disabled));
+        assert_eq!(halt(&spec(false), Some(&pause)), Some(Halt::Paused(&pause)), "the pause says more");
+        assert_eq!(halt(&spec(true), Some(&pause)).unwrap().reason(), "job paused by alice: db migration");
+        assert_eq!(Halt::Disabled.reason(), "job disabled (its spec says enabled: false)");
+    }
+
+    #[test]
+    fn pause_values_read_whatever_an_operator_wrote() {
+        let full = Pause { by: Some("alice".into()), at_ms: Some(1_764_037_206_012), reason: Some("why".into()) };
+        let bytes = serde_json::to_vec(&full).unwrap();
+        assert_eq!(String::from_utf8(bytes.clone()).unwrap(), r#"{"by":"alice","at_ms":1764037206012,"reason":"why"}"#);
+        assert_eq!(Pause::from_bytes(&bytes), Ok(full));
+        // `{}` by hand: a pause by someone unknown.
+        let unknown = Pause::from_bytes(b"{}").unwrap();
+        assert_eq!(unknown, Pause::default());
+        assert_eq!(unknown.describe(), "job paused");
+        assert_eq!(serde_json::to_vec(&Pause::default()).unwrap(), b"{}");
+        // Fields a newer master may add are ignored.
+        assert_eq!(Pause::from_bytes(br#"{"by":"bob","until_ms":5}"#).unwrap().describe(), "job paused by bob");
+        assert_eq!(
+            Pause { reason: Some("x".into()), ..Pause::default() }.describe(),
+            "job paused: x",
+            "a reason without an author"
+        );
+        // What does not parse is an error for the reader to log; the job stays paused.
+        for bad in [&b"paused"[..], b"", b"[]", br#"{"by":5}"#, b"null"] {
+            assert!(Pause::from_bytes(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
     }
 
