@@ -16,7 +16,7 @@ use etcron_common::claim;
 use etcron_common::etcd::request;
 use etcron_common::job::Misfire;
 use etcron_common::keys::{ExecutionId, Key, Tick};
-use etcron_common::model::{JobState, Status, TriggerKind};
+use etcron_common::model::{halt, JobState, Status, TriggerKind};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 
 use crate::fire::{Fire, MISSED_AFTER, STATE_EVERY};
@@ -35,7 +35,8 @@ pub const MAX_SCAN_TICKS: usize = 100_000;
 pub struct Plan {
     /// Ticks to run as catch-up runs, oldest first.
     pub run: Vec<UnixMs>,
-    /// Ticks to record as `missed` (or `skipped` for a paused job), each with its reason.
+    /// Ticks to record as `missed` (or `skipped` for a paused or disabled job), each with its
+    /// reason.
     pub record: Vec<(UnixMs, String)>,
 }
 
@@ -60,8 +61,17 @@ pub fn split_unsure(unclaimed: Vec<UnixMs>, state: UnixMs, now: UnixMs) -> (Vec<
 pub const MAX_MISSED_RECORDS: usize = 1000;
 
 /// Decides what happens to `unclaimed` ticks (oldest first); `older` more were beyond the scan.
+/// `halted`: why the job does not fire now (`model::halt`), when it does not: its ticks are
+/// then only recorded, whatever the policy.
 #[must_use]
-pub fn plan(unclaimed: &[UnixMs], older: usize, misfire: Misfire, max_catchup: u32, paused: bool, gap: Gap) -> Plan {
+pub fn plan(
+    unclaimed: &[UnixMs],
+    older: usize,
+    misfire: Misfire,
+    max_catchup: u32,
+    halted: Option<&str>,
+    gap: Gap,
+) -> Plan {
     let down = match gap {
         Gap::NoWorker => "no worker claimed this tick (no live worker at the time)",
         Gap::EtcdUnreachable => {
@@ -71,8 +81,8 @@ pub fn plan(unclaimed: &[UnixMs], older: usize, misfire: Misfire, max_catchup: u
             "no worker claimed this tick (the worker ranked first for it lost its session before settling it)"
         }
     };
-    let (run, rest, why): (&[UnixMs], &[UnixMs], String) = if paused {
-        (&[], unclaimed, "job paused (tick fell while no worker was running)".to_owned())
+    let (run, rest, why): (&[UnixMs], &[UnixMs], String) = if let Some(halted) = halted {
+        (&[], unclaimed, format!("{halted}; {down}"))
     } else {
         match misfire {
             Misfire::Skip => (&[], unclaimed, format!("{down}; misfire: skip")),
@@ -255,7 +265,9 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
     }
     let mut ops = vec![claim::advance_state(&state_key, upto)];
     let spec = &entry.spec;
-    let mut decided = plan(&unclaimed, older, spec.misfire, spec.max_catchup, !spec.enabled, gap);
+    let pause = ctx.paused.get(job);
+    let halted = halt(spec, pause.as_ref()).map(|h| h.reason());
+    let mut decided = plan(&unclaimed, older, spec.misfire, spec.max_catchup, halted.as_deref(), gap);
     decided.record.splice(0..0, unsure.into_iter().map(|t| (t, UNSURE_REASON.to_owned())));
     tracing::warn!(
         job,
@@ -275,7 +287,7 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
     if !commit(ctx, job, Txn::new().and_then(ops), "writing the state and the catch-up request").await {
         return false;
     }
-    let status = if spec.enabled { Status::Missed } else { Status::Skipped };
+    let status = if halted.is_none() { Status::Missed } else { Status::Skipped };
     for (tick, reason) in decided.record {
         let fire = Fire {
             id: ExecutionId::new(job, Tick::Scheduled(tick)),
@@ -416,7 +428,7 @@ mod tests {
 
     #[test]
     fn skip_records_every_tick() {
-        let p = plan(&[1, 2, 3], 0, Misfire::Skip, 1, false, Gap::NoWorker);
+        let p = plan(&[1, 2, 3], 0, Misfire::Skip, 1, None, Gap::NoWorker);
         assert!(p.run.is_empty());
         assert_eq!(ticks(&p), vec![1, 2, 3]);
         assert!(p.record.iter().all(|r| r.1.contains("misfire: skip")));
@@ -424,7 +436,7 @@ mod tests {
 
     #[test]
     fn run_once_runs_the_newest_and_records_the_rest() {
-        let p = plan(&[1, 2, 3], 0, Misfire::RunOnce, 100, false, Gap::NoWorker);
+        let p = plan(&[1, 2, 3], 0, Misfire::RunOnce, 100, None, Gap::NoWorker);
         assert_eq!(p.run, vec![3]);
         assert_eq!(ticks(&p), vec![1, 2]);
         assert!(p.record[0].1.contains("run_once"));
@@ -432,18 +444,18 @@ mod tests {
 
     #[test]
     fn run_all_is_bounded_by_max_catchup_keeping_the_newest_and_records_the_rest() {
-        let p = plan(&[1, 2, 3, 4, 5], 0, Misfire::RunAll, 3, false, Gap::NoWorker);
+        let p = plan(&[1, 2, 3, 4, 5], 0, Misfire::RunAll, 3, None, Gap::NoWorker);
         assert_eq!(p.run, vec![3, 4, 5]);
         assert_eq!(ticks(&p), vec![1, 2]);
         assert!(p.record[0].1.contains("max_catchup"), "{}", p.record[0].1);
-        let p = plan(&[1, 2], 0, Misfire::RunAll, 3, false, Gap::NoWorker);
+        let p = plan(&[1, 2], 0, Misfire::RunAll, 3, None, Gap::NoWorker);
         assert_eq!((p.run, p.record.len()), (vec![1, 2], 0));
     }
 
     #[test]
     fn records_beyond_the_cap_are_summarised_not_dropped_silently() {
         let many: Vec<UnixMs> = (1..=1005).collect();
-        let p = plan(&many, 10, Misfire::Skip, 100, false, Gap::NoWorker);
+        let p = plan(&many, 10, Misfire::Skip, 100, None, Gap::NoWorker);
         assert_eq!(p.record.len(), MAX_MISSED_RECORDS);
         assert_eq!(p.record[0].0, 6);
         assert!(p.record[0].1.contains("15 older ticks"), "{}", p.record[0].1);
@@ -452,20 +464,23 @@ mod tests {
 
     #[test]
     fn paused_jobs_record_skips_whatever_the_policy() {
-        let p = plan(&[1, 2], 0, Misfire::RunAll, 100, true, Gap::NoWorker);
+        let p = plan(&[1, 2], 0, Misfire::RunAll, 100, Some("job paused by alice: db migration"), Gap::NoWorker);
         assert!(p.run.is_empty());
         assert_eq!(p.record.len(), 2);
-        assert!(p.record[0].1.contains("paused"));
+        assert!(p.record[0].1.starts_with("job paused by alice: db migration; no worker claimed"), "{:?}", p.record);
+        let p =
+            plan(&[1], 0, Misfire::RunOnce, 100, Some("job disabled (its spec says enabled: false)"), Gap::NoWorker);
+        assert!(p.run.is_empty() && p.record[0].1.starts_with("job disabled"), "{p:?}");
     }
 
     #[test]
     fn nothing_unclaimed_means_nothing_to_do() {
-        assert_eq!(plan(&[], 0, Misfire::RunOnce, 100, false, Gap::NoWorker), Plan { run: vec![], record: vec![] });
+        assert_eq!(plan(&[], 0, Misfire::RunOnce, 100, None, Gap::NoWorker), Plan { run: vec![], record: vec![] });
     }
 
     #[test]
     fn outage_gaps_say_etcd_was_unreachable() {
-        let p = plan(&[1, 2], 0, Misfire::Skip, 100, false, Gap::EtcdUnreachable);
+        let p = plan(&[1, 2], 0, Misfire::Skip, 100, None, Gap::EtcdUnreachable);
         assert!(p.record.iter().all(|r| r.1.contains("etcd was unreachable")), "{:?}", p.record);
     }
 }

@@ -94,6 +94,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         capacity: Arc::new(Semaphore::new(config.capacity as usize)),
         sink,
         jobs: etcron_worker::state::JobTable::default(),
+        paused: etcron_worker::state::PauseTable::default(),
         state_marks: etcron_worker::state::StateMarks::default(),
         unsettled: etcron_worker::ledger::Unsettled::default(),
         notifier,
@@ -146,7 +147,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(mirror(client.clone(), keys.jobs_prefix(), "jobs", jobs_tx, sched_stop.clone()));
     let (triggers_tx, triggers_rx) = mpsc::channel(256);
     tokio::spawn(mirror(client.clone(), keys.trigger_prefix(), "trigger", triggers_tx, sched_stop.clone()));
-    let scheduler = tokio::spawn(Scheduler::new(ctx.clone()).run(jobs_rx, triggers_rx, sched_stop));
+    let (paused_tx, paused_rx) = mpsc::channel(256);
+    tokio::spawn(mirror(client.clone(), keys.paused_prefix(), "paused", paused_tx, sched_stop.clone()));
+    let updates = etcron_worker::scheduler::Updates { jobs: jobs_rx, triggers: triggers_rx, paused: paused_rx };
+    let scheduler = tokio::spawn(Scheduler::new(ctx.clone()).run(updates, sched_stop));
 
     etcron_common::settings::shutdown_signal().await;
     tracing::info!(running = ctx.registry.running(), grace = ?config.shutdown_grace, "shutting down: no new ticks; letting running tasks finish");

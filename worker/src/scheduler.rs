@@ -1,6 +1,6 @@
-//! The scheduler: the one task that owns the timing wheel and the table of jobs. It applies job
-//! and trigger updates from the watchers, sleeps until the wheel's next expiration, and hands
-//! every due tick to a fresh execution task. It never blocks on etcd.
+//! The scheduler: the one task that owns the timing wheel and the table of jobs. It applies job,
+//! trigger and pause updates from the watchers, sleeps until the wheel's next expiration, and
+//! hands every due tick to a fresh execution task. It never blocks on etcd.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use etcron_common::job::{Concurrency, JobSpec, Mode};
 use etcron_common::keys::{ExecutionId, Key, Part, Tick};
-use etcron_common::model::{TriggerKind, TriggerRequest};
+use etcron_common::model::{halt, Pause, TriggerKind, TriggerRequest};
 use etcron_common::schedule::{Schedule, ScheduleCache};
 use etcron_common::{now_ms, UnixMs};
 use tokio::sync::{mpsc, watch};
@@ -47,6 +47,14 @@ struct Pending {
     request_id: String,
     request: TriggerRequest,
     wheel_key: Option<EntryKey>,
+}
+
+/// What the watchers hand the scheduler: mirrors of `{ns}/jobs/`, `{ns}/trigger/` and
+/// `{ns}/paused/`.
+pub struct Updates {
+    pub jobs: mpsc::Receiver<Update>,
+    pub triggers: mpsc::Receiver<Update>,
+    pub paused: mpsc::Receiver<Update>,
 }
 
 pub struct Scheduler {
@@ -94,13 +102,20 @@ impl Scheduler {
         }
     }
 
-    /// Runs until `stop` flips (or both update channels close).
-    pub async fn run(
-        mut self,
-        mut jobs: mpsc::Receiver<Update>,
-        mut triggers: mpsc::Receiver<Update>,
-        mut stop: watch::Receiver<bool>,
-    ) {
+    /// Runs until `stop` flips (or the update channels close).
+    pub async fn run(mut self, updates: Updates, mut stop: watch::Receiver<bool>) {
+        let Updates { mut jobs, mut triggers, mut paused } = updates;
+        // No tick fires before this worker knows which jobs are paused: the listing of
+        // `{ns}/paused/` (the first thing its mirror sends) is applied before anything else, and
+        // job updates wait in their channel until then.
+        tokio::select! {
+            biased;
+            _ = stop.changed() => return,
+            first = paused.recv() => match first {
+                Some(update) => self.apply_pause_update(update),
+                None => return,
+            },
+        }
         let mut due = Vec::new();
         loop {
             let now = wall_ms();
@@ -130,6 +145,7 @@ impl Scheduler {
                 biased;
                 _ = stop.changed() => return,
                 () = tokio::time::sleep(sleep) => {}
+                Some(update) = paused.recv() => self.apply_pause_update(update),
                 Some(update) = jobs.recv() => self.apply_job_update(update),
                 Some(update) = triggers.recv() => self.apply_trigger_update(update),
             }
@@ -201,8 +217,9 @@ impl Scheduler {
             }
         }
         self.schedule_next(name, deadline.max(now));
-        // A paused job keeps ticking in the wheel so each tick is recorded `skipped`.
-        let skip = (!spec.enabled).then(|| "job paused".to_owned());
+        // A paused (or disabled) job keeps ticking in the wheel so each tick is recorded
+        // `skipped`; whether it runs is decided here, when the tick fires, by the one rule.
+        let skip = halt(&spec, self.ctx.paused.get(name).as_ref()).map(|h| h.reason());
         let scheduled_ms = UnixMs::try_from(deadline).unwrap_or(0);
         let fire = Fire {
             id: ExecutionId::new(name, Tick::Scheduled(scheduled_ms)),
@@ -371,6 +388,57 @@ impl Scheduler {
         Some(name)
     }
 
+    /// Applies a change of `{ns}/paused/`. The key's existence is the pause: a value that does
+    /// not parse is logged and counts as a pause by someone unknown (fail safe).
+    fn apply_pause_update(&mut self, update: Update) {
+        match update {
+            Update::Snapshot { kvs, revision } => {
+                let mut all = HashMap::new();
+                for kv in kvs {
+                    if let Some((job, pause)) = self.parse_pause(&kv) {
+                        all.insert(job, pause);
+                    }
+                }
+                tracing::info!(paused = all.len(), revision, "paused jobs listed");
+                self.ctx.paused.replace(all);
+            }
+            Update::Put(kv) => {
+                if let Some((job, pause)) = self.parse_pause(&kv) {
+                    tracing::info!(job = %job, by = pause.by.as_deref().unwrap_or("unknown"), reason = pause.reason.as_deref().unwrap_or(""), mod_revision = kv.mod_revision, "job paused");
+                    self.ctx.paused.set(&job, Some(pause));
+                }
+            }
+            Update::Delete { key, mod_revision } => {
+                if let Some(Key::Paused(job)) = self.ctx.keys.parse(&key) {
+                    if self.ctx.paused.set(&job, None) {
+                        tracing::info!(job = %job, mod_revision, "job resumed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A key under `{ns}/paused/` as (job, pause); `None` (logged) when the key names no job.
+    fn parse_pause(&self, kv: &Kv) -> Option<(String, Pause)> {
+        let Some(Key::Paused(job)) = self.ctx.keys.parse(&kv.key) else {
+            tracing::error!(
+                key = %String::from_utf8_lossy(&kv.key),
+                "key under the paused prefix is not a job's pause (names match ^[a-z0-9][a-z0-9._-]{{0,127}}$); ignored"
+            );
+            return None;
+        };
+        let pause = Pause::from_bytes(&kv.value).unwrap_or_else(|e| {
+            tracing::error!(
+                job = %job,
+                key = %String::from_utf8_lossy(&kv.key),
+                error = %e,
+                "pause in etcd is malformed; the job counts as paused (by someone unknown) all the same"
+            );
+            Pause::default()
+        });
+        Some((job, pause))
+    }
+
     fn apply_trigger_update(&mut self, update: Update) {
         match update {
             Update::Snapshot { kvs, .. } => {
@@ -463,9 +531,13 @@ impl Scheduler {
         let request = &p.request;
         let id = request.execution(&p.job, &p.request_id);
         // Manual runs work on paused jobs (an operator asked); retries, dependency runs and
-        // catch-up runs of a paused job are recorded `skipped`.
-        let skip = (!entry.spec.enabled && request.kind != TriggerKind::Manual)
-            .then(|| format!("job paused; {} run not started", request.kind.as_str()));
+        // catch-up runs of a paused (or disabled) job are recorded `skipped`.
+        let skip = match halt(&entry.spec, self.ctx.paused.get(&p.job).as_ref()) {
+            Some(h) if request.kind != TriggerKind::Manual => {
+                Some(format!("{}; {} run not started", h.reason(), request.kind.as_str()))
+            }
+            _ => None,
+        };
         let fire = Fire {
             id,
             spec: entry.spec.clone(),

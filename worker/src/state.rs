@@ -10,6 +10,7 @@ use etcd_client::Client;
 use etcron_common::claim::RetentionLeases;
 use etcron_common::job::JobSpec;
 use etcron_common::keys::{ExecutionId, Keys, KillTarget};
+use etcron_common::model::Pause;
 use etcron_common::UnixMs;
 use tokio::sync::{watch, Semaphore};
 
@@ -38,6 +39,8 @@ pub struct Context {
     pub capacity: Arc<Semaphore>,
     pub sink: LogSink,
     pub jobs: JobTable,
+    /// The jobs operators paused (`{ns}/paused/`), as the scheduler last saw them.
+    pub paused: PauseTable,
     /// When this worker last moved each job's state forward.
     pub state_marks: StateMarks,
     /// Schedule ticks whose fate this worker could not learn while etcd failed it.
@@ -149,6 +152,45 @@ impl JobTable {
             Some(e) => inner.insert(job.to_owned(), e),
             None => inner.remove(job),
         };
+    }
+}
+
+/// The jobs operators paused, by name: a mirror of `{ns}/paused/` kept by the scheduler (the
+/// task that fires ticks), readable by the catch-up scans.
+#[derive(Debug, Default)]
+pub struct PauseTable {
+    inner: std::sync::RwLock<HashMap<String, Pause>>,
+}
+
+impl PauseTable {
+    /// The job's pause, if it is paused.
+    #[must_use]
+    pub fn get(&self, job: &str) -> Option<Pause> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(job).cloned()
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Sets (`Some`) or clears (`None`) one job's pause; returns whether it was paused before.
+    pub fn set(&self, job: &str, pause: Option<Pause>) -> bool {
+        let mut inner = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match pause {
+            Some(p) => inner.insert(job.to_owned(), p).is_some(),
+            None => inner.remove(job).is_some(),
+        }
+    }
+
+    /// Replaces every pause (a listing of the prefix).
+    pub fn replace(&self, all: HashMap<String, Pause>) {
+        *self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner) = all;
     }
 }
 
