@@ -66,11 +66,15 @@ curl -fsS -X PUT "http://$LISTEN/api/jobs/hello" -H 'content-type: application/j
 cat <<MSG
 
 etcron is running.
-  API:      http://$LISTEN/api/jobs
-  workers:  http://$LISTEN/api/workers
-  etcd:     ETCDCTL_API=3 etcdctl --endpoints 127.0.0.1:$ETCD_PORT get --prefix /etcron/
-  records:  http://$LISTEN/api/executions?job=hello  (MongoDB: $ETCRON_MONGODB_URI)
-  logs:     $DATA/logs/
-A demo job "hello" runs every 10 seconds. Press Ctrl-C to stop.
+  console:    http://$LISTEN/
+  API:        http://$LISTEN/api/jobs  (workers: /api/workers; records: /api/executions?job=hello)
+  etcronctl:  $PWD/$BIN/etcronctl; in another terminal:
+                export PATH="$PWD/$BIN:\$PATH" ETCRON_SERVER=http://$LISTEN
+                etcronctl jobs ls; etcronctl executions search --job hello
+  etcd:       ETCDCTL_API=3 etcdctl --endpoints 127.0.0.1:$ETCD_PORT get --prefix /etcron/jobs/ --keys-only
+  MongoDB:    $ETCRON_MONGODB_URI
+  logs:       $DATA/logs/
+A demo job "hello" runs every 10 seconds. README.md starts from here; docs/ has the rest.
+Press Ctrl-C to stop.
 MSG
 wait

@@ -1467,3 +1467,30 @@ fn every_etcd_the_project_starts_compacts_and_has_a_quota() {
     problems.check(members > 0, || "the compose stack runs no etcd".to_owned());
     problems.assert_none("etcd storage flags");
 }
+
+/// What `deploy/local/up.sh` prints once the cluster is up says where the console is and how to
+/// run etcronctl (the binary it built, and `ETCRON_SERVER` for its master), and the build it runs
+/// does build etcronctl.
+#[test]
+fn up_sh_says_where_the_console_and_etcronctl_are() {
+    let up = read(&deploy().join("local/up.sh"));
+    let mut problems = Problems::default();
+    let banner = up.split("cat <<MSG").nth(1).and_then(|b| b.split("\nMSG\n").next()).unwrap_or_default();
+    problems.check(!banner.is_empty(), || "up.sh prints no banner (cat <<MSG ... MSG)".to_owned());
+    for (what, text) in [
+        ("the console's URL", "console:    http://$LISTEN/"),
+        ("the built etcronctl", "$PWD/$BIN/etcronctl"),
+        ("PATH with the built binaries", "export PATH=\"$PWD/$BIN:\\$PATH\""),
+        ("ETCRON_SERVER for the master", "ETCRON_SERVER=http://$LISTEN"),
+    ] {
+        problems.check(banner.contains(text), || format!("up.sh's banner does not give {what} ({text})"));
+    }
+    let bins = workspace_binaries();
+    let package = bins.get("etcronctl").cloned().unwrap_or_default();
+    problems.check(!package.is_empty(), || "the workspace builds no etcronctl".to_owned());
+    problems.check(up.contains(&format!("cargo build --profile \"$PROFILE\" --locked -p {package}")), || {
+        format!("up.sh does not build {package}, which holds etcronctl")
+    });
+    problems.check(up.contains("BIN=target/$("), || "up.sh's $BIN is not the build's target directory".to_owned());
+    problems.assert_none("deploy/local/up.sh banner");
+}
