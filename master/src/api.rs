@@ -12,14 +12,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
-};
-use etcron_common::dependency::DependencyGraph;
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use etcron_common::job::{validate_name, JobSpec};
 use etcron_common::keys::{ExecutionId, Key, Keys, KillTarget};
-use etcron_common::model::{ExecutionRecord, JobState, KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
-use etcron_common::model::{Status, TriggerKind};
+use etcron_common::model::{fires, Pause, Status, TriggerKind, MAX_PAUSE_REASON};
+use etcron_common::model::{ExecutionRecord, KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
 use etcron_common::schedule::{format_in, Schedule, ScheduleError, MAX_AT_MS};
 use etcron_common::store::{Cursor, MongoStore, Search, StoreError, DEFAULT_LIMIT, MAX_LIMIT};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
@@ -28,6 +25,7 @@ use serde_json::{json, Value};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::job_store::{Change, JobStore, Precondition, Write, Written};
 
 /// Lease of kill commands and trigger requests: long enough for a reconnecting worker.
 pub const COMMAND_LEASE: Duration = Duration::from_secs(60);
@@ -39,9 +37,8 @@ const NEXT_RUNS: usize = 5;
 pub const MAX_PREVIEW: usize = 100;
 /// Retries of read-modify-write updates (pause/resume) under contention.
 const RMW_ATTEMPTS: usize = 5;
-/// Times a PUT with dependencies re-reads the jobs and re-checks for a cycle when other jobs
-/// were saved between its read and its write.
-const DEPENDENCY_CHECK_ATTEMPTS: u64 = 5;
+/// Most changes one `POST /api/batch` may carry (the body is also limited to 1 MiB).
+pub const MAX_BATCH_CHANGES: usize = 500;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -55,6 +52,14 @@ pub struct AppState {
     pub storage: crate::etcd_storage::StorageWatch,
 }
 
+impl AppState {
+    /// The one writer of job specs.
+    #[must_use]
+    pub fn jobs(&self) -> JobStore {
+        JobStore::new(self.client.clone(), self.keys.clone())
+    }
+}
+
 /// Deadline for the best-effort record summaries shown with jobs.
 const SUMMARY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -66,6 +71,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/jobs/{job}/kill", post(kill_job))
         .route("/api/jobs/{job}/pause", post(pause_job))
         .route("/api/jobs/{job}/resume", post(resume_job))
+        .route("/api/batch", post(batch))
         .route("/api/workers", get(list_workers))
         .route("/api/cluster/storage", get(cluster_storage))
         .route("/api/schedule/preview", get(preview))
@@ -135,8 +141,12 @@ pub struct JobView {
     pub revision: i64,
     pub created_revision: i64,
     pub schedule_description: String,
-    /// Next fire times (RFC 3339 in the job's timezone); empty when paused or finished.
+    /// Next fire times (RFC 3339 in the job's timezone); empty when the job does not fire
+    /// (paused, disabled) or its schedule is over.
     pub next_runs: Vec<String>,
+    /// An operator's pause (`{ns}/paused/{job}`), or `null`. A job fires iff its spec says
+    /// `enabled` and it is not paused (`model::fires`).
+    pub paused: Option<PauseView>,
     /// Set when the stored value is not a valid spec (written around the API).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invalid: Option<String>,
@@ -145,24 +155,56 @@ pub struct JobView {
     pub eligible_workers: Option<usize>,
 }
 
+/// A pause as the API shows it; every field is `null` when the stored value does not say
+/// (a `{}` written with `etcdctl`, or a value that does not parse).
+#[derive(Debug, Serialize)]
+pub struct PauseView {
+    pub by: Option<String>,
+    /// RFC 3339.
+    pub at: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl From<&Pause> for PauseView {
+    fn from(p: &Pause) -> Self {
+        Self {
+            by: p.by.clone(),
+            at: p.at_ms.filter(|ms| (0..=MAX_AT_MS).contains(ms)).map(rfc3339_ms),
+            reason: p.reason.clone(),
+        }
+    }
+}
+
+/// Reads the value of `{ns}/paused/{job}`: the key's existence is the pause, so a value that
+/// does not parse is logged and shown as a pause by someone unknown.
+fn stored_pause(job: &str, value: &[u8]) -> Pause {
+    Pause::from_bytes(value).unwrap_or_else(|e| {
+        tracing::warn!(job = %job, error = %e, "pause in etcd is malformed; the job counts as paused all the same");
+        Pause::default()
+    })
+}
+
 /// Live workers whose labels include every entry of `selector`.
 fn eligible(workers: &[(String, WorkerInfo)], selector: &BTreeMap<String, String>) -> usize {
     workers.iter().filter(|(_, w)| w.matches(selector)).count()
 }
 
-/// A stored job as the API shows it; `workers` (the live ones) fills in `eligible_workers`.
+/// A stored job as the API shows it; `workers` (the live ones) fills in `eligible_workers`,
+/// `pause` is the job's `{ns}/paused/{job}` if it exists.
 fn view(
     name: String,
     value: &[u8],
     revision: i64,
     created_revision: i64,
     workers: Option<&[(String, WorkerInfo)]>,
+    pause: Option<&Pause>,
 ) -> JobView {
+    let paused = pause.map(PauseView::from);
     match JobSpec::from_json(value) {
         Ok(spec) => {
             let (description, next_runs) = match spec.parsed_schedule() {
                 Ok(s) => {
-                    let next = if spec.enabled {
+                    let next = if fires(&spec, pause) {
                         s.upcoming(now_ms(), NEXT_RUNS).into_iter().map(|t| format_in(s.timezone(), t)).collect()
                     } else {
                         Vec::new()
@@ -178,6 +220,7 @@ fn view(
                 created_revision,
                 schedule_description: description,
                 next_runs,
+                paused,
                 invalid: None,
                 eligible_workers: workers.map(|w| eligible(w, &spec.selector)),
             }
@@ -194,6 +237,7 @@ fn view(
             created_revision,
             schedule_description: String::new(),
             next_runs: Vec::new(),
+            paused,
             invalid: Some(e.to_string()),
             eligible_workers: None,
         },
@@ -240,8 +284,22 @@ async fn all_jobs(st: &AppState) -> ApiResult<etcd_client::GetResponse> {
     etcd("list_jobs", kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await
 }
 
+/// Every pause (`{ns}/paused/`), by job.
+async fn all_pauses(st: &AppState) -> ApiResult<BTreeMap<String, Pause>> {
+    let mut kv = st.client.kv_client();
+    let resp = etcd("list_paused", kv.get(st.keys.paused_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|item| match st.keys.parse(item.key()) {
+            Some(Key::Paused(job)) => Some((job.clone(), stored_pause(&job, item.value()))),
+            _ => None,
+        })
+        .collect())
+}
+
 async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
-    let (resp, workers) = tokio::try_join!(all_jobs(&st), live_workers(&st))?;
+    let (resp, workers, pauses) = tokio::try_join!(all_jobs(&st), live_workers(&st), all_pauses(&st))?;
     let summaries = tokio::time::timeout(SUMMARY_TIMEOUT, st.store.summaries(now_ms() - 86_400_000, None)).await;
     let (summaries, records) = match summaries {
         Ok(Ok(s)) => (Some(s), json!({"available": true})),
@@ -252,7 +310,8 @@ async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     for item in resp.kvs() {
         if let Some(Key::Job(name)) = st.keys.parse(item.key()) {
             let summary = summaries.as_ref().map(|s| s.get(&name).cloned().unwrap_or_default());
-            let job = view(name, item.value(), item.mod_revision(), item.create_revision(), Some(&workers));
+            let pause = pauses.get(&name);
+            let job = view(name, item.value(), item.mod_revision(), item.create_revision(), Some(&workers), pause);
             let mut v = serde_json::to_value(job).map_err(|e| ApiError::internal(&e))?;
             v["summary"] = serde_json::to_value(summary).unwrap_or(Value::Null);
             jobs.push(v);
@@ -262,11 +321,35 @@ async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
 }
 
 async fn fetch_job(st: &AppState, name: &str, workers: Option<&[(String, WorkerInfo)]>) -> ApiResult<JobView> {
+    let (item, pause) = read_job(st, name).await?;
+    Ok(view(name.to_owned(), &item.value, item.mod_revision, item.create_revision, workers, pause.as_ref()))
+}
+
+/// A job's key as read.
+struct StoredJob {
+    value: Vec<u8>,
+    mod_revision: i64,
+    create_revision: i64,
+}
+
+/// The job and its pause, read at one revision (one read-only txn); 404 when the job does not
+/// exist.
+async fn read_job(st: &AppState, name: &str) -> ApiResult<(StoredJob, Option<Pause>)> {
     job_name(name)?;
+    let txn = Txn::new().and_then([TxnOp::get(st.keys.job(name), None), TxnOp::get(st.keys.paused(name), None)]);
     let mut kv = st.client.kv_client();
-    let resp = etcd("get_job", kv.get(st.keys.job(name), None)).await?;
-    let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
-    Ok(view(name.to_owned(), item.value(), item.mod_revision(), item.create_revision(), workers))
+    let resp = etcd("get_job", kv.txn(txn)).await?;
+    let mut found = resp.op_responses().into_iter().map(|op| match op {
+        etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| StoredJob {
+            value: kv.value().to_vec(),
+            mod_revision: kv.mod_revision(),
+            create_revision: kv.create_revision(),
+        }),
+        _ => None,
+    });
+    let (job, pause) = (found.next().flatten(), found.next().flatten());
+    let job = job.ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
+    Ok((job, pause.map(|p| stored_pause(name, &p.value))))
 }
 
 async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
@@ -336,19 +419,6 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
     })
 }
 
-/// An enabled job must have a fire time ahead: a past `@at` or a year field wholly in the past
-/// is refused. (A disabled one may keep its spent schedule: workers disable an `@at` job after
-/// its run, and such a job may be saved back as exported.)
-fn fires_again(spec: &JobSpec) -> ApiResult<()> {
-    if !spec.enabled {
-        return Ok(());
-    }
-    spec.parsed_schedule()
-        .and_then(|s| s.fires_after(now_ms()))
-        .map(drop)
-        .map_err(|e| ApiError::bad_request(Some("schedule".to_owned()), e.to_string()))
-}
-
 async fn put_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
@@ -356,251 +426,198 @@ async fn put_job(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     job_name(&name)?;
-    let expected = if_match(&headers)?;
-    let create_only = if_none_match(&headers)?;
-    let body = body_bytes(body)?;
-    let mut spec = JobSpec::from_json(&body)?;
-    fires_again(&spec)?;
-    let mut expected = expected;
-    if spec.withholds_secrets() {
-        // `null` secrets keep the stored values: fill them from the job as read, and save only
-        // over that revision.
-        let mut kv = st.client.kv_client();
-        let resp = etcd("get_job", kv.get(st.keys.job(&name), None)).await?;
-        let stored = resp.kvs().first();
-        let stored_spec = stored.and_then(|kv| JobSpec::from_json(kv.value()).ok());
-        spec.keep_secrets(stored_spec.as_ref()).map_err(|e| ApiError::bad_request(Some(e.field), e.why))?;
-        if let (None, Some(kv)) = (expected, stored) {
-            expected = Some(kv.mod_revision());
-        }
-    }
-    let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
-    // What is stored is checked, not only what was sent: defaults and kept secrets add bytes,
-    // and a stored spec over the limit would be refused by every worker.
-    if value.len() > etcron_common::job::MAX_SPEC_BYTES {
-        return Err(ApiError::too_large(format!(
-            "the job spec as stored (with defaults and kept secrets filled in) is {} bytes; the limit is {}",
-            value.len(),
-            etcron_common::job::MAX_SPEC_BYTES
-        )));
-    }
-    let precondition = Precondition { expected, create_only };
-    let resp = if spec.on_success.is_empty() && spec.on_failure.is_empty() {
-        // A job that starts no other job cannot close a cycle: one txn, as for any edit.
-        match save_job(&st, &name, &value, precondition, None).await? {
-            Saved::Committed(resp) => resp,
-            Saved::Refused(e) => return Err(e),
-            Saved::JobsChanged => {
-                return Err(ApiError::conflict(format!("job {name:?} changed concurrently; retry")));
-            }
-        }
-    } else {
-        save_job_checked(&st, &name, &spec, &value, precondition).await?
+    let precondition = Precondition { expected: if_match(&headers)?, create_only: if_none_match(&headers)? };
+    let spec = JobSpec::from_json(&body_bytes(body)?)?;
+    let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
+    let outcome = st.jobs().apply(vec![write]).await.outcomes.pop();
+    let Some(Written::Saved { created, revision, created_revision, value, before }) = outcome.transpose()? else {
+        return Err(ApiError::internal(&"a save answered otherwise"));
     };
-    let revision = resp.header().map_or(0, |h| h.revision());
-    let previous = resp.op_responses().into_iter().find_map(|op| match op {
-        TxnOpResponse::Put(p) => p.prev_key().map(|kv| (kv.create_revision(), crate::audit::audited(kv.value()))),
-        _ => None,
-    });
-    let (status, created_revision, before) = match previous {
-        Some((created, before)) => (StatusCode::OK, created, before),
-        None => (StatusCode::CREATED, revision, None),
+    tracing::info!(job = %name, revision, created, "job saved");
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let detail = crate::audit::AuditDetail {
+        before: before.as_deref().and_then(crate::audit::audited),
+        after: crate::audit::audited(&value),
+        detail: None,
     };
-    tracing::info!(job = %name, revision, created = status == StatusCode::CREATED, "job saved");
-    let detail = crate::audit::AuditDetail { before, after: crate::audit::audited(&value), detail: None };
-    Ok(with_audit(with_etag(status, &view(name, &value, revision, created_revision, None)), detail))
-}
-
-/// The client's preconditions on a PUT: `If-Match: <revision>` or `If-None-Match: *`.
-#[derive(Debug, Clone, Copy)]
-struct Precondition {
-    expected: Option<i64>,
-    create_only: bool,
-}
-
-/// How a PUT's transaction ended.
-enum Saved {
-    Committed(TxnResponse),
-    /// The client's precondition failed: the answer to give.
-    Refused(ApiError),
-    /// A job was saved or replaced after the revision the dependency check read.
-    JobsChanged,
-}
-
-/// Writes a job in one txn. `checked_at`: the revision of the jobs the dependency check read;
-/// the write then applies only if no job changed since.
-async fn save_job(
-    st: &AppState,
-    name: &str,
-    value: &[u8],
-    precondition: Precondition,
-    checked_at: Option<i64>,
-) -> ApiResult<Saved> {
-    let key = st.keys.job(name);
-    let state_key = st.keys.state(name);
-    let Precondition { expected, create_only } = precondition;
-    let mut compares = match (expected, create_only) {
-        // Optimistic concurrency: the edit applies only to the revision the client read.
-        (Some(rev), _) => vec![Compare::mod_revision(key.clone(), CompareOp::Equal, rev)],
-        (None, true) => vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
-        (None, false) => Vec::new(),
-    };
-    if let Some(rev) = checked_at {
-        // No key under the jobs prefix was written after the graph the check saw; otherwise two
-        // saves checked at the same time could close a cycle together (a → b, b → a). Deletes
-        // pass: they only remove edges.
-        compares.push(Compare::mod_revision(st.keys.jobs_prefix(), CompareOp::Less, rev + 1).with_prefix());
-    }
-    // A new job's catch-up state starts now, so workers never catch up on ticks from before the
-    // job existed. Only when the job does not exist yet and no state is stored: a replace, or a
-    // state left by someone else, keeps its value. Placed before the put so that its compare
-    // sees the job as it was before this txn.
-    let init_state = Txn::new()
-        .when([
-            Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-            Compare::version(state_key.clone(), CompareOp::Equal, 0),
-        ])
-        .and_then([TxnOp::put(state_key, JobState { last_tick_ms: now_ms() }.to_bytes(), None)]);
-    let txn = Txn::new()
-        .when(compares)
-        .and_then([TxnOp::txn(init_state), TxnOp::put(key.clone(), value, Some(PutOptions::new().with_prev_key()))])
-        // The job as it is now tells a failed precondition from a changed jobs prefix.
-        .or_else([TxnOp::get(key, None)]);
-    let mut kv = st.client.kv_client();
-    let resp = etcd("txn", kv.txn(txn)).await?;
-    if resp.succeeded() {
-        return Ok(Saved::Committed(resp));
-    }
-    let current = resp.op_responses().into_iter().find_map(|op| match op {
-        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.mod_revision()),
-        _ => None,
-    });
-    let refused = match (current, expected) {
-        (Some(rev), Some(want)) if rev != want => Some(format!(
-            "job {name:?} was changed by someone else: it is at revision {rev}, your edit was based on \
-             revision {want}; reload and re-apply your change"
-        )),
-        (None, Some(_)) => Some(format!("job {name:?} was deleted by someone else; reload before saving")),
-        (Some(_), None) if create_only => Some(format!("job {name:?} already exists (If-None-Match: *)")),
-        _ => None,
-    };
-    Ok(match refused {
-        Some(message) => Saved::Refused(ApiError::conflict(message)),
-        None => Saved::JobsChanged,
-    })
-}
-
-/// Saves a job that starts other jobs, refusing a dependency cycle through it. The check reads
-/// every job at one revision and the write commits only if no job changed since; when one did,
-/// it reads and checks again, a few times.
-async fn save_job_checked(
-    st: &AppState,
-    name: &str,
-    spec: &JobSpec,
-    value: &[u8],
-    precondition: Precondition,
-) -> ApiResult<TxnResponse> {
-    // A job naming itself needs no etcd read to be refused.
-    refuse_cycle(name, spec, DependencyGraph::new())?;
-    for attempt in 1..=DEPENDENCY_CHECK_ATTEMPTS {
-        let jobs = all_jobs(st).await?;
-        let read_at = jobs.header().map(|h| h.revision()).ok_or_else(|| ApiError::internal(&"range without header"))?;
-        let mut graph = DependencyGraph::new();
-        for item in jobs.kvs() {
-            if let Some(Key::Job(job)) = st.keys.parse(item.key()) {
-                let edges: StoredEdges = serde_json::from_slice(item.value()).unwrap_or_default();
-                graph.set(&job, edges.on_success.into_iter().chain(edges.on_failure));
-            }
-        }
-        refuse_cycle(name, spec, graph)?;
-        match save_job(st, name, value, precondition, Some(read_at)).await? {
-            Saved::Committed(resp) => return Ok(resp),
-            Saved::Refused(e) => return Err(e),
-            Saved::JobsChanged => {
-                tracing::info!(
-                    job = %name,
-                    attempt,
-                    read_revision = read_at,
-                    "jobs changed during the dependency check; checking again"
-                );
-            }
-        }
-        if attempt < DEPENDENCY_CHECK_ATTEMPTS {
-            // Jitter, so that saves which keep colliding stop doing so.
-            tokio::time::sleep(Duration::from_millis(rand::random_range(5..=25) * attempt)).await;
-        }
-    }
-    Err(ApiError::conflict(format!(
-        "other jobs were saved while the dependencies of job {name:?} were being checked for cycles, \
-         {DEPENDENCY_CHECK_ATTEMPTS} times in a row; nothing was saved, retry"
-    )))
-}
-
-/// The dependency edges of a stored job. Read on their own, without validating the rest, so the
-/// check is cheap and a stored value that is otherwise invalid still counts its edges.
-#[derive(Debug, Default, Deserialize)]
-struct StoredEdges {
-    #[serde(default)]
-    on_success: Vec<String>,
-    #[serde(default)]
-    on_failure: Vec<String>,
-}
-
-/// 400 `dependency_cycle` when `graph`, with `name`'s edges replaced by the spec's, has a cycle
-/// through `name`; the field is the entry of the spec's list the cycle leaves by.
-fn refuse_cycle(name: &str, spec: &JobSpec, mut graph: DependencyGraph) -> ApiResult<()> {
-    graph.set(name, spec.on_success.iter().chain(&spec.on_failure).map(String::as_str));
-    let Some(cycle) = graph.cycle_through(name) else {
-        return Ok(());
-    };
-    let step = cycle.first_step().unwrap_or(name);
-    let field = [("on_success", &spec.on_success), ("on_failure", &spec.on_failure)]
-        .into_iter()
-        .find_map(|(list, jobs)| jobs.iter().position(|j| j == step).map(|i| format!("{list}[{i}]")));
-    Err(ApiError::dependency_cycle(field, format!("dependency cycle: {cycle}")))
+    // A save never changes whether the job is paused; the answer shows it as it is.
+    let pause = current_pause(&st, &name).await;
+    Ok(with_audit(with_etag(status, &view(name, &value, revision, created_revision, None, pause.as_ref())), detail))
 }
 
 async fn delete_job(State(st): State<AppState>, Path(name): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
     job_name(&name)?;
-    let expected = if_match(&headers)?;
-    let key = st.keys.job(&name);
-    let compare = match expected {
-        Some(rev) => Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
-        None => Compare::create_revision(key.clone(), CompareOp::Greater, 0),
+    let precondition = Precondition { expected: if_match(&headers)?, create_only: false };
+    let write = Write { job: name.clone(), change: Change::Delete, precondition };
+    let outcome = st.jobs().apply(vec![write]).await.outcomes.pop();
+    let Some(Written::Deleted { before }) = outcome.transpose()? else {
+        return Err(ApiError::internal(&"a delete answered otherwise"));
     };
-    let txn = Txn::new()
-        .when([compare])
-        .and_then([
-            // The spec as it was, for the audit log.
-            TxnOp::get(key.clone(), None),
-            TxnOp::delete(key.clone(), None),
-            // The catch-up state belongs to the job and goes with it.
-            TxnOp::delete(st.keys.state(&name), None),
-            // So is the health that `recovery` notifications read.
-            TxnOp::delete(st.keys.health(&name), None),
-            // Pending run requests (manual runs, retries, dependency runs, catch-up) must not
-            // start the job, or a job of the same name created later, after the delete.
-            TxnOp::delete(st.keys.job_trigger_prefix(&name), Some(DeleteOptions::new().with_prefix())),
-            // Claims, running markers and the lock stay: they belong to executions still running
-            // under worker leases, and expire with them.
-        ])
-        .or_else([TxnOp::get(key.clone(), None)]);
-    let mut kv = st.client.kv_client();
-    let resp = etcd("txn", kv.txn(txn)).await?;
-    if resp.succeeded() {
-        tracing::info!(job = %name, "job deleted");
-        let before = resp.op_responses().into_iter().find_map(|op| match op {
-            TxnOpResponse::Get(g) => g.kvs().first().and_then(|kv| crate::audit::audited(kv.value())),
-            _ => None,
-        });
-        let detail = crate::audit::AuditDetail { before, ..Default::default() };
-        return Ok(with_audit(StatusCode::NO_CONTENT.into_response(), detail));
+    tracing::info!(job = %name, "job deleted");
+    let detail =
+        crate::audit::AuditDetail { before: before.as_deref().and_then(crate::audit::audited), ..Default::default() };
+    Ok(with_audit(StatusCode::NO_CONTENT.into_response(), detail))
+}
+
+/// One change of a `POST /api/batch`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchChange {
+    job: String,
+    op: BatchOp,
+    #[serde(default)]
+    spec: Option<Value>,
+    #[serde(default)]
+    if_match: Option<i64>,
+    #[serde(default)]
+    if_none_match: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum BatchOp {
+    Put,
+    Delete,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    changes: Vec<Value>,
+}
+
+/// A batch change as a job write; its own errors (bad spec, bad precondition) name fields
+/// relative to the change (`spec.task.command`, `if_match`).
+fn batch_write(change: BatchChange) -> (String, BatchOp, ApiResult<Write>) {
+    let BatchChange { job, op, spec, if_match, if_none_match } = change;
+    let write = (|| {
+        validate_name(&job).map_err(|e| ApiError::bad_request(Some("job".to_owned()), e.message))?;
+        let expected = match if_match {
+            Some(rev) if rev <= 0 => {
+                return Err(ApiError::bad_request(
+                    Some("if_match".to_owned()),
+                    "if_match must be a job revision (a positive integer)",
+                ));
+            }
+            rev => rev,
+        };
+        let create_only = match if_none_match.as_deref() {
+            None => false,
+            Some("*") if op == BatchOp::Put && expected.is_none() => true,
+            Some("*") if op == BatchOp::Put => {
+                return Err(ApiError::bad_request(
+                    Some("if_none_match".to_owned()),
+                    "give if_match or if_none_match, not both",
+                ));
+            }
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    Some("if_none_match".to_owned()),
+                    "if_none_match must be \"*\" (create only), and only on a put",
+                ));
+            }
+        };
+        let change = match (op, spec) {
+            (BatchOp::Put, Some(spec)) => {
+                Change::Put(Box::new(JobSpec::from_value(spec).map_err(|e| in_spec(ApiError::from(e)))?))
+            }
+            (BatchOp::Put, None) => {
+                return Err(ApiError::bad_request(Some("spec".to_owned()), "a put needs the job's spec"))
+            }
+            (BatchOp::Delete, None) => Change::Delete,
+            (BatchOp::Delete, Some(_)) => {
+                return Err(ApiError::bad_request(Some("spec".to_owned()), "a delete takes no spec"));
+            }
+        };
+        Ok(Write { job: job.clone(), change, precondition: Precondition { expected, create_only } })
+    })();
+    (job, op, write)
+}
+
+/// An error about a spec as a batch answers it: its field named within the change.
+fn in_spec(mut e: ApiError) -> ApiError {
+    e.field = Some(e.field.map_or_else(|| "spec".to_owned(), |f| format!("spec.{f}")));
+    e
+}
+
+/// The changes of a batch body, each job at most once.
+fn batch_changes(body: &[u8]) -> ApiResult<Vec<(String, BatchOp, ApiResult<Write>)>> {
+    let body: BatchBody =
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(None, format!("invalid batch: {e}")))?;
+    if body.changes.len() > MAX_BATCH_CHANGES {
+        return Err(ApiError::bad_request(
+            Some("changes".to_owned()),
+            format!("{} changes; at most {MAX_BATCH_CHANGES} per request", body.changes.len()),
+        ));
     }
-    let exists = resp.op_responses().into_iter().any(|op| matches!(op, TxnOpResponse::Get(g) if !g.kvs().is_empty()));
-    if exists {
-        Err(ApiError::conflict(format!("job {name:?} was changed by someone else; reload before deleting")))
-    } else {
-        Err(ApiError::not_found(format!("job {name:?} does not exist")))
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (i, change) in body.changes.into_iter().enumerate() {
+        let change: BatchChange = serde_json::from_value(change)
+            .map_err(|e| ApiError::bad_request(Some(format!("changes[{i}]")), e.to_string()))?;
+        if let Some(first) = seen.insert(change.job.clone(), i) {
+            return Err(ApiError::bad_request(
+                Some(format!("changes[{i}].job")),
+                format!("job {:?} is already changed by changes[{first}]; one change per job", change.job),
+            ));
+        }
+        out.push(batch_write(change));
+    }
+    Ok(out)
+}
+
+/// `POST /api/batch`: many job saves and deletes in one request, each with its own
+/// precondition, written in as few etcd transactions as they fit in and answered one by one.
+async fn batch(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+    let changes = batch_changes(&body_bytes(body)?)?;
+    let mut results: Vec<Value> = Vec::with_capacity(changes.len());
+    let mut writes = Vec::new();
+    let mut slots = Vec::new();
+    for (job, op, write) in changes {
+        match write {
+            Ok(w) => {
+                slots.push(results.len());
+                writes.push(w);
+                results.push(Value::Null);
+            }
+            Err(e) => results.push(batch_result(&job, op, Err(e))),
+        }
+    }
+    let jobs: Vec<(String, BatchOp)> = writes
+        .iter()
+        .map(|w| (w.job.clone(), if matches!(w.change, Change::Put(_)) { BatchOp::Put } else { BatchOp::Delete }))
+        .collect();
+    let applied = st.jobs().apply(writes).await;
+    let mut audit = Vec::new();
+    for ((slot, (job, op)), outcome) in slots.into_iter().zip(jobs).zip(applied.outcomes) {
+        if let Ok(w) = &outcome {
+            audit.push(crate::audit::JobChange::of(&job, w));
+        }
+        // The store names a spec's fields as `PUT /api/jobs/{job}` does: here they are in `spec`.
+        let outcome = outcome.map_err(|e| if op == BatchOp::Put && e.field.is_some() { in_spec(e) } else { e });
+        results[slot] = batch_result(&job, op, outcome);
+    }
+    let changed = audit.len();
+    tracing::info!(changes = results.len(), changed, transactions = applied.transactions, "batch applied");
+    let body = json!({ "results": results, "transactions": applied.transactions });
+    let mut resp = (StatusCode::OK, Json(body)).into_response();
+    resp.extensions_mut().insert(crate::audit::BatchAudit(audit));
+    Ok(resp)
+}
+
+/// One change's answer: the status its own request would have had, and its revision or error.
+fn batch_result(job: &str, op: BatchOp, outcome: Result<Written, ApiError>) -> Value {
+    match outcome {
+        Ok(Written::Saved { created, revision, created_revision, .. }) => json!({
+            "job": job, "op": op, "status": if created { 201 } else { 200 },
+            "outcome": if created { "created" } else { "updated" },
+            "revision": revision, "created_revision": created_revision,
+        }),
+        Ok(Written::Deleted { .. }) => json!({ "job": job, "op": op, "status": 204, "outcome": "deleted" }),
+        Err(e) => json!({
+            "job": job, "op": op, "status": e.status.as_u16(), "outcome": "failed",
+            "error": { "code": e.code, "message": e.message, "field": e.field },
+        }),
     }
 }
 
@@ -686,56 +703,154 @@ async fn kill_job(
     Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
 }
 
-async fn set_enabled(st: &AppState, name: &str, enabled: bool) -> ApiResult<Response> {
-    job_name(name)?;
-    let key = st.keys.job(name);
-    for _ in 0..RMW_ATTEMPTS {
-        let mut kv = st.client.kv_client();
-        let resp = etcd("get", kv.get(key.clone(), None)).await?;
-        let item = resp.kvs().first().ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
-        let (rev, created) = (item.mod_revision(), item.create_revision());
-        let mut spec = JobSpec::from_json(item.value()).map_err(|e| {
-            ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT"))
-        })?;
-        if spec.enabled == enabled {
-            let detail = crate::audit::AuditDetail { detail: Some(json!({ "unchanged": true })), ..Default::default() };
-            return Ok(with_audit(
-                with_etag(StatusCode::OK, &view(name.to_owned(), item.value(), rev, created, None)),
-                detail,
-            ));
-        }
-        spec.enabled = enabled;
-        let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
-        // Flip only the revision we read, so a concurrent edit is never overwritten.
-        let txn = Txn::new().when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)]).and_then([TxnOp::put(
-            key.clone(),
-            value.clone(),
-            None,
-        )]);
-        let resp = etcd("txn", kv.txn(txn)).await?;
-        if resp.succeeded() {
-            let revision = resp.header().map_or(0, |h| h.revision());
-            tracing::info!(job = %name, enabled, revision, "job {}", if enabled { "resumed" } else { "paused" });
-            let detail = crate::audit::AuditDetail {
-                before: crate::audit::audited(item.value()),
-                after: crate::audit::audited(&value),
-                detail: None,
-            };
-            return Ok(with_audit(
-                with_etag(StatusCode::OK, &view(name.to_owned(), &value, revision, created, None)),
-                detail,
-            ));
+/// The job's pause as it is now, for the answer to a save; `None` (logged) if etcd does not
+/// answer, as the save itself is done.
+async fn current_pause(st: &AppState, name: &str) -> Option<Pause> {
+    let mut kv = st.client.kv_client();
+    match etcd("get_paused", kv.get(st.keys.paused(name), None)).await {
+        Ok(resp) => resp.kvs().first().map(|item| stored_pause(name, item.value())),
+        Err(e) => {
+            tracing::warn!(job = %name, error = %e.message, "reading the pause for the answer to a save failed");
+            None
         }
     }
-    Err(ApiError::conflict(format!("job {name:?} is being edited concurrently; retry")))
 }
 
-async fn pause_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    set_enabled(&st, &name, false).await
+/// The body of `POST /api/jobs/{job}/pause`: nothing, or `{"reason": "..."}`.
+fn pause_reason(body: &[u8]) -> ApiResult<Option<String>> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value = etcron_common::json::from_slice_unique(body).map_err(|e| match e {
+        etcron_common::json::ParseError::Duplicate { path } => {
+            ApiError::bad_request(Some(path.clone()), format!("{path} is given twice"))
+        }
+        etcron_common::json::ParseError::Syntax(e) => ApiError::bad_request(None, format!("body is not JSON: {e}")),
+    })?;
+    let Value::Object(fields) = value else {
+        return Err(ApiError::bad_request(None, "the body is a JSON object: {\"reason\": \"...\"}, or empty"));
+    };
+    if let Some(other) = fields.keys().find(|k| *k != "reason") {
+        return Err(ApiError::bad_request(
+            Some(other.clone()),
+            format!("unknown field {other:?}; a pause takes only reason"),
+        ));
+    }
+    let reason = match fields.get("reason") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(r)) => r.trim(),
+        Some(_) => return Err(ApiError::bad_request(Some("reason".to_owned()), "reason must be a string")),
+    };
+    let chars = reason.chars().count();
+    if chars > MAX_PAUSE_REASON {
+        return Err(ApiError::bad_request(
+            Some("reason".to_owned()),
+            format!("reason is {chars} characters long; at most {MAX_PAUSE_REASON}"),
+        ));
+    }
+    if reason.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(Some("reason".to_owned()), "reason may not contain control characters"));
+    }
+    Ok((!reason.is_empty()).then(|| reason.to_owned()))
 }
 
+/// Pauses a job: puts `{ns}/paused/{job}` (who, when, why) and leaves the spec alone, so writing
+/// the spec again (`etcronctl jobs apply`) never resumes it. Pausing a paused job records the
+/// new who and why.
+async fn pause_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    job_name(&name)?;
+    let reason = pause_reason(&body_bytes(body)?)?;
+    for _ in 0..RMW_ATTEMPTS {
+        let (item, previous) = read_job(&st, &name).await?;
+        JobSpec::from_json(&item.value).map_err(|e| {
+            ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT"))
+        })?;
+        let pause = Pause { by: Some(actor(caller.as_ref())), at_ms: Some(now_ms()), reason: reason.clone() };
+        let value = serde_json::to_vec(&pause).map_err(|e| ApiError::internal(&e))?;
+        // Only while the job read is the one there (not deleted, or deleted and created again):
+        // a pause never outlives its job.
+        let txn = Txn::new()
+            .when([Compare::create_revision(st.keys.job(&name), CompareOp::Equal, item.create_revision)])
+            .and_then([TxnOp::put(st.keys.paused(&name), value, None)]);
+        let mut kv = st.client.kv_client();
+        if etcd("txn", kv.txn(txn)).await?.succeeded() {
+            tracing::info!(job = %name, by = pause.by.as_deref().unwrap_or(""), reason = reason.as_deref().unwrap_or(""), "job paused");
+            let job = view(name, &item.value, item.mod_revision, item.create_revision, None, Some(&pause));
+            let detail = crate::audit::AuditDetail {
+                detail: Some(json!({ "paused": job.paused, "previous": previous.as_ref().map(PauseView::from) })),
+                ..Default::default()
+            };
+            return Ok(with_audit(with_etag(StatusCode::OK, &job), detail));
+        }
+    }
+    Err(ApiError::conflict(format!("job {name:?} is being deleted and created again concurrently; retry")))
+}
+
+/// Resumes a job: deletes its pause and, only when the stored spec itself says `enabled: false`
+/// (declared disabled, or an `@at` job the workers disabled after its run), sets it to true;
+/// both in one txn on the revision read, so a concurrent edit is never overwritten.
 async fn resume_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    set_enabled(&st, &name, true).await
+    job_name(&name)?;
+    let key = st.keys.job(&name);
+    for _ in 0..RMW_ATTEMPTS {
+        let (item, pause) = read_job(&st, &name).await?;
+        let (rev, created) = (item.mod_revision, item.create_revision);
+        let mut spec = JobSpec::from_json(&item.value).map_err(|e| {
+            ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT"))
+        })?;
+        let was_paused = pause.as_ref().map(PauseView::from);
+        if pause.is_none() && spec.enabled {
+            let detail = crate::audit::AuditDetail { detail: Some(json!({ "unchanged": true })), ..Default::default() };
+            return Ok(with_audit(
+                with_etag(StatusCode::OK, &view(name, &item.value, rev, created, None, None)),
+                detail,
+            ));
+        }
+        let mut ops = vec![TxnOp::delete(st.keys.paused(&name), None)];
+        let enabled = if spec.enabled {
+            None
+        } else {
+            spec.enabled = true;
+            // An enabled job must have a fire time ahead, as for a PUT: a spent `@at` is
+            // given a new time with PUT instead.
+            spec.parsed_schedule()
+                .and_then(|s| s.fires_after(now_ms()))
+                .map_err(|e| ApiError::bad_request(Some("schedule".to_owned()), e.to_string()))?;
+            let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
+            ops.push(TxnOp::put(key.clone(), value.clone(), None));
+            Some(value)
+        };
+        let txn = Txn::new().when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)]).and_then(ops);
+        let mut kv = st.client.kv_client();
+        let resp = etcd("txn", kv.txn(txn)).await?;
+        if !resp.succeeded() {
+            continue;
+        }
+        tracing::info!(job = %name, spec_enabled = enabled.is_some(), "job resumed");
+        let detail = json!({ "was_paused": was_paused, "spec_enabled": enabled.is_some() });
+        let (job, detail) = match enabled {
+            Some(value) => {
+                let revision = resp.header().map_or(0, |h| h.revision());
+                let detail = crate::audit::AuditDetail {
+                    before: crate::audit::audited(&item.value),
+                    after: crate::audit::audited(&value),
+                    detail: Some(detail),
+                };
+                (view(name, &value, revision, created, None, None), detail)
+            }
+            None => (
+                view(name, &item.value, rev, created, None, None),
+                crate::audit::AuditDetail { detail: Some(detail), ..Default::default() },
+            ),
+        };
+        return Ok(with_audit(with_etag(StatusCode::OK, &job), detail));
+    }
+    Err(ApiError::conflict(format!("job {name:?} is being edited concurrently; retry")))
 }
 
 #[derive(Debug, Serialize)]

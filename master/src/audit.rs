@@ -48,6 +48,44 @@ pub struct AuditDetail {
     pub detail: Option<Value>,
 }
 
+/// What one change of a batch did, kept as an entry of its own (`job.put` / `job.delete` on
+/// the job), so the audit log of a job shows the changes a batch made to it.
+#[derive(Debug, Clone)]
+pub struct JobChange {
+    pub job: String,
+    pub action: &'static str,
+    pub status: u16,
+    pub before: Option<Value>,
+    pub after: Option<Value>,
+}
+
+impl JobChange {
+    #[must_use]
+    pub fn of(job: &str, written: &crate::job_store::Written) -> Self {
+        use crate::job_store::Written;
+        match written {
+            Written::Saved { created, value, before, .. } => Self {
+                job: job.to_owned(),
+                action: "job.put",
+                status: if *created { 201 } else { 200 },
+                before: before.as_deref().and_then(audited),
+                after: audited(value),
+            },
+            Written::Deleted { before } => Self {
+                job: job.to_owned(),
+                action: "job.delete",
+                status: 204,
+                before: before.as_deref().and_then(audited),
+                after: None,
+            },
+        }
+    }
+}
+
+/// The changes a `POST /api/batch` made (a response extension).
+#[derive(Debug, Clone, Default)]
+pub struct BatchAudit(pub Vec<JobChange>);
+
 /// One audited request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditEntry {
@@ -386,6 +424,29 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
     }
     let (action, job) = action_of(&method, &path);
     let (actor, role) = (caller.name, caller.role.as_str().to_owned());
+    if let Some(BatchAudit(changes)) = response.extensions().get::<BatchAudit>() {
+        // One entry per change made; changes refused are answered to the caller only.
+        for change in changes {
+            log.record(AuditEntry {
+                id: format!("{at_ms:013}-{:016x}", rand::random::<u64>()),
+                at: rfc3339_ms(at_ms),
+                at_ms,
+                actor: actor.clone(),
+                role: role.clone(),
+                remote: remote.clone(),
+                forwarded_for: forwarded_for.clone(),
+                method: method.clone(),
+                path: bounded(&path, MAX_PATH),
+                action: change.action.to_owned(),
+                job: Some(bounded(&change.job, MAX_JOB)),
+                status: change.status,
+                before: change.before.clone(),
+                after: change.after.clone(),
+                detail: Some(serde_json::json!({"batch": true})),
+            });
+        }
+        return response;
+    }
     log.record(AuditEntry {
         id: format!("{at_ms:013}-{:016x}", rand::random::<u64>()),
         at: rfc3339_ms(at_ms),

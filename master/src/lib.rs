@@ -9,6 +9,7 @@ pub mod config;
 pub mod error;
 pub mod etcd_storage;
 pub mod guard;
+pub mod job_store;
 pub mod limits;
 pub mod metrics;
 pub mod notification;

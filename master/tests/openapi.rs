@@ -26,6 +26,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/jobs/{job}/kill"),
     ("POST", "/api/jobs/{job}/pause"),
     ("POST", "/api/jobs/{job}/resume"),
+    ("POST", "/api/batch"),
     ("GET", "/api/workers"),
     ("GET", "/api/cluster/storage"),
     ("GET", "/api/schedule/preview"),
@@ -194,6 +195,7 @@ fn the_documented_limits_are_the_enforced_ones() {
         (&target["name"]["maxLength"], etcron_common::notify::MAX_TARGET_NAME_LEN as u64),
         (&target["headers"]["maxProperties"], etcron_common::notify::MAX_TARGET_HEADERS as u64),
         (&target["headers"]["additionalProperties"]["maxLength"], etcron_common::notify::MAX_HEADER_VALUE_LEN as u64),
+        (&schema("PauseRequest")["properties"]["reason"]["maxLength"], etcron_common::model::MAX_PAUSE_REASON as u64),
     ];
     for (i, (documented, enforced)) in checks.iter().enumerate() {
         assert_eq!(documented.as_u64(), Some(*enforced), "limit #{i}");
@@ -202,11 +204,13 @@ fn the_documented_limits_are_the_enforced_ones() {
     let limit = search.iter().find(|p| p["name"] == "limit").unwrap();
     assert_eq!(limit["schema"]["maximum"].as_i64(), Some(etcron_common::store::MAX_LIMIT));
     assert_eq!(limit["schema"]["default"].as_i64(), Some(etcron_common::store::DEFAULT_LIMIT));
+    let batch = schema("Batch");
+    assert_eq!(batch["properties"]["changes"]["maxItems"].as_u64(), Some(etcron_master::api::MAX_BATCH_CHANGES as u64));
     let preview = doc["paths"]["/api/schedule/preview"]["get"]["parameters"].as_array().unwrap();
     let count = preview.iter().find(|p| p["name"] == "count").unwrap();
     assert_eq!(count["schema"]["maximum"].as_u64(), Some(etcron_master::api::MAX_PREVIEW as u64));
     // deny_unknown_fields on the Rust side is additionalProperties: false here.
-    for name in ["JobSpec", "ShellTask", "HttpTask", "Retries", "NotifyTarget"] {
+    for name in ["JobSpec", "ShellTask", "HttpTask", "Retries", "NotifyTarget", "Batch", "BatchChange"] {
         assert_eq!(schema(name)["additionalProperties"], false, "{name}");
     }
 }

@@ -1,0 +1,673 @@
+//! Job writes: the one place that saves and deletes job specs in etcd. A write carries its
+//! precondition (`If-Match: <revision>` or `If-None-Match: *`); a save fills in withheld
+//! secrets from the stored spec, checks the stored size and refuses a dependency cycle. One
+//! write (`PUT`/`DELETE /api/jobs/{job}`) and many (`POST /api/batch`, what `etcronctl apply`
+//! sends) take the same path: as few etcd transactions as the changes fit in, each change a
+//! nested transaction under its own precondition, so each one succeeds or fails on its own.
+//!
+//! The dependency rule: when any save in the batch gives its job dependents (`on_success` /
+//! `on_failure`), every job is read at one revision R, the preconditions are decided against
+//! that read, the graph with every accepted change applied must have no cycle through a saved
+//! job, and each transaction commits only if no key under the jobs prefix was written after R
+//! (or after the previous transaction of the batch). When one was, what is left is read and
+//! checked again, a few times. Deletes only remove edges, so they never need the check.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcron_common::dependency::DependencyGraph;
+use etcron_common::job::{validate_name, JobSpec, MAX_SPEC_BYTES};
+use etcron_common::keys::{Key, Keys};
+use etcron_common::model::JobState;
+use etcron_common::now_ms;
+use serde::Deserialize;
+
+use crate::api::{etcd, ApiResult};
+use crate::error::ApiError;
+
+/// Changes written per etcd transaction (etcd refuses more than 128 operations per level of a
+/// transaction by default).
+pub const TXN_CHANGES: usize = 100;
+/// Bytes of job values per transaction, under etcd's default request limit of 1.5 MiB.
+pub const TXN_BYTES: usize = 1024 * 1024;
+/// Times a batch with dependencies re-reads the jobs and checks again when other jobs were
+/// saved between its read and its write.
+const DEPENDENCY_CHECK_ATTEMPTS: u64 = 5;
+
+/// The client's precondition on a write: `If-Match: <revision>` or `If-None-Match: *`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Precondition {
+    pub expected: Option<i64>,
+    pub create_only: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum Change {
+    Put(Box<JobSpec>),
+    Delete,
+}
+
+/// One job to save or delete.
+#[derive(Debug, Clone)]
+pub struct Write {
+    pub job: String,
+    pub change: Change,
+    pub precondition: Precondition,
+}
+
+/// What a write did.
+#[derive(Debug)]
+pub enum Written {
+    Saved {
+        created: bool,
+        revision: i64,
+        created_revision: i64,
+        /// The value as stored (secrets kept, defaults filled in).
+        value: Vec<u8>,
+        /// The value it replaced, for the audit log.
+        before: Option<Vec<u8>>,
+    },
+    Deleted {
+        before: Option<Vec<u8>>,
+    },
+}
+
+pub type Outcome = Result<Written, ApiError>;
+
+/// The answer to a batch: one outcome per write, in order, and the transactions it took.
+#[derive(Debug)]
+pub struct Applied {
+    pub outcomes: Vec<Outcome>,
+    pub transactions: usize,
+}
+
+#[derive(Clone)]
+pub struct JobStore {
+    client: Client,
+    keys: Keys,
+}
+
+/// A write ready to send: its value (for a save) and what it replaces in the read, if read.
+struct Prepared {
+    index: usize,
+    value: Option<Vec<u8>>,
+    precondition: Precondition,
+}
+
+/// The jobs as read at one revision (all of them, or those a batch needs).
+struct Snapshot {
+    revision: i64,
+    /// name → (value, mod revision)
+    jobs: BTreeMap<String, (Vec<u8>, i64)>,
+    /// Whether every job was read (needed for the dependency check).
+    complete: bool,
+}
+
+/// How one transaction of the batch ended.
+enum Committed {
+    Done {
+        revision: i64,
+    },
+    /// A job was written after the revision the dependency check read.
+    JobsChanged,
+}
+
+impl JobStore {
+    #[must_use]
+    pub fn new(client: Client, keys: Keys) -> Self {
+        Self { client, keys }
+    }
+
+    /// Carries out `writes` (each job at most once: the caller checks), returning one outcome
+    /// per write in order.
+    pub async fn apply(&self, writes: Vec<Write>) -> Applied {
+        let mut outcomes: Vec<Option<Outcome>> = writes.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = Vec::new();
+        for (i, w) in writes.iter().enumerate() {
+            match check_write(w) {
+                Ok(()) => pending.push(i),
+                Err(e) => outcomes[i] = Some(Err(e)),
+            }
+        }
+        let mut transactions = 0;
+        for attempt in 1..=DEPENDENCY_CHECK_ATTEMPTS {
+            if pending.is_empty() {
+                break;
+            }
+            match self.attempt(&writes, &pending, &mut outcomes, &mut transactions).await {
+                Ok(()) => pending.clear(),
+                Err(left) => {
+                    tracing::info!(
+                        attempt,
+                        writes = left.len(),
+                        "jobs changed during the dependency check; checking again"
+                    );
+                    pending = left;
+                    if attempt < DEPENDENCY_CHECK_ATTEMPTS {
+                        // Jitter, so that saves which keep colliding stop doing so.
+                        tokio::time::sleep(Duration::from_millis(rand::random_range(5..=25) * attempt)).await;
+                    }
+                }
+            }
+        }
+        for i in pending {
+            outcomes[i] = Some(Err(ApiError::conflict(format!(
+                "other jobs were saved while the dependencies of job {:?} were being checked for cycles, \
+                 {DEPENDENCY_CHECK_ATTEMPTS} times in a row; nothing was saved, retry",
+                writes[i].job
+            ))));
+        }
+        let outcomes = outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(ApiError::internal(&"write without an outcome"))))
+            .collect();
+        Applied { outcomes, transactions }
+    }
+
+    /// One pass over `pending`: read, prepare, check, write. `Err` holds the writes to try
+    /// again because jobs changed under the dependency check.
+    async fn attempt(
+        &self,
+        writes: &[Write],
+        pending: &[usize],
+        outcomes: &mut [Option<Outcome>],
+        transactions: &mut usize,
+    ) -> Result<(), Vec<usize>> {
+        let needs_graph = pending.iter().any(|&i| has_dependents(&writes[i]));
+        let snapshot = match self.read(writes, pending, needs_graph).await {
+            Ok(s) => s,
+            Err(e) => {
+                for &i in pending {
+                    outcomes[i] = Some(Err(e.clone()));
+                }
+                return Ok(());
+            }
+        };
+        let mut ready = Vec::new();
+        for &i in pending {
+            match prepare(i, &writes[i], snapshot.as_ref()) {
+                Ok(p) => ready.push(p),
+                Err(e) => outcomes[i] = Some(Err(e)),
+            }
+        }
+        if let Some(snapshot) = snapshot.as_ref().filter(|s| s.complete) {
+            ready = decide_locally(writes, ready, snapshot, outcomes);
+        }
+        let mut guard = snapshot.as_ref().filter(|s| s.complete).map(|s| s.revision);
+        let chunks = chunks(ready);
+        let mut chunks = chunks.into_iter();
+        while let Some(chunk) = chunks.next() {
+            *transactions += 1;
+            match self.commit(writes, &chunk, guard, outcomes).await {
+                Ok(Committed::Done { revision }) => {
+                    if guard.is_some() {
+                        guard = Some(revision);
+                    }
+                }
+                Ok(Committed::JobsChanged) => {
+                    let mut left: Vec<usize> = chunk.iter().map(|p| p.index).collect();
+                    left.extend(chunks.flatten().map(|p| p.index));
+                    return Err(left);
+                }
+                Err(e) => {
+                    // This transaction's outcome is unknown, and the later ones were not sent.
+                    for index in chunk.iter().map(|p| p.index).chain(chunks.flatten().map(|p| p.index)) {
+                        outcomes[index] = Some(Err(e.clone()));
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every job (when the dependency check needs them), or the jobs whose saves keep
+    /// withheld secrets; `None` when nothing needs reading.
+    async fn read(&self, writes: &[Write], pending: &[usize], all: bool) -> ApiResult<Option<Snapshot>> {
+        let mut kv = self.client.kv_client();
+        if all {
+            let resp =
+                etcd("list_jobs", kv.get(self.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+            let revision =
+                resp.header().map(|h| h.revision()).ok_or_else(|| ApiError::internal(&"range without header"))?;
+            let jobs = resp
+                .kvs()
+                .iter()
+                .filter_map(|item| match self.keys.parse(item.key()) {
+                    Some(Key::Job(name)) => Some((name, (item.value().to_vec(), item.mod_revision()))),
+                    _ => None,
+                })
+                .collect();
+            return Ok(Some(Snapshot { revision, jobs, complete: true }));
+        }
+        let wanted: Vec<&str> = pending
+            .iter()
+            .filter(|&&i| matches!(&writes[i].change, Change::Put(spec) if spec.withholds_secrets()))
+            .map(|&i| writes[i].job.as_str())
+            .collect();
+        if wanted.is_empty() {
+            return Ok(None);
+        }
+        let mut jobs = BTreeMap::new();
+        let mut revision = 0;
+        for names in wanted.chunks(TXN_CHANGES) {
+            let txn = Txn::new().and_then(names.iter().map(|n| TxnOp::get(self.keys.job(n), None)).collect::<Vec<_>>());
+            let resp = etcd("get_jobs", kv.txn(txn)).await?;
+            revision = resp.header().map_or(revision, |h| h.revision());
+            for op in resp.op_responses() {
+                if let TxnOpResponse::Get(g) = op {
+                    for item in g.kvs() {
+                        if let Some(Key::Job(name)) = self.keys.parse(item.key()) {
+                            jobs.insert(name, (item.value().to_vec(), item.mod_revision()));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Some(Snapshot { revision, jobs, complete: false }))
+    }
+
+    /// Sends one transaction: each change nested under its own precondition, the whole under
+    /// `guard` (no job written after that revision) when the dependency check asks for it.
+    async fn commit(
+        &self,
+        writes: &[Write],
+        chunk: &[Prepared],
+        guard: Option<i64>,
+        outcomes: &mut [Option<Outcome>],
+    ) -> ApiResult<Committed> {
+        let compares = guard
+            .map(|rev| vec![Compare::mod_revision(self.keys.jobs_prefix(), CompareOp::Less, rev + 1).with_prefix()])
+            .unwrap_or_default();
+        let ops: Vec<TxnOp> = chunk.iter().map(|p| TxnOp::txn(self.change_txn(&writes[p.index], p))).collect();
+        let mut kv = self.client.kv_client();
+        let resp = etcd("txn", kv.txn(Txn::new().when(compares).and_then(ops))).await?;
+        if !resp.succeeded() {
+            return Ok(Committed::JobsChanged);
+        }
+        let revision = resp.header().map_or(0, |h| h.revision());
+        for (p, op) in chunk.iter().zip(resp.op_responses()) {
+            let TxnOpResponse::Txn(inner) = op else {
+                outcomes[p.index] = Some(Err(ApiError::internal(&"a nested transaction answered otherwise")));
+                continue;
+            };
+            let w = &writes[p.index];
+            outcomes[p.index] = Some(if inner.succeeded() {
+                Ok(written(p, inner.op_responses(), revision))
+            } else {
+                let current = inner.op_responses().into_iter().find_map(|op| match op {
+                    TxnOpResponse::Get(g) => Some(g.kvs().first().map(|kv| kv.mod_revision())),
+                    _ => None,
+                });
+                Err(refusal(w, p.precondition, current.flatten()))
+            });
+        }
+        Ok(Committed::Done { revision })
+    }
+
+    /// The nested transaction of one change: its precondition, then the writes; otherwise the
+    /// job as it is now (to say why it was refused).
+    fn change_txn(&self, w: &Write, p: &Prepared) -> Txn {
+        let key = self.keys.job(&w.job);
+        let Precondition { expected, create_only } = p.precondition;
+        match &p.value {
+            Some(value) => {
+                let compares = match (expected, create_only) {
+                    (Some(rev), _) => vec![Compare::mod_revision(key.clone(), CompareOp::Equal, rev)],
+                    (None, true) => vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
+                    (None, false) => Vec::new(),
+                };
+                Txn::new()
+                    .when(compares)
+                    .and_then([
+                        TxnOp::txn(self.init_state(&w.job)),
+                        TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_prev_key())),
+                    ])
+                    .or_else([TxnOp::get(key, None)])
+            }
+            None => {
+                let compare = match expected {
+                    Some(rev) => Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
+                    None => Compare::create_revision(key.clone(), CompareOp::Greater, 0),
+                };
+                let mut ops = vec![TxnOp::get(key.clone(), None)];
+                ops.extend(self.delete_ops(&w.job));
+                Txn::new().when([compare]).and_then(ops).or_else([TxnOp::get(key, None)])
+            }
+        }
+    }
+
+    /// A new job's catch-up state starts now, so workers never catch up on ticks from before
+    /// the job existed. Only when the job does not exist yet and no state is stored: a replace,
+    /// or a state left by someone else, keeps its value. Placed before the put so that its
+    /// compare sees the job as it was before this transaction.
+    fn init_state(&self, job: &str) -> Txn {
+        let (key, state_key) = (self.keys.job(job), self.keys.state(job));
+        Txn::new()
+            .when([
+                Compare::create_revision(key, CompareOp::Equal, 0),
+                Compare::version(state_key.clone(), CompareOp::Equal, 0),
+            ])
+            .and_then([TxnOp::put(state_key, JobState { last_tick_ms: now_ms() }.to_bytes(), None)])
+    }
+
+    /// Everything that goes with a job when it is deleted.
+    #[must_use]
+    pub fn delete_ops(&self, job: &str) -> Vec<TxnOp> {
+        vec![
+            TxnOp::delete(self.keys.job(job), None),
+            // The catch-up state belongs to the job and goes with it.
+            TxnOp::delete(self.keys.state(job), None),
+            // So is the health that `recovery` notifications read.
+            TxnOp::delete(self.keys.health(job), None),
+            // And an operator's pause: a job created later under the name starts unpaused.
+            TxnOp::delete(self.keys.paused(job), None),
+            // Pending run requests (manual runs, retries, dependency runs, catch-up) must not
+            // start the job, or a job of the same name created later, after the delete.
+            TxnOp::delete(self.keys.job_trigger_prefix(job), Some(DeleteOptions::new().with_prefix())),
+            // Claims, running markers and the lock stay: they belong to executions still running
+            // under worker leases, and expire with them.
+        ]
+    }
+}
+
+/// What a request alone can be refused for: the job's name and, for a save, a schedule that
+/// never fires again.
+fn check_write(w: &Write) -> ApiResult<()> {
+    validate_name(&w.job).map_err(ApiError::from)?;
+    match &w.change {
+        Change::Put(spec) => fires_again(spec),
+        Change::Delete => Ok(()),
+    }
+}
+
+/// An enabled job must have a fire time ahead: a past `@at` or a year field wholly in the past
+/// is refused. (A disabled one may keep its spent schedule: workers disable an `@at` job after
+/// its run, and such a job may be saved back as exported.)
+fn fires_again(spec: &JobSpec) -> ApiResult<()> {
+    if !spec.enabled {
+        return Ok(());
+    }
+    spec.parsed_schedule()
+        .and_then(|s| s.fires_after(now_ms()))
+        .map(drop)
+        .map_err(|e| ApiError::bad_request(Some("schedule".to_owned()), e.to_string()))
+}
+
+fn has_dependents(w: &Write) -> bool {
+    matches!(&w.change, Change::Put(spec) if !spec.on_success.is_empty() || !spec.on_failure.is_empty())
+}
+
+/// The value a save stores: withheld (`null`) secrets filled in from the stored spec (and
+/// then saved only over that revision), checked against the size limit.
+fn prepare(index: usize, w: &Write, snapshot: Option<&Snapshot>) -> ApiResult<Prepared> {
+    let mut precondition = w.precondition;
+    let Change::Put(spec) = &w.change else {
+        return Ok(Prepared { index, value: None, precondition });
+    };
+    let value = if spec.withholds_secrets() {
+        let stored = snapshot.and_then(|s| s.jobs.get(&w.job));
+        let stored_spec = stored.and_then(|(value, _)| JobSpec::from_json(value).ok());
+        let mut spec = spec.clone();
+        spec.keep_secrets(stored_spec.as_ref()).map_err(|e| ApiError::bad_request(Some(e.field), e.why))?;
+        if let (None, Some((_, rev))) = (precondition.expected, stored) {
+            precondition.expected = Some(*rev);
+        }
+        serde_json::to_vec(&spec)
+    } else {
+        serde_json::to_vec(spec)
+    }
+    .map_err(|e| ApiError::internal(&e))?;
+    // What is stored is checked, not only what was sent: defaults and kept secrets add bytes,
+    // and a stored spec over the limit would be refused by every worker.
+    if value.len() > MAX_SPEC_BYTES {
+        return Err(ApiError::too_large(format!(
+            "the job spec as stored (with defaults and kept secrets filled in) is {} bytes; the limit is {MAX_SPEC_BYTES}",
+            value.len()
+        )));
+    }
+    Ok(Prepared { index, value: Some(value), precondition })
+}
+
+/// With every job read at one revision (and the writes guarded on it), preconditions are
+/// decided here, and saves that would close a dependency cycle are refused. What is left is
+/// to be written.
+fn decide_locally(
+    writes: &[Write],
+    ready: Vec<Prepared>,
+    snapshot: &Snapshot,
+    outcomes: &mut [Option<Outcome>],
+) -> Vec<Prepared> {
+    let mut accepted = Vec::new();
+    for p in ready {
+        let w = &writes[p.index];
+        let current = snapshot.jobs.get(&w.job).map(|(_, rev)| *rev);
+        if holds(p.value.is_some(), p.precondition, current) {
+            accepted.push(p);
+        } else {
+            outcomes[p.index] = Some(Err(refusal(w, p.precondition, current)));
+        }
+    }
+    let stored = stored_graph(snapshot);
+    let mut graph = stored.clone();
+    for p in &accepted {
+        match &writes[p.index].change {
+            Change::Put(spec) => graph.set(&writes[p.index].job, spec.on_success.iter().chain(&spec.on_failure)),
+            Change::Delete => graph.set(&writes[p.index].job, Vec::<String>::new()),
+        }
+    }
+    // Refusing a save puts its stored edges back, which may close another cycle: until none.
+    loop {
+        let refused = accepted.iter().position(|p| match &writes[p.index].change {
+            Change::Put(spec) => cycle_error(&writes[p.index].job, spec, &graph).is_some(),
+            Change::Delete => false,
+        });
+        let Some(at) = refused else { break };
+        let p = accepted.remove(at);
+        let w = &writes[p.index];
+        if let Change::Put(spec) = &w.change {
+            outcomes[p.index] = cycle_error(&w.job, spec, &graph).map(Err);
+        }
+        graph.set(&w.job, stored.dependents(&w.job).to_vec());
+    }
+    accepted
+}
+
+/// Whether a precondition holds for a job at revision `current` (`None`: absent).
+fn holds(save: bool, precondition: Precondition, current: Option<i64>) -> bool {
+    match (precondition.expected, save) {
+        (Some(rev), _) => current == Some(rev),
+        (None, true) => !(precondition.create_only && current.is_some()),
+        (None, false) => current.is_some(),
+    }
+}
+
+/// Why a write was refused, the job being at `current` (`None`: absent).
+fn refusal(w: &Write, precondition: Precondition, current: Option<i64>) -> ApiError {
+    let name = &w.job;
+    let save = matches!(w.change, Change::Put(_));
+    match (current, precondition.expected) {
+        (None, _) if !save => ApiError::not_found(format!("job {name:?} does not exist")),
+        (Some(_), _) if !save => {
+            ApiError::conflict(format!("job {name:?} was changed by someone else; reload before deleting"))
+        }
+        (Some(rev), Some(want)) => ApiError::conflict(format!(
+            "job {name:?} was changed by someone else: it is at revision {rev}, your edit was based on \
+             revision {want}; reload and re-apply your change"
+        )),
+        (None, Some(_)) => {
+            ApiError::conflict(format!("job {name:?} was deleted by someone else; reload before saving"))
+        }
+        (Some(_), None) => ApiError::conflict(format!("job {name:?} already exists (If-None-Match: *)")),
+        (None, None) => ApiError::conflict(format!("job {name:?} changed concurrently; retry")),
+    }
+}
+
+/// The dependency edges of a stored job. Read on their own, without validating the rest, so the
+/// check is cheap and a stored value that is otherwise invalid still counts its edges.
+#[derive(Debug, Default, Deserialize)]
+struct StoredEdges {
+    #[serde(default)]
+    on_success: Vec<String>,
+    #[serde(default)]
+    on_failure: Vec<String>,
+}
+
+fn stored_graph(snapshot: &Snapshot) -> DependencyGraph {
+    let mut graph = DependencyGraph::new();
+    for (job, (value, _)) in &snapshot.jobs {
+        let edges: StoredEdges = serde_json::from_slice(value).unwrap_or_default();
+        graph.set(job, edges.on_success.into_iter().chain(edges.on_failure));
+    }
+    graph
+}
+
+/// 400 `dependency_cycle` when `graph` has a cycle through `name`; the field is the entry of
+/// the spec's list the cycle leaves by.
+fn cycle_error(name: &str, spec: &JobSpec, graph: &DependencyGraph) -> Option<ApiError> {
+    let cycle = graph.cycle_through(name)?;
+    let step = cycle.first_step().unwrap_or(name);
+    let field = [("on_success", &spec.on_success), ("on_failure", &spec.on_failure)]
+        .into_iter()
+        .find_map(|(list, jobs)| jobs.iter().position(|j| j == step).map(|i| format!("{list}[{i}]")));
+    Some(ApiError::dependency_cycle(field, format!("dependency cycle: {cycle}")))
+}
+
+/// The outcome of a change whose nested transaction succeeded.
+fn written(p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> Written {
+    match &p.value {
+        Some(value) => {
+            let previous = ops.into_iter().find_map(|op| match op {
+                TxnOpResponse::Put(put) => put.prev_key().map(|kv| (kv.create_revision(), kv.value().to_vec())),
+                _ => None,
+            });
+            let (created_revision, before) = match previous {
+                Some((created, before)) => (created, Some(before)),
+                None => (revision, None),
+            };
+            Written::Saved { created: before.is_none(), revision, created_revision, value: value.clone(), before }
+        }
+        None => {
+            let before = ops.into_iter().find_map(|op| match op {
+                TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+                _ => None,
+            });
+            Written::Deleted { before }
+        }
+    }
+}
+
+/// Writes grouped into transactions of at most [`TXN_CHANGES`] changes and [`TXN_BYTES`].
+fn chunks(ready: Vec<Prepared>) -> Vec<Vec<Prepared>> {
+    let mut out: Vec<Vec<Prepared>> = Vec::new();
+    let mut bytes = 0;
+    for p in ready {
+        let size = p.value.as_ref().map_or(0, Vec::len);
+        match out.last_mut() {
+            Some(last) if last.len() < TXN_CHANGES && bytes + size <= TXN_BYTES => {
+                bytes += size;
+                last.push(p);
+            }
+            _ => {
+                bytes = size;
+                out.push(vec![p]);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared(index: usize, size: Option<usize>) -> Prepared {
+        Prepared { index, value: size.map(|n| vec![b'x'; n]), precondition: Precondition::default() }
+    }
+
+    #[test]
+    fn chunks_respect_the_change_and_byte_limits() {
+        let many: Vec<Prepared> = (0..250).map(|i| prepared(i, Some(10))).collect();
+        let sizes: Vec<usize> = chunks(many).iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![100, 100, 50]);
+        let big: Vec<Prepared> = (0..40).map(|i| prepared(i, Some(60 * 1024))).collect();
+        let sizes: Vec<usize> = chunks(big).iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![17, 17, 6], "17 × 60 KiB fit in 1 MiB, 18 do not");
+        let order: Vec<usize> =
+            chunks((0..5).map(|i| prepared(i, None)).collect()).into_iter().flatten().map(|p| p.index).collect();
+        assert_eq!(order, vec![0, 1, 2, 3, 4]);
+        assert!(chunks(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn preconditions_hold_as_http_says() {
+        let if_match = |rev| Precondition { expected: Some(rev), create_only: false };
+        let create = Precondition { expected: None, create_only: true };
+        let any = Precondition::default();
+        assert!(holds(true, if_match(5), Some(5)));
+        assert!(!holds(true, if_match(5), Some(6)));
+        assert!(!holds(true, if_match(5), None));
+        assert!(holds(true, create, None));
+        assert!(!holds(true, create, Some(3)));
+        assert!(holds(true, any, None) && holds(true, any, Some(3)));
+        assert!(holds(false, any, Some(3)) && !holds(false, any, None), "a delete needs the job");
+        assert!(holds(false, if_match(3), Some(3)) && !holds(false, if_match(3), Some(4)));
+    }
+
+    fn write(job: &str, change: Change, precondition: Precondition) -> Write {
+        Write { job: job.to_owned(), change, precondition }
+    }
+
+    fn spec(deps: &[&str]) -> Change {
+        let json = serde_json::json!({
+            "schedule": "0 * * * * *", "task": {"kind": "shell", "command": "true"}, "on_success": deps
+        });
+        Change::Put(Box::new(JobSpec::from_value(json).unwrap_or_else(|e| panic!("{e}"))))
+    }
+
+    #[test]
+    fn refusals_say_what_happened() {
+        let put = write("a", spec(&[]), Precondition { expected: Some(4), create_only: false });
+        assert!(refusal(&put, put.precondition, Some(9))
+            .message
+            .contains("at revision 9, your edit was based on revision 4"));
+        assert_eq!(refusal(&put, put.precondition, None).status, 409);
+        let del = write("a", Change::Delete, Precondition::default());
+        assert_eq!(refusal(&del, del.precondition, None).status, 404);
+        assert_eq!(refusal(&del, del.precondition, Some(2)).status, 409);
+        let create = write("a", spec(&[]), Precondition { expected: None, create_only: true });
+        assert!(refusal(&create, create.precondition, Some(2)).message.contains("already exists"));
+    }
+
+    #[test]
+    fn the_batch_is_checked_for_cycles_as_a_whole() {
+        // Stored: a → b. The batch turns it into b → a and adds c → c.
+        let stored =
+            |deps: &[&str]| (serde_json::to_vec(&serde_json::json!({"on_success": deps})).unwrap_or_default(), 10);
+        let snapshot = Snapshot {
+            revision: 10,
+            jobs: [("a".to_owned(), stored(&["b"])), ("b".to_owned(), stored(&[]))].into_iter().collect(),
+            complete: true,
+        };
+        let any = Precondition::default();
+        let writes = vec![write("a", spec(&[]), any), write("b", spec(&["a"]), any), write("c", spec(&["c"]), any)];
+        let ready = |writes: &[Write]| -> Vec<Prepared> {
+            writes.iter().enumerate().filter_map(|(i, w)| prepare(i, w, None).ok()).collect()
+        };
+        let mut outcomes: Vec<Option<Outcome>> = vec![None, None, None];
+        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes);
+        assert_eq!(accepted.iter().map(|p| p.index).collect::<Vec<_>>(), vec![0, 1], "the swap applies together");
+        let Some(Err(e)) = &outcomes[2] else { panic!("c → c must be refused") };
+        assert_eq!((e.code, e.field.as_deref()), ("dependency_cycle", Some("on_success[0]")));
+
+        // Without the change to a (refused by its precondition), b → a closes a → b → a.
+        let stale = Precondition { expected: Some(3), create_only: false };
+        let writes = vec![write("a", spec(&[]), stale), write("b", spec(&["a"]), any)];
+        let mut outcomes: Vec<Option<Outcome>> = vec![None, None];
+        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes);
+        assert!(accepted.is_empty());
+        assert!(matches!(&outcomes[0], Some(Err(e)) if e.status == 409));
+        assert!(matches!(&outcomes[1], Some(Err(e)) if e.code == "dependency_cycle"));
+    }
+}
