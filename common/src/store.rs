@@ -57,6 +57,9 @@ pub enum StoreError {
     BadCursor,
 }
 
+/// MongoDB's answer to a hint naming an index that does not exist.
+const MISSING_INDEX: &str = "hint provided does not correspond to an existing index";
+
 impl From<mongodb::error::Error> for StoreError {
     fn from(e: mongodb::error::Error) -> Self {
         use mongodb::error::ErrorKind;
@@ -64,6 +67,12 @@ impl From<mongodb::error::Error> for StoreError {
             ErrorKind::ServerSelection { .. } | ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. } => {
                 StoreError::Unavailable(e.to_string())
             }
+            // Searches name their index; until the master has created the indexes (at start,
+            // retried while MongoDB is away) the search cannot be served yet.
+            ErrorKind::Command(ref c) if c.code == 2 && c.message.contains(MISSING_INDEX) => StoreError::Unavailable(
+                "the execution record indexes are not created yet (masters create them at start); retry shortly"
+                    .to_owned(),
+            ),
             _ => StoreError::Failed(e.to_string()),
         }
     }
@@ -1083,6 +1092,19 @@ impl MongoStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_search_before_the_indexes_exist_is_unavailable_not_an_internal_error() {
+        let command = |code: i32, message: &str| -> mongodb::error::Error {
+            let err: mongodb::error::CommandError =
+                mongodb::bson::from_document(doc! {"code": code, "codeName": "BadValue", "errmsg": message})
+                    .unwrap_or_else(|e| panic!("{e}"));
+            mongodb::error::ErrorKind::Command(err).into()
+        };
+        let missing = command(2, "error processing query: planner returned error :: caused by :: hint provided does not correspond to an existing index");
+        assert!(matches!(StoreError::from(missing), StoreError::Unavailable(m) if m.contains("not created yet")));
+        assert!(matches!(StoreError::from(command(2, "some other bad value")), StoreError::Failed(_)));
+    }
     use crate::keys::Tick;
 
     fn record() -> ExecutionRecord {

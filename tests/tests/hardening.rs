@@ -251,7 +251,19 @@ async fn half_sent_requests_cannot_hold_the_masters_connections() -> anyhow::Res
 #[tokio::test(flavor = "multi_thread")]
 async fn record_routes_fail_fast_when_mongodb_stops_answering() -> anyhow::Result<()> {
     let c = Cluster::start_with("hardening-mongo-stuck", 0, true, &[]).await?;
-    assert_eq!(c.get("/api/executions").await?["executions"], json!([]));
+    // The master creates the record indexes after it starts; until then searches answer 503.
+    let first = etcron_tests::wait_for(Duration::from_secs(30), "a record search answered", || async {
+        match c.call(reqwest::Method::GET, "/api/executions", None).await.ok()? {
+            (200, body) => Some(body),
+            (503, body) => {
+                assert_eq!(body["error"]["code"], "mongodb_unavailable", "{body}");
+                None
+            }
+            (status, body) => panic!("{status} {body}"),
+        }
+    })
+    .await?;
+    assert_eq!(first["executions"], json!([]));
     // A frozen mongod (a stuck disk, a paused VM) accepts nothing and answers nothing.
     let mongod = c.mongo.proc.as_ref().unwrap();
     mongod.signal(etcron_tests::Sig::SIGSTOP)?;
