@@ -187,6 +187,64 @@ fn every_shell_block_runs_or_says_why_not() {
     assert!(problems.is_empty(), "{} problem(s):\n  - {}", problems.len(), problems.join("\n  - "));
 }
 
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces as dashes.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside code blocks).
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut fence = false;
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fence = !fence;
+        } else if !fence && line.starts_with('#') {
+            out.insert(anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// Every relative link of README.md, ARCHITECTURE.md and docs/ leads to a file that exists and,
+/// with `#anchor`, to one of its headings: the manual moved, its links moved with it.
+#[test]
+fn every_relative_link_resolves() {
+    let mut files = doc_files();
+    files.push("ARCHITECTURE.md".to_owned());
+    let mut problems = Vec::new();
+    for file in &files {
+        let text = read_doc(file);
+        let dir = Path::new(file).parent().unwrap_or(Path::new(""));
+        for (n, line) in text.lines().enumerate() {
+            for part in line.split("](").skip(1) {
+                let Some(link) = part.split(')').next() else { continue };
+                if link.contains("://") || link.starts_with("mailto:") || link.contains(' ') {
+                    continue;
+                }
+                let (path, frag) = link.split_once('#').unwrap_or((link, ""));
+                let target = if path.is_empty() { root().join(file) } else { root().join(dir).join(path) };
+                let at = format!("{file}:{}: {link}", n + 1);
+                if !target.exists() {
+                    problems.push(format!("{at}: no such file"));
+                } else if !frag.is_empty() && target.extension().is_some_and(|e| e == "md") {
+                    let heads = anchors(&std::fs::read_to_string(&target).unwrap());
+                    if !heads.contains(frag) {
+                        problems.push(format!("{at}: no heading #{frag}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{} broken link(s):\n  - {}", problems.len(), problems.join("\n  - "));
+}
+
 /// ARCHITECTURE.md's code map names every source file of every crate, so the map stays whole.
 #[test]
 fn the_code_map_names_every_source_file() {
