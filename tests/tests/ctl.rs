@@ -535,14 +535,28 @@ impl Interloper {
             let mut edited = false;
             while let Ok((mut sock, _)) = listener.accept().await {
                 let Some((method, path, headers, body)) = read_request(&mut sock).await else { continue };
-                if method == "PUT" && path == format!("/api/jobs/{job}") && !edited {
+                let put = method == "PUT" && path == format!("/api/jobs/{job}");
+                // etcronctl apply sends its changes as one batch; the change to `job` carries the
+                // precondition a PUT would send as a header.
+                let batched = (method == "POST" && path == "/api/batch")
+                    .then(|| serde_json::from_slice::<Value>(&body).unwrap_or_default())
+                    .and_then(|b| b["changes"].as_array()?.iter().find(|c| c["job"] == job).cloned());
+                if (put || batched.is_some()) && !edited {
                     edited = true;
                     for h in ["if-match", "if-none-match"] {
-                        if let Some((_, v)) = headers.iter().find(|(k, _)| k == h) {
-                            record.lock().unwrap().push((h.to_owned(), v.clone()));
+                        let sent = match &batched {
+                            Some(change) => match &change[h.replace('-', "_")] {
+                                Value::Null => None,
+                                Value::String(v) => Some(v.clone()),
+                                v => Some(v.to_string()),
+                            },
+                            None => headers.iter().find(|(k, _)| k == h).map(|(_, v)| v.clone()),
+                        };
+                        if let Some(v) = sent {
+                            record.lock().unwrap().push((h.to_owned(), v));
                         }
                     }
-                    let resp = http.put(format!("{master}{path}")).json(&edit).send().await.unwrap();
+                    let resp = http.put(format!("{master}/api/jobs/{job}")).json(&edit).send().await.unwrap();
                     assert!(resp.status().is_success(), "the interloper's edit");
                 }
                 let mut req = http.request(method.parse().unwrap(), format!("{master}{path}")).body(body);
@@ -739,22 +753,35 @@ async fn every_command_exits_with_the_documented_codes() -> anyhow::Result<()> {
 }
 
 /// A repository of 300 jobs applied against a master with the default change limits (20/s,
-/// burst 100): etcronctl waits out each `429` as its `Retry-After` says, so every job is
-/// created and nothing fails.
+/// burst 100) goes in one batch request; under a limit of one change request a second, apply
+/// waits out each `429` as its `Retry-After` says, so nothing fails.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_large_repository_applies_under_the_default_rate_limit() -> anyhow::Result<()> {
+async fn a_large_repository_applies_in_one_request_and_waits_out_the_rate_limit() -> anyhow::Result<()> {
     let defaults = ["--mutation-rate", "20", "--mutation-burst", "100"];
     let c = Cluster::start_with("ctl-apply-limited", 0, false, &defaults).await?;
     let dir = tempfile::tempdir()?;
-    let jobs: String = (0..300)
-        .map(|i| {
-            format!("[jobs.repo-{i:03}]\nschedule = \"@yearly\"\ntask = {{ kind = \"shell\", command = \"true\" }}\n\n")
-        })
-        .collect();
-    write(dir.path(), "repo.toml", &jobs);
+    let repo = |n: usize, command: &str| -> String {
+        (0..n)
+            .map(|i| format!("[jobs.repo-{i:03}]\nschedule = \"@yearly\"\ntask = {{ kind = \"shell\", command = \"{command}\" }}\n\n"))
+            .collect()
+    };
+    write(dir.path(), "repo.toml", &repo(300, "true"));
     let out = ctl(&c, &["jobs", "apply", "-f", &dir.path().display().to_string()]).await.ok();
     assert!(out.stdout.contains("300 created, 0 updated, 0 unchanged, 0 deleted"), "{out:?}");
     assert_eq!(specs(&c).await.len(), 300);
+    assert_eq!(c.master.proc.log_text().matches("batch applied").count(), 1, "one request");
+
+    // One change request a second, none in reserve: the updates and the prune are two
+    // requests, each told to wait.
+    let strict = ["--mutation-rate", "1", "--mutation-burst", "1"];
+    let c = Cluster::start_with("ctl-apply-strict", 0, false, &strict).await?;
+    write(dir.path(), "repo.toml", &repo(5, "true"));
+    ctl(&c, &["jobs", "apply", "-f", &dir.path().display().to_string()]).await.ok();
+    write(dir.path(), "repo.toml", &repo(3, "echo changed"));
+    let out = ctl(&c, &["jobs", "apply", "--prune", "-f", &dir.path().display().to_string()]).await.ok();
+    assert!(out.stdout.contains("0 created, 3 updated, 0 unchanged, 2 deleted"), "{out:?}");
+    assert!(c.master.proc.log_text().contains("rate limit hit"), "the limit was met and waited out");
+    assert_eq!(specs(&c).await.len(), 3);
     Ok(())
 }
 

@@ -291,14 +291,16 @@ pub async fn apply(client: &Client, paths: &[PathBuf], opts: Options) -> anyhow:
     let mut outcomes = Vec::new();
     let (mut writes, deletes): (Vec<Step>, Vec<Step>) =
         steps.into_iter().partition(|s| !matches!(s.action, Action::Delete { .. }));
-    // A save refused as a dependency cycle may only be one with the stored jobs that another
-    // file changes too (a → b becoming b → a): retry those after the others, while that helps.
+    let mut sender = Sender { client, batch: true };
+    // A save refused as a dependency cycle may only be one with the stored jobs that a later
+    // request changes too (a → b becoming b → a across batches): retry those after the
+    // others, while that helps.
     loop {
         let mut deferred = Vec::new();
         let mut progress = false;
         let last_pass = writes.len();
-        for step in writes {
-            let result = write(client, &step).await;
+        let results = sender.send(&writes).await;
+        for (step, result) in writes.into_iter().zip(results) {
             match result {
                 Err(e) if is_cycle(&e) && last_pass > 1 => deferred.push((step, e)),
                 result => {
@@ -326,14 +328,129 @@ pub async fn apply(client: &Client, paths: &[PathBuf], opts: Options) -> anyhow:
     if failed > 0 && !deletes.is_empty() {
         eprintln!("etcronctl: not pruning {} job(s): {failed} change(s) failed", deletes.len());
     } else {
-        for step in deletes {
-            let result = delete(client, &step).await;
+        let results = sender.send(&deletes).await;
+        for (step, result) in deletes.into_iter().zip(results) {
             let outcome = finished(step, result);
             out.step(&outcome)?;
             outcomes.push(outcome);
         }
     }
     out.finish(&outcomes, false)
+}
+
+/// Changes per `POST /api/batch` request (the API takes at most 500).
+const BATCH_CHANGES: usize = 500;
+/// Bytes of specs per batch request (the API reads at most 1 MiB of body).
+const BATCH_BYTES: usize = 768 * 1024;
+
+/// Sends steps: through `POST /api/batch`, as few requests as they fit in, or one request per
+/// job to a master that has no batch route (an older version, during an upgrade).
+struct Sender<'a> {
+    client: &'a Client,
+    batch: bool,
+}
+
+impl Sender<'_> {
+    /// The result of each step, in order: the job's new revision, `None` when nothing was
+    /// sent (unchanged) or a prune found the job gone already.
+    async fn send(&mut self, steps: &[Step]) -> Vec<anyhow::Result<Option<i64>>> {
+        let mut results = Vec::with_capacity(steps.len());
+        for group in batches(steps) {
+            if self.batch {
+                match batch(self.client, group).await {
+                    Ok(Some(done)) => {
+                        results.extend(done);
+                        continue;
+                    }
+                    Ok(None) => self.batch = false,
+                    Err(e) => {
+                        // The whole request failed: it is every change's answer.
+                        let api = e.downcast_ref::<ApiError>().cloned();
+                        results.extend(group.iter().map(|_| match &api {
+                            Some(api) => Err(api.clone().into()),
+                            None => Err(anyhow::anyhow!("{e:#}")),
+                        }));
+                        continue;
+                    }
+                }
+            }
+            for step in group {
+                results.push(match step.action {
+                    Action::Delete { .. } => delete(self.client, step).await,
+                    _ => write(self.client, step).await,
+                });
+            }
+        }
+        results
+    }
+}
+
+/// `steps` cut into groups one batch request takes.
+fn batches(steps: &[Step]) -> Vec<&[Step]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, step) in steps.iter().enumerate() {
+        let size = step.body.as_ref().map_or(64, |b| b.to_string().len() + 64);
+        if i > start && (i - start == BATCH_CHANGES || bytes + size > BATCH_BYTES) {
+            out.push(&steps[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < steps.len() {
+        out.push(&steps[start..]);
+    }
+    out
+}
+
+/// One `POST /api/batch` of `steps`; `None` when the master has no such route.
+async fn batch(client: &Client, steps: &[Step]) -> anyhow::Result<Option<Vec<anyhow::Result<Option<i64>>>>> {
+    let changes: Vec<(usize, Value)> =
+        steps.iter().enumerate().filter_map(|(i, s)| change(s).map(|c| (i, c))).collect();
+    if changes.is_empty() {
+        return Ok(Some(steps.iter().map(|_| Ok(None)).collect()));
+    }
+    let body = json!({ "changes": changes.iter().map(|(_, c)| c).collect::<Vec<_>>() });
+    let reply = match client.send(Method::POST, "/api/batch", Some(&body), &[]).await {
+        Err(e) if e.downcast_ref::<ApiError>().is_some_and(|a| a.status == 404 && a.code == "not_found") => {
+            return Ok(None);
+        }
+        other => other?,
+    };
+    let answers = reply.body["results"].as_array().cloned().unwrap_or_default();
+    if answers.len() != changes.len() {
+        anyhow::bail!("the batch answered {} results for {} changes", answers.len(), changes.len());
+    }
+    let mut results: Vec<anyhow::Result<Option<i64>>> = steps.iter().map(|_| Ok(None)).collect();
+    for ((i, _), answer) in changes.iter().zip(answers) {
+        results[*i] = answered(&steps[*i], &answer);
+    }
+    Ok(Some(results))
+}
+
+/// A step as a batch change; `None` for a step that changes nothing.
+fn change(step: &Step) -> Option<Value> {
+    match &step.action {
+        Action::Create => Some(json!({"job": step.job, "op": "put", "spec": step.body, "if_none_match": "*"})),
+        Action::Update { revision, .. } => {
+            Some(json!({"job": step.job, "op": "put", "spec": step.body, "if_match": revision}))
+        }
+        Action::Delete { revision } => Some(json!({"job": step.job, "op": "delete", "if_match": revision})),
+        Action::Unchanged => None,
+    }
+}
+
+/// The result of one change in a batch's answer (a prune's 404: already gone, fine).
+fn answered(step: &Step, answer: &Value) -> anyhow::Result<Option<i64>> {
+    let status = answer["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(0);
+    if (200..300).contains(&status) {
+        return Ok(answer["revision"].as_i64());
+    }
+    if status == 404 && matches!(step.action, Action::Delete { .. }) {
+        return Ok(None);
+    }
+    let error = json!({ "error": answer["error"] });
+    Err(ApiError::from_body(status, &error, &answer.to_string()).into())
 }
 
 fn finished(step: Step, result: anyhow::Result<Option<i64>>) -> Outcome {
@@ -458,6 +575,24 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn batches_hold_at_most_500_changes_and_768_kib() {
+        let step = |i: usize, bytes: usize| Step {
+            job: format!("j{i}"),
+            file: None,
+            action: Action::Create,
+            body: Some(json!({ "pad": "x".repeat(bytes) })),
+        };
+        let small: Vec<Step> = (0..1200).map(|i| step(i, 10)).collect();
+        assert_eq!(batches(&small).iter().map(|b| b.len()).collect::<Vec<_>>(), vec![500, 500, 200]);
+        let large: Vec<Step> = (0..30).map(|i| step(i, 60 * 1024)).collect();
+        let sizes: Vec<usize> = batches(&large).iter().map(|b| b.len()).collect();
+        assert_eq!(sizes, vec![12, 12, 6], "12 specs of 60 KiB fit in 768 KiB");
+        assert!(batches(&[]).is_empty());
+        let one_huge = [step(0, 900 * 1024)];
+        assert_eq!(batches(&one_huge).len(), 1, "a spec over the budget still goes, alone");
+    }
 
     fn file_jobs(text: &str) -> Vec<FileJob> {
         jobfile::parse(Path::new("jobs.json"), text).unwrap().into_iter().map(|j| j.unwrap()).collect()
