@@ -854,3 +854,52 @@ async fn one_job_exports_to_a_pipe_and_imports_from_stdin_or_any_file() -> anyho
     assert_eq!(ctl(&c, &["export", "nope"]).await.code, 3, "a job that does not exist");
     Ok(())
 }
+
+/// `-o yaml` prints the document `-o json` prints, as YAML, for every kind of command: lists,
+/// one object, a plan, a streamed search (a YAML document per record), and `export`'s default.
+#[tokio::test(flavor = "multi_thread")]
+async fn yaml_output_is_the_json_document() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-yaml", 1).await?;
+    let dir = c.path("jobs");
+    write(&dir, "a.toml", ALPHA_TOML);
+    write(&dir, "b.yaml", BETA_YAML);
+    let dir_arg = dir.display().to_string();
+    ctl(&c, &["jobs", "apply", "-f", &dir_arg]).await.ok();
+    c.wait_workers(1).await?;
+    let id = run(&c, "alpha").await;
+    execution(&c, &id, "the run to end", |v| v["status"] == "succeeded").await;
+    let preview = ["schedule", "preview", "0 9 * * 1-5", "--after", "2026-03-07T00:00:00Z", "--count", "3"];
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["jobs", "ls"],
+        vec!["workers", "ls"],
+        preview.to_vec(),
+        vec!["executions", "search", "--job", "alpha"],
+        vec!["executions", "get", &id],
+        vec!["jobs", "apply", "-f", &dir_arg],
+        vec!["jobs", "get", "alpha"],
+    ];
+    for args in &commands {
+        let json = ctl(&c, &[args.as_slice(), &["-o", "json"]].concat()).await.ok();
+        let yaml = ctl(&c, &[args.as_slice(), &["-o", "yaml"]].concat()).await.ok();
+        assert!(!yaml.stdout.trim_start().starts_with('{'), "{args:?}: {}", yaml.stdout);
+        let read: Value = serde_norway::from_str(&yaml.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {yaml:?}"));
+        assert_eq!(read, json.json(), "{args:?}");
+    }
+    // A dry run with changes pending: the plan as YAML, and exit 7 all the same.
+    write(&dir, "b.yaml", &BETA_YAML.replace("echo beta", "echo beta2"));
+    let out = ctl(&c, &["jobs", "apply", "-f", &dir_arg, "--dry-run", "-o", "yaml"]).await;
+    assert_eq!(out.code, 7, "{out:?}");
+    let plan: Value = serde_norway::from_str(&out.stdout)?;
+    assert_eq!(plan["summary"]["updated"], 1, "{}", out.stdout);
+    // export's default format follows -o.
+    let out = ctl(&c, &["export", "beta", "-o", "yaml"]).await.ok();
+    let exported: Value = serde_norway::from_str(&out.stdout)?;
+    assert_eq!(exported["jobs"]["beta"], job(&c, "beta").await.1["spec"]);
+    // A stream: one YAML document per record, each opened by `---`.
+    let out = ctl(&c, &["executions", "get", &id, "--follow", "-o", "yaml"]).await.ok();
+    assert!(out.stdout.starts_with("---\n"), "{}", out.stdout);
+    let events: Vec<Value> = out.stdout.split("---\n").skip(1).map(|d| serde_norway::from_str(d).unwrap()).collect();
+    let last = events.last().unwrap();
+    assert_eq!((&last["event"], &last["execution"]["id"]), (&json!("status"), &json!(id)), "{}", out.stdout);
+    Ok(())
+}

@@ -70,7 +70,8 @@ impl std::fmt::Display for Difference {
             (Some(old), Some(new)) => write!(f, "~ {}: {} → {}", self.path, show(old), show(new)),
             (None, Some(new)) => write!(f, "+ {}: {}", self.path, show(new)),
             (Some(old), None) => write!(f, "- {}: {}", self.path, show(old)),
-            (None, None) => write!(f, "  {}", self.path),
+            // A secret: its values are never shown, only that it changed.
+            (None, None) => write!(f, "~ {}: (secret value changed)", self.path),
         }
     }
 }
@@ -278,7 +279,10 @@ pub async fn apply(client: &Client, paths: &[PathBuf], opts: Options) -> anyhow:
         .into());
     }
     let list = client.get("/api/jobs").await.context("listing the jobs on the server")?;
-    let steps = plan(&files, &current_jobs(&list), opts.prune)?;
+    let mut steps = plan(&files, &current_jobs(&list), opts.prune)?;
+    let with_secrets: Vec<&str> =
+        files.iter().filter(|f| !f.secret_values.is_empty()).map(|f| f.name.as_str()).collect();
+    compare_secrets(client, &mut steps, &with_secrets).await;
     let mut out = Printer { json: opts.json, done: !opts.dry_run };
     if opts.dry_run {
         let outcomes: Vec<Outcome> =
@@ -336,6 +340,41 @@ pub async fn apply(client: &Client, paths: &[PathBuf], opts: Options) -> anyhow:
         }
     }
     out.finish(&outcomes, false)
+}
+
+/// Secret values cannot be read back, so the master compares them: the updates of jobs whose
+/// files give secret values are sent as a dry-run batch, and those the master finds equal to
+/// what it stores become `unchanged`; the others name the secrets that changed. A master
+/// without the batch route leaves them updates, saying why.
+async fn compare_secrets(client: &Client, steps: &mut [Step], with_secrets: &[&str]) {
+    let asked: Vec<usize> = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(s.action, Action::Update { .. }) && with_secrets.contains(&s.job.as_str()))
+        .map(|(i, _)| i)
+        .collect();
+    for group in asked.chunks(BATCH_CHANGES) {
+        let changes: Vec<Value> = group.iter().filter_map(|&i| change(&steps[i])).collect();
+        let body = json!({ "changes": changes, "dry_run": true });
+        let Ok(reply) = client.send(Method::POST, "/api/batch", Some(&body), &[]).await else { return };
+        let answers = reply.body["results"].as_array().cloned().unwrap_or_default();
+        for (&i, answer) in group.iter().zip(&answers) {
+            let Action::Update { diff, note, .. } = &mut steps[i].action else { continue };
+            match answer["outcome"].as_str() {
+                Some("unchanged") if diff.is_empty() => steps[i].action = Action::Unchanged,
+                Some("unchanged" | "update") => {
+                    let secrets = answer["secrets_changed"].as_array().into_iter().flatten();
+                    diff.extend(secrets.filter_map(Value::as_str).map(|p| Difference {
+                        path: p.to_owned(),
+                        old: None,
+                        new: None,
+                    }));
+                    *note = (diff.is_empty()).then(|| "secret values differ from the stored ones".to_owned());
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 /// Changes per `POST /api/batch` request (the API takes at most 500).
@@ -549,7 +588,7 @@ impl Printer {
                 "summary": {"created": summary.created, "updated": summary.updated, "unchanged": summary.unchanged,
                             "deleted": summary.deleted, "failed": summary.failed},
             });
-            writeln!(stdout, "{}", serde_json::to_string_pretty(&body)?)?;
+            crate::print_doc(&body)?;
         } else {
             writeln!(stdout, "{}", summary.line(dry_run))?;
         }

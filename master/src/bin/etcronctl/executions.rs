@@ -14,7 +14,7 @@ use crate::client::{query, segment, Client};
 use crate::exit::{ApiError, Exit, Unsuccessful};
 use crate::sse;
 use crate::table::{clip, duration_ms, line, text, Table};
-use crate::{out, print_json};
+use crate::{out, print_doc, stream_doc};
 
 /// How often `executions search --follow` asks again.
 const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
@@ -120,7 +120,7 @@ pub async fn search(
         }
     };
     if json {
-        return print_json(&json!({ "executions": executions, "next_cursor": next, "partial": partial && !all }));
+        return print_doc(&json!({ "executions": executions, "next_cursor": next, "partial": partial && !all }));
     }
     let mut table = Table::new(&COLUMNS);
     for e in &executions {
@@ -173,7 +173,7 @@ pub async fn follow(client: &Client, filters: &Filters, json: bool) -> anyhow::R
                 let mut text = String::new();
                 for e in news(&mut seen, &list) {
                     if json {
-                        let _ = writeln!(text, "{e}");
+                        text.push_str(&stream_doc(&e)?);
                     } else {
                         let _ = writeln!(text, "{}", line(&row(&e), &FOLLOW_WIDTHS));
                     }
@@ -204,7 +204,7 @@ fn execution_path(id: &str) -> String {
 pub async fn get(client: &Client, id: &str, json: bool) -> anyhow::Result<()> {
     let e = client.get(&execution_path(id)).await.with_context(|| format!("execution {id:?}"))?;
     if json {
-        return print_json(&e);
+        return print_doc(&e);
     }
     let mut s = String::new();
     let field = |s: &mut String, label: &str, v: &Value| {
@@ -326,7 +326,7 @@ async fn follow_attempt(
                 "output" => {
                     let text = data["text"].as_str().unwrap_or_default();
                     if json {
-                        writeln!(stdout, "{}", json!({"event": "output", "text": text}))?;
+                        stdout.write_all(stream_doc(&json!({"event": "output", "text": text}))?.as_bytes())?;
                     } else if !text.is_empty() {
                         stdout.write_all(text.as_bytes())?;
                         at_line_start = text.ends_with('\n');
@@ -335,7 +335,8 @@ async fn follow_attempt(
                 }
                 "gap" => {
                     if json {
-                        writeln!(stdout, "{}", json!({"event": "gap", "skipped_bytes": data["skipped_bytes"]}))?;
+                        let gap = json!({"event": "gap", "skipped_bytes": data["skipped_bytes"]});
+                        stdout.write_all(stream_doc(&gap)?.as_bytes())?;
                     } else {
                         stdout.flush()?;
                         eprintln!(
@@ -365,7 +366,7 @@ async fn follow_attempt(
     };
     let line = status_line(&record);
     if json {
-        writeln!(stdout, "{}", json!({"event": "status", "execution": record}))?;
+        stdout.write_all(stream_doc(&json!({"event": "status", "execution": record}))?.as_bytes())?;
     } else {
         eprintln!("{}{line}", if at_line_start { "" } else { "\n" });
     }

@@ -13,7 +13,7 @@ use crate::client::{query, segment, Client};
 use crate::exit::{ApiError, Usage};
 use crate::jobfile::{self, Format};
 use crate::table::{clip, pairs, text, Table};
-use crate::{out, print_json};
+use crate::{out, print_doc};
 
 /// What `jobs ls --status` may filter on: the job's state, or the status of its last execution.
 pub const LIST_STATUSES: [&str; 12] = [
@@ -66,7 +66,7 @@ pub async fn ls(client: &Client, labels: &[(String, String)], statuses: &[String
         .unwrap_or_default();
     if json {
         list["jobs"] = Value::Array(jobs);
-        return print_json(&list);
+        return print_doc(&list);
     }
     if list["records"]["available"] == Value::Bool(false) {
         eprintln!(
@@ -98,7 +98,7 @@ pub async fn ls(client: &Client, labels: &[(String, String)], statuses: &[String
 pub async fn get(client: &Client, name: &str, json: bool) -> anyhow::Result<()> {
     let job = client.get(&job_path(name)).await.with_context(|| format!("job {name:?}"))?;
     if json {
-        return print_json(&job);
+        return print_doc(&job);
     }
     let mut s = String::new();
     let _ = writeln!(s, "name:             {}", text(&job["name"]));
@@ -169,7 +169,7 @@ pub async fn rm(client: &Client, names: &[String], json: bool) -> anyhow::Result
         }
     }
     if json {
-        print_json(&json!({ "deleted": deleted }))?;
+        print_doc(&json!({ "deleted": deleted }))?;
     }
     let total = names.len();
     let failed = failures.len();
@@ -198,7 +198,7 @@ pub async fn run(client: &Client, name: &str, follow: bool, json: bool) -> anyho
         return crate::executions::stream(client, id, json).await;
     }
     if json {
-        return print_json(&v);
+        return print_doc(&v);
     }
     out(&format!("request_id:   {}\nexecution_id: {}\n", text(&v["request_id"]), text(&v["execution_id"])))
 }
@@ -207,7 +207,7 @@ pub async fn kill(client: &Client, name: &str, execution: Option<String>, json: 
     let path = format!("{}/kill{}", job_path(name), query(&[("execution", execution)]));
     let v = client.post(&path).await.with_context(|| format!("killing job {name:?}"))?;
     if json {
-        return print_json(&v);
+        return print_doc(&v);
     }
     let target = match v["target"].as_str() {
         Some("all") | None => "every running execution".to_owned(),
@@ -228,7 +228,7 @@ pub async fn set_enabled(client: &Client, name: &str, enabled: bool, json: bool)
     let v =
         client.post(&format!("{}/{action}", job_path(name))).await.with_context(|| format!("{doing} job {name:?}"))?;
     if json {
-        return print_json(&v);
+        return print_doc(&v);
     }
     let state = if enabled { "enabled" } else { "paused" };
     out(&format!("job {name} {state} (revision {})\n", text(&v["revision"])))
@@ -237,7 +237,7 @@ pub async fn set_enabled(client: &Client, name: &str, enabled: bool, json: bool)
 pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {
     let v = client.get("/api/workers").await.context("listing workers")?;
     if json {
-        return print_json(&v);
+        return print_doc(&v);
     }
     let mut table = Table::new(&["ID", "HOST", "LABELS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
     for w in v["workers"].as_array().into_iter().flatten() {
@@ -285,7 +285,7 @@ pub async fn preview(client: &Client, schedule: &str, options: PreviewOptions, j
     );
     let v = client.get(&path).await.with_context(|| format!("schedule {schedule:?}"))?;
     if json {
-        return print_json(&v);
+        return print_doc(&v);
     }
     let mut s = format!("{} ({})\n", text(&v["description"]), text(&v["timezone"]));
     for t in v["next"].as_array().into_iter().flatten() {
@@ -324,6 +324,7 @@ pub async fn export(
             ))
             .into());
         }
+        (None, None) if json && crate::output() == crate::Output::Yaml => Format::Yaml,
         (None, None) if json => Format::Json,
         (None, None) => Format::Toml,
     };

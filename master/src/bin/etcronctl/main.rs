@@ -14,6 +14,7 @@ mod table;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
@@ -37,7 +38,8 @@ struct Cli {
     /// API token, sent as `Authorization: Bearer <token>`.
     #[arg(long, global = true, env = "ETCRON_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// Output: aligned columns for people, or the API's JSON (pretty-printed) for scripts.
+    /// Output: aligned columns for people, or the API's JSON (pretty-printed) for scripts, or
+    /// the same document as YAML.
     #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
     /// Time limit of each request, e.g. 30s or 2m (streams are limited only while connecting).
@@ -48,9 +50,10 @@ struct Cli {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Output {
+pub enum Output {
     Table,
     Json,
+    Yaml,
 }
 
 #[derive(Debug, Subcommand)]
@@ -249,13 +252,41 @@ pub fn out(text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The API's JSON, pretty-printed.
-pub fn print_json(value: &Value) -> anyhow::Result<()> {
-    out(&format!("{}\n", serde_json::to_string_pretty(value)?))
+/// `-o`, set once before the command runs: every command prints its document (the value that
+/// `-o json` shows) through [`print_doc`] and [`stream_doc`], which write it in this format.
+static OUTPUT: OnceLock<Output> = OnceLock::new();
+
+/// The `-o` of this run (`table` until it is set).
+pub fn output() -> Output {
+    OUTPUT.get().copied().unwrap_or(Output::Table)
+}
+
+/// `value` as `-o` asks: YAML for `-o yaml`, else JSON, pretty-printed.
+fn render_doc(value: &Value, output: Output) -> anyhow::Result<String> {
+    Ok(match output {
+        Output::Yaml => serde_norway::to_string(value)?,
+        Output::Json | Output::Table => format!("{}\n", serde_json::to_string_pretty(value)?),
+    })
+}
+
+/// Prints a command's document: the API's JSON pretty-printed, or the same as YAML.
+pub fn print_doc(value: &Value) -> anyhow::Result<()> {
+    out(&render_doc(value, output())?)
+}
+
+/// One document of a stream (`--follow`, `--watch`): one JSON line, or with `-o yaml` a YAML
+/// document opened by `---` (a YAML stream, as `kubectl get -w -o yaml` prints).
+pub fn stream_doc(value: &Value) -> anyhow::Result<String> {
+    Ok(match output() {
+        Output::Yaml => format!("---\n{}", serde_norway::to_string(value)?),
+        Output::Json | Output::Table => format!("{value}\n"),
+    })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let json = cli.output == Output::Json;
+    // `json`: print the command's document (JSON or YAML as `-o` says) instead of a table.
+    let json = cli.output != Output::Table;
+    let _ = OUTPUT.set(cli.output);
     if let Command::Completions { shell } = cli.command {
         let mut buf = Vec::new();
         clap_complete::generate(shell, &mut Cli::command(), "etcronctl", &mut buf);
@@ -382,6 +413,19 @@ mod tests {
         assert!(Cli::try_parse_from(["etcronctl", "jobs", "ls", "--label", "nokey"]).is_err());
         assert!(Cli::try_parse_from(["etcronctl", "--timeout", "0s", "workers", "ls"]).is_err());
         assert!(Cli::try_parse_from(["etcronctl", "executions", "search", "--follow", "--all"]).is_err());
+    }
+
+    #[test]
+    fn yaml_output_is_the_json_document() {
+        let doc = serde_json::json!({"jobs": [{"name": "a", "spec": {"schedule": "0 3 * * *", "enabled": true,
+            "task": {"command": "echo 'x: y' # not a comment\nline 2", "env": {}}}, "revision": 7, "paused": null}]});
+        let yaml = render_doc(&doc, Output::Yaml).unwrap();
+        assert_eq!(serde_norway::from_str::<Value>(&yaml).unwrap(), doc, "{yaml}");
+        let json = render_doc(&doc, Output::Json).unwrap();
+        assert_eq!(serde_json::from_str::<Value>(&json).unwrap(), doc);
+        assert!(json.ends_with("}\n") && yaml.ends_with('\n'));
+        let cli = Cli::try_parse_from(["etcronctl", "workers", "ls", "-o", "yaml"]).unwrap();
+        assert_eq!(cli.output, Output::Yaml);
     }
 
     #[test]
