@@ -220,21 +220,21 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     let names: Vec<&str> = listed["jobs"].as_array().unwrap().iter().map(|j| j["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["alpha", "beta"]);
 
-    // get: a summary with the spec as YAML, or the API's JSON.
+    // get: a summary with the spec as YAML, or the job as a job file.
     let out = ctl(&c, &["jobs", "get", "alpha"]).await.ok();
     assert!(out.stdout.contains("name:             alpha"), "{}", out.stdout);
     assert!(out.stdout.contains("spec:\n") && out.stdout.contains("  description: from toml"), "{}", out.stdout);
     let out = ctl(&c, &["jobs", "get", "alpha", "-o", "json"]).await.ok();
-    assert_eq!(out.json()["spec"], job(&c, "alpha").await.1["spec"]);
+    assert_eq!(out.json(), json!({"jobs": {"alpha": job(&c, "alpha").await.1["spec"]}}));
 
-    // pause / resume flip `enabled`; ls filters on it.
+    // pause / resume: the pause is the job's state, not its spec; ls filters on it.
     let out = ctl(&c, &["jobs", "pause", "alpha"]).await.ok();
     assert!(out.stdout.contains("job alpha paused"), "{}", out.stdout);
-    assert_eq!(job(&c, "alpha").await.1["spec"]["enabled"], false);
+    assert!(job(&c, "alpha").await.1["paused"].is_object());
     let out = ctl(&c, &["jobs", "ls", "--status", "paused"]).await.ok();
     assert!(out.stdout.contains("alpha") && !out.stdout.contains("beta"), "{}", out.stdout);
     ctl(&c, &["jobs", "resume", "alpha"]).await.ok();
-    assert_eq!(job(&c, "alpha").await.1["spec"]["enabled"], true);
+    assert!(job(&c, "alpha").await.1["paused"].is_null());
 
     // rm, and not found (3) for a job that is not there.
     let out = ctl(&c, &["jobs", "rm", "beta"]).await.ok();
@@ -901,5 +901,55 @@ async fn yaml_output_is_the_json_document() -> anyhow::Result<()> {
     let events: Vec<Value> = out.stdout.split("---\n").skip(1).map(|d| serde_norway::from_str(d).unwrap()).collect();
     let last = events.last().unwrap();
     assert_eq!((&last["event"], &last["execution"]["id"]), (&json!("status"), &json!(id)), "{}", out.stdout);
+    Ok(())
+}
+
+/// `jobs get NAME -o yaml` (and `-o json`) is a job file: piped into `jobs apply -f -` it
+/// changes nothing, secrets included (the API withholds their values; `null` keeps them), and
+/// an edit of it applies as an update of that one field.
+#[tokio::test(flavor = "multi_thread")]
+async fn get_prints_a_job_file_that_applies_unchanged() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-get-apply", 0).await?;
+    let dir = c.path("jobs");
+    write(&dir, "a.toml", ALPHA_TOML);
+    write(&dir, "b.yaml", BETA_YAML);
+    ctl(&c, &["jobs", "apply", "-f", &dir.display().to_string()]).await.ok();
+    c.put_job(
+        "secretive",
+        json!({"schedule": "@yearly", "retries": {"max": 2}, "labels": {"team": "ops"},
+               "task": {"kind": "shell", "command": "true", "env": {"A": "1"}, "secret_env": {"PW": "hunter2"}}}),
+    )
+    .await?;
+    let before = specs(&c).await;
+    let revisions = |list: Value| -> Vec<Value> {
+        list["jobs"].as_array().unwrap().iter().map(|j| j["revision"].clone()).collect()
+    };
+    let revs = revisions(c.get("/api/jobs").await?);
+    for name in ["alpha", "beta", "secretive"] {
+        for format in ["yaml", "json"] {
+            let file = ctl(&c, &["jobs", "get", name, "-o", format]).await.ok().stdout;
+            assert!(!file.contains("hunter2"), "{file}");
+            let out = ctl_stdin(&c, &["jobs", "apply", "-f", "-"], &file).await.ok();
+            assert_eq!(
+                out.stdout.lines().next().unwrap(),
+                format!("unchanged  {name} (-)"),
+                "{name} {format}: {out:?}"
+            );
+            assert!(out.stdout.contains("0 created, 0 updated, 1 unchanged"), "{name} {format}: {out:?}");
+        }
+    }
+    assert_eq!(specs(&c).await, before);
+    assert_eq!(revisions(c.get("/api/jobs").await?), revs, "nothing was written");
+
+    // An edited copy applies as an update of that field; the stored secret is kept.
+    let file = ctl(&c, &["jobs", "get", "secretive", "-o", "yaml"]).await.ok().stdout;
+    assert!(file.starts_with("jobs:\n  secretive:\n"), "{file}");
+    let out = ctl_stdin(&c, &["jobs", "apply", "-f", "-"], &file.replace("command: 'true'", "command: echo changed"))
+        .await
+        .ok();
+    assert!(out.stdout.contains("~ task.command: \"true\" → \"echo changed\""), "{out:?}");
+    let saved = job(&c, "secretive").await.1;
+    assert_eq!(saved["spec"]["task"]["secret_env"], json!({"PW": null}));
+    assert_eq!(ctl(&c, &["jobs", "get", "nope", "-o", "yaml"]).await.code, 3);
     Ok(())
 }

@@ -35,11 +35,12 @@ fn job_path(name: &str) -> String {
     format!("/api/jobs/{}", segment(name))
 }
 
-/// `enabled`, `paused` or `invalid`.
+/// `enabled`, `paused` or `invalid`: paused by an operator (`paused` is set) or by the spec
+/// (`enabled: false`).
 fn state(job: &Value) -> &'static str {
     if job["invalid"].is_string() {
         "invalid"
-    } else if job["spec"]["enabled"] == Value::Bool(false) {
+    } else if job["paused"].is_object() || job["spec"]["enabled"] == Value::Bool(false) {
         "paused"
     } else {
         "enabled"
@@ -95,10 +96,25 @@ pub async fn ls(client: &Client, labels: &[(String, String)], statuses: &[String
     out(&table.render())
 }
 
+/// One job as a job file: `{"jobs": {name: spec}}`, the spec as the API shows it (secret values
+/// `null`, which apply reads as "keep the stored value").
+#[must_use]
+pub fn job_file(name: &str, spec: &Value) -> Value {
+    json!({ "jobs": { name: spec } })
+}
+
+/// `jobs get NAME`: a summary and the spec; with `-o json|yaml`, the job as a job file that
+/// `jobs apply -f` takes as it is (the API's whole view is `jobs describe -o json`).
 pub async fn get(client: &Client, name: &str, json: bool) -> anyhow::Result<()> {
     let job = client.get(&job_path(name)).await.with_context(|| format!("job {name:?}"))?;
     if json {
-        return print_doc(&job);
+        if let Some(why) = job["invalid"].as_str() {
+            eprintln!(
+                "etcronctl: warning: the stored value of job {name:?} is not a valid spec ({why}); apply refuses \
+                 this file until it is fixed"
+            );
+        }
+        return print_doc(&job_file(name, &job["spec"]));
     }
     let mut s = String::new();
     let _ = writeln!(s, "name:             {}", text(&job["name"]));

@@ -116,7 +116,8 @@ enum JobsCommand {
         #[arg(long = "status", value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(jobs::LIST_STATUSES))]
         statuses: Vec<String>,
     },
-    /// Show one job: its state, next runs, last execution and spec (as YAML; `-o json` for the API's JSON).
+    /// Show one job: its state, next runs, last execution and spec; `-o yaml|json`: the job as a
+    /// job file that `jobs apply -f` takes as it is.
     Get { name: String },
     /// Create or update jobs from job files (TOML, YAML, JSON) so that the server matches them.
     Apply {
