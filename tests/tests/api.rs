@@ -69,9 +69,11 @@ async fn crud_with_revisions_and_conflicts() -> anyhow::Result<()> {
 
     let (status, paused) = c.call(Method::POST, "/api/jobs/report/pause", None).await?;
     assert_eq!(status, 200);
-    assert_eq!(paused["spec"]["enabled"], false);
+    assert_eq!(paused["paused"]["by"], "anonymous", "the pause is kept outside the spec: {paused}");
+    assert_eq!(paused["spec"]["enabled"], true);
     assert_eq!(paused["next_runs"].as_array().map(Vec::len), Some(0));
     let (_, resumed) = c.call(Method::POST, "/api/jobs/report/resume", None).await?;
+    assert!(resumed["paused"].is_null(), "{resumed}");
     assert_eq!(resumed["spec"]["enabled"], true);
 
     let (status, _) = c.call(Method::DELETE, "/api/jobs/report", None).await?;

@@ -69,6 +69,11 @@ async fn run(cluster: &mut Cluster) -> anyhow::Result<()> {
         (format!("{ns}/state/{}", STATE_JOBS[4]), b"".to_vec()),
         (format!("{ns}/state/{}", STATE_JOBS[5]), br#"{"last_tick_ms":99999999999999}"#.to_vec()),
         (format!("{ns}/state/Bad"), b"{}".to_vec()),
+        // Pauses: a key naming no job is ignored; a value that is no pause still pauses (of a
+        // job that does not exist here, so the good job keeps firing).
+        (format!("{ns}/paused/Bad Name"), b"{}".to_vec()),
+        (format!("{ns}/paused/nested/job"), b"{}".to_vec()),
+        (format!("{ns}/paused/no-such-job"), vec![0xff, b'{']),
     ];
     // Garbage JSON the way an operator would write it.
     let garbage_key = format!("{ns}/jobs/garbage");
@@ -90,7 +95,9 @@ async fn run(cluster: &mut Cluster) -> anyhow::Result<()> {
     // Every worker logs each bad value at error level, naming its key.
     let watched: Vec<&String> = std::iter::once(&garbage_key)
         .chain(values.iter().map(|(k, _)| k))
-        .filter(|k| ["/jobs/", "/kill/", "/trigger/", "/workers/"].iter().any(|p| k.contains(&format!("{ns}{p}"))))
+        .filter(|k| {
+            ["/jobs/", "/kill/", "/trigger/", "/workers/", "/paused/"].iter().any(|p| k.contains(&format!("{ns}{p}")))
+        })
         .collect();
     for worker in &cluster.workers {
         let name = worker.opts.id.clone();

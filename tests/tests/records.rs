@@ -391,7 +391,7 @@ async fn the_retention_index_has_the_configured_ttl_and_deletes() -> anyhow::Res
 #[tokio::test(flavor = "multi_thread")]
 async fn ticks_that_did_not_run_are_recorded_with_the_reason() -> anyhow::Result<()> {
     let mut c = Cluster::start("records-ledger", 2).await?;
-    // Paused: every tick is recorded `skipped`, once.
+    // Disabled in its spec: every tick is recorded `skipped`, once.
     c.put_job(
         "paused",
         json!({"schedule": "* * * * * *", "enabled": false, "task": {"kind": "shell", "command": "true"}}),
@@ -402,7 +402,7 @@ async fn ticks_that_did_not_run_are_recorded_with_the_reason() -> anyhow::Result
     let skipped = c.wait_executions("job=paused", "3 skipped ticks", |l| l.len() >= 3).await?;
     for r in &skipped {
         assert_eq!(r["status"], "skipped");
-        assert_eq!(r["reason"], "job paused");
+        assert_eq!(r["reason"], "job disabled (its spec says enabled: false)");
     }
     let ticks: Vec<&str> = skipped.iter().map(|r| r["id"].as_str().unwrap()).collect();
     assert_eq!(ticks.iter().collect::<BTreeSet<_>>().len(), ticks.len());

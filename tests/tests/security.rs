@@ -123,8 +123,8 @@ async fn roles_secrets_and_the_audit_log_work_end_to_end() -> anyhow::Result<()>
     assert_eq!(put["after"]["description"], "edited without seeing the secret");
     assert_eq!(put["after"]["task"]["secret_env"]["PW"], Value::Null);
     assert!(put["remote"].as_str().unwrap().starts_with("127.0.0.1:"), "{put}");
-    assert_eq!(entries[3]["before"]["enabled"], true);
-    assert_eq!(entries[3]["after"]["enabled"], false);
+    assert_eq!(entries[3]["detail"]["paused"]["by"], "on-call", "{}", entries[3]);
+    assert!(entries[3]["before"].is_null(), "a pause does not write the spec: {}", entries[3]);
     assert!(entries[4]["detail"]["execution_id"].as_str().unwrap().starts_with("secretive@manual-"));
     assert!(!Value::Array(entries.clone()).to_string().contains("hunter2"));
     let by_actor = c.get("/api/audit?actor=on-call&action=job.pause").await?;

@@ -189,7 +189,7 @@ async fn concurrency_forbid_skips_ticks_while_a_run_is_going_across_the_cluster(
         c.wait_executions("job=exclusive&status=skipped&limit=100", "skipped ticks", |l| l.len() >= 2).await?;
     for r in &skipped {
         let reason = r["reason"].as_str().unwrap();
-        assert!(reason.contains("concurrency forbid") || reason.contains("paused"), "{reason}");
+        assert!(reason.contains("concurrency forbid") || reason.starts_with("job disabled"), "{reason}");
     }
     assert!(skipped.iter().any(|r| r["reason"].as_str().unwrap().contains("concurrency forbid: exclusive@")));
     Ok(())
