@@ -89,6 +89,22 @@ const statusBadge = (status) => h("span", { class: `status-${status}` }, status)
 const jobPath = (name) => `/api/jobs/${encodeURIComponent(name)}`;
 const labelText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(", ");
 
+/** Whether a job's schedule is held: an operator paused it (`paused`, kept outside the spec) or
+ * its spec says `enabled: false`. A job fires only when neither holds (the API's rule). */
+const isPaused = (j) => Boolean(j.paused) || (j.spec || {}).enabled === false;
+
+/** Who paused the job, when and why; or that its spec disables it. */
+function pauseText(j) {
+  const p = j.paused;
+  if (!p) return (j.spec || {}).enabled === false ? "disabled in its spec (enabled: false)" : "";
+  return `paused${p.by ? ` by ${p.by}` : ""}${p.at ? ` at ${localTime(p.at)}` : ""}${p.reason ? `: ${p.reason}` : ""}`;
+}
+
+/** The state badge: "paused" for either kind of hold, the detail in its title. */
+const stateBadge = (j) => isPaused(j)
+  ? h("span", { class: "badge paused", title: pauseText(j) }, "paused")
+  : h("span", { class: "badge enabled" }, "enabled");
+
 function duration(ms) {
   if (ms == null) return "";
   if (ms < 1000) return `${ms} ms`;
@@ -123,8 +139,8 @@ async function jobsView(params) {
   const jobs = data.jobs.filter((j) => {
     const spec = j.spec || {};
     const last = j.summary && j.summary.last_execution;
-    if (state === "enabled" && spec.enabled === false) return false;
-    if (state === "paused" && spec.enabled !== false) return false;
+    if (state === "enabled" && isPaused(j)) return false;
+    if (state === "paused" && !isPaused(j)) return false;
     if (state === "failing" && !(last && ["failed", "timed_out", "lost"].includes(last.status))) return false;
     if (!filter) return true;
     const labels = Object.entries(spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
@@ -164,7 +180,7 @@ async function jobsView(params) {
       h("td", { "data-label": "Job" }, h("a", { href: `#/job/${encodeURIComponent(j.name)}` }, h("strong", {}, j.name)),
         spec.description ? h("div", { class: "muted" }, spec.description) : "",
         j.invalid ? h("div", { class: "warn" }, `invalid spec: ${j.invalid}`) : ""),
-      h("td", { "data-label": "State" }, h("span", { class: `badge ${spec.enabled === false ? "paused" : "enabled"}` }, spec.enabled === false ? "paused" : "enabled")),
+      h("td", { "data-label": "State" }, stateBadge(j), isPaused(j) ? h("div", { class: "muted" }, pauseText(j)) : ""),
       h("td", { "data-label": "Schedule" }, h("code", {}, spec.schedule || ""), h("div", { class: "muted" }, j.schedule_description || "")),
       h("td", { "data-label": "Next run" }, next
         ? [h("div", { title: spec.timezone || "UTC" }, `${jobTime(next)} (${spec.timezone || "UTC"})`), h("div", { class: "muted" }, `${localTime(next)} local`)]
@@ -200,12 +216,17 @@ function button(label, action, attrs = {}) {
 
 function jobActions(j, { detail = false } = {}) {
   const path = jobPath(j.name);
-  const paused = j.spec && j.spec.enabled === false;
   return [
     button("Run now", () => api(`${path}/run`, { method: "POST" }), { "aria-label": `Run ${j.name} now` }),
-    paused
+    isPaused(j)
       ? button("Resume", () => api(`${path}/resume`, { method: "POST" }), { "aria-label": `Resume ${j.name}` })
-      : button("Pause", () => api(`${path}/pause`, { method: "POST" }), { "aria-label": `Pause ${j.name}` }),
+      : button("Pause", async () => {
+        const reason = prompt(`Pause ${j.name}: its ticks are recorded skipped until it is resumed. Reason (optional):`, "");
+        if (reason === null) return false;
+        const body = reason.trim() ? { reason: reason.trim() } : {};
+        await api(`${path}/pause`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+        return true;
+      }, { "aria-label": `Pause ${j.name}` }),
     button("Kill", async () => {
       if (!confirm(`Kill every running execution of ${j.name}?`)) return false;
       await api(`${path}/kill`, { method: "POST" });
@@ -233,15 +254,15 @@ async function jobView(params, rest) {
   const running = workers.workers.flatMap((w) => w.running_executions || []).filter((r) => r.job === name);
   const root = app();
   root.replaceChildren(
-    h("div", { class: "heading start" }, h("h1", {}, j.name),
-      h("span", { class: `badge ${spec.enabled === false ? "paused" : "enabled"}` }, spec.enabled === false ? "paused" : "enabled")),
+    h("div", { class: "heading start" }, h("h1", {}, j.name), stateBadge(j)),
     spec.description ? h("p", { class: "muted" }, spec.description) : "",
+    isPaused(j) ? h("p", { class: "warn", id: "pause" }, `This job is ${pauseText(j)}.`) : "",
     h("div", { class: "toolbar actions" }, jobActions(j, { detail: true })),
     h("dl", { class: "fields" },
       h("dt", {}, "Schedule"), h("dd", {}, h("code", {}, spec.schedule), ` — ${j.schedule_description} (${spec.timezone || "UTC"})`),
       h("dt", {}, "Next runs"), h("dd", {}, (j.next_runs || []).length
         ? h("ul", { class: "plain" }, j.next_runs.map((t) => h("li", {}, `${jobTime(t)} · ${localTime(t)} local`)))
-        : h("span", { class: "muted" }, spec.enabled === false ? "paused" : "none")),
+        : h("span", { class: "muted" }, isPaused(j) ? "paused" : "none")),
       h("dt", {}, "Task"), h("dd", {}, spec.task && spec.task.kind === "http"
         ? h("code", {}, `${spec.task.method || "GET"} ${spec.task.url}`) : h("code", {}, spec.task ? spec.task.command : "")),
       h("dt", {}, "Workers"), h("dd", {}, j.eligible_workers === 0

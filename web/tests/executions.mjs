@@ -67,8 +67,11 @@ try {
 
   // Pause and resume.
   await page.goto(`${base}/#/jobs`);
+  // Pause asks for a reason (optional); the list shows who paused it and why.
+  page.once("dialog", (d) => d.accept("waiting for the backup"));
   await page.getByRole("button", { name: "Pause long-job" }).click();
   await page.locator('tr[data-job="long-job"] .badge.paused').waitFor();
+  assert.match(await page.locator('tr[data-job="long-job"]').innerText(), /paused by anonymous at .*: waiting for the backup/);
   await page.getByRole("button", { name: "Resume long-job" }).click();
   await page.locator('tr[data-job="long-job"] .badge.enabled').waitFor();
   await page.screenshot({ path: path.join(shots, "jobs-actions.png"), fullPage: true });

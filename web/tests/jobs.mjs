@@ -19,6 +19,7 @@ try {
   assert.match(await row("nightly-report").innerText(), /enabled/);
   assert.match(await row("nightly-report").innerText(), /succeeded/);
   assert.match(await row("paused-job").innerText(), /paused/);
+  assert.match(await row("paused-job").innerText(), /disabled in its spec/);
   assert.match(await row("mars-only").innerText(), /no live worker matches/);
   await page.screenshot({ path: path.join(shots, "jobs-1280.png"), fullPage: true });
 
