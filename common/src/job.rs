@@ -243,6 +243,19 @@ impl Task {
             Task::Http(t) => &t.secret_headers,
         }
     }
+
+    /// The secrets (`task.secret_env.K` / `task.secret_headers.K`) whose values differ between
+    /// two tasks, or that only one of them has.
+    #[must_use]
+    pub fn changed_secrets(&self, other: &Task) -> Vec<String> {
+        let (field, mine) = match self {
+            Task::Shell(t) => ("task.secret_env", &t.secret_env),
+            Task::Http(t) => ("task.secret_headers", &t.secret_headers),
+        };
+        let theirs = other.secrets();
+        let keys: std::collections::BTreeSet<&String> = mine.keys().chain(theirs.keys()).collect();
+        keys.into_iter().filter(|k| mine.get(*k) != theirs.get(*k)).map(|k| format!("{field}.{k}")).collect()
+    }
 }
 
 fn default_method() -> String {

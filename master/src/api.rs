@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::job_store::{Change, JobStore, Precondition, Write, Written};
+use crate::job_store::{Change, JobStore, Planned, Precondition, Write, Written};
 
 /// Lease of kill commands and trigger requests: long enough for a reconnecting worker.
 pub const COMMAND_LEASE: Duration = Duration::from_secs(60);
@@ -484,11 +484,17 @@ enum BatchOp {
 #[serde(deny_unknown_fields)]
 struct BatchBody {
     changes: Vec<Value>,
+    /// Answer what each change would do, change nothing.
+    #[serde(default)]
+    dry_run: bool,
 }
+
+/// A change of a batch: its job, its op, and the write, or why the change alone is refused.
+type BatchItem = (String, BatchOp, ApiResult<Write>);
 
 /// A batch change as a job write; its own errors (bad spec, bad precondition) name fields
 /// relative to the change (`spec.task.command`, `if_match`).
-fn batch_write(change: BatchChange) -> (String, BatchOp, ApiResult<Write>) {
+fn batch_write(change: BatchChange) -> BatchItem {
     let BatchChange { job, op, spec, if_match, if_none_match } = change;
     let write = (|| {
         validate_name(&job).map_err(|e| ApiError::bad_request(Some("job".to_owned()), e.message))?;
@@ -540,8 +546,8 @@ fn in_spec(mut e: ApiError) -> ApiError {
     e
 }
 
-/// The changes of a batch body, each job at most once.
-fn batch_changes(body: &[u8]) -> ApiResult<Vec<(String, BatchOp, ApiResult<Write>)>> {
+/// The changes of a batch body, each job at most once, and whether it is a dry run.
+fn batch_changes(body: &[u8]) -> ApiResult<(Vec<BatchItem>, bool)> {
     let body: BatchBody =
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request(None, format!("invalid batch: {e}")))?;
     if body.changes.len() > MAX_BATCH_CHANGES {
@@ -563,13 +569,13 @@ fn batch_changes(body: &[u8]) -> ApiResult<Vec<(String, BatchOp, ApiResult<Write
         }
         out.push(batch_write(change));
     }
-    Ok(out)
+    Ok((out, body.dry_run))
 }
 
 /// `POST /api/batch`: many job saves and deletes in one request, each with its own
 /// precondition, written in as few etcd transactions as they fit in and answered one by one.
 async fn batch(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let changes = batch_changes(&body_bytes(body)?)?;
+    let (changes, dry_run) = batch_changes(&body_bytes(body)?)?;
     let mut results: Vec<Value> = Vec::with_capacity(changes.len());
     let mut writes = Vec::new();
     let mut slots = Vec::new();
@@ -587,15 +593,20 @@ async fn batch(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) 
         .iter()
         .map(|w| (w.job.clone(), if matches!(w.change, Change::Put(_)) { BatchOp::Put } else { BatchOp::Delete }))
         .collect();
+    if dry_run {
+        let planned = st.jobs().plan(&writes).await;
+        for ((slot, (job, op)), plan) in slots.into_iter().zip(jobs).zip(planned) {
+            results[slot] = planned_result(&job, op, plan.map_err(|e| batch_error(op, e)));
+        }
+        return Ok(Json(json!({ "results": results, "transactions": 0, "dry_run": true })).into_response());
+    }
     let applied = st.jobs().apply(writes).await;
     let mut audit = Vec::new();
     for ((slot, (job, op)), outcome) in slots.into_iter().zip(jobs).zip(applied.outcomes) {
         if let Ok(w) = &outcome {
             audit.push(crate::audit::JobChange::of(&job, w));
         }
-        // The store names a spec's fields as `PUT /api/jobs/{job}` does: here they are in `spec`.
-        let outcome = outcome.map_err(|e| if op == BatchOp::Put && e.field.is_some() { in_spec(e) } else { e });
-        results[slot] = batch_result(&job, op, outcome);
+        results[slot] = batch_result(&job, op, outcome.map_err(|e| batch_error(op, e)));
     }
     let changed = audit.len();
     tracing::info!(changes = results.len(), changed, transactions = applied.transactions, "batch applied");
@@ -603,6 +614,29 @@ async fn batch(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) 
     let mut resp = (StatusCode::OK, Json(body)).into_response();
     resp.extensions_mut().insert(crate::audit::BatchAudit(audit));
     Ok(resp)
+}
+
+/// The store names a spec's fields as `PUT /api/jobs/{job}` does: in a batch they are in `spec`.
+fn batch_error(op: BatchOp, e: ApiError) -> ApiError {
+    if op == BatchOp::Put && e.field.is_some() {
+        in_spec(e)
+    } else {
+        e
+    }
+}
+
+/// One change's answer in a dry run: what it would do (status 200), or why it would fail.
+fn planned_result(job: &str, op: BatchOp, plan: Result<Planned, ApiError>) -> Value {
+    let outcome = match plan {
+        Ok(Planned::Create) => "create",
+        Ok(Planned::Update { secrets_changed }) => {
+            return json!({ "job": job, "op": op, "status": 200, "outcome": "update", "secrets_changed": secrets_changed });
+        }
+        Ok(Planned::Unchanged) => "unchanged",
+        Ok(Planned::Delete) => "delete",
+        Err(e) => return batch_result(job, op, Err(e)),
+    };
+    json!({ "job": job, "op": op, "status": 200, "outcome": outcome })
 }
 
 /// One change's answer: the status its own request would have had, and its revision or error.

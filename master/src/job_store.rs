@@ -75,6 +75,18 @@ pub enum Written {
 
 pub type Outcome = Result<Written, ApiError>;
 
+/// What a write would do ([`JobStore::plan`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Planned {
+    Create,
+    /// `secrets_changed`: the secrets whose values differ from the stored ones (their names).
+    Update {
+        secrets_changed: Vec<String>,
+    },
+    Unchanged,
+    Delete,
+}
+
 /// The answer to a batch: one outcome per write, in order, and the transactions it took.
 #[derive(Debug)]
 pub struct Applied {
@@ -165,6 +177,48 @@ impl JobStore {
         Applied { outcomes, transactions }
     }
 
+    /// What `writes` would do, without writing: each change's precondition, spec, kept secrets
+    /// and dependencies checked as [`apply`](Self::apply) would, and a save compared with the
+    /// stored value (secret values included: they never leave the server).
+    pub async fn plan(&self, writes: &[Write]) -> Vec<Result<Planned, ApiError>> {
+        let mut outcomes: Vec<Option<Outcome>> = writes.iter().map(|_| None).collect();
+        let mut pending = Vec::new();
+        for (i, w) in writes.iter().enumerate() {
+            match check_write(w) {
+                Ok(()) => pending.push(i),
+                Err(e) => outcomes[i] = Some(Err(e)),
+            }
+        }
+        let names: Vec<&str> = pending.iter().map(|&i| writes[i].job.as_str()).collect();
+        let all = pending.iter().any(|&i| has_dependents(&writes[i]));
+        let snapshot = match self.read(&names, all).await {
+            Ok(s) => s.unwrap_or(Snapshot { revision: 0, jobs: BTreeMap::new(), complete: false }),
+            Err(e) => return writes.iter().map(|_| Err(e.clone())).collect(),
+        };
+        let mut ready = Vec::new();
+        for &i in &pending {
+            match prepare(i, &writes[i], Some(&snapshot)) {
+                Ok(p) => ready.push(p),
+                Err(e) => outcomes[i] = Some(Err(e)),
+            }
+        }
+        // Decided against the read, as a guarded batch would be.
+        let snapshot = Snapshot { complete: true, ..snapshot };
+        let accepted = decide_locally(writes, ready, &snapshot, &mut outcomes);
+        let mut planned: Vec<Option<Result<Planned, ApiError>>> =
+            outcomes.into_iter().map(|o| o.map(|o| o.map(|_| Planned::Unchanged))).collect();
+        for p in accepted {
+            let stored = snapshot.jobs.get(&writes[p.index].job).map(|(value, _)| value);
+            planned[p.index] = Some(Ok(match (&p.value, stored) {
+                (None, _) => Planned::Delete,
+                (Some(_), None) => Planned::Create,
+                (Some(value), Some(stored)) if value == stored => Planned::Unchanged,
+                (Some(value), Some(stored)) => Planned::Update { secrets_changed: changed_secrets(value, stored) },
+            }));
+        }
+        planned.into_iter().map(|p| p.unwrap_or_else(|| Err(ApiError::internal(&"write without a plan")))).collect()
+    }
+
     /// One pass over `pending`: read, prepare, check, write. `Err` holds the writes to try
     /// again because jobs changed under the dependency check.
     async fn attempt(
@@ -175,7 +229,12 @@ impl JobStore {
         transactions: &mut usize,
     ) -> Result<(), Vec<usize>> {
         let needs_graph = pending.iter().any(|&i| has_dependents(&writes[i]));
-        let snapshot = match self.read(writes, pending, needs_graph).await {
+        let withholding: Vec<&str> = pending
+            .iter()
+            .filter(|&&i| matches!(&writes[i].change, Change::Put(spec) if spec.withholds_secrets()))
+            .map(|&i| writes[i].job.as_str())
+            .collect();
+        let snapshot = match self.read(&withholding, needs_graph).await {
             Ok(s) => s,
             Err(e) => {
                 for &i in pending {
@@ -222,9 +281,9 @@ impl JobStore {
         Ok(())
     }
 
-    /// Every job (when the dependency check needs them), or the jobs whose saves keep
-    /// withheld secrets; `None` when nothing needs reading.
-    async fn read(&self, writes: &[Write], pending: &[usize], all: bool) -> ApiResult<Option<Snapshot>> {
+    /// Every job (when the dependency check needs them), or the jobs named; `None` when
+    /// nothing needs reading.
+    async fn read(&self, wanted: &[&str], all: bool) -> ApiResult<Option<Snapshot>> {
         let mut kv = self.client.kv_client();
         if all {
             let resp =
@@ -241,11 +300,6 @@ impl JobStore {
                 .collect();
             return Ok(Some(Snapshot { revision, jobs, complete: true }));
         }
-        let wanted: Vec<&str> = pending
-            .iter()
-            .filter(|&&i| matches!(&writes[i].change, Change::Put(spec) if spec.withholds_secrets()))
-            .map(|&i| writes[i].job.as_str())
-            .collect();
         if wanted.is_empty() {
             return Ok(None);
         }
@@ -555,6 +609,14 @@ fn written(p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> Written {
             });
             Written::Deleted { before }
         }
+    }
+}
+
+/// The task secrets whose values differ between two stored values (both valid specs).
+fn changed_secrets(value: &[u8], stored: &[u8]) -> Vec<String> {
+    match (JobSpec::from_json(value), JobSpec::from_json(stored)) {
+        (Ok(new), Ok(old)) => new.task.changed_secrets(&old.task),
+        _ => Vec::new(),
     }
 }
 

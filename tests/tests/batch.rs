@@ -134,6 +134,25 @@ async fn a_batch_writes_many_jobs_in_few_transactions_and_answers_each_change() 
         (Some("@every 2h"), Some("t-1"))
     );
 
+    // A dry run answers what each change would do, secret values compared on the server.
+    let same =
+        json!({"schedule": "@every 2h", "task": {"kind": "shell", "command": "true", "secret_env": {"TOKEN": "t-1"}}});
+    let other =
+        json!({"schedule": "@every 2h", "task": {"kind": "shell", "command": "true", "secret_env": {"TOKEN": "t-2"}}});
+    let body = json!({"dry_run": true, "changes": [put("s", same), {"job": "j005", "op": "delete"}, put("brand-new", spec(&[]))]});
+    let (status, planned) = c.call(Method::POST, "/api/batch", Some(body)).await?;
+    assert_eq!(status, 200, "{planned}");
+    let outcomes: Vec<&str> =
+        planned["results"].as_array().unwrap().iter().map(|r| r["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["unchanged", "delete", "create"], "{planned}");
+    let body = json!({"dry_run": true, "changes": [put("s", other)]});
+    let planned = c.call(Method::POST, "/api/batch", Some(body)).await?.1;
+    assert_eq!(planned["results"][0]["outcome"], "update", "{planned}");
+    assert_eq!(planned["results"][0]["secrets_changed"], json!(["task.secret_env.TOKEN"]), "{planned}");
+    assert!(!planned.to_string().contains("t-1") && !planned.to_string().contains("t-2"), "values never shown");
+    assert_eq!(c.call(Method::GET, "/api/jobs/j005", None).await?.0, 200, "a dry run deletes nothing");
+    assert_eq!(c.call(Method::GET, "/api/jobs/brand-new", None).await?.0, 404, "nor creates");
+
     // Whole-request errors change nothing.
     let (status, body) = batch(&c, vec![put("dup", spec(&[])), put("dup", spec(&[]))]).await;
     assert_eq!((status, body["error"]["field"].as_str()), (400, Some("changes[1].job")), "{body}");

@@ -953,3 +953,131 @@ async fn get_prints_a_job_file_that_applies_unchanged() -> anyhow::Result<()> {
     assert_eq!(ctl(&c, &["jobs", "get", "nope", "-o", "yaml"]).await.code, 3);
     Ok(())
 }
+
+/// Secrets from the environment and from files: sent as values, compared by the master (they
+/// are never shown), so an apply whose secret values match the stored ones is `unchanged`, and
+/// one whose value changed names that secret without showing it.
+#[tokio::test(flavor = "multi_thread")]
+async fn secret_references_apply_once_and_changes_name_the_secret() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-secret-refs", 0).await?;
+    let dir = tempfile::tempdir()?;
+    write(dir.path(), "db.token", "file-secret-1\n");
+    let file = dir.path().join("jobs.toml");
+    write(
+        dir.path(),
+        "jobs.toml",
+        "[jobs.deploy]\nschedule = \"@yearly\"\n[jobs.deploy.task]\nkind = \"shell\"\ncommand = \"true\"\n\
+         secret_env = { API_TOKEN = { env = \"DEPLOY_TOKEN\" }, DB = { file = \"db.token\" } }\n",
+    );
+    let f = file.display().to_string();
+    let apply = |token: &'static str, extra: &'static [&'static str]| {
+        let mut args = vec!["jobs", "apply", "-f", f.as_str()];
+        args.extend_from_slice(extra);
+        let server = c.master.url.clone();
+        async move { ctl_at(&server, &[("DEPLOY_TOKEN", token)], &args).await }
+    };
+    assert!(apply("env-secret-1", &[]).await.ok().stdout.contains("1 created"));
+    let stored = || async {
+        let key = Keys::new(&c.namespace).unwrap().job("deploy");
+        let kvs = c.etcd.client().await.unwrap().get(key, None).await.unwrap();
+        serde_json::from_slice::<Value>(kvs.kvs()[0].value()).unwrap()["task"]["secret_env"].clone()
+    };
+    assert_eq!(stored().await, json!({"API_TOKEN": "env-secret-1", "DB": "file-secret-1"}));
+
+    // The same values: unchanged, also for --dry-run (exit 0: nothing pending).
+    let out = apply("env-secret-1", &[]).await.ok();
+    assert!(out.stdout.contains("unchanged  deploy") && out.stdout.contains("0 updated, 1 unchanged"), "{out:?}");
+    assert_eq!(apply("env-secret-1", &["--dry-run"]).await.code, 0);
+    let revision = job(&c, "deploy").await.1["revision"].clone();
+
+    // A new value in the environment: the update names the secret, never its value.
+    let out = apply("env-secret-2", &["--dry-run"]).await;
+    assert_eq!(out.code, 7, "{out:?}");
+    assert!(out.stdout.contains("~ task.secret_env.API_TOKEN: (secret value changed)"), "{out:?}");
+    assert!(!out.stdout.contains("task.secret_env.DB") && !out.stdout.contains("env-secret"), "{out:?}");
+    assert_eq!(job(&c, "deploy").await.1["revision"], revision, "a dry run changes nothing");
+    assert!(apply("env-secret-2", &[]).await.ok().stdout.contains("1 updated"));
+    assert_eq!(stored().await["API_TOKEN"], "env-secret-2");
+
+    // An unset variable is an invalid file: exit 2, naming the secret, nothing sent.
+    let out = ctl_at(&c.master.url, &[], &["jobs", "apply", "-f", &f]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr.contains("task.secret_env.API_TOKEN") && out.stderr.contains("DEPLOY_TOKEN is not set"),
+        "{out:?}"
+    );
+    Ok(())
+}
+
+/// `jobs describe`: the spec in short, next runs, health counted from the records (two failed
+/// runs in a row, then a success resets it), the run in progress and the last runs; `-o json`
+/// is one document with the same parts.
+#[tokio::test(flavor = "multi_thread")]
+async fn describe_shows_health_running_and_last_runs() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-describe", 1).await?;
+    let flag = c.path("succeed-now");
+    let command = format!("if [ -e {0} ]; then echo fine; else echo broken; exit 3; fi", flag.display());
+    c.put_job(
+        "flaky",
+        json!({"schedule": "0 3 * * *", "timezone": "Europe/Berlin", "description": "fails until told",
+               "labels": {"team": "data"}, "task": {"kind": "shell", "command": command}}),
+    )
+    .await?;
+    c.put_job("sleeper", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "sleep 60"}})).await?;
+    let mut failed = Vec::new();
+    for _ in 0..2 {
+        let id = run(&c, "flaky").await;
+        execution(&c, &id, "the failed run", |v| v["status"] == "failed").await;
+        failed.push(id);
+    }
+
+    let out = ctl(&c, &["jobs", "describe", "flaky"]).await.ok();
+    let text = &out.stdout;
+    assert!(text.starts_with("name:         flaky\n"), "{text}");
+    assert!(text.contains("state:        enabled\n"), "{text}");
+    assert!(text.contains("schedule:     0 3 * * * (Europe/Berlin): "), "{text}");
+    assert!(text.contains("description:  fails until told\n") && text.contains("labels:       team=data\n"), "{text}");
+    let next = text.split("Next runs:\n").nth(1).unwrap();
+    assert_eq!(next.lines().take_while(|l| l.starts_with("  20")).count(), 5, "{text}");
+    assert!(text.contains(&format!("  last finished:      failed {} ", failed[1])), "{text}");
+    assert!(text.contains("  failures in a row:  2\n"), "{text}");
+    assert!(text.contains("Running now:\n  none\n"), "{text}");
+    let last = text.split("Last runs:\n").nth(1).unwrap();
+    assert!(last.lines().next().unwrap().trim_start().starts_with("ID"), "{text}");
+    assert!(failed.iter().all(|id| last.contains(id.as_str())), "{text}");
+
+    // A success resets the count; the JSON holds the same parts.
+    std::fs::write(&flag, "")?;
+    let ok = run(&c, "flaky").await;
+    execution(&c, &ok, "the good run", |v| v["status"] == "succeeded").await;
+    let doc = ctl(&c, &["jobs", "describe", "flaky", "-o", "json"]).await.ok().json();
+    assert_eq!(doc["job"]["name"], "flaky");
+    assert_eq!(doc["job"]["spec"], job(&c, "flaky").await.1["spec"]);
+    assert_eq!(doc["job"]["next_runs"].as_array().unwrap().len(), 5);
+    assert_eq!(doc["state"], "enabled");
+    assert_eq!(doc["health"]["failures_in_a_row"], 0);
+    assert_eq!(doc["health"]["last_finished"]["id"], ok.as_str());
+    let last: Vec<&str> = doc["last_runs"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(last, [ok.as_str(), failed[1].as_str(), failed[0].as_str()]);
+    assert_eq!(doc["running"], json!([]));
+    assert!(doc["records_error"].is_null());
+
+    // Running now, and a paused job has no next runs.
+    let id = run(&c, "sleeper").await;
+    execution(&c, &id, "the sleeper to run", |v| v["status"] == "running").await;
+    ctl(&c, &["jobs", "pause", "sleeper"]).await.ok();
+    let out = ctl(&c, &["jobs", "describe", "sleeper"]).await.ok();
+    let running = out.stdout.split("Running now:\n").nth(1).unwrap();
+    assert!(running.lines().nth(1).unwrap().trim_start().starts_with(&id), "{}", out.stdout);
+    assert!(out.stdout.contains("state:        paused by "), "{}", out.stdout);
+    assert!(out.stdout.contains("Next runs:\n  none ("), "{}", out.stdout);
+    let doc = ctl(&c, &["jobs", "describe", "sleeper", "-o", "yaml"]).await.ok();
+    let doc: Value = serde_norway::from_str(&doc.stdout)?;
+    assert_eq!(doc["running"][0]["id"], id.as_str());
+    ctl(&c, &["jobs", "kill", "sleeper"]).await.ok();
+
+    let out = ctl(&c, &["jobs", "describe", "nope"]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.starts_with("etcronctl: job \"nope\": not_found (404)"), "{out:?}");
+    Ok(())
+}

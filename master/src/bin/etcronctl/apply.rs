@@ -173,10 +173,7 @@ pub fn plan(files: &[FileJob], current: &BTreeMap<String, Current>, prune: bool)
                 let note = if let Some(why) = &cur.invalid {
                     Some(format!("the stored value is not a valid spec ({why})"))
                 } else if !f.secret_values.is_empty() {
-                    Some(format!(
-                        "secret values cannot be read back to compare ({}): sent on every apply",
-                        f.secret_values.join(", ")
-                    ))
+                    Some(format!("{SECRETS_UNCOMPARED} ({}): sent on every apply", f.secret_values.join(", ")))
                 } else {
                     None
                 };
@@ -342,6 +339,9 @@ pub async fn apply(client: &Client, paths: &[PathBuf], opts: Options) -> anyhow:
     out.finish(&outcomes, false)
 }
 
+/// Why a job whose file gives secret values is updated when the master cannot compare them.
+const SECRETS_UNCOMPARED: &str = "secret values cannot be read back to compare";
+
 /// Secret values cannot be read back, so the master compares them: the updates of jobs whose
 /// files give secret values are sent as a dry-run batch, and those the master finds equal to
 /// what it stores become `unchanged`; the others name the secrets that changed. A master
@@ -360,6 +360,9 @@ async fn compare_secrets(client: &Client, steps: &mut [Step], with_secrets: &[&s
         let answers = reply.body["results"].as_array().cloned().unwrap_or_default();
         for (&i, answer) in group.iter().zip(&answers) {
             let Action::Update { diff, note, .. } = &mut steps[i].action else { continue };
+            if !note.as_deref().is_some_and(|n| n.starts_with(SECRETS_UNCOMPARED)) {
+                continue;
+            }
             match answer["outcome"].as_str() {
                 Some("unchanged") if diff.is_empty() => steps[i].action = Action::Unchanged,
                 Some("unchanged" | "update") => {

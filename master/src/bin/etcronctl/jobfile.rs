@@ -238,7 +238,9 @@ fn job(file: &Path, name: String, mut value: Value) -> Result<FileJob, FileError
         return Err(error(None, format!("is not a job name: {}", e.message)));
     }
     toml_datetimes_to_strings(&mut value);
-    keep_markers_to_null(&mut value);
+    if let Err((field, message)) = resolve_secrets(&mut value, file) {
+        return Err(error(Some(field), message));
+    }
     let size = serde_json::to_vec(&value).map_or(0, |b| b.len());
     if size > MAX_SPEC_BYTES {
         return Err(error(None, format!("the spec is {size} bytes as JSON; the limit is {MAX_SPEC_BYTES}")));
@@ -297,18 +299,48 @@ fn is_keep_marker(v: &Value) -> bool {
     v.as_object().is_some_and(|m| m.len() == 1 && m.get("keep") == Some(&Value::Bool(true)))
 }
 
-/// `{ keep = true }` secrets become `null`, which the API reads as "keep the stored value".
-fn keep_markers_to_null(value: &mut Value) {
-    let Some(task) = value.get_mut("task").and_then(Value::as_object_mut) else { return };
+/// Secrets written as references become what the API takes: `{ keep = true }` becomes `null`
+/// (keep the stored value); `{ env = "NAME" }` the value of that environment variable;
+/// `{ file = "PATH" }` the content of that file (relative to the job file's directory), one
+/// trailing newline removed. A reference that cannot be resolved is an error naming the secret.
+fn resolve_secrets(value: &mut Value, job_file: &Path) -> Result<(), (String, String)> {
+    let Some(task) = value.get_mut("task").and_then(Value::as_object_mut) else { return Ok(()) };
     for field in ["secret_env", "secret_headers"] {
         if let Some(Value::Object(secrets)) = task.get_mut(field) {
-            for v in secrets.values_mut() {
-                if is_keep_marker(v) {
-                    *v = Value::Null;
+            for (key, v) in secrets.iter_mut() {
+                let path = format!("task.{field}.{key}");
+                if let Some(resolved) = resolve_secret(v, job_file).map_err(|m| (path, m))? {
+                    *v = resolved;
                 }
             }
         }
     }
+    Ok(())
+}
+
+/// The value a secret reference stands for; `None` when `v` is not a reference.
+fn resolve_secret(v: &Value, job_file: &Path) -> Result<Option<Value>, String> {
+    if is_keep_marker(v) {
+        return Ok(Some(Value::Null));
+    }
+    let Some(map) = v.as_object().filter(|m| m.len() == 1) else { return Ok(None) };
+    if let Some(name) = map.get("env") {
+        let name = name.as_str().ok_or("`env` must name an environment variable")?;
+        return match std::env::var(name) {
+            Ok(value) => Ok(Some(Value::String(value))),
+            Err(std::env::VarError::NotPresent) => Err(format!("environment variable {name} is not set")),
+            Err(std::env::VarError::NotUnicode(_)) => Err(format!("environment variable {name} is not UTF-8")),
+        };
+    }
+    if let Some(path) = map.get("file") {
+        let path = path.as_str().ok_or("`file` must be a path")?;
+        let base = job_file.parent().filter(|p| !p.as_os_str().is_empty() && job_file != Path::new("-"));
+        let full = base.map_or_else(|| Path::new(path).to_path_buf(), |dir| dir.join(path));
+        let text = std::fs::read_to_string(&full).map_err(|e| format!("reading {}: {e}", full.display()))?;
+        let text = text.strip_suffix('\n').map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+        return Ok(Some(Value::String(text.to_owned())));
+    }
+    Ok(None)
 }
 
 /// The API's `null` secrets as the file keeps them: `{ keep = true }` in TOML (which has no
@@ -566,6 +598,31 @@ schedule = "@hourly"
             jobs_of("dir/db-backup.toml", "schedule = \"@daily\"\n[task]\nkind = \"shell\"\ncommand = \"dump\"\n");
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0].name, "db-backup");
+    }
+
+    #[test]
+    fn secrets_come_from_the_environment_or_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "from-a-file\n").unwrap();
+        std::env::set_var("ETCRONCTL_TEST_SECRET", "from-the-env");
+        let file = dir.path().join("a.toml");
+        let text = "[jobs.a]\nschedule = \"@daily\"\n[jobs.a.task]\nkind = \"shell\"\ncommand = \"x\"\n\
+                    secret_env = { A = { env = \"ETCRONCTL_TEST_SECRET\" }, B = { file = \"token\" }, C = { keep = true } }\n";
+        let jobs: Vec<FileJob> = parse(&file, text).unwrap().into_iter().map(|j| j.unwrap()).collect();
+        assert_eq!(
+            jobs[0].body["task"]["secret_env"],
+            json!({"A": "from-the-env", "B": "from-a-file", "C": null}),
+            "a file's trailing newline is not part of the secret"
+        );
+        assert_eq!(jobs[0].secret_values, vec!["task.secret_env.A", "task.secret_env.B"]);
+        assert_eq!(jobs[0].kept_secrets, vec!["task.secret_env.C"]);
+        let missing = text.replace("ETCRONCTL_TEST_SECRET", "ETCRONCTL_TEST_UNSET_VARIABLE");
+        let e = parse(&file, &missing).unwrap().remove(0).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("task.secret_env.A"), "{e}");
+        assert!(e.message.contains("ETCRONCTL_TEST_UNSET_VARIABLE is not set"), "{e}");
+        let e = parse(&file, &text.replace("\"token\"", "\"absent\"")).unwrap().remove(0).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("task.secret_env.B"), "{e}");
+        assert!(e.message.contains("absent"), "{e}");
     }
 
     #[test]
