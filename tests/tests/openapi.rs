@@ -75,8 +75,8 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
     RecordWrite { mode: WriteMode::Replace, record: r }
 }
 
-/// Jobs of each kind, one stored value that is no valid spec, a registered worker running an
-/// execution, and records of each shape (the document's examples name some of them).
+/// Jobs of each kind, one stored value that is no valid spec, paused jobs, a registered worker
+/// running an execution, and records of each shape (the document's examples name some of them).
 async fn seed(c: &Cluster) -> anyhow::Result<()> {
     c.put_job(
         "nightly-report",
@@ -111,6 +111,13 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
     let keys = Keys::new(&c.namespace)?;
     let mut etcd = c.etcd.client().await?;
     etcd.put(keys.job("broken"), r#"{"schedule":"every tuesday","task":{"kind":"shell"}}"#, None).await?;
+    // Pauses: through the API, by hand (`{}`: nobody known), and a value that is no pause.
+    let (status, body) = c
+        .call(reqwest::Method::POST, "/api/jobs/nightly-report/pause", Some(json!({"reason": "db migration"})))
+        .await?;
+    anyhow::ensure!(status == 200, "pause: {status} {body}");
+    etcd.put(keys.paused("everywhere"), "{}", None).await?;
+    etcd.put(keys.paused("broken"), "paused!", None).await?;
     let worker = WorkerInfo {
         id: "w-seeded".to_owned(),
         hostname: "host-1".to_owned(),
