@@ -31,6 +31,26 @@ pub struct Current {
     pub revision: i64,
     /// Why the stored value is not a valid spec, when it is not.
     pub invalid: Option<String>,
+    /// The operator's pause, as the view's `paused` says it (`by …, since …: reason`).
+    pub paused: Option<String>,
+}
+
+/// The view's `paused` (`{by, at, reason}`) in a few words; `None` when the job is not paused.
+fn pause_note(paused: &Value) -> Option<String> {
+    if !paused.is_object() {
+        return None;
+    }
+    let mut note = "paused".to_owned();
+    if let Some(by) = paused["by"].as_str() {
+        let _ = write!(note, " by {by}");
+    }
+    if let Some(at) = paused["at"].as_str() {
+        let _ = write!(note, " since {at}");
+    }
+    if let Some(reason) = paused["reason"].as_str() {
+        let _ = write!(note, ": {reason}");
+    }
+    Some(note)
 }
 
 /// The jobs of a `GET /api/jobs` answer by name.
@@ -46,6 +66,7 @@ pub fn current_jobs(list: &Value) -> BTreeMap<String, Current> {
                         spec: j["spec"].clone(),
                         revision: j["revision"].as_i64().unwrap_or(0),
                         invalid: j["invalid"].as_str().map(str::to_owned),
+                        paused: pause_note(&j["paused"]),
                     };
                     Some((name, current))
                 })
@@ -140,17 +161,29 @@ pub struct Step {
     pub action: Action,
     /// The body to PUT.
     pub body: Option<Value>,
+    /// The server's job is paused (kept outside the spec: apply never resumes it).
+    pub paused: Option<String>,
 }
 
 /// The steps that make the server's jobs match `files`; with `prune`, jobs the files do not
 /// define are deleted. Refuses (before anything changes) a job that asks to keep a secret the
 /// server does not have.
-pub fn plan(files: &[FileJob], current: &BTreeMap<String, Current>, prune: bool) -> Result<Vec<Step>, InvalidFiles> {
+pub fn plan(
+    files: &[FileJob],
+    current: &BTreeMap<String, Current>,
+    prune: Option<&Scope>,
+) -> Result<Vec<Step>, InvalidFiles> {
     let mut steps = Vec::new();
     let mut errors = Vec::new();
     for f in files {
-        let step =
-            |action| Step { job: f.name.clone(), file: Some(f.file.clone()), action, body: Some(f.body.clone()) };
+        let paused = current.get(&f.name).and_then(|c| c.paused.clone());
+        let step = |action| Step {
+            job: f.name.clone(),
+            file: Some(f.file.clone()),
+            action,
+            body: Some(f.body.clone()),
+            paused: paused.clone(),
+        };
         match current.get(&f.name) {
             None => {
                 for field in &f.kept_secrets {
@@ -185,14 +218,15 @@ pub fn plan(files: &[FileJob], current: &BTreeMap<String, Current>, prune: bool)
             }
         }
     }
-    if prune {
+    if let Some(scope) = prune {
         for (name, cur) in current {
-            if !files.iter().any(|f| f.name == *name) {
+            if !files.iter().any(|f| f.name == *name) && scope.covers(&cur.spec) {
                 steps.push(Step {
                     job: name.clone(),
                     file: None,
                     action: Action::Delete { revision: cur.revision },
                     body: None,
+                    paused: cur.paused.clone(),
                 });
             }
         }
@@ -204,10 +238,76 @@ pub fn plan(files: &[FileJob], current: &BTreeMap<String, Current>, prune: bool)
     }
 }
 
-/// How `apply` runs.
-#[derive(Debug, Clone, Copy)]
-pub struct Options {
+/// Which of the server's jobs `--prune` may delete (when the files do not define them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// `-l k=v`: jobs with all of these labels.
+    pub selector: Vec<(String, String)>,
+    /// The files' `managed_by`: jobs whose `managed-by` label is one of these.
+    pub owners: std::collections::BTreeSet<String>,
+    /// `--prune-all`: every job.
+    pub all: bool,
+}
+
+impl Scope {
+    /// Whether a server job (its spec as the API shows it) is within the scope.
+    #[must_use]
+    pub fn covers(&self, spec: &Value) -> bool {
+        let labels = &spec["labels"];
+        let selected = self.selector.iter().all(|(k, v)| labels[k].as_str() == Some(v.as_str()));
+        let owned = self.owners.is_empty()
+            || labels[jobfile::MANAGED_BY].as_str().is_some_and(|owner| self.owners.contains(owner));
+        self.all || (selected && owned)
+    }
+
+    /// What the scope says, for messages.
+    fn describe(&self) -> String {
+        if self.all {
+            return "every job".to_owned();
+        }
+        let mut parts: Vec<String> = self.selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if !self.owners.is_empty() {
+            let owners: Vec<&str> = self.owners.iter().map(String::as_str).collect();
+            parts.push(format!("{}={}", jobfile::MANAGED_BY, owners.join("|")));
+        }
+        format!("jobs with {}", parts.join(", "))
+    }
+}
+
+/// `--prune`'s flags: with a selector, or for every job; the files' `managed_by` adds to the scope.
+#[derive(Debug, Clone, Default)]
+pub struct PruneFlags {
     pub prune: bool,
+    pub selector: Vec<(String, String)>,
+    pub all: bool,
+}
+
+impl PruneFlags {
+    /// The scope to prune in, `None` without `--prune`; never the whole cluster unless asked.
+    fn scope(&self, files: &[FileJob]) -> Result<Option<Scope>, Usage> {
+        if !self.prune && !self.all {
+            if !self.selector.is_empty() {
+                return Err(Usage("-l/--selector only scopes --prune; add --prune".to_owned()));
+            }
+            return Ok(None);
+        }
+        let owners = files.iter().filter_map(|f| f.managed_by.clone()).collect();
+        let scope = Scope { selector: self.selector.clone(), owners, all: self.all };
+        if scope.selector.is_empty() && scope.owners.is_empty() && !scope.all {
+            return Err(Usage(
+                "--prune needs a scope: -l key=value (jobs with those labels), `managed_by = \"...\"` in the job \
+                 files (jobs with that managed-by label), or --prune-all for every job on the server"
+                    .to_owned(),
+            ));
+        }
+        Ok(Some(scope))
+    }
+}
+
+/// How `apply` runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub prune: PruneFlags,
     pub dry_run: bool,
     pub json: bool,
 }
@@ -267,16 +367,20 @@ impl Summary {
 /// `jobs apply -f ...` / `import FILE`.
 pub async fn apply(client: &Client, paths: &[PathBuf], opts: Options) -> anyhow::Result<()> {
     let files = jobfile::load(paths)?;
-    if opts.prune && files.is_empty() {
-        return Err(Usage(
-            "the files define no job: --prune would delete every job on the server; refusing (delete jobs with \
-             `jobs rm`)"
-                .to_owned(),
-        )
+    let scope = opts.prune.scope(&files)?;
+    if let (Some(scope), true) = (&scope, files.is_empty()) {
+        return Err(Usage(format!(
+            "the files define no job: --prune would delete {}; refusing (delete jobs with `jobs rm`)",
+            scope.describe()
+        ))
         .into());
     }
     let list = client.get("/api/jobs").await.context("listing the jobs on the server")?;
-    let mut steps = plan(&files, &current_jobs(&list), opts.prune)?;
+    let mut steps = plan(&files, &current_jobs(&list), scope.as_ref())?;
+    if let Some(scope) = &scope {
+        let deletes = steps.iter().filter(|s| matches!(s.action, Action::Delete { .. })).count();
+        eprintln!("etcronctl: pruning among {}: {deletes} not in the files", scope.describe());
+    }
     let with_secrets: Vec<&str> =
         files.iter().filter(|f| !f.secret_values.is_empty()).map(|f| f.name.as_str()).collect();
     compare_secrets(client, &mut steps, &with_secrets).await;
@@ -555,6 +659,9 @@ impl Printer {
                 let _ = writeln!(text, "    ({note})");
             }
         }
+        if let (Some(paused), false) = (&o.step.paused, matches!(o.step.action, Action::Delete { .. })) {
+            let _ = writeln!(text, "    ({paused} on the server; apply leaves it paused: `jobs resume` resumes it)");
+        }
         std::io::stdout().write_all(text.as_bytes())?;
         Ok(())
     }
@@ -577,6 +684,7 @@ impl Printer {
                         "job": o.step.job,
                         "file": o.step.file.as_ref().map(|f| f.display().to_string()),
                         "action": o.step.action.verb(false),
+                        "paused": o.step.paused,
                         "applied": !dry_run && o.error.is_none() && o.step.action != Action::Unchanged,
                         "diff": diff,
                         "note": note,
@@ -625,6 +733,7 @@ mod tests {
             file: None,
             action: Action::Create,
             body: Some(json!({ "pad": "x".repeat(bytes) })),
+            paused: None,
         };
         let small: Vec<Step> = (0..1200).map(|i| step(i, 10)).collect();
         assert_eq!(batches(&small).iter().map(|b| b.len()).collect::<Vec<_>>(), vec![500, 500, 200]);
@@ -668,7 +777,7 @@ mod tests {
             ("changed", shown("@hourly", "c1"), 11),
             ("gone", shown("@daily", "d"), 12),
         ]);
-        let steps = plan(&files, &current, false).unwrap();
+        let steps = plan(&files, &current, None).unwrap();
         let actions: Vec<(&str, &Action)> = steps.iter().map(|s| (s.job.as_str(), &s.action)).collect();
         assert_eq!(actions[0], ("new", &Action::Create));
         assert_eq!(actions[1], ("same", &Action::Unchanged));
@@ -677,9 +786,12 @@ mod tests {
         let lines: Vec<String> = diff.iter().map(ToString::to_string).collect();
         assert_eq!(lines, ["+ labels: {\"t\":\"x\"}", "~ task.command: \"c1\" → \"c2\""]);
         assert_eq!(steps.len(), 3, "no prune: gone stays");
-        let steps = plan(&files, &current, true).unwrap();
+        let all = Scope { all: true, ..Scope::default() };
+        let steps = plan(&files, &current, Some(&all)).unwrap();
         assert_eq!(steps[3].action, Action::Delete { revision: 12 });
         assert_eq!(steps[3].job, "gone");
+        let other_team = Scope { selector: vec![("team".into(), "ops".into())], ..Scope::default() };
+        assert_eq!(plan(&files, &current, Some(&other_team)).unwrap().len(), 3, "gone has no team=ops label");
     }
 
     #[test]
@@ -693,13 +805,13 @@ mod tests {
         let mut with_secret = shown("@daily", "a");
         with_secret["task"]["secret_env"] = json!({"PW": null});
         let current = server(&[("given", with_secret.clone(), 3), ("kept", with_secret, 4)]);
-        let steps = plan(&files, &current, false).unwrap();
+        let steps = plan(&files, &current, None).unwrap();
         let Action::Update { diff, note, .. } = &steps[0].action else { panic!("{steps:?}") };
         assert!(diff.is_empty());
         assert!(note.as_deref().unwrap().contains("task.secret_env.PW"), "{note:?}");
         assert_eq!(steps[1].action, Action::Unchanged);
         // Keeping a secret of a job the server does not have is refused before any change.
-        let e = plan(&files, &BTreeMap::new(), false).unwrap_err();
+        let e = plan(&files, &BTreeMap::new(), None).unwrap_err();
         assert_eq!(e.0.len(), 1);
         assert_eq!(e.0[0].job.as_deref(), Some("kept"));
         assert_eq!(e.0[0].field.as_deref(), Some("task.secret_env.PW"));
@@ -710,7 +822,7 @@ mod tests {
         let files = file_jobs(r#"{"jobs": {"x": {"schedule": "@daily", "task": {"kind": "shell", "command": "a"}}}}"#);
         let list =
             json!({"jobs": [{"name": "x", "spec": shown("@daily", "a"), "revision": 5, "invalid": "schedule: bad"}]});
-        let steps = plan(&files, &current_jobs(&list), false).unwrap();
+        let steps = plan(&files, &current_jobs(&list), None).unwrap();
         let Action::Update { note, .. } = &steps[0].action else { panic!("{steps:?}") };
         assert!(note.as_deref().unwrap().contains("schedule: bad"));
     }

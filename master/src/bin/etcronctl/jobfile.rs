@@ -84,6 +84,28 @@ pub struct FileJob {
     pub secret_values: Vec<String>,
     /// Secrets the file asks to keep (`null` / `{ keep = true }`).
     pub kept_secrets: Vec<String>,
+    /// The file's `managed_by`: the owner stamped on its jobs as the `managed-by` label.
+    pub managed_by: Option<String>,
+}
+
+/// The label that says which repository (or team, or tool) owns a job: set on every job of a
+/// file with a top-level `managed_by`, and the scope of `apply --prune` for those files.
+pub const MANAGED_BY: &str = "managed-by";
+
+/// Adds the `managed-by` label to a job's spec; a job that sets it otherwise is an error.
+fn stamp_owner(value: &mut Value, owner: &str) -> Result<(), String> {
+    let Some(spec) = value.as_object_mut() else { return Ok(()) };
+    let labels = spec.entry("labels").or_insert_with(|| Value::Object(Map::new()));
+    let Some(labels) = labels.as_object_mut() else { return Ok(()) };
+    match labels.get(MANAGED_BY) {
+        Some(Value::String(set)) if set != owner => Err(format!(
+            "the job sets {MANAGED_BY} = {set:?} but its file's managed_by is {owner:?}; leave the label to managed_by"
+        )),
+        _ => {
+            labels.insert(MANAGED_BY.to_owned(), Value::String(owner.to_owned()));
+            Ok(())
+        }
+    }
 }
 
 /// The key TOML's datetimes carry when read into a generic value.
@@ -202,15 +224,15 @@ pub fn parse(file: &Path, text: &str) -> Result<Vec<Result<FileJob, FileError>>,
         Format::Json => serde_json::from_str(text).map_err(|e| whole(e.to_string()))?,
         Format::Yaml => {
             if text.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
-                Doc::Jobs(Vec::new())
+                Doc::Jobs(Vec::new(), None)
             } else {
                 serde_norway::from_str(text).map_err(|e| whole(e.to_string()))?
             }
         }
         Format::Toml => toml::from_str(text).map_err(|e| whole(toml_error(text, &e)))?,
     };
-    let named = match doc {
-        Doc::Jobs(jobs) => jobs,
+    let (named, managed_by) = match doc {
+        Doc::Jobs(jobs, managed_by) => (jobs, managed_by),
         Doc::Single(spec) => {
             let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_owned();
             if let Err(e) = etcron_common::job::validate_name(&stem) {
@@ -220,14 +242,14 @@ pub fn parse(file: &Path, text: &str) -> Result<Vec<Result<FileJob, FileError>>,
                     e.message
                 )));
             }
-            vec![(stem, Value::Object(spec))]
+            (vec![(stem, Value::Object(spec))], None)
         }
     };
-    Ok(named.into_iter().map(|(name, value)| job(file, name, value)).collect())
+    Ok(named.into_iter().map(|(name, value)| job(file, name, value, managed_by.as_deref())).collect())
 }
 
 /// Validates one job of a file.
-fn job(file: &Path, name: String, mut value: Value) -> Result<FileJob, FileError> {
+fn job(file: &Path, name: String, mut value: Value, managed_by: Option<&str>) -> Result<FileJob, FileError> {
     let error = |field: Option<String>, message: String| FileError {
         file: file.to_path_buf(),
         job: Some(name.clone()),
@@ -238,6 +260,11 @@ fn job(file: &Path, name: String, mut value: Value) -> Result<FileJob, FileError
         return Err(error(None, format!("is not a job name: {}", e.message)));
     }
     toml_datetimes_to_strings(&mut value);
+    if let Some(owner) = managed_by {
+        if let Err(message) = stamp_owner(&mut value, owner) {
+            return Err(error(Some(format!("labels.{MANAGED_BY}")), message));
+        }
+    }
     if let Err((field, message)) = resolve_secrets(&mut value, file) {
         return Err(error(Some(field), message));
     }
@@ -260,7 +287,15 @@ fn job(file: &Path, name: String, mut value: Value) -> Result<FileJob, FileError
             kept_secrets.push(path);
         }
     }
-    Ok(FileJob { name, file: file.to_path_buf(), body: value, normalized, secret_values, kept_secrets })
+    Ok(FileJob {
+        name,
+        file: file.to_path_buf(),
+        body: value,
+        normalized,
+        secret_values,
+        kept_secrets,
+        managed_by: managed_by.map(str::to_owned),
+    })
 }
 
 /// TOML errors are several lines with a code excerpt; this is one, with the line and column.
@@ -392,7 +427,8 @@ pub fn render(jobs: &BTreeMap<String, Value>, format: Format) -> anyhow::Result<
 /// A file's top level: the `jobs` map, or a bare spec.
 #[derive(Debug)]
 enum Doc {
-    Jobs(Vec<(String, Value)>),
+    /// The jobs, and the file's `managed_by`.
+    Jobs(Vec<(String, Value)>, Option<String>),
     Single(Map<String, Value>),
 }
 
@@ -412,14 +448,17 @@ impl<'de> Visitor<'de> for DocVisitor {
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Doc, E> {
-        Ok(Doc::Jobs(Vec::new()))
+        Ok(Doc::Jobs(Vec::new(), None))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Doc, A::Error> {
         let mut jobs = None;
+        let mut managed_by: Option<Value> = None;
         let mut other = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            if key == "jobs" {
+            if key == "managed_by" {
+                managed_by = Some(map.next_value()?);
+            } else if key == "jobs" {
                 if jobs.is_some() {
                     return Err(de::Error::custom("`jobs` appears twice"));
                 }
@@ -429,14 +468,23 @@ impl<'de> Visitor<'de> for DocVisitor {
                 other.insert(key, value);
             }
         }
+        let managed_by = match managed_by {
+            None => None,
+            Some(Value::String(owner)) if !owner.trim().is_empty() => Some(owner),
+            Some(_) => return Err(de::Error::custom("`managed_by` must be a non-empty string naming the owner")),
+        };
         match jobs {
             Some(jobs) => match other.keys().next() {
                 Some(key) => Err(de::Error::custom(format!(
-                    "unknown top-level key `{key}`: a job file holds only the `jobs` map"
+                    "unknown top-level key `{key}`: a job file holds only `jobs` and `managed_by`"
                 ))),
-                None => Ok(Doc::Jobs(jobs)),
+                None => Ok(Doc::Jobs(jobs, managed_by)),
             },
-            None if other.is_empty() => Ok(Doc::Jobs(Vec::new())),
+            None if other.is_empty() => Ok(Doc::Jobs(Vec::new(), managed_by)),
+            // A bare spec sets its own labels; `managed_by` belongs with a `jobs` map.
+            None if managed_by.is_some() => {
+                Err(de::Error::custom("`managed_by` goes with a top-level `jobs` map (a bare spec sets `labels`)"))
+            }
             None => Ok(Doc::Single(other)),
         }
     }
