@@ -62,7 +62,7 @@ fn time_param(text: &str) -> String {
     }
 }
 
-const COLUMNS: [&str; 7] = ["ID", "STATUS", "TRIGGER", "WORKER", "SCHEDULED", "DURATION", "RESULT"];
+pub const COLUMNS: [&str; 7] = ["ID", "STATUS", "TRIGGER", "WORKER", "SCHEDULED", "DURATION", "RESULT"];
 /// Column widths of `--follow`, which cannot measure rows it has not seen yet.
 const FOLLOW_WIDTHS: [usize; 7] = [36, 9, 10, 12, 24, 8, 0];
 
@@ -84,7 +84,7 @@ fn result(e: &Value) -> String {
     clip(&words, 80)
 }
 
-fn row(e: &Value) -> Vec<String> {
+pub fn row(e: &Value) -> Vec<String> {
     vec![
         text(&e["id"]),
         text(&e["status"]),

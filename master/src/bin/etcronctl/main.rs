@@ -4,6 +4,7 @@
 
 mod apply;
 mod client;
+mod describe;
 mod executions;
 mod exit;
 mod jobfile;
@@ -89,9 +90,8 @@ enum Command {
         /// The same, as `jobs apply` takes them; repeatable.
         #[arg(short = 'f', long = "file")]
         file: Vec<PathBuf>,
-        /// Also delete the jobs on the server that the files do not define.
-        #[arg(long)]
-        prune: bool,
+        #[command(flatten)]
+        prune: PruneArgs,
         /// Print what would change, change nothing; exit 7 when something would change.
         #[arg(long)]
         dry_run: bool,
@@ -101,6 +101,27 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+/// `--prune` and its scope (apply, import).
+#[derive(Debug, Clone, clap::Args)]
+struct PruneArgs {
+    /// Also delete the server's jobs the files do not define, within a scope: `-l`, the files'
+    /// `managed_by` (jobs with that managed-by label), or `--prune-all`.
+    #[arg(long)]
+    prune: bool,
+    /// Scope of --prune: only jobs with these labels (k=v; comma-separated or repeated).
+    #[arg(short = 'l', long = "selector", value_delimiter = ',', value_parser = parse_label)]
+    selector: Vec<(String, String)>,
+    /// Prune every job on the server that the files do not define, whoever owns it.
+    #[arg(long)]
+    prune_all: bool,
+}
+
+impl From<PruneArgs> for apply::PruneFlags {
+    fn from(a: PruneArgs) -> Self {
+        apply::PruneFlags { prune: a.prune, selector: a.selector, all: a.prune_all }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -119,15 +140,17 @@ enum JobsCommand {
     /// Show one job: its state, next runs, last execution and spec; `-o yaml|json`: the job as a
     /// job file that `jobs apply -f` takes as it is.
     Get { name: String },
+    /// Describe one job: its spec in short, next runs, health (state, last finished run,
+    /// failures in a row), running executions and last runs.
+    Describe { name: String },
     /// Create or update jobs from job files (TOML, YAML, JSON) so that the server matches them.
     Apply {
         /// A job file (`-`: standard input; a name without .toml/.yaml/.yml/.json is read by its
         /// content), or a directory of them (every *.toml, *.yaml, *.yml, *.json in it); repeatable.
         #[arg(short = 'f', long = "file", required = true)]
         files: Vec<PathBuf>,
-        /// Also delete the jobs on the server that the files do not define.
-        #[arg(long)]
-        prune: bool,
+        #[command(flatten)]
+        prune: PruneArgs,
         /// Print the plan (create/update/unchanged/delete, with the fields that change); change
         /// nothing; exit 7 when something would change.
         #[arg(long)]
@@ -298,8 +321,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Jobs(cmd) => match cmd {
             JobsCommand::Ls { labels, statuses } => jobs::ls(&client, &labels, &statuses, json).await,
             JobsCommand::Get { name } => jobs::get(&client, &name, json).await,
+            JobsCommand::Describe { name } => describe::describe(&client, &name, json).await,
             JobsCommand::Apply { files, prune, dry_run } => {
-                apply::apply(&client, &files, apply::Options { prune, dry_run, json }).await
+                apply::apply(&client, &files, apply::Options { prune: prune.into(), dry_run, json }).await
             }
             JobsCommand::Rm { names } => jobs::rm(&client, &names, json).await,
             JobsCommand::Run { name, follow } => jobs::run(&client, &name, follow, json).await,
@@ -338,7 +362,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Export { names, file, format } => jobs::export(&client, &names, file.as_deref(), format, json).await,
         Command::Import { mut files, file, prune, dry_run } => {
             files.extend(file);
-            apply::apply(&client, &files, apply::Options { prune, dry_run, json }).await
+            apply::apply(&client, &files, apply::Options { prune: prune.into(), dry_run, json }).await
         }
         Command::Completions { .. } => Ok(()),
     }

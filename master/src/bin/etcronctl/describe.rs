@@ -1,0 +1,380 @@
+//! `jobs describe NAME`: one job with everything an operator asks about it, in sections: the
+//! spec in short, its next runs, its health (state, last finished run, runs that did not
+//! succeed in a row, the last 24 hours), what runs now and the last runs. The job comes from
+//! `GET /api/jobs/{name}`, what runs now from the running markers in etcd (`GET /api/workers`,
+//! which holds a run from its claim on, before its record is written), the finished runs from
+//! the execution search (`GET /api/executions`); when the records cannot be read the job is
+//! described all the same, with a note.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use anyhow::Context as _;
+use serde_json::{json, Value};
+
+use crate::client::{query, segment, Client};
+use crate::executions::{row, COLUMNS};
+use crate::table::{clip, pairs, text, Table};
+use crate::{out, print_doc};
+
+/// How many of the last runs are shown.
+pub const LAST_RUNS: u32 = 5;
+/// How many finished runs are read to count the failures in a row (a longer streak is shown
+/// as "at least").
+const HEALTH_WINDOW: u32 = 100;
+/// Statuses of a run that finished (skipped and missed ticks did not run).
+const FINISHED: &str = "succeeded,failed,timed_out,killed,lost";
+
+/// What `describe` computes about a job's runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Health {
+    /// The newest finished run (its record), if any.
+    pub last_finished: Option<Value>,
+    /// Runs (ticks, each counted by its last attempt) that did not succeed, newest first, up
+    /// to the first that did.
+    pub failures_in_a_row: usize,
+    /// The window read held no success: there may be more.
+    pub at_least: bool,
+}
+
+/// The health of a job from its finished records, newest first. Attempts of one tick (`job@tick`
+/// with `#1`, `#2`, ...) are one run, which ended as its highest attempt did.
+#[must_use]
+pub fn health(finished: &[Value], more: bool) -> Health {
+    let mut order: Vec<String> = Vec::new();
+    let mut last: HashMap<String, (u64, &Value)> = HashMap::new();
+    for record in finished {
+        let id = text(&record["id"]);
+        let (tick, attempt) = match id.rsplit_once('#') {
+            Some((tick, n)) => (tick.to_owned(), n.parse::<u64>().unwrap_or(0)),
+            None => (id.clone(), 0),
+        };
+        match last.get(&tick) {
+            Some((seen, _)) if *seen >= attempt => {}
+            Some(_) => {
+                last.insert(tick, (attempt, record));
+            }
+            None => {
+                order.push(tick.clone());
+                last.insert(tick, (attempt, record));
+            }
+        }
+    }
+    let runs: Vec<&Value> = order.iter().filter_map(|t| last.get(t).map(|(_, r)| *r)).collect();
+    let failures_in_a_row = runs.iter().take_while(|r| r["status"] != "succeeded").count();
+    Health {
+        last_finished: finished.first().cloned(),
+        failures_in_a_row,
+        at_least: failures_in_a_row == runs.len() && more && !runs.is_empty(),
+    }
+}
+
+/// The job's state in words: `enabled`, `paused by … at …: reason`, `disabled (the spec says
+/// enabled: false)` or `invalid: why`.
+#[must_use]
+pub fn state_line(job: &Value) -> String {
+    if let Some(why) = job["invalid"].as_str() {
+        return format!("invalid: {why}");
+    }
+    let pause = &job["paused"];
+    if pause.is_object() {
+        let mut s = "paused".to_owned();
+        if let Some(by) = pause["by"].as_str() {
+            let _ = write!(s, " by {by}");
+        }
+        if let Some(at) = pause["at"].as_str() {
+            let _ = write!(s, " at {at}");
+        }
+        if let Some(reason) = pause["reason"].as_str() {
+            let _ = write!(s, ": {reason}");
+        }
+        return s;
+    }
+    if job["spec"]["enabled"] == Value::Bool(false) {
+        return "disabled (the spec says enabled: false)".to_owned();
+    }
+    "enabled".to_owned()
+}
+
+/// The spec in a few `label: value` lines (defaults included: they are what runs).
+fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
+    let spec = &job["spec"];
+    let task = &spec["task"];
+    let mut lines = vec![(
+        "schedule",
+        format!("{} ({}): {}", text(&spec["schedule"]), text(&spec["timezone"]), text(&job["schedule_description"])),
+    )];
+    let task_line = match task["kind"].as_str() {
+        Some("shell") => format!("shell: {}", clip(&text(&task["command"]), 100)),
+        Some("http") => format!("http: {} {}", text(&task["method"]), clip(&text(&task["url"]), 100)),
+        _ => text(&task["kind"]),
+    };
+    lines.push(("task", task_line));
+    if let Some(d) = spec["description"].as_str().filter(|d| !d.is_empty()) {
+        lines.push(("description", clip(d, 200)));
+    }
+    lines.push(("labels", pairs(&spec["labels"])));
+    lines.push(("timeout", spec["timeout"].as_str().unwrap_or("none").to_owned()));
+    let retries = &spec["retries"];
+    lines.push((
+        "retries",
+        match retries["max"].as_u64() {
+            Some(0) | None => "none".to_owned(),
+            Some(n) => {
+                format!("{n} (backoff {}, at most {})", text(&retries["backoff"]), text(&retries["max_backoff"]))
+            }
+        },
+    ));
+    let mode = match &spec["mode"] {
+        Value::String(m) => m.clone(),
+        Value::Object(m) => m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "),
+        other => text(other),
+    };
+    lines.push((
+        "concurrency",
+        format!("{}, misfire {}, mode {mode}", text(&spec["concurrency"]), text(&spec["misfire"])),
+    ));
+    if spec["selector"].as_object().is_some_and(|s| !s.is_empty()) {
+        lines.push((
+            "selector",
+            format!("{} ({} live worker(s) match)", pairs(&spec["selector"]), text(&job["eligible_workers"])),
+        ));
+    }
+    for (label, key) in [("on success", "on_success"), ("on failure", "on_failure")] {
+        if let Some(list) = spec[key].as_array().filter(|l| !l.is_empty()) {
+            let names: Vec<String> = list.iter().map(text).collect();
+            lines.push((label, format!("run {}", names.join(", "))));
+        }
+    }
+    lines
+}
+
+/// One page of the job's records (`status`: a comma-separated filter): the records and whether
+/// there are more.
+async fn records(client: &Client, job: &str, status: Option<&str>, limit: u32) -> anyhow::Result<(Vec<Value>, bool)> {
+    let path = format!(
+        "/api/executions{}",
+        query(&[
+            ("job", Some(job.to_owned())),
+            ("status", status.map(str::to_owned)),
+            ("limit", Some(limit.to_string()))
+        ])
+    );
+    let page = client.get(&path).await?;
+    let list = page["executions"].as_array().cloned().unwrap_or_default();
+    Ok((list, page["next_cursor"].is_string()))
+}
+
+/// The recorded runs of a job `describe` shows.
+struct Runs {
+    last: Vec<Value>,
+    health: Health,
+}
+
+async fn runs(client: &Client, name: &str) -> anyhow::Result<Runs> {
+    let (last, finished) = tokio::try_join!(
+        records(client, name, None, LAST_RUNS),
+        records(client, name, Some(FINISHED), HEALTH_WINDOW),
+    )?;
+    Ok(Runs { last: last.0, health: health(&finished.0, finished.1) })
+}
+
+/// The job's executions running now, from every worker's running markers, oldest first.
+async fn running(client: &Client, name: &str) -> anyhow::Result<Vec<Value>> {
+    let workers = client.get("/api/workers").await?;
+    let mut running: Vec<Value> = workers["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|w| w["running_executions"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["job"] == name)
+        .collect();
+    running.sort_by_key(|e| (text(&e["started_at"]), text(&e["id"])));
+    Ok(running)
+}
+
+pub async fn describe(client: &Client, name: &str, json: bool) -> anyhow::Result<()> {
+    let path = format!("/api/jobs/{}", segment(name));
+    let job = client.get(&path).await.with_context(|| format!("job {name:?}"))?;
+    let (runs, running) = tokio::join!(runs(client, name), running(client, name));
+    let runs = runs.map_err(|e| format!("{:#}", e.context("searching the job's executions")));
+    let running = running.map_err(|e| format!("{:#}", e.context("listing the running executions")));
+    if json {
+        let (last, health) = match &runs {
+            Ok(r) => (
+                json!(r.last),
+                json!({
+                    "last_finished": r.health.last_finished,
+                    "failures_in_a_row": r.health.failures_in_a_row,
+                    "failures_in_a_row_at_least": r.health.at_least,
+                }),
+            ),
+            Err(_) => (Value::Null, Value::Null),
+        };
+        let errors: Vec<&String> = [runs.as_ref().err(), running.as_ref().err()].into_iter().flatten().collect();
+        return print_doc(&json!({
+            "job": job,
+            "state": state_line(&job),
+            "health": health,
+            "running": running.as_ref().ok(),
+            "last_runs": last,
+            "errors": errors,
+        }));
+    }
+    if let Err(e) = &runs {
+        eprintln!("etcronctl: note: {e}; the recorded runs are left out");
+    }
+    if let Err(e) = &running {
+        eprintln!("etcronctl: note: {e}; the running executions are left out");
+    }
+    out(&render(&job, runs.as_ref().ok(), running.as_deref().ok()))
+}
+
+/// The sections of `describe` as text.
+fn render(job: &Value, runs: Option<&Runs>, running: Option<&[Value]>) -> String {
+    let mut s = String::new();
+    let field = |s: &mut String, label: &str, value: &str| {
+        let _ = writeln!(s, "{:<14}{value}", format!("{label}:"));
+    };
+    field(&mut s, "name", &text(&job["name"]));
+    field(&mut s, "revision", &text(&job["revision"]));
+    field(&mut s, "state", &state_line(job));
+    for (label, value) in spec_lines(job) {
+        field(&mut s, label, &value);
+    }
+    let next: Vec<&str> =
+        job["next_runs"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let _ = writeln!(s, "\nNext runs:");
+    if next.is_empty() {
+        let _ = writeln!(s, "  none (the job does not fire: paused, disabled, invalid, or its schedule is over)");
+    }
+    for t in next {
+        let _ = writeln!(s, "  {t}");
+    }
+    let _ = writeln!(s, "\nHealth:");
+    let summary = &job["summary"];
+    if let Some(r) = runs {
+        let h = &r.health;
+        let last = match &h.last_finished {
+            Some(e) => format!("{} {} (scheduled {})", text(&e["status"]), text(&e["id"]), text(&e["scheduled_at"])),
+            None => "none yet".to_owned(),
+        };
+        let _ = writeln!(s, "  {:<20}{last}", "last finished:");
+        let streak =
+            if h.at_least { format!("at least {}", h.failures_in_a_row) } else { h.failures_in_a_row.to_string() };
+        let _ = writeln!(s, "  {:<20}{streak}", "failures in a row:");
+    }
+    if summary.is_object() {
+        let _ = writeln!(
+            s,
+            "  {:<20}{} succeeded, {} failed, {} in all",
+            "last 24 h:",
+            text(&summary["succeeded_24h"]),
+            text(&summary["failed_24h"]),
+            text(&summary["total_24h"])
+        );
+    }
+    if let Some(running) = running {
+        let _ = writeln!(s, "\nRunning now:");
+        if running.is_empty() {
+            let _ = writeln!(s, "  none");
+        } else {
+            let mut t = Table::new(&["ID", "WORKER", "STARTED", "PID"]);
+            for e in running {
+                t.row(vec![text(&e["id"]), text(&e["worker_id"]), text(&e["started_at"]), text(&e["pid"])]);
+            }
+            indent(&mut s, &t.render());
+        }
+    }
+    let Some(r) = runs else { return s };
+    let _ = writeln!(s, "\nLast runs:");
+    if r.last.is_empty() {
+        let _ = writeln!(s, "  none");
+    } else {
+        let mut t = Table::new(&COLUMNS);
+        for e in &r.last {
+            t.row(row(e));
+        }
+        indent(&mut s, &t.render());
+    }
+    s
+}
+
+fn indent(s: &mut String, text: &str) {
+    for line in text.lines() {
+        let _ = writeln!(s, "  {line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn rec(id: &str, status: &str) -> Value {
+        json!({"id": id, "status": status, "scheduled_at": "2026-01-01T00:00:00Z"})
+    }
+
+    #[test]
+    fn failures_in_a_row_count_runs_by_their_last_attempt() {
+        // Newest first: tick 3 failed twice (two attempts, one run), tick 2 timed out, tick 1
+        // succeeded on its retry.
+        let finished = [
+            rec("j@3#2", "failed"),
+            rec("j@3#1", "failed"),
+            rec("j@2#1", "timed_out"),
+            rec("j@1#2", "succeeded"),
+            rec("j@1#1", "failed"),
+            rec("j@0#1", "failed"),
+        ];
+        let h = health(&finished, false);
+        assert_eq!(h.failures_in_a_row, 2);
+        assert!(!h.at_least);
+        assert_eq!(h.last_finished.unwrap()["id"], "j@3#2");
+        // A success last: none in a row.
+        assert_eq!(health(&[rec("j@4#1", "succeeded"), rec("j@3#1", "failed")], false).failures_in_a_row, 0);
+        // Every run read failed and there are more: at least that many.
+        let h = health(&[rec("j@2#1", "failed"), rec("j@1#1", "killed")], true);
+        assert_eq!((h.failures_in_a_row, h.at_least), (2, true));
+        let none = health(&[], false);
+        assert_eq!((none.failures_in_a_row, none.at_least, none.last_finished), (0, false, None));
+    }
+
+    #[test]
+    fn the_state_says_who_paused_and_why() {
+        let paused = json!({"spec": {"enabled": true}, "paused": {"by": "ops", "at": "2026-01-01T00:00:00Z", "reason": "db move"}});
+        assert_eq!(state_line(&paused), "paused by ops at 2026-01-01T00:00:00Z: db move");
+        assert_eq!(
+            state_line(&json!({"spec": {"enabled": true}, "paused": {"by": null, "at": null, "reason": null}})),
+            "paused"
+        );
+        assert_eq!(
+            state_line(&json!({"spec": {"enabled": false}, "paused": null})),
+            "disabled (the spec says enabled: false)"
+        );
+        assert_eq!(state_line(&json!({"spec": {"enabled": true}, "paused": null})), "enabled");
+        assert_eq!(state_line(&json!({"spec": {}, "invalid": "schedule: bad"})), "invalid: schedule: bad");
+    }
+
+    #[test]
+    fn the_spec_in_a_few_lines() {
+        let job = json!({"name": "a", "schedule_description": "At 03:00", "eligible_workers": 2, "spec": {
+            "schedule": "0 3 * * *", "timezone": "UTC", "task": {"kind": "http", "method": "POST", "url": "http://h/x"},
+            "retries": {"max": 2, "backoff": "10s", "max_backoff": "5m"}, "concurrency": "forbid", "misfire": "skip",
+            "mode": {"sharded": 3}, "selector": {"zone": "a"}, "on_failure": ["alert"], "labels": {}}});
+        let lines: Vec<String> = spec_lines(&job).into_iter().map(|(l, v)| format!("{l}: {v}")).collect();
+        assert_eq!(
+            lines,
+            [
+                "schedule: 0 3 * * * (UTC): At 03:00",
+                "task: http: POST http://h/x",
+                "labels: -",
+                "timeout: none",
+                "retries: 2 (backoff 10s, at most 5m)",
+                "concurrency: forbid, misfire skip, mode sharded 3",
+                "selector: zone=a (2 live worker(s) match)",
+                "on failure: run alert",
+            ]
+        );
+    }
+}
