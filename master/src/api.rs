@@ -12,20 +12,22 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use etcron_common::job::{validate_name, JobSpec};
-use etcron_common::keys::{ExecutionId, Key, Keys, KillTarget};
+use etcron_common::keys::{ExecutionId, Key, KillTarget};
 use etcron_common::model::{fires, Pause, Status, TriggerKind, MAX_PAUSE_REASON};
 use etcron_common::model::{ExecutionRecord, KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
 use etcron_common::schedule::{format_in, Schedule, ScheduleError, MAX_AT_MS};
-use etcron_common::store::{Cursor, MongoStore, Search, StoreError, DEFAULT_LIMIT, MAX_LIMIT};
+use etcron_common::store::{Cursor, Search, StoreError, DEFAULT_LIMIT, MAX_LIMIT};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::auth::Caller;
+pub use crate::backend::AppState;
 use crate::error::ApiError;
-use crate::job_store::{Change, JobStore, Planned, Precondition, Write, Written};
+use crate::error::{etcd, records, store_error, ApiResult};
+use crate::job_store::{Change, Planned, Precondition, Write, Written};
 
 /// Lease of kill commands and trigger requests: long enough for a reconnecting worker.
 pub const COMMAND_LEASE: Duration = Duration::from_secs(60);
@@ -39,26 +41,6 @@ pub const MAX_PREVIEW: usize = 100;
 const RMW_ATTEMPTS: usize = 5;
 /// Most changes one `POST /api/batch` may carry (the body is also limited to 1 MiB).
 pub const MAX_BATCH_CHANGES: usize = 500;
-
-#[derive(Clone)]
-pub struct AppState {
-    pub client: Client,
-    pub keys: Keys,
-    pub store: MongoStore,
-    pub auth: crate::auth::Auth,
-    pub audit: crate::audit::AuditLog,
-    pub guard: crate::guard::Guard,
-    /// etcd's database size as last polled.
-    pub storage: crate::etcd_storage::StorageWatch,
-}
-
-impl AppState {
-    /// The one writer of job specs.
-    #[must_use]
-    pub fn jobs(&self) -> JobStore {
-        JobStore::new(self.client.clone(), self.keys.clone())
-    }
-}
 
 /// Deadline for the best-effort record summaries shown with jobs.
 const SUMMARY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -111,20 +93,6 @@ async fn method_not_allowed(method: axum::http::Method) -> ApiError {
         code: "method_not_allowed",
         message: format!("{method} is not allowed on this route"),
         field: None,
-    }
-}
-
-pub(crate) type ApiResult<T> = Result<T, ApiError>;
-
-pub(crate) async fn etcd<T, F>(op: &'static str, fut: F) -> ApiResult<T>
-where
-    F: std::future::Future<Output = Result<T, etcd_client::Error>>,
-{
-    match etcron_common::etcd::request(op, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) if etcron_common::etcd::is_nospace(&e) => Err(ApiError::etcd_nospace(&e)),
-        Ok(Err(e)) => Err(ApiError::etcd_unavailable(&e)),
-        Err(_) => Err(ApiError::etcd_unavailable(&"request timed out")),
     }
 }
 
@@ -1033,29 +1001,6 @@ async fn cluster_storage(State(st): State<AppState>) -> ApiResult<Json<crate::et
         .current()
         .map(Json)
         .ok_or_else(|| ApiError::etcd_unavailable(&"etcd's status has not been read yet (it is polled every 10 s)"))
-}
-
-/// Most time a record route waits for MongoDB before answering 503: searches are bounded by
-/// design (tens of ms), so a slower answer means MongoDB is away or stuck.
-pub(crate) const RECORDS_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// A MongoDB request of a record route, answered `503 mongodb_unavailable` after
-/// `RECORDS_TIMEOUT` instead of waiting out the driver's own timeouts.
-pub(crate) async fn records<T>(fut: impl std::future::Future<Output = Result<T, StoreError>>) -> ApiResult<T> {
-    match tokio::time::timeout(RECORDS_TIMEOUT, fut).await {
-        Ok(result) => result.map_err(store_error),
-        Err(_) => Err(ApiError::mongodb_unavailable(&format!("no answer within {} s", RECORDS_TIMEOUT.as_secs()))),
-    }
-}
-
-pub(crate) fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::BadCursor => {
-            ApiError::bad_request(Some("cursor".to_owned()), "cursor is not one this API returned")
-        }
-        StoreError::Unavailable(cause) => ApiError::mongodb_unavailable(&cause),
-        StoreError::Failed(cause) => ApiError::internal(&cause),
-    }
 }
 
 /// Parameters `GET /api/executions` accepts.

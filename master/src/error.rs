@@ -6,6 +6,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
+use std::time::Duration;
+
+use etcron_common::store::StoreError;
 
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -100,5 +103,42 @@ impl From<etcron_common::job::SpecError> for ApiError {
         } else {
             Self::bad_request(e.field, e.message)
         }
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+pub(crate) async fn etcd<T, F>(op: &'static str, fut: F) -> ApiResult<T>
+where
+    F: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    match etcron_common::etcd::request(op, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) if etcron_common::etcd::is_nospace(&e) => Err(ApiError::etcd_nospace(&e)),
+        Ok(Err(e)) => Err(ApiError::etcd_unavailable(&e)),
+        Err(_) => Err(ApiError::etcd_unavailable(&"request timed out")),
+    }
+}
+
+/// Most time a record route waits for MongoDB before answering 503: searches are bounded by
+/// design (tens of ms), so a slower answer means MongoDB is away or stuck.
+pub(crate) const RECORDS_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A MongoDB request of a record route, answered `503 mongodb_unavailable` after
+/// `RECORDS_TIMEOUT` instead of waiting out the driver's own timeouts.
+pub(crate) async fn records<T>(fut: impl std::future::Future<Output = Result<T, StoreError>>) -> ApiResult<T> {
+    match tokio::time::timeout(RECORDS_TIMEOUT, fut).await {
+        Ok(result) => result.map_err(store_error),
+        Err(_) => Err(ApiError::mongodb_unavailable(&format!("no answer within {} s", RECORDS_TIMEOUT.as_secs()))),
+    }
+}
+
+pub(crate) fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::BadCursor => {
+            ApiError::bad_request(Some("cursor".to_owned()), "cursor is not one this API returned")
+        }
+        StoreError::Unavailable(cause) => ApiError::mongodb_unavailable(&cause),
+        StoreError::Failed(cause) => ApiError::internal(&cause),
     }
 }

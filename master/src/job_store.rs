@@ -23,8 +23,8 @@ use etcron_common::model::JobState;
 use etcron_common::now_ms;
 use serde::Deserialize;
 
-use crate::api::{etcd, ApiResult};
 use crate::error::ApiError;
+use crate::error::{etcd, ApiResult};
 
 /// Changes written per etcd transaction (etcd refuses more than 128 operations per level of a
 /// transaction by default).
@@ -431,7 +431,13 @@ impl JobStore {
 fn check_write(w: &Write) -> ApiResult<()> {
     validate_name(&w.job).map_err(ApiError::from)?;
     match &w.change {
-        Change::Put(spec) => fires_again(spec),
+        Change::Put(spec) => {
+            fires_again(spec)?;
+            // A job naming itself needs no etcd read to be refused.
+            let mut own = DependencyGraph::new();
+            own.set(&w.job, spec.on_success.iter().chain(&spec.on_failure));
+            cycle_error(&w.job, spec, &own).map_or(Ok(()), Err)
+        }
         Change::Delete => Ok(()),
     }
 }

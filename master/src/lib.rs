@@ -4,6 +4,7 @@
 pub mod api;
 pub mod audit;
 pub mod auth;
+pub mod backend;
 pub mod compactor;
 pub mod config;
 pub mod error;

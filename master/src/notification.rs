@@ -9,8 +9,9 @@ use etcron_common::notify::NotifyEvent;
 use etcron_common::store::{NotificationSearch, DEFAULT_LIMIT, MAX_LIMIT};
 use serde_json::{json, Value};
 
-use crate::api::{ApiResult, AppState};
+use crate::backend::AppState;
 use crate::error::ApiError;
+use crate::error::ApiResult;
 
 /// Parameters `GET /api/notifications` accepts.
 pub const PARAMS: [&str; 4] = ["job", "execution", "event", "limit"];
@@ -51,7 +52,7 @@ pub fn parse_search(query: &str) -> ApiResult<NotificationSearch> {
 /// `{"notifications": [...]}`, newest first.
 pub async fn search(State(st): State<AppState>, RawQuery(query): RawQuery) -> ApiResult<Json<Value>> {
     let search = parse_search(query.as_deref().unwrap_or(""))?;
-    let found = crate::api::records(st.store.notifications(&search)).await?;
+    let found = crate::error::records(st.store.notifications(&search)).await?;
     Ok(Json(json!({ "notifications": found })))
 }
 

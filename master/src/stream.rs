@@ -21,8 +21,9 @@ use etcron_common::model::{Claim, ClaimState, ExecutionRecord, RunningExecution,
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::api::{etcd, ApiResult, AppState};
+use crate::backend::AppState;
 use crate::error::ApiError;
+use crate::error::{etcd, ApiResult};
 
 /// How often the record is read while waiting for the execution to end.
 const POLL: Duration = Duration::from_millis(500);
@@ -47,7 +48,7 @@ pub async fn stream_execution(State(st): State<AppState>, Path(id): Path<String>
         // The worker's stream is the source while it runs; a MongoDB outage does not stop it.
         st.store.get(&id.to_string()).await.unwrap_or(None)
     } else {
-        crate::api::records(st.store.get(&id.to_string())).await?
+        crate::error::records(st.store.get(&id.to_string())).await?
     };
     if running.is_none() && record.is_none() && !coming(&st, &id).await? {
         return Err(ApiError::not_found(format!(

@@ -1,0 +1,29 @@
+//! What handlers reach: the state they share (etcd, MongoDB, the job store, auth, audit).
+//! Route modules import it from here (and errors from `error`), never from another route
+//! module.
+
+use etcd_client::Client;
+use etcron_common::keys::Keys;
+use etcron_common::store::MongoStore;
+
+use crate::job_store::JobStore;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub client: Client,
+    pub keys: Keys,
+    pub store: MongoStore,
+    pub auth: crate::auth::Auth,
+    pub audit: crate::audit::AuditLog,
+    pub guard: crate::guard::Guard,
+    /// etcd's database size as last polled.
+    pub storage: crate::etcd_storage::StorageWatch,
+}
+
+impl AppState {
+    /// The one writer of job specs.
+    #[must_use]
+    pub fn jobs(&self) -> JobStore {
+        JobStore::new(self.client.clone(), self.keys.clone())
+    }
+}
