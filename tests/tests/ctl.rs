@@ -710,6 +710,9 @@ async fn every_command_exits_with_the_documented_codes() -> anyhow::Result<()> {
         vec!["executions", "search", "--follow"],
         vec!["executions", "get", "alpha@1795309040000#1"],
         vec!["executions", "get", "alpha@1795309040000#1", "--follow"],
+        vec!["jobs", "describe", "alpha"],
+        vec!["logs", "alpha"],
+        vec!["logs", "alpha@1795309040000#1", "--follow"],
         vec!["workers", "ls"],
         vec!["schedule", "preview", "0 9 * * *"],
         vec!["export"],
@@ -1145,5 +1148,71 @@ async fn prune_deletes_only_the_jobs_its_files_own() -> anyhow::Result<()> {
     let out = ctl(&c, &["jobs", "apply", "-f", &data_arg]).await;
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("labels.managed-by"), "{out:?}");
+    Ok(())
+}
+
+/// `logs`: an execution's output by id, or a job's newest execution that ran (skipped ticks,
+/// which have no output, are passed over), live with `--follow` (exit 5 when it failed), the
+/// record with `-o json`; exit 3 for what does not exist or has not run, 2 for an argument that
+/// is neither an id nor a job name.
+#[tokio::test(flavor = "multi_thread")]
+async fn logs_print_an_execution_or_a_jobs_latest_run() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-logs", 1).await?;
+    let yearly = |command: &str| json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}});
+    c.put_job("talker", json!({"schedule": "@every 1s", "task": {"kind": "shell", "command": "echo said; echo more"}}))
+        .await?;
+    c.put_job("ticker", yearly("for i in 1 2 3 4; do echo line-$i; sleep 0.5; done")).await?;
+    c.put_job("broken", yearly("echo before; sleep 1; echo after; exit 3")).await?;
+    c.put_job("silent", yearly("true")).await?;
+
+    // A job that ran, then was paused: its newest records are skipped ticks, passed over.
+    let ran = c.wait_executions("job=talker&status=succeeded", "talker to run", |l| !l.is_empty()).await?;
+    ctl(&c, &["jobs", "pause", "talker"]).await.ok();
+    let newest_ms = |l: &[Value]| l.iter().filter_map(|e| e["scheduled_ms"].as_i64()).max().unwrap_or(0);
+    let ran_ms = newest_ms(&ran);
+    c.wait_executions("job=talker&status=skipped", "a skipped tick after the runs", |l| newest_ms(l) > ran_ms + 1000)
+        .await?;
+    let newest = c.get("/api/executions?job=talker&limit=1").await?;
+    assert_eq!(newest["executions"][0]["status"], "skipped", "the newest record is a skipped tick");
+    let out = ctl(&c, &["logs", "talker"]).await.ok();
+    assert_eq!(out.stdout, "said\nmore\n", "{out:?}");
+    let id = out.stderr.split("that ran: ").nth(1).unwrap().split(' ').next().unwrap().to_owned();
+    assert_eq!(execution(&c, &id, "the run logs named", |_| true).await["status"], "succeeded", "{out:?}");
+    // By id, and as the record.
+    assert_eq!(ctl(&c, &["logs", &id]).await.ok().stdout, "said\nmore\n");
+    let doc = ctl(&c, &["logs", &id, "-o", "json"]).await.ok().json();
+    assert_eq!((&doc["id"], &doc["output"]), (&json!(id), &json!("said\nmore\n")));
+
+    // --follow of a job's run in progress: the lines as they come, exit 0.
+    let id = run(&c, "ticker").await;
+    wait_for(Duration::from_secs(30), "the ticker's running marker", || async {
+        let workers = c.get("/api/workers").await.ok()?;
+        (workers["workers"][0]["running_executions"][0]["id"] == id.as_str()).then_some(())
+    })
+    .await?;
+    let out = ctl(&c, &["logs", "ticker", "--follow"]).await;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "line-1\nline-2\nline-3\nline-4\n"), "{out:?}");
+    assert!(out.stderr.contains(&format!("that ran: {id} (running)")), "{out:?}");
+    assert!(out.stderr.contains(&format!("execution {id}: succeeded")), "{out:?}");
+    // A failed run: its output and exit 5 with --follow, exit 0 without.
+    let id = run(&c, "broken").await;
+    let out = ctl(&c, &["logs", &id, "--follow"]).await;
+    assert_eq!((out.code, out.stdout.as_str()), (5, "before\nafter\n"), "{out:?}");
+    let out = ctl(&c, &["logs", "broken"]).await;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "before\nafter\n"), "{out:?}");
+    assert!(out.stderr.contains(&format!("{id} (failed)")), "{out:?}");
+
+    // Nothing to show: 3; not a name: 2.
+    let out = ctl(&c, &["logs", "silent"]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("job \"silent\" has no execution that ran yet"), "{out:?}");
+    let out = ctl(&c, &["logs", "nope"]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("job \"nope\" does not exist"), "{out:?}");
+    assert_eq!(ctl(&c, &["logs", "nope@1#1"]).await.code, 3);
+    assert_eq!(ctl(&c, &["logs", "nope@1#1", "--follow"]).await.code, 3);
+    let out = ctl(&c, &["logs", "Not A Job"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.starts_with("etcronctl: JOB \"Not A Job\" is not a job name"), "{out:?}");
     Ok(())
 }

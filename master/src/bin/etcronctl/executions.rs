@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use serde_json::{json, Value};
 
 use crate::client::{query, segment, Client};
-use crate::exit::{ApiError, Exit, Unsuccessful};
+use crate::exit::{ApiError, Exit, Unsuccessful, Usage};
 use crate::sse;
 use crate::table::{clip, duration_ms, line, text, Table};
 use crate::{out, print_doc, stream_doc};
@@ -251,6 +251,99 @@ pub async fn get(client: &Client, id: &str, json: bool) -> anyhow::Result<()> {
     out(&s)
 }
 
+/// Statuses of an execution that ran (skipped and missed ticks have no output).
+const RAN: &str = "running,succeeded,failed,timed_out,killed,lost";
+
+/// What `logs` names: an execution id has an `@` (`job@tick#attempt`), a job name never does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogsTarget {
+    Execution(String),
+    Job(String),
+}
+
+impl LogsTarget {
+    /// Reads `logs`'s argument; a text that is neither an execution id nor a job name is a usage
+    /// error naming the argument.
+    pub fn parse(text: &str) -> Result<Self, Usage> {
+        if text.contains('@') {
+            return text
+                .parse::<etcron_common::keys::ExecutionId>()
+                .map(|_| LogsTarget::Execution(text.to_owned()))
+                .map_err(|e| Usage(format!("EXECUTION {text:?} is not an execution id (job@tick#attempt): {e}")));
+        }
+        etcron_common::keys::validate_job_name(text)
+            .map(|()| LogsTarget::Job(text.to_owned()))
+            .map_err(|e| Usage(format!("JOB {text:?} is not a job name ({e}), nor an execution id (it has no @)")))
+    }
+}
+
+/// The execution of `job` to show: the newest of its runs in progress (from the workers'
+/// running markers, written once a run has lasted a second), else its newest execution that ran;
+/// not found (exit 3) when the job does not exist or has not run.
+async fn latest_run(client: &Client, job: &str) -> anyhow::Result<(String, String)> {
+    let workers = client.get("/api/workers").await.context("listing the running executions")?;
+    let running = workers["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|w| w["running_executions"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["job"] == job)
+        .max_by_key(|e| (text(&e["started_at"]), text(&e["id"])));
+    if let Some(e) = running {
+        return Ok((text(&e["id"]), "running".to_owned()));
+    }
+    let path = format!(
+        "/api/executions{}",
+        query(&[("job", Some(job.to_owned())), ("status", Some(RAN.to_owned())), ("limit", Some("1".to_owned()))])
+    );
+    let page = client.get(&path).await.with_context(|| format!("searching the executions of job {job:?}"))?;
+    if let Some(e) = page["executions"].as_array().and_then(|a| a.first()) {
+        return Ok((text(&e["id"]), text(&e["status"])));
+    }
+    // Records outlive their job: only now does it matter whether the job exists.
+    client.get(&format!("/api/jobs/{}", segment(job))).await.with_context(|| format!("job {job:?}"))?;
+    let message = format!("job {job:?} has no execution that ran yet (run it: etcronctl jobs run {job} --follow)");
+    Err(ApiError { status: 404, code: "not_found".to_owned(), message, field: None }.into())
+}
+
+/// `logs EXECUTION|JOB [--follow]`: the output of an execution, or of the newest execution of a
+/// job that ran, on stdout as the task printed it. `--follow` streams it live as `executions get
+/// --follow` does (exit 5 unless the final attempt succeeded); without it the exit code is 0
+/// whatever the status. With `-o json|yaml`: the execution record (with `output`), or the
+/// stream's events.
+pub async fn logs(client: &Client, target: &LogsTarget, follow: bool, json: bool) -> anyhow::Result<()> {
+    let id = match target {
+        LogsTarget::Execution(id) => id.clone(),
+        LogsTarget::Job(job) => {
+            let (id, status) = latest_run(client, job).await?;
+            if !json {
+                eprintln!("etcronctl: the latest execution of job {job} that ran: {id} ({status})");
+            }
+            id
+        }
+    };
+    if follow {
+        return stream(client, &id, json).await;
+    }
+    let e = client.get(&execution_path(&id)).await.with_context(|| format!("execution {id:?}"))?;
+    if json {
+        return print_doc(&e);
+    }
+    let output = e["output"].as_str().unwrap_or_default();
+    let mut text = output.to_owned();
+    if !output.is_empty() && !output.ends_with('\n') {
+        text.push('\n');
+    }
+    out(&text)?;
+    if e["output_truncated"] == Value::Bool(true) {
+        eprintln!("etcronctl: the output was truncated: its head and tail were kept");
+    }
+    if e["status"] == "running" {
+        eprintln!("etcronctl: execution {id} is still running; its output so far comes with --follow");
+    }
+    Ok(())
+}
+
 /// One line about how an execution ended: `execution X: failed (exit 3) after 1.2s on w1`.
 fn status_line(e: &Value) -> String {
     let mut s = format!("execution {}: {}", text(&e["id"]), text(&e["status"]));
@@ -402,6 +495,23 @@ mod tests {
         assert_eq!(result(&ok), "exit 0");
         assert_eq!(result(&json!({"reason": "job paused"})), "job paused");
         assert_eq!(result(&json!({})), "-");
+    }
+
+    #[test]
+    fn logs_takes_an_execution_id_or_a_job_name() {
+        assert_eq!(LogsTarget::parse("nightly").unwrap(), LogsTarget::Job("nightly".into()));
+        assert_eq!(
+            LogsTarget::parse("nightly@1767225600000#2").unwrap(),
+            LogsTarget::Execution("nightly@1767225600000#2".into())
+        );
+        assert_eq!(
+            LogsTarget::parse("nightly@manual-1f2e#1").unwrap(),
+            LogsTarget::Execution("nightly@manual-1f2e#1".into())
+        );
+        let e = LogsTarget::parse("Nightly Report").unwrap_err().to_string();
+        assert!(e.starts_with("JOB \"Nightly Report\" is not a job name"), "{e}");
+        let e = LogsTarget::parse("nightly@").unwrap_err().to_string();
+        assert!(e.starts_with("EXECUTION \"nightly@\" is not an execution id"), "{e}");
     }
 
     #[test]

@@ -65,6 +65,17 @@ enum Command {
     /// Search execution records, follow new ones, show one with its output or stream it live.
     #[command(subcommand)]
     Executions(ExecutionsCommand),
+    /// Print the output of an execution, or of a job's latest execution that ran; `--follow`
+    /// streams it live (exit 5 unless the final attempt succeeded).
+    Logs {
+        /// An execution id (`job@tick#attempt`: it has an `@`), or a job name: its newest
+        /// execution that ran (a run in progress included; skipped and missed ticks are not runs).
+        #[arg(value_name = "EXECUTION|JOB")]
+        target: String,
+        /// Stream the output as it is produced, then the retries up to the final attempt.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
     /// Live workers.
     #[command(subcommand)]
     Workers(WorkersCommand),
@@ -355,6 +366,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ExecutionsCommand::Get { id, follow: true } => executions::stream(&client, &id, json).await,
             ExecutionsCommand::Get { id, follow: false } => executions::get(&client, &id, json).await,
         },
+        Command::Logs { target, follow } => {
+            executions::logs(&client, &executions::LogsTarget::parse(&target)?, follow, json).await
+        }
         Command::Workers(WorkersCommand::Ls) => jobs::workers(&client, json).await,
         Command::Schedule(ScheduleCommand::Preview { schedule, timezone, count, after }) => {
             jobs::preview(&client, &schedule, jobs::PreviewOptions { timezone, count, after }, json).await
@@ -458,7 +472,7 @@ mod tests {
         let mut buf = Vec::new();
         clap_complete::generate(clap_complete::Shell::Bash, &mut Cli::command(), "etcronctl", &mut buf);
         let script = String::from_utf8(buf).unwrap();
-        for word in ["jobs", "apply", "executions", "workers", "schedule", "export", "import"] {
+        for word in ["jobs", "apply", "describe", "executions", "logs", "workers", "schedule", "export", "import"] {
             assert!(script.contains(word), "{word}");
         }
     }
