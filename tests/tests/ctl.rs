@@ -341,9 +341,9 @@ async fn runs_kills_and_executions() -> anyhow::Result<()> {
     c.put_job("hello", yearly("echo hello-$ETCRON_TRIGGER")).await?;
     c.put_job("sleeper", yearly("sleep 60")).await?;
 
-    // Follow the job's executions from before it runs, as a child process.
+    // Watch the job's executions from before it runs, as a child process.
     let mut follow = std::process::Command::new(bin("etcronctl")?)
-        .args(["executions", "search", "--job", "hello", "--follow"])
+        .args(["executions", "search", "--job", "hello", "-w"])
         .env("ETCRON_SERVER", &c.master.url)
         .env_remove("ETCRON_TOKEN")
         .stdout(Stdio::piped())
@@ -356,7 +356,7 @@ async fn runs_kills_and_executions() -> anyhow::Result<()> {
     assert!(id.starts_with("hello@manual-"), "{id}");
     let record = execution(&c, &id, "the manual run to succeed", |v| v["status"] == "succeeded").await;
     assert_eq!(record["trigger"], "manual");
-    wait_for(Duration::from_secs(30), "--follow to print the finished run", || async {
+    wait_for(Duration::from_secs(30), "--watch to print the finished run", || async {
         let lines = followed.lock().unwrap();
         lines.iter().any(|l| l.starts_with(&id) && l.contains("succeeded")).then_some(())
     })
@@ -708,6 +708,7 @@ async fn every_command_exits_with_the_documented_codes() -> anyhow::Result<()> {
         vec!["jobs", "resume", "alpha"],
         vec!["executions", "search"],
         vec!["executions", "search", "--follow"],
+        vec!["executions", "search", "--watch"],
         vec!["executions", "get", "alpha@1795309040000#1"],
         vec!["executions", "get", "alpha@1795309040000#1", "--follow"],
         vec!["jobs", "describe", "alpha"],

@@ -1,4 +1,4 @@
-//! The `executions` commands: search (one page, every page, or `--follow` polling like
+//! The `executions` commands: search (one page, every page, or `--watch` polling like
 //! `tail -f`), and get (the record with its output, or `--follow` streaming the live output of
 //! a running execution from `GET /api/executions/{id}/stream`).
 
@@ -16,7 +16,7 @@ use crate::sse;
 use crate::table::{clip, duration_ms, line, text, Table};
 use crate::{out, print_doc, stream_doc};
 
-/// How often `executions search --follow` asks again.
+/// How often `executions search --watch` asks again.
 const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Filters of `GET /api/executions`.
@@ -63,7 +63,7 @@ fn time_param(text: &str) -> String {
 }
 
 pub const COLUMNS: [&str; 7] = ["ID", "STATUS", "TRIGGER", "WORKER", "SCHEDULED", "DURATION", "RESULT"];
-/// Column widths of `--follow`, which cannot measure rows it has not seen yet.
+/// Column widths of `--watch`, which cannot measure rows it has not seen yet.
 const FOLLOW_WIDTHS: [usize; 7] = [36, 9, 10, 12, 24, 8, 0];
 
 /// What an execution came to, in a few words: the error, the reason, or the exit code.
@@ -148,7 +148,7 @@ fn news(seen: &mut HashMap<String, Value>, page: &[Value]) -> Vec<Value> {
     fresh
 }
 
-/// `executions search --follow`: polls every second and prints records that are new or changed
+/// `executions search --watch` (or `--follow`): polls every second and prints records that are new or changed
 /// (a run that finished is printed again with its result), oldest first, until interrupted.
 /// With `-o json`, one JSON record per line.
 pub async fn follow(client: &Client, filters: &Filters, json: bool) -> anyhow::Result<()> {

@@ -21,8 +21,8 @@ pub enum Exit {
     NotFound = 3,
     /// A concurrent change: the job was edited since it was read, or already exists (409).
     Conflict = 4,
-    /// `executions get --follow`, `jobs run --follow`: the final attempt ended in a status
-    /// other than `succeeded`.
+    /// `executions get --follow`, `logs --follow`, `jobs run --follow`: the final attempt ended
+    /// in a status other than `succeeded`.
     Unsuccessful = 5,
     /// No etcron master answered at `--server`: refused, timed out, or something else answered
     /// (another server's page, a proxy's error).
@@ -38,7 +38,7 @@ pub const HELP: &str = "Exit codes:
   2  usage error: bad arguments, or an invalid job file (nothing was changed)
   3  not found (404)
   4  conflict (409): the job changed since it was read, or already exists
-  5  executions get --follow, jobs run --follow: the final attempt did not succeed
+  5  executions get --follow, logs --follow, jobs run --follow: the final attempt did not succeed
   6  no etcron master answered at --server (refused, timed out, or another server answered)
   7  --dry-run: changes are pending";
 

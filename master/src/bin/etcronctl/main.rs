@@ -62,7 +62,7 @@ enum Command {
     /// List, show, apply, delete, run, kill, pause and resume jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
-    /// Search execution records, follow new ones, show one with its output or stream it live.
+    /// Search execution records, watch for new ones, show one with its output or stream it live.
     #[command(subcommand)]
     Executions(ExecutionsCommand),
     /// Print the output of an execution, or of a job's latest execution that ran; `--follow`
@@ -222,14 +222,15 @@ enum ExecutionsCommand {
         #[arg(long)]
         limit: Option<u32>,
         /// Continue from a page's `next_cursor`.
-        #[arg(long, conflicts_with_all = ["all", "follow"])]
+        #[arg(long, conflicts_with_all = ["all", "watch"])]
         cursor: Option<String>,
         /// Fetch every page.
-        #[arg(long, conflicts_with = "follow")]
+        #[arg(long, conflicts_with = "watch")]
         all: bool,
-        /// Keep polling every second and print new or changed records as they come, until Ctrl-C.
-        #[arg(short = 'f', long, conflicts_with = "until")]
-        follow: bool,
+        /// Print the matches, then keep polling every second and print new or changed records
+        /// as they come, until Ctrl-C (`--follow`, `-f`: the same).
+        #[arg(short = 'w', long, visible_alias = "follow", visible_short_alias = 'f', conflicts_with = "until")]
+        watch: bool,
     },
     /// Show one execution with its output.
     Get {
@@ -354,10 +355,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 limit,
                 cursor,
                 all,
-                follow,
+                watch,
             } => {
                 let filters = executions::Filters { job, statuses, worker, trigger, since, until, q, limit };
-                if follow {
+                if watch {
                     executions::follow(&client, &filters, json).await
                 } else {
                     executions::search(&client, &filters, cursor, all, json).await
@@ -452,6 +453,12 @@ mod tests {
         assert!(Cli::try_parse_from(["etcronctl", "jobs", "ls", "--label", "nokey"]).is_err());
         assert!(Cli::try_parse_from(["etcronctl", "--timeout", "0s", "workers", "ls"]).is_err());
         assert!(Cli::try_parse_from(["etcronctl", "executions", "search", "--follow", "--all"]).is_err());
+        for flag in ["--watch", "-w", "--follow", "-f"] {
+            let cli = Cli::try_parse_from(["etcronctl", "executions", "search", flag, "--job", "a"]).unwrap();
+            let Command::Executions(ExecutionsCommand::Search { watch, .. }) = cli.command else { panic!() };
+            assert!(watch, "{flag}");
+        }
+        assert!(Cli::try_parse_from(["etcronctl", "executions", "search", "-w", "--cursor", "c"]).is_err());
     }
 
     #[test]
