@@ -1,71 +1,18 @@
-//! Shared vocabulary of etcron: job model and validation, the job dependency graph, schedules,
-//! the etcd key layout, the records stored in etcd, the etcd session and claim helpers,
-//! bounded task output, and webhook notification targets and records.
+//! etcron's shared I/O: etcd requests and errors, the session and claim helpers, admission
+//! control, the MongoDB store, metrics, the HTTP serving loop and settings. The pure vocabulary
+//! (specs, schedules, keys, records) is the `etcron-model` crate, re-exported here so the
+//! servers name one crate.
 
 pub mod admission;
-#[cfg(test)]
-mod check;
 pub mod claim;
-pub mod dependency;
-pub mod duration;
 pub mod etcd;
-pub mod headers;
-pub mod job;
-pub mod json;
-pub mod keys;
 pub mod metrics;
-pub mod model;
-pub mod notify;
-pub mod output;
-pub mod schedule;
 pub mod serve;
 pub mod session;
 pub mod settings;
-pub mod size;
 pub mod store;
 
-/// Milliseconds since the Unix epoch, the unit of every instant etcron stores.
-pub type UnixMs = i64;
-
-/// The current wall-clock time in Unix milliseconds.
-#[must_use]
-pub fn now_ms() -> UnixMs {
-    chrono::Utc::now().timestamp_millis()
-}
-
-/// Formats Unix milliseconds as RFC 3339 with millisecond precision in UTC.
-#[must_use]
-pub fn rfc3339_ms(ms: UnixMs) -> String {
-    match chrono::DateTime::from_timestamp_millis(ms) {
-        Some(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        None => ms.to_string(),
-    }
-}
-
-/// Percent-encodes `s` as one URL path segment or query value: everything but RFC 3986's
-/// unreserved characters (execution ids hold `@`, `#` and `:`).
-#[must_use]
-pub fn percent_encode(s: &str) -> String {
-    use std::fmt::Write as _;
-    s.bytes().fold(String::with_capacity(s.len()), |mut out, b| {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-        out
-    })
-}
-
-/// The version every binary reports (workers put it into their registration).
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn ids_are_percent_encoded_as_one_segment() {
-        assert_eq!(super::percent_encode("nightly-report@1700000000000#2"), "nightly-report%401700000000000%232");
-        assert_eq!(super::percent_encode("a:shard-1 b/c~d_e.f"), "a%3Ashard-1%20b%2Fc~d_e.f");
-        assert_eq!(super::percent_encode("ü"), "%C3%BC");
-    }
-}
+pub use etcron_model::{
+    dependency, duration, headers, job, json, keys, model, notify, now_ms, output, percent_encode, rfc3339_ms,
+    schedule, size, UnixMs, VERSION,
+};
