@@ -712,6 +712,7 @@ async fn every_command_exits_with_the_documented_codes() -> anyhow::Result<()> {
         vec!["executions", "get", "alpha@1795309040000#1"],
         vec!["executions", "get", "alpha@1795309040000#1", "--follow"],
         vec!["jobs", "describe", "alpha"],
+        vec!["jobs", "edit", "alpha"],
         vec!["logs", "alpha"],
         vec!["logs", "alpha@1795309040000#1", "--follow"],
         vec!["workers", "ls"],
@@ -1215,5 +1216,115 @@ async fn logs_print_an_execution_or_a_jobs_latest_run() -> anyhow::Result<()> {
     let out = ctl(&c, &["logs", "Not A Job"]).await;
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.starts_with("etcronctl: JOB \"Not A Job\" is not a job name"), "{out:?}");
+    Ok(())
+}
+
+/// `jobs edit` with `EDITOR` set to scripts: an edit is saved with `If-Match` and its diff
+/// printed; an untouched file (or one whose comments only changed) cancels; invalid content,
+/// a renamed job and a concurrent save (exit 2, 2, 4) keep the edited file and print its path;
+/// nothing else is left in the temporary directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn edit_saves_with_the_revision_read_and_keeps_what_cannot_be_saved() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-edit", 0).await?;
+    let dir = c.path("jobs");
+    write(&dir, "a.toml", ALPHA_TOML);
+    ctl(&c, &["jobs", "apply", "-f", &dir.display().to_string()]).await.ok();
+    let tmp = c.path("tmp");
+    std::fs::create_dir_all(&tmp)?;
+    let tmp_arg = tmp.display().to_string();
+    let edit = |editor: String, extra: &'static [&'static str]| {
+        let (server, tmp) = (c.master.url.clone(), tmp_arg.clone());
+        async move {
+            let env = [("EDITOR", editor.as_str()), ("VISUAL", ""), ("TMPDIR", tmp.as_str())];
+            ctl_at(&server, &env, &[&["jobs", "edit", "alpha"], extra].concat()).await
+        }
+    };
+    let left = || -> Vec<std::path::PathBuf> { std::fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().path()).collect() };
+    let revision = || async { job(&c, "alpha").await.1["revision"].clone() };
+
+    // Nothing changed, or only a comment: cancelled, nothing written.
+    let before = revision().await;
+    for editor in ["true", "sed -i -e 's/^# Edit job/# I read it. Edit job/'"] {
+        let out = edit(editor.to_owned(), &[]).await.ok();
+        assert_eq!(out.stdout, "edit cancelled, no changes made\n", "{editor}");
+        assert_eq!(revision().await, before, "{editor}");
+        assert!(left().is_empty(), "{editor}: {:?}", left());
+    }
+
+    // An edit: saved, the diff printed, the file removed.
+    let out = edit("sed -i -e 's/echo alpha/echo edited/'".to_owned(), &[]).await.ok();
+    let saved = job(&c, "alpha").await.1;
+    assert_eq!(saved["spec"]["task"]["command"], "echo edited");
+    assert_eq!(
+        out.stdout,
+        format!(
+            "job alpha edited (revision {})\n    ~ task.command: \"echo alpha\" → \"echo edited\"\n",
+            saved["revision"]
+        )
+    );
+    assert!(left().is_empty(), "{:?}", left());
+    let out = edit("sed -i -e 's/timeout: 10m/timeout: 20m/'".to_owned(), &["-o", "json"]).await.ok();
+    let doc = out.json();
+    assert_eq!((&doc["edited"], &doc["diff"][0]["path"]), (&json!(true), &json!("timeout")), "{doc}");
+    assert_eq!(doc["revision"], revision().await);
+
+    // Invalid content, and a renamed job: exit 2, the file kept with the edit, the job as it was.
+    let before = job(&c, "alpha").await.1;
+    for (editor, error) in [
+        ("sed -i -e 's/    command:/    comand:/'", "task.comand: unknown field"),
+        ("sed -i -e 's/^  alpha:/  alpha2:/'", "must define job \"alpha\" and only it, but defines [\"alpha2\"]"),
+    ] {
+        let out = edit(editor.to_owned(), &[]).await;
+        assert_eq!(out.code, 2, "{out:?}");
+        assert!(out.stderr.contains(error), "{out:?}");
+        let files = left();
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert!(out.stderr.contains(&format!("your edit is kept in {}", files[0].display())), "{out:?}");
+        assert!(std::fs::read_to_string(&files[0])?.contains(if error.contains("comand") {
+            "comand:"
+        } else {
+            "alpha2:"
+        }));
+        std::fs::remove_file(&files[0])?;
+        assert_eq!(job(&c, "alpha").await.1, before);
+    }
+
+    // Someone saves the job while the editor is open: 409, exit 4, their save stays, the edit
+    // is kept, and applying the kept file puts the edit over theirs.
+    write(
+        &dir,
+        "theirs.yaml",
+        "jobs:\n  alpha:\n    schedule: '@yearly'\n    task: {kind: shell, command: echo theirs}\n",
+    );
+    let script = c.path("edit-while-someone-saves.sh");
+    write(
+        script.parent().unwrap(),
+        "edit-while-someone-saves.sh",
+        &format!(
+            "#!/bin/sh\nset -e\n{} jobs apply -f {} >/dev/null\nsed -i -e 's/echo edited/echo mine/' \"$1\"\n",
+            bin("etcronctl")?.display(),
+            dir.join("theirs.yaml").display()
+        ),
+    );
+    let out = edit(format!("sh {}", script.display()), &[]).await;
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("saving job \"alpha\": conflict (409)"), "{out:?}");
+    assert_eq!(job(&c, "alpha").await.1["spec"]["task"]["command"], "echo theirs", "not overwritten");
+    let files = left();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(out.stderr.contains(&format!("your edit is kept in {}", files[0].display())), "{out:?}");
+    let out = ctl(&c, &["jobs", "apply", "-f", &files[0].display().to_string()]).await.ok();
+    assert!(out.stdout.contains("~ task.command: \"echo theirs\" → \"echo mine\""), "{out:?}");
+    std::fs::remove_file(&files[0])?;
+
+    // An editor that fails changes nothing; a job that does not exist is 3.
+    let before = revision().await;
+    let out = edit("false".to_owned(), &[]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("the editor \"false\" exited with"), "{out:?}");
+    assert_eq!(revision().await, before);
+    let env = [("EDITOR", "true"), ("TMPDIR", tmp_arg.as_str())];
+    assert_eq!(ctl_at(&c.master.url, &env, &["jobs", "edit", "nope"]).await.code, 3);
+    assert!(left().is_empty(), "{:?}", left());
     Ok(())
 }

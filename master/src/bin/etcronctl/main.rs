@@ -5,6 +5,7 @@
 mod apply;
 mod client;
 mod describe;
+mod edit;
 mod executions;
 mod exit;
 mod jobfile;
@@ -154,6 +155,9 @@ enum JobsCommand {
     /// Describe one job: its spec in short, next runs, health (state, last finished run,
     /// failures in a row), running executions and last runs.
     Describe { name: String },
+    /// Edit a job in $VISUAL or $EDITOR (vi by default) as a YAML job file; saved only if nobody
+    /// changed the job meanwhile (exit 4, the edited file kept).
+    Edit { name: String },
     /// Create or update jobs from job files (TOML, YAML, JSON) so that the server matches them.
     Apply {
         /// A job file (`-`: standard input; a name without .toml/.yaml/.yml/.json is read by its
@@ -334,6 +338,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             JobsCommand::Ls { labels, statuses } => jobs::ls(&client, &labels, &statuses, json).await,
             JobsCommand::Get { name } => jobs::get(&client, &name, json).await,
             JobsCommand::Describe { name } => describe::describe(&client, &name, json).await,
+            JobsCommand::Edit { name } => edit::edit(&client, &name, json).await,
             JobsCommand::Apply { files, prune, dry_run } => {
                 apply::apply(&client, &files, apply::Options { prune: prune.into(), dry_run, json }).await
             }
@@ -479,7 +484,9 @@ mod tests {
         let mut buf = Vec::new();
         clap_complete::generate(clap_complete::Shell::Bash, &mut Cli::command(), "etcronctl", &mut buf);
         let script = String::from_utf8(buf).unwrap();
-        for word in ["jobs", "apply", "describe", "executions", "logs", "workers", "schedule", "export", "import"] {
+        for word in
+            ["jobs", "apply", "describe", "edit", "executions", "logs", "workers", "schedule", "export", "import"]
+        {
             assert!(script.contains(word), "{word}");
         }
     }
