@@ -12,11 +12,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::GetOptions;
 use etcron_common::job::{validate_name, JobSpec};
 use etcron_common::keys::{ExecutionId, Key, KillTarget};
 use etcron_common::model::{fires, Pause, Status, TriggerKind, MAX_PAUSE_REASON};
-use etcron_common::model::{ExecutionRecord, KillCommand, RunningExecution, TriggerRequest, WorkerInfo};
+use etcron_common::model::{ExecutionRecord, RunningExecution, WorkerInfo};
 use etcron_common::schedule::{format_in, Schedule, ScheduleError, MAX_AT_MS};
 use etcron_common::store::{Cursor, Search, StoreError, DEFAULT_LIMIT, MAX_LIMIT};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
@@ -27,18 +27,15 @@ use crate::auth::Caller;
 pub use crate::backend::AppState;
 use crate::error::ApiError;
 use crate::error::{etcd, records, store_error, ApiResult};
+use crate::job_store::commands::{stored_pause, Paused, Resumed, StoredJob};
 use crate::job_store::{Change, Planned, Precondition, Write, Written};
 
-/// Lease of kill commands and trigger requests: long enough for a reconnecting worker.
-pub const COMMAND_LEASE: Duration = Duration::from_secs(60);
 /// Largest request body the router reads at all; specs are further limited to 64 KiB.
 pub use crate::limits::MAX_BODY_BYTES;
 /// Upcoming fire times shown with each job.
 const NEXT_RUNS: usize = 5;
 /// Most fire times a preview returns.
 pub const MAX_PREVIEW: usize = 100;
-/// Retries of read-modify-write updates (pause/resume) under contention.
-const RMW_ATTEMPTS: usize = 5;
 /// Most changes one `POST /api/batch` may carry (the body is also limited to 1 MiB).
 pub const MAX_BATCH_CHANGES: usize = 500;
 
@@ -141,15 +138,6 @@ impl From<&Pause> for PauseView {
             reason: p.reason.clone(),
         }
     }
-}
-
-/// Reads the value of `{ns}/paused/{job}`: the key's existence is the pause, so a value that
-/// does not parse is logged and shown as a pause by someone unknown.
-fn stored_pause(job: &str, value: &[u8]) -> Pause {
-    Pause::from_bytes(value).unwrap_or_else(|e| {
-        tracing::warn!(job = %job, error = %e, "pause in etcd is malformed; the job counts as paused all the same");
-        Pause::default()
-    })
 }
 
 /// Live workers whose labels include every entry of `selector`.
@@ -293,31 +281,9 @@ async fn fetch_job(st: &AppState, name: &str, workers: Option<&[(String, WorkerI
     Ok(view(name.to_owned(), &item.value, item.mod_revision, item.create_revision, workers, pause.as_ref()))
 }
 
-/// A job's key as read.
-struct StoredJob {
-    value: Vec<u8>,
-    mod_revision: i64,
-    create_revision: i64,
-}
-
-/// The job and its pause, read at one revision (one read-only txn); 404 when the job does not
-/// exist.
+/// The job and its pause, read at one revision; 404 when the job does not exist.
 async fn read_job(st: &AppState, name: &str) -> ApiResult<(StoredJob, Option<Pause>)> {
-    job_name(name)?;
-    let txn = Txn::new().and_then([TxnOp::get(st.keys.job(name), None), TxnOp::get(st.keys.paused(name), None)]);
-    let mut kv = st.client.kv_client();
-    let resp = etcd("get_job", kv.txn(txn)).await?;
-    let mut found = resp.op_responses().into_iter().map(|op| match op {
-        etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| StoredJob {
-            value: kv.value().to_vec(),
-            mod_revision: kv.mod_revision(),
-            create_revision: kv.create_revision(),
-        }),
-        _ => None,
-    });
-    let (job, pause) = (found.next().flatten(), found.next().flatten());
-    let job = job.ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
-    Ok((job, pause.map(|p| stored_pause(name, &p.value))))
+    st.jobs().read(name).await
 }
 
 async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
@@ -623,16 +589,6 @@ fn batch_result(job: &str, op: BatchOp, outcome: Result<Written, ApiError>) -> V
     }
 }
 
-fn request_id() -> String {
-    format!("{:016x}", rand::random::<u64>())
-}
-
-async fn grant_command_lease(st: &AppState) -> ApiResult<i64> {
-    let mut leases = st.client.lease_client();
-    let ttl = i64::try_from(COMMAND_LEASE.as_secs()).unwrap_or(60);
-    Ok(etcd("lease_grant", leases.grant(ttl, None)).await?.id())
-}
-
 /// The caller's name for reasons and logs (`anonymous` without auth).
 fn actor(caller: Option<&axum::Extension<Caller>>) -> String {
     caller.map_or_else(|| "anonymous".to_owned(), |c| c.name.clone())
@@ -643,16 +599,8 @@ async fn run_job(
     Path(name): Path<String>,
     caller: Option<axum::Extension<Caller>>,
 ) -> ApiResult<Response> {
-    fetch_job(&st, &name, None).await?;
-    let id = request_id();
-    let now = now_ms();
-    let request = TriggerRequest::manual(now, &format!("manual run via API by {}", actor(caller.as_ref())));
-    let lease = grant_command_lease(&st).await?;
-    let value = serde_json::to_vec(&request).map_err(|e| ApiError::internal(&e))?;
-    let mut kv = st.client.kv_client();
-    etcd("put_trigger", kv.put(st.keys.trigger(&name, &id), value, Some(PutOptions::new().with_lease(lease)))).await?;
-    let execution_id = request.execution(&name, &id);
-    tracing::info!(job = %name, request_id = %id, "manual run requested");
+    let reason = format!("manual run via API by {}", actor(caller.as_ref()));
+    let (id, execution_id) = st.jobs().request_run(&name, &reason).await?;
     let body = json!({ "request_id": id, "execution_id": execution_id.to_string() });
     let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };
     Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
@@ -670,7 +618,7 @@ async fn kill_job(
     caller: Option<axum::Extension<Caller>>,
 ) -> ApiResult<Response> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
-    fetch_job(&st, &name, None).await?;
+    read_job(&st, &name).await?;
     let target = match query.execution.as_deref() {
         None | Some("all") => KillTarget::All,
         Some(text) => {
@@ -689,17 +637,7 @@ async fn kill_job(
         KillTarget::All => crate::stream::running_of_job(&st, &name).await?.len(),
         KillTarget::Execution(id) => usize::from(crate::stream::running_marker(&st, id).await?.is_some()),
     };
-    let lease = grant_command_lease(&st).await?;
-    let command = KillCommand {
-        requested_at: rfc3339_ms(now_ms()),
-        reason: format!("kill via API by {}", actor(caller.as_ref())),
-    };
-    let value = serde_json::to_vec(&command).map_err(|e| ApiError::internal(&e))?;
-    let mut kv = st.client.kv_client();
-    let resp = etcd("put_kill", kv.put(st.keys.kill(&name, &target), value, Some(PutOptions::new().with_lease(lease))))
-        .await?;
-    let revision = resp.header().map_or(0, |h| h.revision());
-    tracing::info!(job = %name, target = %target, revision, running, "kill requested");
+    let revision = st.jobs().kill(&name, &target, &format!("kill via API by {}", actor(caller.as_ref()))).await?;
     let body = json!({ "job": name, "target": target.to_string(), "revision": revision, "running": running });
     let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };
     Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
@@ -708,14 +646,10 @@ async fn kill_job(
 /// The job's pause as it is now, for the answer to a save; `None` (logged) if etcd does not
 /// answer, as the save itself is done.
 async fn current_pause(st: &AppState, name: &str) -> Option<Pause> {
-    let mut kv = st.client.kv_client();
-    match etcd("get_paused", kv.get(st.keys.paused(name), None)).await {
-        Ok(resp) => resp.kvs().first().map(|item| stored_pause(name, item.value())),
-        Err(e) => {
-            tracing::warn!(job = %name, error = %e.message, "reading the pause for the answer to a save failed");
-            None
-        }
-    }
+    st.jobs().pause_of(name).await.unwrap_or_else(|e| {
+        tracing::warn!(job = %name, error = %e.message, "reading the pause for the answer to a save failed");
+        None
+    })
 }
 
 /// The body of `POST /api/jobs/{job}/pause`: nothing, or `{"reason": "..."}`.
@@ -756,9 +690,7 @@ fn pause_reason(body: &[u8]) -> ApiResult<Option<String>> {
     Ok((!reason.is_empty()).then(|| reason.to_owned()))
 }
 
-/// Pauses a job: puts `{ns}/paused/{job}` (who, when, why) and leaves the spec alone, so writing
-/// the spec again (`etcronctl jobs apply`) never resumes it. Pausing a paused job records the
-/// new who and why.
+/// `POST /api/jobs/{job}/pause`: the pause is kept outside the spec (see `JobStore::pause`).
 async fn pause_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
@@ -767,92 +699,33 @@ async fn pause_job(
 ) -> ApiResult<Response> {
     job_name(&name)?;
     let reason = pause_reason(&body_bytes(body)?)?;
-    for _ in 0..RMW_ATTEMPTS {
-        let (item, previous) = read_job(&st, &name).await?;
-        JobSpec::from_json(&item.value).map_err(|e| {
-            ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT"))
-        })?;
-        let pause = Pause { by: Some(actor(caller.as_ref())), at_ms: Some(now_ms()), reason: reason.clone() };
-        let value = serde_json::to_vec(&pause).map_err(|e| ApiError::internal(&e))?;
-        // Only while the job read is the one there (not deleted, or deleted and created again):
-        // a pause never outlives its job.
-        let txn = Txn::new()
-            .when([Compare::create_revision(st.keys.job(&name), CompareOp::Equal, item.create_revision)])
-            .and_then([TxnOp::put(st.keys.paused(&name), value, None)]);
-        let mut kv = st.client.kv_client();
-        if etcd("txn", kv.txn(txn)).await?.succeeded() {
-            tracing::info!(job = %name, by = pause.by.as_deref().unwrap_or(""), reason = reason.as_deref().unwrap_or(""), "job paused");
-            let job = view(name, &item.value, item.mod_revision, item.create_revision, None, Some(&pause));
-            let detail = crate::audit::AuditDetail {
-                detail: Some(json!({ "paused": job.paused, "previous": previous.as_ref().map(PauseView::from) })),
-                ..Default::default()
-            };
-            return Ok(with_audit(with_etag(StatusCode::OK, &job), detail));
-        }
-    }
-    Err(ApiError::conflict(format!("job {name:?} is being deleted and created again concurrently; retry")))
+    let Paused { job, pause, previous } = st.jobs().pause(&name, &actor(caller.as_ref()), reason).await?;
+    let job = view(name, &job.value, job.mod_revision, job.create_revision, None, Some(&pause));
+    let detail = crate::audit::AuditDetail {
+        detail: Some(json!({ "paused": job.paused, "previous": previous.as_ref().map(PauseView::from) })),
+        ..Default::default()
+    };
+    Ok(with_audit(with_etag(StatusCode::OK, &job), detail))
 }
 
-/// Resumes a job: deletes its pause and, only when the stored spec itself says `enabled: false`
-/// (declared disabled, or an `@at` job the workers disabled after its run), sets it to true;
-/// both in one txn on the revision read, so a concurrent edit is never overwritten.
+/// `POST /api/jobs/{job}/resume` (see `JobStore::resume`).
 async fn resume_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
     job_name(&name)?;
-    let key = st.keys.job(&name);
-    for _ in 0..RMW_ATTEMPTS {
-        let (item, pause) = read_job(&st, &name).await?;
-        let (rev, created) = (item.mod_revision, item.create_revision);
-        let mut spec = JobSpec::from_json(&item.value).map_err(|e| {
-            ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT"))
-        })?;
-        let was_paused = pause.as_ref().map(PauseView::from);
-        if pause.is_none() && spec.enabled {
-            let detail = crate::audit::AuditDetail { detail: Some(json!({ "unchanged": true })), ..Default::default() };
-            return Ok(with_audit(
-                with_etag(StatusCode::OK, &view(name, &item.value, rev, created, None, None)),
-                detail,
-            ));
+    let Resumed { job, was_paused, spec_before, unchanged } = st.jobs().resume(&name).await?;
+    let shown = view(name, &job.value, job.mod_revision, job.create_revision, None, None);
+    let detail = if unchanged {
+        crate::audit::AuditDetail { detail: Some(json!({ "unchanged": true })), ..Default::default() }
+    } else {
+        crate::audit::AuditDetail {
+            before: spec_before.as_deref().and_then(crate::audit::audited),
+            after: spec_before.as_ref().and_then(|_| crate::audit::audited(&job.value)),
+            detail: Some(json!({
+                "was_paused": was_paused.as_ref().map(PauseView::from),
+                "spec_enabled": spec_before.is_some(),
+            })),
         }
-        let mut ops = vec![TxnOp::delete(st.keys.paused(&name), None)];
-        let enabled = if spec.enabled {
-            None
-        } else {
-            spec.enabled = true;
-            // An enabled job must have a fire time ahead, as for a PUT: a spent `@at` is
-            // given a new time with PUT instead.
-            spec.parsed_schedule()
-                .and_then(|s| s.fires_after(now_ms()))
-                .map_err(|e| ApiError::bad_request(Some("schedule".to_owned()), e.to_string()))?;
-            let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
-            ops.push(TxnOp::put(key.clone(), value.clone(), None));
-            Some(value)
-        };
-        let txn = Txn::new().when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)]).and_then(ops);
-        let mut kv = st.client.kv_client();
-        let resp = etcd("txn", kv.txn(txn)).await?;
-        if !resp.succeeded() {
-            continue;
-        }
-        tracing::info!(job = %name, spec_enabled = enabled.is_some(), "job resumed");
-        let detail = json!({ "was_paused": was_paused, "spec_enabled": enabled.is_some() });
-        let (job, detail) = match enabled {
-            Some(value) => {
-                let revision = resp.header().map_or(0, |h| h.revision());
-                let detail = crate::audit::AuditDetail {
-                    before: crate::audit::audited(&item.value),
-                    after: crate::audit::audited(&value),
-                    detail: Some(detail),
-                };
-                (view(name, &value, revision, created, None, None), detail)
-            }
-            None => (
-                view(name, &item.value, rev, created, None, None),
-                crate::audit::AuditDetail { detail: Some(detail), ..Default::default() },
-            ),
-        };
-        return Ok(with_audit(with_etag(StatusCode::OK, &job), detail));
-    }
-    Err(ApiError::conflict(format!("job {name:?} is being edited concurrently; retry")))
+    };
+    Ok(with_audit(with_etag(StatusCode::OK, &shown), detail))
 }
 
 #[derive(Debug, Serialize)]

@@ -24,6 +24,8 @@ use etcron_common::now_ms;
 use serde::Deserialize;
 
 use crate::error::ApiError;
+
+pub mod commands;
 use crate::error::{etcd, ApiResult};
 
 /// Changes written per etcd transaction (etcd refuses more than 128 operations per level of a
@@ -191,7 +193,7 @@ impl JobStore {
         }
         let names: Vec<&str> = pending.iter().map(|&i| writes[i].job.as_str()).collect();
         let all = pending.iter().any(|&i| has_dependents(&writes[i]));
-        let snapshot = match self.read(&names, all).await {
+        let snapshot = match self.snapshot(&names, all).await {
             Ok(s) => s.unwrap_or(Snapshot { revision: 0, jobs: BTreeMap::new(), complete: false }),
             Err(e) => return writes.iter().map(|_| Err(e.clone())).collect(),
         };
@@ -234,7 +236,7 @@ impl JobStore {
             .filter(|&&i| matches!(&writes[i].change, Change::Put(spec) if spec.withholds_secrets()))
             .map(|&i| writes[i].job.as_str())
             .collect();
-        let snapshot = match self.read(&withholding, needs_graph).await {
+        let snapshot = match self.snapshot(&withholding, needs_graph).await {
             Ok(s) => s,
             Err(e) => {
                 for &i in pending {
@@ -283,7 +285,7 @@ impl JobStore {
 
     /// Every job (when the dependency check needs them), or the jobs named; `None` when
     /// nothing needs reading.
-    async fn read(&self, wanted: &[&str], all: bool) -> ApiResult<Option<Snapshot>> {
+    async fn snapshot(&self, wanted: &[&str], all: bool) -> ApiResult<Option<Snapshot>> {
         let mut kv = self.client.kv_client();
         if all {
             let resp =
