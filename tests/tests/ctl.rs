@@ -697,6 +697,8 @@ async fn every_command_exits_with_the_documented_codes() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     write(dir.path(), "a.toml", ALPHA_TOML);
     let file = dir.path().join("a.toml").display().to_string();
+    write(dir.path(), "crontab", "CRON_TZ=UTC\n0 3 * * * true\n");
+    let crontab = dir.path().join("crontab").display().to_string();
     let commands: Vec<Vec<&str>> = vec![
         vec!["jobs", "ls"],
         vec!["jobs", "get", "alpha"],
@@ -719,6 +721,7 @@ async fn every_command_exits_with_the_documented_codes() -> anyhow::Result<()> {
         vec!["schedule", "preview", "0 9 * * *"],
         vec!["export"],
         vec!["import", &file],
+        vec!["import", "--crontab", &crontab],
     ];
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -1326,5 +1329,108 @@ async fn edit_saves_with_the_revision_read_and_keeps_what_cannot_be_saved() -> a
     let env = [("EDITOR", "true"), ("TMPDIR", tmp_arg.as_str())];
     assert_eq!(ctl_at(&c.master.url, &env, &["jobs", "edit", "nope"]).await.code, 3);
     assert!(left().is_empty(), "{:?}", left());
+    Ok(())
+}
+
+const CRONTAB: &str = r#"# Installed by the ops team
+SHELL=/bin/sh
+MAILTO=ops@example.com
+PATH=/usr/bin:/bin
+CRON_TZ=Europe/Berlin
+
+# Nightly backup
+30 2 * * * echo backup \%F
+GREETING="hello there"
+@daily echo "$GREETING"
+@reboot /usr/local/bin/agent
+"#;
+
+/// `import --crontab`: each job line a job (schedule kept, env and CRON_TZ from the lines above
+/// it, the comment above it as description, `\%` as `%`), `@reboot` and MAILTO left out with a
+/// warning, names stable so importing again is unchanged; the jobs run with that env; a changed
+/// line is a new job that `--prune -l imported-from=crontab` swaps in; bad lines are exit 2
+/// naming file and line, with nothing changed.
+#[tokio::test(flavor = "multi_thread")]
+async fn import_crontab_makes_a_job_of_each_line() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-crontab", 1).await?;
+    let dir = c.path("cron");
+    write(&dir, "crontab", CRONTAB);
+    let file = dir.join("crontab").display().to_string();
+
+    let out = ctl(&c, &["import", "--crontab", &file]).await.ok();
+    assert!(out.stdout.contains("2 created, 0 updated, 0 unchanged, 0 deleted"), "{out:?}");
+    assert!(out.stderr.contains(&format!("warning: {file}: line 3: MAILTO is dropped")), "{out:?}");
+    assert!(out.stderr.contains(&format!("warning: {file}: line 11: @reboot is skipped")), "{out:?}");
+    let imported = specs(&c).await;
+    assert_eq!(imported.len(), 2, "{imported:?}");
+    for name in imported.keys() {
+        let (slug, hash) = name.rsplit_once('-').unwrap();
+        assert!(slug == "echo" && hash.len() == 8 && hash.chars().all(|c| c.is_ascii_hexdigit()), "{name}");
+    }
+    let by_schedule = |s: &str| imported.iter().find(|(_, spec)| spec["schedule"] == s).unwrap();
+    let (backup, spec) = by_schedule("30 2 * * *");
+    assert_eq!(spec["timezone"], "Europe/Berlin");
+    assert_eq!(spec["description"], "Nightly backup");
+    assert_eq!(spec["labels"], json!({"imported-from": "crontab"}));
+    assert_eq!(spec["task"]["command"], "echo backup %F");
+    assert_eq!(spec["task"]["env"], json!({"PATH": "/usr/bin:/bin"}));
+    let (daily, spec) = by_schedule("@daily");
+    assert_eq!(spec["task"]["env"], json!({"PATH": "/usr/bin:/bin", "GREETING": "hello there"}));
+    assert!(spec.get("description").is_none(), "a blank line or a setting between: no description");
+    let (backup, daily) = (backup.clone(), daily.clone());
+
+    // Importing again, from a file or standard input: unchanged.
+    let out = ctl(&c, &["import", "--crontab", &file]).await.ok();
+    assert!(out.stdout.contains("0 created, 0 updated, 2 unchanged"), "{out:?}");
+    let out = ctl_stdin(&c, &["import", "--crontab", "-"], CRONTAB).await.ok();
+    assert!(out.stdout.contains("0 created, 0 updated, 2 unchanged"), "{out:?}");
+
+    // The jobs run as cron would have run them.
+    c.wait_workers(1).await?;
+    assert_eq!(ctl(&c, &["jobs", "run", &daily, "--follow"]).await.ok().stdout, "hello there\n");
+    assert_eq!(ctl(&c, &["jobs", "run", &backup, "--follow"]).await.ok().stdout, "backup %F\n");
+
+    // A changed command is another job: the dry run says so (7); pruning within the imported
+    // jobs swaps it in.
+    write(&dir, "crontab", &CRONTAB.replace("echo backup", "echo backup-v2"));
+    let prune = ["--prune", "-l", "imported-from=crontab"];
+    let out = ctl(&c, &[&["import", "--crontab", &file, "--dry-run"][..], &prune].concat()).await;
+    assert_eq!(out.code, 7, "{out:?}");
+    assert!(out.stdout.contains("1 created, 0 updated, 1 unchanged, 1 deleted (dry run"), "{out:?}");
+    assert!(out.stdout.contains(&format!("delete     {backup}")), "{out:?}");
+    ctl(&c, &[&["import", "--crontab", &file][..], &prune].concat()).await.ok();
+    let now = specs(&c).await;
+    assert!(!now.contains_key(&backup) && now.contains_key(&daily) && now.len() == 2, "{now:?}");
+
+    // Bad lines: exit 2, each named by file and line, nothing changed.
+    let bad = "# ok\n0 3 * * * echo fine\n61 * * * * echo late\n0 3 * * * echo 50%\nnot a job\n";
+    write(&dir, "bad", bad);
+    let bad_file = dir.join("bad").display().to_string();
+    let out = ctl(&c, &["import", "--crontab", &bad_file]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    let errors: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(errors.len(), 3, "{out:?}");
+    assert!(errors[0].starts_with(&format!("etcronctl: invalid crontab: {bad_file}: line 3: schedule: ")), "{out:?}");
+    assert!(errors[1]
+        .starts_with(&format!("etcronctl: invalid crontab: {bad_file}: line 4: the command has an unescaped %")));
+    assert!(
+        errors[2].starts_with(&format!("etcronctl: invalid crontab: {bad_file}: line 5: expected 5 schedule fields"))
+    );
+    assert_eq!(specs(&c).await, now, "nothing imported");
+
+    // A system crontab's user column, --timezone for lines without CRON_TZ, and bad flags.
+    write(&dir, "system", "0 4 * * * root echo from-root\n");
+    let sys_file = dir.join("system").display().to_string();
+    let out = ctl(&c, &["import", "--crontab", &sys_file, "--system", "--timezone", "Asia/Tokyo"]).await.ok();
+    assert!(out.stdout.contains("1 created"), "{out:?}");
+    assert!(!out.stderr.contains("read in UTC"), "{out:?}");
+    let root = specs(&c).await.into_iter().find(|(_, s)| s["task"]["command"] == "echo from-root").unwrap().1;
+    assert_eq!(root["labels"]["crontab-user"], "root");
+    assert_eq!(root["timezone"], "Asia/Tokyo");
+    let out = ctl(&c, &["import", "--crontab", &sys_file, "--timezone", "Mars/Olympus"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--timezone: unknown timezone \"Mars/Olympus\""), "{out:?}");
+    assert_eq!(ctl(&c, &["import", &sys_file, "--system"]).await.code, 2, "--system without --crontab");
+    assert_eq!(ctl(&c, &["import", "--crontab", &dir.join("missing").display().to_string()]).await.code, 2);
     Ok(())
 }

@@ -366,7 +366,11 @@ impl Summary {
 
 /// `jobs apply -f ...` / `import FILE`.
 pub async fn apply(client: &Client, paths: &[PathBuf], opts: Options) -> anyhow::Result<()> {
-    let files = jobfile::load(paths)?;
+    apply_jobs(client, jobfile::load(paths)?, opts).await
+}
+
+/// `apply` of jobs read by other means (`import --crontab`).
+pub async fn apply_jobs(client: &Client, files: Vec<FileJob>, opts: Options) -> anyhow::Result<()> {
     let scope = opts.prune.scope(&files)?;
     if let (Some(scope), true) = (&scope, files.is_empty()) {
         return Err(Usage(format!(

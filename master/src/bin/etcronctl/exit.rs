@@ -35,7 +35,7 @@ pub enum Exit {
 pub const HELP: &str = "Exit codes:
   0  success (also: kill with nothing running, which says so)
   1  the master refused or failed the request
-  2  usage error: bad arguments, or an invalid job file (nothing was changed)
+  2  usage error: bad arguments, an invalid job file or crontab line (nothing was changed)
   3  not found (404)
   4  conflict (409): the job changed since it was read, or already exists
   5  executions get --follow, logs --follow, jobs run --follow: the final attempt did not succeed
@@ -68,7 +68,7 @@ impl Exit {
             if cause.is::<crate::client::Unreachable>() {
                 return Exit::Unreachable;
             }
-            if cause.is::<InvalidFiles>() || cause.is::<Usage>() {
+            if cause.is::<InvalidFiles>() || cause.is::<InvalidCrontab>() || cause.is::<Usage>() {
                 return Exit::Usage;
             }
             if let Some(e) = cause.downcast_ref::<Unsuccessful>() {
@@ -169,6 +169,18 @@ impl fmt::Display for InvalidFiles {
 
 impl std::error::Error for InvalidFiles {}
 
+/// Crontab lines that cannot be imported (`import --crontab`): one `FILE: line N: why` each.
+#[derive(Debug)]
+pub struct InvalidCrontab(pub Vec<String>);
+
+impl fmt::Display for InvalidCrontab {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join("\n"))
+    }
+}
+
+impl std::error::Error for InvalidCrontab {}
+
 /// A usage error found after clap parsed the arguments (e.g. a bad `--server` URL).
 #[derive(Debug)]
 pub struct Usage(pub String);
@@ -226,6 +238,8 @@ mod tests {
             message: "unknown field".into(),
         }]);
         assert_eq!(Exit::of(&anyhow::Error::new(files).context("loading")), Exit::Usage);
+        let lines = InvalidCrontab(vec!["crontab: line 3: expected 5 schedule fields".into()]);
+        assert_eq!(Exit::of(&anyhow::Error::new(lines)), Exit::Usage);
         let e: anyhow::Result<()> =
             Err(Unsuccessful { exit: Exit::Unsuccessful, what: "failed".into() }).context("following");
         assert_eq!(Exit::of(&e.unwrap_err()), Exit::Unsuccessful);

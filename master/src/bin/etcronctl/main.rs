@@ -4,6 +4,7 @@
 
 mod apply;
 mod client;
+mod crontab;
 mod describe;
 mod edit;
 mod executions;
@@ -23,7 +24,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
 use crate::client::Client;
-use crate::exit::{Exit, InvalidFiles, Unsuccessful};
+use crate::exit::{Exit, InvalidCrontab, InvalidFiles, Unsuccessful};
 use crate::jobfile::Format;
 
 #[derive(Debug, Parser)]
@@ -97,11 +98,23 @@ enum Command {
     /// Restore jobs from a job file or directory (`jobs apply` of it).
     Import {
         /// A job file (`-`: standard input, as `export` writes it), or a directory of them.
-        #[arg(required_unless_present = "file")]
+        #[arg(required_unless_present_any = ["file", "crontab"], conflicts_with = "crontab")]
         files: Vec<PathBuf>,
         /// The same, as `jobs apply` takes them; repeatable.
-        #[arg(short = 'f', long = "file")]
+        #[arg(short = 'f', long = "file", conflicts_with = "crontab")]
         file: Vec<PathBuf>,
+        /// A crontab (`-`: standard input, e.g. `crontab -l | etcronctl import --crontab -`):
+        /// each job line becomes a job named after its program and line; repeatable.
+        #[arg(long, value_name = "FILE")]
+        crontab: Vec<PathBuf>,
+        /// The crontabs are system ones (/etc/crontab, /etc/cron.d/*): a user column comes
+        /// before the command (kept as the label crontab-user).
+        #[arg(long, requires = "crontab")]
+        system: bool,
+        /// The timezone the crontab's machine runs in (cron reads schedules in local time):
+        /// the jobs' timezone where no CRON_TZ line says otherwise (UTC by default).
+        #[arg(long, requires = "crontab")]
+        timezone: Option<String>,
         #[command(flatten)]
         prune: PruneArgs,
         /// Print what would change, change nothing; exit 7 when something would change.
@@ -380,9 +393,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             jobs::preview(&client, &schedule, jobs::PreviewOptions { timezone, count, after }, json).await
         }
         Command::Export { names, file, format } => jobs::export(&client, &names, file.as_deref(), format, json).await,
-        Command::Import { mut files, file, prune, dry_run } => {
+        Command::Import { mut files, file, crontab, system, timezone, prune, dry_run } => {
+            let options = apply::Options { prune: prune.into(), dry_run, json };
+            if !crontab.is_empty() {
+                return crontab::import(&client, &crontab, &crontab::Options { system, timezone }, options).await;
+            }
             files.extend(file);
-            apply::apply(&client, &files, apply::Options { prune: prune.into(), dry_run, json }).await
+            apply::apply(&client, &files, options).await
         }
         Command::Completions { .. } => Ok(()),
     }
@@ -393,6 +410,12 @@ fn report(e: &anyhow::Error) {
     if let Some(files) = e.chain().find_map(|c| c.downcast_ref::<InvalidFiles>()) {
         for f in &files.0 {
             eprintln!("etcronctl: invalid job file: {f}");
+        }
+        return;
+    }
+    if let Some(lines) = e.chain().find_map(|c| c.downcast_ref::<InvalidCrontab>()) {
+        for line in &lines.0 {
+            eprintln!("etcronctl: invalid crontab: {line}");
         }
         return;
     }
