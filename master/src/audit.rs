@@ -266,38 +266,11 @@ fn from_document(d: &Document) -> Option<AuditEntry> {
     })
 }
 
-/// A stored value that is not a valid spec, as the API shows it: secret values withheld all the
-/// same.
-pub(crate) fn redact_raw(mut value: Value) -> Value {
-    if let Some(task) = value.get_mut("task").and_then(Value::as_object_mut) {
-        for field in ["secret_env", "secret_headers"] {
-            match task.get_mut(field) {
-                Some(Value::Object(map)) => map.values_mut().for_each(|v| *v = Value::Null),
-                Some(other) => *other = Value::Null,
-                None => {}
-            }
-        }
-    }
-    if let Some(targets) = value.get_mut("notify").and_then(Value::as_array_mut) {
-        for target in targets.iter_mut().filter_map(Value::as_object_mut) {
-            if let Some(url) = target.get_mut("secret_url") {
-                *url = Value::Null;
-            }
-            match target.get_mut("secret_headers") {
-                Some(Value::Object(map)) => map.values_mut().for_each(|v| *v = Value::Null),
-                Some(other) => *other = Value::Null,
-                None => {}
-            }
-        }
-    }
-    value
-}
-
 /// A stored spec as the audit log keeps it (secrets withheld).
 pub(crate) fn audited(value: &[u8]) -> Option<Value> {
     match etcron_common::job::JobSpec::from_json(value) {
         Ok(spec) => serde_json::to_value(spec.redacted()).ok(),
-        Err(_) => serde_json::from_slice(value).ok().map(redact_raw),
+        Err(_) => serde_json::from_slice(value).ok().map(etcron_common::job::redacted_json),
     }
 }
 

@@ -13,7 +13,6 @@ pub mod guard;
 pub mod job_store;
 pub mod limits;
 pub mod metrics;
-pub mod notification;
 pub mod openapi;
 pub mod stream;
 pub mod web;

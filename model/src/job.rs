@@ -855,6 +855,43 @@ fn validate_secrets(field: &str, map: &Secrets, key_ok: impl Fn(&str) -> bool, p
     Ok(())
 }
 
+/// A spec as JSON with every secret withheld by the rule of [`JobSpec::redacted`], for values
+/// that need not be valid specs (a value written around the API, a refused request the audit
+/// log keeps): the values of `secret_env` / `secret_headers` (task and targets) and
+/// `secret_url`s become `null`, URL passwords are shown as `redacted`. A test holds the two to
+/// the same answer on valid specs.
+#[must_use]
+pub fn redacted_json(mut value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    fn null_values(v: Option<&mut Value>) {
+        match v {
+            Some(Value::Object(map)) => map.values_mut().for_each(|x| *x = Value::Null),
+            Some(other) => *other = Value::Null,
+            None => {}
+        }
+    }
+    fn hide_password(v: Option<&mut Value>) {
+        if let Some(Value::String(url)) = v {
+            *url = crate::headers::shown_url(url);
+        }
+    }
+    if let Some(task) = value.get_mut("task").and_then(Value::as_object_mut) {
+        null_values(task.get_mut("secret_env"));
+        null_values(task.get_mut("secret_headers"));
+        hide_password(task.get_mut("url"));
+    }
+    if let Some(targets) = value.get_mut("notify").and_then(Value::as_array_mut) {
+        for target in targets.iter_mut().filter_map(Value::as_object_mut) {
+            if let Some(url) = target.get_mut("secret_url") {
+                *url = Value::Null;
+            }
+            null_values(target.get_mut("secret_headers"));
+            hide_password(target.get_mut("url"));
+        }
+    }
+    value
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1206,6 +1243,28 @@ mod tests {
         moved["notify"][0]["url"] = serde_json::json!("https://evil.example/x");
         let err = JobSpec::from_value(moved).unwrap().keep_secrets(Some(&stored)).unwrap_err();
         assert_eq!(err.field, "notify[0].secret_headers.Authorization");
+    }
+
+    #[test]
+    fn secrets_are_withheld_by_one_rule_from_specs_and_from_raw_json() {
+        let body = r#"{"schedule":"@daily","task":{"kind":"http","url":"https://alice:pw@h.example/x",
+            "secret_headers":{"X-Key":"k-1"}},
+            "notify":[{"url":"https://bob:pw2@hooks.example/x","secret_headers":{"Authorization":"a"}},
+                      {"name":"ops","secret_url":"https://hooks.slack.com/services/T/B/X"}]}"#;
+        let spec = parse(body).unwrap();
+        let from_spec = serde_json::to_value(spec.redacted()).unwrap();
+        let from_json = redacted_json(serde_json::to_value(&spec).unwrap());
+        assert_eq!(from_spec, from_json);
+        let text = from_json.to_string();
+        for secret in ["pw@", "pw2@", "k-1", "\"a\"", "services/T"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        // Raw values that are no spec are withheld all the same.
+        let raw = serde_json::json!({"task": {"secret_env": "not a map", "url": "https://u:p@h/"}, "notify": [{"secret_url": 5}]});
+        let shown = redacted_json(raw);
+        assert_eq!(shown["task"]["secret_env"], serde_json::Value::Null);
+        assert_eq!(shown["notify"][0]["secret_url"], serde_json::Value::Null);
+        assert!(!shown.to_string().contains(":p@"));
     }
 
     #[test]

@@ -3,14 +3,13 @@
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
-use etcron_common::job::validate_name;
 use etcron_common::keys::ExecutionId;
 use etcron_common::notify::NotifyEvent;
 use etcron_common::store::{NotificationSearch, DEFAULT_LIMIT, MAX_LIMIT};
 use serde_json::{json, Value};
 
+use super::query::{self, Params};
 use crate::backend::AppState;
-use crate::error::ApiError;
 use crate::error::ApiResult;
 
 /// Parameters `GET /api/notifications` accepts.
@@ -18,32 +17,17 @@ pub const PARAMS: [&str; 4] = ["job", "execution", "event", "limit"];
 
 /// Parses the query of `GET /api/notifications`; every bad value is a 400 naming the parameter.
 pub fn parse_search(query: &str) -> ApiResult<NotificationSearch> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
-        .map_err(|e| ApiError::bad_request(None, format!("malformed query string: {e}")))?;
     let mut s = NotificationSearch { limit: DEFAULT_LIMIT, ..NotificationSearch::default() };
-    for (key, value) in pairs {
-        let field = Some(key.clone());
-        match key.as_str() {
-            "job" => {
-                validate_name(&value).map_err(|e| ApiError::bad_request(field, e.message))?;
-                s.job = Some(value);
-            }
+    for (key, value) in Params::parse(Some(query), &PARAMS)?.iter() {
+        match key {
+            "job" => s.job = Some(query::job(key, value)?),
             "execution" => {
-                let id: ExecutionId = value.parse().map_err(|e: String| ApiError::bad_request(field, e))?;
+                let id: ExecutionId = value.parse().map_err(|e: String| query::invalid(key, e))?;
                 s.execution_id = Some(id.to_string());
             }
-            "event" => s.event = Some(value.parse::<NotifyEvent>().map_err(|e| ApiError::bad_request(field, e))?),
-            "limit" => {
-                s.limit = value.parse::<i64>().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(|| {
-                    ApiError::bad_request(field, format!("limit must be an integer between 1 and {MAX_LIMIT}"))
-                })?;
-            }
-            other => {
-                return Err(ApiError::bad_request(
-                    Some(other.to_owned()),
-                    format!("unknown parameter {other:?}; known: {}", PARAMS.join(", ")),
-                ))
-            }
+            "event" => s.event = Some(value.parse::<NotifyEvent>().map_err(|e| query::invalid(key, e))?),
+            // `limit`, the only other parameter `Params` lets through.
+            _ => s.limit = query::limit(key, value, MAX_LIMIT)?,
         }
     }
     Ok(s)

@@ -1,0 +1,61 @@
+//! Probes and the cluster's state: `/healthz`, `/readyz`, `GET /api/cluster/storage`, and who
+//! the caller is (`whoami`, the token list).
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use etcd_client::GetOptions;
+use serde_json::{json, Value};
+
+use crate::auth::Caller;
+use crate::backend::AppState;
+use crate::error::ApiError;
+use crate::error::ApiResult;
+
+pub(super) async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+pub(super) async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
+    let mut kv = st.client.kv_client();
+    let probe = kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix().with_count_only()));
+    let etcd = match tokio::time::timeout(Duration::from_secs(2), probe).await {
+        Ok(Ok(_)) => json!({ "ok": true }),
+        Ok(Err(e)) => json!({ "ok": false, "error": e.to_string() }),
+        Err(_) => json!({ "ok": false, "error": "timed out" }),
+    };
+    let mongodb = match tokio::time::timeout(Duration::from_secs(4), st.store.ping()).await {
+        Ok(Ok(())) => json!({ "ok": true }),
+        Ok(Err(e)) => json!({ "ok": false, "error": e.to_string() }),
+        Err(_) => json!({ "ok": false, "error": "timed out" }),
+    };
+    let ready = etcd["ok"] == true && mongodb["ok"] == true;
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    // A storage warning does not make the master unready: it is a warning.
+    let storage = st.storage.current();
+    (status, Json(json!({ "ready": ready, "etcd": etcd, "mongodb": mongodb, "etcd_storage": storage })))
+}
+
+/// `GET /api/cluster/storage`: etcd's database size, quota, alarms and the warning, as the
+/// master last polled them (`etcd_storage`).
+pub(super) async fn cluster_storage(State(st): State<AppState>) -> ApiResult<Json<crate::etcd_storage::Storage>> {
+    st.storage
+        .current()
+        .map(Json)
+        .ok_or_else(|| ApiError::etcd_unavailable(&"etcd's status has not been read yet (it is polled every 10 s)"))
+}
+
+/// Who the token is: its name and role (`anonymous`/admin without auth).
+pub(super) async fn whoami(caller: Option<axum::Extension<Caller>>) -> Json<Value> {
+    match caller {
+        Some(axum::Extension(c)) => Json(json!({ "name": c.name, "role": c.role })),
+        None => Json(json!({ "name": "anonymous", "role": "admin" })),
+    }
+}
+
+/// The configured tokens: names and roles, never hashes (admin only).
+pub(super) async fn list_tokens(State(st): State<AppState>) -> Json<Value> {
+    Json(json!({ "tokens": st.auth.list(), "enabled": st.auth.enabled() }))
+}

@@ -1,0 +1,77 @@
+//! What every route module shares: the job name check, preconditions, the body, answers with
+//! an ETag or an audit detail, and the caller's name.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use etcron_common::job::validate_name;
+use serde::Serialize;
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::error::ApiResult;
+
+use crate::limits::MAX_BODY_BYTES;
+
+pub(super) fn job_name(name: &str) -> ApiResult<()> {
+    validate_name(name).map_err(ApiError::from)
+}
+
+/// `resp` with what the audit log should keep about the request.
+pub(super) fn with_audit(mut resp: Response, detail: crate::audit::AuditDetail) -> Response {
+    resp.extensions_mut().insert(detail);
+    resp
+}
+
+/// `body` as JSON with `ETag: "<revision>"`.
+pub(super) fn respond_with_etag(status: StatusCode, body: impl Serialize, revision: i64) -> Response {
+    let mut resp = (status, Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{revision}\"")) {
+        resp.headers_mut().insert("etag", v);
+    }
+    resp
+}
+
+/// `If-Match: <revision>` (quotes allowed); `None` when absent.
+pub(super) fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
+    let Some(value) = headers.get("if-match") else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("").trim().trim_start_matches("W/").trim_matches('"');
+    text.parse::<i64>().ok().filter(|r| *r > 0).map(Some).ok_or_else(|| {
+        ApiError::bad_request(
+            Some("If-Match".to_owned()),
+            "If-Match must be a job revision (a positive integer) as returned in `revision`",
+        )
+    })
+}
+
+/// `If-None-Match: *` (create only). Any other value asks for a check this API does not make,
+/// so it is refused rather than ignored.
+pub(super) fn if_none_match(headers: &HeaderMap) -> ApiResult<bool> {
+    match headers.get("if-none-match").map(|v| v.to_str().map(str::trim)) {
+        None => Ok(false),
+        Some(Ok("*")) => Ok(true),
+        Some(_) => Err(ApiError::bad_request(
+            Some("If-None-Match".to_owned()),
+            "If-None-Match must be * (create the job only if it does not exist); use If-Match: <revision> to edit",
+        )),
+    }
+}
+
+pub(super) fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+    body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(format!("request body exceeds {MAX_BODY_BYTES} bytes"))
+        } else {
+            ApiError::bad_request(None, format!("could not read request body: {e}"))
+        }
+    })
+}
+
+/// The caller's name for reasons and logs (`anonymous` without auth).
+pub(super) fn actor(caller: Option<&axum::Extension<Caller>>) -> String {
+    caller.map_or_else(|| "anonymous".to_owned(), |c| c.name.clone())
+}

@@ -1,0 +1,423 @@
+//! The job routes: list, get, save (PUT), delete, run, kill, pause and resume. Writes go
+//! through the `JobStore`; these handlers translate HTTP to its calls and its answers back.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use etcd_client::GetOptions;
+use etcron_common::job::JobSpec;
+use etcron_common::keys::{ExecutionId, Key, KillTarget};
+use etcron_common::model::WorkerInfo;
+use etcron_common::model::{fires, Pause, MAX_PAUSE_REASON};
+use etcron_common::schedule::{format_in, MAX_AT_MS};
+use etcron_common::store::{Search, StoreError};
+use etcron_common::{now_ms, rfc3339_ms};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::auth::Caller;
+use crate::backend::AppState;
+use crate::error::ApiError;
+use crate::error::{etcd, ApiResult};
+use crate::job_store::commands::{stored_pause, Paused, Resumed, StoredJob};
+use crate::job_store::{Change, Precondition, Write, Written};
+
+use super::http::*;
+
+/// Upcoming fire times shown with each job.
+pub(super) const NEXT_RUNS: usize = 5;
+
+/// Deadline for the best-effort record summaries shown with jobs.
+pub(super) const SUMMARY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A job as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    pub name: String,
+    pub spec: Value,
+    /// The key's mod revision: pass it back in `If-Match`.
+    pub revision: i64,
+    pub created_revision: i64,
+    pub schedule_description: String,
+    /// Next fire times (RFC 3339 in the job's timezone); empty when the job does not fire
+    /// (paused, disabled) or its schedule is over.
+    pub next_runs: Vec<String>,
+    /// An operator's pause (`{ns}/paused/{job}`), or `null`. A job fires iff its spec says
+    /// `enabled` and it is not paused (`model::fires`).
+    pub paused: Option<PauseView>,
+    /// Set when the stored value is not a valid spec (written around the API).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalid: Option<String>,
+    /// Live workers whose labels match the job's selector (shown by the GET routes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eligible_workers: Option<usize>,
+}
+
+/// A pause as the API shows it; every field is `null` when the stored value does not say
+/// (a `{}` written with `etcdctl`, or a value that does not parse).
+#[derive(Debug, Serialize)]
+pub struct PauseView {
+    pub by: Option<String>,
+    /// RFC 3339.
+    pub at: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl From<&Pause> for PauseView {
+    fn from(p: &Pause) -> Self {
+        Self {
+            by: p.by.clone(),
+            at: p.at_ms.filter(|ms| (0..=MAX_AT_MS).contains(ms)).map(rfc3339_ms),
+            reason: p.reason.clone(),
+        }
+    }
+}
+
+/// Live workers whose labels include every entry of `selector`.
+pub(super) fn eligible(workers: &[(String, WorkerInfo)], selector: &BTreeMap<String, String>) -> usize {
+    workers.iter().filter(|(_, w)| w.matches(selector)).count()
+}
+
+/// A stored job as the API shows it; `workers` (the live ones) fills in `eligible_workers`,
+/// `pause` is the job's `{ns}/paused/{job}` if it exists.
+pub(super) fn view(
+    name: String,
+    value: &[u8],
+    revision: i64,
+    created_revision: i64,
+    workers: Option<&[(String, WorkerInfo)]>,
+    pause: Option<&Pause>,
+) -> JobView {
+    let paused = pause.map(PauseView::from);
+    match JobSpec::from_json(value) {
+        Ok(spec) => {
+            let (description, next_runs) = match spec.parsed_schedule() {
+                Ok(s) => {
+                    let next = if fires(&spec, pause) {
+                        s.upcoming(now_ms(), NEXT_RUNS).into_iter().map(|t| format_in(s.timezone(), t)).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    (s.describe(), next)
+                }
+                Err(e) => (e.to_string(), Vec::new()),
+            };
+            JobView {
+                name,
+                spec: serde_json::to_value(spec.redacted()).unwrap_or(Value::Null),
+                revision,
+                created_revision,
+                schedule_description: description,
+                next_runs,
+                paused,
+                invalid: None,
+                eligible_workers: workers.map(|w| eligible(w, &spec.selector)),
+            }
+        }
+        Err(e) => JobView {
+            name,
+            // A value over the size limit is not echoed into every listing.
+            spec: if e.too_large {
+                Value::Null
+            } else {
+                etcron_common::job::redacted_json(serde_json::from_slice(value).unwrap_or(Value::Null))
+            },
+            revision,
+            created_revision,
+            schedule_description: String::new(),
+            next_runs: Vec::new(),
+            paused,
+            invalid: Some(e.to_string()),
+            eligible_workers: None,
+        },
+    }
+}
+
+pub(super) fn with_etag(status: StatusCode, body: &JobView) -> Response {
+    respond_with_etag(status, body, body.revision)
+}
+
+/// The registrations under the workers prefix (each lives as long as its worker's session),
+/// with the worker id from the key; values that do not parse are left out.
+pub(super) async fn live_workers(st: &AppState) -> ApiResult<Vec<(String, WorkerInfo)>> {
+    let mut kv = st.client.kv_client();
+    let resp = etcd("list_workers", kv.get(st.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|item| match st.keys.parse(item.key()) {
+            Some(Key::Worker(id)) => serde_json::from_slice::<WorkerInfo>(item.value()).ok().map(|info| (id, info)),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Every stored job: one range read of the jobs prefix.
+pub(super) async fn all_jobs(st: &AppState) -> ApiResult<etcd_client::GetResponse> {
+    let mut kv = st.client.kv_client();
+    etcd("list_jobs", kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await
+}
+
+/// Every pause (`{ns}/paused/`), by job.
+pub(super) async fn all_pauses(st: &AppState) -> ApiResult<BTreeMap<String, Pause>> {
+    let mut kv = st.client.kv_client();
+    let resp = etcd("list_paused", kv.get(st.keys.paused_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|item| match st.keys.parse(item.key()) {
+            Some(Key::Paused(job)) => Some((job.clone(), stored_pause(&job, item.value()))),
+            _ => None,
+        })
+        .collect())
+}
+
+pub(super) async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
+    let (resp, workers, pauses) = tokio::try_join!(all_jobs(&st), live_workers(&st), all_pauses(&st))?;
+    let summaries = tokio::time::timeout(SUMMARY_TIMEOUT, st.store.summaries(now_ms() - 86_400_000, None)).await;
+    let (summaries, records) = match summaries {
+        Ok(Ok(s)) => (Some(s), json!({"available": true})),
+        Ok(Err(e)) => (None, json!({"available": false, "error": e.to_string()})),
+        Err(_) => (None, json!({"available": false, "error": "MongoDB did not answer in time"})),
+    };
+    let mut jobs = Vec::new();
+    for item in resp.kvs() {
+        if let Some(Key::Job(name)) = st.keys.parse(item.key()) {
+            let summary = summaries.as_ref().map(|s| s.get(&name).cloned().unwrap_or_default());
+            let pause = pauses.get(&name);
+            let job = view(name, item.value(), item.mod_revision(), item.create_revision(), Some(&workers), pause);
+            let mut v = serde_json::to_value(job).map_err(|e| ApiError::internal(&e))?;
+            v["summary"] = serde_json::to_value(summary).unwrap_or(Value::Null);
+            jobs.push(v);
+        }
+    }
+    Ok(Json(json!({ "jobs": jobs, "records": records })))
+}
+
+pub(super) async fn fetch_job(
+    st: &AppState,
+    name: &str,
+    workers: Option<&[(String, WorkerInfo)]>,
+) -> ApiResult<JobView> {
+    let (item, pause) = read_job(st, name).await?;
+    Ok(view(name.to_owned(), &item.value, item.mod_revision, item.create_revision, workers, pause.as_ref()))
+}
+
+/// The job and its pause, read at one revision; 404 when the job does not exist.
+pub(super) async fn read_job(st: &AppState, name: &str) -> ApiResult<(StoredJob, Option<Pause>)> {
+    st.jobs().read(name).await
+}
+
+pub(super) async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    job_name(&name)?;
+    // The job (etcd) and its summary (MongoDB) are read at the same time: under load the
+    // answer waits for the slower of the two, not for both in turn.
+    let job = async {
+        let workers = live_workers(&st).await?;
+        fetch_job(&st, &name, Some(&workers)).await
+    };
+    let summary = async {
+        let mut summary =
+            st.store.summaries(now_ms() - 86_400_000, Some(&name)).await?.remove(&name).unwrap_or_default();
+        let latest = st.store.search(&Search { job: Some(name.clone()), limit: 1, ..Search::default() }).await?;
+        summary.last_execution = latest.executions.first().map(|r| etcron_common::store::LastExecution {
+            id: r.id.to_string(),
+            status: r.status,
+            scheduled_at: r.scheduled_at.clone(),
+        });
+        Ok::<_, StoreError>(summary)
+    };
+    let (job, summary) = tokio::join!(job, tokio::time::timeout(SUMMARY_TIMEOUT, summary));
+    let job = job?;
+    let summary = match summary {
+        Ok(Ok(s)) => serde_json::to_value(s).unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    let mut body = serde_json::to_value(&job).map_err(|e| ApiError::internal(&e))?;
+    body["summary"] = summary;
+    Ok(respond_with_etag(StatusCode::OK, body, job.revision))
+}
+
+pub(super) async fn put_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    job_name(&name)?;
+    let precondition = Precondition { expected: if_match(&headers)?, create_only: if_none_match(&headers)? };
+    let spec = JobSpec::from_json(&body_bytes(body)?)?;
+    let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
+    let outcome = st.jobs().apply(vec![write]).await.outcomes.pop();
+    let Some(Written::Saved { created, revision, created_revision, value, before }) = outcome.transpose()? else {
+        return Err(ApiError::internal(&"a save answered otherwise"));
+    };
+    tracing::info!(job = %name, revision, created, "job saved");
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let detail = crate::audit::AuditDetail {
+        before: before.as_deref().and_then(crate::audit::audited),
+        after: crate::audit::audited(&value),
+        detail: None,
+    };
+    // A save never changes whether the job is paused; the answer shows it as it is.
+    let pause = current_pause(&st, &name).await;
+    Ok(with_audit(with_etag(status, &view(name, &value, revision, created_revision, None, pause.as_ref())), detail))
+}
+
+pub(super) async fn delete_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    job_name(&name)?;
+    let precondition = Precondition { expected: if_match(&headers)?, create_only: false };
+    let write = Write { job: name.clone(), change: Change::Delete, precondition };
+    let outcome = st.jobs().apply(vec![write]).await.outcomes.pop();
+    let Some(Written::Deleted { before }) = outcome.transpose()? else {
+        return Err(ApiError::internal(&"a delete answered otherwise"));
+    };
+    tracing::info!(job = %name, "job deleted");
+    let detail =
+        crate::audit::AuditDetail { before: before.as_deref().and_then(crate::audit::audited), ..Default::default() };
+    Ok(with_audit(StatusCode::NO_CONTENT.into_response(), detail))
+}
+
+pub(super) async fn run_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    caller: Option<axum::Extension<Caller>>,
+) -> ApiResult<Response> {
+    let reason = format!("manual run via API by {}", actor(caller.as_ref()));
+    let (id, execution_id) = st.jobs().request_run(&name, &reason).await?;
+    let body = json!({ "request_id": id, "execution_id": execution_id.to_string() });
+    let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };
+    Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct KillQuery {
+    execution: Option<String>,
+}
+
+pub(super) async fn kill_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    query: Result<Query<KillQuery>, axum::extract::rejection::QueryRejection>,
+    caller: Option<axum::Extension<Caller>>,
+) -> ApiResult<Response> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
+    read_job(&st, &name).await?;
+    let target = match query.execution.as_deref() {
+        None | Some("all") => KillTarget::All,
+        Some(text) => {
+            let id: ExecutionId =
+                text.parse().map_err(|e: String| ApiError::bad_request(Some("execution".to_owned()), e))?;
+            if id.job != name {
+                return Err(ApiError::bad_request(
+                    Some("execution".to_owned()),
+                    format!("execution {text:?} does not belong to job {name:?}"),
+                ));
+            }
+            KillTarget::Execution(id)
+        }
+    };
+    let running = match &target {
+        KillTarget::All => crate::stream::running_of_job(&st, &name).await?.len(),
+        KillTarget::Execution(id) => usize::from(crate::stream::running_marker(&st, id).await?.is_some()),
+    };
+    let revision = st.jobs().kill(&name, &target, &format!("kill via API by {}", actor(caller.as_ref()))).await?;
+    let body = json!({ "job": name, "target": target.to_string(), "revision": revision, "running": running });
+    let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };
+    Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
+}
+
+/// The job's pause as it is now, for the answer to a save; `None` (logged) if etcd does not
+/// answer, as the save itself is done.
+pub(super) async fn current_pause(st: &AppState, name: &str) -> Option<Pause> {
+    st.jobs().pause_of(name).await.unwrap_or_else(|e| {
+        tracing::warn!(job = %name, error = %e.message, "reading the pause for the answer to a save failed");
+        None
+    })
+}
+
+/// The body of `POST /api/jobs/{job}/pause`: nothing, or `{"reason": "..."}`.
+pub(super) fn pause_reason(body: &[u8]) -> ApiResult<Option<String>> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value = etcron_common::json::from_slice_unique(body).map_err(|e| match e {
+        etcron_common::json::ParseError::Duplicate { path } => {
+            ApiError::bad_request(Some(path.clone()), format!("{path} is given twice"))
+        }
+        etcron_common::json::ParseError::Syntax(e) => ApiError::bad_request(None, format!("body is not JSON: {e}")),
+    })?;
+    let Value::Object(fields) = value else {
+        return Err(ApiError::bad_request(None, "the body is a JSON object: {\"reason\": \"...\"}, or empty"));
+    };
+    if let Some(other) = fields.keys().find(|k| *k != "reason") {
+        return Err(ApiError::bad_request(
+            Some(other.clone()),
+            format!("unknown field {other:?}; a pause takes only reason"),
+        ));
+    }
+    let reason = match fields.get("reason") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(r)) => r.trim(),
+        Some(_) => return Err(ApiError::bad_request(Some("reason".to_owned()), "reason must be a string")),
+    };
+    let chars = reason.chars().count();
+    if chars > MAX_PAUSE_REASON {
+        return Err(ApiError::bad_request(
+            Some("reason".to_owned()),
+            format!("reason is {chars} characters long; at most {MAX_PAUSE_REASON}"),
+        ));
+    }
+    if reason.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(Some("reason".to_owned()), "reason may not contain control characters"));
+    }
+    Ok((!reason.is_empty()).then(|| reason.to_owned()))
+}
+
+/// `POST /api/jobs/{job}/pause`: the pause is kept outside the spec (see `JobStore::pause`).
+pub(super) async fn pause_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    job_name(&name)?;
+    let reason = pause_reason(&body_bytes(body)?)?;
+    let Paused { job, pause, previous } = st.jobs().pause(&name, &actor(caller.as_ref()), reason).await?;
+    let job = view(name, &job.value, job.mod_revision, job.create_revision, None, Some(&pause));
+    let detail = crate::audit::AuditDetail {
+        detail: Some(json!({ "paused": job.paused, "previous": previous.as_ref().map(PauseView::from) })),
+        ..Default::default()
+    };
+    Ok(with_audit(with_etag(StatusCode::OK, &job), detail))
+}
+
+/// `POST /api/jobs/{job}/resume` (see `JobStore::resume`).
+pub(super) async fn resume_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    job_name(&name)?;
+    let Resumed { job, was_paused, spec_before, unchanged } = st.jobs().resume(&name).await?;
+    let shown = view(name, &job.value, job.mod_revision, job.create_revision, None, None);
+    let detail = if unchanged {
+        crate::audit::AuditDetail { detail: Some(json!({ "unchanged": true })), ..Default::default() }
+    } else {
+        crate::audit::AuditDetail {
+            before: spec_before.as_deref().and_then(crate::audit::audited),
+            after: spec_before.as_ref().and_then(|_| crate::audit::audited(&job.value)),
+            detail: Some(json!({
+                "was_paused": was_paused.as_ref().map(PauseView::from),
+                "spec_enabled": spec_before.is_some(),
+            })),
+        }
+    };
+    Ok(with_audit(with_etag(StatusCode::OK, &shown), detail))
+}

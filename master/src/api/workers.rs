@@ -1,0 +1,74 @@
+//! `GET /api/workers`: the live workers, what each runs, and the jobs no worker matches.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::Json;
+use etcd_client::GetOptions;
+use etcron_common::job::JobSpec;
+use etcron_common::keys::Key;
+use etcron_common::model::RunningExecution;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::backend::AppState;
+use crate::error::ApiError;
+use crate::error::{etcd, ApiResult};
+
+use super::jobs::{all_jobs, eligible, live_workers};
+
+#[derive(Debug, Serialize)]
+pub(super) struct RunningView {
+    id: String,
+    job: String,
+    worker_id: String,
+    started_at: String,
+    pid: Option<u32>,
+    fencing_token: i64,
+}
+
+pub(super) async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
+    let running = async {
+        let mut kv = st.client.kv_client();
+        etcd("list_running", kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await
+    };
+    let (workers, running, jobs) = tokio::try_join!(live_workers(&st), running, all_jobs(&st))?;
+    let mut by_worker: BTreeMap<String, Vec<RunningView>> = BTreeMap::new();
+    for item in running.kvs() {
+        let Some(Key::Running(id)) = st.keys.parse(item.key()) else { continue };
+        let Some(r) = RunningExecution::from_stored(id.clone(), item.value(), item.create_revision()) else {
+            continue;
+        };
+        by_worker.entry(r.worker_id.clone()).or_default().push(RunningView {
+            id: id.to_string(),
+            job: id.job.clone(),
+            worker_id: r.worker_id,
+            started_at: r.started_at,
+            pid: r.pid,
+            // Written in the claim txn, so the marker's create revision is the fencing token.
+            fencing_token: r.fencing_token.unwrap_or_else(|| item.create_revision()),
+        });
+    }
+    // Jobs (valid ones: the others are not scheduled at all) that no live worker may run.
+    let mut unmatched = Vec::new();
+    for item in jobs.kvs() {
+        let (Some(Key::Job(name)), Ok(spec)) = (st.keys.parse(item.key()), JobSpec::from_json(item.value())) else {
+            continue;
+        };
+        if eligible(&workers, &spec.selector) == 0 {
+            unmatched.push(json!({ "job": name, "selector": spec.selector }));
+        }
+    }
+    let mut out = Vec::new();
+    for (id, info) in workers {
+        let mut value = serde_json::to_value(&info).map_err(|e| ApiError::internal(&e))?;
+        // The live output token is for masters only.
+        if let Some(fields) = value.as_object_mut() {
+            fields.remove("output_token");
+        }
+        value["running_executions"] =
+            serde_json::to_value(by_worker.remove(&id).unwrap_or_default()).unwrap_or(Value::Null);
+        out.push(value);
+    }
+    Ok(Json(json!({ "workers": out, "unmatched_jobs": unmatched })))
+}
