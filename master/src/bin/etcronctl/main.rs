@@ -1,6 +1,7 @@
 //! `etcronctl`: the operator's command line for an etcron cluster. It is a client of a master's
-//! HTTP API only (it never talks to etcd or MongoDB): jobs, job files (apply, export, import),
-//! executions (search, follow, live output), workers and schedule previews.
+//! HTTP API only (it never talks to etcd or MongoDB): jobs (describe, edit), job files (apply,
+//! export, import, crontabs), executions (search, watch, logs, live output), workers and
+//! schedule previews. Output: tables, or each command's document as JSON or YAML (`-o`).
 
 mod apply;
 mod client;
