@@ -64,12 +64,12 @@ impl JobChange {
     pub fn of(job: &str, written: &crate::job_store::Written) -> Self {
         use crate::job_store::Written;
         match written {
-            Written::Saved { created, value, before, .. } => Self {
+            Written::Saved { created, spec, before, .. } => Self {
                 job: job.to_owned(),
                 action: "job.put",
                 status: if *created { 201 } else { 200 },
                 before: before.as_deref().and_then(audited),
-                after: audited(value),
+                after: serde_json::to_value(spec.redacted()).ok(),
             },
             Written::Deleted { before } => Self {
                 job: job.to_owned(),

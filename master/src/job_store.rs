@@ -67,6 +67,8 @@ pub enum Written {
         created_revision: i64,
         /// The value as stored (secrets kept, defaults filled in).
         value: Vec<u8>,
+        /// The spec it holds, so that answers need not parse it again.
+        spec: Box<JobSpec>,
         /// The value it replaced, for the audit log.
         before: Option<Vec<u8>>,
     },
@@ -106,6 +108,8 @@ pub struct JobStore {
 struct Prepared {
     index: usize,
     value: Option<Vec<u8>>,
+    /// The spec `value` holds (a save).
+    spec: Option<Box<JobSpec>>,
     precondition: Precondition,
 }
 
@@ -466,21 +470,18 @@ fn has_dependents(w: &Write) -> bool {
 fn prepare(index: usize, w: &Write, snapshot: Option<&Snapshot>) -> ApiResult<Prepared> {
     let mut precondition = w.precondition;
     let Change::Put(spec) = &w.change else {
-        return Ok(Prepared { index, value: None, precondition });
+        return Ok(Prepared { index, value: None, spec: None, precondition });
     };
-    let value = if spec.withholds_secrets() {
+    let mut spec = spec.clone();
+    if spec.withholds_secrets() {
         let stored = snapshot.and_then(|s| s.jobs.get(&w.job));
         let stored_spec = stored.and_then(|(value, _)| JobSpec::from_json(value).ok());
-        let mut spec = spec.clone();
         spec.keep_secrets(stored_spec.as_ref()).map_err(|e| ApiError::bad_request(Some(e.field), e.why))?;
         if let (None, Some((_, rev))) = (precondition.expected, stored) {
             precondition.expected = Some(*rev);
         }
-        serde_json::to_vec(&spec)
-    } else {
-        serde_json::to_vec(spec)
     }
-    .map_err(|e| ApiError::internal(&e))?;
+    let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
     // What is stored is checked, not only what was sent: defaults and kept secrets add bytes,
     // and a stored spec over the limit would be refused by every worker.
     if value.len() > MAX_SPEC_BYTES {
@@ -489,7 +490,7 @@ fn prepare(index: usize, w: &Write, snapshot: Option<&Snapshot>) -> ApiResult<Pr
             value.len()
         )));
     }
-    Ok(Prepared { index, value: Some(value), precondition })
+    Ok(Prepared { index, value: Some(value), spec: Some(spec), precondition })
 }
 
 /// With every job read at one revision (and the writes guarded on it), preconditions are
@@ -598,8 +599,8 @@ fn cycle_error(name: &str, spec: &JobSpec, graph: &DependencyGraph) -> Option<Ap
 
 /// The outcome of a change whose nested transaction succeeded.
 fn written(p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> Written {
-    match &p.value {
-        Some(value) => {
+    match (&p.value, &p.spec) {
+        (Some(value), Some(spec)) => {
             let previous = ops.into_iter().find_map(|op| match op {
                 TxnOpResponse::Put(put) => put.prev_key().map(|kv| (kv.create_revision(), kv.value().to_vec())),
                 _ => None,
@@ -608,9 +609,16 @@ fn written(p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> Written {
                 Some((created, before)) => (created, Some(before)),
                 None => (revision, None),
             };
-            Written::Saved { created: before.is_none(), revision, created_revision, value: value.clone(), before }
+            Written::Saved {
+                created: before.is_none(),
+                revision,
+                created_revision,
+                value: value.clone(),
+                spec: spec.clone(),
+                before,
+            }
         }
-        None => {
+        _ => {
             let before = ops.into_iter().find_map(|op| match op {
                 TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
                 _ => None,
@@ -653,7 +661,7 @@ mod tests {
     use super::*;
 
     fn prepared(index: usize, size: Option<usize>) -> Prepared {
-        Prepared { index, value: size.map(|n| vec![b'x'; n]), precondition: Precondition::default() }
+        Prepared { index, value: size.map(|n| vec![b'x'; n]), spec: None, precondition: Precondition::default() }
     }
 
     #[test]

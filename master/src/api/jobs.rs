@@ -94,32 +94,8 @@ pub(super) fn view(
     workers: Option<&[(String, WorkerInfo)]>,
     pause: Option<&Pause>,
 ) -> JobView {
-    let paused = pause.map(PauseView::from);
     match JobSpec::from_json(value) {
-        Ok(spec) => {
-            let (description, next_runs) = match spec.parsed_schedule() {
-                Ok(s) => {
-                    let next = if fires(&spec, pause) {
-                        s.upcoming(now_ms(), NEXT_RUNS).into_iter().map(|t| format_in(s.timezone(), t)).collect()
-                    } else {
-                        Vec::new()
-                    };
-                    (s.describe(), next)
-                }
-                Err(e) => (e.to_string(), Vec::new()),
-            };
-            JobView {
-                name,
-                spec: serde_json::to_value(spec.redacted()).unwrap_or(Value::Null),
-                revision,
-                created_revision,
-                schedule_description: description,
-                next_runs,
-                paused,
-                invalid: None,
-                eligible_workers: workers.map(|w| eligible(w, &spec.selector)),
-            }
-        }
+        Ok(spec) => view_spec(name, &spec, revision, created_revision, workers, pause),
         Err(e) => JobView {
             name,
             // A value over the size limit is not echoed into every listing.
@@ -132,10 +108,43 @@ pub(super) fn view(
             created_revision,
             schedule_description: String::new(),
             next_runs: Vec::new(),
-            paused,
+            paused: pause.map(PauseView::from),
             invalid: Some(e.to_string()),
             eligible_workers: None,
         },
+    }
+}
+
+/// A valid spec as the API shows it (secrets withheld).
+pub(super) fn view_spec(
+    name: String,
+    spec: &JobSpec,
+    revision: i64,
+    created_revision: i64,
+    workers: Option<&[(String, WorkerInfo)]>,
+    pause: Option<&Pause>,
+) -> JobView {
+    let (description, next_runs) = match spec.parsed_schedule() {
+        Ok(s) => {
+            let next = if fires(spec, pause) {
+                s.upcoming(now_ms(), NEXT_RUNS).into_iter().map(|t| format_in(s.timezone(), t)).collect()
+            } else {
+                Vec::new()
+            };
+            (s.describe(), next)
+        }
+        Err(e) => (e.to_string(), Vec::new()),
+    };
+    JobView {
+        name,
+        spec: serde_json::to_value(spec.redacted()).unwrap_or(Value::Null),
+        revision,
+        created_revision,
+        schedule_description: description,
+        next_runs,
+        paused: pause.map(PauseView::from),
+        invalid: None,
+        eligible_workers: workers.map(|w| eligible(w, &spec.selector)),
     }
 }
 
@@ -255,19 +264,21 @@ pub(super) async fn put_job(
     let spec = JobSpec::from_json(&body_bytes(body)?)?;
     let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
     let outcome = st.jobs().apply(vec![write]).await.outcomes.pop();
-    let Some(Written::Saved { created, revision, created_revision, value, before }) = outcome.transpose()? else {
+    let Some(Written::Saved { created, revision, created_revision, spec, before, .. }) = outcome.transpose()? else {
         return Err(ApiError::internal(&"a save answered otherwise"));
     };
     tracing::info!(job = %name, revision, created, "job saved");
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    // A save never changes whether the job is paused; the answer shows it as it is. The spec
+    // was parsed once, from the body: the answer and the audit entry show it as stored.
+    let pause = current_pause(&st, &name).await;
+    let job = view_spec(name, &spec, revision, created_revision, None, pause.as_ref());
     let detail = crate::audit::AuditDetail {
         before: before.as_deref().and_then(crate::audit::audited),
-        after: crate::audit::audited(&value),
+        after: Some(job.spec.clone()),
         detail: None,
     };
-    // A save never changes whether the job is paused; the answer shows it as it is.
-    let pause = current_pause(&st, &name).await;
-    Ok(with_audit(with_etag(status, &view(name, &value, revision, created_revision, None, pause.as_ref())), detail))
+    Ok(with_audit(with_etag(status, &job), detail))
 }
 
 pub(super) async fn delete_job(
