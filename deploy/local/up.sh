@@ -15,7 +15,7 @@ fi
 PROFILE=${ETCRON_PROFILE:-dev}
 BIN=target/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
 echo ">> building the binaries (profile $PROFILE)"
-cargo build --profile "$PROFILE" --locked -p etcron-master -p etcron-worker
+cargo build --profile "$PROFILE" --locked -p etcron-master -p etcron-worker -p etcron-ctl
 
 DATA=${ETCRON_DATA:-$PWD/.etcron}
 ETCD_PORT=${ETCRON_ETCD_PORT:-2379}

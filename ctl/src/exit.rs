@@ -65,7 +65,7 @@ impl Exit {
                 }
                 return Exit::for_status(e.status);
             }
-            if cause.is::<crate::client::Unreachable>() {
+            if cause.is::<Unreachable>() {
                 return Exit::Unreachable;
             }
             if cause.is::<InvalidFiles>() || cause.is::<InvalidCrontab>() || cause.is::<Usage>() {
@@ -86,6 +86,25 @@ impl Exit {
 
 /// The code of an [`ApiError`] whose body was not the API's error shape.
 pub const NOT_THE_API: &str = "http_error";
+
+/// The master could not be reached or did not answer in time.
+#[derive(Debug)]
+pub struct Unreachable {
+    pub server: String,
+    pub cause: String,
+}
+
+impl fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot reach the master at {} ({}); point --server or ETCRON_SERVER at a master",
+            self.server, self.cause
+        )
+    }
+}
+
+impl std::error::Error for Unreachable {}
 
 /// An error answer of the API: `{"error":{"code","message","field"}}` with its status.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -267,11 +267,11 @@ impl LogsTarget {
     pub fn parse(text: &str) -> Result<Self, Usage> {
         if text.contains('@') {
             return text
-                .parse::<etcron_common::keys::ExecutionId>()
+                .parse::<etcron_model::keys::ExecutionId>()
                 .map(|_| LogsTarget::Execution(text.to_owned()))
                 .map_err(|e| Usage(format!("EXECUTION {text:?} is not an execution id (job@tick#attempt): {e}")));
         }
-        etcron_common::keys::validate_job_name(text)
+        etcron_model::keys::validate_job_name(text)
             .map(|()| LogsTarget::Job(text.to_owned()))
             .map_err(|e| Usage(format!("JOB {text:?} is not a job name ({e}), nor an execution id (it has no @)")))
     }
@@ -378,7 +378,7 @@ pub async fn stream(client: &Client, id: &str, json: bool) -> anyhow::Result<()>
         }
         // A retry is written with the close of the failed attempt, before its record: if the
         // master does not know the next attempt now, there is none.
-        let next = id.parse::<etcron_common::keys::ExecutionId>().map(|e| e.next_attempt().to_string());
+        let next = id.parse::<etcron_model::keys::ExecutionId>().map(|e| e.next_attempt().to_string());
         let next_stream = match &next {
             Ok(next) => client.open_stream(&path(next)).await,
             Err(_) => return Err(Unsuccessful { exit: Exit::Unsuccessful, what: line }.into()),

@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 
-use etcron_common::job::{JobSpec, MAX_DESCRIPTION_LEN};
+use etcron_model::job::{JobSpec, MAX_DESCRIPTION_LEN};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -194,7 +194,7 @@ fn setting(
             *tz = default.cloned();
             return Ok(());
         }
-        etcron_common::schedule::parse_timezone(value).map_err(|e| format!("{name}: {e}"))?;
+        etcron_model::schedule::parse_timezone(value).map_err(|e| format!("{name}: {e}"))?;
         *tz = Some(value.to_owned());
         Ok(())
     };
@@ -397,7 +397,7 @@ pub async fn import(
     apply: crate::apply::Options,
 ) -> anyhow::Result<()> {
     if let Some(tz) = &options.timezone {
-        etcron_common::schedule::parse_timezone(tz).map_err(|e| crate::exit::Usage(format!("--timezone: {e}")))?;
+        etcron_model::schedule::parse_timezone(tz).map_err(|e| crate::exit::Usage(format!("--timezone: {e}")))?;
     }
     let mut files = Vec::new();
     let mut errors = Vec::new();
@@ -539,7 +539,7 @@ BACKUP_DIR = \"/srv/backup\"
         assert_eq!(sys.jobs[0].spec["labels"]["crontab-user"], "root");
         assert_eq!(sys.jobs[0].spec["task"]["command"], "backup.sh");
         for n in [&a.jobs[0].name, &c.jobs[0].name, &sys.jobs[0].name] {
-            etcron_common::job::validate_name(n).unwrap();
+            etcron_model::job::validate_name(n).unwrap();
         }
     }
 

@@ -1,14 +1,13 @@
 //! The HTTP client of the master's API: base URL, bearer token, per-request timeout, and API
 //! error bodies turned into [`ApiError`]s. etcronctl talks to the master only, never to etcd.
 
-use std::fmt;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::exit::{ApiError, Usage};
+use crate::exit::{ApiError, Unreachable, Usage};
 
 /// The master's API as etcronctl calls it.
 #[derive(Debug, Clone)]
@@ -27,27 +26,8 @@ pub struct Reply {
     pub body: Value,
 }
 
-/// The master could not be reached or did not answer in time.
-#[derive(Debug)]
-pub struct Unreachable {
-    server: String,
-    cause: String,
-}
-
-impl fmt::Display for Unreachable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "cannot reach the master at {} ({}); point --server or ETCRON_SERVER at a master",
-            self.server, self.cause
-        )
-    }
-}
-
-impl std::error::Error for Unreachable {}
-
 /// Percent-encodes a path segment (job names and execution ids hold `@`, `#`, `:`).
-pub use etcron_common::percent_encode as segment;
+pub use etcron_model::percent_encode as segment;
 
 /// `?a=1&b=2` from the pairs whose value is set (empty when none is).
 #[must_use]
@@ -169,10 +149,12 @@ impl Client {
         Ok(resp)
     }
 
-    /// The next chunk of a streaming body; `None` at its end. (`Bytes` is the `bytes` crate's
-    /// type, which axum re-exports.)
-    pub async fn chunk(&self, resp: &mut reqwest::Response) -> anyhow::Result<Option<axum::body::Bytes>> {
-        resp.chunk().await.map_err(|e| anyhow::Error::new(self.unreachable(&e)).context("reading the stream"))
+    /// The next chunk of a streaming body; `None` at its end.
+    pub async fn chunk(&self, resp: &mut reqwest::Response) -> anyhow::Result<Option<Vec<u8>>> {
+        let chunk = resp.chunk().await;
+        chunk
+            .map(|c| c.map(|b| b.to_vec()))
+            .map_err(|e| anyhow::Error::new(self.unreachable(&e)).context("reading the stream"))
     }
 }
 
