@@ -24,7 +24,57 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::error::Elapsed;
 use tokio::time::Instant;
 
-use crate::metrics::AdmissionMetrics;
+use prometheus::{IntCounterVec, IntGauge};
+
+use crate::metrics::{counter_vec, gauge};
+
+/// Admission control of etcd requests (`common::admission`): the current limit, the requests
+/// holding a slot, the requests that found every slot taken (by whether they got one before
+/// their deadline) and the cuts of the limit by cause.
+pub struct AdmissionMetrics {
+    pub limit: IntGauge,
+    pub in_flight: IntGauge,
+    pub waits: IntCounterVec,
+    pub decreases: IntCounterVec,
+}
+
+pub static ADMISSION: LazyLock<AdmissionMetrics> = LazyLock::new(|| {
+    let m = AdmissionMetrics {
+        limit: gauge(
+            "etcron_etcd_admission_limit",
+            "Most etcd requests this process sends at once; adapted to etcd's answers (AIMD).",
+        ),
+        in_flight: gauge(
+            "etcron_etcd_requests_in_flight",
+            "etcd requests sent and not yet answered (session keep-alives excluded).",
+        ),
+        waits: counter_vec(
+            "etcron_etcd_admission_waits_total",
+            "etcd requests that found every slot taken and waited, by outcome (admitted, timed_out).",
+            &["outcome"],
+        ),
+        decreases: counter_vec(
+            "etcron_etcd_admission_decreases_total",
+            "Times the etcd request limit was halved, by cause (too_many_requests, timeout).",
+            &["cause"],
+        ),
+    };
+    m.limit.set(i64::try_from(INITIAL_LIMIT).unwrap_or(i64::MAX));
+    for outcome in ["admitted", "timed_out"] {
+        m.waits.with_label_values(&[outcome]);
+    }
+    for cause in ["too_many_requests", "timeout"] {
+        m.decreases.with_label_values(&[cause]);
+    }
+    m
+});
+
+/// Creates the admission metrics and the process's limiter, so they are listed (the limit at
+/// its initial value) from the first scrape. Call once at start, after `metrics::init`.
+pub fn init_metrics() {
+    LazyLock::force(&ADMISSION);
+    LazyLock::force(&LIMITER);
+}
 
 /// The limit a process starts with: well above what one worker needs for its ordinary traffic
 /// (a claim and a close per run, watches, registration), well below what a burst of thousands
@@ -133,8 +183,7 @@ impl Aimd {
 }
 
 /// The limiter every etcd request of this process goes through (`etcd::request`).
-pub static LIMITER: LazyLock<Limiter> =
-    LazyLock::new(|| Limiter::new(INITIAL_LIMIT, Some(&*crate::metrics::ADMISSION)));
+pub static LIMITER: LazyLock<Limiter> = LazyLock::new(|| Limiter::new(INITIAL_LIMIT, Some(&*ADMISSION)));
 
 /// A semaphore whose size follows [`Aimd`].
 pub struct Limiter {

@@ -104,47 +104,6 @@ pub static ETCD: LazyLock<EtcdMetrics> = LazyLock::new(|| EtcdMetrics {
     ),
 });
 
-/// Admission control of etcd requests (`common::admission`): the current limit, the requests
-/// holding a slot, the requests that found every slot taken (by whether they got one before
-/// their deadline) and the cuts of the limit by cause.
-pub struct AdmissionMetrics {
-    pub limit: IntGauge,
-    pub in_flight: IntGauge,
-    pub waits: IntCounterVec,
-    pub decreases: IntCounterVec,
-}
-
-pub static ADMISSION: LazyLock<AdmissionMetrics> = LazyLock::new(|| {
-    let m = AdmissionMetrics {
-        limit: gauge(
-            "etcron_etcd_admission_limit",
-            "Most etcd requests this process sends at once; adapted to etcd's answers (AIMD).",
-        ),
-        in_flight: gauge(
-            "etcron_etcd_requests_in_flight",
-            "etcd requests sent and not yet answered (session keep-alives excluded).",
-        ),
-        waits: counter_vec(
-            "etcron_etcd_admission_waits_total",
-            "etcd requests that found every slot taken and waited, by outcome (admitted, timed_out).",
-            &["outcome"],
-        ),
-        decreases: counter_vec(
-            "etcron_etcd_admission_decreases_total",
-            "Times the etcd request limit was halved, by cause (too_many_requests, timeout).",
-            &["cause"],
-        ),
-    };
-    m.limit.set(i64::try_from(crate::admission::INITIAL_LIMIT).unwrap_or(i64::MAX));
-    for outcome in ["admitted", "timed_out"] {
-        m.waits.with_label_values(&[outcome]);
-    }
-    for cause in ["too_many_requests", "timeout"] {
-        m.decreases.with_label_values(&[cause]);
-    }
-    m
-});
-
 /// Connections an HTTP server closed as soon as it accepted them (`common::serve`), by reason:
 /// `full` (the server's cap), `per_peer` (one address's cap).
 pub static HTTP_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -170,8 +129,6 @@ pub fn init(component: &str) {
         gauge_vec("etcron_build_info", "Component and version of this process (always 1).", &["component", "version"]);
     info.with_label_values(&[component, crate::VERSION]).set(1);
     LazyLock::force(&ETCD);
-    LazyLock::force(&ADMISSION);
-    LazyLock::force(&crate::admission::LIMITER);
     LazyLock::force(&HTTP_REFUSED);
 }
 

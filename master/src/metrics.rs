@@ -41,6 +41,7 @@ pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| MasterMetrics {
 /// Creates every metric so all are listed from the first scrape.
 pub fn init() {
     etcron_common::metrics::init("master");
+    etcron_common::admission::init_metrics();
     LazyLock::force(&METRICS);
 }
 

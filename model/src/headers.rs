@@ -3,6 +3,9 @@
 //! (`notify[i].headers`, `…secret_headers`, `…url`). Pure; errors are messages, the caller names
 //! the field.
 
+/// Secret values by name; `None` is a value withheld by the API (or, in a PUT, "keep it").
+pub type Secrets = std::collections::BTreeMap<String, Option<String>>;
+
 /// Longest header name.
 pub const MAX_HEADER_NAME_LEN: usize = 128;
 /// Longest header value.

@@ -209,8 +209,8 @@ pub struct HttpTask {
     pub expect_status: Option<u16>,
 }
 
-/// Secret values by name; `None` is a value withheld by the API (or, in a PUT, "keep it").
-pub type Secrets = BTreeMap<String, Option<String>>;
+pub use crate::headers::Secrets;
+pub use crate::spec_error::SpecError;
 
 /// A secret that a PUT asks to keep has no stored value to keep.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -331,22 +331,6 @@ pub enum Mode {
     Single,
     Broadcast,
     Sharded(u32),
-}
-
-/// Why a spec was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}{message}", field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
-pub struct SpecError {
-    /// Dotted path of the offending field (`task.command`), or `None` for the whole body.
-    pub field: Option<String>,
-    pub message: String,
-    pub too_large: bool,
-}
-
-impl SpecError {
-    pub(crate) fn at(field: &str, message: impl Into<String>) -> Self {
-        Self { field: Some(field.to_owned()), message: message.into(), too_large: false }
-    }
 }
 
 impl JobSpec {

@@ -16,6 +16,7 @@ pub mod notify;
 pub mod output;
 pub mod schedule;
 pub mod size;
+pub mod spec_error;
 
 /// Milliseconds since the Unix epoch, the unit of every instant etcron stores.
 pub type UnixMs = i64;

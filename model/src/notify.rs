@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::job::{Secrets, SpecError};
+use crate::headers::Secrets;
+use crate::spec_error::SpecError;
 use crate::UnixMs;
 
 /// Most targets per job (and in a worker's default).

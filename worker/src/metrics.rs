@@ -153,6 +153,7 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
 /// Creates every metric (so all are listed from the first scrape) and the shared ones.
 pub fn init(capacity: u32) {
     etcron_common::metrics::init("worker");
+    etcron_common::admission::init_metrics();
     METRICS.capacity.set(i64::from(capacity));
 }
 
