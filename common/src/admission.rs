@@ -365,6 +365,16 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn the_admission_metrics_are_listed_from_the_first_scrape() {
+        init_metrics();
+        let text = crate::metrics::render();
+        assert!(text.contains(&format!("etcron_etcd_admission_limit {INITIAL_LIMIT}")), "{text}");
+        assert!(text.contains("etcron_etcd_requests_in_flight 0"), "{text}");
+        assert!(text.contains("etcron_etcd_admission_waits_total{outcome=\"timed_out\"} 0"), "{text}");
+        assert!(text.contains("etcron_etcd_admission_decreases_total{cause=\"too_many_requests\"} 0"), "{text}");
+    }
+
     fn at(start: Instant, ms: u64) -> Instant {
         start + Duration::from_millis(ms)
     }
