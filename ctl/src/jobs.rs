@@ -239,15 +239,27 @@ pub async fn kill(client: &Client, name: &str, execution: Option<String>, json: 
     out(&format!("kill requested for {target} of job {} (revision {})\n", text(&v["job"]), text(&v["revision"])))
 }
 
-pub async fn set_enabled(client: &Client, name: &str, enabled: bool, json: bool) -> anyhow::Result<()> {
-    let (action, doing) = if enabled { ("resume", "resuming") } else { ("pause", "pausing") };
-    let v =
-        client.post(&format!("{}/{action}", job_path(name))).await.with_context(|| format!("{doing} job {name:?}"))?;
+/// `jobs pause NAME [--reason WHY]`: the pause is kept outside the spec, so no apply undoes it.
+pub async fn pause(client: &Client, name: &str, reason: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let body = reason.map(|r| serde_json::json!({ "reason": r }));
+    let path = format!("{}/pause", job_path(name));
+    let reply = client.send(reqwest::Method::POST, &path, body.as_ref(), &[]).await;
+    let v = reply.with_context(|| format!("pausing job {name:?}"))?.body;
     if json {
         return print_doc(&v);
     }
-    let state = if enabled { "enabled" } else { "paused" };
-    out(&format!("job {name} {state} (revision {})\n", text(&v["revision"])))
+    let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
+    out(&format!("job {name} paused{why} (revision {})\n", text(&v["revision"])))
+}
+
+/// `jobs resume NAME`.
+pub async fn resume(client: &Client, name: &str, json: bool) -> anyhow::Result<()> {
+    let v =
+        client.post(&format!("{}/resume", job_path(name))).await.with_context(|| format!("resuming job {name:?}"))?;
+    if json {
+        return print_doc(&v);
+    }
+    out(&format!("job {name} enabled (revision {})\n", text(&v["revision"])))
 }
 
 pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {

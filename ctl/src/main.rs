@@ -207,7 +207,13 @@ enum JobsCommand {
         execution: Option<String>,
     },
     /// Pause a job: its ticks are recorded `skipped` until resumed.
-    Pause { name: String },
+    Pause {
+        name: String,
+        /// Why, shown with the job everywhere and in the skipped ticks' records (at most 500
+        /// characters).
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Resume a paused job.
     Resume { name: String },
 }
@@ -359,8 +365,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             JobsCommand::Rm { names } => jobs::rm(&client, &names, json).await,
             JobsCommand::Run { name, follow } => jobs::run(&client, &name, follow, json).await,
             JobsCommand::Kill { name, execution } => jobs::kill(&client, &name, execution, json).await,
-            JobsCommand::Pause { name } => jobs::set_enabled(&client, &name, false, json).await,
-            JobsCommand::Resume { name } => jobs::set_enabled(&client, &name, true, json).await,
+            JobsCommand::Pause { name, reason } => jobs::pause(&client, &name, reason.as_deref(), json).await,
+            JobsCommand::Resume { name } => jobs::resume(&client, &name, json).await,
         },
         Command::Executions(cmd) => match cmd {
             ExecutionsCommand::Search {

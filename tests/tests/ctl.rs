@@ -234,9 +234,13 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     assert_eq!(out.json(), json!({"jobs": {"alpha": job(&c, "alpha").await.1["spec"]}}));
 
     // pause / resume: the pause is the job's state, not its spec; ls filters on it.
-    let out = ctl(&c, &["jobs", "pause", "alpha"]).await.ok();
-    assert!(out.stdout.contains("job alpha paused"), "{}", out.stdout);
-    assert!(job(&c, "alpha").await.1["paused"].is_object());
+    let out = ctl(&c, &["jobs", "pause", "alpha", "--reason", "db migration"]).await.ok();
+    assert!(out.stdout.contains("job alpha paused: db migration"), "{}", out.stdout);
+    assert_eq!(job(&c, "alpha").await.1["paused"]["reason"], "db migration");
+    let long = "x".repeat(501);
+    let out = ctl(&c, &["jobs", "pause", "alpha", "--reason", &long]).await;
+    assert_eq!(out.code, 2, "a 400 naming the reason: {out:?}");
+    assert!(out.stderr.contains("reason"), "{}", out.stderr);
     let out = ctl(&c, &["jobs", "ls", "--status", "paused"]).await.ok();
     assert!(out.stdout.contains("alpha") && !out.stdout.contains("beta"), "{}", out.stdout);
     ctl(&c, &["jobs", "resume", "alpha"]).await.ok();
