@@ -135,11 +135,12 @@ async fn keep_alive(
         let per_call = interval.min(deadline.saturating_duration_since(Instant::now())).max(Duration::from_millis(100));
         if stream.is_none() {
             let mut leases = client.lease_client();
+            let opened_at = Instant::now();
             match crate::etcd::request_exempt("keep_alive_stream", per_call, leases.keep_alive(lease_id)).await {
                 Ok(Ok(pair)) => stream = Some(pair),
                 Ok(Err(e)) => {
                     tracing::warn!(lease_id, error = %e, "session keep-alive stream failed; retrying");
-                    next = Instant::now() + Duration::from_millis(500);
+                    next = retry_at(opened_at, Duration::from_millis(500));
                     continue;
                 }
                 Err(_) => {
@@ -170,9 +171,38 @@ async fn keep_alive(
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
                 tracing::warn!(lease_id, "session keep-alive failed; retrying on a new stream");
                 stream = None;
-                next = Instant::now() + Duration::from_millis(200);
+                next = retry_at(sent_at, Duration::from_millis(200));
             }
         }
     }
     let _ = alive.send(false);
+}
+
+/// When to try again after a keep-alive call that failed. A call that failed at once (etcd
+/// refusing, no route) waits `pause`, so a persistent error does not spin. A call that hung
+/// first and then failed most likely outlived a stall of etcd (the connection's HTTP/2
+/// keep-alive gives up on a connection silent for 8 s, often just as etcd comes back): the
+/// next try goes at once, since the moments after a stall may be all the lease gets before the
+/// next one (seen in CI: a renewal lost this way, then a second stall, and the lease expired).
+fn retry_at(started: Instant, pause: Duration) -> Instant {
+    let now = Instant::now();
+    if now.duration_since(started) >= Duration::from_secs(1) {
+        now
+    } else {
+        now + pause
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_keep_alive_that_hung_is_retried_at_once_one_that_failed_at_once_after_a_pause() {
+        let pause = Duration::from_millis(500);
+        let hung = Instant::now().checked_sub(Duration::from_secs(3)).unwrap_or_else(Instant::now);
+        assert!(retry_at(hung, pause) <= Instant::now());
+        let quick = Instant::now();
+        assert!(retry_at(quick, pause) >= quick + Duration::from_millis(400));
+    }
 }
