@@ -239,17 +239,44 @@ pub async fn kill(client: &Client, name: &str, execution: Option<String>, json: 
     out(&format!("kill requested for {target} of job {} (revision {})\n", text(&v["job"]), text(&v["revision"])))
 }
 
-/// `jobs pause NAME [--reason WHY]`: the pause is kept outside the spec, so no apply undoes it.
-pub async fn pause(client: &Client, name: &str, reason: Option<&str>, json: bool) -> anyhow::Result<()> {
-    let body = reason.map(|r| serde_json::json!({ "reason": r }));
+/// `jobs pause NAME [--reason WHY] [--until T]`: the pause is kept outside the spec, so no
+/// apply undoes it; with `--until` it ends by itself.
+pub async fn pause(
+    client: &Client,
+    name: &str,
+    reason: Option<&str>,
+    until: Option<&str>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut body = serde_json::Map::new();
+    if let Some(r) = reason {
+        body.insert("reason".to_owned(), r.into());
+    }
+    if let Some(u) = until {
+        body.insert("until".to_owned(), u.into());
+    }
+    let body = (!body.is_empty()).then_some(Value::Object(body));
     let path = format!("{}/pause", job_path(name));
     let reply = client.send(reqwest::Method::POST, &path, body.as_ref(), &[]).await;
     let v = reply.with_context(|| format!("pausing job {name:?}"))?.body;
     if json {
         return print_doc(&v);
     }
+    let until = v["paused"]["until"].as_str().map(|u| format!(" until {u}")).unwrap_or_default();
     let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
-    out(&format!("job {name} paused{why} (revision {})\n", text(&v["revision"])))
+    out(&format!("job {name} paused{until}{why} (revision {})\n", text(&v["revision"])))
+}
+
+/// `--until`: an RFC 3339 time as given, or a duration from now as an RFC 3339 time.
+pub fn parse_until(text: &str) -> Result<String, String> {
+    if chrono::DateTime::parse_from_rfc3339(text).is_ok() {
+        return Ok(text.to_owned());
+    }
+    let d = humantime::parse_duration(text.trim())
+        .map_err(|_| format!("{text:?} is neither an RFC 3339 time (2026-12-01T06:00:00Z) nor a duration (2h, 30m)"))?;
+    let d = chrono::Duration::from_std(d).map_err(|e| e.to_string())?;
+    let at = chrono::Utc::now().checked_add_signed(d).ok_or("too far ahead")?;
+    Ok(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
 /// `jobs resume NAME`.

@@ -213,6 +213,9 @@ enum JobsCommand {
         /// characters).
         #[arg(long)]
         reason: Option<String>,
+        /// End the pause by itself then: an RFC 3339 time, or a duration from now (`2h`, `30m`).
+        #[arg(long, value_parser = jobs::parse_until)]
+        until: Option<String>,
     },
     /// Resume a paused job.
     Resume { name: String },
@@ -365,7 +368,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             JobsCommand::Rm { names } => jobs::rm(&client, &names, json).await,
             JobsCommand::Run { name, follow } => jobs::run(&client, &name, follow, json).await,
             JobsCommand::Kill { name, execution } => jobs::kill(&client, &name, execution, json).await,
-            JobsCommand::Pause { name, reason } => jobs::pause(&client, &name, reason.as_deref(), json).await,
+            JobsCommand::Pause { name, reason, until } => {
+                jobs::pause(&client, &name, reason.as_deref(), until.as_deref(), json).await
+            }
             JobsCommand::Resume { name } => jobs::resume(&client, &name, json).await,
         },
         Command::Executions(cmd) => match cmd {

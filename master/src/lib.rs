@@ -14,5 +14,6 @@ pub mod job_store;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
+pub mod pause_expiry;
 pub mod stream;
 pub mod web;

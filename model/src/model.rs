@@ -287,9 +287,21 @@ pub struct Pause {
     pub at_ms: Option<UnixMs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// When the pause ends by itself (a master deletes the key then: see `master/src/pause_expiry.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<UnixMs>,
 }
 
+/// Furthest ahead a pause may end by itself.
+pub const MAX_PAUSE_UNTIL_MS: UnixMs = 366 * 86_400_000;
+
 impl Pause {
+    /// Whether the pause has ended by itself at `now_ms` (its key not yet deleted).
+    #[must_use]
+    pub fn expired(&self, now_ms: UnixMs) -> bool {
+        self.until_ms.is_some_and(|until| until <= now_ms)
+    }
+
     /// Reads a stored value; `Err` says why it does not parse (the job is paused all the same:
     /// see [`Pause`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
@@ -309,6 +321,10 @@ impl Pause {
         if let Some(by) = self.by.as_deref().filter(|b| !b.is_empty()) {
             text.push_str(" by ");
             text.push_str(by);
+        }
+        if let Some(until) = self.until_ms {
+            text.push_str(" until ");
+            text.push_str(&crate::rfc3339_ms(until));
         }
         if let Some(reason) = self.reason.as_deref().filter(|r| !r.is_empty()) {
             text.push_str(": ");
@@ -628,7 +644,8 @@ mod tests {
 
     #[test]
     fn a_job_fires_iff_its_spec_is_enabled_and_nobody_paused_it() {
-        let pause = Pause { by: Some("alice".into()), at_ms: Some(5), reason: Some("db migration".into()) };
+        let pause =
+            Pause { by: Some("alice".into()), at_ms: Some(5), reason: Some("db migration".into()), until_ms: None };
         assert!(fires(&spec(true), None));
         assert!(!fires(&spec(true), Some(&pause)));
         assert!(!fires(&spec(false), None));
@@ -642,7 +659,12 @@ mod tests {
 
     #[test]
     fn pause_values_read_whatever_an_operator_wrote() {
-        let full = Pause { by: Some("alice".into()), at_ms: Some(1_764_037_206_012), reason: Some("why".into()) };
+        let full = Pause {
+            by: Some("alice".into()),
+            at_ms: Some(1_764_037_206_012),
+            reason: Some("why".into()),
+            until_ms: None,
+        };
         let bytes = serde_json::to_vec(&full).unwrap();
         assert_eq!(String::from_utf8(bytes.clone()).unwrap(), r#"{"by":"alice","at_ms":1764037206012,"reason":"why"}"#);
         assert_eq!(Pause::from_bytes(&bytes), Ok(full));
@@ -652,7 +674,12 @@ mod tests {
         assert_eq!(unknown.describe(), "job paused");
         assert_eq!(serde_json::to_vec(&Pause::default()).unwrap(), b"{}");
         // Fields a newer master may add are ignored.
-        assert_eq!(Pause::from_bytes(br#"{"by":"bob","until_ms":5}"#).unwrap().describe(), "job paused by bob");
+        assert_eq!(Pause::from_bytes(br#"{"by":"bob","team":"ops"}"#).unwrap().describe(), "job paused by bob");
+        // A pause that ends by itself says when.
+        let until = Pause { until_ms: Some(1_764_040_806_000), ..Pause::from_bytes(br#"{"by":"bob"}"#).unwrap() };
+        assert_eq!(until.describe(), "job paused by bob until 2025-11-25T03:20:06.000Z");
+        assert!(!until.expired(1_764_040_805_999) && until.expired(1_764_040_806_000));
+        assert!(!Pause::default().expired(i64::MAX), "without until, never");
         assert_eq!(
             Pause { reason: Some("x".into()), ..Pause::default() }.describe(),
             "job paused: x",

@@ -237,6 +237,11 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     let out = ctl(&c, &["jobs", "pause", "alpha", "--reason", "db migration"]).await.ok();
     assert!(out.stdout.contains("job alpha paused: db migration"), "{}", out.stdout);
     assert_eq!(job(&c, "alpha").await.1["paused"]["reason"], "db migration");
+    let out = ctl(&c, &["jobs", "pause", "alpha", "--until", "2h"]).await.ok();
+    assert!(out.stdout.contains("job alpha paused until 20"), "{}", out.stdout);
+    assert!(job(&c, "alpha").await.1["paused"]["until"].is_string());
+    let out = ctl(&c, &["jobs", "pause", "alpha", "--until", "someday"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
     let long = "x".repeat(501);
     let out = ctl(&c, &["jobs", "pause", "alpha", "--reason", &long]).await;
     assert_eq!(out.code, 2, "a 400 naming the reason: {out:?}");

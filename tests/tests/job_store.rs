@@ -65,7 +65,7 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     assert!(value(&mut etcd, keys.job("a2")).await.is_none());
 
     // Pause is a key of its own: saving the spec again leaves the job paused.
-    let paused = store.pause("a", "alice", Some("migration".into())).await?;
+    let paused = store.pause("a", "alice", Some("migration".into()), None).await?;
     assert_eq!(paused.pause.reason.as_deref(), Some("migration"));
     let stored = value(&mut etcd, keys.paused("a")).await.expect("the pause key");
     assert_eq!(stored.0["by"], "alice");
@@ -75,7 +75,7 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     assert!(resumed.was_paused.is_some() && resumed.spec_before.is_none() && !resumed.unchanged);
     assert!(value(&mut etcd, keys.paused("a")).await.is_none());
     assert!(store.resume("a").await?.unchanged);
-    assert_eq!(store.pause("nope", "alice", None).await.unwrap_err().status, 404);
+    assert_eq!(store.pause("nope", "alice", None, None).await.unwrap_err().status, 404);
 
     // A job declared disabled is enabled by resume, on the revision read.
     let mut disabled = hourly("d");
@@ -96,7 +96,7 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     assert!(lease > 0 && command["reason"] == "test", "{command}");
 
     // A delete takes the state, the pause and pending run requests along.
-    store.pause("a", "alice", None).await?;
+    store.pause("a", "alice", None, None).await?;
     let applied = store
         .apply(vec![Write { job: "a".into(), change: Change::Delete, precondition: Precondition::default() }])
         .await;

@@ -253,7 +253,7 @@ async fn workers_learn_pauses_from_their_listing_and_their_watch() -> anyhow::Re
     etcd.put(keys.paused("handwritten"), "{}", None).await?;
     etcd.put(keys.paused("garbled"), "paused!", None).await?;
     let list = c.get("/api/jobs").await?;
-    let unknown = json!({"by": null, "at": null, "reason": null});
+    let unknown = json!({"by": null, "at": null, "reason": null, "until": null});
     assert_eq!(job_in_list(&list, "handwritten")["paused"], unknown, "{list}");
     assert_eq!(job_in_list(&list, "garbled")["paused"], unknown, "{list}");
     assert_eq!(job_in_list(&list, "garbled")["next_runs"], json!([]));
@@ -302,5 +302,70 @@ async fn workers_learn_pauses_from_their_listing_and_their_watch() -> anyhow::Re
     for worker in &c.workers {
         assert!(!worker.proc.log_text().contains("panicked"), "{} panicked", worker.opts.id);
     }
+    Ok(())
+}
+
+/// A pause with `until` ends by itself: a master deletes it once its time has come, and every
+/// tick of a job firing every second on two workers is either skipped (before) or run (after),
+/// once, never both.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_with_until_ends_by_itself_and_each_tick_runs_or_is_skipped_once() -> anyhow::Result<()> {
+    let c = Cluster::start("pause-until", 2).await?;
+    let file = c.path("fired");
+    c.put_job("timed", every_second(&file)).await?;
+    wait_runs(&file, "timed", 0, "the job runs").await?;
+
+    // Bad ends name `until`.
+    let at = |ms: i64| etcron_common::rfc3339_ms(ms);
+    for bad in [json!(at(now_ms() - 1_000)), json!("tomorrow"), json!(at(now_ms() + 367 * 86_400_000)), json!(5)] {
+        let (status, body) = pause(&c, "timed", Some(json!({ "until": bad }))).await;
+        assert_eq!((status, body["error"]["field"].as_str()), (400, Some("until")), "{bad}: {body}");
+    }
+
+    let paused_at = now_ms();
+    let until = paused_at + 4_000;
+    let (status, body) = pause(&c, "timed", Some(json!({"reason": "short break", "until": at(until)}))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["paused"]["until"], at(until));
+    let key = Keys::new(&c.namespace)?.paused("timed");
+    if now_ms() < until - 1_000 {
+        assert!(stored(&c, &key).await.is_some(), "the pause lasts until its time");
+    }
+    wait_for(Duration::from_secs(15), "the pause to end by itself", || async {
+        stored(&c, &key).await.is_none().then_some(())
+    })
+    .await?;
+    assert!(now_ms() >= until, "ended before its time");
+    assert!(job_in_list(&c.get("/api/jobs").await?, "timed")["paused"].is_null());
+    let resumed = until + SETTLE_MS;
+    wait_runs(&file, "timed", resumed, "runs after the pause ended").await?;
+
+    // Every whole second from the pause to after the end: run or skipped, exactly once.
+    let (from, to) = (paused_at + SETTLE_MS, resumed);
+    let accounted = |skipped: &[Value]| {
+        let fired = read_fired(&file);
+        (from / 1000 + 1..=to / 1000).all(|s| {
+            fired.iter().any(|f| f.job == "timed" && f.scheduled_ms == s * 1000)
+                || skipped.iter().any(|r| scheduled_ms(r) == s * 1000)
+        })
+    };
+    let skipped = c
+        .wait_executions("job=timed&status=skipped&limit=500", "every tick run or recorded skipped", accounted)
+        .await?;
+    let fired = read_fired(&file);
+    let report = etcron_tests::check_every_second(&fired, &["timed".to_owned()], 0, 0);
+    assert!(report.duplicates.is_empty(), "ran twice: {:?}", report.duplicates);
+    for second in (from / 1000 + 1)..=(to / 1000) {
+        let tick = second * 1000;
+        let ran = fired.iter().any(|f| f.job == "timed" && f.scheduled_ms == tick);
+        let skip: Vec<&Value> = skipped.iter().filter(|r| scheduled_ms(r) == tick).collect();
+        assert!(skip.len() <= 1, "tick {tick} recorded skipped twice");
+        assert!(ran != (skip.len() == 1), "tick {tick}: ran {ran}, skipped {}", skip.len());
+        if tick < until {
+            assert!(!ran, "tick {tick} ran while paused until {until}");
+            assert!(skip[0]["reason"].as_str().unwrap().contains(&format!("until {}", at(until))), "{}", skip[0]);
+        }
+    }
+    assert!(fired.iter().any(|f| f.job == "timed" && f.scheduled_ms >= resumed), "runs again after the end");
     Ok(())
 }

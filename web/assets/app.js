@@ -97,7 +97,7 @@ const isPaused = (j) => Boolean(j.paused) || (j.spec || {}).enabled === false;
 function pauseText(j) {
   const p = j.paused;
   if (!p) return (j.spec || {}).enabled === false ? "disabled in its spec (enabled: false)" : "";
-  return `paused${p.by ? ` by ${p.by}` : ""}${p.at ? ` at ${localTime(p.at)}` : ""}${p.reason ? `: ${p.reason}` : ""}`;
+  return `paused${p.by ? ` by ${p.by}` : ""}${p.at ? ` at ${localTime(p.at)}` : ""}${p.until ? ` until ${localTime(p.until)}` : ""}${p.reason ? `: ${p.reason}` : ""}`;
 }
 
 /** The state badge: "paused" for either kind of hold, the detail in its title. */

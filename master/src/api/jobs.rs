@@ -14,10 +14,10 @@ use etcd_client::GetOptions;
 use etcron_common::job::JobSpec;
 use etcron_common::keys::{ExecutionId, Key, KillTarget};
 use etcron_common::model::WorkerInfo;
-use etcron_common::model::{fires, Pause, MAX_PAUSE_REASON};
+use etcron_common::model::{fires, Pause, MAX_PAUSE_REASON, MAX_PAUSE_UNTIL_MS};
 use etcron_common::schedule::{format_in, MAX_AT_MS};
 use etcron_common::store::{Search, StoreError};
-use etcron_common::{now_ms, rfc3339_ms};
+use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -67,15 +67,14 @@ pub struct PauseView {
     /// RFC 3339.
     pub at: Option<String>,
     pub reason: Option<String>,
+    /// RFC 3339: when the pause ends by itself; `null` until resumed.
+    pub until: Option<String>,
 }
 
 impl From<&Pause> for PauseView {
     fn from(p: &Pause) -> Self {
-        Self {
-            by: p.by.clone(),
-            at: p.at_ms.filter(|ms| (0..=MAX_AT_MS).contains(ms)).map(rfc3339_ms),
-            reason: p.reason.clone(),
-        }
+        let instant = |ms: Option<UnixMs>| ms.filter(|ms| (0..=MAX_AT_MS).contains(ms)).map(rfc3339_ms);
+        Self { by: p.by.clone(), at: instant(p.at_ms), reason: p.reason.clone(), until: instant(p.until_ms) }
     }
 }
 
@@ -357,10 +356,10 @@ pub(super) async fn current_pause(st: &AppState, name: &str) -> Option<Pause> {
     })
 }
 
-/// The body of `POST /api/jobs/{job}/pause`: nothing, or `{"reason": "..."}`.
-pub(super) fn pause_reason(body: &[u8]) -> ApiResult<Option<String>> {
+/// The body of `POST /api/jobs/{job}/pause`: nothing, or `{"reason": "...", "until": "RFC 3339"}`.
+pub(super) fn pause_body(body: &[u8], now: UnixMs) -> ApiResult<(Option<String>, Option<UnixMs>)> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
+        return Ok((None, None));
     }
     let value = etcron_common::json::from_slice_unique(body).map_err(|e| match e {
         etcron_common::json::ParseError::Duplicate { path } => {
@@ -369,15 +368,22 @@ pub(super) fn pause_reason(body: &[u8]) -> ApiResult<Option<String>> {
         etcron_common::json::ParseError::Syntax(e) => ApiError::bad_request(None, format!("body is not JSON: {e}")),
     })?;
     let Value::Object(fields) = value else {
-        return Err(ApiError::bad_request(None, "the body is a JSON object: {\"reason\": \"...\"}, or empty"));
+        return Err(ApiError::bad_request(
+            None,
+            "the body is a JSON object: {\"reason\": \"...\", \"until\": \"RFC 3339\"}, or empty",
+        ));
     };
-    if let Some(other) = fields.keys().find(|k| *k != "reason") {
+    if let Some(other) = fields.keys().find(|k| !["reason", "until"].contains(&k.as_str())) {
         return Err(ApiError::bad_request(
             Some(other.clone()),
-            format!("unknown field {other:?}; a pause takes only reason"),
+            format!("unknown field {other:?}; a pause takes reason and until"),
         ));
     }
-    let reason = match fields.get("reason") {
+    Ok((pause_reason(fields.get("reason"))?, pause_until(fields.get("until"), now)?))
+}
+
+fn pause_reason(value: Option<&Value>) -> ApiResult<Option<String>> {
+    let reason = match value {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::String(r)) => r.trim(),
         Some(_) => return Err(ApiError::bad_request(Some("reason".to_owned()), "reason must be a string")),
@@ -395,6 +401,26 @@ pub(super) fn pause_reason(body: &[u8]) -> ApiResult<Option<String>> {
     Ok((!reason.is_empty()).then(|| reason.to_owned()))
 }
 
+/// When the pause ends by itself: an RFC 3339 instant after now, at most a year ahead.
+fn pause_until(value: Option<&Value>, now: UnixMs) -> ApiResult<Option<UnixMs>> {
+    let invalid = |message: String| ApiError::bad_request(Some("until".to_owned()), message);
+    let text = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(t)) => t,
+        Some(_) => return Err(invalid("until must be an RFC 3339 time such as 2026-11-22T03:00:00Z".to_owned())),
+    };
+    let until = chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.timestamp_millis())
+        .map_err(|e| invalid(format!("until must be an RFC 3339 time such as 2026-11-22T03:00:00Z ({e})")))?;
+    if until <= now {
+        return Err(invalid(format!("until ({text}) is not in the future")));
+    }
+    if until - now > MAX_PAUSE_UNTIL_MS {
+        return Err(invalid(format!("until ({text}) is more than {} days ahead", MAX_PAUSE_UNTIL_MS / 86_400_000)));
+    }
+    Ok(Some(until))
+}
+
 /// `POST /api/jobs/{job}/pause`: the pause is kept outside the spec (see `JobStore::pause`).
 pub(super) async fn pause_job(
     State(st): State<AppState>,
@@ -403,8 +429,8 @@ pub(super) async fn pause_job(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     job_name(&name)?;
-    let reason = pause_reason(&body_bytes(body)?)?;
-    let Paused { job, pause, previous } = st.jobs().pause(&name, &actor(caller.as_ref()), reason).await?;
+    let (reason, until) = pause_body(&body_bytes(body)?, now_ms())?;
+    let Paused { job, pause, previous } = st.jobs().pause(&name, &actor(caller.as_ref()), reason, until).await?;
     let job = view(name, &job.value, job.mod_revision, job.create_revision, None, Some(&pause));
     let detail = crate::audit::AuditDetail {
         detail: Some(json!({ "paused": job.paused, "previous": previous.as_ref().map(PauseView::from) })),

@@ -9,7 +9,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use etcron_common::job::{validate_name, JobSpec};
 use etcron_common::keys::{ExecutionId, KillTarget};
 use etcron_common::model::{KillCommand, Pause, TriggerRequest};
-use etcron_common::{now_ms, rfc3339_ms};
+use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 
 use super::JobStore;
 use crate::error::{etcd, ApiError, ApiResult};
@@ -97,11 +97,17 @@ impl JobStore {
     /// again never resumes it. Only while the job read is the one there (not deleted, nor
     /// deleted and created again): a pause never outlives its job. Pausing a paused job
     /// records the new who and why.
-    pub async fn pause(&self, name: &str, by: &str, reason: Option<String>) -> ApiResult<Paused> {
+    pub async fn pause(
+        &self,
+        name: &str,
+        by: &str,
+        reason: Option<String>,
+        until_ms: Option<UnixMs>,
+    ) -> ApiResult<Paused> {
         for _ in 0..RMW_ATTEMPTS {
             let (job, previous) = self.read(name).await?;
             valid_spec(name, &job)?;
-            let pause = Pause { by: Some(by.to_owned()), at_ms: Some(now_ms()), reason: reason.clone() };
+            let pause = Pause { by: Some(by.to_owned()), at_ms: Some(now_ms()), reason: reason.clone(), until_ms };
             let value = serde_json::to_vec(&pause).map_err(|e| ApiError::internal(&e))?;
             let txn = Txn::new()
                 .when([Compare::create_revision(self.keys.job(name), CompareOp::Equal, job.create_revision)])
