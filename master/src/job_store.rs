@@ -337,11 +337,34 @@ impl JobStore {
         guard: Option<i64>,
         outcomes: &mut [Option<Outcome>],
     ) -> ApiResult<Committed> {
-        let compares = guard
-            .map(|rev| vec![Compare::mod_revision(self.keys.jobs_prefix(), CompareOp::Less, rev + 1).with_prefix()])
-            .unwrap_or_default();
-        let ops: Vec<TxnOp> = chunk.iter().map(|p| TxnOp::txn(self.change_txn(&writes[p.index], p))).collect();
+        let compares: Vec<Compare> = guard
+            .map(|rev| Compare::mod_revision(self.keys.jobs_prefix(), CompareOp::Less, rev + 1).with_prefix())
+            .into_iter()
+            .collect();
         let mut kv = self.client.kv_client();
+        if let [p] = chunk {
+            // One change: its own transaction, as a single PUT or DELETE always was.
+            let w = &writes[p.index];
+            let resp = etcd("txn", kv.txn(self.change_txn(w, p, compares))).await?;
+            let revision = resp.header().map_or(0, |h| h.revision());
+            if resp.succeeded() {
+                outcomes[p.index] = Some(Ok(written(p, resp.op_responses(), revision)));
+            } else if guard.is_some() {
+                // The precondition was decided against the guarded read: the jobs changed.
+                return Ok(Committed::JobsChanged);
+            } else {
+                outcomes[p.index] = Some(Err(refusal(w, p.precondition, current_revision(resp.op_responses()))));
+            }
+            return Ok(Committed::Done { revision });
+        }
+        let mut ops: Vec<TxnOp> =
+            chunk.iter().map(|p| TxnOp::txn(self.change_txn(&writes[p.index], p, Vec::new()))).collect();
+        if chunk.iter().any(|p| p.value.is_some()) {
+            // etcd's space quota weighs only the puts at a transaction's top level, so puts
+            // nested in changes alone would pass even its NOSPACE alarm: this one small put
+            // makes etcd refuse the whole batch while it refuses writes.
+            ops.push(TxnOp::put(self.keys.quota_probe(), Vec::new(), None));
+        }
         let resp = etcd("txn", kv.txn(Txn::new().when(compares).and_then(ops))).await?;
         if !resp.succeeded() {
             return Ok(Committed::JobsChanged);
@@ -356,28 +379,24 @@ impl JobStore {
             outcomes[p.index] = Some(if inner.succeeded() {
                 Ok(written(p, inner.op_responses(), revision))
             } else {
-                let current = inner.op_responses().into_iter().find_map(|op| match op {
-                    TxnOpResponse::Get(g) => Some(g.kvs().first().map(|kv| kv.mod_revision())),
-                    _ => None,
-                });
-                Err(refusal(w, p.precondition, current.flatten()))
+                Err(refusal(w, p.precondition, current_revision(inner.op_responses())))
             });
         }
         Ok(Committed::Done { revision })
     }
 
-    /// The nested transaction of one change: its precondition, then the writes; otherwise the
-    /// job as it is now (to say why it was refused).
-    fn change_txn(&self, w: &Write, p: &Prepared) -> Txn {
+    /// The transaction of one change: `compares` and its precondition, then the writes;
+    /// otherwise the job as it is now (to say why it was refused).
+    fn change_txn(&self, w: &Write, p: &Prepared, mut compares: Vec<Compare>) -> Txn {
         let key = self.keys.job(&w.job);
         let Precondition { expected, create_only } = p.precondition;
         match &p.value {
             Some(value) => {
-                let compares = match (expected, create_only) {
-                    (Some(rev), _) => vec![Compare::mod_revision(key.clone(), CompareOp::Equal, rev)],
-                    (None, true) => vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
-                    (None, false) => Vec::new(),
-                };
+                compares.extend(match (expected, create_only) {
+                    (Some(rev), _) => Some(Compare::mod_revision(key.clone(), CompareOp::Equal, rev)),
+                    (None, true) => Some(Compare::create_revision(key.clone(), CompareOp::Equal, 0)),
+                    (None, false) => None,
+                });
                 Txn::new()
                     .when(compares)
                     .and_then([
@@ -387,13 +406,13 @@ impl JobStore {
                     .or_else([TxnOp::get(key, None)])
             }
             None => {
-                let compare = match expected {
+                compares.push(match expected {
                     Some(rev) => Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
                     None => Compare::create_revision(key.clone(), CompareOp::Greater, 0),
-                };
+                });
                 let mut ops = vec![TxnOp::get(key.clone(), None)];
                 ops.extend(self.delete_ops(&w.job));
-                Txn::new().when([compare]).and_then(ops).or_else([TxnOp::get(key, None)])
+                Txn::new().when(compares).and_then(ops).or_else([TxnOp::get(key, None)])
             }
         }
     }
@@ -597,7 +616,17 @@ fn cycle_error(name: &str, spec: &JobSpec, graph: &DependencyGraph) -> Option<Ap
     Some(ApiError::dependency_cycle(field, format!("dependency cycle: {cycle}")))
 }
 
-/// The outcome of a change whose nested transaction succeeded.
+/// The job's mod revision in a refused change's answer (its `get`); `None`: absent.
+fn current_revision(ops: Vec<TxnOpResponse>) -> Option<i64> {
+    ops.into_iter()
+        .find_map(|op| match op {
+            TxnOpResponse::Get(g) => Some(g.kvs().first().map(|kv| kv.mod_revision())),
+            _ => None,
+        })
+        .flatten()
+}
+
+/// The outcome of a change whose transaction succeeded.
 fn written(p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> Written {
     match (&p.value, &p.spec) {
         (Some(value), Some(spec)) => {

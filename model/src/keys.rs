@@ -435,6 +435,14 @@ impl Keys {
     pub fn compactor(&self) -> String {
         format!("{}/compactor", self.ns)
     }
+
+    /// `{ns}/quota-probe`: an empty value the master puts at the top level of a transaction of
+    /// several job changes, so that etcd weighs it against its space quota (etcd counts only
+    /// top-level puts); nothing reads it.
+    #[must_use]
+    pub fn quota_probe(&self) -> String {
+        format!("{}/quota-probe", self.ns)
+    }
     #[must_use]
     pub fn kill_prefix(&self) -> String {
         format!("{}/kill/", self.ns)

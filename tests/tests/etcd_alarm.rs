@@ -82,6 +82,15 @@ async fn a_full_etcd_is_reported_runs_nothing_twice_and_every_tick_is_accounted_
     trace(&format!("PUT /api/jobs/while-full -> {code} {body}"));
     assert_eq!(code, 507, "{body}");
     assert_eq!(body["error"]["code"], "etcd_nospace", "{body}");
+    // A batch too: etcd weighs only top-level puts against its quota, and the changes of a
+    // batch are nested; the master's probe put makes etcd refuse them all the same.
+    let changes = json!({"changes": [{"job": "batch-a", "op": "put", "spec": spec}, {"job": "batch-b", "op": "put", "spec": spec}]});
+    let resp = c.http.post(format!("{}/api/batch", c.master.url)).json(&changes).send().await?;
+    let body: Value = resp.json().await?;
+    trace(&format!("POST /api/batch (2 puts) -> {body}"));
+    let statuses: Vec<u64> =
+        body["results"].as_array().into_iter().flatten().filter_map(|r| r["status"].as_u64()).collect();
+    assert_eq!(statuses, [507, 507], "{body}");
 
     // No tick runs while etcd refuses claims; the workers count why.
     wait_for(Duration::from_secs(30), "ticks to stop running", || async {
