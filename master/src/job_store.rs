@@ -19,7 +19,7 @@ use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOpti
 use etcron_common::dependency::DependencyGraph;
 use etcron_common::job::{validate_name, JobSpec, MAX_SPEC_BYTES};
 use etcron_common::keys::{Key, Keys};
-use etcron_common::model::JobState;
+use etcron_common::model::{JobState, Pause};
 use etcron_common::now_ms;
 use serde::Deserialize;
 
@@ -69,6 +69,8 @@ pub enum Written {
         value: Vec<u8>,
         /// The spec it holds, so that answers need not parse it again.
         spec: Box<JobSpec>,
+        /// The job's pause as the save found it (a save never changes it).
+        pause: Option<Pause>,
         /// The value it replaced, for the audit log.
         before: Option<Vec<u8>>,
     },
@@ -348,7 +350,7 @@ impl JobStore {
             let resp = etcd("txn", kv.txn(self.change_txn(w, p, compares))).await?;
             let revision = resp.header().map_or(0, |h| h.revision());
             if resp.succeeded() {
-                outcomes[p.index] = Some(Ok(written(p, resp.op_responses(), revision)));
+                outcomes[p.index] = Some(Ok(written(&w.job, p, resp.op_responses(), revision)));
             } else if guard.is_some() {
                 // The precondition was decided against the guarded read: the jobs changed.
                 return Ok(Committed::JobsChanged);
@@ -377,7 +379,7 @@ impl JobStore {
             };
             let w = &writes[p.index];
             outcomes[p.index] = Some(if inner.succeeded() {
-                Ok(written(p, inner.op_responses(), revision))
+                Ok(written(&w.job, p, inner.op_responses(), revision))
             } else {
                 Err(refusal(w, p.precondition, current_revision(inner.op_responses())))
             });
@@ -402,6 +404,8 @@ impl JobStore {
                     .and_then([
                         TxnOp::txn(self.init_state(&w.job)),
                         TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_prev_key())),
+                        // A save leaves the pause alone; the answer shows it as it is.
+                        TxnOp::get(self.keys.paused(&w.job), None),
                     ])
                     .or_else([TxnOp::get(key, None)])
             }
@@ -627,13 +631,21 @@ fn current_revision(ops: Vec<TxnOpResponse>) -> Option<i64> {
 }
 
 /// The outcome of a change whose transaction succeeded.
-fn written(p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> Written {
+fn written(job: &str, p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> Written {
     match (&p.value, &p.spec) {
         (Some(value), Some(spec)) => {
-            let previous = ops.into_iter().find_map(|op| match op {
-                TxnOpResponse::Put(put) => put.prev_key().map(|kv| (kv.create_revision(), kv.value().to_vec())),
-                _ => None,
-            });
+            let (mut previous, mut pause) = (None, None);
+            for op in ops {
+                match op {
+                    TxnOpResponse::Put(put) => {
+                        previous = put.prev_key().map(|kv| (kv.create_revision(), kv.value().to_vec()));
+                    }
+                    TxnOpResponse::Get(get) => {
+                        pause = get.kvs().first().map(|kv| commands::stored_pause(job, kv.value()));
+                    }
+                    _ => {}
+                }
+            }
             let (created_revision, before) = match previous {
                 Some((created, before)) => (created, Some(before)),
                 None => (revision, None),
@@ -645,6 +657,7 @@ fn written(p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> Written {
                 value: value.clone(),
                 spec: spec.clone(),
                 before,
+                pause,
             }
         }
         _ => {

@@ -69,8 +69,10 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     assert_eq!(paused.pause.reason.as_deref(), Some("migration"));
     let stored = value(&mut etcd, keys.paused("a")).await.expect("the pause key");
     assert_eq!(stored.0["by"], "alice");
-    store.apply(vec![put("a", hourly("three"), Precondition::default())]).await.outcomes[0].as_ref().unwrap();
-    assert!(store.pause_of("a").await?.is_some(), "a save never resumes");
+    let saved = store.apply(vec![put("a", hourly("three"), Precondition::default())]).await;
+    let Ok(Written::Saved { pause: Some(kept), .. }) = &saved.outcomes[0] else { panic!("{saved:?}") };
+    assert_eq!(kept.reason.as_deref(), Some("migration"), "a save never resumes, and says so");
+    assert!(store.read("a").await?.1.is_some());
     let resumed = store.resume("a").await?;
     assert!(resumed.was_paused.is_some() && resumed.spec_before.is_none() && !resumed.unchanged);
     assert!(value(&mut etcd, keys.paused("a")).await.is_none());

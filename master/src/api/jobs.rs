@@ -263,14 +263,14 @@ pub(super) async fn put_job(
     let spec = JobSpec::from_json(&body_bytes(body)?)?;
     let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
     let outcome = st.jobs().apply(vec![write]).await.outcomes.pop();
-    let Some(Written::Saved { created, revision, created_revision, spec, before, .. }) = outcome.transpose()? else {
+    let Some(Written::Saved { created, revision, created_revision, spec, before, pause, .. }) = outcome.transpose()?
+    else {
         return Err(ApiError::internal(&"a save answered otherwise"));
     };
     tracing::info!(job = %name, revision, created, "job saved");
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    // A save never changes whether the job is paused; the answer shows it as it is. The spec
-    // was parsed once, from the body: the answer and the audit entry show it as stored.
-    let pause = current_pause(&st, &name).await;
+    // The spec was parsed once, from the body: the answer and the audit entry show it as
+    // stored, with the pause the save's transaction read.
     let job = view_spec(name, &spec, revision, created_revision, None, pause.as_ref());
     let detail = crate::audit::AuditDetail {
         before: before.as_deref().and_then(crate::audit::audited),
@@ -345,15 +345,6 @@ pub(super) async fn kill_job(
     let body = json!({ "job": name, "target": target.to_string(), "revision": revision, "running": running });
     let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };
     Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
-}
-
-/// The job's pause as it is now, for the answer to a save; `None` (logged) if etcd does not
-/// answer, as the save itself is done.
-pub(super) async fn current_pause(st: &AppState, name: &str) -> Option<Pause> {
-    st.jobs().pause_of(name).await.unwrap_or_else(|e| {
-        tracing::warn!(job = %name, error = %e.message, "reading the pause for the answer to a save failed");
-        None
-    })
 }
 
 /// The body of `POST /api/jobs/{job}/pause`: nothing, or `{"reason": "...", "until": "RFC 3339"}`.

@@ -86,13 +86,6 @@ impl JobStore {
         Ok((job, pause.map(|p| stored_pause(name, &p.value))))
     }
 
-    /// The job's pause as it is now; `None` when there is none.
-    pub async fn pause_of(&self, name: &str) -> ApiResult<Option<Pause>> {
-        let mut kv = self.client.kv_client();
-        let resp = etcd("get_paused", kv.get(self.keys.paused(name), None)).await?;
-        Ok(resp.kvs().first().map(|item| stored_pause(name, item.value())))
-    }
-
     /// Pauses a job: puts `{ns}/paused/{job}` and leaves the spec alone, so saving the spec
     /// again never resumes it. Only while the job read is the one there (not deleted, nor
     /// deleted and created again): a pause never outlives its job. Pausing a paused job
