@@ -397,31 +397,9 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
     }
     let (action, job) = action_of(&method, &path);
     let (actor, role) = (caller.name, caller.role.as_str().to_owned());
-    if let Some(BatchAudit(changes)) = response.extensions().get::<BatchAudit>() {
-        // One entry per change made; changes refused are answered to the caller only.
-        for change in changes {
-            log.record(AuditEntry {
-                id: format!("{at_ms:013}-{:016x}", rand::random::<u64>()),
-                at: rfc3339_ms(at_ms),
-                at_ms,
-                actor: actor.clone(),
-                role: role.clone(),
-                remote: remote.clone(),
-                forwarded_for: forwarded_for.clone(),
-                method: method.clone(),
-                path: bounded(&path, MAX_PATH),
-                action: change.action.to_owned(),
-                job: Some(bounded(&change.job, MAX_JOB)),
-                status: change.status,
-                before: change.before.clone(),
-                after: change.after.clone(),
-                detail: Some(serde_json::json!({"batch": true})),
-            });
-        }
-        return response;
-    }
-    log.record(AuditEntry {
-        id: format!("{at_ms:013}-{:016x}", rand::random::<u64>()),
+    let new_id = || format!("{at_ms:013}-{:016x}", rand::random::<u64>());
+    let entry = AuditEntry {
+        id: new_id(),
         at: rfc3339_ms(at_ms),
         at_ms,
         actor,
@@ -436,7 +414,25 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
         before: detail.before,
         after: detail.after,
         detail: detail.detail,
-    });
+    };
+    match response.extensions().get::<BatchAudit>() {
+        // A batch: one entry per change made; changes refused are answered to the caller only.
+        Some(BatchAudit(changes)) => {
+            for change in changes {
+                log.record(AuditEntry {
+                    id: new_id(),
+                    action: change.action.to_owned(),
+                    job: Some(bounded(&change.job, MAX_JOB)),
+                    status: change.status,
+                    before: change.before.clone(),
+                    after: change.after.clone(),
+                    detail: Some(serde_json::json!({"batch": true})),
+                    ..entry.clone()
+                });
+            }
+        }
+        None => log.record(entry),
+    }
     response
 }
 
