@@ -169,16 +169,6 @@ impl PauseTable {
         self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(job).cloned()
     }
 
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).len()
-    }
-
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Sets (`Some`) or clears (`None`) one job's pause; returns whether it was paused before.
     pub fn set(&self, job: &str, pause: Option<Pause>) -> bool {
         let mut inner = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
