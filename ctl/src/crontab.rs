@@ -16,7 +16,8 @@
 //! - each job is named after its program and a hash of its line (schedule, user, command as
 //!   written): `backup-sh-1a2b3c4d`, the same on every import, so importing again is
 //!   `unchanged`, and a changed schedule or command is a new job;
-//! - every job gets the label `imported-from: crontab` (and `crontab-user` with `--system`).
+//! - every job gets the label `imported-from: crontab`; with `--system` the user column is the
+//!   task's `user` (workers must list it in `run_as_users`) and the label `crontab-user`.
 
 use std::collections::BTreeMap;
 
@@ -76,6 +77,7 @@ pub fn parse(text: &str, options: &Options) -> Result<Crontab, Vec<LineError>> {
     let mut timezone = options.timezone.clone();
     let mut named: BTreeMap<String, usize> = BTreeMap::new();
     let mut unzoned = None;
+    let mut users = std::collections::BTreeSet::new();
     for (i, raw) in text.lines().enumerate() {
         let n = i + 1;
         let line = raw.trim_end_matches('\r').trim();
@@ -135,6 +137,10 @@ pub fn parse(text: &str, options: &Options) -> Result<Crontab, Vec<LineError>> {
             labels.insert(USER_LABEL.to_owned(), json!(user));
         }
         let mut task = json!({"kind": "shell", "command": command});
+        if let Some(user) = &entry.user {
+            task["user"] = json!(user);
+            users.insert(user.clone());
+        }
         if !env.is_empty() {
             task["env"] = json!(env);
         }
@@ -151,6 +157,14 @@ pub fn parse(text: &str, options: &Options) -> Result<Crontab, Vec<LineError>> {
             continue;
         }
         out.jobs.push(CronJob { name, line: n, spec });
+    }
+    if !users.is_empty() {
+        let users: Vec<&str> = users.iter().map(String::as_str).collect();
+        out.warnings.push(format!(
+            "jobs run as their crontab user ({}): only workers running as root with these users in run_as_users \
+             run them",
+            users.join(", ")
+        ));
     }
     if let Some(n) = unzoned {
         out.warnings.push(format!(
@@ -537,6 +551,8 @@ BACKUP_DIR = \"/srv/backup\"
         let sys = parse("0 3 * * * root backup.sh\n", &Options { system: true, timezone: None }).unwrap();
         assert_ne!(sys.jobs[0].name, a.jobs[0].name);
         assert_eq!(sys.jobs[0].spec["labels"]["crontab-user"], "root");
+        assert_eq!(sys.jobs[0].spec["task"]["user"], "root", "the user column is the task's user");
+        assert!(sys.warnings.iter().any(|w| w.contains("run as their crontab user (root)")), "{:?}", sys.warnings);
         assert_eq!(sys.jobs[0].spec["task"]["command"], "backup.sh");
         for n in [&a.jobs[0].name, &c.jobs[0].name, &sys.jobs[0].name] {
             etcron_model::job::validate_name(n).unwrap();

@@ -96,6 +96,15 @@ pub fn state_line(job: &Value) -> String {
     "enabled".to_owned()
 }
 
+/// ` (as user:group)` for a shell task run as a user, else nothing.
+fn run_as(task: &Value) -> String {
+    match (task["user"].as_str(), task["group"].as_str()) {
+        (Some(user), Some(group)) => format!(" (as {user}:{group})"),
+        (Some(user), None) => format!(" (as {user})"),
+        _ => String::new(),
+    }
+}
+
 /// The spec in a few `label: value` lines (defaults included: they are what runs).
 fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
     let spec = &job["spec"];
@@ -105,7 +114,7 @@ fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
         format!("{} ({}): {}", text(&spec["schedule"]), text(&spec["timezone"]), text(&job["schedule_description"])),
     )];
     let task_line = match task["kind"].as_str() {
-        Some("shell") => format!("shell: {}", clip(&text(&task["command"]), 100)),
+        Some("shell") => format!("shell: {}{}", clip(&text(&task["command"]), 100), run_as(task)),
         Some("http") => format!("http: {} {}", text(&task["method"]), clip(&text(&task["url"]), 100)),
         _ => text(&task["kind"]),
     };

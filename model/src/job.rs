@@ -189,6 +189,14 @@ pub struct ShellTask {
     /// Working directory (absolute); the worker's own when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// Run as this user (a name from the worker's user database): only workers that run as
+    /// root and list the user in their `run_as_users` race for the job's ticks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Run with this group instead of the user's primary one; it must be one of the user's
+    /// groups on the worker. Needs `user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -334,6 +342,15 @@ pub enum Mode {
 }
 
 impl JobSpec {
+    /// The user a shell task runs as, when it names one.
+    #[must_use]
+    pub fn run_as_user(&self) -> Option<&str> {
+        match &self.task {
+            Task::Shell(shell) => shell.user.as_deref(),
+            Task::Http(_) => None,
+        }
+    }
+
     /// Parses and validates a JSON spec (the body of `PUT /api/jobs/{job}`).
     pub fn from_json(bytes: &[u8]) -> Result<Self, SpecError> {
         Self::from_value(json_value(bytes)?)
@@ -681,6 +698,37 @@ fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
             return Err(SpecError::at("task.cwd", "must be an absolute path"));
         }
     }
+    if let Some(user) = &shell.user {
+        check_account_name(user).map_err(|m| SpecError::at("task.user", m))?;
+    }
+    if let Some(group) = &shell.group {
+        check_account_name(group).map_err(|m| SpecError::at("task.group", m))?;
+        if shell.user.is_none() {
+            return Err(SpecError::at("task.group", "needs task.user (the group must be one of that user's)"));
+        }
+    }
+    Ok(())
+}
+
+/// Longest user or group name (as `useradd` allows).
+pub const MAX_ACCOUNT_NAME_LEN: usize = 32;
+
+/// A user or group name as the user database holds it: a letter or `_` first, then letters,
+/// digits, `_`, `.` and `-`. Numeric ids are refused: a name says which account was meant on
+/// every worker, a number may be someone else on the next machine.
+///
+/// # Errors
+/// What is wrong with `name`.
+pub fn check_account_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if name.is_empty() || name.len() > MAX_ACCOUNT_NAME_LEN || !first_ok || !rest_ok {
+        return Err(format!(
+            "must be an account name of at most {MAX_ACCOUNT_NAME_LEN} characters: a letter or _ first, then \
+             letters, digits, _ . - (numeric ids are not accepted), got {name:?}"
+        ));
+    }
     Ok(())
 }
 
@@ -988,6 +1036,14 @@ mod tests {
                 "task.env.ETCRON_JOB",
             ),
             (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","cwd":"relative"}}"#, "task.cwd"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","user":"1000"}}"#, "task.user"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","user":"a b"}}"#, "task.user"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","user":""}}"#, "task.user"),
+            (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","group":"staff"}}"#, "task.group"),
+            (
+                r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","user":"x","group":"-x"}}"#,
+                "task.group",
+            ),
             (r#"{"schedule":"* * * * *","task":{"kind":"http","url":"ftp://x"}}"#, "task.url"),
             (r#"{"schedule":"* * * * *","task":{"kind":"http","url":"http://x","method":"BREW"}}"#, "task.method"),
             (

@@ -27,6 +27,10 @@ pub struct WorkerInfo {
     /// Bearer token for `output_url`. Only in etcd: the API never shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_token: Option<String>,
+    /// Users this worker runs shell tasks as (`task.user`): its `run_as_users`, only ever
+    /// non-empty on a worker running as root.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub run_as_users: Vec<String>,
 }
 
 impl WorkerInfo {
@@ -35,6 +39,19 @@ impl WorkerInfo {
     pub fn matches(&self, selector: &BTreeMap<String, String>) -> bool {
         labels_match(&self.labels, selector)
     }
+
+    /// True when this worker may run a job with `selector` whose task runs as `user`.
+    #[must_use]
+    pub fn may_run(&self, selector: &BTreeMap<String, String>, user: Option<&str>) -> bool {
+        self.matches(selector) && may_run_as(&self.run_as_users, user)
+    }
+}
+
+/// True when a worker allowing `allowed` users may run a task as `user` (any worker may run a
+/// task that names none).
+#[must_use]
+pub fn may_run_as(allowed: &[String], user: Option<&str>) -> bool {
+    user.is_none_or(|u| allowed.iter().any(|a| a == u))
 }
 
 /// True when `labels` include every entry of `selector` (an empty selector matches all).

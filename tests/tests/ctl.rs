@@ -1435,6 +1435,8 @@ async fn import_crontab_makes_a_job_of_each_line() -> anyhow::Result<()> {
     assert!(!out.stderr.contains("read in UTC"), "{out:?}");
     let root = specs(&c).await.into_iter().find(|(_, s)| s["task"]["command"] == "echo from-root").unwrap().1;
     assert_eq!(root["labels"]["crontab-user"], "root");
+    assert_eq!(root["task"]["user"], "root");
+    assert!(out.stderr.contains("only workers running as root with these users in run_as_users"), "{out:?}");
     assert_eq!(root["timezone"], "Asia/Tokyo");
     let out = ctl(&c, &["import", "--crontab", &sys_file, "--timezone", "Mars/Olympus"]).await;
     assert_eq!(out.code, 2, "{out:?}");

@@ -39,6 +39,11 @@ async fn the_jobs_list_shows_state_schedule_results_and_unmatched_selectors() ->
         json!({"schedule": "@daily", "selector": {"region": "mars"}, "task": {"kind": "shell", "command": "true"}}),
     )
     .await?;
+    c.put_job(
+        "as-backup",
+        json!({"schedule": "@daily", "task": {"kind": "shell", "command": "true", "user": "backup", "group": "backup"}}),
+    )
+    .await?;
     let (status, _) = c.call(Method::POST, "/api/jobs/nightly-report/run", None).await?;
     assert_eq!(status, 202);
     c.wait_executions("job=nightly-report&status=succeeded", "the manual run", |l| l.len() == 1).await?;

@@ -264,9 +264,10 @@ async function jobView(params, rest) {
         ? h("ul", { class: "plain" }, j.next_runs.map((t) => h("li", {}, `${jobTime(t)} · ${localTime(t)} local`)))
         : h("span", { class: "muted" }, isPaused(j) ? "paused" : "none")),
       h("dt", {}, "Task"), h("dd", {}, spec.task && spec.task.kind === "http"
-        ? h("code", {}, `${spec.task.method || "GET"} ${spec.task.url}`) : h("code", {}, spec.task ? spec.task.command : "")),
+        ? h("code", {}, `${spec.task.method || "GET"} ${spec.task.url}`)
+        : [h("code", {}, spec.task ? spec.task.command : ""), runAsText(spec.task)]),
       h("dt", {}, "Workers"), h("dd", {}, j.eligible_workers === 0
-        ? h("span", { class: "warn" }, `no live worker matches ${labelText(spec.selector)}`)
+        ? h("span", { class: "warn" }, `no live worker ${needs(spec.selector, spec.task && spec.task.user)}`)
         : `${j.eligible_workers} eligible${Object.keys(spec.selector || {}).length ? ` (selector ${labelText(spec.selector)})` : ""}`),
       h("dt", {}, "Revision"), h("dd", {}, String(j.revision))),
     h("h2", {}, "Running"),
@@ -357,6 +358,9 @@ function jobForm(isNew) {
     secretEnv: formField("task.secret_env", "Secret environment", add("task.secret_env", textarea({ rows: 2, placeholder: "DB_PASSWORD=…", class: "mono" })),
       "KEY=value per line. Values are never shown again; KEY= with nothing after it keeps the stored value."),
     cwd: formField("task.cwd", "Working directory", add("task.cwd", input({ placeholder: "/srv/app" }))),
+    user: formField("task.user", "Run as user", add("task.user", input({ placeholder: "the worker's own" })),
+      "Only workers running as root that list this user in run_as_users run the job."),
+    group: formField("task.group", "Run as group", add("task.group", input({ placeholder: "the user's primary group" })), "One of the user's groups."),
     method: formField("task.method", "Method", add("task.method", select("task.method"))),
     url: formField("task.url", "URL", add("task.url", input({ placeholder: "https://example.internal/hook", type: "url" }))),
     headers: formField("task.headers", "Headers", add("task.headers", textarea({ rows: 2, placeholder: "Accept: application/json", class: "mono" })), "One Name: value per line."),
@@ -387,7 +391,7 @@ function jobForm(isNew) {
   fields.schedule.append(preview);
   const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
   fields.timezone.append(h("datalist", { id: "timezones" }, ["UTC", ...zones].map((z) => h("option", { value: z }))));
-  const shellOnly = [fields.command, fields.env, fields.secretEnv, fields.cwd];
+  const shellOnly = [fields.command, fields.env, fields.secretEnv, fields.cwd, fields.user, fields.group];
   const limitFields = [fields.memory, fields.cpu, fields.openFiles];
   const httpOnly = [fields.method, fields.url, fields.headers, fields.secretHeaders, fields.body, fields.expect];
   const sync = () => {
@@ -428,6 +432,8 @@ function jobForm(isNew) {
       const secretEnv = secrets(map("task.secret_env", "="));
       if (Object.keys(secretEnv).length) spec.task.secret_env = secretEnv;
       if (f["task.cwd"].value.trim()) spec.task.cwd = f["task.cwd"].value.trim();
+      if (f["task.user"].value.trim()) spec.task.user = f["task.user"].value.trim();
+      if (f["task.group"].value.trim()) spec.task.group = f["task.group"].value.trim();
     }
     if (f.timeout.value.trim()) spec.timeout = f.timeout.value.trim();
     if (f.start_deadline.value.trim()) spec.start_deadline = f.start_deadline.value.trim();
@@ -475,6 +481,7 @@ function jobForm(isNew) {
       name: name || "", description: spec.description || "", labels: formatMap(spec.labels, "="),
       schedule: spec.schedule || "", timezone: spec.timezone || "UTC", "task.kind": task.kind || "shell",
       "task.command": task.command || "", "task.env": formatMap(task.env, "="), "task.cwd": task.cwd || "",
+      "task.user": task.user || "", "task.group": task.group || "",
       "task.secret_env": formatMap(task.secret_env, "="), "task.secret_headers": formatMap(task.secret_headers, ": "),
       "task.method": task.method || "GET", "task.url": task.url || "", "task.headers": formatMap(task.headers, ": "),
       "task.body": task.body || "", "task.expect_status": task.expect_status ?? "", timeout: spec.timeout || "", start_deadline: spec.start_deadline || "",
@@ -849,6 +856,20 @@ function uptime(startedAt) {
   return d ? `${d}d ${hr}h` : hr ? `${hr}h ${m}m` : m ? `${m}m ${s % 60}s` : `${s}s`;
 }
 
+/** " as user:group" for a shell task run as a user, else "". */
+function runAsText(task) {
+  if (!task || !task.user) return "";
+  return h("span", { class: "run-as" }, ` as ${task.user}${task.group ? `:${task.group}` : ""}`);
+}
+
+/** What a worker needs to run a job: its selector's labels and its task's user. */
+function needs(selector, user) {
+  const parts = [];
+  if (Object.keys(selector || {}).length) parts.push(`matches ${labelText(selector)}`);
+  if (user) parts.push(`may run tasks as ${user}`);
+  return parts.join(" and ") || "is live";
+}
+
 /** Live workers, and the jobs that no live worker matches. */
 async function workersView() {
   const data = await getJson("/api/workers");
@@ -858,20 +879,21 @@ async function workersView() {
     root.append(h("div", { class: "empty" }, "No live worker. Start one with etcron-worker; jobs do not run until then."));
   } else {
     root.append(h("table", {},
-      h("thead", {}, h("tr", {}, ["Worker", "Labels", "Running / capacity", "Uptime", "Version"].map((t) => h("th", { scope: "col" }, t)))),
+      h("thead", {}, h("tr", {}, ["Worker", "Labels", "Runs as", "Running / capacity", "Uptime", "Version"].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, data.workers.map((w) => h("tr", { "data-worker": w.id },
         h("td", { "data-label": "Worker" }, h("strong", {}, w.id), h("div", { class: "muted" }, `${w.hostname} pid ${w.pid}`)),
         h("td", { "data-label": "Labels" }, labelText(w.labels) || h("span", { class: "muted" }, "none")),
+        h("td", { "data-label": "Runs as" }, (w.run_as_users || []).join(", ") || h("span", { class: "muted" }, "its own user")),
         h("td", { "data-label": "Running" }, `${w.running} / ${w.capacity}`,
           (w.running_executions || []).length ? h("ul", { class: "plain small" }, w.running_executions.map((r) => h("li", {}, h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id)))) : ""),
         h("td", { "data-label": "Uptime", title: w.started_at }, uptime(w.started_at)),
         h("td", { "data-label": "Version" }, w.version))))));
   }
   const unmatched = data.unmatched_jobs || [];
-  root.append(h("h2", {}, "Jobs no live worker matches"));
+  root.append(h("h2", {}, "Jobs no live worker may run"));
   root.append(unmatched.length === 0
     ? h("p", { class: "muted", id: "unmatched" }, "None: every job has a worker that may run it.")
-    : h("ul", { id: "unmatched" }, unmatched.map((j) => h("li", {}, h("a", { href: `#/job/${encodeURIComponent(j.job)}` }, h("strong", {}, j.job)), ` needs ${labelText(j.selector)}`))));
+    : h("ul", { id: "unmatched" }, unmatched.map((j) => h("li", {}, h("a", { href: `#/job/${encodeURIComponent(j.job)}` }, h("strong", {}, j.job)), ` needs a worker that ${needs(j.selector, j.user)}`))));
   autoRefresh(10000);
 }
 

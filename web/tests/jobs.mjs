@@ -1,10 +1,11 @@
 // Browser test of the jobs list, run by tests/tests/ui.rs against a real cluster:
 //   node jobs.mjs <master url> <screenshot dir>
 // The harness has created: nightly-report (labels team=data, one succeeded run), paused-job
-// (enabled: false) and mars-only (selector region=mars, no worker matches); worker w1 runs.
+// (enabled: false), mars-only (selector region=mars, no worker matches) and as-backup (runs as
+// user backup, which no worker allows); worker w1 runs, as its own user.
 import assert from "node:assert/strict";
 import path from "node:path";
-import { args, launch, open } from "./lib.mjs";
+import { args, call, launch, open } from "./lib.mjs";
 
 const { base, shots } = args("jobs.mjs");
 const browser = await launch();
@@ -14,7 +15,7 @@ try {
   await page.goto(base + "/");
   const rows = page.locator("tbody tr");
   await rows.first().waitFor();
-  assert.equal(await rows.count(), 3);
+  assert.equal(await rows.count(), 4);
   const row = (name) => page.locator(`tr[data-job="${name}"]`);
   assert.match(await row("nightly-report").innerText(), /enabled/);
   assert.match(await row("nightly-report").innerText(), /succeeded/);
@@ -37,7 +38,7 @@ try {
 
   // Keyboard: "/" focuses the filter, Enter applies it; actions are buttons that Enter presses.
   await page.goto(base + "/#/jobs");
-  await page.waitForFunction(() => document.querySelectorAll("tbody tr").length === 3);
+  await page.waitForFunction(() => document.querySelectorAll("tbody tr").length === 4);
   await page.keyboard.press("/");
   assert.equal(await page.evaluate(() => document.activeElement.getAttribute("aria-label")), "Filter jobs");
   await page.keyboard.type("nightly");
@@ -60,8 +61,30 @@ try {
   await page.goto(base + "/#/workers");
   await page.locator('tr[data-worker="w1"]').waitFor();
   assert.match(await page.locator('tr[data-worker="w1"]').innerText(), /0 \/ 64/);
-  assert.match(await page.locator("#unmatched").innerText(), /mars-only needs region=mars/);
+  assert.match(await page.locator('tr[data-worker="w1"]').innerText(), /its own user/);
+  const unmatched = await page.locator("#unmatched").innerText();
+  assert.match(unmatched, /mars-only needs a worker that matches region=mars/);
+  assert.match(unmatched, /as-backup needs a worker that may run tasks as backup/);
   await page.screenshot({ path: path.join(shots, "workers-1280.png"), fullPage: true });
+
+  // A job run as a user: its page says as whom and that no worker may; the form edits it.
+  await page.goto(base + "/#/job/as-backup");
+  await page.locator(".run-as").waitFor();
+  const main = await page.locator("main").innerText();
+  assert.match(main, /as backup:backup/);
+  assert.match(main, /no live worker may run tasks as backup/);
+  await page.goto(base + "/#/edit/as-backup");
+  await page.waitForFunction(() => document.getElementById("f-task-user").value === "backup");
+  assert.equal(await page.locator("#f-task-group").inputValue(), "backup");
+  await page.locator("#f-task-user").fill("nobody");
+  await page.locator("#f-task-group").fill("");
+  await Promise.all([
+    page.waitForResponse((r) => r.url().endsWith("/api/jobs/as-backup") && r.request().method() === "PUT" && r.status() === 200),
+    page.getByRole("button", { name: "Save changes" }).click(),
+  ]);
+  const saved = await call(base, "GET", "/api/jobs/as-backup");
+  assert.equal(saved.body.spec.task.user, "nobody");
+  assert.equal(saved.body.spec.task.group, undefined, "an emptied group is dropped");
 
   check();
   console.log("jobs list: ok");

@@ -28,6 +28,10 @@ pub struct Cli {
     /// Labels `k=v,k=v` matched against job selectors.
     #[arg(long, env = "ETCRON_LABELS")]
     pub labels: Option<String>,
+    /// Users shell tasks may run as (`task.user`), comma-separated; needs a worker running as
+    /// root. Only workers listing a job's user race for its ticks.
+    #[arg(long, env = "ETCRON_RUN_AS_USERS")]
+    pub run_as_users: Option<String>,
     /// Concurrent executions.
     #[arg(long, env = "ETCRON_CAPACITY")]
     pub capacity: Option<u32>,
@@ -88,6 +92,7 @@ pub struct FileConfig {
     pub namespace: Option<String>,
     pub worker_id: Option<String>,
     pub labels: Option<BTreeMap<String, String>>,
+    pub run_as_users: Option<Vec<String>>,
     pub capacity: Option<u32>,
     pub session_ttl: Option<HumanDuration>,
     pub kill_grace: Option<HumanDuration>,
@@ -117,6 +122,8 @@ pub struct Config {
     pub namespace: String,
     pub worker_id: String,
     pub labels: BTreeMap<String, String>,
+    /// Users shell tasks may run as; empty unless the worker runs as root.
+    pub run_as_users: Vec<String>,
     pub capacity: u32,
     pub session_ttl: Duration,
     pub kill_grace: Duration,
@@ -241,6 +248,11 @@ impl Config {
             Some(l) => parse_labels(&l).context("labels")?,
             None => file.labels.unwrap_or_default(),
         };
+        let run_as_users = match cli.run_as_users {
+            Some(list) => list.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_owned).collect(),
+            None => file.run_as_users.unwrap_or_default(),
+        };
+        crate::run_as::check_config(&run_as_users, nix::unistd::geteuid().is_root()).map_err(anyhow::Error::msg)?;
         let capacity = cli.capacity.or(file.capacity).unwrap_or(64);
         if capacity == 0 || capacity > MAX_CAPACITY {
             bail!("capacity: must be between 1 and {MAX_CAPACITY}, got {capacity}");
@@ -285,6 +297,7 @@ impl Config {
             namespace: shared.namespace,
             worker_id,
             labels,
+            run_as_users,
             capacity,
             session_ttl,
             kill_grace,

@@ -89,9 +89,9 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         }
         return None;
     }
-    if !labels_match(&ctx.config.labels, &fire.spec.selector) {
-        tracing::trace!("selector does not match this worker's labels");
-        METRICS.not_raced.with_label_values(&["selector"]).inc();
+    if let Some(why) = not_eligible(&ctx.config, &fire.spec) {
+        tracing::trace!(why, "this worker may not run the job");
+        METRICS.not_raced.with_label_values(&[why]).inc();
         watch_for_miss(ctx, fire, rank, NotRaced::Selector);
         return None;
     }
@@ -115,6 +115,19 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         return None;
     };
     Some(Go { permit, lease })
+}
+
+/// Why this worker does not race for a job's ticks at all (the metric's reason), or `None`
+/// when it may: its labels miss the job's selector, or the task runs as a user this worker
+/// does not allow.
+fn not_eligible(config: &crate::config::Config, spec: &etcron_common::job::JobSpec) -> Option<&'static str> {
+    if !labels_match(&config.labels, &spec.selector) {
+        return Some("selector");
+    }
+    if !etcron_common::model::may_run_as(&config.run_as_users, spec.run_as_user()) {
+        return Some("run_as");
+    }
+    None
 }
 
 /// Gives the workers ranked before this one a head start, then looks before writing: `false`

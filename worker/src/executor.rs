@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::live_output::LiveOutput;
+use crate::run_as::{self, Account, RunAs};
 use etcron_common::job::Limits;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{killpg, Signal};
@@ -43,6 +44,9 @@ pub struct ShellJob {
     /// here (see [`inherited_env`]).
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,
+    /// The account to run as (`task.user`/`task.group`), already allowed by the worker's
+    /// `run_as_users`; resolved on this machine when the task starts.
+    pub run_as: Option<RunAs>,
     /// Named in errors the worker alone can see (a `cwd` missing on this machine).
     pub worker_id: String,
     pub timeout: Option<Duration>,
@@ -135,9 +139,6 @@ pub async fn run_shell(
         cmd.current_dir(cwd);
     }
     let rlimits = rlimits(&job.limits);
-    if !rlimits.is_empty() {
-        set_limits_in_child(&mut cmd, rlimits);
-    }
     let output = job.output.clone();
     // fork/exec blocks the calling thread; on the blocking pool, many tasks due at the same
     // tick start in parallel instead of queueing behind each other on the async workers.
@@ -145,12 +146,29 @@ pub async fn run_shell(
     // end-of-file once the task and its children are done with the pipe.
     // The start time is read on the spawning thread, as the spawn returns: by then the child
     // has exec'd the shell (posix_spawn), while this task may wait a while to be polled again.
-    let spawned = tokio::task::spawn_blocking(move || (cmd.spawn(), etcron_common::now_ms())).await;
-    let (spawned, spawned_ms) =
-        spawned.unwrap_or_else(|e| (Err(std::io::Error::other(e.to_string())), etcron_common::now_ms()));
+    // The account is looked up there too: the user database may be a file read or a network
+    // service.
+    let (run_as, worker_id) = (job.run_as.clone(), job.worker_id.clone());
+    let spawned = tokio::task::spawn_blocking(move || {
+        let account = match run_as.as_ref().map(|r| run_as::resolve(r, &worker_id)).transpose() {
+            Ok(account) => account,
+            Err(refused) => return (Err(Refused::Account(refused)), etcron_common::now_ms()),
+        };
+        if let Some(account) = &account {
+            cmd.envs(account.env());
+        }
+        if !rlimits.is_empty() || account.is_some() {
+            set_up_child(&mut cmd, rlimits, account);
+        }
+        (cmd.spawn().map_err(Refused::Spawn), etcron_common::now_ms())
+    })
+    .await;
+    let (spawned, spawned_ms) = spawned
+        .unwrap_or_else(|e| (Err(Refused::Spawn(std::io::Error::other(e.to_string()))), etcron_common::now_ms()));
     let mut child = match spawned {
         Ok(c) => c,
-        Err(e) => return spawn_failed(spawn_error(job.cwd.as_deref(), &job.worker_id, &e)),
+        Err(Refused::Account(why)) => return spawn_failed(why),
+        Err(Refused::Spawn(e)) => return spawn_failed(spawn_error(job.cwd.as_deref(), &job.worker_id, &e)),
     };
     let pid = child.id().unwrap_or(0);
     let _ = pid_tx.send(pid);
@@ -220,6 +238,13 @@ pub fn inherited_env(names: &[String]) -> BTreeMap<String, String> {
     names.iter().filter_map(|name| Some((name.clone(), std::env::var(name).ok()?))).collect()
 }
 
+/// Why a shell was not started.
+enum Refused {
+    /// `task.user`/`task.group` do not resolve on this worker.
+    Account(String),
+    Spawn(std::io::Error),
+}
+
 /// Why the shell could not be started: a `cwd` that this worker lacks is named as such (the
 /// master cannot check it at save time), anything else is the spawn's own error.
 fn spawn_error(cwd: Option<&str>, worker_id: &str, e: &std::io::Error) -> String {
@@ -267,18 +292,23 @@ fn rlimits(limits: &Limits) -> Vec<(Resource, u64, u64)> {
         .collect()
 }
 
-/// Makes the child set `rlimits` between fork and exec, so they hold from the shell's first
-/// instruction and are inherited by everything it starts.
+/// Makes the child set `rlimits` and take on `account` between fork and exec, so they hold
+/// from the shell's first instruction and for everything it starts. Limits come first: the
+/// hard ones may be raised only while the child is still root.
 #[allow(unsafe_code)]
-fn set_limits_in_child(cmd: &mut Command, rlimits: Vec<(Resource, u64, u64)>) {
+fn set_up_child(cmd: &mut Command, rlimits: Vec<(Resource, u64, u64)>, account: Option<Account>) {
     // SAFETY: the closure runs in the forked child, where only async-signal-safe calls are
-    // allowed. It only calls setrlimit(2) with values computed before the fork; it allocates
-    // nothing (it iterates a Vec built in the parent, and a failure becomes an io::Error from
-    // the raw errno), takes no lock and touches no shared state.
+    // allowed. It only calls setrlimit(2), setgroups(2), setgid(2) and setuid(2) with values
+    // computed before the fork; it allocates nothing (it iterates Vecs built in the parent, and
+    // a failure becomes an io::Error from the raw errno), takes no lock and touches no shared
+    // state.
     unsafe {
         cmd.pre_exec(move || {
             for &(resource, soft, hard) in &rlimits {
                 setrlimit(resource, soft, hard)?;
+            }
+            if let Some(account) = &account {
+                run_as::become_account(account)?;
             }
             Ok(())
         });
@@ -435,6 +465,7 @@ mod tests {
             command: command.to_owned(),
             env: BTreeMap::from([("JOB_VAR".to_owned(), "from-the-job".to_owned())]),
             cwd: cwd.map(str::to_owned),
+            run_as: None,
             worker_id: "w-test".to_owned(),
             timeout: Some(Duration::from_secs(30)),
             kill_grace: Duration::from_secs(1),

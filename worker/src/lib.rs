@@ -23,6 +23,7 @@ pub mod race;
 pub mod record;
 pub mod rules;
 pub mod run;
+pub mod run_as;
 pub mod scheduler;
 pub mod settle;
 pub mod state;

@@ -312,6 +312,7 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
         hostname: ctx.hostname.clone(),
         pid: std::process::id(),
         labels: ctx.config.labels.clone(),
+        run_as_users: ctx.config.run_as_users.clone(),
         capacity: ctx.config.capacity,
         running,
         version: etcron_common::VERSION.to_owned(),

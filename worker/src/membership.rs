@@ -29,16 +29,29 @@ impl Members {
         members.keys().filter(|id| id.as_str() != me && score(id, tick_key) > mine).count()
     }
 
-    /// Why nobody claimed a tick of a job with `selector`, from what this worker can see.
+    /// Why nobody claimed a tick of a job with `selector` whose task runs as `user`, from what
+    /// this worker can see.
     #[must_use]
-    pub fn miss_reason(&self, selector: &BTreeMap<String, String>, after: std::time::Duration) -> String {
+    pub fn miss_reason(
+        &self,
+        selector: &BTreeMap<String, String>,
+        user: Option<&str>,
+        after: std::time::Duration,
+    ) -> String {
         let members = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let eligible: Vec<&WorkerInfo> = members.values().filter(|w| w.matches(selector)).collect();
+        let matching: Vec<&WorkerInfo> = members.values().filter(|w| w.matches(selector)).collect();
+        let eligible: Vec<&WorkerInfo> = matching.iter().copied().filter(|w| w.may_run(selector, user)).collect();
         let wanted = || selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
         if members.is_empty() {
             format!("not claimed within {}s: no live worker", after.as_secs())
-        } else if eligible.is_empty() {
+        } else if matching.is_empty() {
             format!("not claimed within {}s: no live worker matches selector {{{}}}", after.as_secs(), wanted())
+        } else if eligible.is_empty() {
+            format!(
+                "not claimed within {}s: no live worker may run tasks as user {:?} (run_as_users in the worker config)",
+                after.as_secs(),
+                user.unwrap_or_default()
+            )
         } else if eligible.iter().all(|w| w.running >= w.capacity) {
             format!("not claimed within {}s: all {} eligible workers were at capacity", after.as_secs(), eligible.len())
         } else {
@@ -177,6 +190,7 @@ mod tests {
                 started_at: String::new(),
                 output_url: None,
                 output_token: None,
+                run_as_users: Vec::new(),
             };
             m.inner.write().unwrap().insert((*id).to_owned(), info);
         }

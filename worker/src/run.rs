@@ -18,6 +18,7 @@ use crate::http_task::{self, HttpJob};
 use crate::metrics::METRICS;
 use crate::race::WonClaim;
 use crate::record::base_record;
+use crate::run_as::{self, RunAs};
 use crate::state::Context;
 
 /// How long a task must run before its `running` record is written and its running marker is
@@ -42,12 +43,19 @@ pub(crate) async fn execute(
         .map_or(ctx.config.max_output, |m| usize::try_from(m).unwrap_or(usize::MAX).min(ctx.config.max_output));
     match &fire.spec.task {
         Task::Shell(shell) => {
+            let run_as = shell.user.as_ref().map(|user| RunAs { user: user.clone(), group: shell.group.clone() });
+            if let Some(refused) =
+                run_as.as_ref().and_then(|r| run_as::refusal(&ctx.config.run_as_users, &r.user, &ctx.config.worker_id))
+            {
+                return Finished::not_started(Ending::SpawnFailed(refused));
+            }
             // Followable from now until the run ends (the guard's drop ends the followers).
             let live = ctx.live.open(&fire.id.to_string(), max_output);
             let job = ShellJob {
                 command: shell.command.clone(),
                 env: shell_env(ctx, fire, shell, fencing_token),
                 cwd: shell.cwd.clone(),
+                run_as,
                 worker_id: ctx.config.worker_id.clone(),
                 timeout: fire.spec.timeout.map(|t| t.0),
                 kill_grace: ctx.config.kill_grace,

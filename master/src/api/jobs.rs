@@ -54,7 +54,8 @@ pub struct JobView {
     /// Set when the stored value is not a valid spec (written around the API).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invalid: Option<String>,
-    /// Live workers whose labels match the job's selector (shown by the GET routes).
+    /// Live workers that may run the job: their labels match its selector and, for a task run
+    /// as a user, they list that user in `run_as_users` (shown by the GET routes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eligible_workers: Option<usize>,
 }
@@ -78,9 +79,9 @@ impl From<&Pause> for PauseView {
     }
 }
 
-/// Live workers whose labels include every entry of `selector`.
-pub(super) fn eligible(workers: &[(String, WorkerInfo)], selector: &BTreeMap<String, String>) -> usize {
-    workers.iter().filter(|(_, w)| w.matches(selector)).count()
+/// Live workers that may run `spec`: labels matching its selector, its task's user allowed.
+pub(super) fn eligible(workers: &[(String, WorkerInfo)], spec: &JobSpec) -> usize {
+    workers.iter().filter(|(_, w)| w.may_run(&spec.selector, spec.run_as_user())).count()
 }
 
 /// A stored job as the API shows it; `workers` (the live ones) fills in `eligible_workers`,
@@ -143,7 +144,7 @@ pub(super) fn view_spec(
         next_runs,
         paused: pause.map(PauseView::from),
         invalid: None,
-        eligible_workers: workers.map(|w| eligible(w, &spec.selector)),
+        eligible_workers: workers.map(|w| eligible(w, spec)),
     }
 }
 

@@ -55,8 +55,12 @@ pub(super) async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<V
         let (Some(Key::Job(name)), Ok(spec)) = (st.keys.parse(item.key()), JobSpec::from_json(item.value())) else {
             continue;
         };
-        if eligible(&workers, &spec.selector) == 0 {
-            unmatched.push(json!({ "job": name, "selector": spec.selector }));
+        if eligible(&workers, &spec) == 0 {
+            let mut job = json!({ "job": name, "selector": spec.selector });
+            if let Some(user) = spec.run_as_user() {
+                job["user"] = json!(user);
+            }
+            unmatched.push(job);
         }
     }
     let mut out = Vec::new();

@@ -33,6 +33,7 @@ pub async fn run(n: usize, rounds: usize, file: &std::path::Path) -> Result<()> 
                 command: command.clone(),
                 env,
                 cwd: None,
+                run_as: None,
                 worker_id: "bench".to_owned(),
                 timeout: None,
                 kill_grace: Duration::from_secs(1),
