@@ -155,6 +155,9 @@ fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
             lines.push((label, format!("run {}", names.join(", "))));
         }
     }
+    if let Some(n) = spec["pause_after_failures"].as_u64() {
+        lines.push(("pause after", format!("{n} final failures in a row")));
+    }
     lines
 }
 
@@ -370,7 +373,8 @@ mod tests {
         let job = json!({"name": "a", "schedule_description": "At 03:00", "eligible_workers": 2, "spec": {
             "schedule": "0 3 * * *", "timezone": "UTC", "task": {"kind": "http", "method": "POST", "url": "http://h/x"},
             "retries": {"max": 2, "backoff": "10s", "max_backoff": "5m"}, "concurrency": "forbid", "misfire": "skip",
-            "mode": {"sharded": 3}, "selector": {"zone": "a"}, "on_failure": ["alert"], "labels": {}}});
+            "mode": {"sharded": 3}, "selector": {"zone": "a"}, "on_failure": ["alert"], "labels": {},
+            "pause_after_failures": 5}});
         let lines: Vec<String> = spec_lines(&job).into_iter().map(|(l, v)| format!("{l}: {v}")).collect();
         assert_eq!(
             lines,
@@ -383,6 +387,7 @@ mod tests {
                 "concurrency: forbid, misfire skip, mode sharded 3",
                 "selector: zone=a (2 live worker(s) match)",
                 "on failure: run alert",
+                "pause after: 5 final failures in a row",
             ]
         );
     }

@@ -42,6 +42,8 @@ pub const MAX_OUTPUT_RANGE: std::ops::RangeInclusive<u64> = 256..=16 * 1024 * 10
 /// Default and largest `max_catchup`.
 pub const DEFAULT_MAX_CATCHUP: u32 = 100;
 pub const MAX_CATCHUP: u32 = 1000;
+/// Largest `pause_after_failures`.
+pub const MAX_PAUSE_AFTER_FAILURES: u32 = 1000;
 /// Largest HTTP task body.
 pub const MAX_HTTP_BODY: usize = 32 * 1024;
 /// Longest HTTP task URL.
@@ -111,6 +113,10 @@ pub struct JobSpec {
     /// targets; `[]`: none at all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify: Option<Vec<NotifyTarget>>,
+    /// Pause the job after this many final failures in a row (and again after as many more
+    /// once resumed while still failing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_after_failures: Option<u32>,
 }
 
 /// `limits`: applied with `setrlimit` to the task's shell before it runs, so each process of
@@ -450,6 +456,12 @@ impl JobSpec {
                     ),
                 ));
             }
+        }
+        if self.pause_after_failures.is_some_and(|n| n == 0 || n > MAX_PAUSE_AFTER_FAILURES) {
+            return Err(SpecError::at(
+                "pause_after_failures",
+                format!("must be between 1 and {MAX_PAUSE_AFTER_FAILURES} (leave it out to never pause)"),
+            ));
         }
         if self.max_catchup == 0 || self.max_catchup > MAX_CATCHUP {
             return Err(SpecError::at("max_catchup", format!("must be between 1 and {MAX_CATCHUP}")));
@@ -1037,6 +1049,14 @@ mod tests {
             ),
             (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","cwd":"relative"}}"#, "task.cwd"),
             (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","user":"1000"}}"#, "task.user"),
+            (
+                r#"{"schedule":"* * * * *","pause_after_failures":0,"task":{"kind":"shell","command":"true"}}"#,
+                "pause_after_failures",
+            ),
+            (
+                r#"{"schedule":"* * * * *","pause_after_failures":1001,"task":{"kind":"shell","command":"true"}}"#,
+                "pause_after_failures",
+            ),
             (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","user":"a b"}}"#, "task.user"),
             (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","user":""}}"#, "task.user"),
             (r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true","group":"staff"}}"#, "task.group"),

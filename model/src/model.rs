@@ -307,6 +307,9 @@ pub struct Pause {
     /// When the pause ends by itself (a master deletes the key then: see `master/src/pause_expiry.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until_ms: Option<UnixMs>,
+    /// The final failure that paused the job (`pause_after_failures`); none for an operator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
 }
 
 /// Furthest ahead a pause may end by itself.
@@ -661,8 +664,13 @@ mod tests {
 
     #[test]
     fn a_job_fires_iff_its_spec_is_enabled_and_nobody_paused_it() {
-        let pause =
-            Pause { by: Some("alice".into()), at_ms: Some(5), reason: Some("db migration".into()), until_ms: None };
+        let pause = Pause {
+            by: Some("alice".into()),
+            at_ms: Some(5),
+            reason: Some("db migration".into()),
+            until_ms: None,
+            execution_id: None,
+        };
         assert!(fires(&spec(true), None));
         assert!(!fires(&spec(true), Some(&pause)));
         assert!(!fires(&spec(false), None));
@@ -681,6 +689,7 @@ mod tests {
             at_ms: Some(1_764_037_206_012),
             reason: Some("why".into()),
             until_ms: None,
+            execution_id: None,
         };
         let bytes = serde_json::to_vec(&full).unwrap();
         assert_eq!(String::from_utf8(bytes.clone()).unwrap(), r#"{"by":"alice","at_ms":1764037206012,"reason":"why"}"#);

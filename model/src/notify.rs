@@ -41,11 +41,13 @@ pub enum NotifyEvent {
     Missed,
     /// A success whose job's previous final outcome was a failure.
     Recovery,
+    /// A final failure that paused its job (`pause_after_failures`).
+    Paused,
 }
 
 impl NotifyEvent {
-    pub const ALL: [NotifyEvent; 4] =
-        [NotifyEvent::Failure, NotifyEvent::Success, NotifyEvent::Missed, NotifyEvent::Recovery];
+    pub const ALL: [NotifyEvent; 5] =
+        [NotifyEvent::Failure, NotifyEvent::Success, NotifyEvent::Missed, NotifyEvent::Recovery, NotifyEvent::Paused];
 
     /// The name in specs, payloads, headers and records.
     #[must_use]
@@ -55,6 +57,7 @@ impl NotifyEvent {
             NotifyEvent::Success => "success",
             NotifyEvent::Missed => "missed",
             NotifyEvent::Recovery => "recovery",
+            NotifyEvent::Paused => "paused",
         }
     }
 }
@@ -65,7 +68,7 @@ impl std::str::FromStr for NotifyEvent {
         Self::ALL
             .into_iter()
             .find(|e| e.as_str() == s)
-            .ok_or_else(|| format!("unknown event {s:?}; one of failure, success, missed, recovery"))
+            .ok_or_else(|| format!("unknown event {s:?}; one of failure, success, missed, recovery, paused"))
     }
 }
 
@@ -123,7 +126,7 @@ fn given<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::E
 }
 
 fn default_events() -> Vec<NotifyEvent> {
-    vec![NotifyEvent::Failure, NotifyEvent::Recovery]
+    vec![NotifyEvent::Failure, NotifyEvent::Recovery, NotifyEvent::Paused]
 }
 
 impl NotifyTarget {
@@ -317,17 +320,88 @@ pub fn validate_url(field: &str, url: &str) -> Result<(), SpecError> {
     crate::headers::check_url(url, MAX_URL_LEN).map_err(|m| SpecError::at(field, m))
 }
 
-/// `{ns}/health/{job}`: whether the job's last final outcome that changed its health was a
-/// failure. Kept only for jobs with a target that asks for `recovery`; workers move it with a
-/// compare-and-set on its mod revision, so of two workers finishing at once exactly one sees
-/// the change (and only that one sends the `recovery`).
+/// `{ns}/health/{job}`: whether the job's last final outcome was a failure, and how many final
+/// failures came in a row. Kept only for jobs with a target that asks for `recovery` or
+/// `paused`, or with `pause_after_failures`; workers move it with a compare-and-set on its mod
+/// revision (or in the transaction that closes the claim), so of two workers finishing at once
+/// exactly one makes each change: one sends the `recovery`, one pauses the job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobHealth {
     pub failing: bool,
-    /// The execution whose outcome set this state.
+    /// The execution whose outcome was recorded last.
     pub execution_id: String,
-    /// When that execution finished: an older outcome processed late does not undo a newer one.
+    /// When the latest recorded outcome finished: an older one processed late does not undo it.
     pub finished_ms: UnixMs,
+    /// Final failures in a row; 0 when ok.
+    #[serde(default)]
+    pub failures: u32,
+    /// The success that ended the last run of failures (the job's last recovery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_by: Option<String>,
+    /// The executions recorded lately, newest last (at most [`RECENT_OUTCOMES`]): an outcome
+    /// recorded again (by the notifier after the close, or after a lost answer while others
+    /// wrote) is not counted twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<String>,
+}
+
+/// Outcomes a health value remembers.
+pub const RECENT_OUTCOMES: usize = 16;
+
+/// What recording one final outcome does to a job's health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthStep {
+    /// This execution's outcome is recorded already; `recovered` says whether it was the
+    /// job's recovery.
+    Recorded { recovered: bool },
+    /// Nothing to write: a success while ok, or an outcome older than a change the current
+    /// state records.
+    Unchanged,
+    /// The state to write over the current one.
+    Write(JobHealth),
+}
+
+impl JobHealth {
+    /// The step from `current` (none: never recorded, or unreadable) for an outcome of
+    /// `execution_id` finished at `finished_ms`, `failing` for a final failure. Failures count
+    /// in the order they are recorded; a failure or success older than the current state's
+    /// latest outcome does not flip it.
+    #[must_use]
+    pub fn step(current: Option<&JobHealth>, failing: bool, execution_id: &str, finished_ms: UnixMs) -> HealthStep {
+        if let Some(c) =
+            current.filter(|c| c.execution_id == execution_id || c.recent.iter().any(|r| r == execution_id))
+        {
+            return HealthStep::Recorded { recovered: c.recovered_by.as_deref() == Some(execution_id) };
+        }
+        let was_failing = current.is_some_and(|c| c.failing);
+        let older = current.is_some_and(|c| c.finished_ms > finished_ms);
+        if (!failing && !was_failing) || (failing != was_failing && older) {
+            return HealthStep::Unchanged;
+        }
+        let mut recent: Vec<String> = current.map(|c| c.recent.clone()).unwrap_or_default();
+        recent.push(execution_id.to_owned());
+        let excess = recent.len().saturating_sub(RECENT_OUTCOMES);
+        recent.drain(..excess);
+        let before = current.filter(|c| c.failing).map_or(0, |c| c.failures.max(1));
+        let recovered_by =
+            if failing { current.and_then(|c| c.recovered_by.clone()) } else { Some(execution_id.to_owned()) };
+        HealthStep::Write(JobHealth {
+            failing,
+            execution_id: execution_id.to_owned(),
+            finished_ms: current.map_or(finished_ms, |c| c.finished_ms.max(finished_ms)),
+            failures: if failing { before.saturating_add(1) } else { 0 },
+            recovered_by,
+            recent,
+        })
+    }
+
+    /// True when this state pauses a job with `pause_after_failures: after`: every `after`-th
+    /// failure in a row (so a job resumed while still failing pauses again `after` failures
+    /// later).
+    #[must_use]
+    pub fn pauses(&self, after: Option<u32>) -> bool {
+        self.failing && after.is_some_and(|n| n > 0 && self.failures > 0 && self.failures.is_multiple_of(n))
+    }
 }
 
 /// How a delivery ended, or that it is still being tried.
@@ -408,7 +482,7 @@ mod tests {
     #[test]
     fn defaults_fill_events_and_format() {
         let t = targets(r#"[{"url":"https://h/x"}]"#);
-        assert_eq!(t[0].on, [NotifyEvent::Failure, NotifyEvent::Recovery]);
+        assert_eq!(t[0].on, [NotifyEvent::Failure, NotifyEvent::Recovery, NotifyEvent::Paused]);
         assert_eq!(t[0].format, NotifyFormat::Json);
         assert!(validate_targets("notify", &t).is_ok());
         assert_eq!(t[0].endpoint(), Some("https://h/x"));
@@ -490,5 +564,79 @@ mod tests {
         }
         assert!("killed".parse::<NotifyEvent>().is_err());
         assert_eq!(delivery_id("a@1#1", NotifyEvent::Failure, "0"), "a@1#1/failure/0");
+    }
+}
+
+#[cfg(test)]
+mod health_tests {
+    use super::*;
+
+    fn written(step: HealthStep) -> JobHealth {
+        match step {
+            HealthStep::Write(h) => h,
+            other => panic!("expected a write, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn failures_count_up_and_a_success_recovers() {
+        let first = written(JobHealth::step(None, true, "j@1#1", 10));
+        assert_eq!((first.failing, first.failures, first.recovered_by.as_deref()), (true, 1, None));
+        let second = written(JobHealth::step(Some(&first), true, "j@2#1", 20));
+        assert_eq!(second.failures, 2);
+        let ok = written(JobHealth::step(Some(&second), false, "j@3#1", 30));
+        assert_eq!((ok.failing, ok.failures, ok.recovered_by.as_deref()), (false, 0, Some("j@3#1")));
+        assert_eq!(JobHealth::step(Some(&ok), false, "j@4#1", 40), HealthStep::Unchanged, "ok stays ok unwritten");
+        assert_eq!(JobHealth::step(None, false, "j@4#1", 40), HealthStep::Unchanged);
+        let again = written(JobHealth::step(Some(&ok), true, "j@5#1", 50));
+        assert_eq!(again.failures, 1, "a success ends the run of failures");
+        // A state written before the count existed reads as one failure.
+        let old: JobHealth =
+            serde_json::from_str(r#"{"failing":true,"execution_id":"j@0#1","finished_ms":1}"#).unwrap();
+        assert_eq!(written(JobHealth::step(Some(&old), true, "j@1#1", 2)).failures, 2);
+    }
+
+    #[test]
+    fn an_outcome_is_recorded_once_and_late_ones_do_not_flip_the_state() {
+        let a = written(JobHealth::step(None, true, "j@1#1", 10));
+        let b = written(JobHealth::step(Some(&a), true, "j@2#1", 20));
+        // Recorded again after another one was: still not counted twice.
+        assert_eq!(JobHealth::step(Some(&b), true, "j@1#1", 10), HealthStep::Recorded { recovered: false });
+        let ok = written(JobHealth::step(Some(&b), false, "j@3#1", 30));
+        let c = written(JobHealth::step(Some(&ok), true, "j@4#1", 40));
+        assert_eq!(JobHealth::step(Some(&c), false, "j@3#1", 30), HealthStep::Recorded { recovered: true });
+        // A failure that finished before the recovery, recorded late, does not undo it; a
+        // success older than the latest failure does not end the run of failures.
+        assert_eq!(JobHealth::step(Some(&ok), true, "j@0#2", 25), HealthStep::Unchanged);
+        assert_eq!(JobHealth::step(Some(&c), false, "j@0#3", 35), HealthStep::Unchanged);
+        // A failure finished earlier but recorded later, during failures, counts.
+        let late = written(JobHealth::step(Some(&c), true, "j@0#4", 35));
+        assert_eq!((late.failures, late.finished_ms), (2, 40));
+        // The memory of recorded outcomes is bounded.
+        let mut h = late;
+        for k in 0..40 {
+            h = written(JobHealth::step(Some(&h), true, &format!("j@{k}#9"), 100 + k));
+        }
+        assert_eq!(h.recent.len(), RECENT_OUTCOMES);
+        assert_eq!(h.recent.last().map(String::as_str), Some("j@39#9"));
+    }
+
+    #[test]
+    fn every_nth_failure_in_a_row_pauses() {
+        let at = |failures| JobHealth {
+            failing: true,
+            execution_id: "x".into(),
+            finished_ms: 0,
+            failures,
+            recovered_by: None,
+            recent: Vec::new(),
+        };
+        assert!(!at(2).pauses(Some(3)));
+        assert!(at(3).pauses(Some(3)));
+        assert!(!at(4).pauses(Some(3)), "resumed while failing: not at once");
+        assert!(at(6).pauses(Some(3)));
+        assert!(!at(3).pauses(None));
+        assert!(!JobHealth { failing: false, ..at(0) }.pauses(Some(1)));
+        assert!(at(1).pauses(Some(1)));
     }
 }

@@ -37,6 +37,8 @@ const WORKER_FAMILIES: &[&str] = &[
     "etcron_worker_record_write_errors_total",
     "etcron_worker_closes_pending",
     "etcron_worker_close_retries_total",
+    "etcron_worker_jobs_paused_total",
+    "etcron_worker_health_errors_total",
     "etcron_etcd_request_duration_seconds",
     "etcron_etcd_admission_limit",
     "etcron_etcd_requests_in_flight",

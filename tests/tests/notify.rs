@@ -15,6 +15,7 @@ use etcron_tests::{
     check_every_second, free_port, read_fired, record_command, scrape, urlencode, wait_for, wait_tick, Cluster,
     WorkerOpts,
 };
+use etcron_worker::health;
 use nix::sys::signal::Signal;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -344,29 +345,72 @@ async fn of_workers_finishing_together_exactly_one_sees_the_recovery() -> Result
     c.put_job("j", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true"}})).await?;
     let keys = Keys::new(&c.namespace)?;
     let client = c.etcd.client().await?;
-    let update = etcron_worker::notifier::update_health;
-    assert!(update(&client, &keys, "j", true, "j@1#1", 1_000).await?, "the first failure changes the health");
-    assert!(!update(&client, &keys, "j", true, "j@2#1", 1_100).await?, "a second one does not");
-    let racers = (0..8).map(|k| {
+    let update = |failing: bool, id: String, finished_ms: i64| {
         let (client, keys) = (client.clone(), keys.clone());
-        tokio::spawn(async move { update(&client, &keys, "j", false, &format!("j@{}#1", 10 + k), 2_000 + k).await })
-    });
+        async move {
+            let outcome = health::Outcome { failing, execution_id: &id, finished_ms };
+            health::update(&client, &keys, "j", None, outcome).await
+        }
+    };
+    let first = update(true, "j@1#1".into(), 1_000).await?;
+    assert!(first.changed && first.failures == 1, "the first failure changes the health: {first:?}");
+    assert_eq!(update(true, "j@2#1".into(), 1_100).await?.failures, 2, "a second one counts on");
+    assert!(!update(true, "j@2#1".into(), 1_100).await?.changed, "the same outcome again is not counted twice");
+    let racers = (0..8).map(|k| tokio::spawn(update(false, format!("j@{}#1", 10 + k), 2_000 + k)));
     let mut recovered = 0;
     for racer in racers {
-        if racer.await?? {
+        if racer.await??.recovered {
             recovered += 1;
         }
     }
     assert_eq!(recovered, 1, "exactly one of the simultaneous successes is the recovery");
     // A failure that finished before the recovery, processed late, does not undo it.
-    assert!(!update(&client, &keys, "j", true, "j@3#1", 1_500).await?);
-    assert!(update(&client, &keys, "j", true, "j@4#1", 9_000).await?);
+    assert!(!update(true, "j@3#1".into(), 1_500).await?.changed);
+    assert!(update(true, "j@4#1".into(), 9_000).await?.changed);
     // Deleting the job deletes its health, and a late outcome does not bring it back.
     let (status, _) = c.call(Method::DELETE, "/api/jobs/j", None).await?;
     assert_eq!(status, 204);
     let mut kv = client.kv_client();
     assert!(kv.get(keys.health("j"), None).await?.kvs().is_empty());
-    assert!(!update(&client, &keys, "j", false, "j@5#1", 10_000).await?);
+    assert!(!update(false, "j@5#1".into(), 10_000).await?.changed);
     assert!(kv.get(keys.health("j"), None).await?.kvs().is_empty());
+    Ok(())
+}
+
+/// Eight workers counting eight final failures at once: no count is lost, and exactly one of
+/// them pauses the job (the third in a row does; the sixth finds it paused already).
+#[tokio::test(flavor = "multi_thread")]
+async fn of_failures_counted_together_exactly_one_pauses_the_job() -> Result<()> {
+    let c = Cluster::start("notify-pause-race", 0).await?;
+    c.put_job("j", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "false"}})).await?;
+    let keys = Keys::new(&c.namespace)?;
+    let client = c.etcd.client().await?;
+    let racers = (0..8).map(|k| {
+        let (client, keys) = (client.clone(), keys.clone());
+        tokio::spawn(async move {
+            let id = format!("j@{}#1", 1000 + k);
+            let outcome = health::Outcome { failing: true, execution_id: &id, finished_ms: 1_000 + k };
+            let tracked = health::update(&client, &keys, "j", Some(3), outcome).await?;
+            // Asked again (an unsure answer, the notifier after the close): the same answer.
+            let again = health::update(&client, &keys, "j", Some(3), outcome).await?;
+            anyhow::Ok((tracked, again))
+        })
+    });
+    let mut pausers = Vec::new();
+    let mut counts = Vec::new();
+    for racer in racers {
+        let (tracked, again) = racer.await??;
+        assert!(!again.changed && again.paused == tracked.paused, "{tracked:?} then {again:?}");
+        counts.push(tracked.failures);
+        if tracked.paused {
+            pausers.push(tracked.failures);
+        }
+    }
+    counts.sort_unstable();
+    assert_eq!(counts, (1..=8).collect::<Vec<u32>>(), "each failure counted once, none lost");
+    assert_eq!(pausers, [3], "exactly one pause, by the third failure in a row");
+    let pause = c.get("/api/jobs/j").await?["paused"].clone();
+    assert_eq!(pause["by"], "etcron");
+    assert!(pause["reason"].as_str().unwrap().starts_with("pause_after_failures: 3 final failures in a row"));
     Ok(())
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use etcron_common::keys::Keys;
+use etcron_tests::webhook::Receiver;
 use etcron_tests::{now_ms, read_fired, record_command, wait_for, Cluster, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -253,7 +254,7 @@ async fn workers_learn_pauses_from_their_listing_and_their_watch() -> anyhow::Re
     etcd.put(keys.paused("handwritten"), "{}", None).await?;
     etcd.put(keys.paused("garbled"), "paused!", None).await?;
     let list = c.get("/api/jobs").await?;
-    let unknown = json!({"by": null, "at": null, "reason": null, "until": null});
+    let unknown = json!({"by": null, "at": null, "reason": null, "until": null, "execution_id": null});
     assert_eq!(job_in_list(&list, "handwritten")["paused"], unknown, "{list}");
     assert_eq!(job_in_list(&list, "garbled")["paused"], unknown, "{list}");
     assert_eq!(job_in_list(&list, "garbled")["next_runs"], json!([]));
@@ -367,5 +368,86 @@ async fn a_pause_with_until_ends_by_itself_and_each_tick_runs_or_is_skipped_once
         }
     }
     assert!(fired.iter().any(|f| f.job == "timed" && f.scheduled_ms >= resumed), "runs again after the end");
+    Ok(())
+}
+
+/// The paused/failure events a webhook received, by kind.
+fn events(r: &Receiver, kind: &str) -> Vec<Value> {
+    r.received("/hook").into_iter().map(|q| q.json()).filter(|b| b["event"] == kind).collect()
+}
+
+/// Waits until the job is paused by its failures, other than by `not_by`; the pause.
+async fn wait_auto_pause(c: &Cluster, job: &str, not_by: Option<&str>) -> anyhow::Result<Value> {
+    wait_for(Duration::from_secs(30), "the job paused by its failures", || async {
+        let pause = c.get(&format!("/api/jobs/{job}")).await.ok()?["paused"].clone();
+        (pause["by"] == "etcron" && pause["execution_id"].as_str() != not_by).then_some(pause)
+    })
+    .await
+}
+
+/// `pause_after_failures: 3` on two racing workers: the third final failure in a row pauses the
+/// job in the transaction that closes its claim — once, with one `paused` notification, the
+/// reason on the job and on that run's record — and nothing runs after; resumed while still
+/// failing, it pauses again three failures later. Every tick runs at most once.
+#[tokio::test(flavor = "multi_thread")]
+async fn pause_after_failures_pauses_once_and_again_after_a_resume() -> anyhow::Result<()> {
+    let c = Cluster::start("pause-failures", 2).await?;
+    let r = Receiver::start().await?;
+    let file = c.path("fired");
+    let spec = json!({
+        "schedule": "* * * * * *", "pause_after_failures": 3,
+        "notify": [{"url": r.at("/hook"), "on": ["failure", "paused"]}],
+        "task": {"kind": "shell", "command": format!("{}; exit 3", record_command(&file))},
+    });
+    c.put_job("flaky", spec).await?;
+
+    let first = wait_auto_pause(&c, "flaky", None).await?;
+    let pauser = first["execution_id"].as_str().unwrap().to_owned();
+    let reason = first["reason"].as_str().unwrap();
+    assert!(reason.starts_with("pause_after_failures: 3 final failures in a row, the last flaky@"), "{reason}");
+    let record = wait_for(Duration::from_secs(30), "the record of the run that paused the job", || async {
+        let rec = c.get(&format!("/api/executions/{}", pauser.replace('#', "%23"))).await.ok()?;
+        (rec["status"] == "failed").then_some(rec)
+    })
+    .await?;
+    let why = record["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("job paused: 3 final failures in a row (pause_after_failures)"), "{why}");
+    let paused_at = chrono::DateTime::parse_from_rfc3339(first["at"].as_str().unwrap())?.timestamp_millis();
+
+    // Nothing runs once the pause is in (ticks raced just before it may still end).
+    tokio::time::sleep(Duration::from_millis(u64::try_from(SETTLE_MS)? + 1_000)).await;
+    assert!(ran_after(&file, "flaky", paused_at + SETTLE_MS).is_empty(), "ran while paused");
+    let before_resume = read_fired(&file).len();
+    assert!(
+        (3..=4).contains(&before_resume),
+        "three failures, and at most one raced before the pause: {before_resume}"
+    );
+    wait_for(Duration::from_secs(30), "the paused notification", || async {
+        (events(&r, "paused").len() == 1 && events(&r, "failure").len() == before_resume).then_some(())
+    })
+    .await?;
+    assert_eq!(events(&r, "paused")[0]["execution"]["id"], pauser.as_str());
+
+    // Resumed while still failing: three more failures pause it again, by another run.
+    assert_eq!(resume(&c, "flaky").await.0, 200);
+    let second = wait_auto_pause(&c, "flaky", Some(&pauser)).await?;
+    // Every third failure in a row pauses: the sixth (counting a run raced before the pause).
+    let again = second["reason"].as_str().unwrap();
+    assert!(again.starts_with("pause_after_failures: 6 final failures in a row"), "{again}");
+    wait_for(Duration::from_secs(30), "the second paused notification", || async {
+        (events(&r, "paused").len() == 2).then_some(())
+    })
+    .await?;
+    c.call(Method::DELETE, "/api/jobs/flaky", None).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(events(&r, "paused").len(), 2, "one notification per pause");
+
+    // Two workers raced every tick: none ran twice.
+    let fired = read_fired(&file);
+    let mut ticks: Vec<i64> = fired.iter().map(|f| f.scheduled_ms).collect();
+    ticks.sort_unstable();
+    let before = ticks.len();
+    ticks.dedup();
+    assert_eq!(ticks.len(), before, "a tick ran twice: {fired:?}");
     Ok(())
 }

@@ -256,7 +256,9 @@ async function jobView(params, rest) {
   root.replaceChildren(
     h("div", { class: "heading start" }, h("h1", {}, j.name), stateBadge(j)),
     spec.description ? h("p", { class: "muted" }, spec.description) : "",
-    isPaused(j) ? h("p", { class: "warn", id: "pause" }, `This job is ${pauseText(j)}.`) : "",
+    isPaused(j) ? h("p", { class: "warn", id: "pause" }, `This job is ${pauseText(j)}.`,
+      j.paused && j.paused.execution_id
+        ? [" ", h("a", { href: `#/execution/${encodeURIComponent(j.paused.execution_id)}` }, "The failure that paused it")] : "") : "",
     h("div", { class: "toolbar actions" }, jobActions(j, { detail: true })),
     h("dl", { class: "fields" },
       h("dt", {}, "Schedule"), h("dd", {}, h("code", {}, spec.schedule), ` — ${j.schedule_description} (${spec.timezone || "UTC"})`),
@@ -376,6 +378,8 @@ function jobForm(isNew) {
     misfire: formField("misfire", "Missed ticks", add("misfire", select("misfire")), "What to do with ticks missed while no worker ran."),
     maxCatchup: formField("max_catchup", "Max catch-up", add("max_catchup", input({ inputmode: "numeric", placeholder: "100" }))),
     startDeadline: formField("start_deadline", "Start deadline", add("start_deadline", input({ placeholder: "10s" })), "A tick not started this long after its time goes to the missed-tick policy."),
+    pauseAfter: formField("pause_after_failures", "Pause after failures", add("pause_after_failures", input({ inputmode: "numeric", placeholder: "never" })),
+      "Pause the job after this many final failures in a row."),
     loss: formField("on_worker_loss", "On worker loss", add("on_worker_loss", select("on_worker_loss"))),
     memory: formField("limits.memory", "Memory limit", add("limits.memory", input({ placeholder: "none, e.g. 256MiB" })), "Address space of each process; allocations beyond it fail."),
     cpu: formField("limits.cpu", "CPU limit", add("limits.cpu", input({ placeholder: "none, e.g. 30s" })), "CPU time of each process; SIGXCPU when used up."),
@@ -407,7 +411,7 @@ function jobForm(isNew) {
     group("Job", fields.name, fields.description, fields.enabled, fields.labels),
     group("Schedule", fields.schedule, fields.timezone),
     group("Task", fields.kind, ...shellOnly, ...httpOnly),
-    group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.loss, ...limitFields),
+    group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.pauseAfter, fields.loss, ...limitFields),
     group("Where it runs", fields.mode, fields.shards, fields.selector),
     group("What runs next", fields.onSuccess, fields.onFailure, fields.maxOutput));
 
@@ -443,6 +447,7 @@ function jobForm(isNew) {
     spec.concurrency = f.concurrency.value;
     spec.misfire = f.misfire.value;
     if (f.max_catchup.value.trim()) spec.max_catchup = numberOr(f.max_catchup.value);
+    if (f.pause_after_failures.value.trim()) spec.pause_after_failures = numberOr(f.pause_after_failures.value);
     spec.on_worker_loss = f.on_worker_loss.value;
     spec.mode = f.mode.value === "sharded" ? { sharded: numberOr(f["mode.sharded"].value || "") } : f.mode.value;
     const selector = map("selector", "=");
@@ -487,6 +492,7 @@ function jobForm(isNew) {
       "task.body": task.body || "", "task.expect_status": task.expect_status ?? "", timeout: spec.timeout || "", start_deadline: spec.start_deadline || "",
       "retries.max": retries.max ?? 0, "retries.backoff": retries.backoff || "", "retries.max_backoff": retries.max_backoff || "",
       concurrency: spec.concurrency || "allow", misfire: spec.misfire || "skip", max_catchup: spec.max_catchup ?? "",
+      pause_after_failures: spec.pause_after_failures ?? "",
       on_worker_loss: spec.on_worker_loss || "rerun", mode, "mode.sharded": mode === "sharded" ? spec.mode.sharded : "",
       selector: formatMap(spec.selector, "="), on_success: (spec.on_success || []).join(", "),
       on_failure: (spec.on_failure || []).join(", "), max_output: spec.max_output ?? "",

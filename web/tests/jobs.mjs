@@ -2,7 +2,8 @@
 //   node jobs.mjs <master url> <screenshot dir>
 // The harness has created: nightly-report (labels team=data, one succeeded run), paused-job
 // (enabled: false), mars-only (selector region=mars, no worker matches) and as-backup (runs as
-// user backup, which no worker allows); worker w1 runs, as its own user.
+// user backup, which no worker allows) and auto-paused (paused by its failures); worker w1 runs,
+// as its own user.
 import assert from "node:assert/strict";
 import path from "node:path";
 import { args, call, launch, open } from "./lib.mjs";
@@ -15,7 +16,7 @@ try {
   await page.goto(base + "/");
   const rows = page.locator("tbody tr");
   await rows.first().waitFor();
-  assert.equal(await rows.count(), 4);
+  assert.equal(await rows.count(), 5);
   const row = (name) => page.locator(`tr[data-job="${name}"]`);
   assert.match(await row("nightly-report").innerText(), /enabled/);
   assert.match(await row("nightly-report").innerText(), /succeeded/);
@@ -38,7 +39,7 @@ try {
 
   // Keyboard: "/" focuses the filter, Enter applies it; actions are buttons that Enter presses.
   await page.goto(base + "/#/jobs");
-  await page.waitForFunction(() => document.querySelectorAll("tbody tr").length === 4);
+  await page.waitForFunction(() => document.querySelectorAll("tbody tr").length === 5);
   await page.keyboard.press("/");
   assert.equal(await page.evaluate(() => document.activeElement.getAttribute("aria-label")), "Filter jobs");
   await page.keyboard.type("nightly");
@@ -78,6 +79,7 @@ try {
   assert.equal(await page.locator("#f-task-group").inputValue(), "backup");
   await page.locator("#f-task-user").fill("nobody");
   await page.locator("#f-task-group").fill("");
+  await page.locator("#f-pause-after-failures").fill("4");
   await Promise.all([
     page.waitForResponse((r) => r.url().endsWith("/api/jobs/as-backup") && r.request().method() === "PUT" && r.status() === 200),
     page.getByRole("button", { name: "Save changes" }).click(),
@@ -85,6 +87,16 @@ try {
   const saved = await call(base, "GET", "/api/jobs/as-backup");
   assert.equal(saved.body.spec.task.user, "nobody");
   assert.equal(saved.body.spec.task.group, undefined, "an emptied group is dropped");
+  assert.equal(saved.body.spec.pause_after_failures, 4);
+
+  // A job its failures paused: the list and its page say why, and link the failure.
+  await page.goto(base + "/#/jobs");
+  await row("auto-paused").waitFor();
+  assert.match(await row("auto-paused").innerText(), /paused by etcron .*: pause_after_failures: 3 final failures in a row/);
+  await page.goto(base + "/#/job/auto-paused");
+  await page.locator("#pause").waitFor();
+  assert.match(await page.locator("#pause").innerText(), /paused by etcron .*3 final failures in a row/);
+  assert.equal(await page.locator("#pause a").getAttribute("href"), "#/execution/auto-paused%401764037206000%231");
 
   check();
   console.log("jobs list: ok");

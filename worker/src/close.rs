@@ -11,6 +11,7 @@ use etcron_common::{now_ms, rfc3339_ms};
 
 use crate::executor;
 use crate::fire::{to_json, Fire, CLOSE_RETRY_MAX};
+use crate::health;
 use crate::metrics::METRICS;
 use crate::race::WonClaim;
 use crate::record::{log_record, status_of};
@@ -83,6 +84,35 @@ pub(crate) async fn close_claim(ctx: &Context, job: &str, close: claim::Close) -
     Closed::NotOurs
 }
 
+/// Makes sure the outcome is counted in the job's health (by the close, or now) and says, for
+/// the record, when it paused the job.
+async fn count_failures(ctx: &Context, fire: &Fire, outcome: health::Outcome<'_>) -> Option<String> {
+    let after = fire.spec.pause_after_failures;
+    match health::update(&ctx.client, &ctx.keys, &fire.id.job, after, outcome).await {
+        Ok(t) if t.paused => {
+            tracing::warn!(
+                job = %fire.id.job,
+                execution_id = outcome.execution_id,
+                failures = t.failures,
+                "JOB PAUSED: pause_after_failures reached; resume it when it is fixed"
+            );
+            METRICS.jobs_paused.inc();
+            Some(format!("job paused: {} final failures in a row (pause_after_failures)", t.failures))
+        }
+        Ok(_) => None,
+        Err(e) => {
+            tracing::error!(
+                job = %fire.id.job,
+                execution_id = outcome.execution_id,
+                error = %e,
+                "this outcome is not counted towards pause_after_failures"
+            );
+            METRICS.health_errors.inc();
+            None
+        }
+    }
+}
+
 /// Closes the claim of a run that ended, then writes its final record (and notifies).
 pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
     let Ran { finished, handed_ms, mut record } = ran;
@@ -95,7 +125,17 @@ pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
         }
     }
     let done = Claim::closed(status);
-    let (mut follow, notes) = follow_ups(&ctx.keys, fire, status, won.fencing_token, finished_ms);
+    let (mut follow, mut notes) = follow_ups(&ctx.keys, fire, status, won.fencing_token, finished_ms);
+    let execution_id = fire.id.to_string();
+    // A job that pauses after failures counts this outcome with the close (see `health`).
+    let outcome = fire
+        .spec
+        .pause_after_failures
+        .and(health::failing(&fire.spec, &fire.id, status))
+        .map(|failing| health::Outcome { failing, execution_id: &execution_id, finished_ms });
+    if let Some(outcome) = outcome {
+        follow.extend(health::close_op(&ctx.client, &ctx.keys, &fire.spec, &fire.id.job, outcome).await);
+    }
     // The last open execution of its claim transaction removes the inflight key with its close.
     let last = won.hold.close_op();
     follow.extend(last.clone());
@@ -110,6 +150,9 @@ pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
     };
     let closed = close_claim(ctx, &fire.id.job, request).await == Closed::Done;
     won.hold.closed(closed && last.is_some());
+    if let (true, Some(outcome)) = (closed, outcome) {
+        notes.extend(count_failures(ctx, fire, outcome).await);
+    }
     record.started_at = Some(rfc3339_ms(started_ms));
     record.finished_at = Some(rfc3339_ms(finished_ms));
     record.duration_ms = u64::try_from(finished_ms - started_ms).ok();

@@ -9,6 +9,7 @@ pub mod decide;
 pub mod execution;
 pub mod executor;
 pub mod fire;
+pub mod health;
 pub mod http_task;
 pub mod identity;
 pub mod ledger;

@@ -54,6 +54,11 @@ pub struct WorkerMetrics {
     pub closes_pending: IntGauge,
     /// Tries of a close that etcd failed (error or no answer) and that were tried again.
     pub close_retries: IntCounter,
+    /// Jobs this worker paused because `pause_after_failures` was reached.
+    pub jobs_paused: IntCounter,
+    /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
+    /// contention on the health key past its tries).
+    pub health_errors: IntCounter,
     /// Unclaimed ticks the catch-up scan could not tell from ticks that ran (their claims may
     /// have expired during a long outage): recorded `missed` where no record exists, never run.
     pub unsure_ticks: IntCounter,
@@ -136,6 +141,14 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     close_retries: counter(
         "etcron_worker_close_retries_total",
         "Claim closes that etcd failed and that were tried again.",
+    ),
+    jobs_paused: counter(
+        "etcron_worker_jobs_paused_total",
+        "Jobs paused by this worker because pause_after_failures final failures came in a row.",
+    ),
+    health_errors: counter(
+        "etcron_worker_health_errors_total",
+        "Final outcomes of pause_after_failures jobs that could not be counted (etcd failed or the health key kept changing).",
     ),
     unsure_ticks: counter(
         "etcron_worker_catchup_unsure_ticks_total",

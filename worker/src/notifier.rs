@@ -1,13 +1,14 @@
-//! Webhook notifications of final outcomes (`failure`, `success`, `missed`, `recovery`).
+//! Webhook notifications of final outcomes (`failure`, `success`, `missed`, `recovery`,
+//! `paused`).
 //!
 //! The execution path calls [`Notifier::record`] with each final record: it classifies the
 //! record, and queues it with a non-blocking `try_send` into a bounded queue. Nothing on the
 //! scheduling or claim path waits for a webhook, for etcd on behalf of a notification, or for
 //! MongoDB: a full queue drops the notification with a warning and a counter.
 //!
-//! Behind the queue, one dispatcher task decides `recovery` (through the job's health key in
-//! etcd, `{ns}/health/{job}`, moved by compare-and-set so that exactly one worker sees a job
-//! recover) and starts one delivery task per target, at most `concurrency` at once. A delivery
+//! Behind the queue, one dispatcher task decides `recovery` and `paused` (through the job's
+//! health key in etcd, `crate::health`, moved once per outcome so that exactly one worker sees
+//! a job recover or pause) and starts one delivery task per target, at most `concurrency` at once. A delivery
 //! POSTs with this module's own HTTP client, under a per-attempt timeout, retried with
 //! exponential backoff and jitter up to `max_attempts` (timeouts, connection errors, 408, 429
 //! and 5xx are retried; other answers are final). Each delivery and each of its attempts is
@@ -19,24 +20,26 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use etcd_client::Client;
 use etcron_common::duration::HumanDuration;
 use etcron_common::job::JobSpec;
 use etcron_common::keys::Keys;
 use etcron_common::metrics::{counter, counter_vec, gauge};
 use etcron_common::model::{ExecutionRecord, Status};
 use etcron_common::notify::{
-    delivery_id, validate_targets, validate_url, Attempt, Delivery, DeliveryState, JobHealth, NotifyEvent,
-    NotifyFormat, NotifyTarget,
+    delivery_id, validate_targets, validate_url, Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat,
+    NotifyTarget,
 };
 use etcron_common::store::MongoStore;
-use etcron_common::{now_ms, rfc3339_ms, UnixMs};
+use etcron_common::{now_ms, rfc3339_ms};
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use reqwest::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
+
+use crate::health::{self, Tracked};
 
 /// `User-Agent` of every delivery.
 pub const USER_AGENT: &str = concat!("etcron/", env!("CARGO_PKG_VERSION"));
@@ -52,8 +55,6 @@ const ERROR_BODY: usize = 256;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records written to MongoDB per round trip.
 const RECORD_BATCH: usize = 500;
-/// Compare-and-set rounds on a job's health key before giving up.
-const HEALTH_ATTEMPTS: u32 = 8;
 
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub const MAX_ATTEMPTS: u32 = 20;
@@ -185,15 +186,16 @@ impl NotifyConfig {
 /// `skipped` are not failures.
 #[must_use]
 pub fn classify(spec: &JobSpec, record: &ExecutionRecord) -> Option<NotifyEvent> {
-    match record.status {
-        Status::Succeeded => Some(NotifyEvent::Success),
-        Status::Failed | Status::TimedOut if !crate::rules::retried(spec, &record.id, record.status) => {
-            Some(NotifyEvent::Failure)
-        }
-        Status::Lost if !crate::rules::rerun_after_loss(spec, &record.id) => Some(NotifyEvent::Failure),
-        Status::Missed => Some(NotifyEvent::Missed),
-        _ => None,
+    if record.status == Status::Missed {
+        return Some(NotifyEvent::Missed);
     }
+    health::failing(spec, &record.id, record.status).map(|failing| {
+        if failing {
+            NotifyEvent::Failure
+        } else {
+            NotifyEvent::Success
+        }
+    })
 }
 
 /// The wait after try `failed_attempt` (1-based): `base · 2^(n-1)` capped at `cap`, jittered into
@@ -265,6 +267,9 @@ pub fn slack_payload(event: NotifyEvent, record: &ExecutionRecord, ui_url: Optio
             format!(":large_green_circle: etcron: job `{job}` recovered: succeeded on worker {worker} after failing")
         }
         NotifyEvent::Missed => format!(":warning: etcron: job `{job}` missed its tick at {}{why}", record.scheduled_at),
+        NotifyEvent::Paused => {
+            format!(":double_vertical_bar: etcron: job `{job}` paused after failing again on worker {worker}{why}; resume it when fixed")
+        }
     };
     let link = execution_link(ui_url, &record.id.to_string())
         .map(|url| format!(" — <{}|view execution>", url.replace('|', "%7C")))
@@ -363,6 +368,8 @@ struct Notice {
     targets: Vec<NotifyTarget>,
     /// The worker's default targets (the job has no `notify`).
     default_targets: bool,
+    /// The job's `pause_after_failures`.
+    pause_after: Option<u32>,
 }
 
 struct Shared {
@@ -418,10 +425,22 @@ impl Notifier {
             None => (self.shared.config.targets.as_slice(), true),
         };
         let can_recover = event == NotifyEvent::Success || event == NotifyEvent::Failure;
-        if !targets.iter().any(|t| t.wants(event) || (can_recover && t.wants(NotifyEvent::Recovery))) {
+        let can_pause = event == NotifyEvent::Failure && spec.pause_after_failures.is_some();
+        let wanted = |t: &NotifyTarget| {
+            t.wants(event)
+                || (can_recover && t.wants(NotifyEvent::Recovery))
+                || (can_pause && t.wants(NotifyEvent::Paused))
+        };
+        if !targets.iter().any(wanted) {
             return;
         }
-        let notice = Notice { event, record: trimmed(record), targets: targets.to_vec(), default_targets };
+        let notice = Notice {
+            event,
+            record: trimmed(record),
+            targets: targets.to_vec(),
+            default_targets,
+            pause_after: spec.pause_after_failures,
+        };
         if let Err(mpsc::error::TrySendError::Full(n) | mpsc::error::TrySendError::Closed(n)) = self.tx.try_send(notice)
         {
             NOTIFY_METRICS.dropped.inc();
@@ -487,17 +506,26 @@ fn build_client(timeout: Duration) -> Result<reqwest::Client, String> {
 
 async fn dispatch(shared: Arc<Shared>, mut rx: mpsc::Receiver<Notice>) {
     while let Some(notice) = rx.recv().await {
-        let recovered = recovered(&shared, &notice).await;
+        let tracked = tracked(&shared, &notice).await;
         let record = Arc::new(notice.record);
-        for (i, target) in notice.targets.into_iter().enumerate() {
-            // A recovery replaces the success for targets that asked for recoveries.
-            let event = if recovered && target.wants(NotifyEvent::Recovery) {
-                NotifyEvent::Recovery
-            } else if target.wants(notice.event) {
-                notice.event
+        let events = |target: &NotifyTarget| {
+            // A recovery replaces the success for targets that asked for recoveries; a pause
+            // comes on top of the failure.
+            let main = if tracked.recovered && target.wants(NotifyEvent::Recovery) {
+                Some(NotifyEvent::Recovery)
             } else {
-                continue;
+                target.wants(notice.event).then_some(notice.event)
             };
+            let paused = (tracked.paused && target.wants(NotifyEvent::Paused)).then_some(NotifyEvent::Paused);
+            main.into_iter().chain(paused).collect::<Vec<_>>()
+        };
+        let sends: Vec<(usize, NotifyTarget, NotifyEvent)> = notice
+            .targets
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, target)| events(&target).into_iter().map(move |e| (i, target.clone(), e)))
+            .collect();
+        for (i, target, event) in sends {
             // Waiting for a slot here is what makes the queue fill up when webhooks are slow.
             let Ok(permit) = shared.slots.clone().acquire_owned().await else { return };
             let target_ref = if notice.default_targets { format!("default-{i}") } else { i.to_string() };
@@ -528,16 +556,17 @@ async fn dispatch(shared: Arc<Shared>, mut rx: mpsc::Receiver<Notice>) {
     }
 }
 
-/// Updates the job's health when a target asks for recoveries; true when this success is the
-/// job's recovery (this worker moved the health from failing to ok).
-async fn recovered(shared: &Shared, notice: &Notice) -> bool {
+/// Records the outcome in the job's health when a target asks for recoveries or pauses (it may
+/// be recorded already: by the close, for a job with `pause_after_failures`): whether this
+/// success is the job's recovery, whether this failure paused it.
+async fn tracked(shared: &Shared, notice: &Notice) -> Tracked {
     let failing = match notice.event {
         NotifyEvent::Failure => true,
         NotifyEvent::Success => false,
-        _ => return false,
+        _ => return Tracked::default(),
     };
-    if !notice.targets.iter().any(|t| t.wants(NotifyEvent::Recovery)) {
-        return false;
+    if !notice.targets.iter().any(|t| t.wants(NotifyEvent::Recovery) || t.wants(NotifyEvent::Paused)) {
+        return Tracked::default();
     }
     let record = &notice.record;
     let finished_ms = record
@@ -546,98 +575,14 @@ async fn recovered(shared: &Shared, notice: &Notice) -> bool {
         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
         .map_or_else(now_ms, |t| t.timestamp_millis());
     let id = record.id.to_string();
-    match update_health(&shared.etcd, &shared.keys, &record.job, failing, &id, finished_ms).await {
-        Ok(changed) => !failing && changed,
+    let outcome = health::Outcome { failing, execution_id: &id, finished_ms };
+    match health::update(&shared.etcd, &shared.keys, &record.job, notice.pause_after, outcome).await {
+        Ok(tracked) => tracked,
         Err(e) => {
-            tracing::warn!(job = %record.job, execution_id = %id, error = %e, "job health not updated: a recovery may go unnoticed");
-            false
+            tracing::warn!(job = %record.job, execution_id = %id, error = %e, "job health not updated: a recovery or pause may go unnoticed");
+            Tracked::default()
         }
     }
-}
-
-/// Why the job's health could not be updated.
-#[derive(Debug, thiserror::Error)]
-pub enum HealthError {
-    #[error("etcd request failed: {0}")]
-    Etcd(#[source] etcd_client::Error),
-    #[error("etcd did not answer in time")]
-    Timeout,
-    #[error("the health key kept changing ({HEALTH_ATTEMPTS} tries)")]
-    Contended,
-}
-
-async fn etcd<T>(
-    op: &'static str,
-    fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, HealthError> {
-    match etcron_common::etcd::request(op, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(HealthError::Etcd(e)),
-        Err(_) => Err(HealthError::Timeout),
-    }
-}
-
-/// Records the outcome of `execution_id` (finished at `finished_ms`) in `{ns}/health/{job}`:
-/// `failing` after a final failure, ok after a success. True when this call changed the state,
-/// which for a success means the job recovered. Of several workers recording outcomes at once,
-/// each change is made by exactly one: the write is a compare-and-set on the key's mod revision
-/// as read, and a loser reads again. An outcome older than the one that set the current state
-/// changes nothing, and the key is only written while the job exists.
-pub async fn update_health(
-    client: &Client,
-    keys: &Keys,
-    job: &str,
-    failing: bool,
-    execution_id: &str,
-    finished_ms: UnixMs,
-) -> Result<bool, HealthError> {
-    let key = keys.health(job);
-    let job_key = keys.job(job);
-    let mut kv = client.kv_client();
-    // Set when a txn's answer was lost: it may have committed.
-    let mut unsure = false;
-    for _ in 0..HEALTH_ATTEMPTS {
-        let resp = etcd("health_get", kv.get(key.as_str(), None)).await?;
-        let (revision, current) = match resp.kvs().first() {
-            // A value that does not parse is overwritten like an ok state.
-            Some(item) => (item.mod_revision(), serde_json::from_slice::<JobHealth>(item.value()).ok()),
-            None => (0, None),
-        };
-        if unsure && current.as_ref().is_some_and(|h| h.execution_id == execution_id && h.failing == failing) {
-            return Ok(true);
-        }
-        if current.as_ref().is_some_and(|h| h.failing) == failing
-            || current.as_ref().is_some_and(|h| h.finished_ms > finished_ms)
-        {
-            return Ok(false);
-        }
-        let value = JobHealth { failing, execution_id: execution_id.to_owned(), finished_ms };
-        let txn = Txn::new()
-            .when([
-                // Only over the state read above (mod revision 0: still absent): of two workers
-                // finishing at once one writes, the other reads the new state and stops.
-                Compare::mod_revision(key.as_str(), CompareOp::Equal, revision),
-                // Never recreate the health of a deleted job.
-                Compare::version(job_key.as_str(), CompareOp::Greater, 0),
-            ])
-            .and_then([TxnOp::put(key.as_str(), serde_json::to_vec(&value).unwrap_or_default(), None)])
-            .or_else([TxnOp::get(job_key.as_str(), None)]);
-        match etcd("health_txn", kv.txn(txn)).await {
-            Ok(r) if r.succeeded() => return Ok(true),
-            Ok(r) => {
-                let job_exists =
-                    r.op_responses().into_iter().any(|op| matches!(op, TxnOpResponse::Get(g) if !g.kvs().is_empty()));
-                if !job_exists {
-                    return Ok(false);
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, job, "health txn outcome unknown; reading it back");
-                unsure = true;
-            }
-        }
-    }
-    Err(HealthError::Contended)
 }
 
 /// How one try ended.

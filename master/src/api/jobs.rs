@@ -70,12 +70,20 @@ pub struct PauseView {
     pub reason: Option<String>,
     /// RFC 3339: when the pause ends by itself; `null` until resumed.
     pub until: Option<String>,
+    /// The final failure that paused the job (`pause_after_failures`).
+    pub execution_id: Option<String>,
 }
 
 impl From<&Pause> for PauseView {
     fn from(p: &Pause) -> Self {
         let instant = |ms: Option<UnixMs>| ms.filter(|ms| (0..=MAX_AT_MS).contains(ms)).map(rfc3339_ms);
-        Self { by: p.by.clone(), at: instant(p.at_ms), reason: p.reason.clone(), until: instant(p.until_ms) }
+        Self {
+            by: p.by.clone(),
+            at: instant(p.at_ms),
+            reason: p.reason.clone(),
+            until: instant(p.until_ms),
+            execution_id: p.execution_id.clone(),
+        }
     }
 }
 

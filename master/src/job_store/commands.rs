@@ -100,7 +100,13 @@ impl JobStore {
         for _ in 0..RMW_ATTEMPTS {
             let (job, previous) = self.read(name).await?;
             valid_spec(name, &job)?;
-            let pause = Pause { by: Some(by.to_owned()), at_ms: Some(now_ms()), reason: reason.clone(), until_ms };
+            let pause = Pause {
+                by: Some(by.to_owned()),
+                at_ms: Some(now_ms()),
+                reason: reason.clone(),
+                until_ms,
+                execution_id: None,
+            };
             let value = serde_json::to_vec(&pause).map_err(|e| ApiError::internal(&e))?;
             let txn = Txn::new()
                 .when([Compare::create_revision(self.keys.job(name), CompareOp::Equal, job.create_revision)])
