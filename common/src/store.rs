@@ -16,7 +16,7 @@ use mongodb::{Client, Collection, Database, IndexModel};
 use serde::{Deserialize, Serialize};
 
 use crate::keys::ExecutionId;
-use crate::model::{ExecutionRecord, Status, TriggerKind};
+use crate::model::{ExecutionRecord, RunParams, Status, TriggerKind};
 use crate::notify::{Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat};
 use crate::UnixMs;
 
@@ -280,6 +280,9 @@ pub fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
         shard.push(i64::from(n));
         d.append("shard", shard);
     }
+    if !r.params.is_empty() {
+        d.append("params", params_document(&r.params));
+    }
     let mut terms = RawArrayBuf::new();
     let extra = [r.error.as_deref(), r.reason.as_deref()];
     for w in words_of(std::iter::once(output.as_ref()).chain(extra.into_iter().flatten())) {
@@ -287,6 +290,37 @@ pub fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
     }
     d.append("words", terms);
     d
+}
+
+/// A run's parameters as stored: `{env: {NAME: value}, as_of_ms}`.
+fn params_document(params: &RunParams) -> RawDocumentBuf {
+    let mut p = RawDocumentBuf::new();
+    if !params.env.is_empty() {
+        let mut env = RawDocumentBuf::new();
+        for (k, v) in &params.env {
+            env.append(k.as_str(), v.as_str());
+        }
+        p.append("env", env);
+    }
+    if let Some(ms) = params.as_of_ms {
+        p.append("as_of_ms", ms);
+    }
+    p
+}
+
+/// A run's parameters back from a stored record (none when absent or unreadable).
+fn params_of(d: &Document) -> RunParams {
+    let Ok(p) = d.get_document("params") else { return RunParams::default() };
+    let env = p
+        .get_document("env")
+        .map(|env| env.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+        .unwrap_or_default();
+    let as_of_ms = match p.get("as_of_ms") {
+        Some(Bson::Int64(v)) => Some(*v),
+        Some(Bson::Int32(v)) => Some(i64::from(*v)),
+        _ => None,
+    };
+    RunParams { env, as_of_ms }
 }
 
 /// The output as stored: at most `MAX_STORED_OUTPUT` bytes, the head and the tail around a
@@ -357,6 +391,7 @@ pub fn from_document(d: &Document) -> Result<ExecutionRecord, StoreError> {
             }
             _ => None,
         },
+        params: params_of(d),
         id,
     })
 }
@@ -1132,6 +1167,7 @@ mod tests {
             parent: None,
             http_status: None,
             shard: None,
+            params: RunParams::default(),
         }
     }
 
@@ -1141,6 +1177,14 @@ mod tests {
         let d = to_document(&r);
         assert!(matches!(d.get("scheduled_at"), Some(Bson::DateTime(_))));
         assert_eq!(from_document(&d).unwrap(), r);
+        let with_params = ExecutionRecord {
+            params: RunParams {
+                env: [("DAY".to_owned(), "2026-11-01".to_owned())].into_iter().collect(),
+                as_of_ms: Some(1_793_491_200_000),
+            },
+            ..record()
+        };
+        assert_eq!(from_document(&to_document(&with_params)).unwrap(), with_params);
     }
 
     #[test]

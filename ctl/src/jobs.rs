@@ -203,9 +203,33 @@ pub async fn rm(client: &Client, names: &[String], json: bool) -> anyhow::Result
     }
 }
 
+/// The body of a run with parameters (`--env NAME=value`, `--as-of TIME`), `None` without
+/// any. The master checks names and values; a `--env` without `=` is refused here.
+pub fn run_params(env: &[String], as_of: Option<&str>) -> anyhow::Result<Option<Value>> {
+    let mut vars = serde_json::Map::new();
+    for pair in env {
+        let Some((k, v)) = pair.split_once('=') else {
+            return Err(crate::exit::Usage(format!("--env {pair:?}: expected NAME=value")).into());
+        };
+        if vars.insert(k.to_owned(), v.into()).is_some() {
+            return Err(crate::exit::Usage(format!("--env {k}: given twice")).into());
+        }
+    }
+    let mut body = serde_json::Map::new();
+    if !vars.is_empty() {
+        body.insert("env".to_owned(), Value::Object(vars));
+    }
+    if let Some(t) = as_of {
+        body.insert("scheduled_at".to_owned(), t.into());
+    }
+    Ok((!body.is_empty()).then_some(Value::Object(body)))
+}
+
 /// Requests a run of `name`; with `follow`, follows it (and its retries) to the final attempt.
-pub async fn run(client: &Client, name: &str, follow: bool, json: bool) -> anyhow::Result<()> {
-    let v = client.post(&format!("{}/run", job_path(name))).await.with_context(|| format!("running job {name:?}"))?;
+pub async fn run(client: &Client, name: &str, params: Option<&Value>, follow: bool, json: bool) -> anyhow::Result<()> {
+    let path = format!("{}/run", job_path(name));
+    let reply = client.send(reqwest::Method::POST, &path, params, &[]).await;
+    let v = reply.with_context(|| format!("running job {name:?}"))?.body;
     if follow {
         let id = v["execution_id"].as_str().context("the run request's answer has no execution_id")?;
         if !json {

@@ -191,9 +191,16 @@ enum JobsCommand {
         #[arg(required = true)]
         names: Vec<String>,
     },
-    /// Run a job now (prints the request and execution ids).
+    /// Run a job now (prints the request and execution ids), optionally with parameters.
     Run {
         name: String,
+        /// An environment variable over the spec's, `NAME=value` (repeatable; shell tasks).
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// Run "as of" this RFC 3339 time: `ETCRON_SCHEDULED_AT` (and the record's
+        /// `scheduled_at`) is it. The run still starts now.
+        #[arg(long, value_name = "TIME")]
+        as_of: Option<String>,
         /// Follow the run: its output as it is produced and how it ended, then its retries up
         /// to the final attempt (exit 5 unless that one succeeded).
         #[arg(long, short = 'f')]
@@ -366,7 +373,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 apply::apply(&client, &files, apply::Options { prune: prune.into(), dry_run, json }).await
             }
             JobsCommand::Rm { names } => jobs::rm(&client, &names, json).await,
-            JobsCommand::Run { name, follow } => jobs::run(&client, &name, follow, json).await,
+            JobsCommand::Run { name, env, as_of, follow } => {
+                let params = jobs::run_params(&env, as_of.as_deref())?;
+                jobs::run(&client, &name, params.as_ref(), follow, json).await
+            }
             JobsCommand::Kill { name, execution } => jobs::kill(&client, &name, execution, json).await,
             JobsCommand::Pause { name, reason, until } => {
                 jobs::pause(&client, &name, reason.as_deref(), until.as_deref(), json).await

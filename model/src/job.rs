@@ -855,6 +855,19 @@ fn label_key_ok(k: &str) -> bool {
         && k.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
 }
 
+/// Checks a manual run's environment overrides as the spec's `env` is checked (names, count,
+/// sizes, no `ETCRON_` prefix), naming the entry as `{field}.{NAME}`.
+///
+/// # Errors
+/// What is wrong, naming the field.
+pub fn validate_env_overrides(field: &str, env: &BTreeMap<String, String>) -> Result<(), SpecError> {
+    validate_map(field, env, env_key_ok)?;
+    if let Some(k) = env.keys().find(|k| k.starts_with("ETCRON_")) {
+        return Err(SpecError::at(&format!("{field}.{k}"), "the ETCRON_ prefix is reserved for variables etcron sets"));
+    }
+    Ok(())
+}
+
 fn env_key_ok(k: &str) -> bool {
     !k.is_empty()
         && !k.starts_with(|c: char| c.is_ascii_digit())

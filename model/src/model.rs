@@ -79,19 +79,43 @@ pub struct Claim {
     /// Final status once the claim was rewritten `done`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
+    /// A run's parameters, while taken: what a failover rerun of it runs with.
+    #[serde(default, skip_serializing_if = "RunParams::is_empty")]
+    pub params: RunParams,
+}
+
+/// A run's parameters (`POST /api/jobs/{job}/run` with `env` and/or `scheduled_at`): carried
+/// by its run request, its claim and running marker, its retries and failover reruns, and
+/// recorded with each of its executions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunParams {
+    /// Environment variables over the spec's (shell tasks).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// "Run as of": the scheduled time the run is given (`ETCRON_SCHEDULED_AT`), Unix ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of_ms: Option<UnixMs>,
+}
+
+impl RunParams {
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.env.is_empty() && self.as_of_ms.is_none()
+    }
 }
 
 impl Claim {
     /// The claim as its winning transaction writes it.
     #[must_use]
     pub fn taken(worker_id: &str) -> Self {
-        Self { worker_id: worker_id.to_owned(), status: None }
+        Self { worker_id: worker_id.to_owned(), status: None, params: RunParams::default() }
     }
 
     /// The claim as closed with `status`.
     #[must_use]
     pub fn closed(status: Status) -> Self {
-        Self { worker_id: String::new(), status: Some(status) }
+        Self { worker_id: String::new(), status: Some(status), params: RunParams::default() }
     }
 
     /// `Done` once the claim carries a final status.
@@ -124,6 +148,9 @@ pub struct RunningExecution {
     pub trigger: Option<TriggerKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduled_ms: Option<UnixMs>,
+    /// The run's parameters, for its failover rerun.
+    #[serde(default, skip_serializing_if = "RunParams::is_empty")]
+    pub params: RunParams,
 }
 
 /// A running marker's value: `{"worker_id":"w1","started_ms":1764037206012,"pid":42,
@@ -147,6 +174,8 @@ struct StoredMarker {
     trigger: Option<TriggerKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     scheduled_ms: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "RunParams::is_empty")]
+    params: RunParams,
 }
 
 impl RunningExecution {
@@ -164,6 +193,7 @@ impl RunningExecution {
             fencing_token: self.fencing_token,
             trigger: self.trigger.filter(|t| *t != derived_trigger),
             scheduled_ms: self.scheduled_ms.filter(|ms| tick.scheduled_ms() != Some(*ms)),
+            params: self.params.clone(),
         };
         serde_json::to_vec(&stored).unwrap_or_default()
     }
@@ -181,7 +211,8 @@ impl RunningExecution {
             started_at: rfc3339_ms(scheduled_ms.unwrap_or_else(crate::now_ms)),
             fencing_token: Some(create_revision),
             trigger: Some(TriggerKind::of_tick(&execution_id.tick)),
-            scheduled_ms,
+            scheduled_ms: claim.params.as_of_ms.or(scheduled_ms),
+            params: claim.params.clone(),
         }
     }
 
@@ -204,6 +235,7 @@ impl RunningExecution {
             fencing_token: Some(stored.fencing_token.unwrap_or(create_revision)),
             trigger: Some(trigger),
             scheduled_ms,
+            params: stored.params,
         })
     }
 }
@@ -248,6 +280,9 @@ pub struct TriggerRequest {
     /// Catch-up ticks still to run after this one, oldest first (`misfire: run_all`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub then: Vec<UnixMs>,
+    /// The run's parameters (a manual run's, passed on to its retries and failover reruns).
+    #[serde(default, skip_serializing_if = "RunParams::is_empty")]
+    pub params: RunParams,
 }
 
 fn manual() -> TriggerKind {
@@ -278,6 +313,7 @@ impl TriggerRequest {
             not_before_ms: None,
             parent: None,
             then: Vec::new(),
+            params: RunParams::default(),
         }
     }
 }
@@ -549,6 +585,9 @@ pub struct ExecutionRecord {
     /// Sharded jobs: this execution's shard and the shard count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<(u32, u32)>,
+    /// The parameters the run was given (`POST /api/jobs/{job}/run`).
+    #[serde(default, skip_serializing_if = "RunParams::is_empty")]
+    pub params: RunParams,
 }
 
 impl ExecutionRecord {
@@ -588,6 +627,7 @@ impl ExecutionRecord {
                 (Part::Shard(i), Some(Mode::Sharded(n))) => Some((*i, n)),
                 _ => None,
             },
+            params: RunParams::default(),
         }
     }
 
@@ -604,6 +644,7 @@ impl ExecutionRecord {
         record.claimed_at = Some(marker.started_at.clone());
         record.started_at = Some(marker.started_at.clone());
         record.fencing_token = marker.fencing_token;
+        record.params.clone_from(&marker.params);
         record
     }
 }
@@ -623,6 +664,7 @@ mod tests {
             fencing_token: Some(7_001),
             trigger: None,
             scheduled_ms: Some(1_795_547_592_000),
+            params: RunParams::default(),
         };
         let record = ExecutionRecord::from_marker(&marker);
         assert_eq!((record.id, record.job.as_str(), record.status), (id, "j", Status::Running));
@@ -631,6 +673,28 @@ mod tests {
         assert_eq!(record.started_at.as_deref(), Some("2026-11-24T19:13:12.004Z"));
         assert_eq!((record.worker_id.as_str(), record.fencing_token), ("w2", Some(7_001)));
         assert_eq!((record.finished_at, record.exit_code), (None, None));
+    }
+
+    #[test]
+    fn a_runs_parameters_ride_its_claim_and_marker() {
+        let id = ExecutionId::new("j", Tick::Manual("r1".to_owned()));
+        let params =
+            RunParams { env: BTreeMap::from([("DAY".to_owned(), "2026-11-01".to_owned())]), as_of_ms: Some(5) };
+        let claim = Claim { params: params.clone(), ..Claim::taken("w1") };
+        let bytes = serde_json::to_vec(&claim).unwrap();
+        assert_eq!(
+            String::from_utf8(bytes.clone()).unwrap(),
+            r#"{"worker_id":"w1","params":{"env":{"DAY":"2026-11-01"},"as_of_ms":5}}"#
+        );
+        let back: Claim = serde_json::from_slice(&bytes).unwrap();
+        let young = RunningExecution::from_claim(&id, &back, 9);
+        assert_eq!((young.scheduled_ms, &young.params), (Some(5), &params), "as of 5, not now");
+        let marker = RunningExecution { pid: Some(1), ..young };
+        let stored = RunningExecution::from_stored(id, &marker.to_bytes(), 9).unwrap();
+        assert_eq!(stored.params, params);
+        assert_eq!(ExecutionRecord::from_marker(&stored).params, params);
+        // Without parameters nothing is written for them.
+        assert_eq!(serde_json::to_string(&Claim::taken("w1")).unwrap(), r#"{"worker_id":"w1"}"#);
     }
 
     #[test]

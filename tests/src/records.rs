@@ -79,6 +79,7 @@ pub fn record_of(i: u64, jobs: i64) -> RecordWrite {
             parent: None,
             http_status: None,
             shard: None,
+            params: etcron_common::model::RunParams::default(),
         },
     }
 }

@@ -88,11 +88,14 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     assert_eq!(value(&mut etcd, keys.job("d")).await.unwrap().0["enabled"], true);
 
     // Run requests and kill commands live on a lease; a run of an unknown job is refused.
-    let (request_id, execution) = store.request_run("a", "test").await?;
+    let (request_id, execution) = store.request_run("a", "test", etcron_common::model::RunParams::default()).await?;
     assert_eq!(execution.to_string(), format!("a@manual-{request_id}#1"));
     let (_, lease) = value(&mut etcd, keys.trigger("a", &request_id)).await.expect("the run request");
     assert!(lease > 0, "on a lease");
-    assert_eq!(store.request_run("nope", "test").await.unwrap_err().status, 404);
+    assert_eq!(
+        store.request_run("nope", "test", etcron_common::model::RunParams::default()).await.unwrap_err().status,
+        404
+    );
     store.kill("a", &KillTarget::All, "test").await?;
     let (command, lease) = value(&mut etcd, keys.kill("a", &KillTarget::All)).await.expect("the kill command");
     assert!(lease > 0 && command["reason"] == "test", "{command}");

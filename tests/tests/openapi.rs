@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use etcron_common::keys::{ExecutionId, Keys, Part, Tick};
-use etcron_common::model::{ExecutionRecord, RunningExecution, Status, TriggerKind, WorkerInfo};
+use etcron_common::model::{ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind, WorkerInfo};
 use etcron_common::notify::{delivery_id, Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_tests::{now_ms, Cluster, Proc};
@@ -69,6 +69,7 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
         parent: None,
         http_status: None,
         shard: None,
+        params: RunParams::default(),
         id,
     };
     f(&mut r);
@@ -140,7 +141,11 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         started_at: etcron_common::rfc3339_ms(now_ms() - 5_000),
         fencing_token: None,
         trigger: Some(TriggerKind::Manual),
-        scheduled_ms: None,
+        scheduled_ms: Some(1_700_000_000_000),
+        params: RunParams {
+            env: BTreeMap::from([("REPORT_DAY".to_owned(), "2023-11-14".to_owned())]),
+            as_of_ms: Some(1_700_000_000_000),
+        },
     };
     etcd.put(keys.running(&running), serde_json::to_vec(&marker)?, None).await?;
 

@@ -146,6 +146,7 @@ fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
             parent: None,
             http_status: None,
             shard: None,
+            params: etcron_common::model::RunParams::default(),
         },
     }
 }
@@ -491,6 +492,7 @@ async fn an_execution_without_a_record_is_answered_from_its_running_marker() -> 
         fencing_token: None,
         trigger: Some(TriggerKind::Schedule),
         scheduled_ms: Some(1_795_547_592_000),
+        params: etcron_common::model::RunParams::default(),
     };
     let mut etcd = c.etcd.client().await?;
     etcd.put(keys.running(&id), serde_json::to_vec(&marker)?, None).await?;

@@ -214,10 +214,67 @@ function button(label, action, attrs = {}) {
   return b;
 }
 
+/** The "run with parameters" dialog: environment overrides and a time to run as of. On success
+ * it opens the execution's page. */
+function runDialog(j) {
+  const env = h("textarea", { id: "run-env", rows: 3, class: "mono", placeholder: "REPORT_DAY=2026-11-01" });
+  const asOf = h("input", { id: "run-as-of", type: "text", autocomplete: "off", placeholder: "2026-11-01T00:00:00Z" });
+  const error = h("p", { class: "field-error", id: "run-error", role: "alert", hidden: true });
+  const dialog = h("dialog", { id: "run-dialog", "aria-label": `Run ${j.name} with parameters` });
+  const submit = h("button", { type: "submit" }, "Run");
+  const cancel = h("button", { type: "button" }, "Cancel");
+  cancel.addEventListener("click", () => dialog.close());
+  const form = h("form", { method: "dialog" },
+    h("h2", {}, `Run ${j.name}`),
+    h("div", { class: "field" }, h("label", { for: "run-env" }, "Environment"), env,
+      h("div", { class: "hint" }, "One NAME=value per line, over the spec's env (shell tasks).")),
+    h("div", { class: "field" }, h("label", { for: "run-as-of" }, "Run as of"), asOf,
+      h("div", { class: "hint" }, "RFC 3339; ETCRON_SCHEDULED_AT is this time. Empty: now.")),
+    error,
+    h("div", { class: "toolbar" }, submit, cancel));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    error.hidden = true;
+    const body = {};
+    try {
+      const vars = parseMap(env.value, "=");
+      if (Object.keys(vars).length) body.env = vars;
+    } catch (e) {
+      error.textContent = `Environment: ${e.message}`;
+      error.hidden = false;
+      return;
+    }
+    if (asOf.value.trim()) body.scheduled_at = asOf.value.trim();
+    submit.disabled = true;
+    try {
+      const { body: answer } = await api(`${jobPath(j.name)}/run`, {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+      });
+      dialog.close();
+      location.hash = `#/execution/${encodeURIComponent(answer.execution_id)}`;
+    } catch (e) {
+      error.textContent = `${e.field ? `${e.field}: ` : ""}${e.message}`;
+      error.hidden = false;
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  dialog.append(form);
+  return dialog;
+}
+
 function jobActions(j, { detail = false } = {}) {
   const path = jobPath(j.name);
+  const withParams = detail ? [button("Run with…", () => {
+    const dialog = runDialog(j);
+    document.body.append(dialog);
+    dialog.addEventListener("close", () => dialog.remove());
+    dialog.showModal();
+    return false;
+  }, { "aria-label": `Run ${j.name} with parameters` })] : [];
   return [
     button("Run now", () => api(`${path}/run`, { method: "POST" }), { "aria-label": `Run ${j.name} now` }),
+    ...withParams,
     isPaused(j)
       ? button("Resume", () => api(`${path}/resume`, { method: "POST" }), { "aria-label": `Resume ${j.name}` })
       : button("Pause", async () => {
@@ -784,7 +841,9 @@ async function executionView(params, rest) {
       field("Exit code", r.exit_code), field("Signal", r.signal), field("HTTP status", r.http_status),
       field("Fencing token", r.fencing_token),
       field("Parent", r.parent ? h("a", { href: `#/execution/${encodeURIComponent(r.parent)}` }, r.parent) : null),
-      field("Shard", r.shard ? `${r.shard[0]} of ${r.shard[1]}` : null)),
+      field("Shard", r.shard ? `${r.shard[0]} of ${r.shard[1]}` : null),
+      field("Run as of", r.params && r.params.as_of_ms != null ? r.scheduled_at : null),
+      field("Environment", r.params && r.params.env ? h("code", { id: "run-params" }, formatMap(r.params.env, "=")) : null)),
     h("div", { class: "toolbar" }, wrap, copy, r.output_truncated ? h("span", { class: "warn" }, "output truncated (head and tail kept)") : ""),
     output);
   if (r.status !== "running") return;

@@ -98,6 +98,25 @@ try {
   assert.match(await page.locator("#pause").innerText(), /paused by etcron .*3 final failures in a row/);
   assert.equal(await page.locator("#pause a").getAttribute("href"), "#/execution/auto-paused%401764037206000%231");
 
+  // Run with parameters: a bad value is named in the dialog; a good run opens its execution,
+  // which shows the parameters.
+  await page.goto(base + "/#/job/nightly-report");
+  await page.getByRole("button", { name: "Run nightly-report with parameters" }).click();
+  const dialog = page.locator("#run-dialog");
+  await dialog.waitFor();
+  await page.locator("#run-env").fill("REPORT_DAY=2026-11-01\nETCRON_JOB=x");
+  await page.locator("#run-as-of").fill("2026-11-02T00:00:00Z");
+  await dialog.getByRole("button", { name: "Run" }).click();
+  await page.locator("#run-error").waitFor();
+  assert.match(await page.locator("#run-error").innerText(), /env\.ETCRON_JOB: .*reserved/);
+  await page.locator("#run-env").fill("REPORT_DAY=2026-11-01");
+  await page.screenshot({ path: path.join(shots, "run-dialog.png") });
+  await dialog.getByRole("button", { name: "Run" }).click();
+  await page.waitForFunction(() => location.hash.startsWith("#/execution/nightly-report%40manual-"));
+  await page.locator("#run-params").waitFor();
+  assert.equal(await page.locator("#run-params").innerText(), "REPORT_DAY=2026-11-01");
+  assert.match(await page.locator("main").innerText(), /Run as of\s+2026-11-02T00:00:00.000Z/);
+
   check();
   console.log("jobs list: ok");
 } finally {

@@ -16,7 +16,7 @@ use etcron_common::claim;
 use etcron_common::etcd::request;
 use etcron_common::job::Misfire;
 use etcron_common::keys::{ExecutionId, Key, Tick};
-use etcron_common::model::{halt, JobState, Status, TriggerKind};
+use etcron_common::model::{halt, JobState, RunParams, Status, TriggerKind};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 
 use crate::fire::{Fire, MISSED_AFTER, STATE_EVERY};
@@ -299,6 +299,7 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
             request_key: None,
             parent: None,
             then: Vec::new(),
+            params: RunParams::default(),
         };
         record_not_run(ctx, &fire, status, reason).await;
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use etcron_common::job::JobSpec;
 use etcron_common::keys::ExecutionId;
-use etcron_common::model::TriggerKind;
+use etcron_common::model::{RunParams, TriggerKind};
 use etcron_common::UnixMs;
 
 /// How long after a tick nobody may have claimed it before it is recorded `missed`.
@@ -42,6 +42,8 @@ pub struct Fire {
     pub parent: Option<ExecutionId>,
     /// Catch-up ticks to run after this one.
     pub then: Vec<UnixMs>,
+    /// The run's parameters (from its run request).
+    pub params: RunParams,
 }
 
 /// How many ms a fire is past its start deadline at `now_ms`, when it is. Only schedule ticks

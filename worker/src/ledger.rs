@@ -169,6 +169,7 @@ mod tests {
             request_key: None,
             parent: None,
             then: Vec::new(),
+            params: etcron_common::model::RunParams::default(),
         };
         let hour = Duration::from_secs(3600);
         ledger.note(&fire("a", 5000, TriggerKind::Schedule));

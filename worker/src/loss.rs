@@ -11,7 +11,7 @@ use std::time::Duration;
 use etcd_client::EventType;
 use etcron_common::claim::{self, ClaimOutcome, Held};
 use etcron_common::keys::{ExecutionId, Key};
-use etcron_common::model::{Claim, ExecutionRecord, RunningExecution, Status, TriggerKind};
+use etcron_common::model::{Claim, ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, rfc3339_ms};
 
@@ -128,6 +128,8 @@ pub(crate) struct HeldExecution {
     trigger: TriggerKind,
     scheduled_ms: Option<i64>,
     started_at: Option<String>,
+    /// The run's parameters, as its marker holds them (its claim tells for short runs).
+    params: RunParams,
 }
 
 /// What `departed` held as of `revision`: the executions its inflight keys list (short runs)
@@ -146,6 +148,7 @@ async fn held_at(ctx: &Context, departed: &str, revision: i64) -> Vec<HeldExecut
                     trigger,
                     scheduled_ms: id.tick.scheduled_ms(),
                     started_at: None,
+                    params: RunParams::default(),
                     id,
                 };
                 held.insert(entry.id.clone(), entry);
@@ -168,6 +171,7 @@ async fn held_at(ctx: &Context, departed: &str, revision: i64) -> Vec<HeldExecut
                 trigger: running.trigger.unwrap_or_else(|| TriggerKind::of_tick(&running.execution_id.tick)),
                 scheduled_ms: running.scheduled_ms,
                 started_at: Some(running.started_at),
+                params: running.params,
             };
             held.insert(entry.id.clone(), entry);
         }
@@ -200,27 +204,65 @@ async fn list_at(ctx: &Context, departed: &str, prefix: &str, revision: i64) -> 
     None
 }
 
-/// True while the claim is as the departed worker's transaction left it (see `claim::Held`):
-/// read before its lost record is journaled, so that none is written for an execution the
-/// worker closed or never won. `None` when etcd did not answer (the close decides alone).
-async fn still_held(ctx: &Context, claim_key: &str, fencing_token: i64, held: &Held) -> Option<bool> {
+/// Whether the claim is still as the departed worker's transaction left it (see
+/// `claim::Held`): read before its lost record is journaled, so that none is written for an
+/// execution the worker closed or never won. When it is, the claim as read (its value is what
+/// the lost close compares) and the run's parameters it holds. `None` when etcd did not answer.
+async fn still_held(
+    ctx: &Context,
+    departed: &str,
+    claim_key: &str,
+    fencing_token: i64,
+    held: &Held,
+) -> Option<Option<(Held, Option<RunParams>)>> {
     let mut kv = ctx.client.kv_client();
     let Ok(Ok(resp)) = etcron_common::etcd::request("claim_read", kv.get(claim_key, None)).await else { return None };
-    Some(match (resp.kvs().first(), held) {
-        (Some(kv), Held::Claimed { value }) => {
-            kv.create_revision() == fencing_token && kv.version() == 1 && kv.value() == value.as_slice()
+    let item = resp.kvs().first();
+    let ours = item.is_some_and(|kv| kv.create_revision() == fencing_token && kv.version() == 1);
+    let claim = item.and_then(|kv| serde_json::from_slice::<Claim>(kv.value()).ok());
+    Some(match (held, item) {
+        (Held::Claimed { .. }, Some(kv)) => {
+            let taken = claim.filter(|c| c.worker_id == departed && c.status.is_none());
+            taken.filter(|_| ours).map(|c| (Held::Claimed { value: kv.value().to_vec() }, Some(c.params)))
         }
-        (Some(kv), Held::Marked) => kv.create_revision() == fencing_token && kv.version() == 1,
-        (None, Held::Claimed { .. }) => false,
-        (None, Held::Marked) => true,
+        (Held::Marked, Some(_)) => ours.then(|| (Held::Marked, claim.map(|c| c.params))),
+        (Held::Claimed { .. }, None) => None,
+        // The claim's retention ended during a run longer than it: the marker tells.
+        (Held::Marked, None) => Some((Held::Marked, None)),
     })
+}
+
+/// [`still_held`], asked until etcd answers (up to `LOSS_TRIES`).
+async fn still_held_retried(
+    ctx: &Context,
+    departed: &str,
+    claim_key: &str,
+    fencing_token: i64,
+    held: &Held,
+) -> Option<Option<(Held, Option<RunParams>)>> {
+    for _ in 0..LOSS_TRIES {
+        if let Some(answer) = still_held(ctx, departed, claim_key, fencing_token, held).await {
+            return Some(answer);
+        }
+        tokio::time::sleep(CLOSE_RETRY_MAX).await;
+    }
+    None
 }
 
 /// Closes one execution of a departed worker as `lost` (with its failover rerun or
 /// `on_failure` requests), unless its worker or another survivor closed it first.
 async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExecution) {
-    let HeldExecution { id, fencing_token, held, trigger, scheduled_ms, started_at } = held;
-    let scheduled_ms = scheduled_ms.unwrap_or_else(now_ms);
+    let HeldExecution { id, fencing_token, held, trigger, scheduled_ms, started_at, params } = held;
+    let claim_key = ctx.keys.claim(&id);
+    let (held, params, held_now) = match still_held_retried(ctx, departed, &claim_key, fencing_token, &held).await {
+        Some(None) => {
+            tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
+            return;
+        }
+        Some(Some((held_now, from_claim))) => (held_now, from_claim.unwrap_or(params), Some(true)),
+        None => (held, params, None),
+    };
+    let scheduled_ms = params.as_of_ms.or(scheduled_ms).unwrap_or_else(now_ms);
     let claim = Claim::closed(Status::Lost);
     let spec = ctx.jobs.get(&id.job).map(|j| j.spec);
     let mut reason = format!(
@@ -229,17 +271,11 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
     let mut follow = Vec::new();
     let now = now_ms();
     if let Some(spec) = &spec {
-        let (ops, note) = after_loss(&ctx.keys, &id, spec, scheduled_ms, fencing_token, now);
+        let (ops, note) = after_loss(&ctx.keys, &id, spec, (scheduled_ms, &params), fencing_token, now);
         follow = ops;
         if let Some(note) = note {
             reason.push_str(&format!("; {note}"));
         }
-    }
-    let claim_key = ctx.keys.claim(&id);
-    let held_now = still_held(ctx, &claim_key, fencing_token, &held).await;
-    if held_now == Some(false) {
-        tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
-        return;
     }
     let mut record = ExecutionRecord::blank(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
     record.claimed_at.clone_from(&started_at);
@@ -248,6 +284,7 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
     record.worker_id = departed.to_owned();
     record.reason = Some(reason);
     record.fencing_token = Some(fencing_token);
+    record.params = params;
     // Journaled before the claim is closed: should this worker die between the close and the
     // record, the record still reaches MongoDB when it restarts. Only if no record exists: a
     // late close by the departed worker writes the run's own record over it.

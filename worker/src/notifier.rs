@@ -833,6 +833,7 @@ mod tests {
             parent: None,
             http_status: None,
             shard: None,
+            params: etcron_common::model::RunParams::default(),
         }
     }
 

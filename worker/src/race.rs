@@ -252,7 +252,7 @@ pub(crate) fn prepare(ctx: &Context, fire: &Fire, lease: i64) -> WonClaim {
     let id = &fire.id;
     let claimed_ms = now_ms();
     let worker_id = ctx.config.worker_id.clone();
-    let claim = Claim::taken(&worker_id);
+    let claim = Claim { params: fire.params.clone(), ..Claim::taken(&worker_id) };
     let running = RunningExecution {
         worker_id,
         execution_id: id.clone(),
@@ -261,6 +261,7 @@ pub(crate) fn prepare(ctx: &Context, fire: &Fire, lease: i64) -> WonClaim {
         fencing_token: None,
         trigger: Some(fire.trigger),
         scheduled_ms: Some(fire.scheduled_ms),
+        params: fire.params.clone(),
     };
     let lock = (fire.spec.concurrency != Concurrency::Allow).then(|| (ctx.keys.lock(&id.job, &id.part), to_json(id)));
     WonClaim {
@@ -356,7 +357,12 @@ mod tests {
 
     fn claim(worker: &str, state: ClaimState) -> Vec<u8> {
         let status = (state == ClaimState::Done).then_some(Status::Succeeded);
-        serde_json::to_vec(&Claim { worker_id: worker.to_owned(), status }).unwrap()
+        serde_json::to_vec(&Claim {
+            worker_id: worker.to_owned(),
+            status,
+            params: etcron_common::model::RunParams::default(),
+        })
+        .unwrap()
     }
 
     fn key(value: &[u8], lease: i64, version: i64) -> ReadKey<'_> {

@@ -15,6 +15,7 @@ pub(crate) fn base_record(ctx: &Context, fire: &Fire, status: Status, fencing_to
     record.hostname.clone_from(&ctx.hostname);
     record.fencing_token = fencing_token;
     record.parent.clone_from(&fire.parent);
+    record.params.clone_from(&fire.params);
     record
 }
 

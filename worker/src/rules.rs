@@ -7,7 +7,7 @@
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use etcron_common::job::{JobSpec, OnWorkerLoss};
 use etcron_common::keys::{ExecutionId, Keys, Part, Tick};
-use etcron_common::model::{Status, TriggerKind, TriggerRequest};
+use etcron_common::model::{RunParams, Status, TriggerKind, TriggerRequest};
 use etcron_common::{rfc3339_ms, UnixMs};
 
 use crate::fire::{to_json, Fire};
@@ -36,7 +36,7 @@ pub(crate) fn follow_ups(
         notes.push(note);
     }
     if status == Status::Lost {
-        let (loss_ops, note) = after_loss(keys, id, spec, fire.scheduled_ms, fencing_token, now);
+        let (loss_ops, note) = after_loss(keys, id, spec, (fire.scheduled_ms, &fire.params), fencing_token, now);
         ops.extend(loss_ops);
         notes.extend(note);
     }
@@ -69,6 +69,7 @@ fn retry_request(keys: &Keys, fire: &Fire, status: Status, fencing_token: i64, n
         scheduled_ms: Some(fire.scheduled_ms),
         not_before_ms: Some(not_before),
         parent: Some(id.clone()),
+        params: fire.params.clone(),
         ..TriggerRequest::manual(now, &format!("retry after {} of {id}", status.as_str()))
     };
     (put_request(keys, &id.job, &format!("retry-{fencing_token}"), &request), note)
@@ -102,12 +103,13 @@ pub(crate) fn rerun_after_loss(spec: &JobSpec, id: &ExecutionId) -> bool {
 
 /// What follows a run lost with its worker's session, per `on_worker_loss`: a failover rerun
 /// (next attempt, same scheduled time; not for broadcast parts, and at most `MAX_FAILOVERS` on
-/// top of the retries), or the `on_failure` jobs. Also a note for the record's reason.
+/// top of the retries) with the run's `params`, or the `on_failure` jobs. Also a note for the
+/// record's reason.
 pub(crate) fn after_loss(
     keys: &Keys,
     id: &ExecutionId,
     spec: &JobSpec,
-    scheduled_ms: UnixMs,
+    (scheduled_ms, params): (UnixMs, &RunParams),
     fencing_token: i64,
     now: UnixMs,
 ) -> (Vec<TxnOp>, Option<String>) {
@@ -119,6 +121,7 @@ pub(crate) fn after_loss(
             execution_id: Some(next),
             scheduled_ms: Some(scheduled_ms),
             parent: Some(id.clone()),
+            params: params.clone(),
             ..TriggerRequest::manual(now, &format!("failover of {id}"))
         };
         return (vec![put_request(keys, &id.job, &format!("failover-{fencing_token}"), &request)], Some(note));

@@ -84,6 +84,8 @@ fn shell_env(
     let mut env = ctx.task_env.clone();
     env.extend(shell.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     env.extend(shell.secret_env.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))));
+    // A manual run's overrides come over the spec's (the master refused `ETCRON_*` names).
+    env.extend(fire.params.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     env.insert("ETCRON_JOB".into(), id.job.clone());
     env.insert("ETCRON_EXECUTION_ID".into(), id.to_string());
     env.insert("ETCRON_SCHEDULED_AT".into(), rfc3339_ms(fire.scheduled_ms));

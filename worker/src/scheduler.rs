@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use etcron_common::job::{Concurrency, JobSpec, Mode};
 use etcron_common::keys::{ExecutionId, Key, Part, Tick};
-use etcron_common::model::{halt, Pause, TriggerKind, TriggerRequest};
+use etcron_common::model::{halt, Pause, RunParams, TriggerKind, TriggerRequest};
 use etcron_common::schedule::{Schedule, ScheduleCache};
 use etcron_common::{now_ms, UnixMs};
 use tokio::sync::{mpsc, watch};
@@ -231,6 +231,7 @@ impl Scheduler {
             request_key: None,
             parent: None,
             then: Vec::new(),
+            params: RunParams::default(),
         };
         self.spawn_parts(fire);
     }
@@ -548,6 +549,7 @@ impl Scheduler {
             request_key: Some(key.to_string()),
             parent: request.parent.clone(),
             then: request.then.clone(),
+            params: request.params.clone(),
         };
         self.spawn_parts(fire);
     }

@@ -71,6 +71,48 @@ pub(super) fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes
     })
 }
 
+/// An optional JSON object body with only `fields`: `None` when empty, else its fields. A key
+/// given twice, JSON that is no object (`shape` says what is expected) or an unknown field is a
+/// `400` naming it.
+pub(super) fn object_body(
+    body: &[u8],
+    fields: &[&str],
+    shape: &str,
+) -> ApiResult<Option<serde_json::Map<String, serde_json::Value>>> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value = etcron_common::json::from_slice_unique(body).map_err(|e| match e {
+        etcron_common::json::ParseError::Duplicate { path } => {
+            ApiError::bad_request(Some(path.clone()), format!("{path} is given twice"))
+        }
+        etcron_common::json::ParseError::Syntax(e) => ApiError::bad_request(None, format!("body is not JSON: {e}")),
+    })?;
+    let serde_json::Value::Object(map) = value else {
+        return Err(ApiError::bad_request(None, format!("the body is a JSON object: {shape}, or empty")));
+    };
+    if let Some(other) = map.keys().find(|k| !fields.contains(&k.as_str())) {
+        return Err(ApiError::bad_request(
+            Some(other.clone()),
+            format!("unknown field {other:?}; this takes {}", fields.join(" and ")),
+        ));
+    }
+    Ok(Some(map))
+}
+
+/// An RFC 3339 instant in a body's `field`, `None` when absent or null.
+pub(super) fn instant(field: &str, value: Option<&serde_json::Value>) -> ApiResult<Option<etcron_common::UnixMs>> {
+    let invalid = |message: String| ApiError::bad_request(Some(field.to_owned()), message);
+    let text = match value {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::String(t)) => t,
+        Some(_) => return Err(invalid(format!("{field} must be an RFC 3339 time such as 2026-11-22T03:00:00Z"))),
+    };
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| Some(t.timestamp_millis()))
+        .map_err(|e| invalid(format!("{field} must be an RFC 3339 time such as 2026-11-22T03:00:00Z ({e})")))
+}
+
 /// The caller's name for reasons and logs (`anonymous` without auth).
 pub(super) fn actor(caller: Option<&axum::Extension<Caller>>) -> String {
     caller.map_or_else(|| "anonymous".to_owned(), |c| c.name.clone())

@@ -14,7 +14,7 @@ use etcd_client::GetOptions;
 use etcron_common::job::JobSpec;
 use etcron_common::keys::{ExecutionId, Key, KillTarget};
 use etcron_common::model::WorkerInfo;
-use etcron_common::model::{fires, Pause, MAX_PAUSE_REASON, MAX_PAUSE_UNTIL_MS};
+use etcron_common::model::{fires, Pause, RunParams, MAX_PAUSE_REASON, MAX_PAUSE_UNTIL_MS};
 use etcron_common::schedule::{format_in, MAX_AT_MS};
 use etcron_common::store::{Search, StoreError};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
@@ -311,10 +311,15 @@ pub(super) async fn run_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
     caller: Option<axum::Extension<Caller>>,
+    body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    let params = run_body(&body_bytes(body)?)?;
     let reason = format!("manual run via API by {}", actor(caller.as_ref()));
-    let (id, execution_id) = st.jobs().request_run(&name, &reason).await?;
-    let body = json!({ "request_id": id, "execution_id": execution_id.to_string() });
+    let (id, execution_id) = st.jobs().request_run(&name, &reason, params.clone()).await?;
+    let mut body = json!({ "request_id": id, "execution_id": execution_id.to_string() });
+    if !params.is_empty() {
+        body["params"] = json!(params);
+    }
     let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };
     Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
 }
@@ -356,29 +361,40 @@ pub(super) async fn kill_job(
     Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
 }
 
+/// The body of `POST /api/jobs/{job}/run`: nothing, or `{"env": {"NAME": "value"},
+/// "scheduled_at": "RFC 3339"}` — environment overrides checked as the spec's `env` is, and the
+/// time the run is "as of" (any instant a schedule may name).
+pub(super) fn run_body(body: &[u8]) -> ApiResult<RunParams> {
+    let shape = "{\"env\": {\"NAME\": \"value\"}, \"scheduled_at\": \"RFC 3339\"}";
+    let Some(fields) = object_body(body, &["env", "scheduled_at"], shape)? else { return Ok(RunParams::default()) };
+    let env: BTreeMap<String, String> = match fields.get("env") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                _ => Err(ApiError::bad_request(Some(format!("env.{k}")), "env values are strings")),
+            })
+            .collect::<ApiResult<_>>()?,
+        Some(_) => {
+            return Err(ApiError::bad_request(Some("env".to_owned()), "env is an object of NAME: value strings"))
+        }
+    };
+    etcron_common::job::validate_env_overrides("env", &env)?;
+    let as_of_ms = instant("scheduled_at", fields.get("scheduled_at"))?;
+    if as_of_ms.is_some_and(|ms| !(0..=etcron_common::schedule::MAX_AT_MS).contains(&ms)) {
+        return Err(ApiError::bad_request(
+            Some("scheduled_at".to_owned()),
+            format!("scheduled_at must be between 1970-01-01 and {}", rfc3339_ms(etcron_common::schedule::MAX_AT_MS)),
+        ));
+    }
+    Ok(RunParams { env, as_of_ms })
+}
+
 /// The body of `POST /api/jobs/{job}/pause`: nothing, or `{"reason": "...", "until": "RFC 3339"}`.
 pub(super) fn pause_body(body: &[u8], now: UnixMs) -> ApiResult<(Option<String>, Option<UnixMs>)> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok((None, None));
-    }
-    let value = etcron_common::json::from_slice_unique(body).map_err(|e| match e {
-        etcron_common::json::ParseError::Duplicate { path } => {
-            ApiError::bad_request(Some(path.clone()), format!("{path} is given twice"))
-        }
-        etcron_common::json::ParseError::Syntax(e) => ApiError::bad_request(None, format!("body is not JSON: {e}")),
-    })?;
-    let Value::Object(fields) = value else {
-        return Err(ApiError::bad_request(
-            None,
-            "the body is a JSON object: {\"reason\": \"...\", \"until\": \"RFC 3339\"}, or empty",
-        ));
-    };
-    if let Some(other) = fields.keys().find(|k| !["reason", "until"].contains(&k.as_str())) {
-        return Err(ApiError::bad_request(
-            Some(other.clone()),
-            format!("unknown field {other:?}; a pause takes reason and until"),
-        ));
-    }
+    let shape = "{\"reason\": \"...\", \"until\": \"RFC 3339\"}";
+    let Some(fields) = object_body(body, &["reason", "until"], shape)? else { return Ok((None, None)) };
     Ok((pause_reason(fields.get("reason"))?, pause_until(fields.get("until"), now)?))
 }
 
@@ -403,15 +419,9 @@ fn pause_reason(value: Option<&Value>) -> ApiResult<Option<String>> {
 
 /// When the pause ends by itself: an RFC 3339 instant after now, at most a year ahead.
 fn pause_until(value: Option<&Value>, now: UnixMs) -> ApiResult<Option<UnixMs>> {
+    let Some(until) = instant("until", value)? else { return Ok(None) };
     let invalid = |message: String| ApiError::bad_request(Some("until".to_owned()), message);
-    let text = match value {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::String(t)) => t,
-        Some(_) => return Err(invalid("until must be an RFC 3339 time such as 2026-11-22T03:00:00Z".to_owned())),
-    };
-    let until = chrono::DateTime::parse_from_rfc3339(text)
-        .map(|t| t.timestamp_millis())
-        .map_err(|e| invalid(format!("until must be an RFC 3339 time such as 2026-11-22T03:00:00Z ({e})")))?;
+    let text = rfc3339_ms(until);
     if until <= now {
         return Err(invalid(format!("until ({text}) is not in the future")));
     }

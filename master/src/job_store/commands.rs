@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
-use etcron_common::job::{validate_name, JobSpec};
+use etcron_common::job::{validate_name, JobSpec, Task};
 use etcron_common::keys::{ExecutionId, KillTarget};
-use etcron_common::model::{KillCommand, Pause, TriggerRequest};
+use etcron_common::model::{KillCommand, Pause, RunParams, TriggerRequest};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 
 use super::JobStore;
@@ -164,12 +164,21 @@ impl JobStore {
         Err(ApiError::conflict(format!("job {name:?} is being edited concurrently; retry")))
     }
 
-    /// Requests a manual run of an existing job: a run request on a 60 s lease, claimed once
-    /// by a worker. The request id and the id its execution will have.
-    pub async fn request_run(&self, name: &str, reason: &str) -> ApiResult<(String, ExecutionId)> {
-        self.read(name).await?;
+    /// Requests a manual run of an existing job with `params`: a run request on a 60 s lease,
+    /// claimed once by a worker. The request id and the id its execution will have. Environment
+    /// overrides are refused for a job whose task is not a shell command.
+    pub async fn request_run(&self, name: &str, reason: &str, params: RunParams) -> ApiResult<(String, ExecutionId)> {
+        let (job, _) = self.read(name).await?;
+        let shell = JobSpec::from_json(&job.value).map_or(true, |spec| matches!(spec.task, Task::Shell(_)));
+        if !params.env.is_empty() && !shell {
+            return Err(ApiError::bad_request(
+                Some("env".to_owned()),
+                format!("job {name:?} runs an HTTP task: environment overrides apply to shell tasks only"),
+            ));
+        }
         let id = format!("{:016x}", rand::random::<u64>());
-        let request = TriggerRequest::manual(now_ms(), reason);
+        let request =
+            TriggerRequest { scheduled_ms: params.as_of_ms, params, ..TriggerRequest::manual(now_ms(), reason) };
         let lease = self.command_lease().await?;
         let value = serde_json::to_vec(&request).map_err(|e| ApiError::internal(&e))?;
         let mut kv = self.client.kv_client();
