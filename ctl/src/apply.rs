@@ -21,7 +21,6 @@ use serde_json::{json, Value};
 use crate::client::{segment, Client};
 use crate::exit::{ApiError, Exit, FileError, InvalidFiles, Unsuccessful, Usage};
 use crate::jobfile::{self, FileJob};
-use crate::table::clip;
 
 /// A job as the server has it.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,52 +74,7 @@ pub fn current_jobs(list: &Value) -> BTreeMap<String, Current> {
         .unwrap_or_default()
 }
 
-/// One field that differs between the server's spec and the file's.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Difference {
-    /// Dotted path (`task.command`, `labels.team`); lists compare as a whole.
-    pub path: String,
-    pub old: Option<Value>,
-    pub new: Option<Value>,
-}
-
-impl std::fmt::Display for Difference {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let show = |v: &Value| clip(&v.to_string(), 60);
-        match (&self.old, &self.new) {
-            (Some(old), Some(new)) => write!(f, "~ {}: {} → {}", self.path, show(old), show(new)),
-            (None, Some(new)) => write!(f, "+ {}: {}", self.path, show(new)),
-            (Some(old), None) => write!(f, "- {}: {}", self.path, show(old)),
-            // A secret: its values are never shown, only that it changed.
-            (None, None) => write!(f, "~ {}: (secret value changed)", self.path),
-        }
-    }
-}
-
-/// The fields that differ from `old` to `new`, objects compared key by key.
-#[must_use]
-pub fn diff(old: &Value, new: &Value) -> Vec<Difference> {
-    let mut out = Vec::new();
-    diff_at("", old, new, &mut out);
-    out
-}
-
-fn diff_at(path: &str, old: &Value, new: &Value, out: &mut Vec<Difference>) {
-    match (old, new) {
-        (Value::Object(a), Value::Object(b)) => {
-            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-            for key in keys {
-                let sub = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
-                match (a.get(key), b.get(key)) {
-                    (Some(x), Some(y)) => diff_at(&sub, x, y, out),
-                    (x, y) => out.push(Difference { path: sub, old: x.cloned(), new: y.cloned() }),
-                }
-            }
-        }
-        (a, b) if a == b => {}
-        (a, b) => out.push(Difference { path: path.to_owned(), old: Some(a.clone()), new: Some(b.clone()) }),
-    }
-}
+pub use etcron_model::diff::{diff, Difference};
 
 /// What apply does with one job.
 #[derive(Debug, Clone, PartialEq)]
@@ -839,15 +793,6 @@ mod tests {
         let steps = plan(&files, &current_jobs(&list), None).unwrap();
         let Action::Update { note, .. } = &steps[0].action else { panic!("{steps:?}") };
         assert!(note.as_deref().unwrap().contains("schedule: bad"));
-    }
-
-    #[test]
-    fn diffs_walk_objects_and_compare_lists_whole() {
-        let old = json!({"a": 1, "m": {"x": 1, "y": 2}, "l": [1, 2], "gone": true});
-        let new = json!({"a": 1, "m": {"x": 1, "y": 3, "z": 4}, "l": [1, 2, 3]});
-        let d: Vec<String> = diff(&old, &new).iter().map(ToString::to_string).collect();
-        assert_eq!(d, ["- gone: true", "~ l: [1,2] → [1,2,3]", "~ m.y: 2 → 3", "+ m.z: 4"]);
-        assert!(diff(&old, &old).is_empty());
     }
 
     #[test]

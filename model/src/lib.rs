@@ -6,6 +6,7 @@
 #[cfg(test)]
 mod check;
 pub mod dependency;
+pub mod diff;
 pub mod duration;
 pub mod headers;
 pub mod job;
