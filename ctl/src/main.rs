@@ -10,6 +10,7 @@ mod describe;
 mod edit;
 mod executions;
 mod exit;
+mod history;
 mod jobfile;
 mod jobs;
 mod sse;
@@ -226,6 +227,23 @@ enum JobsCommand {
     },
     /// Resume a paused job.
     Resume { name: String },
+    /// The saved versions of a job's spec (who, when, how), newest first.
+    History {
+        name: String,
+        /// What changed: `FROM` (to the current version) or `FROM..TO` (revisions).
+        #[arg(long, value_name = "FROM[..TO]", value_parser = history::parse_range)]
+        diff: Option<(String, Option<String>)>,
+    },
+    /// Save an earlier version of a job's spec again (its secrets: the stored ones).
+    Rollback {
+        name: String,
+        /// The revision of the version to restore (from `jobs history`).
+        #[arg(long, value_name = "REVISION")]
+        to: i64,
+        /// Only if the job is still at this revision (409 otherwise).
+        #[arg(long, value_name = "REVISION")]
+        if_match: Option<i64>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -382,6 +400,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 jobs::pause(&client, &name, reason.as_deref(), until.as_deref(), json).await
             }
             JobsCommand::Resume { name } => jobs::resume(&client, &name, json).await,
+            JobsCommand::History { name, diff } => history::history(&client, &name, diff, json).await,
+            JobsCommand::Rollback { name, to, if_match } => history::rollback(&client, &name, to, if_match, json).await,
         },
         Command::Executions(cmd) => match cmd {
             ExecutionsCommand::Search {

@@ -39,6 +39,11 @@ pub const MAX_JOB: usize = 128;
 /// Longest record of what a refused change attempted (its body, secrets withheld).
 pub const MAX_ATTEMPTED: usize = 4096;
 
+/// The id of a changing request: its audit entry's id, and the `request_id` of the spec
+/// version it saved (handlers read it as a request extension).
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
 /// What a handler adds to the entry of its request.
 #[derive(Debug, Clone, Default)]
 pub struct AuditDetail {
@@ -118,7 +123,7 @@ pub fn action_of(method: &str, path: &str) -> (String, Option<String>) {
     let action = match (method, rest.map(|r| r.split('/').nth(1))) {
         ("PUT", Some(None)) => "job.put".to_owned(),
         ("DELETE", Some(None)) => "job.delete".to_owned(),
-        ("POST", Some(Some(a @ ("run" | "kill" | "pause" | "resume")))) => format!("job.{a}"),
+        ("POST", Some(Some(a @ ("run" | "kill" | "pause" | "resume" | "rollback")))) => format!("job.{a}"),
         _ => format!("{method} {}", bounded(path, MAX_PATH)),
     };
     (action, job.map(|j| bounded(&j, MAX_JOB)))
@@ -381,7 +386,9 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
         ))
         .into_response();
     };
-    let req = Request::from_parts(parts, axum::body::Body::from(body.clone()));
+    let request_id = format!("{at_ms:013}-{:016x}", rand::random::<u64>());
+    let mut req = Request::from_parts(parts, axum::body::Body::from(body.clone()));
+    req.extensions_mut().insert(RequestId(request_id.clone()));
     let response = next.run(req).await;
     // Requests without a valid token, and those over the rate limit, are logged by the auth
     // layer but not kept here: anyone could fill the collection with them.
@@ -399,7 +406,7 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
     let (actor, role) = (caller.name, caller.role.as_str().to_owned());
     let new_id = || format!("{at_ms:013}-{:016x}", rand::random::<u64>());
     let entry = AuditEntry {
-        id: new_id(),
+        id: request_id.clone(),
         at: rfc3339_ms(at_ms),
         at_ms,
         actor,
@@ -426,7 +433,7 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
                     status: change.status,
                     before: change.before.clone(),
                     after: change.after.clone(),
-                    detail: Some(serde_json::json!({"batch": true})),
+                    detail: Some(serde_json::json!({"batch": true, "request_id": request_id})),
                     ..entry.clone()
                 });
             }

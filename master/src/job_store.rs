@@ -19,7 +19,7 @@ use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOpti
 use etcron_common::dependency::DependencyGraph;
 use etcron_common::job::{validate_name, JobSpec, MAX_SPEC_BYTES};
 use etcron_common::keys::{Key, Keys};
-use etcron_common::model::{JobState, Pause};
+use etcron_common::model::{JobState, Pause, SpecVersion, MAX_SPEC_VERSIONS};
 use etcron_common::now_ms;
 use serde::Deserialize;
 
@@ -48,6 +48,40 @@ pub struct Precondition {
 pub enum Change {
     Put(Box<JobSpec>),
     Delete,
+}
+
+/// Who writes, and through which request: what each saved version of a spec records
+/// (`{ns}/history/{job}/…`, written with the save).
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    pub by: String,
+    /// `PUT /api/jobs/{job}`, `POST /api/batch`, …
+    pub via: String,
+    pub request_id: Option<String>,
+    /// A rollback: the revision it saves again.
+    pub restored: Option<i64>,
+}
+
+impl Origin {
+    /// The key and record of the saved version of `job` holding `value`, to put with the save.
+    #[must_use]
+    pub fn entry(&self, keys: &Keys, job: &str, value: &[u8]) -> (String, Vec<u8>) {
+        (keys.history(job, &format!("{:016x}", rand::random::<u64>())), self.version(value))
+    }
+
+    /// The version record of a save of `value` (secrets withheld).
+    fn version(&self, value: &[u8]) -> Vec<u8> {
+        let spec = serde_json::from_slice(value).map(etcron_common::job::redacted_json).unwrap_or_default();
+        let version = SpecVersion {
+            spec,
+            by: self.by.clone(),
+            at_ms: now_ms(),
+            via: self.via.clone(),
+            request_id: self.request_id.clone(),
+            restored: self.restored,
+        };
+        serde_json::to_vec(&version).unwrap_or_default()
+    }
 }
 
 /// One job to save or delete.
@@ -113,6 +147,8 @@ struct Prepared {
     /// The spec `value` holds (a save).
     spec: Option<Box<JobSpec>>,
     precondition: Precondition,
+    /// The saved version's key and record (a save that is written).
+    history: Option<(String, Vec<u8>)>,
 }
 
 /// The jobs as read at one revision (all of them, or those a batch needs).
@@ -139,9 +175,10 @@ impl JobStore {
         Self { client, keys }
     }
 
-    /// Carries out `writes` (each job at most once: the caller checks), returning one outcome
-    /// per write in order.
-    pub async fn apply(&self, writes: Vec<Write>) -> Applied {
+    /// Carries out `writes` (each job at most once: the caller checks) on behalf of `origin`,
+    /// returning one outcome per write in order. Each save keeps its version in the job's
+    /// history, in the same transaction.
+    pub async fn apply(&self, writes: Vec<Write>, origin: &Origin) -> Applied {
         let mut outcomes: Vec<Option<Outcome>> = writes.iter().map(|_| None).collect();
         let mut pending: Vec<usize> = Vec::new();
         for (i, w) in writes.iter().enumerate() {
@@ -155,7 +192,7 @@ impl JobStore {
             if pending.is_empty() {
                 break;
             }
-            match self.attempt(&writes, &pending, &mut outcomes, &mut transactions).await {
+            match self.attempt(&writes, &pending, &mut outcomes, &mut transactions, origin).await {
                 Ok(()) => pending.clear(),
                 Err(left) => {
                     tracing::info!(
@@ -178,10 +215,13 @@ impl JobStore {
                 writes[i].job
             ))));
         }
-        let outcomes = outcomes
+        let outcomes: Vec<Outcome> = outcomes
             .into_iter()
             .map(|o| o.unwrap_or_else(|| Err(ApiError::internal(&"write without an outcome"))))
             .collect();
+        for (w, _) in writes.iter().zip(&outcomes).filter(|(_, o)| matches!(o, Ok(Written::Saved { .. }))) {
+            tokio::spawn(prune_history(self.client.clone(), self.keys.clone(), w.job.clone()));
+        }
         Applied { outcomes, transactions }
     }
 
@@ -205,7 +245,7 @@ impl JobStore {
         };
         let mut ready = Vec::new();
         for &i in &pending {
-            match prepare(i, &writes[i], Some(&snapshot)) {
+            match prepare(i, &writes[i], Some(&snapshot), None) {
                 Ok(p) => ready.push(p),
                 Err(e) => outcomes[i] = Some(Err(e)),
             }
@@ -235,6 +275,7 @@ impl JobStore {
         pending: &[usize],
         outcomes: &mut [Option<Outcome>],
         transactions: &mut usize,
+        origin: &Origin,
     ) -> Result<(), Vec<usize>> {
         let needs_graph = pending.iter().any(|&i| has_dependents(&writes[i]));
         let withholding: Vec<&str> = pending
@@ -253,7 +294,8 @@ impl JobStore {
         };
         let mut ready = Vec::new();
         for &i in pending {
-            match prepare(i, &writes[i], snapshot.as_ref()) {
+            let history = Some((&self.keys, origin));
+            match prepare(i, &writes[i], snapshot.as_ref(), history) {
                 Ok(p) => ready.push(p),
                 Err(e) => outcomes[i] = Some(Err(e)),
             }
@@ -399,15 +441,14 @@ impl JobStore {
                     (None, true) => Some(Compare::create_revision(key.clone(), CompareOp::Equal, 0)),
                     (None, false) => None,
                 });
-                Txn::new()
-                    .when(compares)
-                    .and_then([
-                        TxnOp::txn(self.init_state(&w.job)),
-                        TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_prev_key())),
-                        // A save leaves the pause alone; the answer shows it as it is.
-                        TxnOp::get(self.keys.paused(&w.job), None),
-                    ])
-                    .or_else([TxnOp::get(key, None)])
+                let mut ops = vec![
+                    TxnOp::txn(self.init_state(&w.job)),
+                    TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_prev_key())),
+                    // A save leaves the pause alone; the answer shows it as it is.
+                    TxnOp::get(self.keys.paused(&w.job), None),
+                ];
+                ops.extend(p.history.as_ref().map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None)));
+                Txn::new().when(compares).and_then(ops).or_else([TxnOp::get(key, None)])
             }
             None => {
                 compares.push(match expected {
@@ -446,6 +487,8 @@ impl JobStore {
             TxnOp::delete(self.keys.health(job), None),
             // And an operator's pause: a job created later under the name starts unpaused.
             TxnOp::delete(self.keys.paused(job), None),
+            // And its saved versions: a job created later under the name starts a history.
+            TxnOp::delete(self.keys.history_of(job), Some(DeleteOptions::new().with_prefix())),
             // Pending run requests (manual runs, retries, dependency runs, catch-up) must not
             // start the job, or a job of the same name created later, after the delete.
             TxnOp::delete(self.keys.job_trigger_prefix(job), Some(DeleteOptions::new().with_prefix())),
@@ -490,10 +533,15 @@ fn has_dependents(w: &Write) -> bool {
 
 /// The value a save stores: withheld (`null`) secrets filled in from the stored spec (and
 /// then saved only over that revision), checked against the size limit.
-fn prepare(index: usize, w: &Write, snapshot: Option<&Snapshot>) -> ApiResult<Prepared> {
+fn prepare(
+    index: usize,
+    w: &Write,
+    snapshot: Option<&Snapshot>,
+    history: Option<(&Keys, &Origin)>,
+) -> ApiResult<Prepared> {
     let mut precondition = w.precondition;
     let Change::Put(spec) = &w.change else {
-        return Ok(Prepared { index, value: None, spec: None, precondition });
+        return Ok(Prepared { index, value: None, spec: None, precondition, history: None });
     };
     let mut spec = spec.clone();
     if spec.withholds_secrets() {
@@ -513,7 +561,30 @@ fn prepare(index: usize, w: &Write, snapshot: Option<&Snapshot>) -> ApiResult<Pr
             value.len()
         )));
     }
-    Ok(Prepared { index, value: Some(value), spec: Some(spec), precondition })
+    let history = history.map(|(keys, origin)| origin.entry(keys, &w.job, &value));
+    Ok(Prepared { index, value: Some(value), spec: Some(spec), precondition, history })
+}
+
+/// Deletes the oldest saved versions of `job` beyond [`MAX_SPEC_VERSIONS`] (after a save; any
+/// master may, at once: deleting a deleted key is harmless).
+async fn prune_history(client: Client, keys: Keys, job: String) {
+    let mut kv = client.kv_client();
+    let opts = GetOptions::new().with_prefix().with_keys_only();
+    let Ok(resp) = etcd("history_list", kv.get(keys.history_of(&job), Some(opts))).await else { return };
+    let mut versions: Vec<(i64, Vec<u8>)> =
+        resp.kvs().iter().map(|kv| (kv.create_revision(), kv.key().to_vec())).collect();
+    if versions.len() <= MAX_SPEC_VERSIONS {
+        return;
+    }
+    versions.sort_unstable();
+    let excess = versions.len() - MAX_SPEC_VERSIONS;
+    for old in versions[..excess].chunks(TXN_CHANGES) {
+        let ops: Vec<TxnOp> = old.iter().map(|(_, key)| TxnOp::delete(key.clone(), None)).collect();
+        if let Err(e) = etcd("history_prune", kv.txn(Txn::new().and_then(ops))).await {
+            tracing::warn!(job, error = %e, "deleting old saved versions failed; the next save tries again");
+            return;
+        }
+    }
 }
 
 /// With every job read at one revision (and the writes guarded on it), preconditions are
@@ -634,10 +705,12 @@ fn current_revision(ops: Vec<TxnOpResponse>) -> Option<i64> {
 fn written(job: &str, p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> Written {
     match (&p.value, &p.spec) {
         (Some(value), Some(spec)) => {
-            let (mut previous, mut pause) = (None, None);
+            let (mut previous, mut pause, mut job_put) = (None, None, true);
             for op in ops {
                 match op {
-                    TxnOpResponse::Put(put) => {
+                    // The job's put comes first; the saved version's put after it.
+                    TxnOpResponse::Put(put) if job_put => {
+                        job_put = false;
                         previous = put.prev_key().map(|kv| (kv.create_revision(), kv.value().to_vec()));
                     }
                     TxnOpResponse::Get(get) => {
@@ -683,7 +756,7 @@ fn chunks(ready: Vec<Prepared>) -> Vec<Vec<Prepared>> {
     let mut out: Vec<Vec<Prepared>> = Vec::new();
     let mut bytes = 0;
     for p in ready {
-        let size = p.value.as_ref().map_or(0, Vec::len);
+        let size = p.value.as_ref().map_or(0, Vec::len) + p.history.as_ref().map_or(0, |(_, v)| v.len());
         match out.last_mut() {
             Some(last) if last.len() < TXN_CHANGES && bytes + size <= TXN_BYTES => {
                 bytes += size;

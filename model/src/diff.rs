@@ -1,11 +1,11 @@
 //! What differs between two specs (as JSON), field by field: what `etcronctl apply` and `edit`
 //! print before they write, and what `GET /api/jobs/{job}/history/diff` answers.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// One field that differs between two specs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Difference {
     /// Dotted path (`task.command`, `labels.team`); lists compare as a whole.
     pub path: String,

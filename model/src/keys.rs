@@ -10,6 +10,7 @@
 //! {ns}/state/{job}                        JobState
 //! {ns}/health/{job}                       JobHealth            (jobs notifying `recovery`)
 //! {ns}/paused/{job}                       Pause                (no lease: until resumed or deleted)
+//! {ns}/history/{job}/{entry}              SpecVersion          (no lease: the newest kept, deleted with the job)
 //! ```
 //! `{tick}` is the scheduled time in Unix ms, or `manual-{request_id}` for a manual run.
 //! Execution ids are `{job}@{tick}#{attempt}`.
@@ -283,6 +284,11 @@ pub enum Key {
     Health(String),
     /// An operator's pause of the job (see `Keys::paused`).
     Paused(String),
+    /// One saved version of the job's spec (see `Keys::history`).
+    History {
+        job: String,
+        entry: String,
+    },
     Lock {
         job: String,
         part: Part,
@@ -497,6 +503,18 @@ impl Keys {
     pub fn paused_prefix(&self) -> String {
         format!("{}/paused/", self.ns)
     }
+    /// One saved version of the job's spec, written in the transaction that saved it: its
+    /// create revision is the revision the spec was saved at. `entry` is a random id (the
+    /// create revision orders the versions).
+    #[must_use]
+    pub fn history(&self, job: &str, entry: &str) -> String {
+        format!("{}/history/{job}/{entry}", self.ns)
+    }
+    /// Every saved version of `job`.
+    #[must_use]
+    pub fn history_of(&self, job: &str) -> String {
+        format!("{}/history/{job}/", self.ns)
+    }
 
     /// Parses any key of this namespace; `None` for keys outside it or malformed ones.
     #[must_use]
@@ -511,6 +529,11 @@ impl Keys {
             "state" if job_ok(rest) => Some(Key::State(rest.to_owned())),
             "health" if job_ok(rest) => Some(Key::Health(rest.to_owned())),
             "paused" if job_ok(rest) => Some(Key::Paused(rest.to_owned())),
+            "history" => {
+                let (job, entry) = rest.split_once('/')?;
+                (job_ok(job) && validate_id(entry).is_ok())
+                    .then(|| Key::History { job: job.to_owned(), entry: entry.to_owned() })
+            }
             "lock" => {
                 let (job, part) = match rest.find(':') {
                     Some(i) => rest.split_at(i),
@@ -607,6 +630,7 @@ mod tests {
             (k.state("db-backup"), Key::State("db-backup".into())),
             (k.health("db-backup"), Key::Health("db-backup".into())),
             (k.paused("db-backup"), Key::Paused("db-backup".into())),
+            (k.history("db-backup", "00ff"), Key::History { job: "db-backup".into(), entry: "00ff".into() }),
         ];
         for (key, parsed) in cases {
             assert_eq!(k.parse(key.as_bytes()), Some(parsed), "{key}");
@@ -804,6 +828,7 @@ mod tests {
                 job_name().prop_map(Key::State),
                 job_name().prop_map(Key::Health),
                 job_name().prop_map(Key::Paused),
+                (job_name(), id()).prop_map(|(job, entry)| Key::History { job, entry }),
                 (job_name(), part()).prop_map(|(job, part)| Key::Lock { job, part }),
             ]
         }
@@ -821,6 +846,7 @@ mod tests {
                 Key::State(job) => keys.state(job),
                 Key::Health(job) => keys.health(job),
                 Key::Paused(job) => keys.paused(job),
+                Key::History { job, entry } => keys.history(job, entry),
                 Key::Lock { job, part } => keys.lock(job, part),
             }
         }

@@ -348,6 +348,29 @@ pub struct Pause {
     pub execution_id: Option<String>,
 }
 
+/// `{ns}/history/{job}/{entry}`: one saved version of a job's spec, written in the transaction
+/// that saved it (its key's create revision is the spec's revision), secrets withheld.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpecVersion {
+    /// The spec as saved, its secrets `null` (and passwords in URLs redacted).
+    pub spec: serde_json::Value,
+    /// Who saved it: the caller's token name, `anonymous`, or `etcron` (a one-shot job
+    /// disabled after its run).
+    pub by: String,
+    pub at_ms: UnixMs,
+    /// How: `PUT /api/jobs/{job}`, `POST /api/batch`, `POST /api/jobs/{job}/rollback`, …
+    pub via: String,
+    /// The request's id: its audit entry's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// A rollback: the revision whose spec it saved again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored: Option<i64>,
+}
+
+/// Saved versions kept per job (older ones are deleted after each save).
+pub const MAX_SPEC_VERSIONS: usize = 100;
+
 /// Furthest ahead a pause may end by itself.
 pub const MAX_PAUSE_UNTIL_MS: UnixMs = 366 * 86_400_000;
 

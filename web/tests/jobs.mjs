@@ -89,6 +89,28 @@ try {
   assert.equal(saved.body.spec.task.group, undefined, "an emptied group is dropped");
   assert.equal(saved.body.spec.pause_after_failures, 4);
 
+  // Its history: the harness's save and the form's; the diff of the first with the current
+  // one; a rollback to it (confirmed) is a third version that restores it.
+  await page.goto(base + "/#/history/as-backup");
+  await page.locator("#history tbody tr").nth(1).waitFor();
+  assert.equal(await page.locator("#history tbody tr").count(), 2);
+  const first = await page.locator("#history tbody tr").nth(1).getAttribute("data-revision");
+  assert.match(await page.locator("#history tbody tr").first().innerText(), /current[\s\S]*PUT \/api\/jobs\/as-backup/);
+  await page.getByRole("button", { name: `Diff revision ${first} with the current spec` }).click();
+  await page.locator("#history-diff li").first().waitFor();
+  const changes = await page.locator("#history-diff").innerText();
+  assert.match(changes, /task\.user: "backup" → "nobody"/);
+  assert.match(changes, /pause_after_failures: — → 4/);
+  await page.screenshot({ path: path.join(shots, "history-1280.png"), fullPage: true });
+  page.once("dialog", (d) => d.accept());
+  await Promise.all([
+    page.waitForResponse((r) => r.url().endsWith("/api/jobs/as-backup/rollback") && r.status() === 200),
+    page.getByRole("button", { name: `Roll back to revision ${first}` }).click(),
+  ]);
+  await page.locator("#history tbody tr").nth(2).waitFor();
+  assert.match(await page.locator("#history tbody tr").first().innerText(), new RegExp(`restores ${first}`));
+  assert.equal((await call(base, "GET", "/api/jobs/as-backup")).body.spec.task.user, "backup");
+
   // A job its failures paused: the list and its page say why, and link the failure.
   await page.goto(base + "/#/jobs");
   await row("auto-paused").waitFor();

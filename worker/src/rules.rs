@@ -7,7 +7,7 @@
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use etcron_common::job::{JobSpec, OnWorkerLoss};
 use etcron_common::keys::{ExecutionId, Keys, Part, Tick};
-use etcron_common::model::{RunParams, Status, TriggerKind, TriggerRequest};
+use etcron_common::model::{RunParams, SpecVersion, Status, TriggerKind, TriggerRequest};
 use etcron_common::{rfc3339_ms, UnixMs};
 
 use crate::fire::{to_json, Fire};
@@ -80,10 +80,21 @@ fn retry_request(keys: &Keys, fire: &Fire, status: Status, fencing_token: i64, n
 fn disable_one_shot(keys: &Keys, fire: &Fire) -> TxnOp {
     let disabled = JobSpec { enabled: false, ..(*fire.spec).clone() };
     let key = keys.job(&fire.id.job);
+    // Kept in the job's history like every saved version (by etcron, after which run).
+    let version = SpecVersion {
+        spec: serde_json::to_value(disabled.redacted()).unwrap_or_default(),
+        by: "etcron".to_owned(),
+        at_ms: etcron_common::now_ms(),
+        via: format!("disabled after the one-shot run {}", fire.id),
+        request_id: None,
+        restored: None,
+    };
+    let history = keys.history(&fire.id.job, &format!("{:016x}", rand::random::<u64>()));
     TxnOp::txn(
-        Txn::new()
-            .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, fire.job_revision)])
-            .and_then([TxnOp::put(key.as_str(), to_json(&disabled), None)]),
+        Txn::new().when([Compare::mod_revision(key.as_str(), CompareOp::Equal, fire.job_revision)]).and_then([
+            TxnOp::put(key.as_str(), to_json(&disabled), None),
+            TxnOp::put(history, to_json(&version), None),
+        ]),
     )
 }
 

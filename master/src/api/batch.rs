@@ -138,7 +138,12 @@ pub(super) fn batch_changes(body: &[u8]) -> ApiResult<(Vec<BatchItem>, bool)> {
 
 /// `POST /api/batch`: many job saves and deletes in one request, each with its own
 /// precondition, written in as few etcd transactions as they fit in and answered one by one.
-pub(super) async fn batch(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+pub(super) async fn batch(
+    State(st): State<AppState>,
+    caller: Option<axum::Extension<crate::auth::Caller>>,
+    request: Option<axum::Extension<crate::audit::RequestId>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
     let (changes, dry_run) = batch_changes(&body_bytes(body)?)?;
     let mut results: Vec<Value> = Vec::with_capacity(changes.len());
     let mut writes = Vec::new();
@@ -164,7 +169,8 @@ pub(super) async fn batch(State(st): State<AppState>, body: Result<Bytes, BytesR
         }
         return Ok(Json(json!({ "results": results, "transactions": 0, "dry_run": true })).into_response());
     }
-    let applied = st.jobs().apply(writes).await;
+    let origin = origin(caller.as_ref(), request.as_ref(), "POST /api/batch".to_owned());
+    let applied = st.jobs().apply(writes, &origin).await;
     let mut audit = Vec::new();
     for ((slot, (job, op)), outcome) in slots.into_iter().zip(jobs).zip(applied.outcomes) {
         if let Ok(w) = &outcome {

@@ -113,6 +113,15 @@ pub(super) fn instant(field: &str, value: Option<&serde_json::Value>) -> ApiResu
         .map_err(|e| invalid(format!("{field} must be an RFC 3339 time such as 2026-11-22T03:00:00Z ({e})")))
 }
 
+/// Who writes through which request, for the saved versions of specs.
+pub(super) fn origin(
+    caller: Option<&axum::Extension<Caller>>,
+    request: Option<&axum::Extension<crate::audit::RequestId>>,
+    via: String,
+) -> crate::job_store::Origin {
+    crate::job_store::Origin { by: actor(caller), via, request_id: request.map(|r| r.0 .0.clone()), restored: None }
+}
+
 /// The caller's name for reasons and logs (`anonymous` without auth).
 pub(super) fn actor(caller: Option<&axum::Extension<Caller>>) -> String {
     caller.map_or_else(|| "anonymous".to_owned(), |c| c.name.clone())

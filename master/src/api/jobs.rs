@@ -21,12 +21,13 @@ use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::audit::RequestId;
 use crate::auth::Caller;
 use crate::backend::AppState;
 use crate::error::ApiError;
 use crate::error::{etcd, ApiResult};
 use crate::job_store::commands::{stored_pause, Paused, Resumed, StoredJob};
-use crate::job_store::{Change, Precondition, Write, Written};
+use crate::job_store::{Change, Origin, Precondition, Write, Written};
 
 use super::http::*;
 
@@ -265,13 +266,16 @@ pub(super) async fn put_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
+    caller: Option<axum::Extension<Caller>>,
+    request: Option<axum::Extension<RequestId>>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     job_name(&name)?;
     let precondition = Precondition { expected: if_match(&headers)?, create_only: if_none_match(&headers)? };
     let spec = JobSpec::from_json(&body_bytes(body)?)?;
     let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
-    let outcome = st.jobs().apply(vec![write]).await.outcomes.pop();
+    let origin = origin(caller.as_ref(), request.as_ref(), format!("PUT /api/jobs/{name}"));
+    let outcome = st.jobs().apply(vec![write], &origin).await.outcomes.pop();
     let Some(Written::Saved { created, revision, created_revision, spec, before, pause, .. }) = outcome.transpose()?
     else {
         return Err(ApiError::internal(&"a save answered otherwise"));
@@ -297,7 +301,7 @@ pub(super) async fn delete_job(
     job_name(&name)?;
     let precondition = Precondition { expected: if_match(&headers)?, create_only: false };
     let write = Write { job: name.clone(), change: Change::Delete, precondition };
-    let outcome = st.jobs().apply(vec![write]).await.outcomes.pop();
+    let outcome = st.jobs().apply(vec![write], &Origin::default()).await.outcomes.pop();
     let Some(Written::Deleted { before }) = outcome.transpose()? else {
         return Err(ApiError::internal(&"a delete answered otherwise"));
     };
@@ -450,9 +454,15 @@ pub(super) async fn pause_job(
 }
 
 /// `POST /api/jobs/{job}/resume` (see `JobStore::resume`).
-pub(super) async fn resume_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+pub(super) async fn resume_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    caller: Option<axum::Extension<Caller>>,
+    request: Option<axum::Extension<RequestId>>,
+) -> ApiResult<Response> {
     job_name(&name)?;
-    let Resumed { job, was_paused, spec_before, unchanged } = st.jobs().resume(&name).await?;
+    let origin = origin(caller.as_ref(), request.as_ref(), format!("POST /api/jobs/{name}/resume"));
+    let Resumed { job, was_paused, spec_before, unchanged } = st.jobs().resume(&name, &origin).await?;
     let shown = view(name, &job.value, job.mod_revision, job.create_revision, None, None);
     let detail = if unchanged {
         crate::audit::AuditDetail { detail: Some(json!({ "unchanged": true })), ..Default::default() }

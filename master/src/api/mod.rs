@@ -17,6 +17,7 @@ mod audit;
 mod batch;
 mod cluster;
 mod executions;
+mod history;
 mod http;
 mod jobs;
 mod notifications;
@@ -40,6 +41,9 @@ pub fn app(state: AppState) -> Router {
         .route("/api/jobs/{job}/kill", post(kill_job))
         .route("/api/jobs/{job}/pause", post(pause_job))
         .route("/api/jobs/{job}/resume", post(resume_job))
+        .route("/api/jobs/{job}/history", get(history::history))
+        .route("/api/jobs/{job}/history/diff", get(history::history_diff))
+        .route("/api/jobs/{job}/rollback", post(history::rollback))
         .route("/api/batch", post(batch))
         .route("/api/workers", get(list_workers))
         .route("/api/cluster/storage", get(cluster_storage))

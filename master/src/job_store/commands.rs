@@ -124,7 +124,7 @@ impl JobStore {
     /// false` (declared disabled, or an `@at` job the workers disabled after its run), sets it
     /// to true — refused when such a schedule never fires again; both in one transaction on
     /// the revision read, so a concurrent edit is never overwritten.
-    pub async fn resume(&self, name: &str) -> ApiResult<Resumed> {
+    pub async fn resume(&self, name: &str, origin: &super::Origin) -> ApiResult<Resumed> {
         let key = self.keys.job(name);
         for _ in 0..RMW_ATTEMPTS {
             let (job, pause) = self.read(name).await?;
@@ -140,6 +140,8 @@ impl JobStore {
                 super::fires_again(&spec)?;
                 let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
                 ops.push(TxnOp::put(key.clone(), value.clone(), None));
+                let (history_key, version) = origin.entry(&self.keys, name, &value);
+                ops.push(TxnOp::put(history_key, version, None));
                 Some(value)
             };
             let txn =

@@ -1,0 +1,110 @@
+//! `jobs history` (the saved versions of a job's spec, or what changed between two) and `jobs
+//! rollback` (save an earlier version again).
+
+use anyhow::Context as _;
+use etcron_model::diff::Difference;
+use reqwest::Method;
+use serde_json::json;
+
+use crate::client::{query, segment, Client};
+use crate::exit::Usage;
+use crate::table::{text, Table};
+use crate::{out, print_doc};
+
+fn path(name: &str) -> String {
+    format!("/api/jobs/{}", segment(name))
+}
+
+/// `FROM` or `FROM..TO`: the revisions `--diff` compares (`TO` defaults to the current one).
+pub fn parse_range(text: &str) -> Result<(String, Option<String>), String> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match text.split_once("..") {
+        Some((from, to)) if digits(from) && digits(to) => Ok((from.to_owned(), Some(to.to_owned()))),
+        None if digits(text) => Ok((text.to_owned(), None)),
+        _ => Err(format!("expected REVISION or FROM..TO (revisions from `jobs history`), got {text:?}")),
+    }
+}
+
+/// Lists the saved versions of `name`, newest first; with `diff`, what changed between two.
+pub async fn history(
+    client: &Client,
+    name: &str,
+    diff: Option<(String, Option<String>)>,
+    json: bool,
+) -> anyhow::Result<()> {
+    if let Some((from, to)) = diff {
+        let url = format!("{}/history/diff{}", path(name), query(&[("from", Some(from)), ("to", to)]));
+        let v = client.get(&url).await.with_context(|| format!("comparing versions of job {name:?}"))?;
+        if json {
+            return print_doc(&v);
+        }
+        let changes = v["changes"].as_array().cloned().unwrap_or_default();
+        let mut lines = format!("revision {} → {}: {} change(s)\n", text(&v["from"]), text(&v["to"]), changes.len());
+        for change in changes {
+            match serde_json::from_value::<Difference>(change.clone()) {
+                Ok(d) => lines.push_str(&format!("  {d}\n")),
+                Err(_) => lines.push_str(&format!("  {change}\n")),
+            }
+        }
+        return out(&lines);
+    }
+    let v = client
+        .get(&format!("{}/history", path(name)))
+        .await
+        .with_context(|| format!("reading the history of job {name:?}"))?;
+    if json {
+        return print_doc(&v);
+    }
+    let mut table = Table::new(&["REVISION", "SAVED", "BY", "VIA", ""]);
+    for version in v["versions"].as_array().into_iter().flatten() {
+        let note = match (version["current"].as_bool(), version["restored"].as_i64()) {
+            (Some(true), Some(r)) => format!("current (restores {r})"),
+            (Some(true), None) => "current".to_owned(),
+            (_, Some(r)) => format!("restores {r}"),
+            _ => String::new(),
+        };
+        table.row(vec![
+            text(&version["revision"]),
+            text(&version["at"]),
+            text(&version["by"]),
+            text(&version["via"]),
+            note,
+        ]);
+    }
+    out(&table.render())
+}
+
+/// Saves the version of `name` at `revision` again (only over `if_match`, when given).
+pub async fn rollback(
+    client: &Client,
+    name: &str,
+    revision: i64,
+    if_match: Option<i64>,
+    json: bool,
+) -> anyhow::Result<()> {
+    if revision <= 0 {
+        return Err(Usage(format!("--to {revision}: a revision from `jobs history`")).into());
+    }
+    let headers: Vec<(&str, String)> = if_match.map(|r| ("If-Match", r.to_string())).into_iter().collect();
+    let body = json!({ "revision": revision });
+    let reply = client.send(Method::POST, &format!("{}/rollback", path(name)), Some(&body), &headers).await;
+    let v = reply.with_context(|| format!("rolling job {name:?} back to revision {revision}"))?.body;
+    if json {
+        return print_doc(&v);
+    }
+    out(&format!("job {name} rolled back to the spec of revision {revision} (now revision {})\n", text(&v["revision"])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_ranges() {
+        assert_eq!(parse_range("41"), Ok(("41".into(), None)));
+        assert_eq!(parse_range("41..57"), Ok(("41".into(), Some("57".into()))));
+        for bad in ["", "x", "41..", "..57", "4-5", "-3"] {
+            assert!(parse_range(bad).is_err(), "{bad}");
+        }
+    }
+}

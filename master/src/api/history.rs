@@ -1,0 +1,159 @@
+//! A job's saved versions (`{ns}/history/{job}/…`, written with each save: see `job_store`):
+//! the list, the difference between two, and a rollback that saves an old one again.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use etcd_client::GetOptions;
+use etcron_common::diff::diff;
+use etcron_common::job::JobSpec;
+use etcron_common::model::SpecVersion;
+use etcron_common::rfc3339_ms;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::http::*;
+use super::jobs::{view_spec, with_etag};
+use crate::audit::RequestId;
+use crate::auth::Caller;
+use crate::backend::AppState;
+use crate::error::{etcd, ApiError, ApiResult};
+use crate::job_store::{Change, Precondition, Write, Written};
+
+/// One saved version as the API shows it.
+#[derive(Debug, Serialize)]
+pub(super) struct VersionView {
+    /// The revision the spec was saved at (the job's `revision` then).
+    revision: i64,
+    /// RFC 3339.
+    at: String,
+    by: String,
+    via: String,
+    request_id: Option<String>,
+    /// A rollback: the revision it saved again.
+    restored: Option<i64>,
+    /// The version the job holds now.
+    current: bool,
+    spec: Value,
+}
+
+/// The saved versions of `name`, newest first, and the job's revision now; 404 when the job
+/// does not exist.
+async fn versions(st: &AppState, name: &str) -> ApiResult<(Vec<VersionView>, i64)> {
+    job_name(name)?;
+    let (job, _) = st.jobs().read(name).await?;
+    let mut kv = st.client.kv_client();
+    let resp = etcd("history_list", kv.get(st.keys.history_of(name), Some(GetOptions::new().with_prefix()))).await?;
+    let mut out: Vec<VersionView> = resp
+        .kvs()
+        .iter()
+        .filter_map(|item| {
+            let v: SpecVersion = serde_json::from_slice(item.value()).ok()?;
+            Some(VersionView {
+                revision: item.create_revision(),
+                at: rfc3339_ms(v.at_ms),
+                by: v.by,
+                via: v.via,
+                request_id: v.request_id,
+                restored: v.restored,
+                current: item.create_revision() == job.mod_revision,
+                spec: v.spec,
+            })
+        })
+        .collect();
+    out.sort_unstable_by_key(|v| std::cmp::Reverse(v.revision));
+    Ok((out, job.mod_revision))
+}
+
+/// `GET /api/jobs/{job}/history`.
+pub(super) async fn history(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    let (versions, revision) = versions(&st, &name).await?;
+    Ok(Json(json!({ "job": name, "revision": revision, "versions": versions })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct DiffQuery {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+/// A revision in a query: digits naming a saved version.
+fn revision_param(field: &str, value: Option<&str>) -> ApiResult<Option<i64>> {
+    value
+        .map(|v| {
+            v.parse::<i64>().ok().filter(|r| *r > 0).ok_or_else(|| {
+                ApiError::bad_request(
+                    Some(field.to_owned()),
+                    format!("{field} must be a revision (a positive integer)"),
+                )
+            })
+        })
+        .transpose()
+}
+
+/// The saved version at `revision`, or a 404 naming `field`.
+fn version_at<'a>(versions: &'a [VersionView], revision: i64, field: &str) -> ApiResult<&'a VersionView> {
+    versions.iter().find(|v| v.revision == revision).ok_or_else(|| ApiError {
+        field: Some(field.to_owned()),
+        ..ApiError::not_found(format!("no saved version at revision {revision}"))
+    })
+}
+
+/// `GET /api/jobs/{job}/history/diff?from=R1&to=R2`: what changed from one saved version to
+/// another (`to` defaults to the current one), field by field; secrets show as `null`.
+pub(super) async fn history_diff(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    query: Result<Query<DiffQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Response> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
+    let from = revision_param("from", query.from.as_deref())?
+        .ok_or_else(|| ApiError::bad_request(Some("from".to_owned()), "from is required: a revision"))?;
+    let to = revision_param("to", query.to.as_deref())?;
+    let (versions, current) = versions(&st, &name).await?;
+    let to = to.unwrap_or(current);
+    let (old, new) = (version_at(&versions, from, "from")?, version_at(&versions, to, "to")?);
+    Ok(Json(json!({ "job": name, "from": from, "to": to, "changes": diff(&old.spec, &new.spec) })).into_response())
+}
+
+/// `POST /api/jobs/{job}/rollback` with `{"revision": R}` (and `If-Match`): saves the spec of
+/// version R again as the job's newest version. Its secrets were withheld in the history, so
+/// the stored ones are kept (only for the same destination, as for any save).
+pub(super) async fn rollback(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    caller: Option<axum::Extension<Caller>>,
+    request: Option<axum::Extension<RequestId>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let body = body_bytes(body)?;
+    let shape = "{\"revision\": 41}";
+    let fields = object_body(&body, &["revision"], shape)?
+        .ok_or_else(|| ApiError::bad_request(Some("revision".to_owned()), "revision is required"))?;
+    let target = fields.get("revision").and_then(Value::as_i64).filter(|r| *r > 0).ok_or_else(|| {
+        ApiError::bad_request(Some("revision".to_owned()), "revision must be the revision of a saved version")
+    })?;
+    let (versions, _) = versions(&st, &name).await?;
+    let version = version_at(&versions, target, "revision")?;
+    let spec = JobSpec::from_value(version.spec.clone())?;
+    let precondition = Precondition { expected: if_match(&headers)?, create_only: false };
+    let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
+    let mut origin = origin(caller.as_ref(), request.as_ref(), format!("POST /api/jobs/{name}/rollback"));
+    origin.restored = Some(target);
+    let outcome = st.jobs().apply(vec![write], &origin).await.outcomes.pop();
+    let Some(Written::Saved { revision, created_revision, spec, before, pause, .. }) = outcome.transpose()? else {
+        return Err(ApiError::internal(&"a rollback answered otherwise"));
+    };
+    tracing::info!(job = %name, revision, restored = target, "job rolled back");
+    let job = view_spec(name, &spec, revision, created_revision, None, pause.as_ref());
+    let detail = crate::audit::AuditDetail {
+        before: before.as_deref().and_then(crate::audit::audited),
+        after: Some(job.spec.clone()),
+        detail: Some(json!({ "restored": target })),
+    };
+    Ok(with_audit(with_etag(StatusCode::OK, &job), detail))
+}

@@ -1,0 +1,169 @@
+//! Spec history: every save (PUT, batch, resume, rollback) keeps its version with who, when and
+//! which request, secrets withheld; a diff between two; a rollback under `If-Match` of which
+//! exactly one of two racing callers wins; the history outlives an etcd compaction, keeps the
+//! newest 100 and goes with the job.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
+
+use std::time::Duration;
+
+use etcron_tests::{wait_for, Cluster};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn spec(command: &str, description: &str) -> Value {
+    json!({"schedule": "@yearly", "description": description,
+           "task": {"kind": "shell", "command": command, "secret_env": {"PW": "hunter2"}}})
+}
+
+async fn history(c: &Cluster, job: &str) -> Value {
+    c.get(&format!("/api/jobs/{job}/history")).await.unwrap()
+}
+
+fn revisions(h: &Value) -> Vec<i64> {
+    h["versions"].as_array().unwrap().iter().map(|v| v["revision"].as_i64().unwrap()).collect()
+}
+
+async fn rollback(c: &Cluster, job: &str, revision: i64, if_match: Option<i64>) -> (u16, Value) {
+    let mut req = c.http.post(format!("{}/api/jobs/{job}/rollback", c.master.url)).json(&json!({"revision": revision}));
+    if let Some(rev) = if_match {
+        req = req.header("If-Match", format!("\"{rev}\""));
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_save_is_kept_diffed_and_rolled_back_once() -> anyhow::Result<()> {
+    let c = Cluster::start("history", 0).await?;
+    let v1 = c.put_job("db", spec("pg_dump one", "first")).await?["revision"].as_i64().unwrap();
+    let (status, saved) = c.call(Method::PUT, "/api/jobs/db", Some(spec("pg_dump two", "first"))).await?;
+    assert_eq!(status, 200, "a replace, not a create: {saved}");
+    let v2 = saved["revision"].as_i64().unwrap();
+    let batch = json!({"changes": [{"job": "db", "op": "put", "spec": spec("pg_dump two", "from a batch")}]});
+    let (status, answer) = c.call(Method::POST, "/api/batch", Some(batch)).await?;
+    assert_eq!(status, 200, "{answer}");
+    let v3 = answer["results"][0]["revision"].as_i64().unwrap();
+
+    let h = history(&c, "db").await;
+    assert_eq!(revisions(&h), [v3, v2, v1], "newest first: {h}");
+    assert_eq!(h["revision"], v3);
+    let vias: Vec<&str> = h["versions"].as_array().unwrap().iter().map(|v| v["via"].as_str().unwrap()).collect();
+    assert_eq!(vias, ["POST /api/batch", "PUT /api/jobs/db", "PUT /api/jobs/db"]);
+    assert!(h["versions"].as_array().unwrap().iter().all(|v| v["by"] == "anonymous"));
+    assert_eq!(h["versions"][0]["current"], true);
+    assert_eq!(h["versions"][1]["current"], false);
+    assert_eq!(h["versions"][2]["spec"]["task"]["secret_env"], json!({"PW": null}), "secrets withheld");
+    assert!(!h.to_string().contains("hunter2"));
+    // The request that saved a version is the audit entry of that request.
+    let request = h["versions"][1]["request_id"].as_str().unwrap().to_owned();
+    wait_for(Duration::from_secs(20), "the audit entry of the save", || async {
+        let audit = c.get("/api/audit?job=db").await.ok()?;
+        audit["entries"]
+            .as_array()?
+            .iter()
+            .any(|e| e["id"] == request.as_str() && e["action"] == "job.put")
+            .then_some(())
+    })
+    .await?;
+
+    // What changed from one version to another, and to the current one.
+    let d = c.get(&format!("/api/jobs/db/history/diff?from={v1}&to={v2}")).await?;
+    assert_eq!(d["changes"], json!([{"path": "task.command", "old": "pg_dump one", "new": "pg_dump two"}]));
+    let d = c.get(&format!("/api/jobs/db/history/diff?from={v1}")).await?;
+    let paths: Vec<&str> = d["changes"].as_array().unwrap().iter().map(|x| x["path"].as_str().unwrap()).collect();
+    assert_eq!((paths, d["to"].as_i64()), (vec!["description", "task.command"], Some(v3)));
+    for (query, field) in [("from=abc", "from"), ("to=1", "from"), ("from=1&to=-2", "to")] {
+        let (status, e) = c.call(Method::GET, &format!("/api/jobs/db/history/diff?{query}"), None).await?;
+        assert_eq!((status, e["error"]["field"].as_str()), (400, Some(field)), "{query}: {e}");
+    }
+    let (status, e) = c.call(Method::GET, "/api/jobs/db/history/diff?from=1", None).await?;
+    assert_eq!((status, e["error"]["field"].as_str()), (404, Some("from")), "{e}");
+
+    // Two callers roll back over the same revision at once: one wins, the other is told.
+    let (a, b) = tokio::join!(rollback(&c, "db", v1, Some(v3)), rollback(&c, "db", v2, Some(v3)));
+    let mut statuses = [a.0, b.0];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 409], "{a:?} {b:?}");
+    let (won, restored) = if a.0 == 200 { (a.1, v1) } else { (b.1, v2) };
+    let v4 = won["revision"].as_i64().unwrap();
+    let h = history(&c, "db").await;
+    assert_eq!(revisions(&h), [v4, v3, v2, v1], "exactly one new version");
+    assert_eq!(h["versions"][0]["restored"], restored);
+    assert_eq!(h["versions"][0]["via"], "POST /api/jobs/db/rollback");
+    let expected_command = if restored == v1 { "pg_dump one" } else { "pg_dump two" };
+    assert_eq!(won["spec"]["task"]["command"], expected_command);
+    // The withheld secret was kept from the stored spec.
+    let mut etcd = c.etcd.client().await?;
+    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let stored = etcd.get(keys.job("db"), None).await?.kvs()[0].value().to_vec();
+    assert!(String::from_utf8(stored)?.contains("hunter2"), "the rollback kept the stored secret");
+    // Refusals name the field; a stale If-Match is a conflict.
+    for (body, status, field) in [
+        (json!({}), 400, Some("revision")),
+        (json!({"revision": "x"}), 400, Some("revision")),
+        (json!({"revision": 5, "to": 1}), 400, Some("to")),
+        (json!({"revision": 1}), 404, Some("revision")),
+    ] {
+        let (got, e) = c.call(Method::POST, "/api/jobs/db/rollback", Some(body.clone())).await?;
+        assert_eq!((got, e["error"]["field"].as_str()), (status, field), "{body}: {e}");
+    }
+    assert_eq!(rollback(&c, "db", v1, Some(v3)).await.0, 409);
+    assert_eq!(rollback(&c, "nope", v1, None).await.0, 404);
+
+    // etcronctl: the list, a diff, a rollback refused over a stale revision, a bad range.
+    let ctl = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(etcron_tests::bin("etcronctl").unwrap());
+        cmd.args(args).env("ETCRON_SERVER", &c.master.url).env_remove("ETCRON_TOKEN");
+        let out = cmd.output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    };
+    let (code, listed) = ctl(&["jobs", "history", "db"]);
+    assert_eq!(code, Some(0), "{listed}");
+    assert!(
+        listed.contains("POST /api/jobs/db/rollback") && listed.contains(&format!("current (restores {restored})")),
+        "{listed}"
+    );
+    let (code, diffed) = ctl(&["jobs", "history", "db", "--diff", &format!("{v1}..{v2}")]);
+    assert_eq!(code, Some(0), "{diffed}");
+    assert!(diffed.contains("~ task.command: \"pg_dump one\" → \"pg_dump two\""), "{diffed}");
+    let (code, refused) = ctl(&["jobs", "rollback", "db", "--to", &v2.to_string(), "--if-match", &v3.to_string()]);
+    assert_eq!(code, Some(4), "{refused}");
+    assert_eq!(ctl(&["jobs", "history", "db", "--diff", "x"]).0, Some(2));
+    let (code, done) = ctl(&["jobs", "rollback", "db", "--to", &v2.to_string(), "--if-match", &v4.to_string()]);
+    assert_eq!(code, Some(0), "{done}");
+    assert!(done.contains(&format!("rolled back to the spec of revision {v2}")), "{done}");
+
+    // A resume that enables the spec is a save too.
+    let mut disabled = spec("pg_dump two", "off");
+    disabled["enabled"] = json!(false);
+    c.put_job("db", disabled).await?;
+    assert_eq!(c.call(Method::POST, "/api/jobs/db/resume", None).await?.0, 200);
+    let h = history(&c, "db").await;
+    assert_eq!(h["versions"][0]["via"], "POST /api/jobs/db/resume");
+    assert_eq!(h["versions"][0]["spec"]["enabled"], true);
+
+    // Compaction does not touch it: it is not etcd's MVCC history.
+    let before = revisions(&h);
+    let now = etcd.get("x", None).await?.header().unwrap().revision();
+    etcd.compact(now, None).await?;
+    assert_eq!(revisions(&history(&c, "db").await), before);
+
+    // The newest 100 are kept.
+    for i in 0..104 {
+        c.put_job("db", spec(&format!("pg_dump {i}"), "many")).await?;
+    }
+    wait_for(Duration::from_secs(20), "the oldest versions pruned", || async {
+        (history(&c, "db").await["versions"].as_array()?.len() == 100).then_some(())
+    })
+    .await?;
+    assert_eq!(history(&c, "db").await["versions"][0]["spec"]["task"]["command"], "pg_dump 103");
+
+    // Deleting the job deletes its history.
+    assert_eq!(c.call(Method::DELETE, "/api/jobs/db", None).await?.0, 204);
+    assert_eq!(c.call(Method::GET, "/api/jobs/db/history", None).await?.0, 404);
+    let left = etcd.get(keys.history_of("db"), Some(etcd_client::GetOptions::new().with_prefix())).await?;
+    assert!(left.kvs().is_empty());
+    Ok(())
+}
