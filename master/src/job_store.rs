@@ -776,7 +776,13 @@ mod tests {
     use super::*;
 
     fn prepared(index: usize, size: Option<usize>) -> Prepared {
-        Prepared { index, value: size.map(|n| vec![b'x'; n]), spec: None, precondition: Precondition::default() }
+        Prepared {
+            index,
+            value: size.map(|n| vec![b'x'; n]),
+            spec: None,
+            precondition: Precondition::default(),
+            history: None,
+        }
     }
 
     #[test]
@@ -846,7 +852,7 @@ mod tests {
         let any = Precondition::default();
         let writes = vec![write("a", spec(&[]), any), write("b", spec(&["a"]), any), write("c", spec(&["c"]), any)];
         let ready = |writes: &[Write]| -> Vec<Prepared> {
-            writes.iter().enumerate().filter_map(|(i, w)| prepare(i, w, None).ok()).collect()
+            writes.iter().enumerate().filter_map(|(i, w)| prepare(i, w, None, None).ok()).collect()
         };
         let mut outcomes: Vec<Option<Outcome>> = vec![None, None, None];
         let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes);

@@ -270,8 +270,9 @@ async fn roles_gate_the_routes_and_changes_are_rate_limited() {
     let (status, body, _) = send("POST", "/api/jobs/a/run", "viewer-token-0123456789").await;
     assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::FORBIDDEN, Some("forbidden")), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("needs operator"), "{body}");
-    let (status, _, _) = send("POST", "/api/jobs/a/run", "operator-token-0123456789").await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "past the auth layer");
+    // Past the auth layer: the body (a spec) is refused as a run's parameters.
+    let (status, body, _) = send("POST", "/api/jobs/a/run", "operator-token-0123456789").await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("schedule")), "{body}");
     let (status, body, _) = send("PUT", "/api/jobs/a", "operator-token-0123456789").await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     let (status, _, _) = send("GET", "/api/auth/tokens", "operator-token-0123456789").await;

@@ -6,7 +6,7 @@
 use etcd_client::GetOptions;
 use etcron_common::job::JobSpec;
 use etcron_common::keys::{Keys, KillTarget};
-use etcron_master::job_store::{Change, JobStore, Planned, Precondition, Write, Written};
+use etcron_master::job_store::{Change, JobStore, Origin, Planned, Precondition, Write, Written};
 use etcron_tests::{log_dir, Etcd};
 use serde_json::{json, Value};
 
@@ -37,15 +37,15 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
 
     // Saves: created, then refused on a stale revision, then replaced on the right one.
     let create = Precondition { expected: None, create_only: true };
-    let applied = store.apply(vec![put("a", hourly("one"), create)]).await;
+    let applied = store.apply(vec![put("a", hourly("one"), create)], &Origin::default()).await;
     let Ok(Written::Saved { created: true, revision, .. }) = &applied.outcomes[0] else { panic!("{applied:?}") };
     let revision = *revision;
     assert!(value(&mut etcd, keys.state("a")).await.is_some(), "a new job's state is written with it");
     let stale = Precondition { expected: Some(revision - 1), create_only: false };
-    let applied = store.apply(vec![put("a", hourly("two"), stale)]).await;
+    let applied = store.apply(vec![put("a", hourly("two"), stale)], &Origin::default()).await;
     assert_eq!(applied.outcomes[0].as_ref().unwrap_err().status, 409);
     let current = Precondition { expected: Some(revision), create_only: false };
-    let applied = store.apply(vec![put("a", hourly("two"), current)]).await;
+    let applied = store.apply(vec![put("a", hourly("two"), current)], &Origin::default()).await;
     assert!(matches!(applied.outcomes[0], Ok(Written::Saved { created: false, .. })), "{applied:?}");
     assert_eq!(applied.transactions, 1);
 
@@ -69,21 +69,23 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     assert_eq!(paused.pause.reason.as_deref(), Some("migration"));
     let stored = value(&mut etcd, keys.paused("a")).await.expect("the pause key");
     assert_eq!(stored.0["by"], "alice");
-    let saved = store.apply(vec![put("a", hourly("three"), Precondition::default())]).await;
+    let saved = store.apply(vec![put("a", hourly("three"), Precondition::default())], &Origin::default()).await;
     let Ok(Written::Saved { pause: Some(kept), .. }) = &saved.outcomes[0] else { panic!("{saved:?}") };
     assert_eq!(kept.reason.as_deref(), Some("migration"), "a save never resumes, and says so");
     assert!(store.read("a").await?.1.is_some());
-    let resumed = store.resume("a").await?;
+    let resumed = store.resume("a", &Origin::default()).await?;
     assert!(resumed.was_paused.is_some() && resumed.spec_before.is_none() && !resumed.unchanged);
     assert!(value(&mut etcd, keys.paused("a")).await.is_none());
-    assert!(store.resume("a").await?.unchanged);
+    assert!(store.resume("a", &Origin::default()).await?.unchanged);
     assert_eq!(store.pause("nope", "alice", None, None).await.unwrap_err().status, 404);
 
     // A job declared disabled is enabled by resume, on the revision read.
     let mut disabled = hourly("d");
     disabled["enabled"] = json!(false);
-    store.apply(vec![put("d", disabled, Precondition::default())]).await.outcomes[0].as_ref().unwrap();
-    let resumed = store.resume("d").await?;
+    store.apply(vec![put("d", disabled, Precondition::default())], &Origin::default()).await.outcomes[0]
+        .as_ref()
+        .unwrap();
+    let resumed = store.resume("d", &Origin::default()).await?;
     assert!(resumed.spec_before.is_some());
     assert_eq!(value(&mut etcd, keys.job("d")).await.unwrap().0["enabled"], true);
 
@@ -103,7 +105,10 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     // A delete takes the state, the pause and pending run requests along.
     store.pause("a", "alice", None, None).await?;
     let applied = store
-        .apply(vec![Write { job: "a".into(), change: Change::Delete, precondition: Precondition::default() }])
+        .apply(
+            vec![Write { job: "a".into(), change: Change::Delete, precondition: Precondition::default() }],
+            &Origin::default(),
+        )
         .await;
     assert!(matches!(applied.outcomes[0], Ok(Written::Deleted { before: Some(_) })), "{applied:?}");
     for key in [keys.job("a"), keys.state("a"), keys.paused("a")] {
@@ -112,7 +117,10 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     let triggers = etcd.get(keys.job_trigger_prefix("a"), Some(GetOptions::new().with_prefix())).await?;
     assert_eq!(triggers.count(), 0);
     let applied = store
-        .apply(vec![Write { job: "a".into(), change: Change::Delete, precondition: Precondition::default() }])
+        .apply(
+            vec![Write { job: "a".into(), change: Change::Delete, precondition: Precondition::default() }],
+            &Origin::default(),
+        )
         .await;
     assert_eq!(applied.outcomes[0].as_ref().unwrap_err().status, 404);
     Ok(())
