@@ -283,6 +283,9 @@ pub fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
     if !r.params.is_empty() {
         d.append("params", params_document(&r.params));
     }
+    if let Some(ms) = r.jitter_ms {
+        d.append("jitter_ms", ms);
+    }
     let mut terms = RawArrayBuf::new();
     let extra = [r.error.as_deref(), r.reason.as_deref()];
     for w in words_of(std::iter::once(output.as_ref()).chain(extra.into_iter().flatten())) {
@@ -392,6 +395,7 @@ pub fn from_document(d: &Document) -> Result<ExecutionRecord, StoreError> {
             _ => None,
         },
         params: params_of(d),
+        jitter_ms: int_of("jitter_ms"),
         id,
     })
 }
@@ -1168,6 +1172,7 @@ mod tests {
             http_status: None,
             shard: None,
             params: RunParams::default(),
+            jitter_ms: None,
         }
     }
 
@@ -1182,6 +1187,7 @@ mod tests {
                 env: [("DAY".to_owned(), "2026-11-01".to_owned())].into_iter().collect(),
                 as_of_ms: Some(1_793_491_200_000),
             },
+            jitter_ms: Some(12_345),
             ..record()
         };
         assert_eq!(from_document(&to_document(&with_params)).unwrap(), with_params);

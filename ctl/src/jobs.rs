@@ -85,7 +85,7 @@ pub async fn ls(client: &Client, labels: &[(String, String)], statuses: &[String
         let last = &j["summary"]["last_execution"];
         table.row(vec![
             text(&j["name"]),
-            clip(&text(&j["spec"]["schedule"]), 32),
+            clip(&expressions(&j["spec"]), 32),
             text(&j["spec"]["timezone"]),
             enabled.to_owned(),
             text(&j["next_runs"][0]),
@@ -126,7 +126,7 @@ pub async fn get(client: &Client, name: &str, json: bool) -> anyhow::Result<()> 
     let _ = writeln!(
         s,
         "schedule:         {} ({}): {}",
-        text(&job["spec"]["schedule"]),
+        expressions(&job["spec"]),
         text(&job["spec"]["timezone"]),
         text(&job["schedule_description"])
     );
@@ -343,26 +343,42 @@ pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A spec's schedule expressions in one line: `schedule`, or `schedules` joined with `; `.
+fn expressions(spec: &Value) -> String {
+    match spec["schedules"].as_array() {
+        Some(list) if !list.is_empty() => list.iter().map(text).collect::<Vec<_>>().join("; "),
+        _ => text(&spec["schedule"]),
+    }
+}
+
 /// What `schedule preview` asks for besides the schedule.
 pub struct PreviewOptions {
     pub timezone: Option<String>,
     pub count: Option<u32>,
     /// An RFC 3339 instant; the master checks it and names `after` when it is not one.
     pub after: Option<String>,
+    /// The window of a job's `active_from` / `active_until` (RFC 3339 instants).
+    pub active_from: Option<String>,
+    pub active_until: Option<String>,
+    /// A job's `jitter` and the job's name, which the delays depend on.
+    pub jitter: Option<String>,
+    pub job: Option<String>,
 }
 
-pub async fn preview(client: &Client, schedule: &str, options: PreviewOptions, json: bool) -> anyhow::Result<()> {
-    let PreviewOptions { timezone, count, after } = options;
-    let path = format!(
-        "/api/schedule/preview{}",
-        query(&[
-            ("schedule", Some(schedule.to_owned())),
-            ("timezone", timezone),
-            ("count", count.map(|c| c.to_string())),
-            ("after", after),
-        ])
-    );
-    let v = client.get(&path).await.with_context(|| format!("schedule {schedule:?}"))?;
+pub async fn preview(client: &Client, schedules: &[String], options: PreviewOptions, json: bool) -> anyhow::Result<()> {
+    let PreviewOptions { timezone, count, after, active_from, active_until, jitter, job } = options;
+    let mut pairs: Vec<(&str, Option<String>)> = schedules.iter().map(|s| ("schedule", Some(s.clone()))).collect();
+    pairs.extend([
+        ("timezone", timezone),
+        ("count", count.map(|c| c.to_string())),
+        ("after", after),
+        ("active_from", active_from),
+        ("active_until", active_until),
+        ("job", job),
+        ("jitter", jitter),
+    ]);
+    let path = format!("/api/schedule/preview{}", query(&pairs));
+    let v = client.get(&path).await.with_context(|| format!("schedule {}", schedules.join(" + ")))?;
     if json {
         return print_doc(&v);
     }

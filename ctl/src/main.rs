@@ -302,9 +302,11 @@ enum WorkersCommand {
 
 #[derive(Debug, Subcommand)]
 enum ScheduleCommand {
-    /// The next fire times of a schedule (as the workers compute them).
+    /// The next fire times of a schedule (as the workers compute them); several expressions
+    /// merge their ticks, as a job's `schedules` do.
     Preview {
-        schedule: String,
+        #[arg(required = true)]
+        schedule: Vec<String>,
         /// IANA timezone the schedule is read in (UTC by default).
         #[arg(long)]
         timezone: Option<String>,
@@ -314,6 +316,18 @@ enum ScheduleCommand {
         /// Fire times after this RFC 3339 instant (now by default), e.g. 2026-03-08T00:00:00Z.
         #[arg(long)]
         after: Option<String>,
+        /// No fire time before this RFC 3339 instant (a job's `active_from`).
+        #[arg(long)]
+        active_from: Option<String>,
+        /// No fire time after this RFC 3339 instant (a job's `active_until`).
+        #[arg(long)]
+        active_until: Option<String>,
+        /// A job's `jitter` (e.g. 30s): fire times moved as the workers move them; needs --job.
+        #[arg(long, requires = "job")]
+        jitter: Option<String>,
+        /// The job whose jitter to apply (the delays depend on its name).
+        #[arg(long)]
+        job: Option<String>,
     },
 }
 
@@ -431,8 +445,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             executions::logs(&client, &executions::LogsTarget::parse(&target)?, follow, json).await
         }
         Command::Workers(WorkersCommand::Ls) => jobs::workers(&client, json).await,
-        Command::Schedule(ScheduleCommand::Preview { schedule, timezone, count, after }) => {
-            jobs::preview(&client, &schedule, jobs::PreviewOptions { timezone, count, after }, json).await
+        Command::Schedule(ScheduleCommand::Preview {
+            schedule,
+            timezone,
+            count,
+            after,
+            active_from,
+            active_until,
+            jitter,
+            job,
+        }) => {
+            let options = jobs::PreviewOptions { timezone, count, after, active_from, active_until, jitter, job };
+            jobs::preview(&client, &schedule, options, json).await
         }
         Command::Export { names, file, format } => jobs::export(&client, &names, file.as_deref(), format, json).await,
         Command::Import { mut files, file, crontab, system, timezone, prune, dry_run } => {

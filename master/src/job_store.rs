@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use etcron_common::dependency::DependencyGraph;
-use etcron_common::job::{validate_name, JobSpec, MAX_SPEC_BYTES};
+use etcron_common::job::{check_jitter, validate_name, JobSpec, MAX_SPEC_BYTES};
 use etcron_common::keys::{Key, Keys};
 use etcron_common::model::{JobState, Pause, SpecVersion, MAX_SPEC_VERSIONS};
 use etcron_common::now_ms;
+use etcron_common::schedule::ScheduleError;
 use serde::Deserialize;
 
 use crate::error::ApiError;
@@ -504,7 +505,7 @@ fn check_write(w: &Write) -> ApiResult<()> {
     validate_name(&w.job).map_err(ApiError::from)?;
     match &w.change {
         Change::Put(spec) => {
-            fires_again(spec)?;
+            fires_again(&w.job, spec)?;
             // A job naming itself needs no etcd read to be refused.
             let mut own = DependencyGraph::new();
             own.set(&w.job, spec.on_success.iter().chain(&spec.on_failure));
@@ -516,15 +517,22 @@ fn check_write(w: &Write) -> ApiResult<()> {
 
 /// An enabled job must have a fire time ahead: a past `@at` or a year field wholly in the past
 /// is refused. (A disabled one may keep its spent schedule: workers disable an `@at` job after
-/// its run, and such a job may be saved back as exported.)
-fn fires_again(spec: &JobSpec) -> ApiResult<()> {
+/// its run, and such a job may be saved back as exported.) A `jitter` must be shorter than the
+/// time between the job's ticks, or it would not spread them.
+fn fires_again(job: &str, spec: &JobSpec) -> ApiResult<()> {
+    let schedule = spec.parsed_schedule(job)?;
+    check_jitter(&schedule, spec.jitter_ms(), now_ms())?;
     if !spec.enabled {
         return Ok(());
     }
-    spec.parsed_schedule()
-        .and_then(|s| s.fires_after(now_ms()))
-        .map(drop)
-        .map_err(|e| ApiError::bad_request(Some("schedule".to_owned()), e.to_string()))
+    schedule.fires_after(now_ms()).map(drop).map_err(|e| {
+        let field = match e {
+            ScheduleError::Window(_) => "active_until",
+            _ if spec.schedules.is_empty() => "schedule",
+            _ => "schedules",
+        };
+        ApiError::bad_request(Some(field.to_owned()), e.to_string())
+    })
 }
 
 fn has_dependents(w: &Write) -> bool {

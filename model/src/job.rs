@@ -14,6 +14,7 @@ use crate::keys::validate_job_name;
 use crate::notify::{self, NotifyTarget};
 use crate::schedule::{Schedule, ScheduleCache};
 use crate::size::ByteSize;
+use crate::UnixMs;
 
 /// Largest serialized spec.
 pub const MAX_SPEC_BYTES: usize = 64 * 1024;
@@ -44,6 +45,13 @@ pub const DEFAULT_MAX_CATCHUP: u32 = 100;
 pub const MAX_CATCHUP: u32 = 1000;
 /// Largest `pause_after_failures`.
 pub const MAX_PAUSE_AFTER_FAILURES: u32 = 1000;
+/// Most expressions in a spec's `schedules`.
+pub const MAX_SCHEDULES: usize = 10;
+/// Longest `jitter`.
+pub const MAX_JITTER: Duration = Duration::from_secs(3600);
+/// How many of a job's next ticks a save (or a preview) looks at to find the shortest time
+/// between two, which `jitter` must stay below.
+pub const JITTER_GAP_SAMPLE: usize = 500;
 /// Largest HTTP task body.
 pub const MAX_HTTP_BODY: usize = 32 * 1024;
 /// Longest HTTP task URL.
@@ -65,7 +73,22 @@ pub const OPEN_FILES_RANGE: std::ops::RangeInclusive<u64> = 16..=1_048_576;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
+    /// The job's schedule expression; empty when `schedules` gives several.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub schedule: String,
+    /// Several expressions instead of `schedule`, their ticks merged (one tick per instant).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<String>,
+    /// No tick before this RFC 3339 instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_from: Option<String>,
+    /// No tick after this RFC 3339 instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_until: Option<String>,
+    /// Each tick moved later by up to this long: by a delay that is a function of the job's
+    /// name and the tick, the same on every worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<HumanDuration>,
     #[serde(default = "default_timezone")]
     pub timezone: String,
     #[serde(default = "default_true")]
@@ -362,12 +385,13 @@ impl JobSpec {
         Self::from_value(json_value(bytes)?)
     }
 
-    /// Like [`JobSpec::from_json`], with the schedule parsed through `cache` and handed back:
-    /// a worker loading many jobs parses each distinct schedule once.
-    pub fn from_json_cached(bytes: &[u8], cache: &mut ScheduleCache) -> Result<(Self, Schedule), SpecError> {
+    /// Like [`JobSpec::from_json`], with the schedule of job `job` parsed through `cache` and
+    /// handed back: a worker loading many jobs parses each distinct schedule once.
+    pub fn from_json_cached(bytes: &[u8], job: &str, cache: &mut ScheduleCache) -> Result<(Self, Schedule), SpecError> {
         let spec = Self::decode(json_value(bytes)?)?;
         let schedule = spec.validate_with(&mut |expression, timezone| cache.get(expression, timezone))?;
-        Ok((spec, schedule))
+        let jitter_ms = spec.jitter_ms();
+        Ok((spec, schedule.jittered(job, jitter_ms)))
     }
 
     /// Parses and validates a spec already decoded into a JSON value.
@@ -414,13 +438,7 @@ impl JobSpec {
         &self,
         parse: &mut dyn FnMut(&str, &str) -> Result<Schedule, crate::schedule::ScheduleError>,
     ) -> Result<Schedule, SpecError> {
-        let schedule = parse(&self.schedule, &self.timezone).map_err(|e| {
-            let field = match e {
-                crate::schedule::ScheduleError::Timezone(_) => "timezone",
-                crate::schedule::ScheduleError::Expression(_) => "schedule",
-            };
-            SpecError::at(field, e.to_string())
-        })?;
+        let schedule = self.schedule_with(parse)?;
         match &self.task {
             Task::Shell(shell) => validate_shell(shell)?,
             Task::Http(http) => validate_http(http)?,
@@ -456,6 +474,12 @@ impl JobSpec {
                     ),
                 ));
             }
+        }
+        if self.jitter.is_some_and(|j| j.0.is_zero() || j.0 > MAX_JITTER) {
+            return Err(SpecError::at(
+                "jitter",
+                format!("must be more than 0 and at most {} (leave it out for none)", HumanDuration(MAX_JITTER)),
+            ));
         }
         if self.pause_after_failures.is_some_and(|n| n == 0 || n > MAX_PAUSE_AFTER_FAILURES) {
             return Err(SpecError::at(
@@ -590,11 +614,135 @@ impl JobSpec {
         self.max_output.or(self.limits.and_then(|l| l.output).map(|o| o.0))
     }
 
-    /// The parsed schedule. Valid specs always parse; the error is for specs read from etcd
-    /// that were written by something other than the master.
-    pub fn parsed_schedule(&self) -> Result<Schedule, crate::schedule::ScheduleError> {
-        Schedule::parse(&self.schedule, &self.timezone)
+    /// The parsed schedule of job `job`: `schedule` or `schedules` in `timezone` within
+    /// `active_from` and `active_until`, its ticks moved by `jitter`. Valid specs always parse;
+    /// the error is for specs read from etcd that were written by something other than the
+    /// master.
+    pub fn parsed_schedule(&self, job: &str) -> Result<Schedule, SpecError> {
+        Ok(self.schedule_with(&mut Schedule::parse)?.jittered(job, self.jitter_ms()))
     }
+
+    /// `jitter` in ms; 0 when absent.
+    #[must_use]
+    pub fn jitter_ms(&self) -> i64 {
+        self.jitter.map_or(0, |j| i64::try_from(j.0.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Whether `other` has the same fire times: the same expressions, window and timezone.
+    #[must_use]
+    pub fn same_timing(&self, other: &Self) -> bool {
+        self.schedule == other.schedule
+            && self.schedules == other.schedules
+            && self.active_from == other.active_from
+            && self.active_until == other.active_until
+            && self.jitter == other.jitter
+            && self.timezone == other.timezone
+    }
+
+    /// The expressions of the spec with the field each is at: `schedule`, or `schedules[i]`.
+    #[must_use]
+    pub fn expressions(&self) -> Vec<(String, &str)> {
+        if self.schedules.is_empty() {
+            return vec![("schedule".to_owned(), self.schedule.as_str())];
+        }
+        self.schedules.iter().enumerate().map(|(i, e)| (format!("schedules[{i}]"), e.as_str())).collect()
+    }
+
+    /// Parses the schedule fields with `parse` into one schedule.
+    fn schedule_with(
+        &self,
+        parse: &mut dyn FnMut(&str, &str) -> Result<Schedule, crate::schedule::ScheduleError>,
+    ) -> Result<Schedule, SpecError> {
+        match (self.schedule.is_empty(), self.schedules.len()) {
+            (true, 0) => return Err(SpecError::at("schedule", "a schedule is required (schedule, or schedules)")),
+            (false, n) if n > 0 => {
+                return Err(SpecError::at("schedules", "give either schedule or schedules, not both"))
+            }
+            _ => {}
+        }
+        let window = Window { from: self.active_from.as_deref(), until: self.active_until.as_deref() };
+        schedule_of(&self.expressions(), &self.timezone, window, parse)
+    }
+}
+
+/// The `active_from` and `active_until` of a schedule, as given.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Window<'a> {
+    pub from: Option<&'a str>,
+    pub until: Option<&'a str>,
+}
+
+/// One schedule from several expressions (each with the field or parameter it came from) in
+/// `timezone` within `window`, parsed with `parse`: the rule a spec's schedule and the
+/// preview share. More than one expression: none may be `@at`, none listed twice.
+pub fn schedule_of(
+    expressions: &[(String, &str)],
+    timezone: &str,
+    window: Window<'_>,
+    parse: &mut dyn FnMut(&str, &str) -> Result<Schedule, crate::schedule::ScheduleError>,
+) -> Result<Schedule, SpecError> {
+    use crate::schedule::ScheduleError;
+    if expressions.len() > MAX_SCHEDULES {
+        let field = expressions[MAX_SCHEDULES].0.split('[').next().unwrap_or("schedules");
+        return Err(SpecError::at(field, format!("at most {MAX_SCHEDULES} expressions")));
+    }
+    let mut parsed = Vec::with_capacity(expressions.len());
+    for (i, (field, expression)) in expressions.iter().enumerate() {
+        let schedule = parse(expression, timezone).map_err(|e| match e {
+            ScheduleError::Timezone(_) => SpecError::at("timezone", e.to_string()),
+            _ => SpecError::at(field, e.to_string()),
+        })?;
+        if expressions.len() > 1 && schedule.is_one_shot() {
+            return Err(SpecError::at(field, "@at is for a one-shot job: give it as the only schedule"));
+        }
+        if expressions[..i].iter().any(|(_, e)| e.trim() == expression.trim()) {
+            return Err(SpecError::at(field, format!("{expression:?} is listed twice")));
+        }
+        parsed.push(schedule);
+    }
+    let from = window.from.map(|t| window_instant("active_from", t)).transpose()?;
+    let until = window.until.map(|t| window_instant("active_until", t)).transpose()?;
+    if let (Some(from), Some(until)) = (from, until) {
+        if until < from {
+            return Err(SpecError::at("active_until", "must not be earlier than active_from"));
+        }
+    }
+    if parsed.is_empty() {
+        return Err(SpecError::at("schedule", "a schedule is required"));
+    }
+    let first = parsed.remove(0);
+    Ok(first.shaped(&parsed, from, until))
+}
+
+/// A `jitter` of `jitter_ms` (0: none) must be shorter than the time between the schedule's
+/// ticks, or it would not spread them: checked over its next `JITTER_GAP_SAMPLE` ticks after
+/// `after_ms` when a job is saved or previewed. (Workers need no such check: a tick's delay is
+/// kept below the time to the next tick whatever the jitter.)
+pub fn check_jitter(schedule: &Schedule, jitter_ms: i64, after_ms: UnixMs) -> Result<(), SpecError> {
+    if jitter_ms <= 0 {
+        return Ok(());
+    }
+    match schedule.shortest_gap(after_ms, JITTER_GAP_SAMPLE) {
+        Some(gap) if jitter_ms >= gap => Err(SpecError::at(
+            "jitter",
+            format!("must be shorter than the time between the job's ticks ({gap} ms apart at the shortest)"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// An `active_from`/`active_until` instant: RFC 3339, within the range of `@at`.
+fn window_instant(field: &str, text: &str) -> Result<UnixMs, SpecError> {
+    let at = chrono::DateTime::parse_from_rfc3339(text.trim())
+        .map_err(|e| SpecError::at(field, format!("must be an RFC 3339 instant such as 2026-12-01T00:00:00Z ({e})")))?;
+    let ms = at.timestamp_millis();
+    if !(0..=crate::schedule::MAX_AT_MS).contains(&ms) {
+        return Err(SpecError::at(
+            field,
+            format!("must be from 1970-01-01T00:00:00Z to {}", crate::rfc3339_ms(crate::schedule::MAX_AT_MS)),
+        ));
+    }
+    Ok(ms)
 }
 
 /// The JSON value of a spec's bytes, refused past `MAX_SPEC_BYTES`.
@@ -1091,6 +1239,58 @@ mod tests {
         for (json, field) in cases {
             assert_eq!(field_of(json).as_deref(), Some(*field), "{json}");
         }
+    }
+
+    #[test]
+    fn several_schedules_and_a_window_are_checked_and_round_trip() {
+        let spec = parse(
+            r#"{"schedules":["0 9 * * 1-5","0 12 * * 6,0"],"active_from":"2026-12-01T00:00:00Z",
+                "active_until":"2026-12-31T23:59:59Z","task":{"kind":"shell","command":"x"}}"#,
+        )
+        .unwrap();
+        let back = serde_json::to_value(&spec).unwrap();
+        assert!(back.get("schedule").is_none(), "an empty schedule is left out: {back}");
+        assert_eq!(back["schedules"], serde_json::json!(["0 9 * * 1-5", "0 12 * * 6,0"]));
+        assert_eq!(parse(&back.to_string()).unwrap(), spec);
+        let s = spec.parsed_schedule("x").unwrap();
+        let ms = |t: &str| chrono::DateTime::parse_from_rfc3339(t).unwrap().timestamp_millis();
+        // Friday 4 December 09:00 (weekday), then Saturday 12:00 and Sunday 12:00.
+        assert_eq!(
+            s.upcoming(ms("2026-12-04T08:00:00Z"), 3),
+            [ms("2026-12-04T09:00:00Z"), ms("2026-12-05T12:00:00Z"), ms("2026-12-06T12:00:00Z")]
+        );
+        assert_eq!(
+            s.next_after(ms("2020-01-01T00:00:00Z")),
+            Some(ms("2026-12-01T09:00:00Z")),
+            "not before active_from"
+        );
+        assert_eq!(s.next_after(ms("2026-12-31T12:00:00Z")), None, "nothing after active_until");
+        let other = parse(r#"{"schedules":["0 9 * * 1-5","0 12 * * 6,0"],"task":{"kind":"shell","command":"x"}}"#);
+        assert!(!spec.same_timing(&other.unwrap()), "the window is part of the timing");
+
+        let x = r#","task":{"kind":"shell","command":"x"}}"#;
+        for (body, field) in [
+            (r#"{"schedule":"@daily","schedules":["@hourly"]"#, "schedules"),
+            (r#"{"schedules":[]"#, "schedule"),
+            (r#"{"schedules":["@daily","bad"]"#, "schedules[1]"),
+            (r#"{"schedules":["@daily","@daily"]"#, "schedules[1]"),
+            (r#"{"schedules":["@daily","@at 2030-01-01T00:00:00Z"]"#, "schedules[1]"),
+            (r#"{"schedules":["@daily"],"timezone":"Mars/Base""#, "timezone"),
+            (r#"{"schedule":"@daily","jitter":"2h""#, "jitter"),
+            (r#"{"schedule":"@daily","jitter":"0s""#, "jitter"),
+            (r#"{"schedule":"@daily","active_from":"tomorrow""#, "active_from"),
+            (r#"{"schedule":"@daily","active_until":"10000-01-01T00:00:00Z""#, "active_until"),
+            (
+                r#"{"schedule":"@daily","active_from":"2027-01-01T00:00:00Z","active_until":"2026-01-01T00:00:00Z""#,
+                "active_until",
+            ),
+        ] {
+            assert_eq!(field_of(&format!("{body}{x}")).as_deref(), Some(field), "{body}");
+        }
+        let eleven: Vec<String> = (0..11).map(|i| format!("\"{i} 3 * * *\"")).collect();
+        assert_eq!(field_of(&format!(r#"{{"schedules":[{}]{x}"#, eleven.join(","))).as_deref(), Some("schedules"));
+        let one_at = parse(r#"{"schedules":["@at 2030-01-01T00:00:00Z"],"task":{"kind":"shell","command":"x"}}"#);
+        assert!(one_at.unwrap().parsed_schedule("x").unwrap().is_one_shot(), "a single @at in schedules is one-shot");
     }
 
     #[test]

@@ -611,6 +611,9 @@ pub struct ExecutionRecord {
     /// The parameters the run was given (`POST /api/jobs/{job}/run`).
     #[serde(default, skip_serializing_if = "RunParams::is_empty")]
     pub params: RunParams,
+    /// How much the job's `jitter` moved this tick (ms); `scheduled_at` includes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_ms: Option<i64>,
 }
 
 impl ExecutionRecord {
@@ -651,6 +654,7 @@ impl ExecutionRecord {
                 _ => None,
             },
             params: RunParams::default(),
+            jitter_ms: None,
         }
     }
 

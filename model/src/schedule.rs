@@ -46,6 +46,9 @@ pub enum ScheduleError {
     Expression(String),
     #[error("unknown timezone {0:?}; use an IANA name such as \"UTC\" or \"Europe/Berlin\"")]
     Timezone(String),
+    /// The schedule fires, but not before the end of its active window.
+    #[error("{0}")]
+    Window(String),
 }
 
 #[derive(Debug, Clone)]
@@ -63,6 +66,51 @@ enum Kind {
 pub struct Schedule {
     kind: Kind,
     tz: Tz,
+    /// More expressions and an active window; `None` for a plain one-expression schedule, so
+    /// the common case costs nothing extra.
+    shape: Option<Arc<Shape>>,
+}
+
+/// What a job's `schedules` and `active_from`/`active_until` add to its first expression.
+#[derive(Debug)]
+struct Shape {
+    /// Expressions whose ticks merge with the first one's (one tick per instant).
+    others: Vec<Kind>,
+    /// No tick before this instant.
+    from_ms: Option<UnixMs>,
+    /// No tick after this instant.
+    until_ms: Option<UnixMs>,
+    /// Each tick moved later by a delay that is a function of the job and the tick.
+    jitter: Option<Jitter>,
+}
+
+/// A job's `jitter`: the largest delay and the job's seed.
+#[derive(Debug, Clone, Copy)]
+struct Jitter {
+    max_ms: i64,
+    seed: u64,
+}
+
+impl Jitter {
+    /// The delay of the tick at `nominal`, whose next tick (unjittered) is `following`: below
+    /// the gap between the two, so jittered ticks keep their order.
+    fn delay(self, nominal: UnixMs, following: Option<UnixMs>) -> i64 {
+        let cap = following.map_or(self.max_ms, |f| self.max_ms.min(f - nominal - 1)).max(0);
+        let hash = mix(self.seed ^ mix(u64::from_le_bytes(nominal.to_le_bytes())));
+        i64::try_from(hash % (u64::try_from(cap).unwrap_or(0) + 1)).unwrap_or(0)
+    }
+}
+
+/// A stable 64-bit hash of `job`'s name (FNV-1a): the same on every worker, build and platform.
+fn seed_of(job: &str) -> u64 {
+    job.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// splitmix64's finalizer: spreads close inputs (consecutive ticks) over the whole range.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Parsed schedules shared by expression and timezone. A worker holding 100 000 jobs parses
@@ -115,38 +163,114 @@ impl Schedule {
     pub fn parse(expression: &str, timezone: &str) -> Result<Self, ScheduleError> {
         let tz = parse_timezone(timezone)?;
         let kind = parse_kind(expression)?;
-        Ok(Self { kind, tz })
+        Ok(Self { kind, tz, shape: None })
     }
 
-    /// The first fire time strictly after `after_ms`, or `None` when the schedule never fires
-    /// again (a past `@at`, or a cron pattern with no future match).
+    /// This schedule with the ticks of `others` merged in (an instant two of them share is one
+    /// tick) and kept within `from_ms..=until_ms`. `others` must be in this schedule's
+    /// timezone and none may be one-shot (`@at`).
     #[must_use]
-    pub fn next_after(&self, after_ms: UnixMs) -> Option<UnixMs> {
-        match &self.kind {
-            Kind::Every { interval_ms } => {
-                // No later than the latest `@at`, so every fire time has a four-digit year.
-                let next = (after_ms.div_euclid(*interval_ms) + 1).checked_mul(*interval_ms)?;
-                (next <= MAX_AT_MS).then_some(next)
-            }
-            Kind::At { at_ms } => (*at_ms > after_ms).then_some(*at_ms),
-            Kind::Cron(cron) => {
-                // Cron resolution is one second: search strictly after the whole second
-                // containing `after_ms`, so the answer is strictly later.
-                let next = zone::next_after(cron, self.tz, after_ms.div_euclid(1000))?;
-                next.checked_mul(1000)
+    pub fn shaped(self, others: &[Schedule], from_ms: Option<UnixMs>, until_ms: Option<UnixMs>) -> Self {
+        if others.is_empty() && from_ms.is_none() && until_ms.is_none() {
+            return self;
+        }
+        debug_assert!(others.iter().all(|o| o.tz == self.tz && o.shape.is_none()));
+        let others = others.iter().map(|o| o.kind.clone()).collect();
+        let jitter = self.shape.as_ref().and_then(|s| s.jitter);
+        Self { shape: Some(Arc::new(Shape { others, from_ms, until_ms, jitter })), ..self }
+    }
+
+    /// This schedule with every tick of job `job` moved later by up to `max_ms` (0: none): by
+    /// a delay that is a function of the job's name and the tick, so every worker computes the
+    /// same, and less than the time to the next tick, so ticks keep their order.
+    #[must_use]
+    pub fn jittered(self, job: &str, max_ms: i64) -> Self {
+        if max_ms <= 0 {
+            return self;
+        }
+        let jitter = Some(Jitter { max_ms, seed: seed_of(job) });
+        let shape = match &self.shape {
+            Some(s) => Shape { others: s.others.clone(), jitter, ..**s },
+            None => Shape { others: Vec::new(), from_ms: None, until_ms: None, jitter },
+        };
+        Self { shape: Some(Arc::new(shape)), ..self }
+    }
+
+    /// How much jitter moved the tick at `tick` (a value `next_after` gave), or `None` for a
+    /// schedule without jitter or an instant that is not one of its ticks.
+    #[must_use]
+    pub fn jitter_at(&self, tick: UnixMs) -> Option<i64> {
+        let shape = self.shape.as_ref()?;
+        let jitter = shape.jitter?;
+        let mut nominal = self.unjittered_next(shape, tick.saturating_sub(jitter.max_ms + 1))?;
+        loop {
+            let following = self.unjittered_next(shape, nominal);
+            let delay = jitter.delay(nominal, following);
+            match (nominal + delay).cmp(&tick) {
+                std::cmp::Ordering::Equal => return Some(delay),
+                std::cmp::Ordering::Greater => return None,
+                std::cmp::Ordering::Less => nominal = following?,
             }
         }
     }
 
+    /// The shortest time between two of the next `count` ticks after `after_ms` (jitter left
+    /// out), or `None` when fewer than two follow.
+    #[must_use]
+    pub fn shortest_gap(&self, after_ms: UnixMs, count: usize) -> Option<i64> {
+        let plain = match &self.shape {
+            Some(s) if s.jitter.is_some() => {
+                Self { shape: Some(Arc::new(Shape { others: s.others.clone(), jitter: None, ..**s })), ..self.clone() }
+            }
+            _ => self.clone(),
+        };
+        plain.upcoming(after_ms, count).windows(2).map(|w| w[1] - w[0]).min()
+    }
+
+    /// The first fire time strictly after `after_ms`, or `None` when the schedule never fires
+    /// again (a past `@at`, a cron pattern with no future match, the end of the active window).
+    #[must_use]
+    pub fn next_after(&self, after_ms: UnixMs) -> Option<UnixMs> {
+        let Some(shape) = &self.shape else { return next_of(&self.kind, self.tz, after_ms) };
+        let Some(jitter) = shape.jitter else { return self.unjittered_next(shape, after_ms) };
+        // A tick moves by less than `max_ms` and ticks keep their order: the first one whose
+        // moved instant is after `after_ms` is among the ticks from `after_ms - max_ms` on.
+        let mut nominal = self.unjittered_next(shape, after_ms.saturating_sub(jitter.max_ms + 1))?;
+        loop {
+            let following = self.unjittered_next(shape, nominal);
+            let tick = nominal + jitter.delay(nominal, following);
+            if tick > after_ms {
+                return Some(tick);
+            }
+            nominal = following?;
+        }
+    }
+
+    /// The next tick of a shaped schedule, before jitter.
+    fn unjittered_next(&self, shape: &Shape, after_ms: UnixMs) -> Option<UnixMs> {
+        let next = shape_next(&self.kind, self.tz, shape, after_ms)?;
+        shape.until_ms.is_none_or(|until| next <= until).then_some(next)
+    }
+
     /// The first fire time after `after_ms`, or an error saying there is none (a past `@at`, a
-    /// year field wholly in the past): what saving a job and previewing a schedule check.
+    /// year field wholly in the past, an active window that has ended or holds no tick): what
+    /// saving a job and previewing a schedule check.
     pub fn fires_after(&self, after_ms: UnixMs) -> Result<UnixMs, ScheduleError> {
-        self.next_after(after_ms).ok_or_else(|| {
-            ScheduleError::Expression(format!(
+        if let Some(next) = self.next_after(after_ms) {
+            return Ok(next);
+        }
+        let unbounded = self.shape.as_ref().and_then(|s| shape_next(&self.kind, self.tz, s, after_ms));
+        match (unbounded, self.shape.as_ref().and_then(|s| s.until_ms)) {
+            (Some(_), Some(until)) => Err(ScheduleError::Window(format!(
+                "no tick between {} and active_until {}",
+                format_in(self.tz, after_ms),
+                format_in(self.tz, until)
+            ))),
+            _ => Err(ScheduleError::Expression(format!(
                 "never fires after {}: its last fire time has passed",
                 format_in(self.tz, after_ms)
-            ))
-        })
+            ))),
+        }
     }
 
     /// The next `count` fire times strictly after `after_ms`.
@@ -174,19 +298,66 @@ impl Schedule {
     /// True for a one-shot `@at` schedule.
     #[must_use]
     pub fn is_one_shot(&self) -> bool {
-        matches!(self.kind, Kind::At { .. })
+        matches!(self.kind, Kind::At { .. }) && self.shape.as_ref().is_none_or(|s| s.others.is_empty())
     }
 
     /// A plain-language reading of the schedule.
     #[must_use]
     pub fn describe(&self) -> String {
-        match &self.kind {
-            Kind::Cron(cron) => describe::cron(cron),
-            Kind::Every { interval_ms } => {
-                describe::every(Duration::from_millis(u64::try_from(*interval_ms).unwrap_or(0)))
-            }
-            Kind::At { at_ms } => format!("Once at {}", crate::rfc3339_ms(*at_ms)),
+        let mut text = describe_kind(&self.kind);
+        let Some(shape) = &self.shape else { return text };
+        for other in &shape.others {
+            text.push_str("; ");
+            text.push_str(&describe_kind(other));
         }
+        if let Some(from) = shape.from_ms {
+            text.push_str(&format!(", from {}", format_in(self.tz, from)));
+        }
+        if let Some(until) = shape.until_ms {
+            text.push_str(&format!(", until {}", format_in(self.tz, until)));
+        }
+        if let Some(jitter) = shape.jitter {
+            let max = Duration::from_millis(u64::try_from(jitter.max_ms).unwrap_or(0));
+            text.push_str(&format!(", each tick delayed by up to {}", humantime::format_duration(max)));
+        }
+        text
+    }
+}
+
+/// The first fire time of one expression strictly after `after_ms`.
+fn next_of(kind: &Kind, tz: Tz, after_ms: UnixMs) -> Option<UnixMs> {
+    match kind {
+        Kind::Every { interval_ms } => {
+            // No later than the latest `@at`, so every fire time has a four-digit year.
+            let next = (after_ms.div_euclid(*interval_ms) + 1).checked_mul(*interval_ms)?;
+            (next <= MAX_AT_MS).then_some(next)
+        }
+        Kind::At { at_ms } => (*at_ms > after_ms).then_some(*at_ms),
+        Kind::Cron(cron) => {
+            // Cron resolution is one second: search strictly after the whole second containing
+            // `after_ms`, so the answer is strictly later.
+            let next = zone::next_after(cron, tz, after_ms.div_euclid(1000))?;
+            next.checked_mul(1000)
+        }
+    }
+}
+
+/// The earliest tick of any of a shaped schedule's expressions strictly after `after_ms` and
+/// not before `active_from`, ignoring `active_until`.
+fn shape_next(first: &Kind, tz: Tz, shape: &Shape, after_ms: UnixMs) -> Option<UnixMs> {
+    // Strictly after `from - 1` is at or after `from`, for every kind of expression.
+    let after = match shape.from_ms {
+        Some(from) if after_ms < from => from - 1,
+        _ => after_ms,
+    };
+    std::iter::once(first).chain(&shape.others).filter_map(|k| next_of(k, tz, after)).min()
+}
+
+fn describe_kind(kind: &Kind) -> String {
+    match kind {
+        Kind::Cron(cron) => describe::cron(cron),
+        Kind::Every { interval_ms } => describe::every(Duration::from_millis(u64::try_from(*interval_ms).unwrap_or(0))),
+        Kind::At { at_ms } => format!("Once at {}", crate::rfc3339_ms(*at_ms)),
     }
 }
 
@@ -304,6 +475,77 @@ mod tests {
 
     fn ms(rfc: &str) -> UnixMs {
         DateTime::parse_from_rfc3339(rfc).unwrap().timestamp_millis()
+    }
+
+    #[test]
+    fn jitter_moves_each_tick_by_a_function_of_the_job_and_the_tick_and_keeps_their_order() {
+        let minutely = || Schedule::parse("* * * * *", "UTC").unwrap();
+        let a = minutely().jittered("report", 30_000);
+        let from = ms("2026-01-01T00:00:00Z");
+        let ticks = a.upcoming(from, 200);
+        assert_eq!(ticks, minutely().jittered("report", 30_000).upcoming(from, 200), "the same on every worker");
+        assert_ne!(ticks, minutely().jittered("backup", 30_000).upcoming(from, 200), "another job spreads differently");
+        let delays: Vec<i64> = ticks.iter().map(|t| t.rem_euclid(60_000)).collect();
+        assert!(delays.iter().all(|d| (0..=30_000).contains(d)), "{delays:?}");
+        assert!(delays.iter().collect::<std::collections::BTreeSet<_>>().len() > 150, "spread: {delays:?}");
+        let mean = delays.iter().sum::<i64>() / 200;
+        assert!((10_000..20_000).contains(&mean), "mean delay {mean} ms");
+        for (t, d) in ticks.iter().zip(&delays) {
+            assert_eq!(a.jitter_at(*t), Some(*d), "the record's jitter for {t}");
+            assert_eq!(a.next_after(t - 1), Some(*t), "the next tick just before {t} is {t}");
+        }
+        assert_eq!(a.jitter_at(ticks[0] + 1), None, "not a tick");
+        assert_eq!(minutely().jitter_at(from), None, "no jitter");
+
+        // Jitter longer than the gap: the delay stays below the time to the next tick.
+        let every = Schedule::parse("@every 2s", "UTC").unwrap().jittered("fast", 3_600_000);
+        let fast = every.upcoming(from, 100);
+        assert!(fast.windows(2).all(|w| w[0] < w[1]), "in order");
+        assert!(fast.iter().zip(0..).all(|(t, i)| (from + 2_000 * i..from + 2_000 * (i + 1)).contains(t)), "{fast:?}");
+        assert!(every.describe().ends_with(", each tick delayed by up to 1h"), "{}", every.describe());
+        assert_eq!(every.shortest_gap(from, 10), Some(2_000), "the gap is the schedule's own");
+
+        // A window bounds the ticks before jitter; jitter survives shaping either way.
+        let until = from + 10 * 60_000;
+        let shaped = minutely().shaped(&[], Some(from), Some(until)).jittered("report", 30_000);
+        let inside = shaped.upcoming(0, 100);
+        assert_eq!(inside, ticks.iter().copied().filter(|t| *t < until + 30_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn merged_schedules_fire_once_per_instant_within_the_window() {
+        let parts = [Schedule::parse("*/3 * * * * *", "UTC").unwrap()];
+        let merged = Schedule::parse("*/2 * * * * *", "UTC").unwrap().shaped(&parts, None, None);
+        let secs: Vec<i64> = merged.upcoming(ms("2026-01-01T00:00:00Z"), 8).iter().map(|t| t / 1000 % 60).collect();
+        assert_eq!(secs, [2, 3, 4, 6, 8, 9, 10, 12], "second 6 is one tick, not two");
+        assert_eq!(merged.describe(), "Every 2 seconds; Every 3 seconds");
+
+        let from = ms("2026-01-01T05:30:00Z");
+        let until = ms("2026-01-01T08:00:00Z");
+        let hourly = Schedule::parse("@every 1h", "UTC").unwrap().shaped(&[], Some(from), Some(until));
+        assert_eq!(hourly.upcoming(0, 10), [ms("2026-01-01T06:00:00Z"), ms("2026-01-01T07:00:00Z"), until]);
+        assert_eq!(hourly.next_after(until), None);
+        assert!(hourly
+            .describe()
+            .ends_with(", from 2026-01-01T05:30:00.000+00:00, until 2026-01-01T08:00:00.000+00:00"));
+        let on_from = Schedule::parse("@every 1h", "UTC").unwrap().shaped(&[], Some(ms("2026-01-01T06:00:00Z")), None);
+        assert_eq!(on_from.next_after(0), Some(ms("2026-01-01T06:00:00Z")), "active_from itself may be a tick");
+        let cron_from =
+            Schedule::parse("0 * * * *", "UTC").unwrap().shaped(&[], Some(ms("2026-01-01T06:00:00.500Z")), None);
+        assert_eq!(cron_from.next_after(0), Some(ms("2026-01-01T07:00:00Z")), "nothing before active_from");
+
+        match hourly.fires_after(until) {
+            Err(ScheduleError::Window(why)) => {
+                assert!(why.contains("active_until 2026-01-01T08:00:00.000+00:00"), "{why}")
+            }
+            other => panic!("a window that has ended: {other:?}"),
+        }
+        let past = Schedule::parse("@at 2020-01-01T00:00:00Z", "UTC").unwrap().shaped(&[], None, Some(until));
+        assert!(
+            matches!(past.fires_after(until), Err(ScheduleError::Expression(_))),
+            "no tick at all is the expression's"
+        );
+        assert!(past.is_one_shot(), "a window keeps @at one-shot");
     }
 
     fn next_n(expr: &str, tz: &str, from: &str, n: usize) -> Vec<String> {

@@ -80,6 +80,7 @@ pub fn record_of(i: u64, jobs: i64) -> RecordWrite {
             http_status: None,
             shard: None,
             params: etcron_common::model::RunParams::default(),
+            jitter_ms: None,
         },
     }
 }

@@ -70,6 +70,7 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
         http_status: None,
         shard: None,
         params: RunParams::default(),
+        jitter_ms: Some(1_234),
         id,
     };
     f(&mut r);

@@ -147,6 +147,7 @@ fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
             http_status: None,
             shard: None,
             params: etcron_common::model::RunParams::default(),
+            jitter_ms: None,
         },
     }
 }

@@ -105,6 +105,7 @@ async fn jobs_are_created_edited_as_form_or_json_and_deleted_in_the_editor() -> 
             "job-detail.png",
             "editor-conflict.png",
             "editor-json.png",
+            "editor-schedules.png",
         ],
     );
     // What the browser did, seen through the API: the job ran from its form-made spec, then went.
@@ -116,6 +117,8 @@ async fn jobs_are_created_edited_as_form_or_json_and_deleted_in_the_editor() -> 
     assert!(newest["output"].as_str().unwrap().contains("secret-reached-the-task"), "{newest}");
     let (status, _) = c.call(Method::GET, "/api/jobs/made-in-ui", None).await?;
     assert_eq!(status, 404, "deleted from the job page");
+    let merged = c.get("/api/jobs/two-schedules").await?;
+    assert_eq!(merged["spec"]["schedules"], serde_json::json!(["0 9 * * 1-5", "0 12 * * 6,0"]), "{merged}");
     Ok(())
 }
 

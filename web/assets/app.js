@@ -181,7 +181,7 @@ async function jobsView(params) {
         spec.description ? h("div", { class: "muted" }, spec.description) : "",
         j.invalid ? h("div", { class: "warn" }, `invalid spec: ${j.invalid}`) : ""),
       h("td", { "data-label": "State" }, stateBadge(j), isPaused(j) ? h("div", { class: "muted" }, pauseText(j)) : ""),
-      h("td", { "data-label": "Schedule" }, h("code", {}, spec.schedule || ""), h("div", { class: "muted" }, j.schedule_description || "")),
+      h("td", { "data-label": "Schedule" }, h("code", {}, expressionsOf(spec).join("; ")), h("div", { class: "muted" }, j.schedule_description || "")),
       h("td", { "data-label": "Next run" }, next
         ? [h("div", { title: spec.timezone || "UTC" }, `${jobTime(next)} (${spec.timezone || "UTC"})`), h("div", { class: "muted" }, `${localTime(next)} local`)]
         : h("span", { class: "muted" }, "—")),
@@ -319,7 +319,7 @@ async function jobView(params, rest) {
         ? [" ", h("a", { href: `#/execution/${encodeURIComponent(j.paused.execution_id)}` }, "The failure that paused it")] : "") : "",
     h("div", { class: "toolbar actions" }, jobActions(j, { detail: true })),
     h("dl", { class: "fields" },
-      h("dt", {}, "Schedule"), h("dd", {}, h("code", {}, spec.schedule), ` — ${j.schedule_description} (${spec.timezone || "UTC"})`),
+      h("dt", {}, "Schedule"), h("dd", {}, h("code", {}, expressionsOf(spec).join("; ")), ` — ${j.schedule_description} (${spec.timezone || "UTC"})`),
       h("dt", {}, "Next runs"), h("dd", {}, (j.next_runs || []).length
         ? h("ul", { class: "plain" }, j.next_runs.map((t) => h("li", {}, `${jobTime(t)} · ${localTime(t)} local`)))
         : h("span", { class: "muted" }, isPaused(j) ? "paused" : "none")),
@@ -449,8 +449,11 @@ function jobForm(isNew) {
     enabled: h("div", { class: "field check", "data-field": "enabled" },
       h("label", {}, add("enabled", h("input", { type: "checkbox", name: "enabled", id: idOf("enabled") })), " Enabled (runs on schedule)")),
     labels: formField("labels", "Labels", add("labels", textarea({ rows: 2, placeholder: "team=data" })), "One key=value per line."),
-    schedule: formField("schedule", "Schedule", add("schedule", input({ required: true, placeholder: "0 30 2 * * *  or  @every 5m  or  @daily" })),
-      "Crontab (5 fields, or 6/7 with seconds first), @hourly/@daily/…, @every 30s, @at 2026-12-01T00:00:00Z."),
+    schedule: formField("schedule", "Schedule", add("schedule", textarea({ rows: 2, required: true, class: "mono", placeholder: "0 30 2 * * *  or  @every 5m  or  @daily" })),
+      "Crontab (5 fields, or 6/7 with seconds first), @hourly/@daily/…, @every 30s, @at 2026-12-01T00:00:00Z. One per line: several lines merge their ticks, one run per instant."),
+    activeFrom: formField("active_from", "Active from", add("active_from", input({ placeholder: "always, e.g. 2026-12-01T00:00:00Z" })), "No tick before this instant (RFC 3339)."),
+    activeUntil: formField("active_until", "Active until", add("active_until", input({ placeholder: "always, e.g. 2027-01-01T00:00:00Z" })), "No tick after this instant (RFC 3339)."),
+    jitter: formField("jitter", "Jitter", add("jitter", input({ placeholder: "none, e.g. 30s" })), "Each tick moved later by up to this long, the same on every worker; spreads jobs due at the same moment."),
     timezone: formField("timezone", "Timezone", add("timezone", input({ placeholder: "UTC", list: "timezones" })), "IANA name, e.g. Europe/Berlin."),
     kind: formField("task.kind", "Task", add("task.kind", select("task.kind"))),
     command: formField("task.command", "Command", add("task.command", textarea({ rows: 3, placeholder: "pg_dump db > /backups/db.sql", class: "mono" })), "Runs with /bin/sh -c in its own process group."),
@@ -507,7 +510,7 @@ function jobForm(isNew) {
   const group = (legend, ...children) => h("fieldset", {}, h("legend", {}, legend), children);
   const form = h("form", { id: "job-form", novalidate: true, "aria-label": "Job" },
     group("Job", fields.name, fields.description, fields.enabled, fields.labels),
-    group("Schedule", fields.schedule, fields.timezone),
+    group("Schedule", fields.schedule, fields.timezone, fields.activeFrom, fields.activeUntil, fields.jitter),
     group("Task", fields.kind, ...shellOnly, ...httpOnly),
     group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.pauseAfter, fields.loss, ...limitFields),
     group("Where it runs", fields.mode, fields.shards, fields.selector),
@@ -518,7 +521,12 @@ function jobForm(isNew) {
     const map = (name, sep) => {
       try { return parseMap(f[name].value, sep); } catch (e) { throw Object.assign(new Error(e.message), { field: name }); }
     };
-    const spec = { schedule: f.schedule.value.trim(), timezone: f.timezone.value.trim() || "UTC", enabled: f.enabled.checked };
+    const spec = { timezone: f.timezone.value.trim() || "UTC", enabled: f.enabled.checked };
+    const expressions = scheduleLines(f.schedule.value);
+    if (expressions.length > 1) spec.schedules = expressions; else spec.schedule = expressions[0] || "";
+    if (f.active_from.value.trim()) spec.active_from = f.active_from.value.trim();
+    if (f.active_until.value.trim()) spec.active_until = f.active_until.value.trim();
+    if (f.jitter.value.trim()) spec.jitter = f.jitter.value.trim();
     if (f["task.kind"].value === "http") {
       spec.task = { kind: "http", method: f["task.method"].value, url: f["task.url"].value.trim() };
       const headers = map("task.headers", ":");
@@ -582,7 +590,8 @@ function jobForm(isNew) {
     const mode = spec.mode && typeof spec.mode === "object" ? "sharded" : spec.mode || "single";
     const values = {
       name: name || "", description: spec.description || "", labels: formatMap(spec.labels, "="),
-      schedule: spec.schedule || "", timezone: spec.timezone || "UTC", "task.kind": task.kind || "shell",
+      schedule: expressionsOf(spec).join("\n"), timezone: spec.timezone || "UTC", "task.kind": task.kind || "shell",
+      active_from: spec.active_from || "", active_until: spec.active_until || "", jitter: spec.jitter || "",
       "task.command": task.command || "", "task.env": formatMap(task.env, "="), "task.cwd": task.cwd || "",
       "task.user": task.user || "", "task.group": task.group || "",
       "task.secret_env": formatMap(task.secret_env, "="), "task.secret_headers": formatMap(task.secret_headers, ": "),
@@ -603,9 +612,19 @@ function jobForm(isNew) {
   return { form, f, preview, read, fill };
 }
 
+/** The editor's fields that change a job's fire times, which the preview reads. */
+const SHAPE_FIELDS = ["schedule", "timezone", "active_from", "active_until", "jitter"];
+
+/** A schedule field's expressions, one per non-empty line. */
+function scheduleLines(text) { return text.split("\n").map((l) => l.trim()).filter(Boolean); }
+
+/** A spec's schedule expressions: `schedules`, or the one `schedule`. */
+function expressionsOf(spec) { return spec.schedules && spec.schedules.length ? spec.schedules : [spec.schedule || ""]; }
+
 /** Marks the control of API field `path` (e.g. `task.command`, `on_success[0]`) with `message`. */
 function showFieldError(form, path, message) {
-  let key = path || "";
+  // `schedules[i]` is a line of the one schedule field.
+  let key = (path || "").replace(/^schedules\b(\[\d+\])?/, "schedule");
   while (key) {
     const holder = form.querySelector(`[data-field="${CSS.escape(key)}"]`);
     if (holder && !holder.hidden) {
@@ -686,13 +705,17 @@ async function editView(params, rest) {
     clearTimeout(previewTimer);
     previewTimer = setTimeout(async () => {
       const seq = ++previewSeq;
-      clearFieldErrors(form, "schedule");
-      clearFieldErrors(form, "timezone");
-      const schedule = f.schedule.value.trim();
-      if (!schedule) { preview.replaceChildren(); return; }
-      const tz = f.timezone.value.trim() || "UTC";
+      for (const field of SHAPE_FIELDS) clearFieldErrors(form, field);
+      const expressions = scheduleLines(f.schedule.value);
+      if (!expressions.length) { preview.replaceChildren(); return; }
+      const query = new URLSearchParams(expressions.map((e) => ["schedule", e]));
+      query.set("timezone", f.timezone.value.trim() || "UTC");
+      query.set("count", "10");
+      for (const field of ["active_from", "active_until", "jitter"]) if (f[field].value.trim()) query.set(field, f[field].value.trim());
+      // A tick's jitter depends on the job's name: a new job's preview needs one first.
+      if (query.has("jitter")) query.set("job", f.name.value.trim() || "unnamed");
       try {
-        const p = await getJson(`/api/schedule/preview?schedule=${encodeURIComponent(schedule)}&timezone=${encodeURIComponent(tz)}&count=10`);
+        const p = await getJson(`/api/schedule/preview?${query}`);
         if (seq !== previewSeq) return;
         preview.replaceChildren(h("p", { class: "reading" }, p.description),
           h("ol", { class: "next", "aria-label": "Next fire times" }, p.next.map((t) => h("li", {}, `${jobTime(t)} · ${localTime(t)} local`))));
@@ -703,8 +726,7 @@ async function editView(params, rest) {
       }
     }, 250);
   };
-  f.schedule.addEventListener("input", schedulePreview);
-  f.timezone.addEventListener("input", schedulePreview);
+  for (const field of [...SHAPE_FIELDS, "name"]) f[field].addEventListener("input", schedulePreview);
 
   const load = async () => {
     const { body } = await api(jobPath(name));
@@ -877,7 +899,8 @@ async function executionView(params, rest) {
     h("dl", { class: "fields" },
       field("Job", h("a", { href: `#/job/${encodeURIComponent(r.job)}` }, r.job)), field("Trigger", r.trigger), field("Attempt", r.attempt),
       field("Worker", r.worker_id), field("Host", r.hostname),
-      field("Scheduled", r.scheduled_at), field("Claimed", r.claimed_at), field("Started", r.started_at),
+      field("Scheduled", r.scheduled_at), field("Jitter", r.jitter_ms == null ? null : h("span", { id: "jitter" }, `+${duration(r.jitter_ms)} (the job's jitter moved this tick)`)),
+      field("Claimed", r.claimed_at), field("Started", r.started_at),
       field("Finished", r.finished_at), field("Duration", r.duration_ms == null ? null : duration(r.duration_ms)),
       field("Exit code", r.exit_code), field("Signal", r.signal), field("HTTP status", r.http_status),
       field("Fencing token", r.fencing_token),

@@ -128,6 +128,37 @@ try {
   await page.getByRole("button", { name: "Delete made-in-ui" }).click();
   await page.waitForFunction(() => location.hash === "#/jobs");
   await page.locator(".empty").waitFor();
+
+  // Several schedules (one per line) within a window: the preview merges them, the API stores
+  // them as `schedules`, a bad line is flagged at the schedule field, the job page shows both.
+  await page.goto(`${base}/#/new`);
+  await page.locator("#f-name").fill("two-schedules");
+  await page.locator("#f-task-command").fill("true");
+  await page.locator("#f-timezone").fill("UTC");
+  await page.locator("#f-active-from").fill("2030-01-04T00:00:00Z");
+  await page.locator("#f-jitter").fill("4m");
+  await page.locator("#f-schedule").fill("0 9 * * 1-5\nbad");
+  await page.locator("#err-f-schedule").waitFor();
+  await page.locator("#f-schedule").fill("0 9 * * 1-5\n0 12 * * 6,0");
+  await page.locator("#preview ol.next li").nth(2).waitFor();
+  const merged = await page.locator("#preview ol.next li").allInnerTexts();
+  // Jitter moves each of them by up to 4 minutes.
+  assert.match(merged[0], /2030-01-04 09:0[0-4]/, "Friday 09:00, the first tick from active_from");
+  assert.match(merged[1], /2030-01-05 12:0[0-4]/, "then Saturday noon");
+  assert.match(merged[2], /2030-01-06 12:0[0-4]/, "and Sunday noon");
+  assert.match(await page.locator("#preview .reading").innerText(), /; .*from 2030-01-04.*up to 4m/);
+  await shot(page, "editor-schedules.png");
+  await page.getByRole("button", { name: "Create job" }).click();
+  await page.waitForFunction(() => location.hash === "#/job/two-schedules");
+  await page.locator("main dd code", { hasText: "0 9 * * 1-5; 0 12 * * 6,0" }).waitFor();
+  const stored = (await call(base, "GET", "/api/jobs/two-schedules")).body.spec;
+  assert.deepEqual(stored.schedules, ["0 9 * * 1-5", "0 12 * * 6,0"]);
+  assert.equal(stored.schedule, undefined);
+  assert.equal(stored.active_from, "2030-01-04T00:00:00Z");
+  assert.equal(stored.jitter, "4m");
+  await page.goto(`${base}/#/edit/two-schedules`);
+  await page.waitForFunction(() => document.getElementById("f-schedule").value === "0 9 * * 1-5\n0 12 * * 6,0");
+  assert.equal(await page.locator("#f-active-from").inputValue(), "2030-01-04T00:00:00Z");
   assert.equal((await call(base, "GET", "/api/jobs/made-in-ui")).status, 404);
 
   check();

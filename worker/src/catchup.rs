@@ -220,7 +220,7 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
             return commit(ctx, job, txn, "resetting the malformed job state").await;
         }
     };
-    let Ok(schedule) = entry.spec.parsed_schedule() else { return true };
+    let Ok(schedule) = entry.spec.parsed_schedule(job) else { return true };
     // Walking a long gap of a frequent schedule takes a while: off the async workers.
     let walk = tokio::task::spawn_blocking(move || ticks_between(&schedule, last, upto)).await;
     let Ok((ticks, older)) = walk else { return true };

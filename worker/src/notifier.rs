@@ -834,6 +834,7 @@ mod tests {
             http_status: None,
             shard: None,
             params: etcron_common::model::RunParams::default(),
+            jitter_ms: None,
         }
     }
 

@@ -1,6 +1,6 @@
 //! Execution records as the fire path builds them, and the log line of a finished one.
 
-use etcron_common::model::{ExecutionRecord, Status};
+use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
 use etcron_common::{now_ms, rfc3339_ms};
 
 use crate::executor::{Ending, Finished, StopReason};
@@ -16,7 +16,17 @@ pub(crate) fn base_record(ctx: &Context, fire: &Fire, status: Status, fencing_to
     record.fencing_token = fencing_token;
     record.parent.clone_from(&fire.parent);
     record.params.clone_from(&fire.params);
+    record.jitter_ms = jitter_of(fire);
     record
+}
+
+/// How much the job's `jitter` moved the tick a fire is for; `None` for runs that are not a
+/// schedule tick's (manual, dependency) and for jobs without jitter.
+fn jitter_of(fire: &Fire) -> Option<i64> {
+    if fire.spec.jitter.is_none() || matches!(fire.trigger, TriggerKind::Manual | TriggerKind::Dependency) {
+        return None;
+    }
+    fire.spec.parsed_schedule(&fire.id.job).ok()?.jitter_at(fire.scheduled_ms)
 }
 
 pub(crate) fn not_run_record(

@@ -47,7 +47,7 @@ pub(crate) fn follow_ups(
     };
     ops.extend(dependency_requests(keys, id, dependents, fencing_token, now, &mut notes));
     ops.extend(next_catchup(keys, fire, now));
-    if spec.parsed_schedule().is_ok_and(|s| s.is_one_shot())
+    if spec.parsed_schedule(&fire.id.job).is_ok_and(|s| s.is_one_shot())
         && matches!(fire.trigger, TriggerKind::Schedule | TriggerKind::Catchup)
     {
         ops.push(disable_one_shot(keys, fire));

@@ -336,7 +336,7 @@ impl Scheduler {
         if self.jobs.get(&name).is_some_and(|e| e.mod_revision >= kv.mod_revision) {
             return Some(name);
         }
-        let (spec, schedule) = match JobSpec::from_json_cached(&kv.value, &mut self.schedules) {
+        let (spec, schedule) = match JobSpec::from_json_cached(&kv.value, &name, &mut self.schedules) {
             Ok(parsed) => parsed,
             Err(e) => {
                 tracing::error!(job = %name, key = %String::from_utf8_lossy(&kv.key), mod_revision = kv.mod_revision, bytes = kv.value.len(), error = %e, "job spec in etcd is invalid; job not scheduled until it is fixed");
@@ -347,7 +347,7 @@ impl Scheduler {
         let now = self.wheel.elapsed_ms().max(wall_ms());
         match self.jobs.get_mut(&name) {
             Some(entry) => {
-                let timing_same = entry.spec.schedule == spec.schedule && entry.spec.timezone == spec.timezone;
+                let timing_same = entry.spec.same_timing(&spec);
                 entry.spec = Arc::new(spec);
                 let timing_since_ms = match self.ctx.jobs.get(&name) {
                     Some(old) if timing_same => old.timing_since_ms,

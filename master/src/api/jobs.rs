@@ -133,7 +133,7 @@ pub(super) fn view_spec(
     workers: Option<&[(String, WorkerInfo)]>,
     pause: Option<&Pause>,
 ) -> JobView {
-    let (description, next_runs) = match spec.parsed_schedule() {
+    let (description, next_runs) = match spec.parsed_schedule(&name) {
         Ok(s) => {
             let next = if fires(spec, pause) {
                 s.upcoming(now_ms(), NEXT_RUNS).into_iter().map(|t| format_in(s.timezone(), t)).collect()

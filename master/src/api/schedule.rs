@@ -1,56 +1,79 @@
 //! `GET /api/schedule/preview`: the next fire times of a schedule, as workers compute them.
 
-use axum::extract::Query;
 use axum::Json;
+use etcron_common::duration::HumanDuration;
+use etcron_common::job::{check_jitter, schedule_of, Window, MAX_JITTER};
 use etcron_common::schedule::{format_in, Schedule, ScheduleError, MAX_AT_MS};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::query::{self, Params};
 use crate::error::ApiError;
 use crate::error::ApiResult;
 
 /// Most fire times a preview returns.
 pub const MAX_PREVIEW: usize = 100;
 
-#[derive(Debug, Deserialize)]
-pub(super) struct PreviewQuery {
-    schedule: Option<String>,
-    timezone: Option<String>,
-    count: Option<String>,
-    after: Option<String>,
-}
+/// The parameters of a preview; `schedule` may be repeated (a job's `schedules`). `jitter`
+/// needs `job`: a tick's delay is a function of the job's name.
+const PREVIEW_PARAMS: [&str; 8] =
+    ["schedule", "timezone", "count", "after", "active_from", "active_until", "job", "jitter"];
 
-pub(super) async fn preview(
-    query: Result<Query<PreviewQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<Value>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
-    let schedule =
-        q.schedule.ok_or_else(|| ApiError::bad_request(Some("schedule".to_owned()), "schedule is required"))?;
-    let timezone = q.timezone.unwrap_or_else(|| "UTC".to_owned());
-    let count = match q.count {
-        None => 10,
-        Some(c) => c.parse::<usize>().ok().filter(|n| (1..=MAX_PREVIEW).contains(n)).ok_or_else(|| {
-            ApiError::bad_request(
-                Some("count".to_owned()),
-                format!("count must be an integer between 1 and {MAX_PREVIEW}"),
-            )
-        })?,
-    };
-    let after = match q.after {
-        None => now_ms(),
-        Some(a) => preview_after(&a)?,
-    };
-    let parsed = Schedule::parse(&schedule, &timezone).map_err(|e| match e {
-        ScheduleError::Timezone(_) => ApiError::bad_request(Some("timezone".to_owned()), e.to_string()),
-        ScheduleError::Expression(_) => ApiError::bad_request(Some("schedule".to_owned()), e.to_string()),
+pub(super) async fn preview(axum::extract::RawQuery(query): axum::extract::RawQuery) -> ApiResult<Json<Value>> {
+    let params = Params::parse(query.as_deref(), &PREVIEW_PARAMS)?;
+    let mut expressions = Vec::new();
+    let (mut timezone, mut count, mut after) = ("UTC", 10, now_ms());
+    let mut window = Window::default();
+    let (mut job, mut jitter_ms) = (None, 0);
+    for (key, value) in params.iter() {
+        match key {
+            "schedule" => expressions.push(("schedule".to_owned(), value)),
+            "timezone" => timezone = value,
+            "count" => count = preview_count(value)?,
+            "after" => after = preview_after(value)?,
+            "active_from" => window.from = Some(value),
+            "active_until" => window.until = Some(value),
+            "job" => job = Some(query::job(key, value)?),
+            // `jitter`, the only other parameter `Params` lets through.
+            _ => jitter_ms = preview_jitter(value)?,
+        }
+    }
+    if expressions.is_empty() {
+        return Err(ApiError::bad_request(Some("schedule".to_owned()), "schedule is required"));
+    }
+    let mut parsed = schedule_of(&expressions, timezone, window, &mut Schedule::parse)?;
+    if jitter_ms > 0 {
+        let job = job.ok_or_else(|| query::invalid("job", "a preview with jitter needs the job's name"))?;
+        check_jitter(&parsed, jitter_ms, after)?;
+        parsed = parsed.jittered(&job, jitter_ms);
+    }
+    parsed.fires_after(after).map_err(|e| {
+        let field = if matches!(e, ScheduleError::Window(_)) { "active_until" } else { "schedule" };
+        ApiError::bad_request(Some(field.to_owned()), e.to_string())
     })?;
-    parsed.fires_after(after).map_err(|e| ApiError::bad_request(Some("schedule".to_owned()), e.to_string()))?;
     let next_ms = parsed.upcoming(after, count);
     let next: Vec<String> = next_ms.iter().map(|t| format_in(parsed.timezone(), *t)).collect();
-    Ok(Json(
-        json!({ "schedule": schedule, "timezone": timezone, "description": parsed.describe(), "next": next, "next_ms": next_ms }),
-    ))
+    let schedules: Vec<&str> = expressions.iter().map(|(_, e)| *e).collect();
+    let mut body = json!({ "schedule": schedules[0], "timezone": timezone, "description": parsed.describe(), "next": next, "next_ms": next_ms });
+    if schedules.len() > 1 {
+        body["schedules"] = json!(schedules);
+    }
+    Ok(Json(body))
+}
+
+fn preview_jitter(text: &str) -> ApiResult<i64> {
+    let why = format!("jitter must be a duration more than 0 and at most {}, e.g. 30s", HumanDuration(MAX_JITTER));
+    let jitter = etcron_common::duration::parse(text).map_err(|e| query::invalid("jitter", format!("{why} ({e})")))?;
+    if jitter.is_zero() || jitter > MAX_JITTER {
+        return Err(query::invalid("jitter", why));
+    }
+    Ok(i64::try_from(jitter.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn preview_count(text: &str) -> ApiResult<usize> {
+    text.parse::<usize>().ok().filter(|n| (1..=MAX_PREVIEW).contains(n)).ok_or_else(|| {
+        ApiError::bad_request(Some("count".to_owned()), format!("count must be an integer between 1 and {MAX_PREVIEW}"))
+    })
 }
 
 /// The `after` of a preview: an RFC 3339 instant from the Unix epoch to the latest `@at`.

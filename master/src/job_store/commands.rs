@@ -137,7 +137,7 @@ impl JobStore {
                 None
             } else {
                 spec.enabled = true;
-                super::fires_again(&spec)?;
+                super::fires_again(name, &spec)?;
                 let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
                 ops.push(TxnOp::put(key.clone(), value.clone(), None));
                 let (history_key, version) = origin.entry(&self.keys, name, &value);
