@@ -130,6 +130,10 @@ pub async fn get(client: &Client, name: &str, json: bool) -> anyhow::Result<()> 
         text(&job["spec"]["timezone"]),
         text(&job["schedule_description"])
     );
+    if let Some(calendars) = job["spec"]["skip_calendars"].as_array() {
+        let names: Vec<String> = calendars.iter().map(text).collect();
+        let _ = writeln!(s, "skip calendars:   {}", names.join(", "));
+    }
     let next: Vec<&str> =
         job["next_runs"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     let _ = writeln!(s, "next runs:        {}", if next.is_empty() { "-".to_owned() } else { next.join(", ") });
@@ -363,10 +367,12 @@ pub struct PreviewOptions {
     /// A job's `jitter` and the job's name, which the delays depend on.
     pub jitter: Option<String>,
     pub job: Option<String>,
+    /// A job's `skip_calendars`: the fire times they skip are marked.
+    pub skip_calendars: Vec<String>,
 }
 
 pub async fn preview(client: &Client, schedules: &[String], options: PreviewOptions, json: bool) -> anyhow::Result<()> {
-    let PreviewOptions { timezone, count, after, active_from, active_until, jitter, job } = options;
+    let PreviewOptions { timezone, count, after, active_from, active_until, jitter, job, skip_calendars } = options;
     let mut pairs: Vec<(&str, Option<String>)> = schedules.iter().map(|s| ("schedule", Some(s.clone()))).collect();
     pairs.extend([
         ("timezone", timezone),
@@ -377,14 +383,23 @@ pub async fn preview(client: &Client, schedules: &[String], options: PreviewOpti
         ("job", job),
         ("jitter", jitter),
     ]);
+    pairs.extend(skip_calendars.into_iter().map(|c| ("skip_calendar", Some(c))));
     let path = format!("/api/schedule/preview{}", query(&pairs));
     let v = client.get(&path).await.with_context(|| format!("schedule {}", schedules.join(" + ")))?;
     if json {
         return print_doc(&v);
     }
     let mut s = format!("{} ({})\n", text(&v["description"]), text(&v["timezone"]));
+    let skipped = v["skipped"].as_array().cloned().unwrap_or_default();
     for t in v["next"].as_array().into_iter().flatten() {
-        let _ = writeln!(s, "{}", text(t));
+        match skipped.iter().find(|k| k["at"] == *t) {
+            Some(k) => {
+                let _ = writeln!(s, "{}  skipped (calendar {})", text(t), text(&k["calendar"]));
+            }
+            None => {
+                let _ = writeln!(s, "{}", text(t));
+            }
+        }
     }
     out(&s)
 }

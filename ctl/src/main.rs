@@ -4,6 +4,7 @@
 //! schedule previews. Output: tables, or each command's document as JSON or YAML (`-o`).
 
 mod apply;
+mod calendars;
 mod client;
 mod crontab;
 mod describe;
@@ -86,6 +87,9 @@ enum Command {
     /// Check a schedule before using it.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
+    /// Skip calendars: dates on which the jobs naming them (`skip_calendars`) do not run.
+    #[command(subcommand)]
+    Calendars(CalendarsCommand),
     /// Write every job into one job file (secret values are withheld by the API: see README).
     Export {
         /// Only these jobs (every job when none is named).
@@ -301,6 +305,31 @@ enum WorkersCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum CalendarsCommand {
+    /// Every calendar.
+    Ls,
+    /// One calendar with its dates and ranges.
+    Get { name: String },
+    /// Create or replace a calendar (admin).
+    Put {
+        name: String,
+        /// A day to skip, YYYY-MM-DD; repeatable.
+        #[arg(long = "date")]
+        dates: Vec<String>,
+        /// Days to skip, FROM..TO (both included); repeatable.
+        #[arg(long = "range")]
+        ranges: Vec<String>,
+        /// IANA timezone the days are in (UTC by default).
+        #[arg(long)]
+        timezone: Option<String>,
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Delete a calendar (refused while jobs name it).
+    Delete { name: String },
+}
+
+#[derive(Debug, Subcommand)]
 enum ScheduleCommand {
     /// The next fire times of a schedule (as the workers compute them); several expressions
     /// merge their ticks, as a job's `schedules` do.
@@ -328,6 +357,9 @@ enum ScheduleCommand {
         /// The job whose jitter to apply (the delays depend on its name).
         #[arg(long)]
         job: Option<String>,
+        /// A job's skip calendar: marks the fire times it skips; repeatable.
+        #[arg(long = "skip-calendar")]
+        skip_calendars: Vec<String>,
     },
 }
 
@@ -445,6 +477,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             executions::logs(&client, &executions::LogsTarget::parse(&target)?, follow, json).await
         }
         Command::Workers(WorkersCommand::Ls) => jobs::workers(&client, json).await,
+        Command::Calendars(CalendarsCommand::Ls) => calendars::list(&client, json).await,
+        Command::Calendars(CalendarsCommand::Get { name }) => calendars::get(&client, &name, json).await,
+        Command::Calendars(CalendarsCommand::Put { name, dates, ranges, timezone, description }) => {
+            let args = calendars::CalendarArgs { timezone, dates, ranges, description };
+            calendars::put(&client, &name, args, json).await
+        }
+        Command::Calendars(CalendarsCommand::Delete { name }) => calendars::delete(&client, &name).await,
         Command::Schedule(ScheduleCommand::Preview {
             schedule,
             timezone,
@@ -454,8 +493,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             active_until,
             jitter,
             job,
+            skip_calendars,
         }) => {
-            let options = jobs::PreviewOptions { timezone, count, after, active_from, active_until, jitter, job };
+            let options =
+                jobs::PreviewOptions { timezone, count, after, active_from, active_until, jitter, job, skip_calendars };
             jobs::preview(&client, &schedule, options, json).await
         }
         Command::Export { names, file, format } => jobs::export(&client, &names, file.as_deref(), format, json).await,

@@ -179,6 +179,43 @@ impl JobStore {
     /// Carries out `writes` (each job at most once: the caller checks) on behalf of `origin`,
     /// returning one outcome per write in order. Each save keeps its version in the job's
     /// history, in the same transaction.
+    /// Refuses (400) the pending saves whose `skip_calendars` name a calendar that does not
+    /// exist, with one read of the calendars' names. A calendar deleted between this read and
+    /// the save is what workers meet as a missing calendar (they run the tick, loudly).
+    async fn check_calendars(
+        &self,
+        writes: &[Write],
+        pending: &mut Vec<usize>,
+        outcomes: &mut [Option<Outcome>],
+    ) -> ApiResult<()> {
+        let named = |i: &usize| match &writes[*i].change {
+            Change::Put(spec) => !spec.skip_calendars.is_empty(),
+            Change::Delete => false,
+        };
+        if !pending.iter().any(named) {
+            return Ok(());
+        }
+        let prefix = self.keys.calendars_prefix();
+        let opts = GetOptions::new().with_prefix().with_keys_only();
+        let resp = etcd("calendar_names", self.client.kv_client().get(prefix.as_str(), Some(opts))).await?;
+        let known: std::collections::HashSet<&[u8]> =
+            resp.kvs().iter().filter_map(|kv| kv.key().strip_prefix(prefix.as_bytes())).collect();
+        pending.retain(|i| {
+            let Change::Put(spec) = &writes[*i].change else { return true };
+            let Some((n, missing)) =
+                spec.skip_calendars.iter().enumerate().find(|(_, c)| !known.contains(c.as_bytes()))
+            else {
+                return true;
+            };
+            outcomes[*i] = Some(Err(ApiError::bad_request(
+                Some(format!("skip_calendars[{n}]")),
+                format!("no calendar {missing:?}: create it first (PUT /api/calendars/{missing})"),
+            )));
+            false
+        });
+        Ok(())
+    }
+
     pub async fn apply(&self, writes: Vec<Write>, origin: &Origin) -> Applied {
         let mut outcomes: Vec<Option<Outcome>> = writes.iter().map(|_| None).collect();
         let mut pending: Vec<usize> = Vec::new();
@@ -186,6 +223,11 @@ impl JobStore {
             match check_write(w) {
                 Ok(()) => pending.push(i),
                 Err(e) => outcomes[i] = Some(Err(e)),
+            }
+        }
+        if let Err(e) = self.check_calendars(&writes, &mut pending, &mut outcomes).await {
+            for i in pending.drain(..) {
+                outcomes[i] = Some(Err(e.clone()));
             }
         }
         let mut transactions = 0;

@@ -33,6 +33,10 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/workers"),
     ("GET", "/api/cluster/storage"),
     ("GET", "/api/schedule/preview"),
+    ("GET", "/api/calendars"),
+    ("GET", "/api/calendars/{name}"),
+    ("PUT", "/api/calendars/{name}"),
+    ("DELETE", "/api/calendars/{name}"),
     ("GET", "/api/executions"),
     ("GET", "/api/executions/{id}"),
     ("GET", "/api/executions/{id}/stream"),
@@ -199,6 +203,13 @@ fn the_documented_limits_are_the_enforced_ones() {
         (&target["headers"]["maxProperties"], etcron_common::notify::MAX_TARGET_HEADERS as u64),
         (&target["headers"]["additionalProperties"]["maxLength"], etcron_common::notify::MAX_HEADER_VALUE_LEN as u64),
         (&schema("PauseRequest")["properties"]["reason"]["maxLength"], etcron_common::model::MAX_PAUSE_REASON as u64),
+        (&p["schedules"]["maxItems"], MAX_SCHEDULES as u64),
+        (&p["skip_calendars"]["maxItems"], MAX_SKIP_CALENDARS as u64),
+        (&schema("Calendar")["properties"]["dates"]["maxItems"], etcron_common::calendar::MAX_CALENDAR_ENTRIES as u64),
+        (
+            &schema("Calendar")["properties"]["description"]["maxLength"],
+            etcron_common::calendar::MAX_CALENDAR_DESCRIPTION as u64,
+        ),
     ];
     for (i, (documented, enforced)) in checks.iter().enumerate() {
         assert_eq!(documented.as_u64(), Some(*enforced), "limit #{i}");
@@ -213,7 +224,7 @@ fn the_documented_limits_are_the_enforced_ones() {
     let count = preview.iter().find(|p| p["name"] == "count").unwrap();
     assert_eq!(count["schema"]["maximum"].as_u64(), Some(etcron_master::api::MAX_PREVIEW as u64));
     // deny_unknown_fields on the Rust side is additionalProperties: false here.
-    for name in ["JobSpec", "ShellTask", "HttpTask", "Retries", "NotifyTarget", "Batch", "BatchChange"] {
+    for name in ["JobSpec", "ShellTask", "HttpTask", "Retries", "NotifyTarget", "Batch", "BatchChange", "Calendar"] {
         assert_eq!(schema(name)["additionalProperties"], false, "{name}");
     }
 }

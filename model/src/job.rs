@@ -47,6 +47,8 @@ pub const MAX_CATCHUP: u32 = 1000;
 pub const MAX_PAUSE_AFTER_FAILURES: u32 = 1000;
 /// Most expressions in a spec's `schedules`.
 pub const MAX_SCHEDULES: usize = 10;
+/// Most calendars one job may name in `skip_calendars`.
+pub const MAX_SKIP_CALENDARS: usize = 10;
 /// Longest `jitter`.
 pub const MAX_JITTER: Duration = Duration::from_secs(3600);
 /// How many of a job's next ticks a save (or a preview) looks at to find the shortest time
@@ -89,6 +91,10 @@ pub struct JobSpec {
     /// name and the tick, the same on every worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter: Option<HumanDuration>,
+    /// Calendars (`PUT /api/calendars/{name}`) whose dates the job skips: a tick on one is
+    /// recorded `skipped`, naming the calendar.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skip_calendars: Vec<String>,
     #[serde(default = "default_timezone")]
     pub timezone: String,
     #[serde(default = "default_true")]
@@ -475,6 +481,7 @@ impl JobSpec {
                 ));
             }
         }
+        self.validate_skip_calendars()?;
         if self.jitter.is_some_and(|j| j.0.is_zero() || j.0 > MAX_JITTER) {
             return Err(SpecError::at(
                 "jitter",
@@ -622,6 +629,20 @@ impl JobSpec {
         Ok(self.schedule_with(&mut Schedule::parse)?.jittered(job, self.jitter_ms()))
     }
 
+    fn validate_skip_calendars(&self) -> Result<(), SpecError> {
+        if self.skip_calendars.len() > MAX_SKIP_CALENDARS {
+            return Err(SpecError::at("skip_calendars", format!("at most {MAX_SKIP_CALENDARS} calendars")));
+        }
+        for (i, name) in self.skip_calendars.iter().enumerate() {
+            let field = format!("skip_calendars[{i}]");
+            validate_job_name(name).map_err(|e| SpecError::at(&field, e.replace("job name", "calendar name")))?;
+            if self.skip_calendars[..i].contains(name) {
+                return Err(SpecError::at(&field, format!("{name:?} is listed twice")));
+            }
+        }
+        Ok(())
+    }
+
     /// `jitter` in ms; 0 when absent.
     #[must_use]
     pub fn jitter_ms(&self) -> i64 {
@@ -746,7 +767,7 @@ fn window_instant(field: &str, text: &str) -> Result<UnixMs, SpecError> {
 }
 
 /// The JSON value of a spec's bytes, refused past `MAX_SPEC_BYTES`.
-fn json_value(bytes: &[u8]) -> Result<serde_json::Value, SpecError> {
+pub(crate) fn json_value(bytes: &[u8]) -> Result<serde_json::Value, SpecError> {
     if bytes.len() > MAX_SPEC_BYTES {
         return Err(SpecError {
             field: None,
@@ -790,7 +811,7 @@ pub fn validate_name(name: &str) -> Result<(), SpecError> {
     validate_job_name(name).map_err(|m| SpecError::at("name", m))
 }
 
-fn serde_error(path: &str, message: &str, syntax: bool) -> SpecError {
+pub(crate) fn serde_error(path: &str, message: &str, syntax: bool) -> SpecError {
     if syntax {
         return SpecError { field: None, message: format!("body is not valid JSON: {message}"), too_large: false };
     }

@@ -503,6 +503,15 @@ impl Keys {
     pub fn paused_prefix(&self) -> String {
         format!("{}/paused/", self.ns)
     }
+    /// A skip calendar (`crate::calendar::Calendar`), named by jobs' `skip_calendars`.
+    #[must_use]
+    pub fn calendar(&self, name: &str) -> String {
+        format!("{}/calendars/{name}", self.ns)
+    }
+    #[must_use]
+    pub fn calendars_prefix(&self) -> String {
+        format!("{}/calendars/", self.ns)
+    }
     /// One saved version of the job's spec, written in the transaction that saved it: its
     /// create revision is the revision the spec was saved at. `entry` is a random id (the
     /// create revision orders the versions).

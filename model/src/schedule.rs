@@ -25,7 +25,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 
 use self::cron::CronSpec;
-use chrono_tz::Tz;
+pub use chrono_tz::Tz;
 
 use crate::UnixMs;
 

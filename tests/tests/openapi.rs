@@ -77,9 +77,19 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
     RecordWrite { mode: WriteMode::Replace, record: r }
 }
 
-/// Jobs of each kind, one stored value that is no valid spec, paused jobs, a registered worker
+/// A skip calendar, jobs of each kind, one stored value that is no valid spec, paused jobs, a registered worker
 /// running an execution, and records of each shape (the document's examples name some of them).
 async fn seed(c: &Cluster) -> anyhow::Result<()> {
+    let calendar = json!({"timezone": "Europe/Berlin", "dates": ["2026-12-25"], "ranges": [{"from": "2026-12-31", "to": "2027-01-01"}]});
+    let (status, body) = c.call(reqwest::Method::PUT, "/api/calendars/holidays-de", Some(calendar)).await?;
+    anyhow::ensure!(status == 201, "calendar: {status} {body}");
+    c.put_job(
+        "shaped",
+        json!({"schedules": ["0 9 * * 1-5", "0 12 * * 6,0"], "active_from": "2026-01-01T00:00:00Z",
+               "active_until": "2099-01-01T00:00:00Z", "jitter": "5m", "skip_calendars": ["holidays-de"],
+               "task": {"kind": "shell", "command": "true"}}),
+    )
+    .await?;
     c.put_job(
         "nightly-report",
         json!({"schedule": "0 30 2 * * *", "timezone": "Europe/Berlin", "description": "the nightly report",

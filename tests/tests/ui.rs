@@ -106,6 +106,7 @@ async fn jobs_are_created_edited_as_form_or_json_and_deleted_in_the_editor() -> 
             "editor-conflict.png",
             "editor-json.png",
             "editor-schedules.png",
+            "calendars.png",
         ],
     );
     // What the browser did, seen through the API: the job ran from its form-made spec, then went.

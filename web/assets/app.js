@@ -1,6 +1,6 @@
 // etcron console: a dependency-free single-page app over the JSON API. Views are chosen by the
 // URL hash (#/jobs, #/job/NAME, #/edit/NAME, #/new, #/executions?…, #/execution/ID, #/workers,
-// #/overview), so deep links work without server-side routing. Charts are hand-drawn SVG.
+// #/calendars, #/overview), so deep links work without server-side routing. Charts are hand-drawn SVG.
 "use strict";
 
 const app = () => document.getElementById("app");
@@ -453,6 +453,8 @@ function jobForm(isNew) {
       "Crontab (5 fields, or 6/7 with seconds first), @hourly/@daily/…, @every 30s, @at 2026-12-01T00:00:00Z. One per line: several lines merge their ticks, one run per instant."),
     activeFrom: formField("active_from", "Active from", add("active_from", input({ placeholder: "always, e.g. 2026-12-01T00:00:00Z" })), "No tick before this instant (RFC 3339)."),
     activeUntil: formField("active_until", "Active until", add("active_until", input({ placeholder: "always, e.g. 2027-01-01T00:00:00Z" })), "No tick after this instant (RFC 3339)."),
+    skipCalendars: formField("skip_calendars", "Skip calendars", add("skip_calendars", input({ placeholder: "holidays-de" })),
+      "No run on the days of these calendars (#/calendars); comma-separated."),
     jitter: formField("jitter", "Jitter", add("jitter", input({ placeholder: "none, e.g. 30s" })), "Each tick moved later by up to this long, the same on every worker; spreads jobs due at the same moment."),
     timezone: formField("timezone", "Timezone", add("timezone", input({ placeholder: "UTC", list: "timezones" })), "IANA name, e.g. Europe/Berlin."),
     kind: formField("task.kind", "Task", add("task.kind", select("task.kind"))),
@@ -510,7 +512,7 @@ function jobForm(isNew) {
   const group = (legend, ...children) => h("fieldset", {}, h("legend", {}, legend), children);
   const form = h("form", { id: "job-form", novalidate: true, "aria-label": "Job" },
     group("Job", fields.name, fields.description, fields.enabled, fields.labels),
-    group("Schedule", fields.schedule, fields.timezone, fields.activeFrom, fields.activeUntil, fields.jitter),
+    group("Schedule", fields.schedule, fields.timezone, fields.activeFrom, fields.activeUntil, fields.jitter, fields.skipCalendars),
     group("Task", fields.kind, ...shellOnly, ...httpOnly),
     group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.pauseAfter, fields.loss, ...limitFields),
     group("Where it runs", fields.mode, fields.shards, fields.selector),
@@ -527,6 +529,7 @@ function jobForm(isNew) {
     if (f.active_from.value.trim()) spec.active_from = f.active_from.value.trim();
     if (f.active_until.value.trim()) spec.active_until = f.active_until.value.trim();
     if (f.jitter.value.trim()) spec.jitter = f.jitter.value.trim();
+    if (names(f.skip_calendars.value).length) spec.skip_calendars = names(f.skip_calendars.value);
     if (f["task.kind"].value === "http") {
       spec.task = { kind: "http", method: f["task.method"].value, url: f["task.url"].value.trim() };
       const headers = map("task.headers", ":");
@@ -591,7 +594,7 @@ function jobForm(isNew) {
     const values = {
       name: name || "", description: spec.description || "", labels: formatMap(spec.labels, "="),
       schedule: expressionsOf(spec).join("\n"), timezone: spec.timezone || "UTC", "task.kind": task.kind || "shell",
-      active_from: spec.active_from || "", active_until: spec.active_until || "", jitter: spec.jitter || "",
+      active_from: spec.active_from || "", active_until: spec.active_until || "", jitter: spec.jitter || "", skip_calendars: (spec.skip_calendars || []).join(", "),
       "task.command": task.command || "", "task.env": formatMap(task.env, "="), "task.cwd": task.cwd || "",
       "task.user": task.user || "", "task.group": task.group || "",
       "task.secret_env": formatMap(task.secret_env, "="), "task.secret_headers": formatMap(task.secret_headers, ": "),
@@ -613,7 +616,7 @@ function jobForm(isNew) {
 }
 
 /** The editor's fields that change a job's fire times, which the preview reads. */
-const SHAPE_FIELDS = ["schedule", "timezone", "active_from", "active_until", "jitter"];
+const SHAPE_FIELDS = ["schedule", "timezone", "active_from", "active_until", "jitter", "skip_calendars"];
 
 /** A schedule field's expressions, one per non-empty line. */
 function scheduleLines(text) { return text.split("\n").map((l) => l.trim()).filter(Boolean); }
@@ -714,15 +717,21 @@ async function editView(params, rest) {
       for (const field of ["active_from", "active_until", "jitter"]) if (f[field].value.trim()) query.set(field, f[field].value.trim());
       // A tick's jitter depends on the job's name: a new job's preview needs one first.
       if (query.has("jitter")) query.set("job", f.name.value.trim() || "unnamed");
+      for (const c of names(f.skip_calendars.value)) query.append("skip_calendar", c);
       try {
         const p = await getJson(`/api/schedule/preview?${query}`);
         if (seq !== previewSeq) return;
         preview.replaceChildren(h("p", { class: "reading" }, p.description),
-          h("ol", { class: "next", "aria-label": "Next fire times" }, p.next.map((t) => h("li", {}, `${jobTime(t)} · ${localTime(t)} local`))));
+          h("ol", { class: "next", "aria-label": "Next fire times" }, p.next.map((t) => {
+            const skip = (p.skipped || []).find((k) => k.at === t);
+            return h("li", skip ? { class: "skipped" } : {}, `${jobTime(t)} · ${localTime(t)} local`, skip ? ` — skipped (calendar ${skip.calendar})` : "");
+          })));
       } catch (e) {
         if (seq !== previewSeq) return;
         preview.replaceChildren();
-        if (e.status === 400) showFieldError(form, e.field || "schedule", e.message); else preview.append(h("p", { class: "warn" }, explain(e)));
+        // The preview's `skip_calendar` parameter is the spec's `skip_calendars` field.
+        const field = e.field === "skip_calendar" ? "skip_calendars" : e.field;
+        if (e.status === 400) showFieldError(form, field || "schedule", e.message); else preview.append(h("p", { class: "warn" }, explain(e)));
       }
     }, 250);
   };
@@ -1026,6 +1035,63 @@ async function workersView() {
   autoRefresh(10000);
 }
 
+/** Skip calendars: every one with its days; a form saves one (lines of YYYY-MM-DD or FROM..TO). */
+async function calendarsView() {
+  const data = await getJson("/api/calendars");
+  const root = app();
+  root.replaceChildren(h("h1", {}, "Skip calendars"),
+    h("p", { class: "muted" }, "Jobs naming a calendar in skip_calendars do not run on its days (in its timezone): those ticks are recorded skipped, naming the calendar."));
+  const days = (c) => [...(c.dates || []), ...(c.ranges || []).map((r) => `${r.from}..${r.to}`)];
+  if (data.calendars.length === 0) root.append(h("div", { class: "empty" }, "No calendar yet."));
+  else root.append(h("table", { id: "calendars" },
+    h("thead", {}, h("tr", {}, ["Calendar", "Timezone", "Days", "Actions"].map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, data.calendars.map((c) => {
+      const del = h("button", { type: "button", "aria-label": `Delete calendar ${c.name}` }, "Delete");
+      del.addEventListener("click", async () => {
+        if (!confirm(`Delete calendar ${c.name}?`)) return;
+        try { await api(`/api/calendars/${encodeURIComponent(c.name)}`, { method: "DELETE" }); route(); } catch (e) { banner(e.message); }
+      });
+      const edit = h("button", { type: "button", "aria-label": `Edit calendar ${c.name}` }, "Edit");
+      edit.addEventListener("click", () => fill(c));
+      return h("tr", { "data-calendar": c.name },
+        h("td", { "data-label": "Calendar" }, h("strong", {}, c.name), c.calendar.description ? h("div", { class: "muted" }, c.calendar.description) : ""),
+        h("td", { "data-label": "Timezone" }, c.calendar.timezone),
+        h("td", { "data-label": "Days" }, h("code", {}, days(c.calendar).join(", "))),
+        h("td", { "data-label": "Actions" }, edit, " ", del));
+    }))));
+  const f = {
+    name: input({ required: true, pattern: "[a-z0-9][a-z0-9._-]{0,127}", placeholder: "holidays-de" }),
+    timezone: input({ placeholder: "UTC", list: "timezones" }),
+    days: textarea({ rows: 5, class: "mono", placeholder: "2026-12-25\n2026-12-31..2027-01-01" }),
+    description: input({ placeholder: "public holidays" }),
+  };
+  const fields = [
+    formField("name", "Name", f.name), formField("timezone", "Timezone", f.timezone, "The days are days in this IANA timezone."),
+    formField("dates", "Days", f.days, "One per line: a day (YYYY-MM-DD) or a range FROM..TO, both included."),
+    formField("description", "Description", f.description)];
+  const fill = (c) => {
+    f.name.value = c.name; f.timezone.value = c.calendar.timezone; f.description.value = c.calendar.description || "";
+    f.days.value = days(c.calendar).join("\n");
+  };
+  const form = h("form", { id: "calendar-form", novalidate: true, "aria-label": "Calendar" },
+    h("fieldset", {}, h("legend", {}, "Add or replace a calendar"), fields), h("button", { type: "submit", class: "primary" }, "Save calendar"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    clearFieldErrors(form);
+    const lines = scheduleLines(f.days.value);
+    const body = { timezone: f.timezone.value.trim() || "UTC", dates: lines.filter((l) => !l.includes("..")),
+      ranges: lines.filter((l) => l.includes("..")).map((l) => { const [from, to] = l.split(".."); return { from: from.trim(), to: to.trim() }; }) };
+    if (f.description.value.trim()) body.description = f.description.value.trim();
+    try {
+      await api(`/api/calendars/${encodeURIComponent(f.name.value.trim())}`, { method: "PUT", body: JSON.stringify(body), headers: { "Content-Type": "application/json" } });
+      route();
+    } catch (e) {
+      if (e.status === 400) showFieldError(form, (e.field || "dates").replace(/^ranges\b/, "dates"), e.message); else banner(explain(e));
+    }
+  });
+  root.append(h("h2", {}, "Add or replace"), form);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Overview and charts
 
@@ -1140,7 +1206,7 @@ function tokenView(refused) {
   field.focus();
 }
 
-const views = { overview: overviewView, jobs: jobsView, job: jobView, history: historyView, new: editView, edit: editView, executions: executionsView, execution: executionView, workers: workersView };
+const views = { overview: overviewView, jobs: jobsView, job: jobView, history: historyView, new: editView, edit: editView, executions: executionsView, execution: executionView, workers: workersView, calendars: calendarsView };
 const NAV_OF = { job: "jobs", history: "jobs", new: "jobs", edit: "jobs", execution: "executions" };
 
 /** Shows who the token belongs to, with a way to forget it (only when the API has tokens). */

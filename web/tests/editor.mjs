@@ -159,6 +159,31 @@ try {
   await page.goto(`${base}/#/edit/two-schedules`);
   await page.waitForFunction(() => document.getElementById("f-schedule").value === "0 9 * * 1-5\n0 12 * * 6,0");
   assert.equal(await page.locator("#f-active-from").inputValue(), "2030-01-04T00:00:00Z");
+
+  // Skip calendars: one made on the calendars page (a bad day is named first), then named by
+  // the job: the preview marks the ticks it skips.
+  await page.goto(`${base}/#/calendars`);
+  await page.locator(".empty").waitFor();
+  await page.locator("#f-name").fill("ui-days");
+  await page.locator("#f-dates").fill("2030-02-30");
+  await page.getByRole("button", { name: "Save calendar" }).click();
+  await page.locator("#err-f-dates").waitFor();
+  assert.match(await page.locator("#err-f-dates").innerText(), /YYYY-MM-DD/);
+  await page.locator("#f-dates").fill("2030-01-05\n2030-01-06..2030-01-07");
+  await page.getByRole("button", { name: "Save calendar" }).click();
+  await page.locator('tr[data-calendar="ui-days"]').waitFor();
+  assert.match(await page.locator('tr[data-calendar="ui-days"]').innerText(), /2030-01-05, 2030-01-06\.\.2030-01-07/);
+  await shot(page, "calendars.png");
+  await page.goto(`${base}/#/edit/two-schedules`);
+  await page.waitForFunction(() => document.getElementById("f-schedule").value.includes("0 12"));
+  await page.locator("#f-skip-calendars").fill("ui-days");
+  await page.locator("#preview li.skipped").nth(2).waitFor();
+  const skippedTicks = await page.locator("#preview li.skipped").allInnerTexts();
+  assert.match(skippedTicks[0], /^2030-01-05 12:0\d.*skipped \(calendar ui-days\)$/);
+  assert.match(skippedTicks[2], /^2030-01-07 09:0\d/, "Monday 09:00 is in the range");
+  await page.getByRole("button", { name: "Save changes" }).click();
+  await page.waitForFunction(() => location.hash === "#/job/two-schedules");
+  assert.deepEqual((await call(base, "GET", "/api/jobs/two-schedules")).body.spec.skip_calendars, ["ui-days"]);
   assert.equal((await call(base, "GET", "/api/jobs/made-in-ui")).status, 404);
 
   check();

@@ -2,6 +2,7 @@
 //! per-execution claims and runs the tasks it wins.
 
 pub mod batcher;
+pub mod calendars;
 pub mod catchup;
 pub mod close;
 pub mod config;

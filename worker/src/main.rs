@@ -95,6 +95,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         sink,
         jobs: etcron_worker::state::JobTable::default(),
         paused: etcron_worker::state::PauseTable::default(),
+        calendars: etcron_worker::calendars::CalendarTable::default(),
         state_marks: etcron_worker::state::StateMarks::default(),
         unsettled: etcron_worker::ledger::Unsettled::default(),
         notifier,
@@ -149,7 +150,14 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(mirror(client.clone(), keys.trigger_prefix(), "trigger", triggers_tx, sched_stop.clone()));
     let (paused_tx, paused_rx) = mpsc::channel(256);
     tokio::spawn(mirror(client.clone(), keys.paused_prefix(), "paused", paused_tx, sched_stop.clone()));
-    let updates = etcron_worker::scheduler::Updates { jobs: jobs_rx, triggers: triggers_rx, paused: paused_rx };
+    let (calendars_tx, calendars_rx) = mpsc::channel(64);
+    tokio::spawn(mirror(client.clone(), keys.calendars_prefix(), "calendars", calendars_tx, sched_stop.clone()));
+    let updates = etcron_worker::scheduler::Updates {
+        jobs: jobs_rx,
+        triggers: triggers_rx,
+        paused: paused_rx,
+        calendars: calendars_rx,
+    };
     let scheduler = tokio::spawn(Scheduler::new(ctx.clone()).run(updates, sched_stop));
 
     etcron_common::settings::shutdown_signal().await;

@@ -56,6 +56,8 @@ pub struct WorkerMetrics {
     pub close_retries: IntCounter,
     /// Jobs this worker paused because `pause_after_failures` was reached.
     pub jobs_paused: IntCounter,
+    /// Ticks whose job names a skip calendar this worker does not know (run all the same).
+    pub calendar_missing: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
     /// contention on the health key past its tries).
     pub health_errors: IntCounter,
@@ -145,6 +147,10 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     jobs_paused: counter(
         "etcron_worker_jobs_paused_total",
         "Jobs paused by this worker because pause_after_failures final failures came in a row.",
+    ),
+    calendar_missing: counter(
+        "etcron_worker_skip_calendar_missing_total",
+        "Ticks whose job names a skip calendar that does not exist: run all the same, with a warning.",
     ),
     health_errors: counter(
         "etcron_worker_health_errors_total",

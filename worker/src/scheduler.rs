@@ -49,12 +49,13 @@ struct Pending {
     wheel_key: Option<EntryKey>,
 }
 
-/// What the watchers hand the scheduler: mirrors of `{ns}/jobs/`, `{ns}/trigger/` and
-/// `{ns}/paused/`.
+/// What the watchers hand the scheduler: mirrors of `{ns}/jobs/`, `{ns}/trigger/`,
+/// `{ns}/paused/` and `{ns}/calendars/`.
 pub struct Updates {
     pub jobs: mpsc::Receiver<Update>,
     pub triggers: mpsc::Receiver<Update>,
     pub paused: mpsc::Receiver<Update>,
+    pub calendars: mpsc::Receiver<Update>,
 }
 
 pub struct Scheduler {
@@ -104,15 +105,25 @@ impl Scheduler {
 
     /// Runs until `stop` flips (or the update channels close).
     pub async fn run(mut self, updates: Updates, mut stop: watch::Receiver<bool>) {
-        let Updates { mut jobs, mut triggers, mut paused } = updates;
-        // No tick fires before this worker knows which jobs are paused: the listing of
-        // `{ns}/paused/` (the first thing its mirror sends) is applied before anything else, and
-        // job updates wait in their channel until then.
+        let Updates { mut jobs, mut triggers, mut paused, mut calendars } = updates;
+        // No tick fires before this worker knows which jobs are paused and which dates are
+        // skipped: the listings of `{ns}/paused/` and `{ns}/calendars/` (the first thing each
+        // mirror sends) are applied before anything else, and job updates wait in their
+        // channel until then.
         tokio::select! {
             biased;
             _ = stop.changed() => return,
             first = paused.recv() => match first {
                 Some(update) => self.apply_pause_update(update),
+                None => return,
+            },
+        }
+        let calendar_prefix = self.ctx.keys.calendars_prefix();
+        tokio::select! {
+            biased;
+            _ = stop.changed() => return,
+            first = calendars.recv() => match first {
+                Some(update) => self.ctx.calendars.apply(&calendar_prefix, update),
                 None => return,
             },
         }
@@ -146,6 +157,7 @@ impl Scheduler {
                 _ = stop.changed() => return,
                 () = tokio::time::sleep(sleep) => {}
                 Some(update) = paused.recv() => self.apply_pause_update(update),
+                Some(update) = calendars.recv() => self.ctx.calendars.apply(&calendar_prefix, update),
                 Some(update) = jobs.recv() => self.apply_job_update(update),
                 Some(update) = triggers.recv() => self.apply_trigger_update(update),
             }
@@ -219,8 +231,10 @@ impl Scheduler {
         self.schedule_next(name, deadline.max(now));
         // A paused (or disabled) job keeps ticking in the wheel so each tick is recorded
         // `skipped`; whether it runs is decided here, when the tick fires, by the one rule.
-        let skip = halt(&spec, self.ctx.paused.get(name).as_ref()).map(|h| h.reason());
         let scheduled_ms = UnixMs::try_from(deadline).unwrap_or(0);
+        let skip = halt(&spec, self.ctx.paused.get(name).as_ref())
+            .map(|h| h.reason())
+            .or_else(|| self.ctx.calendars.skip_reason(name, &spec, scheduled_ms));
         let fire = Fire {
             id: ExecutionId::new(name, Tick::Scheduled(scheduled_ms)),
             spec,
@@ -536,6 +550,11 @@ impl Scheduler {
         let skip = match halt(&entry.spec, self.ctx.paused.get(&p.job).as_ref()) {
             Some(h) if request.kind != TriggerKind::Manual => {
                 Some(format!("{}; {} run not started", h.reason(), request.kind.as_str()))
+            }
+            // A catch-up run is a missed tick's: its date counts as the tick's would have.
+            None if request.kind == TriggerKind::Catchup => {
+                let tick = request.scheduled_ms.unwrap_or(request.requested_at_ms);
+                self.ctx.calendars.skip_reason(&p.job, &entry.spec, tick)
             }
             _ => None,
         };

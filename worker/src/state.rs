@@ -41,6 +41,8 @@ pub struct Context {
     pub jobs: JobTable,
     /// The jobs operators paused (`{ns}/paused/`), as the scheduler last saw them.
     pub paused: PauseTable,
+    /// The skip calendars (`{ns}/calendars/`), as the scheduler last saw them.
+    pub calendars: crate::calendars::CalendarTable,
     /// When this worker last moved each job's state forward.
     pub state_marks: StateMarks,
     /// Schedule ticks whose fate this worker could not learn while etcd failed it.

@@ -15,6 +15,7 @@ pub use crate::limits::MAX_BODY_BYTES;
 
 mod audit;
 mod batch;
+mod calendars;
 mod cluster;
 mod executions;
 mod history;
@@ -48,6 +49,8 @@ pub fn app(state: AppState) -> Router {
         .route("/api/workers", get(list_workers))
         .route("/api/cluster/storage", get(cluster_storage))
         .route("/api/schedule/preview", get(preview))
+        .route("/api/calendars", get(calendars::list))
+        .route("/api/calendars/{name}", get(calendars::get).put(calendars::put).delete(calendars::delete))
         .route("/api/executions", get(search_executions))
         .route("/api/executions/{id}", get(get_execution))
         .route("/api/executions/{id}/stream", get(crate::stream::stream_execution))

@@ -8,23 +8,32 @@ use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use serde_json::{json, Value};
 
 use super::query::{self, Params};
+use crate::backend::AppState;
+use crate::error::etcd;
 use crate::error::ApiError;
 use crate::error::ApiResult;
+use axum::extract::State;
+use etcron_common::calendar::Calendar;
+use etcron_common::schedule::Tz;
 
 /// Most fire times a preview returns.
 pub const MAX_PREVIEW: usize = 100;
 
 /// The parameters of a preview; `schedule` may be repeated (a job's `schedules`). `jitter`
 /// needs `job`: a tick's delay is a function of the job's name.
-const PREVIEW_PARAMS: [&str; 8] =
-    ["schedule", "timezone", "count", "after", "active_from", "active_until", "job", "jitter"];
+/// `skip_calendar` (repeatable) marks the fire times a job's `skip_calendars` would skip.
+const PREVIEW_PARAMS: [&str; 9] =
+    ["schedule", "timezone", "count", "after", "active_from", "active_until", "job", "jitter", "skip_calendar"];
 
-pub(super) async fn preview(axum::extract::RawQuery(query): axum::extract::RawQuery) -> ApiResult<Json<Value>> {
+pub(super) async fn preview(
+    State(st): State<AppState>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> ApiResult<Json<Value>> {
     let params = Params::parse(query.as_deref(), &PREVIEW_PARAMS)?;
     let mut expressions = Vec::new();
     let (mut timezone, mut count, mut after) = ("UTC", 10, now_ms());
     let mut window = Window::default();
-    let (mut job, mut jitter_ms) = (None, 0);
+    let (mut job, mut jitter_ms, mut calendars) = (None, 0, Vec::new());
     for (key, value) in params.iter() {
         match key {
             "schedule" => expressions.push(("schedule".to_owned(), value)),
@@ -34,6 +43,7 @@ pub(super) async fn preview(axum::extract::RawQuery(query): axum::extract::RawQu
             "active_from" => window.from = Some(value),
             "active_until" => window.until = Some(value),
             "job" => job = Some(query::job(key, value)?),
+            "skip_calendar" => calendars.push(query::job(key, value)?),
             // `jitter`, the only other parameter `Params` lets through.
             _ => jitter_ms = preview_jitter(value)?,
         }
@@ -53,12 +63,38 @@ pub(super) async fn preview(axum::extract::RawQuery(query): axum::extract::RawQu
     })?;
     let next_ms = parsed.upcoming(after, count);
     let next: Vec<String> = next_ms.iter().map(|t| format_in(parsed.timezone(), *t)).collect();
+    let skipped = skipped_by(&st, &calendars, &next_ms, parsed.timezone()).await?;
     let schedules: Vec<&str> = expressions.iter().map(|(_, e)| *e).collect();
     let mut body = json!({ "schedule": schedules[0], "timezone": timezone, "description": parsed.describe(), "next": next, "next_ms": next_ms });
     if schedules.len() > 1 {
         body["schedules"] = json!(schedules);
     }
+    if !calendars.is_empty() {
+        body["skipped"] = json!(skipped);
+    }
     Ok(Json(body))
+}
+
+/// The fire times among `next_ms` that a date of one of `calendars` skips, each with the
+/// calendar: `[{"at", "calendar"}]`. A calendar that does not exist is a 400.
+async fn skipped_by(st: &AppState, calendars: &[String], next_ms: &[UnixMs], tz: Tz) -> ApiResult<Vec<Value>> {
+    let mut loaded = Vec::with_capacity(calendars.len());
+    for name in calendars {
+        let resp = etcd("calendar_get", st.client.kv_client().get(st.keys.calendar(name), None)).await?;
+        let calendar: Calendar = resp
+            .kvs()
+            .first()
+            .and_then(|kv| serde_json::from_slice(kv.value()).ok())
+            .ok_or_else(|| query::invalid("skip_calendar", format!("no calendar {name:?}")))?;
+        loaded.push((name, calendar));
+    }
+    Ok(next_ms
+        .iter()
+        .filter_map(|t| {
+            let (name, _) = loaded.iter().find(|(_, c)| c.covers(*t).is_some())?;
+            Some(json!({ "at": format_in(tz, *t), "calendar": name }))
+        })
+        .collect())
 }
 
 fn preview_jitter(text: &str) -> ApiResult<i64> {
