@@ -166,3 +166,37 @@ async fn calendars_are_checked_named_in_errors_and_shown_by_the_preview_and_etcr
     assert_eq!(status, 404);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_skipped_tick_is_recorded_by_another_worker_while_the_first_ranked_one_is_stopped() -> anyhow::Result<()> {
+    // The worker ranked first for a tick records it skipped; when it is stopped (within its
+    // session TTL, so still a member), the next-ranked one must record it after its head start
+    // instead of leaving the tick to be found missed, or not at all.
+    let c = Cluster::start("calendars-stop", 2).await?;
+    c.wait_workers(2).await?;
+    let (status, _) = c.call(Method::PUT, "/api/calendars/days-off", Some(json!({"ranges": [around_today()]}))).await?;
+    assert_eq!(status, 201);
+    let spec = json!({"schedule": "* * * * * *", "skip_calendars": ["days-off"], "task": {"kind": "shell", "command": "true"}});
+    c.put_job("stopped", spec).await?;
+    c.wait_executions("job=stopped&status=skipped", "a skipped tick", |l| !l.is_empty()).await?;
+
+    let stopped_at = now_ms();
+    c.workers[0].proc.signal(nix::sys::signal::Signal::SIGSTOP)?;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    c.workers[0].proc.signal(nix::sys::signal::Signal::SIGCONT)?;
+    let resumed_at = now_ms();
+    let ticks: Vec<i64> = (stopped_at / 1000 + 1..=(resumed_at - 300) / 1000).map(|s| s * 1000).collect();
+    assert!(ticks.len() >= 2, "{ticks:?}");
+    let records = c
+        .wait_executions("job=stopped&limit=100", "a record of each tick while a worker was stopped", |l| {
+            ticks.iter().all(|t| l.iter().any(|r| r["scheduled_ms"] == *t))
+        })
+        .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for t in &ticks {
+        let of_tick: Vec<&Value> = records.iter().filter(|r| r["scheduled_ms"] == *t).collect();
+        assert_eq!(of_tick.len(), 1, "tick {t}: {of_tick:?}");
+        assert_eq!(of_tick[0]["status"], "skipped", "tick {t} while w1 was stopped: {}", of_tick[0]);
+    }
+    Ok(())
+}

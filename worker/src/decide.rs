@@ -83,8 +83,10 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
     };
     let rank = if own_part { 0 } else { ctx.members.rank(me, &claim_key) };
     if let Some(reason) = fire.skip.clone() {
-        // One worker records the skipped tick; the claim makes it exactly one.
-        if rank == 0 {
+        // One worker records the skipped tick; the claim makes it exactly one. The first-ranked
+        // records it at once, the others after their head start unless it did: it may be
+        // stopped or dead, and a tick nobody records would be dropped silently.
+        if rank == 0 || head_start(ctx, fire, &claim_key, rank).await {
             record_not_run(ctx, fire, Status::Skipped, reason).await;
         }
         return None;

@@ -8,7 +8,10 @@
 //! (then restart), a MongoDB stop/start, a master restart, a stall of the whole etcd cluster
 //! past the session TTL (SIGSTOP of every member, then SIGCONT), CPU starvation (two busy-looping
 //! processes, one per core, for a few seconds) and a burst (100 one-shot `@at` jobs due at the
-//! same instant, whose ticks are checked like the others). Afterwards it waits (up to
+//! same instant, whose ticks are checked like the others). Three more jobs exercise the shapes
+//! of a schedule on the same fire path: one with `jitter`, one with two merged `schedules`, and
+//! one whose `skip_calendars` lists every day of the run (each of its ticks must be recorded
+//! `skipped`, never run); their ticks are computed as the workers compute them. Afterwards it waits (up to
 //! `--settle` seconds) for the cluster to account for every tick, then prints: faults by kind,
 //! ticks due, ticks run, duplicates per (job, tick, attempt), ticks neither run nor recorded
 //! `missed`/`lost`, and execution records lost (a run in the file without its record in
@@ -161,10 +164,11 @@ async fn main() -> Result<()> {
             bail!("creating {job}: {}", resp.text().await?);
         }
     }
+    let shaped = shaped_jobs(&http, &sys.url(0), &file).await?;
     wait_for(Duration::from_secs(60), "every job to fire", || async {
         let fired = read_fired(&file);
         let seen: BTreeSet<&str> = fired.iter().map(|f| f.job.as_str()).collect();
-        (seen.len() == jobs.len()).then_some(())
+        jobs.iter().all(|j| seen.contains(j.as_str())).then_some(())
     })
     .await?;
 
@@ -263,8 +267,15 @@ async fn main() -> Result<()> {
     let due: Vec<i64> = ((start_ms / 1000 + 1) * 1000..=end_ms - 1000).step_by(1000).collect();
     let store = MongoStore::connect(&sys.mongo.uri, &db).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let settle_deadline = Instant::now() + Duration::from_secs(o.settle);
+    // The shaped jobs' ticks, as every worker computes them, are checked like the bursts'.
+    let mut one_by_one = bursts.clone();
+    for (job, spec) in &shaped {
+        let schedule = etcron_common::job::JobSpec::from_value(spec.clone())?.parsed_schedule(job)?;
+        let ticks = schedule.upcoming(start_ms, 10_000).into_iter().take_while(|t| *t <= end_ms - 1000);
+        one_by_one.extend(ticks.map(|t| (job.clone(), t)));
+    }
     let report = loop {
-        let report = check(&store, &read_fired(&file), &jobs, &due, &bursts, start_ms, end_ms).await?;
+        let report = check(&store, &read_fired(&file), &jobs, &due, &one_by_one, start_ms, end_ms).await?;
         if (report.unaccounted.is_empty() && report.records_lost.is_empty()) || Instant::now() > settle_deadline {
             break report;
         }
@@ -275,11 +286,12 @@ async fn main() -> Result<()> {
     for (fault, n) in &injected {
         println!("  {fault:?}: {n}");
     }
-    let due_total = due.len() * jobs.len() + bursts.len();
+    let due_total = due.len() * jobs.len() + one_by_one.len();
     println!("ticks due:                      {due_total}");
     println!("ticks run:                      {}", report.ran);
     println!("ticks recorded missed:          {}", report.missed);
     println!("ticks recorded lost:            {}", report.lost);
+    println!("ticks recorded skipped (days):  {}", report.skipped);
     println!("duplicates (job,tick,attempt):  {}", report.duplicates.len());
     println!("ticks neither run nor recorded: {}", report.unaccounted.len());
     println!("execution records lost:         {}", report.records_lost.len());
@@ -294,6 +306,7 @@ async fn main() -> Result<()> {
         "seed": o.seed, "seconds": o.seconds, "jobs": o.jobs,
         "faults": injected.iter().map(|(f, n)| (format!("{f:?}"), n)).collect::<BTreeMap<_, _>>(),
         "ticks_due": due_total, "ticks_run": report.ran, "missed": report.missed, "lost": report.lost,
+        "skipped": report.skipped,
         "duplicates": report.duplicates.len(), "unaccounted": report.unaccounted.len(),
         "records_lost": report.records_lost.len(),
     });
@@ -306,10 +319,43 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
+/// The job whose `skip_calendars` lists every day of the run.
+const SKIPPING_JOB: &str = "chaos-days-off";
+
+/// Creates the calendar and the jobs with a shaped schedule; answers each job with its spec.
+async fn shaped_jobs(
+    http: &reqwest::Client,
+    url: &str,
+    file: &std::path::Path,
+) -> Result<Vec<(String, serde_json::Value)>> {
+    let today = chrono::Utc::now().date_naive();
+    let days =
+        json!({"from": (today - chrono::Days::new(1)).to_string(), "to": (today + chrono::Days::new(1)).to_string()});
+    let resp = http.put(format!("{url}/api/calendars/chaos-days")).json(&json!({"ranges": [days]})).send().await?;
+    if !resp.status().is_success() {
+        bail!("creating the calendar: {}", resp.text().await?);
+    }
+    let task = json!({"kind": "shell", "command": record_command(file)});
+    let jobs = vec![
+        ("chaos-jitter".to_owned(), json!({"schedule": "* * * * * *", "jitter": "800ms", "task": task})),
+        ("chaos-merged".to_owned(), json!({"schedules": ["*/2 * * * * *", "*/3 * * * * *"], "task": task})),
+        (SKIPPING_JOB.to_owned(), json!({"schedule": "* * * * * *", "skip_calendars": ["chaos-days"], "task": task})),
+    ];
+    for (job, spec) in &jobs {
+        let resp = http.put(format!("{url}/api/jobs/{job}")).json(spec).send().await?;
+        if !resp.status().is_success() {
+            bail!("creating {job}: {}", resp.text().await?);
+        }
+    }
+    Ok(jobs)
+}
+
 struct Report {
     ran: usize,
     missed: usize,
     lost: usize,
+    /// Ticks of `SKIPPING_JOB` recorded `skipped`.
+    skipped: usize,
     duplicates: Vec<String>,
     unaccounted: Vec<String>,
     records_lost: Vec<String>,
@@ -338,7 +384,7 @@ async fn check(
     // Every record of the window (and a margin for late catch-up runs), all pages.
     let mut records: BTreeMap<String, etcron_common::model::Status> = BTreeMap::new();
     let mut by_tick: BTreeMap<(String, i64), Vec<etcron_common::model::Status>> = BTreeMap::new();
-    let burst_jobs = bursts.iter().map(|(j, _)| j);
+    let burst_jobs: BTreeSet<&String> = bursts.iter().map(|(j, _)| j).collect();
     for job in jobs.iter().chain(burst_jobs) {
         let mut search = Search {
             job: Some(job.clone()),
@@ -365,10 +411,25 @@ async fn check(
         }
     }
     use etcron_common::model::Status;
-    let (mut ran_n, mut missed, mut lost, mut unaccounted) = (0, 0, 0, Vec::new());
+    let (mut ran_n, mut missed, mut lost, mut skipped, mut unaccounted) = (0, 0, 0, 0, Vec::new());
     let every_second = jobs.iter().flat_map(|job| due.iter().map(move |&t| (job.clone(), t)));
     for tick in every_second.chain(bursts.iter().cloned()) {
         let statuses = by_tick.get(&tick).cloned().unwrap_or_default();
+        if tick.0 == SKIPPING_JOB {
+            // Its every day is listed: it may be skipped, missed or lost, never run.
+            if ran.contains(&tick) {
+                unaccounted.push(format!("{}@{} ran on a day its skip calendar lists", tick.0, tick.1));
+            } else if statuses.contains(&Status::Skipped) {
+                skipped += 1;
+            } else if statuses.contains(&Status::Missed) {
+                missed += 1;
+            } else if statuses.contains(&Status::Lost) {
+                lost += 1;
+            } else {
+                unaccounted.push(format!("{}@{} (records: {statuses:?})", tick.0, tick.1));
+            }
+            continue;
+        }
         if ran.contains(&tick) {
             ran_n += 1;
         } else if statuses.contains(&Status::Missed) {
@@ -385,5 +446,5 @@ async fn check(
         .map(|(j, t, a)| format!("{j}@{t}#{a}"))
         .filter(|id| !records.contains_key(id))
         .collect();
-    Ok(Report { ran: ran_n, missed, lost, duplicates, unaccounted, records_lost })
+    Ok(Report { ran: ran_n, missed, lost, skipped, duplicates, unaccounted, records_lost })
 }
