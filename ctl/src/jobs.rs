@@ -385,7 +385,8 @@ pub async fn preview(client: &Client, schedules: &[String], options: PreviewOpti
     ]);
     pairs.extend(skip_calendars.into_iter().map(|c| ("skip_calendar", Some(c))));
     let path = format!("/api/schedule/preview{}", query(&pairs));
-    let v = client.get(&path).await.with_context(|| format!("schedule {}", schedules.join(" + ")))?;
+    let named: Vec<String> = schedules.iter().map(|s| format!("{s:?}")).collect();
+    let v = client.get(&path).await.with_context(|| format!("schedule {}", named.join(" + ")))?;
     if json {
         return print_doc(&v);
     }

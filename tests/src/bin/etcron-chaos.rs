@@ -415,23 +415,14 @@ async fn check(
     let every_second = jobs.iter().flat_map(|job| due.iter().map(move |&t| (job.clone(), t)));
     for tick in every_second.chain(bursts.iter().cloned()) {
         let statuses = by_tick.get(&tick).cloned().unwrap_or_default();
-        if tick.0 == SKIPPING_JOB {
-            // Its every day is listed: it may be skipped, missed or lost, never run.
-            if ran.contains(&tick) {
-                unaccounted.push(format!("{}@{} ran on a day its skip calendar lists", tick.0, tick.1));
-            } else if statuses.contains(&Status::Skipped) {
-                skipped += 1;
-            } else if statuses.contains(&Status::Missed) {
-                missed += 1;
-            } else if statuses.contains(&Status::Lost) {
-                lost += 1;
-            } else {
-                unaccounted.push(format!("{}@{} (records: {statuses:?})", tick.0, tick.1));
-            }
-            continue;
-        }
-        if ran.contains(&tick) {
+        // Every day of `SKIPPING_JOB` is listed: its ticks are skipped (or missed, lost), never run.
+        let skipping = tick.0 == SKIPPING_JOB;
+        if skipping && ran.contains(&tick) {
+            unaccounted.push(format!("{}@{} ran on a day its skip calendar lists", tick.0, tick.1));
+        } else if ran.contains(&tick) {
             ran_n += 1;
+        } else if skipping && statuses.contains(&Status::Skipped) {
+            skipped += 1;
         } else if statuses.contains(&Status::Missed) {
             missed += 1;
         } else if statuses.contains(&Status::Lost) {
