@@ -148,11 +148,6 @@ pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
         lock: won.lock,
         extra: follow,
     };
-    let closed = close_claim(ctx, &fire.id.job, request).await == Closed::Done;
-    won.hold.closed(closed && last.is_some());
-    if let (true, Some(outcome)) = (closed, outcome) {
-        notes.extend(count_failures(ctx, fire, outcome).await);
-    }
     record.started_at = Some(rfc3339_ms(started_ms));
     record.finished_at = Some(rfc3339_ms(finished_ms));
     record.duration_ms = u64::try_from(finished_ms - started_ms).ok();
@@ -163,11 +158,25 @@ pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
     record.output_truncated = finished.output_truncated;
     record.http_status = finished.http_status;
     record.error = error;
-    if closed {
-        if !notes.is_empty() {
+    if !notes.is_empty() {
+        record.reason = Some(notes.join("; "));
+    }
+    // The record is journaled before the claim is closed: a worker killed right after its close
+    // committed would otherwise leave a closed claim (nothing for the loss handling to do) and
+    // no record. Killed before the close, the journal replays a record of a run that did
+    // happen, and the loss handling records it lost (or reruns it) as before.
+    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record: record.clone() });
+    let closed = close_claim(ctx, &fire.id.job, request).await == Closed::Done;
+    won.hold.closed(closed && last.is_some());
+    let mut changed = false;
+    if let (true, Some(outcome)) = (closed, outcome) {
+        if let Some(note) = count_failures(ctx, fire, outcome).await {
+            notes.push(note);
             record.reason = Some(notes.join("; "));
+            changed = true;
         }
-    } else {
+    }
+    if !closed {
         // The loss handling closed the claim first: it recorded the run lost (and requested
         // the failover rerun), so this run must not count as the tick's outcome.
         record.reason = Some(format!(
@@ -175,11 +184,15 @@ pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
             status.as_str()
         ));
         record.status = Status::Lost;
+        changed = true;
     }
     log_record(&record, started_ms - fire.scheduled_ms);
     if closed {
         // Not when the claim was lost: the survivor that records the run `lost` notifies.
         ctx.notifier.record(&fire.spec, &record);
     }
-    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+    if changed {
+        // After the first in the sink's order, so this one is what MongoDB keeps.
+        ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+    }
 }

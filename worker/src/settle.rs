@@ -12,7 +12,7 @@ use etcron_common::model::{Claim, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, UnixMs};
 
-use crate::fire::{to_json, Fire, MISSED_AFTER};
+use crate::fire::{to_json, Fire, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
 use crate::record::{log_record, not_run_record};
 use crate::rules::{catchup_request, late_catchup_request, next_catchup, LATE_CATCHUP};
 use crate::state::Context;
@@ -48,10 +48,36 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
         ClaimOutcome::Lost => false,
         ClaimOutcome::Unknown(e) => {
             tracing::warn!(error = %e, status = status.as_str(), "recording a tick that did not run: outcome unknown; settling it once etcd answers");
-            ctx.unsettled.note(fire);
+            if !settle_unknown(ctx, fire, status, &reason).await {
+                ctx.unsettled.note(fire);
+            }
             false
         }
     }
+}
+
+/// A not-run record whose closed claim etcd may or may not have applied: once etcd answers,
+/// a claim closed with `status` (ours, or another worker's doing the same) gets its record —
+/// `IfAbsent`, keyed by the execution id, so it is never written twice; a claim that says
+/// anything else belongs to whoever took it. `false` when etcd did not answer in time, or no
+/// claim exists (the sweep then settles the tick).
+async fn settle_unknown(ctx: &Context, fire: &Fire, status: Status, reason: &str) -> bool {
+    let key = ctx.keys.claim(&fire.id);
+    for _ in 0..LOSS_TRIES {
+        tokio::time::sleep(CLOSE_RETRY_MAX).await;
+        let mut kv = ctx.client.kv_client();
+        let Ok(Ok(resp)) = etcron_common::etcd::request("claim_read", kv.get(key.as_str(), None)).await else {
+            continue;
+        };
+        let Some(item) = resp.kvs().first() else { return false };
+        let closed = serde_json::from_slice::<Claim>(item.value()).is_ok_and(|c| c.status == Some(status));
+        if closed {
+            tracing::info!(status = status.as_str(), "the record's claim was applied after all: recording it");
+            submit_not_run(ctx, fire, status, reason.to_owned(), item.create_revision());
+        }
+        return true;
+    }
+    false
 }
 
 /// The record of a fire that did not run, once its claim says so: logged, notified, written
