@@ -308,6 +308,12 @@ fn params_document(params: &RunParams) -> RawDocumentBuf {
     if let Some(ms) = params.as_of_ms {
         p.append("as_of_ms", ms);
     }
+    if let Some(b) = &params.backfill {
+        let mut backfill = RawDocumentBuf::new();
+        backfill.append("id", b.id.as_str());
+        backfill.append("index", i64::from(b.index));
+        p.append("backfill", backfill);
+    }
     p
 }
 
@@ -323,7 +329,15 @@ fn params_of(d: &Document) -> RunParams {
         Some(Bson::Int32(v)) => Some(i64::from(*v)),
         _ => None,
     };
-    RunParams { env, as_of_ms }
+    let backfill = p.get_document("backfill").ok().and_then(|b| {
+        let index = match b.get("index")? {
+            Bson::Int64(v) => u32::try_from(*v).ok()?,
+            Bson::Int32(v) => u32::try_from(*v).ok()?,
+            _ => return None,
+        };
+        Some(crate::model::BackfillRef { id: b.get_str("id").ok()?.to_owned(), index })
+    });
+    RunParams { env, as_of_ms, backfill }
 }
 
 /// The output as stored: at most `MAX_STORED_OUTPUT` bytes, the head and the tail around a
@@ -345,6 +359,14 @@ fn stored_output(output: &str) -> (std::borrow::Cow<'_, str>, bool) {
         std::borrow::Cow::Owned(format!("{}\n[... {cut} bytes not stored ...]\n{}", &output[..head], &output[tail..])),
         true,
     )
+}
+
+/// The execution id and status of a document (ids or statuses written by a newer version are
+/// left out).
+fn id_and_status(d: &Document) -> Option<(ExecutionId, Status)> {
+    let id = d.get_str("_id").ok()?.parse().ok()?;
+    let status = bson::from_bson::<Status>(d.get("status")?.clone()).ok()?;
+    Some((id, status))
 }
 
 /// A stored document back as a record (`output` may be absent in search results).
@@ -954,6 +976,46 @@ impl MongoStore {
         }
     }
 
+    /// The attempt and status of every record of `job`'s schedule ticks scheduled in
+    /// `from_ms..=to_ms` (any part): what a backfill decides from. At most `limit` records are
+    /// read; `None` when there are more (the caller names the range as too wide).
+    pub async fn tick_records(
+        &self,
+        job: &str,
+        (from_ms, to_ms): (UnixMs, UnixMs),
+        limit: usize,
+    ) -> Result<Option<Vec<(ExecutionId, Status)>>, StoreError> {
+        let mut filter = doc! {"job": job, "scheduled_at": {
+        "$gte": BsonDate::from_millis(from_ms), "$lte": BsonDate::from_millis(to_ms)}};
+        any_status_and_trigger(&mut filter);
+        let cap = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+        let docs: Vec<Document> = self
+            .executions
+            .find(filter)
+            .projection(doc! {"_id": 1, "status": 1})
+            .hint(mongodb::options::Hint::Name("exec_job".to_owned()))
+            .limit(cap)
+            .await?
+            .try_collect()
+            .await?;
+        if docs.len() > limit {
+            return Ok(None);
+        }
+        Ok(Some(docs.iter().filter_map(id_and_status).collect()))
+    }
+
+    /// The status of each of `ids` that has a record.
+    pub async fn statuses(&self, ids: &[String]) -> Result<HashMap<String, Status>, StoreError> {
+        let docs: Vec<Document> = self
+            .executions
+            .find(doc! {"_id": {"$in": ids}})
+            .projection(doc! {"_id": 1, "status": 1})
+            .await?
+            .try_collect()
+            .await?;
+        Ok(docs.iter().filter_map(id_and_status).map(|(id, status)| (id.to_string(), status)).collect())
+    }
+
     /// Records matching `s`, newest first (by scheduled time, then id). A search whose filters
     /// the index holds reads `limit` + 1 entries. One with residual filters (see [`search_plan`])
     /// reads at most `SCAN_BUDGET` documents of its index range, checked inside MongoDB: a page
@@ -1186,6 +1248,7 @@ mod tests {
             params: RunParams {
                 env: [("DAY".to_owned(), "2026-11-01".to_owned())].into_iter().collect(),
                 as_of_ms: Some(1_793_491_200_000),
+                backfill: Some(crate::model::BackfillRef { id: "19abc0042".to_owned(), index: 7 }),
             },
             jitter_ms: Some(12_345),
             ..record()

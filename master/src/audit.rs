@@ -123,7 +123,8 @@ pub fn action_of(method: &str, path: &str) -> (String, Option<String>) {
     let action = match (method, rest.map(|r| r.split('/').nth(1))) {
         ("PUT", Some(None)) => "job.put".to_owned(),
         ("DELETE", Some(None)) => "job.delete".to_owned(),
-        ("POST", Some(Some(a @ ("run" | "kill" | "pause" | "resume" | "rollback")))) => format!("job.{a}"),
+        ("POST", Some(Some(a @ ("run" | "kill" | "pause" | "resume" | "rollback" | "backfill")))) => format!("job.{a}"),
+        ("POST", Some(Some("backfills"))) if path.ends_with("/cancel") => "job.backfill_cancel".to_owned(),
         _ => format!("{method} {}", bounded(path, MAX_PATH)),
     };
     (action, job.map(|j| bounded(&j, MAX_JOB)))
@@ -453,6 +454,11 @@ mod tests {
         assert_eq!(action_of("DELETE", "/api/jobs/a"), ("job.delete".to_owned(), Some("a".to_owned())));
         assert_eq!(action_of("POST", "/api/jobs/a/run"), ("job.run".to_owned(), Some("a".to_owned())));
         assert_eq!(action_of("POST", "/api/jobs/a/resume"), ("job.resume".to_owned(), Some("a".to_owned())));
+        assert_eq!(action_of("POST", "/api/jobs/a/backfill"), ("job.backfill".to_owned(), Some("a".to_owned())));
+        assert_eq!(
+            action_of("POST", "/api/jobs/a/backfills/x1/cancel"),
+            ("job.backfill_cancel".to_owned(), Some("a".to_owned()))
+        );
         assert_eq!(action_of("POST", "/api/jobs/a/other"), ("POST /api/jobs/a/other".to_owned(), Some("a".to_owned())));
         assert_eq!(action_of("POST", "/api/nope"), ("POST /api/nope".to_owned(), None));
     }

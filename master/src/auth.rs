@@ -228,7 +228,8 @@ pub fn is_mutation(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
-/// The role a request needs: reads need viewer; run, kill, pause and resume need operator;
+/// The role a request needs: reads need viewer; run, kill, pause, resume, backfill and a
+/// backfill's cancel need operator;
 /// everything else that changes something (job PUT and DELETE) needs admin, as does the list
 /// of tokens.
 #[must_use]
@@ -239,10 +240,11 @@ pub fn required_role(method: &Method, path: &str) -> Role {
     if !is_mutation(method) {
         return Role::Viewer;
     }
-    let operator_action = path
-        .strip_prefix("/api/jobs/")
-        .and_then(|rest| rest.split_once('/'))
-        .is_some_and(|(_, action)| matches!(action, "run" | "kill" | "pause" | "resume"));
+    let operator_action =
+        path.strip_prefix("/api/jobs/").and_then(|rest| rest.split_once('/')).is_some_and(|(_, action)| {
+            matches!(action, "run" | "kill" | "pause" | "resume" | "backfill")
+                || action.strip_prefix("backfills/").is_some_and(|id| id.ends_with("/cancel"))
+        });
     if *method == Method::POST && operator_action {
         Role::Operator
     } else {
@@ -435,6 +437,8 @@ mod tests {
         assert_eq!(required_role(&M::POST, "/api/jobs/a/kill"), Role::Operator);
         assert_eq!(required_role(&M::POST, "/api/jobs/a/pause"), Role::Operator);
         assert_eq!(required_role(&M::POST, "/api/jobs/a/resume"), Role::Operator);
+        assert_eq!(required_role(&M::POST, "/api/jobs/a/backfill"), Role::Operator);
+        assert_eq!(required_role(&M::POST, "/api/jobs/a/backfills/b1/cancel"), Role::Operator);
         assert_eq!(required_role(&M::PUT, "/api/jobs/a"), Role::Admin);
         assert_eq!(required_role(&M::DELETE, "/api/jobs/a"), Role::Admin);
         assert_eq!(required_role(&M::PUT, "/api/jobs/run"), Role::Admin, "a job named run");

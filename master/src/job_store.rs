@@ -535,6 +535,8 @@ impl JobStore {
             // Pending run requests (manual runs, retries, dependency runs, catch-up) must not
             // start the job, or a job of the same name created later, after the delete.
             TxnOp::delete(self.keys.job_trigger_prefix(job), Some(DeleteOptions::new().with_prefix())),
+            // And its backfills (their pending requests went with the run requests).
+            TxnOp::delete(self.keys.job_backfills_prefix(job), Some(DeleteOptions::new().with_prefix())),
             // Claims, running markers and the lock stay: they belong to executions still running
             // under worker leases, and expire with them.
         ]

@@ -503,6 +503,16 @@ impl Keys {
     pub fn paused_prefix(&self) -> String {
         format!("{}/paused/", self.ns)
     }
+    /// A backfill of `job` (`crate::backfill::Backfill`).
+    #[must_use]
+    pub fn backfill(&self, job: &str, id: &str) -> String {
+        format!("{}/backfills/{job}/{id}", self.ns)
+    }
+    /// Every backfill of `job`.
+    #[must_use]
+    pub fn job_backfills_prefix(&self, job: &str) -> String {
+        format!("{}/backfills/{job}/", self.ns)
+    }
     /// A skip calendar (`crate::calendar::Calendar`), named by jobs' `skip_calendars`.
     #[must_use]
     pub fn calendar(&self, name: &str) -> String {

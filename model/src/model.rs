@@ -96,12 +96,23 @@ pub struct RunParams {
     /// "Run as of": the scheduled time the run is given (`ETCRON_SCHEDULED_AT`), Unix ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub as_of_ms: Option<UnixMs>,
+    /// The backfill this run is an item of (`trigger: backfill` and its retries and reruns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill: Option<BackfillRef>,
+}
+
+/// Which backfill, and which of its items, a run is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillRef {
+    pub id: String,
+    pub index: u32,
 }
 
 impl RunParams {
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.env.is_empty() && self.as_of_ms.is_none()
+        self.env.is_empty() && self.as_of_ms.is_none() && self.backfill.is_none()
     }
 }
 
@@ -534,6 +545,7 @@ pub enum TriggerKind {
     Dependency,
     Catchup,
     Failover,
+    Backfill,
 }
 
 impl TriggerKind {
@@ -548,13 +560,14 @@ impl TriggerKind {
     }
 
     /// Every trigger.
-    pub const ALL: [TriggerKind; 6] = [
+    pub const ALL: [TriggerKind; 7] = [
         TriggerKind::Schedule,
         TriggerKind::Manual,
         TriggerKind::Retry,
         TriggerKind::Dependency,
         TriggerKind::Catchup,
         TriggerKind::Failover,
+        TriggerKind::Backfill,
     ];
 
     /// The name used in records, the API and `ETCRON_TRIGGER`.
@@ -567,6 +580,7 @@ impl TriggerKind {
             TriggerKind::Dependency => "dependency",
             TriggerKind::Catchup => "catchup",
             TriggerKind::Failover => "failover",
+            TriggerKind::Backfill => "backfill",
         }
     }
 }
@@ -705,8 +719,11 @@ mod tests {
     #[test]
     fn a_runs_parameters_ride_its_claim_and_marker() {
         let id = ExecutionId::new("j", Tick::Manual("r1".to_owned()));
-        let params =
-            RunParams { env: BTreeMap::from([("DAY".to_owned(), "2026-11-01".to_owned())]), as_of_ms: Some(5) };
+        let params = RunParams {
+            env: BTreeMap::from([("DAY".to_owned(), "2026-11-01".to_owned())]),
+            as_of_ms: Some(5),
+            backfill: None,
+        };
         let claim = Claim { params: params.clone(), ..Claim::taken("w1") };
         let bytes = serde_json::to_vec(&claim).unwrap();
         assert_eq!(
@@ -742,7 +759,7 @@ mod tests {
     #[test]
     fn trigger_names_match_their_json() {
         use TriggerKind::*;
-        for t in [Schedule, Manual, Retry, Dependency, Catchup, Failover] {
+        for t in [Schedule, Manual, Retry, Dependency, Catchup, Failover, Backfill] {
             assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
         }
     }

@@ -5,7 +5,7 @@
 //!
 //! The cluster has no worker, so no job the generator creates ever runs; what the responses
 //! show (jobs of every kind, a job stored around the API, a registered worker with a running
-//! execution, execution records of every shape) is seeded before the run.
+//! execution, execution records of every shape, backfills) is seeded before the run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use etcron_common::backfill;
 use etcron_common::keys::{ExecutionId, Keys, Part, Tick};
 use etcron_common::model::{ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind, WorkerInfo};
 use etcron_common::notify::{delivery_id, Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat};
@@ -156,9 +157,28 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         params: RunParams {
             env: BTreeMap::from([("REPORT_DAY".to_owned(), "2023-11-14".to_owned())]),
             as_of_ms: Some(1_700_000_000_000),
+            backfill: None,
         },
     };
     etcd.put(keys.running(&running), serde_json::to_vec(&marker)?, None).await?;
+    // Backfills: one going (its items a succeeded, a failed and a pending run), one cancelled.
+    let items = [(1_700_000_000_000, 1), (1_700_000_060_000, 2), (1_700_000_120_000, 1)]
+        .map(|(at_ms, attempt)| backfill::Item { at_ms, attempt });
+    let mut seeded = backfill::Backfill {
+        from_ms: 1_700_000_000_000,
+        to_ms: 1_700_000_120_000,
+        which: backfill::Which::Missing,
+        overlap: backfill::Overlap::Serial,
+        parallel: 1,
+        items: items.to_vec(),
+        by: "admin".to_owned(),
+        at_ms: now_ms() - 30_000,
+        reason: "reports of the outage".to_owned(),
+        cancelled: None,
+    };
+    etcd.put(keys.backfill("nightly-report", "seeded1"), serde_json::to_vec(&seeded)?, None).await?;
+    seeded.cancelled = Some(backfill::Cancelled { by: "admin".to_owned(), at_ms: now_ms() - 10_000 });
+    etcd.put(keys.backfill("nightly-report", "seeded2"), serde_json::to_vec(&seeded)?, None).await?;
 
     let now = now_ms();
     let scheduled = |job: &str, ms: i64| ExecutionId::new(job, Tick::Scheduled(ms));

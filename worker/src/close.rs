@@ -136,6 +136,7 @@ pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
     if let Some(outcome) = outcome {
         follow.extend(health::close_op(&ctx.client, &ctx.keys, &fire.spec, &fire.id.job, outcome).await);
     }
+    follow.extend(crate::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
     // The last open execution of its claim transaction removes the inflight key with its close.
     let last = won.hold.close_op();
     follow.extend(last.clone());

@@ -1,6 +1,7 @@
 //! etcron worker: watches jobs in etcd, keeps their next ticks in a timing wheel, races for
 //! per-execution claims and runs the tasks it wins.
 
+pub mod backfill;
 pub mod batcher;
 pub mod calendars;
 pub mod catchup;

@@ -277,6 +277,7 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
             reason.push_str(&format!("; {note}"));
         }
     }
+    follow.extend(crate::backfill::next_op(ctx, &id.job, trigger, &params).await);
     let mut record = ExecutionRecord::blank(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
     record.claimed_at.clone_from(&started_at);
     record.started_at = started_at;

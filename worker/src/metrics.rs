@@ -58,6 +58,7 @@ pub struct WorkerMetrics {
     pub jobs_paused: IntCounter,
     /// Ticks whose job names a skip calendar this worker does not know (run all the same).
     pub calendar_missing: IntCounter,
+    pub backfill_chain_broken: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
     /// contention on the health key past its tries).
     pub health_errors: IntCounter,
@@ -151,6 +152,10 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     calendar_missing: counter(
         "etcron_worker_skip_calendar_missing_total",
         "Ticks whose job names a skip calendar that does not exist: run all the same, with a warning.",
+    ),
+    backfill_chain_broken: counter(
+        "etcron_worker_backfill_chain_broken_total",
+        "Backfill items after which the next item could not be requested (the backfill unreadable, or etcd failing): the backfill stops there.",
     ),
     health_errors: counter(
         "etcron_worker_health_errors_total",

@@ -125,7 +125,8 @@ fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) {
 pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fencing_token: i64) {
     let claim = Claim::closed(Status::Missed);
     let held = claim::Held::Claimed { value: to_json(&won.claim) };
-    let mut release = Vec::new();
+    let mut release: Vec<TxnOp> =
+        crate::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await.into_iter().collect();
     if let Some((key, value)) = &won.lock {
         release.push(TxnOp::txn(
             Txn::new()
@@ -321,6 +322,7 @@ pub(crate) async fn settle_outcome(
         }
         ClaimOutcome::Lost => {
             tracing::trace!("claim lost to another worker");
+            crate::backfill::taken_elsewhere(ctx, fire).await;
             None
         }
         ClaimOutcome::Unknown(e) => {

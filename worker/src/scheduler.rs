@@ -545,12 +545,14 @@ impl Scheduler {
         let Some(entry) = self.jobs.get(p.job.as_str()) else { return };
         let request = &p.request;
         let id = request.execution(&p.job, &p.request_id);
-        // Manual runs work on paused jobs (an operator asked); retries, dependency runs and
-        // catch-up runs of a paused (or disabled) job are recorded `skipped`.
+        // Manual runs and backfills (with their retries and failover reruns) work on paused jobs:
+        // an operator asked, and a backfill's ticks left out the skip calendars' dates when it
+        // was made. Other retries, dependency runs and catch-up runs of a paused (or disabled)
+        // job are recorded `skipped`.
+        let asked =
+            matches!(request.kind, TriggerKind::Manual | TriggerKind::Backfill) || request.params.backfill.is_some();
         let skip = match halt(&entry.spec, self.ctx.paused.get(&p.job).as_ref()) {
-            Some(h) if request.kind != TriggerKind::Manual => {
-                Some(format!("{}; {} run not started", h.reason(), request.kind.as_str()))
-            }
+            Some(h) if !asked => Some(format!("{}; {} run not started", h.reason(), request.kind.as_str())),
             // A catch-up run is a missed tick's: its date counts as the tick's would have.
             None if request.kind == TriggerKind::Catchup => {
                 let tick = request.scheduled_ms.unwrap_or(request.requested_at_ms);

@@ -40,6 +40,7 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
     let claim = Claim::closed(status);
     let mut extra = taken_ops(ctx, fire, true);
     extra.extend(next_catchup(&ctx.keys, fire, now_ms()));
+    extra.extend(crate::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
     match claim::claim_done(&ctx.client, &ctx.keys.claim(&fire.id), to_json(&claim), lease, extra).await {
         ClaimOutcome::Won { fencing_token, .. } | ClaimOutcome::Blocked { fencing_token, .. } => {
             submit_not_run(ctx, fire, status, reason, fencing_token);
@@ -207,11 +208,15 @@ pub(crate) async fn request_catchup_of(ctx: &Context, fire: &Fire, tick_ms: Unix
     }
 }
 
-/// A catch-up chain whose tick was skipped goes on with its next tick.
+/// A catch-up chain or backfill whose tick was skipped goes on with its next tick.
 pub(crate) async fn continue_catchup(ctx: &Context, fire: &Fire) {
-    let Some(op) = next_catchup(&ctx.keys, fire, now_ms()) else { return };
+    let mut ops: Vec<TxnOp> = next_catchup(&ctx.keys, fire, now_ms()).into_iter().collect();
+    ops.extend(crate::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
+    if ops.is_empty() {
+        return;
+    }
     let mut kv = ctx.client.kv_client();
-    match etcron_common::etcd::request("put_request", kv.txn(Txn::new().and_then([op]))).await {
+    match etcron_common::etcd::request("put_request", kv.txn(Txn::new().and_then(ops))).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => {
             tracing::error!(error = %e, remaining = fire.then.len(), "catch-up chain broken: could not request its next tick")

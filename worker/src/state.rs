@@ -43,6 +43,8 @@ pub struct Context {
     pub paused: PauseTable,
     /// The skip calendars (`{ns}/calendars/`), as the scheduler last saw them.
     pub calendars: crate::calendars::CalendarTable,
+    /// The backfills whose chains this worker continued.
+    pub backfills: crate::backfill::BackfillCache,
     /// When this worker last moved each job's state forward.
     pub state_marks: StateMarks,
     /// Schedule ticks whose fate this worker could not learn while etcd failed it.

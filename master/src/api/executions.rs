@@ -46,7 +46,7 @@ pub fn parse_search(query: &str) -> ApiResult<Search> {
                     query::invalid(
                         key,
                         format!(
-                            "unknown trigger {value:?}; one of schedule, manual, retry, dependency, catchup, failover"
+                            "unknown trigger {value:?}; one of schedule, manual, retry, dependency, catchup, failover, backfill"
                         ),
                     )
                 })?;

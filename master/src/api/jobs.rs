@@ -392,7 +392,7 @@ pub(super) fn run_body(body: &[u8]) -> ApiResult<RunParams> {
             format!("scheduled_at must be between 1970-01-01 and {}", rfc3339_ms(etcron_common::schedule::MAX_AT_MS)),
         ));
     }
-    Ok(RunParams { env, as_of_ms })
+    Ok(RunParams { env, as_of_ms, backfill: None })
 }
 
 /// The body of `POST /api/jobs/{job}/pause`: nothing, or `{"reason": "...", "until": "RFC 3339"}`.

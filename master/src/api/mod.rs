@@ -14,6 +14,7 @@ use crate::error::ApiError;
 pub use crate::limits::MAX_BODY_BYTES;
 
 mod audit;
+mod backfills;
 mod batch;
 mod calendars;
 mod cluster;
@@ -45,6 +46,10 @@ pub fn app(state: AppState) -> Router {
         .route("/api/jobs/{job}/history", get(history::history))
         .route("/api/jobs/{job}/history/diff", get(history::history_diff))
         .route("/api/jobs/{job}/rollback", post(history::rollback))
+        .route("/api/jobs/{job}/backfill", post(backfills::create))
+        .route("/api/jobs/{job}/backfills", get(backfills::list))
+        .route("/api/jobs/{job}/backfills/{id}", get(backfills::get))
+        .route("/api/jobs/{job}/backfills/{id}/cancel", post(backfills::cancel))
         .route("/api/batch", post(batch))
         .route("/api/workers", get(list_workers))
         .route("/api/cluster/storage", get(cluster_storage))
