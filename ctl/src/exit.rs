@@ -19,7 +19,8 @@ pub enum Exit {
     Usage = 2,
     /// The job or execution does not exist (404).
     NotFound = 3,
-    /// A concurrent change: the job was edited since it was read, or already exists (409).
+    /// A concurrent change: the job was edited since it was read, or already exists; or a
+    /// backfill to cancel is done or cancelled already (409).
     Conflict = 4,
     /// `executions get --follow`, `logs --follow`, `jobs run --follow`: the final attempt ended
     /// in a status other than `succeeded`.
@@ -37,7 +38,7 @@ pub const HELP: &str = "Exit codes:
   1  the master refused or failed the request
   2  usage error: bad arguments, an invalid job file or crontab line (nothing was changed)
   3  not found (404)
-  4  conflict (409): the job changed since it was read, or already exists
+  4  conflict (409): the job changed since it was read, or already exists (or the backfill is over)
   5  executions get --follow, logs --follow, jobs run --follow: the final attempt did not succeed
   6  no etcron master answered at --server (refused, timed out, or another server answered)
   7  --dry-run: changes are pending";

@@ -1,9 +1,10 @@
 //! `etcronctl`: the operator's command line for an etcron cluster. It is a client of a master's
 //! HTTP API only (it never talks to etcd or MongoDB): jobs (describe, edit), job files (apply,
-//! export, import, crontabs), executions (search, watch, logs, live output), workers and
-//! schedule previews. Output: tables, or each command's document as JSON or YAML (`-o`).
+//! export, import, crontabs), backfills, executions (search, watch, logs, live output), workers
+//! and schedule previews. Output: tables, or each command's document as JSON or YAML (`-o`).
 
 mod apply;
+mod backfill;
 mod calendars;
 mod client;
 mod crontab;
@@ -64,7 +65,7 @@ pub enum Output {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List, show, apply, delete, run, kill, pause and resume jobs.
+    /// List, show, apply, delete, run, kill, pause, resume and backfill jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
     /// Search execution records, watch for new ones, show one with its output or stream it live.
@@ -248,6 +249,45 @@ enum JobsCommand {
         #[arg(long, value_name = "REVISION")]
         if_match: Option<i64>,
     },
+    /// Run a range of a job's past ticks again, each as one more attempt of its tick (paused
+    /// jobs too); prints the backfill's id, state and counts. `--dry-run`: the ticks it would
+    /// run, and why others are left out.
+    Backfill {
+        name: String,
+        /// First instant of the range, RFC 3339 (included), e.g. 2026-03-01T00:00:00Z.
+        #[arg(long, value_name = "TIME")]
+        from: String,
+        /// Last instant of the range, RFC 3339 (included; not in the future).
+        #[arg(long, value_name = "TIME")]
+        to: String,
+        /// missing: ticks without a successful run (the default); failed: ticks whose latest
+        /// attempt ended failed, timed_out or lost; all: every tick.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(backfill::WHICH))]
+        which: Option<String>,
+        /// serial: one run at a time, oldest first (the default); parallel: up to --max-parallel.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(backfill::OVERLAP))]
+        overlap: Option<String>,
+        /// Runs at once with `--overlap parallel` (1..50; 5 by default).
+        #[arg(long, value_name = "N")]
+        max_parallel: Option<u32>,
+        /// Refuse a range that selects more ticks than this (1..500; 100 by default).
+        #[arg(long, value_name = "N")]
+        max_runs: Option<u32>,
+        /// Why, kept with the backfill (at most 500 characters).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// List the ticks it would run; create nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// A job's backfills, newest first; with ID, that one and each of its ticks' status.
+    Backfills {
+        name: String,
+        /// A backfill's id (from `jobs backfill` or the list).
+        id: Option<String>,
+    },
+    /// Cancel a backfill: no further tick is requested (a run already started finishes).
+    BackfillCancel { name: String, id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -262,7 +302,7 @@ enum ExecutionsCommand {
         statuses: Vec<String>,
         #[arg(long)]
         worker: Option<String>,
-        /// schedule, manual, retry, dependency, catchup or failover.
+        /// schedule, manual, retry, dependency, catchup, failover or backfill.
         #[arg(long)]
         trigger: Option<String>,
         /// Scheduled at or after: RFC 3339, or a duration ago (`1h`, `30m`).
@@ -448,6 +488,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             JobsCommand::Resume { name } => jobs::resume(&client, &name, json).await,
             JobsCommand::History { name, diff } => history::history(&client, &name, diff, json).await,
             JobsCommand::Rollback { name, to, if_match } => history::rollback(&client, &name, to, if_match, json).await,
+            JobsCommand::Backfill { name, from, to, which, overlap, max_parallel, max_runs, reason, dry_run } => {
+                let request = backfill::Request { from, to, which, overlap, max_parallel, max_runs, reason, dry_run };
+                backfill::backfill(&client, &name, &request, json).await
+            }
+            JobsCommand::Backfills { name, id } => backfill::list(&client, &name, id.as_deref(), json).await,
+            JobsCommand::BackfillCancel { name, id } => backfill::cancel(&client, &name, &id, json).await,
         },
         Command::Executions(cmd) => match cmd {
             ExecutionsCommand::Search {
@@ -594,6 +640,49 @@ mod tests {
             assert!(watch, "{flag}");
         }
         assert!(Cli::try_parse_from(["etcronctl", "executions", "search", "-w", "--cursor", "c"]).is_err());
+    }
+
+    #[test]
+    fn backfill_flags_parse_and_refuse_unknown_choices() {
+        let cli = Cli::try_parse_from([
+            "etcronctl",
+            "jobs",
+            "backfill",
+            "report",
+            "--from",
+            "2026-03-01T00:00:00Z",
+            "--to",
+            "2026-03-02T00:00:00Z",
+            "--which",
+            "failed",
+            "--overlap",
+            "parallel",
+            "--max-parallel",
+            "3",
+            "--max-runs",
+            "500",
+            "--dry-run",
+        ])
+        .unwrap();
+        let Command::Jobs(JobsCommand::Backfill { name, which, overlap, max_parallel, max_runs, dry_run, .. }) =
+            cli.command
+        else {
+            panic!()
+        };
+        assert_eq!((name.as_str(), which.as_deref(), overlap.as_deref()), ("report", Some("failed"), Some("parallel")));
+        assert_eq!((max_parallel, max_runs, dry_run), (Some(3), Some(500), true));
+        let range = ["etcronctl", "jobs", "backfill", "report", "--from", "a", "--to", "b"];
+        assert!(Cli::try_parse_from(range).is_ok(), "times are the master's to check");
+        assert!(Cli::try_parse_from([&range[..], &["--which", "some"]].concat()).is_err());
+        assert!(Cli::try_parse_from([&range[..], &["--overlap", "burst"]].concat()).is_err());
+        assert!(Cli::try_parse_from([&range[..], &["--max-runs", "-1"]].concat()).is_err());
+        assert!(Cli::try_parse_from(["etcronctl", "jobs", "backfill", "report", "--from", "a"]).is_err(), "--to");
+        let cli = Cli::try_parse_from(["etcronctl", "jobs", "backfills", "report", "18f2c3"]).unwrap();
+        let Command::Jobs(JobsCommand::Backfills { id, .. }) = cli.command else { panic!() };
+        assert_eq!(id.as_deref(), Some("18f2c3"));
+        let cli = Cli::try_parse_from(["etcronctl", "jobs", "backfills", "report"]).unwrap();
+        assert!(matches!(cli.command, Command::Jobs(JobsCommand::Backfills { id: None, .. })));
+        assert!(Cli::try_parse_from(["etcronctl", "jobs", "backfill-cancel", "report"]).is_err(), "needs the id");
     }
 
     #[test]

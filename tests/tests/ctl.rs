@@ -1445,3 +1445,112 @@ async fn import_crontab_makes_a_job_of_each_line() -> anyhow::Result<()> {
     assert_eq!(ctl(&c, &["import", "--crontab", &dir.join("missing").display().to_string()]).await.code, 2);
     Ok(())
 }
+
+/// `jobs backfill` over a job's own ticks: the dry run lists exactly the ticks its records name
+/// (each as the attempt after the recorded one); the backfill, on the paused job, runs them all
+/// to `done`; `jobs backfills` lists it and shows each tick; cancelling it once done is exit 4
+/// with the master's message; a range that ends before it starts is exit 2 naming `from`.
+#[tokio::test(flavor = "multi_thread")]
+async fn backfill_runs_the_recorded_ticks_again() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-backfill", 1).await?;
+    // The schedule starts a few seconds ahead, on an even second, so that it has no tick before
+    // the job existed (the range below starts 2 minutes back) and every tick of it has a record.
+    let first_ms = (etcron_tests::now_ms() / 2000 + 3) * 2000;
+    let spec = json!({"schedule": "*/2 * * * * *", "active_from": etcron_common::rfc3339_ms(first_ms),
+        "task": {"kind": "shell", "command": "true"}});
+    c.put_job("ticks", spec).await?;
+    c.wait_executions("job=ticks&status=succeeded", "3 ticks to run", |l| l.len() >= 3).await?;
+    // Paused, its ticks are recorded `skipped` and run nothing; backfills run all the same.
+    let (status, body) = c.call(Method::POST, "/api/jobs/ticks/pause", None).await?;
+    assert_eq!(status, 200, "{body}");
+    let to_ms = etcron_tests::now_ms();
+    let from_ms = to_ms - 120_000;
+    let last_tick = to_ms / 2000 * 2000;
+    let records = c
+        .wait_executions("job=ticks&limit=500", "a record of every tick up to now, none running", |l| {
+            l.iter().any(|e| e["scheduled_ms"] == last_tick) && l.iter().all(|e| e["status"] != "running")
+        })
+        .await?;
+    let mut recorded: Vec<(i64, String)> = records
+        .iter()
+        .map(|e| (e["scheduled_ms"].as_i64().unwrap(), e["scheduled_at"].as_str().unwrap().to_owned()))
+        .filter(|(t, _)| (from_ms..=to_ms).contains(t))
+        .collect();
+    recorded.sort();
+    let ticks: Vec<i64> = recorded.iter().map(|(t, _)| *t).collect();
+    assert_eq!(ticks, (first_ms..=last_tick).step_by(2000).collect::<Vec<_>>(), "one record per tick: {records:?}");
+    assert!(ticks.len() >= 3, "{ticks:?}");
+    assert!(records.iter().all(|e| e["attempt"] == 1), "{records:?}");
+    let expected: Vec<(String, String)> = recorded.iter().map(|(t, at)| (at.clone(), format!("ticks@{t}#2"))).collect();
+
+    // The dry run: the AT and EXECUTION of each tick the records name, nothing left out.
+    let (from, to) = (etcron_common::rfc3339_ms(from_ms), etcron_common::rfc3339_ms(to_ms));
+    let range = ["jobs", "backfill", "ticks", "--from", from.as_str(), "--to", to.as_str(), "--which", "all"];
+    let out = ctl(&c, &[&range[..], &["--dry-run"]].concat()).await.ok();
+    let mut lines = out.stdout.lines();
+    assert_eq!(lines.next().unwrap().split_whitespace().collect::<Vec<_>>(), ["AT", "EXECUTION"], "{out:?}");
+    let printed: Vec<(String, String)> = lines
+        .by_ref()
+        .take(expected.len())
+        .map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(cells.len(), 2, "{l:?} in {out:?}");
+            (cells[0].to_owned(), cells[1].to_owned())
+        })
+        .collect();
+    assert_eq!(printed, expected, "{out:?}");
+    assert_eq!(
+        lines.next(),
+        Some(format!("{} ticks; 0 left out (dry run: nothing was created)", ticks.len()).as_str())
+    );
+    let (_, list) = c.call(Method::GET, "/api/jobs/ticks/backfills", None).await?;
+    assert_eq!(list["backfills"], json!([]), "a dry run creates nothing");
+
+    // The backfill: its id, then every tick runs again as its second attempt, on the paused job.
+    let out = ctl(&c, &[&range[..], &["--max-runs", "500", "--reason", "ctl test"]].concat()).await.ok();
+    let id = out.stdout.lines().find_map(|l| l.strip_prefix("id:")).map(str::trim).unwrap_or_default().to_owned();
+    assert!(!id.is_empty(), "{out:?}");
+    assert!(out.stdout.contains(&format!("counts:     0/{} done", ticks.len())), "{out:?}");
+    let show = ["jobs", "backfills", "ticks", id.as_str()];
+    let done = wait_for(Duration::from_secs(60), "the backfill to be done", || async {
+        let out = ctl(&c, &[&show[..], &["-o", "json"]].concat()).await.ok();
+        let v = out.json();
+        (v["state"] == "done").then_some(v)
+    })
+    .await?;
+    assert_eq!(done["id"], id.as_str());
+    let items = done["items"].as_array().unwrap();
+    assert!(items.iter().all(|i| i["status"] == "succeeded"), "{done}");
+    let ran: Vec<(String, String)> = items
+        .iter()
+        .map(|i| (i["at"].as_str().unwrap().to_owned(), i["execution_id"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(ran, expected, "{done}");
+    let n = ticks.len();
+    assert_eq!(
+        done["counts"],
+        json!({"total": n, "pending": 0, "running": 0, "succeeded": n, "failed": 0, "not_run": 0, "cancelled": 0})
+    );
+    let record = execution(&c, &expected[0].1, "the first backfilled run", |v| v["status"] == "succeeded").await;
+    assert_eq!((&record["trigger"], &record["attempt"]), (&json!("backfill"), &json!(2)), "{record}");
+    let out = ctl(&c, &show).await.ok();
+    assert!(out.stdout.contains("state:      done\n"), "{out:?}");
+    assert!(out.stdout.contains(&format!("{}  {}  succeeded\n", expected[0].0, expected[0].1)), "{out:?}");
+
+    // The list: the backfill, done, all of its ticks.
+    let out = ctl(&c, &["jobs", "backfills", "ticks"]).await.ok();
+    let row = out.stdout.lines().find(|l| l.starts_with(&id)).unwrap_or_else(|| panic!("{id} not listed: {out:?}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1..=5], ["done", from.as_str(), to.as_str(), "all", format!("{n}/{n}").as_str()], "{out:?}");
+
+    // Cancelling a backfill that is done: 409 with the master's message.
+    let out = ctl(&c, &["jobs", "backfill-cancel", "ticks", &id]).await;
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains(&format!("backfill {id:?} of \"ticks\" is done")), "{out:?}");
+    // A range that ends before it starts: 400 naming `from`; no such job: 404.
+    let out = ctl(&c, &["jobs", "backfill", "ticks", "--from", &to, "--to", &from, "--dry-run"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("invalid (400): from: "), "{out:?}");
+    assert_eq!(ctl(&c, &["jobs", "backfills", "nope"]).await.code, 3);
+    Ok(())
+}
