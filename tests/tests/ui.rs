@@ -184,3 +184,44 @@ async fn a_page_on_another_origin_cannot_change_a_job() -> anyhow::Result<()> {
     assert!(job["paused"].is_null(), "not paused: {job}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn past_ticks_are_backfilled_and_a_backfill_cancelled_from_the_job_page() -> anyhow::Result<()> {
+    let c = Cluster::start("ui-backfill", 1).await?;
+    c.put_job("every-2s", json!({"schedule": "*/2 * * * * *", "task": {"kind": "shell", "command": "true"}})).await?;
+    c.put_job("slow-hourly", json!({"schedule": "@hourly", "task": {"kind": "shell", "command": "sleep 300"}})).await?;
+    c.wait_executions("job=every-2s&trigger=schedule&status=succeeded", "three scheduled runs", |l| l.len() >= 3)
+        .await?;
+    // Backfills run on paused jobs; paused, the schedule only records skipped ticks meanwhile.
+    for job in ["every-2s", "slow-hourly"] {
+        let (status, body) =
+            c.call(Method::POST, &format!("/api/jobs/{job}/pause"), Some(json!({"reason": "backfill test"}))).await?;
+        assert_eq!(status, 200, "{body}");
+    }
+    browser("backfill.mjs", &c.master.url, &c.logs)?;
+    screenshots(
+        &c.logs,
+        &["backfill-error.png", "backfill-preview.png", "backfill-done.png", "backfill-cancelled.png"],
+    );
+    // What the browser did, seen through the API: one backfill, done, every item a succeeded
+    // backfill run; the slow job's backfill cancelled.
+    let list = c.get("/api/jobs/every-2s/backfills").await?;
+    let backfills = list["backfills"].as_array().unwrap();
+    assert_eq!(backfills.len(), 1, "{list}");
+    let id = backfills[0]["id"].as_str().unwrap();
+    let done = c.get(&format!("/api/jobs/every-2s/backfills/{id}")).await?;
+    assert_eq!(done["state"], "done", "{done}");
+    let items = done["items"].as_array().unwrap();
+    assert!(items.len() >= 3, "{done}");
+    assert!(items.iter().all(|i| i["status"] == "succeeded"), "{done}");
+    let runs = c.get("/api/executions?job=every-2s&trigger=backfill&limit=500").await?;
+    let runs = runs["executions"].as_array().unwrap();
+    for item in items {
+        let run = runs.iter().find(|r| r["id"] == item["execution_id"]);
+        assert_eq!(run.map(|r| &r["status"]), Some(&json!("succeeded")), "{item} recorded: {runs:?}");
+    }
+    let slow = c.get("/api/jobs/slow-hourly/backfills").await?;
+    assert_eq!(slow["backfills"][0]["state"], "cancelled", "{slow}");
+    assert_eq!(slow["backfills"][0]["counts"]["failed"], 1, "the started run was killed: {slow}");
+    Ok(())
+}

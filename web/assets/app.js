@@ -263,15 +263,137 @@ function runDialog(j) {
   return dialog;
 }
 
+/** A Date as the value of a datetime-local input: the browser's local time, to the second. */
+function localInputValue(date) {
+  const p = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${p(date.getMonth() + 1)}-${p(date.getDate())}T${p(date.getHours())}:${p(date.getMinutes())}:${p(date.getSeconds())}`;
+}
+
+/** A datetime-local value (local time, no offset) as RFC 3339 in UTC; a value that does not
+ * parse goes as typed, for the API to name the field. */
+function rfc3339FromLocal(value) {
+  const date = new Date(value);
+  return value && !isNaN(date) ? date.toISOString() : value;
+}
+
+/** Most ticks a backfill preview lists (it says how many more there are), and excluded ones. */
+const PREVIEW_TICKS = 50;
+const PREVIEW_EXCLUDED = 10;
+
+/** The backfill dialog: a range of past ticks (local time), which of them, how they overlap,
+ * a cap and a reason. "Preview" (and Enter) asks the API for a dry run and lists the ticks;
+ * "Start backfill" creates it, closes the dialog and opens it in the job page's Backfills
+ * section. API errors appear at the field they name. */
+function backfillDialog(j) {
+  const now = new Date();
+  now.setMilliseconds(0);
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+  const f = {
+    from: h("input", { type: "datetime-local", step: "1", value: localInputValue(new Date(now.getTime() - 86_400_000)) }),
+    to: h("input", { type: "datetime-local", step: "1", value: localInputValue(now) }),
+    which: select("which"),
+    overlap: select("overlap"),
+    max_parallel: input({ inputmode: "numeric", placeholder: "5" }),
+    max_runs: input({ inputmode: "numeric", placeholder: "100" }),
+    reason: input({ placeholder: "rerun after the outage" }),
+  };
+  const maxParallel = formField("max_parallel", "Max parallel", f.max_parallel, "Runs at once, 1 to 50.");
+  const sync = () => { maxParallel.hidden = f.overlap.value !== "parallel"; };
+  f.overlap.addEventListener("change", sync);
+  sync();
+  const preview = h("div", { class: "preview", id: "backfill-preview", "aria-live": "polite" });
+  const error = h("p", { class: "field-error", id: "backfill-error", role: "alert", hidden: true });
+  const dialog = h("dialog", { id: "backfill-dialog", "aria-label": `Backfill ${j.name}` });
+  const previewButton = h("button", { type: "submit" }, "Preview");
+  const start = h("button", { type: "button", class: "primary" }, "Start backfill");
+  const close = h("button", { type: "button" }, "Close");
+  close.addEventListener("click", () => dialog.close());
+  const form = h("form", { method: "dialog", novalidate: true },
+    h("h2", {}, `Backfill ${j.name}`),
+    h("p", { class: "muted small" }, "Runs past ticks of the schedule again, each as one more attempt of its tick (also while the job is paused)."),
+    formField("from", "From", f.from, `Your browser's time (${zone}); the range includes both ends.`),
+    formField("to", "To", f.to, "Not in the future: later ticks belong to the schedule."),
+    formField("which", "Which ticks", f.which),
+    formField("overlap", "Overlap", f.overlap),
+    maxParallel,
+    formField("max_runs", "Max runs", f.max_runs, "A range selecting more ticks is refused; 1 to 500."),
+    formField("reason", "Reason", f.reason),
+    error,
+    h("div", { class: "toolbar" }, previewButton, start, close),
+    preview);
+  // A preview describes the fields as they were: changing one withdraws it.
+  form.addEventListener("input", () => preview.replaceChildren());
+  form.addEventListener("change", () => preview.replaceChildren());
+
+  const request = (dryRun) => {
+    const body = { from: rfc3339FromLocal(f.from.value), to: rfc3339FromLocal(f.to.value), which: f.which.value, overlap: f.overlap.value };
+    if (f.overlap.value === "parallel" && f.max_parallel.value.trim()) body.max_parallel = numberOr(f.max_parallel.value);
+    if (f.max_runs.value.trim()) body.max_runs = numberOr(f.max_runs.value);
+    if (f.reason.value.trim()) body.reason = f.reason.value.trim();
+    if (dryRun) body.dry_run = true;
+    return body;
+  };
+  const showPreview = (p) => {
+    const more = p.count - Math.min(p.count, PREVIEW_TICKS);
+    const excludedMore = p.excluded_count - Math.min(p.excluded.length, PREVIEW_EXCLUDED);
+    preview.replaceChildren(
+      h("p", { class: "reading", id: "backfill-count", "data-count": String(p.count) }, p.count === 0
+        ? "No tick of the range qualifies."
+        : `${p.count} tick${p.count === 1 ? "" : "s"} would run, ${p.overlap === "parallel" ? `up to ${p.max_parallel} at once` : "one at a time"}:`),
+      p.ticks.length ? h("ol", { class: "next backfill-ticks", "aria-label": "Ticks the backfill would run" },
+        p.ticks.slice(0, PREVIEW_TICKS).map((t) => h("li", { title: t.execution_id, "data-at": t.at }, `${localTime(t.at)}`))) : "",
+      more > 0 ? h("p", { class: "muted small" }, `… and ${more} more.`) : "",
+      p.excluded_count ? [
+        h("p", { class: "reading", id: "backfill-excluded", "data-count": String(p.excluded_count) }, `${p.excluded_count} tick${p.excluded_count === 1 ? "" : "s"} of the range left out:`),
+        h("ul", { class: "plain small" }, p.excluded.slice(0, PREVIEW_EXCLUDED).map((x) => h("li", {}, `${localTime(x.at)} — ${x.why}`))),
+        excludedMore > 0 ? h("p", { class: "muted small" }, `… and ${excludedMore} more.`) : "",
+      ] : "");
+  };
+  const send = async (dryRun) => {
+    clearFieldErrors(form);
+    error.hidden = true;
+    preview.replaceChildren();
+    previewButton.disabled = true;
+    start.disabled = true;
+    try {
+      const { body: answer } = await api(`${jobPath(j.name)}/backfill`, {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(request(dryRun)),
+      });
+      if (dryRun) { showPreview(answer); return; }
+      dialog.close();
+      location.hash = `#/job/${encodeURIComponent(j.name)}?backfill=${encodeURIComponent(answer.id)}`;
+    } catch (e) {
+      const at = e.status === 400 ? showFieldError(form, e.field, e.message) : null;
+      if (at) { at.focus(); return; }
+      error.textContent = e.status === 400 || e.status === 409 ? `${e.field ? `${e.field}: ` : ""}${e.message}` : explain(e);
+      error.hidden = false;
+    } finally {
+      previewButton.disabled = false;
+      start.disabled = false;
+    }
+  };
+  // Enter previews: starting a backfill (many runs) takes the button.
+  form.addEventListener("submit", (event) => { event.preventDefault(); send(true); });
+  start.addEventListener("click", () => send(false));
+  dialog.append(form);
+  return dialog;
+}
+
+/** A button opening the dialog `make()` builds; the dialog goes when it closes. */
+const dialogButton = (label, make, attrs) => button(label, () => {
+  const dialog = make();
+  document.body.append(dialog);
+  dialog.addEventListener("close", () => dialog.remove());
+  dialog.showModal();
+  return false;
+}, attrs);
+
 function jobActions(j, { detail = false } = {}) {
   const path = jobPath(j.name);
-  const withParams = detail ? [button("Run with…", () => {
-    const dialog = runDialog(j);
-    document.body.append(dialog);
-    dialog.addEventListener("close", () => dialog.remove());
-    dialog.showModal();
-    return false;
-  }, { "aria-label": `Run ${j.name} with parameters` })] : [];
+  const withParams = detail ? [
+    dialogButton("Run with…", () => runDialog(j), { "aria-label": `Run ${j.name} with parameters` }),
+    dialogButton("Backfill…", () => backfillDialog(j), { "aria-label": `Backfill past ticks of ${j.name}` }),
+  ] : [];
   return [
     button("Run now", () => api(`${path}/run`, { method: "POST" }), { "aria-label": `Run ${j.name} now` }),
     ...withParams,
@@ -300,13 +422,92 @@ function jobActions(j, { detail = false } = {}) {
   ];
 }
 
-/** One job: actions, schedule, running executions, a chart of recent runs, its spec. */
+/** A backfill's progress: a bar of its finished items (succeeded, failed, not run) of all,
+ * then running and cancelled ones (never requested, or not started, before the cancel), and
+ * the counts in words. */
+function backfillProgress(c) {
+  const finished = c.succeeded + c.failed + c.not_run;
+  const total = Math.max(1, c.total);
+  let at = 0;
+  const part = (n, status) => {
+    if (!n) return null;
+    const rect = svg("rect", { x: (at / total) * 100, y: 0, width: (n / total) * 100, height: 6, class: `bar s-${status}` });
+    at += n;
+    return rect;
+  };
+  const parts = [part(c.succeeded, "succeeded"), part(c.failed, "failed"), part(c.not_run, "skipped"), part(c.running, "running"), part(c.cancelled, "cancelled")].filter(Boolean);
+  const words = [`${c.succeeded} succeeded`, `${c.failed} failed`, `${c.not_run} not run`];
+  if (c.running) words.push(`${c.running} running`);
+  if (c.pending) words.push(`${c.pending} pending`);
+  if (c.cancelled) words.push(`${c.cancelled} cancelled`);
+  const text = `${finished} of ${c.total} finished: ${words.join(", ")}`;
+  return h("div", { class: "backfill-progress", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": String(c.total), "aria-valuenow": String(finished), "aria-valuetext": text },
+    svg("svg", { viewBox: "0 0 100 6", preserveAspectRatio: "none", class: "progress", "aria-hidden": "true" },
+      svg("rect", { x: 0, y: 0, width: 100, height: 6, class: "track" }), parts),
+    h("div", { class: "small muted" }, text));
+}
+
+/** The job page's Backfills section: the job's backfills (newest first) with their progress, a
+ * Cancel for running ones, and the items of the one opened (`?backfill=ID` in the URL, so it
+ * stays open while the page refreshes). */
+function backfillsSection(name, list, opened, openId) {
+  const section = h("section", { id: "backfills", "aria-labelledby": "backfills-heading" }, h("h2", { id: "backfills-heading" }, "Backfills"));
+  if (list.error) {
+    section.append(h("p", { class: "warn" }, explain(list.error)));
+    return section;
+  }
+  const here = `#/job/${encodeURIComponent(name)}`;
+  if (list.backfills.length === 0) {
+    section.append(h("p", { class: "muted", id: "no-backfills" }, "No backfill yet. “Backfill…” runs a range of past ticks again."));
+  } else {
+    section.append(h("table", { id: "backfills-table" },
+      h("thead", {}, h("tr", {}, ["Backfill", "State", "Range", "Which", "Progress", "Created by", ""].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, list.backfills.map((b) => h("tr", { "data-backfill": b.id, class: b.id === openId ? "selected" : null },
+        h("td", { "data-label": "Backfill" }, h("a", { href: `${here}?backfill=${encodeURIComponent(b.id)}`, "aria-current": b.id === openId ? "true" : null, "aria-label": `Backfill ${b.id}: its ticks` }, b.id)),
+        h("td", { "data-label": "State" }, h("span", { class: `badge backfill-${b.state}` }, b.state)),
+        h("td", { "data-label": "Range" }, `${localTime(b.from)} → ${localTime(b.to)}`),
+        h("td", { "data-label": "Which" }, b.which, h("div", { class: "muted small" }, b.overlap === "parallel" ? `parallel, ${b.max_parallel} at once` : "serial")),
+        h("td", { "data-label": "Progress" }, backfillProgress(b.counts)),
+        h("td", { "data-label": "Created by" }, b.created_by, h("div", { class: "muted small" }, localTime(b.created_at)),
+          b.reason ? h("div", { class: "muted small" }, b.reason) : "",
+          b.cancelled_by ? h("div", { class: "warn small" }, `cancelled by ${b.cancelled_by}${b.cancelled_at ? ` at ${localTime(b.cancelled_at)}` : ""}`) : ""),
+        h("td", { "data-label": "Actions", class: "actions" }, b.state === "running" ? button("Cancel", async () => {
+          if (!confirm(`Cancel backfill ${b.id} of ${name}? No further tick is requested; a run already started finishes (kill it to stop it).`)) return false;
+          await api(`${jobPath(name)}/backfills/${encodeURIComponent(b.id)}/cancel`, { method: "POST" });
+          return true;
+        }, { "aria-label": `Cancel backfill ${b.id}`, class: "danger" }) : ""))))));
+  }
+  if (!openId) return section;
+  const panel = h("div", { id: "backfill-items", "aria-live": "polite" });
+  if (opened.error) {
+    panel.append(h("p", { class: "warn" }, opened.error.status === 404 ? `No backfill ${openId} (finished ones are removed beyond the newest 20).` : explain(opened.error)));
+  } else {
+    panel.append(
+      h("div", { class: "heading start" }, h("h3", {}, `Backfill ${opened.id}`), h("a", { href: here }, "Hide")),
+      h("table", {},
+        h("thead", {}, h("tr", {}, ["Tick", "Execution", "Status"].map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, opened.items.map((item) => h("tr", { "data-execution": item.execution_id },
+          h("td", { "data-label": "Tick" }, localTime(item.at)),
+          h("td", { "data-label": "Execution" }, ["pending", "cancelled"].includes(item.status)
+            ? h("span", { class: "muted" }, item.execution_id)
+            : h("a", { href: `#/execution/${encodeURIComponent(item.execution_id)}` }, item.execution_id)),
+          h("td", { "data-label": "Status" }, statusBadge(item.status)))))));
+  }
+  section.append(panel);
+  return section;
+}
+
+/** One job: actions, schedule, running executions, backfills, a chart of recent runs, its spec.
+ * Refreshes every 5 s, every 2 s while a backfill runs. */
 async function jobView(params, rest) {
   const name = decodeURIComponent(rest);
-  const [{ body: j }, workers, recent] = await Promise.all([
+  const openId = params.get("backfill") || "";
+  const [{ body: j }, workers, recent, backfills, opened] = await Promise.all([
     api(jobPath(name)),
     getJson("/api/workers"),
     getJson(`/api/executions?job=${encodeURIComponent(name)}&limit=100`).catch((e) => ({ error: e })),
+    getJson(`${jobPath(name)}/backfills`).catch((e) => ({ error: e })),
+    openId ? getJson(`${jobPath(name)}/backfills/${encodeURIComponent(openId)}`).catch((e) => ({ error: e })) : null,
   ]);
   const spec = j.spec || {};
   const running = workers.workers.flatMap((w) => w.running_executions || []).filter((r) => r.job === name);
@@ -339,7 +540,8 @@ async function jobView(params, rest) {
           if (!confirm(`Kill ${r.id}?`)) return false;
           await api(`${jobPath(name)}/kill?execution=${encodeURIComponent(r.id)}`, { method: "POST" });
           return true;
-        }, { "aria-label": `Kill ${r.id}`, class: "danger" })))));
+        }, { "aria-label": `Kill ${r.id}`, class: "danger" })))),
+    backfillsSection(name, backfills, opened, openId));
   root.append(h("h2", {}, "Recent executions"));
   if (recent.error) {
     root.append(h("p", { class: "warn" }, explain(recent.error)));
@@ -350,7 +552,8 @@ async function jobView(params, rest) {
       h("p", {}, h("a", { href: `#/executions?job=${encodeURIComponent(name)}` }, "All executions of this job →")));
   }
   root.append(h("h2", {}, "Spec"), h("pre", { class: "output", "aria-label": "Spec" }, JSON.stringify(spec, null, 2)));
-  autoRefresh(5000);
+  const backfilling = !backfills.error && backfills.backfills.some((b) => b.state === "running");
+  autoRefresh(backfilling ? 2000 : 5000);
 }
 
 /** A job's saved versions, newest first: who saved each, when and how; what changed from one
@@ -404,6 +607,9 @@ const SELECTS = {
   on_worker_loss: [["rerun", "rerun on another worker"], ["mark_lost", "mark lost"]],
   mode: [["single", "single — one worker per tick"], ["broadcast", "broadcast — every eligible worker"], ["sharded", "sharded — N parts per tick"]],
   "task.method": ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"].map((m) => [m, m]),
+  // The backfill dialog's.
+  which: [["missing", "missing — ticks without a successful run"], ["failed", "failed — ticks whose latest attempt failed, timed out or was lost"], ["all", "all — every tick"]],
+  overlap: [["serial", "serial — one run at a time, oldest first"], ["parallel", "parallel — several runs at once"]],
 };
 
 const idOf = (name) => `f-${name.replace(/[^a-z0-9]/gi, "-")}`;
@@ -889,7 +1095,18 @@ async function executionsView(params) {
 /** One execution: timings, attempt, worker, fencing token, why it did not run, output. */
 async function executionView(params, rest) {
   const id = decodeURIComponent(rest);
-  const r = await getJson(`/api/executions/${encodeURIComponent(id)}`);
+  let r;
+  try {
+    r = await getJson(`/api/executions/${encodeURIComponent(id)}`);
+  } catch (e) {
+    if (e.status !== 404) throw e;
+    // A run just requested ("Run with…" opens its page at once) has neither a record nor a
+    // running marker until a worker claims it, nor a short one between its end and its record.
+    app().replaceChildren(h("h1", { class: "id" }, id),
+      h("p", { class: "muted", role: "status", id: "no-record" }, "No record of this execution yet: a run just requested appears once a worker starts it. This page looks again every 2 s."));
+    autoRefresh(2000);
+    return;
+  }
   const field = (k, v) => v == null || v === "" ? [] : [h("dt", {}, k), h("dd", {}, v instanceof Node ? v : String(v))];
   const output = h("pre", { class: "output wrap", tabindex: "0", "aria-label": "Output" }, r.output || "");
   const wrap = h("button", { type: "button", "aria-pressed": "true" }, "Wrap lines");
