@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use etcron_tests::{now_ms, read_fired, record_command, wait_for, Cluster};
+use etcron_tests::{now_ms, read_fired, record_command, wait_for, Cluster, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -47,6 +47,14 @@ async fn wait_done(c: &Cluster, job: &str, id: &str, limit: Duration) -> Value {
     }
 }
 
+/// The run requests of `job` still in etcd (a backfill's chain leaves none once done).
+async fn requests_left(c: &Cluster, job: &str) -> Vec<String> {
+    let mut etcd = c.etcd.client().await.unwrap();
+    let prefix = format!("{}/trigger/{job}/", c.namespace);
+    let left = etcd.get(prefix.as_str(), Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+    left.kvs().iter().map(|kv| String::from_utf8_lossy(kv.key()).into_owned()).collect()
+}
+
 /// Every final record of the job, by execution id.
 async fn records(c: &Cluster, job: &str) -> BTreeMap<String, Value> {
     let v = c.get(&format!("/api/executions?job={job}&limit=500")).await.unwrap();
@@ -55,7 +63,12 @@ async fn records(c: &Cluster, job: &str) -> BTreeMap<String, Value> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_backfills_of_the_same_failed_ticks_run_each_once_as_the_next_attempt() -> anyhow::Result<()> {
-    let c = Cluster::start("backfill-which", 2).await?;
+    let mut c = Cluster::start("backfill-which", 0).await?;
+    // A long session TTL: w1 is stopped below for longer than the default TTL, and must stay a
+    // member (ranked first for about half the requests) all the while.
+    for id in ["w1", "w2"] {
+        c.add_worker(WorkerOpts { session_ttl: "20s".to_owned(), ..WorkerOpts::new(id) })?;
+    }
     c.wait_workers(2).await?;
     let out = c.path("fired.log");
     // The first attempt of every tick on a second divisible by 3 fails; later attempts succeed.
@@ -96,7 +109,12 @@ async fn two_backfills_of_the_same_failed_ticks_run_each_once_as_the_next_attemp
     assert_eq!(all["count"], 9, "{all}");
 
     // Two backfills of the same ticks at once: one serial, one parallel. They pick the same
-    // attempts, so each tick runs once, whichever claims it.
+    // attempts, so each tick runs once, whichever claims it. w1 is stopped meanwhile (within its
+    // session TTL, so still ranked first for about half the requests): w2 takes its requests
+    // after its head start, and consumes those whose execution the other backfill took, so
+    // both chains end with w1 still stopped and no request left behind.
+    c.workers[0].proc.signal(nix::sys::signal::Signal::SIGSTOP)?;
+    let stopped = std::time::Instant::now();
     let (a, b) = tokio::join!(
         backfill(&c, "nightly", with(json!({"which": "failed", "reason": "first"}))),
         backfill(&c, "nightly", with(json!({"which": "missing", "overlap": "parallel", "max_parallel": 2}))),
@@ -105,6 +123,13 @@ async fn two_backfills_of_the_same_failed_ticks_run_each_once_as_the_next_attemp
     assert_eq!(a.1["state"], "running");
     assert_eq!(a.1["counts"]["total"], failed.len());
     let ids = [a.1["id"].as_str().unwrap().to_owned(), b.1["id"].as_str().unwrap().to_owned()];
+    for id in &ids {
+        wait_done(&c, "nightly", id, Duration::from_secs(12)).await;
+    }
+    let left = requests_left(&c, "nightly").await;
+    assert!(left.is_empty(), "run requests left behind: {left:?}");
+    assert!(stopped.elapsed() < Duration::from_secs(18), "w1 was stopped past its session TTL");
+    c.workers[0].proc.signal(nix::sys::signal::Signal::SIGCONT)?;
     for id in &ids {
         let done = wait_done(&c, "nightly", id, Duration::from_secs(60)).await;
         let statuses: Vec<&str> =
@@ -192,6 +217,8 @@ async fn a_backfilled_tick_the_live_schedule_holds_runs_once() -> anyhow::Result
     tokio::time::sleep(Duration::from_millis(500)).await;
     let dup: Vec<_> = runs(&out).into_iter().filter(|(_, n)| *n > 1).collect();
     assert!(dup.is_empty(), "runs of one execution more than once: {dup:?}");
+    let left: Vec<String> = requests_left(&c, "live").await.into_iter().filter(|k| k.contains("/bf-")).collect();
+    assert!(left.is_empty(), "backfill requests left behind: {left:?}");
     Ok(())
 }
 
@@ -249,6 +276,7 @@ async fn a_backfill_goes_on_after_the_worker_running_an_item_is_killed_and_stops
     assert_eq!(in_range, want, "runs of the range's ticks (a run before the pause reached the workers aside)");
     let order: Vec<i64> = read_fired(&out).iter().filter(|f| f.attempt == 2).map(|f| f.scheduled_ms).collect();
     assert_eq!(order, (from..=to).step_by(1000).collect::<Vec<_>>(), "one item at a time, oldest first");
+    assert_eq!(requests_left(&c, "slow").await, Vec::<String>::new());
 
     // A cancel stops the chain: the item running finishes, no later one starts.
     c.workers[killed].restart()?;

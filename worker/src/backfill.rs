@@ -111,6 +111,10 @@ pub(crate) async fn taken_elsewhere(ctx: &Context, fire: &Fire) {
     let Some(request_key) = fire.request_key.as_deref().filter(|_| fire.trigger == TriggerKind::Backfill) else {
         return;
     };
+    // Usually the request's own claim consumed it already: a read, not a write, says so.
+    if let Ok(false) = etcron_common::claim::key_exists(&ctx.client, request_key, false).await {
+        return;
+    }
     let mut ops = vec![TxnOp::delete(request_key, None)];
     ops.extend(next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
     let txn = Txn::new().when([Compare::version(request_key, CompareOp::Greater, 0)]).and_then(ops);

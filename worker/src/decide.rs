@@ -98,6 +98,10 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         return None;
     }
     if rank > 0 && !head_start(ctx, fire, &claim_key, rank).await {
+        // A backfill item whose execution another request took (the live schedule's, or
+        // another backfill's): its request is consumed and its chain goes on, whichever worker
+        // gets there (the first-ranked may be stopped or dead).
+        crate::backfill::taken_elsewhere(ctx, fire).await;
         return None;
     }
     let deadline = fire.spec.start_deadline();

@@ -11,12 +11,16 @@
 //! same instant, whose ticks are checked like the others). Three more jobs exercise the shapes
 //! of a schedule on the same fire path: one with `jitter`, one with two merged `schedules`, and
 //! one whose `skip_calendars` lists every day of the run (each of its ticks must be recorded
-//! `skipped`, never run); their ticks are computed as the workers compute them. Afterwards it waits (up to
+//! `skipped`, never run); their ticks are computed as the workers compute them. A paused job's
+//! ticks are backfilled (`which: missing`, up to 3 at once) every ~20 s while the faults go on,
+//! every other time by two backfills of the same range sent to both masters at once; each of its
+//! ticks must be skipped or run, each (tick, attempt) at most once, and every backfill must end
+//! `done` (each item with a final record). Afterwards it waits (up to
 //! `--settle` seconds) for the cluster to account for every tick, then prints: faults by kind,
 //! ticks due, ticks run, duplicates per (job, tick, attempt), ticks neither run nor recorded
 //! `missed`/`lost`, and execution records lost (a run in the file without its record in
-//! MongoDB). It exits 1 if any of the last three is non-zero. The same seed gives the same fault
-//! schedule.
+//! MongoDB). It exits 1 if any of the last three is non-zero or a backfill never ends. The same
+//! seed gives the same fault schedule.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -165,6 +169,7 @@ async fn main() -> Result<()> {
         }
     }
     let shaped = shaped_jobs(&http, &sys.url(0), &file).await?;
+    let mut backfills = Backfills::start(&http, &sys.url(0), &file).await?;
     wait_for(Duration::from_secs(60), "every job to fire", || async {
         let fired = read_fired(&file);
         let seen: BTreeSet<&str> = fired.iter().map(|f| f.job.as_str()).collect();
@@ -255,6 +260,7 @@ async fn main() -> Result<()> {
             }
         }
         *injected.entry(fault).or_default() += 1;
+        backfills.maybe_next(&http, &sys).await;
     }
     let end_ms = now_ms();
     println!(
@@ -269,7 +275,7 @@ async fn main() -> Result<()> {
     let settle_deadline = Instant::now() + Duration::from_secs(o.settle);
     // The shaped jobs' ticks, as every worker computes them, are checked like the bursts'.
     let mut one_by_one = bursts.clone();
-    for (job, spec) in &shaped {
+    for (job, spec) in shaped.iter().chain([(BACKFILL_JOB.to_owned(), backfills.spec.clone())].iter()) {
         let schedule = etcron_common::job::JobSpec::from_value(spec.clone())?.parsed_schedule(job)?;
         let ticks = schedule.upcoming(start_ms, 10_000).into_iter().take_while(|t| *t <= end_ms - 1000);
         one_by_one.extend(ticks.map(|t| (job.clone(), t)));
@@ -282,6 +288,8 @@ async fn main() -> Result<()> {
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
 
+    let unfinished = backfills.wait_done(&http, &sys, settle_deadline).await;
+
     println!("\nfaults injected:");
     for (fault, n) in &injected {
         println!("  {fault:?}: {n}");
@@ -291,10 +299,15 @@ async fn main() -> Result<()> {
     println!("ticks run:                      {}", report.ran);
     println!("ticks recorded missed:          {}", report.missed);
     println!("ticks recorded lost:            {}", report.lost);
-    println!("ticks recorded skipped (days):  {}", report.skipped);
+    println!("ticks recorded skipped:         {}", report.skipped);
     println!("duplicates (job,tick,attempt):  {}", report.duplicates.len());
     println!("ticks neither run nor recorded: {}", report.unaccounted.len());
     println!("execution records lost:         {}", report.records_lost.len());
+    println!("backfills (items):              {} ({})", backfills.ids.len(), backfills.items);
+    println!("backfills never done:           {}", unfinished.len());
+    for b in unfinished.iter().take(20) {
+        println!("  not done: {b}");
+    }
     for (what, list) in
         [("duplicate", &report.duplicates), ("unaccounted", &report.unaccounted), ("record lost", &report.records_lost)]
     {
@@ -309,9 +322,14 @@ async fn main() -> Result<()> {
         "skipped": report.skipped,
         "duplicates": report.duplicates.len(), "unaccounted": report.unaccounted.len(),
         "records_lost": report.records_lost.len(),
+        "backfills": backfills.ids.len(), "backfill_items": backfills.items, "backfills_not_done": unfinished.len(),
     });
     println!("{summary}");
-    if !report.duplicates.is_empty() || !report.unaccounted.is_empty() || !report.records_lost.is_empty() {
+    if !report.duplicates.is_empty()
+        || !report.unaccounted.is_empty()
+        || !report.records_lost.is_empty()
+        || !unfinished.is_empty()
+    {
         println!("FAILED (logs in {})", sys.logs.display());
         std::process::exit(1);
     }
@@ -321,6 +339,110 @@ async fn main() -> Result<()> {
 
 /// The job whose `skip_calendars` lists every day of the run.
 const SKIPPING_JOB: &str = "chaos-days-off";
+
+/// The paused job whose ticks are backfilled while the faults go on.
+const BACKFILL_JOB: &str = "chaos-backfill";
+
+/// Time between two backfills of `BACKFILL_JOB`.
+const BACKFILL_EVERY: Duration = Duration::from_secs(20);
+
+/// The backfills of `BACKFILL_JOB` made during the run.
+struct Backfills {
+    spec: serde_json::Value,
+    /// Backfills created, by id.
+    ids: Vec<String>,
+    /// Their items, in all.
+    items: usize,
+    /// Where the next backfill's range starts.
+    from_ms: i64,
+    next_at: Instant,
+    rounds: usize,
+}
+
+impl Backfills {
+    /// Creates the job, paused (its ticks are recorded `skipped` until backfilled).
+    async fn start(http: &reqwest::Client, url: &str, file: &std::path::Path) -> Result<Self> {
+        let spec = json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(file)}});
+        let resp = http.put(format!("{url}/api/jobs/{BACKFILL_JOB}")).json(&spec).send().await?;
+        if !resp.status().is_success() {
+            bail!("creating {BACKFILL_JOB}: {}", resp.text().await?);
+        }
+        let resp = http.post(format!("{url}/api/jobs/{BACKFILL_JOB}/pause")).json(&json!({})).send().await?;
+        if !resp.status().is_success() {
+            bail!("pausing {BACKFILL_JOB}: {}", resp.text().await?);
+        }
+        let now = now_ms();
+        Ok(Self { spec, ids: Vec::new(), items: 0, from_ms: now, next_at: Instant::now() + BACKFILL_EVERY, rounds: 0 })
+    }
+
+    /// Every `BACKFILL_EVERY`: backfills the ticks since the last range up to 2 s ago (the
+    /// newest may still be claimed by the schedule), every other time twice at once.
+    async fn maybe_next(&mut self, http: &reqwest::Client, sys: &System) {
+        if Instant::now() < self.next_at {
+            return;
+        }
+        self.next_at = Instant::now() + BACKFILL_EVERY;
+        self.rounds += 1;
+        let to_ms = now_ms() - 2_000;
+        let body = json!({"from": etcron_common::rfc3339_ms(self.from_ms), "to": etcron_common::rfc3339_ms(to_ms),
+                          "which": "missing", "overlap": "parallel", "max_parallel": 3, "max_runs": 500});
+        let post = |i: usize| {
+            let request = http.post(format!("{}/api/jobs/{BACKFILL_JOB}/backfill", sys.url(i))).json(&body).send();
+            async move {
+                match request.await {
+                    Ok(r) => {
+                        let status = r.status();
+                        let v: serde_json::Value = r.json().await.unwrap_or_default();
+                        (status.as_u16(), v)
+                    }
+                    Err(e) => (0, json!({ "error": e.to_string() })),
+                }
+            }
+        };
+        let answers = if self.rounds.is_multiple_of(2) {
+            let (a, b) = tokio::join!(post(0), post(1));
+            vec![a, b]
+        } else {
+            vec![post(self.rounds).await]
+        };
+        let mut made = false;
+        for (status, v) in answers {
+            match (status, v["id"].as_str()) {
+                (201, Some(id)) => {
+                    println!("           backfill {id}: {} ticks", v["counts"]["total"]);
+                    self.items += usize::try_from(v["counts"]["total"].as_u64().unwrap_or(0)).unwrap_or(0);
+                    self.ids.push(id.to_owned());
+                    made = true;
+                }
+                _ => println!("           backfill refused ({status}): {v}"),
+            }
+        }
+        if made {
+            self.from_ms = to_ms + 1;
+        }
+    }
+
+    /// Waits until every backfill is `done`; answers those that are not.
+    async fn wait_done(&self, http: &reqwest::Client, sys: &System, deadline: Instant) -> Vec<String> {
+        loop {
+            let mut unfinished = Vec::new();
+            for id in &self.ids {
+                let url = format!("{}/api/jobs/{BACKFILL_JOB}/backfills/{id}", sys.url(0));
+                let v: serde_json::Value = match http.get(url).send().await {
+                    Ok(r) => r.json().await.unwrap_or_default(),
+                    Err(_) => serde_json::Value::Null,
+                };
+                if v["state"] != "done" {
+                    unfinished.push(format!("{id}: {} {}", v["state"], v["counts"]));
+                }
+            }
+            if unfinished.is_empty() || Instant::now() > deadline {
+                return unfinished;
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+}
 
 /// Creates the calendar and the jobs with a shaped schedule; answers each job with its spec.
 async fn shaped_jobs(
@@ -354,7 +476,7 @@ struct Report {
     ran: usize,
     missed: usize,
     lost: usize,
-    /// Ticks of `SKIPPING_JOB` recorded `skipped`.
+    /// Ticks of `SKIPPING_JOB` and `BACKFILL_JOB` recorded `skipped`.
     skipped: usize,
     duplicates: Vec<String>,
     unaccounted: Vec<String>,
@@ -416,12 +538,14 @@ async fn check(
     for tick in every_second.chain(bursts.iter().cloned()) {
         let statuses = by_tick.get(&tick).cloned().unwrap_or_default();
         // Every day of `SKIPPING_JOB` is listed: its ticks are skipped (or missed, lost), never run.
+        // `BACKFILL_JOB` is paused: its ticks are skipped, or run by a backfill.
         let skipping = tick.0 == SKIPPING_JOB;
+        let may_skip = skipping || tick.0 == BACKFILL_JOB;
         if skipping && ran.contains(&tick) {
             unaccounted.push(format!("{}@{} ran on a day its skip calendar lists", tick.0, tick.1));
         } else if ran.contains(&tick) {
             ran_n += 1;
-        } else if skipping && statuses.contains(&Status::Skipped) {
+        } else if may_skip && statuses.contains(&Status::Skipped) {
             skipped += 1;
         } else if statuses.contains(&Status::Missed) {
             missed += 1;
