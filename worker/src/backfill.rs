@@ -5,8 +5,7 @@
 //! The master writes the first `parallel` requests with the backfill itself. A cancelled
 //! backfill (its key rewritten, version > 1) requests nothing more.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
@@ -18,29 +17,8 @@ use crate::fire::{to_json, Fire};
 use crate::metrics::METRICS;
 use crate::state::Context;
 
-/// Backfills read so far, by key. Their items never change (a cancel only sets `cancelled`,
-/// and the chain's compare on the key's version sees that), so a read is kept.
-#[derive(Debug, Default)]
-pub struct BackfillCache(Mutex<HashMap<String, Arc<Backfill>>>);
-
-/// Most backfills kept in the cache (cleared when full).
-const CACHE_MAX: usize = 256;
 /// Tries to read a backfill before the chain is reported broken.
 const READ_TRIES: u32 = 10;
-
-impl BackfillCache {
-    fn get(&self, key: &str) -> Option<Arc<Backfill>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
-    }
-
-    fn put(&self, key: &str, backfill: Arc<Backfill>) {
-        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if map.len() >= CACHE_MAX {
-            map.clear();
-        }
-        map.insert(key.to_owned(), backfill);
-    }
-}
 
 /// The backfill at `key`, from the cache or etcd (retried while etcd fails); `None` when it
 /// does not exist (deleted with its job) or cannot be read.

@@ -96,7 +96,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         jobs: etcron_worker::state::JobTable::default(),
         paused: etcron_worker::state::PauseTable::default(),
         calendars: etcron_worker::calendars::CalendarTable::default(),
-        backfills: etcron_worker::backfill::BackfillCache::default(),
+        backfills: etcron_worker::state::BackfillCache::default(),
         state_marks: etcron_worker::state::StateMarks::default(),
         unsettled: etcron_worker::ledger::Unsettled::default(),
         notifier,

@@ -44,7 +44,7 @@ pub struct Context {
     /// The skip calendars (`{ns}/calendars/`), as the scheduler last saw them.
     pub calendars: crate::calendars::CalendarTable,
     /// The backfills whose chains this worker continued.
-    pub backfills: crate::backfill::BackfillCache,
+    pub backfills: BackfillCache,
     /// When this worker last moved each job's state forward.
     pub state_marks: StateMarks,
     /// Schedule ticks whose fate this worker could not learn while etcd failed it.
@@ -317,4 +317,27 @@ fn kill_applies(kill: &KillEntry, id: &ExecutionId, fencing_token: i64) -> bool 
             KillTarget::All => true,
             KillTarget::Execution(target) => target == id,
         }
+}
+
+/// Backfills read so far (`worker/src/backfill.rs`), by key. Their items never change (a
+/// cancel only sets `cancelled`, and the chain's compare on the key's version sees that), so a
+/// read is kept.
+#[derive(Debug, Default)]
+pub struct BackfillCache(Mutex<HashMap<String, Arc<etcron_common::backfill::Backfill>>>);
+
+/// Most backfills kept in the cache (cleared when full).
+const BACKFILL_CACHE_MAX: usize = 256;
+
+impl BackfillCache {
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<etcron_common::backfill::Backfill>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
+    }
+
+    pub(crate) fn put(&self, key: &str, backfill: Arc<etcron_common::backfill::Backfill>) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= BACKFILL_CACHE_MAX {
+            map.clear();
+        }
+        map.insert(key.to_owned(), backfill);
+    }
 }
