@@ -66,6 +66,20 @@ pub struct LockClaim {
     pub replace: bool,
     /// The claim as closed when `forbid` finds the lock held (`done`, `skipped`).
     pub blocked_claim: Vec<u8>,
+    /// `concurrency: queue` with room in the queue: a lock held queues the execution instead.
+    pub queue: Option<QueueClaim>,
+}
+
+/// What queuing an execution writes when its job's lock is held: its claim as `queued` (on no
+/// lease: it waits as long as the runs before it take) and its queue entry.
+#[derive(Debug, Clone)]
+pub struct QueueClaim {
+    pub queued_claim: Vec<u8>,
+    pub entry_key: String,
+    pub entry_value: Vec<u8>,
+    /// The queue's prefix: a lock is free for a new execution only while the queue is empty
+    /// (otherwise it would run ahead of the executions waiting).
+    pub prefix: String,
 }
 
 /// Everything a run claim writes.
@@ -84,6 +98,10 @@ pub struct RunClaim {
     /// Written whenever the tick is taken, run or blocked: the job state's advance, the removal
     /// of the run request that asked for this execution.
     pub extra: Vec<TxnOp>,
+    /// An execution whose turn in its job's queue came: its claim holds this value (`queued`)
+    /// instead of being absent, and the lock holds this execution (handed over by the run
+    /// before it) or nothing (that run's session ended since).
+    pub dequeued: Option<Vec<u8>>,
 }
 
 /// The `{ns}/inflight/{worker}/{batch}` key a claim transaction writes on the session lease:
@@ -127,19 +145,29 @@ pub async fn try_claim(client: &Client, c: RunClaim, inflight: &InflightPut) -> 
         (true, true, Some(TxnOpResponse::Get(get))) => {
             ClaimOutcome::Won { fencing_token, replaced: get.kvs().first().map(|kv| kv.value().to_vec()) }
         }
-        (true, false, Some(TxnOpResponse::Txn(inner))) if !inner.succeeded() => {
-            let holder = inner
-                .op_responses()
-                .into_iter()
-                .find_map(|r| match r {
-                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
-                    _ => None,
-                })
-                .unwrap_or_default();
-            ClaimOutcome::Blocked { fencing_token, holder }
-        }
+        (true, false, Some(TxnOpResponse::Txn(inner))) => match blocked_by(inner) {
+            Some(holder) => ClaimOutcome::Blocked { fencing_token, holder },
+            None => ClaimOutcome::Won { fencing_token, replaced: None },
+        },
         _ => ClaimOutcome::Won { fencing_token, replaced: None },
     }
+}
+
+/// Who holds the lock when the lock part of a claim ([`lock_txn`]) did not take it (its answer
+/// is the `get` of the lock, possibly one nested level down); `None` when it took the lock.
+fn blocked_by(lock_part: etcd_client::TxnResponse) -> Option<Vec<u8>> {
+    if lock_part.succeeded() {
+        return None;
+    }
+    let mut holder = None;
+    for r in lock_part.op_responses() {
+        match r {
+            TxnOpResponse::Get(g) => holder = Some(g.kvs().first().map(|kv| kv.value().to_vec()).unwrap_or_default()),
+            TxnOpResponse::Txn(nested) => return blocked_by(nested),
+            _ => {}
+        }
+    }
+    Some(holder.unwrap_or_default())
 }
 
 /// The transaction of one claim: it commits (succeeds) only for the first writer of the
@@ -165,30 +193,57 @@ fn claim_txn_with(c: &RunClaim, first: Option<TxnOp>) -> Txn {
         }
         Some(lock) => {
             run.push(TxnOp::put(lock.key.as_str(), lock.value.clone(), session));
-            then.push(TxnOp::txn(
-                Txn::new()
-                    // Nothing of this job runs: take the lock with the claim. Deciding inside
-                    // the claim txn is what keeps two workers from both seeing "idle".
-                    .when([Compare::create_revision(lock.key.as_str(), CompareOp::Equal, 0)])
-                    .and_then(run)
-                    // Something runs: close the tick as skipped and say who holds the lock.
-                    .or_else([
-                        TxnOp::put(c.claim_key.as_str(), lock.blocked_claim.clone(), retention),
-                        TxnOp::get(lock.key.as_str(), None),
-                    ]),
-            ));
+            then.push(TxnOp::txn(lock_txn(c, lock, run, retention)));
         }
     }
     then.extend(c.extra.iter().cloned());
+    // Only the first writer of this execution's key wins; a claim (kept for the retention
+    // period after it was written) makes later attempts lose too, and so does a live running
+    // marker, should a run outlast its claim's retention. An execution leaving its job's queue
+    // takes its own `queued` claim instead.
+    let claim_free = match &c.dequeued {
+        Some(queued) => Compare::value(c.claim_key.as_str(), CompareOp::Equal, queued.clone()),
+        None => Compare::create_revision(c.claim_key.as_str(), CompareOp::Equal, 0),
+    };
+    Txn::new().when([claim_free, Compare::create_revision(c.running_key.as_str(), CompareOp::Equal, 0)]).and_then(then)
+}
+
+/// The lock part of a `forbid` or `queue` claim: nothing of this job runs (for `queue`, nor
+/// waits) -> take the lock with the claim (`run`); deciding inside the claim txn is what keeps
+/// two workers from both seeing "idle". Something runs -> `forbid` closes the tick as skipped,
+/// `queue` queues it; either says who holds the lock. An execution whose turn in the queue came
+/// takes the lock handed to it, or a lock left free by a holder whose session ended.
+fn lock_txn(c: &RunClaim, lock: &LockClaim, run: Vec<TxnOp>, retention: Option<PutOptions>) -> Txn {
+    let key = lock.key.as_str();
+    let held = TxnOp::get(key, None);
+    let (mut free, blocked) = match &lock.queue {
+        Some(q) => (
+            vec![
+                Compare::create_revision(key, CompareOp::Equal, 0),
+                Compare::version(q.prefix.as_str(), CompareOp::Equal, 0).with_prefix(),
+            ],
+            vec![
+                TxnOp::put(c.claim_key.as_str(), q.queued_claim.clone(), None),
+                TxnOp::put(q.entry_key.as_str(), q.entry_value.clone(), None),
+                held,
+            ],
+        ),
+        None => (
+            vec![Compare::create_revision(key, CompareOp::Equal, 0)],
+            vec![TxnOp::put(c.claim_key.as_str(), lock.blocked_claim.clone(), retention), held],
+        ),
+    };
+    if c.dequeued.is_none() {
+        return Txn::new().when(free).and_then(run).or_else(blocked);
+    }
+    // Its turn: the lock is this execution's (handed over), or free (the queue holds the
+    // others, so only the lock is compared).
+    free.truncate(1);
+    let taken_over = Txn::new().when(free).and_then(run.clone()).or_else(blocked);
     Txn::new()
-        // Only the first writer of this execution's key wins; a claim (kept for the retention
-        // period after it was written) makes later attempts lose too, and so does a live
-        // running marker, should a run outlast its claim's retention.
-        .when([
-            Compare::create_revision(c.claim_key.as_str(), CompareOp::Equal, 0),
-            Compare::create_revision(c.running_key.as_str(), CompareOp::Equal, 0),
-        ])
-        .and_then(then)
+        .when([Compare::value(key, CompareOp::Equal, lock.value.clone())])
+        .and_then(run)
+        .or_else([TxnOp::txn(taken_over)])
 }
 
 /// Most claims or closes in one batch transaction: etcd refuses a transaction with more than
@@ -317,6 +372,9 @@ pub struct Close {
     pub marker_revision: Option<i64>,
     /// The job's lock and the value this execution wrote into it, when it took one.
     pub lock: Option<(String, Vec<u8>)>,
+    /// `concurrency: queue`: the queue's prefix. The lock is released only while the queue is
+    /// empty; otherwise it stays this execution's until it hands it to the next in line.
+    pub queue_prefix: Option<String>,
     /// Follow-up run requests (retry, dependents, catch-up, failover), written only by the
     /// transaction that closes the claim.
     pub extra: Vec<TxnOp>,
@@ -414,7 +472,7 @@ impl std::fmt::Display for BatchError {
 /// The transaction of one close (see [`complete`]); also the unit of a batch.
 #[must_use]
 pub fn close_txn(close: &Close, retention_lease: i64) -> Txn {
-    let Close { claim_key, fencing_token, done_value, running_key, marker_revision, lock, extra } = close;
+    let Close { claim_key, fencing_token, done_value, running_key, marker_revision, lock, queue_prefix, extra } = close;
     let (claim_key, running_key, fencing_token) = (claim_key.as_str(), running_key.as_str(), *fencing_token);
     // A fresh retention lease: the done claim lives its full retention from now.
     let mut then = vec![TxnOp::put(claim_key, done_value.clone(), Some(PutOptions::new().with_lease(retention_lease)))];
@@ -422,12 +480,11 @@ pub fn close_txn(close: &Close, retention_lease: i64) -> Txn {
         then.push(TxnOp::delete(running_key, None));
     }
     if let Some((key, value)) = lock {
-        // Release the lock only if it is still ours: `replace` may have handed it on.
-        then.push(TxnOp::txn(
-            Txn::new()
-                .when([Compare::value(key.as_str(), CompareOp::Equal, value.clone())])
-                .and_then([TxnOp::delete(key.as_str(), None)]),
-        ));
+        // Release the lock only if it is still ours: `replace` may have handed it on; and for
+        // `queue`, only while nothing waits for it.
+        let mut ours = vec![Compare::value(key.as_str(), CompareOp::Equal, value.clone())];
+        ours.extend(queue_prefix.iter().map(|p| Compare::version(p.as_str(), CompareOp::Equal, 0).with_prefix()));
+        then.push(TxnOp::txn(Txn::new().when(ours).and_then([TxnOp::delete(key.as_str(), None)])));
     }
     then.extend(extra.iter().cloned());
     let otherwise = match marker_revision {
@@ -478,7 +535,7 @@ pub enum Held {
 }
 
 /// Closes the claim of an execution whose worker's session ended before it closed it: the
-/// claim still as its winning txn wrote it (`create_revision == fencing_token`, version 1), or
+/// claim still as its winning txn wrote it (`mod_revision == fencing_token`), or
 /// gone (its retention ended during a run longer than the retention, [`Held::Marked`] only), is
 /// written `lost_value` with `extra` (the failover rerun). `Won` when this call wrote it; `Lost`
 /// when it was closed already (by the worker itself, or by another survivor).
@@ -493,10 +550,9 @@ pub async fn mark_lost(
 ) -> ClaimOutcome {
     let mut then = vec![TxnOp::put(claim_key, lost_value, Some(PutOptions::new().with_lease(retention_lease)))];
     then.extend(extra);
-    let mut as_won = vec![
-        Compare::create_revision(claim_key, CompareOp::Equal, fencing_token),
-        Compare::version(claim_key, CompareOp::Equal, 1),
-    ];
+    // As the winning transaction wrote it: nothing wrote it since (a claim taken from the
+    // queue was written before, `queued`, so its create revision is older than the token).
+    let mut as_won = vec![Compare::mod_revision(claim_key, CompareOp::Equal, fencing_token)];
     let gone = match held {
         Held::Claimed { value } => {
             as_won.push(Compare::value(claim_key, CompareOp::Equal, value));

@@ -139,10 +139,11 @@ fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
         Value::Object(m) => m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "),
         other => text(other),
     };
-    lines.push((
-        "concurrency",
-        format!("{}, misfire {}, mode {mode}", text(&spec["concurrency"]), text(&spec["misfire"])),
-    ));
+    let concurrency = match (text(&spec["concurrency"]).as_str(), spec["max_queue"].as_u64()) {
+        ("queue", n) => format!("queue (max {})", n.unwrap_or(5)),
+        (other, _) => other.to_owned(),
+    };
+    lines.push(("concurrency", format!("{concurrency}, misfire {}, mode {mode}", text(&spec["misfire"]))));
     if spec["selector"].as_object().is_some_and(|s| !s.is_empty()) {
         lines.push((
             "selector",
@@ -298,6 +299,14 @@ fn render(job: &Value, runs: Option<&Runs>, running: Option<&[Value]>) -> String
             indent(&mut s, &t.render());
         }
     }
+    if let Some(queue) = job["queue"].as_array().filter(|q| !q.is_empty()) {
+        let _ = writeln!(s, "\nQueued (oldest first):");
+        let mut t = Table::new(&["ID", "DUE", "QUEUED", "BEHIND"]);
+        for q in queue {
+            t.row(vec![text(&q["execution_id"]), text(&q["scheduled_at"]), text(&q["queued_at"]), text(&q["behind"])]);
+        }
+        indent(&mut s, &t.render());
+    }
     let Some(r) = runs else { return s };
     let _ = writeln!(s, "\nLast runs:");
     if r.last.is_empty() {
@@ -366,6 +375,19 @@ mod tests {
         );
         assert_eq!(state_line(&json!({"spec": {"enabled": true}, "paused": null})), "enabled");
         assert_eq!(state_line(&json!({"spec": {}, "invalid": "schedule: bad"})), "invalid: schedule: bad");
+    }
+
+    #[test]
+    fn a_queue_job_shows_its_limit_and_what_waits() {
+        let job = json!({"name": "q", "schedule_description": "Every second", "eligible_workers": 1,
+            "spec": {"schedule": "* * * * * *", "timezone": "UTC", "task": {"kind": "shell", "command": "true"},
+                     "retries": {"max": 0}, "concurrency": "queue", "max_queue": 3, "misfire": "skip", "mode": "single"},
+            "queue": [{"execution_id": "q@2000#1", "scheduled_at": "t2", "queued_at": "t3", "behind": "q@1000#1"}]});
+        let lines: Vec<String> = spec_lines(&job).into_iter().map(|(l, v)| format!("{l}: {v}")).collect();
+        assert!(lines.contains(&"concurrency: queue (max 3), misfire skip, mode single".to_owned()), "{lines:?}");
+        let text = render(&job, None, None);
+        assert!(text.contains("Queued (oldest first):"), "{text}");
+        assert!(text.contains("q@2000#1") && text.contains("q@1000#1"), "{text}");
     }
 
     #[test]

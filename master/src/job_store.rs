@@ -262,8 +262,16 @@ impl JobStore {
             .into_iter()
             .map(|o| o.unwrap_or_else(|| Err(ApiError::internal(&"write without an outcome"))))
             .collect();
-        for (w, _) in writes.iter().zip(&outcomes).filter(|(_, o)| matches!(o, Ok(Written::Saved { .. }))) {
-            tokio::spawn(prune_history(self.client.clone(), self.keys.clone(), w.job.clone()));
+        for (w, o) in writes.iter().zip(&outcomes) {
+            match o {
+                Ok(Written::Saved { .. }) => {
+                    tokio::spawn(prune_history(self.client.clone(), self.keys.clone(), w.job.clone()));
+                }
+                Ok(Written::Deleted { .. }) => {
+                    tokio::spawn(drop_queue(self.client.clone(), self.keys.clone(), w.job.clone()));
+                }
+                _ => {}
+            }
         }
         Applied { outcomes, transactions }
     }
@@ -615,6 +623,34 @@ fn prepare(
     }
     let history = history.map(|(keys, origin)| origin.entry(keys, &w.job, &value));
     Ok(Prepared { index, value: Some(value), spec: Some(spec), precondition, history })
+}
+
+/// After `job` was deleted: the executions waiting in its queue (`concurrency: queue`) will not
+/// run; their entries go, and so do their `queued` claims (which have no lease). Any master may,
+/// at once: each claim is deleted only while it still says `queued`.
+async fn drop_queue(client: Client, keys: Keys, job: String) {
+    let mut kv = client.kv_client();
+    let opts = GetOptions::new().with_prefix();
+    let Ok(resp) = etcd("queue_list", kv.get(keys.job_queue_prefix(&job), Some(opts))).await else { return };
+    let waiting = serde_json::to_vec(&etcron_common::model::Claim::waiting()).unwrap_or_default();
+    for kv_entry in resp.kvs() {
+        let mut ops = vec![TxnOp::delete(kv_entry.key(), None)];
+        if let Ok(entry) = serde_json::from_slice::<etcron_common::model::QueuedRun>(kv_entry.value()) {
+            let claim = keys.claim(&entry.execution_id);
+            ops.push(TxnOp::txn(
+                Txn::new()
+                    .when([Compare::value(claim.as_str(), CompareOp::Equal, waiting.clone())])
+                    .and_then([TxnOp::delete(claim.as_str(), None)]),
+            ));
+        }
+        if let Err(e) = etcd("queue_drop", kv.txn(Txn::new().and_then(ops))).await {
+            tracing::warn!(job, error = %e, "dropping the queue of a deleted job failed");
+            return;
+        }
+    }
+    if !resp.kvs().is_empty() {
+        tracing::info!(job, dropped = resp.kvs().len(), "deleted job: its queued executions will not run");
+    }
 }
 
 /// Deletes the oldest saved versions of `job` beyond [`MAX_SPEC_VERSIONS`] (after a save; any

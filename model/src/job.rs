@@ -40,6 +40,9 @@ pub const MAX_SHARDS: u32 = 1000;
 pub const MAX_DEPENDENTS: usize = 32;
 /// Smallest and largest per-job output cap.
 pub const MAX_OUTPUT_RANGE: std::ops::RangeInclusive<u64> = 256..=16 * 1024 * 1024;
+/// Default and largest `max_queue`.
+pub const DEFAULT_MAX_QUEUE: u32 = 5;
+pub const MAX_QUEUE: u32 = 100;
 /// Default and largest `max_catchup`.
 pub const DEFAULT_MAX_CATCHUP: u32 = 100;
 pub const MAX_CATCHUP: u32 = 1000;
@@ -107,6 +110,9 @@ pub struct JobSpec {
     pub retries: Retries,
     #[serde(default)]
     pub concurrency: Concurrency,
+    /// Most ticks waiting in the queue (`concurrency: queue`; `DEFAULT_MAX_QUEUE` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queue: Option<u32>,
     #[serde(default)]
     pub misfire: Misfire,
     /// Most missed ticks `misfire: run_all` runs after an outage (the newest ones).
@@ -189,6 +195,14 @@ impl Limits {
             parts.push(format!("open files {n}"));
         }
         parts.join(", ")
+    }
+}
+
+impl JobSpec {
+    /// Most ticks waiting in the job's queue.
+    #[must_use]
+    pub fn queue_limit(&self) -> usize {
+        usize::try_from(self.max_queue.unwrap_or(DEFAULT_MAX_QUEUE)).unwrap_or(usize::MAX)
     }
 }
 
@@ -348,6 +362,9 @@ pub enum Concurrency {
     Allow,
     Forbid,
     Replace,
+    /// A tick that finds a run going waits in the job's queue (`{ns}/queue/{job}/`) and runs
+    /// when the runs before it have ended, oldest first; beyond `max_queue` it is skipped.
+    Queue,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -493,6 +510,16 @@ impl JobSpec {
                 "pause_after_failures",
                 format!("must be between 1 and {MAX_PAUSE_AFTER_FAILURES} (leave it out to never pause)"),
             ));
+        }
+        match (self.concurrency, self.max_queue) {
+            (Concurrency::Queue, Some(n)) if n == 0 || n > MAX_QUEUE => {
+                return Err(SpecError::at("max_queue", format!("must be between 1 and {MAX_QUEUE}")));
+            }
+            (Concurrency::Queue, _) if self.mode != Mode::Single => {
+                return Err(SpecError::at("concurrency", "\"queue\" is for single-execution jobs (mode single)"));
+            }
+            (Concurrency::Queue, _) | (_, None) => {}
+            (_, Some(_)) => return Err(SpecError::at("max_queue", "applies only to concurrency \"queue\"")),
         }
         if self.max_catchup == 0 || self.max_catchup > MAX_CATCHUP {
             return Err(SpecError::at("max_catchup", format!("must be between 1 and {MAX_CATCHUP}")));

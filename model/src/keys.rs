@@ -479,6 +479,23 @@ impl Keys {
     pub fn lock(&self, job: &str, part: &Part) -> String {
         format!("{}/lock/{job}{part}", self.ns)
     }
+    /// The queue of a `concurrency: queue` job's lock (job and part), oldest entry first.
+    #[must_use]
+    pub fn queue_prefix(&self, job: &str, part: &Part) -> String {
+        format!("{}/queue/{job}/q{part}/", self.ns)
+    }
+    /// Every queue of `job` (one per part).
+    #[must_use]
+    pub fn job_queue_prefix(&self, job: &str) -> String {
+        format!("{}/queue/{job}/", self.ns)
+    }
+    /// The queue entry of an execution scheduled at `scheduled_ms`: named so that the queue
+    /// lists by scheduled time (13 digits), then tick and attempt.
+    #[must_use]
+    pub fn queue_entry(&self, id: &ExecutionId, scheduled_ms: UnixMs) -> String {
+        let ms = scheduled_ms.clamp(0, 9_999_999_999_999);
+        format!("{}{ms:013}-{}#{}", self.queue_prefix(&id.job, &id.part), id.tick, id.attempt)
+    }
     #[must_use]
     pub fn state(&self, job: &str) -> String {
         format!("{}/state/{job}", self.ns)

@@ -65,6 +65,7 @@ pub fn labels_match(labels: &BTreeMap<String, String>, selector: &BTreeMap<Strin
 pub enum ClaimState {
     Running,
     Done,
+    Queued,
 }
 
 /// `{ns}/claims/{job}/{tick}{part}[#attempt]`: who won a tick. The key names the execution and
@@ -82,6 +83,10 @@ pub struct Claim {
     /// A run's parameters, while taken: what a failover rerun of it runs with.
     #[serde(default, skip_serializing_if = "RunParams::is_empty")]
     pub params: RunParams,
+    /// Waiting in its job's queue (`concurrency: queue`): `{"queued":true}`, on no lease, until
+    /// the run it waits for ends and hands it the lock.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
 }
 
 /// A run's parameters (`POST /api/jobs/{job}/run` with `env` and/or `scheduled_at`): carried
@@ -120,20 +125,28 @@ impl Claim {
     /// The claim as its winning transaction writes it.
     #[must_use]
     pub fn taken(worker_id: &str) -> Self {
-        Self { worker_id: worker_id.to_owned(), status: None, params: RunParams::default() }
+        Self { worker_id: worker_id.to_owned(), status: None, params: RunParams::default(), queued: false }
     }
 
     /// The claim as closed with `status`.
     #[must_use]
     pub fn closed(status: Status) -> Self {
-        Self { worker_id: String::new(), status: Some(status), params: RunParams::default() }
+        Self { worker_id: String::new(), status: Some(status), params: RunParams::default(), queued: false }
     }
 
-    /// `Done` once the claim carries a final status.
+    /// The claim of an execution waiting in its job's queue.
+    #[must_use]
+    pub fn waiting() -> Self {
+        Self { worker_id: String::new(), status: None, params: RunParams::default(), queued: true }
+    }
+
+    /// `Done` once the claim carries a final status; `Queued` while it waits in the queue.
     #[must_use]
     pub fn state(&self) -> ClaimState {
         if self.status.is_some() {
             ClaimState::Done
+        } else if self.queued {
+            ClaimState::Queued
         } else {
             ClaimState::Running
         }
@@ -294,6 +307,43 @@ pub struct TriggerRequest {
     /// The run's parameters (a manual run's, passed on to its retries and failover reruns).
     #[serde(default, skip_serializing_if = "RunParams::is_empty")]
     pub params: RunParams,
+    /// The execution waited in its job's queue: its claim is `queued` (taken by this request,
+    /// not created), and the lock was handed to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dequeued: bool,
+}
+
+/// `{ns}/queue/{job}/q{part}/{scheduled_ms}-{tick}#{attempt}`: an execution waiting for the
+/// lock of a `concurrency: queue` job, and what its run request will say when its turn comes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedRun {
+    pub execution_id: ExecutionId,
+    pub scheduled_ms: UnixMs,
+    pub trigger: TriggerKind,
+    #[serde(default, skip_serializing_if = "RunParams::is_empty")]
+    pub params: RunParams,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ExecutionId>,
+    pub queued_at_ms: UnixMs,
+    /// The execution that held the lock when this one was queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind: Option<ExecutionId>,
+}
+
+impl QueuedRun {
+    /// The run request that starts it: its own execution, with the lock handed over.
+    #[must_use]
+    pub fn request(&self, now_ms: UnixMs) -> TriggerRequest {
+        TriggerRequest {
+            kind: self.trigger,
+            execution_id: Some(self.execution_id.clone()),
+            scheduled_ms: Some(self.scheduled_ms),
+            parent: self.parent.clone(),
+            params: self.params.clone(),
+            dequeued: true,
+            ..TriggerRequest::manual(now_ms, &format!("its turn in the queue of {}", self.execution_id.job))
+        }
+    }
 }
 
 fn manual() -> TriggerKind {
@@ -325,6 +375,7 @@ impl TriggerRequest {
             parent: None,
             then: Vec::new(),
             params: RunParams::default(),
+            dequeued: false,
         }
     }
 }

@@ -161,6 +161,18 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         },
     };
     etcd.put(keys.running(&running), serde_json::to_vec(&marker)?, None).await?;
+    // An execution waiting in a queue (`concurrency: queue`), as a worker writes it.
+    let waiting = ExecutionId::new("nightly-report", Tick::Scheduled(1_700_000_180_000));
+    let entry = etcron_common::model::QueuedRun {
+        execution_id: waiting.clone(),
+        scheduled_ms: 1_700_000_180_000,
+        trigger: TriggerKind::Schedule,
+        params: RunParams::default(),
+        parent: None,
+        queued_at_ms: 1_700_000_180_010,
+        behind: Some(running.clone()),
+    };
+    etcd.put(keys.queue_entry(&waiting, 1_700_000_180_000), serde_json::to_vec(&entry)?, None).await?;
     // Backfills: one going (its items a succeeded, a failed and a pending run), one cancelled.
     let items = [(1_700_000_000_000, 1), (1_700_000_060_000, 2), (1_700_000_120_000, 1)]
         .map(|(at_ms, attempt)| backfill::Item { at_ms, attempt });

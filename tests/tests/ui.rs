@@ -4,7 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
-use etcron_tests::{browser_with, Cluster};
+use std::time::Duration;
+
+use etcron_tests::{browser_with, wait_for, Cluster};
 use reqwest::Method;
 use serde_json::json;
 
@@ -223,5 +225,22 @@ async fn past_ticks_are_backfilled_and_a_backfill_cancelled_from_the_job_page() 
     let slow = c.get("/api/jobs/slow-hourly/backfills").await?;
     assert_eq!(slow["backfills"][0]["state"], "cancelled", "{slow}");
     assert_eq!(slow["backfills"][0]["counts"]["failed"], 1, "the started run was killed: {slow}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_jobs_waiting_ticks_are_listed_on_its_page_and_its_limit_is_in_the_editor() -> anyhow::Result<()> {
+    let c = Cluster::start("ui-queue", 1).await?;
+    let spec = json!({"schedule": "* * * * * *", "concurrency": "queue", "max_queue": 3,
+                      "task": {"kind": "shell", "command": "sleep 60"}});
+    c.put_job("queued", spec).await?;
+    // The first run holds the lock; the next ticks wait behind it.
+    wait_for(Duration::from_secs(20), "ticks waiting in the queue", || async {
+        let job = c.get("/api/jobs/queued").await.ok()?;
+        (job["queue"].as_array()?.len() >= 2).then_some(())
+    })
+    .await?;
+    browser("queue.mjs", &c.master.url, &c.logs)?;
+    screenshots(&c.logs, &["queue.png"]);
     Ok(())
 }

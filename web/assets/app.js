@@ -541,6 +541,7 @@ async function jobView(params, rest) {
           await api(`${jobPath(name)}/kill?execution=${encodeURIComponent(r.id)}`, { method: "POST" });
           return true;
         }, { "aria-label": `Kill ${r.id}`, class: "danger" })))),
+    spec.concurrency === "queue" || (j.queue || []).length ? queueSection(j) : "",
     backfillsSection(name, backfills, opened, openId));
   root.append(h("h2", {}, "Recent executions"));
   if (recent.error) {
@@ -554,6 +555,20 @@ async function jobView(params, rest) {
   root.append(h("h2", {}, "Spec"), h("pre", { class: "output", "aria-label": "Spec" }, JSON.stringify(spec, null, 2)));
   const backfilling = !backfills.error && backfills.backfills.some((b) => b.state === "running");
   autoRefresh(backfilling ? 2000 : 5000);
+}
+
+/** The executions waiting in a `concurrency: queue` job's queue, oldest first (the next to run
+ * first), each with when it was due and what it waits behind. */
+function queueSection(j) {
+  const queue = j.queue || [];
+  const limit = (j.spec && j.spec.max_queue) || 5;
+  return h("section", { "aria-label": "Queue" },
+    h("h2", {}, `Queue (${queue.length} of ${limit})`),
+    queue.length === 0
+      ? h("p", { class: "muted", id: "queue" }, "Nothing waiting.")
+      : h("ol", { id: "queue" }, queue.map((q) => h("li", {},
+        h("code", {}, q.execution_id), ` due ${jobTime(q.scheduled_at)} (${q.trigger}), waiting since ${localTime(q.queued_at)}`,
+        q.behind ? [" behind ", h("a", { href: `#/execution/${encodeURIComponent(q.behind)}` }, q.behind)] : ""))));
 }
 
 /** A job's saved versions, newest first: who saved each, when and how; what changed from one
@@ -602,7 +617,7 @@ async function historyView(params, rest) {
 /** The form's fields: [name (the API's field path), label, kind, options]. */
 const SELECTS = {
   "task.kind": [["shell", "Shell command"], ["http", "HTTP request"]],
-  concurrency: [["allow", "allow — runs may overlap"], ["forbid", "forbid — skip a tick while one runs"], ["replace", "replace — kill the running one"]],
+  concurrency: [["allow", "allow — runs may overlap"], ["forbid", "forbid — skip a tick while one runs"], ["replace", "replace — kill the running one"], ["queue", "queue — wait for the running one, oldest first"]],
   misfire: [["skip", "skip — record missed ticks"], ["run_once", "run once — run the newest missed tick"], ["run_all", "run all — run every missed tick (up to max catch-up)"]],
   on_worker_loss: [["rerun", "rerun on another worker"], ["mark_lost", "mark lost"]],
   mode: [["single", "single — one worker per tick"], ["broadcast", "broadcast — every eligible worker"], ["sharded", "sharded — N parts per tick"]],
@@ -684,6 +699,7 @@ function jobForm(isNew) {
     backoff: formField("retries.backoff", "Backoff", add("retries.backoff", input({ placeholder: "10s" })), "Doubles per attempt."),
     maxBackoff: formField("retries.max_backoff", "Max backoff", add("retries.max_backoff", input({ placeholder: "5m" }))),
     concurrency: formField("concurrency", "Concurrency", add("concurrency", select("concurrency"))),
+    maxQueue: formField("max_queue", "Max queue", add("max_queue", input({ inputmode: "numeric", placeholder: "5" })), "With queue: most ticks waiting; a tick finding it full is skipped."),
     misfire: formField("misfire", "Missed ticks", add("misfire", select("misfire")), "What to do with ticks missed while no worker ran."),
     maxCatchup: formField("max_catchup", "Max catch-up", add("max_catchup", input({ inputmode: "numeric", placeholder: "100" }))),
     startDeadline: formField("start_deadline", "Start deadline", add("start_deadline", input({ placeholder: "10s" })), "A tick not started this long after its time goes to the missed-tick policy."),
@@ -720,7 +736,7 @@ function jobForm(isNew) {
     group("Job", fields.name, fields.description, fields.enabled, fields.labels),
     group("Schedule", fields.schedule, fields.timezone, fields.activeFrom, fields.activeUntil, fields.jitter, fields.skipCalendars),
     group("Task", fields.kind, ...shellOnly, ...httpOnly),
-    group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.pauseAfter, fields.loss, ...limitFields),
+    group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.maxQueue, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.pauseAfter, fields.loss, ...limitFields),
     group("Where it runs", fields.mode, fields.shards, fields.selector),
     group("What runs next", fields.onSuccess, fields.onFailure, fields.maxOutput));
 
@@ -760,6 +776,7 @@ function jobForm(isNew) {
     if (f["retries.backoff"].value.trim()) spec.retries.backoff = f["retries.backoff"].value.trim();
     if (f["retries.max_backoff"].value.trim()) spec.retries.max_backoff = f["retries.max_backoff"].value.trim();
     spec.concurrency = f.concurrency.value;
+    if (f.max_queue.value.trim()) spec.max_queue = numberOr(f.max_queue.value);
     spec.misfire = f.misfire.value;
     if (f.max_catchup.value.trim()) spec.max_catchup = numberOr(f.max_catchup.value);
     if (f.pause_after_failures.value.trim()) spec.pause_after_failures = numberOr(f.pause_after_failures.value);
@@ -807,7 +824,7 @@ function jobForm(isNew) {
       "task.method": task.method || "GET", "task.url": task.url || "", "task.headers": formatMap(task.headers, ": "),
       "task.body": task.body || "", "task.expect_status": task.expect_status ?? "", timeout: spec.timeout || "", start_deadline: spec.start_deadline || "",
       "retries.max": retries.max ?? 0, "retries.backoff": retries.backoff || "", "retries.max_backoff": retries.max_backoff || "",
-      concurrency: spec.concurrency || "allow", misfire: spec.misfire || "skip", max_catchup: spec.max_catchup ?? "",
+      concurrency: spec.concurrency || "allow", max_queue: spec.max_queue ?? "", misfire: spec.misfire || "skip", max_catchup: spec.max_catchup ?? "",
       pause_after_failures: spec.pause_after_failures ?? "",
       on_worker_loss: spec.on_worker_loss || "rerun", mode, "mode.sharded": mode === "sharded" ? spec.mode.sharded : "",
       selector: formatMap(spec.selector, "="), on_success: (spec.on_success || []).join(", "),

@@ -300,6 +300,7 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
             parent: None,
             then: Vec::new(),
             params: RunParams::default(),
+            dequeued: false,
         };
         record_not_run(ctx, &fire, status, reason).await;
     }

@@ -137,6 +137,7 @@ pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
         follow.extend(health::close_op(&ctx.client, &ctx.keys, &fire.spec, &fire.id.job, outcome).await);
     }
     follow.extend(crate::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
+    let queue = fire.spec.concurrency == etcron_common::job::Concurrency::Queue;
     // The last open execution of its claim transaction removes the inflight key with its close.
     let last = won.hold.close_op();
     follow.extend(last.clone());
@@ -146,7 +147,8 @@ pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
         done_value: to_json(&done),
         running_key: won.running_key,
         marker_revision: won.marker_revision,
-        lock: won.lock,
+        lock: won.lock.clone(),
+        queue_prefix: queue.then(|| ctx.keys.queue_prefix(&fire.id.job, &fire.id.part)),
         extra: follow,
     };
     record.started_at = Some(rfc3339_ms(started_ms));
@@ -169,6 +171,10 @@ pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
     ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record: record.clone() });
     let closed = close_claim(ctx, &fire.id.job, request).await == Closed::Done;
     won.hold.closed(closed && last.is_some());
+    if let (true, Some((_, value))) = (closed && queue, &won.lock) {
+        // The lock stayed ours if executions wait: the oldest gets it, with its run request.
+        crate::queue::pump(ctx, &fire.id.job, &fire.id.part, Some(value.clone())).await;
+    }
     let mut changed = false;
     if let (true, Some(outcome)) = (closed, outcome) {
         if let Some(note) = count_failures(ctx, fire, outcome).await {

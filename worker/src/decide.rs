@@ -21,6 +21,10 @@ use crate::state::Context;
 /// losing claim alone costs a raft proposal, a read does not. A batchable claim not seen yet is
 /// raced: in a batch, losing costs no proposal of its own.
 pub(crate) async fn already_taken(ctx: &Context, fire: &Fire, claim_key: &str) -> bool {
+    if fire.dequeued {
+        // Its claim exists by design (`queued`): taken once it says anything else.
+        return crate::queue::left_queue(ctx, claim_key).await;
+    }
     if ctx.taken.contains(claim_key) {
         METRICS.claims.with_label_values(&["taken_seen"]).inc();
         return true;
@@ -105,7 +109,8 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         return None;
     }
     let deadline = fire.spec.start_deadline();
-    if let Some(late_ms) = past_deadline(fire.trigger, fire.scheduled_ms, now_ms(), deadline) {
+    let late = past_deadline(fire.trigger, fire.scheduled_ms, now_ms(), deadline).filter(|_| !fire.dequeued);
+    if let Some(late_ms) = late {
         // Racing it would add to the backlog that made it late: the misfire policy decides.
         tracing::warn!(late_ms, start_deadline = ?deadline, "tick past its start deadline: not raced");
         METRICS.not_raced.with_label_values(&["late"]).inc();

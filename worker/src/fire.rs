@@ -44,6 +44,9 @@ pub struct Fire {
     pub then: Vec<UnixMs>,
     /// The run's parameters (from its run request).
     pub params: RunParams,
+    /// Its turn in its job's queue came (`concurrency: queue`): its claim is `queued`, and the
+    /// lock was handed to it.
+    pub dequeued: bool,
 }
 
 /// How many ms a fire is past its start deadline at `now_ms`, when it is. Only schedule ticks

@@ -170,6 +170,7 @@ mod tests {
             parent: None,
             then: Vec::new(),
             params: etcron_common::model::RunParams::default(),
+            dequeued: false,
         };
         let hour = Duration::from_secs(3600);
         ledger.note(&fire("a", 5000, TriggerKind::Schedule));

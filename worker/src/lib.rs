@@ -22,6 +22,7 @@ pub mod membership;
 pub mod metrics;
 pub mod metrics_server;
 pub mod notifier;
+pub mod queue;
 pub mod race;
 pub mod record;
 pub mod rules;

@@ -218,7 +218,8 @@ async fn still_held(
     let mut kv = ctx.client.kv_client();
     let Ok(Ok(resp)) = etcron_common::etcd::request("claim_read", kv.get(claim_key, None)).await else { return None };
     let item = resp.kvs().first();
-    let ours = item.is_some_and(|kv| kv.create_revision() == fencing_token && kv.version() == 1);
+    // As its winning txn wrote it (whose revision is the token): nothing wrote it since.
+    let ours = item.is_some_and(|kv| kv.mod_revision() == fencing_token);
     let claim = item.and_then(|kv| serde_json::from_slice::<Claim>(kv.value()).ok());
     Some(match (held, item) {
         (Held::Claimed { .. }, Some(kv)) => {
@@ -328,4 +329,8 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
         ctx.notifier.record(spec, &record);
     }
     ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+    if spec.is_some_and(|s| s.concurrency == etcron_common::job::Concurrency::Queue) {
+        // Its lock went with the session: the oldest execution waiting gets it now.
+        crate::queue::pump(ctx, &id.job, &id.part, None).await;
+    }
 }

@@ -58,6 +58,8 @@ pub struct WorkerMetrics {
     pub jobs_paused: IntCounter,
     /// Ticks whose job names a skip calendar this worker does not know (run all the same).
     pub calendar_missing: IntCounter,
+    pub queued: IntCounter,
+    pub queue_stalls: IntCounter,
     pub backfill_chain_broken: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
     /// contention on the health key past its tries).
@@ -152,6 +154,14 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     calendar_missing: counter(
         "etcron_worker_skip_calendar_missing_total",
         "Ticks whose job names a skip calendar that does not exist: run all the same, with a warning.",
+    ),
+    queued: counter(
+        "etcron_worker_queued_total",
+        "Executions of concurrency: queue jobs that found the lock held and waited in the queue.",
+    ),
+    queue_stalls: counter(
+        "etcron_worker_queue_stalls_total",
+        "Ends of a queue job's run after which the lock could not be handed on (etcd failing): the next run's end, or the next tick, hands it on.",
     ),
     backfill_chain_broken: counter(
         "etcron_worker_backfill_chain_broken_total",

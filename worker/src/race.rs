@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
-use etcron_common::claim::{self, ClaimOutcome, LockClaim, RunClaim};
+use etcron_common::claim::{self, ClaimOutcome, LockClaim, QueueClaim, RunClaim};
 use etcron_common::job::Concurrency;
 use etcron_common::keys::{ExecutionId, KillTarget};
 use etcron_common::model::{Claim, ClaimState, KillCommand, RunningExecution, Status};
@@ -74,13 +74,12 @@ pub(crate) async fn resolve_unknown_claim(ctx: &Context, won: &WonClaim) -> Reso
 struct ReadKey<'a> {
     value: &'a [u8],
     lease: i64,
-    create_revision: i64,
-    version: i64,
+    mod_revision: i64,
 }
 
 impl<'a> From<&'a KeyValue> for ReadKey<'a> {
     fn from(kv: &'a KeyValue) -> Self {
-        Self { value: kv.value(), lease: kv.lease(), create_revision: kv.create_revision(), version: kv.version() }
+        Self { value: kv.value(), lease: kv.lease(), mod_revision: kv.mod_revision() }
     }
 }
 
@@ -88,8 +87,8 @@ impl<'a> From<&'a KeyValue> for ReadKey<'a> {
 fn read_back(worker_id: &str, lease: i64, registered: Option<ReadKey>, claim: Option<ReadKey>) -> Resolved {
     let claim_ours = claim.and_then(|kv| {
         let claim: Claim = serde_json::from_slice(kv.value).ok()?;
-        (claim.worker_id == worker_id && claim.state() == ClaimState::Running && kv.version == 1)
-            .then_some(kv.create_revision)
+        // As the winning txn wrote it (its revision is the token): taken by this worker, open.
+        (claim.worker_id == worker_id && claim.state() == ClaimState::Running).then_some(kv.mod_revision)
     });
     let Some(token) = claim_ours else { return Resolved::NotOurs };
     if registered.is_some_and(|kv| kv.lease == lease) {
@@ -127,7 +126,10 @@ pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fe
     let held = claim::Held::Claimed { value: to_json(&won.claim) };
     let mut release: Vec<TxnOp> =
         crate::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await.into_iter().collect();
-    if let Some((key, value)) = &won.lock {
+    // `queue`: the lock is handed on (or released) once the orphan is closed.
+    let queue = fire.spec.concurrency == Concurrency::Queue;
+    let hand_on = won.lock.as_ref().filter(|_| queue).map(|(_, value)| value.clone());
+    if let (Some((key, value)), false) = (&won.lock, queue) {
         release.push(TxnOp::txn(
             Txn::new()
                 .when([Compare::value(key.as_str(), CompareOp::Equal, value.clone())])
@@ -149,6 +151,9 @@ pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fe
                     .to_owned();
                 tracing::warn!(job = %fire.id.job, scheduled_ms = fire.scheduled_ms, fencing_token, "orphaned claim closed missed");
                 submit_not_run(ctx, fire, Status::Missed, reason, fencing_token);
+                if let Some(value) = hand_on {
+                    crate::queue::pump(ctx, &fire.id.job, &fire.id.part, Some(value)).await;
+                }
                 return;
             }
             ClaimOutcome::Lost => return,
@@ -227,14 +232,17 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64) -> Option<WonCla
     let won = prepare(ctx, fire, lease);
     // The job state trails this worker's claims by up to `STATE_EVERY` (see there).
     let advance = state_tick(fire).is_some_and(|ms| ctx.state_marks.due(&fire.id.job, ms));
+    let queue = crate::queue::claim_part(ctx, fire).await;
+    let queued = queue.is_some();
     let request = RunClaim {
         claim_key: won.claim_key.clone(),
         claim_value: to_json(&won.claim),
         running_key: won.running_key.clone(),
         session_lease: lease,
         retention_lease,
-        lock: lock_claim(fire, &won),
+        lock: lock_claim(fire, &won, queue),
         extra: taken_ops(ctx, fire, advance),
+        dequeued: fire.dequeued.then(|| to_json(&Claim::waiting())),
     };
     let started = std::time::Instant::now();
     let (outcome, hold) = ctx.batchers.claim(&fire.id, request).await;
@@ -244,8 +252,25 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64) -> Option<WonCla
     if let (true, ClaimOutcome::Won { .. }, Some(ms)) = (advance, &outcome, state_tick(fire)) {
         ctx.state_marks.advanced(&fire.id.job, ms);
     }
+    if let (true, ClaimOutcome::Blocked { holder, .. }) = (queued, &outcome) {
+        queued_behind(ctx, fire, holder);
+        return None;
+    }
     let fencing_token = settle_outcome(ctx, fire, &won, outcome).await?;
     Some(WonClaim { fencing_token, ..won })
+}
+
+/// A tick queued behind the run holding its job's lock waits there (no record until it runs;
+/// the API lists the queue). A lock found free with executions waiting (their holder's session
+/// ended before it handed the lock on) is handed on here.
+fn queued_behind(ctx: &Arc<Context>, fire: &Fire, holder: &[u8]) {
+    let holder = serde_json::from_slice::<ExecutionId>(holder).ok();
+    tracing::info!(holder = ?holder.as_ref().map(ToString::to_string), dequeued = fire.dequeued, "execution queued: the job's lock is held");
+    METRICS.queued.inc();
+    if holder.is_none() {
+        let (ctx, job, part) = (ctx.clone(), fire.id.job.clone(), fire.id.part.clone());
+        tokio::spawn(async move { crate::queue::pump(&ctx, &job, &part, None).await });
+    }
 }
 
 /// The claim, marker and lock this worker would write for `fire` (token not yet known).
@@ -279,8 +304,9 @@ pub(crate) fn prepare(ctx: &Context, fire: &Fire, lease: i64) -> WonClaim {
     }
 }
 
-/// The lock part of the claim transaction (`forbid`: skip when held; `replace`: take it over).
-pub(crate) fn lock_claim(fire: &Fire, won: &WonClaim) -> Option<LockClaim> {
+/// The lock part of the claim transaction (`forbid`: skip when held; `replace`: take it over;
+/// `queue`: wait in the queue, when `queue` offers a place).
+pub(crate) fn lock_claim(fire: &Fire, won: &WonClaim, queue: Option<QueueClaim>) -> Option<LockClaim> {
     let (key, value) = won.lock.clone()?;
     let blocked = Claim::closed(Status::Skipped);
     Some(LockClaim {
@@ -288,6 +314,7 @@ pub(crate) fn lock_claim(fire: &Fire, won: &WonClaim) -> Option<LockClaim> {
         value,
         replace: fire.spec.concurrency == Concurrency::Replace,
         blocked_claim: to_json(&blocked),
+        queue,
     })
 }
 
@@ -312,7 +339,13 @@ pub(crate) async fn settle_outcome(
         ClaimOutcome::Blocked { fencing_token, holder } => {
             let holder = serde_json::from_slice::<ExecutionId>(&holder)
                 .map_or_else(|_| "another execution".to_owned(), |h| h.to_string());
-            let reason = format!("concurrency forbid: {holder} was still running");
+            let reason = match fire.spec.concurrency {
+                Concurrency::Queue => format!(
+                    "concurrency queue: the queue is full ({} waiting, max_queue) behind {holder}",
+                    fire.spec.queue_limit()
+                ),
+                _ => format!("concurrency forbid: {holder} was still running"),
+            };
             tracing::info!(%reason, "tick skipped");
             let record = not_run_record(ctx, fire, Status::Skipped, reason, fencing_token);
             log_record(&record, 0);
@@ -363,12 +396,14 @@ mod tests {
             worker_id: worker.to_owned(),
             status,
             params: etcron_common::model::RunParams::default(),
+            queued: state == ClaimState::Queued,
         })
         .unwrap()
     }
 
     fn key(value: &[u8], lease: i64, version: i64) -> ReadKey<'_> {
-        ReadKey { value, lease, create_revision: 40, version }
+        // A rewrite (version 2) moved the mod revision past the winning txn's.
+        ReadKey { value, lease, mod_revision: 40 + version - 1 }
     }
 
     #[test]
@@ -385,8 +420,12 @@ mod tests {
         // Closed already (a status, or rewritten), or someone else's: not ours to settle.
         assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&closed, 9, 2))), Resolved::NotOurs);
         assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&closed, 9, 1))), Resolved::NotOurs);
-        assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&running, 9, 2))), Resolved::NotOurs);
         assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&foreign, 9, 1))), Resolved::NotOurs);
+        // Waiting in its job's queue: nobody's yet. Taken from the queue (written twice: queued,
+        // then taken): ours, its token the revision that took it.
+        let queued = claim("", ClaimState::Queued);
+        assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&queued, 9, 1))), Resolved::NotOurs);
+        assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&running, 9, 2))), Resolved::Ours(41));
         // Nothing written: the txn failed (or has not been applied yet).
         assert_eq!(back(Some(key(registration, 7, 1)), None), Resolved::NotOurs);
         assert_eq!(back(Some(key(registration, 7, 1)), Some(key(b"not json", 9, 1))), Resolved::NotOurs);

@@ -246,6 +246,7 @@ impl Scheduler {
             parent: None,
             then: Vec::new(),
             params: RunParams::default(),
+            dequeued: false,
         };
         self.spawn_parts(fire);
     }
@@ -549,12 +550,14 @@ impl Scheduler {
         // an operator asked, and a backfill's ticks left out the skip calendars' dates when it
         // was made. Other retries, dependency runs and catch-up runs of a paused (or disabled)
         // job are recorded `skipped`.
-        let asked =
-            matches!(request.kind, TriggerKind::Manual | TriggerKind::Backfill) || request.params.backfill.is_some();
+        // A queued execution was fired before any pause: it runs, as a tick raced ahead would.
+        let asked = matches!(request.kind, TriggerKind::Manual | TriggerKind::Backfill)
+            || request.params.backfill.is_some()
+            || request.dequeued;
         let skip = match halt(&entry.spec, self.ctx.paused.get(&p.job).as_ref()) {
             Some(h) if !asked => Some(format!("{}; {} run not started", h.reason(), request.kind.as_str())),
             // A catch-up run is a missed tick's: its date counts as the tick's would have.
-            None if request.kind == TriggerKind::Catchup => {
+            None if request.kind == TriggerKind::Catchup && !request.dequeued => {
                 let tick = request.scheduled_ms.unwrap_or(request.requested_at_ms);
                 self.ctx.calendars.skip_reason(&p.job, &entry.spec, tick)
             }
@@ -571,6 +574,7 @@ impl Scheduler {
             parent: request.parent.clone(),
             then: request.then.clone(),
             params: request.params.clone(),
+            dequeued: request.dequeued,
         };
         self.spawn_parts(fire);
     }

@@ -259,7 +259,30 @@ pub(super) async fn get_job(State(st): State<AppState>, Path(name): Path<String>
     };
     let mut body = serde_json::to_value(&job).map_err(|e| ApiError::internal(&e))?;
     body["summary"] = summary;
+    body["queue"] = Value::Array(queued(&st, &name).await?);
     Ok(respond_with_etag(StatusCode::OK, body, job.revision))
+}
+
+/// The executions waiting in the job's queue (`concurrency: queue`), oldest first:
+/// `[{execution_id, scheduled_at, queued_at, trigger, behind}]`.
+async fn queued(st: &AppState, name: &str) -> ApiResult<Vec<Value>> {
+    let opts = etcd_client::GetOptions::new().with_prefix();
+    let resp =
+        crate::error::etcd("queue_list", st.client.kv_client().get(st.keys.job_queue_prefix(name), Some(opts))).await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|kv| serde_json::from_slice::<etcron_common::model::QueuedRun>(kv.value()).ok())
+        .map(|q| {
+            json!({
+                "execution_id": q.execution_id.to_string(),
+                "scheduled_at": etcron_common::rfc3339_ms(q.scheduled_ms),
+                "queued_at": etcron_common::rfc3339_ms(q.queued_at_ms),
+                "trigger": q.trigger,
+                "behind": q.behind.map(|b| b.to_string()),
+            })
+        })
+        .collect())
 }
 
 pub(super) async fn put_job(

@@ -15,7 +15,8 @@
 //! ticks are backfilled (`which: missing`, up to 3 at once) every ~20 s while the faults go on,
 //! every other time by two backfills of the same range sent to both masters at once; each of its
 //! ticks must be skipped or run, each (tick, attempt) at most once, and every backfill must end
-//! `done` (each item with a final record). Afterwards it waits (up to
+//! `done` (each item with a final record). A `concurrency: queue` job whose runs outlast its
+//! period keeps its queue full: each of its ticks must run (once) or be recorded skipped. Afterwards it waits (up to
 //! `--settle` seconds) for the cluster to account for every tick, then prints: faults by kind,
 //! ticks due, ticks run, duplicates per (job, tick, attempt), ticks neither run nor recorded
 //! `missed`/`lost`, and execution records lost (a run in the file without its record in
@@ -340,6 +341,10 @@ async fn main() -> Result<()> {
 /// The job whose `skip_calendars` lists every day of the run.
 const SKIPPING_JOB: &str = "chaos-days-off";
 
+/// The `concurrency: queue` job: runs last 1.5 s and ticks come every second, so ticks wait in
+/// its queue (up to 3) and the rest are skipped, naming the queue.
+const QUEUE_JOB: &str = "chaos-queue";
+
 /// The paused job whose ticks are backfilled while the faults go on.
 const BACKFILL_JOB: &str = "chaos-backfill";
 
@@ -462,6 +467,11 @@ async fn shaped_jobs(
         ("chaos-jitter".to_owned(), json!({"schedule": "* * * * * *", "jitter": "800ms", "task": task})),
         ("chaos-merged".to_owned(), json!({"schedules": ["*/2 * * * * *", "*/3 * * * * *"], "task": task})),
         (SKIPPING_JOB.to_owned(), json!({"schedule": "* * * * * *", "skip_calendars": ["chaos-days"], "task": task})),
+        (
+            QUEUE_JOB.to_owned(),
+            json!({"schedule": "* * * * * *", "concurrency": "queue", "max_queue": 3,
+                   "task": {"kind": "shell", "command": format!("{}; sleep 1.5", record_command(file))}}),
+        ),
     ];
     for (job, spec) in &jobs {
         let resp = http.put(format!("{url}/api/jobs/{job}")).json(spec).send().await?;
@@ -538,9 +548,10 @@ async fn check(
     for tick in every_second.chain(bursts.iter().cloned()) {
         let statuses = by_tick.get(&tick).cloned().unwrap_or_default();
         // Every day of `SKIPPING_JOB` is listed: its ticks are skipped (or missed, lost), never run.
-        // `BACKFILL_JOB` is paused: its ticks are skipped, or run by a backfill.
+        // `BACKFILL_JOB` is paused: its ticks are skipped, or run by a backfill. `QUEUE_JOB`'s
+        // ticks run one after another, or are skipped when its queue is full.
         let skipping = tick.0 == SKIPPING_JOB;
-        let may_skip = skipping || tick.0 == BACKFILL_JOB;
+        let may_skip = skipping || tick.0 == BACKFILL_JOB || tick.0 == QUEUE_JOB;
         if skipping && ran.contains(&tick) {
             unaccounted.push(format!("{}@{} ran on a day its skip calendar lists", tick.0, tick.1));
         } else if ran.contains(&tick) {

@@ -337,6 +337,7 @@ async fn claims(n: usize) -> Result<()> {
                         retention_lease: lease,
                         lock: None,
                         extra: Vec::new(),
+                        dequeued: None,
                     },
                     &etcron_common::claim::InflightPut {
                         key: format!("/bench/inflight/w/{i}-{round}"),
@@ -375,6 +376,7 @@ async fn claims(n: usize) -> Result<()> {
                 retention_lease: lease,
                 lock: None,
                 extra: Vec::new(),
+                dequeued: None,
             })
             .collect::<Vec<_>>()
             .chunks(etcron_common::claim::MAX_BATCH)
