@@ -631,11 +631,22 @@ fn prepare(
 async fn drop_queue(client: Client, keys: Keys, job: String) {
     let mut kv = client.kv_client();
     let opts = GetOptions::new().with_prefix();
-    let Ok(resp) = etcd("queue_list", kv.get(keys.job_queue_prefix(&job), Some(opts))).await else { return };
+    let resp = match etcd("queue_list", kv.get(keys.job_queue_prefix(&job), Some(opts))).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::warn!(job, error = %e, "listing the queue of a deleted job failed: its entries and queued claims stay");
+            return;
+        }
+    };
     let waiting = serde_json::to_vec(&etcron_common::model::Claim::waiting()).unwrap_or_default();
     for kv_entry in resp.kvs() {
         let mut ops = vec![TxnOp::delete(kv_entry.key(), None)];
-        if let Ok(entry) = serde_json::from_slice::<etcron_common::model::QueuedRun>(kv_entry.value()) {
+        let entry = serde_json::from_slice::<etcron_common::model::QueuedRun>(kv_entry.value());
+        if let Err(e) = &entry {
+            let key = String::from_utf8_lossy(kv_entry.key());
+            tracing::error!(job, %key, error = %e, "queue entry in etcd is malformed: removed, its claim (if any) stays");
+        }
+        if let Ok(entry) = entry {
             let claim = keys.claim(&entry.execution_id);
             ops.push(TxnOp::txn(
                 Txn::new()

@@ -48,7 +48,10 @@ pub(crate) async fn claim_part(ctx: &Context, fire: &Fire) -> Option<QueueClaim>
             (lock_value, waiting)
         }
         // Unknown: queue it; at worst the queue holds one more than `max_queue`.
-        _ => (None, 0),
+        _ => {
+            tracing::warn!(job = %fire.id.job, "reading the queue's lock and length failed: queuing without the limit");
+            (None, 0)
+        }
     };
     let holder = lock_value.as_deref().and_then(|v| serde_json::from_slice::<ExecutionId>(v).ok());
     if let (Some(id), Some(value)) = (&holder, lock_value) {

@@ -340,10 +340,12 @@ pub(crate) async fn settle_outcome(
             let holder = serde_json::from_slice::<ExecutionId>(&holder)
                 .map_or_else(|_| "another execution".to_owned(), |h| h.to_string());
             let reason = match fire.spec.concurrency {
-                Concurrency::Queue => format!(
-                    "concurrency queue: the queue is full ({} waiting, max_queue) behind {holder}",
-                    fire.spec.queue_limit()
-                ),
+                Concurrency::Queue => {
+                    format!(
+                        "concurrency queue: the queue is full (max_queue {}) behind {holder}",
+                        fire.spec.queue_limit()
+                    )
+                }
                 _ => format!("concurrency forbid: {holder} was still running"),
             };
             tracing::info!(%reason, "tick skipped");

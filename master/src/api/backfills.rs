@@ -145,8 +145,8 @@ fn backfill_id(id: &str) -> ApiResult<()> {
     etcron_common::keys::validate_id(id).map_err(|e| ApiError::bad_request(Some("id".to_owned()), e))
 }
 
-/// Every backfill of `job`, oldest first, with its key's version.
-async fn stored(st: &AppState, job: &str) -> ApiResult<Vec<(String, Backfill, i64)>> {
+/// Every backfill of `job`, oldest first.
+async fn stored(st: &AppState, job: &str) -> ApiResult<Vec<(String, Backfill)>> {
     let prefix = st.keys.job_backfills_prefix(job);
     let opts =
         GetOptions::new().with_prefix().with_sort(etcd_client::SortTarget::Create, etcd_client::SortOrder::Ascend);
@@ -157,7 +157,7 @@ async fn stored(st: &AppState, job: &str) -> ApiResult<Vec<(String, Backfill, i6
         .filter_map(|kv| {
             let id = String::from_utf8_lossy(kv.key().strip_prefix(prefix.as_bytes())?).into_owned();
             match serde_json::from_slice::<Backfill>(kv.value()) {
-                Ok(b) => Some((id, b, kv.version())),
+                Ok(b) => Some((id, b)),
                 Err(e) => {
                     tracing::error!(job, id, error = %e, "backfill in etcd is malformed; not listed");
                     None
@@ -181,8 +181,8 @@ pub(super) async fn list(State(st): State<AppState>, Path(job): Path<String>) ->
     job_name(&job)?;
     read_job(&st, &job).await?;
     let all = stored(&st, &job).await?;
-    let statuses = statuses_of(&st, &job, &all.iter().map(|(_, b, _)| b).collect::<Vec<_>>()).await?;
-    let views: Vec<BackfillView> = all.iter().rev().map(|(id, b, _)| view(&job, id, b, &statuses, false)).collect();
+    let statuses = statuses_of(&st, &job, &all.iter().map(|(_, b)| b).collect::<Vec<_>>()).await?;
+    let views: Vec<BackfillView> = all.iter().rev().map(|(id, b)| view(&job, id, b, &statuses, false)).collect();
     Ok(Json(json!({ "job": job, "backfills": views })))
 }
 
@@ -388,12 +388,12 @@ async fn retire(st: &AppState, job: &str) -> ApiResult<Vec<String>> {
     if excess == 0 {
         return Ok(Vec::new());
     }
-    let statuses = statuses_of(st, job, &all.iter().map(|(_, b, _)| b).collect::<Vec<_>>()).await?;
+    let statuses = statuses_of(st, job, &all.iter().map(|(_, b)| b).collect::<Vec<_>>()).await?;
     let retired: Vec<String> = all
         .iter()
-        .filter(|(id, b, _)| view(job, id, b, &statuses, false).state != "running")
+        .filter(|(id, b)| view(job, id, b, &statuses, false).state != "running")
         .take(excess)
-        .map(|(id, ..)| id.clone())
+        .map(|(id, _)| id.clone())
         .collect();
     if retired.len() < excess {
         return Err(ApiError::conflict(format!(
