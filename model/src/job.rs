@@ -152,6 +152,9 @@ pub struct JobSpec {
     /// once resumed while still failing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_after_failures: Option<u32>,
+    /// SLA alerts (`crate::alerts`): `late`, `long_running`, `stale`, `output_match`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<crate::alerts::Alerts>,
 }
 
 /// `limits`: applied with `setrlimit` to the task's shell before it runs, so each process of
@@ -510,6 +513,9 @@ impl JobSpec {
                 "pause_after_failures",
                 format!("must be between 1 and {MAX_PAUSE_AFTER_FAILURES} (leave it out to never pause)"),
             ));
+        }
+        if let Some(alerts) = &self.alerts {
+            alerts.validate("alerts")?;
         }
         match (self.concurrency, self.max_queue) {
             (Concurrency::Queue, Some(n)) if n == 0 || n > MAX_QUEUE => {

@@ -11,6 +11,9 @@
 //! {ns}/health/{job}                       JobHealth            (jobs notifying `recovery`)
 //! {ns}/paused/{job}                       Pause                (no lease: until resumed or deleted)
 //! {ns}/history/{job}/{entry}              SpecVersion          (no lease: the newest kept, deleted with the job)
+//! {ns}/alerts/{job}/{tick}{part}[#attempt]/{event}  Raised    (alert lease, `alerts::ALERT_MEMORY`)
+//! {ns}/alerts/{job}/stale                 StaleState           (no lease: deleted with the job)
+//! {ns}/alerts/{job}/silence/{target}/{event}  Silence         (no lease: deleted with the job)
 //! ```
 //! `{tick}` is the scheduled time in Unix ms, or `manual-{request_id}` for a manual run.
 //! Execution ids are `{job}@{tick}#{attempt}`.
@@ -509,6 +512,27 @@ impl Keys {
     #[must_use]
     pub fn health_prefix(&self) -> String {
         format!("{}/health/", self.ns)
+    }
+    /// That `event` (`late`, `long_running`) was raised for an execution.
+    #[must_use]
+    pub fn alert(&self, id: &ExecutionId, event: &str) -> String {
+        format!("{}/alerts/{}/{event}", self.ns, execution_suffix(id))
+    }
+    /// The window of a job's `no_success_within` (`crate::alerts::StaleState`).
+    #[must_use]
+    pub fn stale(&self, job: &str) -> String {
+        format!("{}/alerts/{job}/stale", self.ns)
+    }
+    /// A target's `silence` window for one event of a job; `target` is the target's name, its
+    /// position, or `default-{n}`.
+    #[must_use]
+    pub fn silence(&self, job: &str, target: &str, event: &str) -> String {
+        format!("{}/alerts/{job}/silence/{target}/{event}", self.ns)
+    }
+    /// Everything alerts keep for `job`, deleted with it.
+    #[must_use]
+    pub fn job_alerts_prefix(&self, job: &str) -> String {
+        format!("{}/alerts/{job}/", self.ns)
     }
     /// An operator's pause of the job, kept outside its spec so that writing the spec again
     /// (`etcronctl jobs apply`) never resumes it. No lease: deleted by resume and with the job.

@@ -3,6 +3,7 @@
 //! etcd and MongoDB, bounded task output and webhook notification rules. No I/O: nothing here
 //! talks to etcd, MongoDB or the network, or knows about metrics or command lines.
 
+pub mod alerts;
 pub mod backfill;
 pub mod calendar;
 #[cfg(test)]

@@ -25,13 +25,16 @@ pub const MAX_URL_LEN: usize = 2048;
 pub use crate::headers::{MAX_HEADER_NAME_LEN, MAX_HEADER_VALUE_LEN};
 /// Longest target name.
 pub const MAX_TARGET_NAME_LEN: usize = 64;
+/// Shortest and longest `silence` of a target.
+pub const SILENCE_RANGE: std::ops::RangeInclusive<std::time::Duration> =
+    std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(7 * 24 * 3600);
 /// Headers etcron sets on every delivery besides those no request may set
 /// (`crate::headers::check_name`: `Host`, `Content-Length`, `Transfer-Encoding`, `X-Etcron-*`).
 pub const DELIVERY_HEADERS: [&str; 2] = ["content-type", "user-agent"];
 
 /// What a target can be told about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum NotifyEvent {
     /// A final failure: `failed` or `timed_out` with no retry left, or `lost` not rerun.
     Failure,
@@ -43,11 +46,28 @@ pub enum NotifyEvent {
     Recovery,
     /// A final failure that paused its job (`pause_after_failures`).
     Paused,
+    /// A tick's run started (or has not started) later than `alerts.late_start`.
+    Late,
+    /// An execution still running `alerts.max_duration` after it started.
+    LongRunning,
+    /// No success of the job within `alerts.no_success_within`.
+    Stale,
+    /// An execution's output matched `alerts.on_output_match`.
+    OutputMatch,
 }
 
 impl NotifyEvent {
-    pub const ALL: [NotifyEvent; 5] =
-        [NotifyEvent::Failure, NotifyEvent::Success, NotifyEvent::Missed, NotifyEvent::Recovery, NotifyEvent::Paused];
+    pub const ALL: [NotifyEvent; 9] = [
+        NotifyEvent::Failure,
+        NotifyEvent::Success,
+        NotifyEvent::Missed,
+        NotifyEvent::Recovery,
+        NotifyEvent::Paused,
+        NotifyEvent::Late,
+        NotifyEvent::LongRunning,
+        NotifyEvent::Stale,
+        NotifyEvent::OutputMatch,
+    ];
 
     /// The name in specs, payloads, headers and records.
     #[must_use]
@@ -58,6 +78,10 @@ impl NotifyEvent {
             NotifyEvent::Missed => "missed",
             NotifyEvent::Recovery => "recovery",
             NotifyEvent::Paused => "paused",
+            NotifyEvent::Late => "late",
+            NotifyEvent::LongRunning => "long_running",
+            NotifyEvent::Stale => "stale",
+            NotifyEvent::OutputMatch => "output_match",
         }
     }
 }
@@ -68,7 +92,7 @@ impl std::str::FromStr for NotifyEvent {
         Self::ALL
             .into_iter()
             .find(|e| e.as_str() == s)
-            .ok_or_else(|| format!("unknown event {s:?}; one of failure, success, missed, recovery, paused"))
+            .ok_or_else(|| format!("unknown event {s:?}; one of {}", Self::ALL.map(NotifyEvent::as_str).join(", ")))
     }
 }
 
@@ -118,6 +142,10 @@ pub struct NotifyTarget {
     /// Headers whose values the API never shows (e.g. `Authorization`), as `task.secret_headers`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secret_headers: Secrets,
+    /// After a delivery of an event of a job, the same event of that job is not sent to this
+    /// target again for this long (it is recorded `silenced`): a flapping job pages once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silence: Option<crate::duration::HumanDuration>,
 }
 
 /// `"secret_url": null` is "keep the stored value", which is not the same as leaving it out.
@@ -125,8 +153,18 @@ fn given<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::E
     Option::<String>::deserialize(d).map(Some)
 }
 
+/// A target that names no events is sent failures, recoveries, pauses and every SLA alert
+/// (which only jobs with `alerts` raise).
 fn default_events() -> Vec<NotifyEvent> {
-    vec![NotifyEvent::Failure, NotifyEvent::Recovery, NotifyEvent::Paused]
+    vec![
+        NotifyEvent::Failure,
+        NotifyEvent::Recovery,
+        NotifyEvent::Paused,
+        NotifyEvent::Late,
+        NotifyEvent::LongRunning,
+        NotifyEvent::Stale,
+        NotifyEvent::OutputMatch,
+    ]
 }
 
 impl NotifyTarget {
@@ -274,7 +312,20 @@ pub fn validate_targets(field: &str, targets: &[NotifyTarget]) -> Result<(), Spe
         if t.on.is_empty() {
             return Err(SpecError::at(
                 &format!("{here}.on"),
-                "name at least one event (failure, success, missed, recovery); for no notifications give notify: []",
+                format!(
+                    "name at least one event ({}); for no notifications give notify: []",
+                    NotifyEvent::ALL.map(NotifyEvent::as_str).join(", ")
+                ),
+            ));
+        }
+        if t.silence.is_some_and(|d| !SILENCE_RANGE.contains(&d.0)) {
+            return Err(SpecError::at(
+                &format!("{here}.silence"),
+                format!(
+                    "must be between {} and {} (leave it out to send every notification)",
+                    crate::duration::HumanDuration(*SILENCE_RANGE.start()),
+                    crate::duration::HumanDuration(*SILENCE_RANGE.end())
+                ),
             ));
         }
         for (j, e) in t.on.iter().enumerate() {
@@ -411,6 +462,8 @@ pub enum DeliveryState {
     Pending,
     Delivered,
     Failed,
+    /// Not sent: the target's `silence` window for this event of the job was open.
+    Silenced,
 }
 
 impl DeliveryState {
@@ -420,6 +473,7 @@ impl DeliveryState {
             DeliveryState::Pending => "pending",
             DeliveryState::Delivered => "delivered",
             DeliveryState::Failed => "failed",
+            DeliveryState::Silenced => "silenced",
         }
     }
 }
@@ -445,6 +499,8 @@ pub struct Delivery {
     /// `default-{n}` for a worker's default target.
     pub id: String,
     pub job: String,
+    /// The execution the event is about; for `stale`, which is about none, the occurrence
+    /// `{job}@stale-{window start, Unix ms}`.
     pub execution_id: String,
     pub event: NotifyEvent,
     /// The target as [`NotifyTarget::shown_url`] shows it (no secret).
@@ -482,7 +538,8 @@ mod tests {
     #[test]
     fn defaults_fill_events_and_format() {
         let t = targets(r#"[{"url":"https://h/x"}]"#);
-        assert_eq!(t[0].on, [NotifyEvent::Failure, NotifyEvent::Recovery, NotifyEvent::Paused]);
+        assert_eq!(t[0].on[..3], [NotifyEvent::Failure, NotifyEvent::Recovery, NotifyEvent::Paused]);
+        assert!(t[0].wants(NotifyEvent::Stale) && !t[0].wants(NotifyEvent::Success));
         assert_eq!(t[0].format, NotifyFormat::Json);
         assert!(validate_targets("notify", &t).is_ok());
         assert_eq!(t[0].endpoint(), Some("https://h/x"));
@@ -510,6 +567,8 @@ mod tests {
             (r#"[{"url":"https://h/x","headers":{"A":"x\ny"}}]"#, "notify[0].headers.A"),
             (r#"[{"url":"https://h/x","headers":{"a":"1"},"secret_headers":{"A":"2"}}]"#, "notify[0].secret_headers.A"),
             (r#"[{"url":"https://h/x","name":"Bad"}]"#, "notify[0].name"),
+            (r#"[{"url":"https://h/x","silence":"0s"}]"#, "notify[0].silence"),
+            (r#"[{"url":"https://h/x","silence":"8d"}]"#, "notify[0].silence"),
             (r#"[{"url":"https://h/x","name":"a"},{"url":"https://h/y","name":"a"}]"#, "notify[1].name"),
         ] {
             assert_eq!(error_field(json).as_deref(), Some(field), "{json}");
@@ -562,7 +621,7 @@ mod tests {
             assert_eq!(e.as_str().parse::<NotifyEvent>(), Ok(e));
             assert_eq!(serde_json::to_value(e).unwrap(), e.as_str());
         }
-        assert!("killed".parse::<NotifyEvent>().is_err());
+        assert!("killed".parse::<NotifyEvent>().unwrap_err().contains("long_running"));
         assert_eq!(delivery_id("a@1#1", NotifyEvent::Failure, "0"), "a@1#1/failure/0");
     }
 }

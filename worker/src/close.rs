@@ -114,7 +114,7 @@ async fn count_failures(ctx: &Context, fire: &Fire, outcome: health::Outcome<'_>
 }
 
 /// Closes the claim of a run that ended, then writes its final record (and notifies).
-pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
+pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ran: Ran) {
     let Ran { finished, handed_ms, mut record } = ran;
     let finished_ms = now_ms();
     let started_ms = finished.spawned_ms.unwrap_or(handed_ms);
@@ -192,6 +192,9 @@ pub async fn close(ctx: &Context, fire: &Fire, won: WonClaim, ran: Ran) {
         ));
         record.status = Status::Lost;
         changed = true;
+    }
+    if closed && status == Status::Succeeded {
+        crate::alerts::succeeded(ctx, &fire.spec, &fire.id.job, finished_ms);
     }
     log_record(&record, started_ms - fire.scheduled_ms);
     if closed {

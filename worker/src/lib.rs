@@ -1,6 +1,7 @@
 //! etcron worker: watches jobs in etcd, keeps their next ticks in a timing wheel, races for
 //! per-execution claims and runs the tasks it wins.
 
+pub mod alerts;
 pub mod backfill;
 pub mod batcher;
 pub mod calendars;
@@ -30,6 +31,7 @@ pub mod run;
 pub mod run_as;
 pub mod scheduler;
 pub mod settle;
+pub mod silence;
 pub mod state;
 pub mod taken;
 pub mod watcher;

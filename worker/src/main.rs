@@ -87,6 +87,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
         members: Members::default(),
         lease: lease_rx,
         retention: RetentionLeases::new(client.clone(), MIN_RETENTION, RETENTION_REUSE),
+        alert_leases: RetentionLeases::new(
+            client.clone(),
+            etcron_common::alerts::ALERT_MEMORY,
+            std::time::Duration::from_secs(300),
+        ),
         registry: Registry::default(),
         batchers: etcron_worker::batcher::Batchers::start(client.clone(), keys.clone(), config.worker_id.clone()),
         taken: Arc::new(etcron_worker::taken::Taken::default()),
@@ -106,6 +111,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         output_endpoint: Some(etcron_worker::state::OutputEndpoint { url: output_url, token: output_token }),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
+    tokio::spawn(etcron_worker::alerts::stale_loop(ctx.clone()));
     etcron_worker::metrics::init(config.capacity);
     if let Some(addr) = config.metrics_listen {
         etcron_worker::metrics_server::serve(addr, ctx.clone())

@@ -61,6 +61,10 @@ pub struct WorkerMetrics {
     pub queued: IntCounter,
     pub queue_stalls: IntCounter,
     pub backfill_chain_broken: IntCounter,
+    /// SLA alerts this worker raised (won the occurrence's transaction), by event.
+    pub alerts: IntCounterVec,
+    /// SLA alerts that could not be decided (etcd failed every try): possibly not raised.
+    pub alert_errors: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
     /// contention on the health key past its tries).
     pub health_errors: IntCounter,
@@ -167,6 +171,15 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "etcron_worker_backfill_chain_broken_total",
         "Backfill items after which the next item could not be requested (the backfill unreadable, or etcd failing): the backfill stops there.",
     ),
+    alerts: counter_vec(
+        "etcron_worker_alerts_raised_total",
+        "SLA alerts this worker raised (each occurrence is raised by one worker), by event (late, long_running, stale).",
+        &["event"],
+    ),
+    alert_errors: counter(
+        "etcron_worker_alert_errors_total",
+        "SLA alerts that could not be decided because etcd failed every try: possibly not raised.",
+    ),
     health_errors: counter(
         "etcron_worker_health_errors_total",
         "Final outcomes of pause_after_failures jobs that could not be counted (etcd failed or the health key kept changing).",
@@ -189,6 +202,9 @@ pub fn init(capacity: u32) {
     etcron_common::metrics::init("worker");
     etcron_common::admission::init_metrics();
     METRICS.capacity.set(i64::from(capacity));
+    for event in ["late", "long_running", "stale"] {
+        METRICS.alerts.with_label_values(&[event]);
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! Webhook notifications of final outcomes (`failure`, `success`, `missed`, `recovery`,
-//! `paused`).
+//! `paused`, `output_match`) and of SLA alerts (`late`, `long_running`, `stale`).
 //!
 //! The execution path calls [`Notifier::record`] with each final record: it classifies the
-//! record, and queues it with a non-blocking `try_send` into a bounded queue. Nothing on the
+//! record, and queues it with a non-blocking `try_send` into a bounded queue; `crate::alerts`
+//! calls [`Notifier::alert`] with each alert it raised. Nothing on the
 //! scheduling or claim path waits for a webhook, for etcd on behalf of a notification, or for
 //! MongoDB: a full queue drops the notification with a warning and a counter.
 //!
@@ -270,6 +271,13 @@ pub fn slack_payload(event: NotifyEvent, record: &ExecutionRecord, ui_url: Optio
         NotifyEvent::Paused => {
             format!(":double_vertical_bar: etcron: job `{job}` paused after failing again on worker {worker}{why}; resume it when fixed")
         }
+        NotifyEvent::OutputMatch => {
+            format!(":mag: etcron: the output of job `{job}` on worker {worker} matched its on_output_match")
+        }
+        // Alerts have no record (`alert_slack`); these read as the alert would.
+        NotifyEvent::Late => format!(":hourglass: etcron: job `{job}` started late on worker {worker}"),
+        NotifyEvent::LongRunning => format!(":turtle: etcron: job `{job}` is running long on worker {worker}"),
+        NotifyEvent::Stale => format!(":zzz: etcron: job `{job}` has not succeeded lately"),
     };
     let link = execution_link(ui_url, &record.id.to_string())
         .map(|url| format!(" — <{}|view execution>", url.replace('|', "%7C")))
@@ -318,10 +326,11 @@ pub struct NotifyMetrics {
     pub in_flight: IntGauge,
 }
 
-pub static NOTIFY_METRICS: LazyLock<NotifyMetrics> = LazyLock::new(|| NotifyMetrics {
+pub static NOTIFY_METRICS: LazyLock<NotifyMetrics> = LazyLock::new(|| {
+    NotifyMetrics {
     notifications: counter_vec(
         "etcron_worker_notifications_total",
-        "Notification deliveries finished, by outcome (delivered, failed).",
+        "Notification deliveries finished, by outcome (delivered, failed, silenced: not sent within the target's silence window).",
         &["outcome"],
     ),
     attempts: counter_vec(
@@ -342,11 +351,12 @@ pub static NOTIFY_METRICS: LazyLock<NotifyMetrics> = LazyLock::new(|| NotifyMetr
         "etcron_worker_notifications_in_flight",
         "Notification deliveries in progress (retries included).",
     ),
+}
 });
 
 fn init_metrics() {
     let m = &*NOTIFY_METRICS;
-    for outcome in ["delivered", "failed"] {
+    for outcome in ["delivered", "failed", "silenced"] {
         m.notifications.with_label_values(&[outcome]);
     }
     for result in ["delivered", "http_error", "error", "timeout"] {
@@ -361,10 +371,98 @@ pub fn refresh_metrics(notifier: &Notifier) {
     m.in_flight.set(i64::try_from(notifier.in_flight()).unwrap_or(i64::MAX));
 }
 
-/// A final record on its way to the dispatcher.
+/// An SLA alert raised by this worker (`crate::alerts`), as deliveries carry it (`alert`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Alert {
+    pub event: NotifyEvent,
+    pub job: String,
+    /// The execution it is about; none for `stale`.
+    pub execution_id: Option<String>,
+    /// Names the occurrence in delivery ids: the execution id, or `{job}@stale-{ms}`.
+    pub occurrence: String,
+    /// What happened, in a sentence.
+    pub message: String,
+    /// The setting that was exceeded, as written (`"1m"`).
+    pub threshold: String,
+    /// The execution's scheduled time (RFC 3339), for `late` and `long_running`.
+    pub scheduled_at: Option<String>,
+}
+
+/// What a notification is about: a final record, or an alert.
+#[derive(Debug)]
+enum Subject {
+    Record(Box<ExecutionRecord>),
+    Alert(Alert),
+}
+
+impl Subject {
+    fn job(&self) -> &str {
+        match self {
+            Subject::Record(r) => &r.job,
+            Subject::Alert(a) => &a.job,
+        }
+    }
+
+    /// The execution id, or the occurrence of an alert that is about none.
+    fn occurrence(&self) -> String {
+        match self {
+            Subject::Record(r) => r.id.to_string(),
+            Subject::Alert(a) => a.occurrence.clone(),
+        }
+    }
+
+    fn body(
+        &self,
+        format: NotifyFormat,
+        event: NotifyEvent,
+        ui_url: Option<&str>,
+        delivery: &str,
+        sent_at: &str,
+    ) -> Value {
+        match (self, format) {
+            (Subject::Record(r), NotifyFormat::Json) => json_payload(event, r, ui_url, delivery, sent_at),
+            (Subject::Record(r), NotifyFormat::Slack) => slack_payload(event, r, ui_url),
+            (Subject::Alert(a), NotifyFormat::Json) => alert_json(a, ui_url, delivery, sent_at),
+            (Subject::Alert(a), NotifyFormat::Slack) => alert_slack(a, ui_url),
+        }
+    }
+}
+
+/// The body of a `format: json` alert: as a record's, with `execution: null` and `alert`.
+#[must_use]
+pub fn alert_json(alert: &Alert, ui_url: Option<&str>, delivery: &str, sent_at: &str) -> Value {
+    json!({
+        "event": alert.event.as_str(),
+        "job": alert.job,
+        "execution": Value::Null,
+        "alert": alert,
+        "url": alert.execution_id.as_deref().and_then(|id| execution_link(ui_url, id)),
+        "delivery": delivery,
+        "sent_at": sent_at,
+    })
+}
+
+/// The body of a `format: slack` alert.
+#[must_use]
+pub fn alert_slack(alert: &Alert, ui_url: Option<&str>) -> Value {
+    let icon = match alert.event {
+        NotifyEvent::Late => ":hourglass:",
+        NotifyEvent::LongRunning => ":turtle:",
+        _ => ":zzz:",
+    };
+    let link = alert
+        .execution_id
+        .as_deref()
+        .and_then(|id| execution_link(ui_url, id))
+        .map(|url| format!(" — <{}|view execution>", url.replace('|', "%7C")))
+        .unwrap_or_default();
+    json!({ "text": format!("{icon} etcron: job `{}` {}{link}", escape(&alert.job), escape(&alert.message)) })
+}
+
+/// A notification on its way to the dispatcher.
 struct Notice {
     event: NotifyEvent,
-    record: ExecutionRecord,
+    subject: Subject,
     targets: Vec<NotifyTarget>,
     /// The worker's default targets (the job has no `notify`).
     default_targets: bool,
@@ -380,7 +478,12 @@ struct Shared {
     worker_id: String,
     slots: Arc<Semaphore>,
     records: Arc<DeliveryLog>,
+    /// Compiled `on_output_match` patterns, by pattern.
+    patterns: Mutex<HashMap<String, Option<Arc<regex::Regex>>>>,
 }
+
+/// Most compiled `on_output_match` patterns kept (the cache starts over past it).
+const MAX_PATTERNS: usize = 1024;
 
 /// Queues notifications; see the module docs.
 pub struct Notifier {
@@ -410,6 +513,7 @@ impl Notifier {
             keys,
             worker_id,
             records: records.clone(),
+            patterns: Mutex::new(HashMap::new()),
         });
         tokio::spawn(dispatch(shared.clone(), rx));
         tokio::spawn(write_records(records, store));
@@ -419,7 +523,36 @@ impl Notifier {
     /// Hands over a final record of `spec`'s job. Never waits: when the queue is full the
     /// notification is dropped, with a warning and `etcron_worker_notifications_dropped_total`.
     pub fn record(&self, spec: &JobSpec, record: &ExecutionRecord) {
-        let Some(event) = classify(spec, record) else { return };
+        if let Some(event) = classify(spec, record) {
+            self.queue(spec, event, || Subject::Record(Box::new(trimmed(record))));
+        }
+        if self.output_matches(spec, &record.output) {
+            self.queue(spec, NotifyEvent::OutputMatch, || Subject::Record(Box::new(trimmed(record))));
+        }
+    }
+
+    /// Hands over an SLA alert this worker raised; never waits, as [`Notifier::record`].
+    pub fn alert(&self, spec: &JobSpec, alert: Alert) {
+        self.queue(spec, alert.event, || Subject::Alert(alert));
+    }
+
+    /// Whether `output` matches the job's `on_output_match` (a pattern that does not compile,
+    /// written around the API, matches nothing).
+    fn output_matches(&self, spec: &JobSpec, output: &str) -> bool {
+        let Some(pattern) = spec.alerts.as_ref().and_then(|a| a.on_output_match.as_deref()) else { return false };
+        let mut patterns = self.shared.patterns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if patterns.len() >= MAX_PATTERNS && !patterns.contains_key(pattern) {
+            patterns.clear();
+        }
+        let regex = patterns
+            .entry(pattern.to_owned())
+            .or_insert_with(|| etcron_common::alerts::output_regex(pattern).ok().map(Arc::new))
+            .clone();
+        drop(patterns);
+        regex.is_some_and(|r| r.is_match(output))
+    }
+
+    fn queue(&self, spec: &JobSpec, event: NotifyEvent, subject: impl FnOnce() -> Subject) {
         let (targets, default_targets) = match &spec.notify {
             Some(own) => (own.as_slice(), false),
             None => (self.shared.config.targets.as_slice(), true),
@@ -436,7 +569,7 @@ impl Notifier {
         }
         let notice = Notice {
             event,
-            record: trimmed(record),
+            subject: subject(),
             targets: targets.to_vec(),
             default_targets,
             pause_after: spec.pause_after_failures,
@@ -445,8 +578,8 @@ impl Notifier {
         {
             NOTIFY_METRICS.dropped.inc();
             tracing::warn!(
-                job = %n.record.job,
-                execution_id = %n.record.id,
+                job = %n.subject.job(),
+                execution_id = %n.subject.occurrence(),
                 event = n.event.as_str(),
                 queue = self.shared.config.queue,
                 "NOTIFICATION DROPPED: the notification queue is full (webhooks slow or unreachable)"
@@ -507,7 +640,6 @@ fn build_client(timeout: Duration) -> Result<reqwest::Client, String> {
 async fn dispatch(shared: Arc<Shared>, mut rx: mpsc::Receiver<Notice>) {
     while let Some(notice) = rx.recv().await {
         let tracked = tracked(&shared, &notice).await;
-        let record = Arc::new(notice.record);
         let events = |target: &NotifyTarget| {
             // A recovery replaces the success for targets that asked for recoveries; a pause
             // comes on top of the failure.
@@ -521,25 +653,27 @@ async fn dispatch(shared: Arc<Shared>, mut rx: mpsc::Receiver<Notice>) {
         };
         let sends: Vec<(usize, NotifyTarget, NotifyEvent)> = notice
             .targets
-            .into_iter()
+            .iter()
             .enumerate()
-            .flat_map(|(i, target)| events(&target).into_iter().map(move |e| (i, target.clone(), e)))
+            .flat_map(|(i, target)| events(target).into_iter().map(move |e| (i, target.clone(), e)))
             .collect();
+        let subject = Arc::new(notice.subject);
         for (i, target, event) in sends {
             // Waiting for a slot here is what makes the queue fill up when webhooks are slow.
             let Ok(permit) = shared.slots.clone().acquire_owned().await else { return };
             let target_ref = if notice.default_targets { format!("default-{i}") } else { i.to_string() };
+            let occurrence = subject.occurrence();
             let span = tracing::info_span!(
                 "notification",
-                job = %record.job,
-                execution_id = %record.id,
+                job = %subject.job(),
+                execution_id = %occurrence,
                 event = event.as_str(),
                 target = %target.shown_url()
             );
-            let delivery = Delivery {
-                id: delivery_id(&record.id.to_string(), event, &target_ref),
-                job: record.job.clone(),
-                execution_id: record.id.to_string(),
+            let mut delivery = Delivery {
+                id: delivery_id(&occurrence, event, &target_ref),
+                job: subject.job().to_owned(),
+                execution_id: occurrence,
                 event,
                 target: target.shown_url(),
                 target_name: target.name.clone(),
@@ -551,7 +685,19 @@ async fn dispatch(shared: Arc<Shared>, mut rx: mpsc::Receiver<Notice>) {
                 created_at: rfc3339_ms(now_ms()),
                 finished_at: None,
             };
-            tokio::spawn(deliver(shared.clone(), record.clone(), target, delivery, permit).instrument(span));
+            if let Some(window) = target.silence {
+                let silence_ref = target.name.clone().unwrap_or_else(|| target_ref.clone());
+                if crate::silence::silenced(&shared.etcd, &shared.keys, &delivery, &silence_ref, window.0).await {
+                    delivery.state = DeliveryState::Silenced;
+                    delivery.finished_at = Some(delivery.created_at.clone());
+                    shared.records.put(&delivery);
+                    NOTIFY_METRICS.notifications.with_label_values(&["silenced"]).inc();
+                    let _in_span = span.enter();
+                    tracing::info!(delivery = %delivery.id, "notification silenced: the target's silence window for this event of the job is open");
+                    continue;
+                }
+            }
+            tokio::spawn(deliver(shared.clone(), subject.clone(), target, delivery, permit).instrument(span));
         }
     }
 }
@@ -568,7 +714,7 @@ async fn tracked(shared: &Shared, notice: &Notice) -> Tracked {
     if !notice.targets.iter().any(|t| t.wants(NotifyEvent::Recovery) || t.wants(NotifyEvent::Paused)) {
         return Tracked::default();
     }
-    let record = &notice.record;
+    let Subject::Record(record) = &notice.subject else { return Tracked::default() };
     let finished_ms = record
         .finished_at
         .as_deref()
@@ -621,7 +767,7 @@ impl Sent {
 
 async fn deliver(
     shared: Arc<Shared>,
-    record: Arc<ExecutionRecord>,
+    subject: Arc<Subject>,
     target: NotifyTarget,
     mut delivery: Delivery,
     _slot: OwnedSemaphorePermit,
@@ -636,16 +782,13 @@ async fn deliver(
             // Only a value written around the API (`"secret_url": null` stored) gets here.
             (_, None) => Sent::Unusable("the target's secret_url has no stored value".to_owned()),
             (Ok(client), Some(url)) => {
-                let body = match target.format {
-                    NotifyFormat::Json => json_payload(
-                        delivery.event,
-                        &record,
-                        config.ui_url.as_deref(),
-                        &delivery.id,
-                        &rfc3339_ms(sent_ms),
-                    ),
-                    NotifyFormat::Slack => slack_payload(delivery.event, &record, config.ui_url.as_deref()),
-                };
+                let body = subject.body(
+                    target.format,
+                    delivery.event,
+                    config.ui_url.as_deref(),
+                    &delivery.id,
+                    &rfc3339_ms(sent_ms),
+                );
                 let body = serde_json::to_vec(&body).unwrap_or_default();
                 match tokio::time::timeout(config.timeout, send(client, url, &target, &delivery, body)).await {
                     Ok(sent) => sent,
@@ -911,6 +1054,30 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_alert_is_a_payload_without_a_record_and_links_its_execution() {
+        let alert = Alert {
+            event: NotifyEvent::Late,
+            job: "nightly".into(),
+            execution_id: Some("nightly@1700000000000#1".into()),
+            occurrence: "nightly@1700000000000#1".into(),
+            message: "late_start: execution nightly@1700000000000#1 started 1m 15s after its scheduled time".into(),
+            threshold: "1m".into(),
+            scheduled_at: Some(rfc3339_ms(1_700_000_000_000)),
+        };
+        let body = alert_json(&alert, Some("https://cron.example"), "d-1", "t");
+        assert_eq!(body["event"], "late");
+        assert_eq!(body["execution"], Value::Null);
+        assert_eq!(body["alert"]["threshold"], "1m");
+        assert_eq!(body["alert"]["execution_id"], "nightly@1700000000000#1");
+        assert_eq!(body["url"], "https://cron.example/#/execution/nightly%401700000000000%231");
+        let text = alert_slack(&alert, None)["text"].as_str().unwrap().to_owned();
+        assert!(text.starts_with(":hourglass: etcron: job `nightly` late_start: execution"), "{text}");
+        let stale = Alert { event: NotifyEvent::Stale, execution_id: None, ..alert };
+        assert_eq!(alert_json(&stale, Some("https://cron.example"), "d", "t")["url"], Value::Null);
+        assert!(alert_slack(&stale, Some("https://cron.example"))["text"].as_str().unwrap().starts_with(":zzz:"));
     }
 
     #[test]

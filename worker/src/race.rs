@@ -267,6 +267,7 @@ fn queued_behind(ctx: &Arc<Context>, fire: &Fire, holder: &[u8]) {
     let holder = serde_json::from_slice::<ExecutionId>(holder).ok();
     tracing::info!(holder = ?holder.as_ref().map(ToString::to_string), dequeued = fire.dequeued, "execution queued: the job's lock is held");
     METRICS.queued.inc();
+    crate::alerts::queued(ctx, fire);
     if holder.is_none() {
         let (ctx, job, part) = (ctx.clone(), fire.id.job.clone(), fire.id.part.clone());
         tokio::spawn(async move { crate::queue::pump(&ctx, &job, &part, None).await });

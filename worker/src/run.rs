@@ -2,6 +2,7 @@
 //! a shell command in its own process group, or an HTTP request — with the job's environment
 //! and identity, until it ends or is stopped.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
@@ -144,7 +145,7 @@ pub struct Ran {
 
 /// Runs the task of a won claim: registered (so kills and lease loss reach it) from now until
 /// it ends; started at its scheduled time, not before.
-pub async fn run(ctx: &Context, fire: &Fire, won: &mut WonClaim) -> Ran {
+pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     let id = &fire.id;
     let mut stop = ctx.registry.register(id, won.fencing_token);
     // A tick claimed ahead (`claim_ahead`) starts at its scheduled time, not before; a kill or a
@@ -162,6 +163,8 @@ pub async fn run(ctx: &Context, fire: &Fire, won: &mut WonClaim) -> Ran {
     let mut record = base_record(ctx, fire, Status::Running, Some(won.fencing_token));
     record.claimed_at = Some(rfc3339_ms(won.claimed_ms));
     record.started_at = Some(rfc3339_ms(handed_ms));
+    // `late` and the `max_duration` watch (ended with this run, when `_alerts` drops).
+    let _alerts = crate::alerts::run_started(ctx, fire, handed_ms);
     let (pid_tx, pid_rx) = oneshot::channel();
     let run = execute(ctx, fire, won.fencing_token, stop, pid_tx);
     tokio::pin!(run);

@@ -29,6 +29,8 @@ pub struct Context {
     /// The current session lease; `None` while the worker has no session.
     pub lease: watch::Receiver<Option<i64>>,
     pub retention: RetentionLeases,
+    /// Leases of raised alerts' keys (`etcron_common::alerts::ALERT_MEMORY`).
+    pub alert_leases: RetentionLeases,
     pub registry: Registry,
     /// Group commit of claims and closes.
     pub batchers: crate::batcher::Batchers,
