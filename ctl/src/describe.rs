@@ -159,7 +159,27 @@ fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
     if let Some(n) = spec["pause_after_failures"].as_u64() {
         lines.push(("pause after", format!("{n} final failures in a row")));
     }
+    if let Some(alerts) = alerts_line(&spec["alerts"]) {
+        lines.push(("alerts", alerts));
+    }
     lines
+}
+
+/// The SLA alerts a spec sets (`alerts`), in words: `late after 1m, running over 10m, stale
+/// after 2h, output matches /ERROR|panic/`; `None` when it sets none.
+fn alerts_line(alerts: &Value) -> Option<String> {
+    let mut parts = Vec::new();
+    for (key, words) in
+        [("late_start", "late after"), ("max_duration", "running over"), ("no_success_within", "stale after")]
+    {
+        if let Some(d) = alerts[key].as_str() {
+            parts.push(format!("{words} {d}"));
+        }
+    }
+    if let Some(pattern) = alerts["on_output_match"].as_str() {
+        parts.push(format!("output matches /{}/", clip(pattern, 100)));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 /// One page of the job's records (`status`: a comma-separated filter): the records and whether
@@ -396,7 +416,8 @@ mod tests {
             "schedule": "0 3 * * *", "timezone": "UTC", "task": {"kind": "http", "method": "POST", "url": "http://h/x"},
             "retries": {"max": 2, "backoff": "10s", "max_backoff": "5m"}, "concurrency": "forbid", "misfire": "skip",
             "mode": {"sharded": 3}, "selector": {"zone": "a"}, "on_failure": ["alert"], "labels": {},
-            "pause_after_failures": 5}});
+            "pause_after_failures": 5, "alerts": {"late_start": "1m", "max_duration": "10m",
+            "no_success_within": "2h", "on_output_match": "ERROR|panic"}}});
         let lines: Vec<String> = spec_lines(&job).into_iter().map(|(l, v)| format!("{l}: {v}")).collect();
         assert_eq!(
             lines,
@@ -410,7 +431,25 @@ mod tests {
                 "selector: zone=a (2 live worker(s) match)",
                 "on failure: run alert",
                 "pause after: 5 final failures in a row",
+                "alerts: late after 1m, running over 10m, stale after 2h, output matches /ERROR|panic/",
             ]
         );
+        assert!(render(&job, None, None)
+            .contains("alerts:       late after 1m, running over 10m, stale after 2h, output matches /ERROR|panic/\n"));
+    }
+
+    #[test]
+    fn alerts_show_only_what_is_set() {
+        assert_eq!(alerts_line(&json!({"max_duration": "1h 30m"})).as_deref(), Some("running over 1h 30m"));
+        assert_eq!(
+            alerts_line(&json!({"no_success_within": "1day", "on_output_match": "x".repeat(300)})).unwrap(),
+            format!("stale after 1day, output matches /{}…/", "x".repeat(99))
+        );
+        assert_eq!(alerts_line(&json!({})), None);
+        assert_eq!(alerts_line(&Value::Null), None);
+        // A job without alerts has no alerts line.
+        let job = json!({"name": "a", "spec": {"schedule": "@hourly", "task": {"kind": "shell", "command": "true"}}});
+        assert!(spec_lines(&job).iter().all(|(label, _)| *label != "alerts"));
+        assert!(!render(&job, None, None).contains("alerts"));
     }
 }

@@ -1,7 +1,8 @@
 //! `etcronctl`: the operator's command line for an etcron cluster. It is a client of a master's
 //! HTTP API only (it never talks to etcd or MongoDB): jobs (describe, edit), job files (apply,
-//! export, import, crontabs), backfills, executions (search, watch, logs, live output), workers
-//! and schedule previews. Output: tables, or each command's document as JSON or YAML (`-o`).
+//! export, import, crontabs), backfills, executions (search, watch, logs, live output),
+//! notification deliveries, workers and schedule previews. Output: tables, or each command's
+//! document as JSON or YAML (`-o`).
 
 mod apply;
 mod backfill;
@@ -15,6 +16,7 @@ mod exit;
 mod history;
 mod jobfile;
 mod jobs;
+mod notifications;
 mod sse;
 mod table;
 
@@ -81,6 +83,22 @@ enum Command {
         /// Stream the output as it is produced, then the retries up to the final attempt.
         #[arg(short = 'f', long)]
         follow: bool,
+    },
+    /// Webhook deliveries (notifications and SLA alerts) newest first: when, job, event, state,
+    /// target, tries, execution and how the last try ended.
+    Notifications {
+        /// Only this job's deliveries.
+        #[arg(long)]
+        job: Option<String>,
+        /// Only this event.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(notifications::events()))]
+        event: Option<String>,
+        /// Only deliveries about this execution (`job@tick#attempt`).
+        #[arg(long, value_name = "ID")]
+        execution: Option<String>,
+        /// How many, newest first (the API's default is 50, at most 500).
+        #[arg(long, value_name = "N")]
+        limit: Option<u32>,
     },
     /// Live workers.
     #[command(subcommand)]
@@ -522,6 +540,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logs { target, follow } => {
             executions::logs(&client, &executions::LogsTarget::parse(&target)?, follow, json).await
         }
+        Command::Notifications { job, event, execution, limit } => {
+            notifications::list(&client, &notifications::Filters { job, execution, event, limit }, json).await
+        }
         Command::Workers(WorkersCommand::Ls) => jobs::workers(&client, json).await,
         Command::Calendars(CalendarsCommand::Ls) => calendars::list(&client, json).await,
         Command::Calendars(CalendarsCommand::Get { name }) => calendars::get(&client, &name, json).await,
@@ -686,6 +707,36 @@ mod tests {
     }
 
     #[test]
+    fn notifications_flags_parse_and_events_are_checked() {
+        let cli = Cli::try_parse_from([
+            "etcronctl",
+            "notifications",
+            "--job",
+            "nightly",
+            "--event",
+            "long_running",
+            "--execution",
+            "nightly@1767225600000#1",
+            "--limit",
+            "20",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(cli.output, Output::Json);
+        let Command::Notifications { job, event, execution, limit } = cli.command else { panic!() };
+        assert_eq!(job.as_deref(), Some("nightly"));
+        assert_eq!(event.as_deref(), Some("long_running"));
+        assert_eq!(execution.as_deref(), Some("nightly@1767225600000#1"));
+        assert_eq!(limit, Some(20));
+        let cli = Cli::try_parse_from(["etcronctl", "notifications"]).unwrap();
+        assert!(matches!(cli.command, Command::Notifications { job: None, event: None, execution: None, limit: None }));
+        let e = Cli::try_parse_from(["etcronctl", "notifications", "--event", "killed"]).unwrap_err().to_string();
+        assert!(e.contains("output_match"), "{e}");
+        assert!(Cli::try_parse_from(["etcronctl", "notifications", "--limit", "-1"]).is_err());
+    }
+
+    #[test]
     fn yaml_output_is_the_json_document() {
         let doc = serde_json::json!({"jobs": [{"name": "a", "spec": {"schedule": "0 3 * * *", "enabled": true,
             "task": {"command": "echo 'x: y' # not a comment\nline 2", "env": {}}}, "revision": 7, "paused": null}]});
@@ -708,5 +759,6 @@ mod tests {
         {
             assert!(script.contains(word), "{word}");
         }
+        assert!(script.contains("notifications") && script.contains("long_running"), "the command and its events");
     }
 }
