@@ -244,3 +244,26 @@ async fn a_queue_jobs_waiting_ticks_are_listed_on_its_page_and_its_limit_is_in_t
     screenshots(&c.logs, &["queue.png"]);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sla_alerts_are_set_in_the_editor_and_a_jobs_notifications_listed_on_its_page() -> anyhow::Result<()> {
+    let mut c = Cluster::start("ui-alerts", 1).await?;
+    browser("alerts.mjs", &c.master.url, &c.logs)?;
+    screenshots(&c.logs, &["alerts-editor-error.png", "alerts-notifications.png", "alerts-stale.png"]);
+    // What the browser did, seen through the API: the form's alerts were cleared again; the
+    // every-second job's matches went once to its target, then silenced for the hour.
+    let form = c.get("/api/jobs/sla-form").await?;
+    assert!(form["spec"].get("alerts").is_none(), "{form}");
+    let sent = c.get("/api/notifications?job=boom-every-second&event=output_match&limit=500").await?;
+    let sent = sent["notifications"].as_array().unwrap();
+    assert_eq!(sent.iter().filter(|n| n["state"] != "silenced").count(), 1, "{sent:?}");
+    assert!(sent.iter().any(|n| n["state"] == "silenced"), "{sent:?}");
+    let stale = c.get("/api/notifications?job=never-succeeds&event=stale").await?;
+    let occurrence = stale["notifications"][0]["execution_id"].as_str().unwrap_or_default();
+    assert!(occurrence.starts_with("never-succeeds@stale-"), "{stale}");
+    // MongoDB down: the job page still shows, its Notifications section saying why it is empty.
+    c.mongo.stop()?;
+    browser_with("alerts.mjs", &c.master.url, &c.logs, &["mongodb"], &[])?;
+    screenshots(&c.logs, &["alerts-mongodb-down.png"]);
+    Ok(())
+}

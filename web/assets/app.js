@@ -497,20 +497,60 @@ function backfillsSection(name, list, opened, openId) {
   return section;
 }
 
-/** One job: actions, schedule, running executions, backfills, a chart of recent runs, its spec.
- * Refreshes every 5 s, every 2 s while a backfill runs. */
+/** The job page's Notifications section: the job's newest webhook deliveries (`list`, from
+ * `GET /api/notifications?job=…`), each with its event, state (`silenced`: not sent, the
+ * target's silence window was open), target, attempts and the execution it is about. A
+ * `stale` delivery is about no execution (its id is `{job}@stale-{ms}`): not linked. */
+function notificationsSection(list) {
+  const section = h("section", { id: "notifications", "aria-labelledby": "notifications-heading" }, h("h2", { id: "notifications-heading" }, "Notifications"));
+  if (list.error) {
+    section.append(h("p", { class: "warn" }, explain(list.error)));
+    return section;
+  }
+  if (list.notifications.length === 0) {
+    section.append(h("p", { class: "muted", id: "no-notifications" }, "No notifications."));
+    return section;
+  }
+  const realExecution = (id) => Boolean(id) && !id.includes("@stale-");
+  section.append(h("table", { id: "notifications-table" },
+    h("thead", {}, h("tr", {}, ["Time", "Event", "State", "Target", "Attempts", "Execution"].map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, list.notifications.map((n) => {
+      const attempts = n.attempts || [];
+      const last = attempts[attempts.length - 1];
+      return h("tr", { "data-delivery": n.id, "data-event": n.event, "data-state": n.state },
+        h("td", { "data-label": "Time", title: n.created_at }, localTime(n.created_at)),
+        h("td", { "data-label": "Event" }, h("code", {}, n.event)),
+        h("td", { "data-label": "State" }, h("span", {
+          class: `badge notify-${n.state}`,
+          title: n.state === "silenced" ? "Not sent: the target's silence window for this event of the job was open" : null,
+        }, n.state)),
+        h("td", { "data-label": "Target", title: n.target }, n.target_name || n.target,
+          n.default_target ? h("div", { class: "muted small" }, "the worker's default target") : ""),
+        h("td", { "data-label": "Attempts" }, String(attempts.length),
+          last && last.error ? h("div", { class: "muted small" }, last.error) : ""),
+        h("td", { "data-label": "Execution" }, realExecution(n.execution_id)
+          ? h("a", { href: `#/execution/${encodeURIComponent(n.execution_id)}` }, n.execution_id)
+          : h("span", { class: "muted" }, n.execution_id)));
+    }))));
+  return section;
+}
+
+/** One job: actions, schedule, running executions, backfills, a chart of recent runs, its
+ * notifications, its spec. Refreshes every 5 s, every 2 s while a backfill runs. */
 async function jobView(params, rest) {
   const name = decodeURIComponent(rest);
   const openId = params.get("backfill") || "";
-  const [{ body: j }, workers, recent, backfills, opened] = await Promise.all([
+  const [{ body: j }, workers, recent, backfills, opened, notifications] = await Promise.all([
     api(jobPath(name)),
     getJson("/api/workers"),
     getJson(`/api/executions?job=${encodeURIComponent(name)}&limit=100`).catch((e) => ({ error: e })),
     getJson(`${jobPath(name)}/backfills`).catch((e) => ({ error: e })),
     openId ? getJson(`${jobPath(name)}/backfills/${encodeURIComponent(openId)}`).catch((e) => ({ error: e })) : null,
+    getJson(`/api/notifications?job=${encodeURIComponent(name)}&limit=20`).catch((e) => ({ error: e })),
   ]);
   const spec = j.spec || {};
   const running = workers.workers.flatMap((w) => w.running_executions || []).filter((r) => r.job === name);
+  const alerts = alertsText(spec.alerts);
   const root = app();
   root.replaceChildren(
     h("div", { class: "heading start" }, h("h1", {}, j.name), stateBadge(j)),
@@ -530,6 +570,7 @@ async function jobView(params, rest) {
       h("dt", {}, "Workers"), h("dd", {}, j.eligible_workers === 0
         ? h("span", { class: "warn" }, `no live worker ${needs(spec.selector, spec.task && spec.task.user)}`)
         : `${j.eligible_workers} eligible${Object.keys(spec.selector || {}).length ? ` (selector ${labelText(spec.selector)})` : ""}`),
+      alerts ? [h("dt", {}, "Alerts"), h("dd", { id: "alerts" }, alerts)] : "",
       h("dt", {}, "Revision"), h("dd", {}, String(j.revision))),
     h("h2", {}, "Running"),
     running.length === 0
@@ -552,6 +593,7 @@ async function jobView(params, rest) {
     root.append(durationChart(recent.executions), executionsTable(recent.executions.slice(0, 20)),
       h("p", {}, h("a", { href: `#/executions?job=${encodeURIComponent(name)}` }, "All executions of this job →")));
   }
+  root.append(notificationsSection(notifications));
   root.append(h("h2", {}, "Spec"), h("pre", { class: "output", "aria-label": "Spec" }, JSON.stringify(spec, null, 2)));
   const backfilling = !backfills.error && backfills.backfills.some((b) => b.state === "running");
   autoRefresh(backfilling ? 2000 : 5000);
@@ -715,6 +757,14 @@ function jobForm(isNew) {
     onSuccess: formField("on_success", "On success, run", add("on_success", input({ placeholder: "job-b, job-c" }))),
     onFailure: formField("on_failure", "On failure, run", add("on_failure", input({ placeholder: "alert" }))),
     maxOutput: formField("max_output", "Output kept (bytes)", add("max_output", input({ inputmode: "numeric", placeholder: "the worker's limit" }))),
+    lateStart: formField("alerts.late_start", "Late start alert", add("alerts.late_start", input({ placeholder: "none, e.g. 1m" })),
+      "Event late: a tick's run has not started this long after its time; 1s to 24h."),
+    maxDuration: formField("alerts.max_duration", "Max duration alert", add("alerts.max_duration", input({ placeholder: "none, e.g. 10m" })),
+      "Event long_running: a run is still going this long after it started; 1s to 24h."),
+    noSuccess: formField("alerts.no_success_within", "No success within", add("alerts.no_success_within", input({ placeholder: "none, e.g. 2h" })),
+      "Event stale: no run of the job succeeded for this long; 1s to 30d."),
+    outputMatch: formField("alerts.on_output_match", "Output match (regex)", add("alerts.on_output_match", input({ placeholder: "none, e.g. ERROR|panic", class: "mono" })),
+      "Event output_match: a run's output matches this regular expression (Rust regex syntax)."),
   };
   const preview = h("div", { class: "preview", id: "preview", "aria-live": "polite" });
   fields.schedule.append(preview);
@@ -738,7 +788,9 @@ function jobForm(isNew) {
     group("Task", fields.kind, ...shellOnly, ...httpOnly),
     group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.maxQueue, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.pauseAfter, fields.loss, ...limitFields),
     group("Where it runs", fields.mode, fields.shards, fields.selector),
-    group("What runs next", fields.onSuccess, fields.onFailure, fields.maxOutput));
+    group("What runs next", fields.onSuccess, fields.onFailure, fields.maxOutput),
+    group("Alerts", h("p", { class: "hint" }, "Sent as notifications to the job's notify targets that ask for the event (notify is edited in the JSON tab). Leave a field empty for no alert."),
+      fields.lateStart, fields.maxDuration, fields.noSuccess, fields.outputMatch));
 
   /** The spec the form describes; a field that cannot be read throws {field, message}. */
   const read = () => {
@@ -799,6 +851,14 @@ function jobForm(isNew) {
     // `limits.output` (another name for max_output) has no control of its own: keep it.
     if (keptOutput !== undefined && !spec.max_output) limits.output = keptOutput;
     if (Object.keys(limits).length) spec.limits = limits;
+    // `alerts` only with the fields filled in; none: no `alerts` at all. The pattern goes as
+    // typed (its spaces may matter), the durations trimmed.
+    const alerts = {};
+    for (const key of ALERT_FIELDS) {
+      const value = f[`alerts.${key}`].value;
+      if (value.trim()) alerts[key] = key === "on_output_match" ? value : value.trim();
+    }
+    if (Object.keys(alerts).length) spec.alerts = alerts;
     // `notify` has no controls (edit it in the JSON tab): keep it as loaded, its withheld
     // secrets as `null`, which the API reads as "keep the stored value".
     if (keptNotify !== undefined) spec.notify = keptNotify;
@@ -814,6 +874,7 @@ function jobForm(isNew) {
     keptNotify = spec.notify;
     const retries = spec.retries || {};
     const mode = spec.mode && typeof spec.mode === "object" ? "sharded" : spec.mode || "single";
+    const alerts = spec.alerts || {};
     const values = {
       name: name || "", description: spec.description || "", labels: formatMap(spec.labels, "="),
       schedule: expressionsOf(spec).join("\n"), timezone: spec.timezone || "UTC", "task.kind": task.kind || "shell",
@@ -830,12 +891,27 @@ function jobForm(isNew) {
       selector: formatMap(spec.selector, "="), on_success: (spec.on_success || []).join(", "),
       on_failure: (spec.on_failure || []).join(", "), max_output: spec.max_output ?? "",
       "limits.memory": limits.memory ?? "", "limits.cpu": limits.cpu || "", "limits.open_files": limits.open_files ?? "",
+      ...Object.fromEntries(ALERT_FIELDS.map((key) => [`alerts.${key}`, alerts[key] ?? ""])),
     };
     for (const [k, v] of Object.entries(values)) f[k].value = String(v);
     f.enabled.checked = spec.enabled !== false;
     sync();
   };
   return { form, f, preview, read, fill };
+}
+
+/** The fields of a spec's `alerts`, each a control `alerts.{field}` of the editor. */
+const ALERT_FIELDS = ["late_start", "max_duration", "no_success_within", "on_output_match"];
+
+/** A job's alerts in words ("late after 1m · running over 10m · …"); "" when it has none. */
+function alertsText(alerts) {
+  const a = alerts || {};
+  return [
+    a.late_start ? `late after ${a.late_start}` : "",
+    a.max_duration ? `running over ${a.max_duration}` : "",
+    a.no_success_within ? `stale after ${a.no_success_within}` : "",
+    a.on_output_match ? `output matches /${a.on_output_match}/` : "",
+  ].filter(Boolean).join(" · ");
 }
 
 /** The editor's fields that change a job's fire times, which the preview reads. */
