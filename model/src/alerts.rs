@@ -123,6 +123,17 @@ impl StaleState {
     }
 }
 
+/// Reads a `stale` occurrence (`{job}@stale-{ms}`) written as [`StaleState::occurrence`]
+/// writes it; `None` for anything else.
+#[must_use]
+pub fn parse_stale_occurrence(text: &str) -> Option<(String, UnixMs)> {
+    let (job, ms) = text.split_once("@stale-")?;
+    crate::keys::validate_job_name(job).ok()?;
+    let canonical = !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit()) && (ms == "0" || !ms.starts_with('0'));
+    let ms: UnixMs = ms.parse().ok().filter(|_| canonical)?;
+    Some((job.to_owned(), ms))
+}
+
 /// The value of a raised alert's key: who raised it and when, so a worker whose transaction's
 /// answer was lost can tell by reading it back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,6 +194,10 @@ mod tests {
         assert_eq!(s.due_ms(hour, Some(500)), 3_601_000, "a resume before the base changes nothing");
         assert_eq!(s.due_ms(hour, Some(10_000)), 3_610_000);
         assert_eq!(s.occurrence("nightly"), "nightly@stale-1000");
+        assert_eq!(parse_stale_occurrence("nightly@stale-1000"), Some(("nightly".to_owned(), 1000)));
+        for bad in ["nightly@stale-", "nightly@stale-01", "Bad@stale-1", "nightly@stale-1x", "nightly@1000#1"] {
+            assert_eq!(parse_stale_occurrence(bad), None, "{bad}");
+        }
         let read: StaleState = serde_json::from_str(r#"{"base_ms":5}"#).unwrap();
         assert_eq!(read, StaleState { base_ms: 5, success: false, raised: None });
     }

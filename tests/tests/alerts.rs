@@ -181,6 +181,28 @@ async fn stale_is_raised_once_per_window_not_while_paused_and_counted_from_the_r
     let body = second[1].json();
     assert_eq!(body["alert"]["occurrence"], format!("dry@stale-{finished}").as_str(), "{body} after {id}");
     assert!(second[1].at_ms >= finished + 4_000);
+    // Its delivery is found by its occurrence, through the API and etcronctl.
+    let occurrence = format!("dry@stale-{finished}");
+    let found = wait_for(Duration::from_secs(30), "the stale delivery recorded", || async {
+        let list = c.get(&format!("/api/notifications?execution={}", urlencode(&occurrence))).await.ok()?;
+        let list = list["notifications"].as_array()?.clone();
+        (list.len() == 1).then_some(list)
+    })
+    .await?;
+    assert_eq!(
+        (found[0]["event"].as_str(), found[0]["execution_id"].as_str()),
+        (Some("stale"), Some(occurrence.as_str()))
+    );
+    let out = tokio::process::Command::new(etcron_tests::bin("etcronctl")?)
+        .args(["notifications", "--job", "dry", "--event", "stale"])
+        .env("ETCRON_SERVER", &c.master.url)
+        .env_remove("ETCRON_TOKEN")
+        .output()
+        .await?;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table} {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(table.lines().filter(|l| l.contains("stale")).count(), 2, "{table}");
+    assert!(table.contains(&occurrence), "{table}");
 
     // Paused: not stale however long; resumed: the window runs from the resume. A success
     // starts a window, which ends while the job is paused.

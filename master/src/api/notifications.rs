@@ -3,6 +3,7 @@
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
+use etcron_common::alerts::parse_stale_occurrence;
 use etcron_common::keys::ExecutionId;
 use etcron_common::notify::NotifyEvent;
 use etcron_common::store::{NotificationSearch, DEFAULT_LIMIT, MAX_LIMIT};
@@ -21,9 +22,15 @@ pub fn parse_search(query: &str) -> ApiResult<NotificationSearch> {
     for (key, value) in Params::parse(Some(query), &PARAMS)?.iter() {
         match key {
             "job" => s.job = Some(query::job(key, value)?),
+            // An execution, or a `stale` alert's occurrence (`{job}@stale-{ms}`).
             "execution" => {
-                let id: ExecutionId = value.parse().map_err(|e: String| query::invalid(key, e))?;
-                s.execution_id = Some(id.to_string());
+                s.execution_id = Some(match value.parse::<ExecutionId>() {
+                    Ok(id) => id.to_string(),
+                    Err(e) => match parse_stale_occurrence(value) {
+                        Some((job, ms)) => format!("{job}@stale-{ms}"),
+                        None => return Err(query::invalid(key, e)),
+                    },
+                });
             }
             "event" => s.event = Some(value.parse::<NotifyEvent>().map_err(|e| query::invalid(key, e))?),
             // `limit`, the only other parameter `Params` lets through.
@@ -53,6 +60,8 @@ mod tests {
         assert_eq!(s.event, Some(NotifyEvent::Recovery));
         assert_eq!(s.limit, 5);
         assert_eq!(parse_search("").unwrap().limit, DEFAULT_LIMIT);
+        let stale = parse_search("execution=a%40stale-1700000000000").unwrap();
+        assert_eq!(stale.execution_id.as_deref(), Some("a@stale-1700000000000"));
         for (query, field) in [
             ("job=Bad", "job"),
             ("execution=nope", "execution"),
