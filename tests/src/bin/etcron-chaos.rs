@@ -16,11 +16,15 @@
 //! every other time by two backfills of the same range sent to both masters at once; each of its
 //! ticks must be skipped or run, each (tick, attempt) at most once, and every backfill must end
 //! `done` (each item with a final record). A `concurrency: queue` job whose runs outlast its
-//! period keeps its queue full: each of its ticks must run (once) or be recorded skipped. Afterwards it waits (up to
+//! period keeps its queue full: each of its ticks must run (once) or be recorded skipped; its
+//! SLA alerts (`late_start: 1s`, `max_duration: 1s`) go to a webhook receiver in the suite, and
+//! no execution may be alerted `late` or `long_running` twice. A job that never succeeds has
+//! `no_success_within: 5s`: it must be alerted `stale` at most once (one window, never closed by
+//! a success). Afterwards it waits (up to
 //! `--settle` seconds) for the cluster to account for every tick, then prints: faults by kind,
 //! ticks due, ticks run, duplicates per (job, tick, attempt), ticks neither run nor recorded
 //! `missed`/`lost`, and execution records lost (a run in the file without its record in
-//! MongoDB). It exits 1 if any of the last three is non-zero or a backfill never ends. The same
+//! MongoDB), and alerts raised twice. It exits 1 if any of these is non-zero or a backfill never ends. The same
 //! seed gives the same fault schedule.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,6 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use etcron_common::store::{MongoStore, Search};
 use etcron_tests::etcd_cluster::EtcdCluster;
+use etcron_tests::webhook::Receiver;
 use etcron_tests::{
     db_name, log_dir, now_ms, read_fired, record_command, wait_for, Fired, Master, Mongo, Rng, Worker, WorkerOpts,
 };
@@ -169,7 +174,8 @@ async fn main() -> Result<()> {
             bail!("creating {job}: {}", resp.text().await?);
         }
     }
-    let shaped = shaped_jobs(&http, &sys.url(0), &file).await?;
+    let alerts = Receiver::start().await?;
+    let shaped = shaped_jobs(&http, &sys.url(0), &file, &alerts).await?;
     let mut backfills = Backfills::start(&http, &sys.url(0), &file).await?;
     wait_for(Duration::from_secs(60), "every job to fire", || async {
         let fired = read_fired(&file);
@@ -290,6 +296,7 @@ async fn main() -> Result<()> {
     };
 
     let unfinished = backfills.wait_done(&http, &sys, settle_deadline).await;
+    let (alerted, alerted_twice) = alerts_report(&alerts.all());
 
     println!("\nfaults injected:");
     for (fault, n) in &injected {
@@ -306,12 +313,17 @@ async fn main() -> Result<()> {
     println!("execution records lost:         {}", report.records_lost.len());
     println!("backfills (items):              {} ({})", backfills.ids.len(), backfills.items);
     println!("backfills never done:           {}", unfinished.len());
+    println!("alerts delivered:               {alerted:?}");
+    println!("alerts raised twice:            {}", alerted_twice.len());
     for b in unfinished.iter().take(20) {
         println!("  not done: {b}");
     }
-    for (what, list) in
-        [("duplicate", &report.duplicates), ("unaccounted", &report.unaccounted), ("record lost", &report.records_lost)]
-    {
+    for (what, list) in [
+        ("duplicate", &report.duplicates),
+        ("unaccounted", &report.unaccounted),
+        ("record lost", &report.records_lost),
+        ("alert", &alerted_twice),
+    ] {
         for item in list.iter().take(20) {
             println!("  {what}: {item}");
         }
@@ -324,12 +336,14 @@ async fn main() -> Result<()> {
         "duplicates": report.duplicates.len(), "unaccounted": report.unaccounted.len(),
         "records_lost": report.records_lost.len(),
         "backfills": backfills.ids.len(), "backfill_items": backfills.items, "backfills_not_done": unfinished.len(),
+        "alerts": alerted, "alerts_twice": alerted_twice.len(),
     });
     println!("{summary}");
     if !report.duplicates.is_empty()
         || !report.unaccounted.is_empty()
         || !report.records_lost.is_empty()
         || !unfinished.is_empty()
+        || !alerted_twice.is_empty()
     {
         println!("FAILED (logs in {})", sys.logs.display());
         std::process::exit(1);
@@ -344,6 +358,30 @@ const SKIPPING_JOB: &str = "chaos-days-off";
 /// The `concurrency: queue` job: runs last 1.5 s and ticks come every second, so ticks wait in
 /// its queue (up to 3) and the rest are skipped, naming the queue.
 const QUEUE_JOB: &str = "chaos-queue";
+
+/// The job that is never run: alerted `stale` once.
+const STALE_JOB: &str = "chaos-stale";
+
+/// Alerts delivered (distinct deliveries: a retry repeats its delivery id), by event, and the
+/// (execution or occurrence, event) pairs alerted more than once.
+fn alerts_report(received: &[etcron_tests::webhook::Received]) -> (BTreeMap<String, usize>, Vec<String>) {
+    let mut deliveries = BTreeSet::new();
+    let mut per: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for q in received {
+        if !deliveries.insert(q.header("x-etcron-delivery").unwrap_or_default().to_owned()) {
+            continue;
+        }
+        let body = q.json();
+        let about = body["alert"]["execution_id"].as_str().unwrap_or(body["job"].as_str().unwrap_or_default());
+        *per.entry((about.to_owned(), body["event"].as_str().unwrap_or_default().to_owned())).or_default() += 1;
+    }
+    let mut by_event: BTreeMap<String, usize> = BTreeMap::new();
+    for ((_, event), n) in &per {
+        *by_event.entry(event.clone()).or_default() += n;
+    }
+    let twice = per.iter().filter(|(_, n)| **n > 1).map(|((id, e), n)| format!("{id} alerted {e} {n} times")).collect();
+    (by_event, twice)
+}
 
 /// The paused job whose ticks are backfilled while the faults go on.
 const BACKFILL_JOB: &str = "chaos-backfill";
@@ -454,6 +492,7 @@ async fn shaped_jobs(
     http: &reqwest::Client,
     url: &str,
     file: &std::path::Path,
+    alerts: &Receiver,
 ) -> Result<Vec<(String, serde_json::Value)>> {
     let today = chrono::Utc::now().date_naive();
     let days =
@@ -470,9 +509,19 @@ async fn shaped_jobs(
         (
             QUEUE_JOB.to_owned(),
             json!({"schedule": "* * * * * *", "concurrency": "queue", "max_queue": 3,
-                   "task": {"kind": "shell", "command": format!("{}; sleep 1.5", record_command(file))}}),
+                   "task": {"kind": "shell", "command": format!("{}; sleep 1.5", record_command(file))},
+                   "alerts": {"late_start": "1s", "max_duration": "1s"},
+                   "notify": [{"url": alerts.at("/alerts"), "on": ["late", "long_running"]}]}),
         ),
     ];
+    // Never succeeds (and never runs: `@yearly`): one `stale` window for the whole run.
+    let stale = json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "false"},
+                       "alerts": {"no_success_within": "5s"},
+                       "notify": [{"url": alerts.at("/alerts"), "on": ["stale"]}]});
+    let resp = http.put(format!("{url}/api/jobs/{STALE_JOB}")).json(&stale).send().await?;
+    if !resp.status().is_success() {
+        bail!("creating {STALE_JOB}: {}", resp.text().await?);
+    }
     for (job, spec) in &jobs {
         let resp = http.put(format!("{url}/api/jobs/{job}")).json(spec).send().await?;
         if !resp.status().is_success() {
