@@ -256,16 +256,17 @@ pub async fn stale_loop(ctx: Arc<Context>) {
 }
 
 async fn check_stale(ctx: &Arc<Context>, watched: &mut HashMap<String, Watched>) {
-    let names: HashSet<String> = ctx.jobs.names().into_iter().collect();
-    watched.retain(|job, _| names.contains(job));
-    for job in names {
-        let Some(entry) = ctx.jobs.get(&job) else { continue };
-        let Some(window) = entry.spec.alerts.as_ref().and_then(|a| a.no_success_within) else {
-            watched.remove(&job);
-            continue;
-        };
+    // One pass over the jobs, keeping only those with `no_success_within`: a cluster of many
+    // jobs without it pays a field check per job per second.
+    let jobs = ctx.jobs.select(|name, entry| {
+        let window = entry.spec.alerts.as_ref()?.no_success_within?;
+        Some((name.to_owned(), entry.spec.clone(), window))
+    });
+    let names: HashSet<&str> = jobs.iter().map(|(name, _, _)| name.as_str()).collect();
+    watched.retain(|job, _| names.contains(job.as_str()));
+    for (job, spec, window) in &jobs {
         let now = now_ms();
-        let active = entry.spec.enabled && ctx.paused.get(&job).is_none();
+        let active = spec.enabled && ctx.paused.get(job).is_none();
         let w = watched.entry(job.clone()).or_insert_with(|| Watched { active, ..Watched::default() });
         if active && !w.active {
             w.resumed_ms = Some(now);
@@ -274,7 +275,7 @@ async fn check_stale(ctx: &Arc<Context>, watched: &mut HashMap<String, Watched>)
         if !active || now < w.next_read_ms {
             continue;
         }
-        w.next_read_ms = check_window(ctx, &entry.spec, &job, window, w.resumed_ms).await;
+        w.next_read_ms = check_window(ctx, spec, job, *window, w.resumed_ms).await;
     }
 }
 

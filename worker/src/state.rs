@@ -152,6 +152,13 @@ impl JobTable {
         self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect()
     }
 
+    /// What `pick` takes from each job, under one read of the table (a pass over every job
+    /// that clones only what is picked).
+    pub fn select<T>(&self, pick: impl Fn(&str, &JobRef) -> Option<T>) -> Vec<T> {
+        let inner = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        inner.iter().filter_map(|(name, entry)| pick(name, entry)).collect()
+    }
+
     pub fn set(&self, job: &str, entry: Option<JobRef>) {
         let mut inner = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         match entry {
