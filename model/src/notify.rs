@@ -156,15 +156,7 @@ fn given<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::E
 /// A target that names no events is sent failures, recoveries, pauses and every SLA alert
 /// (which only jobs with `alerts` raise).
 fn default_events() -> Vec<NotifyEvent> {
-    vec![
-        NotifyEvent::Failure,
-        NotifyEvent::Recovery,
-        NotifyEvent::Paused,
-        NotifyEvent::Late,
-        NotifyEvent::LongRunning,
-        NotifyEvent::Stale,
-        NotifyEvent::OutputMatch,
-    ]
+    NotifyEvent::ALL.into_iter().filter(|e| !matches!(e, NotifyEvent::Success | NotifyEvent::Missed)).collect()
 }
 
 impl NotifyTarget {
