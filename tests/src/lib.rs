@@ -5,6 +5,7 @@
 pub mod etcd_cluster;
 pub mod proxy;
 pub mod records;
+pub mod sse;
 pub mod webhook;
 
 use std::collections::BTreeMap;
