@@ -344,6 +344,22 @@ pub async fn logs(client: &Client, target: &LogsTarget, follow: bool, json: bool
     Ok(())
 }
 
+/// What a `progress` event says, in a line: `progress 42.5%: copying table b (checkpoint
+/// stored)`; `None` when it says nothing (an event without progress or checkpoint).
+fn progress_line(data: &Value) -> Option<String> {
+    let p = &data["progress"];
+    let mut s = match (p["percent"].as_f64(), p["message"].as_str()) {
+        (Some(pct), Some(m)) => format!("progress {pct}%: {m}"),
+        (Some(pct), None) => format!("progress {pct}%"),
+        (None, Some(m)) => format!("progress: {m}"),
+        (None, None) => String::new(),
+    };
+    if !data["checkpoint"].is_null() {
+        s.push_str(if s.is_empty() { "checkpoint stored" } else { " (checkpoint stored)" });
+    }
+    (!s.is_empty()).then_some(s)
+}
+
 /// One line about how an execution ended: `execution X: failed (exit 3) after 1.2s on w1`.
 fn status_line(e: &Value) -> String {
     let mut s = format!("execution {}: {}", text(&e["id"]), text(&e["status"]));
@@ -364,7 +380,8 @@ fn status_line(e: &Value) -> String {
 /// (stderr); fails with [`Exit::Unsuccessful`] unless the execution succeeded, and with exit 1
 /// when the stream ends without a final status (an `error` event says why). With `-o json`,
 /// each event is one JSON line: `{"event":"output","text":…}`, `{"event":"gap","skipped_bytes":…}`,
-/// `{"event":"status","execution":{…}}`.
+/// `{"event":"progress","progress":{…},"checkpoint":…}`, `{"event":"status","execution":{…}}`.
+/// Progress goes to stderr as `etcronctl: progress 42.5%: copying table b`.
 /// Follows execution `id` and then its retries to the final attempt: the output of each as it
 /// is produced and how each ended; exit 5 unless the last attempt succeeded.
 pub async fn stream(client: &Client, id: &str, json: bool) -> anyhow::Result<()> {
@@ -440,6 +457,16 @@ async fn follow_attempt(
                         at_line_start = true;
                     }
                 }
+                "progress" => {
+                    if json {
+                        let report = json!({"event": "progress", "progress": data["progress"], "checkpoint": data["checkpoint"]});
+                        stdout.write_all(stream_doc(&report)?.as_bytes())?;
+                    } else if let Some(line) = progress_line(&data) {
+                        stdout.flush()?;
+                        eprintln!("{}etcronctl: {line}", if at_line_start { "" } else { "\n" });
+                        at_line_start = true;
+                    }
+                }
                 "status" => {
                     last = Some(data);
                     break 'read;
@@ -470,6 +497,17 @@ async fn follow_attempt(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_progress_event_reads_as_a_line() {
+        let both =
+            json!({"progress": {"percent": 42.5, "message": "copying table b", "at": "t"}, "checkpoint": {"o": 1}});
+        assert_eq!(progress_line(&both).as_deref(), Some("progress 42.5%: copying table b (checkpoint stored)"));
+        assert_eq!(progress_line(&json!({"progress": {"percent": 7.0, "at": "t"}})).as_deref(), Some("progress 7%"));
+        assert_eq!(progress_line(&json!({"progress": {"message": "m", "at": "t"}})).as_deref(), Some("progress: m"));
+        assert_eq!(progress_line(&json!({"checkpoint": [1]})).as_deref(), Some("checkpoint stored"));
+        assert_eq!(progress_line(&json!({})), None);
+    }
 
     #[test]
     fn follow_prints_new_and_changed_records_oldest_first() {
