@@ -246,6 +246,14 @@ async fn a_queue_jobs_waiting_ticks_are_listed_on_its_page_and_its_limit_is_in_t
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_running_tasks_progress_and_checkpoint_show_on_its_execution_page() -> anyhow::Result<()> {
+    let c = Cluster::start("ui-progress", 1).await?;
+    browser("progress.mjs", &c.master.url, &c.logs)?;
+    screenshots(&c.logs, &["progress-running.png", "progress-done.png"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn sla_alerts_are_set_in_the_editor_and_a_jobs_notifications_listed_on_its_page() -> anyhow::Result<()> {
     let mut c = Cluster::start("ui-alerts", 1).await?;
     browser("alerts.mjs", &c.master.url, &c.logs)?;

@@ -1207,6 +1207,10 @@ async function executionView(params, rest) {
     const on = output.classList.toggle("wrap");
     wrap.setAttribute("aria-pressed", String(on));
   });
+  // What the task reported: its progress as a bar, its stored checkpoint (both move while it runs).
+  const progress = h("div", { id: "progress", class: "progress-line" });
+  const checkpoint = h("code", { id: "checkpoint" }, r.checkpoint === undefined ? "" : JSON.stringify(r.checkpoint));
+  showProgress(progress, r.progress);
   const copy = h("button", { type: "button" }, "Copy output");
   copy.addEventListener("click", async () => {
     try { await navigator.clipboard.writeText(output.textContent); copy.textContent = "Copied"; } catch { banner("The browser refused clipboard access."); }
@@ -1226,7 +1230,13 @@ async function executionView(params, rest) {
       field("Parent", r.parent ? h("a", { href: `#/execution/${encodeURIComponent(r.parent)}` }, r.parent) : null),
       field("Shard", r.shard ? `${r.shard[0]} of ${r.shard[1]}` : null),
       field("Run as of", r.params && r.params.as_of_ms != null ? r.scheduled_at : null),
-      field("Environment", r.params && r.params.env ? h("code", { id: "run-params" }, formatMap(r.params.env, "=")) : null)),
+      field("Environment", r.params && r.params.env ? h("code", { id: "run-params" }, formatMap(r.params.env, "=")) : null),
+      field("Resumed from", r.resumed_from ? h("span", { id: "resumed-from" },
+        h("a", { href: `#/execution/${encodeURIComponent(r.resumed_from.execution_id)}` }, r.resumed_from.execution_id),
+        ` at checkpoint `, h("code", {}, JSON.stringify(r.resumed_from.checkpoint))) : null),
+      // A running task may store one any moment: the field is there to be filled.
+      field("Checkpoint", r.checkpoint === undefined && r.status !== "running" ? null : checkpoint)),
+    progress,
     h("div", { class: "toolbar" }, wrap, copy, r.output_truncated ? h("span", { class: "warn" }, "output truncated (head and tail kept)") : ""),
     output);
   if (r.status !== "running") return;
@@ -1237,6 +1247,10 @@ async function executionView(params, rest) {
   followOutput(r.id, {
     output: (d) => { output.append(d.text); if (output.scrollHeight - output.scrollTop - output.clientHeight < 80) output.scrollTop = output.scrollHeight; },
     gap: (d) => output.append(`\n[... ${d.skipped_bytes} bytes not kept ...]\n`),
+    progress: (d) => {
+      showProgress(progress, d.progress);
+      if (d.checkpoint !== undefined) checkpoint.textContent = JSON.stringify(d.checkpoint);
+    },
     status: () => { live.remove(); route({ quiet: true }); },
     error: (d) => { live.remove(); banner(d.message, "warn"); },
   }).catch((e) => {
@@ -1246,6 +1260,21 @@ async function executionView(params, rest) {
     output.textContent = r.output || "";
     autoRefresh(3000);
   });
+}
+
+/** Shows a task's progress (`p`: `{percent, message, at}`) in `el`: a bar when it reported a
+ * percentage, its message; nothing when it reported none. */
+function showProgress(el, p) {
+  if (!p) {
+    el.replaceChildren();
+    return;
+  }
+  const pct = typeof p.percent === "number" ? p.percent : null;
+  const bar = h("progress", { max: "100", "aria-label": "Progress" });
+  if (pct != null) bar.value = pct;
+  el.replaceChildren(bar, " ",
+    h("span", { class: "progress-text" }, [pct != null ? `${pct}%` : "", p.message || ""].filter(Boolean).join(" · ")),
+    p.at ? h("span", { class: "muted small", title: p.at }, ` reported ${localTime(p.at)}`) : "");
 }
 
 /** The open live-output stream, closed when the view changes. */
