@@ -14,5 +14,5 @@ pub mod store;
 
 pub use etcron_model::{
     alerts, backfill, calendar, dependency, diff, duration, headers, job, json, keys, model, notify, now_ms, output,
-    percent_encode, rfc3339_ms, schedule, size, UnixMs, VERSION,
+    percent_encode, progress, rfc3339_ms, schedule, size, UnixMs, VERSION,
 };

@@ -286,6 +286,7 @@ pub fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
     if let Some(ms) = r.jitter_ms {
         d.append("jitter_ms", ms);
     }
+    reports_document(&mut d, &r.reports);
     let mut terms = RawArrayBuf::new();
     let extra = [r.error.as_deref(), r.reason.as_deref()];
     for w in words_of(std::iter::once(output.as_ref()).chain(extra.into_iter().flatten())) {
@@ -293,6 +294,31 @@ pub fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
     }
     d.append("words", terms);
     d
+}
+
+/// What the task reported, as stored: `progress`, `checkpoint` and `resumed_from` as documents
+/// (a value BSON cannot hold is left out).
+fn reports_document(d: &mut RawDocumentBuf, reports: &crate::model::TaskReports) {
+    let fields = [
+        ("progress", reports.progress.as_ref().and_then(|p| mongodb::bson::to_bson(p).ok())),
+        ("checkpoint", reports.checkpoint.as_ref().and_then(|c| mongodb::bson::to_bson(c).ok())),
+        ("resumed_from", reports.resumed_from.as_ref().and_then(|r| mongodb::bson::to_bson(r).ok())),
+    ];
+    for (key, value) in fields {
+        if let Some(raw) = value.and_then(|v| mongodb::bson::RawBson::try_from(v).ok()) {
+            d.append(key, raw);
+        }
+    }
+}
+
+/// The reports of a stored record (each as JSON; one that does not read is left out).
+fn reports_of(d: &Document) -> crate::model::TaskReports {
+    let json = |key: &str| d.get(key).map(|b| b.clone().into_relaxed_extjson());
+    crate::model::TaskReports {
+        progress: json("progress").and_then(|v| serde_json::from_value(v).ok()),
+        checkpoint: json("checkpoint"),
+        resumed_from: json("resumed_from").and_then(|v| serde_json::from_value(v).ok()),
+    }
 }
 
 /// A run's parameters as stored: `{env: {NAME: value}, as_of_ms}`.
@@ -418,6 +444,7 @@ pub fn from_document(d: &Document) -> Result<ExecutionRecord, StoreError> {
         },
         params: params_of(d),
         jitter_ms: int_of("jitter_ms"),
+        reports: reports_of(d),
         id,
     })
 }
@@ -1235,6 +1262,7 @@ mod tests {
             shard: None,
             params: RunParams::default(),
             jitter_ms: None,
+            reports: Default::default(),
         }
     }
 
@@ -1251,6 +1279,7 @@ mod tests {
                 backfill: Some(crate::model::BackfillRef { id: "19abc0042".to_owned(), index: 7 }),
             },
             jitter_ms: Some(12_345),
+            reports: Default::default(),
             ..record()
         };
         assert_eq!(from_document(&to_document(&with_params)).unwrap(), with_params);

@@ -545,6 +545,8 @@ impl JobStore {
             TxnOp::delete(self.keys.job_trigger_prefix(job), Some(DeleteOptions::new().with_prefix())),
             // And its backfills (their pending requests went with the run requests).
             TxnOp::delete(self.keys.job_backfills_prefix(job), Some(DeleteOptions::new().with_prefix())),
+            // And its checkpoints: a job created later under the name starts afresh.
+            TxnOp::delete(self.keys.job_checkpoints_prefix(job), Some(DeleteOptions::new().with_prefix())),
             // And what its alerts remember (raised alerts, the `stale` window, silences).
             TxnOp::delete(self.keys.job_alerts_prefix(job), Some(DeleteOptions::new().with_prefix())),
             // Claims, running markers and the lock stay: they belong to executions still running

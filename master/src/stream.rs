@@ -4,7 +4,9 @@
 //! is one relay task that ends with the client, the execution, or the worker.
 //!
 //! Events: `output` `{"text": …}` (in order; the first carry what was printed so far), `gap`
-//! `{"skipped_bytes": n}` (output the bound cut before it was read), `status` (the final
+//! `{"skipped_bytes": n}` (output the bound cut before it was read), `progress` `{"progress":
+//! {"percent", "message", "at"}, "checkpoint": …}` (what the task reported, each time it reports;
+//! the first carries its latest), `status` (the final
 //! execution record, as `GET /api/executions/{id}` answers it; always the last event), and
 //! `error` `{"message": …}` when no final record came in time.
 
@@ -218,7 +220,7 @@ async fn finish(tx: &mpsc::Sender<Event>, record: ExecutionRecord, sent_output: 
 
 /// The live output URL and token of a live worker, when the URL has the shape a worker
 /// advertises (see [`advertised_shape`]).
-async fn worker_endpoint(st: &AppState, worker_id: &str) -> Option<(String, String)> {
+pub(crate) async fn worker_endpoint(st: &AppState, worker_id: &str) -> Option<(String, String)> {
     let mut kv = st.client.kv_client();
     let resp = etcd("get_worker", kv.get(st.keys.worker(worker_id), None)).await.ok()?;
     let info: WorkerInfo = serde_json::from_slice(resp.kvs().first()?.value()).ok()?;
@@ -247,6 +249,20 @@ fn advertised_shape(url: &str) -> bool {
         && !url.contains('@')
 }
 
+/// What the task of a running execution reported lately (`{"progress", "checkpoint"}`), asked
+/// of the worker running it; `None` when it has nothing to say or cannot be reached within a
+/// second (the API then shows the record without it).
+pub(crate) async fn reports_of(st: &AppState, worker_id: &str, id: &ExecutionId) -> Option<Value> {
+    let (url, token) = worker_endpoint(st, worker_id).await?;
+    let target = format!("{url}/executions/{}/progress", etcron_common::percent_encode(&id.to_string()));
+    let ask = HTTP.get(&target).bearer_auth(token).timeout(REPORTS_WAIT).send();
+    let resp = ask.await.ok().filter(|r| r.status().is_success())?;
+    resp.json::<Value>().await.ok().filter(Value::is_object)
+}
+
+/// Longest the API waits for a worker's answer about a running task's progress.
+const REPORTS_WAIT: Duration = Duration::from_secs(1);
+
 enum Relay {
     /// The worker said the output ended.
     Ended,
@@ -255,7 +271,8 @@ enum Relay {
     Broken(String),
 }
 
-/// Relays the worker's newline-delimited JSON (`{"output"}`, `{"gap"}`, `{}`, `{"end"}`).
+/// Relays the worker's newline-delimited JSON (`{"output"}`, `{"gap"}`, `{"progress"}`, `{}`,
+/// `{"end"}`).
 async fn from_worker(url: &str, token: &str, id: &ExecutionId, tx: &mpsc::Sender<Event>, sent: &mut bool) -> Relay {
     let target = format!("{url}/executions/{}/output", etcron_common::percent_encode(&id.to_string()));
     let mut attempt = 0;
@@ -297,6 +314,8 @@ async fn from_worker(url: &str, token: &str, id: &ExecutionId, tx: &mpsc::Sender
                 Event::default().event("output").data(json!({ "text": text }).to_string())
             } else if let Some(n) = msg.get("gap").and_then(Value::as_u64) {
                 Event::default().event("gap").data(json!({ "skipped_bytes": n }).to_string())
+            } else if let Some(reports) = msg.get("progress").filter(|p| p.is_object()) {
+                Event::default().event("progress").data(reports.to_string())
             } else if msg.get("end").is_some() {
                 return Relay::Ended;
             } else {

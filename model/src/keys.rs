@@ -12,6 +12,7 @@
 //! {ns}/paused/{job}                       Pause                (no lease: until resumed or deleted)
 //! {ns}/history/{job}/{entry}              SpecVersion          (no lease: the newest kept, deleted with the job)
 //! {ns}/alerts/{job}/{tick}{part}[#attempt]/{event}  Raised    (alert lease, `alerts::ALERT_MEMORY`)
+//! {ns}/checkpoints/{job}/{tick}{part}    Checkpoint           (long lease, renewed by each write; deleted with the job)
 //! {ns}/alerts/{job}/stale                 StaleState           (no lease: deleted with the job)
 //! {ns}/alerts/{job}/silence/{target}/{event}  Silence         (no lease: deleted with the job)
 //! ```
@@ -512,6 +513,16 @@ impl Keys {
     #[must_use]
     pub fn health_prefix(&self) -> String {
         format!("{}/health/", self.ns)
+    }
+    /// The latest checkpoint of a tick (part), whichever of its attempts reported it.
+    #[must_use]
+    pub fn checkpoint(&self, id: &ExecutionId) -> String {
+        format!("{}/checkpoints/{}/{}{}", self.ns, id.job, id.tick, id.part)
+    }
+    /// Every checkpoint of `job`, deleted with it.
+    #[must_use]
+    pub fn job_checkpoints_prefix(&self, job: &str) -> String {
+        format!("{}/checkpoints/{job}/", self.ns)
     }
     /// That `event` (`late`, `long_running`) was raised for an execution.
     #[must_use]

@@ -18,6 +18,7 @@ pub mod keys;
 pub mod model;
 pub mod notify;
 pub mod output;
+pub mod progress;
 pub mod schedule;
 pub mod size;
 pub mod spec_error;

@@ -311,6 +311,10 @@ pub struct TriggerRequest {
     /// not created), and the lock was handed to it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dequeued: bool,
+    /// A worker that races for it only after the others had their turn (the worker a run
+    /// asked to be moved away from).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub avoid: Option<String>,
 }
 
 /// `{ns}/queue/{job}/q{part}/{scheduled_ms}-{tick}#{attempt}`: an execution waiting for the
@@ -376,6 +380,7 @@ impl TriggerRequest {
             then: Vec::new(),
             params: RunParams::default(),
             dequeued: false,
+            avoid: None,
         }
     }
 }
@@ -679,6 +684,31 @@ pub struct ExecutionRecord {
     /// How much the job's `jitter` moved this tick (ms); `scheduled_at` includes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_ms: Option<i64>,
+    /// What the task reported (`progress`, `checkpoint`) and where it resumed from
+    /// (`resumed_from`): top-level fields of the record.
+    #[serde(default, flatten)]
+    pub reports: TaskReports,
+}
+
+/// What a shell task reported while it ran (`crate::progress`), as its record keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskReports {
+    /// The latest progress it reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<crate::progress::Progress>,
+    /// The latest checkpoint it reported that etcd took (what a failover rerun resumes from).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<serde_json::Value>,
+    /// The checkpoint this execution started from (a failover rerun of a lost one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<crate::progress::Resumed>,
+}
+
+impl TaskReports {
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.progress.is_none() && self.checkpoint.is_none() && self.resumed_from.is_none()
+    }
 }
 
 impl ExecutionRecord {
@@ -720,6 +750,7 @@ impl ExecutionRecord {
             },
             params: RunParams::default(),
             jitter_ms: None,
+            reports: Default::default(),
         }
     }
 

@@ -81,6 +81,7 @@ pub fn record_of(i: u64, jobs: i64) -> RecordWrite {
             shard: None,
             params: etcron_common::model::RunParams::default(),
             jitter_ms: None,
+            reports: Default::default(),
         },
     }
 }

@@ -72,6 +72,20 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
         shard: None,
         params: RunParams::default(),
         jitter_ms: Some(1_234),
+        // What a task reports, so the documented shape of these fields is checked too.
+        reports: etcron_common::model::TaskReports {
+            progress: Some(etcron_common::progress::Progress {
+                percent: Some(42.5),
+                message: Some("copying table b".to_owned()),
+                at: "2026-01-01T00:00:01.000Z".to_owned(),
+            }),
+            checkpoint: Some(serde_json::json!({"offset": 100_000})),
+            resumed_from: Some(etcron_common::progress::Resumed {
+                execution_id: format!("{}@1700000000000#1", id.job),
+                at: "2026-01-01T00:00:00.500Z".to_owned(),
+                checkpoint: serde_json::json!({"offset": 50_000}),
+            }),
+        },
         id,
     };
     f(&mut r);

@@ -148,6 +148,7 @@ fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
             shard: None,
             params: etcron_common::model::RunParams::default(),
             jitter_ms: None,
+            reports: Default::default(),
         },
     }
 }

@@ -301,6 +301,7 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
             then: Vec::new(),
             params: RunParams::default(),
             dequeued: false,
+            avoid: None,
         };
         record_not_run(ctx, &fire, status, reason).await;
     }

@@ -126,6 +126,13 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
     }
     let done = Claim::closed(status);
     let (mut follow, mut notes) = follow_ups(&ctx.keys, fire, status, won.fencing_token, finished_ms);
+    if finished.ending == executor::Ending::Stopped(executor::StopReason::Rebalance) {
+        // The task asked to be moved: its continuation is requested with the close, once.
+        let me = ctx.config.worker_id.as_str();
+        let (op, note) = crate::rules::rebalance_request(&ctx.keys, fire, won.fencing_token, finished_ms, me);
+        follow.extend(op);
+        notes.push(note);
+    }
     let execution_id = fire.id.to_string();
     // A job that pauses after failures counts this outcome with the close (see `health`).
     let outcome = fire

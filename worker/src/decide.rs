@@ -45,6 +45,9 @@ pub(crate) async fn already_taken(ctx: &Context, fire: &Fire, claim_key: &str) -
     }
 }
 
+/// How long the worker a run was moved away from (`rebalance`) leaves it to the others.
+pub(crate) const MOVED_AWAY_WAIT: Duration = Duration::from_secs(2);
+
 /// Most time a run request waits on this worker for a free capacity slot.
 pub(crate) const REQUEST_CAPACITY_WAIT: Duration = Duration::from_secs(600);
 
@@ -85,7 +88,13 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         Part::Worker(_) => return None,
         _ => false,
     };
-    let rank = if own_part { 0 } else { ctx.members.rank(me, &claim_key) };
+    let mut rank = if own_part { 0 } else { ctx.members.rank(me, &claim_key) };
+    if fire.avoid.as_deref() == Some(me) && !own_part {
+        // Moved away from this worker (`rebalance`): the others go first; it takes the run
+        // back only when none of them did.
+        tokio::time::sleep(MOVED_AWAY_WAIT).await;
+        rank = rank.max(1);
+    }
     if let Some(reason) = fire.skip.clone() {
         // One worker records the skipped tick; the claim makes it exactly one. The first-ranked
         // records it at once, the others after their head start unless it did: it may be

@@ -35,6 +35,8 @@ pub enum StopReason {
     LeaseLost,
     /// The worker is shutting down and the grace period ran out.
     Shutdown,
+    /// The task asked to be moved (`rebalance`): another worker continues it.
+    Rebalance,
 }
 
 #[derive(Debug)]

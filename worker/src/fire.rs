@@ -47,6 +47,8 @@ pub struct Fire {
     /// Its turn in its job's queue came (`concurrency: queue`): its claim is `queued`, and the
     /// lock was handed to it.
     pub dequeued: bool,
+    /// A worker that races for it last (the one a `rebalance` moved it away from).
+    pub avoid: Option<String>,
 }
 
 /// How many ms a fire is past its start deadline at `now_ms`, when it is. Only schedule ticks

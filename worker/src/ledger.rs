@@ -171,6 +171,7 @@ mod tests {
             then: Vec::new(),
             params: etcron_common::model::RunParams::default(),
             dequeued: false,
+            avoid: None,
         };
         let hour = Duration::from_secs(3600);
         ledger.note(&fire("a", 5000, TriggerKind::Schedule));

@@ -23,6 +23,7 @@ pub mod membership;
 pub mod metrics;
 pub mod metrics_server;
 pub mod notifier;
+pub mod progress;
 pub mod queue;
 pub mod race;
 pub mod record;

@@ -3,6 +3,10 @@
 //! JSON) so operators can follow a run while it happens. Masters find the server and its token
 //! in the worker's `{ns}/workers/{id}` entry; nothing else hands the token out.
 //!
+//! The same server takes a task's progress reports (`POST /executions/{id}/progress` with the
+//! execution's own token, `crate::progress`) and answers its latest progress to masters
+//! (`GET /executions/{id}/progress`); report lines of the output go to the same tracker.
+//!
 //! The server may face anyone who can reach `output_listen`, token or not, so it runs with
 //! `common::serve`'s limits: its request head must arrive within [`HEADER_READ_TIMEOUT`], it is
 //! closed after [`IDLE_TIMEOUT`] without a byte read or written (a follower gets a heartbeat
@@ -20,8 +24,11 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use etcron_common::output::{BoundedOutput, Piece, Utf8Chunks};
+use etcron_common::progress::{LineScanner, Report};
 use serde_json::json;
 use tokio::sync::watch;
+
+use crate::progress::{Refusal, Snapshot, Tracker};
 
 /// A follower with nothing new to read is sent an empty line this often, so a master can tell
 /// a quiet task from a vanished worker.
@@ -40,13 +47,34 @@ pub struct LiveOutput {
     buf: Mutex<BoundedOutput>,
     /// (bytes produced so far, finished): followers wake on every change.
     progress: watch::Sender<(u64, bool)>,
+    /// The task's reports, when it can make them (a shell task's).
+    tracker: Option<Arc<Tracker>>,
+    /// Report lines of the output, found as it comes.
+    scanner: Mutex<LineScanner>,
 }
 
 impl LiveOutput {
     /// Output bounded to `limit` bytes (head + tail), as the record keeps it.
     #[must_use]
     pub fn new(limit: usize) -> Self {
-        Self { buf: Mutex::new(BoundedOutput::new(limit)), progress: watch::channel((0, false)).0 }
+        Self::with_tracker(limit, None)
+    }
+
+    /// As [`LiveOutput::new`], with report lines of the output going to `tracker`.
+    #[must_use]
+    pub fn with_tracker(limit: usize, tracker: Option<Arc<Tracker>>) -> Self {
+        Self {
+            buf: Mutex::new(BoundedOutput::new(limit)),
+            progress: watch::channel((0, false)).0,
+            tracker,
+            scanner: Mutex::new(LineScanner::default()),
+        }
+    }
+
+    /// The task's reports, when it can make them.
+    #[must_use]
+    pub fn tracker(&self) -> Option<&Arc<Tracker>> {
+        self.tracker.as_ref()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BoundedOutput> {
@@ -54,6 +82,12 @@ impl LiveOutput {
     }
 
     pub fn push(&self, bytes: &[u8]) {
+        if let Some(tracker) = &self.tracker {
+            let lines = self.scanner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(bytes);
+            for line in lines {
+                tracker.line(&line);
+            }
+        }
         let total = {
             let mut buf = self.lock();
             buf.push(bytes);
@@ -90,9 +124,10 @@ impl LiveOutputs {
         self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Makes `id`'s output followable until the guard is dropped (which also ends the followers).
-    pub fn open(&self, id: &str, limit: usize) -> LiveGuard<'_> {
-        let live = Arc::new(LiveOutput::new(limit));
+    /// Makes `id`'s output (and its reports, to `tracker`) followable until the guard is
+    /// dropped (which also ends the followers).
+    pub fn open(&self, id: &str, limit: usize, tracker: Option<Arc<Tracker>>) -> LiveGuard<'_> {
+        let live = Arc::new(LiveOutput::with_tracker(limit, tracker));
         self.lock().insert(id.to_owned(), live.clone());
         LiveGuard { outputs: self, id: id.to_owned(), live }
     }
@@ -142,6 +177,8 @@ pub async fn serve(addr: SocketAddr, outputs: Arc<LiveOutputs>, token: String) -
     tracing::info!(addr = %bound, "serving live output of running executions");
     let app = axum::Router::new()
         .route("/executions/{id}/output", axum::routing::get(follow))
+        .route("/executions/{id}/progress", axum::routing::get(latest).post(report))
+        .layer(axum::extract::DefaultBodyLimit::max(etcron_common::progress::MAX_REPORT_BYTES))
         .with_state(ServerState { outputs, token: token.into() });
     // Masters are its only clients: no per-address cap below the total.
     let limits = etcron_common::serve::Limits {
@@ -165,19 +202,37 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn follow(State(st): State<ServerState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let presented = headers
+fn bearer(headers: &HeaderMap) -> &str {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    if !same(presented.as_bytes(), st.token.as_bytes()) {
-        return (StatusCode::UNAUTHORIZED, "a master's bearer token is required\n").into_response();
+        .unwrap_or_default()
+}
+
+/// The running shell execution `id`, to a master (its token); the status and why when not.
+fn for_master(st: &ServerState, id: &str, headers: &HeaderMap) -> Result<Arc<LiveOutput>, (StatusCode, &'static str)> {
+    if !same(bearer(headers).as_bytes(), st.token.as_bytes()) {
+        return Err((StatusCode::UNAUTHORIZED, "a master's bearer token is required\n"));
     }
-    let Some(live) = st.outputs.get(&id) else {
-        return (StatusCode::NOT_FOUND, "no running shell execution with this id here\n").into_response();
+    st.outputs.get(id).ok_or((StatusCode::NOT_FOUND, "no running shell execution with this id here\n"))
+}
+
+async fn follow(State(st): State<ServerState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let live = match for_master(&st, &id, &headers) {
+        Ok(live) => live,
+        Err(refused) => return refused.into_response(),
     };
-    let follower = Follower { rx: live.progress.subscribe(), live, at: 0, text: Utf8Chunks::default(), ended: false };
+    let reports = live.tracker().map(|t| t.subscribe());
+    let follower = Follower {
+        rx: live.progress.subscribe(),
+        reports,
+        reported: 0,
+        live,
+        at: 0,
+        text: Utf8Chunks::default(),
+        ended: false,
+    };
     let body = Body::from_stream(futures::stream::unfold(follower, |mut f| async move {
         let chunk = f.next().await?;
         Some((Ok::<_, Infallible>(chunk), f))
@@ -185,12 +240,62 @@ async fn follow(State(st): State<ServerState>, Path(id): Path<String>, headers: 
     ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
 }
 
+/// `GET /executions/{id}/progress` (a master): the task's latest progress and checkpoint.
+async fn latest(State(st): State<ServerState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let live = match for_master(&st, &id, &headers) {
+        Ok(live) => live,
+        Err(refused) => return refused.into_response(),
+    };
+    let snapshot = live.tracker().map(|t| t.snapshot()).unwrap_or_default();
+    axum::Json(snapshot).into_response()
+}
+
+/// `POST /executions/{id}/progress` (the task, with its own token): `{"percent", "message",
+/// "checkpoint"}`. 204 once taken (a checkpoint once etcd has it); 400 naming the field; 401;
+/// 404 when the execution does not run here; 409 when its claim is no longer its own; 503 when
+/// etcd failed the checkpoint (report it again).
+async fn report(State(st): State<ServerState>, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let answer = |status: StatusCode, field: Option<&str>, message: &str| {
+        (status, axum::Json(json!({ "error": { "field": field, "message": message } }))).into_response()
+    };
+    let Some(tracker) = st.outputs.get(&id).and_then(|live| live.tracker().cloned()) else {
+        return answer(StatusCode::NOT_FOUND, None, "no running shell execution with this id here");
+    };
+    if !same(bearer(&headers).as_bytes(), tracker.token().as_bytes()) {
+        return answer(
+            StatusCode::UNAUTHORIZED,
+            None,
+            "the execution's ETCRON_PROGRESS_TOKEN is required as a bearer token",
+        );
+    }
+    let parsed = match Report::from_json(&body) {
+        Ok(r) => r,
+        Err(e) => return answer(StatusCode::BAD_REQUEST, Some(&e.field), &e.message),
+    };
+    match tracker.report(parsed).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(Refusal::Fenced) => answer(
+            StatusCode::CONFLICT,
+            None,
+            "this execution's claim is no longer its own (recorded lost, rerun elsewhere): stop",
+        ),
+        Err(Refusal::Unavailable(e)) => {
+            answer(StatusCode::SERVICE_UNAVAILABLE, Some("checkpoint"), &format!("not stored, report it again: {e}"))
+        }
+    }
+}
+
 /// Reads one execution's output from the start, as lines of JSON: `{"output": text}`,
-/// `{"gap": bytes}` where the bound cut output the follower had not read, `{}` heartbeats, and
+/// `{"gap": bytes}` where the bound cut output the follower had not read, `{"progress":
+/// {progress, checkpoint}}` when the task reported something, `{}` heartbeats, and
 /// `{"end": true}` once the task is done and everything was read.
 struct Follower {
     live: Arc<LiveOutput>,
     rx: watch::Receiver<(u64, bool)>,
+    /// The task's reports, when it can make them.
+    reports: Option<watch::Receiver<Snapshot>>,
+    /// The last report sent (its `seq`).
+    reported: u64,
     at: u64,
     text: Utf8Chunks,
     ended: bool,
@@ -204,6 +309,14 @@ impl Follower {
         loop {
             let (total, finished) = *self.rx.borrow_and_update();
             let mut lines = String::new();
+            if let Some(reports) = &self.reports {
+                let snapshot = reports.borrow().clone();
+                if snapshot.seq != self.reported {
+                    self.reported = snapshot.seq;
+                    lines.push_str(&json!({ "progress": snapshot }).to_string());
+                    lines.push('\n');
+                }
+            }
             if total > self.at || finished {
                 let (pieces, next) = self.live.read_from(self.at);
                 self.at = next;
@@ -228,8 +341,20 @@ impl Follower {
             if !lines.is_empty() {
                 return Some(Bytes::from(lines));
             }
+            let (reports, rx) = (&mut self.reports, &mut self.rx);
+            let reported = async {
+                // A sender gone means the run ended: the output's end comes through `rx`.
+                let changed = match reports {
+                    Some(r) => r.changed().await.is_ok(),
+                    None => false,
+                };
+                if !changed {
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
-                changed = self.rx.changed() => {
+                () = reported => {}
+                changed = rx.changed() => {
                     if changed.is_err() {
                         // The output is gone without being finished (cannot happen while the
                         // guard lives); end the stream the same way.
@@ -255,7 +380,15 @@ mod tests {
     use super::*;
 
     fn follower(live: &Arc<LiveOutput>) -> Follower {
-        Follower { rx: live.progress.subscribe(), live: live.clone(), at: 0, text: Utf8Chunks::default(), ended: false }
+        Follower {
+            rx: live.progress.subscribe(),
+            reports: None,
+            reported: 0,
+            live: live.clone(),
+            at: 0,
+            text: Utf8Chunks::default(),
+            ended: false,
+        }
     }
 
     async fn next(f: &mut Follower) -> String {
@@ -294,7 +427,7 @@ mod tests {
     fn the_guard_removes_the_output_and_finishes_it() {
         let outputs = LiveOutputs::default();
         let live = {
-            let guard = outputs.open("j@1#1", 16);
+            let guard = outputs.open("j@1#1", 16, None);
             assert!(outputs.get("j@1#1").is_some());
             guard.output()
         };

@@ -87,11 +87,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
         members: Members::default(),
         lease: lease_rx,
         retention: RetentionLeases::new(client.clone(), MIN_RETENTION, RETENTION_REUSE),
-        alert_leases: RetentionLeases::new(
+        long_leases: Arc::new(RetentionLeases::new(
             client.clone(),
             etcron_common::alerts::ALERT_MEMORY,
             std::time::Duration::from_secs(300),
-        ),
+        )),
         registry: Registry::default(),
         batchers: etcron_worker::batcher::Batchers::start(client.clone(), keys.clone(), config.worker_id.clone()),
         taken: Arc::new(etcron_worker::taken::Taken::default()),
@@ -108,6 +108,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
         config: config.clone(),
         live,
         task_env: etcron_worker::executor::inherited_env(&config.task_env_passthrough),
+        local_output_url: Some(if bound.ip().is_unspecified() {
+            format!("http://127.0.0.1:{}", bound.port())
+        } else {
+            format!("http://{bound}")
+        }),
         output_endpoint: Some(etcron_worker::state::OutputEndpoint { url: output_url, token: output_token }),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));

@@ -978,6 +978,7 @@ mod tests {
             shard: None,
             params: etcron_common::model::RunParams::default(),
             jitter_ms: None,
+            reports: Default::default(),
         }
     }
 

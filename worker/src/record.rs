@@ -58,6 +58,13 @@ pub(crate) fn status_of(finished: &Finished) -> (Status, Option<String>) {
             (Status::Lost, Some("stopped: this worker lost its session lease while running it".to_owned()))
         }
         Ending::Stopped(StopReason::Shutdown) => (Status::Killed, Some("killed: worker shut down".to_owned())),
+        Ending::Stopped(StopReason::Rebalance) => (
+            Status::Killed,
+            Some(
+                "stopped: the task asked to be moved (rebalance); another worker continues it from its checkpoint"
+                    .to_owned(),
+            ),
+        ),
         Ending::SpawnFailed(e) => (Status::Failed, Some(e.clone())),
         Ending::Http { ok: true, .. } => (Status::Succeeded, None),
         Ending::Http { status, ok: false, expected } => {

@@ -112,6 +112,35 @@ pub(crate) fn rerun_after_loss(spec: &JobSpec, id: &ExecutionId) -> bool {
         && id.attempt <= spec.retries.max + MAX_FAILOVERS
 }
 
+/// The run request that continues a run its task asked to move (`rebalance`): the next attempt,
+/// `trigger: failover` (so it resumes from the checkpoint), raced last by this worker; with the
+/// note for the record. `None` (and why) for a broadcast part, which belongs to this worker, or
+/// past the failover limit.
+pub(crate) fn rebalance_request(
+    keys: &Keys,
+    fire: &Fire,
+    fencing_token: i64,
+    now: UnixMs,
+    worker_id: &str,
+) -> (Option<TxnOp>, String) {
+    let id = &fire.id;
+    if matches!(id.part, Part::Worker(_)) || id.attempt > fire.spec.retries.max + MAX_FAILOVERS {
+        return (None, "not moved: a broadcast run stays on its worker, and a tick is rerun at most as often as the failover limit allows".to_owned());
+    }
+    let next = id.next_attempt();
+    let request = TriggerRequest {
+        kind: TriggerKind::Failover,
+        execution_id: Some(next.clone()),
+        scheduled_ms: Some(fire.scheduled_ms),
+        parent: Some(id.clone()),
+        params: fire.params.clone(),
+        avoid: Some(worker_id.to_owned()),
+        ..TriggerRequest::manual(now, &format!("rebalance of {id}"))
+    };
+    let op = put_request(keys, &id.job, &format!("rebalance-{fencing_token}"), &request);
+    (Some(op), format!("moved at the task's request: {next} continues it on another worker"))
+}
+
 /// What follows a run lost with its worker's session, per `on_worker_loss`: a failover rerun
 /// (next attempt, same scheduled time; not for broadcast parts, and at most `MAX_FAILOVERS` on
 /// top of the retries) with the run's `params`, or the `on_failure` jobs. Also a note for the

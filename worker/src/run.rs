@@ -9,6 +9,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcron_common::job::{HttpTask, Mode, ShellTask, Task};
 use etcron_common::keys::Part;
 use etcron_common::model::{Status, TriggerKind};
+use etcron_common::progress::Resumed;
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, rfc3339_ms};
 use tokio::sync::{oneshot, watch};
@@ -17,6 +18,7 @@ use crate::executor::{self, Ending, Finished, ShellJob, StopReason};
 use crate::fire::Fire;
 use crate::http_task::{self, HttpJob};
 use crate::metrics::METRICS;
+use crate::progress::{Fence, Tracker};
 use crate::race::WonClaim;
 use crate::record::base_record;
 use crate::run_as::{self, RunAs};
@@ -27,10 +29,18 @@ use crate::state::Context;
 pub(crate) const RUNNING_DETAIL_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs the task: a shell command or an HTTP request, until it ends or `stop` says.
+/// What a shell task is given besides its spec: where and how it reports progress, and the
+/// checkpoint it resumes from.
+pub(crate) struct Reporting<'a> {
+    pub tracker: Option<Arc<Tracker>>,
+    pub resumed: Option<&'a Resumed>,
+}
+
 pub(crate) async fn execute(
     ctx: &Context,
     fire: &Fire,
     fencing_token: i64,
+    reporting: Reporting<'_>,
     stop: watch::Receiver<Option<StopReason>>,
     pid_tx: oneshot::Sender<u32>,
 ) -> Finished {
@@ -51,10 +61,11 @@ pub(crate) async fn execute(
                 return Finished::not_started(Ending::SpawnFailed(refused));
             }
             // Followable from now until the run ends (the guard's drop ends the followers).
-            let live = ctx.live.open(&fire.id.to_string(), max_output);
+            let env = shell_env(ctx, fire, shell, fencing_token, &reporting);
+            let live = ctx.live.open(&fire.id.to_string(), max_output, reporting.tracker);
             let job = ShellJob {
                 command: shell.command.clone(),
-                env: shell_env(ctx, fire, shell, fencing_token),
+                env,
                 cwd: shell.cwd.clone(),
                 run_as,
                 worker_id: ctx.config.worker_id.clone(),
@@ -80,6 +91,7 @@ fn shell_env(
     fire: &Fire,
     shell: &ShellTask,
     fencing_token: i64,
+    reporting: &Reporting<'_>,
 ) -> std::collections::BTreeMap<String, String> {
     let id = &fire.id;
     let mut env = ctx.task_env.clone();
@@ -102,6 +114,15 @@ fn shell_env(
     }
     env.insert("ETCRON_WORKER_ID".into(), ctx.config.worker_id.clone());
     env.insert("ETCRON_FENCING_TOKEN".into(), fencing_token.to_string());
+    if let (Some(tracker), Some(base)) = (&reporting.tracker, &ctx.local_output_url) {
+        let path = etcron_common::percent_encode(&id.to_string());
+        env.insert("ETCRON_PROGRESS_URL".into(), format!("{base}/executions/{path}/progress"));
+        env.insert("ETCRON_PROGRESS_TOKEN".into(), tracker.token().to_owned());
+    }
+    if let Some(resumed) = reporting.resumed {
+        env.insert("ETCRON_CHECKPOINT".into(), resumed.checkpoint.to_string());
+        env.insert("ETCRON_RESUMED_FROM".into(), resumed.execution_id.clone());
+    }
     env
 }
 
@@ -165,8 +186,11 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     record.started_at = Some(rfc3339_ms(handed_ms));
     // `late` and the `max_duration` watch (ended with this run, when `_alerts` drops).
     let _alerts = crate::alerts::run_started(ctx, fire, handed_ms);
+    let (tracker, resumed) = reports_of_run(ctx, fire, won).await;
+    record.reports.resumed_from.clone_from(&resumed);
+    let reporting = Reporting { tracker: tracker.clone(), resumed: resumed.as_ref() };
     let (pid_tx, pid_rx) = oneshot::channel();
-    let run = execute(ctx, fire, won.fencing_token, stop, pid_tx);
+    let run = execute(ctx, fire, won.fencing_token, reporting, stop, pid_tx);
     tokio::pin!(run);
     let finished = tokio::select! {
         f = &mut run => f,
@@ -180,12 +204,47 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
         }
     };
     ctx.registry.deregister(id);
+    let snapshot = tracker.map(|t| t.snapshot()).unwrap_or_default();
+    record.reports.progress = snapshot.progress;
+    record.reports.checkpoint = snapshot.checkpoint;
+
     if fire.trigger == TriggerKind::Schedule {
         let started_ms = finished.spawned_ms.unwrap_or(handed_ms);
         #[allow(clippy::cast_precision_loss)] // milliseconds of lateness fit an f64 exactly
         METRICS.lateness.observe((started_ms - fire.scheduled_ms).max(0) as f64 / 1000.0);
     }
     Ran { finished, handed_ms, record }
+}
+
+/// A shell task's tracker of reports (its checkpoints fenced by the claim won), and, for a
+/// failover rerun, the lost run's last checkpoint it continues from.
+async fn reports_of_run(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) -> (Option<Arc<Tracker>>, Option<Resumed>) {
+    let checkpoint_key = ctx.keys.checkpoint(&fire.id);
+    let resumed = if fire.trigger == TriggerKind::Failover {
+        crate::progress::resume_point(&ctx.client, &checkpoint_key, &fire.id).await
+    } else {
+        None
+    };
+    let tracker = matches!(fire.spec.task, Task::Shell(_)).then(|| {
+        let (rebalance, mut asked) = watch::channel(false);
+        // The task asked to be moved: stopped here, continued elsewhere (see `close`).
+        let (owner, id) = (ctx.clone(), fire.id.clone());
+        tokio::spawn(async move {
+            if asked.wait_for(|asked| *asked).await.is_ok() {
+                owner.registry.stop(&id, StopReason::Rebalance);
+            }
+        });
+        let fence = Fence {
+            client: ctx.client.clone(),
+            leases: ctx.long_leases.clone(),
+            claim_key: won.claim_key.clone(),
+            fencing_token: won.fencing_token,
+            checkpoint_key,
+            rebalance,
+        };
+        Tracker::new(&fire.id, crate::progress::new_token(), fence)
+    });
+    (tracker, resumed)
 }
 
 /// A run that lasts: writes its running marker (worker, start, pid, fencing token) on the

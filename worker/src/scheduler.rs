@@ -247,6 +247,7 @@ impl Scheduler {
             then: Vec::new(),
             params: RunParams::default(),
             dequeued: false,
+            avoid: None,
         };
         self.spawn_parts(fire);
     }
@@ -575,6 +576,7 @@ impl Scheduler {
             then: request.then.clone(),
             params: request.params.clone(),
             dequeued: request.dequeued,
+            avoid: request.avoid.clone(),
         };
         self.spawn_parts(fire);
     }

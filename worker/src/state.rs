@@ -29,8 +29,9 @@ pub struct Context {
     /// The current session lease; `None` while the worker has no session.
     pub lease: watch::Receiver<Option<i64>>,
     pub retention: RetentionLeases,
-    /// Leases of raised alerts' keys (`etcron_common::alerts::ALERT_MEMORY`).
-    pub alert_leases: RetentionLeases,
+    /// Leases of raised alerts' keys and checkpoints: 25 h from their last write
+    /// (`etcron_common::alerts::ALERT_MEMORY`).
+    pub long_leases: Arc<RetentionLeases>,
     pub registry: Registry,
     /// Group commit of claims and closes.
     pub batchers: crate::batcher::Batchers,
@@ -58,6 +59,9 @@ pub struct Context {
     /// The worker's variables that `task_env_passthrough` names, read once at start: the base of
     /// every shell task's environment.
     pub task_env: std::collections::BTreeMap<String, String>,
+    /// Where tasks on this machine reach the live output server (`http://127.0.0.1:PORT` when it
+    /// listens on every address): the base of `ETCRON_PROGRESS_URL`.
+    pub local_output_url: Option<String>,
     /// Where masters reach the live output, and the token they present; advertised in the
     /// worker's registration.
     pub output_endpoint: Option<OutputEndpoint>,
@@ -256,6 +260,16 @@ impl Registry {
         drop(inner);
         self.count.send_replace(n);
         rx
+    }
+
+    /// Stops one running execution (its own request, `rebalance`), unless something stopped it
+    /// already.
+    pub(crate) fn stop(&self, id: &ExecutionId, reason: StopReason) {
+        if let Some(handle) = self.lock().running.get(id) {
+            if handle.stop.borrow().is_none() {
+                let _ = handle.stop.send(Some(reason));
+            }
+        }
     }
 
     pub(crate) fn deregister(&self, id: &ExecutionId) {

@@ -83,8 +83,8 @@ pub(super) async fn search_executions(
     ))
 }
 
-/// Records as lists show them: without the output (it can be large; `GET /api/executions/{id}`
-/// has it).
+/// Records as lists show them: without the output and checkpoints (they can be large; `GET
+/// /api/executions/{id}` has them).
 pub(super) fn listed(records: &[etcron_common::model::ExecutionRecord]) -> Vec<Value> {
     records
         .iter()
@@ -92,6 +92,10 @@ pub(super) fn listed(records: &[etcron_common::model::ExecutionRecord]) -> Vec<V
             let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
             if let Some(obj) = v.as_object_mut() {
                 obj.remove("output");
+                obj.remove("checkpoint");
+                if let Some(resumed) = obj.get_mut("resumed_from").and_then(Value::as_object_mut) {
+                    resumed.remove("checkpoint");
+                }
             }
             v
         })
@@ -100,7 +104,7 @@ pub(super) fn listed(records: &[etcron_common::model::ExecutionRecord]) -> Vec<V
 
 pub(super) async fn get_execution(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let parsed: ExecutionId = id.parse().map_err(|e: String| ApiError::bad_request(Some("id".to_owned()), e))?;
-    let record = match records(st.store.get(&parsed.to_string())).await? {
+    let mut record = match records(st.store.get(&parsed.to_string())).await? {
         Some(record) => record,
         // A run's own `running` record is written once it has lasted a second; before that,
         // its running marker in etcd says what it is.
@@ -109,6 +113,13 @@ pub(super) async fn get_execution(State(st): State<AppState>, Path(id): Path<Str
             None => return Err(ApiError::not_found(format!("execution {id:?} has no record"))),
         },
     };
+    if record.status == Status::Running {
+        // Its latest progress is the worker's to tell (the record has it once the run ends).
+        if let Some(reports) = crate::stream::reports_of(&st, &record.worker_id, &parsed).await {
+            record.reports.progress = reports.get("progress").and_then(|p| serde_json::from_value(p.clone()).ok());
+            record.reports.checkpoint = reports.get("checkpoint").cloned();
+        }
+    }
     Ok(Json(serde_json::to_value(record).map_err(|e| ApiError::internal(&e))?))
 }
 

@@ -1,0 +1,320 @@
+//! Progress and checkpoints of running shell tasks: what a task reports (a percentage, a
+//! message, a checkpoint), the two ways it reports it (a line on its output, `::etcron …`, or a
+//! POST to its worker), the checkpoint as etcd keeps it for a rerun to resume from, and what
+//! the record says of both.
+//!
+//! Lines (each alone on a line of the task's output, which keeps them too):
+//!
+//! ```text
+//! ::etcron progress 42.5 copying table b     percent 0..100, then an optional message
+//! ::etcron checkpoint {"offset":100000}      any JSON value, at most MAX_CHECKPOINT_BYTES
+//! ::etcron rebalance                         move me: end this run, continue on another worker
+//! ```
+//!
+//! A line that starts with `::etcron ` but says anything else is not a report (the worker logs
+//! it once per execution).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::UnixMs;
+
+/// Largest checkpoint, as JSON text.
+pub const MAX_CHECKPOINT_BYTES: usize = 16 * 1024;
+/// Longest progress message, in bytes (longer ones are cut at a character boundary).
+pub const MAX_MESSAGE_BYTES: usize = 512;
+/// Largest body of a report POSTed to the worker.
+pub const MAX_REPORT_BYTES: usize = MAX_CHECKPOINT_BYTES + 4 * 1024;
+/// What starts a report line.
+pub const LINE_PREFIX: &str = "::etcron ";
+
+/// One report of a running task: `{"percent": 50, "message": "…", "checkpoint": {…}}`, every
+/// field optional (an empty report is refused).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<Value>,
+    /// Move the run: the worker ends it (after storing the checkpoint) and another worker
+    /// continues it from its last checkpoint.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rebalance: bool,
+}
+
+/// Why a report was refused: the field and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportError {
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ReportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+fn refused(field: &str, message: impl Into<String>) -> ReportError {
+    ReportError { field: field.to_owned(), message: message.into() }
+}
+
+impl Report {
+    /// A POSTed report; errors name the field.
+    pub fn from_json(body: &[u8]) -> Result<Self, ReportError> {
+        if body.len() > MAX_REPORT_BYTES {
+            return Err(refused("body", format!("is larger than {MAX_REPORT_BYTES} bytes")));
+        }
+        let value: Value = serde_json::from_slice(body).map_err(|e| refused("body", format!("is not JSON: {e}")))?;
+        if !value.is_object() {
+            return Err(refused("body", "must be a JSON object"));
+        }
+        let report: Report = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." { "body".to_owned() } else { path };
+            refused(&field, e.inner().to_string())
+        })?;
+        report.checked()
+    }
+
+    /// The report a line of output makes: `None` for a line that is not one (no prefix), an
+    /// error for a line with the prefix that does not parse.
+    #[must_use]
+    pub fn from_line(line: &str) -> Option<Result<Self, ReportError>> {
+        let rest = line.trim_end_matches(['\r', '\n']).strip_prefix(LINE_PREFIX)?;
+        let (verb, arg) = rest.split_once(' ').unwrap_or((rest, ""));
+        Some(match verb {
+            "progress" => {
+                let (number, message) = arg.trim_start().split_once(' ').unwrap_or((arg.trim(), ""));
+                match number.parse::<f64>() {
+                    Ok(percent) => {
+                        let message = (!message.trim().is_empty()).then(|| message.trim().to_owned());
+                        Report { percent: Some(percent), message, ..Report::default() }.checked()
+                    }
+                    Err(_) => Err(refused("percent", format!("{number:?} is not a number"))),
+                }
+            }
+            "checkpoint" => match serde_json::from_str::<Value>(arg) {
+                Ok(value) => Report { checkpoint: Some(value), ..Report::default() }.checked(),
+                Err(e) => Err(refused("checkpoint", format!("is not JSON: {e}"))),
+            },
+            "rebalance" if arg.trim().is_empty() => Ok(Report { rebalance: true, ..Report::default() }),
+            other => Err(refused("line", format!("unknown report {other:?}; one of progress, checkpoint, rebalance"))),
+        })
+    }
+
+    fn checked(mut self) -> Result<Self, ReportError> {
+        if self.percent.is_none() && self.message.is_none() && self.checkpoint.is_none() && !self.rebalance {
+            return Err(refused("body", "give percent, message, checkpoint or rebalance"));
+        }
+        if let Some(p) = self.percent {
+            if !(0.0..=100.0).contains(&p) {
+                return Err(refused("percent", "must be between 0 and 100"));
+            }
+        }
+        if let Some(m) = &mut self.message {
+            cut(m, MAX_MESSAGE_BYTES);
+        }
+        if let Some(c) = &self.checkpoint {
+            let size = serde_json::to_vec(c).map_or(usize::MAX, |v| v.len());
+            if size > MAX_CHECKPOINT_BYTES {
+                return Err(refused("checkpoint", format!("is {size} bytes as JSON; at most {MAX_CHECKPOINT_BYTES}")));
+            }
+        }
+        Ok(self)
+    }
+}
+
+fn cut(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+}
+
+/// Finds report lines in a task's output as it comes, in pieces: keeps at most one partial
+/// line, and only while it can still be a report (it starts with [`LINE_PREFIX`] and is not
+/// longer than a report can be).
+#[derive(Debug, Default)]
+pub struct LineScanner {
+    partial: Vec<u8>,
+    /// The current line cannot be a report: skip to its end.
+    skipping: bool,
+}
+
+impl LineScanner {
+    /// The complete report lines in `bytes` (with what came before), without their newline.
+    /// Output that cannot be a report is skipped a line at a time, not copied.
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        let prefix = LINE_PREFIX.as_bytes();
+        let mut lines = Vec::new();
+        let mut rest = bytes;
+        loop {
+            let newline = rest.iter().position(|&b| b == b'\n');
+            let piece = newline.map_or(rest, |i| &rest[..i]);
+            if !self.skipping {
+                self.partial.extend_from_slice(piece);
+                let n = self.partial.len();
+                let can_be = if n <= prefix.len() {
+                    prefix.starts_with(&self.partial)
+                } else {
+                    self.partial.starts_with(prefix) && n <= MAX_REPORT_BYTES
+                };
+                if !can_be {
+                    self.partial.clear();
+                    self.skipping = true;
+                }
+            }
+            let Some(i) = newline else { return lines };
+            if !self.skipping && self.partial.starts_with(prefix) {
+                lines.push(String::from_utf8_lossy(&self.partial).into_owned());
+            }
+            self.partial.clear();
+            self.skipping = false;
+            rest = &rest[i + 1..];
+        }
+    }
+}
+
+/// A task's latest progress, as the API and the record show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// RFC 3339 (ms), when it was reported.
+    pub at: String,
+}
+
+impl Progress {
+    /// `self` moved on by `report` (a report without a percent keeps the last one; one without
+    /// a message keeps the last message only when it has no percent either).
+    #[must_use]
+    pub fn after(previous: Option<&Progress>, report: &Report, at: String) -> Option<Progress> {
+        if report.percent.is_none() && report.message.is_none() {
+            return previous.cloned();
+        }
+        let percent = report.percent.or(previous.and_then(|p| p.percent));
+        let message = report.message.clone().or_else(|| {
+            if report.percent.is_none() {
+                previous.and_then(|p| p.message.clone())
+            } else {
+                None
+            }
+        });
+        Some(Progress { percent, message, at })
+    }
+}
+
+/// `{ns}/checkpoints/{job}/{tick}{part}`: a tick's latest checkpoint, written by the execution
+/// that held its claim when it reported it; a failover rerun of the tick starts from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub execution_id: String,
+    pub at_ms: UnixMs,
+    pub value: Value,
+}
+
+/// Where an execution resumed from (its record's `resumed_from`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resumed {
+    /// The execution that reported the checkpoint.
+    pub execution_id: String,
+    /// RFC 3339 (ms), when it was reported.
+    pub at: String,
+    pub checkpoint: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_reports_only_with_the_prefix_and_a_known_verb() {
+        assert_eq!(Report::from_line("progress 50"), None);
+        assert_eq!(Report::from_line(" ::etcron progress 50"), None, "at the start of the line only");
+        let r = Report::from_line("::etcron progress 42.5 copying table b\n").unwrap().unwrap();
+        assert_eq!((r.percent, r.message.as_deref()), (Some(42.5), Some("copying table b")));
+        let r = Report::from_line("::etcron progress 7").unwrap().unwrap();
+        assert_eq!((r.percent, r.message), (Some(7.0), None));
+        let r = Report::from_line(r#"::etcron checkpoint {"offset":100000}"#).unwrap().unwrap();
+        assert_eq!(r.checkpoint, Some(serde_json::json!({"offset": 100000})));
+        assert!(Report::from_line("::etcron rebalance").unwrap().unwrap().rebalance);
+        for (line, field) in [
+            ("::etcron progress lots", "percent"),
+            ("::etcron progress 101", "percent"),
+            ("::etcron progress -1 x", "percent"),
+            ("::etcron checkpoint {oops", "checkpoint"),
+            ("::etcron rebalance-now", "line"),
+            ("::etcron rebalance please", "line"),
+        ] {
+            assert_eq!(Report::from_line(line).unwrap().unwrap_err().field, field, "{line}");
+        }
+        let big = format!("::etcron checkpoint \"{}\"", "x".repeat(MAX_CHECKPOINT_BYTES));
+        assert_eq!(Report::from_line(&big).unwrap().unwrap_err().field, "checkpoint");
+    }
+
+    #[test]
+    fn the_scanner_finds_report_lines_across_pieces_and_skips_the_rest() {
+        let mut s = LineScanner::default();
+        assert!(s.push(b"hello\n::etc").is_empty());
+        assert_eq!(s.push(b"ron progress 5\nx ::etcron progress 6\n"), ["::etcron progress 5"]);
+        let long = format!("::etcron checkpoint \"{}\"\n", "x".repeat(MAX_REPORT_BYTES));
+        assert!(s.push(long.as_bytes()).is_empty(), "too long to be a report");
+        assert_eq!(s.push(b"::etcron progress 7\n"), ["::etcron progress 7"], "the next line is read again");
+        assert!(s.push(b"::etcron progress 8").is_empty(), "no newline yet");
+        assert_eq!(s.push(b"\n"), ["::etcron progress 8"]);
+    }
+
+    #[test]
+    fn posted_reports_name_the_bad_field() {
+        let r = Report::from_json(br#"{"percent": 50, "message": "half", "checkpoint": {"next": 51}}"#).unwrap();
+        assert_eq!((r.percent, r.rebalance), (Some(50.0), false));
+        assert!(Report::from_json(br#"{"rebalance": true}"#).unwrap().rebalance);
+        for (body, field) in [
+            (&br#"{"percent": "x"}"#[..], "percent"),
+            (br#"{"percent": 150}"#, "percent"),
+            (br#"{"pct": 1}"#, "pct"),
+            (br#"{}"#, "body"),
+            (br#"[1]"#, "body"),
+        ] {
+            assert_eq!(Report::from_json(body).unwrap_err().field, field, "{}", String::from_utf8_lossy(body));
+        }
+        let long = format!(r#"{{"message": "{}"}}"#, "é".repeat(MAX_MESSAGE_BYTES));
+        assert!(Report::from_json(long.as_bytes()).unwrap().message.unwrap().len() <= MAX_MESSAGE_BYTES);
+        assert_eq!(Report::from_json(&vec![b' '; MAX_REPORT_BYTES + 1]).unwrap_err().field, "body");
+    }
+
+    #[test]
+    fn progress_keeps_the_last_percent_and_message_as_reports_say() {
+        let at = |s: &str| s.to_owned();
+        let half = Progress::after(
+            None,
+            &Report { percent: Some(50.0), message: Some("b".into()), ..Report::default() },
+            at("t1"),
+        )
+        .unwrap();
+        let msg =
+            Progress::after(Some(&half), &Report { message: Some("c".into()), ..Report::default() }, at("t2")).unwrap();
+        assert_eq!((msg.percent, msg.message.as_deref()), (Some(50.0), Some("c")));
+        let more = Progress::after(Some(&msg), &Report { percent: Some(60.0), ..Report::default() }, at("t3")).unwrap();
+        assert_eq!(
+            (more.percent, more.message.as_deref()),
+            (Some(60.0), None),
+            "a new percent without a message clears it"
+        );
+        let ck = Report { checkpoint: Some(Value::Null), ..Report::default() };
+        assert_eq!(
+            Progress::after(Some(&more), &ck, at("t4")),
+            Some(more.clone()),
+            "a checkpoint alone is no progress"
+        );
+    }
+}

@@ -1,0 +1,237 @@
+//! Progress and checkpoints of a running shell task (`etcron_common::progress`): the
+//! [`Tracker`] of one execution takes its reports — lines of its output, or POSTs to
+//! `ETCRON_PROGRESS_URL` with `ETCRON_PROGRESS_TOKEN` (served by `live_output`) — keeps the
+//! latest progress for followers and the API, and writes each checkpoint to
+//! `{ns}/checkpoints/{job}/{tick}{part}`, fenced by the execution's claim: a worker whose claim
+//! was closed (its run recorded lost, and rerun elsewhere) cannot overwrite the checkpoint the
+//! rerun resumes from. A failover rerun reads it at its start ([`resume_point`]).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcron_common::claim::RetentionLeases;
+use etcron_common::keys::ExecutionId;
+use etcron_common::progress::{Checkpoint, Progress, Report, Resumed};
+use etcron_common::{now_ms, rfc3339_ms};
+use serde_json::Value;
+use tokio::sync::watch;
+
+/// What followers and the API see of a running task's reports.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Snapshot {
+    /// Bumped by every report that changed something.
+    #[serde(skip)]
+    pub seq: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+    /// The latest checkpoint etcd took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<Value>,
+}
+
+/// Why a report was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The execution's claim is no longer its own (recorded lost, rerun elsewhere).
+    Fenced,
+    /// etcd failed the checkpoint's write; the task may report it again.
+    Unavailable(String),
+}
+
+/// Where a tracker writes checkpoints.
+pub struct Fence {
+    pub client: Client,
+    pub leases: Arc<RetentionLeases>,
+    pub claim_key: String,
+    pub fencing_token: i64,
+    pub checkpoint_key: String,
+    /// Set when the task asks to be moved (after its checkpoint is stored).
+    pub rebalance: watch::Sender<bool>,
+}
+
+/// One running execution's reports.
+pub struct Tracker {
+    execution_id: String,
+    token: String,
+    fence: Fence,
+    state: watch::Sender<Snapshot>,
+    /// Checkpoint writes one at a time, in order.
+    writing: tokio::sync::Mutex<()>,
+    /// The newest checkpoint a line asked for (older ones not yet written are skipped).
+    wanted: AtomicU64,
+    /// The newest checkpoint whose write ended (written, skipped or failed).
+    settled: AtomicU64,
+    /// A malformed report line was logged already.
+    warned: AtomicBool,
+}
+
+impl std::fmt::Debug for Tracker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracker").field("execution_id", &self.execution_id).finish_non_exhaustive()
+    }
+}
+
+impl Tracker {
+    #[must_use]
+    pub fn new(execution_id: &ExecutionId, token: String, fence: Fence) -> Arc<Self> {
+        Arc::new(Self {
+            execution_id: execution_id.to_string(),
+            token,
+            fence,
+            state: watch::channel(Snapshot::default()).0,
+            writing: tokio::sync::Mutex::new(()),
+            wanted: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
+            warned: AtomicBool::new(false),
+        })
+    }
+
+    /// The bearer token a report must carry (`ETCRON_PROGRESS_TOKEN`).
+    #[must_use]
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    #[must_use]
+    pub fn snapshot(&self) -> Snapshot {
+        self.state.borrow().clone()
+    }
+
+    #[must_use]
+    pub fn subscribe(&self) -> watch::Receiver<Snapshot> {
+        self.state.subscribe()
+    }
+
+    /// Takes a POSTed report: its progress at once, its checkpoint once etcd has it (the
+    /// answer waits for it, so a task that continues after a 2xx knows it is durable).
+    pub async fn report(&self, report: Report) -> Result<(), Refusal> {
+        self.progress(&report);
+        if let Some(value) = report.checkpoint {
+            let seq = self.wanted.fetch_add(1, Ordering::SeqCst) + 1;
+            self.write(value, seq, false).await?;
+        }
+        if report.rebalance {
+            self.move_run().await;
+        }
+        Ok(())
+    }
+
+    /// Asks the run to be moved once the checkpoints asked for so far are written (or failed:
+    /// the rerun then starts from the last one etcd took).
+    async fn move_run(&self) {
+        let asked = self.wanted.load(Ordering::SeqCst);
+        while self.settled.load(Ordering::SeqCst) < asked {
+            drop(self.writing.lock().await);
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        tracing::info!(execution_id = %self.execution_id, "the task asked to be moved (rebalance): stopping it here");
+        self.fence.rebalance.send_replace(true);
+    }
+
+    /// Takes a report line of the task's output; never waits (its checkpoint is written in the
+    /// background, the newest first when several wait).
+    pub fn line(self: &Arc<Self>, line: &str) {
+        let report = match Report::from_line(line) {
+            Some(Ok(report)) => report,
+            Some(Err(e)) => {
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(execution_id = %self.execution_id, error = %e, "a report line of the task's output was not understood (further ones are not logged)");
+                }
+                return;
+            }
+            None => return,
+        };
+        self.progress(&report);
+        if let Some(value) = report.checkpoint {
+            let seq = self.wanted.fetch_add(1, Ordering::SeqCst) + 1;
+            let me = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = me.write(value, seq, true).await {
+                    tracing::warn!(execution_id = %me.execution_id, error = ?e, "a checkpoint from the task's output was not written");
+                }
+            });
+        }
+        if report.rebalance {
+            let me = self.clone();
+            tokio::spawn(async move { me.move_run().await });
+        }
+    }
+
+    fn progress(&self, report: &Report) {
+        self.state.send_if_modified(|s| {
+            let next = Progress::after(s.progress.as_ref(), report, rfc3339_ms(now_ms()));
+            if next == s.progress {
+                return false;
+            }
+            s.progress = next;
+            s.seq += 1;
+            true
+        });
+    }
+
+    /// Writes checkpoint number `seq`, fenced by the claim; `skippable` when a newer one
+    /// waiting makes this one pointless (lines, which nobody waits for).
+    async fn write(&self, value: Value, seq: u64, skippable: bool) -> Result<(), Refusal> {
+        let _turn = self.writing.lock().await;
+        let outcome = self.put(value, seq, skippable).await;
+        self.settled.fetch_max(seq, Ordering::SeqCst);
+        outcome
+    }
+
+    async fn put(&self, value: Value, seq: u64, skippable: bool) -> Result<(), Refusal> {
+        if skippable && self.wanted.load(Ordering::SeqCst) != seq {
+            return Ok(());
+        }
+        let f = &self.fence;
+        let lease = f.leases.get().await.map_err(Refusal::Unavailable)?;
+        let stored = Checkpoint { execution_id: self.execution_id.clone(), at_ms: now_ms(), value: value.clone() };
+        let txn = Txn::new()
+            .when([Compare::mod_revision(f.claim_key.as_str(), CompareOp::Equal, f.fencing_token)])
+            .and_then([TxnOp::put(
+                f.checkpoint_key.as_str(),
+                serde_json::to_vec(&stored).unwrap_or_default(),
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        let mut kv = f.client.kv_client();
+        match etcron_common::etcd::request("checkpoint", kv.txn(txn)).await {
+            Ok(Ok(resp)) if resp.succeeded() => {
+                self.state.send_modify(|s| {
+                    s.checkpoint = Some(value);
+                    s.seq += 1;
+                });
+                Ok(())
+            }
+            Ok(Ok(_)) => Err(Refusal::Fenced),
+            Ok(Err(e)) => Err(Refusal::Unavailable(e.to_string())),
+            Err(_) => Err(Refusal::Unavailable("no answer from etcd".to_owned())),
+        }
+    }
+}
+
+/// A fresh per-execution token (`ETCRON_PROGRESS_TOKEN`): 128 random bits, hex.
+#[must_use]
+pub fn new_token() -> String {
+    rand::random::<[u8; 16]>().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The checkpoint a failover rerun of `id` starts from: the tick's latest, written by an
+/// earlier attempt. `None` for other runs, when there is none, or when etcd cannot tell (the
+/// rerun then starts over, with a warning).
+pub async fn resume_point(client: &Client, key: &str, id: &ExecutionId) -> Option<Resumed> {
+    let mut kv = client.kv_client();
+    let found = match etcron_common::etcd::request("checkpoint_read", kv.get(key, None)).await {
+        Ok(Ok(resp)) => resp.kvs().first().map(|kv| kv.value().to_vec())?,
+        _ => {
+            tracing::warn!(execution_id = %id, "reading the tick's checkpoint failed: the rerun starts over");
+            return None;
+        }
+    };
+    let stored: Checkpoint = serde_json::from_slice(&found).ok()?;
+    let earlier = stored.execution_id.parse::<ExecutionId>().is_ok_and(|e| e.attempt < id.attempt);
+    earlier.then(|| Resumed {
+        execution_id: stored.execution_id,
+        at: rfc3339_ms(stored.at_ms),
+        checkpoint: stored.value,
+    })
+}
