@@ -24,6 +24,37 @@ fn post(body: &str) -> String {
     )
 }
 
+/// A cluster of two workers.
+async fn two_workers(test: &str) -> Result<Cluster> {
+    let mut c = Cluster::start(test, 0).await?;
+    for i in 1..=2 {
+        c.add_worker(WorkerOpts::new(&format!("w{i}")))?;
+    }
+    c.wait_workers(2).await?;
+    Ok(c)
+}
+
+/// A task of `last` steps: step k adds k to a sum and checkpoints `{next: k, sum}` by POST
+/// (durable when curl returns), then logs `k attempt worker` to `steps`; a resumed run starts
+/// after its checkpoint's step. `at_step` runs before each step's checkpoint (may end the run).
+fn steps_command(last: u32, pause: &str, at_step: &str, steps: &std::path::Path) -> String {
+    format!(
+        "next=0; sum=0; \
+         if [ -n \"$ETCRON_CHECKPOINT\" ]; then \
+           next=$(echo \"$ETCRON_CHECKPOINT\" | sed 's/.*\"next\":\\([0-9]*\\).*/\\1/'); \
+           sum=$(echo \"$ETCRON_CHECKPOINT\" | sed 's/.*\"sum\":\\([0-9]*\\).*/\\1/'); \
+           echo \"resuming after step $next from $ETCRON_RESUMED_FROM\"; fi; \
+         k=$((next + 1)); \
+         while [ $k -le {last} ]; do \
+           sum=$((sum + k)); {pause} {at_step} \
+           {post} || exit 3; \
+           echo \"$k $ETCRON_ATTEMPT $ETCRON_WORKER_ID\" >> {steps}; k=$((k + 1)); \
+         done; echo \"sum $sum\"",
+        post = post(&format!(r#"{{\"percent\":$((k * 100 / {last})),\"checkpoint\":{{\"next\":$k,\"sum\":$sum}}}}"#)),
+        steps = steps.display(),
+    )
+}
+
 async fn run(c: &Cluster, job: &str) -> Result<String> {
     let (status, body) = c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
     anyhow::ensure!(status == 202, "run {job}: {status} {body}");
@@ -130,29 +161,9 @@ async fn reports_reach_the_api_the_stream_and_the_record_and_bad_ones_are_refuse
 /// steps before the checkpoint ran on the first attempt and the rest on the second.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_whose_worker_dies_continues_from_its_last_checkpoint_on_another_worker() -> Result<()> {
-    let mut c = Cluster::start("progress-handoff", 0).await?;
-    for i in 1..=2 {
-        c.add_worker(WorkerOpts::new(&format!("w{i}")))?;
-    }
-    c.wait_workers(2).await?;
+    let mut c = two_workers("progress-handoff").await?;
     let steps = c.path("steps");
-    // Each step adds k to the sum and checkpoints {next, sum} (POSTed: durable when curl
-    // returns); the step is logged after. A rerun starts after the checkpoint's step.
-    let command = format!(
-        "next=0; sum=0; \
-         if [ -n \"$ETCRON_CHECKPOINT\" ]; then \
-           next=$(echo \"$ETCRON_CHECKPOINT\" | sed 's/.*\"next\":\\([0-9]*\\).*/\\1/'); \
-           sum=$(echo \"$ETCRON_CHECKPOINT\" | sed 's/.*\"sum\":\\([0-9]*\\).*/\\1/'); \
-           echo \"resuming after step $next from $ETCRON_RESUMED_FROM\"; fi; \
-         k=$((next + 1)); \
-         while [ $k -le 100 ]; do \
-           sum=$((sum + k)); sleep 0.1; \
-           {post} || exit 3; \
-           echo \"$k $ETCRON_ATTEMPT $ETCRON_WORKER_ID\" >> {steps}; k=$((k + 1)); \
-         done; echo \"sum $sum\"",
-        post = post(r#"{\"percent\":$k,\"checkpoint\":{\"next\":$k,\"sum\":$sum}}"#),
-        steps = steps.display(),
-    );
+    let command = steps_command(100, "sleep 0.1;", "", &steps);
     c.put_job("long", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}})).await?;
     let first = run(&c, "long").await?;
     // Kill the worker running it when it is well into the steps.
@@ -225,29 +236,15 @@ async fn a_task_whose_worker_dies_continues_from_its_last_checkpoint_on_another_
 /// the other worker continues from the checkpoint, each step counted once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_that_asks_to_be_moved_continues_on_the_other_worker() -> Result<()> {
-    let mut c = Cluster::start("progress-rebalance", 0).await?;
-    for i in 1..=2 {
-        c.add_worker(WorkerOpts::new(&format!("w{i}")))?;
-    }
-    c.wait_workers(2).await?;
+    let c = two_workers("progress-rebalance").await?;
     let steps = c.path("steps");
-    let command = format!(
-        "next=0; sum=0; \
-         if [ -n \"$ETCRON_CHECKPOINT\" ]; then \
-           next=$(echo \"$ETCRON_CHECKPOINT\" | sed 's/.*\"next\":\\([0-9]*\\).*/\\1/'); \
-           sum=$(echo \"$ETCRON_CHECKPOINT\" | sed 's/.*\"sum\":\\([0-9]*\\).*/\\1/'); fi; \
-         k=$((next + 1)); \
-         while [ $k -le 40 ]; do \
-           sum=$((sum + k)); \
-           if [ $k -eq 20 ] && [ \"$ETCRON_ATTEMPT\" = 1 ]; then \
-             echo \"$k $ETCRON_ATTEMPT $ETCRON_WORKER_ID\" >> {steps}; {moving} || exit 3; sleep 30; exit 9; fi; \
-           {post} || exit 3; \
-           echo \"$k $ETCRON_ATTEMPT $ETCRON_WORKER_ID\" >> {steps}; k=$((k + 1)); \
-         done; echo \"sum $sum\"",
-        moving = post(r#"{\"checkpoint\":{\"next\":$k,\"sum\":$sum},\"rebalance\":true}"#),
-        post = post(r#"{\"percent\":$((k * 100 / 40)),\"checkpoint\":{\"next\":$k,\"sum\":$sum}}"#),
+    let moving = format!(
+        "if [ $k -eq 20 ] && [ \"$ETCRON_ATTEMPT\" = 1 ]; then \
+           echo \"$k $ETCRON_ATTEMPT $ETCRON_WORKER_ID\" >> {steps}; {post} || exit 3; sleep 30; exit 9; fi;",
+        post = post(r#"{\"checkpoint\":{\"next\":$k,\"sum\":$sum},\"rebalance\":true}"#),
         steps = steps.display(),
     );
+    let command = steps_command(40, "", &moving, &steps);
     c.put_job("movable", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}})).await?;
     let first = run(&c, "movable").await?;
     let done = c
