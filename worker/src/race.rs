@@ -42,7 +42,7 @@ pub(crate) enum Resolved {
 
 /// After a claim txn with an unknown outcome: reads the claim and this worker's registration
 /// (on the session lease the txn used) until etcd answers, at most `RESOLVE_UNKNOWN_FOR`.
-pub(crate) async fn resolve_unknown_claim(ctx: &Context, won: &WonClaim) -> Resolved {
+pub(crate) async fn resolve_unknown_claim(ctx: &Context, fire: &Fire, won: &WonClaim) -> Resolved {
     let deadline = tokio::time::Instant::now() + RESOLVE_UNKNOWN_FOR;
     let registration = ctx.keys.worker(&ctx.config.worker_id);
     while tokio::time::Instant::now() < deadline {
@@ -58,7 +58,7 @@ pub(crate) async fn resolve_unknown_claim(ctx: &Context, won: &WonClaim) -> Reso
                 let (registered, claim) = (found.next().flatten(), found.next().flatten());
                 return read_back(
                     &ctx.config.worker_id,
-                    won.lease,
+                    (won.lease, fire.dequeued),
                     registered.as_ref().map(ReadKey::from),
                     claim.as_ref().map(ReadKey::from),
                 );
@@ -75,20 +75,34 @@ struct ReadKey<'a> {
     value: &'a [u8],
     lease: i64,
     mod_revision: i64,
+    /// Writes since it was created: 1 for a claim its winning txn created, 2 for a queued
+    /// claim taken by its turn's txn.
+    version: i64,
 }
 
 impl<'a> From<&'a KeyValue> for ReadKey<'a> {
     fn from(kv: &'a KeyValue) -> Self {
-        Self { value: kv.value(), lease: kv.lease(), mod_revision: kv.mod_revision() }
+        Self { value: kv.value(), lease: kv.lease(), mod_revision: kv.mod_revision(), version: kv.version() }
     }
 }
 
 /// Whose the execution is, from its claim and this worker's registration as read back.
-fn read_back(worker_id: &str, lease: i64, registered: Option<ReadKey>, claim: Option<ReadKey>) -> Resolved {
+fn read_back(
+    worker_id: &str,
+    (lease, dequeued): (i64, bool),
+    registered: Option<ReadKey>,
+    claim: Option<ReadKey>,
+) -> Resolved {
+    // This fire's txn creates the claim (version 1), or, for an execution whose turn in the
+    // queue came, takes the queued one (version 2). A claim taken by this worker through
+    // another txn — the run request its queue handed over, after this fire's txn wrote it
+    // `queued` — is not this fire's: running it here too would run it twice.
+    let written_by_this_txn = if dequeued { 2 } else { 1 };
     let claim_ours = claim.and_then(|kv| {
         let claim: Claim = serde_json::from_slice(kv.value).ok()?;
         // As the winning txn wrote it (its revision is the token): taken by this worker, open.
-        (claim.worker_id == worker_id && claim.state() == ClaimState::Running).then_some(kv.mod_revision)
+        let open = claim.worker_id == worker_id && claim.state() == ClaimState::Running;
+        (open && kv.version == written_by_this_txn).then_some(kv.mod_revision)
     });
     let Some(token) = claim_ours else { return Resolved::NotOurs };
     if registered.is_some_and(|kv| kv.lease == lease) {
@@ -105,7 +119,7 @@ fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) {
     let (ctx, fire, won) = (ctx.clone(), fire.clone(), won.clone());
     tokio::spawn(async move {
         tokio::time::sleep(MISSED_AFTER).await;
-        match resolve_unknown_claim(&ctx, &won).await {
+        match resolve_unknown_claim(&ctx, &fire, &won).await {
             Resolved::Ours(token) | Resolved::Orphaned(token) => record_orphan(&ctx, &fire, &won, token).await,
             Resolved::NotOurs => {}
             Resolved::NoAnswer => {
@@ -364,7 +378,7 @@ pub(crate) async fn settle_outcome(
         ClaimOutcome::Unknown(e) => {
             // The txn may have committed (etcd lost the answer, not the write): then the tick is
             // ours and nobody else may run it, so it must run here, late, or never at all.
-            match resolve_unknown_claim(ctx, won).await {
+            match resolve_unknown_claim(ctx, fire, won).await {
                 Resolved::Ours(token) => {
                     METRICS.claims.with_label_values(&["unknown_won"]).inc();
                     tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown, but the claim is ours: running the tick late");
@@ -406,7 +420,7 @@ mod tests {
 
     fn key(value: &[u8], lease: i64, version: i64) -> ReadKey<'_> {
         // A rewrite (version 2) moved the mod revision past the winning txn's.
-        ReadKey { value, lease, mod_revision: 40 + version - 1 }
+        ReadKey { value, lease, mod_revision: 40 + version - 1, version }
     }
 
     #[test]
@@ -414,7 +428,8 @@ mod tests {
         let registration = br#"{"id":"w1"}"#;
         let (running, closed, foreign) =
             (claim("w1", ClaimState::Running), claim("w1", ClaimState::Done), claim("w2", ClaimState::Running));
-        let back = |r: Option<ReadKey>, c: Option<ReadKey>| read_back("w1", 7, r, c);
+        let back = |r: Option<ReadKey>, c: Option<ReadKey>| read_back("w1", (7, false), r, c);
+        let back_dequeued = |r: Option<ReadKey>, c: Option<ReadKey>| read_back("w1", (7, true), r, c);
         // The txn committed and the session that made it still lives: run it.
         assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&running, 9, 1))), Resolved::Ours(40));
         // The session ended between the commit and the read (gone, or registered anew).
@@ -428,7 +443,11 @@ mod tests {
         // then taken): ours, its token the revision that took it.
         let queued = claim("", ClaimState::Queued);
         assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&queued, 9, 1))), Resolved::NotOurs);
-        assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&running, 9, 2))), Resolved::Ours(41));
+        assert_eq!(back_dequeued(Some(key(registration, 7, 1)), Some(key(&running, 9, 2))), Resolved::Ours(41));
+        // A tick whose txn wrote it `queued` (answer lost), handed the lock since and taken by
+        // this same worker's run of its turn: not the tick's first txn's to run (it would run
+        // twice: the chaos suite found it).
+        assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&running, 9, 2))), Resolved::NotOurs);
         // Nothing written: the txn failed (or has not been applied yet).
         assert_eq!(back(Some(key(registration, 7, 1)), None), Resolved::NotOurs);
         assert_eq!(back(Some(key(registration, 7, 1)), Some(key(b"not json", 9, 1))), Resolved::NotOurs);
