@@ -96,6 +96,16 @@ pub fn state_line(job: &Value) -> String {
     "enabled".to_owned()
 }
 
+/// ` (async: 202, then its status URL polled every …)` for an asynchronous HTTP task.
+fn polled(task: &Value) -> String {
+    match task.get("async") {
+        Some(poll) if poll.is_object() => {
+            format!(" (async: 202, then its status URL polled every {})", poll["interval"].as_str().unwrap_or("5s"))
+        }
+        _ => String::new(),
+    }
+}
+
 /// ` (as user:group)` for a shell task run as a user, else nothing.
 fn run_as(task: &Value) -> String {
     match (task["user"].as_str(), task["group"].as_str()) {
@@ -115,7 +125,7 @@ fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
     )];
     let task_line = match task["kind"].as_str() {
         Some("shell") => format!("shell: {}{}", clip(&text(&task["command"]), 100), run_as(task)),
-        Some("http") => format!("http: {} {}", text(&task["method"]), clip(&text(&task["url"]), 100)),
+        Some("http") => format!("http: {} {}{}", text(&task["method"]), clip(&text(&task["url"]), 100), polled(task)),
         _ => text(&task["kind"]),
     };
     lines.push(("task", task_line));
@@ -413,8 +423,8 @@ mod tests {
     #[test]
     fn the_spec_in_a_few_lines() {
         let job = json!({"name": "a", "schedule_description": "At 03:00", "eligible_workers": 2, "spec": {
-            "schedule": "0 3 * * *", "timezone": "UTC", "task": {"kind": "http", "method": "POST", "url": "http://h/x"},
-            "retries": {"max": 2, "backoff": "10s", "max_backoff": "5m"}, "concurrency": "forbid", "misfire": "skip",
+            "schedule": "0 3 * * *", "timezone": "UTC", "task": {"kind": "http", "method": "POST", "url": "http://h/x",
+            "async": {"interval": "10s"}}, "retries": {"max": 2, "backoff": "10s", "max_backoff": "5m"}, "concurrency": "forbid", "misfire": "skip",
             "mode": {"sharded": 3}, "selector": {"zone": "a"}, "on_failure": ["alert"], "labels": {},
             "pause_after_failures": 5, "alerts": {"late_start": "1m", "max_duration": "10m",
             "no_success_within": "2h", "on_output_match": "ERROR|panic"}}});
@@ -423,7 +433,7 @@ mod tests {
             lines,
             [
                 "schedule: 0 3 * * * (UTC): At 03:00",
-                "task: http: POST http://h/x",
+                "task: http: POST http://h/x (async: 202, then its status URL polled every 10s)",
                 "labels: -",
                 "timeout: none",
                 "retries: 2 (backoff 10s, at most 5m)",

@@ -267,6 +267,10 @@ pub struct HttpTask {
     /// The status that counts as success; any 2xx when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_status: Option<u16>,
+    /// The endpoint answers `202 Accepted` and a status URL, polled until the work ends
+    /// (`crate::http_async`).
+    #[serde(default, rename = "async", skip_serializing_if = "Option::is_none")]
+    pub asynchronous: Option<Box<crate::http_async::AsyncPoll>>,
 }
 
 pub use crate::headers::Secrets;
@@ -983,6 +987,15 @@ fn validate_http(http: &HttpTask) -> Result<(), SpecError> {
         if !(100..=599).contains(&s) {
             return Err(SpecError::at("task.expect_status", "must be an HTTP status between 100 and 599"));
         }
+    }
+    if let Some(poll) = &http.asynchronous {
+        if http.expect_status.is_some() {
+            return Err(SpecError::at(
+                "task.expect_status",
+                "not with task.async: a 202 answer starts the polling, any other 2xx is a success at once",
+            ));
+        }
+        poll.validate()?;
     }
     Ok(())
 }

@@ -29,6 +29,25 @@ pub fn from_slice_unique(bytes: &[u8]) -> Result<Value, ParseError> {
     }
 }
 
+/// `value` as compact JSON text of printable ASCII only (every other character written as
+/// `\uXXXX`), so that it fits in an HTTP header or gRPC metadata value.
+#[must_use]
+pub fn ascii(value: &Value) -> String {
+    let text = value.to_string();
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
+}
+
 /// Builds a `Value` like serde_json's own visitor, with the path of what it reads, and notes the
 /// first repeated key in `found`.
 struct Unique<'a> {
@@ -141,5 +160,14 @@ mod tests {
         assert!(matches!(from_slice_unique(b"{\"a\":"), Err(ParseError::Syntax(_))));
         let deep = "[".repeat(200) + &"]".repeat(200);
         assert!(matches!(from_slice_unique(deep.as_bytes()), Err(ParseError::Syntax(_))));
+    }
+
+    #[test]
+    fn ascii_json_escapes_what_a_header_cannot_carry() {
+        let value = serde_json::json!({"city": "Zürich", "emoji": "🦀", "n": 1});
+        let text = ascii(&value);
+        assert!(text.bytes().all(|b| (0x20..0x7f).contains(&b)), "{text}");
+        assert!(text.contains("\\u00fc") && text.contains("\\ud83e\\udd80"), "{text}");
+        assert_eq!(serde_json::from_str::<Value>(&text).ok(), Some(value));
     }
 }

@@ -12,6 +12,7 @@ pub mod dependency;
 pub mod diff;
 pub mod duration;
 pub mod headers;
+pub mod http_async;
 pub mod job;
 pub mod json;
 pub mod keys;

@@ -736,6 +736,8 @@ function jobForm(isNew) {
       "Name: value per line. Never shown again; Name: with nothing after it keeps the stored value."),
     body: formField("task.body", "Body", add("task.body", textarea({ rows: 3, class: "mono" }))),
     expect: formField("task.expect_status", "Expected status", add("task.expect_status", input({ inputmode: "numeric", placeholder: "any 2xx" }))),
+    asynchronous: formField("task.async", "Asynchronous", add("task.async", textarea({ rows: 3, class: "mono", placeholder: '{"interval": "5s", "timeout": "2h"}' })),
+      "JSON; empty for a plain request. Set, a 202 Accepted answer's status URL (its Location) is polled until its state is done or failed; a kill or timeout sends DELETE there."),
     timeout: formField("timeout", "Timeout", add("timeout", input({ placeholder: "none, e.g. 10m" })), "TERM, then KILL, after this long."),
     retries: formField("retries.max", "Retries", add("retries.max", input({ inputmode: "numeric", placeholder: "0" })), "Extra attempts after a failure."),
     backoff: formField("retries.backoff", "Backoff", add("retries.backoff", input({ placeholder: "10s" })), "Doubles per attempt."),
@@ -772,7 +774,7 @@ function jobForm(isNew) {
   fields.timezone.append(h("datalist", { id: "timezones" }, ["UTC", ...zones].map((z) => h("option", { value: z }))));
   const shellOnly = [fields.command, fields.env, fields.secretEnv, fields.cwd, fields.user, fields.group];
   const limitFields = [fields.memory, fields.cpu, fields.openFiles];
-  const httpOnly = [fields.method, fields.url, fields.headers, fields.secretHeaders, fields.body, fields.expect];
+  const httpOnly = [fields.method, fields.url, fields.headers, fields.secretHeaders, fields.body, fields.expect, fields.asynchronous];
   const sync = () => {
     const http = f["task.kind"].value === "http";
     for (const el of [...shellOnly, ...limitFields]) el.hidden = http;
@@ -812,6 +814,11 @@ function jobForm(isNew) {
       if (Object.keys(secretHeaders).length) spec.task.secret_headers = secretHeaders;
       if (f["task.body"].value) spec.task.body = f["task.body"].value;
       if (f["task.expect_status"].value.trim()) spec.task.expect_status = numberOr(f["task.expect_status"].value);
+      if (f["task.async"].value.trim()) {
+        try { spec.task.async = JSON.parse(f["task.async"].value); } catch (e) {
+          throw Object.assign(new Error(`Not valid JSON: ${e.message}`), { field: "task.async" });
+        }
+      }
     } else {
       spec.task = { kind: "shell", command: f["task.command"].value };
       const env = map("task.env", "=");
@@ -883,7 +890,8 @@ function jobForm(isNew) {
       "task.user": task.user || "", "task.group": task.group || "",
       "task.secret_env": formatMap(task.secret_env, "="), "task.secret_headers": formatMap(task.secret_headers, ": "),
       "task.method": task.method || "GET", "task.url": task.url || "", "task.headers": formatMap(task.headers, ": "),
-      "task.body": task.body || "", "task.expect_status": task.expect_status ?? "", timeout: spec.timeout || "", start_deadline: spec.start_deadline || "",
+      "task.body": task.body || "", "task.expect_status": task.expect_status ?? "",
+      "task.async": task.async ? JSON.stringify(task.async, null, 2) : "", timeout: spec.timeout || "", start_deadline: spec.start_deadline || "",
       "retries.max": retries.max ?? 0, "retries.backoff": retries.backoff || "", "retries.max_backoff": retries.max_backoff || "",
       concurrency: spec.concurrency || "allow", max_queue: spec.max_queue ?? "", misfire: spec.misfire || "skip", max_catchup: spec.max_catchup ?? "",
       pause_after_failures: spec.pause_after_failures ?? "",

@@ -122,6 +122,22 @@ try {
   await page.locator("#err-f-name").waitFor();
   assert.match(await page.locator("#err-f-name").innerText(), /already exists/);
 
+  // An asynchronous HTTP task: its polling as JSON; a bad value is flagged at the field.
+  await page.locator("#f-name").fill("async-in-ui");
+  await page.locator("#f-task-async").fill('{"interval": "10ms"}');
+  await page.getByRole("button", { name: "Create job" }).click();
+  await page.locator("#err-f-task-async").waitFor();
+  assert.match(await page.locator("#err-f-task-async").innerText(), /between 100ms and 1h/);
+  await page.locator("#f-task-async").fill('{"interval": "2s", "timeout": "1h"}');
+  await page.getByRole("button", { name: "Create job" }).click();
+  await page.waitForFunction(() => location.hash === "#/job/async-in-ui");
+  const polled = (await call(base, "GET", "/api/jobs/async-in-ui")).body.spec.task.async;
+  assert.equal(polled.interval, "2s");
+  assert.equal(polled.timeout, "1h");
+  await page.goto(`${base}/#/edit/async-in-ui`);
+  await page.waitForFunction(() => JSON.parse(document.getElementById("f-task-async")?.value || "{}").interval === "2s");
+  assert.equal((await call(base, "DELETE", "/api/jobs/async-in-ui")).status, 204);
+
   // Delete from the job page, after confirming.
   await page.goto(`${base}/#/job/made-in-ui`);
   page.once("dialog", (d) => d.accept());

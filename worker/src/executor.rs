@@ -76,6 +76,8 @@ pub enum Ending {
     /// An HTTP task got no (complete) response: DNS, connect, TLS, protocol or body errors,
     /// naming the step and the URL.
     RequestFailed(String),
+    /// An asynchronous HTTP task's status document said the remote work failed.
+    RemoteFailed(String),
 }
 
 #[derive(Debug)]

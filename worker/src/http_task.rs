@@ -9,12 +9,13 @@
 //!   for the response and reading its body. A job without `timeout` has no total limit (as a
 //!   shell task has none), but connecting is limited to [`CONNECT_TIMEOUT`] so an unreachable
 //!   host fails instead of hanging.
-//! - **Redirects** are followed by this module (not by reqwest) up to [`MAX_REDIRECTS`] hops;
+//! - **Redirects** are followed by `http_client` (not by reqwest) up to [`MAX_REDIRECTS`] hops;
 //!   more is a failed request. The status judged is the final response's. As in browsers,
 //!   301/302/303 continue with a GET without body, 307/308 repeat the method and body. A hop to
 //!   another origin (scheme, host or port) drops every `secret_headers` entry and
 //!   `Authorization`, `Cookie` and `Proxy-Authorization`; a hop from `https` to `http` (or to
-//!   any other scheme) is never followed: the run fails naming both URLs ([`next_hop`]).
+//!   any other scheme) is never followed: the run fails naming both URLs
+//!   ([`crate::http_client::next_hop`]).
 //! - **Success** is `expect_status` when the job sets it, any 2xx otherwise.
 //! - **Output** is `HTTP {code} {reason}` on a line, then the response body as received (no
 //!   decompression; the worker does not ask for compressed bodies), bounded to `max_output`
@@ -27,47 +28,36 @@
 //!   caller with [`with_default_headers`]), and `User-Agent: etcron-worker/{version}`, each
 //!   overridable by the job. The `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` environment variables of
 //!   the worker apply. A body is sent as given, with no `Content-Type` unless the job sets one.
+//!   A failover rerun also gets `X-Etcron-Checkpoint` (the checkpoint as JSON, non-ASCII
+//!   escaped) and `X-Etcron-Resumed-From`; with the worker's live-output server configured,
+//!   `X-Etcron-Progress-Url` and `X-Etcron-Progress-Token` say where to report progress.
+//! - **Asynchronous tasks** (`task.async`): a `202 Accepted` answer starts polling its status
+//!   URL ([`crate::http_poll`]); any other answer is judged as above.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
-use std::time::Duration;
+use std::sync::Arc;
 
-use etcron_common::output::BoundedOutput;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use tokio::sync::watch;
 
 use crate::executor::{wait_stop, Ending, Finished, StopReason};
+pub use crate::http_client::HttpJob;
+use crate::http_client::{self, header_map, redacted, status_line, Outgoing};
+use crate::http_poll::{self, Polled};
+use crate::live_output::LiveOutput;
 
-/// How long establishing a connection (DNS, TCP, TLS) may take, whatever the job's timeout.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub use crate::http_client::{CONNECT_TIMEOUT, MAX_REDIRECTS};
 
-/// Redirect hops followed before a request counts as failed.
-pub const MAX_REDIRECTS: usize = 5;
-
-/// An HTTP task ready to run.
-#[derive(Debug, Clone)]
-pub struct HttpJob {
-    pub method: String,
-    pub url: String,
-    pub headers: BTreeMap<String, String>,
-    /// Names of the headers in `headers` that are the job's `secret_headers`: never sent on to
-    /// another origin.
-    pub secret_headers: Vec<String>,
-    pub body: Option<String>,
-    /// The status that counts as success; any 2xx when `None`.
-    pub expect_status: Option<u16>,
-    /// Limit of the whole exchange; none when `None` (connecting is still limited).
-    pub timeout: Option<Duration>,
-    /// Bound of the captured output (status line and body).
-    pub max_output: usize,
-}
-
-/// Runs `job` until the response body has been read, the request failed, the timeout passed,
-/// or `stop` carries a reason; the latter two abort the request.
-pub async fn run_http(job: HttpJob, mut stop: watch::Receiver<Option<StopReason>>) -> Finished {
-    let mut output = BoundedOutput::new(job.max_output);
+/// Runs `job` until the response body has been read (and, for an asynchronous task, the
+/// remote work ended), the request failed, the timeout passed, or `stop` carries a reason; the
+/// latter two abort the request and send an asynchronous task's cancel request.
+pub async fn run_http(
+    job: HttpJob,
+    output: Arc<LiveOutput>,
+    mut stop: watch::Receiver<Option<StopReason>>,
+) -> Finished {
     let mut status = None;
+    let mut polled = Polled::default();
     // A stop that arrived before the start (a kill right after the claim) sends nothing.
     let already = stop.borrow().clone();
     let ending = match already {
@@ -81,21 +71,26 @@ pub async fn run_http(job: HttpJob, mut stop: watch::Receiver<Option<StopReason>
                 }
             };
             // Dropping the exchange future closes its connection: that is the abort.
-            tokio::select! {
+            let ending = tokio::select! {
                 biased;
                 reason = wait_stop(&mut stop) => Ending::Stopped(reason),
                 () = timeout => Ending::TimedOut,
-                ending = exchange(&job, &mut output, &mut status) => ending,
+                ending = exchange(&job, &output, &mut status, &mut polled) => ending,
+            };
+            if matches!(ending, Ending::Stopped(_) | Ending::TimedOut) {
+                http_poll::cancel(&job, &polled, &output).await;
             }
+            ending
         }
     };
+    let (text, truncated) = output.render();
     Finished {
         ending,
         exit_code: None,
         signal: None,
         http_status: status,
-        output: output.render(),
-        output_truncated: output.truncated(),
+        output: text,
+        output_truncated: truncated,
         spawned_ms: None,
     }
 }
@@ -116,79 +111,40 @@ pub fn with_default_headers(
     headers
 }
 
-/// The shared client, or why there is none.
-struct SharedClient {
-    client: Result<reqwest::Client, String>,
-    /// Set when the client could only be built without certificate roots: https cannot work.
-    tls_unavailable: Option<String>,
-}
-
-static CLIENT: LazyLock<SharedClient> = LazyLock::new(build_client);
-
-fn build_client() -> SharedClient {
-    let builder = || {
-        reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            // Redirects are followed by `exchange`, which knows which headers are secret.
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("etcron-worker/", env!("CARGO_PKG_VERSION")))
-    };
-    match builder().build() {
-        Ok(client) => SharedClient { client: Ok(client), tls_unavailable: None },
-        Err(e) => {
-            // Most likely no CA certificates on this machine; plain http can still work.
-            let cause = error_chain(&e);
-            tracing::error!(error = %cause, "cannot set up TLS for HTTP tasks; https:// tasks will fail");
-            let fallback = builder().tls_certs_only(std::iter::empty()).build().map_err(|e2| error_chain(&e2));
-            SharedClient { client: fallback, tls_unavailable: Some(cause) }
-        }
-    }
-}
-
-/// Sends the request and reads the response into `output`; `status` is set once known.
-async fn exchange(job: &HttpJob, output: &mut BoundedOutput, status: &mut Option<u16>) -> Ending {
-    let shared = &*CLIENT;
-    let client = match &shared.client {
-        Ok(c) => c,
-        Err(e) => return Ending::RequestFailed(format!("the worker cannot make HTTP requests: {e}")),
-    };
+/// Sends the request and reads the response into `output`; `status` is set once known, and
+/// `polled` once an asynchronous task's status URL is.
+async fn exchange(job: &HttpJob, output: &LiveOutput, status: &mut Option<u16>, polled: &mut Polled) -> Ending {
     let url = match Url::parse(&job.url) {
         Ok(u) => u,
         Err(e) => return Ending::RequestFailed(format!("invalid URL {}: {e}", job.url)),
     };
     let shown = redacted(&url);
-    if let (Some(cause), "https") = (&shared.tls_unavailable, url.scheme()) {
-        return Ending::RequestFailed(format!(
-            "requesting {shown} failed: https is unavailable on this worker: {cause}"
-        ));
-    }
-    let method = match Method::from_bytes(job.method.as_bytes()) {
-        Ok(m) => m,
-        Err(_) => return Ending::RequestFailed(format!("invalid HTTP method {:?}", job.method)),
+    let Ok(method) = Method::from_bytes(job.method.as_bytes()) else {
+        return Ending::RequestFailed(format!("invalid HTTP method {:?}", job.method));
     };
     let headers = match header_map(&job.headers) {
         Ok(h) => h,
         Err(e) => return Ending::RequestFailed(e),
     };
-    let mut response = match send_following_redirects(client, job, method, url, headers).await {
+    let out = Outgoing { method, url, headers, body: job.body.clone(), secret_headers: &job.secret_headers };
+    let response = match http_client::send(out).await {
         Ok(r) => r,
         Err(e) => return Ending::RequestFailed(e),
     };
     let code = response.status();
     *status = Some(code.as_u16());
     output.push(status_line(code).as_bytes());
-    // Chunk by chunk: only the bounded head and tail are ever kept.
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => output.push(&chunk),
-            Ok(None) => break,
-            Err(e) => {
-                return Ending::RequestFailed(format!(
-                    "reading the response body from {shown} failed: {}",
-                    error_chain(&e)
-                ))
-            }
-        }
+    let accepted = code == StatusCode::ACCEPTED && job.asynchronous.is_some();
+    let location = response.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let answered_from = response.url().clone();
+    let keep = if accepted { etcron_common::http_async::MAX_STATUS_BYTES } else { 0 };
+    let body = match read_body(response, output, keep).await {
+        Ok(b) => b,
+        Err(e) => return Ending::RequestFailed(format!("reading the response body from {shown} failed: {e}")),
+    };
+    if let (true, Some((poll, limit))) = (accepted, &job.asynchronous) {
+        return http_poll::follow(job, poll, *limit, (&answered_from, location.as_deref(), &body), output, polled)
+            .await;
     }
     let ok = match job.expect_status {
         Some(expected) => code.as_u16() == expected,
@@ -197,164 +153,23 @@ async fn exchange(job: &HttpJob, output: &mut BoundedOutput, status: &mut Option
     Ending::Http { status: code.as_u16(), ok, expected: job.expect_status }
 }
 
-/// Headers that carry credentials of their own: never sent on to another origin, as browsers do.
-const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
-
-/// Sends the request and follows redirects per [`next_hop`]; errors name the step and the URL.
-async fn send_following_redirects(
-    client: &reqwest::Client,
-    job: &HttpJob,
-    mut method: Method,
-    mut url: Url,
-    mut headers: HeaderMap,
-) -> Result<reqwest::Response, String> {
-    let first = redacted(&url);
-    let mut body = job.body.clone();
-    for hop in 0..=MAX_REDIRECTS {
-        let mut request = client.request(method.clone(), url.clone()).headers(headers.clone());
-        if let Some(body) = &body {
-            request = request.body(body.clone());
-        }
-        let response = request.send().await.map_err(|e| describe(&e, &redacted(&url)))?;
-        let location = response.headers().get(reqwest::header::LOCATION).cloned();
-        let (true, Some(location)) = (is_followed(response.status()), location) else { return Ok(response) };
-        if hop == MAX_REDIRECTS {
-            return Err(format!("following redirects from {first} failed: more than {MAX_REDIRECTS} redirects"));
-        }
-        let location = location.to_str().unwrap_or_default();
-        let next = next_hop(&url, response.status(), location, &method)
-            .map_err(|why| format!("following redirects from {first} failed: {why}"))?;
-        if !next.same_origin {
-            for name in job.secret_headers.iter().map(String::as_str).chain(CREDENTIAL_HEADERS) {
-                headers.remove(name);
-            }
-        }
-        if next.drop_body {
-            body = None;
-            headers.remove(reqwest::header::CONTENT_TYPE);
-        }
-        (url, method) = (next.url, next.method);
-    }
-    Err(format!("following redirects from {first} failed: more than {MAX_REDIRECTS} redirects"))
-}
-
-/// The redirect statuses that are followed (as reqwest and browsers do).
-fn is_followed(status: StatusCode) -> bool {
-    matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308)
-}
-
-/// Where a redirect goes and what is sent there.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Hop {
-    pub url: Url,
-    pub method: Method,
-    /// 301/302/303: the body (and its `Content-Type`) is not sent again.
-    pub drop_body: bool,
-    /// Same scheme, host and port: secret headers may go along.
-    pub same_origin: bool,
-}
-
-/// The next request after a `status` answer naming `location`, or why it is not made: only
-/// `http`/`https` targets, never from `https` to `http`.
-pub(crate) fn next_hop(from: &Url, status: StatusCode, location: &str, method: &Method) -> Result<Hop, String> {
-    let url = from.join(location).map_err(|e| format!("the redirect's Location {location:?} is not a URL: {e}"))?;
-    let shown = redacted(&url);
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("a redirect to {shown} is not followed (only http and https)"));
-    }
-    if from.scheme() == "https" && url.scheme() == "http" {
-        return Err(format!("a redirect from https to {shown} (plain http) is not followed"));
-    }
-    let drop_body = matches!(status.as_u16(), 301..=303);
-    let method = if drop_body && *method != Method::HEAD { Method::GET } else { method.clone() };
-    let same_origin = url.origin() == from.origin();
-    Ok(Hop { url, method, drop_body, same_origin })
-}
-
-fn header_map(headers: &BTreeMap<String, String>) -> Result<HeaderMap, String> {
-    let mut map = HeaderMap::new();
-    for (name, value) in headers {
-        let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("invalid header name {name:?}"))?;
-        // The value itself is not repeated: it may be a credential.
-        let value = HeaderValue::from_str(value).map_err(|_| format!("invalid value for header {name}"))?;
-        // Append, not insert: names differing only in case are both sent.
-        map.append(header, value);
-    }
-    Ok(map)
-}
-
-fn status_line(code: StatusCode) -> String {
-    match code.canonical_reason() {
-        Some(reason) => format!("HTTP {} {reason}\n", code.as_u16()),
-        None => format!("HTTP {}\n", code.as_u16()),
-    }
-}
-
-/// The URL as shown in errors, without a password it may carry.
-fn redacted(url: &Url) -> String {
-    let mut shown = url.clone();
-    if shown.password().is_some() {
-        let _ = shown.set_password(Some("redacted"));
-    }
-    shown.to_string()
-}
-
-/// What failed, naming the step and the URL.
-fn describe(e: &reqwest::Error, shown: &str) -> String {
-    let step = if e.is_connect() {
-        "connecting to"
-    } else if e.is_redirect() {
-        "following redirects from"
-    } else if e.is_timeout() {
-        "waiting for"
-    } else {
-        "requesting"
-    };
-    format!("{step} {shown} failed: {}", error_chain(e))
-}
-
-/// The causes below a reqwest error, most specific last, without reqwest's own summary (it
-/// repeats the URL unredacted) and without wrappers that add nothing.
-pub(crate) fn error_chain(e: &reqwest::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        let io = c.downcast_ref::<std::io::Error>();
-        let tls = is_tls(c);
-        let text = match io {
-            // "connection refused" reads better than "Connection refused (os error 111)".
-            Some(io) if io.raw_os_error().is_some() && io.kind() != std::io::ErrorKind::Other => io.kind().to_string(),
-            _ if tls => format!("TLS: {c}"),
-            _ => c.to_string(),
-        };
-        let wrapper = text.starts_with("client error (") || text == "tcp connect error";
-        if !wrapper && !parts.iter().any(|p| p == &text) {
-            parts.push(text);
-        }
-        cause = c.source();
-    }
-    if parts.is_empty() {
-        // Nothing below it: reqwest's own summary, without the URL.
-        let mut text = e.to_string();
-        if let Some(cut) = text.find(" for url (") {
-            text.truncate(cut);
-        }
-        parts.push(text);
-    }
-    parts.join(": ")
-}
-
-/// Whether `e` is a rustls error, also when wrapped in (nested) `io::Error`s, whose `source()`
-/// skips the error they wrap.
-fn is_tls(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut current = e;
+/// Reads a response body chunk by chunk into `output` (which keeps only its bounded head and
+/// tail); returns its first `keep` bytes.
+pub(crate) async fn read_body(
+    mut response: reqwest::Response,
+    output: &LiveOutput,
+    keep: usize,
+) -> Result<Vec<u8>, String> {
+    let mut kept = Vec::new();
     loop {
-        if current.is::<rustls::Error>() {
-            return true;
-        }
-        match current.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
-            Some(inner) => current = inner,
-            None => return false,
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                output.push(&chunk);
+                let room = keep.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..room.min(chunk.len())]);
+            }
+            Ok(None) => return Ok(kept),
+            Err(e) => return Err(http_client::error_chain(&e)),
         }
     }
 }
@@ -362,7 +177,10 @@ fn is_tls(e: &(dyn std::error::Error + 'static)) -> bool {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::http_client::next_hop;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
     use tokio::sync::oneshot;
@@ -449,8 +267,13 @@ mod tests {
             body: None,
             expect_status: None,
             timeout: Some(Duration::from_secs(30)),
-            max_output: 64 * 1024,
+            asynchronous: None,
+            tracker: None,
         }
+    }
+
+    async fn run_limited(job: HttpJob, limit: usize, stop: watch::Receiver<Option<StopReason>>) -> Finished {
+        run_http(job, Arc::new(LiveOutput::new(limit)), stop).await
     }
 
     fn no_stop() -> watch::Receiver<Option<StopReason>> {
@@ -461,7 +284,7 @@ mod tests {
     #[tokio::test]
     async fn ok_response_is_recorded_with_its_body() {
         let (url, server) = serve_once("200 OK", "", b"all good".to_vec()).await;
-        let done = run_http(job(&url), no_stop()).await;
+        let done = run_limited(job(&url), 64 * 1024, no_stop()).await;
         assert_eq!(done.ending, Ending::Http { status: 200, ok: true, expected: None });
         assert_eq!(done.http_status, Some(200));
         assert_eq!(done.output, "HTTP 200 OK\nall good");
@@ -475,7 +298,7 @@ mod tests {
     #[tokio::test]
     async fn server_error_fails_without_expected_status() {
         let (url, _server) = serve_once("503 Service Unavailable", "", b"try later".to_vec()).await;
-        let done = run_http(job(&url), no_stop()).await;
+        let done = run_limited(job(&url), 64 * 1024, no_stop()).await;
         assert_eq!(done.ending, Ending::Http { status: 503, ok: false, expected: None });
         assert_eq!(done.http_status, Some(503));
         assert_eq!(done.output, "HTTP 503 Service Unavailable\ntry later");
@@ -484,13 +307,13 @@ mod tests {
     #[tokio::test]
     async fn expected_status_decides_success() {
         let (url, _server) = serve_once("204 No Content", "", Vec::new()).await;
-        let done = run_http(HttpJob { expect_status: Some(204), ..job(&url) }, no_stop()).await;
+        let done = run_limited(HttpJob { expect_status: Some(204), ..job(&url) }, 64 * 1024, no_stop()).await;
         assert_eq!(done.ending, Ending::Http { status: 204, ok: true, expected: Some(204) });
         assert_eq!(done.output, "HTTP 204 No Content\n");
 
         // A 2xx other than the expected one is a failure.
         let (url, _server) = serve_once("200 OK", "", Vec::new()).await;
-        let done = run_http(HttpJob { expect_status: Some(204), ..job(&url) }, no_stop()).await;
+        let done = run_limited(HttpJob { expect_status: Some(204), ..job(&url) }, 64 * 1024, no_stop()).await;
         assert_eq!(done.ending, Ending::Http { status: 200, ok: false, expected: Some(204) });
     }
 
@@ -503,7 +326,7 @@ mod tests {
             ("User-Agent".to_owned(), "custom/1".to_owned()),
         ]);
         let request = HttpJob { method: "POST".to_owned(), headers, body: Some(r#"{"a":1}"#.to_owned()), ..job(&url) };
-        let done = run_http(request, no_stop()).await;
+        let done = run_limited(request, 64 * 1024, no_stop()).await;
         assert_eq!(done.ending, Ending::Http { status: 201, ok: true, expected: None });
         let seen = server.await.unwrap();
         assert!(seen.head.starts_with("POST /hook?x=1 HTTP/1.1\r\n"), "{}", seen.head);
@@ -519,7 +342,7 @@ mod tests {
         body.extend(std::iter::repeat_n(b'x', 4 * 1024 * 1024));
         body.extend_from_slice(b"-END");
         let (url, _server) = serve_once("200 OK", "", body).await;
-        let done = run_http(HttpJob { max_output: 1024, ..job(&url) }, no_stop()).await;
+        let done = run_limited(job(&url), 1024, no_stop()).await;
         assert_eq!(done.ending, Ending::Http { status: 200, ok: true, expected: None });
         assert!(done.output_truncated);
         assert!(done.output.starts_with("HTTP 200 OK\nBEGIN-xxx"), "{}", &done.output[..40]);
@@ -531,7 +354,7 @@ mod tests {
     #[tokio::test]
     async fn non_utf8_body_is_converted_lossily() {
         let (url, _server) = serve_once("200 OK", "", vec![b'a', 0xff, b'b']).await;
-        let done = run_http(job(&url), no_stop()).await;
+        let done = run_limited(job(&url), 64 * 1024, no_stop()).await;
         assert_eq!(done.output, "HTTP 200 OK\na\u{fffd}b");
     }
 
@@ -540,7 +363,7 @@ mod tests {
         // A port that was just free: nobody listens there.
         let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
         let url = format!("http://127.0.0.1:{port}/");
-        let done = run_http(job(&url), no_stop()).await;
+        let done = run_limited(job(&url), 64 * 1024, no_stop()).await;
         let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
         assert_eq!(message, &format!("connecting to {url} failed: connection refused"));
         assert_eq!(done.http_status, None);
@@ -558,7 +381,7 @@ mod tests {
             let mut sink = [0u8; 1024];
             while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
         });
-        let done = run_http(job(&url), no_stop()).await;
+        let done = run_limited(job(&url), 64 * 1024, no_stop()).await;
         let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
         assert!(message.starts_with(&format!("connecting to {url} failed: TLS: ")), "{message}");
     }
@@ -566,7 +389,7 @@ mod tests {
     #[tokio::test]
     async fn password_in_url_is_not_repeated() {
         let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
-        let done = run_http(job(&format!("http://user:hunter2@127.0.0.1:{port}/")), no_stop()).await;
+        let done = run_limited(job(&format!("http://user:hunter2@127.0.0.1:{port}/")), 64 * 1024, no_stop()).await;
         let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
         assert!(!message.contains("hunter2"), "{message}");
         assert!(message.contains(&format!("http://user:redacted@127.0.0.1:{port}/")), "{message}");
@@ -593,7 +416,7 @@ mod tests {
                 }
             }
         });
-        let done = run_http(job(&url), no_stop()).await;
+        let done = run_limited(job(&url), 64 * 1024, no_stop()).await;
         let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
         assert!(message.starts_with(&format!("following redirects from {url} failed: ")), "{message}");
         assert_eq!(server.await.unwrap(), MAX_REDIRECTS + 1);
@@ -636,7 +459,7 @@ mod tests {
             format!("307 Temporary Redirect\r\nLocation: {b}/b"),
         ])
         .await;
-        let done = run_http(with_secret(&format!("{a}/start")), no_stop()).await;
+        let done = run_limited(with_secret(&format!("{a}/start")), 64 * 1024, no_stop()).await;
         assert_eq!(done.ending, Ending::Http { status: 200, ok: true, expected: None });
         let at_a = a_server.await.unwrap();
         assert!(at_a[1].head.starts_with("GET /next "), "{}", at_a[1].head);
@@ -676,7 +499,7 @@ mod tests {
         // The https server is never reached: rustls fails first. So the rule is exercised at
         // `next_hop` above; here a plain run checks that a refused hop is a failed request.
         let (a, _a_server) = serve_each(vec!["302 Found\r\nLocation: ftp://127.0.0.1/x".to_owned()]).await;
-        let done = run_http(with_secret(&format!("{a}/start")), no_stop()).await;
+        let done = run_limited(with_secret(&format!("{a}/start")), 64 * 1024, no_stop()).await;
         let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
         assert!(message.contains("is not followed"), "{message}");
     }
@@ -684,7 +507,8 @@ mod tests {
     #[tokio::test]
     async fn silent_server_times_out() {
         let (url, _received) = serve_silently().await;
-        let done = run_http(HttpJob { timeout: Some(Duration::from_millis(200)), ..job(&url) }, no_stop()).await;
+        let done =
+            run_limited(HttpJob { timeout: Some(Duration::from_millis(200)), ..job(&url) }, 64 * 1024, no_stop()).await;
         assert_eq!(done.ending, Ending::TimedOut);
         assert_eq!(done.http_status, None);
     }
@@ -693,7 +517,7 @@ mod tests {
     async fn stop_aborts_a_hanging_request() {
         let (url, received) = serve_silently().await;
         let (stop_tx, stop_rx) = watch::channel(None);
-        let run = tokio::spawn(run_http(HttpJob { timeout: None, ..job(&url) }, stop_rx));
+        let run = tokio::spawn(run_limited(HttpJob { timeout: None, ..job(&url) }, 64 * 1024, stop_rx));
         received.await.unwrap();
         stop_tx.send(Some(StopReason::Killed("kill command at revision 7".to_owned()))).unwrap();
         let done = run.await.unwrap();
@@ -704,7 +528,7 @@ mod tests {
     async fn stop_before_start_sends_nothing() {
         let (stop_tx, stop_rx) = watch::channel(Some(StopReason::LeaseLost));
         // Nothing listens here; a request would fail instead of ending Stopped.
-        let done = run_http(job("http://127.0.0.1:9/"), stop_rx).await;
+        let done = run_limited(job("http://127.0.0.1:9/"), 64 * 1024, stop_rx).await;
         drop(stop_tx);
         assert_eq!(done.ending, Ending::Stopped(StopReason::LeaseLost));
     }

@@ -13,6 +13,8 @@ pub mod execution;
 pub mod executor;
 pub mod fire;
 pub mod health;
+pub mod http_client;
+pub mod http_poll;
 pub mod http_task;
 pub mod identity;
 pub mod ledger;

@@ -49,25 +49,27 @@ pub struct LiveOutput {
     progress: watch::Sender<(u64, bool)>,
     /// The task's reports, when it can make them (a shell task's).
     tracker: Option<Arc<Tracker>>,
-    /// Report lines of the output, found as it comes.
-    scanner: Mutex<LineScanner>,
+    /// Report lines of the output, found as it comes (a shell task's; an HTTP response's
+    /// body is not read for them).
+    scanner: Option<Mutex<LineScanner>>,
 }
 
 impl LiveOutput {
     /// Output bounded to `limit` bytes (head + tail), as the record keeps it.
     #[must_use]
     pub fn new(limit: usize) -> Self {
-        Self::with_tracker(limit, None)
+        Self::with_tracker(limit, None, Lines::Ignored)
     }
 
-    /// As [`LiveOutput::new`], with report lines of the output going to `tracker`.
+    /// As [`LiveOutput::new`], with the task's reports going to `tracker` (and its report
+    /// lines, when `lines` says they are reports).
     #[must_use]
-    pub fn with_tracker(limit: usize, tracker: Option<Arc<Tracker>>) -> Self {
+    pub fn with_tracker(limit: usize, tracker: Option<Arc<Tracker>>, lines: Lines) -> Self {
         Self {
             buf: Mutex::new(BoundedOutput::new(limit)),
             progress: watch::channel((0, false)).0,
             tracker,
-            scanner: Mutex::new(LineScanner::default()),
+            scanner: (lines == Lines::Reports).then(|| Mutex::new(LineScanner::default())),
         }
     }
 
@@ -82,8 +84,8 @@ impl LiveOutput {
     }
 
     pub fn push(&self, bytes: &[u8]) {
-        if let Some(tracker) = &self.tracker {
-            let lines = self.scanner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(bytes);
+        if let (Some(tracker), Some(scanner)) = (&self.tracker, &self.scanner) {
+            let lines = scanner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(bytes);
             for line in lines {
                 tracker.line(&line);
             }
@@ -113,6 +115,15 @@ impl LiveOutput {
     }
 }
 
+/// Whether `::etcron …` lines of an output are the task's reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lines {
+    /// A shell task's output: they are.
+    Reports,
+    /// An HTTP response: it is only output.
+    Ignored,
+}
+
 /// The live outputs of this worker's running executions, by execution id.
 #[derive(Debug, Default)]
 pub struct LiveOutputs {
@@ -126,8 +137,8 @@ impl LiveOutputs {
 
     /// Makes `id`'s output (and its reports, to `tracker`) followable until the guard is
     /// dropped (which also ends the followers).
-    pub fn open(&self, id: &str, limit: usize, tracker: Option<Arc<Tracker>>) -> LiveGuard<'_> {
-        let live = Arc::new(LiveOutput::with_tracker(limit, tracker));
+    pub fn open(&self, id: &str, limit: usize, tracker: Option<Arc<Tracker>>, lines: Lines) -> LiveGuard<'_> {
+        let live = Arc::new(LiveOutput::with_tracker(limit, tracker, lines));
         self.lock().insert(id.to_owned(), live.clone());
         LiveGuard { outputs: self, id: id.to_owned(), live }
     }
@@ -427,7 +438,7 @@ mod tests {
     fn the_guard_removes_the_output_and_finishes_it() {
         let outputs = LiveOutputs::default();
         let live = {
-            let guard = outputs.open("j@1#1", 16, None);
+            let guard = outputs.open("j@1#1", 16, None, Lines::Reports);
             assert!(outputs.get("j@1#1").is_some());
             guard.output()
         };

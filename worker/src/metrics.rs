@@ -63,6 +63,8 @@ pub struct WorkerMetrics {
     pub backfill_chain_broken: IntCounter,
     /// SLA alerts this worker raised (won the occurrence's transaction), by event.
     pub alerts: IntCounterVec,
+    /// Cancel requests of asynchronous HTTP tasks, by outcome (`sent`, `failed`).
+    pub http_cancels: IntCounterVec,
     /// SLA alerts that could not be decided (etcd failed every try): possibly not raised.
     pub alert_errors: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
@@ -176,6 +178,11 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "SLA alerts this worker raised (each occurrence is raised by one worker), by event (late, long_running, stale).",
         &["event"],
     ),
+    http_cancels: counter_vec(
+        "etcron_worker_http_cancels_total",
+        "Cancel requests of asynchronous HTTP tasks (after a kill, a lost lease or a timeout), by outcome: sent (answered 2xx) or failed (the remote work may go on).",
+        &["outcome"],
+    ),
     alert_errors: counter(
         "etcron_worker_alert_errors_total",
         "SLA alerts that could not be decided because etcd failed every try: possibly not raised.",
@@ -204,6 +211,9 @@ pub fn init(capacity: u32) {
     METRICS.capacity.set(i64::from(capacity));
     for event in ["late", "long_running", "stale"] {
         METRICS.alerts.with_label_values(&[event]);
+    }
+    for outcome in ["sent", "failed"] {
+        METRICS.http_cancels.with_label_values(&[outcome]);
     }
 }
 

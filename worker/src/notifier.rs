@@ -631,9 +631,9 @@ fn build_client(timeout: Duration) -> Result<reqwest::Client, String> {
             .user_agent(USER_AGENT)
     };
     builder().build().or_else(|e| {
-        let cause = crate::http_task::error_chain(&e);
+        let cause = crate::http_client::error_chain(&e);
         tracing::error!(error = %cause, "cannot set up TLS for notifications; https:// webhooks will fail");
-        builder().tls_certs_only(std::iter::empty()).build().map_err(|e| crate::http_task::error_chain(&e))
+        builder().tls_certs_only(std::iter::empty()).build().map_err(|e| crate::http_client::error_chain(&e))
     })
 }
 
@@ -849,7 +849,7 @@ async fn send(client: &reqwest::Client, url: &str, target: &NotifyTarget, delive
         Ok(r) => r,
         Err(e) => {
             let step = if e.is_connect() { "connecting failed" } else { "request failed" };
-            return Sent::Failed(format!("{step}: {}", crate::http_task::error_chain(&e)));
+            return Sent::Failed(format!("{step}: {}", crate::http_client::error_chain(&e)));
         }
     };
     let status = response.status();

@@ -71,7 +71,7 @@ pub(crate) fn status_of(finished: &Finished) -> (Status, Option<String>) {
             let expected = expected.map_or_else(|| "2xx".to_owned(), |s| s.to_string());
             (Status::Failed, Some(format!("HTTP status {status}, expected {expected}")))
         }
-        Ending::RequestFailed(e) => (Status::Failed, Some(e.clone())),
+        Ending::RequestFailed(e) | Ending::RemoteFailed(e) => (Status::Failed, Some(e.clone())),
     }
 }
 

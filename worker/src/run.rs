@@ -17,6 +17,7 @@ use tokio::sync::{oneshot, watch};
 use crate::executor::{self, Ending, Finished, ShellJob, StopReason};
 use crate::fire::Fire;
 use crate::http_task::{self, HttpJob};
+use crate::live_output::Lines;
 use crate::metrics::METRICS;
 use crate::progress::{Fence, Tracker};
 use crate::race::WonClaim;
@@ -62,7 +63,7 @@ pub(crate) async fn execute(
             }
             // Followable from now until the run ends (the guard's drop ends the followers).
             let env = shell_env(ctx, fire, shell, fencing_token, &reporting);
-            let live = ctx.live.open(&fire.id.to_string(), max_output, reporting.tracker);
+            let live = ctx.live.open(&fire.id.to_string(), max_output, reporting.tracker, Lines::Reports);
             let job = ShellJob {
                 command: shell.command.clone(),
                 env,
@@ -79,7 +80,9 @@ pub(crate) async fn execute(
         Task::Http(http) => {
             // No process: nobody waits for a pid.
             drop(pid_tx);
-            http_task::run_http(http_job(ctx, fire, http, fencing_token, max_output), stop).await
+            let job = http_job(ctx, fire, http, fencing_token, &reporting);
+            let live = ctx.live.open(&fire.id.to_string(), max_output, reporting.tracker, Lines::Ignored);
+            http_task::run_http(job, live.output(), stop).await
         }
     }
 }
@@ -115,8 +118,7 @@ fn shell_env(
     env.insert("ETCRON_WORKER_ID".into(), ctx.config.worker_id.clone());
     env.insert("ETCRON_FENCING_TOKEN".into(), fencing_token.to_string());
     if let (Some(tracker), Some(base)) = (&reporting.tracker, &ctx.local_output_url) {
-        let path = etcron_common::percent_encode(&id.to_string());
-        env.insert("ETCRON_PROGRESS_URL".into(), format!("{base}/executions/{path}/progress"));
+        env.insert("ETCRON_PROGRESS_URL".into(), progress_url(base, id));
         env.insert("ETCRON_PROGRESS_TOKEN".into(), tracker.token().to_owned());
     }
     if let Some(resumed) = reporting.resumed {
@@ -126,17 +128,27 @@ fn shell_env(
     env
 }
 
-/// An HTTP task's request: the job's headers (secrets included) and the `X-Etcron-*` identity.
-fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, max_output: usize) -> HttpJob {
+/// An HTTP task's request: the job's headers (secrets included), the `X-Etcron-*` identity,
+/// where to report progress, and the checkpoint it resumes from.
+fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, reporting: &Reporting<'_>) -> HttpJob {
     let id = &fire.id;
-    let identity = [
+    let mut identity = vec![
         ("X-Etcron-Job", id.job.clone()),
         ("X-Etcron-Execution-Id", id.to_string()),
         ("X-Etcron-Scheduled-At", rfc3339_ms(fire.scheduled_ms)),
         ("X-Etcron-Attempt", id.attempt.to_string()),
         ("X-Etcron-Worker-Id", ctx.config.worker_id.clone()),
         ("X-Etcron-Fencing-Token", fencing_token.to_string()),
+        ("X-Etcron-Trigger", fire.trigger.as_str().to_owned()),
     ];
+    if let (Some(tracker), Some(base)) = (&reporting.tracker, &ctx.local_output_url) {
+        identity.push(("X-Etcron-Progress-Url", progress_url(base, id)));
+        identity.push(("X-Etcron-Progress-Token", tracker.token().to_owned()));
+    }
+    if let Some(resumed) = reporting.resumed {
+        identity.push(("X-Etcron-Checkpoint", etcron_common::json::ascii(&resumed.checkpoint)));
+        identity.push(("X-Etcron-Resumed-From", resumed.execution_id.clone()));
+    }
     let headers = http
         .headers
         .iter()
@@ -146,13 +158,22 @@ fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, max
     HttpJob {
         method: http.method.clone(),
         url: http.url.clone(),
-        headers: http_task::with_default_headers(&headers, identity.map(|(name, value)| (name.to_owned(), value))),
+        headers: http_task::with_default_headers(
+            &headers,
+            identity.into_iter().map(|(name, value)| (name.to_owned(), value)),
+        ),
         secret_headers: http.secret_headers.keys().cloned().collect(),
         body: http.body.clone(),
         expect_status: http.expect_status,
         timeout: fire.spec.timeout.map(|t| t.0),
-        max_output,
+        asynchronous: http.asynchronous.as_deref().map(|poll| (poll.clone(), poll.poll_timeout(fire.spec.timeout).0)),
+        tracker: reporting.tracker.clone(),
     }
+}
+
+/// Where a running task POSTs its reports (`ETCRON_PROGRESS_URL`, `X-Etcron-Progress-Url`).
+fn progress_url(base: &str, id: &etcron_common::keys::ExecutionId) -> String {
+    format!("{base}/executions/{}/progress", etcron_common::percent_encode(&id.to_string()))
 }
 
 /// What the run phase hands to the close phase.
@@ -225,7 +246,7 @@ async fn reports_of_run(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) -> (Opt
     } else {
         None
     };
-    let tracker = matches!(fire.spec.task, Task::Shell(_)).then(|| {
+    let tracker = matches!(fire.spec.task, Task::Shell(_) | Task::Http(_)).then(|| {
         let (rebalance, mut asked) = watch::channel(false);
         // The task asked to be moved: stopped here, continued elsewhere (see `close`).
         let (owner, id) = (ctx.clone(), fire.id.clone());
