@@ -63,6 +63,8 @@ pub struct WorkerMetrics {
     pub backfill_chain_broken: IntCounter,
     /// SLA alerts this worker raised (won the occurrence's transaction), by event.
     pub alerts: IntCounterVec,
+    /// Notifications sent because etcd could not tell whether a silence window was open.
+    pub silence_unknown: IntCounter,
     /// Cancel requests of asynchronous HTTP tasks, by outcome (`sent`, `failed`).
     pub http_cancels: IntCounterVec,
     /// SLA alerts that could not be decided (etcd failed every try): possibly not raised.
@@ -177,6 +179,10 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "etcron_worker_alerts_raised_total",
         "SLA alerts this worker raised (each occurrence is raised by one worker), by event (late, long_running, stale).",
         &["event"],
+    ),
+    silence_unknown: counter(
+        "etcron_worker_silence_unknown_total",
+        "Notifications sent without knowing whether the target's silence window was open (etcd did not answer, or the window kept changing): possibly sent while silenced.",
     ),
     http_cancels: counter_vec(
         "etcron_worker_http_cancels_total",

@@ -46,8 +46,9 @@ pub struct Fence {
     pub claim_key: String,
     pub fencing_token: i64,
     pub checkpoint_key: String,
-    /// Set when the task asks to be moved (after its checkpoint is stored).
-    pub rebalance: watch::Sender<bool>,
+    /// Called once the task asked to be moved and its checkpoints asked for so far are
+    /// settled: stops the run (the close phase then requests its continuation).
+    pub rebalance: Box<dyn Fn() + Send + Sync>,
 }
 
 /// One running execution's reports.
@@ -61,7 +62,7 @@ pub struct Tracker {
     /// The newest checkpoint a line asked for (older ones not yet written are skipped).
     wanted: AtomicU64,
     /// The newest checkpoint whose write ended (written, skipped or failed).
-    settled: AtomicU64,
+    settled: watch::Sender<u64>,
     /// A malformed report line was logged already.
     warned: AtomicBool,
 }
@@ -82,7 +83,7 @@ impl Tracker {
             state: watch::channel(Snapshot::default()).0,
             writing: tokio::sync::Mutex::new(()),
             wanted: AtomicU64::new(0),
-            settled: AtomicU64::new(0),
+            settled: watch::channel(0).0,
             warned: AtomicBool::new(false),
         })
     }
@@ -121,12 +122,10 @@ impl Tracker {
     /// the rerun then starts from the last one etcd took).
     async fn move_run(&self) {
         let asked = self.wanted.load(Ordering::SeqCst);
-        while self.settled.load(Ordering::SeqCst) < asked {
-            drop(self.writing.lock().await);
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        // The sender lives in `self`: waiting cannot fail.
+        let _ = self.settled.subscribe().wait_for(|settled| *settled >= asked).await;
         tracing::info!(execution_id = %self.execution_id, "the task asked to be moved (rebalance): stopping it here");
-        self.fence.rebalance.send_replace(true);
+        (self.fence.rebalance)();
     }
 
     /// Takes a report line of the task's output; never waits (its checkpoint is written in the
@@ -175,7 +174,11 @@ impl Tracker {
     async fn write(&self, value: Value, seq: u64, skippable: bool) -> Result<(), Refusal> {
         let _turn = self.writing.lock().await;
         let outcome = self.put(value, seq, skippable).await;
-        self.settled.fetch_max(seq, Ordering::SeqCst);
+        self.settled.send_if_modified(|settled| {
+            let newer = seq > *settled;
+            *settled = (*settled).max(seq);
+            newer
+        });
         outcome
     }
 

@@ -247,11 +247,10 @@ async fn reports_of_run(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) -> (Opt
         None
     };
     let tracker = matches!(fire.spec.task, Task::Shell(_) | Task::Http(_)).then(|| {
-        let (rebalance, mut asked) = watch::channel(false);
         // The task asked to be moved: stopped here, continued elsewhere (see `close`).
-        let (owner, id) = (ctx.clone(), fire.id.clone());
-        tokio::spawn(async move {
-            if asked.wait_for(|asked| *asked).await.is_ok() {
+        let (owner, id) = (Arc::downgrade(ctx), fire.id.clone());
+        let rebalance = Box::new(move || {
+            if let Some(owner) = owner.upgrade() {
                 owner.registry.stop(&id, StopReason::Rebalance);
             }
         });

@@ -13,6 +13,8 @@ use etcron_common::keys::Keys;
 use etcron_common::notify::Delivery;
 use etcron_common::{now_ms, UnixMs};
 
+use crate::metrics::METRICS;
+
 /// Compare-and-set rounds lost to other workers before the notification is sent regardless.
 const TRIES: u32 = 3;
 
@@ -53,11 +55,13 @@ pub(crate) async fn silenced(
         }
     }
     tracing::warn!(delivery = %delivery.id, "the silence window kept changing under this worker: sending");
+    METRICS.silence_unknown.inc();
     false
 }
 
 fn unknown(delivery: &Delivery) -> bool {
     tracing::warn!(delivery = %delivery.id, "etcd did not answer about the target's silence window: sending");
+    METRICS.silence_unknown.inc();
     false
 }
 
