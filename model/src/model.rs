@@ -227,15 +227,16 @@ impl RunningExecution {
     /// manual run, whose request time only the marker holds).
     #[must_use]
     pub fn from_claim(execution_id: &ExecutionId, claim: &Claim, create_revision: i64) -> Self {
-        let scheduled_ms = execution_id.tick.scheduled_ms();
+        // A manual run's request time is only in its marker: now is within a second of it.
+        let started_ms = execution_id.tick.scheduled_ms().unwrap_or_else(crate::now_ms);
         Self {
             worker_id: claim.worker_id.clone(),
             execution_id: execution_id.clone(),
             pid: None,
-            started_at: rfc3339_ms(scheduled_ms.unwrap_or_else(crate::now_ms)),
+            started_at: rfc3339_ms(started_ms),
             fencing_token: Some(create_revision),
             trigger: Some(TriggerKind::of_tick(&execution_id.tick)),
-            scheduled_ms: claim.params.as_of_ms.or(scheduled_ms),
+            scheduled_ms: Some(claim.params.as_of_ms.unwrap_or(started_ms)),
             params: claim.params.clone(),
         }
     }
@@ -816,11 +817,16 @@ mod tests {
         let young = RunningExecution::from_claim(&id, &back, 9);
         assert_eq!((young.scheduled_ms, &young.params), (Some(5), &params), "as of 5, not now");
         let marker = RunningExecution { pid: Some(1), ..young };
-        let stored = RunningExecution::from_stored(id, &marker.to_bytes(), 9).unwrap();
+        let stored = RunningExecution::from_stored(id.clone(), &marker.to_bytes(), 9).unwrap();
         assert_eq!(stored.params, params);
         assert_eq!(ExecutionRecord::from_marker(&stored).params, params);
         // Without parameters nothing is written for them.
         assert_eq!(serde_json::to_string(&Claim::taken("w1")).unwrap(), r#"{"worker_id":"w1"}"#);
+        // A young manual run without `as_of` reads as scheduled when it was claimed, not 1970.
+        let before = crate::now_ms();
+        let plain = ExecutionRecord::from_marker(&RunningExecution::from_claim(&id, &Claim::taken("w1"), 9));
+        let scheduled = chrono::DateTime::parse_from_rfc3339(&plain.scheduled_at).unwrap().timestamp_millis();
+        assert!(scheduled >= before && scheduled <= crate::now_ms(), "{}", plain.scheduled_at);
     }
 
     #[test]
