@@ -444,6 +444,25 @@ async fn executions_get_follow_streams_live_output() -> anyhow::Result<()> {
     assert_eq!(last["execution"]["status"], "failed");
     let out = ctl(&c, &["executions", "get", "ticker@1#1", "--follow"]).await;
     assert_eq!(out.code, 3, "unknown execution: {out:?}");
+
+    // A task reporting progress: its reports on stderr, its output (lines included) on stdout.
+    let gate = c.path("go");
+    c.put_job(
+        "reporter",
+        yearly(&format!(
+            "echo '::etcron progress 40 loading'; while [ ! -e {gate} ]; do sleep 0.05; done; \
+             echo '::etcron progress 80 almost'; echo '::etcron checkpoint {{\"n\":1}}'; sleep 3",
+            gate = gate.display()
+        )),
+    )
+    .await?;
+    let id = run(&c, "reporter").await;
+    execution(&c, &id, "the reporter to report", |v| v["progress"]["percent"] == 40.0).await;
+    std::fs::write(&gate, "")?;
+    let out = ctl(&c, &["logs", &id, "--follow"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("progress 80%: almost (checkpoint stored)"), "{}", out.stderr);
+    assert!(out.stdout.contains("::etcron progress 80 almost"), "{}", out.stdout);
     Ok(())
 }
 
