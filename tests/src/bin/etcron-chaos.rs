@@ -346,7 +346,8 @@ async fn main() -> Result<()> {
         || !alerted_twice.is_empty()
     {
         println!("FAILED (logs in {})", sys.logs.display());
-        std::process::exit(1);
+        // Not `process::exit`: returning drops `sys`, which stops every process it started.
+        anyhow::bail!("the chaos run found a broken promise (see above)");
     }
     println!("ok");
     Ok(())
