@@ -107,8 +107,20 @@ pub struct Search {
     pub until_ms: Option<UnixMs>,
     /// Words that must all occur in output or error (case-insensitive, whole words).
     pub q: Option<String>,
+    /// Only records whose `team` is one of these (`None`: any team, or none). A caller that
+    /// holds roles on some teams only searches with them; records without a team never match.
+    pub teams: Option<Vec<String>>,
     pub limit: i64,
     pub cursor: Option<Cursor>,
+}
+
+/// The filter of `teams` on a document's `team` (see [`Search::teams`]): one value, or `$in`.
+#[must_use]
+pub fn team_filter(teams: &[String]) -> Bson {
+    match teams {
+        [one] => Bson::String(one.clone()),
+        many => Bson::Document(doc! {"$in": many}),
+    }
 }
 
 /// Position after the last record of a page: newest first by (scheduled time, id).
@@ -237,6 +249,9 @@ pub fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
     let mut d = RawDocumentBuf::new();
     d.append("_id", r.id.to_string());
     d.append("job", r.job.as_str());
+    if let Some(team) = &r.team {
+        d.append("team", team.as_str());
+    }
     let mut date = |key: &str, rfc: Option<&str>| {
         if let Some(t) = rfc.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) {
             d.append(key, BsonDate::from_millis(t.timestamp_millis()));
@@ -411,6 +426,7 @@ pub fn from_document(d: &Document) -> Result<ExecutionRecord, StoreError> {
         bson::from_bson(d.get("trigger").cloned().unwrap_or(Bson::Null)).map_err(|_| bad("trigger"))?;
     Ok(ExecutionRecord {
         job: str_of("job").unwrap_or_else(|| id.job.clone()),
+        team: str_of("team"),
         scheduled_at: rfc(d.get("scheduled_at")).unwrap_or_default(),
         scheduled_ms: int_of("scheduled_ms").unwrap_or(0),
         claimed_at: rfc(d.get("claimed_at")),
@@ -488,8 +504,8 @@ pub fn time_page(
 /// MongoDB reads the index as one ordered range per (status, trigger) pair and merges them (48
 /// at most) instead of sorting. Words (`q`) have no index: each indexed word costs every insert
 /// more than all these indexes together (BENCHMARKS.md), so words are checked on the documents.
-pub const SEARCH_INDEXES: [(&str, Option<&str>); 3] =
-    [("exec_job", Some("job")), ("exec_worker", Some("worker_id")), ("exec_status", None)];
+pub const SEARCH_INDEXES: [(&str, Option<&str>); 4] =
+    [("exec_job", Some("job")), ("exec_worker", Some("worker_id")), ("exec_team", Some("team")), ("exec_status", None)];
 
 /// Most documents a search examines for filters its index does not hold (words, or a worker
 /// together with a job): it reads at most this many documents of the index's range, newest
@@ -534,12 +550,14 @@ fn any_status_and_trigger(filter: &mut Document) {
 }
 
 /// How a search runs: the index, the filter its bounds hold, and the filters checked on the
-/// documents the index yields (residual: a worker given with a job, and the words).
+/// documents the index yields (residual: a worker given with a job, teams given with a job or
+/// a worker, and the words).
 #[derive(Debug, Clone)]
 pub struct SearchPlan {
     pub index: &'static str,
     pub indexed: Document,
     pub worker: Option<String>,
+    pub teams: Option<Vec<String>>,
     pub words: Vec<String>,
 }
 
@@ -547,7 +565,7 @@ impl SearchPlan {
     /// True when the index holds every filter.
     #[must_use]
     pub fn exact(&self) -> bool {
-        self.worker.is_none() && self.words.is_empty()
+        self.worker.is_none() && self.teams.is_none() && self.words.is_empty()
     }
 
     /// The projection and the most documents to read for a page of `limit` when the index holds
@@ -564,6 +582,9 @@ impl SearchPlan {
         let mut checks = Vec::new();
         if let Some(worker) = &self.worker {
             checks.push(Bson::Document(doc! {"$eq": ["$worker_id", worker]}));
+        }
+        if let Some(teams) = &self.teams {
+            checks.push(Bson::Document(doc! {"$in": [{"$ifNull": ["$team", Bson::Null]}, teams]}));
         }
         if !self.words.is_empty() {
             checks.push(Bson::Document(doc! {"$setIsSubset": [&self.words, {"$ifNull": ["$words", []]}]}));
@@ -589,6 +610,9 @@ impl SearchPlan {
         if let Some(worker) = &self.worker {
             all.insert("worker_id", worker);
         }
+        if let Some(teams) = &self.teams {
+            all.insert("team", team_filter(teams));
+        }
         if !self.words.is_empty() {
             all.insert("words", doc! {"$all": &self.words});
         }
@@ -597,27 +621,34 @@ impl SearchPlan {
 }
 
 /// The plan of a search: the job's index when a job is given, else the worker's, else the
-/// status's; the words, and a worker given with a job, are residual.
+/// teams' when teams are given, else the status's; the words, a worker given with a job, and
+/// teams given with a job or a worker are residual.
 #[must_use]
 pub fn search_plan(s: &Search) -> SearchPlan {
     let mut indexed = Document::new();
     let mut residual_worker = None;
-    let index = match (&s.job, &s.worker) {
-        (Some(job), worker) => {
+    let mut residual_teams = s.teams.clone();
+    let index = match (&s.job, &s.worker, &s.teams) {
+        (Some(job), worker, _) => {
             indexed.insert("job", job);
             residual_worker.clone_from(worker);
             "exec_job"
         }
-        (None, Some(worker)) => {
+        (None, Some(worker), _) => {
             indexed.insert("worker_id", worker);
             "exec_worker"
         }
-        (None, None) => "exec_status",
+        (None, None, Some(teams)) => {
+            indexed.insert("team", team_filter(teams));
+            residual_teams = None;
+            "exec_team"
+        }
+        (None, None, None) => "exec_status",
     };
     status_and_trigger(&mut indexed, &s.statuses, s.trigger);
     time_page(&mut indexed, "scheduled_at", s.since_ms, s.until_ms, s.cursor.as_ref());
     let words = s.q.as_deref().map(words).unwrap_or_default();
-    SearchPlan { index, indexed, worker: residual_worker, words }
+    SearchPlan { index, indexed, worker: residual_worker, teams: residual_teams, words }
 }
 
 /// A search of `GET /api/notifications`, newest first.
@@ -626,6 +657,8 @@ pub struct NotificationSearch {
     pub job: Option<String>,
     pub execution_id: Option<String>,
     pub event: Option<NotifyEvent>,
+    /// Only deliveries whose `team` is one of these (`None`: any), as [`Search::teams`].
+    pub teams: Option<Vec<String>>,
     pub limit: i64,
 }
 
@@ -647,6 +680,7 @@ pub fn notification_document(n: &Delivery) -> Document {
     doc! {
         "_id": &n.id,
         "job": &n.job,
+        "team": n.team.as_deref(),
         "execution_id": &n.execution_id,
         "event": n.event.as_str(),
         "target": &n.target,
@@ -686,6 +720,7 @@ pub fn notification_from_document(d: &Document) -> Result<Delivery, StoreError> 
     Ok(Delivery {
         id: str_of("_id").ok_or_else(|| bad("_id"))?,
         job: str_of("job").unwrap_or_default(),
+        team: str_of("team"),
         execution_id: str_of("execution_id").unwrap_or_default(),
         event,
         target: str_of("target").unwrap_or_default(),
@@ -815,6 +850,7 @@ impl MongoStore {
             index("notif_execution", doc! {"execution_id": 1, "created_at": -1}),
             index("notif_event_time", doc! {"event": 1, "created_at": -1, "_id": -1}),
             index("notif_time", doc! {"created_at": -1, "_id": -1}),
+            index("notif_team_time", doc! {"team": 1, "created_at": -1, "_id": -1}),
         ];
         self.notifications.create_indexes(models).await?;
         self.ensure_ttl(&self.notifications, NOTIFICATIONS, NOTIFICATIONS_TTL_INDEX, "created_at", retention).await
@@ -887,6 +923,9 @@ impl MongoStore {
         }
         if let Some(event) = s.event {
             filter.insert("event", event.as_str());
+        }
+        if let Some(teams) = &s.teams {
+            filter.insert("team", team_filter(teams));
         }
         let options =
             FindOptions::builder().sort(doc! {"created_at": -1, "_id": -1}).limit(s.limit.clamp(1, MAX_LIMIT)).build();
@@ -1123,19 +1162,23 @@ impl MongoStore {
     }
 
     /// Executions scheduled in `[since_ms, until_ms)` counted by status in buckets of
-    /// `bucket_ms` (aligned to the epoch), optionally of one job; one aggregation served by the
-    /// time index. Buckets without executions are left out.
+    /// `bucket_ms` (aligned to the epoch), optionally of one job, and only of `teams` when
+    /// given ([`Search::teams`]); one aggregation served by the time index. Buckets without
+    /// executions are left out.
     pub async fn activity(
         &self,
         since_ms: UnixMs,
         until_ms: UnixMs,
         bucket_ms: i64,
-        job: Option<&str>,
+        (job, teams): (Option<&str>, Option<&[String]>),
     ) -> Result<Vec<ActivityBucket>, StoreError> {
         let mut matcher = doc! {"scheduled_at": {
         "$gte": BsonDate::from_millis(since_ms), "$lt": BsonDate::from_millis(until_ms)}};
         if let Some(job) = job {
             matcher.insert("job", job);
+        }
+        if let Some(teams) = teams {
+            matcher.insert("team", team_filter(teams));
         }
         any_status_and_trigger(&mut matcher);
         let bucket = doc! {"$subtract": ["$scheduled_ms", {"$mod": ["$scheduled_ms", bucket_ms]}]};
@@ -1161,15 +1204,20 @@ impl MongoStore {
         Ok(out)
     }
 
-    /// Outcome counts since `since_ms` and the latest execution of each job seen since then.
+    /// Outcome counts since `since_ms` and the latest execution of each job seen since then
+    /// (only of records of `teams` when given, [`Search::teams`]).
     pub async fn summaries(
         &self,
         since_ms: UnixMs,
         job: Option<&str>,
+        teams: Option<&[String]>,
     ) -> Result<HashMap<String, JobSummary>, StoreError> {
         let mut matcher = doc! {"scheduled_at": {"$gte": BsonDate::from_millis(since_ms)}};
         if let Some(job) = job {
             matcher.insert("job", job);
+        }
+        if let Some(teams) = teams {
+            matcher.insert("team", team_filter(teams));
         }
         any_status_and_trigger(&mut matcher);
         let pipeline = vec![
@@ -1239,6 +1287,7 @@ mod tests {
         ExecutionRecord {
             id: ExecutionId::new("a", Tick::Scheduled(1_700_000_000_000)),
             job: "a".into(),
+            team: Some("payments".into()),
             scheduled_at: crate::rfc3339_ms(1_700_000_000_000),
             scheduled_ms: 1_700_000_000_000,
             claimed_at: Some(crate::rfc3339_ms(1_700_000_000_004)),
@@ -1312,6 +1361,7 @@ mod tests {
         let n = Delivery {
             id: "a@1700000000000#1/failure/0".into(),
             job: "a".into(),
+            team: Some("payments".into()),
             execution_id: "a@1700000000000#1".into(),
             event: NotifyEvent::Failure,
             target: "https://hooks.slack.com/…".into(),

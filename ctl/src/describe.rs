@@ -129,6 +129,7 @@ fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
         _ => text(&task["kind"]),
     };
     lines.push(("task", task_line));
+    lines.push(("team", spec["team"].as_str().unwrap_or("none (global roles only)").to_owned()));
     if let Some(d) = spec["description"].as_str().filter(|d| !d.is_empty()) {
         lines.push(("description", clip(d, 200)));
     }
@@ -425,7 +426,7 @@ mod tests {
         let job = json!({"name": "a", "schedule_description": "At 03:00", "eligible_workers": 2, "spec": {
             "schedule": "0 3 * * *", "timezone": "UTC", "task": {"kind": "http", "method": "POST", "url": "http://h/x",
             "async": {"interval": "10s"}}, "retries": {"max": 2, "backoff": "10s", "max_backoff": "5m"}, "concurrency": "forbid", "misfire": "skip",
-            "mode": {"sharded": 3}, "selector": {"zone": "a"}, "on_failure": ["alert"], "labels": {},
+            "mode": {"sharded": 3}, "selector": {"zone": "a"}, "on_failure": ["alert"], "labels": {}, "team": "payments",
             "pause_after_failures": 5, "alerts": {"late_start": "1m", "max_duration": "10m",
             "no_success_within": "2h", "on_output_match": "ERROR|panic"}}});
         let lines: Vec<String> = spec_lines(&job).into_iter().map(|(l, v)| format!("{l}: {v}")).collect();
@@ -434,6 +435,7 @@ mod tests {
             [
                 "schedule: 0 3 * * * (UTC): At 03:00",
                 "task: http: POST http://h/x (async: 202, then its status URL polled every 10s)",
+                "team: payments",
                 "labels: -",
                 "timeout: none",
                 "retries: 2 (backoff 10s, at most 5m)",

@@ -59,8 +59,15 @@ fn matches(job: &Value, labels: &[(String, String)], statuses: &[String]) -> boo
     labels_ok && status_ok
 }
 
-pub async fn ls(client: &Client, labels: &[(String, String)], statuses: &[String], json: bool) -> anyhow::Result<()> {
-    let mut list = client.get("/api/jobs").await.context("listing jobs")?;
+/// `jobs ls`: the jobs the token sees (the master filters by its teams), of `team` only when
+/// given (filtered by the master too).
+pub async fn ls(
+    client: &Client,
+    (team, labels, statuses): (Option<&str>, &[(String, String)], &[String]),
+    json: bool,
+) -> anyhow::Result<()> {
+    let path = format!("/api/jobs{}", query(&[("team", team.map(str::to_owned))]));
+    let mut list = client.get(&path).await.context("listing jobs")?;
     let jobs: Vec<Value> = list["jobs"]
         .as_array()
         .map(|all| all.iter().filter(|j| matches(j, labels, statuses)).cloned().collect())
@@ -75,7 +82,7 @@ pub async fn ls(client: &Client, labels: &[(String, String)], statuses: &[String
             text(&list["records"]["error"])
         );
     }
-    let mut table = Table::new(&["NAME", "SCHEDULE", "TZ", "ENABLED", "NEXT RUN", "LAST STATUS", "LAST RUN"]);
+    let mut table = Table::new(&["NAME", "TEAM", "SCHEDULE", "TZ", "ENABLED", "NEXT RUN", "LAST STATUS", "LAST RUN"]);
     for j in &jobs {
         let enabled = match state(j) {
             "invalid" => "invalid",
@@ -85,6 +92,7 @@ pub async fn ls(client: &Client, labels: &[(String, String)], statuses: &[String
         let last = &j["summary"]["last_execution"];
         table.row(vec![
             text(&j["name"]),
+            text(&j["spec"]["team"]),
             clip(&expressions(&j["spec"]), 32),
             text(&j["spec"]["timezone"]),
             enabled.to_owned(),
@@ -120,6 +128,7 @@ pub async fn get(client: &Client, name: &str, json: bool) -> anyhow::Result<()> 
     let _ = writeln!(s, "name:             {}", text(&job["name"]));
     let _ = writeln!(s, "revision:         {}", text(&job["revision"]));
     let _ = writeln!(s, "state:            {}", state(&job));
+    let _ = writeln!(s, "team:             {}", job["spec"]["team"].as_str().unwrap_or("-"));
     if let Some(why) = job["invalid"].as_str() {
         let _ = writeln!(s, "invalid:          {why}");
     }
@@ -317,6 +326,23 @@ pub async fn resume(client: &Client, name: &str, json: bool) -> anyhow::Result<(
     out(&format!("job {name} enabled (revision {})\n", text(&v["revision"])))
 }
 
+/// `whoami`: the token's name, its global role (`-`: team roles only) and its role per team.
+pub async fn whoami(client: &Client, json: bool) -> anyhow::Result<()> {
+    let me = client.get("/api/auth/whoami").await.context("asking whose token this is")?;
+    if json {
+        return print_doc(&me);
+    }
+    out(&whoami_text(&me))
+}
+
+fn whoami_text(me: &Value) -> String {
+    let teams = me["teams"].as_object().filter(|t| !t.is_empty()).map_or_else(
+        || "-".to_owned(),
+        |t| t.iter().map(|(team, role)| format!("{team}={}", text(role))).collect::<Vec<_>>().join(", "),
+    );
+    format!("name:   {}\nrole:   {}\nteams:  {teams}\n", text(&me["name"]), text(&me["role"]))
+}
+
 pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {
     let v = client.get("/api/workers").await.context("listing workers")?;
     if json {
@@ -484,6 +510,14 @@ pub async fn export(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whoami_shows_the_global_role_and_the_team_roles() {
+        let me = json!({"name": "pay-oncall", "role": null, "teams": {"payments": "operator", "search": "viewer"}});
+        assert_eq!(whoami_text(&me), "name:   pay-oncall\nrole:   -\nteams:  payments=operator, search=viewer\n");
+        let admin = json!({"name": "anonymous", "role": "admin", "teams": {}});
+        assert_eq!(whoami_text(&admin), "name:   anonymous\nrole:   admin\nteams:  -\n");
+    }
 
     #[test]
     fn ls_filters_by_label_state_and_last_status() {

@@ -100,6 +100,8 @@ enum Command {
         #[arg(long, value_name = "N")]
         limit: Option<u32>,
     },
+    /// Whose token this is: its name, global role and role per team.
+    Whoami,
     /// Live workers.
     #[command(subcommand)]
     Workers(WorkersCommand),
@@ -179,6 +181,9 @@ enum JobsCommand {
     /// List jobs: name, schedule, timezone, enabled, next run, last status.
     #[command(visible_alias = "list")]
     Ls {
+        /// Only jobs of this team (the master lists only the jobs of the token's teams anyway).
+        #[arg(long)]
+        team: Option<String>,
         /// Only jobs with this label (k=v; repeat for several, all must match).
         #[arg(long = "label", value_parser = parse_label)]
         labels: Vec<(String, String)>,
@@ -487,7 +492,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let client = Client::new(&cli.server, cli.token.clone(), cli.timeout)?;
     match cli.command {
         Command::Jobs(cmd) => match cmd {
-            JobsCommand::Ls { labels, statuses } => jobs::ls(&client, &labels, &statuses, json).await,
+            JobsCommand::Ls { team, labels, statuses } => {
+                jobs::ls(&client, (team.as_deref(), &labels, &statuses), json).await
+            }
             JobsCommand::Get { name } => jobs::get(&client, &name, json).await,
             JobsCommand::Describe { name } => describe::describe(&client, &name, json).await,
             JobsCommand::Edit { name } => edit::edit(&client, &name, json).await,
@@ -543,6 +550,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Notifications { job, event, execution, limit } => {
             notifications::list(&client, &notifications::Filters { job, execution, event, limit }, json).await
         }
+        Command::Whoami => jobs::whoami(&client, json).await,
         Command::Workers(WorkersCommand::Ls) => jobs::workers(&client, json).await,
         Command::Calendars(CalendarsCommand::Ls) => calendars::list(&client, json).await,
         Command::Calendars(CalendarsCommand::Get { name }) => calendars::get(&client, &name, json).await,
@@ -648,7 +656,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.output, Output::Json);
-        let Command::Jobs(JobsCommand::Ls { labels, statuses }) = cli.command else { panic!() };
+        let Command::Jobs(JobsCommand::Ls { labels, statuses, .. }) = cli.command else { panic!() };
         assert_eq!(labels, vec![("team".to_owned(), "data".to_owned())]);
         assert_eq!(statuses, vec!["paused", "failed"]);
         assert!(Cli::try_parse_from(["etcronctl", "jobs", "ls", "--status", "sleeping"]).is_err());

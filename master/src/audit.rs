@@ -47,10 +47,21 @@ pub struct RequestId(pub String);
 /// What a handler adds to the entry of its request.
 #[derive(Debug, Clone, Default)]
 pub struct AuditDetail {
+    /// The teams of the job the request was about: before and after the change (two for a job
+    /// moved to another team), see [`teams`].
+    pub teams: Vec<String>,
     pub before: Option<Value>,
     pub after: Option<Value>,
     /// Anything else worth keeping: the run's execution id, the kill's target.
     pub detail: Option<Value>,
+}
+
+/// The teams an entry belongs to, from the job's team before and after the change (each
+/// `None` when the job had none): sorted, without repeats.
+#[must_use]
+pub fn teams(of: impl IntoIterator<Item = Option<String>>) -> Vec<String> {
+    let set: std::collections::BTreeSet<String> = of.into_iter().flatten().collect();
+    set.into_iter().collect()
 }
 
 /// What one change of a batch did, kept as an entry of its own (`job.put` / `job.delete` on
@@ -58,6 +69,7 @@ pub struct AuditDetail {
 #[derive(Debug, Clone)]
 pub struct JobChange {
     pub job: String,
+    pub teams: Vec<String>,
     pub action: &'static str,
     pub status: u16,
     pub before: Option<Value>,
@@ -71,6 +83,7 @@ impl JobChange {
         match written {
             Written::Saved { created, spec, before, .. } => Self {
                 job: job.to_owned(),
+                teams: teams([before.as_deref().and_then(crate::access::team_of), spec.team.clone()]),
                 action: "job.put",
                 status: if *created { 201 } else { 200 },
                 before: before.as_deref().and_then(audited),
@@ -78,6 +91,7 @@ impl JobChange {
             },
             Written::Deleted { before } => Self {
                 job: job.to_owned(),
+                teams: teams([before.as_deref().and_then(crate::access::team_of)]),
                 action: "job.delete",
                 status: 204,
                 before: before.as_deref().and_then(audited),
@@ -108,6 +122,12 @@ pub struct AuditEntry {
     /// `job.put`, `job.delete`, `job.run`, `job.kill`, `job.pause`, `job.resume`, or `METHOD path`.
     pub action: String,
     pub job: Option<String>,
+    /// The teams of the job (before and after a change that moved it): callers with team
+    /// roles only see the entries of their teams. Empty for requests about no job of a team
+    /// (and for refusals, which the auth layer or the job store answered before a handler knew
+    /// the job's team): those are for global roles.
+    #[serde(default)]
+    pub teams: Vec<String>,
     /// The HTTP status of the answer.
     pub status: u16,
     pub before: Option<Value>,
@@ -241,7 +261,7 @@ fn to_document(e: &AuditEntry) -> Document {
     doc! {
         "_id": &e.id, "at": BsonDate::from_millis(e.at_ms), "at_ms": e.at_ms, "actor": &e.actor, "role": &e.role,
         "remote": e.remote.clone(), "forwarded_for": e.forwarded_for.clone(), "method": &e.method, "path": &e.path,
-        "action": &e.action, "job": e.job.clone(), "status": i32::from(e.status),
+        "action": &e.action, "job": e.job.clone(), "teams": &e.teams, "status": i32::from(e.status),
         "before": json(&e.before), "after": json(&e.after), "detail": json(&e.detail),
     }
 }
@@ -265,6 +285,10 @@ fn from_document(d: &Document) -> Option<AuditEntry> {
         path: s("path")?,
         action: s("action")?,
         job: s("job"),
+        teams: d
+            .get_array("teams")
+            .map(|list| list.iter().filter_map(|t| t.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default(),
         status: d.get_i32("status").ok().and_then(|v| u16::try_from(v).ok()).unwrap_or(0),
         before: v("before"),
         after: v("after"),
@@ -306,6 +330,7 @@ pub async fn ensure_indexes(store: &MongoStore, retention: Duration) -> Result<(
             index("audit_time", doc! {"at": -1, "_id": -1}),
             index("audit_job_time", doc! {"job": 1, "at": -1, "_id": -1}),
             index("audit_actor_time", doc! {"actor": 1, "at": -1, "_id": -1}),
+            index("audit_teams_time", doc! {"teams": 1, "at": -1, "_id": -1}),
         ])
         .await?;
     let existing: Vec<IndexModel> = collection.list_indexes().await?.try_collect().await?;
@@ -341,6 +366,8 @@ pub struct AuditSearch {
     pub action: Option<String>,
     pub since_ms: Option<UnixMs>,
     pub until_ms: Option<UnixMs>,
+    /// Only entries of one of these teams (`None`: any; see `Access::visible_teams`).
+    pub teams: Option<Vec<String>>,
     pub limit: i64,
     pub cursor: Option<Cursor>,
 }
@@ -352,6 +379,9 @@ pub async fn search(store: &MongoStore, s: &AuditSearch) -> Result<(Vec<AuditEnt
         if let Some(v) = value {
             filter.insert(key, v);
         }
+    }
+    if let Some(teams) = &s.teams {
+        filter.insert("teams", doc! {"$in": teams});
     }
     etcron_common::store::time_page(&mut filter, "at", s.since_ms, s.until_ms, s.cursor.as_ref());
     let limit = s.limit.clamp(1, MAX_LIMIT);
@@ -404,7 +434,8 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
         detail.detail = Some(serde_json::json!({"attempted": attempted(&body)}));
     }
     let (action, job) = action_of(&method, &path);
-    let (actor, role) = (caller.name, caller.role.as_str().to_owned());
+    let role = caller.roles();
+    let actor = caller.name;
     let new_id = || format!("{at_ms:013}-{:016x}", rand::random::<u64>());
     let entry = AuditEntry {
         id: request_id.clone(),
@@ -418,6 +449,7 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
         path: bounded(&path, MAX_PATH),
         action,
         job,
+        teams: detail.teams,
         status: response.status().as_u16(),
         before: detail.before,
         after: detail.after,
@@ -431,6 +463,7 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
                     id: new_id(),
                     action: change.action.to_owned(),
                     job: Some(bounded(&change.job, MAX_JOB)),
+                    teams: change.teams.clone(),
                     status: change.status,
                     before: change.before.clone(),
                     after: change.after.clone(),
@@ -477,6 +510,7 @@ mod tests {
             path: bounded(path, MAX_PATH),
             action,
             job,
+            teams: Vec::new(),
             status,
             before: None,
             after: None,
@@ -522,6 +556,7 @@ mod tests {
             path: "/api/jobs/a".into(),
             action: "job.put".into(),
             job: Some("a".into()),
+            teams: vec!["payments".into()],
             status: 201,
             before: None,
             after: Some(serde_json::json!({"schedule": "@daily", "task": {"kind": "shell", "command": "true"}})),

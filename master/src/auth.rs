@@ -1,13 +1,13 @@
-//! Who may call the API: bearer tokens with a role, kept as SHA-256 hashes in the master's
-//! config (`[[auth.tokens]]`) plus optionally one admin token from `ETCRON_API_TOKEN`, and a
-//! per-caller rate limit on requests that change something.
+//! Who may call the API: bearer tokens with a global role and roles per team (`crate::access`),
+//! kept as SHA-256 hashes in the master's config (`[[auth.tokens]]`) plus optionally one admin
+//! token from `ETCRON_API_TOKEN`, and a per-caller rate limit on requests that change something.
 //!
-//! With no token configured the API is open (every caller is `anonymous` with the admin role);
+//! With no token configured the API is open (every caller is `anonymous`, a global admin);
 //! the master refuses to start that way on a non-loopback address unless told
 //! `--insecure-no-auth`. The console's page and assets, `/healthz` and `/readyz` stay open so a
 //! browser can load the page and then ask for a token.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -15,55 +15,32 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+pub use crate::access::{Access, Caller, Role, Scope};
 use crate::error::ApiError;
 
-/// What a token may do; each role includes the ones before it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Read jobs, workers, executions, the overview and the audit log.
-    Viewer,
-    /// Also run, kill, pause and resume jobs.
-    Operator,
-    /// Also create, replace and delete jobs, and list tokens.
-    Admin,
-}
-
-impl Role {
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Operator => "operator",
-            Role::Admin => "admin",
-        }
-    }
-}
-
-/// One `[[auth.tokens]]` entry of the config file.
+/// One `[[auth.tokens]]` entry of the config file: a global `role`, roles per team (`teams =
+/// { payments = "operator" }`), or both; at least one.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenConfig {
     /// Who holds it; recorded in the audit log.
     pub name: String,
-    pub role: Role,
+    /// The role on every job.
+    #[serde(default)]
+    pub role: Option<Role>,
+    /// The role on the jobs of each team.
+    #[serde(default)]
+    pub teams: BTreeMap<String, Role>,
     /// Hex SHA-256 of the token (`etcron-master hash-token` prints one).
     pub sha256: String,
 }
 
-/// The caller of a request, as the auth layer established it (a request extension).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Caller {
-    pub name: String,
-    pub role: Role,
-}
-
 struct Token {
     name: String,
-    role: Role,
+    access: Access,
     hash: [u8; 32],
 }
 
@@ -98,7 +75,7 @@ impl Default for Auth {
 
 impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<(&str, &str)> = self.tokens.iter().map(|t| (t.name.as_str(), t.role.as_str())).collect();
+        let names: Vec<(&str, &Access)> = self.tokens.iter().map(|t| (t.name.as_str(), &t.access)).collect();
         f.debug_struct("Auth").field("tokens", &names).finish_non_exhaustive()
     }
 }
@@ -154,7 +131,8 @@ impl Auth {
     /// The configured tokens, plus `env_token` (admin) when given.
     ///
     /// # Errors
-    /// A line naming the bad entry: a malformed hash, a bad name, a duplicate.
+    /// A line naming the bad entry: a malformed hash, a bad name, a bad team, no role at all,
+    /// a duplicate.
     pub fn new(configured: &[TokenConfig], env_token: Option<&str>) -> Result<Self, String> {
         let mut tokens = Vec::new();
         for (i, t) in configured.iter().enumerate() {
@@ -167,11 +145,21 @@ impl Auth {
             }
             let hash = parse_hash(&t.sha256.to_ascii_lowercase())
                 .ok_or_else(|| format!("{at}.sha256: must be 64 hex digits (etcron-master hash-token prints one)"))?;
-            tokens.push(Token { name: t.name.clone(), role: t.role, hash });
+            for team in t.teams.keys() {
+                etcron_common::job::validate_team(team).map_err(|e| format!("{at}.teams: {e}"))?;
+            }
+            if t.role.is_none() && t.teams.is_empty() {
+                return Err(format!(
+                    "{at}: {:?} has no role: give it a role (viewer, operator, admin), teams = {{ TEAM = \"ROLE\" }}, or both",
+                    t.name
+                ));
+            }
+            tokens.push(Token { name: t.name.clone(), access: Access { role: t.role, teams: t.teams.clone() }, hash });
         }
         if let Some(token) = env_token {
             check_token_text(token).map_err(|e| format!("ETCRON_API_TOKEN: {e}"))?;
-            tokens.push(Token { name: "api-token".to_owned(), role: Role::Admin, hash: Sha256::digest(token).into() });
+            let access = Access::global(Role::Admin);
+            tokens.push(Token { name: "api-token".to_owned(), access, hash: Sha256::digest(token).into() });
         }
         for (i, a) in tokens.iter().enumerate() {
             if let Some(b) = tokens[..i].iter().find(|b| b.name == a.name || b.hash == a.hash) {
@@ -193,10 +181,10 @@ impl Auth {
         !self.tokens.is_empty()
     }
 
-    /// The names and roles of the tokens (never the hashes).
+    /// The names and roles of the tokens (never the hashes), as `whoami` shows a caller.
     #[must_use]
-    pub fn list(&self) -> Vec<Caller> {
-        self.tokens.iter().map(|t| Caller { name: t.name.clone(), role: t.role }).collect()
+    pub fn list(&self) -> Vec<serde_json::Value> {
+        self.tokens.iter().map(|t| Caller { name: t.name.clone(), access: t.access.clone() }.shown()).collect()
     }
 
     /// The holder of `presented`, comparing its hash with every token in constant time.
@@ -206,7 +194,7 @@ impl Auth {
         // Every token is compared, found or not, so timing says nothing about which matched.
         for t in self.tokens.iter() {
             if constant_time_eq(&t.hash, &hash) {
-                found = Some(Caller { name: t.name.clone(), role: t.role });
+                found = Some(Caller { name: t.name.clone(), access: t.access.clone() });
             }
         }
         found
@@ -231,7 +219,8 @@ pub fn is_mutation(method: &Method) -> bool {
 /// The role a request needs: reads need viewer; run, kill, pause, resume, backfill and a
 /// backfill's cancel need operator;
 /// everything else that changes something (job PUT and DELETE) needs admin, as does the list
-/// of tokens.
+/// of tokens. On a job's routes it is the role needed on the job's team (checked by the job
+/// store with the request's [`Scope`]); on the routes of [`global_only`], a global role.
 #[must_use]
 pub fn required_role(method: &Method, path: &str) -> Role {
     if path == "/api/auth/tokens" {
@@ -250,6 +239,15 @@ pub fn required_role(method: &Method, path: &str) -> Role {
     } else {
         Role::Admin
     }
+}
+
+/// Routes about the whole cluster rather than some team's jobs, which need the role as a
+/// global role: the token list, the master's metrics (they name every job) and changes to the
+/// shared skip calendars. Every other route is open to a role held on any team, and shows or
+/// touches only what the caller's teams hold.
+#[must_use]
+pub fn global_only(method: &Method, path: &str) -> bool {
+    path == "/api/auth/tokens" || path == "/metrics" || (path.starts_with("/api/calendars/") && is_mutation(method))
 }
 
 fn error(status: StatusCode, code: &'static str, message: String) -> ApiError {
@@ -272,7 +270,7 @@ pub async fn authorize(State(auth): State<Auth>, mut req: Request, next: Next) -
             Err(resp) => return *resp,
         }
     } else {
-        Caller { name: "anonymous".to_owned(), role: Role::Admin }
+        Caller::anonymous()
     };
     // The rate limit comes before the role check: refusals cost the caller's budget too, so a
     // low role cannot flood the audit log with them.
@@ -285,26 +283,33 @@ pub async fn authorize(State(auth): State<Auth>, mut req: Request, next: Next) -
         }
     }
     let needed = required_role(req.method(), &path);
-    if caller.role < needed {
-        tracing::warn!(caller = %caller.name, role = caller.role.as_str(), method = %req.method(), %path, "request refused: role too low");
+    // A team role counts here (what it allows is checked per job by the job store); a route
+    // about the whole cluster needs the role as a global one.
+    let global = global_only(req.method(), &path);
+    let held = if global { caller.access.role } else { caller.access.highest() };
+    if held < Some(needed) {
+        tracing::warn!(caller = %caller.name, roles = %caller.roles(), method = %req.method(), %path, "request refused: role too low");
+        let (kind, roles) = if global {
+            (
+                "global ",
+                caller.access.role.map_or("no global role".to_owned(), |r| format!("the global {} role", r.as_str())),
+            )
+        } else {
+            ("", format!("the role(s) {}", caller.roles()))
+        };
         let mut resp = error(
             StatusCode::FORBIDDEN,
             "forbidden",
-            format!(
-                "{} holds the {} role; {} {} needs {}",
-                caller.name,
-                caller.role.as_str(),
-                req.method(),
-                path,
-                needed.as_str()
-            ),
+            format!("{} holds {roles}; {} {} needs {kind}{}", caller.name, req.method(), path, needed.as_str()),
         )
         .into_response();
         // The audit layer records refusals too, with who was refused.
         resp.extensions_mut().insert(caller);
         return resp;
     }
+    let action = format!("{} {}", req.method(), path);
     req.extensions_mut().insert(caller.clone());
+    req.extensions_mut().insert(Scope { caller: caller.clone(), needed, action });
     let mut resp = next.run(req).await;
     resp.extensions_mut().insert(caller);
     resp
@@ -410,22 +415,71 @@ mod tests {
     #[test]
     fn tokens_are_matched_by_hash_with_their_role() {
         let viewer = "viewer-token-0123456789";
-        let config = [TokenConfig { name: "dash".into(), role: Role::Viewer, sha256: hash_token(viewer) }];
+        let config = [TokenConfig {
+            name: "dash".into(),
+            role: Some(Role::Viewer),
+            teams: BTreeMap::new(),
+            sha256: hash_token(viewer),
+        }];
         let auth = Auth::new(&config, Some("admin-token-0123456789")).unwrap();
-        assert_eq!(auth.identify(viewer), Some(Caller { name: "dash".into(), role: Role::Viewer }));
-        assert_eq!(auth.identify("admin-token-0123456789").unwrap().role, Role::Admin);
+        assert_eq!(auth.identify(viewer), Some(Caller { name: "dash".into(), access: Access::global(Role::Viewer) }));
+        assert_eq!(auth.identify("admin-token-0123456789").unwrap().access, Access::global(Role::Admin));
         assert_eq!(auth.identify("viewer-token-0123456780"), None);
         assert_eq!(auth.identify(""), None);
         assert!(!Auth::open().enabled());
         assert!(Auth::with_token("short").is_err());
         assert!(Auth::with_token("0123456789 abcdef").is_err());
-        let bad = [TokenConfig { name: "x".into(), role: Role::Admin, sha256: "abc".into() }];
+        let bad =
+            [TokenConfig { name: "x".into(), role: Some(Role::Admin), teams: BTreeMap::new(), sha256: "abc".into() }];
         assert!(Auth::new(&bad, None).unwrap_err().contains("auth.tokens[0].sha256"));
         let twice = [config[0].clone(), TokenConfig { name: "dash2".into(), ..config[0].clone() }];
         assert!(Auth::new(&twice, None).is_err(), "the same token twice");
         assert_eq!(hash_token("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         assert_eq!(new_token().len(), 64);
         assert_ne!(new_token(), new_token());
+    }
+
+    #[test]
+    fn tokens_carry_team_roles_and_need_at_least_one_role() {
+        let parse = |toml_text: &str| -> Result<Auth, String> {
+            #[derive(Deserialize)]
+            struct File {
+                tokens: Vec<TokenConfig>,
+            }
+            let file: File = toml::from_str(toml_text).map_err(|e| e.to_string())?;
+            Auth::new(&file.tokens, None)
+        };
+        let hash = hash_token("payments-token-0123456789");
+        let auth = parse(&format!(
+            "[[tokens]]\nname = \"pay\"\nteams = {{ payments = \"operator\", search = \"viewer\" }}\nsha256 = \"{hash}\"\n"
+        ))
+        .unwrap();
+        let caller = auth.identify("payments-token-0123456789").unwrap();
+        assert_eq!(caller.access.role, None);
+        assert_eq!(caller.access.on(Some("payments")), Some(Role::Operator));
+        assert_eq!(caller.access.on(Some("search")), Some(Role::Viewer));
+        assert_eq!(caller.shown()["teams"]["payments"], "operator");
+        assert_eq!(caller.shown()["role"], serde_json::Value::Null);
+        let none = parse(&format!("[[tokens]]\nname = \"x\"\nsha256 = \"{hash}\"\n")).unwrap_err();
+        assert!(none.contains("auth.tokens[0]") && none.contains("no role"), "{none}");
+        let bad_team =
+            parse(&format!("[[tokens]]\nname = \"x\"\nteams = {{ Pay = \"admin\" }}\nsha256 = \"{hash}\"\n"))
+                .unwrap_err();
+        assert!(bad_team.contains("auth.tokens[0].teams") && bad_team.contains("\"Pay\""), "{bad_team}");
+        let bad_role =
+            parse(&format!("[[tokens]]\nname = \"x\"\nteams = {{ pay = \"owner\" }}\nsha256 = \"{hash}\"\n"))
+                .unwrap_err();
+        assert!(bad_role.contains("owner"), "{bad_role}");
+    }
+
+    #[test]
+    fn cluster_routes_need_a_global_role() {
+        use Method as M;
+        assert!(global_only(&M::GET, "/api/auth/tokens"));
+        assert!(global_only(&M::GET, "/metrics"));
+        assert!(global_only(&M::PUT, "/api/calendars/h") && global_only(&M::DELETE, "/api/calendars/h"));
+        assert!(!global_only(&M::GET, "/api/calendars/h") && !global_only(&M::GET, "/api/calendars"));
+        assert!(!global_only(&M::PUT, "/api/jobs/a") && !global_only(&M::GET, "/api/workers"));
     }
 
     #[test]

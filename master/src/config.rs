@@ -63,14 +63,28 @@ pub struct Cli {
 pub enum Command {
     /// Prints a new random API token and the `[[auth.tokens]]` entry (with its hash) to add to
     /// the config file; the token itself is stored nowhere.
+    #[command(group(clap::ArgGroup::new("roles").required(true).multiple(true).args(["role", "teams"])))]
     HashToken {
         /// Who will hold the token (recorded in the audit log).
         #[arg(long)]
         name: String,
-        /// viewer, operator or admin.
+        /// The global role (on every job): viewer, operator or admin.
         #[arg(long, value_parser = ["viewer", "operator", "admin"])]
-        role: String,
+        role: Option<String>,
+        /// A role on the jobs of one team, TEAM=ROLE (repeat for several teams).
+        #[arg(long = "team", value_name = "TEAM=ROLE", value_parser = parse_team_role)]
+        teams: Vec<(String, String)>,
     },
+}
+
+/// `--team TEAM=ROLE` of `hash-token`: a valid team name and a role.
+fn parse_team_role(text: &str) -> Result<(String, String), String> {
+    let (team, role) = text.split_once('=').ok_or_else(|| format!("{text:?}: expected TEAM=ROLE"))?;
+    etcron_common::job::validate_team(team)?;
+    if !["viewer", "operator", "admin"].contains(&role) {
+        return Err(format!("{role:?}: the role is viewer, operator or admin"));
+    }
+    Ok((team.to_owned(), role.to_owned()))
 }
 
 /// `[auth]` of the config file.

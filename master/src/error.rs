@@ -32,6 +32,11 @@ impl ApiError {
         Self { status: StatusCode::NOT_FOUND, code: "not_found", message: message.into(), field: None }
     }
 
+    /// The caller's role does not allow the request.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self { status: StatusCode::FORBIDDEN, code: "forbidden", message: message.into(), field: None }
+    }
+
     pub fn conflict(message: impl Into<String>) -> Self {
         Self { status: StatusCode::CONFLICT, code: "conflict", message: message.into(), field: None }
     }

@@ -11,6 +11,12 @@
 //! job, and each transaction commits only if no key under the jobs prefix was written after R
 //! (or after the previous transaction of the batch). When one was, what is left is read and
 //! checked again, a few times. Deletes only remove edges, so they never need the check.
+//!
+//! Teams: every write is made on behalf of a request's [`Scope`]. A caller without the global
+//! role the route needs has each job read first; the stored job's team must be one it holds
+//! that role on (a job it cannot see is a missing job to it: a delete is 404, a save is refused
+//! as a taken name), a save's `team` too, and the write is then guarded on the revision read,
+//! so a job moved to another team meanwhile is never written on the strength of the old team.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,6 +30,7 @@ use etcron_common::now_ms;
 use etcron_common::schedule::ScheduleError;
 use serde::Deserialize;
 
+use crate::access::{team_of, Scope};
 use crate::error::ApiError;
 
 pub mod commands;
@@ -147,6 +154,8 @@ struct Prepared {
     value: Option<Vec<u8>>,
     /// The spec `value` holds (a save).
     spec: Option<Box<JobSpec>>,
+    /// The write's precondition, or the one it was pinned to: the revision read (or "absent")
+    /// for withheld secrets or a caller whose teams were checked against the read.
     precondition: Precondition,
     /// The saved version's key and record (a save that is written).
     history: Option<(String, Vec<u8>)>,
@@ -216,7 +225,7 @@ impl JobStore {
         Ok(())
     }
 
-    pub async fn apply(&self, writes: Vec<Write>, origin: &Origin) -> Applied {
+    pub async fn apply(&self, writes: Vec<Write>, origin: &Origin, scope: &Scope) -> Applied {
         let mut outcomes: Vec<Option<Outcome>> = writes.iter().map(|_| None).collect();
         let mut pending: Vec<usize> = Vec::new();
         for (i, w) in writes.iter().enumerate() {
@@ -235,7 +244,7 @@ impl JobStore {
             if pending.is_empty() {
                 break;
             }
-            match self.attempt(&writes, &pending, &mut outcomes, &mut transactions, origin).await {
+            match self.attempt(&writes, &pending, &mut outcomes, &mut transactions, (origin, scope)).await {
                 Ok(()) => pending.clear(),
                 Err(left) => {
                     tracing::info!(
@@ -279,7 +288,7 @@ impl JobStore {
     /// What `writes` would do, without writing: each change's precondition, spec, kept secrets
     /// and dependencies checked as [`apply`](Self::apply) would, and a save compared with the
     /// stored value (secret values included: they never leave the server).
-    pub async fn plan(&self, writes: &[Write]) -> Vec<Result<Planned, ApiError>> {
+    pub async fn plan(&self, writes: &[Write], scope: &Scope) -> Vec<Result<Planned, ApiError>> {
         let mut outcomes: Vec<Option<Outcome>> = writes.iter().map(|_| None).collect();
         let mut pending = Vec::new();
         for (i, w) in writes.iter().enumerate() {
@@ -296,7 +305,7 @@ impl JobStore {
         };
         let mut ready = Vec::new();
         for &i in &pending {
-            match prepare(i, &writes[i], Some(&snapshot), None) {
+            match prepare(i, &writes[i], Some(&snapshot), None, teams_checked(scope)) {
                 Ok(p) => ready.push(p),
                 Err(e) => outcomes[i] = Some(Err(e)),
             }
@@ -326,15 +335,18 @@ impl JobStore {
         pending: &[usize],
         outcomes: &mut [Option<Outcome>],
         transactions: &mut usize,
-        origin: &Origin,
+        (origin, scope): (&Origin, &Scope),
     ) -> Result<(), Vec<usize>> {
         let needs_graph = pending.iter().any(|&i| has_dependents(&writes[i]));
-        let withholding: Vec<&str> = pending
+        let teams = teams_checked(scope);
+        // A caller whose teams are checked has every job it writes read; otherwise only saves
+        // that withhold secrets need the stored job.
+        let wanted: Vec<&str> = pending
             .iter()
-            .filter(|&&i| matches!(&writes[i].change, Change::Put(spec) if spec.withholds_secrets()))
+            .filter(|&&i| teams.is_some() || matches!(&writes[i].change, Change::Put(spec) if spec.withholds_secrets()))
             .map(|&i| writes[i].job.as_str())
             .collect();
-        let snapshot = match self.snapshot(&withholding, needs_graph).await {
+        let snapshot = match self.snapshot(&wanted, needs_graph).await {
             Ok(s) => s,
             Err(e) => {
                 for &i in pending {
@@ -346,7 +358,7 @@ impl JobStore {
         let mut ready = Vec::new();
         for &i in pending {
             let history = Some((&self.keys, origin));
-            match prepare(i, &writes[i], snapshot.as_ref(), history) {
+            match prepare(i, &writes[i], snapshot.as_ref(), history, teams) {
                 Ok(p) => ready.push(p),
                 Err(e) => outcomes[i] = Some(Err(e)),
             }
@@ -448,7 +460,7 @@ impl JobStore {
                 // The precondition was decided against the guarded read: the jobs changed.
                 return Ok(Committed::JobsChanged);
             } else {
-                outcomes[p.index] = Some(Err(refusal(w, p.precondition, current_revision(resp.op_responses()))));
+                outcomes[p.index] = Some(Err(refusal_of(w, p, current_revision(resp.op_responses()))));
             }
             return Ok(Committed::Done { revision });
         }
@@ -474,7 +486,7 @@ impl JobStore {
             outcomes[p.index] = Some(if inner.succeeded() {
                 Ok(written(&w.job, p, inner.op_responses(), revision))
             } else {
-                Err(refusal(w, p.precondition, current_revision(inner.op_responses())))
+                Err(refusal_of(w, p, current_revision(inner.op_responses())))
             });
         }
         Ok(Committed::Done { revision })
@@ -595,15 +607,60 @@ fn has_dependents(w: &Write) -> bool {
     matches!(&w.change, Change::Put(spec) if !spec.on_success.is_empty() || !spec.on_failure.is_empty())
 }
 
+/// The scope to check each write's teams with: `None` when the caller holds the route's role
+/// as a global role (then every team is its), so nothing needs reading for it.
+fn teams_checked(scope: &Scope) -> Option<&Scope> {
+    (scope.caller.access.role < Some(scope.needed)).then_some(scope)
+}
+
+/// With `scope` (a caller whose teams are checked, the job read in `snapshot`): the stored
+/// job's team and a save's team must be the caller's, and the write is pinned to the revision
+/// read (or to the job's absence), so it applies only to the job as checked.
+fn check_teams(
+    w: &Write,
+    snapshot: Option<&Snapshot>,
+    scope: &Scope,
+    precondition: &mut Precondition,
+) -> ApiResult<()> {
+    let stored = snapshot.and_then(|s| s.jobs.get(&w.job));
+    match (stored, &w.change) {
+        (Some((value, _)), Change::Put(_)) if !scope.caller.access.sees(team_of(value).as_deref()) => {
+            // Job names are shared by every team: the name is taken, by a job it may not see.
+            return Err(ApiError::conflict(format!(
+                "job name {:?} is taken by a job of a team you hold no role on; choose another name",
+                w.job
+            )));
+        }
+        (Some((value, _)), _) => scope.check_job(&w.job, team_of(value).as_deref())?,
+        (None, Change::Delete) => return Err(Scope::no_job(&w.job)),
+        (None, Change::Put(_)) => {}
+    }
+    if let Change::Put(spec) = &w.change {
+        scope.check_team(spec.team.as_deref())?;
+    }
+    if precondition.expected.is_none() {
+        match stored {
+            Some((_, rev)) => precondition.expected = Some(*rev),
+            None => precondition.create_only = true,
+        }
+    }
+    Ok(())
+}
+
 /// The value a save stores: withheld (`null`) secrets filled in from the stored spec (and
-/// then saved only over that revision), checked against the size limit.
+/// then saved only over that revision), checked against the size limit; with `scope`, the
+/// teams checked first ([`check_teams`]).
 fn prepare(
     index: usize,
     w: &Write,
     snapshot: Option<&Snapshot>,
     history: Option<(&Keys, &Origin)>,
+    scope: Option<&Scope>,
 ) -> ApiResult<Prepared> {
     let mut precondition = w.precondition;
+    if let Some(scope) = scope {
+        check_teams(w, snapshot, scope, &mut precondition)?;
+    }
     let Change::Put(spec) = &w.change else {
         return Ok(Prepared { index, value: None, spec: None, precondition, history: None });
     };
@@ -706,7 +763,7 @@ fn decide_locally(
         if holds(p.value.is_some(), p.precondition, current) {
             accepted.push(p);
         } else {
-            outcomes[p.index] = Some(Err(refusal(w, p.precondition, current)));
+            outcomes[p.index] = Some(Err(refusal_of(w, &p, current)));
         }
     }
     let stored = stored_graph(snapshot);
@@ -743,12 +800,22 @@ fn holds(save: bool, precondition: Precondition, current: Option<i64>) -> bool {
     }
 }
 
+/// Why a prepared write was refused, the job being at `current`: as [`refusal`], except for a
+/// save pinned to the job's absence that the client did not ask for (its teams were checked
+/// against that absence), which someone else's create beat.
+fn refusal_of(w: &Write, p: &Prepared, current: Option<i64>) -> ApiError {
+    if p.precondition.create_only && !w.precondition.create_only && current.is_some() {
+        return ApiError::conflict(format!("job {:?} was created by someone else meanwhile; reload and retry", w.job));
+    }
+    refusal(w, p.precondition, current)
+}
+
 /// Why a write was refused, the job being at `current` (`None`: absent).
 fn refusal(w: &Write, precondition: Precondition, current: Option<i64>) -> ApiError {
     let name = &w.job;
     let save = matches!(w.change, Change::Put(_));
     match (current, precondition.expected) {
-        (None, _) if !save => ApiError::not_found(format!("job {name:?} does not exist")),
+        (None, _) if !save => Scope::no_job(name),
         (Some(_), _) if !save => {
             ApiError::conflict(format!("job {name:?} was changed by someone else; reload before deleting"))
         }
@@ -955,7 +1022,7 @@ mod tests {
         let any = Precondition::default();
         let writes = vec![write("a", spec(&[]), any), write("b", spec(&["a"]), any), write("c", spec(&["c"]), any)];
         let ready = |writes: &[Write]| -> Vec<Prepared> {
-            writes.iter().enumerate().filter_map(|(i, w)| prepare(i, w, None, None).ok()).collect()
+            writes.iter().enumerate().filter_map(|(i, w)| prepare(i, w, None, None, None).ok()).collect()
         };
         let mut outcomes: Vec<Option<Outcome>> = vec![None, None, None];
         let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes);

@@ -1,6 +1,7 @@
 //! etcron master: the HTTP API over the job specs, kill commands and trigger requests in etcd,
 //! and the operator UI.
 
+pub mod access;
 pub mod api;
 pub mod audit;
 pub mod auth;

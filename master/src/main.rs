@@ -9,14 +9,25 @@ use etcron_master::config::{Cli, Config};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if let Some(etcron_master::config::Command::HashToken { name, role }) = &cli.command {
+    if let Some(etcron_master::config::Command::HashToken { name, role, teams }) = &cli.command {
+        if let Some((i, (team, _))) =
+            teams.iter().enumerate().find(|(i, (t, _))| teams[..*i].iter().any(|(u, _)| u == t))
+        {
+            eprintln!("etcron-master: --team {team:?} is given twice (--team number {}): one role per team", i + 1);
+            return std::process::ExitCode::from(2);
+        }
         let token = etcron_master::auth::new_token();
         println!("# Give this token to {name}; it is stored nowhere, only its hash below:");
         println!("#   {token}");
-        println!(
-            "[[auth.tokens]]\nname = {name:?}\nrole = {role:?}\nsha256 = {:?}",
-            etcron_master::auth::hash_token(&token)
-        );
+        println!("[[auth.tokens]]\nname = {name:?}");
+        if let Some(role) = role {
+            println!("role = {role:?}");
+        }
+        if !teams.is_empty() {
+            let entries: Vec<String> = teams.iter().map(|(team, role)| format!("{team} = {role:?}")).collect();
+            println!("teams = {{ {} }}", entries.join(", "));
+        }
+        println!("sha256 = {:?}", etcron_master::auth::hash_token(&token));
         return std::process::ExitCode::SUCCESS;
     }
     let config = match Config::resolve(cli) {

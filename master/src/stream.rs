@@ -43,7 +43,14 @@ const KEEPALIVE: Duration = Duration::from_secs(15);
 static HTTP: LazyLock<reqwest::Client> =
     LazyLock::new(|| reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default());
 
-pub async fn stream_execution(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+/// The stream of an execution the caller sees: by its record's team, or for an execution
+/// without a record yet (running, requested) by its job's; one it does not see is a 404 like an
+/// execution that does not exist.
+pub async fn stream_execution(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    axum::Extension(scope): axum::Extension<crate::access::Scope>,
+) -> ApiResult<Response> {
     let id: ExecutionId = id.parse().map_err(|e: String| ApiError::bad_request(Some("id".to_owned()), e))?;
     let running = running_marker(&st, &id).await?;
     let record = if running.is_some() {
@@ -52,11 +59,16 @@ pub async fn stream_execution(State(st): State<AppState>, Path(id): Path<String>
     } else {
         crate::error::records(st.store.get(&id.to_string())).await?
     };
+    let hidden = || {
+        ApiError::not_found(format!("execution {:?} is not running, not requested and has no record", id.to_string()))
+    };
+    let team = match &record {
+        Some(r) => r.team.clone(),
+        None => st.jobs().team(&id.job).await?,
+    };
+    scope.check(team.as_deref(), hidden)?;
     if running.is_none() && record.is_none() && !coming(&st, &id).await? {
-        return Err(ApiError::not_found(format!(
-            "execution {:?} is not running, not requested and has no record",
-            id.to_string()
-        )));
+        return Err(hidden());
     }
     let (tx, rx) = mpsc::channel::<Event>(16);
     tokio::spawn(relay(st, id, running, tx));

@@ -239,8 +239,18 @@ async fn with_a_token_the_api_needs_it_and_the_console_stays_open() {
 async fn roles_gate_the_routes_and_changes_are_rate_limited() {
     use etcron_master::auth::{hash_token, Auth, Role, TokenConfig};
     let tokens = [
-        TokenConfig { name: "dash".into(), role: Role::Viewer, sha256: hash_token("viewer-token-0123456789") },
-        TokenConfig { name: "oncall".into(), role: Role::Operator, sha256: hash_token("operator-token-0123456789") },
+        TokenConfig {
+            name: "dash".into(),
+            role: Some(Role::Viewer),
+            teams: Default::default(),
+            sha256: hash_token("viewer-token-0123456789"),
+        },
+        TokenConfig {
+            name: "oncall".into(),
+            role: Some(Role::Operator),
+            teams: Default::default(),
+            sha256: hash_token("operator-token-0123456789"),
+        },
     ];
     let mut st = state().await;
     st.auth = Auth::new(&tokens, Some("admin-token-0123456789")).unwrap().with_rate_limit(0.5, 2);

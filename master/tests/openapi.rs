@@ -199,6 +199,7 @@ fn the_documented_limits_are_the_enforced_ones() {
         (&p["max_catchup"]["default"], u64::from(DEFAULT_MAX_CATCHUP)),
         (&schema("ScheduleExpression")["maxLength"], etcron_common::schedule::MAX_EXPRESSION_LEN as u64),
         (&schema("JobName")["maxLength"], etcron_common::keys::MAX_JOB_NAME_LEN as u64),
+        (&schema("Team")["maxLength"], etcron_common::job::MAX_TEAM_LEN as u64),
         (&schema("Id")["maxLength"], etcron_common::keys::MAX_ID_LEN as u64),
         (&p["notify"]["maxItems"], etcron_common::notify::MAX_TARGETS as u64),
         (&target["url"]["maxLength"], etcron_common::notify::MAX_URL_LEN as u64),

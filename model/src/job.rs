@@ -28,6 +28,8 @@ pub const MAX_MAP_KEY_LEN: usize = 128;
 pub const MAX_MAP_VALUE_LEN: usize = 4096;
 /// Longest description.
 pub const MAX_DESCRIPTION_LEN: usize = 4096;
+/// Longest team name.
+pub const MAX_TEAM_LEN: usize = 63;
 /// Longest task timeout.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Most retries.
@@ -133,6 +135,10 @@ pub struct JobSpec {
     pub on_success: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub on_failure: Vec<String>,
+    /// The team the job belongs to: callers see and touch it only with a role on this team (or
+    /// a global role); a job without a team is for global roles only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -563,6 +569,9 @@ impl JobSpec {
         if self.description.len() > MAX_DESCRIPTION_LEN {
             return Err(SpecError::at("description", format!("longer than {MAX_DESCRIPTION_LEN} bytes")));
         }
+        if let Some(team) = &self.team {
+            validate_team(team).map_err(|m| SpecError::at("team", m))?;
+        }
         if let Some(targets) = &self.notify {
             notify::validate_targets("notify", targets)?;
         }
@@ -839,6 +848,21 @@ fn objects_only(value: &serde_json::Value) -> Result<(), SpecError> {
         if let Some(i) = targets.iter().position(serde_json::Value::is_array) {
             return Err(SpecError::at(&format!("notify[{i}]"), "must be a JSON object"));
         }
+    }
+    Ok(())
+}
+
+/// Checks a team name: 1 to [`MAX_TEAM_LEN`] characters, lowercase letters, digits and `-`,
+/// starting with a letter or digit (`^[a-z0-9][a-z0-9-]{0,62}$`). The one rule for the spec's
+/// `team`, the teams of tokens and the `team` query parameter.
+pub fn validate_team(team: &str) -> Result<(), String> {
+    let first_ok = team.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let rest_ok = team.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if team.is_empty() || team.len() > MAX_TEAM_LEN || !first_ok || !rest_ok {
+        return Err(format!(
+            "team {team:?} must be 1 to {MAX_TEAM_LEN} lowercase letters, digits and '-', starting with a letter or \
+             digit (pattern ^[a-z0-9][a-z0-9-]{{0,62}}$)"
+        ));
     }
     Ok(())
 }
@@ -1309,6 +1333,26 @@ mod tests {
     }
 
     #[test]
+    fn a_team_is_checked_named_and_round_trips() {
+        let with =
+            |team: &str| format!(r#"{{"schedule":"@daily","team":{team},"task":{{"kind":"shell","command":"x"}}}}"#);
+        let spec = parse(&with("\"payments\"")).unwrap();
+        assert_eq!(spec.team.as_deref(), Some("payments"));
+        assert_eq!(serde_json::to_value(&spec).unwrap()["team"], "payments");
+        assert!(serde_json::to_value(parse(MINIMAL).unwrap()).unwrap().get("team").is_none(), "no team: left out");
+        assert!(parse(&with("null")).unwrap().team.is_none());
+        for ok in ["a", "0", "search-eu-2", &"x".repeat(MAX_TEAM_LEN)] {
+            assert_eq!(validate_team(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "-a", "A", "pay ments", "pay_ments", "pay.ments", "é", &"x".repeat(MAX_TEAM_LEN + 1)] {
+            assert!(validate_team(bad).is_err(), "{bad:?}");
+            let err = parse(&with(&serde_json::to_string(bad).unwrap())).unwrap_err();
+            assert_eq!(err.field.as_deref(), Some("team"), "{bad:?}: {err}");
+        }
+        assert_eq!(field_of(&with("5")).as_deref(), Some("team"));
+    }
+
+    #[test]
     fn several_schedules_and_a_window_are_checked_and_round_trip() {
         let spec = parse(
             r#"{"schedules":["0 9 * * 1-5","0 12 * * 6,0"],"active_from":"2026-12-01T00:00:00Z",
@@ -1699,6 +1743,7 @@ mod tests {
             "on_failure",
             "description",
             "labels",
+            "team",
             "max_output",
             "A",
             "ETCRON_X",

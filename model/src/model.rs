@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::Mode;
+use crate::job::{JobSpec, Mode};
 use crate::keys::{ExecutionId, Part, Tick};
 use crate::{rfc3339_ms, UnixMs};
 
@@ -648,6 +648,10 @@ pub struct ExecutionRecord {
     /// The execution id.
     pub id: ExecutionId,
     pub job: String,
+    /// The job's `team` when the worker ran (or settled) it; records written before teams, and
+    /// records of jobs without a team, have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
     /// RFC 3339 (ms).
     pub scheduled_at: String,
     pub scheduled_ms: UnixMs,
@@ -713,18 +717,21 @@ impl TaskReports {
 }
 
 impl ExecutionRecord {
-    /// A record with only the execution's identity filled in.
+    /// A record with only the execution's identity filled in, and from the job's spec (when
+    /// known) its team and shard count.
     #[must_use]
     pub fn blank(
         id: &ExecutionId,
         scheduled_ms: UnixMs,
         trigger: TriggerKind,
         status: Status,
-        mode: Option<Mode>,
+        spec: Option<&JobSpec>,
     ) -> Self {
+        let mode = spec.map(|s| s.mode);
         ExecutionRecord {
             id: id.clone(),
             job: id.job.clone(),
+            team: spec.and_then(|s| s.team.clone()),
             scheduled_at: rfc3339_ms(scheduled_ms),
             scheduled_ms,
             claimed_at: None,

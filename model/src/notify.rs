@@ -491,6 +491,10 @@ pub struct Delivery {
     /// `default-{n}` for a worker's default target.
     pub id: String,
     pub job: String,
+    /// The job's `team` when the delivery was made (none for jobs without a team, and for
+    /// deliveries recorded before teams).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
     /// The execution the event is about; for `stale`, which is about none, the occurrence
     /// `{job}@stale-{window start, Unix ms}`.
     pub execution_id: String,

@@ -58,6 +58,8 @@ pub fn record_of(i: u64, jobs: i64) -> RecordWrite {
         record: ExecutionRecord {
             id: ExecutionId::new(&job, Tick::Scheduled(ms)),
             job,
+            // Each job in one of three teams, so team searches have a third of the records.
+            team: Some(format!("team-{}", (n % jobs) % 3)),
             scheduled_at: etcron_common::rfc3339_ms(ms),
             scheduled_ms: ms,
             claimed_at: Some(etcron_common::rfc3339_ms(ms + 2)),

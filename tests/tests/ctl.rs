@@ -1573,3 +1573,73 @@ async fn backfill_runs_the_recorded_ticks_again() -> anyhow::Result<()> {
     assert_eq!(ctl(&c, &["jobs", "backfills", "nope"]).await.code, 3);
     Ok(())
 }
+
+/// A team token's etcronctl: whoami names its teams, `jobs ls` lists its team's jobs (with the
+/// TEAM column, `--team` asking the master for one team), another team's job is not found
+/// (exit 3), `describe` shows the team, and applying a job file into another team is refused
+/// naming `team`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_token_lists_and_touches_its_teams_jobs_only() -> anyhow::Result<()> {
+    let (admin, pay) = ("ctl-teams-admin-token-0123456789", "ctl-teams-payments-token-0123456789");
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("master.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[auth.tokens]]\nname = \"pay-admin\"\nteams = {{ payments = \"admin\" }}\nsha256 = {:?}\n",
+            etcron_master::auth::hash_token(pay)
+        ),
+    )?;
+    let config = config.display().to_string();
+    let c = Cluster::start_with("ctl-teams", 0, false, &["--config", &config, "--api-token", admin]).await?;
+    for (job, team) in [("pay-settle", Some("payments")), ("search-index", Some("search")), ("plain", None)] {
+        let mut spec = json!({"schedule": "@daily", "task": {"kind": "shell", "command": "true"}});
+        if let Some(t) = team {
+            spec["team"] = json!(t);
+        }
+        c.put_job(job, spec).await?;
+    }
+    let as_pay = [("ETCRON_TOKEN", pay)];
+    let as_admin = [("ETCRON_TOKEN", admin)];
+
+    let me = ctl_at(&c.master.url, &as_pay, &["whoami"]).await.ok();
+    assert_eq!(me.stdout, "name:   pay-admin\nrole:   -\nteams:  payments=admin\n");
+    let me = ctl_at(&c.master.url, &as_pay, &["whoami", "-o", "json"]).await.ok().json();
+    assert_eq!(me, json!({"name": "pay-admin", "role": null, "teams": {"payments": "admin"}}));
+
+    let listed = ctl_at(&c.master.url, &as_pay, &["jobs", "ls"]).await.ok();
+    let rows: Vec<&str> = listed.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "{}", listed.stdout);
+    assert!(listed.stdout.lines().next().unwrap().starts_with("NAME") && listed.stdout.contains("TEAM"));
+    let cells: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(&cells[..2], ["pay-settle", "payments"], "{}", listed.stdout);
+    let all = ctl_at(&c.master.url, &as_admin, &["jobs", "ls", "-o", "json"]).await.ok().json();
+    assert_eq!(all["jobs"].as_array().unwrap().len(), 3);
+    let search = ctl_at(&c.master.url, &as_admin, &["jobs", "ls", "--team", "search", "-o", "json"]).await.ok().json();
+    let names: Vec<&str> = search["jobs"].as_array().unwrap().iter().map(|j| j["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["search-index"]);
+
+    let hidden = ctl_at(&c.master.url, &as_pay, &["jobs", "get", "search-index"]).await;
+    assert_eq!(hidden.code, 3, "{hidden:?}");
+    assert!(hidden.stderr.contains("does not exist"), "{hidden:?}");
+    let described = ctl_at(&c.master.url, &as_pay, &["jobs", "describe", "pay-settle"]).await.ok();
+    assert!(
+        described.stdout.lines().any(|l| l.starts_with("team:") && l.ends_with("payments")),
+        "{}",
+        described.stdout
+    );
+
+    // A job file moving pay-settle to another team: refused (403 naming team), nothing changes.
+    let files = dir.path().join("jobs");
+    write(
+        &files,
+        "pay.toml",
+        "[jobs.pay-settle]\nschedule = \"@daily\"\nteam = \"search\"\n\n[jobs.pay-settle.task]\nkind = \"shell\"\ncommand = \"true\"\n",
+    );
+    let files = files.display().to_string();
+    let moved = ctl_at(&c.master.url, &as_pay, &["jobs", "apply", "-f", &files]).await;
+    assert_ne!(moved.code, 0, "{moved:?}");
+    assert!(moved.stderr.contains("team"), "{moved:?}");
+    assert_eq!(job(&c, "pay-settle").await.1["spec"]["team"], "payments");
+    Ok(())
+}

@@ -49,6 +49,7 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
     let ms = id.tick.scheduled_ms().unwrap_or_else(now_ms);
     let mut r = ExecutionRecord {
         job: id.job.clone(),
+        team: Some("payments".to_owned()),
         scheduled_at: etcron_common::rfc3339_ms(ms),
         scheduled_ms: ms,
         claimed_at: Some(etcron_common::rfc3339_ms(ms + 3)),
@@ -108,6 +109,7 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
     c.put_job(
         "nightly-report",
         json!({"schedule": "0 30 2 * * *", "timezone": "Europe/Berlin", "description": "the nightly report",
+               "team": "payments",
                "task": {"kind": "shell", "command": "echo report", "env": {"OUT": "/tmp/r"}, "cwd": "/"},
                "timeout": "10m", "retries": {"max": 3, "backoff": "10s", "max_backoff": "5m"},
                "concurrency": "forbid", "misfire": "run_once", "on_worker_loss": "mark_lost",
@@ -267,6 +269,7 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
     let delivery = |event: NotifyEvent, state: DeliveryState, attempts: Vec<Attempt>| Delivery {
         id: delivery_id(&second_id.to_string(), event, "0"),
         job: "nightly-report".to_owned(),
+        team: Some("payments".to_owned()),
         execution_id: second_id.to_string(),
         event,
         target: "https://hooks.slack.com/…".to_owned(),

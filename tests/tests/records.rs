@@ -125,6 +125,7 @@ fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
         record: ExecutionRecord {
             id: ExecutionId { attempt: n, ..ExecutionId::new(job, Tick::Scheduled(ms)) },
             job: job.to_owned(),
+            team: None,
             scheduled_at: etcron_common::rfc3339_ms(ms),
             scheduled_ms: ms,
             claimed_at: None,

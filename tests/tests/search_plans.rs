@@ -26,8 +26,9 @@ async fn load(store: &MongoStore, from: u64, to: u64) -> Result<()> {
 }
 
 /// Every combination of the filters: job, status (none, one, several), trigger, worker, time
-/// (none, an hour, since only), words (none, one, two), each with a first page and a page
-/// after a cursor (added by the caller).
+/// (none, an hour, since only), words (none, one, two), and teams (none, one, two: a caller
+/// with team roles only; without words), each with a first page and a page after a cursor
+/// (added by the caller).
 fn shapes(span_ms: i64) -> Vec<(String, Search)> {
     let mut out = Vec::new();
     let statuses: [(&str, Vec<Status>); 3] = [
@@ -45,24 +46,31 @@ fn shapes(span_ms: i64) -> Vec<(String, Search)> {
                 for worker in [None, Some("w4")] {
                     for (tn, since_ms, until_ms) in &times {
                         for (qn, q) in &words {
-                            let name = format!(
-                                "{}{sn}{}{}{tn}{qn}",
-                                job.map_or(String::new(), |j| format!("job={j} ")),
-                                trigger.map_or(String::new(), |t| format!("trigger={} ", t.as_str())),
-                                worker.map_or(String::new(), |w| format!("worker={w} ")),
-                            );
-                            let s = Search {
-                                job: job.map(str::to_owned),
-                                statuses: st.clone(),
-                                trigger,
-                                worker: worker.map(str::to_owned),
-                                since_ms: *since_ms,
-                                until_ms: *until_ms,
-                                q: q.map(str::to_owned),
-                                limit: LIMIT,
-                                cursor: None,
-                            };
-                            out.push((name, s));
+                            for teams in [None, Some(vec!["team-1"]), Some(vec!["team-0", "team-2"])] {
+                                if q.is_some() && teams.is_some() {
+                                    continue;
+                                }
+                                let name = format!(
+                                    "{}{sn}{}{}{tn}{qn}{}",
+                                    job.map_or(String::new(), |j| format!("job={j} ")),
+                                    trigger.map_or(String::new(), |t| format!("trigger={} ", t.as_str())),
+                                    worker.map_or(String::new(), |w| format!("worker={w} ")),
+                                    teams.as_ref().map_or(String::new(), |t| format!("teams={} ", t.join(","))),
+                                );
+                                let s = Search {
+                                    job: job.map(str::to_owned),
+                                    statuses: st.clone(),
+                                    trigger,
+                                    worker: worker.map(str::to_owned),
+                                    since_ms: *since_ms,
+                                    until_ms: *until_ms,
+                                    q: q.map(str::to_owned),
+                                    teams: teams.map(|t| t.into_iter().map(str::to_owned).collect()),
+                                    limit: LIMIT,
+                                    cursor: None,
+                                };
+                                out.push((name, s));
+                            }
                         }
                     }
                 }
@@ -127,12 +135,19 @@ async fn examine(store: &MongoStore, name: &str, s: &Search) -> Result<Examined>
     Ok(Examined { keys: count(stats, "totalKeysExamined"), docs: count(stats, "totalDocsExamined") })
 }
 
+/// The teams a search lists (at least 1).
+fn plan_teams(s: &Search) -> i64 {
+    s.teams.as_ref().map_or(1, |t| i64::try_from(t.len().max(1)).unwrap_or(1))
+}
+
 /// Checks what a search examined against its bounds: `limit` + 1 documents when the index
 /// holds every filter, else at most `SCAN_BUDGET`. `ties`: entries at the cursor's instant that
 /// an earlier page returned (fetched, then dropped by the cursor's check of ids).
 fn check_bounds(name: &str, s: &Search, records: &Examined, ties: i64) -> Result<()> {
-    // One ordered range per (status, trigger) pair may each read one entry past its end.
-    let ranges = 48;
+    // One ordered range per (status, trigger) pair may each read one entry past its end; the
+    // team index has such ranges per team.
+    let plan = search_plan(s);
+    let ranges = if plan.index == "exec_team" { 56 * plan_teams(s) } else { 48 };
     let read = if search_plan(s).exact() { LIMIT + 1 } else { SCAN_BUDGET };
     ensure!(records.docs >= 0 && records.keys >= 0, "{name}: explain gave no execution counts: {records:?}");
     ensure!(records.docs <= read + ties, "{name}: {} documents examined, more than {read}", records.docs);
@@ -163,7 +178,7 @@ async fn every_search_reads_one_index_in_order_and_examines_what_the_limit_needs
             }
             shapes_checked += 1;
         }
-        ensure!(shapes_checked == 216, "{shapes_checked} shapes");
+        ensure!(shapes_checked == 360, "{shapes_checked} shapes");
     }
     Ok(())
 }
@@ -190,6 +205,22 @@ async fn partial_pages_of_a_budgeted_search_add_up_to_every_match() -> Result<()
         (
             "job + worker",
             Search { job: Some("job-003".into()), worker: Some("w4".into()), limit: LIMIT, ..Search::default() },
+            false,
+        ),
+        (
+            // job-003 is in team-0: the team, checked on the records read, matches every one.
+            "job + its team",
+            Search {
+                job: Some("job-003".into()),
+                teams: Some(vec!["team-0".into()]),
+                limit: LIMIT,
+                ..Search::default()
+            },
+            false,
+        ),
+        (
+            "worker + a team",
+            Search { worker: Some("w4".into()), teams: Some(vec!["team-1".into()]), limit: LIMIT, ..Search::default() },
             false,
         ),
     ] {

@@ -275,3 +275,38 @@ async fn sla_alerts_are_set_in_the_editor_and_a_jobs_notifications_listed_on_its
     screenshots(&c.logs, &["alerts-mongodb-down.png"]);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_token_sees_its_teams_jobs_only_in_the_console() -> anyhow::Result<()> {
+    let (admin, a_admin, b_op) =
+        ("ui-teams-admin-token-0123456789", "ui-team-a-admin-token-0123456789", "ui-team-b-op-token-0123456789");
+    let entry = |name: &str, token: &str, teams: &str| {
+        format!(
+            "[[auth.tokens]]\nname = {name:?}\nteams = {{ {teams} }}\nsha256 = {:?}\n",
+            etcron_master::auth::hash_token(token)
+        )
+    };
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("master.toml");
+    std::fs::write(&config, entry("a-admin", a_admin, "a = \"admin\"") + &entry("b-op", b_op, "b = \"operator\""))?;
+    let config = config.display().to_string();
+    let c = Cluster::start_with("ui-teams", 1, false, &["--config", &config, "--api-token", admin]).await?;
+    for (job, team) in [("a-job", Some("a")), ("b-job", Some("b")), ("plain", None)] {
+        let mut spec = json!({"schedule": "@yearly", "task": {"kind": "shell", "command": format!("echo from-{job}")}});
+        if let Some(t) = team {
+            spec["team"] = json!(t);
+        }
+        c.put_job(job, spec).await?;
+        let (status, _) = c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
+        assert_eq!(status, 202);
+    }
+    for job in ["a-job", "b-job", "plain"] {
+        c.wait_executions(&format!("job={job}&status=succeeded"), job, |l| l.len() == 1).await?;
+    }
+    let env = [("ETCRON_TEAM_A_TOKEN", a_admin), ("ETCRON_TEAM_B_TOKEN", b_op)];
+    browser_with("teams.mjs", &c.master.url, &c.logs, &[], &env)?;
+    screenshots(&c.logs, &["teams-jobs-b.png", "teams-not-found.png", "teams-editor.png"]);
+    // What the browser made, seen through the API: a job of team a.
+    assert_eq!(c.get("/api/jobs/made-by-team-a").await?["spec"]["team"], "a");
+    Ok(())
+}

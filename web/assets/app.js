@@ -131,11 +131,30 @@ function autoRefresh(ms) {
 // ---------------------------------------------------------------------------------------------
 // Jobs
 
-/** The jobs list: name, state, schedule in words, next run, last result, recent outcomes. */
+/** Who the token is (`GET /api/auth/whoami`: name, global role, role per team), asked once
+ * per token. */
+let meCache = { token: undefined, me: null };
+async function whoami() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (meCache.token !== token || !meCache.me) meCache = { token, me: getJson("/api/auth/whoami") };
+  try {
+    return await meCache.me;
+  } catch (e) {
+    meCache = { token: undefined, me: null };
+    throw e;
+  }
+}
+
+/** A caller's roles in words: "admin", "viewer, payments: operator", "search: admin". */
+const rolesText = (me) => [me.role, ...Object.entries(me.teams || {}).map(([t, r]) => `${t}: ${r}`)].filter(Boolean).join(", ");
+
+/** The jobs list: name, team, state, schedule in words, next run, last result, recent outcomes.
+ * The master lists only the jobs of the token's teams (every job for a global role). */
 async function jobsView(params) {
   const filter = (params.get("q") || "").toLowerCase();
   const state = params.get("state") || "";
-  const data = await getJson("/api/jobs");
+  const team = params.get("team") || "";
+  const [data, me] = await Promise.all([getJson(team ? `/api/jobs?team=${encodeURIComponent(team)}` : "/api/jobs"), whoami()]);
   const jobs = data.jobs.filter((j) => {
     const spec = j.spec || {};
     const last = j.summary && j.summary.last_execution;
@@ -150,18 +169,24 @@ async function jobsView(params) {
   const select = h("select", { "aria-label": "Job state" },
     [["", "Any state"], ["enabled", "Enabled"], ["paused", "Paused"], ["failing", "Last run failed"]]
       .map(([v, t]) => h("option", { value: v, selected: v === state }, t)));
+  // The teams to choose from: the token's, and those of the jobs it sees (a global role).
+  const teams = [...new Set([...Object.keys(me.teams || {}), ...data.jobs.map((j) => (j.spec || {}).team).filter(Boolean), team].filter(Boolean))].sort();
+  const teamSelect = h("select", { "aria-label": "Team", name: "team" },
+    [["", "Any team"], ...teams.map((t) => [t, t])].map(([v, t]) => h("option", { value: v, selected: v === team }, t)));
   const apply = () => {
     const q = new URLSearchParams();
     if (search.value) q.set("q", search.value);
     if (select.value) q.set("state", select.value);
+    if (teamSelect.value) q.set("team", teamSelect.value);
     location.hash = `#/jobs?${q}`;
   };
   search.addEventListener("change", apply);
   select.addEventListener("change", apply);
+  teamSelect.addEventListener("change", apply);
   const root = app();
   root.replaceChildren(
     h("div", { class: "heading" }, h("h1", {}, "Jobs"), h("a", { class: "button primary", href: "#/new" }, "New job")),
-    h("div", { class: "toolbar" }, search, select));
+    h("div", { class: "toolbar" }, search, select, teamSelect));
   if (data.records && data.records.available === false) {
     banner("Execution records are unavailable (the master cannot reach MongoDB): last results are not shown.", "warn");
   }
@@ -180,6 +205,7 @@ async function jobsView(params) {
       h("td", { "data-label": "Job" }, h("a", { href: `#/job/${encodeURIComponent(j.name)}` }, h("strong", {}, j.name)),
         spec.description ? h("div", { class: "muted" }, spec.description) : "",
         j.invalid ? h("div", { class: "warn" }, `invalid spec: ${j.invalid}`) : ""),
+      h("td", { "data-label": "Team" }, spec.team ? h("a", { href: `#/jobs?team=${encodeURIComponent(spec.team)}` }, spec.team) : h("span", { class: "muted" }, "—")),
       h("td", { "data-label": "State" }, stateBadge(j), isPaused(j) ? h("div", { class: "muted" }, pauseText(j)) : ""),
       h("td", { "data-label": "Schedule" }, h("code", {}, expressionsOf(spec).join("; ")), h("div", { class: "muted" }, j.schedule_description || "")),
       h("td", { "data-label": "Next run" }, next
@@ -193,7 +219,7 @@ async function jobsView(params) {
       h("td", { "data-label": "Actions", class: "actions" }, jobActions(j)));
   });
   root.append(h("table", {},
-    h("thead", {}, h("tr", {}, ["Job", "State", "Schedule", "Next run", "Last result", "Workers", "Actions"].map((t) => h("th", { scope: "col" }, t)))),
+    h("thead", {}, h("tr", {}, ["Job", "Team", "State", "Schedule", "Next run", "Last result", "Workers", "Actions"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, rows)));
 }
 
@@ -560,6 +586,7 @@ async function jobView(params, rest) {
         ? [" ", h("a", { href: `#/execution/${encodeURIComponent(j.paused.execution_id)}` }, "The failure that paused it")] : "") : "",
     h("div", { class: "toolbar actions" }, jobActions(j, { detail: true })),
     h("dl", { class: "fields" },
+      h("dt", {}, "Team"), h("dd", { id: "team" }, spec.team || h("span", { class: "muted" }, "none (global roles only)")),
       h("dt", {}, "Schedule"), h("dd", {}, h("code", {}, expressionsOf(spec).join("; ")), ` — ${j.schedule_description} (${spec.timezone || "UTC"})`),
       h("dt", {}, "Next runs"), h("dd", {}, (j.next_runs || []).length
         ? h("ul", { class: "plain" }, j.next_runs.map((t) => h("li", {}, `${jobTime(t)} · ${localTime(t)} local`)))
@@ -709,6 +736,8 @@ function jobForm(isNew) {
     name: formField("name", "Name", add("name", input({ required: true, pattern: "[a-z0-9][a-z0-9._-]{0,127}", placeholder: "nightly-report", disabled: !isNew })),
       "Lowercase letters, digits, . _ -; cannot be changed later."),
     description: formField("description", "Description", add("description", input({ placeholder: "What this job is for" }))),
+    team: formField("team", "Team", add("team", input({ pattern: "[a-z0-9][a-z0-9-]{0,62}", placeholder: "payments", list: "team-list" })),
+      "Who may see and change the job: callers with a role on this team (and global roles). Empty: global roles only."),
     enabled: h("div", { class: "field check", "data-field": "enabled" },
       h("label", {}, add("enabled", h("input", { type: "checkbox", name: "enabled", id: idOf("enabled") })), " Enabled (runs on schedule)")),
     labels: formField("labels", "Labels", add("labels", textarea({ rows: 2, placeholder: "team=data" })), "One key=value per line."),
@@ -785,7 +814,7 @@ function jobForm(isNew) {
   f.mode.addEventListener("change", sync);
   const group = (legend, ...children) => h("fieldset", {}, h("legend", {}, legend), children);
   const form = h("form", { id: "job-form", novalidate: true, "aria-label": "Job" },
-    group("Job", fields.name, fields.description, fields.enabled, fields.labels),
+    group("Job", fields.name, fields.team, fields.description, fields.enabled, fields.labels),
     group("Schedule", fields.schedule, fields.timezone, fields.activeFrom, fields.activeUntil, fields.jitter, fields.skipCalendars),
     group("Task", fields.kind, ...shellOnly, ...httpOnly),
     group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.maxQueue, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.pauseAfter, fields.loss, ...limitFields),
@@ -846,6 +875,7 @@ function jobForm(isNew) {
     if (names(f.on_success.value).length) spec.on_success = names(f.on_success.value);
     if (names(f.on_failure.value).length) spec.on_failure = names(f.on_failure.value);
     if (f.description.value.trim()) spec.description = f.description.value.trim();
+    if (f.team.value.trim()) spec.team = f.team.value.trim();
     const labels = map("labels", "=");
     if (Object.keys(labels).length) spec.labels = labels;
     if (f.max_output.value.trim()) spec.max_output = numberOr(f.max_output.value);
@@ -883,7 +913,7 @@ function jobForm(isNew) {
     const mode = spec.mode && typeof spec.mode === "object" ? "sharded" : spec.mode || "single";
     const alerts = spec.alerts || {};
     const values = {
-      name: name || "", description: spec.description || "", labels: formatMap(spec.labels, "="),
+      name: name || "", team: spec.team || "", description: spec.description || "", labels: formatMap(spec.labels, "="),
       schedule: expressionsOf(spec).join("\n"), timezone: spec.timezone || "UTC", "task.kind": task.kind || "shell",
       active_from: spec.active_from || "", active_until: spec.active_until || "", jitter: spec.jitter || "", skip_calendars: (spec.skip_calendars || []).join(", "),
       "task.command": task.command || "", "task.env": formatMap(task.env, "="), "task.cwd": task.cwd || "",
@@ -1083,7 +1113,8 @@ async function editView(params, rest) {
         showFieldError(form, "name", e.message).focus();
         return;
       }
-      if (e.status === 400 || e.status === 413) {
+      // 403 naming `team`: the token may not save a job into that team.
+      if (e.status === 400 || e.status === 413 || (e.status === 403 && e.field)) {
         if (!jsonPanel.hidden) {
           jsonError.textContent = e.field ? `${e.field}: ${e.message}` : e.message;
           jsonError.hidden = false;
@@ -1102,14 +1133,20 @@ async function editView(params, rest) {
   const saveButton = h("button", { type: "button", class: "primary" }, isNew ? "Create job" : "Save changes");
   saveButton.addEventListener("click", save);
 
+  // The token's teams to pick from; a new job of a token with one team and no global role
+  // starts in that team (the only place it may create one).
+  const me = await whoami().catch(() => ({ teams: {} }));
+  const myTeams = Object.keys(me.teams || {});
   app().replaceChildren(
     h("h1", {}, isNew ? "New job" : `Edit ${name}`),
     h("div", { class: "tabs", role: "tablist" }, formTab, jsonTab),
     status, form, jsonPanel,
+    h("datalist", { id: "team-list" }, myTeams.map((t) => h("option", { value: t }))),
     h("div", { class: "toolbar sticky" }, saveButton,
       h("a", { class: "button", href: isNew ? "#/jobs" : `#/job/${encodeURIComponent(name)}` }, "Cancel")));
   if (isNew) {
-    ui.fill({ schedule: "", timezone: Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC", task: { kind: "shell" } });
+    const team = !me.role && myTeams.length === 1 ? myTeams[0] : undefined;
+    ui.fill({ schedule: "", timezone: Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC", task: { kind: "shell" }, team });
     f.name.focus();
   } else {
     await load();
@@ -1120,7 +1157,7 @@ async function editView(params, rest) {
 // ---------------------------------------------------------------------------------------------
 // Executions
 
-const FILTERS = ["job", "status", "trigger", "worker", "since", "until", "q"];
+const FILTERS = ["job", "team", "status", "trigger", "worker", "since", "until", "q"];
 
 function executionsTable(executions) {
   return h("table", {},
@@ -1565,10 +1602,10 @@ async function showWho() {
   const el = document.getElementById("who");
   if (!token) { el.replaceChildren(); return; }
   try {
-    const me = await getJson("/api/auth/whoami");
+    const me = await whoami();
     const out = h("button", { type: "button", class: "link" }, "Sign out");
     out.addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); location.reload(); });
-    el.replaceChildren(h("span", { class: "muted" }, `${me.name} (${me.role}) `), out);
+    el.replaceChildren(h("span", { class: "muted", id: "who-name" }, `${me.name} (${rolesText(me)}) `), out);
   } catch { el.replaceChildren(); }
 }
 

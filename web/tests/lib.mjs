@@ -25,7 +25,8 @@ export async function launch() {
  */
 export async function open(browser, base, { width = 1280, height = 800, colorScheme = "light", token } = {}) {
   const context = await browser.newContext({ viewport: { width, height }, colorScheme });
-  if (token) await context.addInitScript((t) => sessionStorage.setItem("etcron-token", t), token);
+  // about:blank (which waitRows loads between views) has no storage: nothing to put there.
+  if (token) await context.addInitScript((t) => { if (location.protocol !== "about:") sessionStorage.setItem("etcron-token", t); }, token);
   const page = await context.newPage();
   const errors = [];
   const external = [];

@@ -279,7 +279,7 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
         }
     }
     follow.extend(crate::backfill::next_op(ctx, &id.job, trigger, &params).await);
-    let mut record = ExecutionRecord::blank(&id, scheduled_ms, trigger, Status::Lost, spec.as_ref().map(|s| s.mode));
+    let mut record = ExecutionRecord::blank(&id, scheduled_ms, trigger, Status::Lost, spec.as_deref());
     record.claimed_at.clone_from(&started_at);
     record.started_at = started_at;
     record.finished_at = Some(rfc3339_ms(now));

@@ -468,6 +468,8 @@ struct Notice {
     default_targets: bool,
     /// The job's `pause_after_failures`.
     pause_after: Option<u32>,
+    /// The job's team, stamped on each delivery record.
+    team: Option<String>,
 }
 
 struct Shared {
@@ -573,6 +575,7 @@ impl Notifier {
             targets: targets.to_vec(),
             default_targets,
             pause_after: spec.pause_after_failures,
+            team: spec.team.clone(),
         };
         if let Err(mpsc::error::TrySendError::Full(n) | mpsc::error::TrySendError::Closed(n)) = self.tx.try_send(notice)
         {
@@ -673,6 +676,7 @@ async fn dispatch(shared: Arc<Shared>, mut rx: mpsc::Receiver<Notice>) {
             let mut delivery = Delivery {
                 id: delivery_id(&occurrence, event, &target_ref),
                 job: subject.job().to_owned(),
+                team: notice.team.clone(),
                 execution_id: occurrence,
                 event,
                 target: target.shown_url(),
@@ -955,6 +959,7 @@ mod tests {
         ExecutionRecord {
             id,
             job: "nightly".into(),
+            team: None,
             scheduled_at: rfc3339_ms(1_700_000_000_000),
             scheduled_ms: 1_700_000_000_000,
             claimed_at: None,
@@ -1150,6 +1155,7 @@ mod tests {
         let mut d = Delivery {
             id: "a@1#1/failure/0".into(),
             job: "a".into(),
+            team: None,
             execution_id: "a@1#1".into(),
             event: NotifyEvent::Failure,
             target: "https://h/x".into(),

@@ -10,7 +10,7 @@ use crate::state::Context;
 
 /// The record of a fire, before it ran.
 pub(crate) fn base_record(ctx: &Context, fire: &Fire, status: Status, fencing_token: Option<i64>) -> ExecutionRecord {
-    let mut record = ExecutionRecord::blank(&fire.id, fire.scheduled_ms, fire.trigger, status, Some(fire.spec.mode));
+    let mut record = ExecutionRecord::blank(&fire.id, fire.scheduled_ms, fire.trigger, status, Some(&fire.spec));
     record.worker_id.clone_from(&ctx.config.worker_id);
     record.hostname.clone_from(&ctx.hostname);
     record.fencing_token = fencing_token;

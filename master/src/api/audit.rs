@@ -31,11 +31,14 @@ pub fn parse_audit_search(query: &str) -> ApiResult<crate::audit::AuditSearch> {
     Ok(s)
 }
 
+/// `GET /api/audit`: a caller with team roles only sees the entries of its teams.
 pub(super) async fn search_audit(
     State(st): State<AppState>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
+    axum::Extension(scope): axum::Extension<crate::access::Scope>,
 ) -> ApiResult<Json<Value>> {
-    let search = parse_audit_search(query.as_deref().unwrap_or(""))?;
+    let mut search = parse_audit_search(query.as_deref().unwrap_or(""))?;
+    search.teams = scope.teams(None);
     let (entries, next) = records(crate::audit::search(&st.store, &search)).await?;
     Ok(Json(json!({ "entries": entries, "next_cursor": next })))
 }

@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 
 use super::http::{actor, body_bytes, job_name, with_audit};
 use super::jobs::read_job;
+use crate::access::{team_of, Scope};
 use crate::auth::Caller;
 use crate::backend::AppState;
 use crate::error::{etcd, records, ApiError, ApiResult};
@@ -177,9 +178,13 @@ async fn stored_one(st: &AppState, job: &str, id: &str) -> ApiResult<(Backfill, 
 }
 
 /// `GET /api/jobs/{job}/backfills`: every backfill of the job, newest first, with counts.
-pub(super) async fn list(State(st): State<AppState>, Path(job): Path<String>) -> ApiResult<Json<Value>> {
+pub(super) async fn list(
+    State(st): State<AppState>,
+    Path(job): Path<String>,
+    axum::Extension(scope): axum::Extension<Scope>,
+) -> ApiResult<Json<Value>> {
     job_name(&job)?;
-    read_job(&st, &job).await?;
+    read_job(&st, &job, &scope).await?;
     let all = stored(&st, &job).await?;
     let statuses = statuses_of(&st, &job, &all.iter().map(|(_, b)| b).collect::<Vec<_>>()).await?;
     let views: Vec<BackfillView> = all.iter().rev().map(|(id, b)| view(&job, id, b, &statuses, false)).collect();
@@ -187,9 +192,14 @@ pub(super) async fn list(State(st): State<AppState>, Path(job): Path<String>) ->
 }
 
 /// `GET /api/jobs/{job}/backfills/{id}`: one backfill with each item's status.
-pub(super) async fn get(State(st): State<AppState>, Path((job, id)): Path<(String, String)>) -> ApiResult<Response> {
+pub(super) async fn get(
+    State(st): State<AppState>,
+    Path((job, id)): Path<(String, String)>,
+    axum::Extension(scope): axum::Extension<Scope>,
+) -> ApiResult<Response> {
     job_name(&job)?;
     backfill_id(&id)?;
+    read_job(&st, &job, &scope).await?;
     let (b, _) = stored_one(&st, &job, &id).await?;
     let statuses = statuses_of(&st, &job, &[&b]).await?;
     Ok(Json(view(&job, &id, &b, &statuses, true)).into_response())
@@ -200,10 +210,11 @@ pub(super) async fn get(State(st): State<AppState>, Path((job, id)): Path<(Strin
 pub(super) async fn cancel(
     State(st): State<AppState>,
     Path((job, id)): Path<(String, String)>,
-    caller: Option<axum::Extension<Caller>>,
+    axum::Extension(scope): axum::Extension<Scope>,
 ) -> ApiResult<Response> {
     job_name(&job)?;
     backfill_id(&id)?;
+    let (stored_job, _) = read_job(&st, &job, &scope).await?;
     let (mut b, version) = stored_one(&st, &job, &id).await?;
     let statuses = statuses_of(&st, &job, &[&b]).await?;
     match view(&job, &id, &b, &statuses, false).state {
@@ -211,20 +222,32 @@ pub(super) async fn cancel(
         "done" => return Err(ApiError::conflict(format!("backfill {id:?} of {job:?} is done"))),
         _ => return Err(ApiError::conflict(format!("backfill {id:?} of {job:?} is cancelled already"))),
     }
-    b.cancelled = Some(Cancelled { by: actor(caller.as_ref()), at_ms: now_ms() });
+    b.cancelled = Some(Cancelled { by: scope.caller.name.clone(), at_ms: now_ms() });
     let key = st.keys.backfill(&job, &id);
     let requests = st.keys.trigger(&job, &Backfill::request_prefix(&id));
     let value = serde_json::to_vec(&b).map_err(|e| ApiError::internal(&e))?;
-    let txn = Txn::new().when([Compare::version(key.as_str(), CompareOp::Equal, 1)]).and_then([
-        TxnOp::put(key.as_str(), value, None),
-        TxnOp::delete(requests, Some(DeleteOptions::new().with_prefix())),
-    ]);
+    // Only while the job is as read (its team checked) and the backfill not cancelled.
+    let txn = Txn::new()
+        .when([
+            Compare::version(key.as_str(), CompareOp::Equal, 1),
+            Compare::mod_revision(st.keys.job(&job), CompareOp::Equal, stored_job.mod_revision),
+        ])
+        .and_then([
+            TxnOp::put(key.as_str(), value, None),
+            TxnOp::delete(requests, Some(DeleteOptions::new().with_prefix())),
+        ]);
     let resp = etcd("backfill_cancel", st.client.kv_client().txn(txn)).await?;
     if !resp.succeeded() {
-        return Err(ApiError::conflict(format!("backfill {id:?} of {job:?} was cancelled meanwhile")));
+        return Err(ApiError::conflict(format!(
+            "backfill {id:?} of {job:?} was cancelled, or the job changed, meanwhile"
+        )));
     }
     let body = view(&job, &id, &b, &statuses, true);
-    let detail = crate::audit::AuditDetail { detail: Some(json!({ "backfill": id })), ..Default::default() };
+    let detail = crate::audit::AuditDetail {
+        teams: crate::audit::teams([team_of(&stored_job.value)]),
+        detail: Some(json!({ "backfill": id })),
+        ..Default::default()
+    };
     Ok(with_audit(Json(body).into_response(), detail))
 }
 
@@ -233,14 +256,14 @@ pub(super) async fn cancel(
 pub(super) async fn create(
     State(st): State<AppState>,
     Path(job): Path<String>,
-    caller: Option<axum::Extension<Caller>>,
+    (caller, axum::Extension(scope)): (Option<axum::Extension<Caller>>, axum::Extension<Scope>),
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     job_name(&job)?;
     let request = BackfillRequest::from_json(&body_bytes(body)?)?;
     let now = now_ms();
     let range = request.check(now)?;
-    let (stored_job, _) = read_job(&st, &job).await?;
+    let (stored_job, _) = read_job(&st, &job, &scope).await?;
     let spec = JobSpec::from_json(&stored_job.value)
         .map_err(|e| ApiError::conflict(format!("job {job:?} has an invalid spec ({e}); fix it before a backfill")))?;
     if spec.mode != Mode::Single {
@@ -296,6 +319,7 @@ pub(super) async fn create(
     write(&st, (&job, &id), &backfill, (stored_job.mod_revision, &retired)).await?;
     let body = view(&job, &id, &backfill, &HashMap::new(), true);
     let detail = crate::audit::AuditDetail {
+        teams: crate::audit::teams([team_of(&stored_job.value)]),
         detail: Some(json!({ "backfill": id, "ticks": backfill.items.len(), "which": request.which })),
         ..Default::default()
     };

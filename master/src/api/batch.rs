@@ -142,6 +142,7 @@ pub(super) async fn batch(
     State(st): State<AppState>,
     caller: Option<axum::Extension<crate::auth::Caller>>,
     request: Option<axum::Extension<crate::audit::RequestId>>,
+    axum::Extension(scope): axum::Extension<crate::access::Scope>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let (changes, dry_run) = batch_changes(&body_bytes(body)?)?;
@@ -163,14 +164,16 @@ pub(super) async fn batch(
         .map(|w| (w.job.clone(), if matches!(w.change, Change::Put(_)) { BatchOp::Put } else { BatchOp::Delete }))
         .collect();
     if dry_run {
-        let planned = st.jobs().plan(&writes).await;
+        let planned = st.jobs().plan(&writes, &scope).await;
         for ((slot, (job, op)), plan) in slots.into_iter().zip(jobs).zip(planned) {
             results[slot] = planned_result(&job, op, plan.map_err(|e| batch_error(op, e)));
         }
         return Ok(Json(json!({ "results": results, "transactions": 0, "dry_run": true })).into_response());
     }
     let origin = origin(caller.as_ref(), request.as_ref(), "POST /api/batch".to_owned());
-    let applied = st.jobs().apply(writes, &origin).await;
+    // Each change is checked on its own against the caller's teams (the job store's rule), and
+    // answered with the status its own request would have had.
+    let applied = st.jobs().apply(writes, &origin, &scope).await;
     let mut audit = Vec::new();
     for ((slot, (job, op)), outcome) in slots.into_iter().zip(jobs).zip(applied.outcomes) {
         if let Ok(w) = &outcome {

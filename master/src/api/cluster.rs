@@ -47,12 +47,10 @@ pub(super) async fn cluster_storage(State(st): State<AppState>) -> ApiResult<Jso
         .ok_or_else(|| ApiError::etcd_unavailable(&"etcd's status has not been read yet (it is polled every 10 s)"))
 }
 
-/// Who the token is: its name and role (`anonymous`/admin without auth).
-pub(super) async fn whoami(caller: Option<axum::Extension<Caller>>) -> Json<Value> {
-    match caller {
-        Some(axum::Extension(c)) => Json(json!({ "name": c.name, "role": c.role })),
-        None => Json(json!({ "name": "anonymous", "role": "admin" })),
-    }
+/// Who the token is: `{"name", "role", "teams"}` — its global role (`null` when it has team
+/// roles only) and its role per team (`anonymous`, a global admin, without auth).
+pub(super) async fn whoami(axum::Extension(caller): axum::Extension<Caller>) -> Json<Value> {
+    Json(caller.shown())
 }
 
 /// The configured tokens: names and roles, never hashes (admin only).

@@ -13,6 +13,7 @@ use etcron_common::{now_ms, rfc3339_ms};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::access::Scope;
 use crate::backend::AppState;
 use crate::error::ApiError;
 use crate::error::{records, store_error, ApiResult};
@@ -20,15 +21,17 @@ use crate::error::{records, store_error, ApiResult};
 use super::query::{self, Params};
 
 /// Parameters `GET /api/executions` accepts.
-pub(super) const SEARCH_PARAMS: [&str; 9] =
-    ["job", "status", "worker", "trigger", "since", "until", "q", "limit", "cursor"];
+pub(super) const SEARCH_PARAMS: [&str; 10] =
+    ["job", "team", "status", "worker", "trigger", "since", "until", "q", "limit", "cursor"];
 
 /// Parses the query of `GET /api/executions`; every bad value is a 400 naming the parameter.
+/// A `team` is the one team in `teams` (which the caller's teams narrow further).
 pub fn parse_search(query: &str) -> ApiResult<Search> {
     let mut s = Search { limit: DEFAULT_LIMIT, ..Search::default() };
     for (key, value) in Params::parse(Some(query), &SEARCH_PARAMS)?.iter() {
         match key {
             "job" => s.job = Some(query::job(key, value)?),
+            "team" => s.teams = Some(vec![query::team(key, value)?]),
             "status" => {
                 for part in value.split(',').filter(|p| !p.is_empty()) {
                     let status: Status = serde_json::from_value(Value::String(part.to_owned())).map_err(|_| {
@@ -72,11 +75,16 @@ pub fn parse_search(query: &str) -> ApiResult<Search> {
     Ok(s)
 }
 
+/// `GET /api/executions`: a caller with team roles only finds the records of its teams
+/// (records without a team, written before teams or of jobs without one, are for global roles).
 pub(super) async fn search_executions(
     State(st): State<AppState>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
+    axum::Extension(scope): axum::Extension<Scope>,
 ) -> ApiResult<Json<Value>> {
-    let search = parse_search(query.as_deref().unwrap_or(""))?;
+    let mut search = parse_search(query.as_deref().unwrap_or(""))?;
+    let wanted = search.teams.take().and_then(|t| t.into_iter().next());
+    search.teams = scope.teams(wanted.as_deref());
     let page = records(st.store.search(&search)).await?;
     Ok(Json(
         json!({ "executions": listed(&page.executions), "next_cursor": page.next_cursor, "partial": page.partial }),
@@ -102,15 +110,29 @@ pub(super) fn listed(records: &[etcron_common::model::ExecutionRecord]) -> Vec<V
         .collect()
 }
 
-pub(super) async fn get_execution(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+/// `GET /api/executions/{id}`: the record, when the caller sees its team (the record's, or
+/// for a run without a record yet its job's); one it does not see has no record for it.
+pub(super) async fn get_execution(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    axum::Extension(scope): axum::Extension<Scope>,
+) -> ApiResult<Json<Value>> {
     let parsed: ExecutionId = id.parse().map_err(|e: String| ApiError::bad_request(Some("id".to_owned()), e))?;
+    let hidden = || ApiError::not_found(format!("execution {id:?} has no record"));
     let mut record = match records(st.store.get(&parsed.to_string())).await? {
-        Some(record) => record,
+        Some(record) => {
+            scope.check(record.team.as_deref(), hidden)?;
+            record
+        }
         // A run's own `running` record is written once it has lasted a second; before that,
         // its running marker in etcd says what it is.
         None => match crate::stream::running_marker(&st, &parsed).await? {
-            Some(marker) => ExecutionRecord::from_marker(&marker),
-            None => return Err(ApiError::not_found(format!("execution {id:?} has no record"))),
+            Some(marker) => {
+                let team = st.jobs().team(&parsed.job).await?;
+                scope.check(team.as_deref(), hidden)?;
+                ExecutionRecord { team, ..ExecutionRecord::from_marker(&marker) }
+            }
+            None => return Err(hidden()),
         },
     };
     if record.status == Status::Running {
@@ -139,6 +161,7 @@ pub(super) const OVERVIEW_LIST: i64 = 10;
 pub(super) async fn overview(
     State(st): State<AppState>,
     query: Result<Query<OverviewQuery>, axum::extract::rejection::QueryRejection>,
+    axum::Extension(scope): axum::Extension<Scope>,
 ) -> ApiResult<Json<Value>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
     let window = q.window.unwrap_or_else(|| "1h".to_owned());
@@ -159,8 +182,11 @@ pub(super) async fn overview(
     let until_ms = (now_ms() / bucket_ms + 1) * bucket_ms;
     let since_ms = until_ms - span_ms;
     let job = q.job.as_deref();
+    // A caller with team roles only counts the records of its teams.
+    let teams = scope.teams(None);
     let failures = Search {
         job: q.job.clone(),
+        teams: teams.clone(),
         statuses: vec![Status::Failed, Status::TimedOut, Status::Lost],
         since_ms: Some(since_ms),
         limit: OVERVIEW_LIST,
@@ -168,7 +194,7 @@ pub(super) async fn overview(
     };
     let missed = Search { statuses: vec![Status::Missed], ..failures.clone() };
     let (activity, failures, missed) = tokio::try_join!(
-        st.store.activity(since_ms, until_ms, bucket_ms, job),
+        st.store.activity(since_ms, until_ms, bucket_ms, (job, teams.as_deref())),
         st.store.search(&failures),
         st.store.search(&missed)
     )

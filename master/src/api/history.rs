@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 use super::http::*;
 use super::jobs::{view_spec, with_etag};
+use crate::access::{team_of, Scope};
 use crate::audit::RequestId;
 use crate::auth::Caller;
 use crate::backend::AppState;
@@ -40,11 +41,12 @@ pub(super) struct VersionView {
     spec: Value,
 }
 
-/// The saved versions of `name`, newest first, and the job's revision now; 404 when the job
-/// does not exist.
-async fn versions(st: &AppState, name: &str) -> ApiResult<(Vec<VersionView>, i64)> {
+/// The saved versions of `name`, newest first, and the job's revision and team now; 404 when
+/// the job does not exist or the caller does not see it (the versions are the job's: whoever
+/// sees the job now sees its history, which may show teams it had before).
+async fn versions(st: &AppState, name: &str, scope: &Scope) -> ApiResult<(Vec<VersionView>, i64, Option<String>)> {
     job_name(name)?;
-    let (job, _) = st.jobs().read(name).await?;
+    let (job, _) = st.jobs().read(name, scope).await?;
     let mut kv = st.client.kv_client();
     let resp = etcd("history_list", kv.get(st.keys.history_of(name), Some(GetOptions::new().with_prefix()))).await?;
     let mut out: Vec<VersionView> = resp
@@ -65,12 +67,16 @@ async fn versions(st: &AppState, name: &str) -> ApiResult<(Vec<VersionView>, i64
         })
         .collect();
     out.sort_unstable_by_key(|v| std::cmp::Reverse(v.revision));
-    Ok((out, job.mod_revision))
+    Ok((out, job.mod_revision, team_of(&job.value)))
 }
 
 /// `GET /api/jobs/{job}/history`.
-pub(super) async fn history(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    let (versions, revision) = versions(&st, &name).await?;
+pub(super) async fn history(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    axum::Extension(scope): axum::Extension<Scope>,
+) -> ApiResult<Response> {
+    let (versions, revision, _) = versions(&st, &name, &scope).await?;
     Ok(Json(json!({ "job": name, "revision": revision, "versions": versions })).into_response())
 }
 
@@ -108,12 +114,13 @@ pub(super) async fn history_diff(
     State(st): State<AppState>,
     Path(name): Path<String>,
     query: Result<Query<DiffQuery>, axum::extract::rejection::QueryRejection>,
+    axum::Extension(scope): axum::Extension<Scope>,
 ) -> ApiResult<Response> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
     let from = revision_param("from", query.from.as_deref())?
         .ok_or_else(|| ApiError::bad_request(Some("from".to_owned()), "from is required: a revision"))?;
     let to = revision_param("to", query.to.as_deref())?;
-    let (versions, current) = versions(&st, &name).await?;
+    let (versions, current, _) = versions(&st, &name, &scope).await?;
     let to = to.unwrap_or(current);
     let (old, new) = (version_at(&versions, from, "from")?, version_at(&versions, to, "to")?);
     Ok(Json(json!({ "job": name, "from": from, "to": to, "changes": diff(&old.spec, &new.spec) })).into_response())
@@ -126,8 +133,8 @@ pub(super) async fn rollback(
     State(st): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    caller: Option<axum::Extension<Caller>>,
-    request: Option<axum::Extension<RequestId>>,
+    (caller, request): (Option<axum::Extension<Caller>>, Option<axum::Extension<RequestId>>),
+    axum::Extension(scope): axum::Extension<Scope>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let body = body_bytes(body)?;
@@ -137,20 +144,21 @@ pub(super) async fn rollback(
     let target = fields.get("revision").and_then(Value::as_i64).filter(|r| *r > 0).ok_or_else(|| {
         ApiError::bad_request(Some("revision".to_owned()), "revision must be the revision of a saved version")
     })?;
-    let (versions, _) = versions(&st, &name).await?;
+    let (versions, _, _) = versions(&st, &name, &scope).await?;
     let version = version_at(&versions, target, "revision")?;
     let spec = JobSpec::from_value(version.spec.clone())?;
     let precondition = Precondition { expected: if_match(&headers)?, create_only: false };
     let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
     let mut origin = origin(caller.as_ref(), request.as_ref(), format!("POST /api/jobs/{name}/rollback"));
     origin.restored = Some(target);
-    let outcome = st.jobs().apply(vec![write], &origin).await.outcomes.pop();
+    let outcome = st.jobs().apply(vec![write], &origin, &scope).await.outcomes.pop();
     let Some(Written::Saved { revision, created_revision, spec, before, pause, .. }) = outcome.transpose()? else {
         return Err(ApiError::internal(&"a rollback answered otherwise"));
     };
     tracing::info!(job = %name, revision, restored = target, "job rolled back");
     let job = view_spec(name, &spec, revision, created_revision, None, pause.as_ref());
     let detail = crate::audit::AuditDetail {
+        teams: crate::audit::teams([before.as_deref().and_then(team_of), spec.team.clone()]),
         before: before.as_deref().and_then(crate::audit::audited),
         after: Some(job.spec.clone()),
         detail: Some(json!({ "restored": target })),

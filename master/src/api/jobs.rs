@@ -21,6 +21,7 @@ use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::access::{team_of, Scope};
 use crate::audit::RequestId;
 use crate::auth::Caller;
 use crate::backend::AppState;
@@ -30,6 +31,10 @@ use crate::job_store::commands::{stored_pause, Paused, Resumed, StoredJob};
 use crate::job_store::{Change, Origin, Precondition, Write, Written};
 
 use super::http::*;
+use super::query::{self, Params};
+
+/// Parameters `GET /api/jobs` accepts.
+pub(super) const LIST_PARAMS: [&str; 1] = ["team"];
 
 /// Upcoming fire times shown with each job.
 pub(super) const NEXT_RUNS: usize = 5;
@@ -196,9 +201,21 @@ pub(super) async fn all_pauses(st: &AppState) -> ApiResult<BTreeMap<String, Paus
         .collect())
 }
 
-pub(super) async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Value>> {
+/// `GET /api/jobs[?team=T]`: the jobs the caller sees (every job with a global role, else
+/// those of its teams), of team T only when given.
+pub(super) async fn list_jobs(
+    State(st): State<AppState>,
+    axum::Extension(scope): axum::Extension<Scope>,
+    axum::extract::RawQuery(raw): axum::extract::RawQuery,
+) -> ApiResult<Json<Value>> {
+    let mut wanted = None;
+    for (key, value) in Params::parse(raw.as_deref(), &LIST_PARAMS)?.iter() {
+        wanted = Some(query::team(key, value)?);
+    }
+    let teams = scope.teams(wanted.as_deref());
     let (resp, workers, pauses) = tokio::try_join!(all_jobs(&st), live_workers(&st), all_pauses(&st))?;
-    let summaries = tokio::time::timeout(SUMMARY_TIMEOUT, st.store.summaries(now_ms() - 86_400_000, None)).await;
+    let since = now_ms() - 86_400_000;
+    let summaries = tokio::time::timeout(SUMMARY_TIMEOUT, st.store.summaries(since, None, teams.as_deref())).await;
     let (summaries, records) = match summaries {
         Ok(Ok(s)) => (Some(s), json!({"available": true})),
         Ok(Err(e)) => (None, json!({"available": false, "error": e.to_string()})),
@@ -207,6 +224,12 @@ pub(super) async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Valu
     let mut jobs = Vec::new();
     for item in resp.kvs() {
         if let Some(Key::Job(name)) = st.keys.parse(item.key()) {
+            let team = team_of(item.value());
+            let listed = scope.caller.access.sees(team.as_deref())
+                && wanted.as_ref().is_none_or(|w| team.as_deref() == Some(w.as_str()));
+            if !listed {
+                continue;
+            }
             let summary = summaries.as_ref().map(|s| s.get(&name).cloned().unwrap_or_default());
             let pause = pauses.get(&name);
             let job = view(name, item.value(), item.mod_revision(), item.create_revision(), Some(&workers), pause);
@@ -218,32 +241,40 @@ pub(super) async fn list_jobs(State(st): State<AppState>) -> ApiResult<Json<Valu
     Ok(Json(json!({ "jobs": jobs, "records": records })))
 }
 
-pub(super) async fn fetch_job(
-    st: &AppState,
-    name: &str,
-    workers: Option<&[(String, WorkerInfo)]>,
-) -> ApiResult<JobView> {
-    let (item, pause) = read_job(st, name).await?;
-    Ok(view(name.to_owned(), &item.value, item.mod_revision, item.create_revision, workers, pause.as_ref()))
+/// The job and its pause, read at one revision, when the request's `scope` allows it on the
+/// job's team; 404 when the job does not exist or the caller does not see it.
+pub(super) async fn read_job(st: &AppState, name: &str, scope: &Scope) -> ApiResult<(StoredJob, Option<Pause>)> {
+    st.jobs().read(name, scope).await
 }
 
-/// The job and its pause, read at one revision; 404 when the job does not exist.
-pub(super) async fn read_job(st: &AppState, name: &str) -> ApiResult<(StoredJob, Option<Pause>)> {
-    st.jobs().read(name).await
-}
-
-pub(super) async fn get_job(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+pub(super) async fn get_job(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    axum::Extension(scope): axum::Extension<Scope>,
+) -> ApiResult<Response> {
     job_name(&name)?;
     // The job (etcd) and its summary (MongoDB) are read at the same time: under load the
-    // answer waits for the slower of the two, not for both in turn.
+    // answer waits for the slower of the two, not for both in turn. The summary is only shown
+    // once the job's read allowed it.
     let job = async {
         let workers = live_workers(&st).await?;
-        fetch_job(&st, &name, Some(&workers)).await
+        let (item, pause) = read_job(&st, &name, &scope).await?;
+        Ok::<_, ApiError>(view(
+            name.clone(),
+            &item.value,
+            item.mod_revision,
+            item.create_revision,
+            Some(&workers),
+            pause.as_ref(),
+        ))
     };
+    let teams = scope.teams(None);
     let summary = async {
+        let since = now_ms() - 86_400_000;
         let mut summary =
-            st.store.summaries(now_ms() - 86_400_000, Some(&name)).await?.remove(&name).unwrap_or_default();
-        let latest = st.store.search(&Search { job: Some(name.clone()), limit: 1, ..Search::default() }).await?;
+            st.store.summaries(since, Some(&name), teams.as_deref()).await?.remove(&name).unwrap_or_default();
+        let latest = Search { job: Some(name.clone()), teams: teams.clone(), limit: 1, ..Search::default() };
+        let latest = st.store.search(&latest).await?;
         summary.last_execution = latest.executions.first().map(|r| etcron_common::store::LastExecution {
             id: r.id.to_string(),
             status: r.status,
@@ -289,8 +320,8 @@ pub(super) async fn put_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    caller: Option<axum::Extension<Caller>>,
-    request: Option<axum::Extension<RequestId>>,
+    (caller, request): (Option<axum::Extension<Caller>>, Option<axum::Extension<RequestId>>),
+    axum::Extension(scope): axum::Extension<Scope>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     job_name(&name)?;
@@ -298,7 +329,7 @@ pub(super) async fn put_job(
     let spec = JobSpec::from_json(&body_bytes(body)?)?;
     let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
     let origin = origin(caller.as_ref(), request.as_ref(), format!("PUT /api/jobs/{name}"));
-    let outcome = st.jobs().apply(vec![write], &origin).await.outcomes.pop();
+    let outcome = st.jobs().apply(vec![write], &origin, &scope).await.outcomes.pop();
     let Some(Written::Saved { created, revision, created_revision, spec, before, pause, .. }) = outcome.transpose()?
     else {
         return Err(ApiError::internal(&"a save answered otherwise"));
@@ -309,6 +340,7 @@ pub(super) async fn put_job(
     // stored, with the pause the save's transaction read.
     let job = view_spec(name, &spec, revision, created_revision, None, pause.as_ref());
     let detail = crate::audit::AuditDetail {
+        teams: crate::audit::teams([before.as_deref().and_then(team_of), spec.team.clone()]),
         before: before.as_deref().and_then(crate::audit::audited),
         after: Some(job.spec.clone()),
         detail: None,
@@ -320,34 +352,42 @@ pub(super) async fn delete_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
+    axum::Extension(scope): axum::Extension<Scope>,
 ) -> ApiResult<Response> {
     job_name(&name)?;
     let precondition = Precondition { expected: if_match(&headers)?, create_only: false };
     let write = Write { job: name.clone(), change: Change::Delete, precondition };
-    let outcome = st.jobs().apply(vec![write], &Origin::default()).await.outcomes.pop();
+    let outcome = st.jobs().apply(vec![write], &Origin::default(), &scope).await.outcomes.pop();
     let Some(Written::Deleted { before }) = outcome.transpose()? else {
         return Err(ApiError::internal(&"a delete answered otherwise"));
     };
     tracing::info!(job = %name, "job deleted");
-    let detail =
-        crate::audit::AuditDetail { before: before.as_deref().and_then(crate::audit::audited), ..Default::default() };
+    let detail = crate::audit::AuditDetail {
+        teams: crate::audit::teams([before.as_deref().and_then(team_of)]),
+        before: before.as_deref().and_then(crate::audit::audited),
+        ..Default::default()
+    };
     Ok(with_audit(StatusCode::NO_CONTENT.into_response(), detail))
 }
 
 pub(super) async fn run_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    caller: Option<axum::Extension<Caller>>,
+    axum::Extension(scope): axum::Extension<Scope>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let params = run_body(&body_bytes(body)?)?;
-    let reason = format!("manual run via API by {}", actor(caller.as_ref()));
-    let (id, execution_id) = st.jobs().request_run(&name, &reason, params.clone()).await?;
+    let reason = format!("manual run via API by {}", scope.caller.name);
+    let (id, execution_id, team) = st.jobs().request_run(&name, &reason, params.clone(), &scope).await?;
     let mut body = json!({ "request_id": id, "execution_id": execution_id.to_string() });
     if !params.is_empty() {
         body["params"] = json!(params);
     }
-    let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };
+    let detail = crate::audit::AuditDetail {
+        teams: crate::audit::teams([team]),
+        detail: Some(body.clone()),
+        ..Default::default()
+    };
     Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
 }
 
@@ -360,10 +400,10 @@ pub(super) async fn kill_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
     query: Result<Query<KillQuery>, axum::extract::rejection::QueryRejection>,
-    caller: Option<axum::Extension<Caller>>,
+    axum::Extension(scope): axum::Extension<Scope>,
 ) -> ApiResult<Response> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(None, e.body_text()))?;
-    read_job(&st, &name).await?;
+    read_job(&st, &name, &scope).await?;
     let target = match query.execution.as_deref() {
         None | Some("all") => KillTarget::All,
         Some(text) => {
@@ -382,9 +422,14 @@ pub(super) async fn kill_job(
         KillTarget::All => crate::stream::running_of_job(&st, &name).await?.len(),
         KillTarget::Execution(id) => usize::from(crate::stream::running_marker(&st, id).await?.is_some()),
     };
-    let revision = st.jobs().kill(&name, &target, &format!("kill via API by {}", actor(caller.as_ref()))).await?;
+    let reason = format!("kill via API by {}", scope.caller.name);
+    let (revision, team) = st.jobs().kill(&name, &target, &reason, &scope).await?;
     let body = json!({ "job": name, "target": target.to_string(), "revision": revision, "running": running });
-    let detail = crate::audit::AuditDetail { detail: Some(body.clone()), ..Default::default() };
+    let detail = crate::audit::AuditDetail {
+        teams: crate::audit::teams([team]),
+        detail: Some(body.clone()),
+        ..Default::default()
+    };
     Ok(with_audit((StatusCode::ACCEPTED, Json(body)).into_response(), detail))
 }
 
@@ -462,14 +507,16 @@ fn pause_until(value: Option<&Value>, now: UnixMs) -> ApiResult<Option<UnixMs>> 
 pub(super) async fn pause_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    caller: Option<axum::Extension<Caller>>,
+    axum::Extension(scope): axum::Extension<Scope>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     job_name(&name)?;
     let (reason, until) = pause_body(&body_bytes(body)?, now_ms())?;
-    let Paused { job, pause, previous } = st.jobs().pause(&name, &actor(caller.as_ref()), reason, until).await?;
+    let Paused { job, pause, previous } = st.jobs().pause(&name, (reason, until), &scope).await?;
+    let team = team_of(&job.value);
     let job = view(name, &job.value, job.mod_revision, job.create_revision, None, Some(&pause));
     let detail = crate::audit::AuditDetail {
+        teams: crate::audit::teams([team]),
         detail: Some(json!({ "paused": job.paused, "previous": previous.as_ref().map(PauseView::from) })),
         ..Default::default()
     };
@@ -480,17 +527,19 @@ pub(super) async fn pause_job(
 pub(super) async fn resume_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    caller: Option<axum::Extension<Caller>>,
-    request: Option<axum::Extension<RequestId>>,
+    (caller, request): (Option<axum::Extension<Caller>>, Option<axum::Extension<RequestId>>),
+    axum::Extension(scope): axum::Extension<Scope>,
 ) -> ApiResult<Response> {
     job_name(&name)?;
     let origin = origin(caller.as_ref(), request.as_ref(), format!("POST /api/jobs/{name}/resume"));
-    let Resumed { job, was_paused, spec_before, unchanged } = st.jobs().resume(&name, &origin).await?;
+    let Resumed { job, was_paused, spec_before, unchanged } = st.jobs().resume(&name, &origin, &scope).await?;
+    let teams = crate::audit::teams([team_of(&job.value)]);
     let shown = view(name, &job.value, job.mod_revision, job.create_revision, None, None);
     let detail = if unchanged {
-        crate::audit::AuditDetail { detail: Some(json!({ "unchanged": true })), ..Default::default() }
+        crate::audit::AuditDetail { teams, detail: Some(json!({ "unchanged": true })), ..Default::default() }
     } else {
         crate::audit::AuditDetail {
+            teams,
             before: spec_before.as_deref().and_then(crate::audit::audited),
             after: spec_before.as_ref().and_then(|_| crate::audit::audited(&job.value)),
             detail: Some(json!({

@@ -40,9 +40,15 @@ pub fn parse_search(query: &str) -> ApiResult<NotificationSearch> {
     Ok(s)
 }
 
-/// `{"notifications": [...]}`, newest first.
-pub async fn search(State(st): State<AppState>, RawQuery(query): RawQuery) -> ApiResult<Json<Value>> {
-    let search = parse_search(query.as_deref().unwrap_or(""))?;
+/// `{"notifications": [...]}`, newest first; a caller with team roles only sees the deliveries
+/// of its teams.
+pub async fn search(
+    State(st): State<AppState>,
+    RawQuery(query): RawQuery,
+    axum::Extension(scope): axum::Extension<crate::access::Scope>,
+) -> ApiResult<Json<Value>> {
+    let mut search = parse_search(query.as_deref().unwrap_or(""))?;
+    search.teams = scope.teams(None);
     let found = crate::error::records(st.store.notifications(&search)).await?;
     Ok(Json(json!({ "notifications": found })))
 }

@@ -44,6 +44,12 @@ pub fn job(param: &str, value: &str) -> ApiResult<String> {
     Ok(value.to_owned())
 }
 
+/// A team name.
+pub fn team(param: &str, value: &str) -> ApiResult<String> {
+    etcron_common::job::validate_team(value).map_err(|e| invalid(param, e))?;
+    Ok(value.to_owned())
+}
+
 /// An RFC 3339 instant, as Unix milliseconds.
 pub fn time(param: &str, value: &str) -> ApiResult<i64> {
     chrono::DateTime::parse_from_rfc3339(value)

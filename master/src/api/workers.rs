@@ -1,4 +1,6 @@
-//! `GET /api/workers`: the live workers, what each runs, and the jobs no worker matches.
+//! `GET /api/workers`: the live workers, what each runs, and the jobs no worker matches. Every
+//! caller sees the workers; of the executions they run and the unmatched jobs, only those of
+//! the jobs it sees.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +13,7 @@ use etcron_common::model::RunningExecution;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::access::{team_of, Scope};
 use crate::backend::AppState;
 use crate::error::ApiError;
 use crate::error::{etcd, ApiResult};
@@ -27,15 +30,32 @@ pub(super) struct RunningView {
     fencing_token: i64,
 }
 
-pub(super) async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<Value>> {
+pub(super) async fn list_workers(
+    State(st): State<AppState>,
+    axum::Extension(scope): axum::Extension<Scope>,
+) -> ApiResult<Json<Value>> {
     let running = async {
         let mut kv = st.client.kv_client();
         etcd("list_running", kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await
     };
     let (workers, running, jobs) = tokio::try_join!(live_workers(&st), running, all_jobs(&st))?;
+    // The jobs the caller sees (a running execution of a job deleted meanwhile has no team to
+    // tell: it is for global roles).
+    let visible: std::collections::HashSet<String> = jobs
+        .kvs()
+        .iter()
+        .filter_map(|item| match st.keys.parse(item.key()) {
+            Some(Key::Job(name)) if scope.caller.access.sees(team_of(item.value()).as_deref()) => Some(name),
+            _ => None,
+        })
+        .collect();
+    let sees = |job: &str| scope.caller.access.role.is_some() || visible.contains(job);
     let mut by_worker: BTreeMap<String, Vec<RunningView>> = BTreeMap::new();
     for item in running.kvs() {
         let Some(Key::Running(id)) = st.keys.parse(item.key()) else { continue };
+        if !sees(&id.job) {
+            continue;
+        }
         let Some(r) = RunningExecution::from_stored(id.clone(), item.value(), item.create_revision()) else {
             continue;
         };
@@ -55,6 +75,9 @@ pub(super) async fn list_workers(State(st): State<AppState>) -> ApiResult<Json<V
         let (Some(Key::Job(name)), Ok(spec)) = (st.keys.parse(item.key()), JobSpec::from_json(item.value())) else {
             continue;
         };
+        if !sees(&name) {
+            continue;
+        }
         if eligible(&workers, &spec) == 0 {
             let mut job = json!({ "job": name, "selector": spec.selector });
             if let Some(user) = spec.run_as_user() {

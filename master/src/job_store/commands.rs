@@ -1,7 +1,8 @@
 //! The job writes that are not saves: pause and resume (the `{ns}/paused/{job}` key, and the
 //! spec's `enabled` for a job declared disabled), run requests and kill commands. Each is one
-//! etcd transaction or put, conditioned so that it never outlives or overwrites the job it was
-//! read for.
+//! etcd transaction, conditioned on the job as it was read (and its team checked with the
+//! request's [`Scope`]), so that it never outlives or overwrites the job it was read for, nor
+//! acts on a job that moved to a team the caller holds no such role on meanwhile.
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use etcron_common::model::{KillCommand, Pause, RunParams, TriggerRequest};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 
 use super::JobStore;
+use crate::access::{team_of, Scope};
 use crate::error::{etcd, ApiError, ApiResult};
 
 /// Lease of kill commands and run requests: long enough for a reconnecting worker.
@@ -65,9 +67,23 @@ fn valid_spec(name: &str, job: &StoredJob) -> ApiResult<JobSpec> {
 }
 
 impl JobStore {
-    /// The job and its pause, read at one revision (one read-only transaction); 404 when the
-    /// job does not exist.
-    pub async fn read(&self, name: &str) -> ApiResult<(StoredJob, Option<Pause>)> {
+    /// The job and its pause, read at one revision (one read-only transaction), when `scope`
+    /// allows its route on the job's team; 404 when the job does not exist or the caller does
+    /// not see it, 403 when its role on the job's team is too low.
+    pub async fn read(&self, name: &str, scope: &Scope) -> ApiResult<(StoredJob, Option<Pause>)> {
+        let (job, pause) = self.read_unchecked(name).await?;
+        scope.check_job(name, team_of(&job.value).as_deref())?;
+        Ok((job, pause))
+    }
+
+    /// The team of job `name` as stored (`None`: it has none, or does not exist), for what has
+    /// no team of its own to check: an execution without a record yet.
+    pub async fn team(&self, name: &str) -> ApiResult<Option<String>> {
+        let resp = etcd("get_job", self.client.kv_client().get(self.keys.job(name), None)).await?;
+        Ok(resp.kvs().first().and_then(|kv| team_of(kv.value())))
+    }
+
+    async fn read_unchecked(&self, name: &str) -> ApiResult<(StoredJob, Option<Pause>)> {
         validate_name(name).map_err(ApiError::from)?;
         let txn =
             Txn::new().and_then([TxnOp::get(self.keys.job(name), None), TxnOp::get(self.keys.paused(name), None)]);
@@ -82,23 +98,23 @@ impl JobStore {
             _ => None,
         });
         let (job, pause) = (found.next().flatten(), found.next().flatten());
-        let job = job.ok_or_else(|| ApiError::not_found(format!("job {name:?} does not exist")))?;
+        let job = job.ok_or_else(|| Scope::no_job(name))?;
         Ok((job, pause.map(|p| stored_pause(name, &p.value))))
     }
 
     /// Pauses a job: puts `{ns}/paused/{job}` and leaves the spec alone, so saving the spec
-    /// again never resumes it. Only while the job read is the one there (not deleted, nor
-    /// deleted and created again): a pause never outlives its job. Pausing a paused job
+    /// again never resumes it. Only while the job read is the one there (not changed, deleted,
+    /// nor deleted and created again): a pause never outlives its job. Pausing a paused job
     /// records the new who and why.
     pub async fn pause(
         &self,
         name: &str,
-        by: &str,
-        reason: Option<String>,
-        until_ms: Option<UnixMs>,
+        (reason, until_ms): (Option<String>, Option<UnixMs>),
+        scope: &Scope,
     ) -> ApiResult<Paused> {
+        let by = scope.caller.name.as_str();
         for _ in 0..RMW_ATTEMPTS {
-            let (job, previous) = self.read(name).await?;
+            let (job, previous) = self.read(name, scope).await?;
             valid_spec(name, &job)?;
             let pause = Pause {
                 by: Some(by.to_owned()),
@@ -109,7 +125,7 @@ impl JobStore {
             };
             let value = serde_json::to_vec(&pause).map_err(|e| ApiError::internal(&e))?;
             let txn = Txn::new()
-                .when([Compare::create_revision(self.keys.job(name), CompareOp::Equal, job.create_revision)])
+                .when([Compare::mod_revision(self.keys.job(name), CompareOp::Equal, job.mod_revision)])
                 .and_then([TxnOp::put(self.keys.paused(name), value, None)]);
             let mut kv = self.client.kv_client();
             if etcd("txn", kv.txn(txn)).await?.succeeded() {
@@ -117,17 +133,17 @@ impl JobStore {
                 return Ok(Paused { job, pause, previous });
             }
         }
-        Err(ApiError::conflict(format!("job {name:?} is being deleted and created again concurrently; retry")))
+        Err(ApiError::conflict(format!("job {name:?} is being changed concurrently; retry")))
     }
 
     /// Resumes a job: deletes its pause and, only when the stored spec itself says `enabled:
     /// false` (declared disabled, or an `@at` job the workers disabled after its run), sets it
     /// to true — refused when such a schedule never fires again; both in one transaction on
     /// the revision read, so a concurrent edit is never overwritten.
-    pub async fn resume(&self, name: &str, origin: &super::Origin) -> ApiResult<Resumed> {
+    pub async fn resume(&self, name: &str, origin: &super::Origin, scope: &Scope) -> ApiResult<Resumed> {
         let key = self.keys.job(name);
         for _ in 0..RMW_ATTEMPTS {
-            let (job, pause) = self.read(name).await?;
+            let (job, pause) = self.read(name, scope).await?;
             let mut spec = valid_spec(name, &job)?;
             if pause.is_none() && spec.enabled {
                 return Ok(Resumed { job, was_paused: None, spec_before: None, unchanged: true });
@@ -168,41 +184,76 @@ impl JobStore {
 
     /// Requests a manual run of an existing job with `params`: a run request on a 60 s lease,
     /// claimed once by a worker. The request id and the id its execution will have. Environment
-    /// overrides are refused for a job whose task is not a shell command.
-    pub async fn request_run(&self, name: &str, reason: &str, params: RunParams) -> ApiResult<(String, ExecutionId)> {
-        let (job, _) = self.read(name).await?;
-        let shell = JobSpec::from_json(&job.value).map_or(true, |spec| matches!(spec.task, Task::Shell(_)));
-        if !params.env.is_empty() && !shell {
-            return Err(ApiError::bad_request(
-                Some("env".to_owned()),
-                format!("job {name:?} runs an HTTP task: environment overrides apply to shell tasks only"),
-            ));
-        }
+    /// overrides are refused for a job whose task is not a shell command. Also the job's team.
+    pub async fn request_run(
+        &self,
+        name: &str,
+        reason: &str,
+        params: RunParams,
+        scope: &Scope,
+    ) -> ApiResult<(String, ExecutionId, Option<String>)> {
         let id = format!("{:016x}", rand::random::<u64>());
         let request =
             TriggerRequest { scheduled_ms: params.as_of_ms, params, ..TriggerRequest::manual(now_ms(), reason) };
-        let lease = self.command_lease().await?;
         let value = serde_json::to_vec(&request).map_err(|e| ApiError::internal(&e))?;
-        let mut kv = self.client.kv_client();
-        let key = self.keys.trigger(name, &id);
-        etcd("put_trigger", kv.put(key, value, Some(PutOptions::new().with_lease(lease)))).await?;
+        let lease = self.command_lease().await?;
+        let (_, job) = self
+            .put_for_job(name, scope, "put_trigger", (self.keys.trigger(name, &id), value, lease), |job| {
+                let shell = JobSpec::from_json(&job.value).map_or(true, |spec| matches!(spec.task, Task::Shell(_)));
+                if !request.params.env.is_empty() && !shell {
+                    return Err(ApiError::bad_request(
+                        Some("env".to_owned()),
+                        format!("job {name:?} runs an HTTP task: environment overrides apply to shell tasks only"),
+                    ));
+                }
+                Ok(())
+            })
+            .await?;
         tracing::info!(job = %name, request_id = %id, "manual run requested");
         let execution = request.execution(name, &id);
-        Ok((id, execution))
+        Ok((id, execution, team_of(&job.value)))
     }
 
     /// Writes a kill command (60 s lease) for every running execution of a job or one of
-    /// them; the revision it was written at.
-    pub async fn kill(&self, name: &str, target: &KillTarget, reason: &str) -> ApiResult<i64> {
+    /// them; the revision it was written at, and the job's team.
+    pub async fn kill(
+        &self,
+        name: &str,
+        target: &KillTarget,
+        reason: &str,
+        scope: &Scope,
+    ) -> ApiResult<(i64, Option<String>)> {
         let lease = self.command_lease().await?;
         let command = KillCommand { requested_at: rfc3339_ms(now_ms()), reason: reason.to_owned() };
         let value = serde_json::to_vec(&command).map_err(|e| ApiError::internal(&e))?;
-        let mut kv = self.client.kv_client();
         let key = self.keys.kill(name, target);
-        let resp = etcd("put_kill", kv.put(key, value, Some(PutOptions::new().with_lease(lease)))).await?;
-        let revision = resp.header().map_or(0, |h| h.revision());
+        let (revision, job) = self.put_for_job(name, scope, "put_kill", (key, value, lease), |_| Ok(())).await?;
         tracing::info!(job = %name, target = %target, revision, "kill requested");
-        Ok(revision)
+        Ok((revision, team_of(&job.value)))
+    }
+
+    /// Puts `key` on `lease` for job `name`, read with `scope` (its team checked) and accepted
+    /// by `check`, only while the job is as read; the revision of the put and the job read.
+    async fn put_for_job(
+        &self,
+        name: &str,
+        scope: &Scope,
+        op: &'static str,
+        (key, value, lease): (String, Vec<u8>, i64),
+        check: impl Fn(&StoredJob) -> ApiResult<()>,
+    ) -> ApiResult<(i64, StoredJob)> {
+        for _ in 0..RMW_ATTEMPTS {
+            let (job, _) = self.read(name, scope).await?;
+            check(&job)?;
+            let txn = Txn::new()
+                .when([Compare::mod_revision(self.keys.job(name), CompareOp::Equal, job.mod_revision)])
+                .and_then([TxnOp::put(key.as_str(), value.clone(), Some(PutOptions::new().with_lease(lease)))]);
+            let resp = etcd(op, self.client.kv_client().txn(txn)).await?;
+            if resp.succeeded() {
+                return Ok((resp.header().map_or(0, |h| h.revision()), job));
+            }
+        }
+        Err(ApiError::conflict(format!("job {name:?} is being changed concurrently; retry")))
     }
 
     async fn command_lease(&self) -> ApiResult<i64> {

@@ -1,0 +1,445 @@
+//! Teams, route by route, against real etcd, a real `mongod`, a master and a worker: tokens of
+//! each kind — a global admin, a global viewer, team A's admin, operator and viewer, team B's
+//! operator — on every route that shows or touches jobs, executions, notifications, history,
+//! the audit log and the overview. A job of a team the caller holds no role on is a 404 with
+//! the body of a missing job, a role too low on a team it sees a 403, and lists hold only what
+//! the caller may see.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
+
+use std::process::Command;
+use std::time::Duration;
+
+use etcron_common::keys::{ExecutionId, Tick};
+use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
+use etcron_common::store::{RecordWrite, WriteMode};
+use etcron_master::auth::hash_token;
+use etcron_tests::webhook::Receiver;
+use etcron_tests::{bin, wait_for, Cluster};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const ADMIN: &str = "admin-token-for-teams-0123456789";
+const GLOBAL_VIEWER: &str = "global-viewer-token-0123456789";
+const A_ADMIN: &str = "team-a-admin-token-0123456789";
+const A_OPERATOR: &str = "team-a-operator-token-0123456789";
+const A_VIEWER: &str = "team-a-viewer-token-0123456789";
+
+/// A caller: its name and token.
+#[derive(Clone, Copy)]
+struct Who {
+    name: &'static str,
+    token: &'static str,
+}
+
+async fn call(c: &Cluster, who: Who, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    let mut req = reqwest::Client::new().request(method, format!("{}{path}", c.master.url)).bearer_auth(who.token);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+async fn get(c: &Cluster, who: Who, path: &str) -> Value {
+    let (status, body) = call(c, who, Method::GET, path, None).await;
+    assert_eq!(status, 200, "{} GET {path}: {body}", who.name);
+    body
+}
+
+/// The names of a list's items under `key`, each read at `field`.
+fn names(list: &Value, key: &str, field: &str) -> Vec<String> {
+    let mut out: Vec<String> =
+        list[key].as_array().unwrap().iter().map(|i| i[field].as_str().unwrap_or_default().to_owned()).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// `etcron-master hash-token` with team roles: the token and its config entry.
+fn team_token(name: &str, teams: &[&str]) -> (String, String) {
+    let mut args = vec!["hash-token", "--name", name];
+    for t in teams {
+        args.extend(["--team", t]);
+    }
+    let out = Command::new(bin("etcron-master").unwrap()).args(&args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let token = text.lines().nth(1).unwrap().trim_start_matches('#').trim().to_owned();
+    let entry: String = text.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+    assert!(entry.contains("teams = {") && !entry.contains("role ="), "{entry}");
+    (token, entry)
+}
+
+fn entry(name: &str, token: &str, roles: &str) -> String {
+    format!("[[auth.tokens]]\nname = {name:?}\n{roles}\nsha256 = {:?}\n", hash_token(token))
+}
+
+/// A missing job's answer with `name`'s place taken by `as_name`, to compare bodies.
+fn renamed(body: &Value, name: &str, as_name: &str) -> Value {
+    serde_json::from_str(&body.to_string().replace(name, as_name)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_route_shows_and_touches_only_the_callers_teams() -> anyhow::Result<()> {
+    let (b_token, b_entry) = team_token("b-op", &["b=operator"]);
+    let b_token: &'static str = Box::leak(b_token.into_boxed_str());
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("master.toml");
+    std::fs::write(
+        &config,
+        [
+            entry("global-viewer", GLOBAL_VIEWER, "role = \"viewer\""),
+            entry("a-admin", A_ADMIN, "teams = { a = \"admin\" }"),
+            entry("a-op", A_OPERATOR, "teams = { a = \"operator\" }"),
+            entry("a-view", A_VIEWER, "teams = { a = \"viewer\" }"),
+            b_entry,
+        ]
+        .join("\n"),
+    )?;
+    let config = config.display().to_string();
+    let c = Cluster::start_with("teams", 1, false, &["--config", &config, "--api-token", ADMIN]).await?;
+    let admin = Who { name: "api-token", token: ADMIN };
+    let gview = Who { name: "global-viewer", token: GLOBAL_VIEWER };
+    let a_admin = Who { name: "a-admin", token: A_ADMIN };
+    let a_op = Who { name: "a-op", token: A_OPERATOR };
+    let a_view = Who { name: "a-view", token: A_VIEWER };
+    let b_op = Who { name: "b-op", token: b_token };
+    let everyone = [admin, gview, a_admin, a_op, a_view, b_op];
+    let team_a = [a_admin, a_op, a_view];
+
+    // whoami says the global role (null for team-only tokens) and the team roles.
+    let me = get(&c, b_op, "/api/auth/whoami").await;
+    assert_eq!(me, json!({"name": "b-op", "role": null, "teams": {"b": "operator"}}));
+    let me = get(&c, gview, "/api/auth/whoami").await;
+    assert_eq!(me, json!({"name": "global-viewer", "role": "viewer", "teams": {}}));
+
+    // The global admin creates a job in each team and one without a team; the B job and the
+    // team-less one notify a webhook of each success.
+    let hooks = Receiver::start().await?;
+    let spec = |team: Option<&str>, command: &str, notify: bool| {
+        let mut s = json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}});
+        if let Some(t) = team {
+            s["team"] = json!(t);
+        }
+        if notify {
+            s["notify"] = json!([{"url": hooks.at("/done"), "on": ["success"]}]);
+        }
+        s
+    };
+    c.put_job("a-job", spec(Some("a"), "echo from-a; sleep 60", false)).await?;
+    c.put_job("b-job", spec(Some("b"), "echo from-b", true)).await?;
+    c.put_job("plain", spec(None, "echo plain", true)).await?;
+    let (status, body) = c.call(Method::PUT, "/api/jobs/bad-team", Some(spec(Some("Team A"), "true", false))).await?;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("team")), "{body}");
+
+    // GET /api/jobs: global roles list every job; team roles their teams' jobs; ?team= narrows.
+    let all = ["a-job", "b-job", "plain"].map(str::to_owned).to_vec();
+    for (who, expected) in [
+        (admin, all.clone()),
+        (gview, all.clone()),
+        (a_admin, vec!["a-job".to_owned()]),
+        (a_op, vec!["a-job".to_owned()]),
+        (a_view, vec!["a-job".to_owned()]),
+        (b_op, vec!["b-job".to_owned()]),
+    ] {
+        assert_eq!(names(&get(&c, who, "/api/jobs").await, "jobs", "name"), expected, "{}", who.name);
+    }
+    assert_eq!(names(&get(&c, gview, "/api/jobs?team=b").await, "jobs", "name"), ["b-job"]);
+    assert!(names(&get(&c, a_view, "/api/jobs?team=b").await, "jobs", "name").is_empty());
+    let (status, body) = call(&c, a_view, Method::GET, "/api/jobs?team=No_Such", None).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("team")), "{body}");
+
+    // GET /api/jobs/{job}: another team's job is exactly a missing job.
+    for who in everyone {
+        let (status, body) = call(&c, who, Method::GET, "/api/jobs/a-job", None).await;
+        let expected = if who.name == "b-op" { 404 } else { 200 };
+        assert_eq!(status, expected, "{} GET a-job: {body}", who.name);
+        if status == 200 {
+            assert_eq!(body["spec"]["team"], "a");
+        }
+    }
+    let (_, missing) = call(&c, b_op, Method::GET, "/api/jobs/no-such-job", None).await;
+    for (who, job) in [(b_op, "a-job"), (a_view, "b-job"), (a_admin, "plain")] {
+        let (status, body) = call(&c, who, Method::GET, &format!("/api/jobs/{job}"), None).await;
+        assert_eq!(status, 404, "{} GET {job}", who.name);
+        assert_eq!(renamed(&body, job, "no-such-job"), missing, "{} GET {job}: the body of a missing job", who.name);
+    }
+
+    // Runs: the global admin runs each job once (a-job keeps running for the stream and kill).
+    let (status, run) = c.call(Method::POST, "/api/jobs/a-job/run", None).await?;
+    assert_eq!(status, 202, "{run}");
+    let a_running = run["execution_id"].as_str().unwrap().to_owned();
+    for job in ["b-job", "plain"] {
+        assert_eq!(c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await?.0, 202);
+    }
+    // POST run: operators of the job's team; a viewer's role is too low (403, whatever the
+    // job); another team's job is 404.
+    for (who, job, expected) in [
+        (a_view, "a-job", 403),
+        (gview, "b-job", 403),
+        (b_op, "a-job", 404),
+        (a_op, "plain", 404),
+        (a_admin, "b-job", 404),
+        (b_op, "b-job", 202),
+    ] {
+        let (status, body) = call(&c, who, Method::POST, &format!("/api/jobs/{job}/run"), None).await;
+        assert_eq!(status, expected, "{} run {job}: {body}", who.name);
+        if status == 403 {
+            assert!(body["error"]["message"].as_str().unwrap().contains("needs operator"), "{body}");
+        }
+    }
+    c.wait_executions("job=b-job&status=succeeded", "both runs of b-job", |l| l.len() == 2).await?;
+    c.wait_executions("job=plain&status=succeeded", "the run of plain", |l| l.len() == 1).await?;
+    // Its `running` record (written once it has run for a second), not only its marker.
+    c.wait_executions("job=a-job&status=running", "a-job's running record", |l| l.len() == 1).await?;
+    // A record from before teams (no team) of a job of team A: for global roles only.
+    let old_ms = etcron_common::now_ms() - 300_000;
+    let mut old = ExecutionRecord::blank(
+        &ExecutionId::new("a-job", Tick::Scheduled(old_ms)),
+        old_ms,
+        TriggerKind::Schedule,
+        Status::Succeeded,
+        None,
+    );
+    old.finished_at = Some(etcron_common::rfc3339_ms(old_ms + 10));
+    let old_id = old.id.to_string();
+    c.mongo.store(&c.db).await?.write(&[RecordWrite { mode: WriteMode::Replace, record: old }]).await?;
+
+    // GET /api/executions: only the records of the caller's teams; ?team= and ?job= narrow.
+    let jobs_of = |list: &Value| names(list, "executions", "job");
+    for (who, expected) in [
+        (admin, all.clone()),
+        (gview, all.clone()),
+        (a_view, vec!["a-job".to_owned()]),
+        (a_op, vec!["a-job".to_owned()]),
+        (b_op, vec!["b-job".to_owned()]),
+    ] {
+        let list = get(&c, who, "/api/executions").await;
+        assert_eq!(jobs_of(&list), expected, "{} search", who.name);
+        let teams: Vec<&Value> = list["executions"].as_array().unwrap().iter().map(|r| &r["team"]).collect();
+        let old_seen = list["executions"].as_array().unwrap().iter().any(|r| r["id"] == old_id.as_str());
+        assert_eq!(old_seen, who.name == "api-token" || who.name == "global-viewer", "{}: {teams:?}", who.name);
+    }
+    assert!(get(&c, a_view, "/api/executions?job=b-job").await["executions"].as_array().unwrap().is_empty());
+    assert!(get(&c, a_view, "/api/executions?team=b").await["executions"].as_array().unwrap().is_empty());
+    assert_eq!(jobs_of(&get(&c, gview, "/api/executions?team=b").await), ["b-job"]);
+    let b_records = get(&c, b_op, "/api/executions?job=b-job").await;
+    assert!(b_records["executions"].as_array().unwrap().iter().all(|r| r["team"] == "b"), "{b_records}");
+
+    // GET /api/executions/{id}: a record of another team is a record that does not exist.
+    let b_id = b_records["executions"][0]["id"].as_str().unwrap().to_owned();
+    let path = |id: &str| format!("/api/executions/{}", id.replace('#', "%23"));
+    assert_eq!(get(&c, b_op, &path(&b_id)).await["team"], "b");
+    let no_such = ExecutionId::new("b-job", Tick::Scheduled(1_000)).to_string();
+    let (_, missing) = call(&c, a_view, Method::GET, &path(&no_such), None).await;
+    for (who, id, expected) in [
+        (a_view, b_id.as_str(), 404),
+        (b_op, a_running.as_str(), 404),
+        (a_view, a_running.as_str(), 200),
+        (a_view, old_id.as_str(), 404),
+        (gview, old_id.as_str(), 200),
+        (gview, b_id.as_str(), 200),
+    ] {
+        let (status, body) = call(&c, who, Method::GET, &path(id), None).await;
+        assert_eq!(status, expected, "{} GET {id}: {body}", who.name);
+        if status == 404 && id == b_id {
+            assert_eq!(renamed(&body, id, &no_such), missing, "the body of a record that does not exist");
+        }
+    }
+
+    // The live stream: by the execution's team.
+    for (who, expected) in [(a_view, 200), (gview, 200), (b_op, 404)] {
+        let resp = reqwest::Client::new()
+            .get(format!("{}{}/stream", c.master.url, path(&a_running)))
+            .bearer_auth(who.token)
+            .send()
+            .await?;
+        assert_eq!(resp.status().as_u16(), expected, "{} stream", who.name);
+        if expected == 200 {
+            let kind = resp.headers().get("content-type").unwrap().to_str()?.to_owned();
+            assert!(kind.starts_with("text/event-stream"), "{kind}");
+        }
+    }
+
+    // Workers: everyone sees them; running executions only of the caller's teams' jobs.
+    let running = |v: &Value| -> Vec<String> {
+        v["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|w| {
+                w["running_executions"].as_array().unwrap().iter().map(|r| r["job"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    };
+    assert_eq!(running(&get(&c, a_view, "/api/workers").await), ["a-job"]);
+    assert!(running(&get(&c, b_op, "/api/workers").await).is_empty());
+
+    // The overview counts only the caller's teams' records: as many as its search finds.
+    for who in [gview, a_view, b_op] {
+        let overview = get(&c, who, "/api/overview?window=1h").await;
+        let total: u64 = overview["totals"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
+        let found = get(&c, who, "/api/executions?limit=500").await["executions"].as_array().unwrap().len() as u64;
+        assert_eq!(total, found, "{} overview: {overview}", who.name);
+    }
+    let overview = get(&c, b_op, "/api/overview?window=1h").await;
+    assert_eq!(overview["totals"]["succeeded"], 2, "{overview}");
+
+    // Notifications: the deliveries of the caller's teams' jobs.
+    wait_for(Duration::from_secs(30), "the deliveries of b-job and plain", || async {
+        let v = c.get("/api/notifications").await.ok()?;
+        (names(&v, "notifications", "job") == ["b-job", "plain"]).then_some(())
+    })
+    .await?;
+    assert_eq!(names(&get(&c, b_op, "/api/notifications").await, "notifications", "job"), ["b-job"]);
+    assert!(get(&c, a_view, "/api/notifications").await["notifications"].as_array().unwrap().is_empty());
+    let delivered = get(&c, b_op, "/api/notifications?job=b-job").await;
+    assert!(delivered["notifications"].as_array().unwrap().iter().all(|n| n["team"] == "b"), "{delivered}");
+
+    // Pause and resume: operators of the job's team.
+    for (who, expected) in [(a_view, 403), (b_op, 404), (a_op, 200)] {
+        for action in ["pause", "resume"] {
+            let (status, body) = call(&c, who, Method::POST, &format!("/api/jobs/a-job/{action}"), None).await;
+            assert_eq!(status, expected, "{} {action}: {body}", who.name);
+        }
+    }
+
+    // Backfills: a dry run by the team's operator; another team's job is 404.
+    let now = chrono::Utc::now();
+    let range =
+        json!({"from": (now - chrono::Duration::hours(1)).to_rfc3339(), "to": now.to_rfc3339(), "dry_run": true});
+    for (who, expected) in [(a_op, 200), (b_op, 404), (a_view, 403)] {
+        let (status, body) = call(&c, who, Method::POST, "/api/jobs/a-job/backfill", Some(range.clone())).await;
+        assert_eq!(status, expected, "{} backfill: {body}", who.name);
+    }
+    for (who, expected) in [(a_view, 200), (b_op, 404)] {
+        assert_eq!(call(&c, who, Method::GET, "/api/jobs/a-job/backfills", None).await.0, expected, "{}", who.name);
+    }
+
+    // History: readable by the job's team; a rollback needs admin on it.
+    let (status, history) = call(&c, a_view, Method::GET, "/api/jobs/a-job/history", None).await;
+    assert_eq!(status, 200, "{history}");
+    let first = history["versions"].as_array().unwrap().last().unwrap()["revision"].as_i64().unwrap();
+    for (who, expected) in [(b_op, 404), (gview, 200)] {
+        let status = call(&c, who, Method::GET, "/api/jobs/a-job/history", None).await.0;
+        assert_eq!(status, expected, "{} history", who.name);
+    }
+    let diff = format!("/api/jobs/a-job/history/diff?from={first}");
+    assert_eq!(call(&c, b_op, Method::GET, &diff, None).await.0, 404);
+    assert_eq!(call(&c, a_view, Method::GET, &diff, None).await.0, 200);
+    let rollback = Some(json!({"revision": first}));
+    assert_eq!(call(&c, a_op, Method::POST, "/api/jobs/a-job/rollback", rollback.clone()).await.0, 403);
+    assert_eq!(call(&c, a_admin, Method::POST, "/api/jobs/b-job/rollback", rollback.clone()).await.0, 404);
+    assert_eq!(call(&c, a_admin, Method::POST, "/api/jobs/a-job/rollback", rollback).await.0, 200);
+
+    // Saves and deletes: admin of the job's team, and of the team a save puts it in.
+    let put = |job: &str| format!("/api/jobs/{job}");
+    for (who, job, team, expected, field) in [
+        (a_op, "a-job", Some("a"), 403, None),              // operators do not edit
+        (b_op, "a-job", Some("a"), 403, None),              // nor see (the role check comes first)
+        (a_admin, "a-job", Some("a"), 200, None),           // its team's job
+        (a_admin, "a-new", Some("a"), 201, None),           // a new job of its team
+        (a_admin, "a-other", Some("b"), 403, Some("team")), // into another team
+        (a_admin, "a-none", None, 403, Some("team")),       // without a team: global only
+        (a_admin, "b-job", Some("a"), 409, None),           // a name another team's job holds
+        (a_admin, "a-new", Some("b"), 403, Some("team")),   // moving it needs admin on b too
+        (admin, "a-new", Some("b"), 200, None),             // which a global admin holds
+    ] {
+        let (status, body) =
+            call(&c, who, Method::PUT, &put(job), Some(spec(team, "echo from-a; sleep 60", false))).await;
+        assert_eq!((status, body["error"]["field"].as_str()), (expected, field), "{} PUT {job}: {body}", who.name);
+    }
+    for (who, job, expected) in [(a_admin, "a-new", 404), (a_admin, "b-job", 404), (a_op, "a-job", 403)] {
+        let (status, body) = call(&c, who, Method::DELETE, &put(job), None).await;
+        assert_eq!(status, expected, "{} DELETE {job}: {body}", who.name);
+    }
+    assert_eq!(call(&c, admin, Method::DELETE, "/api/jobs/a-new", None).await.0, 204);
+
+    // A batch answers each change as its own request would have been answered.
+    let batch = json!({"changes": [
+        {"job": "a-batch", "op": "put", "spec": spec(Some("a"), "true", false)},
+        {"job": "b-batch", "op": "put", "spec": spec(Some("b"), "true", false)},
+        {"job": "b-job", "op": "delete"},
+    ]});
+    for dry_run in [true, false] {
+        let mut body = batch.clone();
+        body["dry_run"] = json!(dry_run);
+        let (status, answer) = call(&c, a_admin, Method::POST, "/api/batch", Some(body)).await;
+        assert_eq!(status, 200, "{answer}");
+        let statuses: Vec<u64> =
+            answer["results"].as_array().unwrap().iter().map(|r| r["status"].as_u64().unwrap()).collect();
+        assert_eq!(statuses, [if dry_run { 200 } else { 201 }, 403, 404], "dry run {dry_run}: {answer}");
+        assert_eq!(answer["results"][1]["error"]["field"], "spec.team", "{answer}");
+    }
+    assert_eq!(call(&c, a_op, Method::POST, "/api/batch", Some(batch)).await.0, 403, "a batch needs admin");
+
+    // Kill: operators of the job's team.
+    let kill = format!("/api/jobs/a-job/kill?execution={}", a_running.replace('#', "%23"));
+    assert_eq!(call(&c, b_op, Method::POST, &kill, None).await.0, 404);
+    assert_eq!(call(&c, a_view, Method::POST, &kill, None).await.0, 403);
+    assert_eq!(call(&c, a_op, Method::POST, &kill, None).await.0, 202);
+    c.wait_executions("job=a-job&status=killed", "the kill of a-job's run", |l| l.len() == 1).await?;
+
+    // Cluster-wide routes need a global role; shared calendars are readable by anyone.
+    for (who, method, path, expected) in [
+        (a_admin, Method::GET, "/api/auth/tokens", 403),
+        (gview, Method::GET, "/api/auth/tokens", 403),
+        (a_admin, Method::GET, "/metrics", 403),
+        (gview, Method::GET, "/metrics", 200),
+        (a_admin, Method::PUT, "/api/calendars/holidays", 403),
+        (a_view, Method::GET, "/api/calendars", 200),
+        (a_view, Method::GET, "/api/cluster/storage", 200),
+    ] {
+        let mut req = reqwest::Client::new().request(method.clone(), format!("{}{path}", c.master.url));
+        if method == Method::PUT {
+            req = req.json(&json!({"timezone": "UTC", "dates": ["2030-12-25"]}));
+        }
+        let resp = req.bearer_auth(who.token).send().await?;
+        // etcd's status is polled every 10 s: the storage route may say 503 until then.
+        let status = resp.status().as_u16();
+        let ok = status == expected || (path == "/api/cluster/storage" && status == 503);
+        assert!(ok, "{} {method} {path}: {status}", who.name);
+    }
+    let tokens = get(&c, admin, "/api/auth/tokens").await;
+    let b_listed = tokens["tokens"].as_array().unwrap().iter().find(|t| t["name"] == "b-op").unwrap().clone();
+    assert_eq!(b_listed, json!({"name": "b-op", "role": null, "teams": {"b": "operator"}}));
+
+    // The audit log: a team's callers see the entries of its jobs, never another team's (not
+    // even their own refused attempts on it, which name the job); global roles see everything.
+    wait_for(Duration::from_secs(30), "the audit entry of the kill", || async {
+        let v = c.get("/api/audit?job=a-job&action=job.kill").await.ok()?;
+        v["entries"].as_array()?.iter().any(|e| e["status"] == 202).then_some(())
+    })
+    .await?;
+    for who in team_a {
+        let entries = get(&c, who, "/api/audit?limit=500").await;
+        let list = entries["entries"].as_array().unwrap();
+        assert!(
+            list.iter().all(|e| e["teams"].as_array().unwrap().contains(&json!("a"))),
+            "{} audit: {entries}",
+            who.name
+        );
+        assert!(
+            list.iter().any(|e| e["action"] == "job.kill" && e["actor"] == "a-op"),
+            "{} audit: {entries}",
+            who.name
+        );
+    }
+    let b_audit = get(&c, b_op, "/api/audit?limit=500").await;
+    let b_list = b_audit["entries"].as_array().unwrap();
+    assert!(b_list.iter().all(|e| e["job"] == "b-job" || e["job"] == "a-new"), "{b_audit}");
+    assert!(b_list.iter().any(|e| e["action"] == "job.run" && e["actor"] == "b-op" && e["status"] == 202), "{b_audit}");
+    let moved = b_list.iter().find(|e| e["job"] == "a-new" && e["action"] == "job.put" && e["status"] == 200);
+    assert_eq!(moved.map(|e| e["teams"].clone()), Some(json!(["a", "b"])), "a move belongs to both teams: {b_audit}");
+    let all_audit = get(&c, gview, "/api/audit?limit=500").await;
+    let jobs_audited = names(&all_audit, "entries", "job");
+    for job in ["a-job", "b-job", "plain"] {
+        assert!(jobs_audited.iter().any(|j| j == job), "{job} in {jobs_audited:?}");
+    }
+    let refused = all_audit["entries"].as_array().unwrap().iter().any(|e| e["actor"] == "b-op" && e["job"] == "a-job");
+    assert!(refused, "b-op's refused attempts on a-job are audited, for global roles");
+    Ok(())
+}
