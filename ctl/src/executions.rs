@@ -23,6 +23,7 @@ const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Default)]
 pub struct Filters {
     pub job: Option<String>,
+    pub team: Option<String>,
     pub statuses: Vec<String>,
     pub worker: Option<String>,
     pub trigger: Option<String>,
@@ -38,6 +39,7 @@ impl Filters {
         let statuses = (!self.statuses.is_empty()).then(|| self.statuses.join(","));
         query(&[
             ("job", self.job.clone()),
+            ("team", self.team.clone()),
             ("status", statuses),
             ("worker", self.worker.clone()),
             ("trigger", self.trigger.clone()),

@@ -320,6 +320,9 @@ enum ExecutionsCommand {
     Search {
         #[arg(long)]
         job: Option<String>,
+        /// Only records of this team's jobs (a team token sees only its teams' anyway).
+        #[arg(long)]
+        team: Option<String>,
         /// Comma-separated: running, succeeded, failed, timed_out, killed, lost, skipped, missed.
         #[arg(long = "status", value_delimiter = ',')]
         statuses: Vec<String>,
@@ -523,6 +526,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Executions(cmd) => match cmd {
             ExecutionsCommand::Search {
                 job,
+                team,
                 statuses,
                 worker,
                 trigger,
@@ -534,7 +538,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 all,
                 watch,
             } => {
-                let filters = executions::Filters { job, statuses, worker, trigger, since, until, q, limit };
+                let filters = executions::Filters { job, team, statuses, worker, trigger, since, until, q, limit };
                 if watch {
                     executions::follow(&client, &filters, json).await
                 } else {

@@ -1591,7 +1591,7 @@ async fn a_team_token_lists_and_touches_its_teams_jobs_only() -> anyhow::Result<
         ),
     )?;
     let config = config.display().to_string();
-    let c = Cluster::start_with("ctl-teams", 0, false, &["--config", &config, "--api-token", admin]).await?;
+    let c = Cluster::start_with("ctl-teams", 1, false, &["--config", &config, "--api-token", admin]).await?;
     for (job, team) in [("pay-settle", Some("payments")), ("search-index", Some("search")), ("plain", None)] {
         let mut spec = json!({"schedule": "@daily", "task": {"kind": "shell", "command": "true"}});
         if let Some(t) = team {
@@ -1641,5 +1641,19 @@ async fn a_team_token_lists_and_touches_its_teams_jobs_only() -> anyhow::Result<
     assert_ne!(moved.code, 0, "{moved:?}");
     assert!(moved.stderr.contains("team"), "{moved:?}");
     assert_eq!(job(&c, "pay-settle").await.1["spec"]["team"], "payments");
+
+    // executions search --team: one team's records; a team token sees only its own anyway.
+    for job in ["pay-settle", "search-index"] {
+        ctl_at(&c.master.url, &as_admin, &["jobs", "run", job]).await.ok();
+    }
+    c.wait_executions("status=succeeded", "both runs", |l| l.len() == 2).await?;
+    let jobs_in = |out: Value| -> Vec<String> {
+        out["executions"].as_array().unwrap().iter().map(|e| e["job"].as_str().unwrap().to_owned()).collect()
+    };
+    let search = &["executions", "search", "--team", "search", "-o", "json"];
+    assert_eq!(jobs_in(ctl_at(&c.master.url, &as_admin, search).await.ok().json()), ["search-index"]);
+    assert!(jobs_in(ctl_at(&c.master.url, &as_pay, search).await.ok().json()).is_empty());
+    let own = ctl_at(&c.master.url, &as_pay, &["executions", "search", "-o", "json"]).await.ok().json();
+    assert_eq!(jobs_in(own), ["pay-settle"]);
     Ok(())
 }
