@@ -314,6 +314,7 @@ enum JobsCommand {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process: boxing buys nothing
 enum ExecutionsCommand {
     /// Search execution records, newest first.
     #[command(visible_alias = "ls")]
