@@ -1,12 +1,12 @@
 //! The run phase: wait for the scheduled time (a claim is won ahead of it), then the task —
-//! a shell command in its own process group, or an HTTP request — with the job's environment
-//! and identity, until it ends or is stopped.
+//! a shell command in its own process group, an HTTP request or a gRPC call — with the job's
+//! environment and identity, until it ends or is stopped.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use etcron_common::job::{HttpTask, Mode, ShellTask, Task};
+use etcron_common::job::{GrpcTask, HttpTask, Mode, ShellTask, Task};
 use etcron_common::keys::Part;
 use etcron_common::model::{Status, TriggerKind};
 use etcron_common::progress::Resumed;
@@ -16,6 +16,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::executor::{self, Ending, Finished, ShellJob, StopReason};
 use crate::fire::Fire;
+use crate::grpc_task::{self, GrpcJob};
 use crate::http_task::{self, HttpJob};
 use crate::metrics::METRICS;
 use crate::progress::{Fence, Tracker};
@@ -28,14 +29,14 @@ use crate::state::Context;
 /// updated with pid and fencing token.
 pub(crate) const RUNNING_DETAIL_AFTER: Duration = Duration::from_secs(1);
 
-/// Runs the task: a shell command or an HTTP request, until it ends or `stop` says.
-/// What a shell task is given besides its spec: where and how it reports progress, and the
-/// checkpoint it resumes from.
+/// What a task is given besides its spec: where and how a shell task reports progress, and the
+/// checkpoint a failover rerun resumes from.
 pub(crate) struct Reporting<'a> {
     pub tracker: Option<Arc<Tracker>>,
     pub resumed: Option<&'a Resumed>,
 }
 
+/// Runs the task: a shell command, an HTTP request or a gRPC call, until it ends or `stop` says.
 pub(crate) async fn execute(
     ctx: &Context,
     fire: &Fire,
@@ -80,6 +81,11 @@ pub(crate) async fn execute(
             // No process: nobody waits for a pid.
             drop(pid_tx);
             http_task::run_http(http_job(ctx, fire, http, fencing_token, max_output), stop).await
+        }
+        Task::Grpc(grpc) => {
+            drop(pid_tx);
+            let job = grpc_job(ctx, fire, grpc, fencing_token, reporting.resumed, max_output);
+            grpc_task::run_grpc(job, stop).await
         }
     }
 }
@@ -150,6 +156,46 @@ fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, max
         secret_headers: http.secret_headers.keys().cloned().collect(),
         body: http.body.clone(),
         expect_status: http.expect_status,
+        timeout: fire.spec.timeout.map(|t| t.0),
+        max_output,
+    }
+}
+
+/// A gRPC task's call: the job's metadata (secrets included), the `x-etcron-*` identity, and
+/// for a failover rerun that resumes one, the checkpoint (compact JSON) and who wrote it.
+fn grpc_job(
+    ctx: &Context,
+    fire: &Fire,
+    grpc: &GrpcTask,
+    fencing_token: i64,
+    resumed: Option<&Resumed>,
+    max_output: usize,
+) -> GrpcJob {
+    let id = &fire.id;
+    let mut identity = vec![
+        ("x-etcron-job", id.job.clone()),
+        ("x-etcron-execution-id", id.to_string()),
+        ("x-etcron-scheduled-at", rfc3339_ms(fire.scheduled_ms)),
+        ("x-etcron-attempt", id.attempt.to_string()),
+        ("x-etcron-worker-id", ctx.config.worker_id.clone()),
+        ("x-etcron-fencing-token", fencing_token.to_string()),
+    ];
+    if let Some(resumed) = resumed {
+        identity.push(("x-etcron-checkpoint", grpc_task::ascii_json(&resumed.checkpoint)));
+        identity.push(("x-etcron-resumed-from", resumed.execution_id.clone()));
+    }
+    let own = grpc
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain(grpc.secret_metadata.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))))
+        .collect();
+    GrpcJob {
+        endpoint: grpc.endpoint.clone(),
+        method: grpc.method.clone(),
+        request: grpc.request.clone(),
+        metadata: grpc_task::with_default_metadata(&own, identity.into_iter().map(|(k, v)| (k.to_owned(), v))),
+        descriptor_set: grpc.descriptor_set.clone(),
         timeout: fire.spec.timeout.map(|t| t.0),
         max_output,
     }
