@@ -13,6 +13,6 @@ pub mod settings;
 pub mod store;
 
 pub use etcron_model::{
-    alerts, backfill, calendar, dependency, diff, duration, headers, http_async, job, json, keys, model, notify,
+    alerts, backfill, calendar, dependency, diff, duration, grpc, headers, http_async, job, json, keys, model, notify,
     now_ms, output, percent_encode, progress, rfc3339_ms, schedule, size, UnixMs, VERSION,
 };

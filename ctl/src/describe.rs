@@ -126,6 +126,7 @@ fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
     let task_line = match task["kind"].as_str() {
         Some("shell") => format!("shell: {}{}", clip(&text(&task["command"]), 100), run_as(task)),
         Some("http") => format!("http: {} {}{}", text(&task["method"]), clip(&text(&task["url"]), 100), polled(task)),
+        Some("grpc") => format!("grpc: {} at {}", text(&task["method"]), clip(&text(&task["endpoint"]), 100)),
         _ => text(&task["kind"]),
     };
     lines.push(("task", task_line));
@@ -419,6 +420,19 @@ mod tests {
         let text = render(&job, None, None);
         assert!(text.contains("Queued (oldest first):"), "{text}");
         assert!(text.contains("q@2000#1") && text.contains("q@1000#1"), "{text}");
+    }
+
+    #[test]
+    fn a_grpc_task_shows_its_method_and_endpoint() {
+        let job = json!({"name": "g", "schedule_description": "Hourly", "eligible_workers": 1, "spec": {
+            "schedule": "@hourly", "timezone": "UTC", "retries": {"max": 0}, "misfire": "skip", "mode": "single",
+            "task": {"kind": "grpc", "endpoint": "https://api.example:8443", "method": "billing.Invoices/Close",
+                     "request": {}, "secret_metadata": {"authorization": null}}}});
+        let lines: Vec<String> = spec_lines(&job).into_iter().map(|(l, v)| format!("{l}: {v}")).collect();
+        assert!(
+            lines.contains(&"task: grpc: billing.Invoices/Close at https://api.example:8443".to_owned()),
+            "{lines:?}"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use etcron_model::job::{JobSpec, Task, MAX_SPEC_BYTES};
+use etcron_model::job::{JobSpec, MAX_SPEC_BYTES, TASK_SECRET_FIELDS};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -274,10 +274,7 @@ fn job(file: &Path, name: String, mut value: Value, managed_by: Option<&str>) ->
     }
     let spec = JobSpec::from_value(value.clone()).map_err(|e| error(e.field, e.message))?;
     let normalized = serde_json::to_value(spec.redacted()).map_err(|e| error(None, e.to_string()))?;
-    let (field, secrets) = match &spec.task {
-        Task::Shell(t) => ("task.secret_env", &t.secret_env),
-        Task::Http(t) => ("task.secret_headers", &t.secret_headers),
-    };
+    let (field, secrets) = spec.task.secrets_field();
     let (mut secret_values, mut kept_secrets) = (Vec::new(), Vec::new());
     for (key, v) in secrets {
         let path = format!("{field}.{key}");
@@ -340,7 +337,7 @@ fn is_keep_marker(v: &Value) -> bool {
 /// trailing newline removed. A reference that cannot be resolved is an error naming the secret.
 fn resolve_secrets(value: &mut Value, job_file: &Path) -> Result<(), (String, String)> {
     let Some(task) = value.get_mut("task").and_then(Value::as_object_mut) else { return Ok(()) };
-    for field in ["secret_env", "secret_headers"] {
+    for field in TASK_SECRET_FIELDS {
         if let Some(Value::Object(secrets)) = task.get_mut(field) {
             for (key, v) in secrets.iter_mut() {
                 let path = format!("task.{field}.{key}");
@@ -382,7 +379,7 @@ fn resolve_secret(v: &Value, job_file: &Path) -> Result<Option<Value>, String> {
 /// null), `null` in YAML and JSON.
 fn null_secrets_to_markers(spec: &mut Value) {
     let Some(task) = spec.get_mut("task").and_then(Value::as_object_mut) else { return };
-    for field in ["secret_env", "secret_headers"] {
+    for field in TASK_SECRET_FIELDS {
         if let Some(Value::Object(secrets)) = task.get_mut(field) {
             for v in secrets.values_mut() {
                 if v.is_null() {
@@ -690,6 +687,14 @@ schedule = "@daily"
         assert_eq!(jobs[0].normalized["task"]["secret_env"], json!({"PW": null, "TOKEN": null}), "never shown");
         let yaml = jobs_of("a.yaml", "jobs:\n  a:\n    schedule: '@daily'\n    task: {kind: http, url: 'http://x/', secret_headers: {Authorization: null}}\n");
         assert_eq!(yaml[0].kept_secrets, vec!["task.secret_headers.Authorization"]);
+        let grpc = jobs_of(
+            "g.toml",
+            "[jobs.g]\nschedule = \"@daily\"\n[jobs.g.task]\nkind = \"grpc\"\nendpoint = \"http://h:1\"\n\
+             method = \"a.B/C\"\nsecret_metadata = { authorization = { keep = true }, x-key = \"k\" }\n",
+        );
+        assert_eq!(grpc[0].body["task"]["secret_metadata"], json!({"authorization": null, "x-key": "k"}));
+        assert_eq!(grpc[0].kept_secrets, vec!["task.secret_metadata.authorization"]);
+        assert_eq!(grpc[0].secret_values, vec!["task.secret_metadata.x-key"]);
         let e = job_error("a.toml", "[jobs.a]\nschedule = \"@daily\"\n[jobs.a.task]\nkind = \"shell\"\ncommand = \"x\"\nsecret_env = { PW = { keep = false } }\n");
         assert_eq!(e.field.as_deref(), Some("task.secret_env.PW"), "{e}");
     }

@@ -176,6 +176,8 @@ fn the_documented_limits_are_the_enforced_ones() {
     let p = &spec["properties"];
     let shell = schema("ShellTask");
     let http = schema("HttpTask");
+    let grpc = schema("GrpcTask");
+    let g = &grpc["properties"];
     let labels = schema("Labels");
     let notify_target = schema("NotifyTarget");
     let target = &notify_target["properties"];
@@ -186,6 +188,12 @@ fn the_documented_limits_are_the_enforced_ones() {
         (&http["properties"]["headers"]["maxProperties"], MAX_MAP_ENTRIES as u64),
         (&http["properties"]["headers"]["additionalProperties"]["maxLength"], MAX_MAP_VALUE_LEN as u64),
         (&http["properties"]["body"]["maxLength"], MAX_HTTP_BODY as u64),
+        (&g["endpoint"]["maxLength"], etcron_common::grpc::MAX_ENDPOINT_LEN as u64),
+        (&g["method"]["maxLength"], etcron_common::grpc::MAX_METHOD_LEN as u64),
+        (&g["metadata"]["maxProperties"], etcron_common::grpc::MAX_METADATA_ENTRIES as u64),
+        (&g["secret_metadata"]["maxProperties"], etcron_common::grpc::MAX_METADATA_ENTRIES as u64),
+        (&g["metadata"]["additionalProperties"]["maxLength"], etcron_common::grpc::MAX_METADATA_VALUE_LEN as u64),
+        (&g["descriptor_set"]["maxLength"], (etcron_common::grpc::MAX_DESCRIPTOR_SET_BYTES as u64).div_ceil(3) * 4),
         (&labels["maxProperties"], MAX_MAP_ENTRIES as u64),
         (&labels["additionalProperties"]["maxLength"], MAX_MAP_VALUE_LEN as u64),
         (&p["description"]["maxLength"], MAX_DESCRIPTION_LEN as u64),
@@ -229,7 +237,9 @@ fn the_documented_limits_are_the_enforced_ones() {
     let count = preview.iter().find(|p| p["name"] == "count").unwrap();
     assert_eq!(count["schema"]["maximum"].as_u64(), Some(etcron_master::api::MAX_PREVIEW as u64));
     // deny_unknown_fields on the Rust side is additionalProperties: false here.
-    for name in ["JobSpec", "ShellTask", "HttpTask", "Retries", "NotifyTarget", "Batch", "BatchChange", "Calendar"] {
+    for name in
+        ["JobSpec", "ShellTask", "HttpTask", "GrpcTask", "Retries", "NotifyTarget", "Batch", "BatchChange", "Calendar"]
+    {
         assert_eq!(schema(name)["additionalProperties"], false, "{name}");
     }
 }

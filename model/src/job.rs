@@ -231,6 +231,7 @@ fn default_true() -> bool {
 pub enum Task {
     Shell(ShellTask),
     Http(HttpTask),
+    Grpc(GrpcTask),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -279,8 +280,13 @@ pub struct HttpTask {
     pub asynchronous: Option<Box<crate::http_async::AsyncPoll>>,
 }
 
+pub use crate::grpc::GrpcTask;
 pub use crate::headers::Secrets;
 pub use crate::spec_error::SpecError;
+
+/// The fields of a task that hold secrets (one per kind): `secret_env`, `secret_headers`,
+/// `secret_metadata`.
+pub const TASK_SECRET_FIELDS: [&str; 3] = ["secret_env", "secret_headers", "secret_metadata"];
 
 /// A secret that a PUT asks to keep has no stored value to keep.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -304,24 +310,50 @@ impl Task {
         match self {
             Task::Shell(t) => ("task.secret_env", &mut t.secret_env),
             Task::Http(t) => ("task.secret_headers", &mut t.secret_headers),
+            Task::Grpc(t) => ("task.secret_metadata", &mut t.secret_metadata),
+        }
+    }
+
+    /// The task's secrets and the field that holds them (`task.secret_env`, …).
+    #[must_use]
+    pub fn secrets_field(&self) -> (&'static str, &Secrets) {
+        match self {
+            Task::Shell(t) => ("task.secret_env", &t.secret_env),
+            Task::Http(t) => ("task.secret_headers", &t.secret_headers),
+            Task::Grpc(t) => ("task.secret_metadata", &t.secret_metadata),
         }
     }
 
     fn secrets(&self) -> &Secrets {
+        self.secrets_field().1
+    }
+
+    /// The kind as specs write it: `shell`, `http`, `grpc`.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
         match self {
-            Task::Shell(t) => &t.secret_env,
-            Task::Http(t) => &t.secret_headers,
+            Task::Shell(_) => "shell",
+            Task::Http(_) => "http",
+            Task::Grpc(_) => "grpc",
         }
     }
 
-    /// The secrets (`task.secret_env.K` / `task.secret_headers.K`) whose values differ between
-    /// two tasks, or that only one of them has.
+    /// Where an HTTP or gRPC task sends its requests (its URL or endpoint): the secrets kept for
+    /// it go there only. `None` for shell tasks.
+    #[must_use]
+    pub fn destination_url(&self) -> Option<&str> {
+        match self {
+            Task::Shell(_) => None,
+            Task::Http(h) => Some(&h.url),
+            Task::Grpc(g) => Some(&g.endpoint),
+        }
+    }
+
+    /// The secrets (`task.secret_env.K`, `task.secret_headers.K`, `task.secret_metadata.K`)
+    /// whose values differ between two tasks, or that only one of them has.
     #[must_use]
     pub fn changed_secrets(&self, other: &Task) -> Vec<String> {
-        let (field, mine) = match self {
-            Task::Shell(t) => ("task.secret_env", &t.secret_env),
-            Task::Http(t) => ("task.secret_headers", &t.secret_headers),
-        };
+        let (field, mine) = self.secrets_field();
         let theirs = other.secrets();
         let keys: std::collections::BTreeSet<&String> = mine.keys().chain(theirs.keys()).collect();
         keys.into_iter().filter(|k| mine.get(*k) != theirs.get(*k)).map(|k| format!("{field}.{k}")).collect()
@@ -412,7 +444,7 @@ impl JobSpec {
     pub fn run_as_user(&self) -> Option<&str> {
         match &self.task {
             Task::Shell(shell) => shell.user.as_deref(),
-            Task::Http(_) => None,
+            Task::Http(_) | Task::Grpc(_) => None,
         }
     }
 
@@ -449,6 +481,7 @@ impl JobSpec {
                 let checked = match kind {
                     "shell" => serde_path_to_error::deserialize::<_, ShellTask>(body).map(drop),
                     "http" => serde_path_to_error::deserialize::<_, HttpTask>(body).map(drop),
+                    "grpc" => serde_path_to_error::deserialize::<_, GrpcTask>(body).map(drop),
                     _ => Ok(()),
                 };
                 if let Err(e) = checked {
@@ -478,6 +511,7 @@ impl JobSpec {
         match &self.task {
             Task::Shell(shell) => validate_shell(shell)?,
             Task::Http(http) => validate_http(http)?,
+            Task::Grpc(grpc) => crate::grpc::validate(grpc)?,
         }
         if let Some(t) = self.timeout {
             if t.0 < MIN_TIMEOUT || t.0 > MAX_TIMEOUT {
@@ -591,7 +625,7 @@ impl JobSpec {
         let shown_password =
             match &self.task {
                 Task::Http(h) => crate::headers::shows_password(&h.url),
-                Task::Shell(_) => false,
+                Task::Shell(_) | Task::Grpc(_) => false,
             } || self.notify.iter().flatten().any(|t| t.url.as_deref().is_some_and(crate::headers::shows_password));
         shown_password
             || self.task_withholds_secrets()
@@ -616,19 +650,20 @@ impl JobSpec {
 
     /// Fills each withheld (`null`) secret from `stored`, the spec being replaced, when it is a
     /// task of the same kind with that secret, and a URL password shown as `redacted` from the
-    /// stored URL. Secrets kept for an HTTP task's URL are kept only while it points at the same
-    /// destination (scheme, host, port). Errors name the first secret that cannot be kept.
+    /// stored URL. Secrets kept for an HTTP task's URL (a gRPC task's endpoint) are kept only
+    /// while it points at the same destination (scheme, host, port). Errors name the first
+    /// secret that cannot be kept.
     pub fn keep_secrets(&mut self, stored: Option<&JobSpec>) -> Result<(), MissingSecret> {
-        let stored_url = match stored.map(|s| &s.task) {
-            Some(Task::Http(h)) => Some(h.url.as_str()),
-            _ => None,
-        };
         if let Task::Http(http) = &mut self.task {
+            let stored_url = stored.and_then(|s| match &s.task {
+                Task::Http(h) => Some(h.url.as_str()),
+                _ => None,
+            });
             http.url = crate::headers::keep_url_password(&http.url, stored_url)
                 .map_err(|why| MissingSecret { field: "task.url".to_owned(), why })?;
         }
-        let moved = match (&self.task, stored_url) {
-            (Task::Http(h), Some(old)) => crate::headers::destination_changed(&h.url, old),
+        let moved = match (self.task.destination_url(), stored.and_then(|s| s.task.destination_url())) {
+            (Some(url), Some(old)) => crate::headers::destination_changed(url, old),
             _ => None,
         };
         let kept = stored.map(|s| s.task.secrets());
@@ -1025,7 +1060,7 @@ fn validate_http(http: &HttpTask) -> Result<(), SpecError> {
 }
 
 fn validate_limits(limits: &Limits, task: &Task, max_output: Option<u64>) -> Result<(), SpecError> {
-    if let Task::Http(_) = task {
+    if !matches!(task, Task::Shell(_)) {
         for (field, set) in [
             ("limits.memory", limits.memory.is_some()),
             ("limits.cpu", limits.cpu.is_some()),
@@ -1034,7 +1069,10 @@ fn validate_limits(limits: &Limits, task: &Task, max_output: Option<u64>) -> Res
             if set {
                 return Err(SpecError::at(
                     field,
-                    "applies to shell tasks only (an HTTP task runs inside the worker); use timeout and limits.output",
+                    format!(
+                        "applies to shell tasks only (an {} task runs inside the worker); use timeout and limits.output",
+                        if matches!(task, Task::Grpc(_)) { "gRPC" } else { "HTTP" }
+                    ),
                 ));
             }
         }
@@ -1153,8 +1191,8 @@ fn validate_secrets(field: &str, map: &Secrets, key_ok: impl Fn(&str) -> bool, p
 
 /// A spec as JSON with every secret withheld by the rule of [`JobSpec::redacted`], for values
 /// that need not be valid specs (a value written around the API, a refused request the audit
-/// log keeps): the values of `secret_env` / `secret_headers` (task and targets) and
-/// `secret_url`s become `null`, URL passwords are shown as `redacted`. A test holds the two to
+/// log keeps): the values of `secret_env` / `secret_headers` / `secret_metadata` (task and
+/// targets) and `secret_url`s become `null`, URL passwords are shown as `redacted`. A test holds the two to
 /// the same answer on valid specs.
 #[must_use]
 pub fn redacted_json(mut value: serde_json::Value) -> serde_json::Value {
@@ -1174,6 +1212,7 @@ pub fn redacted_json(mut value: serde_json::Value) -> serde_json::Value {
     if let Some(task) = value.get_mut("task").and_then(Value::as_object_mut) {
         null_values(task.get_mut("secret_env"));
         null_values(task.get_mut("secret_headers"));
+        null_values(task.get_mut("secret_metadata"));
         hide_password(task.get_mut("url"));
     }
     if let Some(targets) = value.get_mut("notify").and_then(Value::as_array_mut) {
@@ -1652,6 +1691,74 @@ mod tests {
     }
 
     #[test]
+    fn grpc_tasks_round_trip_with_defaults_and_errors_name_the_field() {
+        let body = r#"{"schedule":"@every 10s","task":{"kind":"grpc","endpoint":"http://127.0.0.1:50051",
+            "method":"etcron.test.Echo/Echo","request":{"text":"hi","count":2},"metadata":{"x-team":"data"},
+            "secret_metadata":{"authorization":"Bearer t"}}}"#;
+        let spec = parse(body).unwrap();
+        let Task::Grpc(grpc) = &spec.task else { panic!("{:?}", spec.task) };
+        assert_eq!(grpc.request, serde_json::json!({"text": "hi", "count": 2}));
+        assert_eq!((spec.task.kind(), spec.task.destination_url()), ("grpc", Some("http://127.0.0.1:50051")));
+        assert_eq!(parse(&serde_json::to_string(&spec).unwrap()).unwrap(), spec);
+        let minimal =
+            parse(r#"{"schedule":"@daily","task":{"kind":"grpc","endpoint":"https://api.example","method":"a.B/C"}}"#);
+        let shown = serde_json::to_value(minimal.unwrap()).unwrap();
+        assert_eq!(shown["task"]["request"], serde_json::json!({}), "the default request is the empty message");
+        let task = |t: &str| format!(r#"{{"schedule":"@daily","task":{{"kind":"grpc",{t}}}}}"#);
+        let at = r#""endpoint":"http://h:1","method":"a.B/C""#;
+        for (body, field) in [
+            (task(r#""endpoint":"http://h:1""#), "task.method"),
+            (task(r#""method":"a.B/C""#), "task.endpoint"),
+            (task(r#""endpoint":"http://h:1","method":"a.B.C""#), "task.method"),
+            (task(r#""endpoint":"h:1","method":"a.B/C""#), "task.endpoint"),
+            (task(r#""endpoint":"http://h:1/a.B/C","method":"a.B/C""#), "task.endpoint"),
+            (task(&format!(r#"{at},"request":[1]"#)), "task.request"),
+            (task(&format!(r#"{at},"request":"{{}}""#)), "task.request"),
+            (
+                task(&format!(r#"{at},"request":{{"a":"{}"}}"#, "x".repeat(crate::grpc::MAX_REQUEST_BYTES))),
+                "task.request",
+            ),
+            (task(&format!(r#"{at},"metadata":{{"X-Key":"v"}}"#)), "task.metadata.X-Key"),
+            (task(&format!(r#"{at},"metadata":{{"x-etcron-job":"v"}}"#)), "task.metadata.x-etcron-job"),
+            (task(&format!(r#"{at},"metadata":{{"grpc-timeout":"1S"}}"#)), "task.metadata.grpc-timeout"),
+            (task(&format!(r#"{at},"metadata":{{"a":"é"}}"#)), "task.metadata.a"),
+            (task(&format!(r#"{at},"secret_metadata":{{"a":"1"}},"metadata":{{"a":"2"}}"#)), "task.secret_metadata.a"),
+            (task(&format!(r#"{at},"descriptor_set":"not base64!""#)), "task.descriptor_set"),
+            (task(&format!(r#"{at},"headers":{{}}"#)), "task.headers"),
+            (format!(r#"{{"schedule":"@daily","limits":{{"cpu":"1s"}},"task":{{"kind":"grpc",{at}}}}}"#), "limits.cpu"),
+        ] {
+            assert_eq!(field_of(&body).as_deref(), Some(field), "{body}");
+        }
+    }
+
+    #[test]
+    fn grpc_secret_metadata_is_withheld_and_kept_for_the_same_endpoint_only() {
+        let body = r#"{"schedule":"@daily","task":{"kind":"grpc","endpoint":"https://api.example:8443",
+            "method":"a.B/C","secret_metadata":{"authorization":"Bearer s3cret"}}}"#;
+        let stored = parse(body).unwrap();
+        let shown = serde_json::to_value(stored.redacted()).unwrap();
+        assert_eq!(shown["task"]["secret_metadata"]["authorization"], serde_json::Value::Null);
+        assert!(!shown.to_string().contains("s3cret"));
+        assert_eq!(shown, redacted_json(serde_json::to_value(&stored).unwrap()), "one rule for specs and raw JSON");
+        let mut again = JobSpec::from_value(shown.clone()).unwrap();
+        assert!(again.task_withholds_secrets());
+        again.keep_secrets(Some(&stored)).unwrap();
+        assert_eq!(again, stored);
+        let mut moved = shown.clone();
+        moved["task"]["endpoint"] = serde_json::json!("https://evil.example:8443");
+        let err = JobSpec::from_value(moved).unwrap().keep_secrets(Some(&stored)).unwrap_err();
+        assert_eq!(err.field, "task.secret_metadata.authorization");
+        assert!(err.why.contains("destination changed"), "{}", err.why);
+        let mut fresh = JobSpec::from_value(shown).unwrap();
+        assert_eq!(fresh.keep_secrets(None).unwrap_err().field, "task.secret_metadata.authorization");
+        let mut other = stored.clone();
+        if let Task::Grpc(g) = &mut other.task {
+            g.secret_metadata.insert("authorization".to_owned(), Some("Bearer new".to_owned()));
+        }
+        assert_eq!(other.task.changed_secrets(&stored.task), ["task.secret_metadata.authorization"]);
+    }
+
+    #[test]
     fn notify_targets_are_validated_and_their_secrets_withheld() {
         let body = r#"{"schedule":"@daily","task":{"kind":"shell","command":"x"},
             "notify":[{"url":"https://h/x"},{"name":"ops","secret_url":"https://hooks.slack.com/services/T/B/X","format":"slack","on":["failure","missed"]}]}"#;
@@ -1726,6 +1833,10 @@ mod tests {
             "secret_headers",
             "body",
             "expect_status",
+            "endpoint",
+            "metadata",
+            "secret_metadata",
+            "descriptor_set",
             "timeout",
             "retries",
             "max",
@@ -1763,6 +1874,10 @@ mod tests {
             "Mars/Base",
             "shell",
             "http",
+            "grpc",
+            "a.B/C",
+            "etcron.test.Echo/Echo",
+            "x-api-key",
             "ftp",
             "true",
             "",
@@ -1847,6 +1962,9 @@ mod tests {
                 json!({"schedule": "@every 10s", "mode": "broadcast", "task": {"kind": "http", "url": "https://h/x",
                     "method": "POST", "headers": {"X-A": "1"}, "secret_headers": {"Authorization": "t"},
                     "body": "{}", "expect_status": 204}}),
+                json!({"schedule": "@every 10s", "task": {"kind": "grpc", "endpoint": "http://127.0.0.1:50051",
+                    "method": "etcron.test.Echo/Echo", "request": {"text": "hi", "n": [1, 2]},
+                    "metadata": {"x-a": "1"}, "secret_metadata": {"authorization": "t", "keep": null}}}),
                 json!({"schedule": "@hourly", "task": {"kind": "shell", "command": "true"},
                     "notify": [{"url": "https://h/x", "on": ["failure", "success"], "headers": {"X-A": "1"}},
                         {"name": "ops", "secret_url": "https://hooks.example/T/B", "format": "slack",
@@ -1906,7 +2024,16 @@ mod tests {
 
         /// Paths of the schema that an error may name although the body lacks them (missing
         /// fields); anything else it names must be in the body.
-        const SCHEMA_PATHS: &[&str] = &["schedule", "task", "task.kind", "task.command", "task.url", "mode.sharded"];
+        const SCHEMA_PATHS: &[&str] = &[
+            "schedule",
+            "task",
+            "task.kind",
+            "task.command",
+            "task.url",
+            "task.endpoint",
+            "task.method",
+            "mode.sharded",
+        ];
 
         /// Whether `path` (`a.b`, `a[0]`, keys may hold dots) leads somewhere in `value`.
         fn resolves(value: &Value, path: &str) -> bool {

@@ -1,7 +1,8 @@
 //! etcron's pure vocabulary, shared by every binary and by etcronctl: job specs and their
 //! validation, the job dependency graph, schedules, the etcd key layout, the values stored in
-//! etcd and MongoDB, bounded task output and webhook notification rules. No I/O: nothing here
-//! talks to etcd, MongoDB or the network, or knows about metrics or command lines.
+//! etcd and MongoDB, bounded task output, webhook notification rules, and the pure half of gRPC
+//! tasks (descriptors, JSON read as messages). No I/O: nothing here talks to etcd, MongoDB or
+//! the network, or knows about metrics or command lines.
 
 pub mod alerts;
 pub mod backfill;
@@ -11,6 +12,7 @@ mod check;
 pub mod dependency;
 pub mod diff;
 pub mod duration;
+pub mod grpc;
 pub mod headers;
 pub mod http_async;
 pub mod job;

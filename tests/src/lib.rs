@@ -3,6 +3,7 @@
 //! and to read what tasks wrote. Every process is killed when its handle drops.
 
 pub mod etcd_cluster;
+pub mod grpc_server;
 pub mod proxy;
 pub mod records;
 pub mod sse;
@@ -999,5 +1000,37 @@ pub fn browser_with(script: &str, url: &str, shots: &Path, args: &[&str], env: &
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{script}: {text}");
     anyhow::ensure!(out.status.success(), "{script} failed:\n{text}");
+    Ok(())
+}
+
+fn openssl(dir: &Path, args: &[&str]) -> Result<()> {
+    let out =
+        Command::new("openssl").args(args).current_dir(dir).output().context("openssl (apt-get install openssl)")?;
+    anyhow::ensure!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(())
+}
+
+/// In `dir`: a CA (`ca.pem`), a server certificate for 127.0.0.1 and localhost (`server.pem`,
+/// `server.key`) and a client certificate (`client.pem`, `client.key`), both signed by the CA.
+pub fn make_certs(dir: &Path) -> Result<()> {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend(["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=etcron test CA"]);
+    openssl(dir, &ca)?;
+    for (name, ext) in [
+        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ] {
+        std::fs::write(dir.join(format!("{name}.ext")), ext)?;
+        let mut req = vec!["req"];
+        req.extend(ec);
+        let (key, csr, subj) = (format!("{name}.key"), format!("{name}.csr"), format!("/CN=etcron-{name}"));
+        req.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+        openssl(dir, &req)?;
+        let (pem, ext) = (format!("{name}.pem"), format!("{name}.ext"));
+        let sign = ["x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", &pem];
+        openssl(dir, &[&sign[..], &["-days", "2", "-extfile", &ext]].concat())?;
+    }
     Ok(())
 }

@@ -9,54 +9,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use etcron_common::etcd::{connect, EtcdConfig, EtcdTls};
-use etcron_tests::{bin, db_name, free_port, log_dir, wait_for, Etcd, Master, Mongo, Proc, Worker, WorkerOpts};
+use etcron_tests::{
+    bin, db_name, free_port, log_dir, make_certs, wait_for, Etcd, Master, Mongo, Proc, Worker, WorkerOpts,
+};
 use serde_json::json;
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl (apt-get install openssl)");
-    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA.
-fn make_certs(dir: &Path) {
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend(["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=etcron test CA"]);
-    openssl(dir, &ca);
-    for (name, ext) in [
-        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"),
-        ("client", "extendedKeyUsage=clientAuth\n"),
-    ] {
-        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-        let mut req = vec!["req"];
-        req.extend(ec);
-        let (key, csr, subj) = (format!("{name}.key"), format!("{name}.csr"), format!("/CN=etcron-{name}"));
-        req.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
-        openssl(dir, &req);
-        let (pem, ext) = (format!("{name}.pem"), format!("{name}.ext"));
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "2",
-                "-extfile",
-                &ext,
-            ],
-        );
-    }
-}
 
 /// etcd serving clients over TLS only, requiring a client certificate signed by the CA.
 async fn tls_etcd(dir: &Path, logs: &Path) -> (Proc, String) {
@@ -109,7 +65,7 @@ async fn job_runs(master: &Master, out: &Path) {
 async fn masters_and_workers_use_etcd_over_tls_with_client_certificates() -> anyhow::Result<()> {
     let logs = log_dir("etcd-tls");
     let certs = tempfile::tempdir()?;
-    make_certs(certs.path());
+    make_certs(certs.path())?;
     let (_etcd, endpoint) = tls_etcd(certs.path(), &logs).await;
     let mongo = Mongo::start(&logs).await?;
     let db = db_name("etcd-tls");

@@ -125,6 +125,23 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
     )
     .await?;
     c.put_job(
+        "grpc-call",
+        json!({"schedule": "@daily", "timeout": "30s",
+               "task": {"kind": "grpc", "endpoint": "https://billing.example.com:8443",
+                        "method": "billing.v1.Invoices/CloseMonth", "request": {"month": "2026-11", "dryRun": true},
+                        "metadata": {"x-team": "billing"}, "secret_metadata": {"authorization": "Bearer t"}}}),
+    )
+    .await?;
+    c.put_job(
+        "grpc-echo",
+        json!({"schedule": "@daily", "enabled": false,
+               "task": {"kind": "grpc", "endpoint": "http://127.0.0.1:50051", "method": "etcron.test.Echo/Echo",
+                        "request": {"text": "hi"}, "metadata": {"x-team": "billing"},
+                        "secret_metadata": {"authorization": "Bearer t"},
+                        "descriptor_set": etcron_tests::grpc_server::descriptor_set_base64()}}),
+    )
+    .await?;
+    c.put_job(
         "everywhere",
         json!({"schedule": "@hourly", "mode": "broadcast", "task": {"kind": "shell", "command": "true"}}),
     )

@@ -98,7 +98,8 @@ async fn executions_can_be_searched_opened_and_jobs_run_killed_paused_and_delete
 #[tokio::test(flavor = "multi_thread")]
 async fn jobs_are_created_edited_as_form_or_json_and_deleted_in_the_editor() -> anyhow::Result<()> {
     let c = Cluster::start("ui-editor", 1).await?;
-    browser("editor.mjs", &c.master.url, &c.logs)?;
+    let grpc = etcron_tests::grpc_server::GrpcServer::start(etcron_tests::grpc_server::Reflection::V1).await?;
+    browser_with("editor.mjs", &c.master.url, &c.logs, &[], &[("GRPC_ENDPOINT", &grpc.endpoint)])?;
     screenshots(
         &c.logs,
         &[
@@ -108,9 +109,17 @@ async fn jobs_are_created_edited_as_form_or_json_and_deleted_in_the_editor() -> 
             "editor-conflict.png",
             "editor-json.png",
             "editor-schedules.png",
+            "editor-grpc.png",
             "calendars.png",
         ],
     );
+    // The gRPC job made in the form ran, its secret (typed once, then kept) sent to the server.
+    let call =
+        grpc.calls().into_iter().find(|c| c.metadata.get("x-etcron-job").map(String::as_str) == Some("grpc-in-ui"));
+    let call = call.expect("the gRPC job's call reached the server");
+    assert_eq!(call.metadata["authorization"], "Bearer from-the-form");
+    assert_eq!(call.metadata["x-team"], "ui");
+    assert_eq!(call.request["count"], 2);
     // What the browser did, seen through the API: the job ran from its form-made spec, then went.
     let runs = c.get("/api/executions?job=made-in-ui&status=succeeded").await?;
     assert!(runs["executions"].as_array().unwrap().len() >= 2, "{runs}");

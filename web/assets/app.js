@@ -591,9 +591,7 @@ async function jobView(params, rest) {
       h("dt", {}, "Next runs"), h("dd", {}, (j.next_runs || []).length
         ? h("ul", { class: "plain" }, j.next_runs.map((t) => h("li", {}, `${jobTime(t)} · ${localTime(t)} local`)))
         : h("span", { class: "muted" }, isPaused(j) ? "paused" : "none")),
-      h("dt", {}, "Task"), h("dd", {}, spec.task && spec.task.kind === "http"
-        ? h("code", {}, `${spec.task.method || "GET"} ${spec.task.url}`)
-        : [h("code", {}, spec.task ? spec.task.command : ""), runAsText(spec.task)]),
+      h("dt", {}, "Task"), h("dd", { id: "task" }, taskText(spec.task)),
       h("dt", {}, "Workers"), h("dd", {}, j.eligible_workers === 0
         ? h("span", { class: "warn" }, `no live worker ${needs(spec.selector, spec.task && spec.task.user)}`)
         : `${j.eligible_workers} eligible${Object.keys(spec.selector || {}).length ? ` (selector ${labelText(spec.selector)})` : ""}`),
@@ -680,12 +678,20 @@ async function historyView(params, rest) {
     diff);
 }
 
+/** A job's task on its page: the command, the HTTP request or the gRPC call. */
+function taskText(task) {
+  if (!task) return "";
+  if (task.kind === "http") return h("code", {}, `${task.method || "GET"} ${task.url}`);
+  if (task.kind === "grpc") return ["gRPC ", h("code", {}, task.method), " at ", h("code", {}, task.endpoint)];
+  return [h("code", {}, task.command), runAsText(task)];
+}
+
 // ---------------------------------------------------------------------------------------------
 // Job editor
 
 /** The form's fields: [name (the API's field path), label, kind, options]. */
 const SELECTS = {
-  "task.kind": [["shell", "Shell command"], ["http", "HTTP request"]],
+  "task.kind": [["shell", "Shell command"], ["http", "HTTP request"], ["grpc", "gRPC call"]],
   concurrency: [["allow", "allow — runs may overlap"], ["forbid", "forbid — skip a tick while one runs"], ["replace", "replace — kill the running one"], ["queue", "queue — wait for the running one, oldest first"]],
   misfire: [["skip", "skip — record missed ticks"], ["run_once", "run once — run the newest missed tick"], ["run_all", "run all — run every missed tick (up to max catch-up)"]],
   on_worker_loss: [["rerun", "rerun on another worker"], ["mark_lost", "mark lost"]],
@@ -698,11 +704,14 @@ const SELECTS = {
 
 const idOf = (name) => `f-${name.replace(/[^a-z0-9]/gi, "-")}`;
 
-/** A labelled control with room for a hint and an error; `data-field` is the API's field path. */
-function formField(name, label, control, hint) {
-  control.id = idOf(name);
+/**
+ * A labelled control with room for a hint and an error; `data-field` is the API's field path
+ * (two fields of different task kinds may share one: errors go to the visible one).
+ */
+function formField(name, label, control, hint, id = idOf(name)) {
+  control.id = id;
   control.name = name;
-  const error = h("div", { class: "field-error", id: `err-${idOf(name)}`, hidden: true });
+  const error = h("div", { class: "field-error", id: `err-${id}`, hidden: true });
   return h("div", { class: "field", "data-field": name },
     h("label", { for: control.id }, label), control, hint ? h("div", { class: "hint" }, hint) : "", error);
 }
@@ -767,6 +776,17 @@ function jobForm(isNew) {
     expect: formField("task.expect_status", "Expected status", add("task.expect_status", input({ inputmode: "numeric", placeholder: "any 2xx" }))),
     asynchronous: formField("task.async", "Asynchronous", add("task.async", textarea({ rows: 3, class: "mono", placeholder: '{"interval": "5s", "timeout": "2h"}' })),
       "JSON; empty for a plain request. Set, a 202 Accepted answer's status URL (its Location) is polled until its state is done or failed; a kill or timeout sends DELETE there."),
+    endpoint: formField("task.endpoint", "Endpoint", add("task.endpoint", input({ placeholder: "http://10.0.0.5:50051", type: "url" })),
+      "http:// for plaintext, https:// for TLS: scheme, host and port only."),
+    grpcMethod: formField("task.method", "Method", add("grpc.method", input({ placeholder: "package.Service/Method", class: "mono" })),
+      "A unary method. Its descriptors come from the server's reflection service, or from the descriptor set below.", "f-task-grpc-method"),
+    request: formField("task.request", "Request (JSON)", add("task.request", textarea({ rows: 4, placeholder: "{\"month\": \"2026-11\"}", class: "mono" })),
+      "The request message in proto3 JSON; empty for {} (every field at its default)."),
+    metadata: formField("task.metadata", "Metadata", add("task.metadata", textarea({ rows: 2, placeholder: "x-team: data", class: "mono" })), "One name: value per line; lowercase names."),
+    secretMetadata: formField("task.secret_metadata", "Secret metadata", add("task.secret_metadata", textarea({ rows: 2, placeholder: "authorization: Bearer …", class: "mono" })),
+      "name: value per line. Never shown again; name: with nothing after it keeps the stored value."),
+    descriptorSet: formField("task.descriptor_set", "Descriptor set", add("task.descriptor_set", textarea({ rows: 2, placeholder: "none: ask the server's reflection service", class: "mono" })),
+      "Base64 of a FileDescriptorSet (protoc --include_imports --descriptor_set_out=set.pb; base64 -w0 set.pb)."),
     timeout: formField("timeout", "Timeout", add("timeout", input({ placeholder: "none, e.g. 10m" })), "TERM, then KILL, after this long."),
     retries: formField("retries.max", "Retries", add("retries.max", input({ inputmode: "numeric", placeholder: "0" })), "Extra attempts after a failure."),
     backoff: formField("retries.backoff", "Backoff", add("retries.backoff", input({ placeholder: "10s" })), "Doubles per attempt."),
@@ -804,10 +824,12 @@ function jobForm(isNew) {
   const shellOnly = [fields.command, fields.env, fields.secretEnv, fields.cwd, fields.user, fields.group];
   const limitFields = [fields.memory, fields.cpu, fields.openFiles];
   const httpOnly = [fields.method, fields.url, fields.headers, fields.secretHeaders, fields.body, fields.expect, fields.asynchronous];
+  const grpcOnly = [fields.endpoint, fields.grpcMethod, fields.request, fields.metadata, fields.secretMetadata, fields.descriptorSet];
   const sync = () => {
-    const http = f["task.kind"].value === "http";
-    for (const el of [...shellOnly, ...limitFields]) el.hidden = http;
-    for (const el of httpOnly) el.hidden = !http;
+    const kind = f["task.kind"].value;
+    for (const el of [...shellOnly, ...limitFields]) el.hidden = kind !== "shell";
+    for (const el of httpOnly) el.hidden = kind !== "http";
+    for (const el of grpcOnly) el.hidden = kind !== "grpc";
     fields.shards.hidden = f.mode.value !== "sharded";
   };
   f["task.kind"].addEventListener("change", sync);
@@ -816,7 +838,7 @@ function jobForm(isNew) {
   const form = h("form", { id: "job-form", novalidate: true, "aria-label": "Job" },
     group("Job", fields.name, fields.team, fields.description, fields.enabled, fields.labels),
     group("Schedule", fields.schedule, fields.timezone, fields.activeFrom, fields.activeUntil, fields.jitter, fields.skipCalendars),
-    group("Task", fields.kind, ...shellOnly, ...httpOnly),
+    group("Task", fields.kind, ...shellOnly, ...httpOnly, ...grpcOnly),
     group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.maxQueue, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.pauseAfter, fields.loss, ...limitFields),
     group("Where it runs", fields.mode, fields.shards, fields.selector),
     group("What runs next", fields.onSuccess, fields.onFailure, fields.maxOutput),
@@ -848,6 +870,17 @@ function jobForm(isNew) {
           throw Object.assign(new Error(`Not valid JSON: ${e.message}`), { field: "task.async" });
         }
       }
+    } else if (f["task.kind"].value === "grpc") {
+      spec.task = { kind: "grpc", endpoint: f["task.endpoint"].value.trim(), method: f["grpc.method"].value.trim() };
+      const request = f["task.request"].value.trim();
+      try { spec.task.request = request ? JSON.parse(request) : {}; } catch (e) {
+        throw Object.assign(new Error(`not valid JSON: ${e.message}`), { field: "task.request" });
+      }
+      const metadata = map("task.metadata", ":");
+      if (Object.keys(metadata).length) spec.task.metadata = metadata;
+      const secretMetadata = secrets(map("task.secret_metadata", ":"));
+      if (Object.keys(secretMetadata).length) spec.task.secret_metadata = secretMetadata;
+      if (f["task.descriptor_set"].value.trim()) spec.task.descriptor_set = f["task.descriptor_set"].value.replace(/\s+/g, "");
     } else {
       spec.task = { kind: "shell", command: f["task.command"].value };
       const env = map("task.env", "=");
@@ -919,7 +952,11 @@ function jobForm(isNew) {
       "task.command": task.command || "", "task.env": formatMap(task.env, "="), "task.cwd": task.cwd || "",
       "task.user": task.user || "", "task.group": task.group || "",
       "task.secret_env": formatMap(task.secret_env, "="), "task.secret_headers": formatMap(task.secret_headers, ": "),
-      "task.method": task.method || "GET", "task.url": task.url || "", "task.headers": formatMap(task.headers, ": "),
+      "task.method": task.kind === "http" ? task.method || "GET" : "GET", "task.url": task.url || "", "task.headers": formatMap(task.headers, ": "),
+      "task.endpoint": task.endpoint || "", "grpc.method": task.kind === "grpc" ? task.method || "" : "",
+      "task.request": task.kind === "grpc" ? JSON.stringify(task.request || {}, null, 2) : "",
+      "task.metadata": formatMap(task.metadata, ": "), "task.secret_metadata": formatMap(task.secret_metadata, ": "),
+      "task.descriptor_set": task.descriptor_set || "",
       "task.body": task.body || "", "task.expect_status": task.expect_status ?? "",
       "task.async": task.async ? JSON.stringify(task.async, null, 2) : "", timeout: spec.timeout || "", start_deadline: spec.start_deadline || "",
       "retries.max": retries.max ?? 0, "retries.backoff": retries.backoff || "", "retries.max_backoff": retries.max_backoff || "",
@@ -966,8 +1003,8 @@ function showFieldError(form, path, message) {
   // `schedules[i]` is a line of the one schedule field.
   let key = (path || "").replace(/^schedules\b(\[\d+\])?/, "schedule");
   while (key) {
-    const holder = form.querySelector(`[data-field="${CSS.escape(key)}"]`);
-    if (holder && !holder.hidden) {
+    const holder = [...form.querySelectorAll(`[data-field="${CSS.escape(key)}"]`)].find((el) => !el.hidden);
+    if (holder) {
       const err = holder.querySelector(".field-error");
       const control = holder.querySelector("input, textarea, select");
       err.textContent = message;
@@ -1609,7 +1646,12 @@ async function showWho() {
   } catch { el.replaceChildren(); }
 }
 
+/** The newest route started, and the newest whose view has rendered. */
+let routeSeq = 0;
+let renderedSeq = 0;
+
 async function route({ quiet = false } = {}) {
+  const seq = ++routeSeq;
   clearTimeout(refreshTimer);
   stopFollowing();
   const [path, query] = (location.hash.replace(/^#\/?/, "") || "jobs").split("?");
@@ -1624,6 +1666,10 @@ async function route({ quiet = false } = {}) {
   if (!quiet) banner("");
   try {
     await view(new URLSearchParams(query || ""), rest);
+    // A route started earlier that rendered after a newer one (its requests were slower) has
+    // put an old page over the current one: render the current one again.
+    if (seq < renderedSeq) { route({ quiet: true }); return; }
+    renderedSeq = seq;
     showWho();
     if (quiet && document.getElementById("banner").className === "error") banner("");
   } catch (e) {

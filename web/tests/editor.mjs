@@ -1,8 +1,9 @@
 // Browser test of the job editor and the job page, run by tests/tests/ui.rs:
 //   node editor.mjs <master url> <screenshot dir>
-// The harness runs one worker and no jobs. The test creates a job through the form (a wrong
-// schedule first), watches it run, opens its output, loses a concurrent edit and reloads,
-// edits it as JSON, and deletes it from its page.
+// The harness runs one worker and no jobs (and a gRPC server at $GRPC_ENDPOINT). The test creates
+// a job through the form (a wrong schedule first), watches it run, opens its output, loses a
+// concurrent edit and reloads, edits it as JSON, makes a gRPC job and runs it, and deletes a job
+// from its page.
 import assert from "node:assert/strict";
 import path from "node:path";
 import { args, call, launch, open } from "./lib.mjs";
@@ -137,6 +138,55 @@ try {
   await page.goto(`${base}/#/edit/async-in-ui`);
   await page.waitForFunction(() => JSON.parse(document.getElementById("f-task-async")?.value || "{}").interval === "2s");
   assert.equal((await call(base, "DELETE", "/api/jobs/async-in-ui")).status, 204);
+  // A gRPC call (at the server tests/tests/ui.rs started): its own fields; a request that is not
+  // JSON is flagged at the request, a method the API refuses at the method; then it runs from its
+  // page and the output is the server's answer.
+  const grpcEndpoint = process.env.GRPC_ENDPOINT;
+  assert.ok(grpcEndpoint, "GRPC_ENDPOINT: the test gRPC server's address");
+  await page.goto(`${base}/#/new`);
+  await page.locator("#f-task-kind").selectOption("grpc");
+  assert.equal(await page.locator("#f-task-command").isHidden(), true);
+  assert.equal(await page.locator("#f-task-url").isHidden(), true);
+  await page.locator("#f-name").fill("grpc-in-ui");
+  await page.locator("#f-schedule").fill("@yearly");
+  await page.locator("#f-task-endpoint").fill(grpcEndpoint);
+  await page.locator("#f-task-grpc-method").fill("etcron.test.Echo.Echo");
+  await page.locator("#f-task-request").fill('{"text": "from the form",');
+  await page.getByRole("button", { name: "Create job" }).click();
+  await page.locator("#err-f-task-request").waitFor();
+  assert.match(await page.locator("#err-f-task-request").innerText(), /not valid JSON/);
+  await page.locator("#f-task-request").fill('{"text": "from the form", "count": 2}');
+  await Promise.all([
+    page.waitForResponse((r) => r.url().endsWith("/api/jobs/grpc-in-ui") && r.status() === 400),
+    page.getByRole("button", { name: "Create job" }).click(),
+  ]);
+  await page.locator("#err-f-task-grpc-method").waitFor();
+  assert.match(await page.locator("#err-f-task-grpc-method").innerText(), /package\.Service\/Method/);
+  await page.locator("#f-task-grpc-method").fill("etcron.test.Echo/Echo");
+  await page.locator("#f-task-metadata").fill("x-team: ui");
+  await page.locator("#f-task-secret-metadata").fill("authorization: Bearer from-the-form");
+  await shot(page, "editor-grpc.png");
+  await page.getByRole("button", { name: "Create job" }).click();
+  await page.waitForFunction(() => location.hash === "#/job/grpc-in-ui");
+  await page.locator("#task", { hasText: "etcron.test.Echo/Echo" }).waitFor();
+  assert.deepEqual((await call(base, "GET", "/api/jobs/grpc-in-ui")).body.spec.task, {
+    kind: "grpc", endpoint: grpcEndpoint, method: "etcron.test.Echo/Echo", request: { text: "from the form", count: 2 },
+    metadata: { "x-team": "ui" }, secret_metadata: { authorization: null },
+  });
+  await page.getByRole("button", { name: "Run grpc-in-ui now" }).click();
+  await page.locator("tbody tr a").first().waitFor({ timeout: 30_000 });
+  await page.locator("tbody tr a").first().click();
+  await page.getByLabel("Output").waitFor();
+  const answer = await page.getByLabel("Output").innerText();
+  assert.match(answer, /^gRPC OK\n/);
+  assert.equal(JSON.parse(answer.slice(answer.indexOf("\n") + 1)).text, "from the form");
+  // Edited again: the form shows the call as saved, the kept secret without its value.
+  await page.goto(`${base}/#/edit/grpc-in-ui`);
+  await page.waitForFunction(() => document.getElementById("f-task-grpc-method").value === "etcron.test.Echo/Echo");
+  assert.deepEqual(JSON.parse(await page.locator("#f-task-request").inputValue()), { text: "from the form", count: 2 });
+  assert.equal(await page.locator("#f-task-secret-metadata").inputValue(), "authorization:");
+  assert.equal(await page.locator("#f-task-method").isHidden(), true, "the HTTP method is not shown");
+  assert.equal((await call(base, "DELETE", "/api/jobs/grpc-in-ui")).status, 204);
 
   // Delete from the job page, after confirming.
   await page.goto(`${base}/#/job/made-in-ui`);

@@ -1,7 +1,8 @@
 //! Runs shell tasks: `/bin/sh -c` in a process group of its own, output captured bounded
 //! (head + tail), kill/timeout delivered to the whole group (TERM, then KILL after a grace), and
 //! the job's `limits` set with `setrlimit` in the child before it runs the shell.
-//! Its `Finished`/`Ending`/`StopReason` also describe HTTP tasks (`http_task`).
+//! Its `Finished`/`Ending`/`StopReason` also describe HTTP and gRPC tasks (`http_task`,
+//! `grpc_task`).
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
@@ -73,8 +74,15 @@ pub enum Ending {
         ok: bool,
         expected: Option<u16>,
     },
-    /// An HTTP task got no (complete) response: DNS, connect, TLS, protocol or body errors,
-    /// naming the step and the URL.
+    /// A gRPC call ended with a status: `code` as gRPC names it (`OK` is the one success), the
+    /// server's message (clipped).
+    Grpc {
+        code: &'static str,
+        message: String,
+    },
+    /// An HTTP or gRPC task got no (complete) response: DNS, connect, TLS, protocol or body
+    /// errors, naming the step and the URL; a gRPC task also when its method or request could
+    /// not be resolved (descriptors, a request field), naming why.
     RequestFailed(String),
     /// An asynchronous HTTP task's status document said the remote work failed.
     RemoteFailed(String),

@@ -12,6 +12,7 @@ pub mod decide;
 pub mod execution;
 pub mod executor;
 pub mod fire;
+pub mod grpc_task;
 pub mod health;
 pub mod http_client;
 pub mod http_poll;

@@ -49,7 +49,9 @@ pub(crate) fn status_of(finished: &Finished) -> (Status, Option<String>) {
         Ending::Signaled(sig) => (Status::Failed, Some(format!("terminated by signal {sig}"))),
         Ending::TimedOut => (
             Status::TimedOut,
-            Some("timeout reached; task stopped (process group killed, or HTTP request aborted)".to_owned()),
+            Some(
+                "timeout reached; task stopped (process group killed, or HTTP request or gRPC call aborted)".to_owned(),
+            ),
         ),
         Ending::Stopped(StopReason::Killed(why)) => (Status::Killed, Some(format!("killed: {why}"))),
         // Not an operator's kill: the run was lost with the worker's session, and is handled
@@ -71,6 +73,8 @@ pub(crate) fn status_of(finished: &Finished) -> (Status, Option<String>) {
             let expected = expected.map_or_else(|| "2xx".to_owned(), |s| s.to_string());
             (Status::Failed, Some(format!("HTTP status {status}, expected {expected}")))
         }
+        Ending::Grpc { code: "OK", .. } => (Status::Succeeded, None),
+        Ending::Grpc { code, message } => (Status::Failed, Some(format!("gRPC status {code}: {message}"))),
         Ending::RequestFailed(e) | Ending::RemoteFailed(e) => (Status::Failed, Some(e.clone())),
     }
 }

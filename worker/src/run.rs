@@ -1,12 +1,12 @@
 //! The run phase: wait for the scheduled time (a claim is won ahead of it), then the task —
-//! a shell command in its own process group, or an HTTP request — with the job's environment
-//! and identity, until it ends or is stopped.
+//! a shell command in its own process group, an HTTP request or a gRPC call — with the job's
+//! environment and identity, until it ends or is stopped.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use etcron_common::job::{HttpTask, Mode, ShellTask, Task};
+use etcron_common::job::{GrpcTask, HttpTask, Mode, ShellTask, Task};
 use etcron_common::keys::Part;
 use etcron_common::model::{Status, TriggerKind};
 use etcron_common::progress::Resumed;
@@ -16,6 +16,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::executor::{self, Ending, Finished, ShellJob, StopReason};
 use crate::fire::Fire;
+use crate::grpc_task::{self, GrpcJob};
 use crate::http_task::{self, HttpJob};
 use crate::live_output::Lines;
 use crate::metrics::METRICS;
@@ -29,14 +30,14 @@ use crate::state::Context;
 /// updated with pid and fencing token.
 pub(crate) const RUNNING_DETAIL_AFTER: Duration = Duration::from_secs(1);
 
-/// Runs the task: a shell command or an HTTP request, until it ends or `stop` says.
-/// What a shell task is given besides its spec: where and how it reports progress, and the
-/// checkpoint it resumes from.
+/// What a task is given besides its spec: where and how a shell task reports progress, and the
+/// checkpoint a failover rerun resumes from.
 pub(crate) struct Reporting<'a> {
     pub tracker: Option<Arc<Tracker>>,
     pub resumed: Option<&'a Resumed>,
 }
 
+/// Runs the task: a shell command, an HTTP request or a gRPC call, until it ends or `stop` says.
 pub(crate) async fn execute(
     ctx: &Context,
     fire: &Fire,
@@ -83,6 +84,13 @@ pub(crate) async fn execute(
             let job = http_job(ctx, fire, http, fencing_token, &reporting);
             let live = ctx.live.open(&fire.id.to_string(), max_output, reporting.tracker, Lines::Ignored);
             http_task::run_http(job, live.output(), stop).await
+        }
+        Task::Grpc(grpc) => {
+            drop(pid_tx);
+            let job = grpc_job(ctx, fire, grpc, fencing_token, &reporting, max_output);
+            // Open for its reports (POSTed to x-etcron-progress-url); its output is the record's.
+            let _live = ctx.live.open(&fire.id.to_string(), max_output, reporting.tracker, Lines::Ignored);
+            grpc_task::run_grpc(job, stop).await
         }
     }
 }
@@ -176,6 +184,52 @@ fn progress_url(base: &str, id: &etcron_common::keys::ExecutionId) -> String {
     format!("{base}/executions/{}/progress", etcron_common::percent_encode(&id.to_string()))
 }
 
+/// A gRPC task's call: the job's metadata (secrets included), the `x-etcron-*` identity, where
+/// to report progress, and for a failover rerun that resumes one, the checkpoint (compact
+/// ASCII JSON) and who wrote it.
+fn grpc_job(
+    ctx: &Context,
+    fire: &Fire,
+    grpc: &GrpcTask,
+    fencing_token: i64,
+    reporting: &Reporting<'_>,
+    max_output: usize,
+) -> GrpcJob {
+    let id = &fire.id;
+    let mut identity = vec![
+        ("x-etcron-job", id.job.clone()),
+        ("x-etcron-execution-id", id.to_string()),
+        ("x-etcron-scheduled-at", rfc3339_ms(fire.scheduled_ms)),
+        ("x-etcron-attempt", id.attempt.to_string()),
+        ("x-etcron-worker-id", ctx.config.worker_id.clone()),
+        ("x-etcron-fencing-token", fencing_token.to_string()),
+        ("x-etcron-trigger", fire.trigger.as_str().to_owned()),
+    ];
+    if let (Some(tracker), Some(base)) = (&reporting.tracker, &ctx.local_output_url) {
+        identity.push(("x-etcron-progress-url", progress_url(base, id)));
+        identity.push(("x-etcron-progress-token", tracker.token().to_owned()));
+    }
+    if let Some(resumed) = reporting.resumed {
+        identity.push(("x-etcron-checkpoint", etcron_common::json::ascii(&resumed.checkpoint)));
+        identity.push(("x-etcron-resumed-from", resumed.execution_id.clone()));
+    }
+    let own = grpc
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain(grpc.secret_metadata.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))))
+        .collect();
+    GrpcJob {
+        endpoint: grpc.endpoint.clone(),
+        method: grpc.method.clone(),
+        request: grpc.request.clone(),
+        metadata: grpc_task::with_default_metadata(&own, identity.into_iter().map(|(k, v)| (k.to_owned(), v))),
+        descriptor_set: grpc.descriptor_set.clone(),
+        timeout: fire.spec.timeout.map(|t| t.0),
+        max_output,
+    }
+}
+
 /// What the run phase hands to the close phase.
 pub struct Ran {
     pub finished: Finished,
@@ -237,7 +291,7 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     Ran { finished, handed_ms, record }
 }
 
-/// A shell task's tracker of reports (its checkpoints fenced by the claim won), and, for a
+/// The task's tracker of reports (its checkpoints fenced by the claim won), and, for a
 /// failover rerun, the lost run's last checkpoint it continues from.
 async fn reports_of_run(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) -> (Option<Arc<Tracker>>, Option<Resumed>) {
     let checkpoint_key = ctx.keys.checkpoint(&fire.id);
@@ -246,7 +300,7 @@ async fn reports_of_run(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) -> (Opt
     } else {
         None
     };
-    let tracker = matches!(fire.spec.task, Task::Shell(_) | Task::Http(_)).then(|| {
+    let tracker = {
         // The task asked to be moved: stopped here, continued elsewhere (see `close`).
         let (owner, id) = (Arc::downgrade(ctx), fire.id.clone());
         let rebalance = Box::new(move || {
@@ -263,8 +317,8 @@ async fn reports_of_run(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) -> (Opt
             rebalance,
         };
         Tracker::new(&fire.id, crate::progress::new_token(), fence)
-    });
-    (tracker, resumed)
+    };
+    (Some(tracker), resumed)
 }
 
 /// A run that lasts: writes its running marker (worker, start, pid, fencing token) on the

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
-use etcron_common::job::{validate_name, JobSpec, Task};
+use etcron_common::job::{validate_name, JobSpec};
 use etcron_common::keys::{ExecutionId, KillTarget};
 use etcron_common::model::{KillCommand, Pause, RunParams, TriggerRequest};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
@@ -199,11 +199,12 @@ impl JobStore {
         let lease = self.command_lease().await?;
         let (_, job) = self
             .put_for_job(name, scope, "put_trigger", (self.keys.trigger(name, &id), value, lease), |job| {
-                let shell = JobSpec::from_json(&job.value).map_or(true, |spec| matches!(spec.task, Task::Shell(_)));
-                if !request.params.env.is_empty() && !shell {
+                let kind = JobSpec::from_json(&job.value).map_or("shell", |spec| spec.task.kind());
+                if !request.params.env.is_empty() && kind != "shell" {
+                    let kind = if kind == "grpc" { "a gRPC" } else { "an HTTP" };
                     return Err(ApiError::bad_request(
                         Some("env".to_owned()),
-                        format!("job {name:?} runs an HTTP task: environment overrides apply to shell tasks only"),
+                        format!("job {name:?} runs {kind} task: environment overrides apply to shell tasks only"),
                     ));
                 }
                 Ok(())

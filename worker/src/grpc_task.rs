@@ -1,0 +1,515 @@
+//! Runs gRPC tasks: one unary call per execution of any method, built from JSON with the
+//! method's descriptors (from the server's reflection service, or the job's `descriptor_set`),
+//! the gRPC status deciding success, the response as JSON in the output; timeout, kill and
+//! lease loss cancel the call.
+//!
+//! Decisions an operator may want to know:
+//! - **Descriptors.** Without `descriptor_set`, the worker asks the server's reflection service
+//!   (v1, else v1alpha) for the file defining the method's service and its imports, and keeps
+//!   them [`reflection::DESCRIPTOR_TTL`] per endpoint and service; any failed run forgets them.
+//!   With `descriptor_set`, the server is never asked (and need not offer reflection).
+//!   Reflection requests carry the call's metadata, credentials included.
+//! - **Messages.** The request is read from the spec's JSON with proto3's JSON mapping (an
+//!   unknown field fails the run naming it) and sent through a codec of dynamic messages: no
+//!   generated code. The response, at most [`MAX_RESPONSE_BYTES`] on the wire, is held whole
+//!   and written as proto3 JSON with every field (defaults included), pretty-printed.
+//! - **Output** is `gRPC OK` (or `gRPC NOT_FOUND the server's message`) on a line, then the
+//!   response as JSON, bounded to `max_output` bytes as the first and last halves. **Success** is
+//!   status OK and nothing else; the record's `error` names a failing status
+//!   (`gRPC status NOT_FOUND: …`). Records carry no gRPC field of their own: `http_status` stays
+//!   empty.
+//! - **Channels.** One HTTP/2 channel per endpoint, connected on first use and kept for every
+//!   later call (tonic reconnects it when the connection drops); connecting is limited to
+//!   [`CONNECT_TIMEOUT`] whatever the job's timeout. A call that fails without a status from
+//!   the server drops the channel, so the next run connects afresh and says why it cannot.
+//! - **TLS** for `https://` endpoints: rustls with aws-lc-rs (chosen by tonic, no process-wide
+//!   provider needed), server certificates checked against the system's CA roots
+//!   (`SSL_CERT_FILE`/`SSL_CERT_DIR` are honoured), ALPN `h2`.
+//! - **Timeout.** The job's `timeout` bounds the whole run (descriptors, connecting, the call):
+//!   the call carries what is left of it as its gRPC deadline (`grpc-timeout`), and a local timer
+//!   cancels it when it runs out, so the run is recorded `timed_out` whether the server honours
+//!   deadlines or not. A stop (kill, lease loss, shutdown) cancels the call (HTTP/2
+//!   `RST_STREAM`): the server sees the call cancelled.
+//! - **Metadata**: the job's `metadata` and `secret_metadata`, and the execution's identity as
+//!   `x-etcron-*` entries (added by the caller with [`with_default_metadata`]); `user-agent` is
+//!   `etcron-worker/{version}` (tonic appends its own).
+
+mod reflection;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use etcron_common::grpc::{parse_method, request_message, unary_method};
+use etcron_common::output::BoundedOutput;
+use prost::Message as _;
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor, SerializeOptions};
+use tokio::sync::watch;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::Code;
+
+use crate::executor::{wait_stop, Ending, Finished, StopReason};
+
+/// How long connecting (TCP, TLS, HTTP/2) may take, whatever the job's timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest response message read; a larger one fails the run (`OUT_OF_RANGE`, from tonic).
+pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+/// Longest status message kept in a record's `error` (the output has it whole, bounded).
+const MAX_ERROR_MESSAGE: usize = 1024;
+/// Most endpoints with a channel kept; past it every channel is dropped (and reconnected when
+/// used again).
+const MAX_CHANNELS: usize = 1024;
+/// A call the server ends `DEADLINE_EXCEEDED` this close to the job's deadline counts as the
+/// job's timeout (the server's clock for the deadline started a little after the worker's).
+const DEADLINE_SLACK: Duration = Duration::from_millis(50);
+
+/// A gRPC task ready to run.
+#[derive(Debug, Clone)]
+pub struct GrpcJob {
+    pub endpoint: String,
+    /// `package.Service/Method`.
+    pub method: String,
+    /// The request message as proto3 JSON.
+    pub request: serde_json::Value,
+    /// Everything sent as metadata: the job's, its secrets and the identity.
+    pub metadata: BTreeMap<String, String>,
+    /// The job's `descriptor_set` (base64): no reflection when given.
+    pub descriptor_set: Option<String>,
+    /// Limit of the whole run; none when `None` (connecting is still limited).
+    pub timeout: Option<Duration>,
+    /// Bound of the captured output (status line and response).
+    pub max_output: usize,
+}
+
+/// Runs `job` until the call ends, fails, the timeout passes, or `stop` carries a reason; the
+/// latter two cancel the call.
+pub async fn run_grpc(job: GrpcJob, mut stop: watch::Receiver<Option<StopReason>>) -> Finished {
+    let mut output = BoundedOutput::new(job.max_output);
+    let already = stop.borrow().clone();
+    let ending = match already {
+        // A stop that arrived before the start sends nothing.
+        Some(reason) => Ending::Stopped(reason),
+        None => {
+            let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
+            let timeout = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            // Dropping the call's future resets its HTTP/2 stream: the server sees it cancelled.
+            tokio::select! {
+                biased;
+                reason = wait_stop(&mut stop) => Ending::Stopped(reason),
+                () = timeout => Ending::TimedOut,
+                ending = call(&job, deadline, &mut output) => ending,
+            }
+        }
+    };
+    Finished {
+        ending,
+        exit_code: None,
+        signal: None,
+        http_status: None,
+        output: output.render(),
+        output_truncated: output.truncated(),
+        spawned_ms: None,
+    }
+}
+
+/// The job's metadata, plus each of `defaults` it has no entry of: the job's own values win.
+#[must_use]
+pub fn with_default_metadata(
+    own: &BTreeMap<String, String>,
+    defaults: impl IntoIterator<Item = (String, String)>,
+) -> BTreeMap<String, String> {
+    let mut metadata = own.clone();
+    for (name, value) in defaults {
+        metadata.entry(name).or_insert(value);
+    }
+    metadata
+}
+
+/// Descriptors, then the call; `output` gets the status line and the response.
+async fn call(job: &GrpcJob, deadline: Option<tokio::time::Instant>, output: &mut BoundedOutput) -> Ending {
+    let Ok((service, _)) = parse_method(&job.method) else {
+        return Ending::RequestFailed(format!("invalid method {:?}", job.method));
+    };
+    let channel = match channel(&job.endpoint).await {
+        Ok(c) => c,
+        Err(e) => return Ending::RequestFailed(e),
+    };
+    let metadata = match metadata_map(&job.metadata) {
+        Ok(m) => m,
+        Err(e) => return Ending::RequestFailed(e),
+    };
+    let method = match method(job, &channel, service, &metadata).await {
+        Ok(m) => m,
+        Err(e) => return Ending::RequestFailed(e),
+    };
+    let request = match request_message(&method, &job.request) {
+        Ok(r) => r,
+        Err(e) => {
+            return Ending::RequestFailed(format!(
+                "{}: {} (the request does not fit {})",
+                e.field("task.request"),
+                e.message,
+                method.input().full_name()
+            ))
+        }
+    };
+    let ending = unary(job, channel, &method, request, metadata, deadline, output).await;
+    if !matches!(ending, Ending::Grpc { code: "OK", .. }) && job.descriptor_set.is_none() {
+        reflection::forget(&job.endpoint, service);
+    }
+    ending
+}
+
+/// The method's descriptor: from the job's descriptor set, else from the server.
+async fn method(
+    job: &GrpcJob,
+    channel: &Channel,
+    service: &str,
+    metadata: &MetadataMap,
+) -> Result<MethodDescriptor, String> {
+    let pool: DescriptorPool = match &job.descriptor_set {
+        Some(set) => etcron_common::grpc::descriptor_pool(set).map_err(|e| format!("task.descriptor_set {e}"))?,
+        None => reflection::descriptors(channel, &job.endpoint, service, metadata).await?,
+    };
+    let source = if job.descriptor_set.is_some() { "task.descriptor_set" } else { "the server's reflection service" };
+    unary_method(&pool, &job.method).map_err(|e| format!("calling {} failed: {e} (according to {source})", job.method))
+}
+
+/// The call itself, its outcome written to `output`.
+async fn unary(
+    job: &GrpcJob,
+    channel: Channel,
+    method: &MethodDescriptor,
+    message: DynamicMessage,
+    metadata: MetadataMap,
+    deadline: Option<tokio::time::Instant>,
+    output: &mut BoundedOutput,
+) -> Ending {
+    let Ok(path) = PathAndQuery::try_from(format!("/{}", job.method)) else {
+        return Ending::RequestFailed(format!("invalid method {:?}", job.method));
+    };
+    let mut request = tonic::Request::new(message);
+    *request.metadata_mut() = metadata;
+    if let Some(d) = deadline {
+        request.set_timeout(d.saturating_duration_since(tokio::time::Instant::now()));
+    }
+    let mut grpc = tonic::client::Grpc::new(channel)
+        .max_decoding_message_size(MAX_RESPONSE_BYTES)
+        .max_encoding_message_size(MAX_RESPONSE_BYTES);
+    if let Err(e) = grpc.ready().await {
+        drop_channel(&job.endpoint);
+        return Ending::RequestFailed(format!("connecting to {} failed: {}", job.endpoint, error_chain(&e)));
+    }
+    let codec = DynamicCodec { output: method.output() };
+    match grpc.unary(request, path, codec).await {
+        Ok(response) => {
+            output.push(b"gRPC OK\n");
+            output.push(response_json(&response.into_inner()).as_bytes());
+            Ending::Grpc { code: "OK", message: String::new() }
+        }
+        Err(status) => failed(job, &status, deadline, output),
+    }
+}
+
+/// A call that ended with a status other than OK.
+fn failed(
+    job: &GrpcJob,
+    status: &tonic::Status,
+    deadline: Option<tokio::time::Instant>,
+    output: &mut BoundedOutput,
+) -> Ending {
+    let near_deadline = deadline.is_some_and(|d| tokio::time::Instant::now() + DEADLINE_SLACK >= d);
+    if status.code() == Code::DeadlineExceeded && near_deadline {
+        return Ending::TimedOut;
+    }
+    // No status from the server (the connection broke, the stream was reset): connect afresh
+    // next time.
+    if std::error::Error::source(status).is_some() {
+        drop_channel(&job.endpoint);
+    }
+    let code = code_name(status.code());
+    output.push(format!("gRPC {code} {}\n", status.message()).as_bytes());
+    Ending::Grpc { code, message: clip(status.message(), MAX_ERROR_MESSAGE) }
+}
+
+/// The response as proto3 JSON with every field, pretty-printed.
+fn response_json(message: &DynamicMessage) -> String {
+    let options = SerializeOptions::new().skip_default_fields(false);
+    let mut out = Vec::new();
+    let mut serializer = serde_json::Serializer::pretty(&mut out);
+    match message.serialize_with_options(&mut serializer, &options) {
+        Ok(()) => String::from_utf8_lossy(&out).into_owned(),
+        Err(e) => format!("(the response could not be written as JSON: {e})"),
+    }
+}
+
+static CHANNELS: LazyLock<Mutex<HashMap<String, Channel>>> = LazyLock::new(Mutex::default);
+
+fn channels() -> std::sync::MutexGuard<'static, HashMap<String, Channel>> {
+    CHANNELS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The endpoint's channel: the kept one, or a new connection.
+async fn channel(endpoint: &str) -> Result<Channel, String> {
+    if let Some(c) = channels().get(endpoint) {
+        return Ok(c.clone());
+    }
+    let channel = endpoint_of(endpoint)?
+        .connect()
+        .await
+        .map_err(|e| format!("connecting to {endpoint} failed: {}", error_chain(&e)))?;
+    let mut kept = channels();
+    if kept.len() >= MAX_CHANNELS {
+        kept.clear();
+    }
+    kept.insert(endpoint.to_owned(), channel.clone());
+    Ok(channel)
+}
+
+fn drop_channel(endpoint: &str) {
+    channels().remove(endpoint);
+}
+
+/// How to reach `endpoint`: HTTP/2, plaintext or TLS with the system's roots.
+fn endpoint_of(endpoint: &str) -> Result<Endpoint, String> {
+    let invalid = |e: &dyn std::fmt::Display| format!("invalid endpoint {endpoint}: {e}");
+    let mut ep = Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|e| invalid(&e))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .user_agent(concat!("etcron-worker/", env!("CARGO_PKG_VERSION")))
+        .map_err(|e| invalid(&e))?;
+    if endpoint.starts_with("https://") {
+        ep = ep.tls_config(ClientTlsConfig::new().with_native_roots()).map_err(|e| {
+            format!("connecting to {endpoint} failed: https is unavailable on this worker: {}", error_chain(&e))
+        })?;
+    }
+    Ok(ep)
+}
+
+/// The metadata to send, from names and values the spec checked (and the identity's).
+fn metadata_map(metadata: &BTreeMap<String, String>) -> Result<MetadataMap, String> {
+    let mut map = MetadataMap::new();
+    for (name, value) in metadata {
+        let key = MetadataKey::from_bytes(name.as_bytes()).map_err(|_| format!("invalid metadata name {name:?}"))?;
+        // The value itself is not repeated: it may be a credential.
+        let value =
+            MetadataValue::try_from(value.as_str()).map_err(|_| format!("invalid value for metadata {name}"))?;
+        map.insert(key, value);
+    }
+    Ok(map)
+}
+
+/// A status code as gRPC names it (`NOT_FOUND`).
+pub(crate) fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// The causes of a transport error, most specific last, without wrappers that add nothing.
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        let text = match c.downcast_ref::<std::io::Error>() {
+            // "connection refused" reads better than "Connection refused (os error 111)".
+            Some(io) if io.raw_os_error().is_some() && io.kind() != std::io::ErrorKind::Other => io.kind().to_string(),
+            _ => c.to_string(),
+        };
+        let wrapper = matches!(text.as_str(), "transport error" | "tcp connect error" | "error trying to connect")
+            || text.starts_with("client error (");
+        if !wrapper && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cause = c.source();
+    }
+    if parts.is_empty() {
+        parts.push(e.to_string());
+    }
+    parts.join(": ")
+}
+
+fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Encodes dynamic messages and decodes the method's output type.
+struct DynamicCodec {
+    output: MessageDescriptor,
+}
+
+struct DynamicEncoder;
+
+struct DynamicDecoder(MessageDescriptor);
+
+impl Codec for DynamicCodec {
+    type Encode = DynamicMessage;
+    type Decode = DynamicMessage;
+    type Encoder = DynamicEncoder;
+    type Decoder = DynamicDecoder;
+
+    fn encoder(&mut self) -> DynamicEncoder {
+        DynamicEncoder
+    }
+
+    fn decoder(&mut self) -> DynamicDecoder {
+        DynamicDecoder(self.output.clone())
+    }
+}
+
+impl Encoder for DynamicEncoder {
+    type Item = DynamicMessage;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        item.encode(dst).map_err(|e| tonic::Status::internal(format!("etcron could not encode the request: {e}")))
+    }
+}
+
+impl Decoder for DynamicDecoder {
+    type Item = DynamicMessage;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, tonic::Status> {
+        DynamicMessage::decode(self.0.clone(), src).map(Some).map_err(|e| {
+            tonic::Status::internal(format!("etcron could not decode the response as {}: {e}", self.0.full_name()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_metadata_wins_over_defaults() {
+        let own = BTreeMap::from([("x-etcron-job".to_owned(), "mine".to_owned()), ("a".to_owned(), "1".to_owned())]);
+        let merged = with_default_metadata(
+            &own,
+            [("x-etcron-job".to_owned(), "j".to_owned()), ("x-etcron-attempt".to_owned(), "2".to_owned())],
+        );
+        assert_eq!(merged["x-etcron-job"], "mine");
+        assert_eq!(merged["x-etcron-attempt"], "2");
+        assert_eq!(merged["a"], "1");
+    }
+
+    #[test]
+    fn metadata_becomes_a_map_and_bad_entries_are_named_without_their_value() {
+        let ok = BTreeMap::from([("authorization".to_owned(), "Bearer t".to_owned())]);
+        assert_eq!(metadata_map(&ok).unwrap().get("authorization").unwrap(), "Bearer t");
+        let bad = BTreeMap::from([("authorization".to_owned(), "s3cret\n".to_owned())]);
+        let err = metadata_map(&bad).unwrap_err();
+        assert!(err.contains("authorization") && !err.contains("s3cret"), "{err}");
+        assert!(metadata_map(&BTreeMap::from([("Bad Name".to_owned(), "v".to_owned())])).is_err());
+    }
+
+    #[test]
+    fn checkpoints_go_as_ascii_json() {
+        let value = serde_json::json!({"name": "é😀", "n": 1});
+        let text = etcron_common::json::ascii(&value);
+        assert!(text.bytes().all(|b| (b' '..=b'~').contains(&b)), "{text}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), value);
+        assert!(MetadataValue::try_from(text.as_str()).is_ok());
+    }
+
+    #[test]
+    fn codes_have_their_grpc_names() {
+        assert_eq!(code_name(Code::NotFound), "NOT_FOUND");
+        assert_eq!(code_name(Code::from_i32(14)), "UNAVAILABLE");
+        assert_eq!(code_name(Code::from_i32(99)), "UNKNOWN");
+    }
+
+    fn job(endpoint: &str) -> GrpcJob {
+        GrpcJob {
+            endpoint: endpoint.to_owned(),
+            method: "etcron.test.Echo/Echo".to_owned(),
+            request: serde_json::json!({}),
+            metadata: BTreeMap::new(),
+            descriptor_set: None,
+            timeout: Some(Duration::from_secs(30)),
+            max_output: 64 * 1024,
+        }
+    }
+
+    #[tokio::test]
+    async fn refused_connection_names_the_endpoint() {
+        // A port that was just free: nobody listens there.
+        let port = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let done = run_grpc(job(&endpoint), watch::channel(None).1).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert!(message.starts_with(&format!("connecting to {endpoint} failed: ")), "{message}");
+        assert!(message.contains("connection refused"), "{message}");
+        assert_eq!(done.output, "");
+    }
+
+    #[tokio::test]
+    async fn stop_before_start_sends_nothing() {
+        let (stop_tx, stop_rx) = watch::channel(Some(StopReason::LeaseLost));
+        let done = run_grpc(job("http://127.0.0.1:9"), stop_rx).await;
+        drop(stop_tx);
+        assert_eq!(done.ending, Ending::Stopped(StopReason::LeaseLost));
+    }
+
+    #[tokio::test]
+    async fn a_silent_server_times_out_and_a_stop_cancels() {
+        // Accepts connections and never speaks HTTP/2: connecting hangs until the timer.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let done =
+            run_grpc(GrpcJob { timeout: Some(Duration::from_millis(300)), ..job(&endpoint) }, watch::channel(None).1)
+                .await;
+        assert_eq!(done.ending, Ending::TimedOut);
+        let (stop_tx, stop_rx) = watch::channel(None);
+        let run = tokio::spawn(run_grpc(GrpcJob { timeout: None, ..job(&endpoint) }, stop_rx));
+        stop_tx.send(Some(StopReason::Killed("kill command at revision 9".to_owned()))).unwrap();
+        assert_eq!(
+            run.await.unwrap().ending,
+            Ending::Stopped(StopReason::Killed("kill command at revision 9".to_owned()))
+        );
+    }
+
+    #[test]
+    fn long_messages_are_clipped_on_a_character_boundary() {
+        assert_eq!(clip("abc", 5), "abc");
+        assert_eq!(clip("ééé", 3), "é…");
+    }
+}
