@@ -5,7 +5,7 @@
 //! service, a bad request field and a streaming method each fail the run saying why; timeout
 //! and kill cancel the call at the server; a `descriptor_set` calls a server without
 //! reflection; a v1alpha-only reflection service; a server wanting a token for reflection too;
-//! TLS with the worker's CA roots; etcronctl
+//! TLS with the worker's CA roots; a checkpoint POSTed by the server handed to the rerun; etcronctl
 //! applying, running and describing one; and the 400s of bad specs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
@@ -322,5 +322,47 @@ async fn descriptor_sets_v1alpha_reflection_credentials_and_tls() -> Result<()> 
         .calls()
         .iter()
         .all(|call| call.request["text"] != "over tls" || call.metadata["x-etcron-worker-id"] == "w1"));
+    Ok(())
+}
+
+/// A gRPC call reports a checkpoint the way a remote service would (a POST to the
+/// `x-etcron-progress-url` it was given, with its token); its worker is SIGKILLed; the
+/// survivor's failover rerun calls again with `x-etcron-checkpoint` and `x-etcron-resumed-from`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_whose_worker_dies_is_rerun_with_its_last_checkpoint() -> Result<()> {
+    let mut c = Cluster::start("grpc-handoff", 0).await?;
+    for i in 1..=2 {
+        c.add_worker(WorkerOpts::new(&format!("w{i}")))?;
+    }
+    c.wait_workers(2).await?;
+    let server = GrpcServer::start(Reflection::V1).await?;
+    let task = grpc(&server.endpoint, "etcron.test.Echo/Sleep", json!({"millis": 4000}));
+    c.put_job("long-call", json!({"schedule": "@yearly", "task": task})).await?;
+    let first = run(&c, "long-call").await?;
+    server.wait(Duration::from_secs(30), "the first call", |calls, _| !calls.is_empty()).await?;
+    let call = server.calls()[0].clone();
+    let (url, token) = (&call.metadata["x-etcron-progress-url"], &call.metadata["x-etcron-progress-token"]);
+    assert!(!call.metadata.contains_key("x-etcron-checkpoint"), "a first attempt resumes from nothing");
+    let report = c.http.post(url).bearer_auth(token).json(&json!({"percent": 40, "checkpoint": {"row": 4000}}));
+    assert_eq!(report.send().await?.status().as_u16(), 204, "the checkpoint is stored");
+    let shown = c.get(&format!("/api/executions/{}", urlencode(&first))).await?;
+    assert_eq!((&shown["progress"]["percent"], &shown["checkpoint"]), (&json!(40.0), &json!({"row": 4000})));
+    let runner = call.metadata["x-etcron-worker-id"].clone();
+    let idx = c.workers.iter().position(|w| w.opts.id == runner).unwrap();
+    c.workers[idx].proc.kill9();
+    let done = c
+        .wait_executions("job=long-call&status=succeeded", "the rerun to succeed", |l| l.len() == 1)
+        .await
+        .inspect_err(|_| c.dump_logs())?;
+    let rerun = c.get(&format!("/api/executions/{}", urlencode(done[0]["id"].as_str().unwrap()))).await?;
+    let calls = server.calls();
+    assert_eq!(calls.len(), 2, "one call per attempt: {calls:?}");
+    let again = &calls[1].metadata;
+    assert_eq!(serde_json::from_str::<Value>(&again["x-etcron-checkpoint"])?, json!({"row": 4000}));
+    assert_eq!(again.get("x-etcron-resumed-from"), Some(&first));
+    assert_eq!(again.get("x-etcron-trigger").map(String::as_str), Some("failover"));
+    assert_ne!(again["x-etcron-worker-id"], runner);
+    assert_eq!(rerun["resumed_from"]["execution_id"], first.as_str(), "{rerun}");
+    assert_eq!(rerun["resumed_from"]["checkpoint"], json!({"row": 4000}));
     Ok(())
 }

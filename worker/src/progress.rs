@@ -1,4 +1,4 @@
-//! Progress and checkpoints of a running shell task (`etcron_common::progress`): the
+//! Progress and checkpoints of a running task (`etcron_common::progress`): the
 //! [`Tracker`] of one execution takes its reports — lines of its output, or POSTs to
 //! `ETCRON_PROGRESS_URL` with `ETCRON_PROGRESS_TOKEN` (served by `live_output`) — keeps the
 //! latest progress for followers and the API, and writes each checkpoint to
