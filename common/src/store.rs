@@ -781,10 +781,11 @@ impl MongoStore {
                 keys.insert("trigger", 1);
                 keys.insert("scheduled_at", -1);
                 keys.insert("_id", -1);
-                IndexModel::builder()
-                    .keys(keys)
-                    .options(IndexOptions::builder().name((*name).to_owned()).build())
-                    .build()
+                // Only records that have a team are in the team's index: a cluster without
+                // teams pays nothing for it on each insert (BENCHMARKS.md).
+                let partial = (*lead == Some("team")).then(|| doc! {"team": {"$exists": true}});
+                let options = IndexOptions::builder().name((*name).to_owned()).partial_filter_expression(partial);
+                IndexModel::builder().keys(keys).options(options.build()).build()
             })
             .collect();
         self.ensure_collection().await?;
