@@ -251,13 +251,7 @@ fn describe(lines: &[String]) -> String {
         lines.remove(0);
         text = lines.join("\n");
     }
-    if text.len() > MAX_DESCRIPTION_LEN {
-        let mut end = MAX_DESCRIPTION_LEN;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
+    text.truncate(etcron_model::output::char_floor(&text, MAX_DESCRIPTION_LEN));
     text
 }
 

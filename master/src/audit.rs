@@ -151,17 +151,7 @@ pub fn action_of(method: &str, path: &str) -> (String, Option<String>) {
 }
 
 /// `text` cut to at most `max` bytes (on a character boundary), marked with `…` when cut.
-#[must_use]
-pub fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
+pub use etcron_common::output::clipped as bounded;
 
 /// Sends entries to the writer task.
 #[derive(Clone)]

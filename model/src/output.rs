@@ -156,6 +156,30 @@ impl Utf8Chunks {
     }
 }
 
+/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary: its
+/// length.
+#[must_use]
+pub fn char_floor(text: &str, max: usize) -> usize {
+    if text.len() <= max {
+        return text.len();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary), marked with `…` when cut.
+#[must_use]
+pub fn clipped(text: &str, max: usize) -> String {
+    let end = char_floor(text, max);
+    if end == text.len() {
+        return text.to_owned();
+    }
+    format!("{}…", &text[..end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,5 +270,13 @@ mod tests {
             b.push(std::slice::from_ref(byte));
         }
         assert_eq!(a.render(), b.render());
+    }
+
+    #[test]
+    fn clipping_keeps_whole_characters() {
+        assert_eq!(clipped("abc", 5), "abc");
+        assert_eq!(clipped("ééé", 3), "é…");
+        assert_eq!(char_floor("ééé", 5), 4);
+        assert_eq!(char_floor("ab", 1), 1);
     }
 }

@@ -129,13 +129,7 @@ impl Report {
 }
 
 fn cut(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
+    text.truncate(crate::output::char_floor(text, max));
 }
 
 /// Finds report lines in a task's output as it comes, in pieces: keeps at most one partial

@@ -108,15 +108,14 @@ impl Finished {
     /// A task that was never started: `ending` says why.
     #[must_use]
     pub fn not_started(ending: Ending) -> Self {
-        Self {
-            ending,
-            exit_code: None,
-            signal: None,
-            http_status: None,
-            output: String::new(),
-            output_truncated: false,
-            spawned_ms: None,
-        }
+        Self::of_request(ending, None, (String::new(), false))
+    }
+
+    /// A request's end (an HTTP or gRPC task: no process): its status and its output, and
+    /// whether the output was cut.
+    #[must_use]
+    pub fn of_request(ending: Ending, http_status: Option<u16>, (output, output_truncated): (String, bool)) -> Self {
+        Self { ending, exit_code: None, signal: None, http_status, output, output_truncated, spawned_ms: None }
     }
 }
 

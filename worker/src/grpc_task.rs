@@ -31,7 +31,7 @@
 //!   deadlines or not. A stop (kill, lease loss, shutdown) cancels the call (HTTP/2
 //!   `RST_STREAM`): the server sees the call cancelled.
 //! - **Metadata**: the job's `metadata` and `secret_metadata`, and the execution's identity as
-//!   `x-etcron-*` entries (added by the caller with [`with_default_metadata`]); `user-agent` is
+//!   `x-etcron-*` entries (added by the caller with `http_task::with_default_headers`); `user-agent` is
 //!   `etcron-worker/{version}` (tonic appends its own).
 
 mod reflection;
@@ -109,28 +109,7 @@ pub async fn run_grpc(job: GrpcJob, mut stop: watch::Receiver<Option<StopReason>
             }
         }
     };
-    Finished {
-        ending,
-        exit_code: None,
-        signal: None,
-        http_status: None,
-        output: output.render(),
-        output_truncated: output.truncated(),
-        spawned_ms: None,
-    }
-}
-
-/// The job's metadata, plus each of `defaults` it has no entry of: the job's own values win.
-#[must_use]
-pub fn with_default_metadata(
-    own: &BTreeMap<String, String>,
-    defaults: impl IntoIterator<Item = (String, String)>,
-) -> BTreeMap<String, String> {
-    let mut metadata = own.clone();
-    for (name, value) in defaults {
-        metadata.entry(name).or_insert(value);
-    }
-    metadata
+    Finished::of_request(ending, None, (output.render(), output.truncated()))
 }
 
 /// Descriptors, then the call; `output` gets the status line and the response.
@@ -237,7 +216,7 @@ fn failed(
     }
     let code = code_name(status.code());
     output.push(format!("gRPC {code} {}\n", status.message()).as_bytes());
-    Ending::Grpc { code, message: clip(status.message(), MAX_ERROR_MESSAGE) }
+    Ending::Grpc { code, message: etcron_common::output::clipped(status.message(), MAX_ERROR_MESSAGE) }
 }
 
 /// The response as proto3 JSON with every field, pretty-printed.
@@ -354,17 +333,6 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-fn clip(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
 /// Encodes dynamic messages and decodes the method's output type.
 struct DynamicCodec {
     output: MessageDescriptor,
@@ -412,18 +380,6 @@ impl Decoder for DynamicDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn job_metadata_wins_over_defaults() {
-        let own = BTreeMap::from([("x-etcron-job".to_owned(), "mine".to_owned()), ("a".to_owned(), "1".to_owned())]);
-        let merged = with_default_metadata(
-            &own,
-            [("x-etcron-job".to_owned(), "j".to_owned()), ("x-etcron-attempt".to_owned(), "2".to_owned())],
-        );
-        assert_eq!(merged["x-etcron-job"], "mine");
-        assert_eq!(merged["x-etcron-attempt"], "2");
-        assert_eq!(merged["a"], "1");
-    }
 
     #[test]
     fn metadata_becomes_a_map_and_bad_entries_are_named_without_their_value() {
@@ -505,11 +461,5 @@ mod tests {
             run.await.unwrap().ending,
             Ending::Stopped(StopReason::Killed("kill command at revision 9".to_owned()))
         );
-    }
-
-    #[test]
-    fn long_messages_are_clipped_on_a_character_boundary() {
-        assert_eq!(clip("abc", 5), "abc");
-        assert_eq!(clip("ééé", 3), "é…");
     }
 }

@@ -83,16 +83,7 @@ pub async fn run_http(
             ending
         }
     };
-    let (text, truncated) = output.render();
-    Finished {
-        ending,
-        exit_code: None,
-        signal: None,
-        http_status: status,
-        output: text,
-        output_truncated: truncated,
-        spawned_ms: None,
-    }
+    Finished::of_request(ending, status, output.render())
 }
 
 /// The job's headers, plus each of `defaults` the job has no header of (names compared

@@ -223,7 +223,7 @@ fn grpc_job(
         endpoint: grpc.endpoint.clone(),
         method: grpc.method.clone(),
         request: grpc.request.clone(),
-        metadata: grpc_task::with_default_metadata(&own, identity.into_iter().map(|(k, v)| (k.to_owned(), v))),
+        metadata: http_task::with_default_headers(&own, identity.into_iter().map(|(k, v)| (k.to_owned(), v))),
         descriptor_set: grpc.descriptor_set.clone(),
         timeout: fire.spec.timeout.map(|t| t.0),
         max_output,
