@@ -687,7 +687,32 @@ impl Cluster {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> Result<(u16, serde_json::Value)> {
+        self.call_with(None, method, path, body).await
+    }
+
+    /// As [`Cluster::call`], with `token` as the bearer token. A body that is not JSON reads
+    /// as a JSON string.
+    pub async fn call_as(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<(u16, serde_json::Value)> {
+        self.call_with(Some(token), method, path, body).await
+    }
+
+    async fn call_with(
+        &self,
+        token: Option<&str>,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<(u16, serde_json::Value)> {
         let mut req = self.http.request(method, format!("{}{path}", self.master.url));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
         if let Some(b) = body {
             req = req.json(&b);
         }

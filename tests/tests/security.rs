@@ -29,14 +29,7 @@ fn hash_token(name: &str, role: &str) -> (String, String) {
 }
 
 async fn call_as(c: &Cluster, token: &str, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = reqwest::Client::new().request(method, format!("{}{path}", c.master.url)).bearer_auth(token);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    c.call_as(token, method, path, body).await.unwrap()
 }
 
 /// Polls the audit log until `check` accepts the entries of `job`.

@@ -33,14 +33,7 @@ struct Who {
 }
 
 async fn call(c: &Cluster, who: Who, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = reqwest::Client::new().request(method, format!("{}{path}", c.master.url)).bearer_auth(who.token);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    c.call_as(who.token, method, path, body).await.unwrap()
 }
 
 async fn get(c: &Cluster, who: Who, path: &str) -> Value {
