@@ -139,6 +139,34 @@ fn shell_env(
 /// An HTTP task's request: the job's headers (secrets included), the `X-Etcron-*` identity,
 /// where to report progress, and the checkpoint it resumes from.
 fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, reporting: &Reporting<'_>) -> HttpJob {
+    let headers = http
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain(http.secret_headers.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))))
+        .collect();
+    HttpJob {
+        method: http.method.clone(),
+        url: http.url.clone(),
+        headers: http_task::with_default_headers(&headers, identity(ctx, fire, fencing_token, reporting)),
+        secret_headers: http.secret_headers.keys().cloned().collect(),
+        body: http.body.clone(),
+        expect_status: http.expect_status,
+        timeout: fire.spec.timeout.map(|t| t.0),
+        asynchronous: http.asynchronous.as_deref().map(|poll| (poll.clone(), poll.poll_timeout(fire.spec.timeout).0)),
+        tracker: reporting.tracker.clone(),
+    }
+}
+
+/// What an HTTP request or a gRPC call carries besides the job's own headers: the
+/// `X-Etcron-*` identity, where to report progress, and the checkpoint a rerun resumes from
+/// (ASCII JSON) with who wrote it.
+fn identity(
+    ctx: &Context,
+    fire: &Fire,
+    fencing_token: i64,
+    reporting: &Reporting<'_>,
+) -> impl Iterator<Item = (String, String)> {
     let id = &fire.id;
     let mut identity = vec![
         ("X-Etcron-Job", id.job.clone()),
@@ -157,26 +185,7 @@ fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, rep
         identity.push(("X-Etcron-Checkpoint", etcron_common::json::ascii(&resumed.checkpoint)));
         identity.push(("X-Etcron-Resumed-From", resumed.execution_id.clone()));
     }
-    let headers = http
-        .headers
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .chain(http.secret_headers.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))))
-        .collect();
-    HttpJob {
-        method: http.method.clone(),
-        url: http.url.clone(),
-        headers: http_task::with_default_headers(
-            &headers,
-            identity.into_iter().map(|(name, value)| (name.to_owned(), value)),
-        ),
-        secret_headers: http.secret_headers.keys().cloned().collect(),
-        body: http.body.clone(),
-        expect_status: http.expect_status,
-        timeout: fire.spec.timeout.map(|t| t.0),
-        asynchronous: http.asynchronous.as_deref().map(|poll| (poll.clone(), poll.poll_timeout(fire.spec.timeout).0)),
-        tracker: reporting.tracker.clone(),
-    }
+    identity.into_iter().map(|(name, value)| (name.to_owned(), value))
 }
 
 /// Where a running task POSTs its reports (`ETCRON_PROGRESS_URL`, `X-Etcron-Progress-Url`).
@@ -195,24 +204,6 @@ fn grpc_job(
     reporting: &Reporting<'_>,
     max_output: usize,
 ) -> GrpcJob {
-    let id = &fire.id;
-    let mut identity = vec![
-        ("x-etcron-job", id.job.clone()),
-        ("x-etcron-execution-id", id.to_string()),
-        ("x-etcron-scheduled-at", rfc3339_ms(fire.scheduled_ms)),
-        ("x-etcron-attempt", id.attempt.to_string()),
-        ("x-etcron-worker-id", ctx.config.worker_id.clone()),
-        ("x-etcron-fencing-token", fencing_token.to_string()),
-        ("x-etcron-trigger", fire.trigger.as_str().to_owned()),
-    ];
-    if let (Some(tracker), Some(base)) = (&reporting.tracker, &ctx.local_output_url) {
-        identity.push(("x-etcron-progress-url", progress_url(base, id)));
-        identity.push(("x-etcron-progress-token", tracker.token().to_owned()));
-    }
-    if let Some(resumed) = reporting.resumed {
-        identity.push(("x-etcron-checkpoint", etcron_common::json::ascii(&resumed.checkpoint)));
-        identity.push(("x-etcron-resumed-from", resumed.execution_id.clone()));
-    }
     let own = grpc
         .metadata
         .iter()
@@ -223,7 +214,11 @@ fn grpc_job(
         endpoint: grpc.endpoint.clone(),
         method: grpc.method.clone(),
         request: grpc.request.clone(),
-        metadata: http_task::with_default_headers(&own, identity.into_iter().map(|(k, v)| (k.to_owned(), v))),
+        // Metadata names are lowercase (HTTP/2 sends header names so).
+        metadata: http_task::with_default_headers(
+            &own,
+            identity(ctx, fire, fencing_token, reporting).map(|(name, value)| (name.to_ascii_lowercase(), value)),
+        ),
         descriptor_set: grpc.descriptor_set.clone(),
         timeout: fire.spec.timeout.map(|t| t.0),
         max_output,
