@@ -119,6 +119,31 @@ impl Finished {
     }
 }
 
+/// Runs a request (an HTTP task's, a gRPC task's: dropping `work` aborts it) until it ends,
+/// `deadline` passes or `stop` carries a reason. A stop that came before the start runs
+/// nothing (a kill right after the claim sends no request).
+pub async fn run_request(
+    stop: &mut watch::Receiver<Option<StopReason>>,
+    deadline: Option<tokio::time::Instant>,
+    work: impl std::future::Future<Output = Ending>,
+) -> Ending {
+    if let Some(reason) = stop.borrow().clone() {
+        return Ending::Stopped(reason);
+    }
+    let timeout = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        reason = wait_stop(stop) => Ending::Stopped(reason),
+        () = timeout => Ending::TimedOut,
+        ending = work => ending,
+    }
+}
+
 /// Runs `job` until it exits, times out, or `stop` carries a reason. `pid_tx` receives the
 /// process (group) id once spawned.
 pub async fn run_shell(

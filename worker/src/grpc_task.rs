@@ -51,7 +51,7 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::Code;
 
-use crate::executor::{wait_stop, Ending, Finished, StopReason};
+use crate::executor::{run_request, Ending, Finished, StopReason};
 
 /// How long connecting (TCP, TLS, HTTP/2) may take, whatever the job's timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -88,27 +88,9 @@ pub struct GrpcJob {
 /// latter two cancel the call.
 pub async fn run_grpc(job: GrpcJob, mut stop: watch::Receiver<Option<StopReason>>) -> Finished {
     let mut output = BoundedOutput::new(job.max_output);
-    let already = stop.borrow().clone();
-    let ending = match already {
-        // A stop that arrived before the start sends nothing.
-        Some(reason) => Ending::Stopped(reason),
-        None => {
-            let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
-            let timeout = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            // Dropping the call's future resets its HTTP/2 stream: the server sees it cancelled.
-            tokio::select! {
-                biased;
-                reason = wait_stop(&mut stop) => Ending::Stopped(reason),
-                () = timeout => Ending::TimedOut,
-                ending = call(&job, deadline, &mut output) => ending,
-            }
-        }
-    };
+    let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
+    // Dropping the call's future resets its HTTP/2 stream: the server sees it cancelled.
+    let ending = run_request(&mut stop, deadline, call(&job, deadline, &mut output)).await;
     Finished::of_request(ending, None, (output.render(), output.truncated()))
 }
 

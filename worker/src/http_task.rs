@@ -40,7 +40,7 @@ use std::sync::Arc;
 use reqwest::{Method, StatusCode, Url};
 use tokio::sync::watch;
 
-use crate::executor::{wait_stop, Ending, Finished, StopReason};
+use crate::executor::{run_request, Ending, Finished, StopReason};
 pub use crate::http_client::HttpJob;
 use crate::http_client::{self, header_map, redacted, status_line, Outgoing};
 use crate::http_poll::{self, Polled};
@@ -58,31 +58,12 @@ pub async fn run_http(
 ) -> Finished {
     let mut status = None;
     let mut polled = Polled::default();
-    // A stop that arrived before the start (a kill right after the claim) sends nothing.
-    let already = stop.borrow().clone();
-    let ending = match already {
-        Some(reason) => Ending::Stopped(reason),
-        None => {
-            let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
-            let timeout = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            // Dropping the exchange future closes its connection: that is the abort.
-            let ending = tokio::select! {
-                biased;
-                reason = wait_stop(&mut stop) => Ending::Stopped(reason),
-                () = timeout => Ending::TimedOut,
-                ending = exchange(&job, &output, &mut status, &mut polled) => ending,
-            };
-            if matches!(ending, Ending::Stopped(_) | Ending::TimedOut) {
-                http_poll::cancel(&job, &polled, &output).await;
-            }
-            ending
-        }
-    };
+    let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
+    let ending = run_request(&mut stop, deadline, exchange(&job, &output, &mut status, &mut polled)).await;
+    // An asynchronous task's remote work is cancelled too (a stop before the 202 knows no status URL).
+    if matches!(ending, Ending::Stopped(_) | Ending::TimedOut) {
+        http_poll::cancel(&job, &polled, &output).await;
+    }
     Finished::of_request(ending, status, output.render())
 }
 
