@@ -63,6 +63,8 @@ pub struct WorkerMetrics {
     pub backfill_chain_broken: IntCounter,
     /// SLA alerts this worker raised (won the occurrence's transaction), by event.
     pub alerts: IntCounterVec,
+    /// Checkpoints a task reported that were not stored (fenced, or etcd failed).
+    pub checkpoint_errors: IntCounter,
     /// Notifications sent because etcd could not tell whether a silence window was open.
     pub silence_unknown: IntCounter,
     /// Cancel requests of asynchronous HTTP tasks, by outcome (`sent`, `failed`).
@@ -179,6 +181,10 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "etcron_worker_alerts_raised_total",
         "SLA alerts this worker raised (each occurrence is raised by one worker), by event (late, long_running, stale).",
         &["event"],
+    ),
+    checkpoint_errors: counter(
+        "etcron_worker_checkpoint_errors_total",
+        "Checkpoints a running task reported that were not stored: its claim was no longer its own, or etcd failed the write (a rerun resumes from an older one).",
     ),
     silence_unknown: counter(
         "etcron_worker_silence_unknown_total",

@@ -174,6 +174,11 @@ impl Tracker {
     async fn write(&self, value: Value, seq: u64, skippable: bool) -> Result<(), Refusal> {
         let _turn = self.writing.lock().await;
         let outcome = self.put(value, seq, skippable).await;
+        if outcome.is_err() {
+            // The caller says why (a log line, or the POST's answer); a rerun resumes from an
+            // older checkpoint.
+            crate::metrics::METRICS.checkpoint_errors.inc();
+        }
         self.settled.send_if_modified(|settled| {
             let newer = seq > *settled;
             *settled = (*settled).max(seq);
