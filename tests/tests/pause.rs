@@ -405,13 +405,15 @@ async fn pause_after_failures_pauses_once_and_again_after_a_resume() -> anyhow::
     let pauser = first["execution_id"].as_str().unwrap().to_owned();
     let reason = first["reason"].as_str().unwrap();
     assert!(reason.starts_with("pause_after_failures: 3 final failures in a row, the last flaky@"), "{reason}");
+    // The record is journaled before the claim closes and rewritten with the pause once the
+    // close has counted it: wait for the final one.
+    let paused_note = "job paused: 3 final failures in a row (pause_after_failures)";
     let record = wait_for(Duration::from_secs(30), "the record of the run that paused the job", || async {
         let rec = c.get(&format!("/api/executions/{}", pauser.replace('#', "%23"))).await.ok()?;
-        (rec["status"] == "failed").then_some(rec)
+        rec["reason"].as_str().is_some_and(|why| why.contains(paused_note)).then_some(rec)
     })
     .await?;
-    let why = record["reason"].as_str().unwrap_or_default();
-    assert!(why.contains("job paused: 3 final failures in a row (pause_after_failures)"), "{why}");
+    assert_eq!(record["status"], "failed", "{record}");
     let paused_at = chrono::DateTime::parse_from_rfc3339(first["at"].as_str().unwrap())?.timestamp_millis();
 
     // Nothing runs once the pause is in (ticks raced just before it may still end).
