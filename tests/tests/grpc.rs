@@ -91,6 +91,9 @@ async fn calls_through_reflection_succeed_fail_and_are_cancelled_as_the_server_s
     assert_eq!(seen["x-etcron-worker-id"], "w1");
     assert_eq!(seen["x-etcron-fencing-token"], ok["fencing_token"].as_i64().unwrap().to_string());
     assert_eq!(seen["x-etcron-scheduled-at"], ok["scheduled_at"].as_str().unwrap());
+    let scheduled_ms = chrono::DateTime::parse_from_rfc3339(ok["scheduled_at"].as_str().unwrap())?.timestamp_millis();
+    assert_eq!(seen["x-etcron-scheduled-at-ms"], scheduled_ms.to_string());
+    assert_eq!(seen["x-etcron-trigger"], "manual");
     assert_eq!(seen["x-team"], "data");
     let call =
         server.calls().into_iter().find(|c| c.metadata.get("x-etcron-execution-id").map(String::as_str) == Some(id));

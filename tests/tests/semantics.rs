@@ -479,6 +479,7 @@ async fn http_tasks_record_status_body_and_connection_errors() -> anyhow::Result
     assert!(lower.contains("x-token: t1"), "{request}");
     assert!(lower.contains(&format!("x-etcron-execution-id: {}", hook.to_lowercase())), "{request}");
     assert!(lower.contains("x-etcron-fencing-token: "), "{request}");
+    assert!(lower.contains("x-etcron-scheduled-at-ms: "), "{request}");
     for job in ["health", "not-found", "want-404", "refused"] {
         run(&c, job).await;
     }

@@ -30,10 +30,10 @@ use crate::state::Context;
 /// updated with pid and fencing token.
 pub(crate) const RUNNING_DETAIL_AFTER: Duration = Duration::from_secs(1);
 
-/// What a task is given besides its spec: where and how a shell task reports progress, and the
+/// What a task is given besides its spec: where and how it reports progress, and the
 /// checkpoint a failover rerun resumes from.
 pub(crate) struct Reporting<'a> {
-    pub tracker: Option<Arc<Tracker>>,
+    pub tracker: Arc<Tracker>,
     pub resumed: Option<&'a Resumed>,
 }
 
@@ -64,7 +64,7 @@ pub(crate) async fn execute(
             }
             // Followable from now until the run ends (the guard's drop ends the followers).
             let env = shell_env(ctx, fire, shell, fencing_token, &reporting);
-            let live = ctx.live.open(&fire.id.to_string(), max_output, reporting.tracker, Lines::Reports);
+            let live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker), Lines::Reports);
             let job = ShellJob {
                 command: shell.command.clone(),
                 env,
@@ -82,14 +82,14 @@ pub(crate) async fn execute(
             // No process: nobody waits for a pid.
             drop(pid_tx);
             let job = http_job(ctx, fire, http, fencing_token, &reporting);
-            let live = ctx.live.open(&fire.id.to_string(), max_output, reporting.tracker, Lines::Ignored);
+            let live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker), Lines::Ignored);
             http_task::run_http(job, live.output(), stop).await
         }
         Task::Grpc(grpc) => {
             drop(pid_tx);
             let job = grpc_job(ctx, fire, grpc, fencing_token, &reporting, max_output);
             // Open for its reports (POSTed to x-etcron-progress-url); its output is the record's.
-            let _live = ctx.live.open(&fire.id.to_string(), max_output, reporting.tracker, Lines::Ignored);
+            let _live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker), Lines::Ignored);
             grpc_task::run_grpc(job, stop).await
         }
     }
@@ -104,36 +104,63 @@ fn shell_env(
     fencing_token: i64,
     reporting: &Reporting<'_>,
 ) -> std::collections::BTreeMap<String, String> {
-    let id = &fire.id;
     let mut env = ctx.task_env.clone();
     env.extend(shell.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     env.extend(shell.secret_env.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))));
     // A manual run's overrides come over the spec's (the master refused `ETCRON_*` names).
     env.extend(fire.params.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    env.insert("ETCRON_JOB".into(), id.job.clone());
-    env.insert("ETCRON_EXECUTION_ID".into(), id.to_string());
-    env.insert("ETCRON_SCHEDULED_AT".into(), rfc3339_ms(fire.scheduled_ms));
-    env.insert("ETCRON_SCHEDULED_AT_MS".into(), fire.scheduled_ms.to_string());
-    env.insert("ETCRON_ATTEMPT".into(), id.attempt.to_string());
-    env.insert("ETCRON_TRIGGER".into(), fire.trigger.as_str().to_owned());
+    let identity = task_identity(ctx, fire, fencing_token, reporting);
+    env.extend(identity.into_iter().map(|(name, value)| (format!("ETCRON_{name}"), value)));
+    env
+}
+
+/// A task's identity, where it reports progress, and the checkpoint a failover rerun resumes
+/// (its JSON, non-ASCII escaped so that a header can carry it) with who wrote it: named as the
+/// `ETCRON_*` variables without their prefix. One list for a shell task's environment and an
+/// HTTP request's or gRPC call's `X-Etcron-*` headers ([`header_name`]).
+fn task_identity(
+    ctx: &Context,
+    fire: &Fire,
+    fencing_token: i64,
+    reporting: &Reporting<'_>,
+) -> Vec<(&'static str, String)> {
+    let id = &fire.id;
+    let mut identity = vec![
+        ("JOB", id.job.clone()),
+        ("EXECUTION_ID", id.to_string()),
+        ("SCHEDULED_AT", rfc3339_ms(fire.scheduled_ms)),
+        ("SCHEDULED_AT_MS", fire.scheduled_ms.to_string()),
+        ("ATTEMPT", id.attempt.to_string()),
+        ("TRIGGER", fire.trigger.as_str().to_owned()),
+        ("WORKER_ID", ctx.config.worker_id.clone()),
+        ("FENCING_TOKEN", fencing_token.to_string()),
+    ];
     if let (Part::Shard(i), Mode::Sharded(n)) = (&id.part, fire.spec.mode) {
-        env.insert("ETCRON_SHARD_INDEX".into(), i.to_string());
-        env.insert("ETCRON_SHARD_COUNT".into(), n.to_string());
+        identity.push(("SHARD_INDEX", i.to_string()));
+        identity.push(("SHARD_COUNT", n.to_string()));
     }
     if let Some(parent) = &fire.parent {
-        env.insert("ETCRON_PARENT_EXECUTION_ID".into(), parent.to_string());
+        identity.push(("PARENT_EXECUTION_ID", parent.to_string()));
     }
-    env.insert("ETCRON_WORKER_ID".into(), ctx.config.worker_id.clone());
-    env.insert("ETCRON_FENCING_TOKEN".into(), fencing_token.to_string());
-    if let (Some(tracker), Some(base)) = (&reporting.tracker, &ctx.local_output_url) {
-        env.insert("ETCRON_PROGRESS_URL".into(), progress_url(base, id));
-        env.insert("ETCRON_PROGRESS_TOKEN".into(), tracker.token().to_owned());
+    if let Some(base) = &ctx.local_output_url {
+        identity.push(("PROGRESS_URL", progress_url(base, id)));
+        identity.push(("PROGRESS_TOKEN", reporting.tracker.token().to_owned()));
     }
     if let Some(resumed) = reporting.resumed {
-        env.insert("ETCRON_CHECKPOINT".into(), resumed.checkpoint.to_string());
-        env.insert("ETCRON_RESUMED_FROM".into(), resumed.execution_id.clone());
+        identity.push(("CHECKPOINT", etcron_common::json::ascii(&resumed.checkpoint)));
+        identity.push(("RESUMED_FROM", resumed.execution_id.clone()));
     }
-    env
+    identity
+}
+
+/// The header of a task variable: `SCHEDULED_AT_MS` is `X-Etcron-Scheduled-At-Ms`.
+fn header_name(name: &str) -> String {
+    name.split('_').fold("X-Etcron".to_owned(), |mut header, word| {
+        header.push('-');
+        header.push_str(&word[..1]);
+        header.push_str(&word[1..].to_ascii_lowercase());
+        header
+    })
 }
 
 /// An HTTP task's request: the job's headers (secrets included), the `X-Etcron-*` identity,
@@ -154,38 +181,20 @@ fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, rep
         expect_status: http.expect_status,
         timeout: fire.spec.timeout.map(|t| t.0),
         asynchronous: http.asynchronous.as_deref().map(|poll| (poll.clone(), poll.poll_timeout(fire.spec.timeout).0)),
-        tracker: reporting.tracker.clone(),
+        tracker: Some(reporting.tracker.clone()),
     }
 }
 
-/// What an HTTP request or a gRPC call carries besides the job's own headers: the
-/// `X-Etcron-*` identity, where to report progress, and the checkpoint a rerun resumes from
-/// (ASCII JSON) with who wrote it.
+/// What an HTTP request or a gRPC call carries besides the job's own headers: the task
+/// variables as `X-Etcron-*` headers.
 fn identity(
     ctx: &Context,
     fire: &Fire,
     fencing_token: i64,
     reporting: &Reporting<'_>,
 ) -> impl Iterator<Item = (String, String)> {
-    let id = &fire.id;
-    let mut identity = vec![
-        ("X-Etcron-Job", id.job.clone()),
-        ("X-Etcron-Execution-Id", id.to_string()),
-        ("X-Etcron-Scheduled-At", rfc3339_ms(fire.scheduled_ms)),
-        ("X-Etcron-Attempt", id.attempt.to_string()),
-        ("X-Etcron-Worker-Id", ctx.config.worker_id.clone()),
-        ("X-Etcron-Fencing-Token", fencing_token.to_string()),
-        ("X-Etcron-Trigger", fire.trigger.as_str().to_owned()),
-    ];
-    if let (Some(tracker), Some(base)) = (&reporting.tracker, &ctx.local_output_url) {
-        identity.push(("X-Etcron-Progress-Url", progress_url(base, id)));
-        identity.push(("X-Etcron-Progress-Token", tracker.token().to_owned()));
-    }
-    if let Some(resumed) = reporting.resumed {
-        identity.push(("X-Etcron-Checkpoint", etcron_common::json::ascii(&resumed.checkpoint)));
-        identity.push(("X-Etcron-Resumed-From", resumed.execution_id.clone()));
-    }
-    identity.into_iter().map(|(name, value)| (name.to_owned(), value))
+    let identity = task_identity(ctx, fire, fencing_token, reporting);
+    identity.into_iter().map(|(name, value)| (header_name(name), value))
 }
 
 /// Where a running task POSTs its reports (`ETCRON_PROGRESS_URL`, `X-Etcron-Progress-Url`).
@@ -274,7 +283,7 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
         }
     };
     ctx.registry.deregister(id);
-    let snapshot = tracker.map(|t| t.snapshot()).unwrap_or_default();
+    let snapshot = tracker.snapshot();
     record.reports.progress = snapshot.progress;
     record.reports.checkpoint = snapshot.checkpoint;
 
@@ -288,32 +297,29 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
 
 /// The task's tracker of reports (its checkpoints fenced by the claim won), and, for a
 /// failover rerun, the lost run's last checkpoint it continues from.
-async fn reports_of_run(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) -> (Option<Arc<Tracker>>, Option<Resumed>) {
+async fn reports_of_run(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) -> (Arc<Tracker>, Option<Resumed>) {
     let checkpoint_key = ctx.keys.checkpoint(&fire.id);
     let resumed = if fire.trigger == TriggerKind::Failover {
         crate::progress::resume_point(&ctx.client, &checkpoint_key, &fire.id).await
     } else {
         None
     };
-    let tracker = {
-        // The task asked to be moved: stopped here, continued elsewhere (see `close`).
-        let (owner, id) = (Arc::downgrade(ctx), fire.id.clone());
-        let rebalance = Box::new(move || {
-            if let Some(owner) = owner.upgrade() {
-                owner.registry.stop(&id, StopReason::Rebalance);
-            }
-        });
-        let fence = Fence {
-            client: ctx.client.clone(),
-            leases: ctx.long_leases.clone(),
-            claim_key: won.claim_key.clone(),
-            fencing_token: won.fencing_token,
-            checkpoint_key,
-            rebalance,
-        };
-        Tracker::new(&fire.id, crate::progress::new_token(), fence)
+    // The task asked to be moved: stopped here, continued elsewhere (see `close`).
+    let (owner, id) = (Arc::downgrade(ctx), fire.id.clone());
+    let rebalance = Box::new(move || {
+        if let Some(owner) = owner.upgrade() {
+            owner.registry.stop(&id, StopReason::Rebalance);
+        }
+    });
+    let fence = Fence {
+        client: ctx.client.clone(),
+        leases: ctx.long_leases.clone(),
+        claim_key: won.claim_key.clone(),
+        fencing_token: won.fencing_token,
+        checkpoint_key,
+        rebalance,
     };
-    (Some(tracker), resumed)
+    (Tracker::new(&fire.id, crate::progress::new_token(), fence), resumed)
 }
 
 /// A run that lasts: writes its running marker (worker, start, pid, fencing token) on the
@@ -336,5 +342,18 @@ pub(crate) async fn fill_in_marker(ctx: &Context, won: &mut WonClaim, pid: Optio
         Ok(Ok(_)) => tracing::warn!("not writing the running marker: the claim was closed by the loss handling"),
         Ok(Err(e)) => tracing::warn!(error = %e, "writing the running marker failed"),
         Err(_) => tracing::warn!("writing the running marker timed out"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::header_name;
+
+    #[test]
+    fn task_variables_are_headers_in_title_case() {
+        assert_eq!(header_name("JOB"), "X-Etcron-Job");
+        assert_eq!(header_name("SCHEDULED_AT_MS"), "X-Etcron-Scheduled-At-Ms");
+        assert_eq!(header_name("PARENT_EXECUTION_ID"), "X-Etcron-Parent-Execution-Id");
+        assert_eq!(header_name("PROGRESS_URL"), "X-Etcron-Progress-Url");
     }
 }
