@@ -14,5 +14,5 @@ pub mod store;
 
 pub use etcron_model::{
     alerts, backfill, calendar, dependency, diff, duration, grpc, headers, http_async, job, json, keys, model, notify,
-    now_ms, output, percent_encode, progress, rfc3339_ms, schedule, size, UnixMs, VERSION,
+    now_ms, output, params, percent_encode, progress, rfc3339_ms, schedule, size, UnixMs, VERSION,
 };

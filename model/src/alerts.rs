@@ -78,6 +78,12 @@ pub fn output_regex(pattern: &str) -> Result<regex::Regex, String> {
     if pattern.is_empty() {
         return Err("is empty (leave it out for no output alert)".to_owned());
     }
+    bounded_regex(pattern)
+}
+
+/// Compiles a regular expression a user wrote (an output alert's, a run parameter's), bounded
+/// in length ([`MAX_PATTERN_LEN`]) and compiled size ([`PATTERN_SIZE_LIMIT`]).
+pub fn bounded_regex(pattern: &str) -> Result<regex::Regex, String> {
     if pattern.len() > MAX_PATTERN_LEN {
         return Err(format!("is longer than {MAX_PATTERN_LEN} bytes"));
     }

@@ -245,6 +245,10 @@ pub struct ShellTask {
     /// `null` in a PUT keeps the stored value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secret_env: Secrets,
+    /// The variables a manual run may set (`crate::params`): no other name, and never one of
+    /// `env` or `secret_env`.
+    #[serde(default, skip_serializing_if = "Params::is_empty")]
+    pub params: Params,
     /// Working directory (absolute); the worker's own when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
@@ -282,6 +286,7 @@ pub struct HttpTask {
 
 pub use crate::grpc::GrpcTask;
 pub use crate::headers::Secrets;
+pub use crate::params::Params;
 pub use crate::spec_error::SpecError;
 
 /// The fields of a task that hold secrets (one per kind): `secret_env`, `secret_headers`,
@@ -957,9 +962,13 @@ fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
     }
     validate_map("task.env", &shell.env, env_key_ok)?;
     validate_secrets("task.secret_env", &shell.secret_env, env_key_ok, shell.env.len())?;
-    let names =
-        shell.env.keys().map(|k| ("task.env", k)).chain(shell.secret_env.keys().map(|k| ("task.secret_env", k)));
-    for (field, k) in names {
+    let names: Vec<(&str, &String)> = shell
+        .env
+        .keys()
+        .map(|k| ("task.env", k))
+        .chain(shell.secret_env.keys().map(|k| ("task.secret_env", k)))
+        .collect();
+    for &(field, k) in &names {
         if k.starts_with("ETCRON_") {
             return Err(SpecError::at(
                 &format!("{field}.{k}"),
@@ -970,6 +979,7 @@ fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
     if let Some(k) = shell.secret_env.keys().find(|k| shell.env.contains_key(*k)) {
         return Err(SpecError::at(&format!("task.secret_env.{k}"), "is also in task.env; give each variable once"));
     }
+    crate::params::validate(&shell.params, &names)?;
     if let Some(cwd) = &shell.cwd {
         if !cwd.starts_with('/') || cwd.contains('\0') || cwd.len() > 4096 {
             return Err(SpecError::at("task.cwd", "must be an absolute path"));
@@ -1145,7 +1155,7 @@ pub fn validate_env_overrides(field: &str, env: &BTreeMap<String, String>) -> Re
     Ok(())
 }
 
-fn env_key_ok(k: &str) -> bool {
+pub(crate) fn env_key_ok(k: &str) -> bool {
     !k.is_empty()
         && !k.starts_with(|c: char| c.is_ascii_digit())
         && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')

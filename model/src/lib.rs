@@ -21,6 +21,7 @@ pub mod keys;
 pub mod model;
 pub mod notify;
 pub mod output;
+pub mod params;
 pub mod progress;
 pub mod schedule;
 pub mod size;

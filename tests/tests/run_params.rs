@@ -48,11 +48,12 @@ async fn record(c: &Cluster, id: &str, status: &str) -> anyhow::Result<Value> {
 async fn a_run_with_parameters_keeps_them_through_retries_and_failover_and_runs_once() -> anyhow::Result<()> {
     let mut c = Cluster::start("run-params", 2).await?;
     let file = c.path("runs");
-    let env = json!({"MODE": "spec", "REPORT_DAY": "spec-day"});
+    let env = json!({"MODE": "spec"});
+    let params = json!({"REPORT_DAY": {"default": "spec-day"}, "FAIL": {"pattern": "[01]"}});
     c.put_job(
         "report",
         json!({"schedule": "@yearly", "retries": {"max": 1, "backoff": "1s"},
-               "task": {"kind": "shell", "command": command(&file, "exit ${FAIL:-0}"), "env": env}}),
+               "task": {"kind": "shell", "command": command(&file, "exit ${FAIL:-0}"), "env": env, "params": params}}),
     )
     .await?;
 
@@ -85,7 +86,8 @@ async fn a_run_with_parameters_keeps_them_through_retries_and_failover_and_runs_
     c.put_job(
         "slow",
         json!({"schedule": "@yearly", "on_worker_loss": "rerun",
-               "task": {"kind": "shell", "command": command(&file, "[ \"$ETCRON_ATTEMPT\" = 1 ] && sleep 60; exit 0")}}),
+               "task": {"kind": "shell", "command": command(&file, "[ \"$ETCRON_ATTEMPT\" = 1 ] && sleep 60; exit 0"),
+                        "params": ["REPORT_DAY"]}}),
     )
     .await?;
     let (_, answer) =
@@ -139,10 +141,80 @@ async fn a_run_with_parameters_keeps_them_through_retries_and_failover_and_runs_
     Ok(())
 }
 
+/// A run sets data, never control: only the names its spec declares in `task.params`, never a
+/// name of `env` or `secret_env`, never a loader or interpreter variable, each value as its
+/// pattern says; and the worker checks again against the spec it runs.
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_parameters_are_refused_naming_the_field() -> anyhow::Result<()> {
-    let c = Cluster::start("run-params-bad", 0).await?;
+    let mut c = Cluster::start("run-params-bad", 0).await?;
     c.put_job("sh", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true"}})).await?;
+    c.put_job(
+        "py",
+        json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "python3 -c 'print(1)'",
+               "env": {"API_URL": "https://api.internal/v1"}, "secret_env": {"API_TOKEN": "t0ken"},
+               "params": {"DAY": {"pattern": "[0-9]{4}-[0-9]{2}-[0-9]{2}"}}}}),
+    )
+    .await?;
+    // What an operator ran code with before: loader, shell and interpreter variables, the
+    // spec's own destination and secret, a value that smuggles a command after a valid one.
+    for (name, value) in [
+        ("BASH_ENV", "$(id>/tmp/pwned)"),
+        ("SHELLOPTS", "xtrace"),
+        ("PS4", "$(id)"),
+        ("LD_PRELOAD", "/tmp/x.so"),
+        ("PATH", "/tmp"),
+        ("PYTHONWARNINGS", "ignore::antigravity.x"),
+        ("BROWSER", "sh -c id"),
+        ("API_URL", "http://127.0.0.1:9/steal"),
+        ("API_TOKEN", "mine"),
+        ("DAY", "2026-11-01; id"),
+    ] {
+        let (status, answer) = run(&c, "py", json!({"env": {name: value}})).await;
+        let field = format!("env.{name}");
+        assert_eq!((status, answer["error"]["field"].as_str()), (400, Some(field.as_str())), "{name}: {answer}");
+    }
+    let (_, answer) = run(&c, "py", json!({"env": {"BASH_ENV": "x"}})).await;
+    assert!(answer["error"]["message"].as_str().unwrap().contains("it declares DAY"), "{answer}");
+    let (status, answer) = run(&c, "sh", json!({"env": {"A": "1"}})).await;
+    assert_eq!((status, answer["error"]["field"].as_str()), (400, Some("env.A")), "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("declares none"), "{answer}");
+    // Declaring a loader variable, or a name the spec sets itself, is refused at save.
+    for (params, field) in [
+        (json!(["LD_PRELOAD"]), "task.params.LD_PRELOAD"),
+        (json!({"bash_env": {}}), "task.params.bash_env"),
+        (json!(["https_proxy"]), "task.params.https_proxy"),
+        (json!(["API_URL"]), "task.params.API_URL"),
+        (json!(["API_TOKEN"]), "task.params.API_TOKEN"),
+        (json!({"DAY": {"pattern": "[0-9]+", "default": "today"}}), "task.params.DAY.default"),
+        (json!({"DAY": {"pattern": "(("}}), "task.params.DAY.pattern"),
+    ] {
+        let spec = json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true",
+                          "env": {"API_URL": "https://api.internal/v1"}, "secret_env": {"API_TOKEN": "t"},
+                          "params": params}});
+        let (status, answer) = c.call(Method::PUT, "/api/jobs/decl", Some(spec)).await?;
+        assert_eq!((status, answer["error"]["field"].as_str()), (400, Some(field)), "{answer}");
+    }
+
+    // The worker checks again, against the spec it runs: a run request that names a parameter
+    // the spec does not declare (asked for before the spec dropped it, or written by an older
+    // master) is refused and recorded with the reason; nothing runs.
+    c.add_worker(etcron_tests::WorkerOpts::new("w1"))?;
+    c.wait_workers(1).await?;
+    let file = c.path("ran");
+    c.put_job(
+        "later",
+        json!({"schedule": "@yearly", "task": {"kind": "shell", "command": format!("echo \"DAY=$DAY\" >> {}", file.display())}}),
+    )
+    .await?;
+    let mut request =
+        etcron_common::model::TriggerRequest::manual(etcron_tests::now_ms(), "asked before DAY was dropped");
+    request.params.env.insert("DAY".to_owned(), "2026-11-01".to_owned());
+    let key = etcron_common::keys::Keys::new(&c.namespace)?.trigger("later", "00000000000000aa");
+    c.etcd.client().await?.put(key, serde_json::to_vec(&request)?, None).await?;
+    let refused = record(&c, "later@manual-00000000000000aa#1", "failed").await?;
+    let reason = refused["error"].as_str().unwrap_or_default();
+    assert!(reason.contains("run parameter refused: env.DAY"), "{refused}");
+    assert!(!file.exists(), "the task ran: {:?}", std::fs::read_to_string(&file));
     c.put_job("web", json!({"schedule": "@yearly", "task": {"kind": "http", "url": "http://127.0.0.1:9/x"}})).await?;
     for (job, body, field) in [
         ("sh", json!({"env": {"ETCRON_JOB": "x"}}), Some("env.ETCRON_JOB")),

@@ -28,7 +28,8 @@ async fn the_jobs_list_shows_state_schedule_results_and_unmatched_selectors() ->
     c.put_job(
         "nightly-report",
         json!({"schedule": "0 30 2 * * *", "timezone": "Europe/Berlin", "description": "the nightly report",
-               "labels": {"team": "data"}, "task": {"kind": "shell", "command": "echo report"}}),
+               "labels": {"team": "data"}, "task": {"kind": "shell", "command": "echo report",
+               "params": {"REPORT_DAY": {"pattern": "[0-9]{4}-[0-9]{2}-[0-9]{2}"}}}}),
     )
     .await?;
     c.put_job(

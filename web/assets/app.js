@@ -240,7 +240,17 @@ function button(label, action, attrs = {}) {
   return b;
 }
 
-/** The "run with parameters" dialog: environment overrides and a time to run as of. On success
+/** The parameters a job's shell task declares (`task.params`), as the run dialog lists them. */
+function declaredParams(j) {
+  const params = ((j.spec || {}).task || {}).params || {};
+  const names = Object.keys(params);
+  if (!names.length) return "This job declares no parameters (task.params): a run can set none.";
+  const one = (n) => n + (params[n].default !== undefined ? ` (default ${params[n].default})` : "")
+    + (params[n].pattern ? ` matching ${params[n].pattern}` : "");
+  return `Parameters it declares: ${names.map(one).join(", ")}.`;
+}
+
+/** The "run with parameters" dialog: declared parameters and a time to run as of. On success
  * it opens the execution's page. */
 function runDialog(j) {
   const env = h("textarea", { id: "run-env", rows: 3, class: "mono", placeholder: "REPORT_DAY=2026-11-01" });
@@ -252,8 +262,8 @@ function runDialog(j) {
   cancel.addEventListener("click", () => dialog.close());
   const form = h("form", { method: "dialog" },
     h("h2", {}, `Run ${j.name}`),
-    h("div", { class: "field" }, h("label", { for: "run-env" }, "Environment"), env,
-      h("div", { class: "hint" }, "One NAME=value per line, over the spec's env (shell tasks).")),
+    h("div", { class: "field" }, h("label", { for: "run-env" }, "Parameters"), env,
+      h("div", { class: "hint", id: "run-params-hint" }, `One NAME=value per line (shell tasks). ${declaredParams(j)}`)),
     h("div", { class: "field" }, h("label", { for: "run-as-of" }, "Run as of"), asOf,
       h("div", { class: "hint" }, "RFC 3339; ETCRON_SCHEDULED_AT is this time. Empty: now.")),
     error,
@@ -266,7 +276,7 @@ function runDialog(j) {
       const vars = parseMap(env.value, "=");
       if (Object.keys(vars).length) body.env = vars;
     } catch (e) {
-      error.textContent = `Environment: ${e.message}`;
+      error.textContent = `Parameters: ${e.message}`;
       error.hidden = false;
       return;
     }
@@ -763,6 +773,8 @@ function jobForm(isNew) {
     env: formField("task.env", "Environment", add("task.env", textarea({ rows: 2, placeholder: "KEY=value", class: "mono" })), "One KEY=value per line."),
     secretEnv: formField("task.secret_env", "Secret environment", add("task.secret_env", textarea({ rows: 2, placeholder: "DB_PASSWORD=…", class: "mono" })),
       "KEY=value per line. Values are never shown again; KEY= with nothing after it keeps the stored value."),
+    params: formField("task.params", "Run parameters", add("task.params", textarea({ rows: 2, class: "mono", placeholder: '{"REPORT_DAY": {"default": "today", "pattern": "[0-9-]+|today"}}' })),
+      "JSON: the only variables a manual run may set (a list of names, or NAME: {default, pattern, description}); empty for none."),
     cwd: formField("task.cwd", "Working directory", add("task.cwd", input({ placeholder: "/srv/app" }))),
     user: formField("task.user", "Run as user", add("task.user", input({ placeholder: "the worker's own" })),
       "Only workers running as root that list this user in run_as_users run the job."),
@@ -821,7 +833,7 @@ function jobForm(isNew) {
   fields.schedule.append(preview);
   const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
   fields.timezone.append(h("datalist", { id: "timezones" }, ["UTC", ...zones].map((z) => h("option", { value: z }))));
-  const shellOnly = [fields.command, fields.env, fields.secretEnv, fields.cwd, fields.user, fields.group];
+  const shellOnly = [fields.command, fields.env, fields.secretEnv, fields.params, fields.cwd, fields.user, fields.group];
   const limitFields = [fields.memory, fields.cpu, fields.openFiles];
   const httpOnly = [fields.method, fields.url, fields.headers, fields.secretHeaders, fields.body, fields.expect, fields.asynchronous];
   const grpcOnly = [fields.endpoint, fields.grpcMethod, fields.request, fields.metadata, fields.secretMetadata, fields.descriptorSet];
@@ -887,6 +899,11 @@ function jobForm(isNew) {
       if (Object.keys(env).length) spec.task.env = env;
       const secretEnv = secrets(map("task.secret_env", "="));
       if (Object.keys(secretEnv).length) spec.task.secret_env = secretEnv;
+      if (f["task.params"].value.trim()) {
+        try { spec.task.params = JSON.parse(f["task.params"].value); } catch (e) {
+          throw Object.assign(new Error(`Not valid JSON: ${e.message}`), { field: "task.params" });
+        }
+      }
       if (f["task.cwd"].value.trim()) spec.task.cwd = f["task.cwd"].value.trim();
       if (f["task.user"].value.trim()) spec.task.user = f["task.user"].value.trim();
       if (f["task.group"].value.trim()) spec.task.group = f["task.group"].value.trim();
@@ -950,6 +967,7 @@ function jobForm(isNew) {
       schedule: expressionsOf(spec).join("\n"), timezone: spec.timezone || "UTC", "task.kind": task.kind || "shell",
       active_from: spec.active_from || "", active_until: spec.active_until || "", jitter: spec.jitter || "", skip_calendars: (spec.skip_calendars || []).join(", "),
       "task.command": task.command || "", "task.env": formatMap(task.env, "="), "task.cwd": task.cwd || "",
+      "task.params": task.params ? JSON.stringify(task.params, null, 2) : "",
       "task.user": task.user || "", "task.group": task.group || "",
       "task.secret_env": formatMap(task.secret_env, "="), "task.secret_headers": formatMap(task.secret_headers, ": "),
       "task.method": task.kind === "http" ? task.method || "GET" : "GET", "task.url": task.url || "", "task.headers": formatMap(task.headers, ": "),

@@ -24,6 +24,7 @@ try {
   await page.locator("#f-description").fill("created through the form");
   await page.locator("#f-task-command").fill(COMMAND);
   await page.locator("#f-task-secret-env").fill("PW=hunter2");
+  await page.locator("#f-task-params").fill('["REPORT_DAY"]');
   await page.locator("#f-timezone").fill("UTC");
   await page.locator("#f-schedule").fill("every two seconds");
   await page.locator("#err-f-schedule").waitFor();
@@ -91,6 +92,7 @@ try {
   assert.equal(spec.schedule, "*/2 * * * * *");
   assert.equal(spec.task.command, COMMAND);
   assert.deepEqual(spec.task.secret_env, { PW: null }, "null keeps the stored secret");
+  assert.deepEqual(spec.task.params, { REPORT_DAY: {} }, "the run parameters survive saves from the form");
   await json.fill(JSON.stringify({ ...spec, timeout: "soon" }, null, 2));
   await page.getByRole("button", { name: "Save changes" }).click();
   await page.locator("#err-json").waitFor();

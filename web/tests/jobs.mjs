@@ -126,6 +126,11 @@ try {
   await page.getByRole("button", { name: "Run nightly-report with parameters" }).click();
   const dialog = page.locator("#run-dialog");
   await dialog.waitFor();
+  assert.match(await page.locator("#run-params-hint").innerText(), /Parameters it declares: REPORT_DAY matching /);
+  await page.locator("#run-env").fill("MODE=x");
+  await dialog.getByRole("button", { name: "Run" }).click();
+  await page.locator("#run-error").waitFor();
+  assert.match(await page.locator("#run-error").innerText(), /env\.MODE: is not a parameter of this job \(it declares REPORT_DAY\)/);
   await page.locator("#run-env").fill("REPORT_DAY=2026-11-01\nETCRON_JOB=x");
   await page.locator("#run-as-of").fill("2026-11-02T00:00:00Z");
   await dialog.getByRole("button", { name: "Run" }).click();

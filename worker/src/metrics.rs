@@ -69,6 +69,9 @@ pub struct WorkerMetrics {
     pub silence_unknown: IntCounter,
     /// Cancel requests of asynchronous HTTP tasks, by outcome (`sent`, `failed`).
     pub http_cancels: IntCounterVec,
+    /// Runs this worker refused to start because of what they asked for, by reason
+    /// (`run_params`: a run parameter its spec does not declare, or a value off its pattern).
+    pub runs_refused: IntCounterVec,
     /// SLA alerts that could not be decided (etcd failed every try): possibly not raised.
     pub alert_errors: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
@@ -195,6 +198,11 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "Cancel requests of asynchronous HTTP tasks (after a kill, a lost lease or a timeout), by outcome: sent (answered 2xx) or failed (the remote work may go on).",
         &["outcome"],
     ),
+    runs_refused: counter_vec(
+        "etcron_worker_runs_refused_total",
+        "Runs this worker refused to start (recorded failed with the reason), by reason: run_params (a run parameter the spec does not declare, or a value off its pattern).",
+        &["reason"],
+    ),
     alert_errors: counter(
         "etcron_worker_alert_errors_total",
         "SLA alerts that could not be decided because etcd failed every try: possibly not raised.",
@@ -227,6 +235,7 @@ pub fn init(capacity: u32) {
     for outcome in ["sent", "failed"] {
         METRICS.http_cancels.with_label_values(&[outcome]);
     }
+    METRICS.runs_refused.with_label_values(&["run_params"]);
 }
 
 #[cfg(test)]

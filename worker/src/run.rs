@@ -62,8 +62,22 @@ pub(crate) async fn execute(
             {
                 return Finished::not_started(Ending::SpawnFailed(refused));
             }
+            // The master checked the run's parameters against the spec it read; the spec this
+            // worker runs may be newer (a parameter removed since): checked again here.
+            let params = match etcron_common::params::run_env(&shell.params, &fire.params.env) {
+                Ok(params) => params,
+                Err(e) => {
+                    let field = e.field.unwrap_or_default();
+                    tracing::warn!(execution = %fire.id, %field, reason = %e.message, "run refused: run parameter");
+                    crate::metrics::METRICS.runs_refused.with_label_values(&["run_params"]).inc();
+                    return Finished::not_started(Ending::SpawnFailed(format!(
+                        "run parameter refused: {field}: {}",
+                        e.message
+                    )));
+                }
+            };
             // Followable from now until the run ends (the guard's drop ends the followers).
-            let env = shell_env(ctx, fire, shell, fencing_token, &reporting);
+            let env = shell_env(ctx, fire, shell, params, fencing_token, &reporting);
             let live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker), Lines::Reports);
             let job = ShellJob {
                 command: shell.command.clone(),
@@ -96,19 +110,20 @@ pub(crate) async fn execute(
 }
 
 /// A shell task's environment: only the configured names of the worker's, then the job's own,
-/// then the `ETCRON_*` task variables.
+/// then its declared parameters (defaults and the run's values: never a name of `env` or
+/// `secret_env`), then the `ETCRON_*` task variables.
 fn shell_env(
     ctx: &Context,
     fire: &Fire,
     shell: &ShellTask,
+    params: std::collections::BTreeMap<String, String>,
     fencing_token: i64,
     reporting: &Reporting<'_>,
 ) -> std::collections::BTreeMap<String, String> {
     let mut env = ctx.task_env.clone();
     env.extend(shell.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     env.extend(shell.secret_env.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))));
-    // A manual run's overrides come over the spec's (the master refused `ETCRON_*` names).
-    env.extend(fire.params.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.extend(params);
     let identity = task_identity(ctx, fire, fencing_token, reporting);
     env.extend(identity.into_iter().map(|(name, value)| (format!("ETCRON_{name}"), value)));
     env

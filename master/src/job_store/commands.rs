@@ -199,15 +199,7 @@ impl JobStore {
         let lease = self.command_lease().await?;
         let (_, job) = self
             .put_for_job(name, scope, "put_trigger", (self.keys.trigger(name, &id), value, lease), |job| {
-                let kind = JobSpec::from_json(&job.value).map_or("shell", |spec| spec.task.kind());
-                if !request.params.env.is_empty() && kind != "shell" {
-                    let kind = if kind == "grpc" { "a gRPC" } else { "an HTTP" };
-                    return Err(ApiError::bad_request(
-                        Some("env".to_owned()),
-                        format!("job {name:?} runs {kind} task: environment overrides apply to shell tasks only"),
-                    ));
-                }
-                Ok(())
+                run_env_allowed(name, &job.value, &request.params.env)
             })
             .await?;
         tracing::info!(job = %name, request_id = %id, "manual run requested");
@@ -261,5 +253,28 @@ impl JobStore {
         let mut leases = self.client.lease_client();
         let ttl = i64::try_from(COMMAND_LEASE.as_secs()).unwrap_or(60);
         Ok(etcd("lease_grant", leases.grant(ttl, None)).await?.id())
+    }
+}
+
+/// A manual run's `env` against the job it runs: only the parameters its shell task declares
+/// (`etcron_common::params`), none for HTTP and gRPC tasks.
+fn run_env_allowed(name: &str, job: &[u8], env: &std::collections::BTreeMap<String, String>) -> ApiResult<()> {
+    if env.is_empty() {
+        return Ok(());
+    }
+    let spec = JobSpec::from_json(job)
+        .map_err(|e| ApiError::conflict(format!("job {name:?} has an invalid spec: {}", e.message)))?;
+    match &spec.task {
+        etcron_common::job::Task::Shell(shell) => {
+            etcron_common::params::run_env(&shell.params, env)?;
+            Ok(())
+        }
+        task => {
+            let kind = if task.kind() == "grpc" { "a gRPC" } else { "an HTTP" };
+            Err(ApiError::bad_request(
+                Some("env".to_owned()),
+                format!("job {name:?} runs {kind} task: run parameters apply to shell tasks only"),
+            ))
+        }
     }
 }
