@@ -69,6 +69,9 @@ pub struct WorkerMetrics {
     pub silence_unknown: IntCounter,
     /// Cancel requests of asynchronous HTTP tasks, by outcome (`sent`, `failed`).
     pub http_cancels: IntCounterVec,
+    /// Connections of HTTP and gRPC tasks refused before anything was sent, by class of the
+    /// address (`crate::task_network::Class`).
+    pub task_connections_refused: IntCounterVec,
     /// SLA alerts that could not be decided (etcd failed every try): possibly not raised.
     pub alert_errors: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
@@ -195,6 +198,11 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "Cancel requests of asynchronous HTTP tasks (after a kill, a lost lease or a timeout), by outcome: sent (answered 2xx) or failed (the remote work may go on).",
         &["outcome"],
     ),
+    task_connections_refused: counter_vec(
+        "etcron_worker_task_connections_refused_total",
+        "Connections of HTTP and gRPC tasks (requests, redirects, status polls, cancels, gRPC channels) refused before anything was sent, by class of the address: control_plane, loopback, link_local, unspecified (task_network_allow allows them).",
+        &["class"],
+    ),
     alert_errors: counter(
         "etcron_worker_alert_errors_total",
         "SLA alerts that could not be decided because etcd failed every try: possibly not raised.",
@@ -226,6 +234,9 @@ pub fn init(capacity: u32) {
     }
     for outcome in ["sent", "failed"] {
         METRICS.http_cancels.with_label_values(&[outcome]);
+    }
+    for class in crate::task_network::Class::ALL {
+        METRICS.task_connections_refused.with_label_values(&[class.label()]);
     }
 }
 
