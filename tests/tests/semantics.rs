@@ -601,6 +601,15 @@ async fn http_tasks_cannot_reach_the_control_plane_or_loopback_unless_allowed() 
     strict.task_network_allow = vec![a_addr.to_string()];
     c.add_worker(strict)?;
     c.wait_workers(2).await?;
+    let workers = c.get("/api/workers").await?;
+    let allowed: BTreeMap<&str, &Value> = workers["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["id"].as_str().unwrap(), &w["task_network_allow"]))
+        .collect();
+    assert_eq!(allowed["w-lo"], &json!(["127.0.0.0/8", "::1/128"]), "the registration shows it: {workers}");
+    assert_eq!(allowed["w-strict"], &json!([a_addr.to_string()]));
 
     // A job whose spec holds a secret, in etcd.
     c.put_job("holder", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true", "secret_env": {"DB_PASSWORD": "s3cret-in-etcd"}}}))

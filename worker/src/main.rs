@@ -323,7 +323,11 @@ fn task_network(config: &Config, output_bound: std::net::SocketAddr) -> etcron_w
     use etcron_worker::task_network::{control_plane, TaskNetwork};
     let listeners: Vec<_> = std::iter::once(output_bound).chain(config.metrics_listen).collect();
     let control = control_plane(&config.etcd_endpoints, &config.mongodb_uri, &listeners);
-    TaskNetwork::new(config.task_network_allow.clone(), control)
+    let network = TaskNetwork::new(config.task_network_allow.clone(), control);
+    if !config.task_network_allow.is_empty() {
+        tracing::info!(task_network_allow = ?network.allowed(), "HTTP and gRPC tasks may also connect to these");
+    }
+    network
 }
 
 /// 128 random bits, hex: the token masters present to read live output.
@@ -343,6 +347,7 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
         pid: std::process::id(),
         labels: ctx.config.labels.clone(),
         run_as_users: ctx.config.run_as_users.clone(),
+        task_network_allow: ctx.task_network.allowed(),
         capacity: ctx.config.capacity,
         running,
         version: etcron_common::VERSION.to_owned(),
