@@ -477,6 +477,12 @@ mod tests {
         assert!(message.starts_with(&format!("connecting to {endpoint} failed: ")), "{message}");
         assert!(message.contains("connection refused"), "{message}");
         assert_eq!(done.output, "");
+        // A name is resolved and connected to by the channel's own connector.
+        let by_name = format!("http://localhost:{port}");
+        let done = run_grpc(job(&by_name), watch::channel(None).1).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert!(message.starts_with(&format!("connecting to {by_name} failed: ")), "{message}");
+        assert!(message.contains("connection refused"), "{message}");
     }
 
     #[tokio::test]

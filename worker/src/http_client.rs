@@ -326,3 +326,23 @@ fn is_tls(e: &(dyn std::error::Error + 'static)) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::dns::Resolve as _;
+
+    fn name(host: &str) -> reqwest::dns::Name {
+        host.parse().unwrap_or_else(|e| panic!("{host}: {e:?}"))
+    }
+
+    #[tokio::test]
+    async fn the_resolver_answers_only_the_checked_addresses() {
+        // Outside a checked request nothing resolves: a connection could not pick its own address.
+        assert!(PinnedResolver.resolve(name("localhost")).await.is_err());
+        let pin = Pin { host: "api.example".to_owned(), addrs: vec!["192.0.2.7:0".parse().unwrap()] };
+        let found: Vec<_> =
+            PINNED.scope(pin, async { PinnedResolver.resolve(name("API.example")).await.unwrap().collect() }).await;
+        assert_eq!(found, vec!["192.0.2.7:0".parse::<std::net::SocketAddr>().unwrap()], "the checked one, no lookup");
+    }
+}

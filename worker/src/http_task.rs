@@ -481,6 +481,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_host_name_is_connected_to_at_its_checked_addresses() {
+        // `localhost` goes through the pinned resolver (an address would not).
+        let (url, server) = serve_once("200 OK", "", b"by name".to_vec()).await;
+        let by_name = url.replace("127.0.0.1", "localhost");
+        let done = run_limited(job(&by_name), 64 * 1024, no_stop()).await;
+        assert_eq!(done.ending, Ending::Http { status: 200, ok: true, expected: None });
+        assert!(server.await.unwrap().head.starts_with("GET /hook?x=1 "));
+        let strict = Arc::new(TaskNetwork::new(Vec::new(), Vec::new()));
+        let done = run_limited(HttpJob { network: strict, ..job(&by_name) }, 64 * 1024, no_stop()).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert!(message.contains("refused to connect to localhost:"), "{message}");
+    }
+
+    #[tokio::test]
     async fn refused_targets_are_never_connected_to() {
         let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/x", target.local_addr().unwrap());

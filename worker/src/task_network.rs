@@ -175,6 +175,8 @@ pub struct ControlEndpoint {
     pub what: String,
     pub host: String,
     pub port: u16,
+    /// As an entry of `task_network_allow` names it (`[::1]:2379`).
+    pub entry: String,
 }
 
 impl ControlEndpoint {
@@ -182,7 +184,7 @@ impl ControlEndpoint {
     pub fn new(what: &str, host: &str, port: u16) -> Self {
         let host = normal_name(host);
         let shown = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-        Self { what: format!("{what} {shown}"), host, port }
+        Self { what: format!("{what} {shown}"), host, port, entry: shown }
     }
 }
 
@@ -266,13 +268,16 @@ impl fmt::Display for NoAddress {
     }
 }
 
+/// An address of a control-plane endpoint: the endpoint's index, and the address.
+type ControlAddress = (usize, IpAddr);
+
 /// The worker's rules for where tasks connect.
 #[derive(Debug)]
 pub struct TaskNetwork {
     allow: Vec<Allow>,
     control: Vec<ControlEndpoint>,
-    /// The control plane's addresses (endpoint index, address) and when they were looked up.
-    resolved: Mutex<Option<(Instant, Vec<(usize, IpAddr)>)>>,
+    /// The control plane's addresses and when they were looked up.
+    resolved: Mutex<Option<(Instant, Vec<ControlAddress>)>>,
 }
 
 impl TaskNetwork {
@@ -298,7 +303,12 @@ impl TaskNetwork {
                 match lookup.await {
                     Ok(Ok(found)) => found.collect(),
                     Ok(Err(e)) => return Err(NoAddress::Lookup(format!("resolving {name} failed: {e}"))),
-                    Err(_) => return Err(NoAddress::Lookup(format!("resolving {name} took longer than 10s"))),
+                    Err(_) => {
+                        return Err(NoAddress::Lookup(format!(
+                            "resolving {name} took longer than {}",
+                            humantime::format_duration(LOOKUP_TIMEOUT)
+                        )))
+                    }
                 }
             }
         };
@@ -317,7 +327,7 @@ impl TaskNetwork {
     }
 
     /// Whether a task may connect to `addr` (what `name` resolved to).
-    fn judge(&self, name: &str, addr: SocketAddr, control: &[(usize, IpAddr)]) -> Result<(), Refused> {
+    fn judge(&self, name: &str, addr: SocketAddr, control: &[ControlAddress]) -> Result<(), Refused> {
         let (ip, port) = (canonical(addr.ip()), addr.port());
         if self.allow.iter().any(|a| a.names(name, ip, port)) {
             return Ok(());
@@ -331,8 +341,8 @@ impl TaskNetwork {
             return Err(Refused {
                 message: format!(
                     "refused to connect to {shown}: it is {}, part of the cluster's control plane; tasks may not reach it \
-                     unless the worker's {SETTING} names it exactly (\"{}:{port}\")",
-                    endpoint.what, endpoint.host
+                     unless the worker's {SETTING} names it exactly (\"{}\")",
+                    endpoint.what, endpoint.entry
                 ),
                 class: Class::ControlPlane,
             });
@@ -362,7 +372,7 @@ impl TaskNetwork {
         name: &str,
         ip: IpAddr,
         port: u16,
-        control: &[(usize, IpAddr)],
+        control: &[ControlAddress],
     ) -> Option<&ControlEndpoint> {
         let by_name = self.control.iter().find(|e| e.port == port && e.host == name);
         by_name.or_else(|| {
@@ -376,7 +386,7 @@ impl TaskNetwork {
     }
 
     /// The control plane's addresses, looked up again every [`CONTROL_REFRESH`].
-    async fn control_addresses(&self) -> Vec<(usize, IpAddr)> {
+    async fn control_addresses(&self) -> Vec<ControlAddress> {
         let kept = self.resolved.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         if let Some((at, addrs)) = &kept {
             if at.elapsed() < CONTROL_REFRESH {
@@ -511,6 +521,9 @@ mod tests {
         assert!(r.message.contains("task_network_allow"), "{r}");
         let r = n.judge("localhost", sock("127.0.0.1:9"), &control).unwrap_err();
         assert!(r.message.starts_with("refused to connect to localhost:9 (127.0.0.1): "), "{r}");
+        let v6 = net(&["::1"], control_plane(&["[::1]:2379".into()], "mongodb://m:27017", &[]));
+        let r = v6.judge("::1", sock("[::1]:2379"), &[(0, "::1".parse().unwrap())]).unwrap_err();
+        assert!(r.message.contains("names it exactly (\"[::1]:2379\")"), "{r}");
     }
 
     #[tokio::test]
