@@ -31,6 +31,10 @@ pub struct WorkerInfo {
     /// non-empty on a worker running as root.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub run_as_users: Vec<String>,
+    /// What this worker lets HTTP and gRPC tasks connect to although it is refused by default
+    /// (loopback, link-local, its control plane named exactly): its `task_network_allow`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub task_network_allow: Vec<String>,
 }
 
 impl WorkerInfo {

@@ -493,7 +493,13 @@ pub struct WorkerOpts {
     pub extra: Vec<String>,
     /// Extra environment, e.g. `faketime_env(..)`.
     pub env: Vec<(String, String)>,
+    /// `--task-network-allow`: loopback ([`LOOPBACK_ALLOW`]) by default, as tests' HTTP and gRPC
+    /// tasks call servers the test starts there; cleared, the worker refuses them.
+    pub task_network_allow: Vec<String>,
 }
+
+/// The networks harness workers let tasks reach: loopback, where every test server listens.
+pub const LOOPBACK_ALLOW: [&str; 2] = ["127.0.0.0/8", "::1"];
 
 /// Environment that runs a process under libfaketime (Debian package `faketime`) with the given
 /// `FAKETIME` spec (`"+2s"`, `"-2s"`, `"@2027-03-14 06:59:50"`), faking only the wall clock.
@@ -523,6 +529,7 @@ impl WorkerOpts {
             default_identity: false,
             extra: Vec::new(),
             env: Vec::new(),
+            task_network_allow: LOOPBACK_ALLOW.iter().map(|&n| n.to_owned()).collect(),
         }
     }
 }
@@ -564,6 +571,9 @@ impl Worker {
         if !opts.labels.is_empty() {
             let labels: Vec<String> = opts.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
             cmd.args(["--labels", &labels.join(",")]);
+        }
+        if !opts.task_network_allow.is_empty() {
+            cmd.args(["--task-network-allow", &opts.task_network_allow.join(",")]);
         }
         cmd.args(&opts.extra);
         cmd.env("RUST_LOG", "info");

@@ -65,7 +65,14 @@ async fn start(State(r): State<Remote>, Query(q): Query<HashMap<String, String>>
         ..Work::default()
     });
     let k = works.len() - 1;
-    (StatusCode::ACCEPTED, [("location", format!("/status/{k}"))], Json(json!({"id": k})))
+    // `status_at`: the status URL is there instead (another origin, or where it may not point).
+    let location = q.get("status_at").map_or_else(|| format!("/status/{k}"), |at| format!("{at}/status/{k}"));
+    (StatusCode::ACCEPTED, [("location", location)], Json(json!({"id": k})))
+}
+
+/// `GET|POST /hop?to=URL`: 307 to it.
+async fn hop(Query(q): Query<HashMap<String, String>>) -> impl IntoResponse {
+    (StatusCode::TEMPORARY_REDIRECT, [("location", q["to"].clone())])
 }
 
 /// `GET /status/{k}`: one more step; the state, percent, message and checkpoint of the work.
@@ -97,14 +104,21 @@ async fn cancel(State(r): State<Remote>, Path(k): Path<usize>, h: HeaderMap) -> 
 /// Starts the remote service on a free port; its base URL.
 async fn remote() -> Result<(String, Remote)> {
     let state = Remote::default();
+    Ok((remote_at("127.0.0.1", state.clone()).await?, state))
+}
+
+/// The remote service on a free port of `ip`, with `state` (several origins may share one);
+/// its base URL.
+async fn remote_at(ip: &str, state: Remote) -> Result<String> {
     let app = Router::new()
         .route("/work", post(start))
+        .route("/hop", get(hop).post(hop))
         .route("/status/{k}", get(status).delete(cancel))
-        .with_state(state.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
     let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok((url, state))
+    Ok(url)
 }
 
 fn job(url: &str, steps: u32, extra: &str, poll: Value) -> Value {
@@ -264,4 +278,117 @@ async fn a_polled_task_whose_worker_dies_is_resumed_from_its_checkpoint() -> Res
          checkpoint {from}, the remote work continued from step {from_step} to 30"
     );
     Ok(())
+}
+
+/// Where the status and cancel requests go is checked as the task's URL is, and the progress
+/// token and URL (credentials, like secret headers) stay with the task's origin: a `202` whose
+/// `Location` names the cluster's etcd fails the run at once (nothing polled there); a task whose
+/// request is redirected to another origin (127.0.0.2), polled and cancelled there, sends that
+/// origin neither secret headers nor `X-Etcron-Progress-Token`/`-Url`.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_urls_are_checked_and_the_progress_token_stays_with_the_origin() -> Result<()> {
+    let certs = tempfile::tempdir()?;
+    etcron_tests::make_certs(certs.path())?;
+    let mut c = Cluster::start("async-http-net", 0).await?;
+    let mut trusting = WorkerOpts::new("w1");
+    trusting.env.push(("SSL_CERT_FILE".to_owned(), certs.path().join("ca.pem").display().to_string()));
+    c.add_worker(trusting)?;
+    c.wait_workers(1).await?;
+    let (url, remote) = remote().await?;
+    let etcd = format!("http://127.0.0.1:{}", c.etcd.client_port);
+    let spec = job(
+        &url,
+        3,
+        &format!("&status_at={}", urlencode(&format!("{etcd}/v3/kv/range"))),
+        json!({"interval": "200ms"}),
+    );
+    c.put_job("to-etcd", spec).await?;
+    let r = record(&c, &run(&c, "to-etcd").await?, "failed").await?;
+    let error = r["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(&format!("polling {etcd}/v3/kv/range/status/0: {etcd}/v3/kv/range/status/0 was not requested: refused to connect to 127.0.0.1:"))
+            && error.contains("etcd endpoint") && error.contains("task_network_allow"),
+        "{error}"
+    );
+    assert!(r["output"].as_str().unwrap().contains("task_network_allow"), "{r}");
+
+    // Another origin, sharing the remote's works: the task's URL sends it there by a redirect.
+    let other = remote_at("127.0.0.2", remote.clone()).await?;
+    let mut spec = job(&other, 1_000_000, "", json!({"interval": "200ms"}));
+    spec["task"]["url"] = json!(format!("{url}/hop?to={}", urlencode(&format!("{other}/work?steps=1000000"))));
+    c.put_job("elsewhere", spec).await?;
+    let id = run(&c, "elsewhere").await?;
+    wait_for(Duration::from_secs(30), "two polls at the other origin", || async {
+        remote.works().get(1).is_some_and(|w| w.polled_with.len() >= 2).then_some(())
+    })
+    .await?;
+    let (status, body) = c.call(Method::POST, "/api/jobs/elsewhere/kill", None).await?;
+    assert_eq!(status, 202, "{body}");
+    record(&c, &id, "killed").await?;
+    let work = remote.works()[1].clone();
+    let cancelled = work.cancelled_with.clone().expect("the cancel went to the other origin");
+    for h in [&work.started_with, &cancelled].into_iter().chain(&work.polled_with) {
+        assert_eq!(h.get("x-etcron-execution-id"), Some(&id), "{h:?}");
+        for credential in ["x-api-key", "x-etcron-progress-token", "x-etcron-progress-url"] {
+            assert!(!h.contains_key(credential), "{credential} went to another origin: {h:?}");
+        }
+    }
+
+    // An https status URL redirected to plain http fails the run at its first poll.
+    let (tls, requests) = https_redirecting(certs.path(), format!("{url}/status/0"))?;
+    let mut spec = job(&tls, 1, "", json!({"interval": "200ms"}));
+    spec["task"]["url"] = json!(format!("{tls}/work"));
+    c.put_job("downgraded", spec).await?;
+    let r = record(&c, &run(&c, "downgraded").await?, "failed").await?;
+    let error = r["error"].as_str().unwrap();
+    assert!(error.contains("(plain http) is not followed"), "{error}");
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 2, "the request and one poll, not retried: {r}");
+    Ok(())
+}
+
+/// An https server (the test CA's certificate for 127.0.0.1) answering a `POST` with a `202`
+/// whose status URL is its own `/status/0`, and every other request with a redirect to `to`;
+/// its URL and the count of requests it answered.
+fn https_redirecting(certs: &std::path::Path, to: String) -> Result<(String, Arc<std::sync::atomic::AtomicUsize>)> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use std::io::{Read as _, Write as _};
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let chain = CertificateDer::pem_file_iter(certs.join("server.pem"))?.collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_file(certs.join("server.key"))?;
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(chain, key)?,
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let url = format!("https://{}", listener.local_addr()?);
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let Ok(conn) = rustls::ServerConnection::new(config.clone()) else { continue };
+            let mut tls = rustls::StreamOwned::new(conn, stream);
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && matches!(tls.read(&mut byte), Ok(1)) {
+                head.push(byte[0]);
+            }
+            if !head.ends_with(b"\r\n\r\n") {
+                continue;
+            }
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let answer = if head.starts_with(b"POST") {
+                "HTTP/1.1 202 Accepted\r\nLocation: /status/0\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+                    .to_owned()
+            } else {
+                format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            };
+            let _ = tls.write_all(answer.as_bytes());
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+        }
+    });
+    Ok((url, count))
 }

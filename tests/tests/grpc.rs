@@ -6,7 +6,8 @@
 //! and kill cancel the call at the server; a `descriptor_set` calls a server without
 //! reflection; a v1alpha-only reflection service; a server wanting a token for reflection too;
 //! TLS with the worker's CA roots; a checkpoint POSTed by the server handed to the rerun; etcronctl
-//! applying, running and describing one; and the 400s of bad specs.
+//! applying, running and describing one; the cluster's own etcd refused as an endpoint; and the
+//! 400s of bad specs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
@@ -196,6 +197,21 @@ async fn calls_through_reflection_succeed_fail_and_are_cancelled_as_the_server_s
     let killed = record(&c, &id).await?;
     assert_eq!(killed["status"], "killed", "{killed}");
     server.wait(Duration::from_secs(10), "the killed sleep cancelled", |_, cancelled| cancelled.len() == 2).await?;
+
+    // The cluster's own etcd speaks gRPC: a task may not call it (the worker allows loopback,
+    // not its control plane), and is refused before it connects.
+    let etcd = format!("127.0.0.1:{}", c.etcd.client_port);
+    let mut to_etcd = grpc(&format!("http://{etcd}"), "etcron.test.Echo/Echo", json!({}));
+    to_etcd["descriptor_set"] = json!(descriptor_set_base64());
+    let refused = run_task(&c, "to-etcd", to_etcd).await?;
+    assert_eq!(refused["status"], "failed", "{refused}");
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(&format!("http://{etcd} was not called: refused to connect to {etcd}: it is etcd endpoint"))
+            && error.contains("task_network_allow"),
+        "{error}"
+    );
+    assert!(refused["output"].as_str().unwrap().contains("task_network_allow"), "{refused}");
     Ok(())
 }
 

@@ -558,3 +558,101 @@ async fn a_tick_past_its_start_deadline_is_recorded_missed_not_raced() -> anyhow
     record_when(&c, &id, "succeeded").await;
     Ok(())
 }
+
+/// The final record of `id` (any status but running).
+async fn finished(c: &Cluster, id: &str) -> Value {
+    wait_for(Duration::from_secs(30), &format!("{id} finished"), || async {
+        let r = c.get(&format!("/api/executions/{}", urlencode(id))).await.ok()?;
+        (r["status"] != "running" && r["finished_at"].is_string()).then_some(r)
+    })
+    .await
+    .inspect_err(|_| c.dump_logs())
+    .unwrap()
+}
+
+/// HTTP tasks cannot reach the control plane, nor loopback without the worker's allowance:
+/// the cluster's own (real) etcd is refused to a worker allowed all of loopback, directly and
+/// through a redirect, and nothing of its keys reaches the record; a worker allowed only one
+/// loopback server refuses another one and a redirect there, which never sees a connection.
+#[tokio::test(flavor = "multi_thread")]
+async fn http_tasks_cannot_reach_the_control_plane_or_loopback_unless_allowed() -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let mut c = Cluster::start("sem-net", 0).await?;
+    // B: a loopback server nobody may reach (never accepted: a connection would wait in its backlog).
+    let b = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let b_url = format!("http://{}/b", b.local_addr()?);
+    // A: redirects to where its query says.
+    let app = axum::Router::new().route(
+        "/hop",
+        axum::routing::any(|q: axum::extract::Query<BTreeMap<String, String>>| async move {
+            (axum::http::StatusCode::TEMPORARY_REDIRECT, [("location", q["to"].clone())])
+        }),
+    );
+    let a = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let a_addr = a.local_addr()?;
+    tokio::spawn(async move { axum::serve(a, app).await });
+    let metrics = etcron_tests::free_port();
+    let mut lo = WorkerOpts::new("w-lo");
+    lo.labels.insert("net".into(), "lo".into());
+    lo.extra = vec!["--metrics-listen".into(), format!("127.0.0.1:{metrics}")];
+    c.add_worker(lo)?;
+    let mut strict = WorkerOpts::new("w-strict");
+    strict.labels.insert("net".into(), "strict".into());
+    strict.task_network_allow = vec![a_addr.to_string()];
+    c.add_worker(strict)?;
+    c.wait_workers(2).await?;
+    let workers = c.get("/api/workers").await?;
+    let allowed: BTreeMap<&str, &Value> = workers["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["id"].as_str().unwrap(), &w["task_network_allow"]))
+        .collect();
+    assert_eq!(allowed["w-lo"], &json!(["127.0.0.0/8", "::1/128"]), "the registration shows it: {workers}");
+    assert_eq!(allowed["w-strict"], &json!([a_addr.to_string()]));
+
+    // A job whose spec holds a secret, in etcd.
+    c.put_job("holder", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true", "secret_env": {"DB_PASSWORD": "s3cret-in-etcd"}}}))
+        .await?;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let etcd = format!("127.0.0.1:{}", c.etcd.client_port);
+    let range = json!({"key": b64("/"), "range_end": b64("0")}).to_string();
+    let http = |net: &str, url: &str| {
+        json!({"schedule": "@yearly", "selector": {"net": net},
+            "task": {"kind": "http", "method": "POST", "url": url, "body": range, "headers": {"Content-Type": "application/json"}}})
+    };
+    c.put_job("etcd-range", http("lo", &format!("http://{etcd}/v3/kv/range"))).await?;
+    let hop = |to: &str| format!("http://{a_addr}/hop?to={}", urlencode(to));
+    c.put_job("etcd-by-redirect", http("lo", &hop(&format!("http://{etcd}/v3/kv/range")))).await?;
+    c.put_job("loopback", http("strict", &b_url)).await?;
+    c.put_job("loopback-by-redirect", http("strict", &hop(&b_url))).await?;
+
+    for job in ["etcd-range", "etcd-by-redirect"] {
+        let r = finished(&c, &run(&c, job).await).await;
+        assert_eq!(r["status"], "failed", "{r}");
+        let error = r["error"].as_str().unwrap();
+        assert!(
+            error.contains(&format!("refused to connect to {etcd}: it is etcd endpoint {etcd}"))
+                && error.contains("task_network_allow"),
+            "{job}: {error}"
+        );
+        let output = r["output"].as_str().unwrap();
+        assert!(output.contains("task_network_allow"), "the reason is in the output: {output}");
+        assert!(!output.contains("kvs") && !output.contains("header"), "nothing came back from etcd: {output}");
+        assert!(r["http_status"].is_null(), "{r}");
+    }
+    for job in ["loopback", "loopback-by-redirect"] {
+        let r = finished(&c, &run(&c, job).await).await;
+        assert_eq!((&r["status"], &r["worker_id"]), (&json!("failed"), &json!("w-strict")), "{r}");
+        let error = r["error"].as_str().unwrap();
+        let b_addr = b.local_addr()?;
+        assert!(error.contains(&format!("refused to connect to {b_addr}: 127.0.0.1 is a loopback address")), "{error}");
+    }
+    b.set_nonblocking(true)?;
+    assert!(b.accept().is_err(), "no connection reached the refused server");
+    let scrape = etcron_tests::scrape(&format!("http://127.0.0.1:{metrics}/metrics"), None).await?;
+    assert_eq!(scrape.value("etcron_worker_task_connections_refused_total", &[("class", "control_plane")]), 2.0);
+    let log = c.workers[0].proc.log_text();
+    assert!(log.contains("an HTTP task's request refused: refused to connect to"), "a log line says so");
+    Ok(())
+}

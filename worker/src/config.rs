@@ -76,6 +76,11 @@ pub struct Cli {
     /// worker's environment reaches a task.
     #[arg(long, env = "ETCRON_TASK_ENV_PASSTHROUGH")]
     pub task_env_passthrough: Option<String>,
+    /// Addresses HTTP and gRPC tasks may connect to although they are loopback, link-local or
+    /// unspecified (networks such as `127.0.0.0/8`), or control-plane endpoints (only as
+    /// `host:port`, named exactly), comma-separated (default: none).
+    #[arg(long, env = "ETCRON_TASK_NETWORK_ALLOW")]
+    pub task_network_allow: Option<String>,
     /// `[notify]` settings: `--ui-url`, `--notify-*`.
     #[command(flatten)]
     pub notify: crate::notifier::NotifyArgs,
@@ -107,6 +112,7 @@ pub struct FileConfig {
     pub output_listen: Option<std::net::SocketAddr>,
     pub output_url: Option<String>,
     pub task_env_passthrough: Option<Vec<String>>,
+    pub task_network_allow: Option<Vec<String>>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
     /// `[notify]`: webhook notification settings and default targets.
@@ -143,6 +149,9 @@ pub struct Config {
     pub output_url: Option<String>,
     /// Names of the worker's environment variables that shell tasks inherit; nothing else is.
     pub task_env_passthrough: Vec<String>,
+    /// What HTTP and gRPC tasks may reach although it is refused by default
+    /// (`crate::task_network`).
+    pub task_network_allow: Vec<crate::task_network::Allow>,
     pub log_level: String,
     pub json_logs: bool,
     /// Webhook notifications: console URL, default targets, delivery limits.
@@ -290,6 +299,11 @@ impl Config {
             }
         }
         let task_env_passthrough = task_env_passthrough(cli.task_env_passthrough, file.task_env_passthrough)?;
+        let task_network_allow = match cli.task_network_allow {
+            Some(list) => list.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect(),
+            None => file.task_network_allow.unwrap_or_default(),
+        };
+        let task_network_allow = crate::task_network::parse_allow(&task_network_allow).map_err(anyhow::Error::msg)?;
         Ok(Self {
             etcd: etcron_common::settings::etcd_config(shared.etcd_endpoints.clone(), &security, &file.etcd)
                 .map_err(anyhow::Error::msg)?,
@@ -312,6 +326,7 @@ impl Config {
             output_listen,
             output_url,
             task_env_passthrough,
+            task_network_allow,
             log_level: shared.log_level,
             json_logs: shared.json_logs,
             notify: crate::notifier::NotifyConfig::resolve(cli.notify, file.notify)?,
@@ -357,6 +372,7 @@ mod tests {
             (vec!["--output-url", "worker-1:8071"], "output_url"),
             (vec!["--task-env-passthrough", "PATH,ETCRON_MONGODB_URI"], "task_env_passthrough"),
             (vec!["--task-env-passthrough", "A-B"], "task_env_passthrough"),
+            (vec!["--task-network-allow", "127.0.0.0/8,10.0.0.0/40"], "task_network_allow"),
         ] {
             let err = format!("{:#}", Config::resolve(cli(&args)).unwrap_err());
             assert!(err.contains(needle), "{args:?}: {err}");

@@ -20,7 +20,10 @@
 //!   empty.
 //! - **Channels.** One HTTP/2 channel per endpoint, connected on first use and kept for every
 //!   later call (tonic reconnects it when the connection drops); connecting is limited to
-//!   [`CONNECT_TIMEOUT`] whatever the job's timeout. A call that fails without a status from
+//!   [`CONNECT_TIMEOUT`] whatever the job's timeout. Every connection (reconnects too) goes
+//!   through [`CheckedConnector`]: the endpoint's host is resolved and each address checked by
+//!   [`crate::task_network`], and the connection made to those addresses only; a refusal
+//!   fails the run, its reason the output's line too. A call that fails without a status from
 //!   the server drops the channel, so the next run connects afresh and says why it cannot.
 //! - **TLS** for `https://` endpoints: rustls with aws-lc-rs (chosen by tonic, no process-wide
 //!   provider needed), server certificates checked against the system's CA roots
@@ -52,6 +55,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::Code;
 
 use crate::executor::{run_request, Ending, Finished, StopReason};
+use crate::task_network::{NoAddress, TaskNetwork};
 
 /// How long connecting (TCP, TLS, HTTP/2) may take, whatever the job's timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -82,6 +86,8 @@ pub struct GrpcJob {
     pub timeout: Option<Duration>,
     /// Bound of the captured output (status line and response).
     pub max_output: usize,
+    /// Where its channel may connect.
+    pub network: std::sync::Arc<TaskNetwork>,
 }
 
 /// Runs `job` until the call ends, fails, the timeout passes, or `stop` carries a reason; the
@@ -99,9 +105,14 @@ async fn call(job: &GrpcJob, deadline: Option<tokio::time::Instant>, output: &mu
     let Ok((service, _)) = parse_method(&job.method) else {
         return Ending::RequestFailed(format!("invalid method {:?}", job.method));
     };
-    let channel = match channel(&job.endpoint).await {
+    let channel = match channel(job).await {
         Ok(c) => c,
-        Err(e) => return Ending::RequestFailed(e),
+        Err((e, refused)) => {
+            if refused {
+                output.push(format!("{e}\n").as_bytes());
+            }
+            return Ending::RequestFailed(e);
+        }
     };
     let metadata = match metadata_map(&job.metadata) {
         Ok(m) => m,
@@ -218,21 +229,75 @@ fn channels() -> std::sync::MutexGuard<'static, HashMap<String, Channel>> {
     CHANNELS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The endpoint's channel: the kept one, or a new connection.
-async fn channel(endpoint: &str) -> Result<Channel, String> {
+/// The endpoint's channel: the kept one, or a new connection; the error says whether
+/// `task_network` refused it.
+async fn channel(job: &GrpcJob) -> Result<Channel, (String, bool)> {
+    let endpoint = job.endpoint.as_str();
     if let Some(c) = channels().get(endpoint) {
         return Ok(c.clone());
     }
-    let channel = endpoint_of(endpoint)?
-        .connect()
-        .await
-        .map_err(|e| format!("connecting to {endpoint} failed: {}", error_chain(&e)))?;
+    let connector = CheckedConnector { network: job.network.clone() };
+    let channel =
+        endpoint_of(endpoint).map_err(|e| (e, false))?.connect_with_connector(connector).await.map_err(|e| {
+            match refusal(&e) {
+                Some(r) => (format!("{endpoint} was not called: {r}"), true),
+                None => (format!("connecting to {endpoint} failed: {}", error_chain(&e)), false),
+            }
+        })?;
     let mut kept = channels();
     if kept.len() >= MAX_CHANNELS {
         kept.clear();
     }
     kept.insert(endpoint.to_owned(), channel.clone());
     Ok(channel)
+}
+
+/// The `task_network` refusal among the causes of `e`, if it is one.
+fn refusal<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a crate::task_network::Refused> {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(r) = c.downcast_ref::<crate::task_network::Refused>() {
+            return Some(r);
+        }
+        cause = c.source();
+    }
+    None
+}
+
+/// Connects a channel (TLS, when the endpoint is https, goes on top) to the addresses
+/// `task_network` checked for the endpoint's host, and nowhere else.
+#[derive(Clone)]
+struct CheckedConnector {
+    network: std::sync::Arc<TaskNetwork>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tonic::codegen::Service<tonic::codegen::http::Uri> for CheckedConnector {
+    type Response = hyper_util::rt::TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), BoxError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: tonic::codegen::http::Uri) -> Self::Future {
+        let network = self.network.clone();
+        Box::pin(async move {
+            let host = uri.host().ok_or_else(|| format!("{uri} has no host"))?;
+            let default = if uri.scheme_str() == Some("https") { 443 } else { 80 };
+            let port = uri.port_u16().unwrap_or(default);
+            let addrs = match network.addresses("a gRPC task's connection", host, port).await {
+                Ok(addrs) => addrs,
+                Err(NoAddress::Refused(r)) => return Err(Box::new(r) as BoxError),
+                Err(NoAddress::Lookup(e)) => return Err(e.into()),
+            };
+            let stream = tokio::net::TcpStream::connect(&addrs[..]).await?;
+            stream.set_nodelay(true)?;
+            Ok(hyper_util::rt::TokioIo::new(stream))
+        })
+    }
 }
 
 fn drop_channel(endpoint: &str) {
@@ -398,6 +463,7 @@ mod tests {
             descriptor_set: None,
             timeout: Some(Duration::from_secs(30)),
             max_output: 64 * 1024,
+            network: std::sync::Arc::new(TaskNetwork::new(crate::task_network::loopback(), Vec::new())),
         }
     }
 
@@ -411,6 +477,26 @@ mod tests {
         assert!(message.starts_with(&format!("connecting to {endpoint} failed: ")), "{message}");
         assert!(message.contains("connection refused"), "{message}");
         assert_eq!(done.output, "");
+        // A name is resolved and connected to by the channel's own connector.
+        let by_name = format!("http://localhost:{port}");
+        let done = run_grpc(job(&by_name), watch::channel(None).1).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert!(message.starts_with(&format!("connecting to {by_name} failed: ")), "{message}");
+        assert!(message.contains("connection refused"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_endpoint_is_never_connected_to() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let strict = std::sync::Arc::new(TaskNetwork::new(Vec::new(), Vec::new()));
+        let done = run_grpc(GrpcJob { network: strict, ..job(&endpoint) }, watch::channel(None).1).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert!(message.starts_with(&format!("{endpoint} was not called: refused to connect to ")), "{message}");
+        assert!(message.contains("task_network_allow"), "{message}");
+        assert_eq!(done.output, format!("{message}\n"));
+        assert!(listener.accept().is_err(), "nothing was sent");
     }
 
     #[tokio::test]

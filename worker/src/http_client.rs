@@ -1,7 +1,9 @@
 //! The HTTP client of HTTP tasks, shared by the request ([`crate::http_task`]) and the polls
 //! and cancel of asynchronous tasks ([`crate::http_poll`]): one pooled `reqwest::Client` per
-//! process, redirects followed here (secret headers kept to the origin), and errors that name
-//! the step and the URL without repeating credentials.
+//! process, redirects followed here (secret headers kept to the origin), every hop's host
+//! resolved and checked by [`crate::task_network`] and connected to at exactly the checked
+//! addresses ([`PinnedResolver`]), and errors that name the step and the URL without
+//! repeating credentials.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
@@ -12,6 +14,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 
 use crate::progress::Tracker;
+use crate::task_network::{NoAddress, TaskNetwork};
 
 /// How long establishing a connection (DNS, TCP, TLS) may take, whatever the job's timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -37,6 +40,8 @@ pub struct HttpJob {
     pub asynchronous: Option<(AsyncPoll, Duration)>,
     /// Where the progress of status documents goes.
     pub tracker: Option<Arc<Tracker>>,
+    /// Where the request, its redirects, polls and cancel may connect.
+    pub network: Arc<TaskNetwork>,
 }
 
 /// The shared client, or why there is none.
@@ -54,6 +59,8 @@ fn build_client() -> SharedClient {
             .connect_timeout(CONNECT_TIMEOUT)
             // Redirects are followed by `send`, which knows which headers are secret.
             .redirect(reqwest::redirect::Policy::none())
+            // Names resolve to the addresses `send` checked, nothing else.
+            .dns_resolver(Arc::new(PinnedResolver))
             .user_agent(concat!("etcron-worker/", env!("CARGO_PKG_VERSION")))
     };
     match builder().build() {
@@ -68,8 +75,60 @@ fn build_client() -> SharedClient {
     }
 }
 
-/// Headers that carry credentials of their own: never sent on to another origin, as browsers do.
-const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
+/// Headers that carry credentials of their own: never sent on to another origin, as browsers
+/// do; the progress token and the URL it goes to are the worker's credentials for the task.
+const CREDENTIAL_HEADERS: [&str; 5] =
+    ["authorization", "cookie", "proxy-authorization", "x-etcron-progress-token", "x-etcron-progress-url"];
+
+/// The host a request is sent to and the addresses it was checked for.
+#[derive(Debug, Clone)]
+struct Pin {
+    host: String,
+    addrs: Vec<std::net::SocketAddr>,
+}
+
+tokio::task_local! {
+    /// Set by [`send`] around each request: what its connection may resolve its host to.
+    static PINNED: Pin;
+}
+
+/// The shared client's resolver: the host of a request made by [`send`] resolves to the
+/// addresses `send` checked; another name within such a request (the proxy of the worker's
+/// `HTTP(S)_PROXY`) is looked up as usual; outside one, nothing resolves.
+struct PinnedResolver;
+
+impl reqwest::dns::Resolve for PinnedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let pinned = PINNED.try_with(|pin| pin.host.eq_ignore_ascii_case(name.as_str()).then(|| pin.addrs.clone()));
+        Box::pin(async move {
+            match pinned {
+                Ok(Some(addrs)) => Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs),
+                Ok(None) => {
+                    let found = tokio::net::lookup_host((name.as_str(), 0)).await?;
+                    Ok(Box::new(found.collect::<Vec<_>>().into_iter()) as reqwest::dns::Addrs)
+                }
+                Err(_) => Err(format!("{} was not checked for this connection", name.as_str()).into()),
+            }
+        })
+    }
+}
+
+/// Why a request got no response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SendError {
+    /// Nothing was sent, or a redirect was not followed: trying again won't help.
+    Refused(String),
+    /// The connection or the exchange failed.
+    Failed(String),
+}
+
+impl SendError {
+    pub(crate) fn message(self) -> String {
+        match self {
+            Self::Refused(m) | Self::Failed(m) => m,
+        }
+    }
+}
 
 /// One request to send: redirects are followed, and `secret_headers` (names in `headers`) go
 /// only to the origin of `url`.
@@ -79,6 +138,9 @@ pub(crate) struct Outgoing<'a> {
     pub headers: HeaderMap,
     pub body: Option<String>,
     pub secret_headers: &'a [String],
+    pub network: &'a TaskNetwork,
+    /// The step, as the log names it (`an HTTP task's request`).
+    pub what: &'static str,
 }
 
 /// The shared client for a request to `url`, or why there is none.
@@ -98,25 +160,28 @@ pub(crate) fn keep_to_origin(headers: &mut HeaderMap, secret_headers: &[String])
     }
 }
 
-/// Sends the request and follows redirects per [`next_hop`]; errors name the step and the URL.
-pub(crate) async fn send(out: Outgoing<'_>) -> Result<reqwest::Response, String> {
-    let Outgoing { mut method, mut url, mut headers, mut body, secret_headers } = out;
-    let client = client_for(&url)?;
+/// Sends the request and follows redirects per [`next_hop`], each hop's host checked first;
+/// errors name the step and the URL.
+pub(crate) async fn send(out: Outgoing<'_>) -> Result<reqwest::Response, SendError> {
+    let Outgoing { mut method, mut url, mut headers, mut body, secret_headers, network, what } = out;
+    let client = client_for(&url).map_err(SendError::Failed)?;
     let first = redacted(&url);
     for hop in 0..=MAX_REDIRECTS {
+        let pin = checked(network, what, &url).await?;
         let mut request = client.request(method.clone(), url.clone()).headers(headers.clone());
         if let Some(body) = &body {
             request = request.body(body.clone());
         }
-        let response = request.send().await.map_err(|e| describe(&e, &redacted(&url)))?;
+        let response =
+            PINNED.scope(pin, request.send()).await.map_err(|e| SendError::Failed(describe(&e, &redacted(&url))))?;
         let location = response.headers().get(reqwest::header::LOCATION).cloned();
         let (true, Some(location)) = (is_followed(response.status()), location) else { return Ok(response) };
         if hop == MAX_REDIRECTS {
-            return Err(format!("following redirects from {first} failed: more than {MAX_REDIRECTS} redirects"));
+            break;
         }
         let location = location.to_str().unwrap_or_default();
         let next = next_hop(&url, response.status(), location, &method)
-            .map_err(|why| format!("following redirects from {first} failed: {why}"))?;
+            .map_err(|why| SendError::Refused(format!("following redirects from {first} failed: {why}")))?;
         if !next.same_origin {
             keep_to_origin(&mut headers, secret_headers);
         }
@@ -126,7 +191,19 @@ pub(crate) async fn send(out: Outgoing<'_>) -> Result<reqwest::Response, String>
         }
         (url, method) = (next.url, next.method);
     }
-    Err(format!("following redirects from {first} failed: more than {MAX_REDIRECTS} redirects"))
+    Err(SendError::Refused(format!("following redirects from {first} failed: more than {MAX_REDIRECTS} redirects")))
+}
+
+/// The addresses `url`'s host may be reached at, checked by `network`.
+async fn checked(network: &TaskNetwork, what: &str, url: &Url) -> Result<Pin, SendError> {
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+        return Err(SendError::Refused(format!("{} has no host", redacted(url))));
+    };
+    match network.addresses(what, host, port).await {
+        Ok(addrs) => Ok(Pin { host: host.trim_start_matches('[').trim_end_matches(']').to_owned(), addrs }),
+        Err(NoAddress::Refused(r)) => Err(SendError::Refused(format!("{} was not requested: {r}", redacted(url)))),
+        Err(NoAddress::Lookup(e)) => Err(SendError::Failed(format!("connecting to {} failed: {e}", redacted(url)))),
+    }
 }
 
 /// The redirect statuses that are followed (as reqwest and browsers do).
@@ -247,5 +324,25 @@ fn is_tls(e: &(dyn std::error::Error + 'static)) -> bool {
             Some(inner) => current = inner,
             None => return false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::dns::Resolve as _;
+
+    fn name(host: &str) -> reqwest::dns::Name {
+        host.parse().unwrap_or_else(|e| panic!("{host}: {e:?}"))
+    }
+
+    #[tokio::test]
+    async fn the_resolver_answers_only_the_checked_addresses() {
+        // Outside a checked request nothing resolves: a connection could not pick its own address.
+        assert!(PinnedResolver.resolve(name("localhost")).await.is_err());
+        let pin = Pin { host: "api.example".to_owned(), addrs: vec!["192.0.2.7:0".parse().unwrap()] };
+        let found: Vec<_> =
+            PINNED.scope(pin, async { PinnedResolver.resolve(name("API.example")).await.unwrap().collect() }).await;
+        assert_eq!(found, vec!["192.0.2.7:0".parse::<std::net::SocketAddr>().unwrap()], "the checked one, no lookup");
     }
 }

@@ -5,11 +5,15 @@
 //!
 //! Decisions an operator may want to know:
 //! - Polls are `GET`s with the task's headers (identity `X-Etcron-*` included, `Content-Type`
-//!   not); a status URL on another origin than the task's URL gets no `secret_headers` and no
-//!   credentials, as redirects do. A status URL from `https` to plain `http` is refused.
+//!   not); a status URL (or cancel URL) on another origin than the task's URL gets no
+//!   `secret_headers` and no credentials (the progress token and URL included), as redirects
+//!   do. A status URL from `https` to plain `http` is refused.
+//! - Every poll and the cancel connect only where [`crate::task_network`] allows, checked after
+//!   resolution and on every redirect, as the task's request.
 //! - A poll without an answer, or answered 408, 429 or 5xx, is retried at the next interval;
 //!   [`MAX_POLL_ERRORS`] in a row fail the run. Any other non-2xx answer, a document that is
-//!   not JSON or has no state, fails it at once (the status URL is wrong, retrying won't help).
+//!   not JSON or has no state, a connection refused by `task_network` or a redirect not followed
+//!   (to plain http, too many), fails it at once (retrying won't help).
 //! - Polling lasts at most `async.timeout` (else the job's `timeout`, else 24h) from the 202;
 //!   then the run is timed out, as when the job's own `timeout` passes.
 //! - The cancel request is sent once, bounded by [`CANCEL_TIMEOUT`]; its outcome is the last
@@ -26,7 +30,7 @@ use reqwest::{Method, StatusCode, Url};
 use tokio::time::Instant;
 
 use crate::executor::Ending;
-use crate::http_client::{self, header_map, redacted, status_line, HttpJob, Outgoing};
+use crate::http_client::{self, header_map, redacted, status_line, HttpJob, Outgoing, SendError};
 use crate::live_output::LiveOutput;
 use crate::metrics::METRICS;
 
@@ -88,6 +92,10 @@ pub(crate) async fn follow(
                 continue;
             }
             Err(PollError::Fatal(e)) => return Ending::RequestFailed(e),
+            Err(PollError::Refused(e)) => {
+                output.push(format!("{e}\n").as_bytes());
+                return Ending::RequestFailed(e);
+            }
         };
         errors = 0;
         match poll.read_status(&doc) {
@@ -137,6 +145,8 @@ enum PollError {
     Retry(String),
     /// The status URL or its answers are wrong: retrying won't help.
     Fatal(String),
+    /// Refused before sending, or a redirect not followed: the next poll would be too.
+    Refused(String),
 }
 
 /// One poll: the status document, or why there is none.
@@ -148,8 +158,13 @@ async fn poll_once(job: &HttpJob, url: &Url, headers: &HeaderMap) -> Result<serd
         headers: headers.clone(),
         body: None,
         secret_headers: &job.secret_headers,
+        network: &job.network,
+        what: "a status poll of an HTTP task",
     };
-    let mut response = http_client::send(out).await.map_err(PollError::Retry)?;
+    let mut response = http_client::send(out).await.map_err(|e| match e {
+        SendError::Refused(why) => PollError::Refused(format!("polling {shown}: {why}")),
+        SendError::Failed(why) => PollError::Retry(why),
+    })?;
     let code = response.status();
     if matches!(code.as_u16(), 408 | 429) || code.is_server_error() {
         return Err(PollError::Retry(format!("{shown} answered {}", status_line(code).trim_end())));
@@ -202,13 +217,21 @@ async fn send_cancel(job: &HttpJob, method: &str, url: Url) -> Result<String, St
     let shown = format!("{method} {}", redacted(&url));
     let headers = headers_for(job, &url)?;
     let method = Method::from_bytes(method.as_bytes()).map_err(|_| format!("invalid method {method:?}"))?;
-    let out = Outgoing { method, url, headers, body: None, secret_headers: &job.secret_headers };
+    let out = Outgoing {
+        method,
+        url,
+        headers,
+        body: None,
+        secret_headers: &job.secret_headers,
+        network: &job.network,
+        what: "the cancel request of an HTTP task",
+    };
     match tokio::time::timeout(CANCEL_TIMEOUT, http_client::send(out)).await {
         Ok(Ok(response)) if response.status().is_success() => {
             Ok(format!("cancel: {shown} answered {}", status_line(response.status()).trim_end()))
         }
         Ok(Ok(response)) => Err(format!("{shown} answered {}", status_line(response.status()).trim_end())),
-        Ok(Err(e)) => Err(e),
+        Ok(Err(e)) => Err(e.message()),
         Err(_) => Err(format!("{shown}: no answer within {}", humantime::format_duration(CANCEL_TIMEOUT))),
     }
 }
@@ -265,6 +288,8 @@ mod tests {
                 ("X-Key", "k"),
                 ("Content-Type", "application/json"),
                 ("X-Etcron-Job", "j"),
+                ("X-Etcron-Progress-Token", "pt"),
+                ("X-Etcron-Progress-Url", "http://127.0.0.1:9/executions/e/progress"),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -275,11 +300,14 @@ mod tests {
             timeout: None,
             asynchronous: None,
             tracker: None,
+            network: std::sync::Arc::new(crate::task_network::TaskNetwork::new(Vec::new(), Vec::new())),
         };
         let same = headers_for(&job, &url("http://api.example/status/1")).unwrap_or_else(|e| panic!("{e}"));
         assert!(same.contains_key("authorization") && same.contains_key("x-key") && !same.contains_key("content-type"));
         let other = headers_for(&job, &url("http://status.example/1")).unwrap_or_else(|e| panic!("{e}"));
         assert!(!other.contains_key("authorization") && !other.contains_key("x-key"));
+        assert!(same.contains_key("x-etcron-progress-token") && same.contains_key("x-etcron-progress-url"));
+        assert!(!other.contains_key("x-etcron-progress-token") && !other.contains_key("x-etcron-progress-url"));
         assert_eq!(other.get("x-etcron-job").map(|v| v.as_bytes()), Some(&b"j"[..]));
     }
 }

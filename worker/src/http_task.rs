@@ -13,9 +13,13 @@
 //!   more is a failed request. The status judged is the final response's. As in browsers,
 //!   301/302/303 continue with a GET without body, 307/308 repeat the method and body. A hop to
 //!   another origin (scheme, host or port) drops every `secret_headers` entry and
-//!   `Authorization`, `Cookie` and `Proxy-Authorization`; a hop from `https` to `http` (or to
-//!   any other scheme) is never followed: the run fails naming both URLs
-//!   ([`crate::http_client::next_hop`]).
+//!   `Authorization`, `Cookie`, `Proxy-Authorization`, `X-Etcron-Progress-Token` and
+//!   `X-Etcron-Progress-Url`; a hop from `https` to `http` (or to any other scheme) is never
+//!   followed: the run fails naming both URLs ([`crate::http_client::next_hop`]).
+//! - **Where it connects**: the URL's and every hop's host is resolved and each address checked
+//!   by [`crate::task_network`] (loopback, link-local and the control plane refused unless the
+//!   worker's `task_network_allow` allows them) before anything is sent; a refusal fails the
+//!   run, its reason the output's line too.
 //! - **Success** is `expect_status` when the job sets it, any 2xx otherwise.
 //! - **Output** is `HTTP {code} {reason}` on a line, then the response body as received (no
 //!   decompression; the worker does not ask for compressed bodies), bounded to `max_output`
@@ -42,7 +46,7 @@ use tokio::sync::watch;
 
 use crate::executor::{run_request, Ending, Finished, StopReason};
 pub use crate::http_client::HttpJob;
-use crate::http_client::{self, header_map, redacted, status_line, Outgoing};
+use crate::http_client::{self, header_map, redacted, status_line, Outgoing, SendError};
 use crate::http_poll::{self, Polled};
 use crate::live_output::LiveOutput;
 
@@ -98,10 +102,18 @@ async fn exchange(job: &HttpJob, output: &LiveOutput, status: &mut Option<u16>, 
         Ok(h) => h,
         Err(e) => return Ending::RequestFailed(e),
     };
-    let out = Outgoing { method, url, headers, body: job.body.clone(), secret_headers: &job.secret_headers };
+    let out = Outgoing {
+        method,
+        url,
+        headers,
+        body: job.body.clone(),
+        secret_headers: &job.secret_headers,
+        network: &job.network,
+        what: "an HTTP task's request",
+    };
     let response = match http_client::send(out).await {
         Ok(r) => r,
-        Err(e) => return Ending::RequestFailed(e),
+        Err(e) => return refused_or_failed(e, output),
     };
     let code = response.status();
     *status = Some(code.as_u16());
@@ -123,6 +135,14 @@ async fn exchange(job: &HttpJob, output: &LiveOutput, status: &mut Option<u16>, 
         None => code.is_success(),
     };
     Ending::Http { status: code.as_u16(), ok, expected: job.expect_status }
+}
+
+/// The run's end when a request got no response: a refusal is also the output's line.
+pub(crate) fn refused_or_failed(e: SendError, output: &LiveOutput) -> Ending {
+    if let SendError::Refused(why) = &e {
+        output.push(format!("{why}\n").as_bytes());
+    }
+    Ending::RequestFailed(e.message())
 }
 
 /// Reads a response body chunk by chunk into `output` (which keeps only its bounded head and
@@ -153,6 +173,7 @@ mod tests {
 
     use super::*;
     use crate::http_client::next_hop;
+    use crate::task_network::TaskNetwork;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
     use tokio::sync::oneshot;
@@ -241,6 +262,7 @@ mod tests {
             timeout: Some(Duration::from_secs(30)),
             asynchronous: None,
             tracker: None,
+            network: Arc::new(TaskNetwork::new(crate::task_network::loopback(), Vec::new())),
         }
     }
 
@@ -418,6 +440,8 @@ mod tests {
             ("X-Plain".to_owned(), "p".to_owned()),
             ("X-Api-Key".to_owned(), "key-123".to_owned()),
             ("Authorization".to_owned(), "Bearer t".to_owned()),
+            ("X-Etcron-Progress-Token".to_owned(), "progress-token".to_owned()),
+            ("X-Etcron-Progress-Url".to_owned(), "http://127.0.0.1:1/executions/e/progress".to_owned()),
         ]);
         HttpJob { headers, secret_headers: vec!["X-Api-Key".to_owned()], ..job(url) }
     }
@@ -437,11 +461,62 @@ mod tests {
         assert!(at_a[1].head.starts_with("GET /next "), "{}", at_a[1].head);
         assert_eq!(at_a[1].header("x-api-key"), Some("key-123"), "same origin: the secret goes along");
         assert_eq!(at_a[1].header("authorization"), Some("Bearer t"));
+        assert_eq!(at_a[1].header("x-etcron-progress-token"), Some("progress-token"));
+        assert!(at_a[1].header("x-etcron-progress-url").is_some());
         let at_b = b_server.await.unwrap();
         assert!(at_b[0].head.starts_with("GET /b "), "{}", at_b[0].head);
         assert_eq!(at_b[0].header("x-plain"), Some("p"));
         assert_eq!(at_b[0].header("x-api-key"), None, "another port is another origin: {}", at_b[0].head);
         assert_eq!(at_b[0].header("authorization"), None);
+        assert_eq!(at_b[0].header("x-etcron-progress-token"), None, "the progress token stays with the origin");
+        assert_eq!(at_b[0].header("x-etcron-progress-url"), None);
+    }
+
+    /// True when a connection reached `listener` (the handshake completes before the client's
+    /// connect returns, so it is in the backlog by now).
+    fn reached(listener: TcpListener) -> bool {
+        let listener = listener.into_std().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        listener.accept().is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_host_name_is_connected_to_at_its_checked_addresses() {
+        // `localhost` goes through the pinned resolver (an address would not).
+        let (url, server) = serve_once("200 OK", "", b"by name".to_vec()).await;
+        let by_name = url.replace("127.0.0.1", "localhost");
+        let done = run_limited(job(&by_name), 64 * 1024, no_stop()).await;
+        assert_eq!(done.ending, Ending::Http { status: 200, ok: true, expected: None });
+        assert!(server.await.unwrap().head.starts_with("GET /hook?x=1 "));
+        let strict = Arc::new(TaskNetwork::new(Vec::new(), Vec::new()));
+        let done = run_limited(HttpJob { network: strict, ..job(&by_name) }, 64 * 1024, no_stop()).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert!(message.contains("refused to connect to localhost:"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn refused_targets_are_never_connected_to() {
+        let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/x", target.local_addr().unwrap());
+        let strict = Arc::new(TaskNetwork::new(Vec::new(), Vec::new()));
+        let done = run_limited(HttpJob { network: strict, ..job(&url) }, 64 * 1024, no_stop()).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert!(message.starts_with(&format!("{url} was not requested: refused to connect to ")), "{message}");
+        assert!(message.contains("loopback") && message.contains("task_network_allow"), "{message}");
+        assert_eq!(done.output, format!("{message}\n"), "the reason is the output too");
+        assert!(!reached(target), "nothing was sent");
+
+        // Loopback allowed, the control plane not: a redirect there is refused too.
+        let etcd = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let etcd_addr = etcd.local_addr().unwrap();
+        let (a, _a_server) =
+            serve_each(vec![format!("307 Temporary Redirect\r\nLocation: http://{etcd_addr}/v3/kv/range")]).await;
+        let control = crate::task_network::control_plane(&[etcd_addr.to_string()], "mongodb://127.0.0.1:1", &[]);
+        let network = Arc::new(TaskNetwork::new(crate::task_network::loopback(), control));
+        let done = run_limited(HttpJob { network, ..job(&format!("{a}/start")) }, 64 * 1024, no_stop()).await;
+        let Ending::RequestFailed(message) = &done.ending else { panic!("{:?}", done.ending) };
+        assert!(message.contains(&format!("it is etcd endpoint {etcd_addr}")), "{message}");
+        assert!(!reached(etcd), "nothing was sent to the control plane");
     }
 
     #[test]

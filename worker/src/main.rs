@@ -114,6 +114,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
             format!("http://{bound}")
         }),
         output_endpoint: Some(etcron_worker::state::OutputEndpoint { url: output_url, token: output_token }),
+        task_network: Arc::new(task_network(&config, bound)),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
     tokio::spawn(etcron_worker::alerts::stale_loop(ctx.clone()));
@@ -316,6 +317,19 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
     }
 }
 
+/// Where tasks may connect: the allowed entries, and the control plane (etcd, MongoDB, and the
+/// worker's own listeners) refused unless named exactly.
+fn task_network(config: &Config, output_bound: std::net::SocketAddr) -> etcron_worker::task_network::TaskNetwork {
+    use etcron_worker::task_network::{control_plane, TaskNetwork};
+    let listeners: Vec<_> = std::iter::once(output_bound).chain(config.metrics_listen).collect();
+    let control = control_plane(&config.etcd_endpoints, &config.mongodb_uri, &listeners);
+    let network = TaskNetwork::new(config.task_network_allow.clone(), control);
+    if !config.task_network_allow.is_empty() {
+        tracing::info!(task_network_allow = ?network.allowed(), "HTTP and gRPC tasks may also connect to these");
+    }
+    network
+}
+
 /// 128 random bits, hex: the token masters present to read live output.
 fn random_token() -> String {
     use std::fmt::Write as _;
@@ -333,6 +347,7 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
         pid: std::process::id(),
         labels: ctx.config.labels.clone(),
         run_as_users: ctx.config.run_as_users.clone(),
+        task_network_allow: ctx.task_network.allowed(),
         capacity: ctx.config.capacity,
         running,
         version: etcron_common::VERSION.to_owned(),

@@ -72,6 +72,9 @@ pub struct WorkerMetrics {
     /// Runs this worker refused to start because of what they asked for, by reason
     /// (`run_params`: a run parameter its spec does not declare, or a value off its pattern).
     pub runs_refused: IntCounterVec,
+    /// Connections of HTTP and gRPC tasks refused before anything was sent, by class of the
+    /// address (`crate::task_network::Class`).
+    pub task_connections_refused: IntCounterVec,
     /// SLA alerts that could not be decided (etcd failed every try): possibly not raised.
     pub alert_errors: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
@@ -203,6 +206,11 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "Runs this worker refused to start (recorded failed with the reason), by reason: run_params (a run parameter the spec does not declare, or a value off its pattern).",
         &["reason"],
     ),
+    task_connections_refused: counter_vec(
+        "etcron_worker_task_connections_refused_total",
+        "Connections of HTTP and gRPC tasks (requests, redirects, status polls, cancels, gRPC channels) refused before anything was sent, by class of the address: control_plane, loopback, link_local, unspecified (task_network_allow allows them).",
+        &["class"],
+    ),
     alert_errors: counter(
         "etcron_worker_alert_errors_total",
         "SLA alerts that could not be decided because etcd failed every try: possibly not raised.",
@@ -236,6 +244,9 @@ pub fn init(capacity: u32) {
         METRICS.http_cancels.with_label_values(&[outcome]);
     }
     METRICS.runs_refused.with_label_values(&["run_params"]);
+    for class in crate::task_network::Class::ALL {
+        METRICS.task_connections_refused.with_label_values(&[class.label()]);
+    }
 }
 
 #[cfg(test)]

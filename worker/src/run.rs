@@ -197,6 +197,7 @@ fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, rep
         timeout: fire.spec.timeout.map(|t| t.0),
         asynchronous: http.asynchronous.as_deref().map(|poll| (poll.clone(), poll.poll_timeout(fire.spec.timeout).0)),
         tracker: Some(reporting.tracker.clone()),
+        network: ctx.task_network.clone(),
     }
 }
 
@@ -246,6 +247,7 @@ fn grpc_job(
         descriptor_set: grpc.descriptor_set.clone(),
         timeout: fire.spec.timeout.map(|t| t.0),
         max_output,
+        network: ctx.task_network.clone(),
     }
 }
 

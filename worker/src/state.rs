@@ -65,6 +65,8 @@ pub struct Context {
     /// Where masters reach the live output, and the token they present; advertised in the
     /// worker's registration.
     pub output_endpoint: Option<OutputEndpoint>,
+    /// Where HTTP and gRPC tasks may connect (`task_network_allow`, the control plane).
+    pub task_network: Arc<crate::task_network::TaskNetwork>,
 }
 
 /// The newest tick whose claim by this worker moved each job's `{ns}/state/{job}` forward: a
