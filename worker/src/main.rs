@@ -333,6 +333,7 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
         pid: std::process::id(),
         labels: ctx.config.labels.clone(),
         run_as_users: ctx.config.run_as_users.clone(),
+        teams: ctx.config.teams.clone(),
         capacity: ctx.config.capacity,
         running,
         version: etcron_common::VERSION.to_owned(),
