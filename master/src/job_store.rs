@@ -35,8 +35,8 @@ use crate::error::ApiError;
 
 pub mod commands;
 mod dependencies;
-use dependencies::JobTeams;
 use crate::error::{etcd, ApiResult};
+use dependencies::JobTeams;
 
 /// Changes written per etcd transaction (etcd refuses more than 128 operations per level of a
 /// transaction by default).
@@ -369,10 +369,8 @@ impl JobStore {
                 return Ok(());
             }
         };
-        let job_teams = snapshot
-            .as_ref()
-            .filter(|s| s.complete)
-            .map(|s| JobTeams::after(s, writes, pending.iter().copied()));
+        let job_teams =
+            snapshot.as_ref().filter(|s| s.complete).map(|s| JobTeams::after(s, writes, pending.iter().copied()));
         let mut ready = Vec::new();
         for &i in pending {
             let history = Some((&self.keys, origin));

@@ -141,18 +141,24 @@ mod tests {
         }
         // A team without an entry: no task.user, any selector.
         assert!(policies.check(&job("beta", None, Some("anything"))).is_ok());
-        assert_eq!(policies.check(&job("beta", Some("alpha-svc"), None)).unwrap_err().field.as_deref(), Some("task.user"));
-        let no_team = spec(serde_json::json!({"schedule": "@daily", "task": {"kind": "shell", "command": "x", "user": "root"}}));
+        assert_eq!(
+            policies.check(&job("beta", Some("alpha-svc"), None)).unwrap_err().field.as_deref(),
+            Some("task.user")
+        );
+        let no_team =
+            spec(serde_json::json!({"schedule": "@daily", "task": {"kind": "shell", "command": "x", "user": "root"}}));
         assert!(policies.check(&no_team).is_ok(), "a job without a team is for global admins");
     }
 
     #[test]
     fn bad_policies_are_refused_naming_the_setting() {
-        let with = |team: &str, policy: TeamPolicy| TeamPolicies::new([(team.to_owned(), policy)].into_iter().collect());
+        let with =
+            |team: &str, policy: TeamPolicy| TeamPolicies::new([(team.to_owned(), policy)].into_iter().collect());
         assert!(with("Alpha", TeamPolicy::default()).unwrap_err().starts_with("teams:"));
         let bad_user = TeamPolicy { run_as_users: vec!["0".into()], ..TeamPolicy::default() };
         assert!(with("alpha", bad_user).unwrap_err().starts_with("teams.alpha.run_as_users"));
-        let no_values = TeamPolicy { selector: [("pool".to_owned(), vec![])].into_iter().collect(), ..TeamPolicy::default() };
+        let no_values =
+            TeamPolicy { selector: [("pool".to_owned(), vec![])].into_iter().collect(), ..TeamPolicy::default() };
         assert!(with("alpha", no_values).unwrap_err().starts_with("teams.alpha.selector.pool"));
     }
 }

@@ -505,7 +505,8 @@ async fn teams_hold_on_workers_and_across_dependencies() -> anyhow::Result<()> {
     }
 
     // An alpha job runs on the alpha worker only, a beta job on the beta worker only.
-    let (status, body) = call(&c, alpha, Method::PUT, "/api/jobs/a-run", Some(worker_job(Some("alpha"), &ran, &[]))).await;
+    let (status, body) =
+        call(&c, alpha, Method::PUT, "/api/jobs/a-run", Some(worker_job(Some("alpha"), &ran, &[]))).await;
     assert_eq!(status, 201, "{body}");
     let b_ran = c.path("b-ran");
     c.put_job("b-dep", worker_job(Some("beta"), &b_ran, &[])).await?;

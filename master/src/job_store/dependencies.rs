@@ -122,8 +122,7 @@ mod tests {
 
     #[test]
     fn a_dependent_needs_operator_on_its_team_and_hidden_is_missing() {
-        let teams =
-            job_teams(&[("a2", Some("alpha")), ("b", Some("beta")), ("g", Some("gamma")), ("free", None)]);
+        let teams = job_teams(&[("a2", Some("alpha")), ("b", Some("beta")), ("g", Some("gamma")), ("free", None)]);
         let alpha_admin = scope(None, &[("alpha", Role::Admin), ("gamma", Role::Viewer)]);
         assert_eq!(check(&spec("alpha", &["a2"]), &teams, &alpha_admin).unwrap(), BTreeMap::new());
         let hidden = check(&spec("alpha", &["b"]), &teams, &alpha_admin).unwrap_err();
