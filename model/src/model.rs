@@ -800,6 +800,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_shared_worker_runs_every_job_and_a_bound_one_its_teams_only() {
+        assert!(serves_team(&[], Some("alpha")) && serves_team(&[], None), "shared: every job");
+        let bound = ["alpha".to_owned(), "beta".to_owned()];
+        assert!(serves_team(&bound, Some("alpha")) && serves_team(&bound, Some("beta")));
+        assert!(!serves_team(&bound, Some("gamma")));
+        assert!(!serves_team(&bound, None), "a bound worker never runs a job without a team");
+    }
+
+    #[test]
     fn a_running_marker_reads_as_a_running_record() {
         let id = ExecutionId::new("j", Tick::Manual("r1".to_owned()));
         let marker = RunningExecution {
