@@ -348,12 +348,18 @@ pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {
     if json {
         return print_doc(&v);
     }
-    let mut table = Table::new(&["ID", "HOST", "LABELS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
+    let mut table = Table::new(&["ID", "HOST", "LABELS", "TEAMS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
     for w in v["workers"].as_array().into_iter().flatten() {
+        // A worker bound to no team is shared: it runs every team's jobs.
+        let teams = w["teams"]
+            .as_array()
+            .filter(|t| !t.is_empty())
+            .map_or_else(|| "(shared)".to_owned(), |t| t.iter().map(text).collect::<Vec<_>>().join(","));
         table.row(vec![
             text(&w["id"]),
             text(&w["hostname"]),
             pairs(&w["labels"]),
+            teams,
             text(&w["capacity"]),
             text(&w["running"]),
             text(&w["version"]),

@@ -366,7 +366,7 @@ enum ExecutionsCommand {
 
 #[derive(Debug, Subcommand)]
 enum WorkersCommand {
-    /// List live workers: id, host, labels, capacity, running, version, up since.
+    /// List live workers: id, host, labels, teams, capacity, running, version, up since.
     #[command(visible_alias = "list")]
     Ls,
 }

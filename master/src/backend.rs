@@ -18,12 +18,14 @@ pub struct AppState {
     pub guard: crate::guard::Guard,
     /// etcd's database size as last polled.
     pub storage: crate::etcd_storage::StorageWatch,
+    /// What each team's jobs may use on the workers (the config's `[teams.NAME]`).
+    pub teams: std::sync::Arc<crate::team_policy::TeamPolicies>,
 }
 
 impl AppState {
     /// The one writer of job specs.
     #[must_use]
     pub fn jobs(&self) -> JobStore {
-        JobStore::new(self.client.clone(), self.keys.clone())
+        JobStore::new(self.client.clone(), self.keys.clone()).with_policies(self.teams.clone())
     }
 }

@@ -120,6 +120,9 @@ pub struct FileConfig {
     pub compact_retention: Option<HumanDuration>,
     #[serde(default)]
     pub auth: AuthConfig,
+    /// `[teams.NAME]`: what each team's jobs may use on the workers.
+    #[serde(default)]
+    pub teams: std::collections::BTreeMap<String, crate::team_policy::TeamPolicy>,
 }
 
 #[derive(Debug, Clone)]
@@ -138,6 +141,8 @@ pub struct Config {
     pub audit_retention: Duration,
     pub storage: crate::etcd_storage::StorageSettings,
     pub compactor: crate::compactor::CompactorSettings,
+    /// What each team's jobs may use on the workers (`[teams.NAME]`).
+    pub teams: crate::team_policy::TeamPolicies,
 }
 
 /// Default changing requests per second per caller, and burst.
@@ -227,7 +232,9 @@ impl Config {
                 HumanDuration(compactor.retention)
             );
         }
+        let teams = crate::team_policy::TeamPolicies::new(file.teams).map_err(anyhow::Error::msg)?;
         Ok(Self {
+            teams,
             auth,
             audit_retention,
             storage,

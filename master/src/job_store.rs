@@ -34,7 +34,9 @@ use crate::access::{team_of, Scope};
 use crate::error::ApiError;
 
 pub mod commands;
+mod dependencies;
 use crate::error::{etcd, ApiResult};
+use dependencies::JobTeams;
 
 /// Changes written per etcd transaction (etcd refuses more than 128 operations per level of a
 /// transaction by default).
@@ -146,6 +148,8 @@ pub struct Applied {
 pub struct JobStore {
     client: Client,
     keys: Keys,
+    /// What each team's jobs may use on the workers.
+    policies: std::sync::Arc<crate::team_policy::TeamPolicies>,
 }
 
 /// A write ready to send: its value (for a save) and what it replaces in the read, if read.
@@ -182,7 +186,14 @@ enum Committed {
 impl JobStore {
     #[must_use]
     pub fn new(client: Client, keys: Keys) -> Self {
-        Self { client, keys }
+        Self { client, keys, policies: std::sync::Arc::default() }
+    }
+
+    /// With the teams' policies (`[teams.NAME]` of the config) checked on every save; without,
+    /// every team has the empty policy.
+    #[must_use]
+    pub fn with_policies(self, policies: std::sync::Arc<crate::team_policy::TeamPolicies>) -> Self {
+        Self { policies, ..self }
     }
 
     /// Carries out `writes` (each job at most once: the caller checks) on behalf of `origin`,
@@ -229,7 +240,7 @@ impl JobStore {
         let mut outcomes: Vec<Option<Outcome>> = writes.iter().map(|_| None).collect();
         let mut pending: Vec<usize> = Vec::new();
         for (i, w) in writes.iter().enumerate() {
-            match check_write(w) {
+            match check_write(w, &self.policies) {
                 Ok(()) => pending.push(i),
                 Err(e) => outcomes[i] = Some(Err(e)),
             }
@@ -292,7 +303,7 @@ impl JobStore {
         let mut outcomes: Vec<Option<Outcome>> = writes.iter().map(|_| None).collect();
         let mut pending = Vec::new();
         for (i, w) in writes.iter().enumerate() {
-            match check_write(w) {
+            match check_write(w, &self.policies) {
                 Ok(()) => pending.push(i),
                 Err(e) => outcomes[i] = Some(Err(e)),
             }
@@ -303,16 +314,19 @@ impl JobStore {
             Ok(s) => s.unwrap_or(Snapshot { revision: 0, jobs: BTreeMap::new(), complete: false }),
             Err(e) => return writes.iter().map(|_| Err(e.clone())).collect(),
         };
+        let job_teams = snapshot.complete.then(|| JobTeams::after(&snapshot, writes, pending.iter().copied()));
         let mut ready = Vec::new();
         for &i in &pending {
-            match prepare(i, &writes[i], Some(&snapshot), None, teams_checked(scope)) {
+            let deps = job_teams.as_ref().map(|t| (t, scope));
+            match prepare(i, &writes[i], Some(&snapshot), None, (teams_checked(scope), deps)) {
                 Ok(p) => ready.push(p),
                 Err(e) => outcomes[i] = Some(Err(e)),
             }
         }
         // Decided against the read, as a guarded batch would be.
         let snapshot = Snapshot { complete: true, ..snapshot };
-        let accepted = decide_locally(writes, ready, &snapshot, &mut outcomes);
+        let shown = |job: &str| job_teams.as_ref().is_none_or(|t| t.shown(scope, job));
+        let accepted = decide_locally(writes, ready, &snapshot, &mut outcomes, &shown);
         let mut planned: Vec<Option<Result<Planned, ApiError>>> =
             outcomes.into_iter().map(|o| o.map(|o| o.map(|_| Planned::Unchanged))).collect();
         for p in accepted {
@@ -355,16 +369,20 @@ impl JobStore {
                 return Ok(());
             }
         };
+        let job_teams =
+            snapshot.as_ref().filter(|s| s.complete).map(|s| JobTeams::after(s, writes, pending.iter().copied()));
         let mut ready = Vec::new();
         for &i in pending {
             let history = Some((&self.keys, origin));
-            match prepare(i, &writes[i], snapshot.as_ref(), history, teams) {
+            let deps = job_teams.as_ref().map(|t| (t, scope));
+            match prepare(i, &writes[i], snapshot.as_ref(), history, (teams, deps)) {
                 Ok(p) => ready.push(p),
                 Err(e) => outcomes[i] = Some(Err(e)),
             }
         }
-        if let Some(snapshot) = snapshot.as_ref().filter(|s| s.complete) {
-            ready = decide_locally(writes, ready, snapshot, outcomes);
+        if let (Some(snapshot), Some(job_teams)) = (snapshot.as_ref().filter(|s| s.complete), &job_teams) {
+            let shown = |job: &str| job_teams.shown(scope, job);
+            ready = decide_locally(writes, ready, snapshot, outcomes, &shown);
         }
         let mut guard = snapshot.as_ref().filter(|s| s.complete).map(|s| s.revision);
         let chunks = chunks(ready);
@@ -568,16 +586,17 @@ impl JobStore {
 }
 
 /// What a request alone can be refused for: the job's name and, for a save, a schedule that
-/// never fires again.
-fn check_write(w: &Write) -> ApiResult<()> {
+/// never fires again, or a `task.user` or `selector` outside its team's policy.
+fn check_write(w: &Write, policies: &crate::team_policy::TeamPolicies) -> ApiResult<()> {
     validate_name(&w.job).map_err(ApiError::from)?;
     match &w.change {
         Change::Put(spec) => {
             fires_again(&w.job, spec)?;
+            policies.check(spec)?;
             // A job naming itself needs no etcd read to be refused.
             let mut own = DependencyGraph::new();
             own.set(&w.job, spec.on_success.iter().chain(&spec.on_failure));
-            cycle_error(&w.job, spec, &own).map_or(Ok(()), Err)
+            cycle_error(&w.job, spec, &own, &|_| true).map_or(Ok(()), Err)
         }
         Change::Delete => Ok(()),
     }
@@ -649,13 +668,15 @@ fn check_teams(
 
 /// The value a save stores: withheld (`null`) secrets filled in from the stored spec (and
 /// then saved only over that revision), checked against the size limit; with `scope`, the
-/// teams checked first ([`check_teams`]).
+/// teams checked first ([`check_teams`]); with `deps` (every job's team after the batch, read
+/// whenever a save has dependents), the dependents checked and the teams checked recorded
+/// ([`dependencies::check`]): a spec's `dependency_teams` is always the master's.
 fn prepare(
     index: usize,
     w: &Write,
     snapshot: Option<&Snapshot>,
     history: Option<(&Keys, &Origin)>,
-    scope: Option<&Scope>,
+    (scope, deps): (Option<&Scope>, Option<(&JobTeams, &Scope)>),
 ) -> ApiResult<Prepared> {
     let mut precondition = w.precondition;
     if let Some(scope) = scope {
@@ -665,6 +686,10 @@ fn prepare(
         return Ok(Prepared { index, value: None, spec: None, precondition, history: None });
     };
     let mut spec = spec.clone();
+    spec.dependency_teams = match deps {
+        Some((teams, scope)) => dependencies::check(&spec, teams, scope)?,
+        None => BTreeMap::new(),
+    };
     if spec.withholds_secrets() {
         let stored = snapshot.and_then(|s| s.jobs.get(&w.job));
         let stored_spec = stored.and_then(|(value, _)| JobSpec::from_json(value).ok());
@@ -755,6 +780,7 @@ fn decide_locally(
     ready: Vec<Prepared>,
     snapshot: &Snapshot,
     outcomes: &mut [Option<Outcome>],
+    shown: &dyn Fn(&str) -> bool,
 ) -> Vec<Prepared> {
     let mut accepted = Vec::new();
     for p in ready {
@@ -777,14 +803,14 @@ fn decide_locally(
     // Refusing a save puts its stored edges back, which may close another cycle: until none.
     loop {
         let refused = accepted.iter().position(|p| match &writes[p.index].change {
-            Change::Put(spec) => cycle_error(&writes[p.index].job, spec, &graph).is_some(),
+            Change::Put(spec) => cycle_error(&writes[p.index].job, spec, &graph, shown).is_some(),
             Change::Delete => false,
         });
         let Some(at) = refused else { break };
         let p = accepted.remove(at);
         let w = &writes[p.index];
         if let Change::Put(spec) = &w.change {
-            outcomes[p.index] = cycle_error(&w.job, spec, &graph).map(Err);
+            outcomes[p.index] = cycle_error(&w.job, spec, &graph, shown).map(Err);
         }
         graph.set(&w.job, stored.dependents(&w.job).to_vec());
     }
@@ -851,14 +877,15 @@ fn stored_graph(snapshot: &Snapshot) -> DependencyGraph {
 }
 
 /// 400 `dependency_cycle` when `graph` has a cycle through `name`; the field is the entry of
-/// the spec's list the cycle leaves by.
-fn cycle_error(name: &str, spec: &JobSpec, graph: &DependencyGraph) -> Option<ApiError> {
+/// the spec's list the cycle leaves by; the jobs `shown` refuses (the caller does not see them)
+/// are not named.
+fn cycle_error(name: &str, spec: &JobSpec, graph: &DependencyGraph, shown: &dyn Fn(&str) -> bool) -> Option<ApiError> {
     let cycle = graph.cycle_through(name)?;
     let step = cycle.first_step().unwrap_or(name);
     let field = [("on_success", &spec.on_success), ("on_failure", &spec.on_failure)]
         .into_iter()
         .find_map(|(list, jobs)| jobs.iter().position(|j| j == step).map(|i| format!("{list}[{i}]")));
-    Some(ApiError::dependency_cycle(field, format!("dependency cycle: {cycle}")))
+    Some(ApiError::dependency_cycle(field, format!("dependency cycle: {}", cycle.shown(shown))))
 }
 
 /// The job's mod revision in a refused change's answer (its `get`); `None`: absent.
@@ -1022,10 +1049,10 @@ mod tests {
         let any = Precondition::default();
         let writes = vec![write("a", spec(&[]), any), write("b", spec(&["a"]), any), write("c", spec(&["c"]), any)];
         let ready = |writes: &[Write]| -> Vec<Prepared> {
-            writes.iter().enumerate().filter_map(|(i, w)| prepare(i, w, None, None, None).ok()).collect()
+            writes.iter().enumerate().filter_map(|(i, w)| prepare(i, w, None, None, (None, None)).ok()).collect()
         };
         let mut outcomes: Vec<Option<Outcome>> = vec![None, None, None];
-        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes);
+        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes, &|_| true);
         assert_eq!(accepted.iter().map(|p| p.index).collect::<Vec<_>>(), vec![0, 1], "the swap applies together");
         let Some(Err(e)) = &outcomes[2] else { panic!("c → c must be refused") };
         assert_eq!((e.code, e.field.as_deref()), ("dependency_cycle", Some("on_success[0]")));
@@ -1034,7 +1061,7 @@ mod tests {
         let stale = Precondition { expected: Some(3), create_only: false };
         let writes = vec![write("a", spec(&[]), stale), write("b", spec(&["a"]), any)];
         let mut outcomes: Vec<Option<Outcome>> = vec![None, None];
-        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes);
+        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes, &|_| true);
         assert!(accepted.is_empty());
         assert!(matches!(&outcomes[0], Some(Err(e)) if e.status == 409));
         assert!(matches!(&outcomes[1], Some(Err(e)) if e.code == "dependency_cycle"));

@@ -17,4 +17,5 @@ pub mod metrics;
 pub mod openapi;
 pub mod pause_expiry;
 pub mod stream;
+pub mod team_policy;
 pub mod web;

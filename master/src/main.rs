@@ -61,7 +61,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let me = format!("{}:{}", config.listen, std::process::id());
     etcron_master::compactor::start(client.clone(), &keys, storage.clone(), config.compactor, me);
     etcron_master::pause_expiry::start(client.clone(), keys.clone());
-    let state = AppState { client, keys, store, auth: config.auth.clone(), audit, guard, storage };
+    let teams = std::sync::Arc::new(config.teams.clone());
+    let state = AppState { client, keys, store, auth: config.auth.clone(), audit, guard, storage, teams };
     let limits = etcron_common::serve::Limits::default();
     etcron_common::serve::serve(listener, app(state), limits, etcron_common::settings::shutdown_signal())
         .await

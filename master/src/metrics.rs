@@ -18,6 +18,9 @@ pub struct MasterMetrics {
     pub request_seconds: HistogramVec,
     /// Audit entries that could not be queued for MongoDB (they are only in the log).
     pub audit_dropped: IntCounter,
+    /// Saves refused because the job would reach beyond its team: by rule (`task.user`,
+    /// `selector`: the team's policy; `dependency`: a dependent the caller may not operate).
+    pub team_refusals: IntCounterVec,
 }
 
 pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| MasterMetrics {
@@ -35,6 +38,11 @@ pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| MasterMetrics {
     audit_dropped: counter(
         "etcron_master_audit_entries_dropped_total",
         "Audit entries dropped because MongoDB was unreachable for a full queue (they are only in the log).",
+    ),
+    team_refusals: counter_vec(
+        "etcron_master_team_refusals_total",
+        "Job saves refused because the job would reach beyond its team, by rule (task.user, selector, dependency).",
+        &["rule"],
     ),
 });
 

@@ -33,6 +33,58 @@ impl Cycle {
     }
 }
 
+impl Cycle {
+    /// The cycle as text with the jobs `shown` refuses replaced by `(a job you cannot see)`
+    /// (a run of such jobs by one), so an error never names jobs of teams the caller holds no
+    /// role on.
+    #[must_use]
+    pub fn shown(&self, shown: impl Fn(&str) -> bool) -> String {
+        let mut parts: Vec<&str> = Vec::new();
+        for job in &self.0 {
+            let part = if shown(job) { job.as_str() } else { HIDDEN };
+            if !(part == HIDDEN && parts.last() == Some(&HIDDEN)) {
+                parts.push(part);
+            }
+        }
+        parts.join(" → ")
+    }
+}
+
+/// How [`Cycle::shown`] writes jobs the caller may not see.
+const HIDDEN: &str = "(a job you cannot see)";
+
+/// Whether an execution of a job of `parent_team` may trigger the dependent `child` (which is
+/// of `child_team`; `None` when this worker does not know the job), given the teams the
+/// master recorded at save time (`checked`, the spec's `dependency_teams`): `Err` says why
+/// not. The rule that makes the save-time check hold for specs saved before it (or written
+/// around the API), and for dependents moved to another team after the save:
+/// - a job without a team (saved by a global admin, who operates every team) triggers any job;
+/// - a job of team T triggers the jobs of T;
+/// - another dependent only while it is of the team the master checked the saver's operator
+///   role on (`checked[child]`).
+pub fn may_trigger(
+    parent_team: Option<&str>,
+    child: &str,
+    child_team: Option<Option<&str>>,
+    checked: &BTreeMap<String, Option<String>>,
+) -> Result<(), String> {
+    let Some(parent_team) = parent_team else { return Ok(()) };
+    let Some(child_team) = child_team else {
+        return Err(format!("{child} is not a job this worker knows, so its team cannot be checked"));
+    };
+    if child_team == Some(parent_team) {
+        return Ok(());
+    }
+    if checked.get(child).is_some_and(|t| t.as_deref() == child_team) {
+        return Ok(());
+    }
+    let of = child_team.map_or_else(|| "has no team".to_owned(), |t| format!("is of team {t:?}"));
+    Err(format!(
+        "{child} {of}, not {parent_team:?}, and the save of this job did not check an operator role on it \
+         (saved before dependencies were checked across teams, or {child} moved since): save this job again"
+    ))
+}
+
 impl fmt::Display for Cycle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0.join(" → "))
@@ -123,6 +175,31 @@ mod tests {
 
     fn names(list: &[&str]) -> Option<Vec<String>> {
         Some(list.iter().map(|s| (*s).to_owned()).collect())
+    }
+
+    #[test]
+    fn hidden_jobs_are_left_out_of_a_cycle_shown() {
+        let c = Cycle(["a", "h1", "h2", "b", "h3", "a"].iter().map(|s| (*s).to_owned()).collect());
+        assert_eq!(c.shown(|j| !j.starts_with('h')), "a → (a job you cannot see) → b → (a job you cannot see) → a");
+        assert_eq!(c.shown(|_| true), c.to_string());
+    }
+
+    #[test]
+    fn dependents_are_triggered_within_the_team_or_as_checked_at_save() {
+        let none = BTreeMap::new();
+        assert!(may_trigger(None, "x", Some(Some("beta")), &none).is_ok(), "a job without a team: any");
+        assert!(may_trigger(None, "x", None, &none).is_ok());
+        assert!(may_trigger(Some("alpha"), "x", Some(Some("alpha")), &none).is_ok(), "same team");
+        let e = may_trigger(Some("alpha"), "x", Some(Some("beta")), &none).unwrap_err();
+        assert!(e.contains("team \"beta\"") && e.contains("save this job again"), "{e}");
+        assert!(may_trigger(Some("alpha"), "x", Some(None), &none).unwrap_err().contains("has no team"));
+        assert!(may_trigger(Some("alpha"), "x", None, &none).is_err(), "unknown: not triggered");
+        let checked: BTreeMap<String, Option<String>> =
+            [("x".to_owned(), Some("beta".to_owned())), ("y".to_owned(), None)].into_iter().collect();
+        assert!(may_trigger(Some("alpha"), "x", Some(Some("beta")), &checked).is_ok(), "checked at save");
+        assert!(may_trigger(Some("alpha"), "y", Some(None), &checked).is_ok());
+        assert!(may_trigger(Some("alpha"), "x", Some(Some("gamma")), &checked).is_err(), "moved since");
+        assert!(may_trigger(Some("alpha"), "y", Some(Some("gamma")), &checked).is_err());
     }
 
     #[test]

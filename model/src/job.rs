@@ -135,6 +135,13 @@ pub struct JobSpec {
     pub on_success: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub on_failure: Vec<String>,
+    /// Set by the master on every save, never by the client (what is sent is replaced): for
+    /// each dependent (`on_success` / `on_failure`) outside the job's own team, the team it
+    /// had (`null`: none) when the saver's operator role on it was checked. Workers trigger
+    /// such a dependent only while it is still of that team
+    /// ([`crate::dependency::may_trigger`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dependency_teams: BTreeMap<String, Option<String>>,
     /// The team the job belongs to: callers see and touch it only with a role on this team (or
     /// a global role); a job without a team is for global roles only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -592,6 +599,15 @@ impl JobSpec {
             }
             for (i, name) in list.iter().enumerate() {
                 validate_job_name(name).map_err(|m| SpecError::at(&format!("{field}[{i}]"), m))?;
+            }
+        }
+        if self.dependency_teams.len() > 2 * MAX_DEPENDENTS {
+            return Err(SpecError::at("dependency_teams", format!("at most {} entries", 2 * MAX_DEPENDENTS)));
+        }
+        for (name, team) in &self.dependency_teams {
+            validate_job_name(name).map_err(|m| SpecError::at("dependency_teams", m))?;
+            if let Some(team) = team {
+                validate_team(team).map_err(|m| SpecError::at("dependency_teams", m))?;
             }
         }
         if let Some(n) = self.max_output {

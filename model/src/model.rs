@@ -35,6 +35,10 @@ pub struct WorkerInfo {
     /// (loopback, link-local, its control plane named exactly): its `task_network_allow`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub task_network_allow: Vec<String>,
+    /// The teams this worker is bound to (its `teams` setting): it runs only their jobs.
+    /// Empty: a shared worker, which runs every job, with a team or without.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub teams: Vec<String>,
 }
 
 impl WorkerInfo {
@@ -44,11 +48,22 @@ impl WorkerInfo {
         labels_match(&self.labels, selector)
     }
 
-    /// True when this worker may run a job with `selector` whose task runs as `user`.
+    /// True when this worker may run `spec`: its labels match the selector, it allows the
+    /// task's user, and it serves the job's team.
     #[must_use]
-    pub fn may_run(&self, selector: &BTreeMap<String, String>, user: Option<&str>) -> bool {
-        self.matches(selector) && may_run_as(&self.run_as_users, user)
+    pub fn may_run(&self, spec: &JobSpec) -> bool {
+        self.matches(&spec.selector)
+            && may_run_as(&self.run_as_users, spec.run_as_user())
+            && serves_team(&self.teams, spec.team.as_deref())
     }
+}
+
+/// True when a worker bound to `teams` runs the jobs of `team` (`None`: a job without a team):
+/// a worker bound to no team is shared and runs every job; a bound worker only its teams' jobs,
+/// never a job without a team.
+#[must_use]
+pub fn serves_team(teams: &[String], team: Option<&str>) -> bool {
+    teams.is_empty() || team.is_some_and(|t| teams.iter().any(|b| b == t))
 }
 
 /// True when a worker allowing `allowed` users may run a task as `user` (any worker may run a
@@ -787,6 +802,15 @@ impl ExecutionRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_worker_runs_every_job_and_a_bound_one_its_teams_only() {
+        assert!(serves_team(&[], Some("alpha")) && serves_team(&[], None), "shared: every job");
+        let bound = ["alpha".to_owned(), "beta".to_owned()];
+        assert!(serves_team(&bound, Some("alpha")) && serves_team(&bound, Some("beta")));
+        assert!(!serves_team(&bound, Some("gamma")));
+        assert!(!serves_team(&bound, None), "a bound worker never runs a job without a team");
+    }
 
     #[test]
     fn a_running_marker_reads_as_a_running_record() {

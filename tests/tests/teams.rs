@@ -436,3 +436,143 @@ async fn every_route_shows_and_touches_only_the_callers_teams() -> anyhow::Resul
     assert!(refused, "b-op's refused attempts on a-job are audited, for global roles");
     Ok(())
 }
+
+const ALPHA_ADMIN: &str = "alpha-admin-token-0123456789abcdef";
+/// Admin of alpha and viewer of beta: it sees beta's jobs but may not start them.
+const ALPHA_ADMIN_BETA_VIEWER: &str = "alpha-admin-beta-viewer-token-0123456";
+
+/// A shell job of `team` (alpha's policy wants `pool = alpha`) that appends its worker's id to
+/// `file`.
+fn worker_job(team: Option<&str>, file: &std::path::Path, deps: &[&str]) -> Value {
+    let command = format!("echo \"$ETCRON_WORKER_ID\" >> {}", file.display());
+    let mut s = json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}, "on_success": deps});
+    if let Some(t) = team {
+        s["team"] = json!(t);
+        s["selector"] = json!({"pool": "alpha"});
+    }
+    s
+}
+
+/// Teams below the API: workers bound to teams run only their jobs; a save may use only the
+/// team's run-as users and selectors (named in the error) and only dependents its caller
+/// operates; hidden jobs are never named, in a refusal or in a cycle; and a cross-team
+/// dependency stored before the rule (written into etcd here) is not triggered at run time.
+#[tokio::test(flavor = "multi_thread")]
+async fn teams_hold_on_workers_and_across_dependencies() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("master.toml");
+    std::fs::write(
+        &config,
+        [
+            entry("alpha-admin", ALPHA_ADMIN, "teams = { alpha = \"admin\" }"),
+            entry("alpha-beta", ALPHA_ADMIN_BETA_VIEWER, "teams = { alpha = \"admin\", beta = \"viewer\" }"),
+            "[teams.alpha]\nrun_as_users = [\"alpha-svc\"]\nselector = { pool = [\"alpha\"] }\n".to_owned(),
+        ]
+        .join("\n"),
+    )?;
+    let config = config.display().to_string();
+    let mut c = Cluster::start_with("teams-workers", 0, false, &["--config", &config, "--api-token", ADMIN]).await?;
+    // Both workers carry the label alpha's jobs select: only their teams tell them apart.
+    for (id, team) in [("wa", "alpha"), ("wb", "beta")] {
+        let mut opts = etcron_tests::WorkerOpts::new(id);
+        opts.labels.insert("pool".into(), "alpha".into());
+        opts.extra = vec!["--teams".into(), team.into()];
+        c.add_worker(opts)?;
+    }
+    c.wait_workers(2).await?;
+    let alpha = Who { name: "alpha-admin", token: ALPHA_ADMIN };
+    let alpha_beta = Who { name: "alpha-beta", token: ALPHA_ADMIN_BETA_VIEWER };
+
+    // The registrations show the teams.
+    let workers = c.get("/api/workers").await?;
+    let teams: Vec<(String, Value)> = workers["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["id"].as_str().unwrap().to_owned(), w["teams"].clone()))
+        .collect();
+    assert_eq!(teams, [("wa".to_owned(), json!(["alpha"])), ("wb".to_owned(), json!(["beta"]))]);
+
+    // Alpha's policy: task.user and selector outside it are refused, naming the field.
+    let ran = c.path("ran");
+    let mut as_root = worker_job(Some("alpha"), &ran, &[]);
+    as_root["task"]["user"] = json!("root");
+    let mut other_pool = worker_job(Some("alpha"), &ran, &[]);
+    other_pool["selector"] = json!({"pool": "beta"});
+    for (spec, field) in [(as_root, "task.user"), (other_pool, "selector")] {
+        let (status, body) = call(&c, alpha, Method::PUT, "/api/jobs/a-policy", Some(spec)).await;
+        assert_eq!((status, body["error"]["field"].as_str()), (403, Some(field)), "{body}");
+    }
+
+    // An alpha job runs on the alpha worker only, a beta job on the beta worker only.
+    let (status, body) =
+        call(&c, alpha, Method::PUT, "/api/jobs/a-run", Some(worker_job(Some("alpha"), &ran, &[]))).await;
+    assert_eq!(status, 201, "{body}");
+    let b_ran = c.path("b-ran");
+    c.put_job("b-dep", worker_job(Some("beta"), &b_ran, &[])).await?;
+    for _ in 0..6 {
+        assert_eq!(call(&c, alpha, Method::POST, "/api/jobs/a-run/run", None).await.0, 202);
+    }
+    let runs = c.wait_executions("job=a-run&status=succeeded", "six runs of a-run", |l| l.len() == 6).await?;
+    assert!(runs.iter().all(|r| r["worker_id"] == "wa"), "{runs:?}");
+    assert_eq!(c.call(Method::POST, "/api/jobs/b-dep/run", None).await?.0, 202);
+    let runs = c.wait_executions("job=b-dep&status=succeeded", "the run of b-dep", |l| l.len() == 1).await?;
+    assert_eq!(runs[0]["worker_id"], "wb");
+
+    // Dependencies: a hidden job, a job without a team and a missing one answer alike (404,
+    // naming the entry, never the job); a job the caller sees but may not run is a 403.
+    c.put_job("free", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true"}})).await?;
+    let mut bodies = Vec::new();
+    for dep in ["b-dep", "free", "no-such-job"] {
+        let spec = worker_job(Some("alpha"), &ran, &["a-run", dep]);
+        let (status, body) = call(&c, alpha, Method::PUT, "/api/jobs/a-cross", Some(spec)).await;
+        assert_eq!((status, body["error"]["field"].as_str()), (404, Some("on_success[1]")), "{dep}: {body}");
+        assert!(!body.to_string().contains(dep), "{dep} named: {body}");
+        bodies.push(body);
+    }
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "{bodies:?}");
+    let spec = worker_job(Some("alpha"), &ran, &["b-dep"]);
+    let (status, body) = call(&c, alpha_beta, Method::PUT, "/api/jobs/a-cross", Some(spec)).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (403, Some("on_success[0]")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("needs operator"), "{body}");
+
+    // A cycle through a beta job (set up by the global admin) is reported without its name.
+    c.put_job("a-mid", worker_job(Some("alpha"), &ran, &["b-cyc"])).await?;
+    c.put_job("b-cyc", worker_job(Some("beta"), &b_ran, &["a-top"])).await?;
+    let spec = worker_job(Some("alpha"), &ran, &["a-mid"]);
+    let (status, body) = call(&c, alpha, Method::PUT, "/api/jobs/a-top", Some(spec)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("dependency_cycle")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("a-top → a-mid → (a job you cannot see) → a-top"), "{message}");
+    assert!(!body.to_string().contains("b-cyc"), "{body}");
+
+    // The global admin's cross-team dependency is recorded with the team it checked, and runs.
+    let saved = c.put_job("a-legit", worker_job(Some("alpha"), &ran, &["b-dep"])).await?;
+    assert_eq!(saved["spec"]["dependency_teams"], json!({"b-dep": "beta"}), "{saved}");
+    assert_eq!(call(&c, alpha, Method::POST, "/api/jobs/a-legit/run", None).await.0, 202);
+    c.wait_executions("job=b-dep&status=succeeded", "b-dep run by a-legit", |l| l.len() == 2).await?;
+
+    // A spec stored before the rule (no recorded teams) points at beta's job and at an alpha
+    // job: alpha's run triggers only the alpha one, and its record says why not the other.
+    let mut etcd = c.etcd.client().await?;
+    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let old = worker_job(Some("alpha"), &ran, &["b-dep", "a-run"]);
+    etcd.put(keys.job("a-old"), serde_json::to_vec(&old)?, None).await?;
+    wait_for(Duration::from_secs(10), "a-old visible", || async {
+        (call(&c, alpha, Method::GET, "/api/jobs/a-old", None).await.0 == 200).then_some(())
+    })
+    .await?;
+    assert_eq!(call(&c, alpha, Method::POST, "/api/jobs/a-old/run", None).await.0, 202);
+    let runs = c.wait_executions("job=a-old&status=succeeded", "the run of a-old", |l| l.len() == 1).await?;
+    let reason = runs[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("not triggered: b-dep is of team \"beta\""), "{reason}");
+    // The alpha dependent, requested in the same transaction, ran: the beta one would have too.
+    c.wait_executions("job=a-run&trigger=dependency&status=succeeded", "a-run after a-old", |l| l.len() == 1).await?;
+    let left = etcd.get(keys.job_trigger_prefix("b-dep"), Some(etcd_client::GetOptions::new().with_prefix())).await?;
+    assert!(left.kvs().is_empty(), "a run request for b-dep was written");
+    let (_, b_runs) = c.call(Method::GET, "/api/executions?job=b-dep", None).await?;
+    assert_eq!(b_runs["executions"].as_array().unwrap().len(), 2, "b-dep ran again: {b_runs}");
+    let worker_log = c.workers[0].proc.log_text();
+    assert!(worker_log.contains("dependency not triggered"), "no log line on the alpha worker");
+    Ok(())
+}

@@ -1439,12 +1439,13 @@ function runAsText(task) {
   return h("span", { class: "run-as" }, ` as ${task.user}${task.group ? `:${task.group}` : ""}`);
 }
 
-/** What a worker needs to run a job: its selector's labels and its task's user. */
-function needs(selector, user) {
+/** What a worker needs to run a job: its selector's labels, its task's user, its team. */
+function needs(selector, user, team) {
   const parts = [];
   if (Object.keys(selector || {}).length) parts.push(`matches ${labelText(selector)}`);
   if (user) parts.push(`may run tasks as ${user}`);
-  return parts.join(" and ") || "is live";
+  parts.push(team ? `is shared or bound to team ${team}` : "is shared (bound to no team)");
+  return parts.join(" and ");
 }
 
 /** Live workers, and the jobs that no live worker matches. */
@@ -1456,10 +1457,11 @@ async function workersView() {
     root.append(h("div", { class: "empty" }, "No live worker. Start one with etcron-worker; jobs do not run until then."));
   } else {
     root.append(h("table", {},
-      h("thead", {}, h("tr", {}, ["Worker", "Labels", "Runs as", "Running / capacity", "Uptime", "Version"].map((t) => h("th", { scope: "col" }, t)))),
+      h("thead", {}, h("tr", {}, ["Worker", "Labels", "Teams", "Runs as", "Running / capacity", "Uptime", "Version"].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, data.workers.map((w) => h("tr", { "data-worker": w.id },
         h("td", { "data-label": "Worker" }, h("strong", {}, w.id), h("div", { class: "muted" }, `${w.hostname} pid ${w.pid}`)),
         h("td", { "data-label": "Labels" }, labelText(w.labels) || h("span", { class: "muted" }, "none")),
+        h("td", { "data-label": "Teams" }, (w.teams || []).join(", ") || h("span", { class: "muted" }, "shared")),
         h("td", { "data-label": "Runs as" }, (w.run_as_users || []).join(", ") || h("span", { class: "muted" }, "its own user")),
         h("td", { "data-label": "Running" }, `${w.running} / ${w.capacity}`,
           (w.running_executions || []).length ? h("ul", { class: "plain small" }, w.running_executions.map((r) => h("li", {}, h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id)))) : ""),
@@ -1470,7 +1472,7 @@ async function workersView() {
   root.append(h("h2", {}, "Jobs no live worker may run"));
   root.append(unmatched.length === 0
     ? h("p", { class: "muted", id: "unmatched" }, "None: every job has a worker that may run it.")
-    : h("ul", { id: "unmatched" }, unmatched.map((j) => h("li", {}, h("a", { href: `#/job/${encodeURIComponent(j.job)}` }, h("strong", {}, j.job)), ` needs a worker that ${needs(j.selector, j.user)}`))));
+    : h("ul", { id: "unmatched" }, unmatched.map((j) => h("li", {}, h("a", { href: `#/job/${encodeURIComponent(j.job)}` }, h("strong", {}, j.job)), ` needs a worker that ${needs(j.selector, j.user, j.team)}`))));
   autoRefresh(10000);
 }
 

@@ -125,7 +125,8 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
         }
     }
     let done = Claim::closed(status);
-    let (mut follow, mut notes) = follow_ups(&ctx.keys, fire, status, won.fencing_token, finished_ms);
+    let team_of = |job: &str| ctx.jobs.get(job).map(|j| j.spec.team.clone());
+    let (mut follow, mut notes) = follow_ups(&ctx.keys, fire, (status, &team_of), won.fencing_token, finished_ms);
     if finished.ending == executor::Ending::Stopped(executor::StopReason::Rebalance) {
         // The task asked to be moved: its continuation is requested with the close, once.
         let me = ctx.config.worker_id.as_str();

@@ -32,6 +32,10 @@ pub struct Cli {
     /// root. Only workers listing a job's user race for its ticks.
     #[arg(long, env = "ETCRON_RUN_AS_USERS")]
     pub run_as_users: Option<String>,
+    /// Teams whose jobs this worker runs, comma-separated (`alpha,beta`); only theirs, never a
+    /// job without a team. Unset or empty: a shared worker running every job.
+    #[arg(long, env = "ETCRON_TEAMS")]
+    pub teams: Option<String>,
     /// Concurrent executions.
     #[arg(long, env = "ETCRON_CAPACITY")]
     pub capacity: Option<u32>,
@@ -98,6 +102,7 @@ pub struct FileConfig {
     pub worker_id: Option<String>,
     pub labels: Option<BTreeMap<String, String>>,
     pub run_as_users: Option<Vec<String>>,
+    pub teams: Option<Vec<String>>,
     pub capacity: Option<u32>,
     pub session_ttl: Option<HumanDuration>,
     pub kill_grace: Option<HumanDuration>,
@@ -130,6 +135,8 @@ pub struct Config {
     pub labels: BTreeMap<String, String>,
     /// Users shell tasks may run as; empty unless the worker runs as root.
     pub run_as_users: Vec<String>,
+    /// The teams whose jobs alone this worker runs; empty: every job (a shared worker).
+    pub teams: Vec<String>,
     pub capacity: u32,
     pub session_ttl: Duration,
     pub kill_grace: Duration,
@@ -176,6 +183,27 @@ pub const DEFAULT_TASK_ENV_PASSTHROUGH: [&str; 9] =
     ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR"];
 /// Most names in `task_env_passthrough`.
 pub const MAX_TASK_ENV_PASSTHROUGH: usize = 64;
+
+/// Most teams a worker is bound to.
+pub const MAX_TEAMS: usize = 64;
+
+/// The teams from a flag (`a,b`) or the file, each a valid team name, at most [`MAX_TEAMS`],
+/// without repeats.
+fn teams(flag: Option<String>, file: Option<Vec<String>>) -> anyhow::Result<Vec<String>> {
+    let mut teams: Vec<String> = match flag {
+        Some(list) => list.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect(),
+        None => file.unwrap_or_default(),
+    };
+    if teams.len() > MAX_TEAMS {
+        bail!("teams: at most {MAX_TEAMS} teams");
+    }
+    for team in &teams {
+        etcron_common::job::validate_team(team).map_err(|m| anyhow::anyhow!("teams: {m}"))?;
+    }
+    teams.sort();
+    teams.dedup();
+    Ok(teams)
+}
 
 /// Most concurrent executions per worker.
 pub const MAX_CAPACITY: u32 = 100_000;
@@ -262,6 +290,7 @@ impl Config {
             None => file.run_as_users.unwrap_or_default(),
         };
         crate::run_as::check_config(&run_as_users, nix::unistd::geteuid().is_root()).map_err(anyhow::Error::msg)?;
+        let teams = teams(cli.teams, file.teams)?;
         let capacity = cli.capacity.or(file.capacity).unwrap_or(64);
         if capacity == 0 || capacity > MAX_CAPACITY {
             bail!("capacity: must be between 1 and {MAX_CAPACITY}, got {capacity}");
@@ -312,6 +341,7 @@ impl Config {
             worker_id,
             labels,
             run_as_users,
+            teams,
             capacity,
             session_ttl,
             kill_grace,
@@ -355,6 +385,9 @@ mod tests {
         assert_eq!(c.namespace, "/from-file");
         assert_eq!(c.capacity, 3);
         assert_eq!(c.labels.get("region").map(String::as_str), Some("eu"));
+        assert!(c.teams.is_empty(), "no teams: a shared worker");
+        let c = Config::resolve(cli(&["--teams", "beta, alpha,beta"])).unwrap();
+        assert_eq!(c.teams, ["alpha", "beta"]);
         assert_eq!(c.session_ttl, Duration::from_secs(10));
         assert_eq!(c.etcd_endpoints, vec!["127.0.0.1:2379"]);
     }
@@ -373,6 +406,7 @@ mod tests {
             (vec!["--task-env-passthrough", "PATH,ETCRON_MONGODB_URI"], "task_env_passthrough"),
             (vec!["--task-env-passthrough", "A-B"], "task_env_passthrough"),
             (vec!["--task-network-allow", "127.0.0.0/8,10.0.0.0/40"], "task_network_allow"),
+            (vec!["--teams", "alpha,Beta"], "teams"),
         ] {
             let err = format!("{:#}", Config::resolve(cli(&args)).unwrap_err());
             assert!(err.contains(needle), "{args:?}: {err}");

@@ -138,14 +138,17 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
 }
 
 /// Why this worker does not race for a job's ticks at all (the metric's reason), or `None`
-/// when it may: its labels miss the job's selector, or the task runs as a user this worker
-/// does not allow.
+/// when it may: its labels miss the job's selector, the task runs as a user this worker does
+/// not allow, or the worker is bound to teams the job is not of.
 fn not_eligible(config: &crate::config::Config, spec: &etcron_common::job::JobSpec) -> Option<&'static str> {
     if !labels_match(&config.labels, &spec.selector) {
         return Some("selector");
     }
     if !etcron_common::model::may_run_as(&config.run_as_users, spec.run_as_user()) {
         return Some("run_as");
+    }
+    if !etcron_common::model::serves_team(&config.teams, spec.team.as_deref()) {
+        return Some("team");
     }
     None
 }

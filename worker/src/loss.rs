@@ -272,7 +272,8 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
     let mut follow = Vec::new();
     let now = now_ms();
     if let Some(spec) = &spec {
-        let (ops, note) = after_loss(&ctx.keys, &id, spec, (scheduled_ms, &params), fencing_token, now);
+        let team_of = |job: &str| ctx.jobs.get(job).map(|j| j.spec.team.clone());
+        let (ops, note) = after_loss(&ctx.keys, &id, (spec, &team_of), (scheduled_ms, &params), fencing_token, now);
         follow = ops;
         if let Some(note) = note {
             reason.push_str(&format!("; {note}"));

@@ -348,6 +348,7 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
         labels: ctx.config.labels.clone(),
         run_as_users: ctx.config.run_as_users.clone(),
         task_network_allow: ctx.task_network.allowed(),
+        teams: ctx.config.teams.clone(),
         capacity: ctx.config.capacity,
         running,
         version: etcron_common::VERSION.to_owned(),

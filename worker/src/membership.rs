@@ -29,28 +29,32 @@ impl Members {
         members.keys().filter(|id| id.as_str() != me && score(id, tick_key) > mine).count()
     }
 
-    /// Why nobody claimed a tick of a job with `selector` whose task runs as `user`, from what
+    /// Why nobody claimed a tick of `spec` (its selector, its task's user, its team), from what
     /// this worker can see.
     #[must_use]
-    pub fn miss_reason(
-        &self,
-        selector: &BTreeMap<String, String>,
-        user: Option<&str>,
-        after: std::time::Duration,
-    ) -> String {
+    pub fn miss_reason(&self, spec: &etcron_common::job::JobSpec, after: std::time::Duration) -> String {
+        let (selector, user) = (&spec.selector, spec.run_as_user());
         let members = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let matching: Vec<&WorkerInfo> = members.values().filter(|w| w.matches(selector)).collect();
-        let eligible: Vec<&WorkerInfo> = matching.iter().copied().filter(|w| w.may_run(selector, user)).collect();
+        let allowed: Vec<&WorkerInfo> =
+            matching.iter().copied().filter(|w| etcron_common::model::may_run_as(&w.run_as_users, user)).collect();
+        let eligible: Vec<&WorkerInfo> = allowed.iter().copied().filter(|w| w.may_run(spec)).collect();
         let wanted = || selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
         if members.is_empty() {
             format!("not claimed within {}s: no live worker", after.as_secs())
         } else if matching.is_empty() {
             format!("not claimed within {}s: no live worker matches selector {{{}}}", after.as_secs(), wanted())
-        } else if eligible.is_empty() {
+        } else if allowed.is_empty() {
             format!(
                 "not claimed within {}s: no live worker may run tasks as user {:?} (run_as_users in the worker config)",
                 after.as_secs(),
                 user.unwrap_or_default()
+            )
+        } else if eligible.is_empty() {
+            let team = spec.team.as_deref().map_or_else(|| "jobs without a team".to_owned(), |t| format!("team {t:?}"));
+            format!(
+                "not claimed within {}s: no live worker it matches runs {team} (workers bound to other teams; teams in the worker config)",
+                after.as_secs()
             )
         } else if eligible.iter().all(|w| w.running >= w.capacity) {
             format!("not claimed within {}s: all {} eligible workers were at capacity", after.as_secs(), eligible.len())
@@ -192,6 +196,7 @@ mod tests {
                 output_token: None,
                 run_as_users: Vec::new(),
                 task_network_allow: Vec::new(),
+                teams: Vec::new(),
             };
             m.inner.write().unwrap().insert((*id).to_owned(), info);
         }

@@ -58,6 +58,8 @@ pub struct WorkerMetrics {
     pub jobs_paused: IntCounter,
     /// Ticks whose job names a skip calendar this worker does not know (run all the same).
     pub calendar_missing: IntCounter,
+    /// Dependents (`on_success` / `on_failure`) not triggered because they cross teams.
+    pub dependencies_refused: IntCounter,
     pub queued: IntCounter,
     pub queue_stalls: IntCounter,
     pub backfill_chain_broken: IntCounter,
@@ -170,6 +172,10 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     calendar_missing: counter(
         "etcron_worker_skip_calendar_missing_total",
         "Ticks whose job names a skip calendar that does not exist: run all the same, with a warning.",
+    ),
+    dependencies_refused: counter(
+        "etcron_worker_dependencies_refused_total",
+        "Dependents (on_success / on_failure) not triggered because they are of another team than their job and its save did not check an operator role on that team.",
     ),
     queued: counter(
         "etcron_worker_queued_total",

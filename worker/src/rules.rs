@@ -11,6 +11,11 @@ use etcron_common::model::{RunParams, SpecVersion, Status, TriggerKind, TriggerR
 use etcron_common::{rfc3339_ms, UnixMs};
 
 use crate::fire::{to_json, Fire};
+use crate::metrics::METRICS;
+
+/// The team of a job as this worker knows it (`Some(None)`: a job without a team; `None`: a
+/// job it does not know), for the team rule of dependencies.
+pub(crate) type TeamOf<'a> = &'a dyn Fn(&str) -> Option<Option<String>>;
 
 /// Most failover reruns of one tick on top of its retries (a task that crashes every worker it
 /// runs on must not circle forever).
@@ -22,7 +27,7 @@ pub const MAX_FAILOVERS: u32 = 3;
 pub(crate) fn follow_ups(
     keys: &Keys,
     fire: &Fire,
-    status: Status,
+    (status, team_of): (Status, TeamOf<'_>),
     fencing_token: i64,
     now: UnixMs,
 ) -> (Vec<TxnOp>, Vec<String>) {
@@ -36,7 +41,8 @@ pub(crate) fn follow_ups(
         notes.push(note);
     }
     if status == Status::Lost {
-        let (loss_ops, note) = after_loss(keys, id, spec, (fire.scheduled_ms, &fire.params), fencing_token, now);
+        let (loss_ops, note) =
+            after_loss(keys, id, (spec, team_of), (fire.scheduled_ms, &fire.params), fencing_token, now);
         ops.extend(loss_ops);
         notes.extend(note);
     }
@@ -45,7 +51,8 @@ pub(crate) fn follow_ups(
         Status::Failed | Status::TimedOut if !retry => &spec.on_failure,
         _ => &[][..],
     };
-    ops.extend(dependency_requests(keys, id, dependents, fencing_token, now, &mut notes));
+    let dependents = allowed_dependents(id, spec, dependents, team_of, &mut notes);
+    ops.extend(dependency_requests(keys, id, &dependents, fencing_token, now, &mut notes));
     ops.extend(next_catchup(keys, fire, now));
     if spec.parsed_schedule(&fire.id.job).is_ok_and(|s| s.is_one_shot())
         && matches!(fire.trigger, TriggerKind::Schedule | TriggerKind::Catchup)
@@ -148,7 +155,7 @@ pub(crate) fn rebalance_request(
 pub(crate) fn after_loss(
     keys: &Keys,
     id: &ExecutionId,
-    spec: &JobSpec,
+    (spec, team_of): (&JobSpec, TeamOf<'_>),
     (scheduled_ms, params): (UnixMs, &RunParams),
     fencing_token: i64,
     now: UnixMs,
@@ -170,8 +177,35 @@ pub(crate) fn after_loss(
     if spec.on_worker_loss == OnWorkerLoss::Rerun {
         notes.push("not rerun (broadcast run or failover limit reached)".to_owned());
     }
-    let ops = dependency_requests(keys, id, &spec.on_failure, fencing_token, now, &mut notes);
+    let dependents = allowed_dependents(id, spec, &spec.on_failure, team_of, &mut notes);
+    let ops = dependency_requests(keys, id, &dependents, fencing_token, now, &mut notes);
     (ops, (!notes.is_empty()).then(|| notes.join("; ")))
+}
+
+/// The dependents the team rule lets `parent` (an execution of `spec`) trigger
+/// ([`etcron_common::dependency::may_trigger`]); each one it does not is logged, counted
+/// (`etcron_worker_dependencies_refused_total`) and noted in the record with why.
+fn allowed_dependents(
+    parent: &ExecutionId,
+    spec: &JobSpec,
+    dependents: &[String],
+    team_of: TeamOf<'_>,
+    notes: &mut Vec<String>,
+) -> Vec<String> {
+    let mut allowed = Vec::new();
+    for child in dependents {
+        let team = team_of(child);
+        let team = team.as_ref().map(Option::as_deref);
+        match etcron_common::dependency::may_trigger(spec.team.as_deref(), child, team, &spec.dependency_teams) {
+            Ok(()) => allowed.push(child.clone()),
+            Err(why) => {
+                tracing::warn!(parent = %parent, dependent = %child, %why, "dependency not triggered: it crosses teams");
+                METRICS.dependencies_refused.inc();
+                notes.push(format!("not triggered: {why}"));
+            }
+        }
+    }
+    allowed
 }
 
 pub(crate) fn dependency_requests(

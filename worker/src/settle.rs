@@ -141,7 +141,7 @@ async fn settle_unclaimed(ctx: &Context, fire: &Fire, why: NotRaced) {
     }
     let reason = match why {
         NotRaced::Late(late_ms) => late_reason(late_ms, fire.spec.start_deadline(), misfire),
-        _ => ctx.members.miss_reason(&fire.spec.selector, fire.spec.run_as_user(), MISSED_AFTER),
+        _ => ctx.members.miss_reason(&fire.spec, MISSED_AFTER),
     };
     tracing::warn!(job = %fire.id.job, scheduled_ms = fire.scheduled_ms, %reason, "tick missed");
     record_not_run(ctx, fire, Status::Missed, reason).await;

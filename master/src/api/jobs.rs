@@ -93,9 +93,10 @@ impl From<&Pause> for PauseView {
     }
 }
 
-/// Live workers that may run `spec`: labels matching its selector, its task's user allowed.
+/// Live workers that may run `spec`: labels matching its selector, its task's user allowed,
+/// serving its team.
 pub(super) fn eligible(workers: &[(String, WorkerInfo)], spec: &JobSpec) -> usize {
-    workers.iter().filter(|(_, w)| w.may_run(&spec.selector, spec.run_as_user())).count()
+    workers.iter().filter(|(_, w)| w.may_run(spec)).count()
 }
 
 /// A stored job as the API shows it; `workers` (the live ones) fills in `eligible_workers`,

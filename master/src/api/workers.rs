@@ -83,6 +83,9 @@ pub(super) async fn list_workers(
             if let Some(user) = spec.run_as_user() {
                 job["user"] = json!(user);
             }
+            if let Some(team) = &spec.team {
+                job["team"] = json!(team);
+            }
             unmatched.push(job);
         }
     }
