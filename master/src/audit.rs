@@ -673,7 +673,9 @@ mod tests {
             "secret_env": {"PW": "hunter2"}}});
         let kept = attempted(big.to_string().as_bytes());
         assert!(kept.as_str().is_some_and(|t| t.len() <= MAX_ATTEMPTED + 3 && !t.contains("hunter2")), "{kept}");
-        assert!(MAX_ATTEMPTED <= 512, "a refusal keeps a summary, not the body");
+        let medium = serde_json::json!({"schedule": "@daily", "task": {"kind": "shell", "command": "x".repeat(1000)}});
+        let kept = attempted(medium.to_string().as_bytes());
+        assert!(kept.as_str().is_some_and(|t| t.len() <= 515), "a refusal keeps a summary, not the body: {kept}");
     }
 
     #[test]
