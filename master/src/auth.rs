@@ -367,7 +367,8 @@ fn authenticate(auth: &Auth, req: &Request, peer: Option<std::net::IpAddr>) -> R
     let message = if presented.is_some() {
         // A missing token is a page loading before it asked for one; a wrong one is an attempt.
         if let Err(wait) = auth.failures.check(&address, Instant::now()) {
-            tracing::warn!(peer = %address, path = %req.uri().path(), "authentication failed: a wrong bearer token past the address's budget");
+            // Past the budget, not logged again: a flood of guesses must not flood the log.
+            tracing::debug!(peer = %address, path = %req.uri().path(), "authentication failed: a wrong bearer token past the address's budget");
             return Err(Box::new(too_many(format!("too many failed authentications from {address}"), wait)));
         }
         tracing::warn!(peer = %address, path = %req.uri().path(), "authentication failed: the bearer token is not valid");
