@@ -114,6 +114,15 @@ pub static HTTP_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+/// Requests whose body was not complete by the request deadline (`common::serve`): answered
+/// 408 and their connection closed.
+pub static HTTP_BODY_DEADLINE: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "etcron_http_request_deadline_total",
+        "Requests whose body was not complete by the request deadline (answered 408, connection closed).",
+    )
+});
+
 /// Registers the process collector (CPU seconds, resident memory, open files, start time) and
 /// `etcron_build_info{component,version}`, and creates the shared metrics so they are listed
 /// from the first scrape. Call once at start.
@@ -130,6 +139,7 @@ pub fn init(component: &str) {
     info.with_label_values(&[component, crate::VERSION]).set(1);
     LazyLock::force(&ETCD);
     LazyLock::force(&HTTP_REFUSED);
+    LazyLock::force(&HTTP_BODY_DEADLINE);
 }
 
 /// The default registry in Prometheus' text format (version 0.0.4).

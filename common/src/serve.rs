@@ -3,8 +3,9 @@
 //! HTTP/1.1 only; at most `max_connections` connections at once, below the process's
 //! descriptor limit, and at most `per_peer` from one address (more are closed as soon as they
 //! are accepted, so `accept` never runs out of descriptors and one client cannot take every
-//! slot); a request's head within `header_read`; a connection with nothing read or written for
-//! `idle` closed (kept-alive connections between requests, followers that stopped reading:
+//! slot); a request's head within `header_read` and the whole request, head and body, within
+//! `request` (a body still arriving then fails to read with [`BodyDeadline`], and the handler
+//! answers 408); a connection with nothing read or written for `idle` closed (kept-alive connections between requests, followers that stopped reading:
 //! streams send heartbeats more often); and a bounded drain on shutdown. A pile of half-sent
 //! requests therefore holds a bounded number of descriptors for a bounded time.
 
@@ -36,6 +37,9 @@ pub struct Limits {
     pub per_peer: usize,
     /// Time a client has to send a request's head.
     pub header_read: Duration,
+    /// Time a client has to send a whole request, head and body (at least `header_read`): the
+    /// body must be in by `request - header_read` after the head arrived.
+    pub request: Duration,
     /// A connection with nothing read or written for this long is closed.
     pub idle: Duration,
     /// Longest a shutdown waits for connections still open (a followed output stream).
@@ -46,10 +50,14 @@ pub struct Limits {
 pub const MAX_CONNECTIONS: usize = 1024;
 /// Most connections served at once from one address.
 pub const PER_PEER: usize = 128;
+/// Default time for a request's head, and for a whole request.
+pub const HEADER_READ: Duration = Duration::from_secs(10);
+pub const REQUEST: Duration = Duration::from_secs(40);
 
 impl Default for Limits {
     /// `MAX_CONNECTIONS`, or half the descriptor limit when that is lower (the rest is for etcd,
-    /// MongoDB, files and processes); `PER_PEER`; 10 s for a head; 60 s idle; 10 s of drain.
+    /// MongoDB, files and processes); `PER_PEER`; 10 s for a head, 40 s for a whole request;
+    /// 60 s idle; 10 s of drain.
     fn default() -> Self {
         let descriptors = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
             .map_or(u64::MAX, |(soft, _)| soft);
@@ -57,7 +65,8 @@ impl Default for Limits {
         Self {
             max_connections: MAX_CONNECTIONS.min(half).max(16),
             per_peer: PER_PEER,
-            header_read: Duration::from_secs(10),
+            header_read: HEADER_READ,
+            request: REQUEST,
             idle: Duration::from_secs(60),
             drain: Duration::from_secs(10),
         }
@@ -145,10 +154,12 @@ pub async fn serve(
             refusals.note(peer, "per_peer", "this address holds the most connections one address may");
             continue;
         }
+        let body_time = limits.request.saturating_sub(limits.header_read);
         let service =
             TowerToHyperService::new(app.clone().map_request(move |mut req: hyper::Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
-                req.map(axum::body::Body::new)
+                // The head took at most `header_read`: the body has the rest of `request`.
+                req.map(|body| axum::body::Body::new(Deadline::new(body, body_time)))
             }));
         let activity = Arc::new(Activity::new());
         let io = TokioIo::new(Watched { inner: stream, activity: activity.clone() });
@@ -170,6 +181,73 @@ pub async fn serve(
         tracing::warn!(drain_secs = limits.drain.as_secs(), "connections still open at shutdown were dropped");
     }
     Ok(())
+}
+
+/// The error of a request body not complete by its deadline (see [`Limits::request`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyDeadline(pub Duration);
+
+impl std::fmt::Display for BodyDeadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the request body was not complete within {} s of its head", self.0.as_secs())
+    }
+}
+
+impl std::error::Error for BodyDeadline {}
+
+impl BodyDeadline {
+    /// The deadline in `error` or in one of its sources, if the body failed by its deadline.
+    #[must_use]
+    pub fn find<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a Self> {
+        let mut at = Some(error);
+        while let Some(e) = at {
+            if let Some(d) = e.downcast_ref::<Self>() {
+                return Some(d);
+            }
+            at = e.source();
+        }
+        None
+    }
+}
+
+/// A request body that fails with [`BodyDeadline`] once its time is up.
+struct Deadline {
+    inner: hyper::body::Incoming,
+    time: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Deadline {
+    fn new(inner: hyper::body::Incoming, time: Duration) -> Self {
+        Self { inner, time, sleep: Box::pin(tokio::time::sleep(time)) }
+    }
+}
+
+impl hyper::body::Body for Deadline {
+    type Data = hyper::body::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if self.sleep.as_mut().poll(cx).is_ready() {
+            crate::metrics::HTTP_BODY_DEADLINE.inc();
+            return Poll::Ready(Some(Err(Box::new(BodyDeadline(self.time)))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// When a connection last read or wrote a byte.

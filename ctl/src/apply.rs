@@ -334,14 +334,11 @@ pub async fn apply_jobs(client: &Client, files: Vec<FileJob>, opts: Options) -> 
         .into());
     }
     let list = client.get("/api/jobs").await.context("listing the jobs on the server")?;
-    let mut steps = plan(&files, &current_jobs(&list), scope.as_ref())?;
+    let steps = plan(&files, &current_jobs(&list), scope.as_ref())?;
     if let Some(scope) = &scope {
         let deletes = steps.iter().filter(|s| matches!(s.action, Action::Delete { .. })).count();
         eprintln!("etcronctl: pruning among {}: {deletes} not in the files", scope.describe());
     }
-    let with_secrets: Vec<&str> =
-        files.iter().filter(|f| !f.secret_values.is_empty()).map(|f| f.name.as_str()).collect();
-    compare_secrets(client, &mut steps, &with_secrets).await;
     let mut out = Printer { json: opts.json, done: !opts.dry_run };
     if opts.dry_run {
         let outcomes: Vec<Outcome> =
@@ -401,56 +398,10 @@ pub async fn apply_jobs(client: &Client, files: Vec<FileJob>, opts: Options) -> 
     out.finish(&outcomes, false)
 }
 
-/// Why a job whose file gives secret values is updated when the master cannot compare them.
+/// Why a job whose file gives secret values is updated on every apply: secret values are never
+/// shown, and the master never says whether a value sent equals the stored one (that would
+/// confirm guesses of secrets).
 const SECRETS_UNCOMPARED: &str = "secret values cannot be read back to compare";
-
-/// Secret values cannot be read back, so the master compares them: the updates of jobs whose
-/// files give secret values are sent as a dry-run batch, and those the master finds equal to
-/// what it stores become `unchanged`; the others name the secrets that changed. A master
-/// without the batch route leaves them updates, saying why.
-async fn compare_secrets(client: &Client, steps: &mut [Step], with_secrets: &[&str]) {
-    let asked: Vec<usize> = steps
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| matches!(s.action, Action::Update { .. }) && with_secrets.contains(&s.job.as_str()))
-        .map(|(i, _)| i)
-        .collect();
-    for group in asked.chunks(BATCH_CHANGES) {
-        let changes: Vec<Value> = group.iter().filter_map(|&i| change(&steps[i])).collect();
-        let body = json!({ "changes": changes, "dry_run": true });
-        let reply = match client.send(Method::POST, "/api/batch", Some(&body), &[]).await {
-            Ok(reply) => reply,
-            // A master without the batch route: the updates stay updates, their note says why.
-            Err(e) if e.downcast_ref::<ApiError>().is_some_and(|a| a.status == 404) => return,
-            Err(e) => {
-                eprintln!(
-                    "etcronctl: comparing secret values on the master failed ({e:#}); those jobs are sent as updates"
-                );
-                return;
-            }
-        };
-        let answers = reply.body["results"].as_array().cloned().unwrap_or_default();
-        for (&i, answer) in group.iter().zip(&answers) {
-            let Action::Update { diff, note, .. } = &mut steps[i].action else { continue };
-            if !note.as_deref().is_some_and(|n| n.starts_with(SECRETS_UNCOMPARED)) {
-                continue;
-            }
-            match answer["outcome"].as_str() {
-                Some("unchanged") if diff.is_empty() => steps[i].action = Action::Unchanged,
-                Some("unchanged" | "update") => {
-                    let secrets = answer["secrets_changed"].as_array().into_iter().flatten();
-                    diff.extend(secrets.filter_map(Value::as_str).map(|p| Difference {
-                        path: p.to_owned(),
-                        old: None,
-                        new: None,
-                    }));
-                    *note = (diff.is_empty()).then(|| "secret values differ from the stored ones".to_owned());
-                }
-                _ => {}
-            }
-        }
-    }
-}
 
 /// Changes per `POST /api/batch` request (the API takes at most 500).
 const BATCH_CHANGES: usize = 500;

@@ -3,17 +3,20 @@
 //! collection `audit`, searchable with `GET /api/audit`.
 //!
 //! The middleware (around the auth layer, which names the caller in the response) writes the
-//! entry after the request was answered, refused (403) included; handlers add what only they
-//! know (`before`/`after`) as a response extension ([`AuditDetail`]). Entries are also logged
-//! (target `etcron::audit`), and queue in memory while MongoDB is unreachable: a full queue is
-//! an error line per dropped entry, never a silent loss.
+//! entry after the request was answered, refusals (any 4xx but 401 and 429) included; handlers
+//! add what only they know (`before`/`after`) as a response extension ([`AuditDetail`]). It
+//! never reads a body itself: it keeps what the layers inside read (at most
+//! [`MAX_SENT_KEPT`] bytes), so a request without a valid token costs no more than its head.
+//! Entries are also logged (target `etcron::audit`), and queue in memory while MongoDB is
+//! unreachable: a full queue is an error line per dropped entry, never a silent loss.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use etcron_common::store::{Cursor, MongoStore, StoreError};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use futures::TryStreamExt;
@@ -24,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::auth::{is_mutation, Caller};
+use crate::auth::{is_mutation, Caller, RateLimiter};
 
 pub const COLLECTION: &str = "audit";
 /// Entries held in memory while MongoDB is unreachable.
@@ -37,7 +40,12 @@ pub const MAX_PATH: usize = 256;
 /// Longest job name kept in an entry.
 pub const MAX_JOB: usize = 128;
 /// Longest record of what a refused change attempted (its body, secrets withheld).
-pub const MAX_ATTEMPTED: usize = 4096;
+pub const MAX_ATTEMPTED: usize = 512;
+/// Refusals of one caller whose attempted body is kept (`MAX_ATTEMPTED_BURST` at once, then one
+/// every `ATTEMPTED_EVERY`); past that, only the body's size.
+pub const MAX_ATTEMPTED_BURST: u32 = 20;
+pub const ATTEMPTED_EVERY: Duration = Duration::from_secs(60);
+pub use crate::limits::MAX_SENT_KEPT;
 
 /// The id of a changing request: its audit entry's id, and the `request_id` of the spec
 /// version it saved (handlers read it as a request extension).
@@ -64,8 +72,9 @@ pub fn teams(of: impl IntoIterator<Item = Option<String>>) -> Vec<String> {
     set.into_iter().collect()
 }
 
-/// What one change of a batch did, kept as an entry of its own (`job.put` / `job.delete` on
-/// the job), so the audit log of a job shows the changes a batch made to it.
+/// What one change of a batch did or was refused, kept as an entry of its own (`job.put` /
+/// `job.delete` on the job; `job.dry_run` for a dry run's), so the audit log of a job shows
+/// what a batch did or tried to do to it.
 #[derive(Debug, Clone)]
 pub struct JobChange {
     pub job: String,
@@ -74,7 +83,12 @@ pub struct JobChange {
     pub status: u16,
     pub before: Option<Value>,
     pub after: Option<Value>,
+    /// The refusal's error, or the dry run's op and outcome.
+    pub detail: Option<Value>,
 }
+
+/// Longest error message kept in an entry of a refused batch change.
+pub const MAX_REASON: usize = 256;
 
 impl JobChange {
     #[must_use]
@@ -88,6 +102,7 @@ impl JobChange {
                 status: if *created { 201 } else { 200 },
                 before: before.as_deref().and_then(audited),
                 after: serde_json::to_value(spec.redacted()).ok(),
+                detail: None,
             },
             Written::Deleted { before } => Self {
                 job: job.to_owned(),
@@ -96,9 +111,49 @@ impl JobChange {
                 status: 204,
                 before: before.as_deref().and_then(audited),
                 after: None,
+                detail: None,
             },
         }
     }
+
+    /// A change of a batch refused with `status` and `error` (`{code, message, field}`); the
+    /// job's team is not named (the caller may not see the job).
+    #[must_use]
+    pub fn refused(job: &str, delete: bool, status: u16, error: &Value) -> Self {
+        Self {
+            job: job.to_owned(),
+            teams: Vec::new(),
+            action: if delete { "job.delete" } else { "job.put" },
+            status,
+            before: None,
+            after: None,
+            detail: Some(serde_json::json!({"error": reason(error)})),
+        }
+    }
+
+    /// A change of a dry run: what it would do (`outcome`), or why it would fail (`error`).
+    #[must_use]
+    pub fn planned(job: &str, op: &str, status: u16, outcome: &Value, error: &Value) -> Self {
+        let mut detail = serde_json::json!({"op": op, "outcome": outcome});
+        if !error.is_null() {
+            detail["error"] = reason(error);
+        }
+        Self {
+            job: job.to_owned(),
+            teams: Vec::new(),
+            action: "job.dry_run",
+            status,
+            before: None,
+            after: None,
+            detail: Some(detail),
+        }
+    }
+}
+
+/// An error as a batch answered it, bounded for an entry.
+fn reason(error: &Value) -> Value {
+    let text = |key: &str| error[key].as_str().map(|t| bounded(t, MAX_REASON));
+    serde_json::json!({"code": text("code"), "message": text("message"), "field": text("field")})
 }
 
 /// The changes a `POST /api/batch` made (a response extension).
@@ -157,6 +212,74 @@ pub use etcron_common::output::clipped as bounded;
 #[derive(Clone)]
 pub struct AuditLog {
     tx: mpsc::Sender<AuditEntry>,
+    /// Per caller: refusals whose attempted body is still kept.
+    attempts: Arc<RateLimiter>,
+}
+
+fn attempts_limiter() -> Arc<RateLimiter> {
+    Arc::new(RateLimiter::new(1.0 / ATTEMPTED_EVERY.as_secs_f64(), MAX_ATTEMPTED_BURST))
+}
+
+/// Whether an answer is a refusal the audit log keeps: a 4xx (401 and 429 are not kept at all).
+#[must_use]
+pub fn is_refusal(status: u16) -> bool {
+    (400..500).contains(&status)
+}
+
+/// The bytes of a request body as far as the layers inside the audit layer read it, kept while
+/// they are at most [`MAX_SENT_KEPT`] (clones of the chunks read, not copies).
+#[derive(Clone, Default)]
+struct Sent(Arc<Mutex<SentInner>>);
+
+#[derive(Default)]
+struct SentInner {
+    chunks: Vec<axum::body::Bytes>,
+    total: usize,
+    complete: bool,
+}
+
+impl Sent {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SentInner> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn push(&self, chunk: &axum::body::Bytes) {
+        let mut sent = self.lock();
+        sent.total += chunk.len();
+        if sent.total <= MAX_SENT_KEPT {
+            sent.chunks.push(chunk.clone());
+        } else {
+            sent.chunks.clear();
+        }
+    }
+
+    /// The body read, when it was read to its end and kept; else the bytes read.
+    fn taken(&self) -> Result<Vec<u8>, usize> {
+        let sent = self.lock();
+        if sent.complete && sent.total <= MAX_SENT_KEPT {
+            Ok(sent.chunks.concat())
+        } else {
+            Err(sent.total)
+        }
+    }
+
+    /// `body`, noting in `self` what is read of it.
+    fn tap(&self, body: axum::body::Body) -> axum::body::Body {
+        use futures::StreamExt as _;
+        let (sent, end) = (self.clone(), self.clone());
+        let stream = body
+            .into_data_stream()
+            .inspect(move |chunk| {
+                if let Ok(chunk) = chunk {
+                    sent.push(chunk);
+                }
+            })
+            .chain(futures::stream::poll_fn(move |_| {
+                end.lock().complete = true;
+                std::task::Poll::Ready(None)
+            }));
+        axum::body::Body::from_stream(stream)
+    }
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -172,7 +295,17 @@ impl AuditLog {
         let (tx, rx) = mpsc::channel(QUEUE);
         let collection = store.database().collection::<Document>(COLLECTION);
         tokio::spawn(write_loop(collection, rx));
-        Self { tx }
+        Self { tx, attempts: attempts_limiter() }
+    }
+
+    /// What a refusal of `actor` attempted, as its entry keeps it: the body (see [`attempted`])
+    /// while the caller's budget of kept bodies lasts, else only its size.
+    fn attempted(&self, actor: &str, sent: Result<Vec<u8>, usize>) -> Value {
+        match sent {
+            Ok(body) if self.attempts.check(actor, Instant::now()).is_ok() => attempted(&body),
+            Ok(body) => serde_json::json!({"bytes": body.len(), "kept": false}),
+            Err(read) => serde_json::json!({"bytes_read": read, "kept": false}),
+        }
     }
 
     fn record(&self, entry: AuditEntry) {
@@ -181,9 +314,9 @@ impl AuditLog {
             actor = %entry.actor, action = %entry.action, job = entry.job.as_deref().unwrap_or(""),
             status = entry.status, remote = entry.remote.as_deref().unwrap_or(""), "audit"
         );
-        // Refusals may fill at most half the queue: a low role's attempts never push out what
-        // the roles allowed to change things did while MongoDB was away.
-        if entry.status == 403 && self.tx.capacity() <= QUEUE / 2 {
+        // Refusals (every 4xx) may fill at most half the queue: a low role's attempts never push
+        // out what the roles allowed to change things did while MongoDB was away.
+        if is_refusal(entry.status) && self.tx.capacity() <= QUEUE / 2 {
             crate::metrics::METRICS.audit_dropped.inc();
             tracing::error!(
                 target: "etcron::audit", id = %entry.id, actor = %entry.actor, action = %entry.action,
@@ -398,17 +531,12 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
     let remote = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.to_string());
     let forwarded_for = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok()).map(|v| bounded(v, 256));
     let at_ms = now_ms();
-    // The body is read here (it is small: the API's limit) so a refusal can say what it refused.
+    // The body is not read here: the layers inside read what they need (nothing without a
+    // valid token), and what they read is kept to say what a refusal attempted.
+    let sent = Sent::default();
     let (parts, body) = req.into_parts();
-    let Ok(body) = axum::body::to_bytes(body, crate::limits::MAX_BODY_BYTES).await else {
-        return crate::error::ApiError::too_large(format!(
-            "request body exceeds {} bytes",
-            crate::limits::MAX_BODY_BYTES
-        ))
-        .into_response();
-    };
     let request_id = format!("{at_ms:013}-{:016x}", rand::random::<u64>());
-    let mut req = Request::from_parts(parts, axum::body::Body::from(body.clone()));
+    let mut req = Request::from_parts(parts, sent.tap(body));
     req.extensions_mut().insert(RequestId(request_id.clone()));
     let response = next.run(req).await;
     // Requests without a valid token, and those over the rate limit, are logged by the auth
@@ -420,8 +548,16 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
         return response;
     }
     let mut detail = response.extensions().get::<AuditDetail>().cloned().unwrap_or_default();
-    if response.status() == axum::http::StatusCode::FORBIDDEN && !body.is_empty() {
-        detail.detail = Some(serde_json::json!({"attempted": attempted(&body)}));
+    let taken = sent.taken();
+    if is_refusal(response.status().as_u16()) && taken.as_ref().map_or_else(|read| *read > 0, |b| !b.is_empty()) {
+        let attempted = log.attempted(&caller.name, taken);
+        let mut kept = match detail.detail.take() {
+            Some(Value::Object(map)) => map,
+            Some(other) => [("detail".to_owned(), other)].into_iter().collect(),
+            None => serde_json::Map::new(),
+        };
+        kept.insert("attempted".to_owned(), attempted);
+        detail.detail = Some(Value::Object(kept));
     }
     let (action, job) = action_of(&method, &path);
     let role = caller.roles();
@@ -446,9 +582,13 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
         detail: detail.detail,
     };
     match response.extensions().get::<BatchAudit>() {
-        // A batch: one entry per change made; changes refused are answered to the caller only.
-        Some(BatchAudit(changes)) => {
+        // A batch: one entry per change, made, refused or planned.
+        Some(BatchAudit(changes)) if !changes.is_empty() => {
             for change in changes {
+                let mut detail = serde_json::json!({"batch": true, "request_id": request_id});
+                if let Some(Value::Object(more)) = &change.detail {
+                    detail.as_object_mut().into_iter().for_each(|d| d.extend(more.clone()));
+                }
                 log.record(AuditEntry {
                     id: new_id(),
                     action: change.action.to_owned(),
@@ -457,12 +597,12 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
                     status: change.status,
                     before: change.before.clone(),
                     after: change.after.clone(),
-                    detail: Some(serde_json::json!({"batch": true, "request_id": request_id})),
+                    detail: Some(detail),
                     ..entry.clone()
                 });
             }
         }
-        None => log.record(entry),
+        _ => log.record(entry),
     }
     response
 }
@@ -511,16 +651,19 @@ mod tests {
     #[test]
     fn refusals_never_take_the_second_half_of_the_queue_and_fields_are_bounded() {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let log = AuditLog { tx };
-        // MongoDB away: nothing drains the queue.
-        for _ in 0..QUEUE / 2 {
-            log.record(entry(403, "/api/jobs/a"));
+        let log = AuditLog { tx, attempts: attempts_limiter() };
+        // MongoDB away: nothing drains the queue. Every 4xx is a refusal, not only 403.
+        for i in 0..QUEUE / 2 {
+            log.record(entry([403, 404, 400, 409, 408][i % 5], "/api/jobs/a"));
         }
         assert_eq!(rx.len(), QUEUE / 2);
-        log.record(entry(403, "/api/jobs/a"));
-        assert_eq!(rx.len(), QUEUE / 2, "a refusal past half the queue is dropped");
+        for status in [403, 404, 400, 409, 422] {
+            log.record(entry(status, "/api/jobs/a"));
+            assert_eq!(rx.len(), QUEUE / 2, "a refusal ({status}) past half the queue is dropped");
+        }
         log.record(entry(200, "/api/jobs/a"));
-        assert_eq!(rx.len(), QUEUE / 2 + 1, "an allowed change still gets in");
+        log.record(entry(503, "/api/jobs/a"));
+        assert_eq!(rx.len(), QUEUE / 2 + 2, "an allowed change, or one that failed, still gets in");
         let long = format!("/api/jobs/{}/x", "n".repeat(60_000));
         let e = entry(403, &long);
         assert!(e.path.len() <= MAX_PATH + 3 && e.action.len() <= MAX_PATH + 8, "{} {}", e.path.len(), e.action.len());
@@ -530,6 +673,23 @@ mod tests {
             "secret_env": {"PW": "hunter2"}}});
         let kept = attempted(big.to_string().as_bytes());
         assert!(kept.as_str().is_some_and(|t| t.len() <= MAX_ATTEMPTED + 3 && !t.contains("hunter2")), "{kept}");
+        let medium = serde_json::json!({"schedule": "@daily", "task": {"kind": "shell", "command": "x".repeat(1000)}});
+        let kept = attempted(medium.to_string().as_bytes());
+        assert!(kept.as_str().is_some_and(|t| t.len() <= 515), "a refusal keeps a summary, not the body: {kept}");
+    }
+
+    #[test]
+    fn each_caller_keeps_a_bounded_number_of_attempted_bodies() {
+        let (tx, _rx) = mpsc::channel(QUEUE);
+        let log = AuditLog { tx, attempts: attempts_limiter() };
+        let body = br#"{"schedule": "@daily", "task": {"kind": "shell", "command": "true"}}"#.to_vec();
+        let kept: Vec<Value> =
+            (0..MAX_ATTEMPTED_BURST + 5).map(|_| log.attempted("viewer", Ok(body.clone()))).collect();
+        let full = kept.iter().filter(|v| v["schedule"] == "@daily").count();
+        assert_eq!(full, MAX_ATTEMPTED_BURST as usize, "{kept:?}");
+        assert_eq!(kept.last(), Some(&serde_json::json!({"bytes": body.len(), "kept": false})));
+        assert_eq!(log.attempted("other", Ok(body.clone()))["schedule"], "@daily", "per caller");
+        assert_eq!(log.attempted("other", Err(70_000)), serde_json::json!({"bytes_read": 70_000, "kept": false}));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 pub use crate::access::{Access, Caller, Role, Scope};
+use crate::client::Cidr;
 use crate::error::ApiError;
 
 /// One `[[auth.tokens]]` entry of the config file: a global `role`, roles per team (`teams =
@@ -54,8 +55,11 @@ const MAX_NAME_LEN: usize = 64;
 pub struct Auth {
     tokens: Arc<Vec<Token>>,
     limiter: Option<Arc<RateLimiter>>,
-    /// Failed authentications per client address: a budget, then 429 without looking.
+    /// Wrong tokens per client address: a budget, then 429 for wrong tokens (a valid token
+    /// always passes).
     failures: Arc<RateLimiter>,
+    /// Proxies whose `X-Forwarded-For` names the client (`crate::client`).
+    proxies: Arc<Vec<Cidr>>,
 }
 
 /// Failed authentications one address may make: `AUTH_FAILURE_BURST` at once, then one every
@@ -69,6 +73,7 @@ impl Default for Auth {
             tokens: Arc::default(),
             limiter: None,
             failures: Arc::new(RateLimiter::new(AUTH_FAILURE_RATE, AUTH_FAILURE_BURST)),
+            proxies: Arc::default(),
         }
     }
 }
@@ -176,6 +181,19 @@ impl Auth {
         self
     }
 
+    /// Takes the client's address from `X-Forwarded-For` when the peer is in `proxies`.
+    #[must_use]
+    pub fn with_trusted_proxies(mut self, proxies: Vec<Cidr>) -> Self {
+        self.proxies = Arc::new(proxies);
+        self
+    }
+
+    /// The client of a request from `peer` (see `crate::client::client_address`).
+    #[must_use]
+    pub fn client(&self, peer: std::net::IpAddr, headers: &axum::http::HeaderMap) -> std::net::IpAddr {
+        crate::client::client_address(peer, headers, &self.proxies)
+    }
+
     #[must_use]
     pub fn enabled(&self) -> bool {
         !self.tokens.is_empty()
@@ -263,7 +281,8 @@ pub async fn authorize(State(auth): State<Auth>, mut req: Request, next: Next) -
     if !path.starts_with("/api/") && path != "/metrics" {
         return next.run(req).await;
     }
-    let peer = req.extensions().get::<ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip());
+    let peer =
+        req.extensions().get::<ConnectInfo<std::net::SocketAddr>>().map(|c| auth.client(c.0.ip(), req.headers()));
     let caller = if auth.enabled() {
         match authenticate(&auth, &req, peer) {
             Ok(caller) => caller,
@@ -303,6 +322,9 @@ pub async fn authorize(State(auth): State<Auth>, mut req: Request, next: Next) -
             format!("{} holds {roles}; {} {} needs {kind}{}", caller.name, req.method(), path, needed.as_str()),
         )
         .into_response();
+        // Read only now, and at most a spec's size, so the audit layer can say what was
+        // attempted: the caller is known and its refusals count against its rate limit.
+        let _ = axum::body::to_bytes(req.into_body(), crate::limits::MAX_SENT_KEPT).await;
         // The audit layer records refusals too, with who was refused.
         resp.extensions_mut().insert(caller);
         return resp;
@@ -326,14 +348,13 @@ fn too_many(message: String, wait: std::time::Duration) -> Response {
     resp
 }
 
-/// The caller named by the request's bearer token, or the answer to give: 401, or 429 once the
-/// address has spent its budget of failed attempts (then the token is not even looked at, so
-/// guessing is slow; every failure is logged with the address).
+/// The caller named by the request's bearer token, or the answer to give: 401, or 429 for a
+/// wrong token once the client address has spent its budget of wrong tokens. A valid token
+/// always passes (compared in constant time first, whatever the budget), so a flood of wrong
+/// tokens from an address shared with others (a proxy, a NAT) never locks out its valid
+/// callers. Every wrong token is logged with the address. The body is never read here.
 fn authenticate(auth: &Auth, req: &Request, peer: Option<std::net::IpAddr>) -> Result<Caller, Box<Response>> {
     let address = peer.map_or_else(|| "?".to_owned(), |ip| ip.to_string());
-    if let Some(wait) = auth.failures.empty_for(&address, Instant::now()) {
-        return Err(Box::new(too_many(format!("too many failed authentications from {address}"), wait)));
-    }
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -345,7 +366,11 @@ fn authenticate(auth: &Auth, req: &Request, peer: Option<std::net::IpAddr>) -> R
     }
     let message = if presented.is_some() {
         // A missing token is a page loading before it asked for one; a wrong one is an attempt.
-        let _ = auth.failures.check(&address, Instant::now());
+        if let Err(wait) = auth.failures.check(&address, Instant::now()) {
+            // Past the budget, not logged again: a flood of guesses must not flood the log.
+            tracing::debug!(peer = %address, path = %req.uri().path(), "authentication failed: a wrong bearer token past the address's budget");
+            return Err(Box::new(too_many(format!("too many failed authentications from {address}"), wait)));
+        }
         tracing::warn!(peer = %address, path = %req.uri().path(), "authentication failed: the bearer token is not valid");
         "the bearer token is not valid"
     } else {
@@ -377,14 +402,6 @@ impl RateLimiter {
     #[must_use]
     pub fn new(per_second: f64, burst: u32) -> Self {
         Self { per_second: per_second.max(0.001), burst: f64::from(burst.max(1)), buckets: Mutex::new(HashMap::new()) }
-    }
-
-    /// How long until `key`'s bucket holds a token, when it holds none now (nothing is taken).
-    pub fn empty_for(&self, key: &str, now: Instant) -> Option<std::time::Duration> {
-        let buckets = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (tokens, at) = buckets.get(key)?;
-        let refilled = (*tokens + now.duration_since(*at).as_secs_f64() * self.per_second).min(self.burst);
-        (refilled < 1.0).then(|| std::time::Duration::from_secs_f64((1.0 - refilled) / self.per_second))
     }
 
     /// Takes one token from `key`'s bucket, or says how long until one is there.

@@ -37,6 +37,13 @@ pub struct Cli {
     /// Changing requests a caller may make at once before the rate applies.
     #[arg(long, env = "ETCRON_MUTATION_BURST")]
     pub mutation_burst: Option<u32>,
+    /// Proxies (CIDRs, comma-separated) whose `X-Forwarded-For` names the client, for the
+    /// wrong-token lockout and the open API's rate limit; anyone else's is ignored.
+    #[arg(long, env = "ETCRON_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Option<Vec<String>>,
+    /// Longest a client may take to send a whole request, head (10 s at most) and body, e.g. `40s`.
+    #[arg(long, env = "ETCRON_REQUEST_TIMEOUT")]
+    pub request_timeout: Option<HumanDuration>,
     /// How long audit entries are kept, e.g. `365d`.
     #[arg(long, env = "ETCRON_AUDIT_RETENTION")]
     pub audit_retention: Option<HumanDuration>,
@@ -95,6 +102,8 @@ pub struct AuthConfig {
     pub tokens: Vec<crate::auth::TokenConfig>,
     #[serde(default)]
     pub insecure_no_auth: bool,
+    /// Proxies (CIDRs) whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -118,6 +127,7 @@ pub struct FileConfig {
     pub etcd_size_warn_ratio: Option<f64>,
     pub compact_every: Option<HumanDuration>,
     pub compact_retention: Option<HumanDuration>,
+    pub request_timeout: Option<HumanDuration>,
     #[serde(default)]
     pub auth: AuthConfig,
     /// `[teams.NAME]`: what each team's jobs may use on the workers.
@@ -143,11 +153,17 @@ pub struct Config {
     pub compactor: crate::compactor::CompactorSettings,
     /// What each team's jobs may use on the workers (`[teams.NAME]`).
     pub teams: crate::team_policy::TeamPolicies,
+    /// Longest a whole request (head and body) may take to arrive.
+    pub request_timeout: Duration,
 }
 
 /// Default changing requests per second per caller, and burst.
 pub const DEFAULT_MUTATION_RATE: f64 = 20.0;
 pub const DEFAULT_MUTATION_BURST: u32 = 100;
+
+/// Shortest and longest `request_timeout` (its head alone has 10 s of it).
+pub const REQUEST_TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(15)..=Duration::from_secs(3600);
 
 /// Shortest and longest record retention.
 pub const RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
@@ -164,6 +180,15 @@ fn storage_settings(quota: Option<i64>, ratio: Option<f64>) -> anyhow::Result<cr
         bail!("etcd_size_warn_ratio: must be between 0.1 and 1, got {warn_ratio}");
     }
     Ok(crate::etcd_storage::StorageSettings { warn_ratio, quota_bytes })
+}
+
+/// `trusted_proxies`, parsed; an entry that is no address block is an error naming it.
+fn trusted_proxies(list: Option<Vec<String>>) -> anyhow::Result<Vec<crate::client::Cidr>> {
+    let list = list.unwrap_or_default();
+    list.iter()
+        .enumerate()
+        .map(|(i, text)| crate::client::Cidr::parse(text).map_err(|e| anyhow::anyhow!("trusted_proxies[{i}]: {e}")))
+        .collect()
 }
 
 impl FileConfig {
@@ -200,7 +225,8 @@ impl Config {
         }
         let auth = crate::auth::Auth::new(&file.auth.tokens, cli.api_token.as_deref().filter(|t| !t.is_empty()))
             .map_err(anyhow::Error::msg)?
-            .with_rate_limit(rate, burst);
+            .with_rate_limit(rate, burst)
+            .with_trusted_proxies(trusted_proxies(cli.trusted_proxies.or(file.auth.trusted_proxies))?);
         let insecure = cli.insecure_no_auth || file.auth.insecure_no_auth;
         if !auth.enabled() && !listen.ip().is_loopback() && !insecure {
             bail!(
@@ -217,6 +243,11 @@ impl Config {
             cli.etcd_quota_bytes.or(file.etcd_quota_bytes),
             cli.etcd_size_warn_ratio.or(file.etcd_size_warn_ratio),
         )?;
+        let request_timeout =
+            cli.request_timeout.or(file.request_timeout).map_or(etcron_common::serve::REQUEST, |d| d.0);
+        if !REQUEST_TIMEOUT_RANGE.contains(&request_timeout) {
+            bail!("request_timeout: must be between 15s and 1h, got {}", HumanDuration(request_timeout));
+        }
         let floor = cli.compact_retention_floor.map_or(crate::compactor::MIN_RETENTION, |d| d.0);
         let compactor = crate::compactor::CompactorSettings {
             every: cli.compact_every.or(file.compact_every).map_or(crate::compactor::DEFAULT_EVERY, |d| d.0),
@@ -236,6 +267,7 @@ impl Config {
         Ok(Self {
             teams,
             auth,
+            request_timeout,
             audit_retention,
             storage,
             compactor,
@@ -277,6 +309,19 @@ mod tests {
         assert_eq!(c.etcd_endpoints, vec!["a:1", "b:2"]);
         let err = Config::resolve(Cli::parse_from(["etcron-master", "--namespace", "x"])).unwrap_err();
         assert!(format!("{err:#}").contains("namespace"));
+    }
+
+    #[test]
+    fn request_timeout_and_trusted_proxies_are_checked() {
+        let c = Config::resolve(Cli::parse_from(["etcron-master"])).unwrap();
+        assert_eq!(c.request_timeout, etcron_common::serve::REQUEST);
+        let err = Config::resolve(Cli::parse_from(["etcron-master", "--request-timeout", "5s"])).unwrap_err();
+        assert!(format!("{err:#}").contains("request_timeout"), "{err:#}");
+        let args = ["etcron-master", "--trusted-proxies", "10.0.0.0/8,fd00::/8"];
+        assert!(Config::resolve(Cli::parse_from(args)).is_ok());
+        let err = Config::resolve(Cli::parse_from(["etcron-master", "--trusted-proxies", "10.0.0.0/8,lb.example"]))
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("trusted_proxies[1]"), "{err:#}");
     }
 
     #[test]

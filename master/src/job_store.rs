@@ -334,8 +334,23 @@ impl JobStore {
             planned[p.index] = Some(Ok(match (&p.value, stored) {
                 (None, _) => Planned::Delete,
                 (Some(_), None) => Planned::Create,
-                (Some(value), Some(stored)) if value == stored => Planned::Unchanged,
-                (Some(value), Some(stored)) => Planned::Update { secrets_changed: changed_secrets(value, stored) },
+                (Some(value), Some(stored)) => {
+                    // Secret values sent are never compared with the stored ones (that would
+                    // confirm guesses): each one sent counts as changed.
+                    let sent = match &writes[p.index].change {
+                        Change::Put(spec) => sent_secrets(spec),
+                        Change::Delete => Vec::new(),
+                    };
+                    if sent.is_empty() && value == stored {
+                        Planned::Unchanged
+                    } else {
+                        let mut names = sent;
+                        names.extend(changed_secrets(value, stored));
+                        names.sort();
+                        names.dedup();
+                        Planned::Update { secrets_changed: names }
+                    }
+                }
             }));
         }
         planned.into_iter().map(|p| p.unwrap_or_else(|| Err(ApiError::internal(&"write without a plan")))).collect()
@@ -941,6 +956,31 @@ fn written(job: &str, p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> W
 }
 
 /// The task secrets whose values differ between two stored values (both valid specs).
+/// The secrets `spec` gives a value for, rather than keeping the stored one (`null`, or a URL
+/// password shown as `redacted`): `task.secret_env.K`, `task.url`, `notify[0].secret_url`...
+#[must_use]
+pub fn sent_secrets(spec: &JobSpec) -> Vec<String> {
+    let sends_password =
+        |url: &str| etcron_common::headers::shown_url(url) != url && !etcron_common::headers::shows_password(url);
+    let (field, task) = spec.task.secrets_field();
+    let mut out: Vec<String> = task.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| format!("{field}.{k}")).collect();
+    if spec.task.destination_url().is_some_and(sends_password) && spec.task.kind() == "http" {
+        out.push("task.url".to_owned());
+    }
+    for (i, t) in spec.notify.iter().flatten().enumerate() {
+        if matches!(t.secret_url, Some(Some(_))) || t.url.as_deref().is_some_and(sends_password) {
+            out.push(format!("notify[{i}].secret_url"));
+        }
+        out.extend(
+            t.secret_headers
+                .iter()
+                .filter(|(_, v)| v.is_some())
+                .map(|(k, _)| format!("notify[{i}].secret_headers.{k}")),
+        );
+    }
+    out
+}
+
 fn changed_secrets(value: &[u8], stored: &[u8]) -> Vec<String> {
     match (JobSpec::from_json(value), JobSpec::from_json(stored)) {
         (Ok(new), Ok(old)) => new.task.changed_secrets(&old.task),

@@ -63,7 +63,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     etcron_master::pause_expiry::start(client.clone(), keys.clone());
     let teams = std::sync::Arc::new(config.teams.clone());
     let state = AppState { client, keys, store, auth: config.auth.clone(), audit, guard, storage, teams };
-    let limits = etcron_common::serve::Limits::default();
+    let limits = etcron_common::serve::Limits { request: config.request_timeout, ..Default::default() };
     etcron_common::serve::serve(listener, app(state), limits, etcron_common::settings::shutdown_signal())
         .await
         .context("serving HTTP")?;

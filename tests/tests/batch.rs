@@ -134,22 +134,30 @@ async fn a_batch_writes_many_jobs_in_few_transactions_and_answers_each_change() 
         (Some("@every 2h"), Some("t-1"))
     );
 
-    // A dry run answers what each change would do, secret values compared on the server.
+    // A dry run answers what each change would do, but never whether a secret value sent
+    // equals the stored one (that would confirm guesses): the right value and a wrong one get
+    // the same answer; only a spec keeping every secret (null) can be `unchanged`.
     let same =
         json!({"schedule": "@every 2h", "task": {"kind": "shell", "command": "true", "secret_env": {"TOKEN": "t-1"}}});
     let other =
         json!({"schedule": "@every 2h", "task": {"kind": "shell", "command": "true", "secret_env": {"TOKEN": "t-2"}}});
-    let body = json!({"dry_run": true, "changes": [put("s", same), {"job": "j005", "op": "delete"}, put("brand-new", spec(&[]))]});
+    let kept =
+        json!({"schedule": "@every 2h", "task": {"kind": "shell", "command": "true", "secret_env": {"TOKEN": null}}});
+    let body = json!({"dry_run": true, "changes": [put("s", kept), {"job": "j005", "op": "delete"}, put("brand-new", spec(&[]))]});
     let (status, planned) = c.call(Method::POST, "/api/batch", Some(body)).await?;
     assert_eq!(status, 200, "{planned}");
     let outcomes: Vec<&str> =
         planned["results"].as_array().unwrap().iter().map(|r| r["outcome"].as_str().unwrap()).collect();
     assert_eq!(outcomes, ["unchanged", "delete", "create"], "{planned}");
-    let body = json!({"dry_run": true, "changes": [put("s", other)]});
-    let planned = c.call(Method::POST, "/api/batch", Some(body)).await?.1;
-    assert_eq!(planned["results"][0]["outcome"], "update", "{planned}");
-    assert_eq!(planned["results"][0]["secrets_changed"], json!(["task.secret_env.TOKEN"]), "{planned}");
-    assert!(!planned.to_string().contains("t-1") && !planned.to_string().contains("t-2"), "values never shown");
+    let guess = |value: Value| {
+        let body = json!({"dry_run": true, "changes": [put("s", value)]});
+        async { c.call(Method::POST, "/api/batch", Some(body)).await.unwrap().1 }
+    };
+    let (right, wrong) = (guess(same).await, guess(other).await);
+    assert_eq!(right, wrong, "the answer does not depend on the stored value");
+    assert_eq!(wrong["results"][0]["outcome"], "update", "{wrong}");
+    assert_eq!(wrong["results"][0]["secrets_changed"], json!(["task.secret_env.TOKEN"]), "{wrong}");
+    assert!(!wrong.to_string().contains("t-1") && !wrong.to_string().contains("t-2"), "values never shown");
     assert_eq!(c.call(Method::GET, "/api/jobs/j005", None).await?.0, 200, "a dry run deletes nothing");
     assert_eq!(c.call(Method::GET, "/api/jobs/brand-new", None).await?.0, 404, "nor creates");
 
@@ -177,6 +185,29 @@ async fn a_batch_writes_many_jobs_in_few_transactions_and_answers_each_change() 
     let edit = entries.iter().find(|e| e["status"] == 200).unwrap();
     assert_eq!(edit["after"]["task"]["command"], "echo edited");
     assert_eq!(edit["before"]["task"]["command"], "true");
+
+    // Refused changes are audited too, each under its job with its status and why.
+    for (job, status) in [("j001", 409), ("nope", 404), ("bad-spec", 400)] {
+        let entry = wait_for(Duration::from_secs(20), &format!("the refusal of {job} audited"), || async {
+            let page = c.get(&format!("/api/audit?job={job}")).await.ok()?;
+            page["entries"].as_array()?.iter().find(|e| e["status"] == status).cloned()
+        })
+        .await?;
+        assert_eq!(entry["path"], "/api/batch", "{entry}");
+        assert!(entry["detail"]["error"]["code"].as_str().is_some_and(|c| !c.is_empty()), "{entry}");
+        assert!(entry["detail"]["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{entry}");
+        assert_eq!(entry["detail"]["batch"], true, "{entry}");
+    }
+    // A dry run is audited with the jobs it was about and what each would do.
+    let plans = wait_for(Duration::from_secs(20), "the dry runs audited", || async {
+        let page = c.get("/api/audit?job=s&action=job.dry_run").await.ok()?;
+        let entries = page["entries"].as_array()?.clone();
+        (entries.len() >= 3).then_some(entries)
+    })
+    .await?;
+    let outcomes: Vec<&str> = plans.iter().filter_map(|e| e["detail"]["outcome"].as_str()).collect();
+    assert!(outcomes.contains(&"unchanged") && outcomes.contains(&"update"), "{plans:?}");
+    assert!(!format!("{plans:?}").contains("t-1"), "secret values never audited");
     Ok(())
 }
 

@@ -278,3 +278,126 @@ async fn record_routes_fail_fast_when_mongodb_stops_answering() -> anyhow::Resul
     mongod.signal(etcron_tests::Sig::SIGCONT)?;
     Ok(())
 }
+
+/// A request from `from` that sends `head`, then one byte of its body every 2 s (never the
+/// whole body, never idle for long) until the server closes the connection: when it closed
+/// (`None` if not within `limit`) and what it answered.
+async fn dribble(from: &str, to: SocketAddr, head: String, limit: Duration) -> (Option<Duration>, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut stream = socket.connect(to).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    while started.elapsed() < limit {
+        tokio::select! {
+            read = stream.read_buf(&mut answer) => if matches!(read, Ok(0) | Err(_)) {
+                return (Some(started.elapsed()), String::from_utf8_lossy(&answer).into_owned());
+            },
+            () = tokio::time::sleep(Duration::from_secs(2)) => {
+                if stream.write_all(b" ").await.is_err() {
+                    return (Some(started.elapsed()), String::from_utf8_lossy(&answer).into_owned());
+                }
+            }
+        }
+    }
+    (None, String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// A client whose connections come from `from` (a loopback address).
+fn client_from(from: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(from.parse::<std::net::IpAddr>().unwrap())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_bodies_are_cut_off_and_wrong_tokens_never_lock_out_valid_ones() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("master.toml");
+    std::fs::write(&config, "[auth]\ntrusted_proxies = [\"127.0.0.4/32\"]\n")?;
+    let config = config.display().to_string();
+    // A whole request within 15 s: its body within 5 s of its head.
+    let args = ["--config", &config, "--api-token", ADMIN, "--request-timeout", "15s"];
+    let c = Cluster::start_with("hardening-slow-body", 0, false, &args).await?;
+    let addr: SocketAddr = c.master.url.trim_start_matches("http://").parse()?;
+
+    // 4 addresses × 24 requests with a valid token whose bodies never finish, a byte every 2 s.
+    let head = |token: Option<&str>, length: usize| {
+        let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        format!(
+            "PUT /api/jobs/slow HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n{{"
+        )
+    };
+    let mut slow = Vec::new();
+    for from in ["127.0.0.2", "127.0.0.3", "127.0.0.5", "127.0.0.6"] {
+        for _ in 0..24 {
+            slow.push(tokio::spawn(dribble(from, addr, head(Some(ADMIN), 4096), Duration::from_secs(20))));
+        }
+    }
+    // Without a token, a large body is refused from its head alone: the answer comes before
+    // any of the body is sent.
+    for from in ["127.0.0.7", "127.0.0.8"] {
+        let (closed, answer) = dribble(from, addr, head(None, 1024 * 1024), Duration::from_secs(5)).await;
+        assert!(answer.starts_with("HTTP/1.1 401"), "{from}: {answer:?}");
+        assert!(closed.is_some_and(|d| d < Duration::from_secs(3)), "{from}: answered at once, {closed:?}");
+    }
+    // While the slow requests are open, others are served.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let health = client_from("127.0.0.9").get(format!("{}/healthz", c.master.url)).send().await?;
+    assert!(health.status().is_success());
+    let jobs = client_from("127.0.0.9").get(format!("{}/api/jobs", c.master.url)).bearer_auth(ADMIN).send().await?;
+    assert_eq!(jobs.status().as_u16(), 200);
+    // The deadline closes every slow request, with a 408.
+    for task in slow {
+        let (closed, answer) = task.await?;
+        let closed = closed.unwrap_or_else(|| panic!("a slow body still open after 20 s: {answer:?}"));
+        assert!(closed >= Duration::from_secs(4) && closed < Duration::from_secs(12), "closed after {closed:?}");
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    }
+    let metrics = etcron_tests::scrape(&format!("{}/metrics", c.master.url), Some(ADMIN)).await?;
+    assert!(metrics.value("etcron_http_request_deadline_total", &[]) >= 96.0);
+
+    // Wrong tokens from an address end in 429, but a valid token from it still passes.
+    let wrong = |i: usize| format!("wrong-token-{i:020}");
+    let guesser = client_from("127.0.0.3");
+    let mut statuses = Vec::new();
+    for i in 0..25 {
+        let resp = guesser.get(format!("{}/api/jobs", c.master.url)).bearer_auth(wrong(i)).send().await?;
+        statuses.push(resp.status().as_u16());
+    }
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    let resp = guesser.get(format!("{}/api/jobs", c.master.url)).bearer_auth(ADMIN).send().await?;
+    assert_eq!(resp.status().as_u16(), 200, "a valid token is never locked out");
+
+    // Behind a trusted proxy (127.0.0.4) X-Forwarded-For tells its clients apart...
+    let proxy = client_from("127.0.0.4");
+    let through = |from: &'static str, token: String| {
+        proxy.get(format!("{}/api/jobs", c.master.url)).bearer_auth(token).header("X-Forwarded-For", from).send()
+    };
+    let mut last = 0;
+    for i in 0..25 {
+        last = through("192.0.2.1", wrong(i)).await?.status().as_u16();
+    }
+    assert_eq!(last, 429, "one client behind the proxy guessed too often");
+    assert_eq!(through("192.0.2.2", wrong(0)).await?.status().as_u16(), 401, "another client is not locked out");
+    assert_eq!(through("192.0.2.1", ADMIN.to_owned()).await?.status().as_u16(), 200);
+    // ...while anyone else's X-Forwarded-For is ignored: a new value per guess does not help.
+    let other = client_from("127.0.0.5");
+    let mut last = 0;
+    for i in 0..25 {
+        let resp = other
+            .get(format!("{}/api/jobs", c.master.url))
+            .bearer_auth(wrong(i))
+            .header("X-Forwarded-For", format!("192.0.2.{}", 100 + i))
+            .send()
+            .await?;
+        last = resp.status().as_u16();
+    }
+    assert_eq!(last, 429, "X-Forwarded-For from an untrusted sender is ignored");
+    assert!(c.master.proc.log_text().contains("peer=192.0.2.1"), "the lockout names the client behind the proxy");
+    Ok(())
+}

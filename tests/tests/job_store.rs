@@ -56,22 +56,25 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     assert!(matches!(applied.outcomes[0], Ok(Written::Saved { created: false, .. })), "{applied:?}");
     assert_eq!(applied.transactions, 1);
 
-    // The plan compares secret values on the server and writes nothing.
+    // The plan never compares secret values sent (a guess is never confirmed): the stored value
+    // and another one plan alike; a secret kept (null) compares as stored. It writes nothing.
     let mut other_secret = hourly("two");
     other_secret["task"]["secret_env"]["TOKEN"] = json!("t-2");
+    let mut kept_secret = hourly("two");
+    kept_secret["task"]["secret_env"]["TOKEN"] = Value::Null;
     let plan = store
         .plan(
-            &[
-                put("a", hourly("two"), Precondition::default()),
-                put("a2", other_secret.clone(), Precondition::default()),
-            ],
+            &[put("a", kept_secret, Precondition::default()), put("a2", other_secret.clone(), Precondition::default())],
             &admin,
         )
         .await;
     assert_eq!(plan[0].as_ref().unwrap(), &Planned::Unchanged);
     assert_eq!(plan[1].as_ref().unwrap(), &Planned::Create);
+    let sent = Planned::Update { secrets_changed: vec!["task.secret_env.TOKEN".into()] };
     let plan = store.plan(&[put("a", other_secret, Precondition::default())], &admin).await;
-    assert_eq!(plan[0].as_ref().unwrap(), &Planned::Update { secrets_changed: vec!["task.secret_env.TOKEN".into()] });
+    assert_eq!(plan[0].as_ref().unwrap(), &sent);
+    let plan = store.plan(&[put("a", hourly("two"), Precondition::default())], &admin).await;
+    assert_eq!(plan[0].as_ref().unwrap(), &sent, "the stored value plans as any other");
     assert!(value(&mut etcd, keys.job("a2")).await.is_none());
 
     // Pause is a key of its own: saving the spec again leaves the job paused.

@@ -168,20 +168,50 @@ pub(super) async fn batch(
         for ((slot, (job, op)), plan) in slots.into_iter().zip(jobs).zip(planned) {
             results[slot] = planned_result(&job, op, plan.map_err(|e| batch_error(op, e)));
         }
-        return Ok(Json(json!({ "results": results, "transactions": 0, "dry_run": true })).into_response());
+        let audit = results.iter().map(|r| {
+            let (job, op, status) =
+                (r["job"].as_str().unwrap_or_default(), r["op"].as_str().unwrap_or_default(), r["status"].as_u64());
+            crate::audit::JobChange::planned(
+                job,
+                op,
+                status.and_then(|s| u16::try_from(s).ok()).unwrap_or(0),
+                &r["outcome"],
+                &r["error"],
+            )
+        });
+        let audit = crate::audit::BatchAudit(audit.collect());
+        let mut resp = Json(json!({ "results": results, "transactions": 0, "dry_run": true })).into_response();
+        resp.extensions_mut().insert(audit);
+        return Ok(resp);
     }
     let origin = origin(caller.as_ref(), request.as_ref(), "POST /api/batch".to_owned());
     // Each change is checked on its own against the caller's teams (the job store's rule), and
     // answered with the status its own request would have had.
     let applied = st.jobs().apply(writes, &origin, &scope).await;
-    let mut audit = Vec::new();
+    let mut made = BTreeMap::new();
     for ((slot, (job, op)), outcome) in slots.into_iter().zip(jobs).zip(applied.outcomes) {
         if let Ok(w) = &outcome {
-            audit.push(crate::audit::JobChange::of(&job, w));
+            made.insert(slot, crate::audit::JobChange::of(&job, w));
         }
         results[slot] = batch_result(&job, op, outcome.map_err(|e| batch_error(op, e)));
     }
-    let changed = audit.len();
+    let changed = made.len();
+    // Every change is audited, in order: those made with their specs, refused ones with why.
+    let audit: Vec<_> = results
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            made.remove(&i).unwrap_or_else(|| {
+                let status = r["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(0);
+                crate::audit::JobChange::refused(
+                    r["job"].as_str().unwrap_or_default(),
+                    r["op"] == "delete",
+                    status,
+                    &r["error"],
+                )
+            })
+        })
+        .collect();
     tracing::info!(changes = results.len(), changed, transactions = applied.transactions, "batch applied");
     let body = json!({ "results": results, "transactions": applied.transactions });
     let mut resp = (StatusCode::OK, Json(body)).into_response();

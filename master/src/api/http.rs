@@ -63,7 +63,15 @@ pub(super) fn if_none_match(headers: &HeaderMap) -> ApiResult<bool> {
 
 pub(super) fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
     body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        if let Some(deadline) = etcron_common::serve::BodyDeadline::find(&e) {
+            tracing::warn!(%deadline, "request refused: its body was not in by the request deadline");
+            ApiError {
+                status: StatusCode::REQUEST_TIMEOUT,
+                code: "request_timeout",
+                message: deadline.to_string(),
+                field: None,
+            }
+        } else if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::too_large(format!("request body exceeds {MAX_BODY_BYTES} bytes"))
         } else {
             ApiError::bad_request(None, format!("could not read request body: {e}"))
