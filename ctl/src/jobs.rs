@@ -348,12 +348,13 @@ pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {
     if json {
         return print_doc(&v);
     }
-    let mut table = Table::new(&["ID", "HOST", "LABELS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
+    let mut table = Table::new(&["ID", "HOST", "LABELS", "TASKS RUN AS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
     for w in v["workers"].as_array().into_iter().flatten() {
         table.row(vec![
             text(&w["id"]),
             text(&w["hostname"]),
             pairs(&w["labels"]),
+            text(&w["task_user"]),
             text(&w["capacity"]),
             text(&w["running"]),
             text(&w["version"]),

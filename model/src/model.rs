@@ -31,6 +31,11 @@ pub struct WorkerInfo {
     /// non-empty on a worker running as root.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub run_as_users: Vec<String>,
+    /// Who its shell tasks without `task.user` run as: an account the admin chose (`task_user`,
+    /// `root` included), `uid per team FIRST-LAST`, or `worker's own uid N`. Absent for workers
+    /// that predate the setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_user: Option<String>,
 }
 
 impl WorkerInfo {

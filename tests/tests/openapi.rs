@@ -176,6 +176,7 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         output_url: None,
         output_token: None,
         run_as_users: vec!["backup".to_owned()],
+        task_user: Some("uid per team 70000-70999".to_owned()),
     };
     etcd.put(keys.worker(&worker.id), serde_json::to_vec(&worker)?, None).await?;
     let running = ExecutionId::new("nightly-report", Tick::Manual("00000000000000aa".to_owned()));

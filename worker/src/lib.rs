@@ -38,5 +38,6 @@ pub mod settle;
 pub mod silence;
 pub mod state;
 pub mod taken;
+pub mod task_uids;
 pub mod watcher;
 pub mod wheel;

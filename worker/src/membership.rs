@@ -191,6 +191,7 @@ mod tests {
                 output_url: None,
                 output_token: None,
                 run_as_users: Vec::new(),
+                task_user: None,
             };
             m.inner.write().unwrap().insert((*id).to_owned(), info);
         }
