@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::live_output::LiveOutput;
-use crate::run_as::{self, Account, TaskAccount};
+use crate::run_as::{self, Account};
+use crate::task_uids::TaskAccount;
 use etcron_common::job::Limits;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{killpg, Signal};

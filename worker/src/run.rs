@@ -23,8 +23,9 @@ use crate::metrics::METRICS;
 use crate::progress::{Fence, Tracker};
 use crate::race::WonClaim;
 use crate::record::base_record;
-use crate::run_as::{self, TaskAccount};
+use crate::run_as;
 use crate::state::Context;
+use crate::task_uids::TaskAccount;
 
 /// How long a task must run before its `running` record is written and its running marker is
 /// updated with pid and fencing token.

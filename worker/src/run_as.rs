@@ -14,45 +14,6 @@ pub struct RunAs {
     pub group: Option<String>,
 }
 
-/// Who a shell task runs as, when not as the worker itself: the user its job names, or the
-/// uid of its team (`crate::task_uids`).
-#[derive(Debug, Clone)]
-pub enum TaskAccount {
-    Named(RunAs),
-    /// The team's uid (`None`: the jobs without a team).
-    Team(std::sync::Arc<crate::task_uids::TaskUids>, Option<String>),
-}
-
-impl TaskAccount {
-    /// The account on this machine (blocking: the user database, the uid table).
-    pub fn resolve(&self, worker_id: &str) -> Result<Account, String> {
-        match self {
-            Self::Named(run_as) => resolve(run_as, worker_id),
-            Self::Team(uids, team) => uids.account(team.as_deref()).map_err(|e| format!("{e} on worker {worker_id}")),
-        }
-    }
-
-    /// Who tasks of a job naming `user` (`task.user`, `task.group`) and of `team` run as on a
-    /// worker whose tasks otherwise run as `identity`; `None`: as the worker itself.
-    #[must_use]
-    pub fn of(
-        user: Option<&str>,
-        group: Option<&str>,
-        team: Option<&str>,
-        identity: &crate::task_uids::TaskIdentity,
-    ) -> Option<Self> {
-        use crate::task_uids::TaskIdentity;
-        if let Some(user) = user {
-            return Some(Self::Named(RunAs { user: user.to_owned(), group: group.map(str::to_owned) }));
-        }
-        match identity {
-            TaskIdentity::Own { .. } => None,
-            TaskIdentity::User(user) => Some(Self::Named(RunAs { user: user.clone(), group: None })),
-            TaskIdentity::TeamUids(uids) => Some(Self::Team(uids.clone(), team.map(str::to_owned))),
-        }
-    }
-}
-
 /// The resolved account: ids for the child, names and home for its environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use nix::unistd::{Gid, Uid, User};
 
-use crate::run_as::Account;
+use crate::run_as::{Account, RunAs};
 
 /// The range `task_uids` takes by default on a worker running as root: above the accounts
 /// distributions create (below 60000) and systemd's reserved ranges (60001–60513, 61184–65519),
@@ -102,6 +102,39 @@ fn parse_range(text: &str) -> Result<(u32, u32), String> {
     Ok((first, last))
 }
 
+/// Who a shell task runs as, when not as the worker itself: the user its job names, or the
+/// uid of its team ([`TaskUids`]).
+#[derive(Debug, Clone)]
+pub enum TaskAccount {
+    Named(RunAs),
+    /// The team's uid (`None`: the jobs without a team).
+    Team(std::sync::Arc<TaskUids>, Option<String>),
+}
+
+impl TaskAccount {
+    /// The account on this machine (blocking: the user database, the uid table).
+    pub fn resolve(&self, worker_id: &str) -> Result<Account, String> {
+        match self {
+            Self::Named(run_as) => crate::run_as::resolve(run_as, worker_id),
+            Self::Team(uids, team) => uids.account(team.as_deref()).map_err(|e| format!("{e} on worker {worker_id}")),
+        }
+    }
+
+    /// Who tasks of a job naming `user` (`task.user`, `task.group`) and of `team` run as on a
+    /// worker whose tasks otherwise run as `identity`; `None`: as the worker itself.
+    #[must_use]
+    pub fn of(user: Option<&str>, group: Option<&str>, team: Option<&str>, identity: &TaskIdentity) -> Option<Self> {
+        if let Some(user) = user {
+            return Some(Self::Named(RunAs { user: user.to_owned(), group: group.map(str::to_owned) }));
+        }
+        match identity {
+            TaskIdentity::Own { .. } => None,
+            TaskIdentity::User(user) => Some(Self::Named(RunAs { user: user.clone(), group: None })),
+            TaskIdentity::TeamUids(uids) => Some(Self::Team(uids.clone(), team.map(str::to_owned))),
+        }
+    }
+}
+
 /// The uids of `task_uids` and which team holds which.
 #[derive(Debug)]
 pub struct TaskUids {
@@ -140,12 +173,14 @@ impl TaskUids {
                 let uid = (self.first..=self.last)
                     .find(|&u| !taken.contains(&u) && User::from_uid(Uid::from_raw(u)).ok().flatten().is_none())
                     .ok_or_else(|| {
-                        format!(
+                        let why = format!(
                             "no uid of task_uids {}-{} is left for team {key:?} ({} teams hold one)",
                             self.first,
                             self.last,
                             table.len()
-                        )
+                        );
+                        tracing::error!("{why}: its shell tasks fail here until task_uids is widened");
+                        why
                     })?;
                 let mut next = table.clone();
                 next.insert(key.to_owned(), uid);
