@@ -29,8 +29,10 @@ pub const TABLE_FILE: &str = "task-uids.json";
 /// Who tasks without `task.user` run as on this worker.
 #[derive(Debug, Clone)]
 pub enum TaskIdentity {
-    /// The worker's own account (a worker not running as root cannot switch users).
-    Own { uid: u32 },
+    /// The worker's own account: a worker not running as root cannot switch users, and one
+    /// whose `task_user` is its own account (`root` on a worker running as root) need not.
+    /// `named`: that `task_user`, shown instead of the uid.
+    Own { uid: u32, named: Option<String> },
     /// The account `task_user` names (on a worker running as root; `root` included).
     User(String),
     /// A uid per team from `task_uids` (a worker running as root, by default).
@@ -59,14 +61,18 @@ impl TaskIdentity {
                     "task_uids: the worker runs as uid {euid} and cannot switch users; run it as root or drop task_uids"
                 ));
             }
-            if let Some(user) = task_user.filter(|u| own_name().as_deref() != Some(u.as_str())) {
+            if let Some(user) = task_user.as_ref().filter(|u| own_name().as_deref() != Some(u.as_str())) {
                 return Err(format!(
                     "task_user: the worker runs as uid {euid} and cannot switch to {user:?}; run it as root or drop task_user"
                 ));
             }
-            return Ok(Self::Own { uid: euid.as_raw() });
+            return Ok(Self::Own { uid: euid.as_raw(), named: task_user });
         }
         if let Some(user) = task_user {
+            if own_name().as_deref() == Some(user.as_str()) {
+                // Nothing to switch: the task is spawned as the worker is.
+                return Ok(Self::Own { uid: euid.as_raw(), named: Some(user) });
+            }
             return Ok(Self::User(user));
         }
         let (first, last) = match task_uids {
@@ -81,8 +87,8 @@ impl TaskIdentity {
     #[must_use]
     pub fn describe(&self) -> String {
         match self {
-            Self::Own { uid } => format!("worker's own uid {uid}"),
-            Self::User(user) => user.clone(),
+            Self::Own { named: Some(user), .. } | Self::User(user) => user.clone(),
+            Self::Own { uid, named: None } => format!("worker's own uid {uid}"),
             Self::TeamUids(uids) => format!("uid per team {}-{}", uids.first, uids.last),
         }
     }
@@ -264,6 +270,9 @@ mod tests {
         assert!(matches!(TaskIdentity::resolve(None, None, &d, root), Ok(TaskIdentity::TeamUids(_))));
         let explicit = TaskIdentity::resolve(Some("root".into()), None, &d, root).unwrap();
         assert_eq!(explicit.describe(), "root");
+        assert!(matches!(explicit, TaskIdentity::Own { uid: 0, .. }), "root need not switch to root");
+        let daemon = TaskIdentity::resolve(Some("daemon".into()), None, &d, root).unwrap();
+        assert!(matches!(&daemon, TaskIdentity::User(u) if u == "daemon"), "{daemon:?}");
         let both = TaskIdentity::resolve(Some("root".into()), Some("1-2".into()), &d, root).unwrap_err();
         assert!(both.starts_with("task_uids:"), "{both}");
         assert_eq!(TaskIdentity::resolve(None, None, &d, not_root).unwrap().describe(), "worker's own uid 65534");
