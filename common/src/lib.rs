@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod claim;
 pub mod etcd;
+pub mod harden;
 pub mod metrics;
 pub mod serve;
 pub mod session;

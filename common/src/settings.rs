@@ -10,9 +10,12 @@ pub struct SharedArgs {
     /// Key namespace.
     #[arg(long, env = "ETCRON_NAMESPACE")]
     pub namespace: Option<String>,
-    /// MongoDB URI for execution records.
-    #[arg(long, env = "ETCRON_MONGODB_URI")]
+    /// MongoDB URI for execution records (a URI with a password: prefer `--mongodb-uri-file`).
+    #[arg(long, env = "ETCRON_MONGODB_URI", hide_env_values = true)]
     pub mongodb_uri: Option<String>,
+    /// File holding the MongoDB URI (one line), read once at start; `--mongodb-uri` wins over it.
+    #[arg(long, env = "ETCRON_MONGODB_URI_FILE")]
+    pub mongodb_uri_file: Option<std::path::PathBuf>,
     /// MongoDB database.
     #[arg(long, env = "ETCRON_MONGODB_DB")]
     pub mongodb_db: Option<String>,
@@ -41,6 +44,20 @@ pub struct SharedArgs {
 }
 
 impl SharedArgs {
+    /// Fills `mongodb_uri` from `mongodb_uri_file` (the flag's, else the config file's) when no
+    /// URI was given as a flag or variable; the error names the setting.
+    pub fn read_mongodb_uri_file(&mut self, file: Option<&std::path::Path>) -> Result<(), String> {
+        if self.mongodb_uri.is_some() {
+            return Ok(());
+        }
+        let Some(path) = self.mongodb_uri_file.as_deref().or(file) else { return Ok(()) };
+        let text = std::fs::read(path)
+            .map_err(|e| format!("mongodb_uri_file: cannot read {}: {e}", path.display()))
+            .and_then(|b| String::from_utf8(b).map_err(|_| "mongodb_uri_file: not UTF-8".to_owned()))?;
+        self.mongodb_uri = Some(text.trim_end_matches(['\r', '\n']).to_owned());
+        Ok(())
+    }
+
     /// The etcd security flags, shaped like the file's `[etcd]` table.
     #[must_use]
     pub fn etcd_security(&self) -> EtcdSecurityFile {

@@ -348,7 +348,7 @@ pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {
     if json {
         return print_doc(&v);
     }
-    let mut table = Table::new(&["ID", "HOST", "LABELS", "TEAMS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
+    let mut table = Table::new(&["ID", "HOST", "LABELS", "TEAMS", "TASKS RUN AS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
     for w in v["workers"].as_array().into_iter().flatten() {
         // A worker bound to no team is shared: it runs every team's jobs.
         let teams = w["teams"]
@@ -360,6 +360,7 @@ pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {
             text(&w["hostname"]),
             pairs(&w["labels"]),
             teams,
+            text(&w["task_user"]),
             text(&w["capacity"]),
             text(&w["running"]),
             text(&w["version"]),

@@ -116,6 +116,8 @@ pub struct FileConfig {
     pub namespace: Option<String>,
     pub listen: Option<SocketAddr>,
     pub mongodb_uri: Option<String>,
+    /// A file holding `mongodb_uri` (a URI with a password stays out of this file).
+    pub mongodb_uri_file: Option<PathBuf>,
     pub mongodb_db: Option<String>,
     pub retention: Option<HumanDuration>,
     pub log_level: Option<String>,
@@ -199,12 +201,13 @@ impl FileConfig {
 }
 
 impl Config {
-    pub fn resolve(cli: Cli) -> anyhow::Result<Self> {
+    pub fn resolve(mut cli: Cli) -> anyhow::Result<Self> {
         let file = match &cli.config {
             Some(p) => FileConfig::load(p)?,
             None => FileConfig::default(),
         };
         let security = cli.shared.etcd_security();
+        cli.shared.read_mongodb_uri_file(file.mongodb_uri_file.as_deref()).map_err(anyhow::Error::msg)?;
         let shared = etcron_common::settings::resolve_args(
             cli.shared,
             (file.etcd_endpoints, file.namespace, file.mongodb_uri, file.mongodb_db, file.log_level, file.log_format),

@@ -37,6 +37,11 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    // Before any thread starts: other processes of this uid cannot read the master's memory or
+    // its credentials in /proc.
+    if let Err(e) = etcron_common::harden::harden_process() {
+        eprintln!("etcron-master: warning: {e}");
+    }
     let (level, json) = (config.log_level.clone(), config.json_logs);
     etcron_common::settings::run_main("etcron-master", &level, json, || run(config))
 }

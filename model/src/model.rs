@@ -39,6 +39,11 @@ pub struct WorkerInfo {
     /// Empty: a shared worker, which runs every job, with a team or without.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub teams: Vec<String>,
+    /// Who its shell tasks without `task.user` run as: an account the admin chose (`task_user`,
+    /// `root` included), `uid per team FIRST-LAST`, or `worker's own uid N`. Absent for workers
+    /// that predate the setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_user: Option<String>,
 }
 
 impl WorkerInfo {

@@ -491,6 +491,10 @@ pub struct WorkerOpts {
     /// own state directory.
     pub default_identity: bool,
     pub extra: Vec<String>,
+    /// `--task-user`: who tasks without `task.user` run as. `root` by default here (the tests'
+    /// tasks write into root's temporary directories); `None` for the worker's own default (a
+    /// uid per team on a worker running as root).
+    pub task_user: Option<String>,
     /// Extra environment, e.g. `faketime_env(..)`.
     pub env: Vec<(String, String)>,
     /// `--task-network-allow`: loopback ([`LOOPBACK_ALLOW`]) by default, as tests' HTTP and gRPC
@@ -528,6 +532,7 @@ impl WorkerOpts {
             data_dir: None,
             default_identity: false,
             extra: Vec::new(),
+            task_user: Some("root".to_owned()),
             env: Vec::new(),
             task_network_allow: LOOPBACK_ALLOW.iter().map(|&n| n.to_owned()).collect(),
         }
@@ -574,6 +579,9 @@ impl Worker {
         }
         if !opts.task_network_allow.is_empty() {
             cmd.args(["--task-network-allow", &opts.task_network_allow.join(",")]);
+        }
+        if let Some(user) = &opts.task_user {
+            cmd.args(["--task-user", user]);
         }
         cmd.args(&opts.extra);
         cmd.env("RUST_LOG", "info");

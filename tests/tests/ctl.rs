@@ -274,6 +274,7 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     // workers ls names the worker.
     let out = ctl(&c, &["workers", "ls"]).await.ok();
     assert!(out.stdout.starts_with("ID") && out.stdout.contains("CAPACITY"), "{}", out.stdout);
+    assert!(out.stdout.contains("TASKS RUN AS") && out.stdout.contains(" root "), "{}", out.stdout);
     assert!(out.stdout.lines().any(|l| l.starts_with("w1 ")), "{}", out.stdout);
     let out = ctl(&c, &["workers", "ls", "-o", "json"]).await.ok();
     assert_eq!(out.json()["workers"][0]["id"], "w1");

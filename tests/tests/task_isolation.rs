@@ -1,15 +1,20 @@
 //! What a job can reach and what can reach a worker, against real etcd, `mongod`, master and
 //! worker processes: a task's environment holds only what is allowed (never the worker's
-//! credentials), a `cwd` missing on the worker is named in the record, specs that could never
+//! credentials), a task cannot read its worker's `/proc/<pid>/` (non-dumpable) nor find the
+//! worker's credentials in its environment block, tasks of two teams on a worker running as
+//! root run as two uids and cannot read each other's `/proc`, a progress token is good for its
+//! own execution only, a `cwd` missing on the worker is named in the record, specs that could never
 //! run or that would smuggle headers or duplicate keys are refused at save time naming the
 //! field, and a pile of half-sent requests cannot keep the worker's live-output server from
 //! answering.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::time::Duration;
 
-use etcron_tests::{free_port, urlencode, wait_for, Cluster, WorkerOpts};
+use etcron_tests::{bin, free_port, urlencode, wait_for, Cluster, Proc, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -61,6 +66,163 @@ async fn tasks_get_an_allowed_environment_and_a_missing_cwd_is_named() -> anyhow
     let record = run_once(&c, "nowhere", spec).await?;
     assert_eq!(record["status"], "failed", "{record}");
     assert_eq!(record["error"], "cwd /surely/not/on/this/worker does not exist on worker w1", "{record}");
+    Ok(())
+}
+
+/// What a task tries against its worker: read its environment (as `$PPID` and by pid), its
+/// memory and its descriptors.
+fn snoop_command(worker_pid: u32) -> String {
+    format!(
+        "echo parent=$PPID; cat /proc/$PPID/environ; echo; tr '\\0' '\\n' < /proc/{worker_pid}/environ; \
+         head -c 64 /proc/$PPID/mem; ls /proc/$PPID/fd; true"
+    )
+}
+
+/// The worker's credentials (none of which is used here: no etcd user; the flag's URI wins over
+/// the variable's) and a variable that shows whether its environment could be read at all.
+fn worker_env() -> Vec<(String, String)> {
+    vec![
+        ("ETCRON_ETCD_PASSWORD".to_owned(), "etcd-pw-sentinel-1".to_owned()),
+        ("ETCRON_MONGODB_URI".to_owned(), "mongodb://etcron:mongo-pw-sentinel-2@127.0.0.1:1/".to_owned()),
+        ("WORKER_MARKER".to_owned(), "worker-env-was-read".to_owned()),
+    ]
+}
+
+/// Starts a worker as `nobody` (through `setpriv`, from a copy of the binary nobody can reach,
+/// with a data dir of its own), its credentials in its environment.
+fn nobody_worker(c: &Cluster, dir: &Path) -> anyhow::Result<Proc> {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    let worker = dir.join("etcron-worker");
+    std::fs::copy(bin("etcron-worker")?, &worker)?;
+    let data = dir.join("data-nobody");
+    std::fs::create_dir_all(&data)?;
+    let nobody = nix::unistd::User::from_name("nobody")?.expect("the nobody account");
+    nix::unistd::chown(&data, Some(nobody.uid), Some(nobody.gid))?;
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]).arg(&worker).current_dir("/");
+    cmd.args(["--etcd-endpoints", &c.etcd.endpoint, "--namespace", &c.namespace, "--worker-id", "w-nobody"]);
+    cmd.args(["--session-ttl", "3s", "--labels", "who=nobody", "--mongodb-uri", &c.mongo.uri, "--mongodb-db", &c.db]);
+    cmd.arg("--data-dir").arg(&data).envs(worker_env()).env("RUST_LOG", "info");
+    Proc::spawn("worker w-nobody", cmd, c.logs.join("worker-w-nobody.log"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_cannot_read_its_workers_memory_or_credentials() -> anyhow::Result<()> {
+    assert!(nix::unistd::geteuid().is_root(), "starting a worker as nobody needs the tests to run as root");
+    let mut c = Cluster::start("worker-proc", 0).await?;
+    let dir = tempfile::tempdir()?;
+    let mut nobody = nobody_worker(&c, dir.path())?;
+    // A worker whose tasks run as root (the admin's choice): they can read any /proc, so only
+    // the scrubbed environment block keeps the credentials from them.
+    let mut opts = WorkerOpts::new("w-root");
+    opts.labels.insert("who".to_owned(), "root".to_owned());
+    opts.env = worker_env();
+    c.add_worker(opts)?;
+    c.wait_workers(2).await?;
+    let workers = c.get("/api/workers").await?;
+    let shown =
+        |id: &str| workers["workers"].as_array().unwrap().iter().find(|w| w["id"] == id).unwrap()["task_user"].clone();
+    assert_eq!((shown("w-root"), shown("w-nobody")), (json!("root"), json!("worker's own uid 65534")), "{workers}");
+
+    // Same uid as the task: the worker's /proc files are root's, its environment unreadable.
+    let pid = nobody.pid().unwrap();
+    let spec = json!({"schedule": "@yearly", "selector": {"who": "nobody"},
+        "task": {"kind": "shell", "command": snoop_command(pid)}});
+    let record = run_once(&c, "snoop-own-uid", spec).await?;
+    let output = record["output"].as_str().unwrap_or_default();
+    assert_eq!(record["status"], "succeeded", "{record}");
+    assert!(output.contains(&format!("parent={pid}")), "the task's parent is the worker:\n{output}");
+    assert!(output.contains("Permission denied"), "{output}");
+    for leaked in ["worker-env-was-read", "etcd-pw-sentinel-1", "mongo-pw-sentinel-2"] {
+        assert!(!output.contains(leaked), "{leaked} read by a task of the worker's uid:\n{output}");
+    }
+
+    // Root reads the block, which no longer holds the credentials.
+    let pid = c.workers[0].proc.pid().unwrap();
+    let spec = json!({"schedule": "@yearly", "selector": {"who": "root"},
+        "task": {"kind": "shell", "command": snoop_command(pid)}});
+    let record = run_once(&c, "snoop-as-root", spec).await?;
+    let output = record["output"].as_str().unwrap_or_default();
+    assert!(output.contains("WORKER_MARKER=worker-env-was-read"), "root reads the environment:\n{output}");
+    for leaked in ["etcd-pw-sentinel-1", "mongo-pw-sentinel-2"] {
+        assert!(!output.contains(leaked), "{leaked} left in the worker's environment block:\n{output}");
+    }
+    assert!(nobody.running(), "the worker as nobody is still up");
+    Ok(())
+}
+
+/// Writes `uid theirs own url token` of the running task to `file`, then stays running:
+/// `theirs` counts the processes whose environment holds `other_secret` and that the task could
+/// read, `own` those holding its own `SECRET` (its own processes: the search works).
+fn team_task(file: &Path, other_secret: &str) -> String {
+    format!(
+        "theirs=$(grep -a -l {other_secret} /proc/[0-9]*/environ 2>/dev/null | wc -l); \
+         own=$(grep -a -l \"$SECRET\" /proc/[0-9]*/environ 2>/dev/null | wc -l); \
+         echo \"$(id -u) $theirs $own $ETCRON_PROGRESS_URL $ETCRON_PROGRESS_TOKEN\" > {file}.tmp && mv {file}.tmp {file}; sleep 60",
+        file = file.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_teams_tasks_run_as_two_uids_and_a_progress_token_is_its_executions_own() -> anyhow::Result<()> {
+    assert!(nix::unistd::geteuid().is_root(), "a worker giving teams their uids runs as root");
+    let mut c = Cluster::start("team-uids", 0).await?;
+    let mut opts = WorkerOpts::new("w1");
+    opts.task_user = None; // the default of a worker running as root
+    c.add_worker(opts)?;
+    c.wait_workers(1).await?;
+    let workers = c.get("/api/workers").await?;
+    assert_eq!(workers["workers"][0]["task_user"], "uid per team 70000-70999", "{workers}");
+    // A directory every uid may write to (the test's own work dir is root's alone).
+    std::fs::set_permissions(c.work.path(), std::fs::Permissions::from_mode(0o755))?;
+    let shared = c.path("shared");
+    std::fs::create_dir_all(&shared)?;
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777))?;
+
+    let (beta_file, alpha_file) = (shared.join("beta"), shared.join("alpha"));
+    for (job, team, file, secret, other) in [
+        ("beta-job", "beta", &beta_file, "beta-secret-value", "alpha-secret-value"),
+        ("alpha-job", "alpha", &alpha_file, "alpha-secret-value", "beta-secret-value"),
+    ] {
+        let spec = json!({"schedule": "@yearly", "team": team, "task": {"kind": "shell",
+            "command": team_task(file, other), "secret_env": {"SECRET": secret}}});
+        c.put_job(job, spec).await?;
+    }
+    let started = |file: &Path| {
+        let file = file.to_owned();
+        wait_for(Duration::from_secs(30), "the task's report", move || {
+            let text = std::fs::read_to_string(&file).ok();
+            async move { text.map(|t| t.split_whitespace().map(str::to_owned).collect::<Vec<_>>()) }
+        })
+    };
+    let (status, body) = c.call(Method::POST, "/api/jobs/beta-job/run", None).await?;
+    anyhow::ensure!(status < 300, "{status} {body}");
+    let beta = started(&beta_file).await?;
+    let (status, body) = c.call(Method::POST, "/api/jobs/alpha-job/run", None).await?;
+    anyhow::ensure!(status < 300, "{status} {body}");
+    let alpha = started(&alpha_file).await?;
+
+    let uid = |report: &[String]| report[0].parse::<u32>().unwrap();
+    assert!((70_000..=70_999).contains(&uid(&alpha)), "{alpha:?}");
+    assert!((70_000..=70_999).contains(&uid(&beta)), "{beta:?}");
+    assert_ne!(uid(&alpha), uid(&beta), "two teams, two uids");
+    // Alpha's task reads its own processes' environment (its secret), never beta's running one.
+    assert_eq!(alpha[1], "0", "alpha's task read beta's environment: {alpha:?}");
+    assert_ne!(alpha[2], "0", "alpha's task reads its own processes' environment: {alpha:?}");
+
+    // Beta's progress URL takes beta's token, not alpha's.
+    let post = |url: String, token: String| {
+        let http = c.http.clone();
+        async move {
+            let resp = http.post(url).bearer_auth(token).header("content-type", "application/json");
+            resp.body(r#"{"percent": 10}"#).send().await.unwrap().status().as_u16()
+        }
+    };
+    assert_eq!(post(beta[3].clone(), alpha[4].clone()).await, 401, "alpha's token for beta's execution");
+    assert_eq!(post(beta[3].clone(), beta[4].clone()).await, 204, "beta's own token");
+    for job in ["alpha-job", "beta-job"] {
+        c.call(Method::POST, &format!("/api/jobs/{job}/kill"), None).await?;
+    }
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 // The harness has created: nightly-report (labels team=data, one succeeded run), paused-job
 // (enabled: false), mars-only (selector region=mars, no worker matches) and as-backup (runs as
 // user backup, which no worker allows) and auto-paused (paused by its failures); worker w1 runs,
-// as its own user.
+// its tasks as root (the harness's --task-user root).
 import assert from "node:assert/strict";
 import path from "node:path";
 import { args, call, launch, open } from "./lib.mjs";
@@ -62,7 +62,7 @@ try {
   await page.goto(base + "/#/workers");
   await page.locator('tr[data-worker="w1"]').waitFor();
   assert.match(await page.locator('tr[data-worker="w1"]').innerText(), /0 \/ 64/);
-  assert.match(await page.locator('tr[data-worker="w1"]').innerText(), /its own user/);
+  assert.match(await page.locator('tr[data-worker="w1"]').innerText(), /\broot\b/);
   const unmatched = await page.locator("#unmatched").innerText();
   assert.match(unmatched, /mars-only needs a worker that matches region=mars/);
   assert.match(unmatched, /as-backup needs a worker that may run tasks as backup/);

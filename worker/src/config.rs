@@ -36,6 +36,15 @@ pub struct Cli {
     /// job without a team. Unset or empty: a shared worker running every job.
     #[arg(long, env = "ETCRON_TEAMS")]
     pub teams: Option<String>,
+    /// The account shell tasks without `task.user` run as (`root` included): the admin's
+    /// choice for the whole worker. Default on a worker running as root: a uid per team
+    /// (`--task-uids`); else the worker's own account.
+    #[arg(long, env = "ETCRON_TASK_USER")]
+    pub task_user: Option<String>,
+    /// On a worker running as root without `--task-user`: the uids (`FIRST-LAST`, default
+    /// `70000-70999`) given one per team to shell tasks without `task.user`.
+    #[arg(long, env = "ETCRON_TASK_UIDS")]
+    pub task_uids: Option<String>,
     /// Concurrent executions.
     #[arg(long, env = "ETCRON_CAPACITY")]
     pub capacity: Option<u32>,
@@ -103,6 +112,8 @@ pub struct FileConfig {
     pub labels: Option<BTreeMap<String, String>>,
     pub run_as_users: Option<Vec<String>>,
     pub teams: Option<Vec<String>>,
+    pub task_user: Option<String>,
+    pub task_uids: Option<String>,
     pub capacity: Option<u32>,
     pub session_ttl: Option<HumanDuration>,
     pub kill_grace: Option<HumanDuration>,
@@ -111,6 +122,8 @@ pub struct FileConfig {
     pub claim_ahead: Option<HumanDuration>,
     pub max_output: Option<usize>,
     pub mongodb_uri: Option<String>,
+    /// A file holding `mongodb_uri` (a URI with a password stays out of this file).
+    pub mongodb_uri_file: Option<PathBuf>,
     pub mongodb_db: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub metrics_listen: Option<std::net::SocketAddr>,
@@ -137,6 +150,8 @@ pub struct Config {
     pub run_as_users: Vec<String>,
     /// The teams whose jobs alone this worker runs; empty: every job (a shared worker).
     pub teams: Vec<String>,
+    /// Who shell tasks without `task.user` run as (`task_user`, `task_uids`).
+    pub task_identity: crate::task_uids::TaskIdentity,
     pub capacity: u32,
     pub session_ttl: Duration,
     pub kill_grace: Duration,
@@ -251,12 +266,13 @@ pub fn parse_labels(text: &str) -> anyhow::Result<BTreeMap<String, String>> {
 }
 
 impl Config {
-    pub fn resolve(cli: Cli) -> anyhow::Result<Self> {
+    pub fn resolve(mut cli: Cli) -> anyhow::Result<Self> {
         let file = match &cli.config {
             Some(p) => FileConfig::load(p)?,
             None => FileConfig::default(),
         };
         let security = cli.shared.etcd_security();
+        cli.shared.read_mongodb_uri_file(file.mongodb_uri_file.as_deref()).map_err(anyhow::Error::msg)?;
         let shared = etcron_common::settings::resolve_args(
             cli.shared,
             (file.etcd_endpoints, file.namespace, file.mongodb_uri, file.mongodb_db, file.log_level, file.log_format),
@@ -291,6 +307,13 @@ impl Config {
         };
         crate::run_as::check_config(&run_as_users, nix::unistd::geteuid().is_root()).map_err(anyhow::Error::msg)?;
         let teams = teams(cli.teams, file.teams)?;
+        let task_identity = crate::task_uids::TaskIdentity::resolve(
+            cli.task_user.or(file.task_user),
+            cli.task_uids.or(file.task_uids),
+            &data_dir,
+            nix::unistd::geteuid(),
+        )
+        .map_err(anyhow::Error::msg)?;
         let capacity = cli.capacity.or(file.capacity).unwrap_or(64);
         if capacity == 0 || capacity > MAX_CAPACITY {
             bail!("capacity: must be between 1 and {MAX_CAPACITY}, got {capacity}");
@@ -342,6 +365,7 @@ impl Config {
             labels,
             run_as_users,
             teams,
+            task_identity,
             capacity,
             session_ttl,
             kill_grace,
@@ -407,6 +431,9 @@ mod tests {
             (vec!["--task-env-passthrough", "A-B"], "task_env_passthrough"),
             (vec!["--task-network-allow", "127.0.0.0/8,10.0.0.0/40"], "task_network_allow"),
             (vec!["--teams", "alpha,Beta"], "teams"),
+            (vec!["--task-uids", "5"], "task_uids"),
+            (vec!["--task-user", "0"], "task_user"),
+            (vec!["--mongodb-uri-file", "/nonexistent/uri"], "mongodb_uri_file: cannot read /nonexistent/uri"),
         ] {
             let err = format!("{:#}", Config::resolve(cli(&args)).unwrap_err());
             assert!(err.contains(needle), "{args:?}: {err}");
@@ -425,6 +452,21 @@ mod tests {
         std::fs::write(&path, "task_env_passthrough = [\"PATH\", \"PGHOST\"]\n").unwrap();
         let c = Config::resolve(cli(&["--config", path.to_str().unwrap()])).unwrap();
         assert_eq!(c.task_env_passthrough, ["PATH", "PGHOST"]);
+    }
+
+    #[test]
+    fn the_mongodb_uri_may_come_from_a_file() {
+        let dir = tempfile_dir();
+        let path = dir.join("mongodb-uri");
+        std::fs::write(&path, "mongodb://etcron:pw@db1/?replicaSet=rs0\n").unwrap();
+        let c = Config::resolve(cli(&["--mongodb-uri-file", path.to_str().unwrap()])).unwrap();
+        assert_eq!(c.mongodb_uri, "mongodb://etcron:pw@db1/?replicaSet=rs0");
+        let toml = dir.join("uri.toml");
+        std::fs::write(&toml, format!("mongodb_uri_file = {:?}\n", path.to_str().unwrap())).unwrap();
+        let c = Config::resolve(cli(&["--config", toml.to_str().unwrap()])).unwrap();
+        assert_eq!(c.mongodb_uri, "mongodb://etcron:pw@db1/?replicaSet=rs0");
+        let c = Config::resolve(cli(&["--config", toml.to_str().unwrap(), "--mongodb-uri", "mongodb://h/"])).unwrap();
+        assert_eq!(c.mongodb_uri, "mongodb://h/", "the flag wins");
     }
 
     #[test]

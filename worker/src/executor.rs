@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::live_output::LiveOutput;
-use crate::run_as::{self, Account, RunAs};
+use crate::run_as::{self, Account};
+use crate::task_uids::TaskAccount;
 use etcron_common::job::Limits;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{killpg, Signal};
@@ -47,9 +48,10 @@ pub struct ShellJob {
     /// here (see [`inherited_env`]).
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,
-    /// The account to run as (`task.user`/`task.group`), already allowed by the worker's
-    /// `run_as_users`; resolved on this machine when the task starts.
-    pub run_as: Option<RunAs>,
+    /// The account to run as (`task.user`/`task.group`, already allowed by the worker's
+    /// `run_as_users`, or the worker's `task_user`/team uid); resolved on this machine when the
+    /// task starts. `None`: as the worker itself.
+    pub run_as: Option<TaskAccount>,
     /// Named in errors the worker alone can see (a `cwd` missing on this machine).
     pub worker_id: String,
     pub timeout: Option<Duration>,
@@ -186,7 +188,7 @@ pub async fn run_shell(
     // service.
     let (run_as, worker_id) = (job.run_as.clone(), job.worker_id.clone());
     let spawned = tokio::task::spawn_blocking(move || {
-        let account = match run_as.as_ref().map(|r| run_as::resolve(r, &worker_id)).transpose() {
+        let account = match run_as.as_ref().map(|r| r.resolve(&worker_id)).transpose() {
             Ok(account) => account,
             Err(refused) => return (Err(Refused::Account(refused)), etcron_common::now_ms()),
         };

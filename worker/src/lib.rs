@@ -39,5 +39,6 @@ pub mod silence;
 pub mod state;
 pub mod taken;
 pub mod task_network;
+pub mod task_uids;
 pub mod watcher;
 pub mod wheel;

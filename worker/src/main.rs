@@ -42,6 +42,11 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    // Before any thread starts: tasks running as the worker's uid cannot read its memory, its
+    // descriptors or its environment in /proc, and its credentials leave its environment block.
+    if let Err(e) = etcron_common::harden::harden_process() {
+        eprintln!("etcron-worker: warning: {e}");
+    }
     let (level, json) = (config.log_level.clone(), config.json_logs);
     etcron_common::settings::run_main("etcron-worker", &level, json, || run(config))
 }
@@ -349,6 +354,7 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
         run_as_users: ctx.config.run_as_users.clone(),
         task_network_allow: ctx.task_network.allowed(),
         teams: ctx.config.teams.clone(),
+        task_user: Some(ctx.config.task_identity.describe()),
         capacity: ctx.config.capacity,
         running,
         version: etcron_common::VERSION.to_owned(),

@@ -197,6 +197,7 @@ mod tests {
                 run_as_users: Vec::new(),
                 task_network_allow: Vec::new(),
                 teams: Vec::new(),
+                task_user: None,
             };
             m.inner.write().unwrap().insert((*id).to_owned(), info);
         }

@@ -23,8 +23,9 @@ use crate::metrics::METRICS;
 use crate::progress::{Fence, Tracker};
 use crate::race::WonClaim;
 use crate::record::base_record;
-use crate::run_as::{self, RunAs};
+use crate::run_as;
 use crate::state::Context;
+use crate::task_uids::TaskAccount;
 
 /// How long a task must run before its `running` record is written and its running marker is
 /// updated with pid and fencing token.
@@ -56,9 +57,8 @@ pub(crate) async fn execute(
         .map_or(ctx.config.max_output, |m| usize::try_from(m).unwrap_or(usize::MAX).min(ctx.config.max_output));
     match &fire.spec.task {
         Task::Shell(shell) => {
-            let run_as = shell.user.as_ref().map(|user| RunAs { user: user.clone(), group: shell.group.clone() });
             if let Some(refused) =
-                run_as.as_ref().and_then(|r| run_as::refusal(&ctx.config.run_as_users, &r.user, &ctx.config.worker_id))
+                shell.user.as_ref().and_then(|u| run_as::refusal(&ctx.config.run_as_users, u, &ctx.config.worker_id))
             {
                 return Finished::not_started(Ending::SpawnFailed(refused));
             }
@@ -76,6 +76,12 @@ pub(crate) async fn execute(
                     )));
                 }
             };
+            let run_as = TaskAccount::of(
+                shell.user.as_deref(),
+                shell.group.as_deref(),
+                fire.spec.team.as_deref(),
+                &ctx.config.task_identity,
+            );
             // Followable from now until the run ends (the guard's drop ends the followers).
             let env = shell_env(ctx, fire, shell, params, fencing_token, &reporting);
             let live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker), Lines::Reports);
