@@ -41,6 +41,8 @@ pub struct Options {
     pub system: bool,
     /// The timezone of jobs before any `CRON_TZ`/`TZ` line (etcron's default, UTC, when none).
     pub timezone: Option<String>,
+    /// The team every job belongs to (`--team`): what a token with a role on teams only needs.
+    pub team: Option<String>,
 }
 
 /// One job line, as a job.
@@ -145,6 +147,9 @@ pub fn parse(text: &str, options: &Options) -> Result<Crontab, Vec<LineError>> {
             task["env"] = json!(env);
         }
         let mut spec = json!({"schedule": entry.schedule, "labels": labels, "task": task});
+        if let Some(team) = &options.team {
+            spec["team"] = json!(team);
+        }
         match &timezone {
             Some(tz) => spec["timezone"] = json!(tz),
             None => unzoned = unzoned.or(Some(n)),
@@ -404,6 +409,9 @@ pub async fn import(
     options: &Options,
     apply: crate::apply::Options,
 ) -> anyhow::Result<()> {
+    if let Some(team) = &options.team {
+        etcron_model::job::validate_team(team).map_err(|e| crate::exit::Usage(format!("--team: {e}")))?;
+    }
     if let Some(tz) = &options.timezone {
         etcron_model::schedule::parse_timezone(tz).map_err(|e| crate::exit::Usage(format!("--timezone: {e}")))?;
     }
@@ -542,7 +550,7 @@ BACKUP_DIR = \"/srv/backup\"
         assert_eq!(a.jobs[0].name, b.jobs[0].name, "blanks and surroundings do not count");
         let c = jobs("0 4 * * * backup.sh\n");
         assert_ne!(a.jobs[0].name, c.jobs[0].name, "another schedule is another job");
-        let sys = parse("0 3 * * * root backup.sh\n", &Options { system: true, timezone: None }).unwrap();
+        let sys = parse("0 3 * * * root backup.sh\n", &Options { system: true, timezone: None, team: None }).unwrap();
         assert_ne!(sys.jobs[0].name, a.jobs[0].name);
         assert_eq!(sys.jobs[0].spec["labels"]["crontab-user"], "root");
         assert_eq!(sys.jobs[0].spec["task"]["user"], "root", "the user column is the task's user");
@@ -578,7 +586,7 @@ BACKUP_DIR = \"/srv/backup\"
         assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
         assert!(c.warnings[0].starts_with("line 5: schedules without CRON_TZ are read in UTC"), "{:?}", c.warnings);
         // With --timezone: the zone of lines before any TZ, and after an empty one; no warning.
-        let c = parse(text, &Options { system: false, timezone: Some("Europe/Paris".into()) }).unwrap();
+        let c = parse(text, &Options { system: false, timezone: Some("Europe/Paris".into()), team: None }).unwrap();
         assert_eq!(c.jobs[0].spec["timezone"], "Asia/Tokyo");
         assert_eq!(c.jobs[1].spec["timezone"], "Europe/Paris");
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
@@ -612,7 +620,7 @@ not a job line
         assert!(e[5].1.contains("ETCRON_ prefix"), "{e:#?}");
         assert!(e[6].1.starts_with("expected 5 schedule fields"), "{e:#?}");
         assert!(e[7].1.starts_with("repeats line 8"), "{e:#?}");
-        let e = errors("0 3 * * * root\n", &Options { system: true, timezone: None });
+        let e = errors("0 3 * * * root\n", &Options { system: true, timezone: None, team: None });
         assert!(e[0].1.ends_with("this line has no command"), "{e:#?}");
     }
 

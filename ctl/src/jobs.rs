@@ -348,7 +348,8 @@ pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {
     if json {
         return print_doc(&v);
     }
-    let mut table = Table::new(&["ID", "HOST", "LABELS", "TEAMS", "TASKS RUN AS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
+    let mut table =
+        Table::new(&["ID", "HOST", "LABELS", "TEAMS", "TASKS RUN AS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
     for w in v["workers"].as_array().into_iter().flatten() {
         // A worker bound to no team is shared: it runs every team's jobs.
         let teams = w["teams"]

@@ -142,6 +142,10 @@ enum Command {
         /// the jobs' timezone where no CRON_TZ line says otherwise (UTC by default).
         #[arg(long, requires = "crontab")]
         timezone: Option<String>,
+        /// The team of every job the crontab makes (a token with roles on teams only can save
+        /// nothing else).
+        #[arg(long, requires = "crontab")]
+        team: Option<String>,
         #[command(flatten)]
         prune: PruneArgs,
         /// Print what would change, change nothing; exit 7 when something would change.
@@ -580,10 +584,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             jobs::preview(&client, &schedule, options, json).await
         }
         Command::Export { names, file, format } => jobs::export(&client, &names, file.as_deref(), format, json).await,
-        Command::Import { mut files, file, crontab, system, timezone, prune, dry_run } => {
+        Command::Import { mut files, file, crontab, system, timezone, team, prune, dry_run } => {
             let options = apply::Options { prune: prune.into(), dry_run, json };
             if !crontab.is_empty() {
-                return crontab::import(&client, &crontab, &crontab::Options { system, timezone }, options).await;
+                return crontab::import(&client, &crontab, &crontab::Options { system, timezone, team }, options).await;
             }
             files.extend(file);
             apply::apply(&client, &files, options).await

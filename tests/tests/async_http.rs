@@ -121,6 +121,36 @@ async fn remote_at(ip: &str, state: Remote) -> Result<String> {
     Ok(url)
 }
 
+/// A status server on loopback whose `GET` answers 200 and then a byte of its body every
+/// 300 ms (never finishing in time), and whose `DELETE` answers 204 at once; its base URL.
+async fn trickling_status() -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = [0_u8; 4096];
+                let n = socket.read(&mut head).await.unwrap_or(0);
+                if head[..n].starts_with(b"DELETE") {
+                    let _ = socket.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n").await;
+                    return;
+                }
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n")
+                    .await;
+                for _ in 0..1000 {
+                    if socket.write_all(b" ").await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            });
+        }
+    });
+    Ok(url)
+}
+
 fn job(url: &str, steps: u32, extra: &str, poll: Value) -> Value {
     json!({"schedule": "@yearly", "task": {"kind": "http", "method": "POST",
         "url": format!("{url}/work?steps={steps}{extra}"), "secret_headers": {"X-Api-Key": "k3y"}, "async": poll}})
@@ -215,6 +245,18 @@ async fn kill_and_timeout_send_the_cancel_request_and_bad_specs_are_refused() ->
     let timed = record(&c, &run(&c, "slow").await?, "timed_out").await?;
     assert!(remote.works()[1].cancelled, "the timeout sent the cancel request");
     assert!(timed["output"].as_str().unwrap().contains("polling timed out after 2s"), "{timed}");
+
+    // A status answer that trickles in (a byte every 300 ms) does not outlive the polling
+    // timeout either.
+    let trickle = trickling_status().await?;
+    let mut slow =
+        job(&url, 1_000_000, &format!("&status_at={trickle}"), json!({"interval": "200ms", "timeout": "2s"}));
+    slow["timeout"] = json!("1m");
+    c.put_job("trickled", slow).await?;
+    let started = std::time::Instant::now();
+    let timed = record(&c, &run(&c, "trickled").await?, "timed_out").await?;
+    assert!(started.elapsed() < Duration::from_secs(20), "timed out after {:?}", started.elapsed());
+    assert!(timed["output"].as_str().unwrap().contains("a status answer was still arriving"), "{timed}");
 
     for (poll, extra, field) in [
         (json!({"interval": "10ms"}), json!({}), "task.async.interval"),

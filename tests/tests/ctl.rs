@@ -1463,6 +1463,17 @@ async fn import_crontab_makes_a_job_of_each_line() -> anyhow::Result<()> {
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("--timezone: unknown timezone \"Mars/Olympus\""), "{out:?}");
     assert_eq!(ctl(&c, &["import", &sys_file, "--system"]).await.code, 2, "--system without --crontab");
+
+    // --team: every job the crontab makes is the team's (what a team-only token can import).
+    write(&dir, "team", "CRON_TZ=UTC\n0 5 * * * echo for-payments\n");
+    let team_file = dir.join("team").display().to_string();
+    let out = ctl(&c, &["import", "--crontab", &team_file, "--team", "payments"]).await.ok();
+    assert!(out.stdout.contains("1 created"), "{out:?}");
+    let made = specs(&c).await.into_iter().find(|(_, s)| s["task"]["command"] == "echo for-payments").unwrap().1;
+    assert_eq!(made["team"], "payments");
+    let out = ctl(&c, &["import", "--crontab", &team_file, "--team", "Not A Team"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--team: "), "{out:?}");
     assert_eq!(ctl(&c, &["import", "--crontab", &dir.join("missing").display().to_string()]).await.code, 2);
     Ok(())
 }

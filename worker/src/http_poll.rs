@@ -78,7 +78,19 @@ pub(crate) async fn follow(
             return Ending::TimedOut;
         }
         tokio::time::sleep_until(next).await;
-        let doc = match poll_once(job, &url, &headers).await {
+        // The deadline holds while an answer is still arriving (a status body sent a byte at a
+        // time would otherwise keep the run going for ever).
+        let Ok(answer) = tokio::time::timeout_at(deadline, poll_once(job, &url, &headers)).await else {
+            output.push(
+                format!(
+                    "polling timed out after {} (a status answer was still arriving)\n",
+                    humantime::format_duration(limit)
+                )
+                .as_bytes(),
+            );
+            return Ending::TimedOut;
+        };
+        let doc = match answer {
             Ok(doc) => doc,
             Err(PollError::Retry(e)) => {
                 errors += 1;
