@@ -20,12 +20,8 @@ use crate::UnixMs;
 pub const MAX_SPEC_BYTES: usize = 64 * 1024;
 /// Longest shell command.
 pub const MAX_COMMAND_BYTES: usize = 16 * 1024;
-/// Most environment variables, headers, labels or selector entries.
-pub const MAX_MAP_ENTRIES: usize = 64;
-/// Longest label/selector/env key.
-pub const MAX_MAP_KEY_LEN: usize = 128;
-/// Longest label/selector/env/header value.
-pub const MAX_MAP_VALUE_LEN: usize = 4096;
+use crate::spec_maps::env_key_ok;
+pub use crate::spec_maps::{MAX_MAP_ENTRIES, MAX_MAP_KEY_LEN, MAX_MAP_VALUE_LEN};
 /// Longest description.
 pub const MAX_DESCRIPTION_LEN: usize = 4096;
 /// Longest team name.
@@ -1169,12 +1165,6 @@ pub fn validate_env_overrides(field: &str, env: &BTreeMap<String, String>) -> Re
         return Err(SpecError::at(&format!("{field}.{k}"), "the ETCRON_ prefix is reserved for variables etcron sets"));
     }
     Ok(())
-}
-
-pub(crate) fn env_key_ok(k: &str) -> bool {
-    !k.is_empty()
-        && !k.starts_with(|c: char| c.is_ascii_digit())
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 fn validate_map(field: &str, map: &BTreeMap<String, String>, key_ok: impl Fn(&str) -> bool) -> Result<(), SpecError> {

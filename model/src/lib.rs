@@ -26,6 +26,7 @@ pub mod progress;
 pub mod schedule;
 pub mod size;
 pub mod spec_error;
+pub mod spec_maps;
 
 /// Milliseconds since the Unix epoch, the unit of every instant etcron stores.
 pub type UnixMs = i64;

@@ -175,7 +175,7 @@ pub fn validate(params: &Params, spec_names: &[(&str, &String)]) -> Result<(), S
     }
     for (name, param) in &params.0 {
         let field = format!("task.params.{name}");
-        if name.len() > crate::job::MAX_MAP_KEY_LEN || !crate::job::env_key_ok(name) {
+        if name.len() > crate::spec_maps::MAX_MAP_KEY_LEN || !crate::spec_maps::env_key_ok(name) {
             return Err(SpecError::at(&field, "invalid name (letters, digits and _, not starting with a digit)"));
         }
         if let Some(why) = refusal(name) {
@@ -238,8 +238,8 @@ fn anchored(pattern: &str) -> Result<regex::Regex, String> {
 }
 
 fn value_ok(value: &str, pattern: Option<&regex::Regex>) -> Result<(), String> {
-    if value.len() > crate::job::MAX_MAP_VALUE_LEN || value.contains('\0') {
-        return Err(format!("value longer than {} bytes or contains NUL", crate::job::MAX_MAP_VALUE_LEN));
+    if value.len() > crate::spec_maps::MAX_MAP_VALUE_LEN || value.contains('\0') {
+        return Err(format!("value longer than {} bytes or contains NUL", crate::spec_maps::MAX_MAP_VALUE_LEN));
     }
     match pattern {
         Some(p) if !p.is_match(value) => Err(format!("{:?} does not match the pattern {}", clip(value), p.as_str())),

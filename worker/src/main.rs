@@ -124,6 +124,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
     tokio::spawn(etcron_worker::alerts::stale_loop(ctx.clone()));
     etcron_worker::metrics::init(config.capacity);
+    etcron_worker::task_network::init_metrics();
     if let Some(addr) = config.metrics_listen {
         etcron_worker::metrics_server::serve(addr, ctx.clone())
             .await

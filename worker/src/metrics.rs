@@ -250,9 +250,6 @@ pub fn init(capacity: u32) {
         METRICS.http_cancels.with_label_values(&[outcome]);
     }
     METRICS.runs_refused.with_label_values(&["run_params"]);
-    for class in crate::task_network::Class::ALL {
-        METRICS.task_connections_refused.with_label_values(&[class.label()]);
-    }
 }
 
 #[cfg(test)]

@@ -105,6 +105,13 @@ impl fmt::Display for Allow {
     }
 }
 
+/// Lists the refusal counter of every class from the first scrape.
+pub fn init_metrics() {
+    for class in Class::ALL {
+        METRICS.task_connections_refused.with_label_values(&[class.label()]);
+    }
+}
+
 /// Parses every entry; the error names the setting and the entry.
 pub fn parse_allow(entries: &[String]) -> Result<Vec<Allow>, String> {
     if entries.len() > MAX_ENTRIES {
