@@ -231,14 +231,14 @@ mod tests {
         assert!(low.contains("change_bytes_rate"), "{low}");
         let zero = ChangeLimitSettings { max_jobs_per_team: Some(0), ..Default::default() }.checked().unwrap_err();
         assert!(zero.contains("max_jobs_per_team"), "{zero}");
-        let small =
-            ChangeLimitSettings { max_history_bytes_per_job: 10, ..Default::default() }.checked().unwrap_err();
+        let small = ChangeLimitSettings { max_history_bytes_per_job: 10, ..Default::default() }.checked().unwrap_err();
         assert!(small.contains("max_history_bytes_per_job"), "{small}");
     }
 
     #[test]
     fn a_refusal_is_a_429_with_retry_after() {
-        let limits = ChangeLimits::new(ChangeLimitSettings { bytes_rate: 1024, bytes_burst: 4096, ..Default::default() });
+        let limits =
+            ChangeLimits::new(ChangeLimitSettings { bytes_rate: 1024, bytes_burst: 4096, ..Default::default() });
         limits.charge("pay-admin", &names(&["payments"]), 4096).unwrap();
         let refused = limits.charge("other", &names(&["payments"]), 2048).unwrap_err();
         assert!(refused.message.contains("team \"payments\"") && refused.message.contains("change_bytes_rate"));

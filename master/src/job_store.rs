@@ -199,7 +199,7 @@ impl JobStore {
     }
 
     /// Takes what `writes` would store from the byte budgets of the caller's token and of
-    /// each team the saves name (before [`apply`](Self::apply); a dry run writes nothing and is
+    /// each team the saves name that the caller may save into (before [`apply`](Self::apply); a dry run writes nothing and is
     /// not charged). A save costs its spec twice (the job and its saved version) and
     /// [`CHANGE_OVERHEAD_BYTES`](crate::change_limits::CHANGE_OVERHEAD_BYTES); a delete frees
     /// space and costs nothing.
@@ -213,7 +213,12 @@ impl JobStore {
             if let Change::Put(spec) = &w.change {
                 let size = serde_json::to_vec(spec).map_or(MAX_SPEC_BYTES, |v| v.len()) as u64;
                 bytes += 2 * size + crate::change_limits::CHANGE_OVERHEAD_BYTES;
-                teams.extend(spec.team.iter().filter(|t| !teams.contains(t)).cloned().collect::<Vec<_>>());
+                // Only a team the caller may save into: a save it will be refused cannot spend
+                // another team's budget.
+                let team = spec.team.as_deref().filter(|t| scope.caller.access.on(Some(t)) >= Some(scope.needed));
+                if let Some(team) = team.filter(|t| !teams.iter().any(|u| u == t)) {
+                    teams.push(team.to_owned());
+                }
             }
         }
         self.limits.charge(&scope.caller.name, &teams, bytes)
@@ -224,7 +229,8 @@ impl JobStore {
     fn needs_all(&self, writes: &[Write], pending: &[usize]) -> bool {
         let quota = self.limits.settings.max_jobs_per_team.is_some();
         pending.iter().any(|&i| {
-            has_dependents(&writes[i]) || (quota && matches!(&writes[i].change, Change::Put(spec) if spec.team.is_some()))
+            has_dependents(&writes[i])
+                || (quota && matches!(&writes[i].change, Change::Put(spec) if spec.team.is_some()))
         })
     }
 
@@ -367,7 +373,7 @@ impl JobStore {
         let snapshot = Snapshot { complete: true, ..snapshot };
         let shown = |job: &str| job_teams.as_ref().is_none_or(|t| t.shown(scope, job));
         let quota = self.limits.settings.max_jobs_per_team.filter(|_| all);
-        let accepted = decide_locally(writes, ready, &snapshot, &mut outcomes, (&shown, quota));
+        let accepted = decide_locally(writes, ready, &snapshot, &mut outcomes, &shown, quota);
         let mut planned: Vec<Option<Result<Planned, ApiError>>> =
             outcomes.into_iter().map(|o| o.map(|o| o.map(|_| Planned::Unchanged))).collect();
         for p in accepted {
@@ -439,7 +445,7 @@ impl JobStore {
         if let (Some(snapshot), Some(job_teams)) = (snapshot.as_ref().filter(|s| s.complete), &job_teams) {
             let shown = |job: &str| job_teams.shown(scope, job);
             let quota = self.limits.settings.max_jobs_per_team;
-            ready = decide_locally(writes, ready, snapshot, outcomes, (&shown, quota));
+            ready = decide_locally(writes, ready, snapshot, outcomes, &shown, quota);
         }
         let mut guard = snapshot.as_ref().filter(|s| s.complete).map(|s| s.revision);
         let chunks = chunks(ready);
@@ -835,7 +841,7 @@ async fn prune_history(client: Client, keys: Keys, job: String, max_bytes: u64) 
 /// at most [`MAX_SPEC_VERSIONS`] are left holding at most `max_bytes` in all. The newest is
 /// always kept.
 fn versions_to_prune(mut versions: Vec<(i64, u64, Vec<u8>)>, max_bytes: u64) -> Vec<Vec<u8>> {
-    versions.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    versions.sort_unstable_by_key(|v| std::cmp::Reverse(v.0));
     let mut total = 0u64;
     let mut kept = 0usize;
     for (_, size, _) in &versions {
@@ -857,7 +863,8 @@ fn decide_locally(
     ready: Vec<Prepared>,
     snapshot: &Snapshot,
     outcomes: &mut [Option<Outcome>],
-    (shown, quota): (&dyn Fn(&str) -> bool, Option<u64>),
+    shown: &dyn Fn(&str) -> bool,
+    quota: Option<u64>,
 ) -> Vec<Prepared> {
     let mut accepted = Vec::new();
     for p in ready {
@@ -1210,7 +1217,7 @@ mod tests {
             writes.iter().enumerate().filter_map(|(i, w)| prepare(i, w, None, None, (None, None)).ok()).collect()
         };
         let mut outcomes: Vec<Option<Outcome>> = vec![None, None, None];
-        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes, (&|_| true, None));
+        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes, &|_| true, None);
         assert_eq!(accepted.iter().map(|p| p.index).collect::<Vec<_>>(), vec![0, 1], "the swap applies together");
         let Some(Err(e)) = &outcomes[2] else { panic!("c → c must be refused") };
         assert_eq!((e.code, e.field.as_deref()), ("dependency_cycle", Some("on_success[0]")));
@@ -1219,7 +1226,7 @@ mod tests {
         let stale = Precondition { expected: Some(3), create_only: false };
         let writes = vec![write("a", spec(&[]), stale), write("b", spec(&["a"]), any)];
         let mut outcomes: Vec<Option<Outcome>> = vec![None, None];
-        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes, (&|_| true, None));
+        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes, &|_| true, None);
         assert!(accepted.is_empty());
         assert!(matches!(&outcomes[0], Some(Err(e)) if e.status == 409));
         assert!(matches!(&outcomes[1], Some(Err(e)) if e.code == "dependency_cycle"));

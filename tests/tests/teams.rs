@@ -644,7 +644,15 @@ async fn one_team_cannot_fill_etcd_for_the_others() -> anyhow::Result<()> {
     assert_eq!(resp.status(), 429);
     let body: Value = resp.json().await?;
     assert!(body["error"]["message"].as_str().unwrap().contains("team \"a\""), "{body}");
-    // ...while team b's token still saves as much.
+    // Saves naming team b from a token without a role on b are refused, and spend only that
+    // token's budget, never team b's...
+    for round in 0..2 {
+        let resp = post(C_ADMIN, big_batch("b", 30, 15_000, round)).await?;
+        assert_eq!(resp.status(), 200);
+        let body: Value = resp.json().await?;
+        assert!(body["results"].as_array().unwrap().iter().all(|r| r["outcome"] == "failed"), "{body}");
+    }
+    // ...so team b's token still saves as much.
     let resp = post(&b_token, big_batch("b", 30, 15_000, 0)).await?;
     assert_eq!(resp.status(), 200);
     let body: Value = resp.json().await?;
@@ -661,9 +669,7 @@ async fn one_team_cannot_fill_etcd_for_the_others() -> anyhow::Result<()> {
 
     // Team c may hold 40 jobs: a batch of 40 passes, the 41st job is refused naming the quota,
     // in a batch and alone; a job without a team is under no quota.
-    let small = |job: String, team: &str| {
-        json!({"job": job, "op": "put", "spec": {"schedule": "@daily", "team": team, "task": {"kind": "shell", "command": "true"}}})
-    };
+    let small = |job: String, team: &str| json!({"job": job, "op": "put", "spec": {"schedule": "@daily", "team": team, "task": {"kind": "shell", "command": "true"}}});
     let changes: Vec<Value> = (0..40).map(|i| small(format!("c-{i}"), "c")).collect();
     let (status, body) = c.call_as(C_ADMIN, Method::POST, "/api/batch", Some(json!({ "changes": changes }))).await?;
     assert_eq!(status, 200, "{body}");
@@ -677,7 +683,10 @@ async fn one_team_cannot_fill_etcd_for_the_others() -> anyhow::Result<()> {
     let (status, body) = c.call_as(C_ADMIN, Method::PUT, "/api/jobs/c-41", Some(spec.clone())).await?;
     assert_eq!(status, 409, "{body}");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("team \"c\"") && message.contains("max_jobs_per_team") && message.contains("40"), "{message}");
+    assert!(
+        message.contains("team \"c\"") && message.contains("max_jobs_per_team") && message.contains("40"),
+        "{message}"
+    );
     // A job deleted frees its place.
     let (status, _) = c.call_as(C_ADMIN, Method::DELETE, "/api/jobs/c-39", None).await?;
     assert_eq!(status, 204);
