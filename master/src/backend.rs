@@ -20,12 +20,17 @@ pub struct AppState {
     pub storage: crate::etcd_storage::StorageWatch,
     /// What each team's jobs may use on the workers (the config's `[teams.NAME]`).
     pub teams: std::sync::Arc<crate::team_policy::TeamPolicies>,
+    /// The change byte budgets (of this master process), the job quota per team and the
+    /// history kept per job.
+    pub limits: std::sync::Arc<crate::change_limits::ChangeLimits>,
 }
 
 impl AppState {
     /// The one writer of job specs.
     #[must_use]
     pub fn jobs(&self) -> JobStore {
-        JobStore::new(self.client.clone(), self.keys.clone()).with_policies(self.teams.clone())
+        JobStore::new(self.client.clone(), self.keys.clone())
+            .with_policies(self.teams.clone())
+            .with_limits(self.limits.clone())
     }
 }

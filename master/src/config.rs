@@ -130,6 +130,14 @@ pub struct FileConfig {
     pub compact_every: Option<HumanDuration>,
     pub compact_retention: Option<HumanDuration>,
     pub request_timeout: Option<HumanDuration>,
+    /// Bytes of job changes a token, and a team, may write per second on average.
+    pub change_bytes_rate: Option<u64>,
+    /// Bytes of job changes a token, and a team, may write at once before the rate applies.
+    pub change_bytes_burst: Option<u64>,
+    /// Most jobs one team may hold (`0`: no quota).
+    pub max_jobs_per_team: Option<u64>,
+    /// Most bytes of saved versions kept per job.
+    pub max_history_bytes_per_job: Option<u64>,
     #[serde(default)]
     pub auth: AuthConfig,
     /// `[teams.NAME]`: what each team's jobs may use on the workers.
@@ -157,6 +165,8 @@ pub struct Config {
     pub teams: crate::team_policy::TeamPolicies,
     /// Longest a whole request (head and body) may take to arrive.
     pub request_timeout: Duration,
+    /// The change byte budgets, the job quota per team, the history kept per job.
+    pub change_limits: crate::change_limits::ChangeLimitSettings,
 }
 
 /// Default changing requests per second per caller, and burst.
@@ -267,7 +277,21 @@ impl Config {
             );
         }
         let teams = crate::team_policy::TeamPolicies::new(file.teams).map_err(anyhow::Error::msg)?;
+        let defaults = crate::change_limits::ChangeLimitSettings::default();
+        let change_limits = crate::change_limits::ChangeLimitSettings {
+            bytes_rate: file.change_bytes_rate.unwrap_or(defaults.bytes_rate),
+            bytes_burst: file.change_bytes_burst.unwrap_or(defaults.bytes_burst),
+            max_jobs_per_team: match file.max_jobs_per_team {
+                Some(0) => None,
+                Some(n) => Some(n),
+                None => defaults.max_jobs_per_team,
+            },
+            max_history_bytes_per_job: file.max_history_bytes_per_job.unwrap_or(defaults.max_history_bytes_per_job),
+        }
+        .checked()
+        .map_err(anyhow::Error::msg)?;
         Ok(Self {
+            change_limits,
             teams,
             auth,
             request_timeout,

@@ -35,6 +35,7 @@ use crate::error::ApiError;
 
 pub mod commands;
 mod dependencies;
+mod quota;
 use crate::error::{etcd, ApiResult};
 use dependencies::JobTeams;
 
@@ -150,6 +151,8 @@ pub struct JobStore {
     keys: Keys,
     /// What each team's jobs may use on the workers.
     policies: std::sync::Arc<crate::team_policy::TeamPolicies>,
+    /// The byte budgets, the job quota per team and the history kept per job.
+    limits: std::sync::Arc<crate::change_limits::ChangeLimits>,
 }
 
 /// A write ready to send: its value (for a save) and what it replaces in the read, if read.
@@ -186,7 +189,49 @@ enum Committed {
 impl JobStore {
     #[must_use]
     pub fn new(client: Client, keys: Keys) -> Self {
-        Self { client, keys, policies: std::sync::Arc::default() }
+        Self { client, keys, policies: std::sync::Arc::default(), limits: std::sync::Arc::default() }
+    }
+
+    /// With the change limits of the config (without, the defaults).
+    #[must_use]
+    pub fn with_limits(self, limits: std::sync::Arc<crate::change_limits::ChangeLimits>) -> Self {
+        Self { limits, ..self }
+    }
+
+    /// Takes what `writes` would store from the byte budgets of the caller's token and of
+    /// each team the saves name that the caller may save into (before [`apply`](Self::apply); a dry run writes nothing and is
+    /// not charged). A save costs its spec twice (the job and its saved version) and
+    /// [`CHANGE_OVERHEAD_BYTES`](crate::change_limits::CHANGE_OVERHEAD_BYTES); a delete frees
+    /// space and costs nothing.
+    ///
+    /// # Errors
+    /// [`Throttled`](crate::change_limits::Throttled): 429 naming the budget that is spent.
+    pub fn charge(&self, writes: &[Write], scope: &Scope) -> Result<(), crate::change_limits::Throttled> {
+        let mut teams: Vec<String> = Vec::new();
+        let mut bytes = 0u64;
+        for w in writes {
+            if let Change::Put(spec) = &w.change {
+                let size = serde_json::to_vec(spec).map_or(MAX_SPEC_BYTES, |v| v.len()) as u64;
+                bytes += 2 * size + crate::change_limits::CHANGE_OVERHEAD_BYTES;
+                // Only a team the caller may save into: a save it will be refused cannot spend
+                // another team's budget.
+                let team = spec.team.as_deref().filter(|t| scope.caller.access.on(Some(t)) >= Some(scope.needed));
+                if let Some(team) = team.filter(|t| !teams.iter().any(|u| u == t)) {
+                    teams.push(team.to_owned());
+                }
+            }
+        }
+        self.limits.charge(&scope.caller.name, &teams, bytes)
+    }
+
+    /// Whether the writes of `pending` need every job read: a save with dependents (the cycle
+    /// check) or a save into a team while a job quota is set (the count).
+    fn needs_all(&self, writes: &[Write], pending: &[usize]) -> bool {
+        let quota = self.limits.settings.max_jobs_per_team.is_some();
+        pending.iter().any(|&i| {
+            has_dependents(&writes[i])
+                || (quota && matches!(&writes[i].change, Change::Put(spec) if spec.team.is_some()))
+        })
     }
 
     /// With the teams' policies (`[teams.NAME]` of the config) checked on every save; without,
@@ -285,7 +330,8 @@ impl JobStore {
         for (w, o) in writes.iter().zip(&outcomes) {
             match o {
                 Ok(Written::Saved { .. }) => {
-                    tokio::spawn(prune_history(self.client.clone(), self.keys.clone(), w.job.clone()));
+                    let max_bytes = self.limits.settings.max_history_bytes_per_job;
+                    tokio::spawn(prune_history(self.client.clone(), self.keys.clone(), w.job.clone(), max_bytes));
                 }
                 Ok(Written::Deleted { .. }) => {
                     tokio::spawn(drop_queue(self.client.clone(), self.keys.clone(), w.job.clone()));
@@ -309,7 +355,7 @@ impl JobStore {
             }
         }
         let names: Vec<&str> = pending.iter().map(|&i| writes[i].job.as_str()).collect();
-        let all = pending.iter().any(|&i| has_dependents(&writes[i]));
+        let all = self.needs_all(writes, &pending);
         let snapshot = match self.snapshot(&names, all).await {
             Ok(s) => s.unwrap_or(Snapshot { revision: 0, jobs: BTreeMap::new(), complete: false }),
             Err(e) => return writes.iter().map(|_| Err(e.clone())).collect(),
@@ -326,7 +372,8 @@ impl JobStore {
         // Decided against the read, as a guarded batch would be.
         let snapshot = Snapshot { complete: true, ..snapshot };
         let shown = |job: &str| job_teams.as_ref().is_none_or(|t| t.shown(scope, job));
-        let accepted = decide_locally(writes, ready, &snapshot, &mut outcomes, &shown);
+        let quota = self.limits.settings.max_jobs_per_team.filter(|_| all);
+        let accepted = decide_locally(writes, ready, &snapshot, &mut outcomes, &shown, quota);
         let mut planned: Vec<Option<Result<Planned, ApiError>>> =
             outcomes.into_iter().map(|o| o.map(|o| o.map(|_| Planned::Unchanged))).collect();
         for p in accepted {
@@ -366,7 +413,7 @@ impl JobStore {
         transactions: &mut usize,
         (origin, scope): (&Origin, &Scope),
     ) -> Result<(), Vec<usize>> {
-        let needs_graph = pending.iter().any(|&i| has_dependents(&writes[i]));
+        let needs_graph = self.needs_all(writes, pending);
         let teams = teams_checked(scope);
         // A caller whose teams are checked has every job it writes read; otherwise only saves
         // that withhold secrets need the stored job.
@@ -397,7 +444,8 @@ impl JobStore {
         }
         if let (Some(snapshot), Some(job_teams)) = (snapshot.as_ref().filter(|s| s.complete), &job_teams) {
             let shown = |job: &str| job_teams.shown(scope, job);
-            ready = decide_locally(writes, ready, snapshot, outcomes, &shown);
+            let quota = self.limits.settings.max_jobs_per_team;
+            ready = decide_locally(writes, ready, snapshot, outcomes, &shown, quota);
         }
         let mut guard = snapshot.as_ref().filter(|s| s.complete).map(|s| s.revision);
         let chunks = chunks(ready);
@@ -765,21 +813,23 @@ async fn drop_queue(client: Client, keys: Keys, job: String) {
     }
 }
 
-/// Deletes the oldest saved versions of `job` beyond [`MAX_SPEC_VERSIONS`] (after a save; any
-/// master may, at once: deleting a deleted key is harmless).
-async fn prune_history(client: Client, keys: Keys, job: String) {
+/// Deletes the oldest saved versions of `job` beyond [`MAX_SPEC_VERSIONS`] or beyond
+/// `max_bytes` in all ([`versions_to_prune`]; after a save; any master may, at once: deleting
+/// a deleted key is harmless).
+async fn prune_history(client: Client, keys: Keys, job: String, max_bytes: u64) {
     let mut kv = client.kv_client();
-    let opts = GetOptions::new().with_prefix().with_keys_only();
+    // Values too, for their sizes: at most MAX_SPEC_VERSIONS of them, each within a spec's limit.
+    let opts = GetOptions::new().with_prefix();
     let Ok(resp) = etcd("history_list", kv.get(keys.history_of(&job), Some(opts))).await else { return };
-    let mut versions: Vec<(i64, Vec<u8>)> =
-        resp.kvs().iter().map(|kv| (kv.create_revision(), kv.key().to_vec())).collect();
-    if versions.len() <= MAX_SPEC_VERSIONS {
+    let versions: Vec<(i64, u64, Vec<u8>)> =
+        resp.kvs().iter().map(|kv| (kv.create_revision(), kv.value().len() as u64, kv.key().to_vec())).collect();
+    let old = versions_to_prune(versions, max_bytes);
+    if old.is_empty() {
         return;
     }
-    versions.sort_unstable();
-    let excess = versions.len() - MAX_SPEC_VERSIONS;
-    for old in versions[..excess].chunks(TXN_CHANGES) {
-        let ops: Vec<TxnOp> = old.iter().map(|(_, key)| TxnOp::delete(key.clone(), None)).collect();
+    tracing::debug!(job, pruned = old.len(), "old saved versions deleted (count or bytes kept per job)");
+    for old in old.chunks(TXN_CHANGES) {
+        let ops: Vec<TxnOp> = old.iter().map(|key| TxnOp::delete(key.clone(), None)).collect();
         if let Err(e) = etcd("history_prune", kv.txn(Txn::new().and_then(ops))).await {
             tracing::warn!(job, error = %e, "deleting old saved versions failed; the next save tries again");
             return;
@@ -787,8 +837,26 @@ async fn prune_history(client: Client, keys: Keys, job: String) {
     }
 }
 
+/// The keys of the saved versions (create revision, size, key) to delete: the oldest, until
+/// at most [`MAX_SPEC_VERSIONS`] are left holding at most `max_bytes` in all. The newest is
+/// always kept.
+fn versions_to_prune(mut versions: Vec<(i64, u64, Vec<u8>)>, max_bytes: u64) -> Vec<Vec<u8>> {
+    versions.sort_unstable_by_key(|v| std::cmp::Reverse(v.0));
+    let mut total = 0u64;
+    let mut kept = 0usize;
+    for (_, size, _) in &versions {
+        if kept > 0 && (kept >= MAX_SPEC_VERSIONS || total + size > max_bytes) {
+            break;
+        }
+        total += size;
+        kept += 1;
+    }
+    versions.into_iter().skip(kept).map(|(_, _, key)| key).collect()
+}
+
 /// With every job read at one revision (and the writes guarded on it), preconditions are
-/// decided here, and saves that would close a dependency cycle are refused. What is left is
+/// decided here, saves that would take a team past `quota` jobs are refused
+/// ([`quota::check`]), and so are saves that would close a dependency cycle. What is left is
 /// to be written.
 fn decide_locally(
     writes: &[Write],
@@ -796,6 +864,7 @@ fn decide_locally(
     snapshot: &Snapshot,
     outcomes: &mut [Option<Outcome>],
     shown: &dyn Fn(&str) -> bool,
+    quota: Option<u64>,
 ) -> Vec<Prepared> {
     let mut accepted = Vec::new();
     for p in ready {
@@ -806,6 +875,9 @@ fn decide_locally(
         } else {
             outcomes[p.index] = Some(Err(refusal_of(w, &p, current)));
         }
+    }
+    if let Some(max) = quota {
+        accepted = quota::check(writes, accepted, snapshot, outcomes, max);
     }
     let stored = stored_graph(snapshot);
     let mut graph = stored.clone();
@@ -1076,6 +1148,59 @@ mod tests {
         assert!(refusal(&create, create.precondition, Some(2)).message.contains("already exists"));
     }
 
+    fn in_team(team: Option<&str>) -> Change {
+        let json = serde_json::json!({
+            "schedule": "0 * * * * *", "task": {"kind": "shell", "command": "true"}, "team": team
+        });
+        Change::Put(Box::new(JobSpec::from_value(json).unwrap_or_else(|e| panic!("{e}"))))
+    }
+
+    #[test]
+    fn the_job_quota_counts_each_team_after_the_batchs_deletes_and_moves() {
+        let stored = |team: &str| (serde_json::to_vec(&serde_json::json!({ "team": team })).unwrap_or_default(), 5);
+        // Team a holds a1 and a2, team b holds b1; the quota is 2.
+        let snapshot = Snapshot {
+            revision: 5,
+            jobs: [("a1", "a"), ("a2", "a"), ("b1", "b")].iter().map(|(j, t)| ((*j).to_owned(), stored(t))).collect(),
+            complete: true,
+        };
+        let any = Precondition::default();
+        let writes = vec![
+            write("a3", in_team(Some("a")), any), // refused: a is full
+            write("a1", in_team(Some("a")), any), // an update within a: allowed
+            write("b2", in_team(Some("b")), any), // b reaches 2
+            write("a2", in_team(Some("c")), any), // a move to c frees a place in a...
+            write("a4", in_team(Some("a")), any), // ...taken here
+            write("b1", Change::Delete, any),     // a delete counts first: b3 fits
+            write("b3", in_team(Some("b")), any),
+            write("free", in_team(None), any), // no team, no quota
+        ];
+        let ready = (0..writes.len()).map(|i| prepared(i, Some(10))).collect();
+        let mut outcomes: Vec<Option<Outcome>> = writes.iter().map(|_| None).collect();
+        let kept = quota::check(&writes, ready, &snapshot, &mut outcomes, 2);
+        assert_eq!(kept.iter().map(|p| p.index).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5, 6, 7]);
+        let Some(Err(e)) = &outcomes[0] else { panic!("a3 must be refused") };
+        assert_eq!((e.status.as_u16(), e.code), (409, "quota_exceeded"));
+        assert!(e.message.contains("team \"a\"") && e.message.contains("(max_jobs_per_team) is 2"), "{}", e.message);
+    }
+
+    #[test]
+    fn history_keeps_the_newest_versions_within_count_and_bytes() {
+        let versions =
+            |n: i64, size: u64| (1..=n).map(|rev| (rev, size, rev.to_string().into_bytes())).collect::<Vec<_>>();
+        let names = |keys: Vec<Vec<u8>>| keys.into_iter().map(|k| String::from_utf8(k).unwrap()).collect::<Vec<_>>();
+        // Small versions: only the count binds (the oldest 20 of 120 go).
+        let pruned = names(versions_to_prune(versions(120, 10), 1 << 20));
+        assert_eq!(pruned.len(), 20);
+        assert!(pruned.iter().all(|k| k.parse::<i64>().unwrap() <= 20));
+        // Large versions: 1000 bytes each within 3500 keeps the newest 3.
+        let pruned = names(versions_to_prune(versions(10, 1000), 3500));
+        assert_eq!(pruned, vec!["7", "6", "5", "4", "3", "2", "1"]);
+        // The newest is kept whatever its size.
+        assert!(versions_to_prune(versions(1, 9000), 100).is_empty());
+        assert!(versions_to_prune(Vec::new(), 100).is_empty());
+    }
+
     #[test]
     fn the_batch_is_checked_for_cycles_as_a_whole() {
         // Stored: a → b. The batch turns it into b → a and adds c → c.
@@ -1092,7 +1217,7 @@ mod tests {
             writes.iter().enumerate().filter_map(|(i, w)| prepare(i, w, None, None, (None, None)).ok()).collect()
         };
         let mut outcomes: Vec<Option<Outcome>> = vec![None, None, None];
-        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes, &|_| true);
+        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes, &|_| true, None);
         assert_eq!(accepted.iter().map(|p| p.index).collect::<Vec<_>>(), vec![0, 1], "the swap applies together");
         let Some(Err(e)) = &outcomes[2] else { panic!("c → c must be refused") };
         assert_eq!((e.code, e.field.as_deref()), ("dependency_cycle", Some("on_success[0]")));
@@ -1101,7 +1226,7 @@ mod tests {
         let stale = Precondition { expected: Some(3), create_only: false };
         let writes = vec![write("a", spec(&[]), stale), write("b", spec(&["a"]), any)];
         let mut outcomes: Vec<Option<Outcome>> = vec![None, None];
-        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes, &|_| true);
+        let accepted = decide_locally(&writes, ready(&writes), &snapshot, &mut outcomes, &|_| true, None);
         assert!(accepted.is_empty());
         assert!(matches!(&outcomes[0], Some(Err(e)) if e.status == 409));
         assert!(matches!(&outcomes[1], Some(Err(e)) if e.code == "dependency_cycle"));

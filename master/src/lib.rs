@@ -6,6 +6,7 @@ pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod backend;
+pub mod change_limits;
 pub mod client;
 pub mod compactor;
 pub mod config;

@@ -67,7 +67,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
     etcron_master::compactor::start(client.clone(), &keys, storage.clone(), config.compactor, me);
     etcron_master::pause_expiry::start(client.clone(), keys.clone());
     let teams = std::sync::Arc::new(config.teams.clone());
-    let state = AppState { client, keys, store, auth: config.auth.clone(), audit, guard, storage, teams };
+    let limits = std::sync::Arc::new(etcron_master::change_limits::ChangeLimits::new(config.change_limits));
+    let state = AppState { client, keys, store, auth: config.auth.clone(), audit, guard, storage, teams, limits };
     let limits = etcron_common::serve::Limits { request: config.request_timeout, ..Default::default() };
     etcron_common::serve::serve(listener, app(state), limits, etcron_common::settings::shutdown_signal())
         .await

@@ -21,6 +21,9 @@ pub struct MasterMetrics {
     /// Saves refused because the job would reach beyond its team: by rule (`task.user`,
     /// `selector`: the team's policy; `dependency`: a dependent the caller may not operate).
     pub team_refusals: IntCounterVec,
+    /// Job changes refused to protect etcd's space: by limit (`byte_budget`: a token's or a
+    /// team's change byte budget; `job_quota`: a team's job quota).
+    pub change_refusals: IntCounterVec,
 }
 
 pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| MasterMetrics {
@@ -43,6 +46,11 @@ pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| MasterMetrics {
         "etcron_master_team_refusals_total",
         "Job saves refused because the job would reach beyond its team, by rule (task.user, selector, dependency).",
         &["rule"],
+    ),
+    change_refusals: counter_vec(
+        "etcron_master_change_refusals_total",
+        "Job changes refused to protect etcd's space, by limit (byte_budget, job_quota).",
+        &["limit"],
     ),
 });
 

@@ -79,6 +79,7 @@ async fn state() -> AppState {
         guard: etcron_master::guard::Guard { loopback_hosts_only: false },
         storage: etcron_master::etcd_storage::StorageWatch::default(),
         teams: std::sync::Arc::default(),
+        limits: std::sync::Arc::default(),
     }
 }
 

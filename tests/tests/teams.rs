@@ -3,7 +3,8 @@
 //! operator — on every route that shows or touches jobs, executions, notifications, history,
 //! the audit log and the overview. A job of a team the caller holds no role on is a 404 with
 //! the body of a missing job, a role too low on a team it sees a 403, and lists hold only what
-//! the caller may see.
+//! the caller may see. One team cannot fill etcd for the others: changes spend a byte budget
+//! per token and per team, and a team holds at most its quota of jobs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
@@ -574,5 +575,130 @@ async fn teams_hold_on_workers_and_across_dependencies() -> anyhow::Result<()> {
     assert_eq!(b_runs["executions"].as_array().unwrap().len(), 2, "b-dep ran again: {b_runs}");
     let worker_log = c.workers[0].proc.log_text();
     assert!(worker_log.contains("dependency not triggered"), "no log line on the alpha worker");
+    Ok(())
+}
+
+const A_ADMIN_2: &str = "team-a-second-admin-token-0123456789";
+const C_ADMIN: &str = "team-c-admin-token-0123456789";
+
+/// A batch saving `jobs` of `team` whose commands are `bytes` long (the `round` in them makes
+/// each batch a change).
+fn big_batch(team: &str, jobs: usize, bytes: usize, round: usize) -> Value {
+    let command = format!("echo {round} {}", "x".repeat(bytes));
+    let changes: Vec<Value> = (0..jobs)
+        .map(|i| {
+            json!({"job": format!("{team}-big-{i}"), "op": "put",
+                "spec": {"schedule": "@yearly", "team": team, "task": {"kind": "shell", "command": command}}})
+        })
+        .collect();
+    json!({ "changes": changes })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_team_cannot_fill_etcd_for_the_others() -> anyhow::Result<()> {
+    let (b_token, b_entry) = team_token("b-admin", &["b=admin"]);
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("master.toml");
+    // Small limits, to reach them fast: 2 MiB at once and 1 KiB a second per token and per
+    // team, 40 jobs per team.
+    let limits = "change_bytes_rate = 1024\nchange_bytes_burst = 2097152\nmax_jobs_per_team = 40\n";
+    std::fs::write(
+        &config,
+        [
+            limits.to_owned(),
+            entry("a-admin", A_ADMIN, "teams = { a = \"admin\" }"),
+            entry("a-admin-2", A_ADMIN_2, "teams = { a = \"admin\" }"),
+            entry("c-admin", C_ADMIN, "teams = { c = \"admin\" }"),
+            b_entry,
+        ]
+        .join("\n"),
+    )?;
+    let config = config.display().to_string();
+    let c = Cluster::start_with("team-limits", 0, false, &["--config", &config, "--api-token", ADMIN]).await?;
+    let post = |token: &str, body: Value| {
+        reqwest::Client::new().post(format!("{}/api/batch", c.master.url)).bearer_auth(token).json(&body).send()
+    };
+
+    // Team a's admin re-saves 30 jobs of 15 KB (about 0.9 MB written a batch, spec and saved
+    // version): the budget holds two such batches, the third is refused whole, naming it.
+    let mut refused = None;
+    for round in 0..5 {
+        let resp = post(A_ADMIN, big_batch("a", 30, 15_000, round)).await?;
+        if resp.status() == 429 {
+            let retry: u64 = resp.headers()["retry-after"].to_str()?.parse()?;
+            refused = Some((round, retry, resp.json::<Value>().await?));
+            break;
+        }
+        assert_eq!(resp.status(), 200);
+        let body: Value = resp.json().await?;
+        assert!(body["results"].as_array().unwrap().iter().all(|r| r["outcome"] != "failed"), "{body}");
+    }
+    let (round, retry, body) = refused.expect("the byte budget never refused team a's batches");
+    assert_eq!(round, 2, "two batches fit in the burst: {body}");
+    assert!(retry >= 1, "Retry-After: {retry}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert_eq!(body["error"]["code"], "change_budget", "{body}");
+    assert!(message.contains("token \"a-admin\"") && message.contains("change_bytes_burst"), "{message}");
+    // Another token of team a is held by the team's budget...
+    let resp = post(A_ADMIN_2, big_batch("a", 30, 15_000, 9)).await?;
+    assert_eq!(resp.status(), 429);
+    let body: Value = resp.json().await?;
+    assert!(body["error"]["message"].as_str().unwrap().contains("team \"a\""), "{body}");
+    // Saves naming team b from a token without a role on b are refused, and spend only that
+    // token's budget, never team b's...
+    for round in 0..2 {
+        let resp = post(C_ADMIN, big_batch("b", 30, 15_000, round)).await?;
+        assert_eq!(resp.status(), 200);
+        let body: Value = resp.json().await?;
+        assert!(body["results"].as_array().unwrap().iter().all(|r| r["outcome"] == "failed"), "{body}");
+    }
+    // ...so team b's token still saves as much.
+    let resp = post(&b_token, big_batch("b", 30, 15_000, 0)).await?;
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await?;
+    assert!(body["results"].as_array().unwrap().iter().all(|r| r["status"] == 201), "{body}");
+
+    // An apply of hundreds of ordinary jobs passes the same budget at once.
+    let changes: Vec<Value> = (0..300)
+        .map(|i| json!({"job": format!("apply-{i}"), "op": "put",
+            "spec": {"schedule": "@daily", "task": {"kind": "shell", "command": format!("/usr/local/bin/report --part {i}")}}}))
+        .collect();
+    let (status, body) = c.call_as(ADMIN, Method::POST, "/api/batch", Some(json!({ "changes": changes }))).await?;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["results"].as_array().unwrap().iter().all(|r| r["status"] == 201), "{body}");
+
+    // Team c may hold 40 jobs: a batch of 40 passes, the 41st job is refused naming the quota,
+    // in a batch and alone; a job without a team is under no quota.
+    let small = |job: String, team: &str| json!({"job": job, "op": "put", "spec": {"schedule": "@daily", "team": team, "task": {"kind": "shell", "command": "true"}}});
+    let changes: Vec<Value> = (0..40).map(|i| small(format!("c-{i}"), "c")).collect();
+    let (status, body) = c.call_as(C_ADMIN, Method::POST, "/api/batch", Some(json!({ "changes": changes }))).await?;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["results"].as_array().unwrap().iter().all(|r| r["status"] == 201), "{body}");
+    let changes = vec![small("c-0".to_owned(), "c"), small("c-40".to_owned(), "c")];
+    let (_, body) = c.call_as(C_ADMIN, Method::POST, "/api/batch", Some(json!({ "changes": changes }))).await?;
+    assert_eq!(body["results"][0]["status"], 200, "an update of a job of the team: {body}");
+    assert_eq!(body["results"][1]["status"], 409, "{body}");
+    assert_eq!(body["results"][1]["error"]["code"], "quota_exceeded", "{body}");
+    let spec = json!({"schedule": "@daily", "team": "c", "task": {"kind": "shell", "command": "true"}});
+    let (status, body) = c.call_as(C_ADMIN, Method::PUT, "/api/jobs/c-41", Some(spec.clone())).await?;
+    assert_eq!(status, 409, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("team \"c\"") && message.contains("max_jobs_per_team") && message.contains("40"),
+        "{message}"
+    );
+    // A job deleted frees its place.
+    let (status, _) = c.call_as(C_ADMIN, Method::DELETE, "/api/jobs/c-39", None).await?;
+    assert_eq!(status, 204);
+    let (status, body) = c.call_as(C_ADMIN, Method::PUT, "/api/jobs/c-41", Some(spec)).await?;
+    assert_eq!(status, 201, "{body}");
+
+    let metrics = c.call_as(ADMIN, Method::GET, "/metrics", None).await?.1;
+    let metrics = metrics.as_str().unwrap_or_default();
+    for limit in ["byte_budget", "job_quota"] {
+        let line = format!("etcron_master_change_refusals_total{{limit=\"{limit}\"}} ");
+        let count: u64 = metrics.lines().find_map(|l| l.strip_prefix(line.as_str())).unwrap_or("0").parse()?;
+        assert!(count >= 1, "{line}: {count}");
+    }
     Ok(())
 }

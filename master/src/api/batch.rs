@@ -187,7 +187,12 @@ pub(super) async fn batch(
     let origin = origin(caller.as_ref(), request.as_ref(), "POST /api/batch".to_owned());
     // Each change is checked on its own against the caller's teams (the job store's rule), and
     // answered with the status its own request would have had.
-    let applied = st.jobs().apply(writes, &origin, &scope).await;
+    // The whole batch is charged to the byte budgets first: it passes or is refused whole.
+    let store = st.jobs();
+    if let Err(throttled) = store.charge(&writes, &scope) {
+        return Ok(throttled.into_response());
+    }
+    let applied = store.apply(writes, &origin, &scope).await;
     let mut made = BTreeMap::new();
     for ((slot, (job, op)), outcome) in slots.into_iter().zip(jobs).zip(applied.outcomes) {
         if let Ok(w) = &outcome {

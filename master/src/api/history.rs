@@ -151,7 +151,11 @@ pub(super) async fn rollback(
     let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
     let mut origin = origin(caller.as_ref(), request.as_ref(), format!("POST /api/jobs/{name}/rollback"));
     origin.restored = Some(target);
-    let outcome = st.jobs().apply(vec![write], &origin, &scope).await.outcomes.pop();
+    let jobs = st.jobs();
+    if let Err(throttled) = jobs.charge(std::slice::from_ref(&write), &scope) {
+        return Ok(throttled.into_response());
+    }
+    let outcome = jobs.apply(vec![write], &origin, &scope).await.outcomes.pop();
     let Some(Written::Saved { revision, created_revision, spec, before, pause, .. }) = outcome.transpose()? else {
         return Err(ApiError::internal(&"a rollback answered otherwise"));
     };

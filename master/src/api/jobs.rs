@@ -330,7 +330,11 @@ pub(super) async fn put_job(
     let spec = JobSpec::from_json(&body_bytes(body)?)?;
     let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
     let origin = origin(caller.as_ref(), request.as_ref(), format!("PUT /api/jobs/{name}"));
-    let outcome = st.jobs().apply(vec![write], &origin, &scope).await.outcomes.pop();
+    let jobs = st.jobs();
+    if let Err(throttled) = jobs.charge(std::slice::from_ref(&write), &scope) {
+        return Ok(throttled.into_response());
+    }
+    let outcome = jobs.apply(vec![write], &origin, &scope).await.outcomes.pop();
     let Some(Written::Saved { created, revision, created_revision, spec, before, pause, .. }) = outcome.transpose()?
     else {
         return Err(ApiError::internal(&"a save answered otherwise"));
