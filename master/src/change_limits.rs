@@ -15,8 +15,6 @@ use crate::error::ApiError;
 pub const DEFAULT_CHANGE_BYTES_RATE: u64 = 256 * 1024;
 /// Default bytes a token (and a team) may write at once before the rate applies.
 pub const DEFAULT_CHANGE_BYTES_BURST: u64 = 64 * 1024 * 1024;
-/// Default most jobs one team may hold.
-pub const DEFAULT_MAX_JOBS_PER_TEAM: u64 = 5_000;
 /// Default most bytes of saved versions kept per job.
 pub const DEFAULT_MAX_HISTORY_BYTES_PER_JOB: u64 = 512 * 1024;
 /// Bytes a saved change writes besides its spec and its saved version: keys, the version's
@@ -38,7 +36,8 @@ impl Default for ChangeLimitSettings {
         Self {
             bytes_rate: DEFAULT_CHANGE_BYTES_RATE,
             bytes_burst: DEFAULT_CHANGE_BYTES_BURST,
-            max_jobs_per_team: Some(DEFAULT_MAX_JOBS_PER_TEAM),
+            // Off unless set: each save into a team then reads every job to count them.
+            max_jobs_per_team: None,
             max_history_bytes_per_job: DEFAULT_MAX_HISTORY_BYTES_PER_JOB,
         }
     }
@@ -57,7 +56,7 @@ impl ChangeLimitSettings {
             return Err(format!("change_bytes_burst: must be at least 1024 bytes, got {}", self.bytes_burst));
         }
         if self.max_jobs_per_team == Some(0) {
-            return Err("max_jobs_per_team: must be at least 1 (leave it out for the default)".to_owned());
+            return Err("max_jobs_per_team: must be at least 1 (leave it out, or 0 in the file, for no quota)".to_owned());
         }
         let one_spec = etcron_common::job::MAX_SPEC_BYTES as u64;
         if self.max_history_bytes_per_job < one_spec {
