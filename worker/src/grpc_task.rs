@@ -515,6 +515,14 @@ mod tests {
     }
 
     #[test]
+    fn the_response_costs_cover_what_decoding_allocates() {
+        // A list element is a `Value` (its vector may have twice the room); a message at least
+        // its field map's leaf node (11 keys and values).
+        assert!(RESPONSE_COSTS.value >= std::mem::size_of::<prost_reflect::Value>() + 32);
+        assert!(RESPONSE_COSTS.message >= 11 * (4 + std::mem::size_of::<prost_reflect::Value>()));
+    }
+
+    #[test]
     fn codes_have_their_grpc_names() {
         assert_eq!(code_name(Code::NotFound), "NOT_FOUND");
         assert_eq!(code_name(Code::from_i32(14)), "UNAVAILABLE");

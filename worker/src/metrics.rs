@@ -257,7 +257,8 @@ pub fn init(capacity: u32) {
         METRICS.http_cancels.with_label_values(&[outcome]);
     }
     METRICS.runs_refused.with_label_values(&["run_params"]);
-    for limit in ["reflection_bytes", "reflection_files", "reflection_answers", "reflection_memory", "response_memory"] {
+    for limit in ["reflection_bytes", "reflection_files", "reflection_answers", "reflection_memory", "response_memory"]
+    {
         METRICS.grpc_limits.with_label_values(&[limit]);
     }
 }

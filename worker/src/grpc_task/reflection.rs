@@ -268,7 +268,11 @@ struct Server<'a> {
 
 /// Asks v1, then v1alpha when the server does not implement v1; the pool and its memory
 /// (estimated). Both count against one `budget`; once it is passed, nothing more is asked.
-async fn ask_server(server: &Server<'_>, service: &str, budget: &mut Budget) -> Result<(DescriptorPool, usize), String> {
+async fn ask_server(
+    server: &Server<'_>,
+    service: &str,
+    budget: &mut Budget,
+) -> Result<(DescriptorPool, usize), String> {
     match resolve(server, V1, service, budget).await {
         Err(Failure::Status(status)) if status.code() == Code::Unimplemented => {
             resolve(server, V1ALPHA, service, budget).await.map_err(|f| f.describe(service))
