@@ -444,6 +444,9 @@ async fn ask(
 mod tests {
     use super::*;
 
+    /// The cache is the process's: tests that fill or time it take turns.
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
     fn limit_of(result: Result<(), Failure>, budget: &Budget) -> Option<Limit> {
         match result {
             Err(Failure::Answer(why)) => {
@@ -491,6 +494,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_cache_is_bounded_in_entries_and_memory_oldest_first() {
+        let _serial = SERIAL.lock().await;
         let pool = DescriptorPool::global();
         let key = |i: usize| (format!("http://cache-test-{i}"), "s".to_owned());
         for i in 0..MAX_ENTRIES + 10 {
@@ -507,5 +511,19 @@ mod tests {
         // A refusal is kept too, and answered without asking.
         keep(key(2000), Kept::Refused("passed the budget".to_owned()));
         assert!(matches!(cached(&key(2000)), Some(Kept::Refused(_))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_entry_is_released_at_its_expiry_without_another_run() {
+        let _serial = SERIAL.lock().await;
+        let key = ("http://expiry-test".to_owned(), "s".to_owned());
+        let pool = DescriptorPool::global();
+        keep(key.clone(), Kept::Pool(pool.clone(), 1));
+        // The pool is shared by the cache and by us.
+        let held = || cache().get(&key).map(|e| matches!(&e.kept, Kept::Pool(p, _) if *p == pool));
+        assert_eq!(held(), Some(true));
+        tokio::time::sleep(DESCRIPTOR_TTL + Duration::from_millis(1)).await;
+        // Nothing looked up the cache (which drops expired entries too): the timer did.
+        assert_eq!(held(), None);
     }
 }

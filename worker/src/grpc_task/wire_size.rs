@@ -126,11 +126,7 @@ fn per_element(kind: &Kind) -> Option<usize> {
 
 /// How many packed elements `data` holds.
 fn elements(data: &[u8], width: usize) -> usize {
-    if width == 0 {
-        data.iter().filter(|b| **b < 0x80).count()
-    } else {
-        data.len() / width
-    }
+    data.len().checked_div(width).unwrap_or_else(|| data.iter().filter(|b| **b < 0x80).count())
 }
 
 fn varint(buf: &mut &[u8]) -> Result<u64, Stop> {
