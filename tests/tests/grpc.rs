@@ -453,7 +453,6 @@ async fn hostile_servers_are_refused_by_budgets_and_the_worker_stays_small() -> 
 
     // It used to reach gigabytes (2.7 GB after one run of the first server).
     let (rss, peak) = (memory_mib(pid, "VmRSS:"), memory_mib(pid, "VmHWM:"));
-    eprintln!("worker memory: {rss} MiB now, {peak} MiB at most");
     assert!(rss < 400 && peak < 400, "worker memory: {rss} MiB now, {peak} MiB at most");
     let metrics = scrape(&format!("http://127.0.0.1:{port}/metrics"), None).await?;
     for (limit, n) in [("reflection_bytes", 1.0), ("reflection_memory", 1.0), ("response_memory", 1.0)] {

@@ -335,8 +335,10 @@ async fn resolve(
         files.extend(found.into_iter().map(|f| (f.name().to_owned(), f)));
         let wanted = missing(&files, &pool);
         if files.len() == before {
+            // Asked again, it would answer the same: a loop that costs the server nothing.
             let names: Vec<&str> = wanted.iter().map(String::as_str).take(MAX_LISTED).collect();
-            return Err(Failure::Answer(format!("it did not send the files asked for: {}", names.join(", "))));
+            let asked = if first { format!("the file defining {service}") } else { names.join(", ") };
+            return Err(Failure::Answer(format!("it did not send the files asked for: {asked}")));
         }
         asks = wanted.into_iter().map(MessageRequest::FileByFilename).collect();
     }
