@@ -19,13 +19,20 @@
 //! message FailRequest { int32 code = 1; string message = 2; }
 //! message SleepRequest { int32 millis = 1; }
 //! message SleepReply { int32 slept_millis = 1; }
+//! message NumbersRequest { int32 count = 1; }
+//! message NumbersReply { repeated int32 values = 1; }   // packed: a byte per small element
 //! service Echo {
 //!   rpc Echo(EchoRequest) returns (EchoReply);          // the request back, with the x-* metadata received
 //!   rpc Fail(FailRequest) returns (google.protobuf.Empty); // the status asked for (0: OK, empty)
 //!   rpc Sleep(SleepRequest) returns (SleepReply);       // sleeps; a cancelled sleep is recorded
 //!   rpc Watch(EchoRequest) returns (stream EchoReply);  // server streaming: never served
+//!   rpc Numbers(NumbersRequest) returns (NumbersReply); // `count` ones
 //! }
 //! ```
+//!
+//! A hostile server ([`Hostile`]) answers reflection with what a budget must stop: files just
+//! under the 4 MiB message limit importing each other, or files that are small on the wire and
+//! huge once decoded.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -104,6 +111,20 @@ pub struct SleepReply {
     pub slept_millis: i32,
 }
 
+/// `etcron.test.NumbersRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NumbersRequest {
+    #[prost(int32, tag = "1")]
+    pub count: i32,
+}
+
+/// `etcron.test.NumbersReply` (prost packs repeated scalars).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NumbersReply {
+    #[prost(int32, repeated, tag = "1")]
+    pub values: Vec<i32>,
+}
+
 /// The service's full name.
 pub const SERVICE: &str = "etcron.test.Echo";
 
@@ -163,6 +184,8 @@ pub fn descriptor_set() -> FileDescriptorSet {
             ),
             message("SleepRequest", vec![field("millis", 1, Type::Int32, false, None)]),
             message("SleepReply", vec![field("slept_millis", 1, Type::Int32, false, None)]),
+            message("NumbersRequest", vec![field("count", 1, Type::Int32, false, None)]),
+            message("NumbersReply", vec![field("values", 1, Type::Int32, true, None)]),
         ],
         service: vec![ServiceDescriptorProto {
             name: Some("Echo".to_owned()),
@@ -171,6 +194,7 @@ pub fn descriptor_set() -> FileDescriptorSet {
                 method("Fail", ".etcron.test.FailRequest", ".google.protobuf.Empty", false),
                 method("Sleep", ".etcron.test.SleepRequest", ".etcron.test.SleepReply", false),
                 method("Watch", ".etcron.test.EchoRequest", ".etcron.test.EchoReply", true),
+                method("Numbers", ".etcron.test.NumbersRequest", ".etcron.test.NumbersReply", false),
             ],
             ..Default::default()
         }],
@@ -193,14 +217,30 @@ pub struct Options {
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
     /// The `authorization` every request must carry (reflection's too), else `UNAUTHENTICATED`.
     pub token: Option<String>,
+    /// Reflection (v1) answered by a hostile service instead of tonic's.
+    pub hostile: Option<Hostile>,
 }
 
 impl Options {
     #[must_use]
     pub fn new(reflection: Reflection) -> Self {
-        Self { reflection, tls: None, token: None }
+        Self { reflection, tls: None, token: None, hostile: None }
     }
 }
+
+/// What a hostile reflection service answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hostile {
+    /// The service's file imports [`HOSTILE_FILES`]` - 1` others; every file is padded to just
+    /// under 4 MiB (a long string), so all of them together are about 1 GiB.
+    LargeFiles,
+    /// One file of 1 MiB of empty message descriptors: two bytes each on the wire, a message
+    /// each once decoded.
+    BloatedFiles,
+}
+
+/// How many files [`Hostile::LargeFiles`] offers (the worker's per-run file count).
+pub const HOSTILE_FILES: usize = 256;
 
 /// Which reflection service the server offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,7 +295,7 @@ impl GrpcServer {
 
     /// Starts a server as `options` say.
     pub async fn start_with(options: Options) -> Result<Self> {
-        let Options { reflection, tls, token } = options;
+        let Options { reflection, tls, token, hostile } = options;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let endpoint = format!("{scheme}://{}", listener.local_addr()?);
@@ -269,7 +309,7 @@ impl GrpcServer {
             builder = builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
         }
         let reflect = || tonic_reflection::server::Builder::configure().register_file_descriptor_set(descriptor_set());
-        let v1 = (reflection == Reflection::V1).then(|| reflect().build_v1()).transpose()?;
+        let v1 = (reflection == Reflection::V1 && hostile.is_none()).then(|| reflect().build_v1()).transpose()?;
         let v1alpha = (reflection == Reflection::V1Alpha).then(|| reflect().build_v1alpha()).transpose()?;
         let router = builder
             .layer(tonic::service::InterceptorLayer::new(move |request: Request<()>| {
@@ -277,7 +317,8 @@ impl GrpcServer {
             }))
             .add_service(EchoService(state.clone()))
             .add_optional_service(v1)
-            .add_optional_service(v1alpha);
+            .add_optional_service(v1alpha)
+            .add_optional_service(hostile.map(|h| HostileReflection(h, state.clone())));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
         tokio::spawn(async move {
@@ -410,6 +451,14 @@ fn sleep(state: Shared, request: Request<SleepRequest>) -> Answer<SleepReply> {
     })
 }
 
+fn numbers(state: Shared, request: Request<NumbersRequest>) -> Answer<NumbersReply> {
+    Box::pin(async move {
+        let (metadata, _, req) = request.into_parts();
+        record(&state, "Numbers", &metadata, serde_json::json!({"count": req.count}));
+        Ok(Response::new(NumbersReply { values: vec![1; usize::try_from(req.count).unwrap_or(0)] }))
+    })
+}
+
 /// `etcron.test.Echo`, routed by path as tonic's generated servers do.
 #[derive(Clone)]
 struct EchoService(Shared);
@@ -438,6 +487,12 @@ impl tonic::codegen::Service<http::Request<Body>> for EchoService {
                 let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<(), FailRequest>::default());
                 Ok(grpc.unary(Method(state, fail), req).await)
             }),
+            "/etcron.test.Echo/Numbers" => Box::pin(async move {
+                let mut grpc =
+                    tonic::server::Grpc::new(tonic_prost::ProstCodec::<NumbersReply, NumbersRequest>::default())
+                        .max_encoding_message_size(usize::MAX);
+                Ok(grpc.unary(Method(state, numbers), req).await)
+            }),
             "/etcron.test.Echo/Sleep" => Box::pin(async move {
                 let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<SleepReply, SleepRequest>::default());
                 Ok(grpc.unary(Method(state, sleep), req).await)
@@ -456,5 +511,109 @@ impl tonic::codegen::Service<http::Request<Body>> for EchoService {
                 })
             }
         }
+    }
+}
+
+/// `grpc.reflection.v1.ServerReflection` answering as [`Hostile`] says; each stream is recorded
+/// as a call of `ServerReflectionInfo`.
+#[derive(Clone)]
+struct HostileReflection(Hostile, Shared);
+
+impl NamedService for HostileReflection {
+    const NAME: &'static str = "grpc.reflection.v1.ServerReflection";
+}
+
+type ReflectionAnswers = Pin<
+    Box<
+        dyn tonic::codegen::tokio_stream::Stream<
+                Item = Result<tonic_reflection::pb::v1::ServerReflectionResponse, Status>,
+            > + Send,
+    >,
+>;
+
+impl tonic::server::StreamingService<tonic_reflection::pb::v1::ServerReflectionRequest> for HostileReflection {
+    type Response = tonic_reflection::pb::v1::ServerReflectionResponse;
+    type ResponseStream = ReflectionAnswers;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ReflectionAnswers>, Status>> + Send>>;
+
+    fn call(
+        &mut self,
+        request: Request<tonic::Streaming<tonic_reflection::pb::v1::ServerReflectionRequest>>,
+    ) -> Self::Future {
+        use tonic::codegen::tokio_stream::StreamExt as _;
+        let hostile = self.0;
+        record(&self.1, "ServerReflectionInfo", request.metadata(), serde_json::Value::Null);
+        let answers = request.into_inner().map(move |ask| Ok(hostile_answer(hostile, &ask?)));
+        Box::pin(async move { Ok(Response::new(Box::pin(answers) as ReflectionAnswers)) })
+    }
+}
+
+/// The hostile answer to `ask`.
+fn hostile_answer(
+    hostile: Hostile,
+    ask: &tonic_reflection::pb::v1::ServerReflectionRequest,
+) -> tonic_reflection::pb::v1::ServerReflectionResponse {
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::{FileDescriptorResponse, ListServiceResponse, ServiceResponse};
+    let file = |name: &str, dependency: Vec<String>| match hostile {
+        Hostile::LargeFiles => FileDescriptorProto {
+            name: Some(name.to_owned()),
+            dependency,
+            package: Some("p".repeat(4 * 1024 * 1024 - 16 * 1024)),
+            ..Default::default()
+        },
+        Hostile::BloatedFiles => FileDescriptorProto {
+            name: Some(name.to_owned()),
+            message_type: vec![DescriptorProto::default(); 512 * 1024],
+            ..Default::default()
+        },
+    };
+    let files = match &ask.message_request {
+        Some(MessageRequest::FileContainingSymbol(_)) => {
+            let imports = match hostile {
+                Hostile::LargeFiles => (1..HOSTILE_FILES).map(|i| format!("hostile/{i}.proto")).collect(),
+                Hostile::BloatedFiles => Vec::new(),
+            };
+            vec![file("hostile/0.proto", imports)]
+        }
+        Some(MessageRequest::FileByFilename(name)) => vec![file(name, Vec::new())],
+        _ => {
+            let service = vec![ServiceResponse { name: SERVICE.to_owned() }];
+            let list = MessageResponse::ListServicesResponse(ListServiceResponse { service });
+            return tonic_reflection::pb::v1::ServerReflectionResponse {
+                message_response: Some(list),
+                ..Default::default()
+            };
+        }
+    };
+    let file_descriptor_proto = files.iter().map(prost::Message::encode_to_vec).collect();
+    tonic_reflection::pb::v1::ServerReflectionResponse {
+        message_response: Some(MessageResponse::FileDescriptorResponse(FileDescriptorResponse {
+            file_descriptor_proto,
+        })),
+        ..Default::default()
+    }
+}
+
+impl tonic::codegen::Service<http::Request<Body>> for HostileReflection {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let service = self.clone();
+        Box::pin(async move {
+            let codec = tonic_prost::ProstCodec::<
+                tonic_reflection::pb::v1::ServerReflectionResponse,
+                tonic_reflection::pb::v1::ServerReflectionRequest,
+            >::default();
+            let mut grpc = tonic::server::Grpc::new(codec).max_encoding_message_size(usize::MAX);
+            Ok(grpc.streaming(service, req).await)
+        })
     }
 }

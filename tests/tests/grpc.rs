@@ -6,16 +6,18 @@
 //! and kill cancel the call at the server; a `descriptor_set` calls a server without
 //! reflection; a v1alpha-only reflection service; a server wanting a token for reflection too;
 //! TLS with the worker's CA roots; a checkpoint POSTed by the server handed to the rerun; etcronctl
-//! applying, running and describing one; the cluster's own etcd refused as an endpoint; and the
-//! 400s of bad specs.
+//! applying, running and describing one; the cluster's own etcd refused as an endpoint; the
+//! 400s of bad specs; and hostile servers (reflection answers of a gigabyte, descriptors that
+//! bloat once decoded, a packed response that bloats once decoded) refused by the worker's
+//! budgets while its memory stays bounded.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
 use std::time::Duration;
 
 use anyhow::Result;
-use etcron_tests::grpc_server::{descriptor_set_base64, GrpcServer, Options, Reflection};
-use etcron_tests::{make_certs, urlencode, wait_for, Cluster, WorkerOpts};
+use etcron_tests::grpc_server::{descriptor_set_base64, GrpcServer, Hostile, Options, Reflection};
+use etcron_tests::{free_port, make_certs, scrape, urlencode, wait_for, Cluster, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -153,7 +155,12 @@ async fn calls_through_reflection_succeed_fail_and_are_cancelled_as_the_server_s
     // What cannot be called fails before any call, saying why.
     let calls_before = server.calls().len();
     for (job, method, request, says) in [
-        ("no-method", "etcron.test.Echo/Nope", json!({}), "has no method Nope (its methods: Echo, Fail, Sleep, Watch)"),
+        (
+            "no-method",
+            "etcron.test.Echo/Nope",
+            json!({}),
+            "has no method Nope (its methods: Echo, Fail, Sleep, Watch, Numbers)",
+        ),
         (
             "no-service",
             "etcron.test.Missing/Echo",
@@ -383,5 +390,73 @@ async fn a_call_whose_worker_dies_is_rerun_with_its_last_checkpoint() -> Result<
     assert_ne!(again["x-etcron-worker-id"], runner);
     assert_eq!(rerun["resumed_from"]["execution_id"], first.as_str(), "{rerun}");
     assert_eq!(rerun["resumed_from"]["checkpoint"], json!({"row": 4000}));
+    Ok(())
+}
+
+/// A `/proc/<pid>/status` field in MiB (`VmRSS`, `VmHWM`: the peak).
+fn memory_mib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() / 1024
+}
+
+/// Hostile servers answer within the per-message limit (4 MiB) yet try to make the worker hold
+/// gigabytes: 256 files of 4 MiB through reflection, a file of empty message descriptors that
+/// bloats once decoded, a 4 MiB packed response (a value per byte once decoded). Each run fails
+/// naming the budget it passed, a second run does not pay it again, the worker's memory (its
+/// peak included) stays far below what it used to reach, and a normal server is still called.
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_servers_are_refused_by_budgets_and_the_worker_stays_small() -> Result<()> {
+    let hostile = |kind| GrpcServer::start_with(Options { hostile: Some(kind), ..Options::new(Reflection::V1) });
+    let large = hostile(Hostile::LargeFiles).await?;
+    let bloated = hostile(Hostile::BloatedFiles).await?;
+    let normal = GrpcServer::start(Reflection::V1).await?;
+    let mut c = Cluster::start("grpc-hostile", 0).await?;
+    let port = free_port();
+    let mut opts = WorkerOpts::new("w1");
+    opts.extra = vec!["--metrics-listen".to_owned(), format!("127.0.0.1:{port}")];
+    c.add_worker(opts)?;
+    c.wait_workers(1).await?;
+    let pid = c.workers[0].proc.pid().unwrap();
+    let echo = |at: &str| grpc(at, "etcron.test.Echo/Echo", json!({"text": "hi"}));
+
+    let refused = run_task(&c, "large", echo(&large.endpoint)).await?;
+    assert_eq!(refused["status"], "failed", "{refused}");
+    let error = refused["error"].as_str().unwrap();
+    assert!(error.contains("reflection budget (reflection_bytes): more than 8 MiB of answers in one run"), "{error}");
+    let streams = |s: &GrpcServer| s.calls().iter().filter(|c| c.method == "ServerReflectionInfo").count();
+    let asked = streams(&large);
+    // The next run is refused at once: the server is not asked again within the minute.
+    let again = record(&c, &run(&c, "large").await?).await?;
+    assert_eq!(again["status"], "failed", "{again}");
+    assert!(again["error"].as_str().unwrap().contains("reflection_bytes"), "{again}");
+    assert!(again["error"].as_str().unwrap().contains("refused within the last 60 s"), "{again}");
+    assert_eq!(streams(&large), asked, "no new reflection request");
+
+    let bloat = run_task(&c, "bloated", echo(&bloated.endpoint)).await?;
+    assert_eq!(bloat["status"], "failed", "{bloat}");
+    let error = bloat["error"].as_str().unwrap();
+    assert!(error.contains("(reflection_memory): file descriptors that would take more than 64 MiB"), "{error}");
+
+    // About 4 MB of packed ones: refused before decoding; a small answer of the same method works.
+    let numbers = |count: i32| grpc(&normal.endpoint, "etcron.test.Echo/Numbers", json!({"count": count}));
+    let packed = run_task(&c, "packed", numbers(4_000_000)).await?;
+    assert_eq!(packed["status"], "failed", "{packed}");
+    let error = packed["error"].as_str().unwrap();
+    assert!(error.contains("response_memory limit of 64 MiB"), "{error}");
+    assert!(packed["output"].as_str().unwrap().contains("response_memory"), "{packed}");
+    let few = run_task(&c, "few", numbers(1000)).await?;
+    assert_eq!(few["status"], "succeeded", "{few}");
+    assert_eq!(response(&few)["values"].as_array().unwrap().len(), 1000);
+    let ok = run_task(&c, "normal", echo(&normal.endpoint)).await?;
+    assert_eq!((&ok["status"], &response(&ok)["text"]), (&json!("succeeded"), &json!("hi")), "{ok}");
+
+    // It used to reach gigabytes (2.7 GB after one run of the first server).
+    let (rss, peak) = (memory_mib(pid, "VmRSS:"), memory_mib(pid, "VmHWM:"));
+    assert!(rss < 400 && peak < 400, "worker memory: {rss} MiB now, {peak} MiB at most");
+    let metrics = scrape(&format!("http://127.0.0.1:{port}/metrics"), None).await?;
+    for (limit, n) in [("reflection_bytes", 1.0), ("reflection_memory", 1.0), ("response_memory", 1.0)] {
+        assert_eq!(metrics.value("etcron_worker_grpc_limits_total", &[("limit", limit)]), n, "{limit}");
+    }
     Ok(())
 }

@@ -12,7 +12,12 @@
 //! - **Messages.** The request is read from the spec's JSON with proto3's JSON mapping (an
 //!   unknown field fails the run naming it) and sent through a codec of dynamic messages: no
 //!   generated code. The response, at most [`MAX_RESPONSE_BYTES`] on the wire, is held whole
-//!   and written as proto3 JSON with every field (defaults included), pretty-printed.
+//!   and written as proto3 JSON with every field (defaults included), pretty-printed, straight
+//!   into the bounded output (never whole in memory). Decoding can take far more memory than
+//!   the wire bytes (a packed repeated field is a byte per element on the wire, a value each
+//!   decoded): a response whose decoded size, estimated from its bytes before decoding
+//!   ([`wire_size`]), passes [`MAX_RESPONSE_MEMORY`] fails the run naming the limit, logged and
+//!   counted (`etcron_worker_grpc_limits_total{limit="response_memory"}`).
 //! - **Output** is `gRPC OK` (or `gRPC NOT_FOUND the server's message`) on a line, then the
 //!   response as JSON, bounded to `max_output` bytes as the first and last halves. **Success** is
 //!   status OK and nothing else; the record's `error` names a failing status
@@ -38,6 +43,7 @@
 //!   `etcron-worker/{version}` (tonic appends its own).
 
 mod reflection;
+mod wire_size;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{LazyLock, Mutex};
@@ -61,6 +67,11 @@ use crate::task_network::{NoAddress, TaskNetwork};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest response message read; a larger one fails the run (`OUT_OF_RANGE`, from tonic).
 pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+/// Most memory a response may take once decoded (estimated from its bytes before decoding:
+/// [`RESPONSE_COSTS`]); a larger one fails the run, naming this limit.
+pub const MAX_RESPONSE_MEMORY: usize = 64 * 1024 * 1024;
+/// A decoded response's elements: a `DynamicMessage` (its field map's node), a `Value`.
+const RESPONSE_COSTS: wire_size::Costs = wire_size::Costs { message: 1024, value: 96 };
 /// Longest status message kept in a record's `error` (the output has it whole, bounded).
 const MAX_ERROR_MESSAGE: usize = 1024;
 /// Most endpoints with a channel kept; past it every channel is dropped (and reconnected when
@@ -184,12 +195,43 @@ async fn unary(
     match grpc.unary(request, path, codec).await {
         Ok(response) => {
             output.push(b"gRPC OK\n");
-            output.push(response_json(&response.into_inner()).as_bytes());
+            write_json(&response.into_inner(), output);
             Ending::Grpc { code: "OK", message: String::new() }
         }
-        Err(status) => failed(job, &status, deadline, output),
+        Err(status) => match std::error::Error::source(&status).and_then(|e| e.downcast_ref::<TooLarge>()) {
+            Some(too_large) => {
+                let why = too_large.to_string();
+                tracing::warn!(endpoint = job.endpoint, method = job.method, "gRPC response refused: {why}");
+                crate::metrics::METRICS.grpc_limits.with_label_values(&["response_memory"]).inc();
+                output.push(format!("{why}\n").as_bytes());
+                Ending::RequestFailed(why)
+            }
+            None => failed(job, &status, deadline, output),
+        },
     }
 }
+
+/// A response whose decoded size would pass [`MAX_RESPONSE_MEMORY`].
+#[derive(Debug)]
+struct TooLarge {
+    message: String,
+    bytes: usize,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the response ({} bytes of {}) was not read: decoded it would take more than the worker's \
+             response_memory limit of {} MiB",
+            self.bytes,
+            self.message,
+            MAX_RESPONSE_MEMORY / (1024 * 1024)
+        )
+    }
+}
+
+impl std::error::Error for TooLarge {}
 
 /// A call that ended with a status other than OK.
 fn failed(
@@ -212,14 +254,31 @@ fn failed(
     Ending::Grpc { code, message: etcron_common::output::clipped(status.message(), MAX_ERROR_MESSAGE) }
 }
 
-/// The response as proto3 JSON with every field, pretty-printed.
-fn response_json(message: &DynamicMessage) -> String {
+/// The response as proto3 JSON with every field, pretty-printed, written into `output` as it
+/// is made (the output keeps its head and tail; the whole text is never held).
+fn write_json(message: &DynamicMessage, output: &mut BoundedOutput) {
     let options = SerializeOptions::new().skip_default_fields(false);
-    let mut out = Vec::new();
-    let mut serializer = serde_json::Serializer::pretty(&mut out);
-    match message.serialize_with_options(&mut serializer, &options) {
-        Ok(()) => String::from_utf8_lossy(&out).into_owned(),
-        Err(e) => format!("(the response could not be written as JSON: {e})"),
+    let mut writer = std::io::BufWriter::with_capacity(8 * 1024, IntoOutput(output));
+    let mut serializer = serde_json::Serializer::pretty(&mut writer);
+    let written = message.serialize_with_options(&mut serializer, &options);
+    drop(std::io::Write::flush(&mut writer));
+    drop(writer);
+    if let Err(e) = written {
+        output.push(format!("\n(the response could not be written as JSON: {e})").as_bytes());
+    }
+}
+
+/// Bytes written go into the bounded output.
+struct IntoOutput<'a>(&'a mut BoundedOutput);
+
+impl std::io::Write for IntoOutput<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.push(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -418,7 +477,15 @@ impl Decoder for DynamicDecoder {
     type Error = tonic::Status;
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, tonic::Status> {
-        DynamicMessage::decode(self.0.clone(), src).map(Some).map_err(|e| {
+        use prost::bytes::Buf as _;
+        let bytes = src.copy_to_bytes(src.remaining());
+        if wire_size::decoded_size(&self.0, &bytes, RESPONSE_COSTS, MAX_RESPONSE_MEMORY).is_err() {
+            let too_large = TooLarge { message: self.0.full_name().to_owned(), bytes: bytes.len() };
+            let mut status = tonic::Status::resource_exhausted(too_large.to_string());
+            status.set_source(std::sync::Arc::new(too_large));
+            return Err(status);
+        }
+        DynamicMessage::decode(self.0.clone(), bytes).map(Some).map_err(|e| {
             tonic::Status::internal(format!("etcron could not decode the response as {}: {e}", self.0.full_name()))
         })
     }
@@ -445,6 +512,14 @@ mod tests {
         assert!(text.bytes().all(|b| (b' '..=b'~').contains(&b)), "{text}");
         assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), value);
         assert!(MetadataValue::try_from(text.as_str()).is_ok());
+    }
+
+    #[test]
+    fn the_response_costs_cover_what_decoding_allocates() {
+        // A list element is a `Value` (its vector may have twice the room); a message at least
+        // its field map's leaf node (11 keys and values).
+        assert!(RESPONSE_COSTS.value >= std::mem::size_of::<prost_reflect::Value>() + 32);
+        assert!(RESPONSE_COSTS.message >= 11 * (4 + std::mem::size_of::<prost_reflect::Value>()));
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub struct WorkerMetrics {
     /// Connections of HTTP and gRPC tasks refused before anything was sent, by class of the
     /// address (`crate::task_network::Class`).
     pub task_connections_refused: IntCounterVec,
+    /// gRPC runs refused by a memory bound, by limit.
+    pub grpc_limits: IntCounterVec,
     /// SLA alerts that could not be decided (etcd failed every try): possibly not raised.
     pub alert_errors: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
@@ -217,6 +219,11 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "Connections of HTTP and gRPC tasks (requests, redirects, status polls, cancels, gRPC channels) refused before anything was sent, by class of the address: control_plane, loopback, link_local, unspecified (task_network_allow allows them).",
         &["class"],
     ),
+    grpc_limits: counter_vec(
+        "etcron_worker_grpc_limits_total",
+        "gRPC runs failed by a bound on what the server sends, by limit: reflection_bytes, reflection_files, reflection_answers, reflection_memory (one run's reflection budget), response_memory (a response's decoded size).",
+        &["limit"],
+    ),
     alert_errors: counter(
         "etcron_worker_alert_errors_total",
         "SLA alerts that could not be decided because etcd failed every try: possibly not raised.",
@@ -250,6 +257,10 @@ pub fn init(capacity: u32) {
         METRICS.http_cancels.with_label_values(&[outcome]);
     }
     METRICS.runs_refused.with_label_values(&["run_params"]);
+    for limit in ["reflection_bytes", "reflection_files", "reflection_answers", "reflection_memory", "response_memory"]
+    {
+        METRICS.grpc_limits.with_label_values(&[limit]);
+    }
 }
 
 #[cfg(test)]
