@@ -21,9 +21,12 @@ pub struct MasterMetrics {
     /// Saves refused because the job would reach beyond its team: by rule (`task.user`,
     /// `selector`: the team's policy; `dependency`: a dependent the caller may not operate).
     pub team_refusals: IntCounterVec,
+    /// Execution streams refused, by the limit they would pass (`per_token`, `per_execution`).
+    pub streams_refused: IntCounterVec,
 }
 
-pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| MasterMetrics {
+pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| {
+    MasterMetrics {
     requests: counter_vec(
         "etcron_master_http_requests_total",
         "HTTP requests by method, route and status code.",
@@ -44,13 +47,21 @@ pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| MasterMetrics {
         "Job saves refused because the job would reach beyond its team, by rule (task.user, selector, dependency).",
         &["rule"],
     ),
+    streams_refused: counter_vec(
+        "etcron_master_streams_refused_total",
+        "Execution streams (GET /api/executions/{id}/stream) refused, by the limit they would pass: per_token (429), per_execution (503).",
+        &["limit"],
+    ),
+}
 });
 
 /// Creates every metric so all are listed from the first scrape.
 pub fn init() {
     etcron_common::metrics::init("master");
     etcron_common::admission::init_metrics();
-    LazyLock::force(&METRICS);
+    for limit in ["per_token", "per_execution"] {
+        METRICS.streams_refused.with_label_values(&[limit]);
+    }
 }
 
 /// Middleware: counts and times every request by its route template; requests no route

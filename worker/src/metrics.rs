@@ -77,6 +77,11 @@ pub struct WorkerMetrics {
     /// Connections of HTTP and gRPC tasks refused before anything was sent, by class of the
     /// address (`crate::task_network::Class`).
     pub task_connections_refused: IntCounterVec,
+    /// Progress reports refused before they were read, by reason (`token`: a wrong token or an
+    /// execution not running here; `limited`: past the wrong tokens one address may send).
+    pub progress_refused: IntCounterVec,
+    /// Followers of a running execution's live output refused, by reason (`per_execution`).
+    pub followers_refused: IntCounterVec,
     /// SLA alerts that could not be decided (etcd failed every try): possibly not raised.
     pub alert_errors: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
@@ -217,6 +222,16 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "Connections of HTTP and gRPC tasks (requests, redirects, status polls, cancels, gRPC channels) refused before anything was sent, by class of the address: control_plane, loopback, link_local, unspecified (task_network_allow allows them).",
         &["class"],
     ),
+    progress_refused: counter_vec(
+        "etcron_worker_progress_refused_total",
+        "Progress reports refused before they were read, by reason: token (a wrong token or an execution not running here, one answer for both), limited (past the wrong tokens one address may send a minute).",
+        &["reason"],
+    ),
+    followers_refused: counter_vec(
+        "etcron_worker_followers_refused_total",
+        "Followers of a running execution's live output refused, by reason: per_execution (it has the most followers one execution may have).",
+        &["reason"],
+    ),
     alert_errors: counter(
         "etcron_worker_alert_errors_total",
         "SLA alerts that could not be decided because etcd failed every try: possibly not raised.",
@@ -250,6 +265,10 @@ pub fn init(capacity: u32) {
         METRICS.http_cancels.with_label_values(&[outcome]);
     }
     METRICS.runs_refused.with_label_values(&["run_params"]);
+    for reason in ["token", "limited"] {
+        METRICS.progress_refused.with_label_values(&[reason]);
+    }
+    METRICS.followers_refused.with_label_values(&["per_execution"]);
 }
 
 #[cfg(test)]
