@@ -2,7 +2,8 @@
 //! Live output: `GET /api/executions/{id}/stream` relays a running execution's output from the
 //! worker as Server-Sent Events while the task still runs, and ends with the final record; a
 //! finished execution streams its recorded output and status at once; the worker's output
-//! server refuses requests without the token that only etcd holds.
+//! server refuses requests without the token that only etcd holds; streams are bounded per
+//! token and per execution, and a full output server does not stop a task's reports.
 
 use std::time::Duration;
 
