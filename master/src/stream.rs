@@ -62,15 +62,17 @@ static OPEN: LazyLock<Mutex<Open>> = LazyLock::new(Mutex::default);
 
 /// One open stream, counted in [`OPEN`] until dropped (when the relay ends).
 struct Slot {
-    token: String,
+    /// The token's name; `None` on a master without tokens.
+    token: Option<String>,
     execution: String,
 }
 
 impl Slot {
     /// Counts a stream of `execution` by `token` in, unless one of the limits is reached.
-    fn take(token: &str, execution: &str) -> Result<Self, ApiError> {
+    fn take(token: Option<&str>, execution: &str) -> Result<Self, ApiError> {
         let mut open = OPEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let refused = if open.by_token.get(token).copied().unwrap_or(0) >= MAX_STREAMS_PER_TOKEN {
+        let held = token.and_then(|t| open.by_token.get(t).copied()).unwrap_or(0);
+        let refused = if held >= MAX_STREAMS_PER_TOKEN {
             Some(("per_token", StatusCode::TOO_MANY_REQUESTS, format!("this token holds {MAX_STREAMS_PER_TOKEN} execution streams, the most one token may hold open at once (MAX_STREAMS_PER_TOKEN); close one first")))
         } else if open.by_execution.get(execution).copied().unwrap_or(0) >= MAX_STREAMS_PER_EXECUTION {
             Some(("per_execution", StatusCode::SERVICE_UNAVAILABLE, format!("execution {execution} has {MAX_STREAMS_PER_EXECUTION} streams open, the most one execution may have at once (MAX_STREAMS_PER_EXECUTION); try again later")))
@@ -79,12 +81,19 @@ impl Slot {
         };
         if let Some((limit, status, message)) = refused {
             crate::metrics::METRICS.streams_refused.with_label_values(&[limit]).inc();
-            tracing::info!(token, execution_id = execution, limit, "an execution stream was refused");
+            tracing::info!(
+                token = token.unwrap_or("-"),
+                execution_id = execution,
+                limit,
+                "an execution stream was refused"
+            );
             return Err(ApiError { status, code: "too_many_streams", message, field: None });
         }
-        *open.by_token.entry(token.to_owned()).or_insert(0) += 1;
+        if let Some(t) = token {
+            *open.by_token.entry(t.to_owned()).or_insert(0) += 1;
+        }
         *open.by_execution.entry(execution.to_owned()).or_insert(0) += 1;
-        Ok(Self { token: token.to_owned(), execution: execution.to_owned() })
+        Ok(Self { token: token.map(str::to_owned), execution: execution.to_owned() })
     }
 }
 
@@ -92,7 +101,8 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut guard = OPEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let open = &mut *guard;
-        for (map, key) in [(&mut open.by_token, &self.token), (&mut open.by_execution, &self.execution)] {
+        let counted = self.token.as_ref().map(|t| (&mut open.by_token, t));
+        for (map, key) in counted.into_iter().chain([(&mut open.by_execution, &self.execution)]) {
             if let Some(n) = map.get_mut(key) {
                 *n -= 1;
                 if *n == 0 {
@@ -133,7 +143,9 @@ pub async fn stream_execution(
     if running.is_none() && record.is_none() && !coming(&st, &id).await? {
         return Err(hidden());
     }
-    let slot = Slot::take(&scope.caller.name, &id.to_string())?;
+    // Without tokens there is no token to count by: only the per-execution bound applies.
+    let token = st.auth.enabled().then_some(scope.caller.name.as_str());
+    let slot = Slot::take(token, &id.to_string())?;
     let (tx, rx) = mpsc::channel::<Event>(16);
     tokio::spawn(async move {
         relay(st, id, running, tx).await;
@@ -414,18 +426,22 @@ mod tests {
     #[test]
     fn streams_are_bounded_per_token_and_per_execution() {
         assert_eq!((MAX_STREAMS_PER_TOKEN, MAX_STREAMS_PER_EXECUTION), (16, 32));
-        let mine: Vec<Slot> = (0..MAX_STREAMS_PER_TOKEN).map(|_| Slot::take("unit-a", "unit-j@1#1").unwrap()).collect();
-        let refused = Slot::take("unit-a", "unit-j@2#1").err().unwrap();
+        let mine: Vec<Slot> =
+            (0..MAX_STREAMS_PER_TOKEN).map(|_| Slot::take(Some("unit-a"), "unit-j@1#1").unwrap()).collect();
+        let refused = Slot::take(Some("unit-a"), "unit-j@2#1").err().unwrap();
         assert_eq!((refused.status, refused.code), (StatusCode::TOO_MANY_REQUESTS, "too_many_streams"));
         assert!(refused.message.contains("MAX_STREAMS_PER_TOKEN"), "{}", refused.message);
         let theirs: Vec<Slot> = (0..MAX_STREAMS_PER_EXECUTION - MAX_STREAMS_PER_TOKEN)
-            .map(|_| Slot::take("unit-b", "unit-j@1#1").unwrap())
+            .map(|_| Slot::take(Some("unit-b"), "unit-j@1#1").unwrap())
             .collect();
-        let refused = Slot::take("unit-c", "unit-j@1#1").err().unwrap();
+        let refused = Slot::take(None, "unit-j@1#1").err().unwrap();
         assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(refused.message.contains("MAX_STREAMS_PER_EXECUTION"), "{}", refused.message);
         drop((mine, theirs));
-        assert!(Slot::take("unit-c", "unit-j@1#1").is_ok(), "closed streams free their places");
+        assert!(Slot::take(Some("unit-c"), "unit-j@1#1").is_ok(), "closed streams free their places");
+        let anonymous: Vec<Slot> =
+            (0..MAX_STREAMS_PER_TOKEN + 1).map(|_| Slot::take(None, "unit-k@1#1").unwrap()).collect();
+        assert_eq!(anonymous.len(), 17, "without tokens only the per-execution bound applies");
     }
 
     #[test]
