@@ -56,7 +56,9 @@ impl ChangeLimitSettings {
             return Err(format!("change_bytes_burst: must be at least 1024 bytes, got {}", self.bytes_burst));
         }
         if self.max_jobs_per_team == Some(0) {
-            return Err("max_jobs_per_team: must be at least 1 (leave it out, or 0 in the file, for no quota)".to_owned());
+            return Err(
+                "max_jobs_per_team: must be at least 1 (leave it out, or 0 in the file, for no quota)".to_owned()
+            );
         }
         let one_spec = etcron_common::job::MAX_SPEC_BYTES as u64;
         if self.max_history_bytes_per_job < one_spec {

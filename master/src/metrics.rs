@@ -24,9 +24,12 @@ pub struct MasterMetrics {
     /// Job changes refused to protect etcd's space: by limit (`byte_budget`: a token's or a
     /// team's change byte budget; `job_quota`: a team's job quota).
     pub change_refusals: IntCounterVec,
+    /// Execution streams refused, by the limit they would pass (`per_token`, `per_execution`).
+    pub streams_refused: IntCounterVec,
 }
 
-pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| MasterMetrics {
+pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| {
+    MasterMetrics {
     requests: counter_vec(
         "etcron_master_http_requests_total",
         "HTTP requests by method, route and status code.",
@@ -52,13 +55,21 @@ pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| MasterMetrics {
         "Job changes refused to protect etcd's space, by limit (byte_budget, job_quota).",
         &["limit"],
     ),
+    streams_refused: counter_vec(
+        "etcron_master_streams_refused_total",
+        "Execution streams (GET /api/executions/{id}/stream) refused, by the limit they would pass: per_token (429), per_execution (503).",
+        &["limit"],
+    ),
+}
 });
 
 /// Creates every metric so all are listed from the first scrape.
 pub fn init() {
     etcron_common::metrics::init("master");
     etcron_common::admission::init_metrics();
-    LazyLock::force(&METRICS);
+    for limit in ["per_token", "per_execution"] {
+        METRICS.streams_refused.with_label_values(&[limit]);
+    }
 }
 
 /// Middleware: counts and times every request by its route template; requests no route

@@ -9,12 +9,18 @@
 //! the first carries its latest), `status` (the final
 //! execution record, as `GET /api/executions/{id}` answers it; always the last event), and
 //! `error` `{"message": …}` when no final record came in time.
+//!
+//! Streams are bounded on each master: one token holds at most [`MAX_STREAMS_PER_TOKEN`] at
+//! once (more: 429), one execution has at most [`MAX_STREAMS_PER_EXECUTION`] (more: 503), so
+//! neither a viewer nor the followers of one run take the worker's output connections.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use etcd_client::{Txn, TxnOp, TxnOpResponse};
@@ -39,6 +45,73 @@ const CONNECT_ATTEMPTS: u32 = 5;
 const CONNECT_RETRY: Duration = Duration::from_millis(200);
 /// Comment lines keep proxies from closing a quiet stream.
 const KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// Most streams one token holds open at once on a master.
+pub const MAX_STREAMS_PER_TOKEN: usize = 16;
+/// Most streams of one execution open at once on a master.
+pub const MAX_STREAMS_PER_EXECUTION: usize = 32;
+
+/// Streams open on this master, by token (its name) and by execution.
+#[derive(Default)]
+struct Open {
+    by_token: HashMap<String, usize>,
+    by_execution: HashMap<String, usize>,
+}
+
+static OPEN: LazyLock<Mutex<Open>> = LazyLock::new(Mutex::default);
+
+/// One open stream, counted in [`OPEN`] until dropped (when the relay ends).
+struct Slot {
+    /// The token's name; `None` on a master without tokens.
+    token: Option<String>,
+    execution: String,
+}
+
+impl Slot {
+    /// Counts a stream of `execution` by `token` in, unless one of the limits is reached.
+    fn take(token: Option<&str>, execution: &str) -> Result<Self, ApiError> {
+        let mut open = OPEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = token.and_then(|t| open.by_token.get(t).copied()).unwrap_or(0);
+        let refused = if held >= MAX_STREAMS_PER_TOKEN {
+            Some(("per_token", StatusCode::TOO_MANY_REQUESTS, format!("this token holds {MAX_STREAMS_PER_TOKEN} execution streams, the most one token may hold open at once (MAX_STREAMS_PER_TOKEN); close one first")))
+        } else if open.by_execution.get(execution).copied().unwrap_or(0) >= MAX_STREAMS_PER_EXECUTION {
+            Some(("per_execution", StatusCode::SERVICE_UNAVAILABLE, format!("execution {execution} has {MAX_STREAMS_PER_EXECUTION} streams open, the most one execution may have at once (MAX_STREAMS_PER_EXECUTION); try again later")))
+        } else {
+            None
+        };
+        if let Some((limit, status, message)) = refused {
+            crate::metrics::METRICS.streams_refused.with_label_values(&[limit]).inc();
+            tracing::info!(
+                token = token.unwrap_or("-"),
+                execution_id = execution,
+                limit,
+                "an execution stream was refused"
+            );
+            return Err(ApiError { status, code: "too_many_streams", message, field: None });
+        }
+        if let Some(t) = token {
+            *open.by_token.entry(t.to_owned()).or_insert(0) += 1;
+        }
+        *open.by_execution.entry(execution.to_owned()).or_insert(0) += 1;
+        Ok(Self { token: token.map(str::to_owned), execution: execution.to_owned() })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut guard = OPEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let open = &mut *guard;
+        let counted = self.token.as_ref().map(|t| (&mut open.by_token, t));
+        for (map, key) in counted.into_iter().chain([(&mut open.by_execution, &self.execution)]) {
+            if let Some(n) = map.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(key);
+                }
+            }
+        }
+    }
+}
 
 static HTTP: LazyLock<reqwest::Client> =
     LazyLock::new(|| reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default());
@@ -70,8 +143,14 @@ pub async fn stream_execution(
     if running.is_none() && record.is_none() && !coming(&st, &id).await? {
         return Err(hidden());
     }
+    // Without tokens there is no token to count by: only the per-execution bound applies.
+    let token = st.auth.enabled().then_some(scope.caller.name.as_str());
+    let slot = Slot::take(token, &id.to_string())?;
     let (tx, rx) = mpsc::channel::<Event>(16);
-    tokio::spawn(relay(st, id, running, tx));
+    tokio::spawn(async move {
+        relay(st, id, running, tx).await;
+        drop(slot);
+    });
     let events =
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx)) });
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEPALIVE)).into_response())
@@ -342,7 +421,28 @@ async fn from_worker(url: &str, token: &str, id: &ExecutionId, tx: &mpsc::Sender
 
 #[cfg(test)]
 mod tests {
-    use super::advertised_shape;
+    use super::*;
+
+    #[test]
+    fn streams_are_bounded_per_token_and_per_execution() {
+        assert_eq!((MAX_STREAMS_PER_TOKEN, MAX_STREAMS_PER_EXECUTION), (16, 32));
+        let mine: Vec<Slot> =
+            (0..MAX_STREAMS_PER_TOKEN).map(|_| Slot::take(Some("unit-a"), "unit-j@1#1").unwrap()).collect();
+        let refused = Slot::take(Some("unit-a"), "unit-j@2#1").err().unwrap();
+        assert_eq!((refused.status, refused.code), (StatusCode::TOO_MANY_REQUESTS, "too_many_streams"));
+        assert!(refused.message.contains("MAX_STREAMS_PER_TOKEN"), "{}", refused.message);
+        let theirs: Vec<Slot> = (0..MAX_STREAMS_PER_EXECUTION - MAX_STREAMS_PER_TOKEN)
+            .map(|_| Slot::take(Some("unit-b"), "unit-j@1#1").unwrap())
+            .collect();
+        let refused = Slot::take(None, "unit-j@1#1").err().unwrap();
+        assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(refused.message.contains("MAX_STREAMS_PER_EXECUTION"), "{}", refused.message);
+        drop((mine, theirs));
+        assert!(Slot::take(Some("unit-c"), "unit-j@1#1").is_ok(), "closed streams free their places");
+        let anonymous: Vec<Slot> =
+            (0..MAX_STREAMS_PER_TOKEN + 1).map(|_| Slot::take(None, "unit-k@1#1").unwrap()).collect();
+        assert_eq!(anonymous.len(), 17, "without tokens only the per-execution bound applies");
+    }
 
     #[test]
     fn only_urls_shaped_as_workers_advertise_them_are_followed() {

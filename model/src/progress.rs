@@ -116,6 +116,7 @@ impl Report {
             }
         }
         if let Some(m) = &mut self.message {
+            *m = plain(m);
             cut(m, MAX_MESSAGE_BYTES);
         }
         if let Some(c) = &self.checkpoint {
@@ -126,6 +127,20 @@ impl Report {
         }
         Ok(self)
     }
+}
+
+/// `text` as plain text: tabs and line breaks become spaces, every other control character
+/// (ESC and so terminal escape sequences, C1 controls, DEL) is dropped, so a message shows as
+/// it reads wherever it is displayed.
+#[must_use]
+pub fn plain(text: &str) -> String {
+    text.chars()
+        .filter_map(|c| match c {
+            '\t' | '\n' | '\r' => Some(' '),
+            c if c.is_control() => None,
+            c => Some(c),
+        })
+        .collect()
 }
 
 fn cut(text: &mut String, max: usize) {
@@ -284,6 +299,15 @@ mod tests {
         let long = format!(r#"{{"message": "{}"}}"#, "é".repeat(MAX_MESSAGE_BYTES));
         assert!(Report::from_json(long.as_bytes()).unwrap().message.unwrap().len() <= MAX_MESSAGE_BYTES);
         assert_eq!(Report::from_json(&vec![b' '; MAX_REPORT_BYTES + 1]).unwrap_err().field, "body");
+    }
+
+    #[test]
+    fn messages_keep_plain_text_only() {
+        let r = Report::from_json(br#"{"message": "\u001b[31mred\u001b[0m\tdone\r\nnext\u0007\u009b2J\u007f \u00e9"}"#)
+            .unwrap();
+        assert_eq!(r.message.as_deref(), Some("[31mred[0m done  next2J \u{e9}"));
+        let r = Report::from_line("::etcron progress 5 a\u{1b}]0;title\u{7}b").unwrap().unwrap();
+        assert_eq!(r.message.as_deref(), Some("a]0;titleb"));
     }
 
     #[test]

@@ -106,7 +106,7 @@ async fn reports_reach_the_api_the_stream_and_the_record_and_bad_ones_are_refuse
             (status, resp.json::<Value>().await.unwrap_or(Value::Null))
         }
     };
-    let (status, _) = send(r#"{"percent": 60}"#.into(), "not-the-token".into()).await;
+    let (status, wrong_token) = send(r#"{"percent": 60}"#.into(), "not-the-token".into()).await;
     assert_eq!(status, 401);
     for (body, field) in [
         (r#"{"percent": 150}"#.to_owned(), "percent"),
@@ -119,16 +119,28 @@ async fn reports_reach_the_api_the_stream_and_the_record_and_bad_ones_are_refuse
     }
     let (status, _) = send(format!(r#"{{"checkpoint": "{}"}}"#, "x".repeat(21 * 1024)), token.to_owned()).await;
     assert_eq!(status, 413, "a body over the limit is not read");
-    let (status, _) = c
-        .http
-        .post(url.replace(&urlencode(&id), "reporter%40manual-x"))
-        .bearer_auth(token)
-        .body("{}")
-        .send()
-        .await
-        .map(|r| (r.status().as_u16(), ()))?;
-    assert_eq!(status, 404, "no such execution running here");
+    // An execution that does not run here answers as a wrong token does: nothing tells who runs
+    // what.
+    let resp = c.http.post(url.replace(&urlencode(&id), "reporter%40manual-x")).bearer_auth(token).body("{}").send();
+    let resp = resp.await?;
+    assert_eq!(resp.status(), 401, "no such execution running here");
+    assert_eq!(resp.json::<Value>().await?, wrong_token, "the same answer as a wrong token");
     assert_eq!(c.get(&path).await?["progress"]["percent"], 50.0, "refused reports changed nothing");
+    // Wrong tokens are limited per address (10 a minute), logged; a right token still passes,
+    // and a message keeps plain text only (no escape sequences, no control characters).
+    let guesser = reqwest::Client::builder().local_address("127.0.0.2".parse::<std::net::IpAddr>()?).build()?;
+    let mut statuses = Vec::new();
+    for i in 0..11 {
+        let resp = guesser.post(url).bearer_auth(format!("{i:032x}")).body(r#"{"percent": 1}"#).send().await?;
+        statuses.push(resp.status().as_u16());
+    }
+    assert_eq!(statuses, [[401; 10].as_slice(), &[429]].concat());
+    let ansi = r#"{"message": "\u001b[31mred\u001b[0m\tdone\u0007\r\nnext"}"#;
+    let resp = guesser.post(url).bearer_auth(token).body(ansi).send().await?;
+    assert_eq!(resp.status(), 204, "a right token is never limited: {}", resp.text().await?);
+    let shown = c.get(&path).await?;
+    assert_eq!(shown["progress"]["message"], "[31mred[0m done  next", "{shown}");
+    assert!(c.workers[0].proc.log_text().contains("progress report with a wrong token"), "the refusal is logged");
 
     // The stream carries the next reports (the lines), then the record keeps the last ones.
     let mut stream = SseReader::open(&c, &id).await;

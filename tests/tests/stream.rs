@@ -2,7 +2,8 @@
 //! Live output: `GET /api/executions/{id}/stream` relays a running execution's output from the
 //! worker as Server-Sent Events while the task still runs, and ends with the final record; a
 //! finished execution streams its recorded output and status at once; the worker's output
-//! server refuses requests without the token that only etcd holds.
+//! server refuses requests without the token that only etcd holds; streams are bounded per
+//! token and per execution, and a full output server does not stop a task's reports.
 
 use std::time::Duration;
 
@@ -135,5 +136,134 @@ async fn the_workers_output_server_needs_the_token_only_etcd_holds() -> anyhow::
         tail.extend_from_slice(&b);
     }
     assert!(tail.ends_with(b"{\"end\":true}\n"), "{}", String::from_utf8_lossy(&tail));
+    Ok(())
+}
+
+const ADMIN: &str = "stream-admin-token-0123456789abcdef";
+const VIEWERS: [&str; 3] =
+    ["stream-viewer-1-token-0123456789ab", "stream-viewer-2-token-0123456789ab", "stream-viewer-3-token-0123456789ab"];
+
+/// A client whose connections come from `from` (a loopback address).
+fn client_from(from: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(from.parse::<std::net::IpAddr>().unwrap())
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// A connection from `from` to `addr` that asks `request` and reads the answer's first bytes,
+/// then stays open (kept alive, holding one of the server's connections); `None` when the server
+/// closed it at once (it was full).
+async fn held(from: &str, addr: std::net::SocketAddr, request: &str) -> Option<tokio::net::TcpStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::new(from.parse().unwrap(), 0)).unwrap();
+    let mut conn = socket.connect(addr).await.ok()?;
+    conn.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = [0u8; 12];
+    let read = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut answer)).await.ok()?.ok()?;
+    (read > 0).then_some(conn)
+}
+
+/// Finding: a viewer holding ~260 streams of one execution filled the worker's output server,
+/// which also took the tasks' progress POSTs: checkpoints were lost. Now a token holds at most
+/// 16 streams (429), an execution has at most 32 on a master (503), and the tasks report on a
+/// listener of their own: with the output server full, the checkpoint is still stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn streams_are_bounded_and_a_full_output_server_does_not_stop_the_tasks_reports() -> anyhow::Result<()> {
+    use etcron_master::auth::hash_token;
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("master.toml");
+    let entries: Vec<String> = VIEWERS
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            format!("[[auth.tokens]]\nname = \"viewer-{i}\"\nrole = \"viewer\"\nsha256 = {:?}\n", hash_token(t))
+        })
+        .collect();
+    std::fs::write(&config, entries.join("\n"))?;
+    let config = config.display().to_string();
+    let c = Cluster::start_with("stream-bounds", 1, false, &["--config", &config, "--api-token", ADMIN]).await?;
+    let gate = c.path("go");
+    // Reports by POST once the gate opens; fails (exit 3) when the report is refused.
+    let command = format!(
+        "while [ ! -e {gate} ]; do sleep 0.05; done; \
+         curl -sSf -m 20 -X POST -H \"Authorization: Bearer $ETCRON_PROGRESS_TOKEN\" -d '{{\"checkpoint\":{{\"offset\":7}}}}' \"$ETCRON_PROGRESS_URL\" || exit 3",
+        gate = gate.display()
+    );
+    c.call_as(
+        ADMIN,
+        Method::PUT,
+        "/api/jobs/reporting",
+        Some(json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}})),
+    )
+    .await?;
+    let (status, body) = c.call_as(ADMIN, Method::POST, "/api/jobs/reporting/run", None).await?;
+    assert_eq!(status, 202, "{body}");
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let stream_url = format!("{}/api/executions/{}/stream", c.master.url, urlencode(&id));
+    let open = |from: &'static str, token: &'static str| {
+        let url = stream_url.clone();
+        async move { client_from(from).get(url).bearer_auth(token).send().await.unwrap() }
+    };
+
+    // Viewer 1 (from 127.0.0.2) holds 16 streams; the 17th is refused, naming the limit.
+    let mut streams = Vec::new();
+    for _ in 0..16 {
+        let resp = open("127.0.0.2", VIEWERS[0]).await;
+        assert_eq!(resp.status(), 200);
+        streams.push(resp);
+    }
+    let refused = open("127.0.0.3", VIEWERS[0]).await;
+    assert_eq!(refused.status(), 429, "per token, whatever the address");
+    let body: serde_json::Value = refused.json().await?;
+    assert_eq!(body["error"]["code"], "too_many_streams");
+    assert!(body["error"]["message"].as_str().unwrap().contains("MAX_STREAMS_PER_TOKEN"), "{body}");
+    // Viewer 2 takes the execution's other 16; viewer 3 gets 503.
+    for _ in 0..16 {
+        let resp = open("127.0.0.3", VIEWERS[1]).await;
+        assert_eq!(resp.status(), 200);
+        streams.push(resp);
+    }
+    let refused = open("127.0.0.4", VIEWERS[2]).await;
+    assert_eq!(refused.status(), 503);
+    let body: serde_json::Value = refused.json().await?;
+    assert!(body["error"]["message"].as_str().unwrap().contains("MAX_STREAMS_PER_EXECUTION"), "{body}");
+    let metrics = etcron_tests::scrape(&format!("{}/metrics", c.master.url), Some(ADMIN)).await?;
+    assert_eq!(metrics.value("etcron_master_streams_refused_total", &[("limit", "per_token")]), 1.0);
+    assert_eq!(metrics.value("etcron_master_streams_refused_total", &[("limit", "per_execution")]), 1.0);
+
+    // Fill the rest of the worker's output server (256 connections) from three more addresses,
+    // each connection kept alive after one answered request.
+    let keys = Keys::new(&c.namespace)?;
+    let resp = c.etcd.client().await?.get(keys.worker(&c.workers[0].opts.id), None).await?;
+    let info: WorkerInfo = serde_json::from_slice(resp.kvs()[0].value())?;
+    let (url, token) = (info.output_url.unwrap(), info.output_token.unwrap());
+    let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse()?;
+    let request = format!(
+        "GET /executions/{}/progress HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        urlencode(&id)
+    );
+    let mut filled = Vec::new();
+    for from in ["127.0.0.5", "127.0.0.6", "127.0.0.7"] {
+        for _ in 0..80 {
+            filled.extend(held(from, addr, &request).await);
+        }
+    }
+    assert!(filled.len() >= 256 - 32 - 8, "the output server took {} more", filled.len());
+    assert!(held("127.0.0.8", addr, &request).await.is_none(), "the output server is full");
+
+    // The task reports now: the checkpoint is stored, and the record shows it.
+    std::fs::write(&gate, b"")?;
+    let path = format!("/api/executions/{}", urlencode(&id));
+    let record = etcron_tests::wait_for(Duration::from_secs(40), "the run's final record", || async {
+        let (_, v) = c.call_as(ADMIN, Method::GET, &path, None).await.ok()?;
+        (v["status"].as_str().is_some_and(|s| s != "running")).then_some(v)
+    })
+    .await?;
+    assert_eq!(record["status"], "succeeded", "the report was taken: {record}");
+    assert_eq!(record["checkpoint"], json!({"offset": 7}), "{record}");
+    drop((filled, streams));
     Ok(())
 }

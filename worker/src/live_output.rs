@@ -1,26 +1,33 @@
 //! Live output of running executions: what each shell task printed so far, kept bounded like
 //! the record's output, and served to masters (`GET /executions/{id}/output`, newline-delimited
 //! JSON) so operators can follow a run while it happens. Masters find the server and its token
-//! in the worker's `{ns}/workers/{id}` entry; nothing else hands the token out.
+//! in the worker's `{ns}/workers/{id}` entry; nothing else hands the token out. Masters also ask
+//! it for a task's latest progress (`GET /executions/{id}/progress`).
 //!
-//! The same server takes a task's progress reports (`POST /executions/{id}/progress` with the
-//! execution's own token, `crate::progress`) and answers its latest progress to masters
-//! (`GET /executions/{id}/progress`); report lines of the output go to the same tracker.
+//! Tasks report progress on a listener of their own ([`serve_progress`]: `POST
+//! /executions/{id}/progress` with the execution's own token, `crate::progress`), so however many
+//! followers hold the output server's connections, reports and checkpoints are still taken.
+//! Report lines of the output go to the same tracker.
 //!
-//! The server may face anyone who can reach `output_listen`, token or not, so it runs with
-//! `common::serve`'s limits: its request head must arrive within [`HEADER_READ_TIMEOUT`], it is
-//! closed after [`IDLE_TIMEOUT`] without a byte read or written (a follower gets a heartbeat
-//! every [`HEARTBEAT`], so a live stream never idles), and at most [`MAX_CONNECTIONS`] are open
-//! at once; more are closed as soon as they are accepted.
+//! Both servers may face anyone who can reach them, token or not, so they run with
+//! `common::serve`'s limits: a request's head must arrive within [`HEADER_READ_TIMEOUT`]; the
+//! output server closes a connection after [`IDLE_TIMEOUT`] without a byte read or written (a
+//! follower gets a heartbeat every [`HEARTBEAT`], so a live stream never idles; one that stopped
+//! reading stops taking bytes once its buffers are full) and holds at most [`MAX_CONNECTIONS`],
+//! at most [`MAX_FOLLOWERS`] of them following one execution; the progress server holds at most
+//! [`PROGRESS_CONNECTIONS`], idle for at most [`PROGRESS_IDLE`], and answers a wrong token and an
+//! execution that does not run here alike, at most [`WRONG_TOKENS_PER_MINUTE`] times a minute
+//! per address (then 429 until the minute is over; a right token always passes).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use etcron_common::output::{BoundedOutput, Piece, Utf8Chunks};
@@ -40,6 +47,18 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most connections served at once (masters open one per client following a run).
 pub const MAX_CONNECTIONS: usize = 256;
+/// Most followers of one execution at once: more are refused with 503, so one execution's
+/// followers cannot take every connection of [`MAX_CONNECTIONS`].
+pub const MAX_FOLLOWERS: usize = 32;
+/// Most connections the progress server holds at once (tasks of this worker, and whatever a
+/// remote HTTP task's server sends).
+pub const PROGRESS_CONNECTIONS: usize = 256;
+/// A progress connection with nothing read or written for this long is closed (reports are
+/// short requests; nothing is streamed there).
+pub const PROGRESS_IDLE: Duration = Duration::from_secs(10);
+/// Wrong tokens (or executions not running here) one address may send the progress server in a
+/// minute; more get 429 until the minute is over.
+pub const WRONG_TOKENS_PER_MINUTE: u32 = 10;
 
 /// One execution's output as it is produced.
 #[derive(Debug)]
@@ -52,6 +71,8 @@ pub struct LiveOutput {
     /// Report lines of the output, found as it comes (a shell task's; an HTTP response's
     /// body is not read for them).
     scanner: Option<Mutex<LineScanner>>,
+    /// Followers now reading it (at most [`MAX_FOLLOWERS`]).
+    followers: AtomicUsize,
 }
 
 impl LiveOutput {
@@ -70,7 +91,25 @@ impl LiveOutput {
             progress: watch::channel((0, false)).0,
             tracker,
             scanner: (lines == Lines::Reports).then(|| Mutex::new(LineScanner::default())),
+            followers: AtomicUsize::new(0),
         }
+    }
+
+    /// Counts a follower in, unless it has [`MAX_FOLLOWERS`] already; the follower counts
+    /// itself out when dropped.
+    fn follower(self: &Arc<Self>) -> Option<Follower> {
+        let taken =
+            self.followers.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_FOLLOWERS).then_some(n + 1));
+        taken.ok()?;
+        Some(Follower {
+            rx: self.progress.subscribe(),
+            reports: self.tracker().map(|t| t.subscribe()),
+            reported: 0,
+            live: self.clone(),
+            at: 0,
+            text: Utf8Chunks::default(),
+            ended: false,
+        })
     }
 
     /// The task's reports, when it can make them.
@@ -180,16 +219,15 @@ struct ServerState {
     token: Arc<str>,
 }
 
-/// Serves live output on `addr` for requests bearing `token`. Returns the bound address
-/// (`addr` may ask for port 0).
+/// Serves live output and progress to masters on `addr`, for requests bearing `token`.
+/// Returns the bound address (`addr` may ask for port 0).
 pub async fn serve(addr: SocketAddr, outputs: Arc<LiveOutputs>, token: String) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tracing::info!(addr = %bound, "serving live output of running executions");
     let app = axum::Router::new()
         .route("/executions/{id}/output", axum::routing::get(follow))
-        .route("/executions/{id}/progress", axum::routing::get(latest).post(report))
-        .layer(axum::extract::DefaultBodyLimit::max(etcron_common::progress::MAX_REPORT_BYTES))
+        .route("/executions/{id}/progress", axum::routing::get(latest))
         .with_state(ServerState { outputs, token: token.into() });
     // Masters are its only clients: no per-address cap below the total.
     let limits = etcron_common::serve::Limits {
@@ -199,12 +237,48 @@ pub async fn serve(addr: SocketAddr, outputs: Arc<LiveOutputs>, token: String) -
         idle: IDLE_TIMEOUT,
         ..etcron_common::serve::Limits::default()
     };
+    spawn_server("live output", listener, app, limits);
+    Ok(bound)
+}
+
+/// Serves tasks' progress reports on `addr` (`POST /executions/{id}/progress`, each with its
+/// execution's token), apart from the output server. Returns the bound address.
+pub async fn serve_progress(addr: SocketAddr, outputs: Arc<LiveOutputs>) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tracing::info!(addr = %bound, "taking progress reports of running tasks");
+    let app = progress_app(outputs);
+    // Tasks of this machine all come from one address: no per-address cap below the total.
+    let limits = etcron_common::serve::Limits {
+        max_connections: PROGRESS_CONNECTIONS,
+        per_peer: PROGRESS_CONNECTIONS,
+        header_read: HEADER_READ_TIMEOUT,
+        idle: PROGRESS_IDLE,
+        ..etcron_common::serve::Limits::default()
+    };
+    spawn_server("progress", listener, app, limits);
+    Ok(bound)
+}
+
+/// The progress server's routes.
+fn progress_app(outputs: Arc<LiveOutputs>) -> axum::Router {
+    axum::Router::new()
+        .route("/executions/{id}/progress", axum::routing::post(report))
+        .layer(axum::extract::DefaultBodyLimit::max(etcron_common::progress::MAX_REPORT_BYTES))
+        .with_state(ProgressState { outputs, wrong: Arc::new(WrongTokens::default()) })
+}
+
+fn spawn_server(
+    what: &'static str,
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    limits: etcron_common::serve::Limits,
+) {
     tokio::spawn(async move {
         if let Err(e) = etcron_common::serve::serve(listener, app, limits, std::future::pending()).await {
-            tracing::error!(error = %e, "live output server failed");
+            tracing::error!(error = %e, server = what, "server failed");
         }
     });
-    Ok(bound)
 }
 
 /// Compares without stopping at the first difference, so timing does not tell how much of a
@@ -234,15 +308,11 @@ async fn follow(State(st): State<ServerState>, Path(id): Path<String>, headers: 
         Ok(live) => live,
         Err(refused) => return refused.into_response(),
     };
-    let reports = live.tracker().map(|t| t.subscribe());
-    let follower = Follower {
-        rx: live.progress.subscribe(),
-        reports,
-        reported: 0,
-        live,
-        at: 0,
-        text: Utf8Chunks::default(),
-        ended: false,
+    let Some(follower) = live.follower() else {
+        crate::metrics::METRICS.followers_refused.with_label_values(&["per_execution"]).inc();
+        tracing::warn!(execution_id = %id, limit = MAX_FOLLOWERS, "a follower of a running execution refused: it has the most followers one execution may have");
+        let message = format!("execution {id} has {MAX_FOLLOWERS} followers, the most one execution may have (MAX_FOLLOWERS); try again later\n");
+        return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
     };
     let body = Body::from_stream(futures::stream::unfold(follower, |mut f| async move {
         let chunk = f.next().await?;
@@ -261,24 +331,87 @@ async fn latest(State(st): State<ServerState>, Path(id): Path<String>, headers: 
     axum::Json(snapshot).into_response()
 }
 
+#[derive(Clone)]
+struct ProgressState {
+    outputs: Arc<LiveOutputs>,
+    wrong: Arc<WrongTokens>,
+}
+
+/// Wrong tokens by source address, in windows of a minute.
+#[derive(Default)]
+struct WrongTokens {
+    /// Address: (start of its window, wrong tokens in it).
+    seen: Mutex<HashMap<IpAddr, (tokio::time::Instant, u32)>>,
+    /// When a refusal was last logged (at most once a minute).
+    logged: Mutex<Option<tokio::time::Instant>>,
+}
+
+/// Addresses [`WrongTokens`] keeps at most; past it, windows already over are forgotten.
+const WRONG_TOKEN_ADDRESSES: usize = 4096;
+const MINUTE: Duration = Duration::from_secs(60);
+
+impl WrongTokens {
+    /// Counts a wrong token from `ip`; true when it is past [`WRONG_TOKENS_PER_MINUTE`].
+    fn over(&self, ip: IpAddr) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.len() >= WRONG_TOKEN_ADDRESSES {
+            seen.retain(|_, (start, _)| now.duration_since(*start) < MINUTE);
+        }
+        let (start, n) = seen.entry(ip).or_insert((now, 0));
+        if now.duration_since(*start) >= MINUTE {
+            (*start, *n) = (now, 0);
+        }
+        *n = n.saturating_add(1);
+        *n > WRONG_TOKENS_PER_MINUTE
+    }
+
+    /// Counts and logs (at most once a minute) a refused report.
+    fn note(&self, peer: SocketAddr, id: &str, limited: bool) {
+        let reason = if limited { "limited" } else { "token" };
+        crate::metrics::METRICS.progress_refused.with_label_values(&[reason]).inc();
+        let mut logged = self.logged.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if logged.is_none_or(|at| at.elapsed() >= MINUTE) {
+            *logged = Some(tokio::time::Instant::now());
+            tracing::warn!(%peer, execution_id = %id, reason, "a progress report with a wrong token or for an execution not running here was refused (said at most once a minute; etcron_worker_progress_refused_total counts them)");
+        }
+    }
+}
+
 /// `POST /executions/{id}/progress` (the task, with its own token): `{"percent", "message",
-/// "checkpoint"}`. 204 once taken (a checkpoint once etcd has it); 400 naming the field; 401;
-/// 404 when the execution does not run here; 409 when its claim is no longer its own; 503 when
-/// etcd failed the checkpoint (report it again).
-async fn report(State(st): State<ServerState>, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+/// "checkpoint"}`. 204 once taken (a checkpoint once etcd has it); 400 naming the field; 401 for
+/// a wrong token and for an execution that does not run here alike (the answer does not tell
+/// what runs where); 429 past [`WRONG_TOKENS_PER_MINUTE`] wrong ones from the address; 409 when
+/// its claim is no longer its own; 503 when etcd failed the checkpoint (report it again).
+async fn report(
+    State(st): State<ProgressState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let answer = |status: StatusCode, field: Option<&str>, message: &str| {
         (status, axum::Json(json!({ "error": { "field": field, "message": message } }))).into_response()
     };
-    let Some(tracker) = st.outputs.get(&id).and_then(|live| live.tracker().cloned()) else {
-        return answer(StatusCode::NOT_FOUND, None, "no running shell execution with this id here");
-    };
-    if !same(bearer(&headers).as_bytes(), tracker.token().as_bytes()) {
+    let tracker = st.outputs.get(&id).and_then(|live| live.tracker().cloned());
+    // An execution not running here is compared like a wrong token, and answered alike.
+    let expected = tracker.as_ref().map_or(UNKNOWN, |t| t.token());
+    if tracker.is_none() | !same(bearer(&headers).as_bytes(), expected.as_bytes()) {
+        let limited = st.wrong.over(peer.ip());
+        st.wrong.note(peer, &id, limited);
+        if limited {
+            let message = format!(
+                "more than {WRONG_TOKENS_PER_MINUTE} wrong tokens from this address in a minute (WRONG_TOKENS_PER_MINUTE); try again later"
+            );
+            return answer(StatusCode::TOO_MANY_REQUESTS, None, &message);
+        }
         return answer(
             StatusCode::UNAUTHORIZED,
             None,
-            "the execution's ETCRON_PROGRESS_TOKEN is required as a bearer token",
+            "the execution's ETCRON_PROGRESS_TOKEN is required as a bearer token, for an execution running here",
         );
     }
+    let Some(tracker) = tracker else { unreachable!("checked above") };
     let parsed = match Report::from_json(&body) {
         Ok(r) => r,
         Err(e) => return answer(StatusCode::BAD_REQUEST, Some(&e.field), &e.message),
@@ -296,6 +429,10 @@ async fn report(State(st): State<ServerState>, Path(id): Path<String>, headers: 
     }
 }
 
+/// What a token is compared with when the execution does not run here (never a real token:
+/// those are 32 hex digits).
+const UNKNOWN: &str = "-not-a-progress-token-of-any-run-";
+
 /// Reads one execution's output from the start, as lines of JSON: `{"output": text}`,
 /// `{"gap": bytes}` where the bound cut output the follower had not read, `{"progress":
 /// {progress, checkpoint}}` when the task reported something, `{}` heartbeats, and
@@ -310,6 +447,12 @@ struct Follower {
     at: u64,
     text: Utf8Chunks,
     ended: bool,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.live.followers.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Follower {
@@ -391,15 +534,31 @@ mod tests {
     use super::*;
 
     fn follower(live: &Arc<LiveOutput>) -> Follower {
-        Follower {
-            rx: live.progress.subscribe(),
-            reports: None,
-            reported: 0,
-            live: live.clone(),
-            at: 0,
-            text: Utf8Chunks::default(),
-            ended: false,
+        live.follower().unwrap()
+    }
+
+    #[test]
+    fn one_execution_has_at_most_max_followers() {
+        assert_eq!(MAX_FOLLOWERS, 32);
+        let live = Arc::new(LiveOutput::new(16));
+        let mut held: Vec<Follower> = (0..MAX_FOLLOWERS).map(|_| follower(&live)).collect();
+        assert!(live.follower().is_none(), "one more is refused");
+        held.pop();
+        assert!(live.follower().is_some(), "a follower that left frees its place");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wrong_tokens_are_limited_per_address_for_a_minute() {
+        assert_eq!((WRONG_TOKENS_PER_MINUTE, PROGRESS_IDLE, PROGRESS_CONNECTIONS), (10, Duration::from_secs(10), 256));
+        let wrong = WrongTokens::default();
+        let (a, b): (IpAddr, IpAddr) = ("127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap());
+        for _ in 0..WRONG_TOKENS_PER_MINUTE {
+            assert!(!wrong.over(a));
         }
+        assert!(wrong.over(a), "the 11th in a minute is over");
+        assert!(!wrong.over(b), "per address");
+        tokio::time::advance(MINUTE).await;
+        assert!(!wrong.over(a), "a new minute");
     }
 
     async fn next(f: &mut Follower) -> String {

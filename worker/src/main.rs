@@ -77,6 +77,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let bound = etcron_worker::live_output::serve(config.output_listen, live.clone(), output_token.clone())
         .await
         .with_context(|| format!("output_listen: binding {}", config.output_listen))?;
+    // Tasks report on a listener of their own, on the output server's address (any free port):
+    // followers holding the output server's connections never starve reports.
+    let progress_addr = std::net::SocketAddr::new(config.output_listen.ip(), 0);
+    let progress_bound = etcron_worker::live_output::serve_progress(progress_addr, live.clone())
+        .await
+        .with_context(|| format!("progress listener: binding {progress_addr} (the address of output_listen)"))?;
     let output_url = config.output_url.clone().unwrap_or_else(|| {
         if bound.ip().is_unspecified() {
             format!("http://{hostname}:{}", bound.port())
@@ -113,13 +119,13 @@ async fn run(config: Config) -> anyhow::Result<()> {
         config: config.clone(),
         live,
         task_env: etcron_worker::executor::inherited_env(&config.task_env_passthrough),
-        local_output_url: Some(if bound.ip().is_unspecified() {
-            format!("http://127.0.0.1:{}", bound.port())
+        local_output_url: Some(if progress_bound.ip().is_unspecified() {
+            format!("http://127.0.0.1:{}", progress_bound.port())
         } else {
-            format!("http://{bound}")
+            format!("http://{progress_bound}")
         }),
         output_endpoint: Some(etcron_worker::state::OutputEndpoint { url: output_url, token: output_token }),
-        task_network: Arc::new(task_network(&config, bound)),
+        task_network: Arc::new(task_network(&config, &[bound, progress_bound])),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
     tokio::spawn(etcron_worker::alerts::stale_loop(ctx.clone()));
@@ -325,9 +331,9 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
 
 /// Where tasks may connect: the allowed entries, and the control plane (etcd, MongoDB, and the
 /// worker's own listeners) refused unless named exactly.
-fn task_network(config: &Config, output_bound: std::net::SocketAddr) -> etcron_worker::task_network::TaskNetwork {
+fn task_network(config: &Config, own: &[std::net::SocketAddr]) -> etcron_worker::task_network::TaskNetwork {
     use etcron_worker::task_network::{control_plane, TaskNetwork};
-    let listeners: Vec<_> = std::iter::once(output_bound).chain(config.metrics_listen).collect();
+    let listeners: Vec<_> = own.iter().copied().chain(config.metrics_listen).collect();
     let control = control_plane(&config.etcd_endpoints, &config.mongodb_uri, &listeners);
     let network = TaskNetwork::new(config.task_network_allow.clone(), control);
     if !config.task_network_allow.is_empty() {

@@ -79,6 +79,11 @@ pub struct WorkerMetrics {
     pub task_connections_refused: IntCounterVec,
     /// gRPC runs refused by a memory bound, by limit.
     pub grpc_limits: IntCounterVec,
+    /// Progress reports refused before they were read, by reason (`token`: a wrong token or an
+    /// execution not running here; `limited`: past the wrong tokens one address may send).
+    pub progress_refused: IntCounterVec,
+    /// Followers of a running execution's live output refused, by reason (`per_execution`).
+    pub followers_refused: IntCounterVec,
     /// SLA alerts that could not be decided (etcd failed every try): possibly not raised.
     pub alert_errors: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
@@ -224,6 +229,16 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "gRPC runs failed by a bound on what the server sends, by limit: reflection_bytes, reflection_files, reflection_answers, reflection_memory (one run's reflection budget), response_memory (a response's decoded size).",
         &["limit"],
     ),
+    progress_refused: counter_vec(
+        "etcron_worker_progress_refused_total",
+        "Progress reports refused before they were read, by reason: token (a wrong token or an execution not running here, one answer for both), limited (past the wrong tokens one address may send a minute).",
+        &["reason"],
+    ),
+    followers_refused: counter_vec(
+        "etcron_worker_followers_refused_total",
+        "Followers of a running execution's live output refused, by reason: per_execution (it has the most followers one execution may have).",
+        &["reason"],
+    ),
     alert_errors: counter(
         "etcron_worker_alert_errors_total",
         "SLA alerts that could not be decided because etcd failed every try: possibly not raised.",
@@ -261,6 +276,10 @@ pub fn init(capacity: u32) {
     {
         METRICS.grpc_limits.with_label_values(&[limit]);
     }
+    for reason in ["token", "limited"] {
+        METRICS.progress_refused.with_label_values(&[reason]);
+    }
+    METRICS.followers_refused.with_label_values(&["per_execution"]);
 }
 
 #[cfg(test)]

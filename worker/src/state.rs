@@ -59,8 +59,9 @@ pub struct Context {
     /// The worker's variables that `task_env_passthrough` names, read once at start: the base of
     /// every shell task's environment.
     pub task_env: std::collections::BTreeMap<String, String>,
-    /// Where tasks on this machine reach the live output server (`http://127.0.0.1:PORT` when it
-    /// listens on every address): the base of `ETCRON_PROGRESS_URL`.
+    /// Where tasks on this machine reach the progress listener (`live_output::serve_progress`;
+    /// `http://127.0.0.1:PORT` when it listens on every address): the base of
+    /// `ETCRON_PROGRESS_URL`.
     pub local_output_url: Option<String>,
     /// Where masters reach the live output, and the token they present; advertised in the
     /// worker's registration.
