@@ -205,15 +205,20 @@ impl TaskUids {
         })
     }
 
-    /// Writes the table (a new file, then renamed over the old one).
+    /// Writes the table durably (a new file synced to disk, renamed over the old one, the
+    /// directory synced): a table lost to a power cut could give a team's uid, and the files
+    /// its tasks own, to another team.
     fn store(&self, table: &BTreeMap<String, u32>) -> Result<(), String> {
+        use std::io::Write as _;
         let fail = |e: std::io::Error| format!("task_uids: cannot store {}: {e}", self.path.display());
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(fail)?;
-        }
+        let dir = self.path.parent().unwrap_or_else(|| Path::new("."));
+        std::fs::create_dir_all(dir).map_err(fail)?;
         let tmp = self.path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(table).unwrap_or_default()).map_err(fail)?;
-        std::fs::rename(&tmp, &self.path).map_err(fail)
+        let text = serde_json::to_vec_pretty(table).map_err(|e| format!("task_uids: cannot encode the table: {e}"))?;
+        let mut file = std::fs::File::create(&tmp).map_err(fail)?;
+        file.write_all(&text).and_then(|()| file.sync_all()).map_err(fail)?;
+        std::fs::rename(&tmp, &self.path).map_err(fail)?;
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(fail)
     }
 }
 
