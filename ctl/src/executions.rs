@@ -430,13 +430,19 @@ async fn follow_attempt(
     let mut at_line_start = true;
     let mut last = None;
     let mut failure = None;
-    'read: while let Some(chunk) = client.chunk(resp).await.with_context(|| format!("following execution {id:?}"))? {
+    // Output offset read so far: where a stream the master closed as quiet is resumed.
+    let mut at: u64 = 0;
+    'read: loop {
+        let Some(chunk) = client.chunk(resp).await.with_context(|| format!("following execution {id:?}"))? else {
+            break;
+        };
         for event in parser.push(&chunk) {
             let data: Value = serde_json::from_str(&event.data)
                 .with_context(|| format!("the stream sent a {} event that is not JSON", event.event))?;
             match event.event.as_str() {
                 "output" => {
                     let text = data["text"].as_str().unwrap_or_default();
+                    at += text.len() as u64;
                     if json {
                         stdout.write_all(stream_doc(&json!({"event": "output", "text": text}))?.as_bytes())?;
                     } else if !text.is_empty() {
@@ -446,6 +452,7 @@ async fn follow_attempt(
                     stdout.flush()?;
                 }
                 "gap" => {
+                    at += data["skipped_bytes"].as_u64().unwrap_or(0);
                     if json {
                         let gap = json!({"event": "gap", "skipped_bytes": data["skipped_bytes"]});
                         stdout.write_all(stream_doc(&gap)?.as_bytes())?;
@@ -475,6 +482,14 @@ async fn follow_attempt(
                 }
                 // The master gave up waiting for the final record (it ends the stream).
                 "error" => failure = data["message"].as_str().map(str::to_owned),
+                // A quiet stream the master closed: follow on from where this one was.
+                "idle" => {
+                    let path = format!("{}/stream?after={at}", execution_path(id));
+                    *resp =
+                        client.open_stream(&path).await.with_context(|| format!("following execution {id:?} again"))?;
+                    parser = sse::Parser::new();
+                    continue 'read;
+                }
                 _ => {}
             }
         }

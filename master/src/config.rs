@@ -44,6 +44,9 @@ pub struct Cli {
     /// Longest a client may take to send a whole request, head (10 s at most) and body, e.g. `40s`.
     #[arg(long, env = "ETCRON_REQUEST_TIMEOUT")]
     pub request_timeout: Option<HumanDuration>,
+    /// How long an execution stream may carry nothing but keepalives before it is closed, e.g. `10m`.
+    #[arg(long, env = "ETCRON_STREAM_QUIET_LIMIT")]
+    pub stream_quiet_limit: Option<HumanDuration>,
     /// How long audit entries are kept, e.g. `365d`.
     #[arg(long, env = "ETCRON_AUDIT_RETENTION")]
     pub audit_retention: Option<HumanDuration>,
@@ -130,6 +133,7 @@ pub struct FileConfig {
     pub compact_every: Option<HumanDuration>,
     pub compact_retention: Option<HumanDuration>,
     pub request_timeout: Option<HumanDuration>,
+    pub stream_quiet_limit: Option<HumanDuration>,
     /// Bytes of job changes a token, and a team, may write per second on average.
     pub change_bytes_rate: Option<u64>,
     /// Bytes of job changes a token, and a team, may write at once before the rate applies.
@@ -165,6 +169,8 @@ pub struct Config {
     pub teams: crate::team_policy::TeamPolicies,
     /// Longest a whole request (head and body) may take to arrive.
     pub request_timeout: Duration,
+    /// Longest an execution stream carries nothing but keepalives before it is closed.
+    pub stream_quiet_limit: Duration,
     /// The change byte budgets, the job quota per team, the history kept per job.
     pub change_limits: crate::change_limits::ChangeLimitSettings,
 }
@@ -176,6 +182,10 @@ pub const DEFAULT_MUTATION_BURST: u32 = 100;
 /// Shortest and longest `request_timeout` (its head alone has 10 s of it).
 pub const REQUEST_TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(15)..=Duration::from_secs(3600);
+
+/// Shortest and longest `stream_quiet_limit`.
+pub const STREAM_QUIET_LIMIT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(1)..=Duration::from_secs(86400);
 
 /// Shortest and longest record retention.
 pub const RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
@@ -261,6 +271,11 @@ impl Config {
         if !REQUEST_TIMEOUT_RANGE.contains(&request_timeout) {
             bail!("request_timeout: must be between 15s and 1h, got {}", HumanDuration(request_timeout));
         }
+        let stream_quiet_limit =
+            cli.stream_quiet_limit.or(file.stream_quiet_limit).map_or(crate::stream::QUIET_LIMIT, |d| d.0);
+        if !STREAM_QUIET_LIMIT_RANGE.contains(&stream_quiet_limit) {
+            bail!("stream_quiet_limit: must be between 1s and 24h, got {}", HumanDuration(stream_quiet_limit));
+        }
         let floor = cli.compact_retention_floor.map_or(crate::compactor::MIN_RETENTION, |d| d.0);
         let compactor = crate::compactor::CompactorSettings {
             every: cli.compact_every.or(file.compact_every).map_or(crate::compactor::DEFAULT_EVERY, |d| d.0),
@@ -295,6 +310,7 @@ impl Config {
             teams,
             auth,
             request_timeout,
+            stream_quiet_limit,
             audit_retention,
             storage,
             compactor,

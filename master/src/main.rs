@@ -69,6 +69,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let teams = std::sync::Arc::new(config.teams.clone());
     let limits = std::sync::Arc::new(etcron_master::change_limits::ChangeLimits::new(config.change_limits));
     let state = AppState { client, keys, store, auth: config.auth.clone(), audit, guard, storage, teams, limits };
+    etcron_master::stream::set_quiet_limit(config.stream_quiet_limit);
     let limits = etcron_common::serve::Limits { request: config.request_timeout, ..Default::default() };
     etcron_common::serve::serve(listener, app(state), limits, etcron_common::settings::shutdown_signal())
         .await

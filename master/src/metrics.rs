@@ -10,7 +10,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use etcron_common::metrics::{counter, counter_vec, histogram_vec, LATENCY_BUCKETS};
-use prometheus::{HistogramVec, IntCounter, IntCounterVec};
+use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGauge};
 
 pub struct MasterMetrics {
     /// HTTP requests by method, route template (`/api/jobs/{job}`) and status code.
@@ -26,6 +26,11 @@ pub struct MasterMetrics {
     pub change_refusals: IntCounterVec,
     /// Execution streams refused, by the limit they would pass (`per_token`, `per_execution`).
     pub streams_refused: IntCounterVec,
+    /// Streams this master closed, by why (`quiet`: nothing but keepalives for the quiet
+    /// limit; `stalled`: the client took no event within the send limit).
+    pub streams_closed: IntCounterVec,
+    /// Connections to workers for live output: one per execution followed on this master.
+    pub stream_feeds: IntGauge,
 }
 
 pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| {
@@ -60,6 +65,15 @@ pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| {
         "Execution streams (GET /api/executions/{id}/stream) refused, by the limit they would pass: per_token (429), per_execution (503).",
         &["limit"],
     ),
+    streams_closed: counter_vec(
+        "etcron_master_streams_closed_total",
+        "Execution streams the master closed, by why: quiet (nothing but keepalives for 10 minutes), stalled (the client took no event for 30 s).",
+        &["reason"],
+    ),
+    stream_feeds: etcron_common::metrics::gauge(
+        "etcron_master_stream_feeds",
+        "Connections to workers for live output: one per execution followed on this master, shared by its streams.",
+    ),
 }
 });
 
@@ -70,6 +84,10 @@ pub fn init() {
     for limit in ["per_token", "per_execution"] {
         METRICS.streams_refused.with_label_values(&[limit]);
     }
+    for reason in ["quiet", "stalled"] {
+        METRICS.streams_closed.with_label_values(&[reason]);
+    }
+    METRICS.stream_feeds.set(0);
 }
 
 /// Middleware: counts and times every request by its route template; requests no route

@@ -11,8 +11,16 @@
 //! `error` `{"message": …}` when no final record came in time.
 //!
 //! Streams are bounded on each master: one token holds at most [`MAX_STREAMS_PER_TOKEN`] at
-//! once (more: 429), one execution has at most [`MAX_STREAMS_PER_EXECUTION`] (more: 503), so
-//! neither a viewer nor the followers of one run take the worker's output connections.
+//! once (more: 429), one execution has at most [`MAX_STREAMS_PER_EXECUTION`] (more: 503). All
+//! streams of one execution share one connection to its worker ([`feed`]), so however many
+//! clients follow a run, a master holds one of the worker's output connections for it. A stream
+//! that carried nothing but keepalives for `stream_quiet_limit` ([`QUIET_LIMIT`] by default) ends with an `idle` event, and one
+//! whose client takes no event for [`SEND_STALL`] is closed: a client that stopped reading or
+//! vanished holds nothing for long. `?after=N` resumes at output offset `N` (the UTF-8 bytes of
+//! the `output` texts plus the `gap`s received), so a client that reconnects misses and repeats
+//! nothing.
+
+mod feed;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -29,6 +37,7 @@ use etcron_common::model::{Claim, ClaimState, ExecutionRecord, RunningExecution,
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use self::feed::{End, Item};
 use crate::backend::AppState;
 use crate::error::ApiError;
 use crate::error::{etcd, ApiResult};
@@ -38,11 +47,23 @@ const POLL: Duration = Duration::from_millis(500);
 /// After the running marker is gone, how long the final record may take to reach MongoDB (a
 /// worker spools it through an outage) before the stream gives up with an `error` event.
 const FINAL_RECORD_WAIT: Duration = Duration::from_secs(120);
-/// The worker sends a line at least every 10 s; silence for this long means it is gone.
-const WORKER_SILENCE: Duration = Duration::from_secs(30);
-/// Connecting to the worker: its output may open a moment after the running marker is written.
-const CONNECT_ATTEMPTS: u32 = 5;
-const CONNECT_RETRY: Duration = Duration::from_millis(200);
+/// A stream that sent nothing but keepalives for this long ends with an `idle` event (the
+/// default of the master's `stream_quiet_limit`).
+pub const QUIET_LIMIT: Duration = Duration::from_secs(600);
+
+/// This master's `stream_quiet_limit`, set once at start ([`QUIET_LIMIT`] until then).
+static QUIET: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+/// Sets this master's `stream_quiet_limit` (the first call counts).
+pub fn set_quiet_limit(limit: Duration) {
+    let _ = QUIET.set(limit);
+}
+
+fn quiet_limit() -> Duration {
+    QUIET.get().copied().unwrap_or(QUIET_LIMIT)
+}
+/// A client that took no event for this long (it stopped reading) loses its stream.
+pub const SEND_STALL: Duration = Duration::from_secs(30);
 /// Comment lines keep proxies from closing a quiet stream.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
@@ -113,7 +134,7 @@ impl Drop for Slot {
     }
 }
 
-static HTTP: LazyLock<reqwest::Client> =
+pub(crate) static HTTP: LazyLock<reqwest::Client> =
     LazyLock::new(|| reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default());
 
 /// The stream of an execution the caller sees: by its record's team, or for an execution
@@ -122,9 +143,11 @@ static HTTP: LazyLock<reqwest::Client> =
 pub async fn stream_execution(
     State(st): State<AppState>,
     Path(id): Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
     axum::Extension(scope): axum::Extension<crate::access::Scope>,
 ) -> ApiResult<Response> {
     let id: ExecutionId = id.parse().map_err(|e: String| ApiError::bad_request(Some("id".to_owned()), e))?;
+    let after = after_offset(query.as_deref())?;
     let running = running_marker(&st, &id).await?;
     let record = if running.is_some() {
         // The worker's stream is the source while it runs; a MongoDB outage does not stop it.
@@ -148,7 +171,10 @@ pub async fn stream_execution(
     let slot = Slot::take(token, &id.to_string())?;
     let (tx, rx) = mpsc::channel::<Event>(16);
     tokio::spawn(async move {
-        relay(st, id, running, tx).await;
+        let mut client = Client { tx, at: after, quiet_since: tokio::time::Instant::now() };
+        if let Err(closed) = relay(&st, &id, running, &mut client).await {
+            closed.count(&id);
+        }
         drop(slot);
     });
     let events =
@@ -233,39 +259,112 @@ async fn coming(st: &AppState, id: &ExecutionId) -> ApiResult<bool> {
     }))
 }
 
+/// `?after=N`: the output offset a reconnecting client resumes at (0 without it).
+fn after_offset(query: Option<&str>) -> ApiResult<u64> {
+    let params = crate::api::query::Params::parse(query, &["after"])?;
+    let mut after = 0;
+    for (_, value) in params.iter() {
+        after = value.parse().map_err(|_| {
+            crate::api::query::invalid("after", format!("{value:?} is not an output offset (a whole number of bytes)"))
+        })?;
+    }
+    Ok(after)
+}
+
+/// One client's side of a stream.
+struct Client {
+    tx: mpsc::Sender<Event>,
+    /// The output offset it has read up to.
+    at: u64,
+    /// Since when it was sent nothing but keepalives.
+    quiet_since: tokio::time::Instant,
+}
+
+/// Why the master closed a stream before its end.
+enum Closed {
+    /// The client is gone (or stopped reading for [`SEND_STALL`]).
+    Gone { stalled: bool },
+    /// Nothing but keepalives for [`QUIET_LIMIT`]; the client was told.
+    Quiet,
+}
+
+impl Closed {
+    fn count(&self, id: &ExecutionId) {
+        let reason = match self {
+            Self::Gone { stalled: false } => return,
+            Self::Gone { stalled: true } => "stalled",
+            Self::Quiet => "quiet",
+        };
+        crate::metrics::METRICS.streams_closed.with_label_values(&[reason]).inc();
+        tracing::info!(execution_id = %id, reason, "an execution stream was closed by the master");
+    }
+}
+
+impl Client {
+    /// Sends `event`; a client that does not take it within [`SEND_STALL`] is gone.
+    async fn send(&mut self, event: Event) -> Result<(), Closed> {
+        match self.tx.send_timeout(event, SEND_STALL).await {
+            Ok(()) => {
+                self.quiet_since = tokio::time::Instant::now();
+                Ok(())
+            }
+            Err(mpsc::error::SendTimeoutError::Timeout(_)) => Err(Closed::Gone { stalled: true }),
+            Err(mpsc::error::SendTimeoutError::Closed(_)) => Err(Closed::Gone { stalled: false }),
+        }
+    }
+
+    /// Resolves when the stream has been quiet for [`QUIET_LIMIT`], after telling the client.
+    async fn quiet(&self) -> Closed {
+        let limit = quiet_limit();
+        tokio::time::sleep_until(self.quiet_since + limit).await;
+        let message = format!(
+            "nothing new for {}s: this stream is closed; open it again with ?after={} to go on following",
+            limit.as_secs(),
+            self.at
+        );
+        let idle = Event::default().event("idle").data(json!({ "message": message, "after": self.at }).to_string());
+        let _ = self.tx.try_send(idle);
+        Closed::Quiet
+    }
+}
+
 /// Relays the worker's live output while `id` runs (as soon as it runs, for one requested but
 /// not started), then ends the stream with its final record.
-async fn relay(st: AppState, id: ExecutionId, mut running: Option<RunningExecution>, tx: mpsc::Sender<Event>) {
-    let mut sent_output = false;
+async fn relay(
+    st: &AppState,
+    id: &ExecutionId,
+    mut running: Option<RunningExecution>,
+    client: &mut Client,
+) -> Result<(), Closed> {
     let mut followed = false;
     let mut alive = tokio::time::Instant::now();
     loop {
         if let Some(r) = running.take().filter(|_| !followed) {
             followed = true;
-            if matches!(live(&st, &id, &r, &tx, &mut sent_output).await, Relay::ClientGone) {
-                return;
-            }
+            live(st, id, &r, client).await?;
         }
-        if tx.is_closed() {
-            return;
+        if client.tx.is_closed() {
+            return Err(Closed::Gone { stalled: false });
         }
         match st.store.get(&id.to_string()).await {
             Ok(Some(record)) if record.status != Status::Running => {
-                finish(&tx, record, sent_output).await;
-                return;
+                // A client that followed (or resumes) has the output; one that did not gets it
+                // from the record.
+                let has_output = client.at > 0;
+                return finish(client, record, has_output).await;
             }
             Ok(_) => {}
             // MongoDB away: the final record is spooled by the worker; keep waiting (bounded
             // by FINAL_RECORD_WAIT once the run is over).
             Err(e) => tracing::debug!(execution_id = %id, error = %e, "reading the record while following; retrying"),
         }
-        match running_marker(&st, &id).await {
+        match running_marker(st, id).await {
             Ok(Some(r)) => {
                 alive = tokio::time::Instant::now();
                 running = Some(r);
             }
             // Requested and not started yet (or etcd cannot tell): keep waiting.
-            Ok(None) if followed || !coming(&st, &id).await.unwrap_or(true) => {}
+            Ok(None) if followed || !coming(st, id).await.unwrap_or(true) => {}
             Ok(None) | Err(_) => alive = tokio::time::Instant::now(),
         }
         if alive.elapsed() > FINAL_RECORD_WAIT {
@@ -273,40 +372,54 @@ async fn relay(st: AppState, id: ExecutionId, mut running: Option<RunningExecuti
                 "the execution is no longer running but its final record did not arrive within {}s (MongoDB unreachable?); GET /api/executions/{id} later",
                 FINAL_RECORD_WAIT.as_secs()
             );
-            let _ = tx.send(Event::default().event("error").data(json!({ "message": message }).to_string())).await;
-            return;
+            return client.send(Event::default().event("error").data(json!({ "message": message }).to_string())).await;
         }
-        tokio::time::sleep(POLL).await;
+        tokio::select! {
+            () = tokio::time::sleep(POLL) => {}
+            closed = client.quiet() => return Err(closed),
+        }
     }
 }
 
-/// The worker's live output of `running`, relayed until the run ends or cannot be followed.
-async fn live(
-    st: &AppState,
-    id: &ExecutionId,
-    running: &RunningExecution,
-    tx: &mpsc::Sender<Event>,
-    sent_output: &mut bool,
-) -> Relay {
+/// The worker's live output of `running`, relayed from this master's feed of it until the run
+/// ends or cannot be followed.
+async fn live(st: &AppState, id: &ExecutionId, running: &RunningExecution, client: &mut Client) -> Result<(), Closed> {
     let Some((url, token)) = worker_endpoint(st, &running.worker_id).await else {
         tracing::debug!(execution_id = %id, worker_id = %running.worker_id, "worker advertises no live output");
-        return Relay::Ended;
+        return Ok(());
     };
-    let outcome = from_worker(&url, &token, id, tx, sent_output).await;
-    if let Relay::Broken(why) = &outcome {
-        tracing::info!(execution_id = %id, worker_id = %running.worker_id, why, "live output unavailable; waiting for the record");
+    let mut reader = feed::follow(&id.to_string(), &url, &token, client.at);
+    loop {
+        for item in reader.take() {
+            let event = match item {
+                Item::Output(text) => {
+                    client.at += text.len() as u64;
+                    Event::default().event("output").data(json!({ "text": text }).to_string())
+                }
+                Item::Gap(n) => {
+                    client.at += n;
+                    Event::default().event("gap").data(json!({ "skipped_bytes": n }).to_string())
+                }
+                Item::Progress(reports) => Event::default().event("progress").data(reports.to_string()),
+                Item::End(End::Ended | End::Broken(_)) => return Ok(()),
+            };
+            client.send(event).await?;
+        }
+        tokio::select! {
+            () = reader.changed() => {}
+            () = client.tx.closed() => return Err(Closed::Gone { stalled: false }),
+            closed = client.quiet() => return Err(closed),
+        }
     }
-    outcome
 }
 
-/// The final events: the recorded output unless the live stream already carried output,
-/// then the record.
-async fn finish(tx: &mpsc::Sender<Event>, record: ExecutionRecord, sent_output: bool) {
-    if !sent_output && !record.output.is_empty() {
-        let _ = tx.send(Event::default().event("output").data(json!({ "text": record.output }).to_string())).await;
+/// The final events: the recorded output unless the client has it already, then the record.
+async fn finish(client: &mut Client, record: ExecutionRecord, has_output: bool) -> Result<(), Closed> {
+    if !has_output && !record.output.is_empty() {
+        client.send(Event::default().event("output").data(json!({ "text": record.output }).to_string())).await?;
     }
     let value = serde_json::to_value(&record).unwrap_or(Value::Null);
-    let _ = tx.send(Event::default().event("status").data(value.to_string())).await;
+    client.send(Event::default().event("status").data(value.to_string())).await
 }
 
 /// The live output URL and token of a live worker, when the URL has the shape a worker
@@ -353,71 +466,6 @@ pub(crate) async fn reports_of(st: &AppState, worker_id: &str, id: &ExecutionId)
 
 /// Longest the API waits for a worker's answer about a running task's progress.
 const REPORTS_WAIT: Duration = Duration::from_secs(1);
-
-enum Relay {
-    /// The worker said the output ended.
-    Ended,
-    ClientGone,
-    /// No (complete) stream from the worker: why.
-    Broken(String),
-}
-
-/// Relays the worker's newline-delimited JSON (`{"output"}`, `{"gap"}`, `{"progress"}`, `{}`,
-/// `{"end"}`).
-async fn from_worker(url: &str, token: &str, id: &ExecutionId, tx: &mpsc::Sender<Event>, sent: &mut bool) -> Relay {
-    let target = format!("{url}/executions/{}/output", etcron_common::percent_encode(&id.to_string()));
-    let mut attempt = 0;
-    let mut resp = loop {
-        attempt += 1;
-        match HTTP.get(&target).bearer_auth(token).send().await {
-            Ok(r) if r.status().is_success() => break r,
-            // Not followable (yet): the marker is written before the task starts; HTTP tasks
-            // have no live output at all.
-            Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND && attempt < CONNECT_ATTEMPTS => {}
-            Ok(r) => return Relay::Broken(format!("worker answered {}", r.status())),
-            Err(e) if attempt < CONNECT_ATTEMPTS => tracing::debug!(error = %e, "connecting to the worker"),
-            Err(e) => return Relay::Broken(format!("cannot reach the worker at {url}: {e}")),
-        }
-        if tx.is_closed() {
-            return Relay::ClientGone;
-        }
-        tokio::time::sleep(CONNECT_RETRY).await;
-    };
-    let mut buf: Vec<u8> = Vec::new();
-    loop {
-        let chunk = tokio::select! {
-            c = tokio::time::timeout(WORKER_SILENCE, resp.chunk()) => c,
-            // The client left while the task is quiet.
-            () = tx.closed() => return Relay::ClientGone,
-        };
-        let bytes = match chunk {
-            Ok(Ok(Some(b))) => b,
-            Ok(Ok(None)) => return Relay::Broken("the worker closed the stream early".to_owned()),
-            Ok(Err(e)) => return Relay::Broken(format!("reading from the worker: {e}")),
-            Err(_) => return Relay::Broken(format!("the worker sent nothing for {}s", WORKER_SILENCE.as_secs())),
-        };
-        buf.extend_from_slice(&bytes);
-        while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=nl).collect();
-            let Ok(msg) = serde_json::from_slice::<Value>(&line) else { continue };
-            let event = if let Some(text) = msg.get("output").and_then(Value::as_str) {
-                *sent = true;
-                Event::default().event("output").data(json!({ "text": text }).to_string())
-            } else if let Some(n) = msg.get("gap").and_then(Value::as_u64) {
-                Event::default().event("gap").data(json!({ "skipped_bytes": n }).to_string())
-            } else if let Some(reports) = msg.get("progress").filter(|p| p.is_object()) {
-                Event::default().event("progress").data(reports.to_string())
-            } else if msg.get("end").is_some() {
-                return Relay::Ended;
-            } else {
-                continue;
-            };
-            if tx.send(event).await.is_err() {
-                return Relay::ClientGone;
-            }
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

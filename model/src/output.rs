@@ -170,6 +170,19 @@ pub fn char_floor(text: &str, max: usize) -> usize {
     end
 }
 
+/// The first character boundary of `text` at or after byte `min` (its length past the end).
+#[must_use]
+pub fn char_ceil(text: &str, min: usize) -> usize {
+    if min >= text.len() {
+        return text.len();
+    }
+    let mut start = min;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    start
+}
+
 /// `text` cut to at most `max` bytes (on a character boundary), marked with `…` when cut.
 #[must_use]
 pub fn clipped(text: &str, max: usize) -> String {

@@ -25,9 +25,19 @@ pub struct SseReader {
 impl SseReader {
     /// Opens the stream of execution `id`; fails unless it answers 200 as an event stream.
     pub async fn open(c: &Cluster, id: &str) -> Self {
-        let url = format!("{}/api/executions/{}/stream", c.master.url, urlencode(id));
+        Self::open_query(c, id, "").await
+    }
+
+    /// As [`SseReader::open`], with a query string (`"?after=3"`).
+    pub async fn open_query(c: &Cluster, id: &str, query: &str) -> Self {
+        let url = format!("{}/api/executions/{}/stream{query}", c.master.url, urlencode(id));
         let resp = c.http.get(url).send().await.unwrap();
-        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            resp.status(),
+            200,
+            "{}",
+            if resp.status() == 200 { String::new() } else { resp.text().await.unwrap() }
+        );
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
         Self { resp, buf: Vec::new() }
     }

@@ -3,7 +3,8 @@
 //! worker as Server-Sent Events while the task still runs, and ends with the final record; a
 //! finished execution streams its recorded output and status at once; the worker's output
 //! server refuses requests without the token that only etcd holds; streams are bounded per
-//! token and per execution, and a full output server does not stop a task's reports.
+//! token and per execution, share one connection to the worker per execution, and a full output
+//! server does not stop a task's reports; a quiet stream is closed and resumes where it was.
 
 use std::time::Duration;
 
@@ -184,7 +185,13 @@ async fn streams_are_bounded_and_a_full_output_server_does_not_stop_the_tasks_re
         .collect();
     std::fs::write(&config, entries.join("\n"))?;
     let config = config.display().to_string();
-    let c = Cluster::start_with("stream-bounds", 1, false, &["--config", &config, "--api-token", ADMIN]).await?;
+    let mut c = Cluster::start_with("stream-bounds", 0, false, &["--config", &config, "--api-token", ADMIN]).await?;
+    let listen = format!("127.0.0.1:{}", etcron_tests::free_port());
+    let worker_metrics = format!("http://{listen}/metrics");
+    let mut opts = etcron_tests::WorkerOpts::new("w1");
+    opts.extra = vec!["--metrics-listen".to_owned(), listen];
+    c.add_worker(opts)?;
+    c.wait_workers(1).await?;
     let gate = c.path("go");
     // Reports by POST once the gate opens; fails (exit 3) when the report is refused.
     let command = format!(
@@ -233,6 +240,14 @@ async fn streams_are_bounded_and_a_full_output_server_does_not_stop_the_tasks_re
     let metrics = etcron_tests::scrape(&format!("{}/metrics", c.master.url), Some(ADMIN)).await?;
     assert_eq!(metrics.value("etcron_master_streams_refused_total", &[("limit", "per_token")]), 1.0);
     assert_eq!(metrics.value("etcron_master_streams_refused_total", &[("limit", "per_execution")]), 1.0);
+    // The 32 streams share one connection to the worker: it has one follower of the run.
+    etcron_tests::wait_for(Duration::from_secs(20), "the master's feed of the run", || async {
+        let m = etcron_tests::scrape(&format!("{}/metrics", c.master.url), Some(ADMIN)).await.ok()?;
+        (m.value("etcron_master_stream_feeds", &[]) == 1.0).then_some(())
+    })
+    .await?;
+    let worker = etcron_tests::scrape(&worker_metrics, None).await?;
+    assert_eq!(worker.value("etcron_worker_output_followers", &[]), 1.0, "one connection for 32 streams");
 
     // Fill the rest of the worker's output server (256 connections) from three more addresses,
     // each connection kept alive after one answered request.
@@ -246,12 +261,12 @@ async fn streams_are_bounded_and_a_full_output_server_does_not_stop_the_tasks_re
         urlencode(&id)
     );
     let mut filled = Vec::new();
-    for from in ["127.0.0.5", "127.0.0.6", "127.0.0.7"] {
+    for from in ["127.0.0.5", "127.0.0.6", "127.0.0.7", "127.0.0.9"] {
         for _ in 0..80 {
             filled.extend(held(from, addr, &request).await);
         }
     }
-    assert!(filled.len() >= 256 - 32 - 8, "the output server took {} more", filled.len());
+    assert!(filled.len() >= 256 - 8, "the output server took {} more", filled.len());
     assert!(held("127.0.0.8", addr, &request).await.is_none(), "the output server is full");
 
     // The task reports now: the checkpoint is stored, and the record shows it.
@@ -265,5 +280,58 @@ async fn streams_are_bounded_and_a_full_output_server_does_not_stop_the_tasks_re
     assert_eq!(record["status"], "succeeded", "the report was taken: {record}");
     assert_eq!(record["checkpoint"], json!({"offset": 7}), "{record}");
     drop((filled, streams));
+    Ok(())
+}
+
+/// Finding: a stream never idled out (heartbeats went to clients that read nothing). Now a stream
+/// with nothing but keepalives for `stream_quiet_limit` ends with an `idle` event telling where
+/// it was; `?after=N` resumes there; etcronctl follows on through such closes and prints every
+/// byte once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_stream_is_closed_and_resumes_where_it_was() -> anyhow::Result<()> {
+    let c = Cluster::start_with("stream-quiet", 1, false, &["--stream-quiet-limit", "2s"]).await?;
+    let gate = c.path("go");
+    let command = format!(
+        "printf 'first\\n'; while [ ! -e {gate} ]; do sleep 0.05; done; printf 'second\\n'",
+        gate = gate.display()
+    );
+    c.put_job("quiet", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}})).await?;
+    let (status, body) = c.call(Method::POST, "/api/jobs/quiet/run", None).await?;
+    assert_eq!(status, 202, "{body}");
+    let id = running_id(&c, "quiet").await;
+
+    let mut stream = SseReader::open(&c, &id).await;
+    let first = stream.next().await.expect("the output so far");
+    assert_eq!((first.event.as_str(), &first.data["text"]), ("output", &json!("first\n")));
+    let idle = stream.next().await.expect("an idle event");
+    assert_eq!(idle.event, "idle", "{idle:?}");
+    assert_eq!(idle.data["after"], 6, "{idle:?}");
+    assert!(idle.data["message"].as_str().unwrap().contains("?after=6"), "{idle:?}");
+    assert!(stream.next().await.is_none(), "the master closed the stream");
+    // Resuming inside what was printed gets the rest of it only.
+    let mut resumed = SseReader::open_query(&c, &id, "?after=3").await;
+    let rest = resumed.next().await.expect("the rest of the output");
+    assert_eq!((rest.event.as_str(), &rest.data["text"]), ("output", &json!("st\n")));
+    drop(resumed);
+    let (status, body) =
+        c.call(Method::GET, &format!("/api/executions/{}/stream?after=x", urlencode(&id)), None).await?;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("after")), "{body}");
+
+    // etcronctl follows through the closes of a quiet stream, printing each byte once.
+    let follow = tokio::process::Command::new(etcron_tests::bin("etcronctl")?)
+        .args(["--server", &c.master.url, "executions", "get", &id, "--follow"])
+        .env_remove("ETCRON_TOKEN")
+        .kill_on_drop(true)
+        .output();
+    let follow = tokio::spawn(follow);
+    etcron_tests::wait_for(Duration::from_secs(30), "etcronctl's stream closed as quiet twice", || async {
+        let m = etcron_tests::scrape(&format!("{}/metrics", c.master.url), None).await.ok()?;
+        (m.value("etcron_master_streams_closed_total", &[("reason", "quiet")]) >= 3.0).then_some(())
+    })
+    .await?;
+    std::fs::write(&gate, b"")?;
+    let out = tokio::time::timeout(Duration::from_secs(60), follow).await???;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "first\nsecond\n", "{out:?}");
+    assert!(out.status.success(), "{out:?}");
     Ok(())
 }

@@ -257,7 +257,8 @@ async fn a_queue_jobs_waiting_ticks_are_listed_on_its_page_and_its_limit_is_in_t
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_running_tasks_progress_and_checkpoint_show_on_its_execution_page() -> anyhow::Result<()> {
-    let c = Cluster::start("ui-progress", 1).await?;
+    // A quiet stream is closed after 4 s here: the page then offers to follow again.
+    let c = Cluster::start_with("ui-progress", 1, false, &["--stream-quiet-limit", "4s"]).await?;
     browser("progress.mjs", &c.master.url, &c.logs)?;
     screenshots(&c.logs, &["progress-running.png", "progress-done.png"]);
     Ok(())

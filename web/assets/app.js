@@ -1353,6 +1353,12 @@ async function executionView(params, rest) {
     },
     status: () => { live.remove(); route({ quiet: true }); },
     error: (d) => { live.remove(); banner(d.message, "warn"); },
+    // The master closed a stream that had nothing new for a while: following again is a click.
+    idle: () => {
+      const again = h("button", { type: "button", id: "follow-again" }, "Follow again");
+      again.addEventListener("click", () => route({ quiet: true }));
+      live.replaceChildren("following paused: nothing new for a while ", again);
+    },
   }).catch((e) => {
     // No stream (an older master, a proxy in the way): fall back to re-reading the record.
     if (e.name === "AbortError") return;

@@ -14,7 +14,8 @@
 //! output server closes a connection after [`IDLE_TIMEOUT`] without a byte read or written (a
 //! follower gets a heartbeat every [`HEARTBEAT`], so a live stream never idles; one that stopped
 //! reading stops taking bytes once its buffers are full) and holds at most [`MAX_CONNECTIONS`],
-//! at most [`MAX_FOLLOWERS`] of them following one execution; the progress server holds at most
+//! at most [`MAX_FOLLOWERS`] of them following one execution (a master opens one per execution
+//! it relays, however many clients follow it there); the progress server holds at most
 //! [`PROGRESS_CONNECTIONS`], idle for at most [`PROGRESS_IDLE`], and answers a wrong token and an
 //! execution that does not run here alike, at most [`WRONG_TOKENS_PER_MINUTE`] times a minute
 //! per address (then 429 until the minute is over; a right token always passes).
@@ -101,6 +102,7 @@ impl LiveOutput {
         let taken =
             self.followers.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_FOLLOWERS).then_some(n + 1));
         taken.ok()?;
+        crate::metrics::METRICS.followers.inc();
         Some(Follower {
             rx: self.progress.subscribe(),
             reports: self.tracker().map(|t| t.subscribe()),
@@ -452,6 +454,7 @@ struct Follower {
 impl Drop for Follower {
     fn drop(&mut self) {
         self.live.followers.fetch_sub(1, Ordering::SeqCst);
+        crate::metrics::METRICS.followers.dec();
     }
 }
 

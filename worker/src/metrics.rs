@@ -84,6 +84,9 @@ pub struct WorkerMetrics {
     pub progress_refused: IntCounterVec,
     /// Followers of a running execution's live output refused, by reason (`per_execution`).
     pub followers_refused: IntCounterVec,
+    /// Connections following running executions' live output now (masters share one per
+    /// execution followed).
+    pub followers: IntGauge,
     /// SLA alerts that could not be decided (etcd failed every try): possibly not raised.
     pub alert_errors: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
@@ -238,6 +241,10 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "etcron_worker_followers_refused_total",
         "Followers of a running execution's live output refused, by reason: per_execution (it has the most followers one execution may have).",
         &["reason"],
+    ),
+    followers: gauge(
+        "etcron_worker_output_followers",
+        "Connections following running executions' live output now: one per master and execution followed.",
     ),
     alert_errors: counter(
         "etcron_worker_alert_errors_total",

@@ -23,7 +23,7 @@ mod history;
 mod http;
 mod jobs;
 mod notifications;
-mod query;
+pub(crate) mod query;
 mod schedule;
 mod workers;
 
