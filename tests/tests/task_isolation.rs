@@ -338,8 +338,8 @@ async fn half_sent_requests_cannot_stop_the_live_output_server() -> anyhow::Resu
 }
 
 /// Tries `targets` (`host:port`) from inside a task, printing `reached` or `blocked` for each,
-/// then has python3 listen on the task's own `127.0.0.1` and talk to itself, then prints the
-/// progress URL it was given.
+/// then has python3 listen on the task's own `127.0.0.1` and talk to itself, tries to enter
+/// the network namespace of its worker (its parent), and prints the progress URL it was given.
 fn reach_command(targets: &[String]) -> String {
     let own_loopback = "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1); \
         c = socket.create_connection(s.getsockname(), timeout=5); a, _ = s.accept(); c.sendall(b'ping'); \
@@ -350,6 +350,7 @@ fn reach_command(targets: &[String]) -> String {
            else echo \"blocked $t\"; fi; \
          done; \
          python3 -c \"{own_loopback}\" 2>&1; \
+         if nsenter --net=/proc/$PPID/ns/net true 2>/dev/null; then echo 'entered the host'; else echo 'stayed'; fi; \
          echo \"progress url: ${{ETCRON_PROGRESS_URL:-none}}\"",
         targets.join(" ")
     )
@@ -374,12 +375,15 @@ async fn a_shell_task_in_a_network_namespace_of_its_own_reaches_nothing_of_the_h
     assert!(said.contains("shell_task_network = \"none\": this worker cannot make a network namespace"), "{said}");
 
     let output_listen = format!("127.0.0.1:{}", free_port());
+    // Tasks under team uids (a worker running as root, by default): a task running as root
+    // could enter another namespace again (docs/security.md says so).
     let mut isolated = WorkerOpts::new("w-none");
+    isolated.task_user = None;
     isolated.labels.insert("net".to_owned(), "none".to_owned());
-    isolated.extra =
-        ["--shell-task-network", "none", "--output-listen", &output_listen].map(str::to_owned).to_vec();
+    isolated.extra = ["--shell-task-network", "none", "--output-listen", &output_listen].map(str::to_owned).to_vec();
     c.add_worker(isolated)?;
     let mut host = WorkerOpts::new("w-host");
+    host.task_user = None;
     host.labels.insert("net".to_owned(), "host".to_owned());
     c.add_worker(host)?;
     c.wait_workers(2).await?;
@@ -394,7 +398,8 @@ async fn a_shell_task_in_a_network_namespace_of_its_own_reaches_nothing_of_the_h
     let targets = [test_server.clone(), c.etcd.endpoint.clone(), mongo_host(&c.mongo.uri), output_listen.clone()];
     let command = reach_command(&targets);
 
-    let spec = json!({"schedule": "@yearly", "selector": {"net": "none"}, "task": {"kind": "shell", "command": command}});
+    let spec =
+        json!({"schedule": "@yearly", "selector": {"net": "none"}, "task": {"kind": "shell", "command": command}});
     let record = run_once(&c, "netns-none", spec).await?;
     let output = record["output"].as_str().unwrap_or_default();
     assert_eq!(record["status"], "succeeded", "{record}");
@@ -403,10 +408,15 @@ async fn a_shell_task_in_a_network_namespace_of_its_own_reaches_nothing_of_the_h
     }
     assert!(output.contains("own loopback: ping"), "the task's own loopback works:\n{output}");
     assert!(output.contains("progress url: none"), "no URL it cannot reach:\n{output}");
-    assert!(server.accept().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock), "the test server saw a connection");
+    assert!(output.contains("stayed\n"), "a task not running as root cannot leave its namespace:\n{output}");
+    assert!(
+        server.accept().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "the test server saw a connection"
+    );
 
     // The control: the same task on the host's network reaches all of them.
-    let spec = json!({"schedule": "@yearly", "selector": {"net": "host"}, "task": {"kind": "shell", "command": command}});
+    let spec =
+        json!({"schedule": "@yearly", "selector": {"net": "host"}, "task": {"kind": "shell", "command": command}});
     let record = run_once(&c, "netns-host", spec).await?;
     let output = record["output"].as_str().unwrap_or_default();
     for target in &targets {
