@@ -350,7 +350,12 @@ fn rlimits(limits: &Limits) -> Vec<(Resource, u64, u64)> {
 /// it before an open files limit could forbid one), then the limits: both need the child to
 /// still be root (`CAP_SYS_ADMIN`; raising hard limits).
 #[allow(unsafe_code)]
-fn set_up_child(cmd: &mut Command, network: ShellNetwork, rlimits: Vec<(Resource, u64, u64)>, account: Option<Account>) {
+fn set_up_child(
+    cmd: &mut Command,
+    network: ShellNetwork,
+    rlimits: Vec<(Resource, u64, u64)>,
+    account: Option<Account>,
+) {
     // SAFETY: the closure runs in the forked child, where only async-signal-safe calls are
     // allowed. It only calls unshare(2), socket(2), ioctl(2), close(2) (`task_netns`),
     // setrlimit(2), setgroups(2), setgid(2) and setuid(2) with values computed before the fork;
