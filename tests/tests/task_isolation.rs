@@ -5,8 +5,9 @@
 //! root run as two uids and cannot read each other's `/proc`, a progress token is good for its
 //! own execution only, a `cwd` missing on the worker is named in the record, specs that could never
 //! run or that would smuggle headers or duplicate keys are refused at save time naming the
-//! field, and a pile of half-sent requests cannot keep the worker's live-output server from
-//! answering.
+//! field, a pile of half-sent requests cannot keep the worker's live-output server from
+//! answering, and a shell task in a network namespace of its own (`shell_task_network =
+//! "none"`) reaches nothing of the host (a worker that cannot make one does not start).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
@@ -89,8 +90,8 @@ fn worker_env() -> Vec<(String, String)> {
 }
 
 /// Starts a worker as `nobody` (through `setpriv`, from a copy of the binary nobody can reach,
-/// with a data dir of its own), its credentials in its environment.
-fn nobody_worker(c: &Cluster, dir: &Path) -> anyhow::Result<Proc> {
+/// with a data dir of its own), its credentials in its environment, with `extra` flags.
+fn nobody_worker(c: &Cluster, dir: &Path, extra: &[&str]) -> anyhow::Result<Proc> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     let worker = dir.join("etcron-worker");
     std::fs::copy(bin("etcron-worker")?, &worker)?;
@@ -102,7 +103,7 @@ fn nobody_worker(c: &Cluster, dir: &Path) -> anyhow::Result<Proc> {
     cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]).arg(&worker).current_dir("/");
     cmd.args(["--etcd-endpoints", &c.etcd.endpoint, "--namespace", &c.namespace, "--worker-id", "w-nobody"]);
     cmd.args(["--session-ttl", "3s", "--labels", "who=nobody", "--mongodb-uri", &c.mongo.uri, "--mongodb-db", &c.db]);
-    cmd.arg("--data-dir").arg(&data).envs(worker_env()).env("RUST_LOG", "info");
+    cmd.arg("--data-dir").arg(&data).args(extra).envs(worker_env()).env("RUST_LOG", "info");
     Proc::spawn("worker w-nobody", cmd, c.logs.join("worker-w-nobody.log"))
 }
 
@@ -111,7 +112,7 @@ async fn a_task_cannot_read_its_workers_memory_or_credentials() -> anyhow::Resul
     assert!(nix::unistd::geteuid().is_root(), "starting a worker as nobody needs the tests to run as root");
     let mut c = Cluster::start("worker-proc", 0).await?;
     let dir = tempfile::tempdir()?;
-    let mut nobody = nobody_worker(&c, dir.path())?;
+    let mut nobody = nobody_worker(&c, dir.path(), &[])?;
     // A worker whose tasks run as root (the admin's choice): they can read any /proc, so only
     // the scrubbed environment block keeps the credentials from them.
     let mut opts = WorkerOpts::new("w-root");
@@ -333,5 +334,100 @@ async fn half_sent_requests_cannot_stop_the_live_output_server() -> anyhow::Resu
     assert!(c.workers[0].proc.running(), "the worker is still up");
     let answer = ask(&addr).await.expect("an answer after the pile");
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    Ok(())
+}
+
+/// Tries `targets` (`host:port`) from inside a task, printing `reached` or `blocked` for each,
+/// then has python3 listen on the task's own `127.0.0.1` and talk to itself, tries to enter
+/// the network namespace of its worker (its parent), and prints the progress URL it was given.
+fn reach_command(targets: &[String]) -> String {
+    let own_loopback = "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1); \
+        c = socket.create_connection(s.getsockname(), timeout=5); a, _ = s.accept(); c.sendall(b'ping'); \
+        print('own loopback:', a.recv(4).decode())";
+    format!(
+        "for t in {}; do \
+           if timeout 5 bash -c \"exec 3<>/dev/tcp/${{t%:*}}/${{t#*:}}\" 2>/dev/null; then echo \"reached $t\"; \
+           else echo \"blocked $t\"; fi; \
+         done; \
+         python3 -c \"{own_loopback}\" 2>&1; \
+         if nsenter --net=/proc/$PPID/ns/net true 2>/dev/null; then echo 'entered the host'; else echo 'stayed'; fi; \
+         echo \"progress url: ${{ETCRON_PROGRESS_URL:-none}}\"",
+        targets.join(" ")
+    )
+}
+
+/// The first `host:port` of a `mongodb://` URI.
+fn mongo_host(uri: &str) -> String {
+    let rest = uri.trim_start_matches("mongodb://");
+    let hosts = rest.split(['/', '?']).next().unwrap_or_default();
+    hosts.rsplit('@').next().unwrap_or_default().split(',').next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shell_task_in_a_network_namespace_of_its_own_reaches_nothing_of_the_host() -> anyhow::Result<()> {
+    assert!(nix::unistd::geteuid().is_root(), "making network namespaces needs the tests to run as root");
+    let mut c = Cluster::start("task-netns", 0).await?;
+    // A worker that cannot make a namespace (not root) refuses to start, naming the setting.
+    let dir = tempfile::tempdir()?;
+    let mut refused = nobody_worker(&c, dir.path(), &["--shell-task-network", "none"])?;
+    assert_eq!(refused.wait_exit(Duration::from_secs(20))?, Some(2), "{}", refused.log_text());
+    let said = refused.log_text();
+    assert!(said.contains("shell_task_network = \"none\": this worker cannot make a network namespace"), "{said}");
+
+    let output_listen = format!("127.0.0.1:{}", free_port());
+    // Tasks under team uids (a worker running as root, by default): a task running as root
+    // could enter another namespace again (docs/security.md says so).
+    let mut isolated = WorkerOpts::new("w-none");
+    isolated.task_user = None;
+    isolated.labels.insert("net".to_owned(), "none".to_owned());
+    isolated.extra = ["--shell-task-network", "none", "--output-listen", &output_listen].map(str::to_owned).to_vec();
+    c.add_worker(isolated)?;
+    let mut host = WorkerOpts::new("w-host");
+    host.task_user = None;
+    host.labels.insert("net".to_owned(), "host".to_owned());
+    c.add_worker(host)?;
+    c.wait_workers(2).await?;
+    let log = c.workers[0].proc.log_text();
+    assert!(log.contains("task network isolation is on"), "{log}");
+
+    // A server of the test on the host's loopback, which must see no connection from the
+    // isolated task.
+    let server = std::net::TcpListener::bind("127.0.0.1:0")?;
+    server.set_nonblocking(true)?;
+    let test_server = server.local_addr()?.to_string();
+    let targets = [test_server.clone(), c.etcd.endpoint.clone(), mongo_host(&c.mongo.uri), output_listen.clone()];
+    let command = reach_command(&targets);
+
+    let spec =
+        json!({"schedule": "@yearly", "selector": {"net": "none"}, "task": {"kind": "shell", "command": command}});
+    let record = run_once(&c, "netns-none", spec).await?;
+    let output = record["output"].as_str().unwrap_or_default();
+    assert_eq!(record["status"], "succeeded", "{record}");
+    for target in &targets {
+        assert!(output.contains(&format!("blocked {target}\n")), "{target} reached from the namespace:\n{output}");
+    }
+    assert!(output.contains("own loopback: ping"), "the task's own loopback works:\n{output}");
+    assert!(output.contains("progress url: none"), "no URL it cannot reach:\n{output}");
+    assert!(output.contains("stayed\n"), "a task not running as root cannot leave its namespace:\n{output}");
+    assert!(
+        server.accept().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "the test server saw a connection"
+    );
+
+    // The control: the same task on the host's network reaches all of them.
+    let spec =
+        json!({"schedule": "@yearly", "selector": {"net": "host"}, "task": {"kind": "shell", "command": command}});
+    let record = run_once(&c, "netns-host", spec).await?;
+    let output = record["output"].as_str().unwrap_or_default();
+    for target in &targets {
+        assert!(output.contains(&format!("reached {target}\n")), "{target} not reached from the host:\n{output}");
+    }
+    assert!(output.contains("own loopback: ping"), "{output}");
+    assert!(output.contains("progress url: http://127.0.0.1:"), "{output}");
+    let seen = wait_for(Duration::from_secs(5), "the host task's connection", || {
+        let accepted = server.accept().is_ok();
+        async move { accepted.then_some(()) }
+    });
+    seen.await?;
     Ok(())
 }

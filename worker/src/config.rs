@@ -94,6 +94,10 @@ pub struct Cli {
     /// `host:port`, named exactly), comma-separated (default: none).
     #[arg(long, env = "ETCRON_TASK_NETWORK_ALLOW")]
     pub task_network_allow: Option<String>,
+    /// Where shell tasks' sockets go: `host` (default: the host's network) or `none` (a network
+    /// namespace of each task's own, with only its loopback; needs root or CAP_SYS_ADMIN).
+    #[arg(long, env = "ETCRON_SHELL_TASK_NETWORK")]
+    pub shell_task_network: Option<String>,
     /// `[notify]` settings: `--ui-url`, `--notify-*`.
     #[command(flatten)]
     pub notify: crate::notifier::NotifyArgs,
@@ -131,6 +135,7 @@ pub struct FileConfig {
     pub output_url: Option<String>,
     pub task_env_passthrough: Option<Vec<String>>,
     pub task_network_allow: Option<Vec<String>>,
+    pub shell_task_network: Option<String>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
     /// `[notify]`: webhook notification settings and default targets.
@@ -174,6 +179,9 @@ pub struct Config {
     /// What HTTP and gRPC tasks may reach although it is refused by default
     /// (`crate::task_network`).
     pub task_network_allow: Vec<crate::task_network::Allow>,
+    /// The host's network for shell tasks, or a namespace of each one's own
+    /// (`crate::task_netns`).
+    pub shell_task_network: crate::task_netns::ShellNetwork,
     pub log_level: String,
     pub json_logs: bool,
     /// Webhook notifications: console URL, default targets, delivery limits.
@@ -356,6 +364,13 @@ impl Config {
             None => file.task_network_allow.unwrap_or_default(),
         };
         let task_network_allow = crate::task_network::parse_allow(&task_network_allow).map_err(anyhow::Error::msg)?;
+        let shell_task_network = cli
+            .shell_task_network
+            .or(file.shell_task_network)
+            .map(|n| crate::task_netns::ShellNetwork::parse(&n))
+            .transpose()
+            .map_err(anyhow::Error::msg)?
+            .unwrap_or_default();
         Ok(Self {
             etcd: etcron_common::settings::etcd_config(shared.etcd_endpoints.clone(), &security, &file.etcd)
                 .map_err(anyhow::Error::msg)?,
@@ -381,6 +396,7 @@ impl Config {
             output_url,
             task_env_passthrough,
             task_network_allow,
+            shell_task_network,
             log_level: shared.log_level,
             json_logs: shared.json_logs,
             notify: crate::notifier::NotifyConfig::resolve(cli.notify, file.notify)?,
@@ -430,6 +446,7 @@ mod tests {
             (vec!["--task-env-passthrough", "PATH,ETCRON_MONGODB_URI"], "task_env_passthrough"),
             (vec!["--task-env-passthrough", "A-B"], "task_env_passthrough"),
             (vec!["--task-network-allow", "127.0.0.0/8,10.0.0.0/40"], "task_network_allow"),
+            (vec!["--shell-task-network", "bridge"], "shell_task_network: \"bridge\" is neither"),
             (vec!["--teams", "alpha,Beta"], "teams"),
             (vec!["--task-uids", "5"], "task_uids"),
             (vec!["--task-user", "0"], "task_user"),
@@ -452,6 +469,24 @@ mod tests {
         std::fs::write(&path, "task_env_passthrough = [\"PATH\", \"PGHOST\"]\n").unwrap();
         let c = Config::resolve(cli(&["--config", path.to_str().unwrap()])).unwrap();
         assert_eq!(c.task_env_passthrough, ["PATH", "PGHOST"]);
+    }
+
+    #[test]
+    fn shell_tasks_use_the_hosts_network_unless_the_admin_says_none() {
+        use crate::task_netns::ShellNetwork;
+        assert_eq!(Config::resolve(cli(&[])).unwrap().shell_task_network, ShellNetwork::Host);
+        let c = Config::resolve(cli(&["--shell-task-network", "none"])).unwrap();
+        assert_eq!(c.shell_task_network, ShellNetwork::None);
+        let dir = tempfile_dir();
+        let path = dir.join("netns.toml");
+        std::fs::write(&path, "shell_task_network = \"none\"\n").unwrap();
+        let c = Config::resolve(cli(&["--config", path.to_str().unwrap()])).unwrap();
+        assert_eq!(c.shell_task_network, ShellNetwork::None);
+        let c = Config::resolve(cli(&["--config", path.to_str().unwrap(), "--shell-task-network", "host"])).unwrap();
+        assert_eq!(c.shell_task_network, ShellNetwork::Host, "the flag wins");
+        std::fs::write(&path, "shell_task_network = \"isolated\"\n").unwrap();
+        let err = format!("{:#}", Config::resolve(cli(&["--config", path.to_str().unwrap()])).unwrap_err());
+        assert!(err.contains("shell_task_network: \"isolated\""), "{err}");
     }
 
     #[test]

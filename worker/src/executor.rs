@@ -1,6 +1,8 @@
 //! Runs shell tasks: `/bin/sh -c` in a process group of its own, output captured bounded
 //! (head + tail), kill/timeout delivered to the whole group (TERM, then KILL after a grace), and
-//! the job's `limits` set with `setrlimit` in the child before it runs the shell.
+//! the job's `limits` set with `setrlimit` in the child before it runs the shell, and with
+//! `shell_task_network = "none"` a network namespace of its own entered there too
+//! (`task_netns`).
 //! Its `Finished`/`Ending`/`StopReason` also describe HTTP and gRPC tasks (`http_task`,
 //! `grpc_task`).
 
@@ -12,6 +14,7 @@ use std::time::Duration;
 
 use crate::live_output::LiveOutput;
 use crate::run_as::{self, Account};
+use crate::task_netns::{self, ShellNetwork};
 use crate::task_uids::TaskAccount;
 use etcron_common::job::Limits;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
@@ -60,6 +63,8 @@ pub struct ShellJob {
     pub output: Arc<LiveOutput>,
     /// Process limits (memory, cpu, open files) of the shell and everything it starts.
     pub limits: Limits,
+    /// The host's network, or a network namespace of the task's own (`shell_task_network`).
+    pub network: ShellNetwork,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,7 +191,7 @@ pub async fn run_shell(
     // has exec'd the shell (posix_spawn), while this task may wait a while to be polled again.
     // The account is looked up there too: the user database may be a file read or a network
     // service.
-    let (run_as, worker_id) = (job.run_as.clone(), job.worker_id.clone());
+    let (run_as, worker_id, network) = (job.run_as.clone(), job.worker_id.clone(), job.network);
     let spawned = tokio::task::spawn_blocking(move || {
         let account = match run_as.as_ref().map(|r| r.resolve(&worker_id)).transpose() {
             Ok(account) => account,
@@ -195,8 +200,8 @@ pub async fn run_shell(
         if let Some(account) = &account {
             cmd.envs(account.env());
         }
-        if !rlimits.is_empty() || account.is_some() {
-            set_up_child(&mut cmd, rlimits, account);
+        if !rlimits.is_empty() || account.is_some() || network.isolated() {
+            set_up_child(&mut cmd, network, rlimits, account);
         }
         (cmd.spawn().map_err(Refused::Spawn), etcron_common::now_ms())
     })
@@ -206,7 +211,9 @@ pub async fn run_shell(
     let mut child = match spawned {
         Ok(c) => c,
         Err(Refused::Account(why)) => return spawn_failed(why),
-        Err(Refused::Spawn(e)) => return spawn_failed(spawn_error(job.cwd.as_deref(), &job.worker_id, &e)),
+        Err(Refused::Spawn(e)) => {
+            return spawn_failed(spawn_error(job.cwd.as_deref(), &job.worker_id, job.network, &e))
+        }
     };
     let pid = child.id().unwrap_or(0);
     let _ = pid_tx.send(pid);
@@ -284,8 +291,9 @@ enum Refused {
 }
 
 /// Why the shell could not be started: a `cwd` that this worker lacks is named as such (the
-/// master cannot check it at save time), anything else is the spawn's own error.
-fn spawn_error(cwd: Option<&str>, worker_id: &str, e: &std::io::Error) -> String {
+/// master cannot check it at save time), anything else is the spawn's own error (which may be
+/// the task's network namespace's: said when there is one).
+fn spawn_error(cwd: Option<&str>, worker_id: &str, network: ShellNetwork, e: &std::io::Error) -> String {
     if let Some(cwd) = cwd {
         match std::fs::metadata(cwd) {
             Err(m) if m.kind() == std::io::ErrorKind::NotFound => {
@@ -295,6 +303,12 @@ fn spawn_error(cwd: Option<&str>, worker_id: &str, e: &std::io::Error) -> String
             Err(m) => return format!("cwd {cwd} cannot be used on worker {worker_id}: {m}"),
             Ok(_) => return format!("spawning /bin/sh in cwd {cwd} failed on worker {worker_id}: {e}"),
         }
+    }
+    if network.isolated() {
+        return format!(
+            "spawning /bin/sh in a network namespace of its own ({} = \"none\") failed on worker {worker_id}: {e}",
+            task_netns::SETTING
+        );
     }
     format!("spawning /bin/sh failed on worker {worker_id}: {e}")
 }
@@ -330,18 +344,28 @@ fn rlimits(limits: &Limits) -> Vec<(Resource, u64, u64)> {
         .collect()
 }
 
-/// Makes the child set `rlimits` and take on `account` between fork and exec, so they hold
-/// from the shell's first instruction and for everything it starts. Limits come first: the
-/// hard ones may be raised only while the child is still root.
+/// Makes the child enter a network namespace of its own (with `network` `none`), set `rlimits`
+/// and take on `account` between fork and exec, so they hold from the shell's first
+/// instruction and for everything it starts. The namespace comes first (a socket is opened for
+/// it before an open files limit could forbid one), then the limits: both need the child to
+/// still be root (`CAP_SYS_ADMIN`; raising hard limits).
 #[allow(unsafe_code)]
-fn set_up_child(cmd: &mut Command, rlimits: Vec<(Resource, u64, u64)>, account: Option<Account>) {
+fn set_up_child(
+    cmd: &mut Command,
+    network: ShellNetwork,
+    rlimits: Vec<(Resource, u64, u64)>,
+    account: Option<Account>,
+) {
     // SAFETY: the closure runs in the forked child, where only async-signal-safe calls are
-    // allowed. It only calls setrlimit(2), setgroups(2), setgid(2) and setuid(2) with values
-    // computed before the fork; it allocates nothing (it iterates Vecs built in the parent, and
-    // a failure becomes an io::Error from the raw errno), takes no lock and touches no shared
-    // state.
+    // allowed. It only calls unshare(2), socket(2), ioctl(2), close(2) (`task_netns`),
+    // setrlimit(2), setgroups(2), setgid(2) and setuid(2) with values computed before the fork;
+    // it allocates nothing (it iterates Vecs built in the parent, and a failure becomes an
+    // io::Error from the raw errno), takes no lock and touches no shared state.
     unsafe {
         cmd.pre_exec(move || {
+            if network.isolated() {
+                task_netns::enter_own_namespace()?;
+            }
             for &(resource, soft, hard) in &rlimits {
                 setrlimit(resource, soft, hard)?;
             }
@@ -509,6 +533,7 @@ mod tests {
             kill_grace: Duration::from_secs(1),
             output: Arc::new(LiveOutput::new(64 * 1024)),
             limits: Limits::default(),
+            network: ShellNetwork::Host,
         }
     }
 
@@ -541,6 +566,24 @@ mod tests {
             done.ending,
             Ending::SpawnFailed("cwd /etc/hostname is not a directory on worker w-test".to_owned())
         );
+    }
+
+    #[tokio::test]
+    async fn a_task_in_a_namespace_of_its_own_sees_only_its_loopback_and_it_is_up() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: making a network namespace needs root (CI runs the tests as root)");
+            return;
+        }
+        // /proc/net/dev lists the interfaces of the reader's namespace. A connection to a port
+        // nobody listens on is refused on a loopback that is up, unreachable on one that is down.
+        let command = "echo \"interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')\"; \
+                       bash -c 'echo > /dev/tcp/127.0.0.1/1' 2>&1; true";
+        let mut job = shell(command, None);
+        job.network = ShellNetwork::None;
+        let done = run(job).await;
+        assert_eq!(done.ending, Ending::Exited(0), "{}", done.output);
+        assert!(done.output.starts_with("interfaces: lo \n"), "only its own loopback:\n{}", done.output);
+        assert!(done.output.contains("Connection refused"), "its loopback is up:\n{}", done.output);
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub mod settle;
 pub mod silence;
 pub mod state;
 pub mod taken;
+pub mod task_netns;
 pub mod task_network;
 pub mod task_uids;
 pub mod watcher;

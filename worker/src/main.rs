@@ -42,6 +42,12 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    // A worker asked to run shell tasks in namespaces of their own that cannot make one does
+    // not start (rather than run them on the host's network).
+    if let Err(e) = etcron_worker::task_netns::check(config.shell_task_network) {
+        eprintln!("etcron-worker: {e}");
+        return std::process::ExitCode::from(2);
+    }
     // Before any thread starts: tasks running as the worker's uid cannot read its memory, its
     // descriptors or its environment in /proc, and its credentials leave its environment block.
     if let Err(e) = etcron_common::harden::harden_process() {
@@ -137,6 +143,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
             .with_context(|| format!("metrics_listen: binding {addr}"))?;
     }
     tracing::info!(worker_id = %config.worker_id, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, capacity = config.capacity, "etcron-worker starting");
+    if config.shell_task_network.isolated() {
+        tracing::info!(shell_task_network = %config.shell_task_network, "task network isolation is on: each shell task runs in a network namespace of its own (only its loopback); its progress reports go through its output lines");
+    }
 
     // `sched_stop` ends scheduling; `all_stop` ends the watchers and the session once drained.
     let (sched_stop_tx, sched_stop) = watch::channel(false);

@@ -95,6 +95,7 @@ pub(crate) async fn execute(
                 kill_grace: ctx.config.kill_grace,
                 output: live.output(),
                 limits: fire.spec.limits.unwrap_or_default(),
+                network: ctx.config.shell_task_network,
             };
             executor::run_shell(job, stop, pid_tx).await
         }
@@ -117,7 +118,9 @@ pub(crate) async fn execute(
 
 /// A shell task's environment: only the configured names of the worker's, then the job's own,
 /// then its declared parameters (defaults and the run's values: never a name of `env` or
-/// `secret_env`), then the `ETCRON_*` task variables.
+/// `secret_env`), then the `ETCRON_*` task variables. A task in a network namespace of its own
+/// cannot reach the worker's progress listener: it gets no `ETCRON_PROGRESS_URL` nor token
+/// (its `::etcron` output lines still report).
 fn shell_env(
     ctx: &Context,
     fire: &Fire,
@@ -131,9 +134,14 @@ fn shell_env(
     env.extend(shell.secret_env.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))));
     env.extend(params);
     let identity = task_identity(ctx, fire, fencing_token, reporting);
-    env.extend(identity.into_iter().map(|(name, value)| (format!("ETCRON_{name}"), value)));
+    let reaches_worker = !ctx.config.shell_task_network.isolated();
+    let identity = identity.into_iter().filter(|(name, _)| reaches_worker || !PROGRESS_ENDPOINT.contains(name));
+    env.extend(identity.map(|(name, value)| (format!("ETCRON_{name}"), value)));
     env
 }
+
+/// The task variables that say where and how to POST progress reports to the worker.
+const PROGRESS_ENDPOINT: [&str; 2] = ["PROGRESS_URL", "PROGRESS_TOKEN"];
 
 /// A task's identity, where it reports progress, and the checkpoint a failover rerun resumes
 /// (its JSON, non-ASCII escaped so that a header can carry it) with who wrote it: named as the

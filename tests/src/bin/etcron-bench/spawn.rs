@@ -39,6 +39,7 @@ pub async fn run(n: usize, rounds: usize, file: &std::path::Path) -> Result<()> 
                 kill_grace: Duration::from_secs(1),
                 output: std::sync::Arc::new(etcron_worker::live_output::LiveOutput::new(65_536)),
                 limits: Limits::default(),
+                network: etcron_worker::task_netns::ShellNetwork::Host,
             };
             let (pid_tx, _pid_rx) = oneshot::channel();
             tasks.push(tokio::spawn(run_shell(job, stop.clone(), pid_tx)));
