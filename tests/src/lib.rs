@@ -580,8 +580,15 @@ impl Worker {
         if !opts.task_network_allow.is_empty() {
             cmd.args(["--task-network-allow", &opts.task_network_allow.join(",")]);
         }
-        if let Some(user) = &opts.task_user {
-            cmd.args(["--task-user", user]);
+        match &opts.task_user {
+            Some(user) => {
+                cmd.args(["--task-user", user]);
+            }
+            // A uid per team: the cluster's workers share a table of their own, as the workers
+            // of one machine do (never the machine's own /var/lib/etcron).
+            None => {
+                cmd.arg("--task-uid-table").arg(logs.join("task-uids.json"));
+            }
         }
         cmd.args(&opts.extra);
         cmd.env("RUST_LOG", "info");

@@ -45,6 +45,10 @@ pub struct Cli {
     /// `70000-70999`) given one per team to shell tasks without `task.user`.
     #[arg(long, env = "ETCRON_TASK_UIDS")]
     pub task_uids: Option<String>,
+    /// The machine's uid table shared by its workers (which uid each team got), default
+    /// `/var/lib/etcron/task-uids.json`.
+    #[arg(long, env = "ETCRON_TASK_UID_TABLE")]
+    pub task_uid_table: Option<PathBuf>,
     /// Concurrent executions.
     #[arg(long, env = "ETCRON_CAPACITY")]
     pub capacity: Option<u32>,
@@ -118,6 +122,7 @@ pub struct FileConfig {
     pub teams: Option<Vec<String>>,
     pub task_user: Option<String>,
     pub task_uids: Option<String>,
+    pub task_uid_table: Option<PathBuf>,
     pub capacity: Option<u32>,
     pub session_ttl: Option<HumanDuration>,
     pub kill_grace: Option<HumanDuration>,
@@ -318,7 +323,7 @@ impl Config {
         let task_identity = crate::task_uids::TaskIdentity::resolve(
             cli.task_user.or(file.task_user),
             cli.task_uids.or(file.task_uids),
-            &data_dir,
+            &cli.task_uid_table.or(file.task_uid_table).unwrap_or_else(|| crate::task_uids::DEFAULT_TABLE.into()),
             nix::unistd::geteuid(),
         )
         .map_err(anyhow::Error::msg)?;

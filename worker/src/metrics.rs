@@ -87,6 +87,9 @@ pub struct WorkerMetrics {
     /// Connections following running executions' live output now (masters share one per
     /// execution followed).
     pub followers: IntGauge,
+    /// Shell runs refused for want of a team uid, by reason (`range_full`: no uid of
+    /// `task_uids` left; `account_taken`: the team's uid is now an account of the machine).
+    pub task_uid_refusals: IntCounterVec,
     /// SLA alerts that could not be decided (etcd failed every try): possibly not raised.
     pub alert_errors: IntCounter,
     /// Final outcomes of `pause_after_failures` jobs that could not be counted (etcd errors or
@@ -242,6 +245,11 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "Followers of a running execution's live output refused, by reason: per_execution (it has the most followers one execution may have).",
         &["reason"],
     ),
+    task_uid_refusals: counter_vec(
+        "etcron_worker_task_uid_refusals_total",
+        "Shell runs refused for want of a team uid, by reason: range_full (no uid of task_uids left), account_taken (the team's uid is now an account of the machine).",
+        &["reason"],
+    ),
     followers: gauge(
         "etcron_worker_output_followers",
         "Connections following running executions' live output now: one per master and execution followed.",
@@ -287,6 +295,9 @@ pub fn init(capacity: u32) {
         METRICS.progress_refused.with_label_values(&[reason]);
     }
     METRICS.followers_refused.with_label_values(&["per_execution"]);
+    for reason in ["range_full", "account_taken"] {
+        METRICS.task_uid_refusals.with_label_values(&[reason]);
+    }
 }
 
 #[cfg(test)]

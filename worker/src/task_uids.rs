@@ -2,9 +2,12 @@
 //! `task_uids` settings, and the uid a worker running as root gives each team.
 //!
 //! A worker running as root gives each team (and the jobs without a team, together) a uid of
-//! its own from `task_uids`, allocated the first time the team runs here and kept in
-//! `task-uids.json` in the data dir, so one team's task cannot read another's `/proc/<pid>/`
-//! (environment, memory) or signal it, and none can read root's files. Running tasks as root
+//! its own from `task_uids`, allocated the first time the team runs on the machine and kept in
+//! the machine's uid table (`task_uid_table`, `/var/lib/etcron/task-uids.json`), so one team's
+//! task cannot read another's `/proc/<pid>/` (environment, memory) or signal it, and none can
+//! read root's files. Every worker of the machine shares the table (allocations hold its lock
+//! file and re-read it), so a team has one uid on the machine and no two teams ever share one,
+//! whatever ranges the workers are given. Running tasks as root
 //! (or any one account) is `task_user`, the admin's explicit choice, shown in the worker's
 //! registration. A worker not running as root cannot switch users: its tasks run as its own
 //! uid, whatever their team.
@@ -23,8 +26,8 @@ use crate::run_as::{Account, RunAs};
 pub const DEFAULT_TASK_UIDS: (u32, u32) = (70_000, 70_999);
 /// Most uids in `task_uids`.
 pub const MAX_TASK_UIDS: u32 = 65_536;
-/// The file in the data dir that keeps which uid each team got.
-pub const TABLE_FILE: &str = "task-uids.json";
+/// The machine's uid table by default: which uid each team got, for every worker of the machine.
+pub const DEFAULT_TABLE: &str = "/var/lib/etcron/task-uids.json";
 
 /// Who tasks without `task.user` run as on this worker.
 #[derive(Debug, Clone)]
@@ -45,7 +48,7 @@ impl TaskIdentity {
     pub fn resolve(
         task_user: Option<String>,
         task_uids: Option<String>,
-        data_dir: &Path,
+        table: &Path,
         euid: Uid,
     ) -> Result<Self, String> {
         let own_name = || User::from_uid(euid).ok().flatten().map(|u| u.name);
@@ -79,7 +82,7 @@ impl TaskIdentity {
             Some(range) => parse_range(&range)?,
             None => DEFAULT_TASK_UIDS,
         };
-        Ok(Self::TeamUids(std::sync::Arc::new(TaskUids::open(first, last, data_dir)?)))
+        Ok(Self::TeamUids(std::sync::Arc::new(TaskUids::open(first, last, table)?)))
     }
 
     /// What the registration shows: the account (`root`), `uid per team FIRST-LAST`, or
@@ -152,50 +155,39 @@ pub struct TaskUids {
 }
 
 impl TaskUids {
-    /// Reads the table kept in `data_dir` (none yet is an empty table); entries outside the
-    /// range are dropped (the range changed), so the team gets a new uid of the range.
-    pub fn open(first: u32, last: u32, data_dir: &Path) -> Result<Self, String> {
-        let path = data_dir.join(TABLE_FILE);
-        let table: BTreeMap<String, u32> = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| format!("task_uids: {} is not a table of uids: {e}", path.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(format!("task_uids: cannot read {}: {e}", path.display())),
-        };
-        let table = table.into_iter().filter(|(_, uid)| (first..=last).contains(uid)).collect();
-        Ok(Self { first, last, path, table: Mutex::new(table) })
+    /// Reads the machine's table at `path` (none yet is an empty table).
+    pub fn open(first: u32, last: u32, path: &Path) -> Result<Self, String> {
+        let table = read_table(path)?;
+        Ok(Self { first, last, path: path.to_owned(), table: Mutex::new(table) })
     }
 
-    /// The account of `team`'s tasks: its uid (allocated and stored the first time: the lowest
-    /// of the range no team holds and no account of this machine has), the group of the same
-    /// number, no supplementary groups, `HOME=/`. Blocking (file and user database).
+    /// The account of `team`'s tasks: its uid on this machine (allocated and stored the first
+    /// time: the lowest of this worker's range that no team holds and no account of the machine
+    /// has), the group of the same number, no supplementary groups, `HOME=/`. A team keeps its
+    /// uid even outside this worker's range (another worker, or an older range, gave it); a uid
+    /// an account of the machine took since is refused, never run as. Blocking (files and the
+    /// user database).
     pub fn account(&self, team: Option<&str>) -> Result<Account, String> {
         let key = team.unwrap_or_default();
         let mut table = self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let uid = match table.get(key) {
             Some(&uid) => uid,
             None => {
-                let taken: std::collections::BTreeSet<u32> = table.values().copied().collect();
-                let uid = (self.first..=self.last)
-                    .find(|&u| !taken.contains(&u) && User::from_uid(Uid::from_raw(u)).ok().flatten().is_none())
-                    .ok_or_else(|| {
-                        let why = format!(
-                            "no uid of task_uids {}-{} is left for team {key:?} ({} teams hold one)",
-                            self.first,
-                            self.last,
-                            table.len()
-                        );
-                        tracing::error!("{why}: its shell tasks fail here until task_uids is widened");
-                        why
-                    })?;
-                let mut next = table.clone();
-                next.insert(key.to_owned(), uid);
-                self.store(&next)?;
-                *table = next;
-                tracing::info!(team = key, uid, "task uid allocated to the team");
+                let (uid, now) = self.allocate(key)?;
+                *table = now;
                 uid
             }
         };
+        if let Some(user) = User::from_uid(Uid::from_raw(uid)).ok().flatten() {
+            return Err(refused(
+                "account_taken",
+                format!(
+                    "uid {uid} of team {key:?} in {} is now the account {:?} of this machine; its tasks do not run as it: remove the team's entry (a new uid is then allocated)",
+                    self.path.display(),
+                    user.name
+                ),
+            ));
+        }
         Ok(Account {
             uid: Uid::from_raw(uid),
             gid: Gid::from_raw(uid),
@@ -203,6 +195,47 @@ impl TaskUids {
             name: uid.to_string(),
             home: "/".to_owned(),
         })
+    }
+
+    /// Gives `key` a uid under the table's lock file, after reading the table again (another
+    /// worker of the machine may have given it one, or taken uids): the uid, and the table now.
+    fn allocate(&self, key: &str) -> Result<(u32, BTreeMap<String, u32>), String> {
+        let _lock = self.lock()?;
+        let mut table = read_table(&self.path)?;
+        if let Some(&uid) = table.get(key) {
+            return Ok((uid, table));
+        }
+        let taken: std::collections::BTreeSet<u32> = table.values().copied().collect();
+        let uid = (self.first..=self.last)
+            .find(|&u| !taken.contains(&u) && User::from_uid(Uid::from_raw(u)).ok().flatten().is_none())
+            .ok_or_else(|| {
+                let why = format!(
+                    "no uid of task_uids {}-{} is left for team {key:?} ({} teams hold one on this machine)",
+                    self.first,
+                    self.last,
+                    table.len()
+                );
+                refused("range_full", why)
+            })?;
+        table.insert(key.to_owned(), uid);
+        self.store(&table)?;
+        tracing::info!(team = key, uid, table = %self.path.display(), "task uid allocated to the team");
+        Ok((uid, table))
+    }
+
+    /// The table's lock file (`…json.lock`, beside it), held exclusively until dropped.
+    fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+        let fail = |e: &dyn std::fmt::Display| format!("task_uids: cannot lock {}: {e}", self.path.display());
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| fail(&e))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.path.with_extension("json.lock"))
+            .map_err(|e| fail(&e))?;
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| fail(&e))
     }
 
     /// Writes the table durably (a new file synced to disk, renamed over the old one, the
@@ -222,14 +255,32 @@ impl TaskUids {
     }
 }
 
+/// Counts and logs a run refused for want of a team uid; `why` back.
+fn refused(reason: &str, why: String) -> String {
+    crate::metrics::METRICS.task_uid_refusals.with_label_values(&[reason]).inc();
+    tracing::error!(reason, "{why}: the team's shell tasks fail here until this is fixed");
+    why
+}
+
+/// The table at `path`; none yet is an empty one.
+fn read_table(path: &Path) -> Result<BTreeMap<String, u32>, String> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| format!("task_uids: {} is not a table of uids: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(format!("task_uids: cannot read {}: {e}", path.display())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A table path in a fresh directory.
     fn dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("etcron-task-uids-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
-        d
+        d.join("task-uids.json")
     }
 
     #[test]
@@ -254,10 +305,54 @@ mod tests {
         assert!(err.contains("no uid of task_uids 70000-70002 is left for team \"gamma\""), "{err}");
         let again = TaskUids::open(70_000, 70_002, &d).unwrap();
         assert_eq!(again.account(Some("beta")).unwrap().uid, beta);
-        // A narrower range drops what is outside it.
-        let narrow = TaskUids::open(alpha.as_raw(), alpha.as_raw(), &d).unwrap();
+        // A team keeps its uid outside a narrower range; a new team gets one of the range.
+        let narrow = TaskUids::open(70_002, 70_003, &d).unwrap();
         assert_eq!(narrow.account(Some("alpha")).unwrap().uid, alpha);
-        assert!(narrow.account(Some("beta")).is_err());
+        assert_eq!(narrow.account(Some("gamma")).unwrap().uid.as_raw(), 70_003);
+    }
+
+    #[test]
+    fn workers_of_one_machine_share_the_table_whatever_their_ranges() {
+        let d = dir("shared");
+        // Two workers with overlapping ranges, each with its own view of the table.
+        let (one, two) = (TaskUids::open(70_000, 70_009, &d).unwrap(), TaskUids::open(70_000, 70_019, &d).unwrap());
+        let alpha = one.account(Some("alpha")).unwrap().uid;
+        let beta = two.account(Some("beta")).unwrap().uid;
+        assert_ne!(alpha, beta, "the second worker read the table again before allocating");
+        assert_eq!(two.account(Some("alpha")).unwrap().uid, alpha, "a team has one uid on the machine");
+        assert_eq!(one.account(Some("beta")).unwrap().uid, beta);
+        // Many at once from both: every team one uid, no uid two teams.
+        let teams: Vec<String> = (0..8).map(|i| format!("t{i}")).collect();
+        let got: Vec<(String, u32)> = std::thread::scope(|s| {
+            let handles: Vec<_> = teams
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let uids = if i % 2 == 0 { &one } else { &two };
+                    s.spawn(move || (t.clone(), uids.account(Some(t)).unwrap().uid.as_raw()))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let distinct: std::collections::BTreeSet<u32> = got.iter().map(|(_, u)| *u).collect();
+        assert_eq!(distinct.len(), teams.len(), "{got:?}");
+        for (team, uid) in &got {
+            assert_eq!(one.account(Some(team)).unwrap().uid.as_raw(), *uid);
+            assert_eq!(two.account(Some(team)).unwrap().uid.as_raw(), *uid);
+        }
+    }
+
+    #[test]
+    fn a_uid_an_account_took_since_is_refused_and_counted() {
+        let d = dir("taken");
+        std::fs::create_dir_all(d.parent().unwrap()).unwrap();
+        // 65534 is nobody on Debian: a table that gave it to a team before the account existed.
+        std::fs::write(&d, br#"{"alpha": 65534}"#).unwrap();
+        let uids = TaskUids::open(70_000, 70_001, &d).unwrap();
+        let before = crate::metrics::METRICS.task_uid_refusals.with_label_values(&["account_taken"]).get();
+        let err = uids.account(Some("alpha")).unwrap_err();
+        assert!(err.contains("uid 65534 of team \"alpha\"") && err.contains("nobody"), "{err}");
+        assert!(crate::metrics::METRICS.task_uid_refusals.with_label_values(&["account_taken"]).get() > before);
     }
 
     #[test]
