@@ -5,9 +5,12 @@
 //!
 //! Comparison: each file's spec is parsed with common's `JobSpec` and shown the way the API
 //! shows a saved spec (defaults filled in, secret values withheld), then compared with the
-//! server's. Secret values can never be compared (the API does not show them), so a job whose
-//! file gives a secret value is sent on every apply; a job whose file keeps its secrets
-//! (`null` / `{ keep = true }`) compares like any other.
+//! server's. Secret values can never be compared here (the API does not show them), so a job
+//! whose file gives a secret value is sent on every apply, and the master compares: when the
+//! value it would store is the one it has, it writes nothing and answers `unchanged`, which is
+//! what apply reports. A dry run cannot tell (the master never compares secret values without
+//! writing them). A job whose file keeps its secrets (`null` / `{ keep = true }`) compares like
+//! any other.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -160,7 +163,7 @@ pub fn plan(
                 let note = if let Some(why) = &cur.invalid {
                     Some(format!("the stored value is not a valid spec ({why})"))
                 } else if !f.secret_values.is_empty() {
-                    Some(format!("{SECRETS_UNCOMPARED} ({}): sent on every apply", f.secret_values.join(", ")))
+                    Some(format!("{SECRETS_UNCOMPARED} ({}): {SECRETS_SENT}", f.secret_values.join(", ")))
                 } else {
                     None
                 };
@@ -273,6 +276,16 @@ struct Outcome {
     /// The job's revision after the change.
     revision: Option<i64>,
     error: Option<anyhow::Error>,
+}
+
+/// What the master did with one change it took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Done {
+    /// The job's revision after it (none for a delete, or a step that sent nothing).
+    revision: Option<i64>,
+    /// The master found the job already as sent (a job sent for its secret values, which were
+    /// the stored ones) and wrote nothing.
+    unchanged: bool,
 }
 
 /// Counts for the summary line.
@@ -398,10 +411,12 @@ pub async fn apply_jobs(client: &Client, files: Vec<FileJob>, opts: Options) -> 
     out.finish(&outcomes, false)
 }
 
-/// Why a job whose file gives secret values is updated on every apply: secret values are never
-/// shown, and the master never says whether a value sent equals the stored one (that would
-/// confirm guesses of secrets).
+/// Why a job whose file gives secret values is planned as an update on every apply: secret
+/// values are never shown, and the master only compares them on a real save (where a wrong
+/// value overwrites the stored one), never in a dry run (which would confirm guesses for free).
 const SECRETS_UNCOMPARED: &str = "secret values cannot be read back to compare";
+/// What happens to such a job when applied.
+const SECRETS_SENT: &str = "sent; the master writes the job only if they differ from the stored ones";
 
 /// Changes per `POST /api/batch` request (the API takes at most 500).
 const BATCH_CHANGES: usize = 500;
@@ -416,9 +431,9 @@ struct Sender<'a> {
 }
 
 impl Sender<'_> {
-    /// The result of each step, in order: the job's new revision, `None` when nothing was
-    /// sent (unchanged) or a prune found the job gone already.
-    async fn send(&mut self, steps: &[Step]) -> Vec<anyhow::Result<Option<i64>>> {
+    /// The result of each step, in order: what the master did (the default when nothing was
+    /// sent, or a prune found the job gone already).
+    async fn send(&mut self, steps: &[Step]) -> Vec<anyhow::Result<Done>> {
         let mut results = Vec::with_capacity(steps.len());
         for group in batches(steps) {
             if self.batch {
@@ -469,11 +484,11 @@ fn batches(steps: &[Step]) -> Vec<&[Step]> {
 }
 
 /// One `POST /api/batch` of `steps`; `None` when the master has no such route.
-async fn batch(client: &Client, steps: &[Step]) -> anyhow::Result<Option<Vec<anyhow::Result<Option<i64>>>>> {
+async fn batch(client: &Client, steps: &[Step]) -> anyhow::Result<Option<Vec<anyhow::Result<Done>>>> {
     let changes: Vec<(usize, Value)> =
         steps.iter().enumerate().filter_map(|(i, s)| change(s).map(|c| (i, c))).collect();
     if changes.is_empty() {
-        return Ok(Some(steps.iter().map(|_| Ok(None)).collect()));
+        return Ok(Some(steps.iter().map(|_| Ok(Done::default())).collect()));
     }
     let body = json!({ "changes": changes.iter().map(|(_, c)| c).collect::<Vec<_>>() });
     let reply = match client.send(Method::POST, "/api/batch", Some(&body), &[]).await {
@@ -486,7 +501,7 @@ async fn batch(client: &Client, steps: &[Step]) -> anyhow::Result<Option<Vec<any
     if answers.len() != changes.len() {
         anyhow::bail!("the batch answered {} results for {} changes", answers.len(), changes.len());
     }
-    let mut results: Vec<anyhow::Result<Option<i64>>> = steps.iter().map(|_| Ok(None)).collect();
+    let mut results: Vec<anyhow::Result<Done>> = steps.iter().map(|_| Ok(Done::default())).collect();
     for ((i, _), answer) in changes.iter().zip(answers) {
         results[*i] = answered(&steps[*i], &answer);
     }
@@ -506,21 +521,28 @@ fn change(step: &Step) -> Option<Value> {
 }
 
 /// The result of one change in a batch's answer (a prune's 404: already gone, fine).
-fn answered(step: &Step, answer: &Value) -> anyhow::Result<Option<i64>> {
+fn answered(step: &Step, answer: &Value) -> anyhow::Result<Done> {
     let status = answer["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(0);
     if (200..300).contains(&status) {
-        return Ok(answer["revision"].as_i64());
+        return Ok(Done { revision: answer["revision"].as_i64(), unchanged: answer["outcome"] == "unchanged" });
     }
     if status == 404 && matches!(step.action, Action::Delete { .. }) {
-        return Ok(None);
+        return Ok(Done::default());
     }
     let error = json!({ "error": answer["error"] });
     Err(ApiError::from_body(status, &error, &answer.to_string()).into())
 }
 
-fn finished(step: Step, result: anyhow::Result<Option<i64>>) -> Outcome {
+/// A step as the master answered it: an update it found unchanged (the secret values sent were
+/// the stored ones) is reported unchanged.
+fn finished(mut step: Step, result: anyhow::Result<Done>) -> Outcome {
     match result {
-        Ok(revision) => Outcome { step, revision, error: None },
+        Ok(Done { revision, unchanged }) => {
+            if unchanged && matches!(step.action, Action::Update { .. }) {
+                step.action = Action::Unchanged;
+            }
+            Outcome { step, revision, error: None }
+        }
         Err(e) => Outcome { step, revision: None, error: Some(e) },
     }
 }
@@ -529,25 +551,26 @@ fn is_cycle(e: &anyhow::Error) -> bool {
     e.downcast_ref::<ApiError>().is_some_and(|a| a.code == "dependency_cycle")
 }
 
-/// Creates or replaces a job with the precondition of its step; the new revision.
-async fn write(client: &Client, step: &Step) -> anyhow::Result<Option<i64>> {
+/// Creates or replaces a job with the precondition of its step; the new revision, and whether
+/// the master found it unchanged.
+async fn write(client: &Client, step: &Step) -> anyhow::Result<Done> {
     let path = format!("/api/jobs/{}", segment(&step.job));
     let headers = match &step.action {
         Action::Create => vec![("If-None-Match", "*".to_owned())],
         Action::Update { revision, .. } => vec![("If-Match", revision.to_string())],
-        Action::Unchanged | Action::Delete { .. } => return Ok(None),
+        Action::Unchanged | Action::Delete { .. } => return Ok(Done::default()),
     };
     let reply = client.send(Method::PUT, &path, step.body.as_ref(), &headers).await?;
-    Ok(reply.body["revision"].as_i64())
+    Ok(Done { revision: reply.body["revision"].as_i64(), unchanged: reply.body["unchanged"] == true })
 }
 
 /// Deletes a job not in the files, only at the revision read (404: already gone, fine).
-async fn delete(client: &Client, step: &Step) -> anyhow::Result<Option<i64>> {
-    let Action::Delete { revision } = step.action else { return Ok(None) };
+async fn delete(client: &Client, step: &Step) -> anyhow::Result<Done> {
+    let Action::Delete { revision } = step.action else { return Ok(Done::default()) };
     let path = format!("/api/jobs/{}", segment(&step.job));
     match client.send(Method::DELETE, &path, None, &[("If-Match", revision.to_string())]).await {
-        Err(e) if e.downcast_ref::<ApiError>().is_some_and(|a| a.status == 404) => Ok(None),
-        other => other.map(|_| None),
+        Err(e) if e.downcast_ref::<ApiError>().is_some_and(|a| a.status == 404) => Ok(Done::default()),
+        other => other.map(|_| Done::default()),
     }
 }
 
@@ -744,6 +767,30 @@ mod tests {
         let steps = plan(&files, &current_jobs(&list), None).unwrap();
         let Action::Update { note, .. } = &steps[0].action else { panic!("{steps:?}") };
         assert!(note.as_deref().unwrap().contains("schedule: bad"));
+    }
+
+    #[test]
+    fn an_update_the_master_found_unchanged_is_reported_unchanged() {
+        let update = Step {
+            job: "deploy".to_owned(),
+            file: None,
+            action: Action::Update { revision: 4, diff: Vec::new(), note: Some(SECRETS_SENT.to_owned()) },
+            body: Some(json!({})),
+            paused: None,
+        };
+        let kept = json!({"job": "deploy", "op": "put", "status": 200, "outcome": "unchanged", "revision": 4});
+        let written = json!({"job": "deploy", "op": "put", "status": 200, "outcome": "updated", "revision": 9});
+        assert_eq!(answered(&update, &kept).unwrap(), Done { revision: Some(4), unchanged: true });
+        assert_eq!(answered(&update, &written).unwrap(), Done { revision: Some(9), unchanged: false });
+        let outcomes =
+            [finished(update.clone(), answered(&update, &kept)), finished(update.clone(), answered(&update, &written))];
+        assert_eq!(outcomes[0].step.action, Action::Unchanged);
+        assert!(matches!(outcomes[1].step.action, Action::Update { .. }));
+        let s = Summary::of(&outcomes);
+        assert_eq!((s.updated, s.unchanged), (1, 1));
+        // Only an update becomes unchanged: a create the master answered otherwise stays one.
+        let create = Step { action: Action::Create, ..update };
+        assert_eq!(finished(create, Ok(Done { revision: Some(5), unchanged: true })).step.action, Action::Create);
     }
 
     #[test]

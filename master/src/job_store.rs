@@ -5,6 +5,13 @@
 //! sends) take the same path: as few etcd transactions as the changes fit in, each change a
 //! nested transaction under its own precondition, so each one succeeds or fails on its own.
 //!
+//! A save whose value as stored (secrets kept, defaults filled in) is byte for byte the value
+//! stored now writes nothing: no put, no new revision, no saved version; workers see no change.
+//! That is decided against the job read at one revision and its transaction still carries the
+//! compare the write would have had, pinned to the revision read, so a job changed meanwhile is
+//! refused as the write would be, or compared again when the write would have gone through. A
+//! dry run ([`JobStore::plan`]) never compares secret values; a real save may (docs/security.md).
+//!
 //! The dependency rule: when any save in the batch gives its job dependents (`on_success` /
 //! `on_failure`), every job is read at one revision R, the preconditions are decided against
 //! that read, the graph with every accepted change applied must have no cycle through a saved
@@ -118,6 +125,9 @@ pub enum Written {
         pause: Option<Pause>,
         /// The value it replaced, for the audit log.
         before: Option<Vec<u8>>,
+        /// The stored value already was `value`: nothing was written (no new revision, no
+        /// saved version), `revision` is the job's revision as it stays.
+        unchanged: bool,
     },
     Deleted {
         before: Option<Vec<u8>>,
@@ -166,6 +176,9 @@ struct Prepared {
     precondition: Precondition,
     /// The saved version's key and record (a save that is written).
     history: Option<(String, Vec<u8>)>,
+    /// A save whose value is the one stored at this (mod) revision, which its precondition
+    /// accepts: it writes nothing, as long as the job is still at that revision.
+    unchanged: Option<i64>,
 }
 
 /// The jobs as read at one revision (all of them, or those a batch needs).
@@ -175,6 +188,16 @@ struct Snapshot {
     jobs: BTreeMap<String, (Vec<u8>, i64)>,
     /// Whether every job was read (needed for the dependency check).
     complete: bool,
+}
+
+/// Why a write is tried again (with the jobs read again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// A job was written after the revision the dependency check (or the quota) read.
+    JobsChanged,
+    /// The job itself was written after the read that found the save unchanged, and the save's
+    /// precondition still holds: it is compared again (a write would have gone through).
+    Compared,
 }
 
 /// How one transaction of the batch ended.
@@ -296,6 +319,7 @@ impl JobStore {
             }
         }
         let mut transactions = 0;
+        let mut retried = Vec::new();
         for attempt in 1..=DEPENDENCY_CHECK_ATTEMPTS {
             if pending.is_empty() {
                 break;
@@ -306,9 +330,10 @@ impl JobStore {
                     tracing::info!(
                         attempt,
                         writes = left.len(),
-                        "jobs changed during the dependency check; checking again"
+                        "jobs changed between their read and write; trying again"
                     );
-                    pending = left;
+                    pending = left.iter().map(|(i, _)| *i).collect();
+                    retried = left;
                     if attempt < DEPENDENCY_CHECK_ATTEMPTS {
                         // Jitter, so that saves which keep colliding stop doing so.
                         tokio::time::sleep(Duration::from_millis(rand::random_range(5..=25) * attempt)).await;
@@ -316,12 +341,18 @@ impl JobStore {
                 }
             }
         }
-        for i in pending {
-            outcomes[i] = Some(Err(ApiError::conflict(format!(
-                "other jobs were saved while the dependencies of job {:?} were being checked for cycles, \
-                 {DEPENDENCY_CHECK_ATTEMPTS} times in a row; nothing was saved, retry",
-                writes[i].job
-            ))));
+        for (i, why) in retried.into_iter().filter(|(i, _)| pending.contains(i)) {
+            let job = &writes[i].job;
+            outcomes[i] = Some(Err(ApiError::conflict(match why {
+                Retry::JobsChanged => format!(
+                    "other jobs were saved while the dependencies of job {job:?} were being checked for cycles, \
+                     {DEPENDENCY_CHECK_ATTEMPTS} times in a row; nothing was saved, retry"
+                ),
+                Retry::Compared => format!(
+                    "job {job:?} was saved by someone else while this save was compared with it, \
+                     {DEPENDENCY_CHECK_ATTEMPTS} times in a row; nothing was saved, retry"
+                ),
+            })));
         }
         let outcomes: Vec<Outcome> = outcomes
             .into_iter()
@@ -329,7 +360,7 @@ impl JobStore {
             .collect();
         for (w, o) in writes.iter().zip(&outcomes) {
             match o {
-                Ok(Written::Saved { .. }) => {
+                Ok(Written::Saved { unchanged: false, .. }) => {
                     let max_bytes = self.limits.settings.max_history_bytes_per_job;
                     tokio::spawn(prune_history(self.client.clone(), self.keys.clone(), w.job.clone(), max_bytes));
                 }
@@ -344,7 +375,8 @@ impl JobStore {
 
     /// What `writes` would do, without writing: each change's precondition, spec, kept secrets
     /// and dependencies checked as [`apply`](Self::apply) would, and a save compared with the
-    /// stored value (secret values included: they never leave the server).
+    /// stored value, except for the secret values it sends: those count as changed, whatever the
+    /// stored ones (a dry run costs nothing, so comparing them would confirm guesses).
     pub async fn plan(&self, writes: &[Write], scope: &Scope) -> Vec<Result<Planned, ApiError>> {
         let mut outcomes: Vec<Option<Outcome>> = writes.iter().map(|_| None).collect();
         let mut pending = Vec::new();
@@ -404,7 +436,8 @@ impl JobStore {
     }
 
     /// One pass over `pending`: read, prepare, check, write. `Err` holds the writes to try
-    /// again because jobs changed under the dependency check.
+    /// again (with why): jobs changed under the dependency check, or a save found unchanged
+    /// whose job changed before its transaction.
     async fn attempt(
         &self,
         writes: &[Write],
@@ -412,14 +445,14 @@ impl JobStore {
         outcomes: &mut [Option<Outcome>],
         transactions: &mut usize,
         (origin, scope): (&Origin, &Scope),
-    ) -> Result<(), Vec<usize>> {
+    ) -> Result<(), Vec<(usize, Retry)>> {
         let needs_graph = self.needs_all(writes, pending);
         let teams = teams_checked(scope);
-        // A caller whose teams are checked has every job it writes read; otherwise only saves
-        // that withhold secrets need the stored job.
+        // A caller whose teams are checked has every job it writes read; every save has its
+        // job read (to keep withheld secrets, and to write nothing when nothing changes).
         let wanted: Vec<&str> = pending
             .iter()
-            .filter(|&&i| teams.is_some() || matches!(&writes[i].change, Change::Put(spec) if spec.withholds_secrets()))
+            .filter(|&&i| teams.is_some() || matches!(&writes[i].change, Change::Put(_)))
             .map(|&i| writes[i].job.as_str())
             .collect();
         let snapshot = match self.snapshot(&wanted, needs_graph).await {
@@ -447,32 +480,42 @@ impl JobStore {
             let quota = self.limits.settings.max_jobs_per_team;
             ready = decide_locally(writes, ready, snapshot, outcomes, &shown, quota);
         }
+        if let Some(snapshot) = &snapshot {
+            mark_unchanged(writes, &mut ready, snapshot);
+        }
         let mut guard = snapshot.as_ref().filter(|s| s.complete).map(|s| s.revision);
         let chunks = chunks(ready);
         let mut chunks = chunks.into_iter();
+        let mut again = Vec::new();
         while let Some(chunk) = chunks.next() {
             *transactions += 1;
-            match self.commit(writes, &chunk, guard, outcomes).await {
+            match self.commit(writes, &chunk, guard, outcomes, &mut again).await {
                 Ok(Committed::Done { revision }) => {
                     if guard.is_some() {
                         guard = Some(revision);
                     }
                 }
                 Ok(Committed::JobsChanged) => {
-                    let mut left: Vec<usize> = chunk.iter().map(|p| p.index).collect();
-                    left.extend(chunks.flatten().map(|p| p.index));
-                    return Err(left);
+                    let left = chunk.iter().map(|p| p.index).chain(chunks.flatten().map(|p| p.index));
+                    again.extend(left.map(|i| (i, Retry::JobsChanged)));
+                    break;
                 }
                 Err(e) => {
-                    // This transaction's outcome is unknown, and the later ones were not sent.
-                    for index in chunk.iter().map(|p| p.index).chain(chunks.flatten().map(|p| p.index)) {
+                    // This transaction's outcome is unknown, and the later ones were not sent
+                    // (nor are the ones left to compare again).
+                    let left = chunk.iter().map(|p| p.index).chain(chunks.flatten().map(|p| p.index));
+                    for index in left.chain(again.drain(..).map(|(i, _)| i)) {
                         outcomes[index] = Some(Err(e.clone()));
                     }
                     return Ok(());
                 }
             }
         }
-        Ok(())
+        if again.is_empty() {
+            Ok(())
+        } else {
+            Err(again)
+        }
     }
 
     /// Every job (when the dependency check needs them), or the jobs named; `None` when
@@ -517,13 +560,16 @@ impl JobStore {
     }
 
     /// Sends one transaction: each change nested under its own precondition, the whole under
-    /// `guard` (no job written after that revision) when the dependency check asks for it.
+    /// `guard` (no job written after that revision) when the dependency check asks for it. A
+    /// save found unchanged whose job was written since the read, where the write would have
+    /// gone through, is left to `again`.
     async fn commit(
         &self,
         writes: &[Write],
         chunk: &[Prepared],
         guard: Option<i64>,
         outcomes: &mut [Option<Outcome>],
+        again: &mut Vec<(usize, Retry)>,
     ) -> ApiResult<Committed> {
         let compares: Vec<Compare> = guard
             .map(|rev| Compare::mod_revision(self.keys.jobs_prefix(), CompareOp::Less, rev + 1).with_prefix())
@@ -541,16 +587,17 @@ impl JobStore {
                 // The precondition was decided against the guarded read: the jobs changed.
                 return Ok(Committed::JobsChanged);
             } else {
-                outcomes[p.index] = Some(Err(refusal_of(w, p, current_revision(resp.op_responses()))));
+                refused(w, p, current_revision(resp.op_responses()), outcomes, again);
             }
             return Ok(Committed::Done { revision });
         }
         let mut ops: Vec<TxnOp> =
             chunk.iter().map(|p| TxnOp::txn(self.change_txn(&writes[p.index], p, Vec::new()))).collect();
-        if chunk.iter().any(|p| p.value.is_some()) {
+        if chunk.iter().any(|p| p.value.is_some() && p.unchanged.is_none()) {
             // etcd's space quota weighs only the puts at a transaction's top level, so puts
             // nested in changes alone would pass even its NOSPACE alarm: this one small put
-            // makes etcd refuse the whole batch while it refuses writes.
+            // makes etcd refuse the whole batch while it refuses writes. (A chunk of unchanged
+            // saves only reads: no put, no new revision.)
             ops.push(TxnOp::put(self.keys.quota_probe(), Vec::new(), None));
         }
         let resp = etcd("txn", kv.txn(Txn::new().when(compares).and_then(ops))).await?;
@@ -564,11 +611,11 @@ impl JobStore {
                 continue;
             };
             let w = &writes[p.index];
-            outcomes[p.index] = Some(if inner.succeeded() {
-                Ok(written(&w.job, p, inner.op_responses(), revision))
+            if inner.succeeded() {
+                outcomes[p.index] = Some(Ok(written(&w.job, p, inner.op_responses(), revision)));
             } else {
-                Err(refusal_of(w, p, current_revision(inner.op_responses())))
-            });
+                refused(w, p, current_revision(inner.op_responses()), outcomes, again);
+            }
         }
         Ok(Committed::Done { revision })
     }
@@ -577,6 +624,15 @@ impl JobStore {
     /// otherwise the job as it is now (to say why it was refused).
     fn change_txn(&self, w: &Write, p: &Prepared, mut compares: Vec<Compare>) -> Txn {
         let key = self.keys.job(&w.job);
+        if let Some(rev) = p.unchanged {
+            // Nothing to write: the job as read, if it is still at the revision compared (the
+            // client's `If-Match`, when it gave one, is that revision: see `mark_unchanged`).
+            compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, rev));
+            return Txn::new()
+                .when(compares)
+                .and_then([TxnOp::get(key.clone(), None), TxnOp::get(self.keys.paused(&w.job), None)])
+                .or_else([TxnOp::get(key, None)]);
+        }
         let Precondition { expected, create_only } = p.precondition;
         match &p.value {
             Some(value) => {
@@ -746,7 +802,7 @@ fn prepare(
         check_teams(w, snapshot, scope, &mut precondition)?;
     }
     let Change::Put(spec) = &w.change else {
-        return Ok(Prepared { index, value: None, spec: None, precondition, history: None });
+        return Ok(Prepared { index, value: None, spec: None, precondition, history: None, unchanged: None });
     };
     let mut spec = spec.clone();
     spec.dependency_teams = match deps {
@@ -771,7 +827,41 @@ fn prepare(
         )));
     }
     let history = history.map(|(keys, origin)| origin.entry(keys, &w.job, &value));
-    Ok(Prepared { index, value: Some(value), spec: Some(spec), precondition, history })
+    Ok(Prepared { index, value: Some(value), spec: Some(spec), precondition, history, unchanged: None })
+}
+
+/// Marks the saves of `ready` whose value is byte for byte the one `snapshot` read, at a
+/// revision their precondition accepts: they write nothing (no saved version either), and
+/// their transaction only checks that the job is still at that revision. Secret values count
+/// like any other byte: a real save that sends a wrong one overwrites the stored secret, so it
+/// confirms nothing for free (a dry run never compares them: [`JobStore::plan`]).
+fn mark_unchanged(writes: &[Write], ready: &mut [Prepared], snapshot: &Snapshot) {
+    for p in ready {
+        let (Some(value), Some((stored, rev))) = (&p.value, snapshot.jobs.get(&writes[p.index].job)) else {
+            continue;
+        };
+        if value == stored && holds(true, p.precondition, Some(*rev)) {
+            p.unchanged = Some(*rev);
+            p.history = None;
+        }
+    }
+}
+
+/// A change whose transaction failed, the job being at `current`: refused as [`refusal_of`]
+/// says, except a save found unchanged whose precondition still holds (the job was written
+/// after the read, and the write would have gone through): that one is compared again.
+fn refused(
+    w: &Write,
+    p: &Prepared,
+    current: Option<i64>,
+    outcomes: &mut [Option<Outcome>],
+    again: &mut Vec<(usize, Retry)>,
+) {
+    if p.unchanged.is_some() && holds(true, p.precondition, current) {
+        again.push((p.index, Retry::Compared));
+    } else {
+        outcomes[p.index] = Some(Err(refusal_of(w, p, current)));
+    }
 }
 
 /// After `job` was deleted: the executions waiting in its queue (`concurrency: queue`) will not
@@ -987,6 +1077,9 @@ fn current_revision(ops: Vec<TxnOpResponse>) -> Option<i64> {
 
 /// The outcome of a change whose transaction succeeded.
 fn written(job: &str, p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> Written {
+    if let (Some(rev), Some(value), Some(spec)) = (p.unchanged, &p.value, &p.spec) {
+        return kept(job, (rev, value, spec), ops);
+    }
     match (&p.value, &p.spec) {
         (Some(value), Some(spec)) => {
             let (mut previous, mut pause, mut job_put) = (None, None, true);
@@ -1015,6 +1108,7 @@ fn written(job: &str, p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> W
                 spec: spec.clone(),
                 before,
                 pause,
+                unchanged: false,
             }
         }
         _ => {
@@ -1027,7 +1121,27 @@ fn written(job: &str, p: &Prepared, ops: Vec<TxnOpResponse>, revision: i64) -> W
     }
 }
 
-/// The task secrets whose values differ between two stored values (both valid specs).
+/// The outcome of a save found unchanged at `revision`: its transaction read the job (the value
+/// it keeps) and the job's pause, in that order.
+fn kept(job: &str, (revision, value, spec): (i64, &[u8], &JobSpec), ops: Vec<TxnOpResponse>) -> Written {
+    let mut gets = ops.into_iter().filter_map(|op| match op {
+        TxnOpResponse::Get(get) => Some(get),
+        _ => None,
+    });
+    let created_revision = gets.next().and_then(|g| g.kvs().first().map(|kv| kv.create_revision()));
+    let pause = gets.next().and_then(|g| g.kvs().first().map(|kv| commands::stored_pause(job, kv.value())));
+    Written::Saved {
+        created: false,
+        revision,
+        created_revision: created_revision.unwrap_or(revision),
+        value: value.to_vec(),
+        spec: Box::new(spec.clone()),
+        pause,
+        before: Some(value.to_vec()),
+        unchanged: true,
+    }
+}
+
 /// The secrets `spec` gives a value for, rather than keeping the stored one (`null`, or a URL
 /// password shown as `redacted`): `task.secret_env.K`, `task.url`, `notify[0].secret_url`...
 #[must_use]
@@ -1053,6 +1167,7 @@ pub fn sent_secrets(spec: &JobSpec) -> Vec<String> {
     out
 }
 
+/// The task secrets whose values differ between two stored values (both valid specs).
 fn changed_secrets(value: &[u8], stored: &[u8]) -> Vec<String> {
     match (JobSpec::from_json(value), JobSpec::from_json(stored)) {
         (Ok(new), Ok(old)) => new.task.changed_secrets(&old.task),
@@ -1091,6 +1206,7 @@ mod tests {
             spec: None,
             precondition: Precondition::default(),
             history: None,
+            unchanged: None,
         }
     }
 
@@ -1199,6 +1315,57 @@ mod tests {
         // The newest is kept whatever its size.
         assert!(versions_to_prune(versions(1, 9000), 100).is_empty());
         assert!(versions_to_prune(Vec::new(), 100).is_empty());
+    }
+
+    #[test]
+    fn a_save_of_the_stored_value_writes_nothing_at_the_revision_read() {
+        let Change::Put(stored) = spec(&[]) else { unreachable!() };
+        let value = serde_json::to_vec(&stored).unwrap();
+        let snapshot = Snapshot {
+            revision: 9,
+            jobs: ["same", "stale", "create", "pinned", "gone"]
+                .iter()
+                .map(|j| ((*j).to_owned(), (value.clone(), 7)))
+                .chain([("other".to_owned(), (b"{\"schedule\":\"@daily\"}".to_vec(), 7))])
+                .collect(),
+            complete: false,
+        };
+        let (any, at) = (Precondition::default(), |rev| Precondition { expected: Some(rev), create_only: false });
+        let writes = vec![
+            write("same", spec(&[]), any),    // 0: unchanged
+            write("stale", spec(&[]), at(6)), // 1: refused as a write
+            write("create", spec(&[]), Precondition { expected: None, create_only: true }), // 2: likewise
+            write("pinned", spec(&[]), at(7)), // 3: unchanged
+            write("other", spec(&[]), any),   // 4: differs
+            write("absent", spec(&[]), any),  // 5: a create
+            write("gone", Change::Delete, any), // 6: a delete
+        ];
+        let keys = Keys::new("/t").unwrap();
+        let origin = Origin::default();
+        let mut ready: Vec<Prepared> = writes
+            .iter()
+            .enumerate()
+            .map(|(i, w)| prepare(i, w, Some(&snapshot), Some((&keys, &origin)), (None, None)).unwrap())
+            .collect();
+        mark_unchanged(&writes, &mut ready, &snapshot);
+        let marked: Vec<Option<i64>> = ready.iter().map(|p| p.unchanged).collect();
+        assert_eq!(marked, [Some(7), None, None, Some(7), None, None, None]);
+        assert!(ready[0].history.is_none() && ready[3].history.is_none(), "no saved version either");
+        assert!(ready[4].history.is_some() && ready[5].history.is_some());
+
+        // Its transaction failed: the job is at another revision now. A save that asked for no
+        // revision is compared again (its write would have gone through); one pinned to the
+        // revision read is refused, as its write would be.
+        let mut outcomes: Vec<Option<Outcome>> = writes.iter().map(|_| None).collect();
+        let mut again = Vec::new();
+        refused(&writes[0], &ready[0], Some(8), &mut outcomes, &mut again);
+        refused(&writes[0], &ready[0], None, &mut outcomes, &mut again);
+        assert_eq!(again, [(0, Retry::Compared), (0, Retry::Compared)], "deleted meanwhile: created again");
+        refused(&writes[3], &ready[3], Some(8), &mut outcomes, &mut again);
+        assert!(matches!(&outcomes[3], Some(Err(e)) if e.status == 409 && e.message.contains("at revision 8")));
+        refused(&writes[1], &ready[1], Some(8), &mut outcomes, &mut again);
+        assert!(matches!(&outcomes[1], Some(Err(e)) if e.status == 409));
+        assert_eq!(again.len(), 2, "a write is never compared again");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 //! `POST /api/batch` against a real etcd and master: many jobs written in few transactions,
-//! each change answered on its own (preconditions, bad specs, secrets, deletes), the batch
+//! each change answered on its own (preconditions, bad specs, secrets, deletes, saves that
+//! change nothing and so write nothing, through PUT too), the batch
 //! checked for dependency cycles as a whole, a batch racing single saves through another
 //! master never storing a cycle, and one audit entry per change.
 
@@ -19,6 +20,11 @@ fn spec(on_success: &[&str]) -> Value {
 
 fn put(job: &str, spec: Value) -> Value {
     json!({"job": job, "op": "put", "spec": spec})
+}
+
+/// Job `s`'s spec with its secret `TOKEN` at `token`.
+fn same_but(token: &str) -> Value {
+    json!({"schedule": "@every 2h", "task": {"kind": "shell", "command": "true", "secret_env": {"TOKEN": token}}})
 }
 
 async fn batch(c: &Cluster, changes: Vec<Value>) -> (u16, Value) {
@@ -134,6 +140,35 @@ async fn a_batch_writes_many_jobs_in_few_transactions_and_answers_each_change() 
         (Some("@every 2h"), Some("t-1"))
     );
 
+    // A real save of what is stored writes nothing, secret values included (a wrong value
+    // overwrites the secret, so a save confirms no guess for free): the same PUT twice, the
+    // second `unchanged` at the same revision and without a new saved version; a batch change
+    // likewise, its outcome `unchanged`; a stale `if_match` is refused as for a write.
+    let versions = || async { c.get("/api/jobs/s/history").await.unwrap()["versions"].as_array().unwrap().len() };
+    let t3 = same_but("t-3");
+    let (status, first) = c.call(Method::PUT, "/api/jobs/s", Some(t3.clone())).await?;
+    assert_eq!((status, &first["unchanged"]), (200, &json!(false)), "{first}");
+    let (rev, kept) = (first["revision"].as_i64().unwrap(), versions().await);
+    let (status, again) = c.call(Method::PUT, "/api/jobs/s", Some(t3.clone())).await?;
+    assert_eq!((status, &again["unchanged"], again["revision"].as_i64()), (200, &json!(true), Some(rev)), "{again}");
+    let (status, body) = batch(&c, vec![json!({"job": "s", "op": "put", "spec": t3.clone(), "if_match": rev})]).await;
+    let r = &body["results"][0];
+    assert_eq!(
+        (status, &r["status"], &r["outcome"], r["revision"].as_i64()),
+        (200, &json!(200), &json!("unchanged"), Some(rev)),
+        "{body}"
+    );
+    let (_, body) = batch(&c, vec![json!({"job": "s", "op": "put", "spec": t3.clone(), "if_match": rev - 1})]).await;
+    assert_eq!(body["results"][0]["status"], 409, "{body}");
+    assert_eq!((c.get("/api/jobs/s").await?["revision"].as_i64(), versions().await), (Some(rev), kept));
+    let key = Keys::new(&c.namespace)?.job("s");
+    let kv = c.etcd.client().await?.get(key.as_str(), None).await?.kvs()[0].clone();
+    assert_eq!(kv.mod_revision(), rev, "nothing was put");
+    // Another secret value is written.
+    let (status, body) = batch(&c, vec![put("s", same_but("t-1"))]).await;
+    assert_eq!((status, &body["results"][0]["outcome"]), (200, &json!("updated")), "{body}");
+    assert!(body["results"][0]["revision"].as_i64().unwrap() > rev && versions().await == kept + 1, "{body}");
+
     // A dry run answers what each change would do, but never whether a secret value sent
     // equals the stored one (that would confirm guesses): the right value and a wrong one get
     // the same answer; only a spec keeping every secret (null) can be `unchanged`.
@@ -208,6 +243,18 @@ async fn a_batch_writes_many_jobs_in_few_transactions_and_answers_each_change() 
     let outcomes: Vec<&str> = plans.iter().filter_map(|e| e["detail"]["outcome"].as_str()).collect();
     assert!(outcomes.contains(&"unchanged") && outcomes.contains(&"update"), "{plans:?}");
     assert!(!format!("{plans:?}").contains("t-1"), "secret values never audited");
+    // A save that wrote nothing is audited as such, through PUT and through a batch.
+    let quiet = wait_for(Duration::from_secs(20), "the unchanged saves audited", || async {
+        let page = c.get("/api/audit?job=s&action=job.put").await.ok()?;
+        let kept: Vec<Value> =
+            page["entries"].as_array()?.iter().filter(|e| e["detail"]["unchanged"] == true).cloned().collect();
+        (kept.len() >= 2).then_some(kept)
+    })
+    .await?;
+    let paths: Vec<&str> = quiet.iter().filter_map(|e| e["path"].as_str()).collect();
+    assert!(paths.contains(&"/api/jobs/s") && paths.contains(&"/api/batch"), "{quiet:?}");
+    assert!(quiet.iter().all(|e| e["status"] == 200 && e["after"].is_null()), "{quiet:?}");
+    assert!(!format!("{quiet:?}").contains("t-3"), "secret values never audited");
     Ok(())
 }
 

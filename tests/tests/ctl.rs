@@ -998,10 +998,12 @@ async fn get_prints_a_job_file_that_applies_unchanged() -> anyhow::Result<()> {
 }
 
 /// Secrets from the environment and from files: sent as values on every apply, since they are
-/// never shown and the master never says whether a value equals the stored one (that would
-/// confirm guesses); the update names the secrets sent, never their values.
+/// never shown; the master writes the job only when a value differs (a real save compares, and a
+/// wrong value would overwrite the secret), so applying the same values again is `unchanged`: no
+/// new revision, no saved version. A dry run never compares them (that would confirm guesses for
+/// free): it plans an update naming the secrets sent, never their values.
 #[tokio::test(flavor = "multi_thread")]
-async fn secret_references_are_sent_on_every_apply_and_named_never_shown() -> anyhow::Result<()> {
+async fn secret_references_are_sent_on_every_apply_written_when_changed_and_never_shown() -> anyhow::Result<()> {
     let c = Cluster::start("ctl-secret-refs", 0).await?;
     let dir = tempfile::tempdir()?;
     write(dir.path(), "db.token", "file-secret-1\n");
@@ -1026,22 +1028,44 @@ async fn secret_references_are_sent_on_every_apply_and_named_never_shown() -> an
         serde_json::from_slice::<Value>(kvs.kvs()[0].value()).unwrap()["task"]["secret_env"].clone()
     };
     assert_eq!(stored().await, json!({"API_TOKEN": "env-secret-1", "DB": "file-secret-1"}));
+    // The job's revision and how many versions its history keeps.
+    let saved = || async {
+        let revision = job(&c, "deploy").await.1["revision"].as_i64().unwrap();
+        let history = c.get("/api/jobs/deploy/history").await.unwrap();
+        (revision, history["versions"].as_array().unwrap().len())
+    };
+    let first = saved().await;
 
-    // The same values or a new one: an update naming the secrets sent, never their values.
+    // The same values: sent, found equal by the master, nothing written.
     let out = apply("env-secret-1", &[]).await.ok();
-    assert!(out.stdout.contains("updated    deploy") && out.stdout.contains("1 updated, 0 unchanged"), "{out:?}");
-    let revision = job(&c, "deploy").await.1["revision"].clone();
-    let out = apply("env-secret-2", &["--dry-run"]).await;
-    assert_eq!(out.code, 7, "{out:?}");
-    assert!(
-        out.stdout
-            .contains("secret values cannot be read back to compare (task.secret_env.API_TOKEN, task.secret_env.DB)"),
-        "{out:?}"
-    );
-    assert!(!out.stdout.contains("env-secret") && !out.stdout.contains("file-secret"), "{out:?}");
-    assert_eq!(job(&c, "deploy").await.1["revision"], revision, "a dry run changes nothing");
+    assert!(out.stdout.contains("unchanged  deploy") && out.stdout.contains("0 updated, 1 unchanged"), "{out:?}");
+    assert_eq!(saved().await, first, "no new revision, no saved version");
+    let out = apply("env-secret-1", &["-o", "json"]).await.ok().json();
+    assert_eq!((&out["changes"][0]["action"], &out["changes"][0]["applied"]), (&json!("unchanged"), &json!(false)));
+    assert_eq!(out["summary"]["unchanged"], 1, "{out}");
+    assert_eq!(saved().await, first);
+
+    // A dry run cannot tell, the same values or a new one: an update naming the secrets sent,
+    // never their values.
+    for token in ["env-secret-1", "env-secret-2"] {
+        let out = apply(token, &["--dry-run"]).await;
+        assert_eq!(out.code, 7, "{out:?}");
+        assert!(
+            out.stdout.contains(
+                "secret values cannot be read back to compare (task.secret_env.API_TOKEN, task.secret_env.DB): \
+                 sent; the master writes the job only if they differ from the stored ones"
+            ),
+            "{out:?}"
+        );
+        assert!(!out.stdout.contains("env-secret") && !out.stdout.contains("file-secret"), "{out:?}");
+    }
+    assert_eq!(saved().await, first, "a dry run changes nothing");
+
+    // A new value is written: a new revision and a new saved version.
     assert!(apply("env-secret-2", &[]).await.ok().stdout.contains("1 updated"));
     assert_eq!(stored().await["API_TOKEN"], "env-secret-2");
+    let second = saved().await;
+    assert!(second.0 > first.0 && second.1 == first.1 + 1, "{first:?} → {second:?}");
 
     // An unset variable is an invalid file: exit 2, naming the secret, nothing sent.
     let out = ctl_at(&c.master.url, &[], &["jobs", "apply", "-f", &f]).await;

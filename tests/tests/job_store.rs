@@ -85,6 +85,16 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     let saved = store.apply(vec![put("a", hourly("three"), Precondition::default())], &Origin::default(), &admin).await;
     let Ok(Written::Saved { pause: Some(kept), .. }) = &saved.outcomes[0] else { panic!("{saved:?}") };
     assert_eq!(kept.reason.as_deref(), Some("migration"), "a save never resumes, and says so");
+    // The same save again writes nothing, and answers with the job's revision and pause.
+    let Ok(Written::Saved { revision, .. }) = &saved.outcomes[0] else { unreachable!() };
+    let again = store.apply(vec![put("a", hourly("three"), Precondition::default())], &Origin::default(), &admin).await;
+    let Ok(Written::Saved { unchanged: true, revision: same, pause: Some(kept), created: false, .. }) =
+        &again.outcomes[0]
+    else {
+        panic!("{again:?}")
+    };
+    assert_eq!((same, kept.reason.as_deref()), (revision, Some("migration")));
+    assert_eq!(etcd.get(keys.job("a"), None).await?.kvs()[0].mod_revision(), *revision, "nothing put");
     assert!(store.read("a", &admin).await?.1.is_some());
     let resumed = store.resume("a", &Origin::default(), &admin).await?;
     assert!(resumed.was_paused.is_some() && resumed.spec_before.is_none() && !resumed.unchanged);

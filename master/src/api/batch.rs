@@ -196,11 +196,12 @@ pub(super) async fn batch(
     let mut made = BTreeMap::new();
     for ((slot, (job, op)), outcome) in slots.into_iter().zip(jobs).zip(applied.outcomes) {
         if let Ok(w) = &outcome {
-            made.insert(slot, crate::audit::JobChange::of(&job, w));
+            made.insert(slot, audited(&job, w));
         }
         results[slot] = batch_result(&job, op, outcome.map_err(|e| batch_error(op, e)));
     }
-    let changed = made.len();
+    let unchanged = results.iter().filter(|r| r["outcome"] == "unchanged").count();
+    let changed = made.len() - unchanged;
     // Every change is audited, in order: those made with their specs, refused ones with why.
     let audit: Vec<_> = results
         .iter()
@@ -217,11 +218,23 @@ pub(super) async fn batch(
             })
         })
         .collect();
-    tracing::info!(changes = results.len(), changed, transactions = applied.transactions, "batch applied");
+    tracing::info!(changes = results.len(), changed, unchanged, transactions = applied.transactions, "batch applied");
     let body = json!({ "results": results, "transactions": applied.transactions });
     let mut resp = (StatusCode::OK, Json(body)).into_response();
     resp.extensions_mut().insert(crate::audit::BatchAudit(audit));
     Ok(resp)
+}
+
+/// The audit entry of a change made: a save that found the job as it sends it wrote nothing,
+/// and its entry says so (`detail.unchanged`) rather than show the same spec before and after.
+fn audited(job: &str, written: &Written) -> crate::audit::JobChange {
+    let mut change = crate::audit::JobChange::of(job, written);
+    if matches!(written, Written::Saved { unchanged: true, .. }) {
+        change.before = None;
+        change.after = None;
+        change.detail = Some(json!({ "unchanged": true }));
+    }
+    change
 }
 
 /// The store names a spec's fields as `PUT /api/jobs/{job}` does: in a batch they are in `spec`.
@@ -247,12 +260,17 @@ pub(super) fn planned_result(job: &str, op: BatchOp, plan: Result<Planned, ApiEr
     json!({ "job": job, "op": op, "status": 200, "outcome": outcome })
 }
 
-/// One change's answer: the status its own request would have had, and its revision or error.
+/// One change's answer: the status its own request would have had, and its revision or error
+/// (`unchanged`: the job already was as sent, nothing was written, `revision` is its revision).
 pub(super) fn batch_result(job: &str, op: BatchOp, outcome: Result<Written, ApiError>) -> Value {
     match outcome {
-        Ok(Written::Saved { created, revision, created_revision, .. }) => json!({
+        Ok(Written::Saved { created, revision, created_revision, unchanged, .. }) => json!({
             "job": job, "op": op, "status": if created { 201 } else { 200 },
-            "outcome": if created { "created" } else { "updated" },
+            "outcome": match (created, unchanged) {
+                (true, _) => "created",
+                (false, true) => "unchanged",
+                (false, false) => "updated",
+            },
             "revision": revision, "created_revision": created_revision,
         }),
         Ok(Written::Deleted { .. }) => json!({ "job": job, "op": op, "status": 204, "outcome": "deleted" }),

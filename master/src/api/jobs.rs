@@ -335,22 +335,36 @@ pub(super) async fn put_job(
         return Ok(throttled.into_response());
     }
     let outcome = jobs.apply(vec![write], &origin, &scope).await.outcomes.pop();
-    let Some(Written::Saved { created, revision, created_revision, spec, before, pause, .. }) = outcome.transpose()?
+    let Some(Written::Saved { created, revision, created_revision, spec, before, pause, unchanged, .. }) =
+        outcome.transpose()?
     else {
         return Err(ApiError::internal(&"a save answered otherwise"));
     };
-    tracing::info!(job = %name, revision, created, "job saved");
+    if unchanged {
+        tracing::info!(job = %name, revision, "job saved as it was stored: nothing written");
+    } else {
+        tracing::info!(job = %name, revision, created, "job saved");
+    }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     // The spec was parsed once, from the body: the answer and the audit entry show it as
     // stored, with the pause the save's transaction read.
     let job = view_spec(name, &spec, revision, created_revision, None, pause.as_ref());
-    let detail = crate::audit::AuditDetail {
-        teams: crate::audit::teams([before.as_deref().and_then(team_of), spec.team.clone()]),
-        before: before.as_deref().and_then(crate::audit::audited),
-        after: Some(job.spec.clone()),
-        detail: None,
+    let teams = crate::audit::teams([before.as_deref().and_then(team_of), spec.team.clone()]);
+    let detail = if unchanged {
+        crate::audit::AuditDetail { teams, detail: Some(json!({ "unchanged": true })), ..Default::default() }
+    } else {
+        crate::audit::AuditDetail {
+            teams,
+            before: before.as_deref().and_then(crate::audit::audited),
+            after: Some(job.spec.clone()),
+            detail: None,
+        }
     };
-    Ok(with_audit(with_etag(status, &job), detail))
+    // `unchanged`: the stored value already was this one, so nothing was written (the revision
+    // stays, no version is added to the history).
+    let mut body = serde_json::to_value(&job).map_err(|e| ApiError::internal(&e))?;
+    body["unchanged"] = json!(unchanged);
+    Ok(with_audit(respond_with_etag(status, body, job.revision), detail))
 }
 
 pub(super) async fn delete_job(
