@@ -1,7 +1,7 @@
 //! Spec history: every save (PUT, batch, resume, rollback) keeps its version with who, when and
 //! which request, secrets withheld; a diff between two; a rollback under `If-Match` of which
 //! exactly one of two racing callers wins; the history outlives an etcd compaction, keeps the
-//! newest 100 and goes with the job.
+//! newest 100 within `max_history_bytes_per_job` and goes with the job.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
@@ -166,4 +166,72 @@ async fn every_save_is_kept_diffed_and_rolled_back_once() -> anyhow::Result<()> 
     let left = etcd.get(keys.history_of("db"), Some(etcd_client::GetOptions::new().with_prefix())).await?;
     assert!(left.kvs().is_empty());
     Ok(())
+}
+
+/// With `max_history_bytes_per_job` at its least (64 KiB), ten saves of a ~15 KB spec leave in
+/// etcd only the newest versions that fit in it (four), as the API lists them.
+#[tokio::test(flavor = "multi_thread")]
+async fn saved_versions_are_kept_within_their_bytes_per_job() -> anyhow::Result<()> {
+    const MAX: u64 = 65_536;
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("master.toml");
+    std::fs::write(&config, format!("max_history_bytes_per_job = {MAX}\n"))?;
+    let config = config.display().to_string();
+    let c = Cluster::start_with("history-bytes", 0, false, &["--config", &config]).await?;
+    // Commands of one length, each save a change.
+    let command = |i: usize| format!("echo {i:02} {}", "x".repeat(15_000));
+    let mut saved = Vec::new();
+    for i in 0..10 {
+        saved.push(c.put_job("big", spec(&command(i), "big")).await?["revision"].as_i64().unwrap());
+    }
+
+    // Pruning follows each save: wait until etcd holds no more than the setting.
+    let mut etcd = c.etcd.client().await?;
+    let prefix = etcron_common::keys::Keys::new(&c.namespace)?.history_of("big");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let versions = loop {
+        let versions = stored_versions(&mut etcd, &prefix).await?;
+        let total: u64 = versions.iter().map(|v| v.1).sum();
+        if total <= MAX {
+            break versions;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "max_history_bytes_per_job not held: {} versions of {total} bytes left",
+            versions.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let total: u64 = versions.iter().map(|v| v.1).sum();
+    let smallest = versions.iter().map(|v| v.1).min().unwrap();
+    assert!(total + smallest > MAX, "room was left for one more version: {} kept, {total} bytes", versions.len());
+    // The newest are the ones kept, each as saved.
+    let kept: Vec<i64> = versions.iter().map(|v| v.0).collect();
+    assert_eq!(kept, saved.iter().rev().take(kept.len()).copied().collect::<Vec<_>>(), "the newest kept");
+    for (n, (_, _, cmd)) in versions.iter().enumerate() {
+        assert_eq!(*cmd, command(9 - n));
+    }
+    assert_eq!(kept.len(), 4, "four versions of ~15 KB fit in 64 KiB");
+
+    // The API lists what etcd holds.
+    let h = history(&c, "big").await;
+    assert_eq!(revisions(&h), kept, "{}", h["versions"].as_array().unwrap().len());
+    assert_eq!(h["versions"][0]["current"], true);
+    let listed: Vec<&str> =
+        h["versions"].as_array().unwrap().iter().map(|v| v["spec"]["task"]["command"].as_str().unwrap()).collect();
+    assert_eq!(listed, versions.iter().map(|v| v.2.as_str()).collect::<Vec<_>>());
+    Ok(())
+}
+
+/// The saved versions under `prefix` in etcd, newest first: create revision, bytes, command.
+async fn stored_versions(etcd: &mut etcd_client::Client, prefix: &str) -> anyhow::Result<Vec<(i64, u64, String)>> {
+    let resp = etcd.get(prefix, Some(etcd_client::GetOptions::new().with_prefix())).await?;
+    let mut versions = Vec::new();
+    for kv in resp.kvs() {
+        let v: Value = serde_json::from_slice(kv.value())?;
+        let command = v["spec"]["task"]["command"].as_str().unwrap_or_default().to_owned();
+        versions.push((kv.create_revision(), kv.value().len() as u64, command));
+    }
+    versions.sort_unstable_by_key(|v| std::cmp::Reverse(v.0));
+    Ok(versions)
 }

@@ -4,7 +4,8 @@
 //! the audit log and the overview. A job of a team the caller holds no role on is a 404 with
 //! the body of a missing job, a role too low on a team it sees a 403, and lists hold only what
 //! the caller may see. One team cannot fill etcd for the others: changes spend a byte budget
-//! per token and per team, and a team holds at most its quota of jobs.
+//! per token and per team, and a team holds at most its quota of jobs, counted in etcd: exact
+//! across masters.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
@@ -700,5 +701,113 @@ async fn one_team_cannot_fill_etcd_for_the_others() -> anyhow::Result<()> {
         let count: u64 = metrics.lines().find_map(|l| l.strip_prefix(line.as_str())).unwrap_or("0").parse()?;
         assert!(count >= 1, "{line}: {count}");
     }
+    Ok(())
+}
+
+const Q_ADMIN: &str = "team-q-admin-token-0123456789";
+
+/// A spec of team `team` that does nothing.
+fn quiet(team: &str) -> Value {
+    json!({"schedule": "@yearly", "team": team, "task": {"kind": "shell", "command": "true"}})
+}
+
+/// Sends every request of `requests` (method, URL, body) at once, from tasks held at one
+/// barrier; the answers (status, body) in order.
+async fn race(requests: Vec<(Method, String, Value)>) -> Vec<(u16, Value)> {
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(requests.len()));
+    let http = reqwest::Client::new();
+    let tasks: Vec<_> = requests
+        .into_iter()
+        .map(|(method, url, body)| {
+            let (barrier, request) = (barrier.clone(), http.request(method, url).bearer_auth(Q_ADMIN).json(&body));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let resp = request.send().await.unwrap();
+                (resp.status().as_u16(), resp.json::<Value>().await.unwrap_or(Value::Null))
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+/// The jobs of `team` as etcd holds them.
+async fn jobs_in_etcd(c: &Cluster, team: &str) -> Vec<String> {
+    let keys = etcron_common::keys::Keys::new(&c.namespace).unwrap();
+    let mut etcd = c.etcd.client().await.unwrap();
+    let resp = etcd.get(keys.jobs_prefix(), Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+    resp.kvs()
+        .iter()
+        .filter(|kv| serde_json::from_slice::<Value>(kv.value()).unwrap()["team"] == team)
+        .map(|kv| kv.key_str().unwrap().rsplit('/').next().unwrap().to_owned())
+        .collect()
+}
+
+/// Every answer but one is `409 quota_exceeded` naming team q's quota of 10; the one is a 201.
+fn one_created(answers: &[(u16, Value)]) {
+    let created = answers.iter().filter(|(status, _)| *status == 201).count();
+    assert_eq!(created, 1, "exactly one save fills the last place: {answers:?}");
+    for (status, body) in answers.iter().filter(|(status, _)| *status != 201) {
+        assert_eq!((*status, body["error"]["code"].as_str()), (409, Some("quota_exceeded")), "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("team \"q\"") && message.contains("(max_jobs_per_team) is 10"), "{message}");
+    }
+}
+
+/// The job quota is counted in etcd, not in a master: two masters on one etcd, each sent ten
+/// creates of team q's last place at once, store exactly one; so do racing batches.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_quota_holds_exactly_across_two_masters() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("master.toml");
+    let text = ["max_jobs_per_team = 10\n".to_owned(), entry("q-admin", Q_ADMIN, "teams = { q = \"admin\" }")];
+    std::fs::write(&config, text.join("\n"))?;
+    let config = config.display().to_string();
+    let args = ["--config", config.as_str(), "--api-token", ADMIN];
+    let c = Cluster::start_with("team-quota-masters", 0, false, &args).await?;
+    let mut second_args = vec!["--mongodb-uri", c.mongo.uri.as_str(), "--mongodb-db", c.db.as_str()];
+    second_args.extend(args);
+    let second = etcron_tests::Master::start(&c.etcd.endpoint, &c.namespace, &c.logs, &second_args).await?;
+    let masters = [c.master.url.clone(), second.url.clone()];
+
+    // Nine of ten places taken.
+    let changes: Vec<Value> =
+        (0..9).map(|i| json!({"job": format!("q-{i}"), "op": "put", "spec": quiet("q")})).collect();
+    let (status, body) = c.call_as(Q_ADMIN, Method::POST, "/api/batch", Some(json!({ "changes": changes }))).await?;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["results"].as_array().unwrap().iter().all(|r| r["status"] == 201), "{body}");
+
+    // Twenty creates of different jobs, ten through each master, at once.
+    let puts = (0..20).map(|i| (Method::PUT, format!("{}/api/jobs/q-race-{i}", masters[i % 2]), quiet("q"))).collect();
+    one_created(&race(puts).await);
+    assert_eq!(jobs_in_etcd(&c, "q").await.len(), 10, "etcd holds team q's quota");
+
+    // Racing batches of two new jobs each, five through each master, for the place a delete
+    // freed: one change of all of them is saved.
+    let (status, _) = c.call_as(Q_ADMIN, Method::DELETE, "/api/jobs/q-0", None).await?;
+    assert_eq!(status, 204);
+    let batches = (0..10)
+        .map(|i| {
+            let changes: Vec<Value> =
+                (0..2).map(|j| json!({"job": format!("q-batch-{i}-{j}"), "op": "put", "spec": quiet("q")})).collect();
+            (Method::POST, format!("{}/api/batch", masters[i % 2]), json!({ "changes": changes }))
+        })
+        .collect();
+    let answers = race(batches).await;
+    let mut results = Vec::new();
+    for (status, body) in answers {
+        assert_eq!(status, 200, "{body}");
+        results.extend(
+            body["results"].as_array().unwrap().iter().map(|r| (r["status"].as_u64().unwrap() as u16, r.clone())),
+        );
+    }
+    one_created(&results);
+    let held = jobs_in_etcd(&c, "q").await;
+    assert_eq!(held.len(), 10, "etcd holds team q's quota: {held:?}");
+    let (_, listed) = c.call_as(ADMIN, Method::GET, "/api/jobs?team=q", None).await?;
+    assert_eq!(listed["jobs"].as_array().map(Vec::len), Some(10), "{listed}");
     Ok(())
 }
