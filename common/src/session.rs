@@ -36,6 +36,9 @@ pub struct Session {
     lease_id: i64,
     ttl: Duration,
     alive: watch::Receiver<bool>,
+    /// Until when the lease certainly lives (the send time of the last acknowledged keep-alive
+    /// plus the TTL), on this process's monotonic clock.
+    deadline: watch::Receiver<Instant>,
     stop: watch::Sender<bool>,
     client: Client,
     keeper: JoinHandle<()>,
@@ -64,9 +67,11 @@ impl Session {
                 .map_err(SessionError::Grant)?;
         let lease_id = grant.id();
         let (alive_tx, alive) = watch::channel(true);
+        let (deadline_tx, deadline) = watch::channel(requested + ttl);
         let (stop, stop_rx) = watch::channel(false);
-        let keeper = tokio::spawn(keep_alive(client.clone(), lease_id, ttl, requested, alive_tx, stop_rx));
-        Ok(Self { lease_id, ttl, alive, stop, client: client.clone(), keeper })
+        let signals = Signals { alive: alive_tx, deadline: deadline_tx };
+        let keeper = tokio::spawn(keep_alive(client.clone(), lease_id, ttl, requested, signals, stop_rx));
+        Ok(Self { lease_id, ttl, alive, deadline, stop, client: client.clone(), keeper })
     }
 
     #[must_use]
@@ -82,6 +87,12 @@ impl Session {
     #[must_use]
     pub fn is_alive(&self) -> bool {
         *self.alive.borrow()
+    }
+
+    /// Until when the lease certainly lives, updated with each acknowledged keep-alive.
+    #[must_use]
+    pub fn deadlines(&self) -> watch::Receiver<Instant> {
+        self.deadline.clone()
     }
 
     /// Resolves once the lease is lost (expired, revoked, or not renewable within its TTL).
@@ -106,12 +117,18 @@ impl Session {
     }
 }
 
+/// What the keep-alive tells the session's holder.
+struct Signals {
+    alive: watch::Sender<bool>,
+    deadline: watch::Sender<Instant>,
+}
+
 async fn keep_alive(
     client: Client,
     lease_id: i64,
     ttl: Duration,
     granted_at: Instant,
-    alive: watch::Sender<bool>,
+    signals: Signals,
     mut stop: watch::Receiver<bool>,
 ) {
     let interval = ttl / 3;
@@ -162,6 +179,7 @@ async fn keep_alive(
         match result {
             Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
                 acked_sent_at = sent_at;
+                let _ = signals.deadline.send(sent_at + ttl);
                 next = sent_at + interval;
             }
             Ok(Ok(Some(_))) => {
@@ -175,7 +193,7 @@ async fn keep_alive(
             }
         }
     }
-    let _ = alive.send(false);
+    let _ = signals.alive.send(false);
 }
 
 /// When to try again after a keep-alive call that failed. A call that failed at once (etcd

@@ -280,3 +280,120 @@ async fn a_task_that_asks_to_be_moved_continues_on_the_other_worker() -> Result<
     assert_eq!(ks, (1..=40).collect::<Vec<_>>(), "each step once, in order: {trail}");
     Ok(())
 }
+
+/// A task of 40 steps that logs `start|end k attempt worker ns` to `steps` and checkpoints `{next}`
+/// by a POST whose failure does not stop it (`stored k …` once stored); it writes nothing to its output (no broken pipe can
+/// end it): once its worker is gone, only its keeper can.
+fn stubborn_command(steps: &std::path::Path) -> String {
+    format!(
+        "next=0; if [ -n \"$ETCRON_CHECKPOINT\" ]; then \
+           next=$(echo \"$ETCRON_CHECKPOINT\" | sed 's/.*\"next\":\\([0-9]*\\).*/\\1/'); fi; \
+         k=$((next + 1)); \
+         while [ $k -le 40 ]; do \
+           echo \"start $k $ETCRON_ATTEMPT $ETCRON_WORKER_ID $(date +%s%N)\" >> {steps}; sleep 0.25; \
+           echo \"end $k $ETCRON_ATTEMPT $ETCRON_WORKER_ID $(date +%s%N)\" >> {steps}; \
+           if {post} >/dev/null 2>&1; then echo \"stored $k $ETCRON_ATTEMPT $ETCRON_WORKER_ID $(date +%s%N)\" >> {steps}; fi; \
+           k=$((k + 1)); \
+         done",
+        post = post(r#"{\"checkpoint\":{\"next\":$k}}"#),
+        steps = steps.display(),
+    )
+}
+
+/// `(kind, step, attempt, worker, ns)` of each line `stubborn_command` logged.
+fn stubborn_lines(steps: &std::path::Path) -> Vec<(String, u32, u32, String, u128)> {
+    std::fs::read_to_string(steps)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Some((
+                f.first()?.to_string(),
+                f.get(1)?.parse().ok()?,
+                f.get(2)?.parse().ok()?,
+                f.get(3)?.to_string(),
+                f.get(4)?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// Runs a stubborn job, does `to_runner` to the worker running it once step 8 ended, waits
+/// until no process of the first attempt is left (within `gone_within`) and the failover rerun
+/// succeeded; then every line of the first attempt precedes the rerun's, and only the step in
+/// flight when the runner was lost (its checkpoint not stored) ended twice.
+async fn runner_lost(
+    c: &mut Cluster,
+    job: &str,
+    to_runner: fn(&mut etcron_tests::Proc) -> Result<()>,
+    gone_within: Duration,
+) -> Result<String> {
+    let steps = c.path(&format!("{job}-steps"));
+    c.put_job(job, json!({"schedule": "@yearly", "task": {"kind": "shell", "command": stubborn_command(&steps)}}))
+        .await?;
+    let first = run(c, job).await?;
+    let runner = wait_for(Duration::from_secs(60), "step 8 ended", || async {
+        stubborn_lines(&steps).iter().find(|l| l.0 == "end" && l.1 >= 8).map(|l| l.3.clone())
+    })
+    .await?;
+    let idx = c.workers.iter().position(|w| w.opts.id == runner).unwrap();
+    to_runner(&mut c.workers[idx].proc)?;
+    let environ = format!("ETCRON_EXECUTION_ID={first}");
+    wait_for(gone_within, "no process of the first attempt left", || async {
+        let alive = std::fs::read_dir("/proc").ok()?.filter_map(|e| e.ok()).any(|e| {
+            std::fs::read(e.path().join("environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == environ.as_bytes()))
+        });
+        (!alive).then_some(())
+    })
+    .await?;
+    c.wait_executions(&format!("job={job}&status=succeeded"), "the rerun to succeed", |l| l.len() == 1)
+        .await
+        .inspect_err(|_| c.dump_logs())?;
+    let trail = stubborn_lines(&steps);
+    let rerun_first = trail.iter().filter(|l| l.2 == 2).map(|l| l.4).min().expect("the rerun's steps");
+    let last_of_first = trail.iter().filter(|l| l.2 == 1).map(|l| l.4).max().unwrap();
+    assert!(last_of_first < rerun_first, "the first attempt ran on beside its rerun: {trail:?}");
+    let mut ends: BTreeMap<u32, usize> = BTreeMap::new();
+    for l in trail.iter().filter(|l| l.0 == "end") {
+        *ends.entry(l.1).or_default() += 1;
+    }
+    assert_eq!(ends.keys().copied().collect::<Vec<_>>(), (1..=40).collect::<Vec<_>>(), "every step: {trail:?}");
+    // A step whose checkpoint the first attempt could not store is done again by the rerun
+    // (after the first attempt ended): only the one step in flight when its worker was lost.
+    let stored = trail.iter().filter(|l| l.0 == "stored" && l.2 == 1).map(|l| l.1).max().unwrap_or(0);
+    let twice: Vec<u32> = ends.iter().filter(|(_, n)| **n > 1).map(|(k, _)| *k).collect();
+    assert!(
+        twice.is_empty() || twice == [stored + 1],
+        "steps ended twice {twice:?} after checkpoint {stored}: {trail:?}"
+    );
+    Ok(runner)
+}
+
+/// Issue: a worker SIGKILLed while running a checkpointing task left the task running as an
+/// orphan beside its failover rerun (steps ran twice, at once), under any supervision that does
+/// not kill the worker's tree (a plain process manager, a worker started by hand). Now its
+/// keeper ends the task as the worker dies; and a worker frozen (SIGSTOP) past its session
+/// deadline has its task ended at that deadline, before the rerun starts elsewhere.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_or_frozen_workers_task_ends_before_its_failover_rerun_starts() -> Result<()> {
+    let mut c = two_workers("progress-orphan").await?;
+    let killed = runner_lost(
+        &mut c,
+        "killed",
+        |p| {
+            p.kill9();
+            Ok(())
+        },
+        Duration::from_secs(3),
+    )
+    .await?;
+    let idx = c.workers.iter().position(|w| w.opts.id == killed).unwrap();
+    c.workers[idx].restart()?;
+    c.wait_workers(2).await?;
+    let stop = |p: &mut etcron_tests::Proc| p.signal(nix::sys::signal::Signal::SIGSTOP);
+    let frozen = runner_lost(&mut c, "frozen", stop, Duration::from_secs(30)).await?;
+    let idx = c.workers.iter().position(|w| w.opts.id == frozen).unwrap();
+    c.workers[idx].proc.signal(nix::sys::signal::Signal::SIGCONT)?;
+    Ok(())
+}

@@ -12,6 +12,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::keeper::ChildSetup;
 use crate::live_output::LiveOutput;
 use crate::run_as::{self, Account};
 use crate::task_netns::{self, ShellNetwork};
@@ -168,40 +169,50 @@ pub async fn run_shell(
         Ok(w) => w,
         Err(e) => return spawn_failed(format!("creating the output pipe failed: {e}")),
     };
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(&job.command)
-        .env_clear()
-        .envs(&job.env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(writer))
-        .stderr(Stdio::from(writer_err))
-        .process_group(0)
-        .kill_on_drop(true);
-    if let Some(cwd) = &job.cwd {
-        cmd.current_dir(cwd);
-    }
     let rlimits = rlimits(&job.limits);
     let output = job.output.clone();
     // fork/exec blocks the calling thread; on the blocking pool, many tasks due at the same
     // tick start in parallel instead of queueing behind each other on the async workers.
-    // `cmd` (holding the pipe's write ends) is dropped there after the spawn, so the reader sees
-    // end-of-file once the task and its children are done with the pipe.
+    // The command (holding the pipe's write ends) is dropped there after the spawn, so the
+    // reader sees end-of-file once the task and its children are done with the pipe.
     // The start time is read on the spawning thread, as the spawn returns: by then the child
-    // has exec'd the shell (posix_spawn), while this task may wait a while to be polled again.
+    // has exec'd (posix_spawn), while this task may wait a while to be polled again.
     // The account is looked up there too: the user database may be a file read or a network
     // service.
     let (run_as, worker_id, network) = (job.run_as.clone(), job.worker_id.clone(), job.network);
+    let (command, env, cwd) = (job.command.clone(), job.env.clone(), job.cwd.clone());
     let spawned = tokio::task::spawn_blocking(move || {
         let account = match run_as.as_ref().map(|r| r.resolve(&worker_id)).transpose() {
             Ok(account) => account,
             Err(refused) => return (Err(Refused::Account(refused)), etcron_common::now_ms()),
         };
-        if let Some(account) = &account {
+        let setup = ChildSetup { rlimits, account };
+        // Under a keeper (the worker's own binary), which sets the shell up, so the task's tree
+        // ends with the worker (`keeper`); without one (the executor's own tests), directly.
+        let keeper = crate::keeper::command(&command, &setup);
+        let supervised = keeper.is_some();
+        let mut cmd = keeper.unwrap_or_else(|| {
+            let mut sh = Command::new("/bin/sh");
+            sh.arg("-c").arg(&command);
+            sh
+        });
+        cmd.env_clear()
+            .envs(&env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::from(writer_err))
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(cwd) = &cwd {
+            cmd.current_dir(cwd);
+        }
+        if let Some(account) = &setup.account {
             cmd.envs(account.env());
         }
-        if !rlimits.is_empty() || account.is_some() || network.isolated() {
-            set_up_child(&mut cmd, network, rlimits, account);
+        if supervised {
+            set_up_keeper(&mut cmd, network, crate::keeper::inherited_fds().unwrap_or_default());
+        } else if !setup.rlimits.is_empty() || setup.account.is_some() || network.isolated() {
+            set_up_child(&mut cmd, network, setup);
         }
         (cmd.spawn().map_err(Refused::Spawn), etcron_common::now_ms())
     })
@@ -344,37 +355,60 @@ fn rlimits(limits: &Limits) -> Vec<(Resource, u64, u64)> {
         .collect()
 }
 
-/// Makes the child enter a network namespace of its own (with `network` `none`), set `rlimits`
-/// and take on `account` between fork and exec, so they hold from the shell's first
+/// Makes the child enter a network namespace of its own (with `network` `none`), set its
+/// limits and take on its account between fork and exec, so they hold from the shell's first
 /// instruction and for everything it starts. The namespace comes first (a socket is opened for
 /// it before an open files limit could forbid one), then the limits: both need the child to
 /// still be root (`CAP_SYS_ADMIN`; raising hard limits).
 #[allow(unsafe_code)]
-fn set_up_child(
-    cmd: &mut Command,
-    network: ShellNetwork,
-    rlimits: Vec<(Resource, u64, u64)>,
-    account: Option<Account>,
-) {
+fn set_up_child(cmd: &mut Command, network: ShellNetwork, setup: ChildSetup) {
     // SAFETY: the closure runs in the forked child, where only async-signal-safe calls are
-    // allowed. It only calls unshare(2), socket(2), ioctl(2), close(2) (`task_netns`),
-    // setrlimit(2), setgroups(2), setgid(2) and setuid(2) with values computed before the fork;
-    // it allocates nothing (it iterates Vecs built in the parent, and a failure becomes an
-    // io::Error from the raw errno), takes no lock and touches no shared state.
+    // allowed. It only calls unshare(2), socket(2), ioctl(2), close(2) (`task_netns`) and
+    // [`set_up`]'s calls with values computed before the fork; it allocates nothing, takes no
+    // lock and touches no shared state.
     unsafe {
         cmd.pre_exec(move || {
             if network.isolated() {
                 task_netns::enter_own_namespace()?;
             }
-            for &(resource, soft, hard) in &rlimits {
-                setrlimit(resource, soft, hard)?;
+            set_up(&setup.rlimits, setup.account.as_ref())
+        });
+    }
+}
+
+/// A keeper's child set-up on the worker's side: the network namespace (the keeper and its
+/// task share it), and the descriptors the keeper watches kept open across its exec.
+#[allow(unsafe_code)]
+fn set_up_keeper(cmd: &mut Command, network: ShellNetwork, fds: [std::os::fd::RawFd; 2]) {
+    // SAFETY: in the forked child: `task_netns`'s calls and fcntl(2) on descriptors the parent
+    // holds open for the worker's lifetime; nothing allocates.
+    unsafe {
+        cmd.pre_exec(move || {
+            if network.isolated() {
+                task_netns::enter_own_namespace()?;
             }
-            if let Some(account) = &account {
-                run_as::become_account(account)?;
+            for fd in fds {
+                if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         });
     }
+}
+
+/// Sets `rlimits` and takes on `account`, in a forked child before it execs the shell (the
+/// worker's own, or a keeper's). Limits come first: the hard ones may be raised only while the
+/// child is still root. Only setrlimit(2), setgroups(2), setgid(2) and setuid(2): safe between
+/// fork and exec (a failure is the raw errno; nothing allocates).
+pub(crate) fn set_up(rlimits: &[(Resource, u64, u64)], account: Option<&Account>) -> std::io::Result<()> {
+    for &(resource, soft, hard) in rlimits {
+        setrlimit(resource, soft, hard)?;
+    }
+    if let Some(account) = account {
+        run_as::become_account(account)?;
+    }
+    Ok(())
 }
 
 /// What a failed shell task's record says about its `limits`: which one it hit when that can be

@@ -18,6 +18,7 @@ pub mod http_client;
 pub mod http_poll;
 pub mod http_task;
 pub mod identity;
+pub mod keeper;
 pub mod ledger;
 pub mod live_output;
 pub mod log_sink;

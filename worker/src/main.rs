@@ -27,6 +27,11 @@ const REGISTRATION_REFRESH: Duration = Duration::from_secs(2);
 const CLOSE_ON_SHUTDOWN: Duration = Duration::from_secs(30);
 
 fn main() -> std::process::ExitCode {
+    // A shell task's keeper is this binary run again (`keeper`): nothing of the worker starts.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == etcron_worker::keeper::KEEP) {
+        etcron_worker::keeper::keep(&args[2..]);
+    }
     let config = match Config::resolve(Cli::parse()) {
         Ok(c) => c,
         Err(e) => {
@@ -46,6 +51,11 @@ fn main() -> std::process::ExitCode {
     // not start (rather than run them on the host's network).
     if let Err(e) = etcron_worker::task_netns::check(config.shell_task_network) {
         eprintln!("etcron-worker: {e}");
+        return std::process::ExitCode::from(2);
+    }
+    // Shell tasks start under keepers that end their trees when the worker dies or freezes.
+    if let Err(e) = etcron_worker::keeper::enable() {
+        eprintln!("etcron-worker: cannot supervise shell tasks (a pipe and a shared page for their keepers): {e}");
         return std::process::ExitCode::from(2);
     }
     // Before any thread starts: tasks running as the worker's uid cannot read its memory, its
@@ -253,6 +263,17 @@ async fn supervise_session(
             }
         };
         backoff = Duration::from_millis(200);
+        // Keepers end the session's tasks once its deadline passes without renewal (a frozen
+        // worker); the last one stays when the session is lost.
+        let mut deadlines = session.deadlines();
+        tokio::spawn(async move {
+            loop {
+                etcron_worker::keeper::set_deadline(*deadlines.borrow_and_update());
+                if deadlines.changed().await.is_err() {
+                    break;
+                }
+            }
+        });
         let lease = session.lease_id();
         tracing::info!(lease_id = lease, ttl = ?ctx.config.session_ttl, "session lease granted");
         if !take_over_registration(&ctx, lease, &mut stop).await {
