@@ -75,3 +75,49 @@ async fn jobs_due_at_one_instant_each_run_once_with_batched_claims_and_closes() 
     assert!(proposals < JOBS as f64, "{proposals} proposals for {JOBS} fires");
     Ok(())
 }
+
+/// Capacity counts runs, not races (issue 33): a worker of capacity 2 with three jobs due at one
+/// instant wins all three claims (racing takes no slot), runs two, and records the third
+/// `missed` naming the slot it waited for until its start deadline; a run request that finds
+/// every slot taken waits for one and runs when a run ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_takes_a_slot_when_a_won_run_starts_and_a_run_without_one_is_missed_naming_capacity(
+) -> anyhow::Result<()> {
+    let mut c = Cluster::start_with("capacity-runs", 0, false, &[]).await?;
+    let mut opts = WorkerOpts::new("w1");
+    opts.extra = vec!["--capacity=2".to_owned()];
+    c.add_worker(opts)?;
+    c.wait_workers(1).await?;
+    let at_ms = (now_ms() / 1000 + 8) * 1000;
+    let at = etcron_common::rfc3339_ms(at_ms);
+    for i in 0..3 {
+        let spec = json!({"schedule": format!("@at {at}"), "start_deadline": "1s", "task": {"kind": "shell", "command": "sleep 3"}});
+        c.put_job(&format!("slot-{i}"), spec).await?;
+    }
+    let records = c
+        .wait_executions(&format!("since={at}&limit=10"), "three final records", |l| {
+            l.len() == 3 && l.iter().all(|r| r["status"] != "running")
+        })
+        .await?;
+    let status: Vec<&str> = records.iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert_eq!(status.iter().filter(|s| **s == "succeeded").count(), 2, "{records:?}");
+    let missed: Vec<_> = records.iter().filter(|r| r["status"] == "missed").collect();
+    assert_eq!(missed.len(), 1, "{records:?}");
+    let reason = missed[0]["error"].as_str().or(missed[0]["reason"].as_str()).unwrap_or_default();
+    assert!(reason.contains("no capacity slot came free on worker w1"), "{}", missed[0]);
+    assert!(missed[0]["fencing_token"].is_u64(), "the worker won its claim: {}", missed[0]);
+
+    // Three manual runs on two slots: the third waits for a slot and runs.
+    c.put_job("waits", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "sleep 2"}})).await?;
+    for _ in 0..3 {
+        let (status, body) = c.call(reqwest::Method::POST, "/api/jobs/waits/run", None).await?;
+        assert_eq!(status, 202, "{body}");
+    }
+    let runs = c
+        .wait_executions("job=waits", "three runs to end", |l| {
+            l.len() == 3 && l.iter().all(|r| r["status"] != "running")
+        })
+        .await?;
+    assert!(runs.iter().all(|r| r["status"] == "succeeded"), "{runs:?}");
+    Ok(())
+}

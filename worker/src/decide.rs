@@ -51,16 +51,17 @@ pub(crate) const MOVED_AWAY_WAIT: Duration = Duration::from_secs(2);
 /// Most time a run request waits on this worker for a free capacity slot.
 pub(crate) const REQUEST_CAPACITY_WAIT: Duration = Duration::from_secs(600);
 
-/// Run requests (retries, dependencies, catch-up, failover, manual runs) wait for capacity
+/// Run requests (retries, dependencies, catch-up, failover, manual runs) wait for a free slot
 /// while their request key exists; `None` when another worker took it or the wait ran out.
-pub(crate) async fn wait_for_capacity(ctx: &Arc<Context>, fire: &Fire) -> Option<tokio::sync::OwnedSemaphorePermit> {
+pub(crate) async fn wait_for_capacity(ctx: &Arc<Context>, fire: &Fire) -> Option<()> {
     let key = fire.request_key.as_deref()?;
     tracing::info!(capacity = ctx.config.capacity, "worker at capacity: run request waits for a free slot");
     let deadline = tokio::time::Instant::now() + REQUEST_CAPACITY_WAIT;
     while tokio::time::Instant::now() < deadline {
-        if let Ok(Ok(p)) = tokio::time::timeout(Duration::from_secs(1), ctx.capacity.clone().acquire_owned()).await {
-            return Some(p);
+        if ctx.slots.free() {
+            return Some(());
         }
+        tokio::time::sleep(Duration::from_millis(250)).await;
         if let Ok(false) = claim::key_exists(&ctx.client, key, false).await {
             return None;
         }
@@ -70,10 +71,10 @@ pub(crate) async fn wait_for_capacity(ctx: &Arc<Context>, fire: &Fire) -> Option
     None
 }
 
-/// What the decide phase hands on: this worker races for the fire, holding a capacity slot, as
-/// of session `lease`.
+/// What the decide phase hands on: this worker races for the fire as of session `lease`. It
+/// holds no capacity slot: a slot is taken when the run it wins starts (`run`), so capacity
+/// counts runs, not races.
 pub struct Go {
-    pub permit: tokio::sync::OwnedSemaphorePermit,
     pub lease: i64,
 }
 
@@ -126,7 +127,7 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         watch_for_miss(ctx, fire, rank, NotRaced::Late(late_ms));
         return None;
     }
-    let permit = capacity(ctx, fire, rank, own_part).await?;
+    capacity(ctx, fire, rank, own_part).await?;
     let Some(lease) = *ctx.lease.borrow() else {
         tracing::warn!("no session lease: not claiming");
         METRICS.not_raced.with_label_values(&["no_lease"]).inc();
@@ -134,7 +135,7 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         watch_for_miss(ctx, fire, rank, NotRaced::NoLease);
         return None;
     };
-    Some(Go { permit, lease })
+    Some(Go { lease })
 }
 
 /// Why this worker does not race for a job's ticks at all (the metric's reason), or `None`
@@ -165,18 +166,15 @@ pub(crate) async fn head_start(ctx: &Context, fire: &Fire, claim_key: &str, rank
     !already_taken(ctx, fire, claim_key).await
 }
 
-/// A capacity slot, or `None` when the worker is full: a run request waits for one, a
-/// broadcast part is recorded missed, a tick is left to the other workers.
-pub(crate) async fn capacity(
-    ctx: &Arc<Context>,
-    fire: &Fire,
-    rank: usize,
-    own_part: bool,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    match ctx.capacity.clone().try_acquire_owned() {
-        Ok(permit) => return Some(permit),
-        Err(_) if fire.request_key.is_some() => return wait_for_capacity(ctx, fire).await,
-        Err(_) => {}
+/// Whether this worker has room to race (`Slots::free`), or `None` when it is full: a run
+/// request waits for room, a broadcast part is recorded missed, a tick is left to the other
+/// workers.
+pub(crate) async fn capacity(ctx: &Arc<Context>, fire: &Fire, rank: usize, own_part: bool) -> Option<()> {
+    if ctx.slots.free() {
+        return Some(());
+    }
+    if fire.request_key.is_some() {
+        return wait_for_capacity(ctx, fire).await;
     }
     METRICS.not_raced.with_label_values(&["capacity"]).inc();
     if own_part {

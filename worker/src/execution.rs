@@ -1,7 +1,7 @@
 //! One fire of a job on this worker, as four phases, each its own module with a small value
-//! passed along: `decide` (whether this worker races: part, rank, selector, capacity, session;
-//! `Go`), `race` (the claim, batched with others; `WonClaim`), `run` (the task at its scheduled
-//! time; `Ran`), `close` (the claim closed `done` with its follow-ups, the final record).
+//! passed along: `decide` (whether this worker races: part, rank, selector, room, session;
+//! `Go`), `race` (the claim, batched with others; `WonClaim`), `run` (a capacity slot and the task
+//! at its scheduled time; `Ran`), `close` (the claim closed `done` with its follow-ups, the final record).
 
 use std::sync::Arc;
 
@@ -23,6 +23,5 @@ async fn fire_path(ctx: Arc<Context>, fire: Fire) {
     let Some(go) = decide::decide(&ctx, &fire).await else { return };
     let Some(mut won) = race::claim(&ctx, &fire, go.lease).await else { return };
     let ran = run::run(&ctx, &fire, &mut won).await;
-    drop(go.permit);
     close::close(&ctx, &fire, won, ran).await;
 }

@@ -94,6 +94,8 @@ pub enum Ending {
     RequestFailed(String),
     /// An asynchronous HTTP task's status document said the remote work failed.
     RemoteFailed(String),
+    /// Never started: no capacity slot came free in time (why).
+    NoCapacity(String),
 }
 
 #[derive(Debug)]

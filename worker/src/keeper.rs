@@ -344,11 +344,12 @@ fn end_tree(me: i32) -> ! {
     std::process::exit(ENDED)
 }
 
-/// The pids whose parent is `pid`.
+/// The pids whose parent is `pid` (any of its threads).
 fn children_of(pid: i32) -> Vec<i32> {
-    let path = format!("/proc/{pid}/task/{pid}/children");
-    if let Ok(text) = std::fs::read_to_string(path) {
-        return text.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().filter_map(Result::ok);
+    let lists: Vec<String> = tasks.filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok()).collect();
+    if !lists.is_empty() {
+        return lists.iter().flat_map(|l| l.split_whitespace()).filter_map(|p| p.parse().ok()).collect();
     }
     // Without CONFIG_PROC_CHILDREN: every process's parent, from /proc/N/stat.
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };

@@ -37,6 +37,7 @@ pub mod run_as;
 pub mod scheduler;
 pub mod settle;
 pub mod silence;
+pub mod slots;
 pub mod state;
 pub mod taken;
 pub mod task_netns;

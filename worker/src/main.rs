@@ -18,7 +18,7 @@ use etcron_worker::membership::Members;
 use etcron_worker::scheduler::Scheduler;
 use etcron_worker::state::{Context, Registry};
 use etcron_worker::watcher::{mirror, Update};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch};
 
 /// How often the registration is refreshed when the running count changed.
 const REGISTRATION_REFRESH: Duration = Duration::from_secs(2);
@@ -123,7 +123,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         batchers: etcron_worker::batcher::Batchers::start(client.clone(), keys.clone(), config.worker_id.clone()),
         taken: Arc::new(etcron_worker::taken::Taken::default()),
         closing: etcron_worker::state::Pending::default(),
-        capacity: Arc::new(Semaphore::new(config.capacity as usize)),
+        slots: Arc::new(etcron_worker::slots::Slots::new(config.capacity as usize)),
         sink,
         jobs: etcron_worker::state::JobTable::default(),
         paused: etcron_worker::state::PauseTable::default(),

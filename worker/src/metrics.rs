@@ -87,6 +87,10 @@ pub struct WorkerMetrics {
     /// Connections following running executions' live output now (masters share one per
     /// execution followed).
     pub followers: IntGauge,
+    /// Won runs waiting for a free capacity slot now.
+    pub waiting_for_slot: IntGauge,
+    /// Won runs recorded `missed` because no capacity slot came free in time.
+    pub runs_without_slot: IntCounter,
     /// Shell runs refused for want of a team uid, by reason (`range_full`: no uid of
     /// `task_uids` left; `account_taken`: the team's uid is now an account of the machine).
     pub task_uid_refusals: IntCounterVec,
@@ -249,6 +253,14 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "etcron_worker_task_uid_refusals_total",
         "Shell runs refused for want of a team uid, by reason: range_full (no uid of task_uids left), account_taken (the team's uid is now an account of the machine).",
         &["reason"],
+    ),
+    waiting_for_slot: gauge(
+        "etcron_worker_runs_waiting_for_slot",
+        "Runs this worker won that wait for a free capacity slot now (capacity counts runs, not races).",
+    ),
+    runs_without_slot: counter(
+        "etcron_worker_runs_without_slot_total",
+        "Runs this worker won but recorded missed because no capacity slot came free within the tick's start deadline (or 5 minutes for run requests).",
     ),
     followers: gauge(
         "etcron_worker_output_followers",

@@ -76,6 +76,7 @@ pub(crate) fn status_of(finished: &Finished) -> (Status, Option<String>) {
         Ending::Grpc { code: "OK", .. } => (Status::Succeeded, None),
         Ending::Grpc { code, message } => (Status::Failed, Some(format!("gRPC status {code}: {message}"))),
         Ending::RequestFailed(e) | Ending::RemoteFailed(e) => (Status::Failed, Some(e.clone())),
+        Ending::NoCapacity(why) => (Status::Missed, Some(why.clone())),
     }
 }
 

@@ -289,11 +289,21 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
             _ = executor::wait_stop(&mut stop) => {}
         }
     }
+    // A capacity slot from its start to its end (`slots`): none free, the run is not started.
+    let slot = take_slot(ctx, fire, &mut stop).await;
     // Handed to the executor now; a shell task's start is when its process was spawned.
     let handed_ms = now_ms();
     let mut record = base_record(ctx, fire, Status::Running, Some(won.fencing_token));
     record.claimed_at = Some(rfc3339_ms(won.claimed_ms));
     record.started_at = Some(rfc3339_ms(handed_ms));
+    let _slot = match slot {
+        Ok(permit) => permit,
+        Err(ending) => {
+            ctx.registry.deregister(id);
+            record.started_at = None;
+            return Ran { finished: Finished::not_started(ending), handed_ms, record };
+        }
+    };
     // `late` and the `max_duration` watch (ended with this run, when `_alerts` drops).
     let _alerts = crate::alerts::run_started(ctx, fire, handed_ms);
     let (tracker, resumed) = reports_of_run(ctx, fire, won).await;
@@ -324,6 +334,38 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
         METRICS.lateness.observe((started_ms - fire.scheduled_ms).max(0) as f64 / 1000.0);
     }
     Ran { finished, handed_ms, record }
+}
+
+/// A free capacity slot for the run that starts now, waiting for one up to the tick's start
+/// deadline (a scheduled tick) or `SLOT_WAIT_MAX`; otherwise how the run ends unstarted: stopped
+/// (a kill, a lost lease) or missed for want of capacity.
+async fn take_slot(
+    ctx: &Arc<Context>,
+    fire: &Fire,
+    stop: &mut tokio::sync::watch::Receiver<Option<executor::StopReason>>,
+) -> Result<tokio::sync::OwnedSemaphorePermit, Ending> {
+    let wait = if fire.trigger == TriggerKind::Schedule {
+        let deadline = fire.spec.start_deadline();
+        let left = fire.scheduled_ms + i64::try_from(deadline.as_millis()).unwrap_or(i64::MAX) - now_ms();
+        Duration::from_millis(u64::try_from(left).unwrap_or(0)).min(crate::slots::SLOT_WAIT_MAX)
+    } else {
+        crate::slots::SLOT_WAIT_MAX
+    };
+    let until = tokio::time::Instant::now() + wait;
+    tokio::select! {
+        slot = ctx.slots.take(until) => slot.ok_or_else(|| {
+            let why = format!(
+                "no capacity slot came free on worker {} within {} (capacity {}, every slot running)",
+                ctx.config.worker_id,
+                humantime::format_duration(Duration::from_secs(wait.as_secs())),
+                ctx.config.capacity
+            );
+            tracing::warn!(why, "a won run was not started");
+            METRICS.runs_without_slot.inc();
+            Ending::NoCapacity(why)
+        }),
+        reason = executor::wait_stop(stop) => Err(Ending::Stopped(reason)),
+    }
 }
 
 /// The task's tracker of reports (its checkpoints fenced by the claim won), and, for a

@@ -12,7 +12,7 @@ use etcron_common::job::JobSpec;
 use etcron_common::keys::{ExecutionId, Keys, KillTarget};
 use etcron_common::model::Pause;
 use etcron_common::UnixMs;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::executor::StopReason;
@@ -39,7 +39,8 @@ pub struct Context {
     pub taken: Arc<crate::taken::Taken>,
     /// Closes of finished executions not yet taken by etcd: shutdown waits for them.
     pub closing: Pending,
-    pub capacity: Arc<Semaphore>,
+    /// Slots for concurrent runs (`capacity`), taken when a run starts.
+    pub slots: Arc<crate::slots::Slots>,
     pub sink: LogSink,
     pub jobs: JobTable,
     /// The jobs operators paused (`{ns}/paused/`), as the scheduler last saw them.

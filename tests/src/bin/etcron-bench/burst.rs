@@ -21,7 +21,15 @@ use crate::receiver::Receiver;
 /// Jobs written per etcd transaction (a job and its state each: 128 operations at most).
 const PER_TXN: usize = 60;
 
-pub async fn run(n: usize, n_workers: usize, worker_args: &[String]) -> Result<()> {
+/// Each worker's capacity when `--capacity` is not given: the burst split across the workers
+/// with 20 % headroom (at least the product's default, 64), as an operator sizing for it would.
+fn default_capacity(n: usize, n_workers: usize) -> usize {
+    (n * 6).div_ceil(n_workers.max(1) * 5).max(64)
+}
+
+pub async fn run(n: usize, n_workers: usize, capacity: Option<usize>, worker_args: &[String]) -> Result<()> {
+    let capacity = capacity.unwrap_or_else(|| default_capacity(n, n_workers));
+    println!("burst: {n} jobs on {n_workers} workers, capacity {capacity} each ({} slots)", capacity * n_workers);
     let mut c = Cluster::start("bench-burst", 0).await?;
     let receiver = Receiver::start().await?;
     let mut urls = Vec::new();
@@ -29,8 +37,8 @@ pub async fn run(n: usize, n_workers: usize, worker_args: &[String]) -> Result<(
         let port = free_port();
         let mut w = WorkerOpts::new(&format!("w{i}"));
         "10s".clone_into(&mut w.session_ttl);
-        // Every claim holds a slot from the claim (ahead of T) to the end of its run.
-        w.extra = vec!["--metrics-listen".to_owned(), format!("127.0.0.1:{port}"), format!("--capacity={}", n.max(64))];
+        // A run holds a slot from its start to its end; racing holds none.
+        w.extra = vec!["--metrics-listen".to_owned(), format!("127.0.0.1:{port}"), format!("--capacity={capacity}")];
         w.extra.extend(worker_args.iter().cloned());
         c.add_worker(w)?;
         urls.push(format!("http://127.0.0.1:{port}/metrics"));

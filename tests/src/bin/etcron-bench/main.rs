@@ -3,7 +3,8 @@
 //! misses, lateness from the execution records or an HTTP receiver, etcd writes per fire from
 //! etcd's own metrics, CPU and RSS, one JSON line per execution
 //! `{"job","scheduled_ms","started_ms","worker_id"}`), `burst` (N one-shot jobs due at one
-//! instant), `soak` (N HTTP jobs every second for a long window with the production etcd storage
+//! instant; `--capacity N` per worker, by default the burst split across the workers with 20 %
+//! headroom), `soak` (N HTTP jobs every second for a long window with the production etcd storage
 //! flags: etcd's database size, alarms and every process's memory over time), `spawn` (the
 //! process-creation floor),
 //! `failover`, `scale`, `stream` (live-output latency), `wheel`, `claims`, `sink`, `search`.
@@ -42,6 +43,7 @@ async fn main() -> Result<()> {
     let mut entries = 1_000_000usize;
     let mut rounds = 5usize;
     let mut session_ttl = "3s".to_owned();
+    let mut capacity: Option<usize> = None;
     let mut sample_every = 300i64;
     let mut records_opts = records::Opts { records: 0, cache_gb: None, data: None, compressor: None };
     let mut e2e_opts = E2eOpts { task: BenchTask::Append, worker_args: Vec::new() };
@@ -52,6 +54,7 @@ async fn main() -> Result<()> {
         match flag.as_str() {
             "--jobs" => jobs = value.parse()?,
             "--workers" => workers = value.parse()?,
+            "--capacity" => capacity = Some(value.parse()?),
             "--seconds" => seconds = value.parse()?,
             "--jsonl" => out = Some(value.clone()),
             "--entries" => entries = value.parse()?,
@@ -77,7 +80,7 @@ async fn main() -> Result<()> {
     }
     match scenario {
         "e2e" => e2e(jobs, workers, seconds, out, &e2e_opts).await,
-        "burst" => burst::run(jobs, workers, &e2e_opts.worker_args).await,
+        "burst" => burst::run(jobs, workers, capacity, &e2e_opts.worker_args).await,
         "soak" => soak::run(jobs, workers, seconds, sample_every, &e2e_opts.worker_args).await,
         "claims" => claims(jobs).await,
         "sink" => {
