@@ -1,0 +1,803 @@
+//! The simulated cluster: workers as step machines over the in-memory etcd, a clock that only
+//! moves from event to event, and every choice (delays, crashes, lost answers, stalls, freezes,
+//! task durations) drawn from one seeded RNG. Each worker step does one externally visible
+//! thing (an etcd call, a journal append), and a worker may crash before any step, so every
+//! crash point between two of them is reachable.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::etcd::{Etcd, LeaseId, Txn};
+use crate::machine::{self, claim_key, Exec, Outcome, Value};
+use crate::rng::Rng;
+
+/// Bugs the simulation must find, each re-introduced on its own (all off: the protocol as
+/// built).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Holes {
+    /// A claim whose answer was lost is taken as lost, not read back: committed during a stall,
+    /// it is orphaned.
+    pub unknown_claim_dropped: bool,
+    /// The loss handling journals the lost record after closing the claim.
+    pub lost_journaled_after_close: bool,
+    /// A requested run whose claim answer was lost is claimed again under a new id.
+    pub request_retried_under_new_id: bool,
+    /// A not-run record is journaled after its claim is closed, with nothing durable before.
+    pub not_run_journaled_after_close: bool,
+    /// Only the first-ranked survivor handles a departure.
+    pub departure_single_handler: bool,
+}
+
+impl Holes {
+    /// The hole named `name` (as the `--hole` flag takes it).
+    #[must_use]
+    pub fn named(name: &str) -> Option<Self> {
+        let mut h = Self::default();
+        match name {
+            "unknown-claim-dropped" => h.unknown_claim_dropped = true,
+            "lost-journaled-after-close" => h.lost_journaled_after_close = true,
+            "request-retried-under-new-id" => h.request_retried_under_new_id = true,
+            "not-run-journaled-after-close" => h.not_run_journaled_after_close = true,
+            "departure-single-handler" => h.departure_single_handler = true,
+            _ => return None,
+        }
+        Some(h)
+    }
+
+    pub const NAMES: [&'static str; 5] = [
+        "unknown-claim-dropped",
+        "lost-journaled-after-close",
+        "request-retried-under-new-id",
+        "not-run-journaled-after-close",
+        "departure-single-handler",
+    ];
+}
+
+/// The shape of one simulated run.
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub workers: usize,
+    pub jobs: u32,
+    /// Ticks every this many ms, from 1 s to `end_ms`.
+    pub period_ms: u64,
+    pub end_ms: u64,
+    pub ttl_ms: u64,
+    pub holes: Holes,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self { workers: 3, jobs: 3, period_ms: 2_000, end_ms: 30_000, ttl_ms: 3_000, holes: Holes::default() }
+    }
+}
+
+const STAGGER_MS: u64 = 50;
+const MISSED_AFTER_MS: u64 = 5_000;
+const RESUME_MS: u64 = 4_000;
+const MAX_ATTEMPTS: u32 = 4;
+const SWEEP_MS: u64 = 10_000;
+/// Per-mille chances per worker step.
+const CRASH: u64 = 6;
+const LOST_ANSWER: u64 = 30;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ev {
+    Tick {
+        job: u32,
+        t: u64,
+    },
+    Race {
+        w: usize,
+        inc: u32,
+        e: Exec,
+        requested: bool,
+        tries: u32,
+    },
+    ReadBack {
+        w: usize,
+        inc: u32,
+        e: Exec,
+        requested: bool,
+        key: String,
+    },
+    TaskEnd {
+        w: usize,
+        inc: u32,
+        e: Exec,
+        run: usize,
+    },
+    Journal {
+        w: usize,
+        inc: u32,
+        e: Exec,
+        outcome: Outcome,
+        replace: bool,
+    },
+    Close {
+        w: usize,
+        inc: u32,
+        e: Exec,
+        token: i64,
+        outcome: Outcome,
+    },
+    KeepAlive {
+        w: usize,
+        inc: u32,
+    },
+    Lose {
+        w: usize,
+        inc: u32,
+        items: Vec<(Exec, i64)>,
+        phase: u8,
+    },
+    NotRun {
+        w: usize,
+        inc: u32,
+        e: Exec,
+        phase: u8,
+        orphan: Option<i64>,
+    },
+    Flush {
+        w: usize,
+        inc: u32,
+    },
+    /// Looks for claims taken under a session that ended (their inflight key gone) and still
+    /// so a grace later: their departure's handlers all died.
+    Sweep {
+        w: usize,
+        inc: u32,
+        seen: Vec<(Exec, i64)>,
+    },
+    Crash {
+        w: usize,
+    },
+    Restart {
+        w: usize,
+    },
+    Freeze {
+        w: usize,
+        until: u64,
+    },
+    Stall {
+        until: u64,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Worker {
+    alive: bool,
+    inc: u32,
+    session: Option<LeaseId>,
+    frozen_until: u64,
+    /// Durable: records appended, not yet in MongoDB (outcome, replace?).
+    journal: Vec<(Exec, Outcome, bool)>,
+    /// Durable: not-run records written before their claim's close.
+    provisional: BTreeMap<Exec, Option<i64>>,
+    /// Runs of this incarnation: exec → (index into `runs`, token, session).
+    tasks: BTreeMap<Exec, (usize, i64, LeaseId)>,
+}
+
+/// One started task: what ran where, and when it was alive.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub e: Exec,
+    pub worker: usize,
+    pub start: u64,
+    pub end: Option<u64>,
+    session: LeaseId,
+}
+
+/// What a seed did, for the invariants and a failing seed's trace.
+#[derive(Debug, Default)]
+pub struct Outcomes {
+    pub runs: Vec<Run>,
+    pub records: BTreeMap<Exec, Outcome>,
+    pub ticks: BTreeSet<(u32, u64)>,
+    pub claims: BTreeMap<String, Value>,
+    pub requests_left: Vec<String>,
+    pub trace: Vec<String>,
+}
+
+pub struct World {
+    p: Params,
+    rng: Rng,
+    now: u64,
+    seq: u64,
+    events: BTreeMap<(u64, u64), Ev>,
+    etcd: Etcd,
+    stalled_until: u64,
+    workers: Vec<Worker>,
+    session_owner: BTreeMap<LeaseId, usize>,
+    out: Outcomes,
+}
+
+impl World {
+    #[must_use]
+    pub fn new(seed: u64, p: Params) -> Self {
+        let mut w = Self {
+            rng: Rng::new(seed),
+            now: 0,
+            seq: 0,
+            events: BTreeMap::new(),
+            etcd: Etcd::default(),
+            stalled_until: 0,
+            workers: (0..p.workers).map(|_| Worker::default()).collect(),
+            session_owner: BTreeMap::new(),
+            out: Outcomes::default(),
+            p,
+        };
+        for i in 0..w.p.workers {
+            w.start_worker(i);
+        }
+        for job in 0..w.p.jobs {
+            let first = 1_000 + w.rng.below(w.p.period_ms);
+            w.at(first, Ev::Tick { job, t: first });
+        }
+        // Faults: crashes, freezes, stalls of etcd, at random moments of the window.
+        for _ in 0..w.rng.between(0, 2) {
+            let (at, wk) = (w.rng.between(2_000, w.p.end_ms), w.rng.below(w.p.workers as u64) as usize);
+            w.at(at, Ev::Crash { w: wk });
+        }
+        for _ in 0..w.rng.between(0, 1) {
+            let (at, wk) = (w.rng.between(2_000, w.p.end_ms), w.rng.below(w.p.workers as u64) as usize);
+            let until = at + w.rng.between(500, 3 * w.p.ttl_ms);
+            w.at(at, Ev::Freeze { w: wk, until });
+        }
+        for _ in 0..w.rng.between(0, 1) {
+            let at = w.rng.between(2_000, w.p.end_ms);
+            let until = at + w.rng.between(200, 2 * w.p.ttl_ms);
+            w.at(at, Ev::Stall { until });
+        }
+        w
+    }
+
+    fn at(&mut self, time: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.insert((time.max(self.now), self.seq), ev);
+    }
+
+    fn note(&mut self, s: String) {
+        self.out.trace.push(format!("{:>7} {s}", self.now));
+    }
+
+    fn start_worker(&mut self, i: usize) {
+        let lease = self.etcd.grant(self.now, self.p.ttl_ms);
+        self.session_owner.insert(lease, i);
+        let w = &mut self.workers[i];
+        w.alive = true;
+        w.inc += 1;
+        w.session = Some(lease);
+        w.tasks.clear();
+        let inc = w.inc;
+        let keep = self.p.ttl_ms / 3;
+        self.at(self.now + keep, Ev::KeepAlive { w: i, inc });
+        self.at(self.now + 20, Ev::Flush { w: i, inc });
+        if !self.p.holes.departure_single_handler {
+            let first = self.now + self.rng.between(1_000, SWEEP_MS);
+            self.at(first, Ev::Sweep { w: i, inc, seen: Vec::new() });
+        }
+        self.note(format!("w{i} starts (session {lease})"));
+    }
+
+    fn stalled(&self) -> bool {
+        self.now < self.stalled_until
+    }
+
+    /// A worker's transaction: applied or not, and whether the worker hears the answer.
+    fn call(&mut self, txn: &Txn) -> Answer {
+        if self.stalled() {
+            // A stalled etcd may still apply what it was sent; nobody hears back.
+            if self.rng.chance(500) {
+                let (ok, _) = self.etcd.txn(txn);
+                self.watched(txn, ok);
+            }
+            return Answer::Unknown;
+        }
+        let (ok, rev) = self.etcd.txn(txn);
+        self.watched(txn, ok);
+        if self.rng.chance(LOST_ANSWER) {
+            return Answer::Unknown;
+        }
+        if ok {
+            Answer::Done(rev)
+        } else {
+            Answer::Refused
+        }
+    }
+
+    /// What the workers' watch of run requests delivers: a request written is raced for.
+    fn watched(&mut self, txn: &Txn, applied: bool) {
+        if !applied {
+            return;
+        }
+        for op in &txn.then {
+            if let crate::etcd::Op::Put { key, value: Value::Request, .. } = op {
+                if let Some(e) = parse_exec(key.trim_start_matches("requests/")) {
+                    self.race_by_rank(e, true);
+                }
+            }
+        }
+    }
+
+    /// A worker's read of one key; `None` when etcd does not answer.
+    fn read(&mut self, key: &str) -> Option<Option<(Value, i64, i64)>> {
+        if self.stalled() || self.rng.chance(LOST_ANSWER) {
+            return None;
+        }
+        Some(self.etcd.get(key).map(|kv| (kv.value.clone(), kv.create_rev, kv.mod_rev)))
+    }
+
+    /// Runs the seed to its end and past it until everything settled.
+    #[must_use]
+    pub fn run(mut self) -> Outcomes {
+        let horizon = self.p.end_ms + 60_000;
+        while let Some(((time, _), ev)) = self.events.pop_first() {
+            if time > horizon {
+                break;
+            }
+            self.now = time;
+            self.expire();
+            self.step(ev);
+        }
+        self.out.claims = self.etcd.range("claims/").map(|(k, kv)| (k.clone(), kv.value.clone())).collect();
+        self.out.requests_left = self.etcd.range("requests/").map(|(k, _)| k.clone()).collect();
+        self.out
+    }
+
+    /// Leases past their TTL go with their keys; a worker's session going ends its tasks (its
+    /// keepers kill them at the deadline) and is seen by the others as a departure.
+    fn expire(&mut self) {
+        if !self.etcd.leases.values().any(|l| l.expires_at <= self.now) {
+            return;
+        }
+        let before: BTreeMap<LeaseId, Vec<(Exec, i64)>> = self
+            .etcd
+            .leases
+            .iter()
+            .filter(|(_, l)| l.expires_at <= self.now)
+            .map(|(id, _)| {
+                let held = self
+                    .etcd
+                    .kvs
+                    .values()
+                    .filter(|kv| kv.lease == Some(*id))
+                    .filter_map(|kv| match kv.value {
+                        Value::Inflight(e) => Some((e, kv.create_rev)),
+                        _ => None,
+                    })
+                    .collect();
+                (*id, held)
+            })
+            .collect();
+        if before.is_empty() {
+            return;
+        }
+        let expiry: BTreeMap<LeaseId, u64> =
+            before.keys().map(|id| (*id, self.etcd.leases.get(id).map_or(self.now, |l| l.expires_at))).collect();
+        self.etcd.expire(self.now);
+        for (lease, held) in before {
+            let Some(&departed) = self.session_owner.get(&lease) else { continue };
+            let at = expiry[&lease];
+            // Keepers: the session's tasks die at its deadline, whatever the worker does.
+            for run in self.out.runs.iter_mut().filter(|r| r.session == lease && r.end.is_none()) {
+                run.end = Some(at);
+            }
+            self.note(format!("session {lease} of w{departed} expired; held {held:?}"));
+            self.departure(departed, lease, held);
+        }
+    }
+
+    /// Survivors handle a departure: ranks 0..=2 (rank r after the grace and r × RESUME_MS), or
+    /// rank 0 alone with the hole.
+    fn departure(&mut self, departed: usize, lease: LeaseId, held: Vec<(Exec, i64)>) {
+        let mut live: Vec<usize> =
+            (0..self.workers.len()).filter(|&i| i != departed && self.workers[i].alive).collect();
+        live.sort_by_key(|&i| hash(lease, i as u64));
+        let handlers = if self.p.holes.departure_single_handler { 1 } else { 3 };
+        let grace = self.p.ttl_ms.min(5_000);
+        for (rank, &w) in live.iter().take(handlers).enumerate() {
+            let inc = self.workers[w].inc;
+            let when = self.now + 100 + grace + rank as u64 * RESUME_MS;
+            self.at(when, Ev::Lose { w, inc, items: held.clone(), phase: 0 });
+        }
+    }
+
+    fn step(&mut self, ev: Ev) {
+        match ev {
+            Ev::Tick { job, t } => self.tick(job, t),
+            Ev::Crash { w } => self.crash(w),
+            Ev::Restart { w } => self.restart(w),
+            Ev::Freeze { w, until } => {
+                self.workers[w].frozen_until = until;
+                self.note(format!("w{w} frozen until {until}"));
+            }
+            Ev::Stall { until } => {
+                self.stalled_until = until;
+                self.note(format!("etcd unreachable until {until}"));
+            }
+            other => self.worker_step(other),
+        }
+    }
+
+    fn tick(&mut self, job: u32, t: u64) {
+        if t + self.p.period_ms <= self.p.end_ms {
+            self.at(t + self.p.period_ms, Ev::Tick { job, t: t + self.p.period_ms });
+        }
+        self.out.ticks.insert((job, t));
+        let e = (job, t, 1);
+        self.race_by_rank(e, false);
+        // Whoever ranks first records the tick missed if nobody claimed it; the next ranks
+        // follow, should it be gone.
+        for (rank, w) in self.ranked(e).into_iter().take(3).enumerate() {
+            let inc = self.workers[w].inc;
+            self.at(t + MISSED_AFTER_MS + rank as u64 * 1_000, Ev::NotRun { w, inc, e, phase: 0, orphan: None });
+        }
+    }
+
+    fn ranked(&self, e: Exec) -> Vec<usize> {
+        let mut live: Vec<usize> = (0..self.workers.len()).filter(|&i| self.workers[i].alive).collect();
+        live.sort_by_key(|&i| hash(u64::from(e.0) << 40 ^ e.1 ^ u64::from(e.2) << 56, i as u64));
+        live
+    }
+
+    fn race_by_rank(&mut self, e: Exec, requested: bool) {
+        for (rank, w) in self.ranked(e).into_iter().enumerate() {
+            let inc = self.workers[w].inc;
+            self.at(self.now + rank as u64 * STAGGER_MS, Ev::Race { w, inc, e, requested, tries: 0 });
+        }
+    }
+
+    fn crash(&mut self, w: usize) {
+        if !self.workers[w].alive {
+            return;
+        }
+        self.note(format!("w{w} crashes"));
+        let now = self.now;
+        let worker = &mut self.workers[w];
+        worker.alive = false;
+        worker.session = None;
+        for (_, (run, _, _)) in std::mem::take(&mut worker.tasks) {
+            // Its keepers see it gone and end its tasks.
+            if self.out.runs[run].end.is_none() {
+                self.out.runs[run].end = Some(now);
+            }
+        }
+        let back = self.now + self.rng.between(500, 6_000);
+        self.at(back, Ev::Restart { w });
+    }
+
+    fn restart(&mut self, w: usize) {
+        if self.workers[w].alive {
+            return;
+        }
+        self.start_worker(w);
+        let inc = self.workers[w].inc;
+        // The journal goes to MongoDB; provisional not-run records are settled against etcd.
+        self.at(self.now + 1, Ev::Flush { w, inc });
+        let provisional: Vec<(Exec, Option<i64>)> = self.workers[w].provisional.iter().map(|(e, o)| (*e, *o)).collect();
+        for (e, orphan) in provisional {
+            self.at(self.now + 10, Ev::NotRun { w, inc, e, phase: 3, orphan });
+        }
+        // Run requests and unclaimed ticks of the recent past: a restarted worker lists them.
+        let requests: Vec<String> = self.etcd.range("requests/").map(|(k, _)| k.clone()).collect();
+        for key in requests {
+            if let Some(e) = parse_exec(key.trim_start_matches("requests/")) {
+                self.at(self.now + 20, Ev::Race { w, inc, e, requested: true, tries: 0 });
+            }
+        }
+        let recent: Vec<(u32, u64)> = self.out.ticks.iter().filter(|(_, t)| *t + 60_000 >= self.now).copied().collect();
+        for (job, t) in recent {
+            self.at(self.now + 30, Ev::NotRun { w, inc, e: (job, t, 1), phase: 0, orphan: None });
+        }
+    }
+
+    fn worker_step(&mut self, ev: Ev) {
+        let (w, inc) = match &ev {
+            Ev::Race { w, inc, .. }
+            | Ev::ReadBack { w, inc, .. }
+            | Ev::TaskEnd { w, inc, .. }
+            | Ev::Journal { w, inc, .. }
+            | Ev::Close { w, inc, .. }
+            | Ev::KeepAlive { w, inc }
+            | Ev::Lose { w, inc, .. }
+            | Ev::NotRun { w, inc, .. }
+            | Ev::Flush { w, inc }
+            | Ev::Sweep { w, inc, .. } => (*w, *inc),
+            _ => return,
+        };
+        let worker = &self.workers[w];
+        if !worker.alive || worker.inc != inc {
+            return;
+        }
+        if self.now < worker.frozen_until {
+            let until = worker.frozen_until;
+            self.at(until, ev);
+            return;
+        }
+        if !matches!(ev, Ev::Flush { .. } | Ev::KeepAlive { .. }) && self.rng.chance(CRASH) {
+            self.crash(w);
+            return;
+        }
+        match ev {
+            Ev::Race { w, inc, e, requested, tries } => self.race(w, inc, e, requested, tries),
+            Ev::ReadBack { w, inc, e, requested, key } => self.read_back(w, inc, e, requested, &key),
+            Ev::TaskEnd { w, inc, e, run } => self.task_end(w, inc, e, run),
+            Ev::Journal { w, inc, e, outcome, replace } => {
+                self.workers[w].journal.push((e, outcome, replace));
+                let _ = inc;
+            }
+            Ev::Close { w, inc, e, token, outcome } => self.close(w, inc, e, token, outcome),
+            Ev::KeepAlive { w, inc } => self.keep_alive(w, inc),
+            Ev::Lose { w, inc, items, phase } => self.lose(w, inc, items, phase),
+            Ev::NotRun { w, inc, e, phase, orphan } => self.not_run(w, inc, e, phase, orphan),
+            Ev::Flush { w, inc } => self.flush(w, inc),
+            Ev::Sweep { w, inc, seen } => self.sweep(w, inc, &seen),
+            _ => {}
+        }
+    }
+
+    fn keep_alive(&mut self, w: usize, inc: u32) {
+        let Some(lease) = self.workers[w].session else { return };
+        let ok = !self.stalled() && self.etcd.keep_alive(lease, self.now);
+        if !ok && !self.etcd.leases.contains_key(&lease) {
+            // Lost: its tasks died with it (their keepers); close them, then a new session.
+            self.note(format!("w{w} lost session {lease}"));
+            let tasks: Vec<(Exec, usize, i64)> =
+                self.workers[w].tasks.iter().filter(|(_, t)| t.2 == lease).map(|(e, t)| (*e, t.0, t.1)).collect();
+            for (e, run, _) in tasks {
+                self.at(self.now + 1, Ev::TaskEnd { w, inc, e, run });
+            }
+            let new = self.etcd.grant(self.now, self.p.ttl_ms);
+            self.session_owner.insert(new, w);
+            self.workers[w].session = Some(new);
+        }
+        self.at(self.now + self.p.ttl_ms / 3, Ev::KeepAlive { w, inc });
+    }
+
+    fn race(&mut self, w: usize, inc: u32, e: Exec, requested: bool, tries: u32) {
+        let Some(session) = self.workers[w].session else { return };
+        if let Some(Some(_)) = self.read(&claim_key(e)) {
+            return; // taken already
+        }
+        let txn = if requested { machine::claim_requested(e, w, session) } else { machine::claim(e, w, session) };
+        match self.call(&txn) {
+            Answer::Done(token) => self.won(w, inc, e, token, session),
+            Answer::Refused => {}
+            Answer::Unknown if self.p.holes.request_retried_under_new_id && requested && tries < 3 => {
+                // The hole: the request is claimed again, under an id of this try's own.
+                let again = (e.0, e.1, e.2);
+                self.note(format!("w{w} claim of requested {e:?} unknown: claims it anew"));
+                let txn = machine::claim((again.0, again.1 + 1_000_000 * u64::from(tries + 1), again.2), w, session);
+                if let Answer::Done(token) = self.call(&txn) {
+                    self.won(w, inc, e, token, session);
+                }
+            }
+            Answer::Unknown if self.p.holes.unknown_claim_dropped => {}
+            Answer::Unknown => {
+                let key = claim_key(e);
+                self.at(self.now + 200, Ev::ReadBack { w, inc, e, requested, key });
+            }
+        }
+    }
+
+    /// A claim whose answer was lost: ours → run it (or close it as an orphan when its session
+    /// is gone); another's or none → nothing; no answer → ask again.
+    fn read_back(&mut self, w: usize, inc: u32, e: Exec, requested: bool, key: &str) {
+        match self.read(key) {
+            None => self.at(self.now + 500, Ev::ReadBack { w, inc, e, requested, key: key.to_owned() }),
+            Some(Some((Value::Taken { worker }, token, mod_rev))) if worker == w && token == mod_rev => {
+                let lease = self.etcd.kvs.get(&machine::inflight_key(w, e)).and_then(|kv| kv.lease);
+                match (lease, self.workers[w].session) {
+                    (Some(l), Some(s)) if l == s => self.won(w, inc, e, token, s),
+                    _ => {
+                        self.note(format!("w{w} orphaned claim {e:?}: closing it missed"));
+                        self.at(self.now + 1, Ev::NotRun { w, inc, e, phase: 0, orphan: Some(token) });
+                    }
+                }
+            }
+            Some(_) => {
+                let _ = requested;
+            }
+        }
+    }
+
+    fn won(&mut self, w: usize, inc: u32, e: Exec, token: i64, session: LeaseId) {
+        let run = self.out.runs.len();
+        self.out.runs.push(Run { e, worker: w, start: self.now, end: None, session });
+        self.workers[w].tasks.insert(e, (run, token, session));
+        self.note(format!("w{w} runs {e:?} (token {token})"));
+        let dur = self.rng.between(50, 2 * self.p.ttl_ms);
+        self.at(self.now + dur, Ev::TaskEnd { w, inc, e, run });
+    }
+
+    fn task_end(&mut self, w: usize, inc: u32, e: Exec, run: usize) {
+        let Some((_, token, _)) = self.workers[w].tasks.get(&e).copied() else { return };
+        if self.out.runs[run].end.is_none() {
+            self.out.runs[run].end = Some(self.now);
+        }
+        // Journaled before the close: a crash after the close still leaves the record.
+        self.workers[w].journal.push((e, Outcome::Ran, true));
+        self.at(self.now + 1, Ev::Close { w, inc, e, token, outcome: Outcome::Ran });
+    }
+
+    fn close(&mut self, w: usize, inc: u32, e: Exec, token: i64, outcome: Outcome) {
+        match self.call(&machine::close(e, w, token, outcome)) {
+            Answer::Done(_) => {
+                self.workers[w].tasks.remove(&e);
+            }
+            Answer::Refused => {
+                // The loss handling closed it first: the run is recorded lost.
+                self.workers[w].tasks.remove(&e);
+                self.workers[w].journal.push((e, Outcome::Lost, true));
+            }
+            Answer::Unknown => match self.read(&claim_key(e)) {
+                Some(Some((Value::Closed(o), _, _))) if o == outcome => {
+                    self.workers[w].tasks.remove(&e);
+                }
+                Some(Some((Value::Closed(_), _, _))) => {
+                    self.workers[w].tasks.remove(&e);
+                    self.workers[w].journal.push((e, Outcome::Lost, true));
+                }
+                _ => self.at(self.now + 300, Ev::Close { w, inc, e, token, outcome }),
+            },
+        }
+    }
+
+    /// A departed worker's executions, one step at a time: read the claim (still as its winner
+    /// wrote it?), journal the lost record, close it lost with the rerun's request.
+    fn lose(&mut self, w: usize, inc: u32, mut items: Vec<(Exec, i64)>, phase: u8) {
+        let Some(&(e, token)) = items.first() else { return };
+        let next = |s: &mut Self, items: Vec<(Exec, i64)>, phase| s.at(s.now + 5, Ev::Lose { w, inc, items, phase });
+        let journal_first = !self.p.holes.lost_journaled_after_close;
+        match phase {
+            0 => match self.read(&claim_key(e)) {
+                None => next(self, items, 0),
+                Some(Some((Value::Taken { .. }, _, mod_rev))) if mod_rev == token => {
+                    next(self, items, if journal_first { 1 } else { 2 });
+                }
+                Some(_) => {
+                    items.remove(0);
+                    next(self, items, 0);
+                }
+            },
+            // The lost record, journaled (IfAbsent).
+            1 => {
+                self.workers[w].journal.push((e, Outcome::Lost, false));
+                next(self, items, 2);
+            }
+            _ => {
+                let rerun = e.2 < MAX_ATTEMPTS;
+                match self.call(&machine::lose(e, token, rerun)) {
+                    Answer::Done(_) => {
+                        self.note(format!("w{w} closed {e:?} lost"));
+                        if !journal_first {
+                            self.at(self.now + 1, Ev::Journal { w, inc, e, outcome: Outcome::Lost, replace: false });
+                        }
+                        items.remove(0);
+                        next(self, items, 0);
+                    }
+                    Answer::Refused => {
+                        items.remove(0);
+                        next(self, items, 0);
+                    }
+                    Answer::Unknown => next(self, items, 0),
+                }
+            }
+        }
+    }
+
+    /// A tick nobody claimed (or an orphaned claim of this worker's): 0 look, 1 provisional
+    /// record, 2 close, 3 settle the provisional record against the claim.
+    fn not_run(&mut self, w: usize, inc: u32, e: Exec, phase: u8, orphan: Option<i64>) {
+        let again = |s: &mut Self, phase| s.at(s.now + 200, Ev::NotRun { w, inc, e, phase, orphan });
+        let durable_first = !self.p.holes.not_run_journaled_after_close;
+        match phase {
+            0 => {
+                if orphan.is_none() {
+                    match self.read(&claim_key(e)) {
+                        Some(None) => {}
+                        Some(Some(_)) => return,
+                        None => return again(self, 0),
+                    }
+                }
+                if durable_first {
+                    self.workers[w].provisional.insert(e, orphan);
+                }
+                self.at(self.now + 1, Ev::NotRun { w, inc, e, phase: 2, orphan });
+            }
+            2 => {
+                let txn = match orphan {
+                    Some(token) => machine::close(e, w, token, Outcome::Missed),
+                    None => machine::not_run(e),
+                };
+                match self.call(&txn) {
+                    Answer::Done(_) => {
+                        if durable_first {
+                            self.at(self.now + 1, Ev::NotRun { w, inc, e, phase: 4, orphan });
+                        } else {
+                            self.at(self.now + 1, Ev::Journal { w, inc, e, outcome: Outcome::Missed, replace: false });
+                        }
+                    }
+                    Answer::Refused => {
+                        self.workers[w].provisional.remove(&e);
+                    }
+                    Answer::Unknown if durable_first => again(self, 3),
+                    Answer::Unknown => {}
+                }
+            }
+            3 => match self.read(&claim_key(e)) {
+                None => again(self, 3),
+                Some(Some((Value::Closed(Outcome::Missed), _, _))) => {
+                    self.at(self.now + 1, Ev::NotRun { w, inc, e, phase: 4, orphan });
+                }
+                // Not closed by this record: nothing of it is kept; an unclaimed tick is looked at again.
+                Some(state) => {
+                    self.workers[w].provisional.remove(&e);
+                    if state.is_none() {
+                        again(self, 0);
+                    }
+                }
+            },
+            // Journaled, then the provisional record goes.
+            _ => {
+                if self.workers[w].provisional.remove(&e).is_some() || !durable_first {
+                    self.workers[w].journal.push((e, Outcome::Missed, false));
+                }
+            }
+        }
+    }
+
+    /// Claims still taken under an ended session, a sweep apart: handled as a departure would.
+    fn sweep(&mut self, w: usize, inc: u32, seen: &[(Exec, i64)]) {
+        let next = self.now + SWEEP_MS;
+        if self.stalled() {
+            self.at(next, Ev::Sweep { w, inc, seen: Vec::new() });
+            return;
+        }
+        let orphans: Vec<(Exec, i64)> = self
+            .etcd
+            .range("claims/")
+            .filter_map(|(key, kv)| match kv.value {
+                Value::Taken { worker } => {
+                    let e = parse_exec(key.trim_start_matches("claims/"))?;
+                    (!self.etcd.kvs.contains_key(&machine::inflight_key(worker, e))).then_some((e, kv.mod_rev))
+                }
+                _ => None,
+            })
+            .collect();
+        let again: Vec<(Exec, i64)> = orphans.iter().filter(|o| seen.contains(o)).copied().collect();
+        if !again.is_empty() {
+            self.note(format!("w{w} sweep: {again:?} left taken by ended sessions"));
+            self.at(self.now + 1, Ev::Lose { w, inc, items: again, phase: 0 });
+        }
+        self.at(next, Ev::Sweep { w, inc, seen: orphans });
+    }
+
+    fn flush(&mut self, w: usize, inc: u32) {
+        for (e, outcome, replace) in std::mem::take(&mut self.workers[w].journal) {
+            if replace {
+                self.out.records.insert(e, outcome);
+            } else {
+                self.out.records.entry(e).or_insert(outcome);
+            }
+        }
+        let next = self.now + self.rng.between(100, 300);
+        self.at(next, Ev::Flush { w, inc });
+    }
+}
+
+enum Answer {
+    Done(i64),
+    Refused,
+    Unknown,
+}
+
+fn hash(a: u64, b: u64) -> u64 {
+    let mut r = Rng::new(a.wrapping_mul(0x1000_0000_01B3) ^ b);
+    r.next_u64()
+}
+
+fn parse_exec(s: &str) -> Option<Exec> {
+    let (job, rest) = s.split_once('@')?;
+    let (tick, attempt) = rest.split_once('#')?;
+    Some((job.parse().ok()?, tick.parse().ok()?, attempt.parse().ok()?))
+}
