@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::machine::Value;
+use crate::value::Value;
 
 pub type LeaseId = u64;
 

@@ -21,6 +21,7 @@ pub mod check;
 pub mod etcd;
 pub mod machine;
 pub mod rng;
+pub mod value;
 pub mod world;
 
 pub use world::{Holes, Params};

@@ -26,9 +26,6 @@
 //! close, a provisional record settled at restart against the claim; midway through a
 //! departure, the claims left Taken, which the next rank finishes.
 
-/// Execution ids are `job@tick#attempt`.
-pub type Exec = (u32, u64, u32);
-
 #[must_use]
 pub fn exec_key(e: Exec) -> String {
     format!("{:02}@{:08}#{}", e.0, e.1, e.2)
@@ -54,28 +51,8 @@ pub fn request_key(e: Exec) -> String {
     format!("requests/{}", exec_key(e))
 }
 
-/// How an execution ended, as its closed claim and its record say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Outcome {
-    Ran,
-    Lost,
-    Missed,
-}
-
-/// What the simulated keys hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
-    /// A claim as its winner wrote it.
-    Taken { worker: usize },
-    /// A closed claim.
-    Closed(Outcome),
-    /// An inflight key: the execution it names is looked after by the session's worker.
-    Inflight(Exec),
-    /// A run request for the execution its key names.
-    Request,
-}
-
 use crate::etcd::{Compare, LeaseId, Op, Txn};
+pub use crate::value::{Exec, Outcome, Value};
 
 /// Free → Taken{w}: the claim, with the inflight key on `w`'s session.
 #[must_use]

@@ -12,13 +12,12 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::keeper::ChildSetup;
+use crate::child::{set_up, ChildSetup};
 use crate::live_output::LiveOutput;
-use crate::run_as::{self, Account};
 use crate::task_netns::{self, ShellNetwork};
 use crate::task_uids::TaskAccount;
 use etcron_common::job::Limits;
-use nix::sys::resource::{getrlimit, setrlimit, Resource};
+use nix::sys::resource::{getrlimit, Resource};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
@@ -397,20 +396,6 @@ fn set_up_keeper(cmd: &mut Command, network: ShellNetwork, fds: [std::os::fd::Ra
             Ok(())
         });
     }
-}
-
-/// Sets `rlimits` and takes on `account`, in a forked child before it execs the shell (the
-/// worker's own, or a keeper's). Limits come first: the hard ones may be raised only while the
-/// child is still root. Only setrlimit(2), setgroups(2), setgid(2) and setuid(2): safe between
-/// fork and exec (a failure is the raw errno; nothing allocates).
-pub(crate) fn set_up(rlimits: &[(Resource, u64, u64)], account: Option<&Account>) -> std::io::Result<()> {
-    for &(resource, soft, hard) in rlimits {
-        setrlimit(resource, soft, hard)?;
-    }
-    if let Some(account) = account {
-        run_as::become_account(account)?;
-    }
-    Ok(())
 }
 
 /// What a failed shell task's record says about its `limits`: which one it hit when that can be

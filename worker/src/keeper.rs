@@ -31,6 +31,7 @@ use nix::libc;
 use nix::sys::resource::Resource;
 use nix::unistd::{Gid, Uid};
 
+use crate::child::ChildSetup;
 use crate::run_as::Account;
 
 /// The first argument that makes `etcron-worker` a keeper.
@@ -119,14 +120,6 @@ fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime(2) with a valid out pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) };
     u64::try_from(now.tv_sec).unwrap_or(0).saturating_mul(1_000_000_000) + u64::try_from(now.tv_nsec).unwrap_or(0)
-}
-
-/// What the keeper sets up for the shell, as the worker decided it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ChildSetup {
-    /// `(resource, soft, hard)`.
-    pub rlimits: Vec<(Resource, u64, u64)>,
-    pub account: Option<Account>,
 }
 
 /// A command that runs `/bin/sh -c command` under a keeper set up as `setup` says; `None` when
@@ -244,7 +237,7 @@ pub fn keep(args: &[OsString]) -> ! {
             if libc::getppid() != me.as_raw() {
                 libc::_exit(ENDED);
             }
-            crate::executor::set_up(&setup.rlimits, setup.account.as_ref())
+            crate::child::set_up(&setup.rlimits, setup.account.as_ref())
         });
     }
     let child = match shell.spawn() {

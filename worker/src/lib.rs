@@ -6,6 +6,7 @@ pub mod backfill;
 pub mod batcher;
 pub mod calendars;
 pub mod catchup;
+pub mod child;
 pub mod close;
 pub mod config;
 pub mod decide;
