@@ -65,6 +65,9 @@ impl Setup {
                     }
                 }
             }
+            if !unaccounted.is_empty() {
+                eprintln!("unaccounted so far: {unaccounted:?}");
+            }
             unaccounted.is_empty().then_some((fired, missed_total))
         })
         .await;

@@ -120,7 +120,7 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     ),
     claims: counter_vec(
         "etcron_worker_claims_total",
-        "Claim attempts by outcome (won, lost, taken_seen, taken, blocked, unknown, unknown_won, unknown_orphaned, unknown_unresolved).",
+        "Claim attempts by outcome (won, lost, taken_seen, taken, blocked, unknown, unknown_won, unknown_orphaned, won_orphaned, unknown_unresolved).",
         &["outcome"],
     ),
     lateness: histogram(

@@ -349,6 +349,15 @@ pub(crate) async fn settle_outcome(
                     replace_running(ctx, &old, id);
                 }
             }
+            // Won, but the session that claimed it ended before etcd answered (a leader change
+            // can keep the lease alive in etcd past this worker's deadline): its task's keeper
+            // would end it at once, and the loss handling owns the claim. Not run: closed missed.
+            if *ctx.lease.borrow() != Some(won.lease) {
+                METRICS.claims.with_label_values(&["won_orphaned"]).inc();
+                tracing::warn!(scheduled_ms = fire.scheduled_ms, fencing_token, "claim won after this worker's session ended: not running it");
+                record_orphan(ctx, fire, won, fencing_token).await;
+                return None;
+            }
             Some(fencing_token)
         }
         ClaimOutcome::Blocked { fencing_token, holder } => {
@@ -379,6 +388,13 @@ pub(crate) async fn settle_outcome(
             // The txn may have committed (etcd lost the answer, not the write): then the tick is
             // ours and nobody else may run it, so it must run here, late, or never at all.
             match resolve_unknown_claim(ctx, fire, won).await {
+                Resolved::Ours(token) if *ctx.lease.borrow() != Some(won.lease) => {
+                    // etcd kept the session (a leader change extends leases), this worker did not.
+                    METRICS.claims.with_label_values(&["won_orphaned"]).inc();
+                    tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown and the claim is ours, but this worker's session ended meanwhile: not running it");
+                    record_orphan(ctx, fire, won, token).await;
+                    None
+                }
                 Resolved::Ours(token) => {
                     METRICS.claims.with_label_values(&["unknown_won"]).inc();
                     tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown, but the claim is ours: running the tick late");
