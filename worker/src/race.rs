@@ -354,7 +354,11 @@ pub(crate) async fn settle_outcome(
             // would end it at once, and the loss handling owns the claim. Not run: closed missed.
             if *ctx.lease.borrow() != Some(won.lease) {
                 METRICS.claims.with_label_values(&["won_orphaned"]).inc();
-                tracing::warn!(scheduled_ms = fire.scheduled_ms, fencing_token, "claim won after this worker's session ended: not running it");
+                tracing::warn!(
+                    scheduled_ms = fire.scheduled_ms,
+                    fencing_token,
+                    "claim won after this worker's session ended: not running it"
+                );
                 record_orphan(ctx, fire, won, fencing_token).await;
                 return None;
             }
