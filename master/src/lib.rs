@@ -18,6 +18,7 @@ pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod pause_expiry;
+pub mod query;
 pub mod stream;
 pub mod team_policy;
 pub mod web;

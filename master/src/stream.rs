@@ -261,11 +261,11 @@ async fn coming(st: &AppState, id: &ExecutionId) -> ApiResult<bool> {
 
 /// `?after=N`: the output offset a reconnecting client resumes at (0 without it).
 fn after_offset(query: Option<&str>) -> ApiResult<u64> {
-    let params = crate::api::query::Params::parse(query, &["after"])?;
+    let params = crate::query::Params::parse(query, &["after"])?;
     let mut after = 0;
     for (_, value) in params.iter() {
         after = value.parse().map_err(|_| {
-            crate::api::query::invalid("after", format!("{value:?} is not an output offset (a whole number of bytes)"))
+            crate::query::invalid("after", format!("{value:?} is not an output offset (a whole number of bytes)"))
         })?;
     }
     Ok(after)

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::backend::AppState;
 use crate::error::{records, ApiResult};
 
-use super::query::{self, Params};
+use crate::query::{self, Params};
 
 /// Parameters `GET /api/audit` accepts.
 pub(super) const AUDIT_PARAMS: [&str; 7] = ["job", "actor", "action", "since", "until", "limit", "cursor"];

@@ -18,7 +18,7 @@ use crate::backend::AppState;
 use crate::error::ApiError;
 use crate::error::{records, store_error, ApiResult};
 
-use super::query::{self, Params};
+use crate::query::{self, Params};
 
 /// Parameters `GET /api/executions` accepts.
 pub(super) const SEARCH_PARAMS: [&str; 10] =

@@ -31,7 +31,7 @@ use crate::job_store::commands::{stored_pause, Paused, Resumed, StoredJob};
 use crate::job_store::{Change, Origin, Precondition, Write, Written};
 
 use super::http::*;
-use super::query::{self, Params};
+use crate::query::{self, Params};
 
 /// Parameters `GET /api/jobs` accepts.
 pub(super) const LIST_PARAMS: [&str; 1] = ["team"];

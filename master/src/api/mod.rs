@@ -23,7 +23,6 @@ mod history;
 mod http;
 mod jobs;
 mod notifications;
-pub(crate) mod query;
 mod schedule;
 mod workers;
 

@@ -9,9 +9,9 @@ use etcron_common::notify::NotifyEvent;
 use etcron_common::store::{NotificationSearch, DEFAULT_LIMIT, MAX_LIMIT};
 use serde_json::{json, Value};
 
-use super::query::{self, Params};
 use crate::backend::AppState;
 use crate::error::ApiResult;
+use crate::query::{self, Params};
 
 /// Parameters `GET /api/notifications` accepts.
 pub const PARAMS: [&str; 4] = ["job", "execution", "event", "limit"];

@@ -7,11 +7,11 @@ use etcron_common::schedule::{format_in, Schedule, ScheduleError, MAX_AT_MS};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use serde_json::{json, Value};
 
-use super::query::{self, Params};
 use crate::backend::AppState;
 use crate::error::etcd;
 use crate::error::ApiError;
 use crate::error::ApiResult;
+use crate::query::{self, Params};
 use axum::extract::State;
 use etcron_common::calendar::Calendar;
 use etcron_common::schedule::Tz;
