@@ -11,6 +11,7 @@ pub mod config;
 pub mod decide;
 pub mod execution;
 pub mod executor;
+pub mod failpoint;
 pub mod fire;
 pub mod grpc_task;
 pub mod health;

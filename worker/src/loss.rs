@@ -113,8 +113,11 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     } else {
         tokio::time::sleep(loss_grace(&ctx.config)).await;
     }
+    let mut closed = 0usize;
     for held in held_at(&ctx, &departed, revision - 1).await {
-        settle_lost(&ctx, &departed, revision, held).await;
+        if settle_lost(&ctx, &departed, revision, held, closed == 0).await {
+            closed += 1;
+        }
     }
     note_departure_window(&ctx, noticed);
 }
@@ -252,13 +255,13 @@ async fn still_held_retried(
 
 /// Closes one execution of a departed worker as `lost` (with its failover rerun or
 /// `on_failure` requests), unless its worker or another survivor closed it first.
-async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExecution) {
+async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExecution, first: bool) -> bool {
     let HeldExecution { id, fencing_token, held, trigger, scheduled_ms, started_at, params } = held;
     let claim_key = ctx.keys.claim(&id);
     let (held, params, held_now) = match still_held_retried(ctx, departed, &claim_key, fencing_token, &held).await {
         Some(None) => {
             tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
-            return;
+            return false;
         }
         Some(Some((held_now, from_claim))) => (held_now, from_claim.unwrap_or(params), Some(true)),
         None => (held, params, None),
@@ -313,7 +316,7 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
             }
             ClaimOutcome::Lost => {
                 tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
-                return;
+                return false;
             }
             ClaimOutcome::Unknown(e) => {
                 tracing::warn!(execution_id = %id, error = %e, "recording a lost execution: outcome unknown; retrying");
@@ -323,7 +326,10 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
     }
     if !won {
         tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim stays running");
-        return;
+        return false;
+    }
+    if first {
+        crate::failpoint::hit(crate::failpoint::LOST_AFTER_FIRST_CLOSE);
     }
     log_record(&record, 0);
     if let Some(spec) = &spec {
@@ -334,4 +340,5 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
         // Its lock went with the session: the oldest execution waiting gets it now.
         crate::queue::pump(ctx, &id.job, &id.part, None).await;
     }
+    true
 }

@@ -58,6 +58,11 @@ fn main() -> std::process::ExitCode {
         eprintln!("etcron-worker: cannot supervise shell tasks (a pipe and a shared page for their keepers): {e}");
         return std::process::ExitCode::from(2);
     }
+    // Test-only crash points (docs/testing.md), read before the environment is scrubbed.
+    if let Err(e) = etcron_worker::failpoint::init() {
+        eprintln!("etcron-worker: {e}");
+        return std::process::ExitCode::from(2);
+    }
     // Before any thread starts: tasks running as the worker's uid cannot read its memory, its
     // descriptors or its environment in /proc, and its credentials leave its environment block.
     if let Err(e) = etcron_common::harden::harden_process() {
@@ -153,6 +158,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
             .with_context(|| format!("metrics_listen: binding {addr}"))?;
     }
     tracing::info!(worker_id = %config.worker_id, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, capacity = config.capacity, "etcron-worker starting");
+    if !etcron_worker::failpoint::armed().is_empty() {
+        tracing::warn!(failpoints = ?etcron_worker::failpoint::armed(), "test-only failpoints armed ({}): this worker kills itself when it reaches one", etcron_worker::failpoint::ENV);
+    }
     if config.shell_task_network.isolated() {
         tracing::info!(shell_task_network = %config.shell_task_network, "task network isolation is on: each shell task runs in a network namespace of its own (only its loopback); its progress reports go through its output lines");
     }

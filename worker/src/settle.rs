@@ -43,6 +43,7 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
     extra.extend(crate::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
     match claim::claim_done(&ctx.client, &ctx.keys.claim(&fire.id), to_json(&claim), lease, extra).await {
         ClaimOutcome::Won { fencing_token, .. } | ClaimOutcome::Blocked { fencing_token, .. } => {
+            crate::failpoint::hit(crate::failpoint::NOT_RUN_AFTER_CLOSE);
             submit_not_run(ctx, fire, status, reason, fencing_token);
             true
         }
