@@ -380,3 +380,57 @@ async fn a_task_that_finished_while_etcd_was_out_of_reach_is_closed_late_and_not
     assert_eq!(lines().matches("start").count(), 1, "{}", lines());
     Ok(())
 }
+
+/// The value and create revision of each claim of `job` in etcd, by execution id.
+async fn claims_of(c: &Cluster, job: &str) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let opts = etcd_client::GetOptions::new().with_prefix();
+    let resp = c.etcd.client().await?.get(keys.job_claims_prefix(job), Some(opts)).await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|kv| match keys.parse(kv.key()) {
+            Some(etcron_common::keys::Key::Claim(id)) => {
+                Some((id.to_string(), serde_json::from_slice(kv.value()).unwrap_or_default()))
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// `GET /api/executions/{id}` once it exists.
+async fn record_of(c: &Cluster, id: &str) -> Option<serde_json::Value> {
+    c.get(&format!("/api/executions/{}", etcron_tests::urlencode(id))).await.ok()
+}
+
+/// A worker killed right after its claim transaction closed a tick `skipped`, before the record
+/// went to its journal: the record was made durable before the claim closed, so it reaches
+/// MongoDB once the worker is back (same data dir).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_not_run_record_survives_its_worker_dying_right_after_the_close() -> anyhow::Result<()> {
+    use etcron_tests::WorkerOpts;
+    let mut c = Cluster::start("failover-not-run-crash", 0).await?;
+    let mut opts = WorkerOpts::new("w1");
+    opts.env.push(("ETCRON_FAILPOINT".to_owned(), "not_run_after_close".to_owned()));
+    c.add_worker(opts)?;
+    c.wait_workers(1).await?;
+    // Declared disabled and firing every second: each tick is recorded `skipped` by the one worker.
+    let spec = json!({"schedule": "* * * * * *", "enabled": false, "task": {"kind": "shell", "command": "true"}});
+    c.put_job("off", spec).await?;
+    c.workers[0].proc.wait_exit(Duration::from_secs(20))?;
+    assert!(c.workers[0].proc.log_text().contains("failpoint reached"), "the worker died at the failpoint");
+    let closed = claims_of(&c, "off").await?;
+    assert!(!closed.is_empty() && closed.iter().all(|(_, v)| v["status"] == "skipped"), "{closed:?}");
+    c.workers[0].opts.env.clear();
+    c.workers[0].restart()?;
+    for (id, _) in &closed {
+        let record = wait_for(Duration::from_secs(30), &format!("the record of {id}"), || record_of(&c, id)).await;
+        if record.is_err() {
+            c.dump_logs();
+        }
+        let record = record?;
+        assert_eq!(record["status"], "skipped", "{record}");
+        assert_eq!(record["reason"], "job disabled (its spec says enabled: false)", "{record}");
+    }
+    Ok(())
+}

@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod metrics_server;
 pub mod notifier;
 pub mod progress;
+pub mod provisional;
 pub mod queue;
 pub mod race;
 pub mod record;

@@ -12,15 +12,15 @@ use etcd_client::EventType;
 use etcron_common::claim::{self, ClaimOutcome, Held};
 use etcron_common::keys::{ExecutionId, Key};
 use etcron_common::model::{Claim, ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind};
-use etcron_common::store::{RecordWrite, WriteMode};
+use etcron_common::store::WriteMode;
 use etcron_common::{now_ms, rfc3339_ms};
 
 use crate::close::CLOSE_FOR;
 use crate::config::Config;
 use crate::fire::{to_json, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
 use crate::membership::Departed;
-use crate::record::log_record;
 use crate::rules::after_loss;
+use crate::settle::deliver;
 use crate::state::Context;
 
 /// Longest grace the loss handling gives a departed worker.
@@ -104,7 +104,8 @@ async fn find_delete(ctx: &Context, worker: &str, seen: i64) -> Option<i64> {
 /// survivor waits `loss_grace`; a worker handling its own departure knows its pending closes
 /// and waits for them. What is still unclosed afterwards may not have finished: recorded lost.
 pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
-    if ctx.members.rank(&ctx.config.worker_id, &format!("lost/{departed}/{revision}")) != 0 {
+    let rank = ctx.members.rank(&ctx.config.worker_id, &format!("lost/{departed}/{revision}"));
+    if rank != 0 {
         return;
     }
     let noticed = now_ms();
@@ -113,13 +114,22 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     } else {
         tokio::time::sleep(loss_grace(&ctx.config)).await;
     }
+    let handler = Handler { departed: &departed, revision, rank };
     let mut closed = 0usize;
-    for held in held_at(&ctx, &departed, revision - 1).await {
-        if settle_lost(&ctx, &departed, revision, held, closed == 0).await {
+    for execution in held_at(&ctx, &departed, revision - 1).await {
+        if settle_lost(&ctx, &handler, execution, closed == 0).await {
             closed += 1;
         }
     }
     note_departure_window(&ctx, noticed);
+}
+
+/// Who handles a departure: the departed worker, the revision its registration was deleted at,
+/// and this survivor's rank for it (`0` first).
+struct Handler<'a> {
+    departed: &'a str,
+    revision: i64,
+    rank: usize,
 }
 
 /// An execution a departed worker held when its session ended.
@@ -208,8 +218,8 @@ async fn list_at(ctx: &Context, departed: &str, prefix: &str, revision: i64) -> 
 }
 
 /// Whether the claim is still as the departed worker's transaction left it (see
-/// `claim::Held`): read before its lost record is journaled, so that none is written for an
-/// execution the worker closed or never won. When it is, the claim as read (its value is what
+/// `claim::Held`): read before the lost close is tried, so that a later handler of the
+/// departure spends a read, not a transaction, on an execution closed already. When it is, the claim as read (its value is what
 /// the lost close compares) and the run's parameters it holds. `None` when etcd did not answer.
 async fn still_held(
     ctx: &Context,
@@ -254,17 +264,23 @@ async fn still_held_retried(
 }
 
 /// Closes one execution of a departed worker as `lost` (with its failover rerun or
-/// `on_failure` requests), unless its worker or another survivor closed it first.
-async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExecution, first: bool) -> bool {
-    let HeldExecution { id, fencing_token, held, trigger, scheduled_ms, started_at, params } = held;
+/// `on_failure` requests), unless its worker or another survivor closed it first; `true` when
+/// this survivor closed it. `first`: nothing was closed yet by this handling.
+async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecution, first: bool) -> bool {
+    let Handler { departed, revision, rank } = *handler;
+    let HeldExecution { id, fencing_token, held, trigger, scheduled_ms, started_at, params } = execution;
     let claim_key = ctx.keys.claim(&id);
-    let (held, params, held_now) = match still_held_retried(ctx, departed, &claim_key, fencing_token, &held).await {
-        Some(None) => {
+    let (held, params) = match still_held_retried(ctx, departed, &claim_key, fencing_token, &held).await {
+        Some(None) if rank == 0 => {
             tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
             return false;
         }
-        Some(Some((held_now, from_claim))) => (held_now, from_claim.unwrap_or(params), Some(true)),
-        None => (held, params, None),
+        Some(None) => {
+            tracing::debug!(execution_id = %id, worker = %departed, rank, "execution of a departed worker was closed already");
+            return false;
+        }
+        Some(Some((held_now, from_claim))) => (held_now, from_claim.unwrap_or(params)),
+        None => (held, params),
     };
     let scheduled_ms = params.as_of_ms.or(scheduled_ms).unwrap_or_else(now_ms);
     let claim = Claim::closed(Status::Lost);
@@ -291,12 +307,11 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
     record.reason = Some(reason);
     record.fencing_token = Some(fencing_token);
     record.params = params;
-    // Journaled before the claim is closed: should this worker die between the close and the
-    // record, the record still reaches MongoDB when it restarts. Only if no record exists: a
-    // late close by the departed worker writes the run's own record over it.
-    if held_now == Some(true) {
-        ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: record.clone() });
-    }
+    // Durable before the claim closes, submitted only once the close is this survivor's: one
+    // killed between the close and the journal delivers it at its next start, and one that
+    // finds the execution closed by somebody else (an earlier handler, the departed worker
+    // itself, late) writes nothing.
+    let pending = ctx.provisional.write(&claim_key, &record);
     // Close the execution's claim (still as its winner wrote it) as done/lost: recorded once,
     // whichever survivors try, and never after its worker closed it. The rerun request rides
     // in the same txn.
@@ -315,6 +330,7 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
                 break;
             }
             ClaimOutcome::Lost => {
+                ctx.provisional.remove(pending);
                 tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
                 return false;
             }
@@ -325,17 +341,17 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
         }
     }
     if !won {
-        tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim stays running");
+        // Its close may have been applied: the settle loop looks once etcd answers, and the
+        // survivors ranked after this one try the close again.
+        ctx.provisional.release(pending);
+        tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim may stay running");
         return false;
     }
     if first {
         crate::failpoint::hit(crate::failpoint::LOST_AFTER_FIRST_CLOSE);
     }
-    log_record(&record, 0);
-    if let Some(spec) = &spec {
-        ctx.notifier.record(spec, &record);
-    }
-    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+    deliver(ctx, spec.as_deref(), record, WriteMode::Replace);
+    ctx.provisional.remove(pending);
     if spec.is_some_and(|s| s.concurrency == etcron_common::job::Concurrency::Queue) {
         // Its lock went with the session: the oldest execution waiting gets it now.
         crate::queue::pump(ctx, &id.job, &id.part, None).await;

@@ -82,6 +82,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .context("mongodb_uri")?;
     let spool = etcron_worker::log_sink::Spool::open(&config.data_dir)
         .with_context(|| format!("opening the record spool in {}", config.data_dir.display()))?;
+    let provisional = etcron_worker::provisional::Provisional::open(&config.data_dir)
+        .with_context(|| format!("opening the provisional records in {}", config.data_dir.display()))?;
     let (sink_stop_tx, sink_stop) = watch::channel(false);
     let notifier = etcron_worker::notifier::Notifier::start(
         config.notify.clone(),
@@ -130,6 +132,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         closing: etcron_worker::state::Pending::default(),
         slots: Arc::new(etcron_worker::slots::Slots::new(config.capacity as usize)),
         sink,
+        provisional,
         jobs: etcron_worker::state::JobTable::default(),
         paused: etcron_worker::state::PauseTable::default(),
         calendars: etcron_worker::calendars::CalendarTable::default(),
@@ -149,6 +152,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         task_network: Arc::new(task_network(&config, &[bound, progress_bound])),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
+    tokio::spawn(etcron_worker::settle::provisional_loop(ctx.clone()));
     tokio::spawn(etcron_worker::alerts::stale_loop(ctx.clone()));
     etcron_worker::metrics::init(config.capacity);
     etcron_worker::task_network::init_metrics();
