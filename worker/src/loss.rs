@@ -2,7 +2,8 @@
 //! running markers, read as of the revision before its lease expired) are recorded `lost` with
 //! their failover rerun or `on_failure` jobs, a grace period after the departure, unless their
 //! worker closed them first; then every job's ticks the departed worker may have left
-//! unsettled are swept.
+//! unsettled are swept. Up to three survivors handle each departure, one after another, so a
+//! handler that dies midway leaves the rest to the next.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use crate::close::CLOSE_FOR;
 use crate::config::Config;
 use crate::fire::{to_json, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
 use crate::membership::Departed;
+use crate::metrics::METRICS;
 use crate::rules::after_loss;
 use crate::settle::deliver;
 use crate::state::Context;
@@ -51,7 +53,10 @@ pub async fn departed(ctx: Arc<Context>, worker: String, departed: Departed) {
 
 /// The departed worker was the first-ranked one for some ticks, the one to record them
 /// `missed` had nobody claimed them; it may have died before it could. Notes every job's ticks
-/// since it may have stopped answering (its lease expired a TTL after that) for a sweep.
+/// since it may have stopped answering (its lease expired a TTL after that) for a sweep. Noted
+/// by each handler of the departure (and by every survivor when the departure's revision is
+/// unknown): the sweeps settle each tick through its claim key, so several sweepers record or
+/// catch up a tick once.
 fn note_departure_window(ctx: &Context, noticed: i64) {
     let ttl = i64::try_from(ctx.config.session_ttl.as_millis()).unwrap_or(i64::MAX / 4);
     let missed_after = i64::try_from(MISSED_AFTER.as_millis()).unwrap_or(0);
@@ -94,18 +99,35 @@ async fn find_delete(ctx: &Context, worker: &str, seen: i64) -> Option<i64> {
     found
 }
 
+/// How many survivors handle each departure: the first-ranked one, and the next ones in case it
+/// dies (or stalls) midway.
+pub const LOSS_HANDLERS: usize = 3;
+
+/// How much later than the survivor ranked before it each further handler of a departure
+/// starts (after the grace): long enough for the first-ranked one to have closed everything
+/// in the usual case (a claim read and a transaction per execution), so the later ones find
+/// every execution closed at the cost of one read each; short enough that a departure whose
+/// first handler died is finished by the next one about 10 s later.
+pub const LOSS_RESUME_DELAY: Duration = Duration::from_secs(10);
+
 /// Records `lost` for executions that ran on a worker whose session ended (its registration
 /// was deleted at `revision` by lease expiry), and requests their failover rerun when the job
-/// says `on_worker_loss: rerun`. Only the first-ranked survivor does it.
+/// says `on_worker_loss: rerun`.
 ///
 /// It first gives the departed worker a chance to close its own claims: a worker whose session
 /// ended while etcd was out of its reach (a stall, a partition) closes the claims of the tasks
 /// that finished as soon as etcd answers it again, and a run closed that way is not lost. A
 /// survivor waits `loss_grace`; a worker handling its own departure knows its pending closes
 /// and waits for them. What is still unclosed afterwards may not have finished: recorded lost.
+///
+/// Resumable: the survivors ranked first to `LOSS_HANDLERS`th for the departure each handle it,
+/// rank `r` starting `r × LOSS_RESUME_DELAY` after the first. Every close is guarded by the
+/// claim (`claim::mark_lost`), and a record is submitted only by the survivor whose close took
+/// (`provisional`), so a later handler only finishes what an earlier one left — one that died
+/// midway, or is slow — and says so (`etcron_worker_departures_resumed_total`).
 pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     let rank = ctx.members.rank(&ctx.config.worker_id, &format!("lost/{departed}/{revision}"));
-    if rank != 0 {
+    if rank >= LOSS_HANDLERS {
         return;
     }
     let noticed = now_ms();
@@ -114,13 +136,23 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     } else {
         tokio::time::sleep(loss_grace(&ctx.config)).await;
     }
+    tokio::time::sleep(LOSS_RESUME_DELAY * u32::try_from(rank).unwrap_or(u32::MAX)).await;
     let handler = Handler { departed: &departed, revision, rank };
+    let held = held_at(&ctx, &departed, revision - 1).await;
+    let total = held.len();
     let mut closed = 0usize;
-    for execution in held_at(&ctx, &departed, revision - 1).await {
+    for execution in held {
         if settle_lost(&ctx, &handler, execution, closed == 0).await {
             closed += 1;
         }
     }
+    if rank > 0 && closed > 0 {
+        tracing::info!(worker = %departed, revision, rank, closed, held = total, "finished the resumed handling of a departure");
+    } else if rank > 0 {
+        tracing::debug!(worker = %departed, revision, rank, held = total, "a departure's handling was complete");
+    }
+    // Each handler notes the window (the first may have died before sweeping it): the sweeps
+    // settle each tick through its claim key, so a later one mostly finds them settled.
     note_departure_window(&ctx, noticed);
 }
 
@@ -348,6 +380,10 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
         return false;
     }
     if first {
+        if rank > 0 {
+            METRICS.departures_resumed.inc();
+            tracing::info!(worker = %departed, revision, rank, execution_id = %id, "resuming the handling of a departure: an execution of the departed worker was still unclosed (the survivor ranked before this one died or is slow)");
+        }
         crate::failpoint::hit(crate::failpoint::LOST_AFTER_FIRST_CLOSE);
     }
     deliver(ctx, spec.as_deref(), record, WriteMode::Replace);

@@ -41,6 +41,9 @@ pub struct WorkerMetrics {
     /// Re-lists of a watched prefix after the first list (compaction, error, stream closed).
     pub watch_resyncs: IntCounterVec,
     pub lease_losses: IntCounter,
+    /// Departures whose handling a survivor ranked after the first found unfinished (an
+    /// execution of the departed worker still unclosed): the first handler died or was slow.
+    pub departures_resumed: IntCounter,
     /// Provisional records (written before a claim this worker closes) waiting for the settle
     /// loop: left by a crash, or by a close etcd did not answer.
     pub provisional_waiting: IntGauge,
@@ -157,6 +160,10 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     lease_losses: counter(
         "etcron_worker_session_lease_losses_total",
         "Session leases this worker lost (its running executions were stopped).",
+    ),
+    departures_resumed: counter(
+        "etcron_worker_departures_resumed_total",
+        "Departures whose handling a survivor ranked after the first found unfinished (the first handler died or was slow).",
     ),
     provisional_waiting: gauge(
         "etcron_worker_provisional_records",
@@ -342,6 +349,7 @@ mod tests {
             "etcron_worker_running_executions",
             "etcron_worker_capacity 4",
             "etcron_worker_session_lease_losses_total",
+            "etcron_worker_departures_resumed_total",
             "etcron_worker_provisional_records",
             "etcron_worker_provisional_record_errors_total",
             "etcron_worker_log_sink_queue_length",
