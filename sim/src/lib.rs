@@ -12,10 +12,11 @@
 //! the read-back of an unknown answer, the close, the loss handling, the not-run record, the
 //! run request — so it checks the protocol, and a bug re-introduced in the model ([`Holes`]) is
 //! found by a seed; the worker's modules do not run in it. Where the model is ahead of the
-//! worker: a departure is handled by ranks 0..=2 (the worker: rank 0), a not-run record is
-//! durable before its claim closes (the worker: journaled after), and a periodic sweep closes
-//! claims left taken by an ended session whose handlers all died (the worker has none; the
-//! simulation found that case at seed 2 of the first run, ranks 0..=2 alone do not cover it).
+//! worker: a periodic sweep closes claims left taken by an ended session whose departure's
+//! handlers all died (the worker has none: its ranks 0..=2 handle a departure, and the
+//! simulation found, at seed 2 of its first run, that three handlers dying leave the same hole;
+//! rare, as it needs every one of them to die within the handling). The not-run record made
+//! durable before its close and the departure handled by ranks 0..=2 are the worker's too.
 
 pub mod check;
 pub mod etcd;

@@ -380,3 +380,148 @@ async fn a_task_that_finished_while_etcd_was_out_of_reach_is_closed_late_and_not
     assert_eq!(lines().matches("start").count(), 1, "{}", lines());
     Ok(())
 }
+
+/// The value and create revision of each claim of `job` in etcd, by execution id.
+async fn claims_of(c: &Cluster, job: &str) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let opts = etcd_client::GetOptions::new().with_prefix();
+    let resp = c.etcd.client().await?.get(keys.job_claims_prefix(job), Some(opts)).await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|kv| match keys.parse(kv.key()) {
+            Some(etcron_common::keys::Key::Claim(id)) => {
+                Some((id.to_string(), serde_json::from_slice(kv.value()).unwrap_or_default()))
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// `GET /api/executions/{id}` once it exists.
+async fn record_of(c: &Cluster, id: &str) -> Option<serde_json::Value> {
+    c.get(&format!("/api/executions/{}", etcron_tests::urlencode(id))).await.ok()
+}
+
+/// A worker killed right after its claim transaction closed a tick `skipped`, before the record
+/// went to its journal: the record was made durable before the claim closed, so it reaches
+/// MongoDB once the worker is back (same data dir).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_not_run_record_survives_its_worker_dying_right_after_the_close() -> anyhow::Result<()> {
+    use etcron_tests::WorkerOpts;
+    let mut c = Cluster::start("failover-not-run-crash", 0).await?;
+    let mut opts = WorkerOpts::new("w1");
+    opts.env.push(("ETCRON_FAILPOINT".to_owned(), "not_run_after_close".to_owned()));
+    c.add_worker(opts)?;
+    c.wait_workers(1).await?;
+    // Declared disabled and firing every second: each tick is recorded `skipped` by the one worker.
+    let spec = json!({"schedule": "* * * * * *", "enabled": false, "task": {"kind": "shell", "command": "true"}});
+    c.put_job("off", spec).await?;
+    c.workers[0].proc.wait_exit(Duration::from_secs(20))?;
+    assert!(c.workers[0].proc.log_text().contains("failpoint reached"), "the worker died at the failpoint");
+    let closed = claims_of(&c, "off").await?;
+    assert!(!closed.is_empty() && closed.iter().all(|(_, v)| v["status"] == "skipped"), "{closed:?}");
+    c.workers[0].opts.env.clear();
+    c.workers[0].restart()?;
+    for (id, _) in &closed {
+        let record = wait_for(Duration::from_secs(30), &format!("the record of {id}"), || record_of(&c, id)).await;
+        if record.is_err() {
+            c.dump_logs();
+        }
+        let record = record?;
+        assert_eq!(record["status"], "skipped", "{record}");
+        assert_eq!(record["reason"], "job disabled (its spec says enabled: false)", "{record}");
+    }
+    Ok(())
+}
+
+/// The survivor handling a departure dies after closing the first of the departed worker's two
+/// executions: the next-ranked survivor, a resume delay later, closes the other. Every survivor
+/// carries the failpoint (which one ranks first is not known before the departure), so the
+/// second handler dies too after its one close; the third finds nothing left. Both executions
+/// end `lost` with their records (from the handlers' data dirs once they are back), and both
+/// failover reruns run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_survivor_dying_midway_through_a_departure_leaves_the_rest_to_the_next() -> anyhow::Result<()> {
+    use etcron_tests::WorkerOpts;
+    let mut c = Cluster::start("failover-resume-loss", 0).await?;
+    let pooled = |id: &str| {
+        let mut opts = WorkerOpts::new(id);
+        opts.labels.insert("pool".to_owned(), "p".to_owned());
+        opts
+    };
+    c.add_worker(pooled("doomed"))?;
+    c.wait_workers(1).await?;
+    let runs = c.path("runs.log");
+    let cmd = format!(
+        "echo \"start $ETCRON_JOB $ETCRON_ATTEMPT $ETCRON_WORKER_ID\" >> {f}; if [ \"$ETCRON_ATTEMPT\" = 1 ]; then sleep 300; fi",
+        f = runs.display()
+    );
+    let mut first = Vec::new();
+    for job in ["long-a", "long-b"] {
+        let spec = json!({"schedule": "@yearly", "selector": {"pool": "p"}, "task": {"kind": "shell", "command": cmd}});
+        c.put_job(job, spec).await?;
+        let (_, run) = c.call(reqwest::Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
+        first.push(run["execution_id"].as_str().unwrap().to_owned());
+    }
+    let started = |n: usize| {
+        let text = std::fs::read_to_string(&runs).unwrap_or_default();
+        async move { (text.lines().filter(|l| l.ends_with(" 1 doomed")).count() == n).then_some(()) }
+    };
+    wait_for(Duration::from_secs(20), "both runs to start on the doomed worker", || started(2)).await?;
+    for id in ["s1", "s2", "s3"] {
+        let mut opts = pooled(id);
+        opts.env.push(("ETCRON_FAILPOINT".to_owned(), "lost_after_first_close".to_owned()));
+        c.add_worker(opts)?;
+    }
+    c.wait_workers(4).await?;
+    c.workers[0].proc.kill9();
+
+    let both_lost = wait_for(Duration::from_secs(60), "both claims of the dead worker closed lost", || async {
+        let mut lost = 0;
+        for job in ["long-a", "long-b"] {
+            let claims = claims_of(&c, job).await.ok()?;
+            lost += claims.iter().filter(|(id, v)| first.contains(id) && v["status"] == "lost").count();
+        }
+        (lost == 2).then_some(())
+    })
+    .await;
+    if both_lost.is_err() {
+        c.dump_logs();
+    }
+    both_lost?;
+    // The two handlers that closed one each died at the failpoint; bring them back.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let dead: Vec<usize> = loop {
+        let dead: Vec<usize> = (1..c.workers.len()).filter(|&i| !c.workers[i].proc.running()).collect();
+        if dead.len() == 2 || std::time::Instant::now() > deadline {
+            break dead;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(dead.len(), 2, "two handlers died at the failpoint, the third found nothing left");
+    let resumed =
+        c.workers.iter().filter(|w| w.proc.log_text().contains("resuming the handling of a departure")).count();
+    assert_eq!(resumed, 1, "the second handler logged that it found work left");
+    for i in dead {
+        c.workers[i].opts.env.clear();
+        c.workers[i].restart()?;
+    }
+    for id in &first {
+        let lost = wait_for(Duration::from_secs(30), &format!("the lost record of {id}"), || async {
+            record_of(&c, id).await.filter(|r| r["status"] == "lost")
+        })
+        .await?;
+        assert_eq!(lost["worker_id"], "doomed", "{lost}");
+        assert!(lost["reason"].as_str().unwrap_or("").contains("worker doomed lost its session"), "{lost}");
+        let rerun = id.replace("#1", "#2");
+        let done = wait_for(Duration::from_secs(30), &format!("the failover rerun {rerun}"), || async {
+            record_of(&c, &rerun).await.filter(|r| r["status"] == "succeeded")
+        })
+        .await?;
+        assert_eq!(done["trigger"], "failover", "{done}");
+    }
+    let text = std::fs::read_to_string(&runs)?;
+    assert_eq!(text.lines().filter(|l| l.contains(" 2 s")).count(), 2, "one rerun each:\n{text}");
+    Ok(())
+}

@@ -2,7 +2,8 @@
 //! running markers, read as of the revision before its lease expired) are recorded `lost` with
 //! their failover rerun or `on_failure` jobs, a grace period after the departure, unless their
 //! worker closed them first; then every job's ticks the departed worker may have left
-//! unsettled are swept.
+//! unsettled are swept. Up to three survivors handle each departure, one after another, so a
+//! handler that dies midway leaves the rest to the next.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,15 +13,16 @@ use etcd_client::EventType;
 use etcron_common::claim::{self, ClaimOutcome, Held};
 use etcron_common::keys::{ExecutionId, Key};
 use etcron_common::model::{Claim, ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind};
-use etcron_common::store::{RecordWrite, WriteMode};
+use etcron_common::store::WriteMode;
 use etcron_common::{now_ms, rfc3339_ms};
 
 use crate::close::CLOSE_FOR;
 use crate::config::Config;
 use crate::fire::{to_json, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
 use crate::membership::Departed;
-use crate::record::log_record;
+use crate::metrics::METRICS;
 use crate::rules::after_loss;
+use crate::settle::deliver;
 use crate::state::Context;
 
 /// Longest grace the loss handling gives a departed worker.
@@ -51,7 +53,10 @@ pub async fn departed(ctx: Arc<Context>, worker: String, departed: Departed) {
 
 /// The departed worker was the first-ranked one for some ticks, the one to record them
 /// `missed` had nobody claimed them; it may have died before it could. Notes every job's ticks
-/// since it may have stopped answering (its lease expired a TTL after that) for a sweep.
+/// since it may have stopped answering (its lease expired a TTL after that) for a sweep. Noted
+/// by each handler of the departure (and by every survivor when the departure's revision is
+/// unknown): the sweeps settle each tick through its claim key, so several sweepers record or
+/// catch up a tick once.
 fn note_departure_window(ctx: &Context, noticed: i64) {
     let ttl = i64::try_from(ctx.config.session_ttl.as_millis()).unwrap_or(i64::MAX / 4);
     let missed_after = i64::try_from(MISSED_AFTER.as_millis()).unwrap_or(0);
@@ -94,17 +99,35 @@ async fn find_delete(ctx: &Context, worker: &str, seen: i64) -> Option<i64> {
     found
 }
 
+/// How many survivors handle each departure: the first-ranked one, and the next ones in case it
+/// dies (or stalls) midway.
+pub const LOSS_HANDLERS: usize = 3;
+
+/// How much later than the survivor ranked before it each further handler of a departure
+/// starts (after the grace): long enough for the first-ranked one to have closed everything
+/// in the usual case (a claim read and a transaction per execution), so the later ones find
+/// every execution closed at the cost of one read each; short enough that a departure whose
+/// first handler died is finished by the next one about 10 s later.
+pub const LOSS_RESUME_DELAY: Duration = Duration::from_secs(10);
+
 /// Records `lost` for executions that ran on a worker whose session ended (its registration
 /// was deleted at `revision` by lease expiry), and requests their failover rerun when the job
-/// says `on_worker_loss: rerun`. Only the first-ranked survivor does it.
+/// says `on_worker_loss: rerun`.
 ///
 /// It first gives the departed worker a chance to close its own claims: a worker whose session
 /// ended while etcd was out of its reach (a stall, a partition) closes the claims of the tasks
 /// that finished as soon as etcd answers it again, and a run closed that way is not lost. A
 /// survivor waits `loss_grace`; a worker handling its own departure knows its pending closes
 /// and waits for them. What is still unclosed afterwards may not have finished: recorded lost.
+///
+/// Resumable: the survivors ranked first to `LOSS_HANDLERS`th for the departure each handle it,
+/// rank `r` starting `r × LOSS_RESUME_DELAY` after the first. Every close is guarded by the
+/// claim (`claim::mark_lost`), and a record is submitted only by the survivor whose close took
+/// (`provisional`), so a later handler only finishes what an earlier one left — one that died
+/// midway, or is slow — and says so (`etcron_worker_departures_resumed_total`).
 pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
-    if ctx.members.rank(&ctx.config.worker_id, &format!("lost/{departed}/{revision}")) != 0 {
+    let rank = ctx.members.rank(&ctx.config.worker_id, &format!("lost/{departed}/{revision}"));
+    if rank >= LOSS_HANDLERS {
         return;
     }
     let noticed = now_ms();
@@ -113,10 +136,32 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     } else {
         tokio::time::sleep(loss_grace(&ctx.config)).await;
     }
-    for held in held_at(&ctx, &departed, revision - 1).await {
-        settle_lost(&ctx, &departed, revision, held).await;
+    tokio::time::sleep(LOSS_RESUME_DELAY * u32::try_from(rank).unwrap_or(u32::MAX)).await;
+    let handler = Handler { departed: &departed, revision, rank };
+    let held = held_at(&ctx, &departed, revision - 1).await;
+    let total = held.len();
+    let mut closed = 0usize;
+    for execution in held {
+        if settle_lost(&ctx, &handler, execution, closed == 0).await {
+            closed += 1;
+        }
     }
+    if rank > 0 && closed > 0 {
+        tracing::info!(worker = %departed, revision, rank, closed, held = total, "finished the resumed handling of a departure");
+    } else if rank > 0 {
+        tracing::debug!(worker = %departed, revision, rank, held = total, "a departure's handling was complete");
+    }
+    // Each handler notes the window (the first may have died before sweeping it): the sweeps
+    // settle each tick through its claim key, so a later one mostly finds them settled.
     note_departure_window(&ctx, noticed);
+}
+
+/// Who handles a departure: the departed worker, the revision its registration was deleted at,
+/// and this survivor's rank for it (`0` first).
+struct Handler<'a> {
+    departed: &'a str,
+    revision: i64,
+    rank: usize,
 }
 
 /// An execution a departed worker held when its session ended.
@@ -205,8 +250,8 @@ async fn list_at(ctx: &Context, departed: &str, prefix: &str, revision: i64) -> 
 }
 
 /// Whether the claim is still as the departed worker's transaction left it (see
-/// `claim::Held`): read before its lost record is journaled, so that none is written for an
-/// execution the worker closed or never won. When it is, the claim as read (its value is what
+/// `claim::Held`): read before the lost close is tried, so that a later handler of the
+/// departure spends a read, not a transaction, on an execution closed already. When it is, the claim as read (its value is what
 /// the lost close compares) and the run's parameters it holds. `None` when etcd did not answer.
 async fn still_held(
     ctx: &Context,
@@ -251,17 +296,23 @@ async fn still_held_retried(
 }
 
 /// Closes one execution of a departed worker as `lost` (with its failover rerun or
-/// `on_failure` requests), unless its worker or another survivor closed it first.
-async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExecution) {
-    let HeldExecution { id, fencing_token, held, trigger, scheduled_ms, started_at, params } = held;
+/// `on_failure` requests), unless its worker or another survivor closed it first; `true` when
+/// this survivor closed it. `first`: nothing was closed yet by this handling.
+async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecution, first: bool) -> bool {
+    let Handler { departed, revision, rank } = *handler;
+    let HeldExecution { id, fencing_token, held, trigger, scheduled_ms, started_at, params } = execution;
     let claim_key = ctx.keys.claim(&id);
-    let (held, params, held_now) = match still_held_retried(ctx, departed, &claim_key, fencing_token, &held).await {
-        Some(None) => {
+    let (held, params) = match still_held_retried(ctx, departed, &claim_key, fencing_token, &held).await {
+        Some(None) if rank == 0 => {
             tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
-            return;
+            return false;
         }
-        Some(Some((held_now, from_claim))) => (held_now, from_claim.unwrap_or(params), Some(true)),
-        None => (held, params, None),
+        Some(None) => {
+            tracing::debug!(execution_id = %id, worker = %departed, rank, "execution of a departed worker was closed already");
+            return false;
+        }
+        Some(Some((held_now, from_claim))) => (held_now, from_claim.unwrap_or(params)),
+        None => (held, params),
     };
     let scheduled_ms = params.as_of_ms.or(scheduled_ms).unwrap_or_else(now_ms);
     let claim = Claim::closed(Status::Lost);
@@ -288,12 +339,11 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
     record.reason = Some(reason);
     record.fencing_token = Some(fencing_token);
     record.params = params;
-    // Journaled before the claim is closed: should this worker die between the close and the
-    // record, the record still reaches MongoDB when it restarts. Only if no record exists: a
-    // late close by the departed worker writes the run's own record over it.
-    if held_now == Some(true) {
-        ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: record.clone() });
-    }
+    // Durable before the claim closes, submitted only once the close is this survivor's: one
+    // killed between the close and the journal delivers it at its next start, and one that
+    // finds the execution closed by somebody else (an earlier handler, the departed worker
+    // itself, late) writes nothing.
+    let pending = ctx.provisional.write(&claim_key, &record);
     // Close the execution's claim (still as its winner wrote it) as done/lost: recorded once,
     // whichever survivors try, and never after its worker closed it. The rerun request rides
     // in the same txn.
@@ -312,8 +362,9 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
                 break;
             }
             ClaimOutcome::Lost => {
+                ctx.provisional.remove(pending);
                 tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
-                return;
+                return false;
             }
             ClaimOutcome::Unknown(e) => {
                 tracing::warn!(execution_id = %id, error = %e, "recording a lost execution: outcome unknown; retrying");
@@ -322,16 +373,24 @@ async fn settle_lost(ctx: &Context, departed: &str, revision: i64, held: HeldExe
         }
     }
     if !won {
-        tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim stays running");
-        return;
+        // Its close may have been applied: the settle loop looks once etcd answers, and the
+        // survivors ranked after this one try the close again.
+        ctx.provisional.release(pending);
+        tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim may stay running");
+        return false;
     }
-    log_record(&record, 0);
-    if let Some(spec) = &spec {
-        ctx.notifier.record(spec, &record);
+    if first {
+        if rank > 0 {
+            METRICS.departures_resumed.inc();
+            tracing::info!(worker = %departed, revision, rank, execution_id = %id, "resuming the handling of a departure: an execution of the departed worker was still unclosed (the survivor ranked before this one died or is slow)");
+        }
+        crate::failpoint::hit(crate::failpoint::LOST_AFTER_FIRST_CLOSE);
     }
-    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
+    deliver(ctx, spec.as_deref(), record, WriteMode::Replace);
+    ctx.provisional.remove(pending);
     if spec.is_some_and(|s| s.concurrency == etcron_common::job::Concurrency::Queue) {
         // Its lock went with the session: the oldest execution waiting gets it now.
         crate::queue::pump(ctx, &id.job, &id.part, None).await;
     }
+    true
 }

@@ -58,6 +58,11 @@ fn main() -> std::process::ExitCode {
         eprintln!("etcron-worker: cannot supervise shell tasks (a pipe and a shared page for their keepers): {e}");
         return std::process::ExitCode::from(2);
     }
+    // Test-only crash points (docs/testing.md), read before the environment is scrubbed.
+    if let Err(e) = etcron_worker::failpoint::init() {
+        eprintln!("etcron-worker: {e}");
+        return std::process::ExitCode::from(2);
+    }
     // Before any thread starts: tasks running as the worker's uid cannot read its memory, its
     // descriptors or its environment in /proc, and its credentials leave its environment block.
     if let Err(e) = etcron_common::harden::harden_process() {
@@ -77,6 +82,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .context("mongodb_uri")?;
     let spool = etcron_worker::log_sink::Spool::open(&config.data_dir)
         .with_context(|| format!("opening the record spool in {}", config.data_dir.display()))?;
+    let provisional = etcron_worker::provisional::Provisional::open(&config.data_dir)
+        .with_context(|| format!("opening the provisional records in {}", config.data_dir.display()))?;
     let (sink_stop_tx, sink_stop) = watch::channel(false);
     let notifier = etcron_worker::notifier::Notifier::start(
         config.notify.clone(),
@@ -125,6 +132,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         closing: etcron_worker::state::Pending::default(),
         slots: Arc::new(etcron_worker::slots::Slots::new(config.capacity as usize)),
         sink,
+        provisional,
         jobs: etcron_worker::state::JobTable::default(),
         paused: etcron_worker::state::PauseTable::default(),
         calendars: etcron_worker::calendars::CalendarTable::default(),
@@ -144,6 +152,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         task_network: Arc::new(task_network(&config, &[bound, progress_bound])),
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
+    tokio::spawn(etcron_worker::settle::provisional_loop(ctx.clone()));
     tokio::spawn(etcron_worker::alerts::stale_loop(ctx.clone()));
     etcron_worker::metrics::init(config.capacity);
     etcron_worker::task_network::init_metrics();
@@ -153,6 +162,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
             .with_context(|| format!("metrics_listen: binding {addr}"))?;
     }
     tracing::info!(worker_id = %config.worker_id, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, capacity = config.capacity, "etcron-worker starting");
+    if !etcron_worker::failpoint::armed().is_empty() {
+        tracing::warn!(failpoints = ?etcron_worker::failpoint::armed(), "test-only failpoints armed ({}): this worker kills itself when it reaches one", etcron_worker::failpoint::ENV);
+    }
     if config.shell_task_network.isolated() {
         tracing::info!(shell_task_network = %config.shell_task_network, "task network isolation is on: each shell task runs in a network namespace of its own (only its loopback); its progress reports go through its output lines");
     }

@@ -41,6 +41,14 @@ pub struct WorkerMetrics {
     /// Re-lists of a watched prefix after the first list (compaction, error, stream closed).
     pub watch_resyncs: IntCounterVec,
     pub lease_losses: IntCounter,
+    /// Departures whose handling a survivor ranked after the first found unfinished (an
+    /// execution of the departed worker still unclosed): the first handler died or was slow.
+    pub departures_resumed: IntCounter,
+    /// Provisional records (written before a claim this worker closes) waiting for the settle
+    /// loop: left by a crash, or by a close etcd did not answer.
+    pub provisional_waiting: IntGauge,
+    /// Provisional records that could not be written (the claim was closed without one).
+    pub provisional_errors: IntCounter,
     pub sink_queue: IntGauge,
     pub spool_bytes: IntGauge,
     pub records_written: IntCounter,
@@ -152,6 +160,18 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     lease_losses: counter(
         "etcron_worker_session_lease_losses_total",
         "Session leases this worker lost (its running executions were stopped).",
+    ),
+    departures_resumed: counter(
+        "etcron_worker_departures_resumed_total",
+        "Departures whose handling a survivor ranked after the first found unfinished (the first handler died or was slow).",
+    ),
+    provisional_waiting: gauge(
+        "etcron_worker_provisional_records",
+        "Provisional records of closed claims waiting to be settled (left by a crash, or etcd did not answer).",
+    ),
+    provisional_errors: counter(
+        "etcron_worker_provisional_record_errors_total",
+        "Provisional records that could not be written to the data dir (their claims were closed without one).",
     ),
     sink_queue: gauge("etcron_worker_log_sink_queue_length", "Execution records queued for MongoDB in memory."),
     spool_bytes: gauge("etcron_worker_spool_bytes", "Bytes of execution records waiting in the on-disk spool."),
@@ -329,6 +349,9 @@ mod tests {
             "etcron_worker_running_executions",
             "etcron_worker_capacity 4",
             "etcron_worker_session_lease_losses_total",
+            "etcron_worker_departures_resumed_total",
+            "etcron_worker_provisional_records",
+            "etcron_worker_provisional_record_errors_total",
             "etcron_worker_log_sink_queue_length",
             "etcron_worker_spool_bytes",
             "etcron_worker_records_written_total",

@@ -18,7 +18,7 @@ use crate::batcher::Hold;
 use crate::fire::{to_json, Fire, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
 use crate::metrics::METRICS;
 use crate::record::{log_record, not_run_record};
-use crate::settle::{continue_catchup, state_tick, submit_not_run, taken_ops, watch_for_miss, NotRaced};
+use crate::settle::{continue_catchup, deliver, state_tick, taken_ops, watch_for_miss, NotRaced};
 use crate::state::Context;
 
 /// How long a worker keeps asking etcd whether a claim whose txn had an unknown outcome is its own.
@@ -150,6 +150,11 @@ pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fe
                 .and_then([TxnOp::delete(key.as_str(), None)]),
         ));
     }
+    let reason = "claimed by this worker while etcd did not answer, but its session ended (or it had given the \
+                  claim up) before etcd confirmed it: not run";
+    let record = not_run_record(ctx, fire, Status::Missed, reason.to_owned(), Some(fencing_token));
+    // Durable before the close, submitted once the close is ours (`provisional`).
+    let pending = ctx.provisional.write(&won.claim_key, &record);
     for _ in 0..LOSS_TRIES {
         let outcome = match ctx.retention.get().await {
             Ok(lease) => {
@@ -160,24 +165,27 @@ pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fe
         };
         match outcome {
             ClaimOutcome::Won { .. } | ClaimOutcome::Blocked { .. } => {
-                let reason = "claimed by this worker while etcd did not answer, but its session ended (or it had \
-                              given the claim up) before etcd confirmed it: not run"
-                    .to_owned();
                 tracing::warn!(job = %fire.id.job, scheduled_ms = fire.scheduled_ms, fencing_token, "orphaned claim closed missed");
-                submit_not_run(ctx, fire, Status::Missed, reason, fencing_token);
+                deliver(ctx, Some(&fire.spec), record, WriteMode::IfAbsent);
+                ctx.provisional.remove(pending);
                 if let Some(value) = hand_on {
                     crate::queue::pump(ctx, &fire.id.job, &fire.id.part, Some(value)).await;
                 }
                 return;
             }
-            ClaimOutcome::Lost => return,
+            ClaimOutcome::Lost => {
+                ctx.provisional.remove(pending);
+                return;
+            }
             ClaimOutcome::Unknown(e) => {
                 tracing::warn!(error = %e, "closing an orphaned claim: outcome unknown; retrying");
                 tokio::time::sleep(CLOSE_RETRY_MAX).await;
             }
         }
     }
-    tracing::error!(execution_id = %fire.id, fencing_token, "etcd did not take the close of an orphaned claim; its tick stays claimed and unrecorded");
+    // Its close may have been applied: the settle loop looks once etcd answers.
+    ctx.provisional.release(pending);
+    tracing::error!(execution_id = %fire.id, fencing_token, "etcd did not take the close of an orphaned claim; its tick stays claimed and unrecorded (unless the close was applied after all: its record waits in the data dir until etcd answers)");
     METRICS.claims.with_label_values(&["unknown_unresolved"]).inc();
 }
 
@@ -377,7 +385,7 @@ pub(crate) async fn settle_outcome(
                 _ => format!("concurrency forbid: {holder} was still running"),
             };
             tracing::info!(%reason, "tick skipped");
-            let record = not_run_record(ctx, fire, Status::Skipped, reason, fencing_token);
+            let record = not_run_record(ctx, fire, Status::Skipped, reason, Some(fencing_token));
             log_record(&record, 0);
             ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
             continue_catchup(ctx, fire).await;

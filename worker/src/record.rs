@@ -34,9 +34,9 @@ pub(crate) fn not_run_record(
     fire: &Fire,
     status: Status,
     reason: String,
-    fencing_token: i64,
+    fencing_token: Option<i64>,
 ) -> ExecutionRecord {
-    let mut record = base_record(ctx, fire, status, Some(fencing_token));
+    let mut record = base_record(ctx, fire, status, fencing_token);
     record.finished_at = Some(rfc3339_ms(now_ms()));
     record.reason = Some(reason);
     record

@@ -301,6 +301,7 @@ impl Scheduler {
                     self.remove(&name);
                 }
                 self.schedules.prune();
+                self.ctx.jobs.mark_loaded();
                 tracing::info!(jobs = self.jobs.len(), schedules = self.schedules.len(), revision, "job list loaded");
                 crate::metrics::METRICS.jobs_revision.set(revision);
             }

@@ -3,16 +3,18 @@
 //! cannot say.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use etcron_common::claim::{self, ClaimOutcome};
-use etcron_common::job::Misfire;
+use etcron_common::job::{JobSpec, Misfire};
 use etcron_common::keys::Part;
-use etcron_common::model::{Claim, Status, TriggerKind};
+use etcron_common::model::{Claim, ExecutionRecord, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, UnixMs};
 
 use crate::fire::{to_json, Fire, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
+use crate::provisional::{judge, ClaimRead, Stored, Verdict};
 use crate::record::{log_record, not_run_record};
 use crate::rules::{catchup_request, late_catchup_request, next_catchup, LATE_CATCHUP};
 use crate::state::Context;
@@ -28,12 +30,20 @@ pub(crate) enum NotRaced {
     Late(i64),
 }
 
-/// Records a fire that did not run, exactly once across the cluster (via its claim key).
+/// Records a fire that did not run, exactly once across the cluster (via its claim key). The
+/// record is written to the data dir before the claim closes (`provisional`) and submitted
+/// once the claim transaction says it closed it: a worker killed in between delivers it at its
+/// next start, and a worker that lost the claim writes none.
 pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, reason: String) -> bool {
+    let claim_key = ctx.keys.claim(&fire.id);
+    let mut record = not_run_record(ctx, fire, status, reason, None);
+    // Before the lease: a close applied with it holds the key `MIN_RETENTION` past this write.
+    let pending = ctx.provisional.write(&claim_key, &record);
     let lease = match ctx.retention.get().await {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(error = %e, status = status.as_str(), "cannot record tick: retention lease unavailable");
+            ctx.provisional.remove(pending);
             return false;
         }
     };
@@ -41,54 +51,140 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
     let mut extra = taken_ops(ctx, fire, true);
     extra.extend(next_catchup(&ctx.keys, fire, now_ms()));
     extra.extend(crate::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
-    match claim::claim_done(&ctx.client, &ctx.keys.claim(&fire.id), to_json(&claim), lease, extra).await {
+    match claim::claim_done(&ctx.client, &claim_key, to_json(&claim), lease, extra).await {
         ClaimOutcome::Won { fencing_token, .. } | ClaimOutcome::Blocked { fencing_token, .. } => {
-            submit_not_run(ctx, fire, status, reason, fencing_token);
+            crate::failpoint::hit(crate::failpoint::NOT_RUN_AFTER_CLOSE);
+            record.fencing_token = Some(fencing_token);
+            deliver(ctx, Some(&fire.spec), record, WriteMode::IfAbsent);
+            ctx.provisional.remove(pending);
             true
         }
-        ClaimOutcome::Lost => false,
+        ClaimOutcome::Lost => {
+            ctx.provisional.remove(pending);
+            false
+        }
         ClaimOutcome::Unknown(e) => {
             tracing::warn!(error = %e, status = status.as_str(), "recording a tick that did not run: outcome unknown; settling it once etcd answers");
-            if !settle_unknown(ctx, fire, status, &reason).await {
-                ctx.unsettled.note(fire);
-            }
+            settle_unknown(ctx, fire, &claim_key, record, pending).await;
             false
         }
     }
 }
 
 /// A not-run record whose closed claim etcd may or may not have applied: once etcd answers,
-/// a claim closed with `status` (ours, or another worker's doing the same) gets its record —
-/// `IfAbsent`, keyed by the execution id, so it is never written twice; a claim that says
-/// anything else belongs to whoever took it. `false` when etcd did not answer in time, or no
-/// claim exists (the sweep then settles the tick).
-async fn settle_unknown(ctx: &Context, fire: &Fire, status: Status, reason: &str) -> bool {
-    let key = ctx.keys.claim(&fire.id);
+/// a claim closed with the record's status (ours, or another worker's doing the same) gets the
+/// record — `IfAbsent`, keyed by the execution id, so it is never written twice; a claim that
+/// says anything else belongs to whoever took it; no claim means the close was not applied (the
+/// sweep then settles the tick). When etcd does not answer in time, the provisional record
+/// stays for the settle loop and the tick is noted for the sweep.
+async fn settle_unknown(
+    ctx: &Context,
+    fire: &Fire,
+    claim_key: &str,
+    mut record: ExecutionRecord,
+    pending: crate::provisional::Pending,
+) {
     for _ in 0..LOSS_TRIES {
         tokio::time::sleep(CLOSE_RETRY_MAX).await;
-        let mut kv = ctx.client.kv_client();
-        let Ok(Ok(resp)) = etcron_common::etcd::request("claim_read", kv.get(key.as_str(), None)).await else {
-            continue;
-        };
-        let Some(item) = resp.kvs().first() else { return false };
-        let closed = serde_json::from_slice::<Claim>(item.value()).is_ok_and(|c| c.status == Some(status));
-        if closed {
-            tracing::info!(status = status.as_str(), "the record's claim was applied after all: recording it");
-            submit_not_run(ctx, fire, status, reason.to_owned(), item.create_revision());
+        let read = read_claim(ctx, claim_key).await;
+        match judge(read, record.status, Duration::ZERO) {
+            Verdict::Keep => continue,
+            Verdict::Submit { fencing_token } => {
+                tracing::info!(
+                    status = record.status.as_str(),
+                    "the record's claim was applied after all: recording it"
+                );
+                record.fencing_token = fencing_token.or(record.fencing_token);
+                deliver(ctx, Some(&fire.spec), record, WriteMode::IfAbsent);
+            }
+            Verdict::Drop if read == ClaimRead::Absent => ctx.unsettled.note(fire),
+            Verdict::Drop => {}
         }
-        return true;
+        ctx.provisional.remove(pending);
+        return;
     }
-    false
+    ctx.provisional.release(pending);
+    ctx.unsettled.note(fire);
 }
 
-/// The record of a fire that did not run, once its claim says so: logged, notified, written
-/// unless a record of the execution exists (a tick the catch-up scan could not tell from one
-/// that ran, `catchup::Unsure`, must not overwrite the run's record).
-pub(crate) fn submit_not_run(ctx: &Context, fire: &Fire, status: Status, reason: String, fencing_token: i64) {
-    let record = not_run_record(ctx, fire, status, reason, fencing_token);
+/// The claim at `key` as a provisional record's settlement needs it.
+pub(crate) async fn read_claim(ctx: &Context, key: &str) -> ClaimRead {
+    let mut kv = ctx.client.kv_client();
+    let Ok(Ok(resp)) = etcron_common::etcd::request("claim_read", kv.get(key, None)).await else {
+        return ClaimRead::Unreadable;
+    };
+    match resp.kvs().first() {
+        None => ClaimRead::Absent,
+        Some(item) => ClaimRead::Present {
+            status: serde_json::from_slice::<Claim>(item.value()).ok().and_then(|c| c.status),
+            create_revision: item.create_revision(),
+        },
+    }
+}
+
+/// A final record of a claim this worker closed (or found closed as the record says): logged,
+/// notified (when the job is known here), and submitted to the log sink, which journals it.
+pub(crate) fn deliver(ctx: &Context, spec: Option<&JobSpec>, record: ExecutionRecord, mode: WriteMode) {
     log_record(&record, 0);
-    ctx.notifier.record(&fire.spec, &record);
-    ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record });
+    if let Some(spec) = spec {
+        ctx.notifier.record(spec, &record);
+    }
+    ctx.sink.submit(RecordWrite { mode, record });
+}
+
+/// How often the provisional records left by a crash or an unanswered close are looked at.
+pub const PROVISIONAL_EVERY: Duration = Duration::from_secs(5);
+
+/// Longest the first look at leftover provisional records waits for the job list (whose specs
+/// their notifications need).
+const PROVISIONAL_FIRST_WAIT: Duration = Duration::from_secs(10);
+
+/// Settles the provisional records nobody in this process is handling — those a previous run
+/// of the worker left (killed between a close and its record), and those whose close etcd did
+/// not answer — from what their claims say now (`provisional::judge`), at start and then every
+/// `PROVISIONAL_EVERY` while any is left. A record whose claim etcd cannot read is kept for the
+/// next pass.
+pub async fn provisional_loop(ctx: Arc<Context>) {
+    let waited = tokio::time::Instant::now();
+    while !ctx.jobs.loaded() && waited.elapsed() < PROVISIONAL_FIRST_WAIT {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    loop {
+        if ctx.provisional.has_left() {
+            settle_provisional(&ctx).await;
+        }
+        tokio::time::sleep(PROVISIONAL_EVERY).await;
+    }
+}
+
+/// One pass over the leftover provisional records.
+async fn settle_provisional(ctx: &Context) {
+    for (name, stored) in ctx.provisional.leftovers() {
+        let Stored { claim_key, written_ms, mut record } = stored;
+        let age = Duration::from_millis(u64::try_from(now_ms() - written_ms).unwrap_or(0));
+        let read = read_claim(ctx, &claim_key).await;
+        let (id, status) = (record.id.to_string(), record.status.as_str());
+        match judge(read, record.status, age) {
+            Verdict::Keep => {
+                tracing::warn!(execution_id = %id, status, "provisional record kept: etcd does not answer for its claim");
+                continue;
+            }
+            Verdict::Submit { fencing_token } => {
+                if read == ClaimRead::Absent {
+                    tracing::warn!(execution_id = %id, status, age_s = age.as_secs(), "provisional record: its claim's retention is over, so whether it was closed cannot be told; recorded unless a record exists");
+                } else {
+                    tracing::info!(execution_id = %id, status, "provisional record: its claim was closed as it says; recorded");
+                }
+                record.fencing_token = record.fencing_token.or(fencing_token);
+                let job = ctx.jobs.get(&record.job);
+                deliver(ctx, job.as_ref().map(|j| &*j.spec), record, WriteMode::IfAbsent);
+            }
+            Verdict::Drop => {
+                tracing::info!(execution_id = %id, status, claim = ?read, "provisional record dropped: its claim was not closed by this record's close (another worker's run or outcome, or the close never applied)");
+            }
+        }
+        ctx.provisional.settled(&name);
+    }
 }
 
 /// When this worker did not race for a fire, the first-ranked one checks after `MISSED_AFTER`

@@ -42,6 +42,9 @@ pub struct Context {
     /// Slots for concurrent runs (`capacity`), taken when a run starts.
     pub slots: Arc<crate::slots::Slots>,
     pub sink: LogSink,
+    /// Records of claims this worker is closing, written before the close
+    /// (`<data_dir>/provisional/`).
+    pub provisional: crate::provisional::Provisional,
     pub jobs: JobTable,
     /// The jobs operators paused (`{ns}/paused/`), as the scheduler last saw them.
     pub paused: PauseTable,
@@ -147,9 +150,22 @@ pub struct JobRef {
 #[derive(Debug, Default)]
 pub struct JobTable {
     inner: std::sync::RwLock<HashMap<String, JobRef>>,
+    /// Set once the scheduler applied its first listing of the jobs.
+    loaded: std::sync::atomic::AtomicBool,
 }
 
 impl JobTable {
+    /// The scheduler applied its first listing of the jobs.
+    pub fn mark_loaded(&self) {
+        self.loaded.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the table holds a listing of the jobs yet.
+    #[must_use]
+    pub fn loaded(&self) -> bool {
+        self.loaded.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     #[must_use]
     pub fn get(&self, job: &str) -> Option<JobRef> {
         self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(job).cloned()
