@@ -319,8 +319,11 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
             // final record (one MongoDB write instead of two); until then the master answers
             // for it from the running marker.
             ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: record.clone() });
-            fill_in_marker(ctx, won, pid_rx.await.ok()).await;
-            run.await
+            // The run is polled while its pid is awaited: a spawn slower than the detail delay
+            // (a burst of spawns) sends the pid only once the run goes on.
+            let marker = async { fill_in_marker(ctx, won, pid_rx.await.ok()).await };
+            let ((), finished) = tokio::join!(marker, &mut run);
+            finished
         }
     };
     ctx.registry.deregister(id);
