@@ -594,9 +594,12 @@ impl World {
                     }
                 }
             }
-            Some(_) => {
-                let _ = requested;
+            // No claim: a requested run is raced again while its request stands (the request is
+            // its only trigger); a tick has its not-run checks.
+            Some(None) if requested && self.etcd.kvs.contains_key(&machine::request_key(e)) => {
+                self.at(self.now + 200, Ev::Race { w, inc, e, requested, tries: 0 });
             }
+            Some(_) => {}
         }
     }
 
