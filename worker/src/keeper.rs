@@ -82,6 +82,15 @@ pub fn set_deadline(until: tokio::time::Instant) {
     }
 }
 
+/// Whether the published session deadline has passed (keepers are ending their tasks).
+#[must_use]
+pub fn deadline_passed() -> bool {
+    SUPERVISION.get().is_some_and(|s| {
+        let until = s.deadline.load(Ordering::Acquire);
+        until != 0 && monotonic_ns() >= until
+    })
+}
+
 /// An 8-byte shared page (a memfd, mapped): its descriptor and the mapped value.
 #[allow(unsafe_code)]
 fn shared_page() -> std::io::Result<(OwnedFd, &'static AtomicU64)> {

@@ -312,7 +312,7 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     let (pid_tx, pid_rx) = oneshot::channel();
     let run = execute(ctx, fire, won.fencing_token, reporting, stop, pid_tx);
     tokio::pin!(run);
-    let finished = tokio::select! {
+    let mut finished = tokio::select! {
         f = &mut run => f,
         () = tokio::time::sleep(RUNNING_DETAIL_AFTER) => {
             // Still running: now its `running` record. A run that ends sooner writes only its
@@ -327,6 +327,14 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
         }
     };
     ctx.registry.deregister(id);
+    // Killed by its keeper because this worker's session deadline passed (the worker was frozen
+    // or cut off): the run ended with the session, as if the worker had stopped it.
+    let sigkill = nix::sys::signal::Signal::SIGKILL as i32;
+    if finished.ending == Ending::Signaled(sigkill)
+        && (crate::keeper::deadline_passed() || *ctx.lease.borrow() != Some(won.lease))
+    {
+        finished.ending = Ending::Stopped(executor::StopReason::LeaseLost);
+    }
     let snapshot = tracker.snapshot();
     record.reports.progress = snapshot.progress;
     record.reports.checkpoint = snapshot.checkpoint;
