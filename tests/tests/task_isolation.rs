@@ -74,8 +74,8 @@ async fn tasks_get_an_allowed_environment_and_a_missing_cwd_is_named() -> anyhow
 /// memory and its descriptors.
 fn snoop_command(worker_pid: u32) -> String {
     format!(
-        "echo parent=$PPID; cat /proc/$PPID/environ; echo; tr '\\0' '\\n' < /proc/{worker_pid}/environ; \
-         head -c 64 /proc/$PPID/mem; ls /proc/$PPID/fd; true"
+        "echo keeper=$PPID worker=$(cut -d' ' -f4 /proc/$PPID/stat); cat /proc/$PPID/environ; echo; \
+         tr '\\0' '\\n' < /proc/{worker_pid}/environ; head -c 64 /proc/{worker_pid}/mem; ls /proc/{worker_pid}/fd; true"
     )
 }
 
@@ -132,7 +132,8 @@ async fn a_task_cannot_read_its_workers_memory_or_credentials() -> anyhow::Resul
     let record = run_once(&c, "snoop-own-uid", spec).await?;
     let output = record["output"].as_str().unwrap_or_default();
     assert_eq!(record["status"], "succeeded", "{record}");
-    assert!(output.contains(&format!("parent={pid}")), "the task's parent is the worker:\n{output}");
+    // The task's parent is its keeper, whose parent is the worker: neither can be read.
+    assert!(output.contains(&format!("worker={pid}")), "the task's keeper is the worker's child:\n{output}");
     assert!(output.contains("Permission denied"), "{output}");
     for leaked in ["worker-env-was-read", "etcd-pw-sentinel-1", "mongo-pw-sentinel-2"] {
         assert!(!output.contains(leaked), "{leaked} read by a task of the worker's uid:\n{output}");
