@@ -440,6 +440,13 @@ impl Keys {
     pub fn inflight(&self, worker_id: &str, batch: &str) -> String {
         format!("{}/inflight/{worker_id}/{batch}", self.ns)
     }
+    /// `{ns}/departures/{worker}/{revision}`, on a retention lease: the handling of the
+    /// departure of `worker` (its registration deleted at `revision`) is finished; the survivors
+    /// that owe it stop waiting.
+    #[must_use]
+    pub fn departure_done(&self, worker_id: &str, revision: i64) -> String {
+        format!("{}/departures/{worker_id}/{revision}", self.ns)
+    }
     /// Held (on a lease) by the master that compacts etcd.
     #[must_use]
     pub fn compactor(&self) -> String {

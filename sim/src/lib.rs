@@ -10,13 +10,11 @@
 //!
 //! What it is not (yet): the worker's own phases. It models them step for step — the claim,
 //! the read-back of an unknown answer, the close, the loss handling, the not-run record, the
-//! run request — so it checks the protocol, and a bug re-introduced in the model ([`Holes`]) is
-//! found by a seed; the worker's modules do not run in it. Where the model is ahead of the
-//! worker: a periodic sweep closes claims left taken by an ended session whose departure's
-//! handlers all died (the worker has none: its ranks 0..=2 handle a departure, and the
-//! simulation found, at seed 2 of its first run, that three handlers dying leave the same hole;
-//! rare, as it needs every one of them to die within the handling). The not-run record made
-//! durable before its close and the departure handled by ranks 0..=2 are the worker's too.
+//! run request, the departure owed by every survivor until its done marker — so it checks the
+//! protocol, and a bug re-introduced in the model ([`Holes`]) is found by a seed; the worker's
+//! modules do not run in it. The worker takes the same steps: the model found, at seed 2 of its
+//! first run, that a departure handled by ranks 0..=2 alone is lost when all three die, and
+//! the worker now owes departures as the model does (`worker/src/departures.rs`).
 
 pub mod check;
 pub mod etcd;

@@ -98,6 +98,17 @@ pub fn lose(e: Exec, token: i64, rerun: bool) -> Txn {
     Txn { when: vec![Compare::ModRev(claim_key(e), token)], then }
 }
 
+#[must_use]
+pub fn departure_key(session: LeaseId) -> String {
+    format!("departures/{session}")
+}
+
+/// A departure handled: every execution its session held closed. The survivors owing it stop.
+#[must_use]
+pub fn departure_done(session: LeaseId) -> Txn {
+    Txn { when: vec![], then: vec![Op::Put { key: departure_key(session), value: Value::Handled, lease: None }] }
+}
+
 /// Free → Closed(Missed): a tick nobody claimed.
 #[must_use]
 pub fn not_run(e: Exec) -> Txn {

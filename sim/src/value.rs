@@ -23,4 +23,6 @@ pub enum Value {
     Inflight(Exec),
     /// A run request for the execution its key names.
     Request,
+    /// A departure's done marker: its handling finished.
+    Handled,
 }

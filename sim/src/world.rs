@@ -25,6 +25,9 @@ pub struct Holes {
     pub not_run_journaled_after_close: bool,
     /// Only the first-ranked survivor handles a departure.
     pub departure_single_handler: bool,
+    /// Ranks 0..=2 handle a departure and nobody else owes it: when they all die midway, the
+    /// rest of the departed worker's claims stay taken.
+    pub departure_not_owed: bool,
 }
 
 impl Holes {
@@ -38,17 +41,19 @@ impl Holes {
             "request-retried-under-new-id" => h.request_retried_under_new_id = true,
             "not-run-journaled-after-close" => h.not_run_journaled_after_close = true,
             "departure-single-handler" => h.departure_single_handler = true,
+            "departure-not-owed" => h.departure_not_owed = true,
             _ => return None,
         }
         Some(h)
     }
 
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 6] = [
         "unknown-claim-dropped",
         "lost-journaled-after-close",
         "request-retried-under-new-id",
         "not-run-journaled-after-close",
         "departure-single-handler",
+        "departure-not-owed",
     ];
 }
 
@@ -74,7 +79,7 @@ const STAGGER_MS: u64 = 50;
 const MISSED_AFTER_MS: u64 = 5_000;
 const RESUME_MS: u64 = 4_000;
 const MAX_ATTEMPTS: u32 = 4;
-const SWEEP_MS: u64 = 10_000;
+const LOSS_HANDLERS: usize = 3;
 /// Per-mille chances per worker step.
 const CRASH: u64 = 6;
 const LOST_ANSWER: u64 = 30;
@@ -128,6 +133,19 @@ enum Ev {
         inc: u32,
         items: Vec<(Exec, i64)>,
         phase: u8,
+        /// The departure (its session) whose done marker goes once `items` are settled.
+        of: LeaseId,
+    },
+    /// A departure this survivor owes: handled when its rank (among the workers whose session
+    /// lives, re-ranked each look) is under `LOSS_HANDLERS` and its turn came, unless its done
+    /// marker is there.
+    Owe {
+        w: usize,
+        inc: u32,
+        of: LeaseId,
+        /// When its turns are counted from (the grace's end).
+        since: u64,
+        first_rank: usize,
     },
     NotRun {
         w: usize,
@@ -139,13 +157,6 @@ enum Ev {
     Flush {
         w: usize,
         inc: u32,
-    },
-    /// Looks for claims taken under a session that ended (their inflight key gone) and still
-    /// so a grace later: their departure's handlers all died.
-    Sweep {
-        w: usize,
-        inc: u32,
-        seen: Vec<(Exec, i64)>,
     },
     Crash {
         w: usize,
@@ -172,6 +183,11 @@ struct Worker {
     journal: Vec<(Exec, Outcome, bool)>,
     /// Durable: not-run records written before their claim's close.
     provisional: BTreeMap<Exec, Option<i64>>,
+    /// Durable: departures seen and not yet seen handled, with what the departed session held
+    /// (the worker reads that from etcd's history at the departure's revision).
+    owed: BTreeMap<LeaseId, Vec<(Exec, i64)>>,
+    /// Durable: its last session (a restart owes its departure when it ended meanwhile).
+    last_session: Option<LeaseId>,
     /// Runs of this incarnation: exec → (index into `runs`, token, session).
     tasks: BTreeMap<Exec, (usize, i64, LeaseId)>,
 }
@@ -207,6 +223,8 @@ pub struct World {
     stalled_until: u64,
     workers: Vec<Worker>,
     session_owner: BTreeMap<LeaseId, usize>,
+    /// What each ended session held (etcd's history at its expiry).
+    held_by: BTreeMap<LeaseId, Vec<(Exec, i64)>>,
     out: Outcomes,
 }
 
@@ -222,6 +240,7 @@ impl World {
             stalled_until: 0,
             workers: (0..p.workers).map(|_| Worker::default()).collect(),
             session_owner: BTreeMap::new(),
+            held_by: BTreeMap::new(),
             out: Outcomes::default(),
             p,
         };
@@ -266,15 +285,12 @@ impl World {
         w.alive = true;
         w.inc += 1;
         w.session = Some(lease);
+        w.last_session = Some(lease);
         w.tasks.clear();
         let inc = w.inc;
         let keep = self.p.ttl_ms / 3;
         self.at(self.now + keep, Ev::KeepAlive { w: i, inc });
         self.at(self.now + 20, Ev::Flush { w: i, inc });
-        if !self.p.holes.departure_single_handler {
-            let first = self.now + self.rng.between(1_000, SWEEP_MS);
-            self.at(first, Ev::Sweep { w: i, inc, seen: Vec::new() });
-        }
         self.note(format!("w{i} starts (session {lease})"));
     }
 
@@ -382,23 +398,84 @@ impl World {
                 run.end = Some(at);
             }
             self.note(format!("session {lease} of w{departed} expired; held {held:?}"));
+            self.held_by.insert(lease, held.clone());
             self.departure(departed, lease, held);
         }
     }
 
-    /// Survivors handle a departure: ranks 0..=2 (rank r after the grace and r × RESUME_MS), or
-    /// rank 0 alone with the hole.
+    /// Every survivor owes a departure (durably) until it sees it handled; ranks 0..=2 handle
+    /// it (rank r after the grace and r × RESUME_MS), the others move up when those die. With
+    /// the holes: rank 0 alone, or ranks 0..=2 alone and owing nothing.
     fn departure(&mut self, departed: usize, lease: LeaseId, held: Vec<(Exec, i64)>) {
-        let mut live: Vec<usize> =
-            (0..self.workers.len()).filter(|&i| i != departed && self.workers[i].alive).collect();
+        // Every running worker sees the registration go (its own earlier session's too).
+        let _ = departed;
+        let mut live: Vec<usize> = (0..self.workers.len()).filter(|&i| self.workers[i].alive).collect();
         live.sort_by_key(|&i| hash(lease, i as u64));
-        let handlers = if self.p.holes.departure_single_handler { 1 } else { 3 };
+        let owing = if self.p.holes.departure_single_handler {
+            1
+        } else if self.p.holes.departure_not_owed {
+            LOSS_HANDLERS
+        } else {
+            live.len()
+        };
         let grace = self.p.ttl_ms.min(5_000);
-        for (rank, &w) in live.iter().take(handlers).enumerate() {
+        for (rank, &w) in live.iter().take(owing).enumerate() {
             let inc = self.workers[w].inc;
-            let when = self.now + 100 + grace + rank as u64 * RESUME_MS;
-            self.at(when, Ev::Lose { w, inc, items: held.clone(), phase: 0 });
+            if !self.p.holes.departure_not_owed && !self.p.holes.departure_single_handler {
+                self.workers[w].owed.insert(lease, held.clone());
+            }
+            let since = self.now + 100 + grace;
+            self.at(since, Ev::Owe { w, inc, of: lease, since, first_rank: rank });
         }
+    }
+
+    /// The live workers (their session lives, as the registrations a worker watches say), in
+    /// rank order for departure `of`.
+    fn members(&self, of: LeaseId) -> Vec<usize> {
+        let mut live: Vec<usize> = (0..self.workers.len())
+            .filter(|&i| self.workers[i].alive)
+            .filter(|&i| self.etcd.leases.keys().any(|l| self.session_owner.get(l) == Some(&i)))
+            .collect();
+        live.sort_by_key(|&i| hash(of, i as u64));
+        live
+    }
+
+    /// One look at an owed departure.
+    fn owe(&mut self, w: usize, inc: u32, of: LeaseId, since: u64, first_rank: usize) {
+        let rank = self.members(of).iter().position(|&i| i == w).unwrap_or(0);
+        let due = since + rank as u64 * RESUME_MS;
+        let again = |s: &mut Self, at: u64| s.at(at, Ev::Owe { w, inc, of, since, first_rank });
+        if rank >= LOSS_HANDLERS || self.now < due {
+            let at = if rank >= LOSS_HANDLERS { self.now + RESUME_MS } else { due };
+            if rank >= LOSS_HANDLERS || first_rank >= LOSS_HANDLERS {
+                // Waiting ranks look at the marker.
+                if let Some(Some(_)) = self.read(&machine::departure_key(of)) {
+                    self.workers[w].owed.remove(&of);
+                    return;
+                }
+            }
+            again(self, at);
+            return;
+        }
+        if rank > 0 || first_rank > 0 {
+            match self.read(&machine::departure_key(of)) {
+                None => return again(self, self.now + 300),
+                Some(Some(_)) => {
+                    self.workers[w].owed.remove(&of);
+                    return;
+                }
+                Some(None) => {}
+            }
+        }
+        let items = match self.workers[w].owed.get(&of) {
+            Some(items) => items.clone(),
+            // Owing nothing durable (the holes): what the departed session held, read now.
+            None => self.held_by.get(&of).cloned().unwrap_or_default(),
+        };
+        if first_rank >= LOSS_HANDLERS {
+            self.note(format!("w{w} moved up to rank {rank} for departure {of}: handling it"));
+        }
+        self.at(self.now + 1, Ev::Lose { w, inc, items, phase: 0, of });
     }
 
     fn step(&mut self, ev: Ev) {
@@ -469,6 +546,12 @@ impl World {
         if self.workers[w].alive {
             return;
         }
+        let prev = self.workers[w].last_session;
+        // Its earlier session still registered: revoked at once (its departure is then seen by
+        // everyone running, this worker included).
+        if let Some(lease) = prev.and_then(|p| self.etcd.leases.get_mut(&p)) {
+            lease.expires_at = self.now;
+        }
         self.start_worker(w);
         let inc = self.workers[w].inc;
         // The journal goes to MongoDB; provisional not-run records are settled against etcd.
@@ -476,6 +559,22 @@ impl World {
         let provisional: Vec<(Exec, Option<i64>)> = self.workers[w].provisional.iter().map(|(e, o)| (*e, *o)).collect();
         for (e, orphan) in provisional {
             self.at(self.now + 10, Ev::NotRun { w, inc, e, phase: 3, orphan });
+        }
+        // Its previous session, if it ended while this worker was down: nobody alive may have
+        // seen it go, so its departure is owed now.
+        if let Some(prev) = prev {
+            if let (false, Some(held)) = (self.workers[w].owed.contains_key(&prev), self.held_by.get(&prev)) {
+                if !self.p.holes.departure_not_owed && !self.p.holes.departure_single_handler {
+                    let held = held.clone();
+                    self.workers[w].owed.insert(prev, held);
+                }
+            }
+        }
+        // Departures owed by its previous life: looked at again (their grace is over).
+        let owed: Vec<LeaseId> = self.workers[w].owed.keys().copied().collect();
+        for of in owed {
+            let first_rank = self.members(of).iter().position(|&i| i == w).unwrap_or(0).max(1);
+            self.at(self.now + 10, Ev::Owe { w, inc, of, since: self.now, first_rank });
         }
         // Run requests and unclaimed ticks of the recent past: a restarted worker lists them.
         let requests: Vec<String> = self.etcd.range("requests/").map(|(k, _)| k.clone()).collect();
@@ -501,7 +600,7 @@ impl World {
             | Ev::Lose { w, inc, .. }
             | Ev::NotRun { w, inc, .. }
             | Ev::Flush { w, inc }
-            | Ev::Sweep { w, inc, .. } => (*w, *inc),
+            | Ev::Owe { w, inc, .. } => (*w, *inc),
             _ => return,
         };
         let worker = &self.workers[w];
@@ -527,10 +626,10 @@ impl World {
             }
             Ev::Close { w, inc, e, token, outcome } => self.close(w, inc, e, token, outcome),
             Ev::KeepAlive { w, inc } => self.keep_alive(w, inc),
-            Ev::Lose { w, inc, items, phase } => self.lose(w, inc, items, phase),
+            Ev::Lose { w, inc, items, phase, of } => self.lose(w, inc, items, phase, of),
             Ev::NotRun { w, inc, e, phase, orphan } => self.not_run(w, inc, e, phase, orphan),
             Ev::Flush { w, inc } => self.flush(w, inc),
-            Ev::Sweep { w, inc, seen } => self.sweep(w, inc, &seen),
+            Ev::Owe { w, inc, of, since, first_rank } => self.owe(w, inc, of, since, first_rank),
             _ => {}
         }
     }
@@ -549,6 +648,7 @@ impl World {
             let new = self.etcd.grant(self.now, self.p.ttl_ms);
             self.session_owner.insert(new, w);
             self.workers[w].session = Some(new);
+            self.workers[w].last_session = Some(new);
         }
         self.at(self.now + self.p.ttl_ms / 3, Ev::KeepAlive { w, inc });
     }
@@ -647,9 +747,16 @@ impl World {
 
     /// A departed worker's executions, one step at a time: read the claim (still as its winner
     /// wrote it?), journal the lost record, close it lost with the rerun's request.
-    fn lose(&mut self, w: usize, inc: u32, mut items: Vec<(Exec, i64)>, phase: u8) {
-        let Some(&(e, token)) = items.first() else { return };
-        let next = |s: &mut Self, items: Vec<(Exec, i64)>, phase| s.at(s.now + 5, Ev::Lose { w, inc, items, phase });
+    fn lose(&mut self, w: usize, inc: u32, mut items: Vec<(Exec, i64)>, phase: u8, of: LeaseId) {
+        let Some(&(e, token)) = items.first() else {
+            // All settled: the done marker, then the departure is no longer owed.
+            // Unanswered: the others owing it handle it again and find everything closed.
+            let _ = self.call(&machine::departure_done(of));
+            self.workers[w].owed.remove(&of);
+            return;
+        };
+        let next =
+            |s: &mut Self, items: Vec<(Exec, i64)>, phase| s.at(s.now + 5, Ev::Lose { w, inc, items, phase, of });
         let journal_first = !self.p.holes.lost_journaled_after_close;
         match phase {
             0 => match self.read(&claim_key(e)) {
@@ -747,32 +854,6 @@ impl World {
                 }
             }
         }
-    }
-
-    /// Claims still taken under an ended session, a sweep apart: handled as a departure would.
-    fn sweep(&mut self, w: usize, inc: u32, seen: &[(Exec, i64)]) {
-        let next = self.now + SWEEP_MS;
-        if self.stalled() {
-            self.at(next, Ev::Sweep { w, inc, seen: Vec::new() });
-            return;
-        }
-        let orphans: Vec<(Exec, i64)> = self
-            .etcd
-            .range("claims/")
-            .filter_map(|(key, kv)| match kv.value {
-                Value::Taken { worker } => {
-                    let e = parse_exec(key.trim_start_matches("claims/"))?;
-                    (!self.etcd.kvs.contains_key(&machine::inflight_key(worker, e))).then_some((e, kv.mod_rev))
-                }
-                _ => None,
-            })
-            .collect();
-        let again: Vec<(Exec, i64)> = orphans.iter().filter(|o| seen.contains(o)).copied().collect();
-        if !again.is_empty() {
-            self.note(format!("w{w} sweep: {again:?} left taken by ended sessions"));
-            self.at(self.now + 1, Ev::Lose { w, inc, items: again, phase: 0 });
-        }
-        self.at(next, Ev::Sweep { w, inc, seen: orphans });
     }
 
     fn flush(&mut self, w: usize, inc: u32) {

@@ -435,6 +435,38 @@ async fn a_not_run_record_survives_its_worker_dying_right_after_the_close() -> a
     Ok(())
 }
 
+/// A worker killed right after its claim transaction found the job's lock held (`concurrency:
+/// forbid`) and closed the tick `skipped`, before the record went to its journal: the record
+/// was made durable before the claim transaction, so it reaches MongoDB once the worker is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_skipped_record_survives_its_worker_dying_right_after_the_blocked_claim() -> anyhow::Result<()> {
+    use etcron_tests::WorkerOpts;
+    let mut c = Cluster::start("failover-skipped-crash", 0).await?;
+    let mut opts = WorkerOpts::new("w1");
+    opts.env.push(("ETCRON_FAILPOINT".to_owned(), "skipped_after_claim".to_owned()));
+    c.add_worker(opts)?;
+    c.wait_workers(1).await?;
+    // Every second, each run 300 s: the second tick finds the first one holding the lock.
+    let spec =
+        json!({"schedule": "* * * * * *", "concurrency": "forbid", "task": {"kind": "shell", "command": "sleep 300"}});
+    c.put_job("busy", spec).await?;
+    c.workers[0].proc.wait_exit(Duration::from_secs(20))?;
+    assert!(c.workers[0].proc.log_text().contains("failpoint reached"), "the worker died at the failpoint");
+    let skipped: Vec<String> =
+        claims_of(&c, "busy").await?.into_iter().filter(|(_, v)| v["status"] == "skipped").map(|(id, _)| id).collect();
+    assert_eq!(skipped.len(), 1, "one tick was closed skipped by the blocked claim");
+    c.workers[0].opts.env.clear();
+    c.workers[0].restart()?;
+    let record = wait_for(Duration::from_secs(30), "the skipped record", || record_of(&c, &skipped[0])).await;
+    if record.is_err() {
+        c.dump_logs();
+    }
+    let record = record?;
+    assert_eq!(record["status"], "skipped", "{record}");
+    assert_eq!(record["reason"], "concurrency forbid: another execution was still running", "{record}");
+    Ok(())
+}
+
 /// The survivor handling a departure dies after closing the first of the departed worker's two
 /// executions: the next-ranked survivor, a resume delay later, closes the other. Every survivor
 /// carries the failpoint (which one ranks first is not known before the departure), so the
@@ -502,6 +534,9 @@ async fn a_survivor_dying_midway_through_a_departure_leaves_the_rest_to_the_next
     assert_eq!(dead.len(), 2, "two handlers died at the failpoint, the third found nothing left");
     let resumed =
         c.workers.iter().filter(|w| w.proc.log_text().contains("resuming the handling of a departure")).count();
+    if resumed != 1 {
+        c.dump_logs();
+    }
     assert_eq!(resumed, 1, "the second handler logged that it found work left");
     for i in dead {
         c.workers[i].opts.env.clear();
@@ -514,6 +549,85 @@ async fn a_survivor_dying_midway_through_a_departure_leaves_the_rest_to_the_next
         .await?;
         assert_eq!(lost["worker_id"], "doomed", "{lost}");
         assert!(lost["reason"].as_str().unwrap_or("").contains("worker doomed lost its session"), "{lost}");
+        let rerun = id.replace("#1", "#2");
+        let done = wait_for(Duration::from_secs(30), &format!("the failover rerun {rerun}"), || async {
+            record_of(&c, &rerun).await.filter(|r| r["status"] == "succeeded")
+        })
+        .await?;
+        assert_eq!(done["trigger"], "failover", "{done}");
+    }
+    let text = std::fs::read_to_string(&runs)?;
+    assert_eq!(text.lines().filter(|l| l.contains(" 2 s")).count(), 2, "one rerun each:\n{text}");
+    Ok(())
+}
+
+/// The three survivors ranked first for a departure all die after reading what the departed
+/// worker held, before closing anything: the survivor ranked fourth owed the departure too, moves
+/// up as their sessions end, and finishes it — both executions end `lost` with their records and
+/// their failover reruns run. Every survivor carries the failpoint (which three rank first is
+/// not known before the departure); one that moved up in rank does not reach it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_departure_whose_first_three_handlers_die_is_finished_by_the_next() -> anyhow::Result<()> {
+    use etcron_tests::WorkerOpts;
+    let mut c = Cluster::start("failover-owed-departure", 0).await?;
+    let pooled = |id: &str| {
+        let mut opts = WorkerOpts::new(id);
+        opts.labels.insert("pool".to_owned(), "p".to_owned());
+        opts
+    };
+    c.add_worker(pooled("doomed"))?;
+    c.wait_workers(1).await?;
+    let runs = c.path("runs.log");
+    let cmd = format!(
+        "echo \"start $ETCRON_JOB $ETCRON_ATTEMPT $ETCRON_WORKER_ID\" >> {f}; if [ \"$ETCRON_ATTEMPT\" = 1 ]; then sleep 300; fi",
+        f = runs.display()
+    );
+    let mut first = Vec::new();
+    for job in ["long-a", "long-b"] {
+        let spec = json!({"schedule": "@yearly", "selector": {"pool": "p"}, "task": {"kind": "shell", "command": cmd}});
+        c.put_job(job, spec).await?;
+        let (_, run) = c.call(reqwest::Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
+        first.push(run["execution_id"].as_str().unwrap().to_owned());
+    }
+    let started = |n: usize| {
+        let text = std::fs::read_to_string(&runs).unwrap_or_default();
+        async move { (text.lines().filter(|l| l.ends_with(" 1 doomed")).count() == n).then_some(()) }
+    };
+    wait_for(Duration::from_secs(20), "both runs to start on the doomed worker", || started(2)).await?;
+    for id in ["s1", "s2", "s3", "s4"] {
+        let mut opts = pooled(id);
+        opts.env.push(("ETCRON_FAILPOINT".to_owned(), "lost_after_reading_held".to_owned()));
+        c.add_worker(opts)?;
+    }
+    c.wait_workers(5).await?;
+    c.workers[0].proc.kill9();
+
+    let both_lost = wait_for(Duration::from_secs(90), "both claims of the dead worker closed lost", || async {
+        let mut lost = 0;
+        for job in ["long-a", "long-b"] {
+            let claims = claims_of(&c, job).await.ok()?;
+            lost += claims.iter().filter(|(id, v)| first.contains(id) && v["status"] == "lost").count();
+        }
+        (lost == 2).then_some(())
+    })
+    .await;
+    if both_lost.is_err() {
+        c.dump_logs();
+    }
+    both_lost?;
+    let died = (1..c.workers.len()).filter(|&i| c.workers[i].proc.log_text().contains("failpoint reached")).count();
+    assert_eq!(died, 3, "the three first-ranked handlers died at the failpoint");
+    let survivor = (1..c.workers.len()).find(|&i| c.workers[i].proc.running()).expect("one survivor is left");
+    assert!(
+        c.workers[survivor].proc.log_text().contains("died before it was seen handled: handling it"),
+        "the fourth-ranked survivor moved up and handled the departure"
+    );
+    for id in &first {
+        let lost = wait_for(Duration::from_secs(30), &format!("the lost record of {id}"), || async {
+            record_of(&c, id).await.filter(|r| r["status"] == "lost")
+        })
+        .await?;
+        assert_eq!(lost["worker_id"], "doomed", "{lost}");
         let rerun = id.replace("#1", "#2");
         let done = wait_for(Duration::from_secs(30), &format!("the failover rerun {rerun}"), || async {
             record_of(&c, &rerun).await.filter(|r| r["status"] == "succeeded")

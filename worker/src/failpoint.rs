@@ -16,9 +16,19 @@ pub const NOT_RUN_AFTER_CLOSE: &str = "not_run_after_close";
 /// submitted yet (`loss::settle_lost`); one hit per handling of a departure.
 pub const LOST_AFTER_FIRST_CLOSE: &str = "lost_after_first_close";
 
+/// A survivor ranked among the first `loss::LOSS_HANDLERS` for a departure when it saw it has
+/// read what the departed worker held (something), before its first close (`loss::handle`);
+/// not hit by one that moved up in rank because those before it died.
+pub const LOST_AFTER_READING_HELD: &str = "lost_after_reading_held";
+
+/// A claim the job's lock blocked closed its tick `skipped` (`forbid`), its record not
+/// submitted yet (`race::claim`).
+pub const SKIPPED_AFTER_CLAIM: &str = "skipped_after_claim";
+
 /// Every point the worker has: a name not listed here is refused at start (a typo would arm
 /// nothing and let a test pass for the wrong reason).
-pub const POINTS: [&str; 2] = [NOT_RUN_AFTER_CLOSE, LOST_AFTER_FIRST_CLOSE];
+pub const POINTS: [&str; 4] =
+    [NOT_RUN_AFTER_CLOSE, LOST_AFTER_FIRST_CLOSE, LOST_AFTER_READING_HELD, SKIPPED_AFTER_CLAIM];
 
 static ARMED: OnceLock<Vec<String>> = OnceLock::new();
 

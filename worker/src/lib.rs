@@ -10,6 +10,7 @@ pub mod child;
 pub mod close;
 pub mod config;
 pub mod decide;
+pub mod departures;
 pub mod execution;
 pub mod executor;
 pub mod failpoint;

@@ -18,6 +18,7 @@ use etcron_common::{now_ms, rfc3339_ms};
 
 use crate::close::CLOSE_FOR;
 use crate::config::Config;
+use crate::departures::Departure;
 use crate::fire::{to_json, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
 use crate::membership::Departed;
 use crate::metrics::METRICS;
@@ -112,7 +113,27 @@ pub const LOSS_RESUME_DELAY: Duration = Duration::from_secs(10);
 
 /// Records `lost` for executions that ran on a worker whose session ended (its registration
 /// was deleted at `revision` by lease expiry), and requests their failover rerun when the job
-/// says `on_worker_loss: rerun`.
+/// says `on_worker_loss: rerun`. The departure is owed (`departures`) from here until it is
+/// seen handled, so neither the death of its handlers nor this worker's own ends it.
+pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
+    let departure = Departure { worker: departed, revision };
+    ctx.departures.note(&departure);
+    owe(ctx, departure, false).await;
+}
+
+/// Finishes the departures a previous run of this worker owed (read from its data dir at start).
+pub fn resume_owed(ctx: &Arc<Context>, owed: Vec<Departure>) {
+    for departure in owed {
+        tokio::spawn(owe(ctx.clone(), departure, true));
+    }
+}
+
+/// How long a survivor owes a departure nobody is seen handling before it gives up, loudly:
+/// the departed worker's keys are read from etcd's history, which the compactor keeps for
+/// less than this.
+pub const OWE_FOR: Duration = Duration::from_secs(3600);
+
+/// Owes a departure until it is handled.
 ///
 /// It first gives the departed worker a chance to close its own claims: a worker whose session
 /// ended while etcd was out of its reach (a stall, a partition) closes the claims of the tasks
@@ -120,30 +141,84 @@ pub const LOSS_RESUME_DELAY: Duration = Duration::from_secs(10);
 /// survivor waits `loss_grace`; a worker handling its own departure knows its pending closes
 /// and waits for them. What is still unclosed afterwards may not have finished: recorded lost.
 ///
-/// Resumable: the survivors ranked first to `LOSS_HANDLERS`th for the departure each handle it,
-/// rank `r` starting `r × LOSS_RESUME_DELAY` after the first. Every close is guarded by the
-/// claim (`claim::mark_lost`), and a record is submitted only by the survivor whose close took
-/// (`provisional`), so a later handler only finishes what an earlier one left — one that died
-/// midway, or is slow — and says so (`etcron_worker_departures_resumed_total`).
-pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
-    let rank = ctx.members.rank(&ctx.config.worker_id, &format!("lost/{departed}/{revision}"));
-    if rank >= LOSS_HANDLERS {
-        return;
-    }
+/// Resumable: the survivors ranked first to `LOSS_HANDLERS`th for the departure (among the live
+/// workers, re-ranked as they come and go) each handle it, rank `r` starting `r ×
+/// LOSS_RESUME_DELAY` after the grace, unless the done marker says one finished. Every close
+/// is guarded by the claim (`claim::mark_lost`), and a record is submitted only by the survivor
+/// whose close took (`provisional`), so a later handler only finishes what an earlier one left
+/// — one that died midway, or is slow — and says so (`etcron_worker_departures_resumed_total`).
+/// The survivors ranked after them wait, looking at the marker every `LOSS_RESUME_DELAY`: when
+/// the handlers die first, they move up and finish it. `restarted`: owed by a previous run of
+/// this worker, whose grace is long over.
+async fn owe(ctx: Arc<Context>, departure: Departure, restarted: bool) {
+    let Departure { worker: departed, revision } = &departure;
+    let rank_key = format!("lost/{departed}/{revision}");
     let noticed = now_ms();
-    if departed == ctx.config.worker_id {
+    if *departed == ctx.config.worker_id {
         ctx.closing.wait_empty(CLOSE_FOR).await;
-    } else {
+    } else if !restarted {
         tokio::time::sleep(loss_grace(&ctx.config)).await;
     }
-    tokio::time::sleep(LOSS_RESUME_DELAY * u32::try_from(rank).unwrap_or(u32::MAX)).await;
-    let handler = Handler { departed: &departed, revision, rank };
-    let held = held_at(&ctx, &departed, revision - 1).await;
+    let since = tokio::time::Instant::now();
+    let first_rank = ctx.members.rank(&ctx.config.worker_id, &rank_key);
+    loop {
+        let rank = ctx.members.rank(&ctx.config.worker_id, &rank_key);
+        let due = LOSS_RESUME_DELAY * u32::try_from(rank).unwrap_or(u32::MAX);
+        let waited = since.elapsed();
+        let handled = || done_marker(&ctx, &departure);
+        if rank < LOSS_HANDLERS && waited >= due {
+            // The first-ranked handler of a fresh departure does not look: nobody was before it.
+            if (rank == 0 && !restarted) || handled().await != Some(true) {
+                let promoted = first_rank >= LOSS_HANDLERS;
+                if promoted {
+                    tracing::warn!(worker = %departed, revision, rank, "the survivors ranked before this one for a departure died before it was seen handled: handling it");
+                }
+                // Ranked as when it was seen: a handler after the first (or after a restart)
+                // resumes what another left.
+                let rank = if restarted { first_rank.max(1) } else { first_rank };
+                let handler = Handler { departed, revision: *revision, rank, noticed, promoted };
+                if handle(&ctx, &handler).await {
+                    mark_done(&ctx, &departure).await;
+                    break;
+                }
+            } else {
+                break;
+            }
+        }
+        if waited >= OWE_FOR {
+            METRICS.departures_abandoned.inc();
+            tracing::error!(worker = %departed, revision, "nobody was seen finishing the handling of a departure within an hour: given up (the departed worker's executions may stay unclosed, without a rerun or a record)");
+            break;
+        }
+        let wait = if rank < LOSS_HANDLERS {
+            due.saturating_sub(waited).max(Duration::from_millis(100))
+        } else {
+            LOSS_RESUME_DELAY
+        };
+        tokio::time::sleep(wait).await;
+        if rank >= LOSS_HANDLERS && handled().await == Some(true) {
+            break;
+        }
+    }
+    ctx.departures.settled(&departure);
+}
+
+/// Handles a departure once: every execution the departed worker held is closed `lost` unless
+/// it was closed already; `true` when none is left unsettled (each closed, by this handler or
+/// before it).
+async fn handle(ctx: &Context, handler: &Handler<'_>) -> bool {
+    let Handler { departed, revision, rank, noticed, promoted } = *handler;
+    let held = held_at(ctx, departed, revision - 1).await;
+    if !held.is_empty() && !promoted {
+        crate::failpoint::hit(crate::failpoint::LOST_AFTER_READING_HELD);
+    }
     let total = held.len();
-    let mut closed = 0usize;
+    let (mut closed, mut unsettled) = (0usize, 0usize);
     for execution in held {
-        if settle_lost(&ctx, &handler, execution, closed == 0).await {
-            closed += 1;
+        match settle_lost(ctx, handler, execution, closed == 0).await {
+            Settled::ClosedHere => closed += 1,
+            Settled::ClosedBefore => {}
+            Settled::Unsettled => unsettled += 1,
         }
     }
     if rank > 0 && closed > 0 {
@@ -153,15 +228,59 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     }
     // Each handler notes the window (the first may have died before sweeping it): the sweeps
     // settle each tick through its claim key, so a later one mostly finds them settled.
-    note_departure_window(&ctx, noticed);
+    note_departure_window(ctx, noticed);
+    unsettled == 0
+}
+
+/// Whether the departure's done marker is there; `None` when etcd did not answer.
+async fn done_marker(ctx: &Context, d: &Departure) -> Option<bool> {
+    let mut kv = ctx.client.kv_client();
+    let key = ctx.keys.departure_done(&d.worker, d.revision);
+    let opts = etcd_client::GetOptions::new().with_count_only();
+    match etcron_common::etcd::request("departure_read", kv.get(key, Some(opts))).await {
+        Ok(Ok(resp)) => Some(resp.count() > 0),
+        _ => None,
+    }
+}
+
+/// Writes the departure's done marker (on a retention lease). Not written (etcd failed): the
+/// survivors that owe it handle it again, finding every execution closed.
+async fn mark_done(ctx: &Context, d: &Departure) {
+    let Ok(lease) = ctx.retention.get().await else { return };
+    let mut kv = ctx.client.kv_client();
+    let key = ctx.keys.departure_done(&d.worker, d.revision);
+    let value = to_json(&serde_json::json!({ "handled_by": ctx.config.worker_id, "at": rfc3339_ms(now_ms()) }));
+    let put = kv.put(key, value, Some(etcd_client::PutOptions::new().with_lease(lease)));
+    let failed = match etcron_common::etcd::request("departure_done", put).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some("timed out".to_owned()),
+    };
+    if let Some(e) = failed {
+        tracing::warn!(worker = %d.worker, error = %e, "writing a departure's done marker failed; the survivors owing it will find it handled");
+    }
 }
 
 /// Who handles a departure: the departed worker, the revision its registration was deleted at,
-/// and this survivor's rank for it (`0` first).
+/// and this survivor's rank for it when it was seen (`0` first).
 struct Handler<'a> {
     departed: &'a str,
     revision: i64,
     rank: usize,
+    /// When the departure was seen (its ticks are swept from a TTL before).
+    noticed: i64,
+    /// Ranked after the first `LOSS_HANDLERS` when the departure was seen, moved up since.
+    promoted: bool,
+}
+
+/// What became of one execution a departed worker held.
+enum Settled {
+    /// This handler closed it `lost`.
+    ClosedHere,
+    /// Closed before (by its worker, or another handler), or not the departed worker's.
+    ClosedBefore,
+    /// etcd did not take the close: a later handler tries again.
+    Unsettled,
 }
 
 /// An execution a departed worker held when its session ended.
@@ -296,20 +415,20 @@ async fn still_held_retried(
 }
 
 /// Closes one execution of a departed worker as `lost` (with its failover rerun or
-/// `on_failure` requests), unless its worker or another survivor closed it first; `true` when
-/// this survivor closed it. `first`: nothing was closed yet by this handling.
-async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecution, first: bool) -> bool {
-    let Handler { departed, revision, rank } = *handler;
+/// `on_failure` requests), unless its worker or another survivor closed it first.
+/// `first`: nothing was closed yet by this handling.
+async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecution, first: bool) -> Settled {
+    let Handler { departed, revision, rank, .. } = *handler;
     let HeldExecution { id, fencing_token, held, trigger, scheduled_ms, started_at, params } = execution;
     let claim_key = ctx.keys.claim(&id);
     let (held, params) = match still_held_retried(ctx, departed, &claim_key, fencing_token, &held).await {
         Some(None) if rank == 0 => {
             tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
-            return false;
+            return Settled::ClosedBefore;
         }
         Some(None) => {
             tracing::debug!(execution_id = %id, worker = %departed, rank, "execution of a departed worker was closed already");
-            return false;
+            return Settled::ClosedBefore;
         }
         Some(Some((held_now, from_claim))) => (held_now, from_claim.unwrap_or(params)),
         None => (held, params),
@@ -364,7 +483,7 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
             ClaimOutcome::Lost => {
                 ctx.provisional.remove(pending);
                 tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
-                return false;
+                return Settled::ClosedBefore;
             }
             ClaimOutcome::Unknown(e) => {
                 tracing::warn!(execution_id = %id, error = %e, "recording a lost execution: outcome unknown; retrying");
@@ -377,7 +496,7 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
         // survivors ranked after this one try the close again.
         ctx.provisional.release(pending);
         tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim may stay running");
-        return false;
+        return Settled::Unsettled;
     }
     if first {
         if rank > 0 {
@@ -392,5 +511,5 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
         // Its lock went with the session: the oldest execution waiting gets it now.
         crate::queue::pump(ctx, &id.job, &id.part, None).await;
     }
-    true
+    Settled::ClosedHere
 }

@@ -84,6 +84,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("opening the record spool in {}", config.data_dir.display()))?;
     let provisional = etcron_worker::provisional::Provisional::open(&config.data_dir)
         .with_context(|| format!("opening the provisional records in {}", config.data_dir.display()))?;
+    let (departures, owed, previous_session) = etcron_worker::departures::Owed::open(&config.data_dir)
+        .with_context(|| format!("opening the owed departures in {}", config.data_dir.display()))?;
     let (sink_stop_tx, sink_stop) = watch::channel(false);
     let notifier = etcron_worker::notifier::Notifier::start(
         config.notify.clone(),
@@ -133,6 +135,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         slots: Arc::new(etcron_worker::slots::Slots::new(config.capacity as usize)),
         sink,
         provisional,
+        departures,
         jobs: etcron_worker::state::JobTable::default(),
         paused: etcron_worker::state::PauseTable::default(),
         calendars: etcron_worker::calendars::CalendarTable::default(),
@@ -153,6 +156,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
     });
     tokio::spawn(etcron_worker::catchup::settle_loop(ctx.clone()));
     tokio::spawn(etcron_worker::settle::provisional_loop(ctx.clone()));
+    etcron_worker::loss::resume_owed(&ctx, owed);
+    if let Some(registered_at) = previous_session {
+        // Our previous life ended uncleanly: its session's departure is ours to owe as well.
+        let departed = etcron_worker::membership::Departed::After(registered_at);
+        tokio::spawn(etcron_worker::loss::departed(ctx.clone(), config.worker_id.clone(), departed));
+    }
     tokio::spawn(etcron_worker::alerts::stale_loop(ctx.clone()));
     etcron_worker::metrics::init(config.capacity);
     etcron_worker::task_network::init_metrics();
@@ -229,7 +238,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
     }
     // A finished task's close etcd has not taken yet keeps trying for a while: leaving now would
     // hand the run to the loss handling (recorded lost, and rerun) although it finished.
-    if !ctx.closing.wait_empty(CLOSE_ON_SHUTDOWN).await {
+    if ctx.closing.wait_empty(CLOSE_ON_SHUTDOWN).await {
+        ctx.departures.session_ended_cleanly();
+    } else {
         tracing::error!(
             pending = ctx.closing.count(),
             "claim closes still pending at exit; the loss handling will record those runs lost"
@@ -296,8 +307,11 @@ async fn supervise_session(
         let mut refresh = tokio::time::interval(REGISTRATION_REFRESH);
         loop {
             let count = u32::try_from(*running.borrow()).unwrap_or(u32::MAX);
-            if published != Some(count) && register(&ctx, lease, count, &started_at).await {
+            let registered =
+                if published == Some(count) { None } else { register(&ctx, lease, count, &started_at).await };
+            if let Some(revision) = registered {
                 if published.is_none() {
+                    ctx.departures.session_registered(revision);
                     let _ = lease_tx.send(Some(lease));
                     tracing::info!(worker_id = %ctx.config.worker_id, "registered");
                 }
@@ -394,7 +408,8 @@ fn random_token() -> String {
     })
 }
 
-async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> bool {
+/// The revision the registration was written at; `None` when it was not.
+async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> Option<i64> {
     let info = WorkerInfo {
         id: ctx.config.worker_id.clone(),
         hostname: ctx.hostname.clone(),
@@ -415,14 +430,14 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
     let mut kv = ctx.client.kv_client();
     let put = kv.put(ctx.keys.worker(&ctx.config.worker_id), value, Some(PutOptions::new().with_lease(lease)));
     match request("register", put).await {
-        Ok(Ok(_)) => true,
+        Ok(Ok(resp)) => Some(resp.header().map_or(0, etcd_client::ResponseHeader::revision)),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "registering worker failed; will retry");
-            false
+            None
         }
         Err(_) => {
             tracing::warn!("registering worker timed out; will retry");
-            false
+            None
         }
     }
 }

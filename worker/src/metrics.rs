@@ -44,6 +44,8 @@ pub struct WorkerMetrics {
     /// Departures whose handling a survivor ranked after the first found unfinished (an
     /// execution of the departed worker still unclosed): the first handler died or was slow.
     pub departures_resumed: IntCounter,
+    pub departures_owed: IntGauge,
+    pub departures_abandoned: IntCounter,
     /// Provisional records (written before a claim this worker closes) waiting for the settle
     /// loop: left by a crash, or by a close etcd did not answer.
     pub provisional_waiting: IntGauge,
@@ -164,6 +166,14 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     departures_resumed: counter(
         "etcron_worker_departures_resumed_total",
         "Departures whose handling a survivor ranked after the first found unfinished (the first handler died or was slow).",
+    ),
+    departures_owed: gauge(
+        "etcron_worker_departures_owed",
+        "Departures of other workers this worker has seen and not yet seen handled (kept in its data dir).",
+    ),
+    departures_abandoned: counter(
+        "etcron_worker_departures_abandoned_total",
+        "Departures nobody was seen handling within an hour, given up by this worker (their executions may stay unclosed).",
     ),
     provisional_waiting: gauge(
         "etcron_worker_provisional_records",
@@ -350,6 +360,8 @@ mod tests {
             "etcron_worker_capacity 4",
             "etcron_worker_session_lease_losses_total",
             "etcron_worker_departures_resumed_total",
+            "etcron_worker_departures_owed",
+            "etcron_worker_departures_abandoned_total",
             "etcron_worker_provisional_records",
             "etcron_worker_provisional_record_errors_total",
             "etcron_worker_log_sink_queue_length",

@@ -240,10 +240,19 @@ pub struct WonClaim {
 
 /// Races for `fire`'s claim under session `lease`; `Some` when it is ours to run.
 pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64) -> Option<WonClaim> {
+    // A claim the job's lock may block closes the tick `skipped` in the claim transaction
+    // itself: its record is durable first (before the lease, as `settle::record_not_run`).
+    let skipped = blockable(fire).then(|| {
+        let record = not_run_record(ctx, fire, Status::Skipped, blocked_reason(fire, None), None);
+        ctx.provisional.write(&ctx.keys.claim(&fire.id), &record)
+    });
     // The claim outlives the session on the retention lease: a won attempt is never won again.
     let retention_lease = match ctx.retention.get().await {
         Ok(l) => l,
         Err(e) => {
+            if let Some(pending) = skipped {
+                ctx.provisional.remove(pending);
+            }
             tracing::warn!(error = %e, "retention lease unavailable: not claiming");
             METRICS.not_raced.with_label_values(&["no_lease"]).inc();
             ctx.unsettled.note(fire);
@@ -274,12 +283,44 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64) -> Option<WonCla
     if let (true, ClaimOutcome::Won { .. }, Some(ms)) = (advance, &outcome, state_tick(fire)) {
         ctx.state_marks.advanced(&fire.id.job, ms);
     }
+    let closed_skipped = !queued && matches!(outcome, ClaimOutcome::Blocked { .. });
+    if closed_skipped {
+        crate::failpoint::hit(crate::failpoint::SKIPPED_AFTER_CLAIM);
+    }
+    // Known outcome: the provisional record goes once the real one is submitted (or is not to
+    // be); unknown: the settle loop decides from the claim.
+    let settle_skipped =
+        |ctx: &Context, pending: Option<crate::provisional::Pending>, unknown: bool| match (pending, unknown) {
+            (Some(p), true) => ctx.provisional.release(p),
+            (Some(p), false) => ctx.provisional.remove(p),
+            (None, _) => {}
+        };
+    let unknown = matches!(outcome, ClaimOutcome::Unknown(_));
     if let (true, ClaimOutcome::Blocked { holder, .. }) = (queued, &outcome) {
+        settle_skipped(ctx, skipped, false);
         queued_behind(ctx, fire, holder);
         return None;
     }
-    let fencing_token = settle_outcome(ctx, fire, &won, outcome).await?;
-    Some(WonClaim { fencing_token, ..won })
+    let settled = settle_outcome(ctx, fire, &won, outcome).await;
+    settle_skipped(ctx, skipped, unknown);
+    Some(WonClaim { fencing_token: settled?, ..won })
+}
+
+/// Whether the job's lock may block a claim of `fire`, closing it `skipped` (`forbid`, and
+/// `queue` when its queue is full); `replace` takes the lock over, `allow` has none.
+fn blockable(fire: &Fire) -> bool {
+    matches!(fire.spec.concurrency, Concurrency::Forbid | Concurrency::Queue)
+}
+
+/// Why a blocked claim's tick was skipped; `holder`: the execution holding the lock, when known.
+fn blocked_reason(fire: &Fire, holder: Option<&str>) -> String {
+    let holder = holder.unwrap_or("another execution");
+    match fire.spec.concurrency {
+        Concurrency::Queue => {
+            format!("concurrency queue: the queue is full (max_queue {}) behind {holder}", fire.spec.queue_limit())
+        }
+        _ => format!("concurrency forbid: {holder} was still running"),
+    }
 }
 
 /// A tick queued behind the run holding its job's lock waits there (no record until it runs;
@@ -373,17 +414,8 @@ pub(crate) async fn settle_outcome(
             Some(fencing_token)
         }
         ClaimOutcome::Blocked { fencing_token, holder } => {
-            let holder = serde_json::from_slice::<ExecutionId>(&holder)
-                .map_or_else(|_| "another execution".to_owned(), |h| h.to_string());
-            let reason = match fire.spec.concurrency {
-                Concurrency::Queue => {
-                    format!(
-                        "concurrency queue: the queue is full (max_queue {}) behind {holder}",
-                        fire.spec.queue_limit()
-                    )
-                }
-                _ => format!("concurrency forbid: {holder} was still running"),
-            };
+            let holder = serde_json::from_slice::<ExecutionId>(&holder).ok().map(|h| h.to_string());
+            let reason = blocked_reason(fire, holder.as_deref());
             tracing::info!(%reason, "tick skipped");
             let record = not_run_record(ctx, fire, Status::Skipped, reason, Some(fencing_token));
             log_record(&record, 0);

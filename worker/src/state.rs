@@ -45,6 +45,8 @@ pub struct Context {
     /// Records of claims this worker is closing, written before the close
     /// (`<data_dir>/provisional/`).
     pub provisional: crate::provisional::Provisional,
+    /// Departures this worker saw and has not seen handled yet (`<data_dir>/departures/`).
+    pub departures: crate::departures::Owed,
     pub jobs: JobTable,
     /// The jobs operators paused (`{ns}/paused/`), as the scheduler last saw them.
     pub paused: PauseTable,
