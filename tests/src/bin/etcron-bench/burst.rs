@@ -166,8 +166,12 @@ async fn report(
     let mut lost_sessions = 0.0;
     let mut batches = (0.0, 0.0);
     let mut ops: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    let mut claims: BTreeMap<&str, f64> = BTreeMap::new();
     for url in urls {
         let s = scrape(url, None).await?;
+        for outcome in ["won", "lost", "taken_seen", "taken"] {
+            *claims.entry(outcome).or_default() += s.value("etcron_worker_claims_total", &[("outcome", outcome)]);
+        }
         lost_sessions += s.value("etcron_worker_session_lease_losses_total", &[]);
         batches.0 += s.value("etcron_worker_batch_size_count", &[("kind", "claim")]);
         batches.1 += s.value("etcron_worker_batch_size_count", &[("kind", "close")]);
@@ -192,6 +196,10 @@ async fn report(
     println!("  sessions lost         {lost_sessions}");
     println!("  etcd proposals/fire   {:.3}  ({proposals} proposals)", proposals / n as f64);
     println!("  batches               {} claim, {} close (transactions of two or more)", batches.0, batches.1);
+    println!(
+        "  claims                {} won, {} lost in etcd, {} seen taken by the watch, {} read taken",
+        claims["won"], claims["lost"], claims["taken_seen"], claims["taken"]
+    );
     for (op, (sum, count)) in &ops {
         println!(
             "  etcd {op:<12}     {count} requests, mean {:.0} ms (admission wait included)",
