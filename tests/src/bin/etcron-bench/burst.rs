@@ -157,6 +157,11 @@ async fn report(
     let reruns = hits.iter().filter(|h| !h.execution_id.ends_with("#1")).count();
     let mut lateness: Vec<i64> = hits.iter().map(|h| h.received_ms - at_ms).collect();
     lateness.sort_unstable();
+    let ms_after = |t: &Option<String>| {
+        t.as_deref().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()).map(|t| t.timestamp_millis() - at_ms)
+    };
+    let mut claimed: Vec<i64> = finals.iter().filter_map(|r| ms_after(&r.claimed_at)).collect();
+    claimed.sort_unstable();
     let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
     for r in finals {
         *statuses.entry(r.status.as_str()).or_default() += 1;
@@ -192,6 +197,12 @@ async fn report(
         quantile(&lateness, 0.9),
         quantile(&lateness, 0.99),
         lateness.last().copied().unwrap_or(0)
+    );
+    println!(
+        "  claimed ms after      p50 {}  p90 {}  last {}  (the claims' `claimed_at`; negative: before the instant)",
+        quantile(&claimed, 0.5),
+        quantile(&claimed, 0.9),
+        claimed.last().copied().unwrap_or(0)
     );
     println!("  sessions lost         {lost_sessions}");
     println!("  etcd proposals/fire   {:.3}  ({proposals} proposals)", proposals / n as f64);
