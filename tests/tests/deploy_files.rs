@@ -1236,7 +1236,7 @@ fn the_dockerfile_builds_and_ships_the_workspace_binaries() {
             format!("Dockerfile: copies {bin}, which `cargo build -p {packages:?}` does not build ({bins:?})")
         });
     }
-    for bin in ["etcron-master", "etcron-worker", "etcronctl"] {
+    for bin in ["etcron-master", "etcron-worker", "etcron-keeper", "etcronctl"] {
         problems.check(shipped.contains(bin), || format!("Dockerfile: does not ship {bin}"));
     }
     let user = lines.iter().rev().find_map(|l| l.strip_prefix("USER ")).unwrap_or("root");

@@ -154,24 +154,6 @@ pub struct Batchers {
     namer: Arc<Namer>,
     claims: mpsc::Sender<ClaimJob>,
     closes: mpsc::Sender<CloseJob>,
-    /// Claims sent and not answered yet.
-    claims_pending: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-/// One claim counted in `Batchers::claims_pending` until dropped (answered, or given up).
-struct Pending(Arc<std::sync::atomic::AtomicUsize>);
-
-impl Pending {
-    fn count(counter: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Self(counter.clone())
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
 }
 
 impl std::fmt::Debug for ClaimJob {
@@ -195,17 +177,12 @@ impl Batchers {
         let namer = Arc::new(Namer { keys, worker_id, seq: AtomicU64::new(0) });
         tokio::spawn(claim_loop(client.clone(), namer.clone(), claim_rx));
         tokio::spawn(close_loop(client.clone(), close_rx));
-        Self { client, namer, claims, closes, claims_pending: Arc::default() }
+        Self { client, namer, claims, closes }
     }
 
     /// Races for a claim, in a batch when it can share one. The [`Hold`] keeps the claim
     /// transaction's inflight key while the execution is open.
     pub async fn claim(&self, id: &ExecutionId, claim: RunClaim) -> (ClaimOutcome, Hold) {
-        let _pending = Pending::count(&self.claims_pending);
-        self.claim_now(id, claim).await
-    }
-
-    async fn claim_now(&self, id: &ExecutionId, claim: RunClaim) -> (ClaimOutcome, Hold) {
         if claim.lock.is_some() {
             return claim_alone(&self.client, &self.namer, id, claim).await;
         }
@@ -214,13 +191,6 @@ impl Batchers {
             return (ClaimOutcome::Unknown("claim batcher stopped".to_owned()), Hold::none());
         }
         answer.await.unwrap_or_else(|_| (ClaimOutcome::Unknown("claim batch dropped".to_owned()), Hold::none()))
-    }
-
-    /// Claims this worker sent and etcd has not answered yet: a sign of load, which the other
-    /// workers share (a ranked-later worker then waits longer for a claim to show).
-    #[must_use]
-    pub fn claims_pending(&self) -> usize {
-        self.claims_pending.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Closes a claim of `job`, in a batch when it can share one.

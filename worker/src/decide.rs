@@ -158,29 +158,13 @@ fn not_eligible(config: &crate::config::Config, spec: &etcron_common::job::JobSp
 /// when the claim is taken. No capacity slot is taken before: a tick that is taken already must
 /// not make this worker look full. A tick raced ahead of its time can space the ranks out over
 /// the lead at no cost to its start, so fewer rank-0 claims are still in flight when the next
-/// rank looks. Under load a claim takes longer than the stagger to commit (a burst queues
-/// thousands), and a ranked-later worker that races anyway loses in etcd — work for etcd and
-/// for itself spent on a race it cannot win. So while this worker's own claims wait for etcd
-/// (the load is the cluster's: the others' claims wait too), each rank waits for the claim to
-/// show in its watch, up to [`MAX_HEAD_START_FOR_LOAD`] more per rank.
+/// rank looks.
 pub(crate) async fn head_start(ctx: &Context, fire: &Fire, claim_key: &str, rank: usize) -> bool {
     let ahead_ms = u64::try_from(fire.scheduled_ms - now_ms()).unwrap_or(0);
     let step = ctx.config.claim_stagger.max(Duration::from_millis(ahead_ms / 4));
-    let rank_u32 = u32::try_from(rank).unwrap_or(u32::MAX);
-    tokio::time::sleep(step * rank_u32).await;
-    if rank > 0
-        && ctx.batchers.claims_pending() > 0
-        && ctx.taken.seen_within(claim_key, MAX_HEAD_START_FOR_LOAD * rank_u32).await
-    {
-        METRICS.claims.with_label_values(&["taken_seen"]).inc();
-        return false;
-    }
+    tokio::time::sleep(step * u32::try_from(rank).unwrap_or(u32::MAX)).await;
     !already_taken(ctx, fire, claim_key).await
 }
-
-/// Most a rank's head start grows by under load: a tick whose first-ranked worker is gone waits
-/// at most this much longer per rank.
-pub const MAX_HEAD_START_FOR_LOAD: Duration = Duration::from_secs(1);
 
 /// Whether this worker has room to race (`Slots::free`), or `None` when it is full: a run
 /// request waits for room, a broadcast part is recorded missed, a tick is left to the other

@@ -190,7 +190,7 @@ pub async fn run_shell(
         let setup = ChildSetup { rlimits, account };
         // Under a keeper (the worker's own binary), which sets the shell up, so the task's tree
         // ends with the worker (`keeper`); without one (the executor's own tests), directly.
-        let keeper = crate::keeper::command(&command, &setup);
+        let keeper = crate::keeper::command(&command, &setup, network);
         let supervised = keeper.is_some();
         let mut cmd = keeper.unwrap_or_else(|| {
             let mut sh = Command::new("/bin/sh");
@@ -210,9 +210,9 @@ pub async fn run_shell(
         if let Some(account) = &setup.account {
             cmd.envs(account.env());
         }
-        if supervised {
-            set_up_keeper(&mut cmd, network, crate::keeper::inherited_fds().unwrap_or_default());
-        } else if !setup.rlimits.is_empty() || setup.account.is_some() || network.isolated() {
+        // A keeper sets the task up itself: nothing runs between fork and exec, so the spawn
+        // is a `posix_spawn` (a fork of this large process would copy its page tables).
+        if !supervised && (!setup.rlimits.is_empty() || setup.account.is_some() || network.isolated()) {
             set_up_child(&mut cmd, network, setup);
         }
         (cmd.spawn().map_err(Refused::Spawn), etcron_common::now_ms())
@@ -373,27 +373,6 @@ fn set_up_child(cmd: &mut Command, network: ShellNetwork, setup: ChildSetup) {
                 task_netns::enter_own_namespace()?;
             }
             set_up(&setup.rlimits, setup.account.as_ref())
-        });
-    }
-}
-
-/// A keeper's child set-up on the worker's side: the network namespace (the keeper and its
-/// task share it), and the descriptors the keeper watches kept open across its exec.
-#[allow(unsafe_code)]
-fn set_up_keeper(cmd: &mut Command, network: ShellNetwork, fds: [std::os::fd::RawFd; 2]) {
-    // SAFETY: in the forked child: `task_netns`'s calls and fcntl(2) on descriptors the parent
-    // holds open for the worker's lifetime; nothing allocates.
-    unsafe {
-        cmd.pre_exec(move || {
-            if network.isolated() {
-                task_netns::enter_own_namespace()?;
-            }
-            for fd in fds {
-                if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
         });
     }
 }

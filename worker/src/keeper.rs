@@ -33,6 +33,7 @@ use nix::unistd::{Gid, Uid};
 
 use crate::child::ChildSetup;
 use crate::run_as::Account;
+use crate::task_netns::ShellNetwork;
 
 /// The first argument that makes `etcron-worker` a keeper.
 pub const KEEP: &str = "__keep";
@@ -51,6 +52,8 @@ struct Supervision {
     deadline_fd: OwnedFd,
     /// The page, mapped in the worker.
     deadline: &'static AtomicU64,
+    /// `etcron-keeper` beside the worker's binary; `None`: the worker's own binary (`__keep`).
+    program: Option<std::path::PathBuf>,
 }
 
 static SUPERVISION: OnceLock<Supervision> = OnceLock::new();
@@ -63,7 +66,39 @@ pub fn enable() -> std::io::Result<()> {
     }
     let (alive_read, alive_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let (deadline_fd, deadline) = shared_page()?;
-    let _ = SUPERVISION.set(Supervision { alive_read, _alive_write: alive_write, deadline_fd, deadline });
+    // The two descriptors every keeper needs are inherited as they are, so a keeper starts
+    // with no code run between fork and exec (`posix_spawn`: a fork of a worker holding
+    // thousands of runs copies its page tables, milliseconds per task). Only keepers are
+    // spawned with them, and each sets them close-on-exec before it starts the task; the
+    // pipe's write end, whose closing tells keepers the worker is gone, stays the worker's.
+    for fd in [alive_read.as_raw_fd(), deadline_fd.as_raw_fd()] {
+        clear_cloexec(fd)?;
+    }
+    let program = installed_keeper();
+    if program.is_none() {
+        tracing::warn!("no etcron-keeper next to the worker's binary: each shell task's keeper is the worker's own binary, about three times the cost to start (install etcron-keeper beside etcron-worker)");
+    }
+    let _ = SUPERVISION.set(Supervision { alive_read, _alive_write: alive_write, deadline_fd, deadline, program });
+    Ok(())
+}
+
+/// The `etcron-keeper` program beside the worker's binary, when installed: a small binary
+/// starts in about a third of the worker's time, once per shell task.
+fn installed_keeper() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let keeper = exe.parent()?.join(PROGRAM);
+    keeper.is_file().then_some(keeper)
+}
+
+/// The keeper's own program name.
+pub const PROGRAM: &str = "etcron-keeper";
+
+#[allow(unsafe_code)]
+fn clear_cloexec(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: fcntl(2) on a descriptor this process owns.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     Ok(())
 }
 
@@ -134,35 +169,39 @@ fn monotonic_ns() -> u64 {
 /// A command that runs `/bin/sh -c command` under a keeper set up as `setup` says; `None` when
 /// supervision is off (the caller sets the child up itself).
 #[must_use]
-pub fn command(command: &str, setup: &ChildSetup) -> Option<tokio::process::Command> {
+pub fn command(command: &str, setup: &ChildSetup, network: ShellNetwork) -> Option<tokio::process::Command> {
     let s = SUPERVISION.get()?;
-    let mut cmd = tokio::process::Command::new("/proc/self/exe");
-    cmd.arg0("etcron-keeper").arg(KEEP).args(encode(s.alive_read.as_raw_fd(), s.deadline_fd.as_raw_fd(), setup));
+    let fds = (s.alive_read.as_raw_fd(), s.deadline_fd.as_raw_fd());
+    let mut cmd = match &s.program {
+        Some(keeper) => tokio::process::Command::new(keeper),
+        None => {
+            let mut own = tokio::process::Command::new("/proc/self/exe");
+            own.arg(KEEP);
+            own
+        }
+    };
+    cmd.arg0("etcron-keeper").args(encode(fds, setup, network));
     cmd.arg("--").arg("/bin/sh").arg("-c").arg(command);
     Some(cmd)
 }
 
-/// The descriptors a keeper inherits (their close-on-exec flag is cleared in the child).
-#[must_use]
-pub fn inherited_fds() -> Option<[RawFd; 2]> {
-    SUPERVISION.get().map(|s| [s.alive_read.as_raw_fd(), s.deadline_fd.as_raw_fd()])
-}
-
-/// The keeper's arguments after [`KEEP`]: `ALIVE_FD DEADLINE_FD UID GID GROUPS RLIMITS`, `-`
-/// for none, lists comma-separated, a limit `RESOURCE:SOFT:HARD`.
-fn encode(alive: RawFd, deadline: RawFd, setup: &ChildSetup) -> Vec<String> {
+/// The keeper's arguments after [`KEEP`]: `ALIVE_FD DEADLINE_FD UID GID GROUPS RLIMITS NET`,
+/// `-` for none, lists comma-separated, a limit `RESOURCE:SOFT:HARD`, `NET` `none` for a
+/// network namespace of the task's own (the keeper enters it before it starts the task).
+fn encode((alive, deadline): (RawFd, RawFd), setup: &ChildSetup, network: ShellNetwork) -> Vec<String> {
     let list = |items: Vec<String>| if items.is_empty() { "-".to_owned() } else { items.join(",") };
     let (uid, gid, groups) = match &setup.account {
         Some(a) => (a.uid.to_string(), a.gid.to_string(), list(a.groups.iter().map(ToString::to_string).collect())),
         None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
     };
     let rlimits = list(setup.rlimits.iter().map(|(r, s, h)| format!("{}:{s}:{h}", *r as i32)).collect());
-    vec![alive.to_string(), deadline.to_string(), uid, gid, groups, rlimits]
+    let net = if network.isolated() { "none" } else { "-" };
+    vec![alive.to_string(), deadline.to_string(), uid, gid, groups, rlimits, net.to_owned()]
 }
 
 /// The keeper's arguments read back: the two descriptors, the setup, and the program with its
 /// arguments (after `--`).
-fn decode(args: &[OsString]) -> Result<(RawFd, RawFd, ChildSetup, Vec<OsString>), String> {
+fn decode(args: &[OsString]) -> Result<(RawFd, RawFd, ChildSetup, ShellNetwork, Vec<OsString>), String> {
     let text =
         |i: usize| args.get(i).and_then(|a| a.to_str()).ok_or_else(|| format!("argument {i} missing or not text"));
     let num = |i: usize| text(i)?.parse::<i64>().map_err(|e| format!("argument {i}: {e}"));
@@ -192,11 +231,16 @@ fn decode(args: &[OsString]) -> Result<(RawFd, RawFd, ChildSetup, Vec<OsString>)
         };
         rlimits.push((resource(r)?, soft, hard));
     }
-    if args.get(6).map(OsString::as_os_str) != Some(OsStr::new("--")) || args.len() < 8 {
+    let network = match text(6)? {
+        "none" => ShellNetwork::None,
+        "-" => ShellNetwork::Host,
+        other => return Err(format!("network {other:?}")),
+    };
+    if args.get(7).map(OsString::as_os_str) != Some(OsStr::new("--")) || args.len() < 9 {
         return Err("no program after --".to_owned());
     }
     let fd = |n: i64| RawFd::try_from(n).map_err(|e| e.to_string());
-    Ok((fd(alive)?, fd(deadline)?, ChildSetup { rlimits, account }, args[7..].to_vec()))
+    Ok((fd(alive)?, fd(deadline)?, ChildSetup { rlimits, account }, network, args[8..].to_vec()))
 }
 
 fn resource(n: u64) -> Result<Resource, String> {
@@ -209,10 +253,20 @@ fn resource(n: u64) -> Result<Resource, String> {
 /// The keeper's `main`: `args` are what follows [`KEEP`]. Never returns.
 #[allow(unsafe_code)]
 pub fn keep(args: &[OsString]) -> ! {
-    let (alive, deadline_fd, setup, program) = match decode(args) {
+    let (alive, deadline_fd, setup, network, program) = match decode(args) {
         Ok(d) => d,
         Err(e) => fail(&format!("bad arguments: {e}")),
     };
+    // The task's own network namespace, entered by the keeper (its only process so far), so
+    // the worker starts keepers without code between fork and exec.
+    if network.isolated() {
+        if let Err(e) = crate::task_netns::enter_own_namespace() {
+            fail(&format!(
+                "entering a network namespace of the task's own ({} = \"none\") failed: {e}",
+                crate::task_netns::SETTING
+            ));
+        }
+    }
     let me = nix::unistd::getpid();
     // SAFETY: prctl and signal dispositions of this (single-threaded) process; the page is a
     // one-page shared mapping of the worker's memfd, read-only, never unmapped.
@@ -385,16 +439,19 @@ mod tests {
                 home: String::new(),
             }),
         };
-        let mut args: Vec<OsString> = encode(7, 9, &setup).into_iter().map(OsString::from).collect();
+        let mut args: Vec<OsString> =
+            encode((7, 9), &setup, ShellNetwork::None).into_iter().map(OsString::from).collect();
         args.extend(["--", "/bin/sh", "-c", "echo hi"].map(OsString::from));
-        let (alive, deadline, back, program) = decode(&args).unwrap();
-        assert_eq!((alive, deadline, &back, program.len()), (7, 9, &setup, 3));
+        let (alive, deadline, back, network, program) = decode(&args).unwrap();
+        assert_eq!((alive, deadline, &back, network, program.len()), (7, 9, &setup, ShellNetwork::None, 3));
         let none = ChildSetup::default();
-        let mut args: Vec<OsString> = encode(3, 4, &none).into_iter().map(OsString::from).collect();
-        assert_eq!(args[2..], ["-", "-", "-", "-"].map(OsString::from));
+        let mut args: Vec<OsString> =
+            encode((3, 4), &none, ShellNetwork::Host).into_iter().map(OsString::from).collect();
+        assert_eq!(args[2..], ["-", "-", "-", "-", "-"].map(OsString::from));
         assert!(decode(&args).unwrap_err().contains("no program"));
         args.extend(["--", "/bin/true"].map(OsString::from));
-        assert_eq!(decode(&args).unwrap().2, none);
+        let decoded = decode(&args).unwrap();
+        assert_eq!((decoded.2, decoded.3), (none, ShellNetwork::Host));
     }
 
     #[test]

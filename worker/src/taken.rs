@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, EventType, WatchFilterType, WatchOptions};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 /// How long a seen claim is remembered: far longer than any rank's stagger before it looks.
 const REMEMBER: Duration = Duration::from_secs(120);
@@ -21,17 +21,11 @@ const MAX_REMEMBERED: usize = 1_000_000;
 #[derive(Debug, Default)]
 pub struct Taken {
     seen: Mutex<HashMap<Vec<u8>, Instant>>,
-    /// Fires waiting to see a claim written (`seen_within`), by key.
-    waiting: Mutex<HashMap<Vec<u8>, Vec<oneshot::Sender<()>>>>,
 }
 
 impl Taken {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Instant>> {
         self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Vec<oneshot::Sender<()>>>> {
-        self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether the claim `key` was seen written.
@@ -40,47 +34,20 @@ impl Taken {
         self.lock().contains_key(key.as_bytes())
     }
 
-    /// Whether the claim `key` is seen written within `wait` (at once when it was already).
-    pub async fn seen_within(&self, key: &str, wait: Duration) -> bool {
-        let (tx, rx) = oneshot::channel();
-        {
-            // Registered before looking, so an insert in between wakes it.
-            self.waiting().entry(key.as_bytes().to_vec()).or_default().push(tx);
-        }
-        if self.contains(key) {
-            return true;
-        }
-        matches!(tokio::time::timeout(wait, rx).await, Ok(Ok(())))
-    }
-
     fn insert(&self, keys: impl Iterator<Item = Vec<u8>>) {
         let now = Instant::now();
-        let mut woken = Vec::new();
-        {
-            let mut seen = self.lock();
-            let mut waiting = self.waiting();
-            for key in keys {
-                if let Some(waiters) = waiting.remove(&key) {
-                    woken.extend(waiters);
-                }
-                seen.entry(key).or_insert(now);
-            }
-            if seen.len() > MAX_REMEMBERED {
-                forget_older_half(&mut seen);
-            }
+        let mut seen = self.lock();
+        for key in keys {
+            seen.entry(key).or_insert(now);
         }
-        for tx in woken {
-            let _ = tx.send(());
+        if seen.len() > MAX_REMEMBERED {
+            forget_older_half(&mut seen);
         }
     }
 
-    /// Forgets claims seen more than `age` ago, and waiters that gave up.
+    /// Forgets claims seen more than `age` ago.
     fn prune(&self, age: Duration) {
         self.lock().retain(|_, at| at.elapsed() < age);
-        self.waiting().retain(|_, waiters| {
-            waiters.retain(|tx| !tx.is_closed());
-            !waiters.is_empty()
-        });
     }
 
     #[must_use]
@@ -158,22 +125,6 @@ mod tests {
         assert_eq!(taken.len(), 2);
         taken.prune(Duration::ZERO);
         assert!(taken.is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_waiter_is_woken_by_the_claim_or_gives_up() {
-        let taken = std::sync::Arc::new(Taken::default());
-        let t = taken.clone();
-        let waiter = tokio::spawn(async move { t.seen_within("/ns/claims/a/1", Duration::from_secs(30)).await });
-        while taken.waiting().is_empty() {
-            tokio::task::yield_now().await;
-        }
-        taken.insert([b"/ns/claims/a/1".to_vec()].into_iter());
-        assert!(waiter.await.unwrap(), "woken by the claim");
-        assert!(taken.seen_within("/ns/claims/a/1", Duration::ZERO).await, "seen already");
-        assert!(!taken.seen_within("/ns/claims/b/1", Duration::from_millis(10)).await, "never written");
-        taken.prune(Duration::from_secs(3600));
-        assert!(taken.waiting().is_empty(), "the waiter that gave up is pruned");
     }
 
     #[test]
