@@ -475,53 +475,10 @@ async fn a_skipped_record_survives_its_worker_dying_right_after_the_blocked_clai
 /// failover reruns run.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_survivor_dying_midway_through_a_departure_leaves_the_rest_to_the_next() -> anyhow::Result<()> {
-    use etcron_tests::WorkerOpts;
     let mut c = Cluster::start("failover-resume-loss", 0).await?;
-    let pooled = |id: &str| {
-        let mut opts = WorkerOpts::new(id);
-        opts.labels.insert("pool".to_owned(), "p".to_owned());
-        opts
-    };
-    c.add_worker(pooled("doomed"))?;
-    c.wait_workers(1).await?;
-    let runs = c.path("runs.log");
-    let cmd = format!(
-        "echo \"start $ETCRON_JOB $ETCRON_ATTEMPT $ETCRON_WORKER_ID\" >> {f}; if [ \"$ETCRON_ATTEMPT\" = 1 ]; then sleep 300; fi",
-        f = runs.display()
-    );
-    let mut first = Vec::new();
-    for job in ["long-a", "long-b"] {
-        let spec = json!({"schedule": "@yearly", "selector": {"pool": "p"}, "task": {"kind": "shell", "command": cmd}});
-        c.put_job(job, spec).await?;
-        let (_, run) = c.call(reqwest::Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
-        first.push(run["execution_id"].as_str().unwrap().to_owned());
-    }
-    let started = |n: usize| {
-        let text = std::fs::read_to_string(&runs).unwrap_or_default();
-        async move { (text.lines().filter(|l| l.ends_with(" 1 doomed")).count() == n).then_some(()) }
-    };
-    wait_for(Duration::from_secs(20), "both runs to start on the doomed worker", || started(2)).await?;
-    for id in ["s1", "s2", "s3"] {
-        let mut opts = pooled(id);
-        opts.env.push(("ETCRON_FAILPOINT".to_owned(), "lost_after_first_close".to_owned()));
-        c.add_worker(opts)?;
-    }
-    c.wait_workers(4).await?;
-    c.workers[0].proc.kill9();
-
-    let both_lost = wait_for(Duration::from_secs(60), "both claims of the dead worker closed lost", || async {
-        let mut lost = 0;
-        for job in ["long-a", "long-b"] {
-            let claims = claims_of(&c, job).await.ok()?;
-            lost += claims.iter().filter(|(id, v)| first.contains(id) && v["status"] == "lost").count();
-        }
-        (lost == 2).then_some(())
-    })
-    .await;
-    if both_lost.is_err() {
-        c.dump_logs();
-    }
-    both_lost?;
+    let (runs, first) = two_long_runs_on_a_doomed_worker(&mut c).await?;
+    kill_doomed_beside(&mut c, &["s1", "s2", "s3"], "lost_after_first_close").await?;
+    wait_both_claims_lost(&c, &first, Duration::from_secs(60)).await?;
     // The two handlers that closed one each died at the failpoint; bring them back.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let dead: Vec<usize> = loop {
@@ -542,23 +499,7 @@ async fn a_survivor_dying_midway_through_a_departure_leaves_the_rest_to_the_next
         c.workers[i].opts.env.clear();
         c.workers[i].restart()?;
     }
-    for id in &first {
-        let lost = wait_for(Duration::from_secs(30), &format!("the lost record of {id}"), || async {
-            record_of(&c, id).await.filter(|r| r["status"] == "lost")
-        })
-        .await?;
-        assert_eq!(lost["worker_id"], "doomed", "{lost}");
-        assert!(lost["reason"].as_str().unwrap_or("").contains("worker doomed lost its session"), "{lost}");
-        let rerun = id.replace("#1", "#2");
-        let done = wait_for(Duration::from_secs(30), &format!("the failover rerun {rerun}"), || async {
-            record_of(&c, &rerun).await.filter(|r| r["status"] == "succeeded")
-        })
-        .await?;
-        assert_eq!(done["trigger"], "failover", "{done}");
-    }
-    let text = std::fs::read_to_string(&runs)?;
-    assert_eq!(text.lines().filter(|l| l.contains(" 2 s")).count(), 2, "one rerun each:\n{text}");
-    Ok(())
+    both_lost_and_rerun_once(&c, &first, &runs).await
 }
 
 /// The three survivors ranked first for a departure all die after reading what the departed
@@ -568,13 +509,24 @@ async fn a_survivor_dying_midway_through_a_departure_leaves_the_rest_to_the_next
 /// not known before the departure); one that moved up in rank does not reach it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_departure_whose_first_three_handlers_die_is_finished_by_the_next() -> anyhow::Result<()> {
-    use etcron_tests::WorkerOpts;
     let mut c = Cluster::start("failover-owed-departure", 0).await?;
-    let pooled = |id: &str| {
-        let mut opts = WorkerOpts::new(id);
-        opts.labels.insert("pool".to_owned(), "p".to_owned());
-        opts
-    };
+    let (runs, first) = two_long_runs_on_a_doomed_worker(&mut c).await?;
+    kill_doomed_beside(&mut c, &["s1", "s2", "s3", "s4"], "lost_after_reading_held").await?;
+    wait_both_claims_lost(&c, &first, Duration::from_secs(90)).await?;
+    let died = (1..c.workers.len()).filter(|&i| c.workers[i].proc.log_text().contains("failpoint reached")).count();
+    assert_eq!(died, 3, "the three first-ranked handlers died at the failpoint");
+    let survivor = (1..c.workers.len()).find(|&i| c.workers[i].proc.running()).expect("one survivor is left");
+    assert!(
+        c.workers[survivor].proc.log_text().contains("died before it was seen handled: handling it"),
+        "the fourth-ranked survivor moved up and handled the departure"
+    );
+    both_lost_and_rerun_once(&c, &first, &runs).await
+}
+
+/// Worker `doomed` (label `pool=p`) running the first attempts of `long-a` and `long-b`, each
+/// 300 s (a rerun ends at once); every start appends `start JOB ATTEMPT WORKER` to the file
+/// returned, with the two execution ids.
+async fn two_long_runs_on_a_doomed_worker(c: &mut Cluster) -> anyhow::Result<(std::path::PathBuf, Vec<String>)> {
     c.add_worker(pooled("doomed"))?;
     c.wait_workers(1).await?;
     let runs = c.path("runs.log");
@@ -589,23 +541,61 @@ async fn a_departure_whose_first_three_handlers_die_is_finished_by_the_next() ->
         let (_, run) = c.call(reqwest::Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
         first.push(run["execution_id"].as_str().unwrap().to_owned());
     }
-    let started = |n: usize| {
+    let started = || {
         let text = std::fs::read_to_string(&runs).unwrap_or_default();
-        async move { (text.lines().filter(|l| l.ends_with(" 1 doomed")).count() == n).then_some(()) }
+        async move { (text.lines().filter(|l| l.ends_with(" 1 doomed")).count() == 2).then_some(()) }
     };
-    wait_for(Duration::from_secs(20), "both runs to start on the doomed worker", || started(2)).await?;
-    for id in ["s1", "s2", "s3", "s4"] {
+    wait_for(Duration::from_secs(20), "both runs to start on the doomed worker", started).await?;
+    Ok((runs, first))
+}
+
+/// A worker with label `pool=p`.
+fn pooled(id: &str) -> etcron_tests::WorkerOpts {
+    let mut opts = etcron_tests::WorkerOpts::new(id);
+    opts.labels.insert("pool".to_owned(), "p".to_owned());
+    opts
+}
+
+/// Both `first` executions end `lost` (recorded as the departed `doomed`'s), and each failover
+/// rerun (attempt 2) succeeds once.
+async fn both_lost_and_rerun_once(c: &Cluster, first: &[String], runs: &std::path::Path) -> anyhow::Result<()> {
+    for id in first {
+        let lost = wait_for(Duration::from_secs(30), &format!("the lost record of {id}"), || async {
+            record_of(c, id).await.filter(|r| r["status"] == "lost")
+        })
+        .await?;
+        assert_eq!(lost["worker_id"], "doomed", "{lost}");
+        assert!(lost["reason"].as_str().unwrap_or("").contains("worker doomed lost its session"), "{lost}");
+        let rerun = id.replace("#1", "#2");
+        let done = wait_for(Duration::from_secs(30), &format!("the failover rerun {rerun}"), || async {
+            record_of(c, &rerun).await.filter(|r| r["status"] == "succeeded")
+        })
+        .await?;
+        assert_eq!(done["trigger"], "failover", "{done}");
+    }
+    let text = std::fs::read_to_string(runs)?;
+    assert_eq!(text.lines().filter(|l| l.contains(" 2 s")).count(), 2, "one rerun each:\n{text}");
+    Ok(())
+}
+
+/// Adds survivors `ids` (label `pool=p`), each armed with `failpoint`, then SIGKILLs `doomed`.
+async fn kill_doomed_beside(c: &mut Cluster, ids: &[&str], failpoint: &str) -> anyhow::Result<()> {
+    for id in ids {
         let mut opts = pooled(id);
-        opts.env.push(("ETCRON_FAILPOINT".to_owned(), "lost_after_reading_held".to_owned()));
+        opts.env.push(("ETCRON_FAILPOINT".to_owned(), failpoint.to_owned()));
         c.add_worker(opts)?;
     }
-    c.wait_workers(5).await?;
+    c.wait_workers(ids.len() + 1).await?;
     c.workers[0].proc.kill9();
+    Ok(())
+}
 
-    let both_lost = wait_for(Duration::from_secs(90), "both claims of the dead worker closed lost", || async {
+/// Waits until both `first` claims are closed `lost` (the logs are dumped if they are not).
+async fn wait_both_claims_lost(c: &Cluster, first: &[String], within: Duration) -> anyhow::Result<()> {
+    let both_lost = wait_for(within, "both claims of the dead worker closed lost", || async {
         let mut lost = 0;
         for job in ["long-a", "long-b"] {
-            let claims = claims_of(&c, job).await.ok()?;
+            let claims = claims_of(c, job).await.ok()?;
             lost += claims.iter().filter(|(id, v)| first.contains(id) && v["status"] == "lost").count();
         }
         (lost == 2).then_some(())
@@ -614,28 +604,5 @@ async fn a_departure_whose_first_three_handlers_die_is_finished_by_the_next() ->
     if both_lost.is_err() {
         c.dump_logs();
     }
-    both_lost?;
-    let died = (1..c.workers.len()).filter(|&i| c.workers[i].proc.log_text().contains("failpoint reached")).count();
-    assert_eq!(died, 3, "the three first-ranked handlers died at the failpoint");
-    let survivor = (1..c.workers.len()).find(|&i| c.workers[i].proc.running()).expect("one survivor is left");
-    assert!(
-        c.workers[survivor].proc.log_text().contains("died before it was seen handled: handling it"),
-        "the fourth-ranked survivor moved up and handled the departure"
-    );
-    for id in &first {
-        let lost = wait_for(Duration::from_secs(30), &format!("the lost record of {id}"), || async {
-            record_of(&c, id).await.filter(|r| r["status"] == "lost")
-        })
-        .await?;
-        assert_eq!(lost["worker_id"], "doomed", "{lost}");
-        let rerun = id.replace("#1", "#2");
-        let done = wait_for(Duration::from_secs(30), &format!("the failover rerun {rerun}"), || async {
-            record_of(&c, &rerun).await.filter(|r| r["status"] == "succeeded")
-        })
-        .await?;
-        assert_eq!(done["trigger"], "failover", "{done}");
-    }
-    let text = std::fs::read_to_string(&runs)?;
-    assert_eq!(text.lines().filter(|l| l.contains(" 2 s")).count(), 2, "one rerun each:\n{text}");
-    Ok(())
+    both_lost
 }
