@@ -176,23 +176,43 @@ impl Etcd {
     }
 
     /// With these storage flags instead (a small quota, compaction off, ...).
+    /// A port found free may be taken by a test running beside this one before etcd binds it
+    /// (etcd then exits, and the etcd answering on it is the other test's): such a start is
+    /// retried on new ports.
     pub async fn start_with(logs: &Path, flags: &[&str]) -> Result<Self> {
-        let data = tempfile::tempdir()?;
-        let client_port = free_port();
-        let peer_port = free_port();
         let flags: Vec<String> = flags.iter().map(|f| (*f).to_owned()).collect();
-        let proc = Self::spawn(data.path(), client_port, peer_port, logs, &flags)?;
-        let etcd = Self {
-            endpoint: format!("127.0.0.1:{client_port}"),
-            client_port,
-            peer_port,
-            data,
-            logs: logs.to_path_buf(),
-            flags,
-            proc,
-        };
-        etcd.wait_ready().await?;
-        Ok(etcd)
+        let mut tries = 0;
+        loop {
+            let data = tempfile::tempdir()?;
+            let client_port = free_port();
+            let peer_port = free_port();
+            let proc = Self::spawn(data.path(), client_port, peer_port, logs, &flags)?;
+            let mut etcd = Self {
+                endpoint: format!("127.0.0.1:{client_port}"),
+                client_port,
+                peer_port,
+                data,
+                logs: logs.to_path_buf(),
+                flags: flags.clone(),
+                proc,
+            };
+            etcd.wait_ready().await?;
+            tries += 1;
+            if etcd.proc.running() && etcd.answers_as_itself().await {
+                return Ok(etcd);
+            }
+            if tries == 5 {
+                bail!("etcd could not bind free ports in 5 tries (see {})", logs.join("etcd.log").display());
+            }
+            etcd.proc.kill9();
+        }
+    }
+
+    /// Whether the etcd answering on this endpoint is this one (its member's peer URL is ours).
+    async fn answers_as_itself(&self) -> bool {
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let Ok(mut c) = self.client().await else { return false };
+        c.member_list().await.is_ok_and(|m| m.members().iter().any(|m| m.peer_urls().contains(&peer)))
     }
 
     fn spawn(data: &Path, client_port: u16, peer_port: u16, logs: &Path, flags: &[String]) -> Result<Proc> {
