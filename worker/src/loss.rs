@@ -246,7 +246,13 @@ async fn done_marker(ctx: &Context, d: &Departure) -> Option<bool> {
 /// Writes the departure's done marker (on a retention lease). Not written (etcd failed): the
 /// survivors that owe it handle it again, finding every execution closed.
 async fn mark_done(ctx: &Context, d: &Departure) {
-    let Ok(lease) = ctx.retention.get().await else { return };
+    let lease = match ctx.retention.get().await {
+        Ok(lease) => lease,
+        Err(e) => {
+            tracing::warn!(worker = %d.worker, error = %e, "no retention lease for a departure's done marker; the survivors owing it will find it handled");
+            return;
+        }
+    };
     let mut kv = ctx.client.kv_client();
     let key = ctx.keys.departure_done(&d.worker, d.revision);
     let value = to_json(&serde_json::json!({ "handled_by": ctx.config.worker_id, "at": rfc3339_ms(now_ms()) }));
