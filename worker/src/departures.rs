@@ -116,13 +116,16 @@ impl Owed {
     /// handling goes on in memory (only a crash of this worker would then forget it).
     pub fn note(&self, d: &Departure) {
         let name = d.file_name();
+        // Seen twice (the membership watch and a restart's own earlier session): counted once.
+        let new = !self.dir.join(&name).exists();
         let tmp = self.dir.join(format!("{TMP}{name}"));
         let written = serde_json::to_vec(d)
             .map_err(std::io::Error::other)
             .and_then(|bytes| fs::write(&tmp, bytes))
             .and_then(|()| fs::rename(&tmp, self.dir.join(&name)));
         match written {
-            Ok(()) => METRICS.departures_owed.inc(),
+            Ok(()) if new => METRICS.departures_owed.inc(),
+            Ok(()) => {}
             Err(e) => {
                 let _ = fs::remove_file(&tmp);
                 tracing::error!(worker = %d.worker, revision = d.revision, dir = %self.dir.display(), error = %e, "writing an owed departure failed; handling it anyway (a crash of this worker before it is handled would forget it)");
