@@ -348,10 +348,7 @@ async fn relay(
         }
         match st.store.get(&id.to_string()).await {
             Ok(Some(record)) if record.status != Status::Running => {
-                // A client that followed (or resumes) has the output; one that did not gets it
-                // from the record.
-                let has_output = client.at > 0;
-                return finish(client, record, has_output).await;
+                return finish(client, record).await;
             }
             Ok(_) => {}
             // MongoDB away: the final record is spooled by the worker; keep waiting (bounded
@@ -413,10 +410,23 @@ async fn live(st: &AppState, id: &ExecutionId, running: &RunningExecution, clien
     }
 }
 
-/// The final events: the recorded output unless the client has it already, then the record.
-async fn finish(client: &mut Client, record: ExecutionRecord, has_output: bool) -> Result<(), Closed> {
-    if !has_output && !record.output.is_empty() {
-        client.send(Event::default().event("output").data(json!({ "text": record.output }).to_string())).await?;
+/// The final events: the recorded output past what the client has read (all of it for a client
+/// that read nothing; the rest for one that resumes with `?after=N` after the run ended), then
+/// the record.
+async fn finish(client: &mut Client, record: ExecutionRecord) -> Result<(), Closed> {
+    for piece in etcron_common::output::rendered_from(&record.output, record.output_truncated, client.at) {
+        let event = match piece {
+            etcron_common::output::Piece::Bytes(text) => {
+                client.at += text.len() as u64;
+                let text = String::from_utf8_lossy(&text);
+                Event::default().event("output").data(json!({ "text": text }).to_string())
+            }
+            etcron_common::output::Piece::Gap(n) => {
+                client.at += n;
+                Event::default().event("gap").data(json!({ "skipped_bytes": n }).to_string())
+            }
+        };
+        client.send(event).await?;
     }
     let value = serde_json::to_value(&record).unwrap_or(Value::Null);
     client.send(Event::default().event("status").data(value.to_string())).await

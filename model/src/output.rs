@@ -104,6 +104,41 @@ impl BoundedOutput {
     }
 }
 
+/// What a record's output (as [`BoundedOutput::render`] wrote it) holds from stream offset `from`
+/// on: the pieces a follower that read up to `from` live has not seen. Untruncated, the output is
+/// the stream itself; truncated, it is the head, the marker telling how many bytes were cut, and
+/// the tail, which maps back to stream offsets through the marker's count.
+#[must_use]
+pub fn rendered_from(rendered: &str, truncated: bool, from: u64) -> Vec<Piece> {
+    let rest = |text: &str, at: u64| {
+        let start = char_ceil(text, usize::try_from(at).unwrap_or(usize::MAX));
+        (start < text.len()).then(|| Piece::Bytes(text[start..].as_bytes().to_vec()))
+    };
+    let cut = truncated.then(|| omitted_marker(rendered)).flatten();
+    let Some((head_end, omitted, tail_start)) = cut else {
+        return rest(rendered, from).into_iter().collect();
+    };
+    let (head, tail) = (&rendered[..head_end], &rendered[tail_start..]);
+    let head_len = head.len() as u64;
+    let tail_offset = head_len + omitted;
+    let mut pieces: Vec<Piece> = rest(head, from).into_iter().collect();
+    if from < tail_offset {
+        pieces.push(Piece::Gap(tail_offset - from.max(head_len)));
+    }
+    pieces.extend(rest(tail, from.saturating_sub(tail_offset)));
+    pieces
+}
+
+/// Where the marker of [`BoundedOutput::render`] is in `rendered`: the end of the head, the
+/// bytes it says were cut, and the start of the tail.
+fn omitted_marker(rendered: &str) -> Option<(usize, u64, usize)> {
+    let start = rendered.find("\n[... ")?;
+    let after = &rendered[start + "\n[... ".len()..];
+    let (count, after) = after.split_once(" bytes omitted ...]\n")?;
+    let omitted = count.parse().ok()?;
+    Some((start, omitted, rendered.len() - after.len()))
+}
+
 /// Turns a byte stream cut into arbitrary chunks into text: a character split between two
 /// chunks is held back until its end arrives; invalid bytes become U+FFFD.
 #[derive(Debug, Default)]
@@ -196,6 +231,27 @@ pub fn clipped(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_read_from_an_offset_gives_what_the_follower_has_not_seen() {
+        let whole = "first\nsecond\n";
+        assert_eq!(rendered_from(whole, false, 6), vec![Piece::Bytes(b"second\n".to_vec())]);
+        assert_eq!(rendered_from(whole, false, 0), vec![Piece::Bytes(whole.as_bytes().to_vec())]);
+        assert!(rendered_from(whole, false, 13).is_empty());
+        assert!(rendered_from(whole, false, 99).is_empty());
+        // Truncated: 4 head bytes, 10 cut, 4 tail bytes (stream offsets 14..18).
+        let mut out = BoundedOutput::new(8);
+        out.push(b"abcd0123456789wxyz");
+        let rendered = out.render();
+        let both = |from| (rendered_from(&rendered, true, from), out.read_from(from).0);
+        for from in [0, 2, 4, 9, 14, 16, 18] {
+            let (from_record, live) = both(from);
+            assert_eq!(from_record, live, "from {from}");
+        }
+        // A marker-like text in an untruncated output is output.
+        let fake = "a\n[... 5 bytes omitted ...]\nb";
+        assert_eq!(rendered_from(fake, false, 1), vec![Piece::Bytes(fake.as_bytes()[1..].to_vec())]);
+    }
 
     #[test]
     fn small_output_is_kept_whole() {

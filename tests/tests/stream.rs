@@ -333,5 +333,13 @@ async fn a_quiet_stream_is_closed_and_resumes_where_it_was() -> anyhow::Result<(
     let out = tokio::time::timeout(Duration::from_secs(60), follow).await???;
     assert_eq!(String::from_utf8_lossy(&out.stdout), "first\nsecond\n", "{out:?}");
     assert!(out.status.success(), "{out:?}");
+
+    // Finding (CI): a client that resumed after the run had ended got the status without the
+    // output it had not read. Resuming after the end gets the rest from the record.
+    let mut ended = SseReader::open_query(&c, &id, "?after=6").await;
+    let rest = ended.next().await.expect("the output past the offset");
+    assert_eq!((rest.event.as_str(), &rest.data["text"]), ("output", &json!("second\n")));
+    let status = ended.next().await.expect("the final record");
+    assert_eq!((status.event.as_str(), &status.data["status"]), ("status", &json!("succeeded")));
     Ok(())
 }
