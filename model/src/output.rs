@@ -112,7 +112,7 @@ impl BoundedOutput {
 pub fn rendered_from(rendered: &str, truncated: bool, from: u64) -> Vec<Piece> {
     let rest = |text: &str, at: u64| {
         let start = char_ceil(text, usize::try_from(at).unwrap_or(usize::MAX));
-        (start < text.len()).then(|| Piece::Bytes(text[start..].as_bytes().to_vec()))
+        (start < text.len()).then(|| Piece::Bytes(text.as_bytes()[start..].to_vec()))
     };
     let cut = truncated.then(|| omitted_marker(rendered)).flatten();
     let Some((head_end, omitted, tail_start)) = cut else {
