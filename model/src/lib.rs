@@ -31,10 +31,23 @@ pub mod spec_maps;
 /// Milliseconds since the Unix epoch, the unit of every instant etcron stores.
 pub type UnixMs = i64;
 
-/// The current wall-clock time in Unix milliseconds.
+/// The current wall-clock time in Unix milliseconds (the simulated clock's, in a process that
+/// set one with [`simulate_clock`]).
 #[must_use]
 pub fn now_ms() -> UnixMs {
-    chrono::Utc::now().timestamp_millis()
+    match SIMULATED_CLOCK.get() {
+        Some(clock) => clock(),
+        None => chrono::Utc::now().timestamp_millis(),
+    }
+}
+
+static SIMULATED_CLOCK: std::sync::OnceLock<fn() -> UnixMs> = std::sync::OnceLock::new();
+
+/// Makes [`now_ms`] read `clock` for the rest of the process: the simulation of the fire path
+/// runs workers on tokio's paused clock, and their wall clock must move with it. `false` when a
+/// clock was set already.
+pub fn simulate_clock(clock: fn() -> UnixMs) -> bool {
+    SIMULATED_CLOCK.set(clock).is_ok()
 }
 
 /// Formats Unix milliseconds as RFC 3339 with millisecond precision in UTC.

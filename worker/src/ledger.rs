@@ -45,18 +45,18 @@ struct Ledger {
 pub struct Range {
     pub first: UnixMs,
     pub last: UnixMs,
-    noted: std::time::Instant,
+    noted: tokio::time::Instant,
 }
 
 impl Range {
     fn new(first: UnixMs, last: UnixMs) -> Self {
-        Self { first, last, noted: std::time::Instant::now() }
+        Self { first, last, noted: tokio::time::Instant::now() }
     }
 
     fn widen(&mut self, first: UnixMs, last: UnixMs) {
         self.first = self.first.min(first);
         self.last = self.last.max(last);
-        self.noted = std::time::Instant::now();
+        self.noted = tokio::time::Instant::now();
     }
 }
 

@@ -184,12 +184,12 @@ pub struct LogSink {
 
 impl LogSink {
     /// Starts the sink task, after moving what a previous instance left in the journal to the
-    /// spool.
+    /// spool. Without a store, records are journaled and spooled only.
     ///
     /// # Errors
     /// When the journal in the spool's directory cannot be read or created.
     pub fn start(
-        store: MongoStore,
+        store: Option<MongoStore>,
         spool: Spool,
         stop: watch::Receiver<bool>,
     ) -> std::io::Result<(Self, tokio::task::JoinHandle<()>)> {
@@ -197,7 +197,14 @@ impl LogSink {
         let journal = Arc::new(Journal::open(&spool.dir, &spool)?);
         let spool = Arc::new(spool);
         let stats = Arc::new(SinkStats::default());
-        let task = tokio::spawn(run(store, rx, spool.clone(), journal.clone(), stats.clone(), stop));
+        let task = match store {
+            Some(store) => tokio::spawn(run(store, rx, spool.clone(), journal.clone(), stats.clone(), stop)),
+            // No store (the simulation): every record goes from the journal to the spool.
+            None => {
+                drop(rx);
+                tokio::spawn(async {})
+            }
+        };
         Ok((Self { tx, spool, journal, stats }, task))
     }
 

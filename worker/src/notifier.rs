@@ -500,9 +500,9 @@ impl std::fmt::Debug for Notifier {
 }
 
 impl Notifier {
-    /// Starts the dispatcher and the record writer.
+    /// Starts the dispatcher and the record writer (with a store).
     #[must_use]
-    pub fn start(config: NotifyConfig, etcd: Client, keys: Keys, store: MongoStore, worker_id: String) -> Self {
+    pub fn start(config: NotifyConfig, etcd: Client, keys: Keys, store: Option<MongoStore>, worker_id: String) -> Self {
         LazyLock::force(&NOTIFY_METRICS);
         init_metrics();
         let (tx, rx) = mpsc::channel(config.queue);
@@ -518,7 +518,10 @@ impl Notifier {
             patterns: Mutex::new(HashMap::new()),
         });
         tokio::spawn(dispatch(shared.clone(), rx));
-        tokio::spawn(write_records(records, store));
+        // Without a store (the simulation) delivery records are not written anywhere.
+        if let Some(store) = store {
+            tokio::spawn(write_records(records, store));
+        }
         Self { tx, shared }
     }
 

@@ -51,6 +51,10 @@ pub(crate) async fn execute(
     if let Some(reason) = stop.borrow().clone() {
         return Finished::not_started(Ending::Stopped(reason));
     }
+    if let Some(tasks) = &ctx.simulated {
+        drop(pid_tx);
+        return tasks.run(&ctx.config.worker_id, fire, stop).await;
+    }
     let max_output = fire
         .spec
         .output_limit()

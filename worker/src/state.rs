@@ -74,6 +74,8 @@ pub struct Context {
     pub output_endpoint: Option<OutputEndpoint>,
     /// Where HTTP and gRPC tasks may connect (`task_network_allow`, the control plane).
     pub task_network: Arc<crate::task_network::TaskNetwork>,
+    /// Runs every task instead of the real ones: the simulation of the fire path only.
+    pub simulated: Option<Arc<dyn crate::simulated::Tasks>>,
 }
 
 /// The newest tick whose claim by this worker moved each job's `{ns}/state/{job}` forward: a

@@ -47,7 +47,7 @@ pub async fn sink(opts: &Opts) -> Result<()> {
     let spool_dir = tempfile::tempdir()?;
     let spool = etcron_worker::log_sink::Spool::open(spool_dir.path())?;
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
-    let (sink, _task) = etcron_worker::log_sink::LogSink::start(store, spool, stop)?;
+    let (sink, _task) = etcron_worker::log_sink::LogSink::start(Some(store), spool, stop)?;
     // Made before the clock starts: the benchmark times the sink, not the making of records.
     let records: Vec<RecordWrite> = (0..u64::try_from(opts.records)?).map(record).collect();
     let mongod = mongo.proc.as_ref().and_then(Proc::pid);

@@ -1,0 +1,443 @@
+//! One worker, wired: its context, session, watchers, scheduler and shutdown, from the etcd
+//! connections and the record store it is given. `main.rs` runs one with real connections; the
+//! simulation of the fire path (`worker/tests/sim.rs`) runs several in one process over the
+//! model etcd, with simulated tasks and no MongoDB.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use etcd_client::PutOptions;
+use etcron_common::claim::{RetentionLeases, MIN_RETENTION, RETENTION_REUSE};
+use etcron_common::etcd::request;
+use etcron_common::keys::{Key, Keys};
+use etcron_common::model::WorkerInfo;
+use etcron_common::session::Session;
+use etcron_common::store::MongoStore;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::Config;
+use crate::executor::StopReason;
+use crate::membership::Members;
+use crate::scheduler::Scheduler;
+use crate::state::{Context, Registry};
+use crate::watcher::{mirror, Update};
+
+/// How often the registration is refreshed when the running count changed.
+const REGISTRATION_REFRESH: Duration = Duration::from_secs(2);
+
+/// Most time shutdown waits for claim closes etcd has not taken yet.
+const CLOSE_ON_SHUTDOWN: Duration = Duration::from_secs(30);
+
+/// What a worker runs on besides its configuration.
+pub struct Parts {
+    /// Claims, watches, closes.
+    pub client: etcd_client::Client,
+    /// The session's own connection: its keep-alives never queue behind claims and watches.
+    pub session_client: etcd_client::Client,
+    /// Where records go; `None` keeps them in the journal and the spool (the simulation).
+    pub store: Option<MongoStore>,
+    /// Runs every task instead of the real ones (the simulation).
+    pub simulated: Option<Arc<dyn crate::simulated::Tasks>>,
+}
+
+/// Runs the worker until `shutdown` resolves, then drains it: no new ticks, running tasks get
+/// the shutdown grace, closes etcd has not taken yet get [`CLOSE_ON_SHUTDOWN`], and the last
+/// records are flushed.
+///
+/// # Errors
+/// When its data dir or its listeners cannot be opened.
+pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let Parts { client, session_client, store, simulated } = parts;
+    let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let spool = crate::log_sink::Spool::open(&config.data_dir)
+        .with_context(|| format!("opening the record spool in {}", config.data_dir.display()))?;
+    let provisional = crate::provisional::Provisional::open(&config.data_dir)
+        .with_context(|| format!("opening the provisional records in {}", config.data_dir.display()))?;
+    let (departures, owed, previous_session) = crate::departures::Owed::open(&config.data_dir)
+        .with_context(|| format!("opening the owed departures in {}", config.data_dir.display()))?;
+    let (sink_stop_tx, sink_stop) = watch::channel(false);
+    let notifier = crate::notifier::Notifier::start(
+        config.notify.clone(),
+        client.clone(),
+        keys.clone(),
+        store.clone(),
+        config.worker_id.clone(),
+    );
+    let (sink, sink_task) = crate::log_sink::LogSink::start(store, spool, sink_stop)
+        .with_context(|| format!("opening the record journal in {}", config.data_dir.display()))?;
+    let hostname = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
+    let live = Arc::new(crate::live_output::LiveOutputs::default());
+    let output_token = random_token();
+    let bound = crate::live_output::serve(config.output_listen, live.clone(), output_token.clone())
+        .await
+        .with_context(|| format!("output_listen: binding {}", config.output_listen))?;
+    // Tasks report on a listener of their own, on the output server's address (any free port):
+    // followers holding the output server's connections never starve reports.
+    let progress_addr = std::net::SocketAddr::new(config.output_listen.ip(), 0);
+    let progress_bound = crate::live_output::serve_progress(progress_addr, live.clone())
+        .await
+        .with_context(|| format!("progress listener: binding {progress_addr} (the address of output_listen)"))?;
+    let output_url = config.output_url.clone().unwrap_or_else(|| {
+        if bound.ip().is_unspecified() {
+            format!("http://{hostname}:{}", bound.port())
+        } else {
+            format!("http://{bound}")
+        }
+    });
+    let (lease_tx, lease_rx) = watch::channel(None);
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        keys: keys.clone(),
+        hostname,
+        members: Members::default(),
+        lease: lease_rx,
+        retention: RetentionLeases::new(client.clone(), MIN_RETENTION, RETENTION_REUSE),
+        long_leases: Arc::new(RetentionLeases::new(
+            client.clone(),
+            etcron_common::alerts::ALERT_MEMORY,
+            std::time::Duration::from_secs(300),
+        )),
+        registry: Registry::default(),
+        batchers: crate::batcher::Batchers::start(client.clone(), keys.clone(), config.worker_id.clone()),
+        taken: Arc::new(crate::taken::Taken::default()),
+        closing: crate::state::Pending::default(),
+        slots: Arc::new(crate::slots::Slots::new(config.capacity as usize)),
+        sink,
+        provisional,
+        departures,
+        jobs: crate::state::JobTable::default(),
+        paused: crate::state::PauseTable::default(),
+        calendars: crate::calendars::CalendarTable::default(),
+        backfills: crate::state::BackfillCache::default(),
+        state_marks: crate::state::StateMarks::default(),
+        unsettled: crate::ledger::Unsettled::default(),
+        notifier,
+        config: config.clone(),
+        live,
+        task_env: crate::executor::inherited_env(&config.task_env_passthrough),
+        local_output_url: Some(if progress_bound.ip().is_unspecified() {
+            format!("http://127.0.0.1:{}", progress_bound.port())
+        } else {
+            format!("http://{progress_bound}")
+        }),
+        output_endpoint: Some(crate::state::OutputEndpoint { url: output_url, token: output_token }),
+        simulated,
+        task_network: Arc::new(task_network(&config, &[bound, progress_bound])),
+    });
+    tokio::spawn(crate::catchup::settle_loop(ctx.clone()));
+    tokio::spawn(crate::settle::provisional_loop(ctx.clone()));
+    crate::loss::resume_owed(&ctx, owed);
+    if let Some(registered_at) = previous_session {
+        // Our previous life ended uncleanly: its session's departure is ours to owe as well.
+        let departed = crate::membership::Departed::After(registered_at);
+        tokio::spawn(crate::loss::departed(ctx.clone(), config.worker_id.clone(), departed));
+    }
+    tokio::spawn(crate::alerts::stale_loop(ctx.clone()));
+    crate::metrics::init(config.capacity);
+    crate::task_network::init_metrics();
+    if let Some(addr) = config.metrics_listen {
+        crate::metrics_server::serve(addr, ctx.clone())
+            .await
+            .with_context(|| format!("metrics_listen: binding {addr}"))?;
+    }
+    tracing::info!(worker_id = %config.worker_id, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, capacity = config.capacity, "etcron-worker starting");
+    if !crate::failpoint::armed().is_empty() {
+        tracing::warn!(failpoints = ?crate::failpoint::armed(), "test-only failpoints armed ({}): this worker kills itself when it reaches one", crate::failpoint::ENV);
+    }
+    if config.shell_task_network.isolated() {
+        tracing::info!(shell_task_network = %config.shell_task_network, "task network isolation is on: each shell task runs in a network namespace of its own (only its loopback); its progress reports go through its output lines");
+    }
+
+    // `sched_stop` ends scheduling; `all_stop` ends the watchers and the session once drained.
+    let (sched_stop_tx, sched_stop) = watch::channel(false);
+    let (all_stop_tx, all_stop) = watch::channel(false);
+
+    let (workers_tx, workers_rx) = mpsc::channel(256);
+    tokio::spawn(mirror(client.clone(), keys.workers_prefix(), "workers", workers_tx, all_stop.clone()));
+    let (departures_tx, mut departures) = mpsc::unbounded_channel();
+    tokio::spawn(ctx.members.clone().follow(keys.clone(), workers_rx, departures_tx));
+    let lost_ctx = ctx.clone();
+    tokio::spawn(async move {
+        // Our own departures too: a session of ours that expired (paused, cut off) or a dead
+        // earlier instance's that we revoked. Alone in the cluster, nobody else would account
+        // for what ran under it; with others, the claim keys let only one of us do it.
+        while let Some((worker, departed)) = departures.recv().await {
+            tokio::spawn(crate::loss::departed(lost_ctx.clone(), worker, departed));
+        }
+    });
+
+    tokio::spawn(crate::taken::follow(client.clone(), keys.claims_prefix(), ctx.taken.clone(), all_stop.clone()));
+
+    let (kills_tx, kills_rx) = mpsc::channel(256);
+    tokio::spawn(mirror(client.clone(), keys.kill_prefix(), "kill", kills_tx, all_stop.clone()));
+    tokio::spawn(follow_kills(ctx.clone(), kills_rx));
+
+    let supervisor = tokio::spawn(supervise_session(ctx.clone(), session_client, lease_tx, all_stop.clone()));
+
+    let (jobs_tx, jobs_rx) = mpsc::channel(4096);
+    tokio::spawn(mirror(client.clone(), keys.jobs_prefix(), "jobs", jobs_tx, sched_stop.clone()));
+    let (triggers_tx, triggers_rx) = mpsc::channel(256);
+    tokio::spawn(mirror(client.clone(), keys.trigger_prefix(), "trigger", triggers_tx, sched_stop.clone()));
+    let (paused_tx, paused_rx) = mpsc::channel(256);
+    tokio::spawn(mirror(client.clone(), keys.paused_prefix(), "paused", paused_tx, sched_stop.clone()));
+    let (calendars_tx, calendars_rx) = mpsc::channel(64);
+    tokio::spawn(mirror(client.clone(), keys.calendars_prefix(), "calendars", calendars_tx, sched_stop.clone()));
+    let updates =
+        crate::scheduler::Updates { jobs: jobs_rx, triggers: triggers_rx, paused: paused_rx, calendars: calendars_rx };
+    let scheduler = tokio::spawn(Scheduler::new(ctx.clone()).run(updates, sched_stop));
+
+    shutdown.await;
+    tracing::info!(running = ctx.registry.running(), grace = ?config.shutdown_grace, "shutting down: no new ticks; letting running tasks finish");
+    let _ = sched_stop_tx.send(true);
+    let _ = scheduler.await;
+    if !ctx.registry.wait_empty(config.shutdown_grace).await {
+        tracing::warn!(running = ctx.registry.running(), "shutdown grace over; killing running tasks");
+        ctx.registry.stop_all(&StopReason::Shutdown);
+        if !ctx.registry.wait_empty(config.kill_grace + Duration::from_secs(5)).await {
+            tracing::error!(running = ctx.registry.running(), "tasks still running after kill; exiting anyway");
+        }
+    }
+    // A finished task's close etcd has not taken yet keeps trying for a while: leaving now would
+    // hand the run to the loss handling (recorded lost, and rerun) although it finished.
+    if ctx.closing.wait_empty(CLOSE_ON_SHUTDOWN).await {
+        ctx.departures.session_ended_cleanly();
+    } else {
+        tracing::error!(
+            pending = ctx.closing.count(),
+            "claim closes still pending at exit; the loss handling will record those runs lost"
+        );
+    }
+    let _ = all_stop_tx.send(true);
+    if let Ok(Some(session)) = supervisor.await {
+        session.close().await;
+    }
+    // Deliveries of the last outcomes get a moment; then flush the records of the last
+    // executions (to MongoDB, or to the spool).
+    ctx.notifier.drain(crate::notifier::DRAIN_ON_SHUTDOWN).await;
+    let _ = sink_stop_tx.send(true);
+    let _ = sink_task.await;
+    tracing::info!("etcron-worker stopped");
+    Ok(())
+}
+
+/// Keeps a session: grants it (on `session_client`, the session's own connection), registers the
+/// worker under it, refreshes the registration, and when the lease is lost stops everything that
+/// ran under it and starts over with a new one. Returns the live session at shutdown so the
+/// caller can revoke it after draining.
+async fn supervise_session(
+    ctx: Arc<Context>,
+    session_client: etcd_client::Client,
+    lease_tx: watch::Sender<Option<i64>>,
+    mut stop: watch::Receiver<bool>,
+) -> Option<Session> {
+    let started_at = etcron_common::rfc3339_ms(etcron_common::now_ms());
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let session = loop {
+            match Session::grant(&session_client, ctx.config.session_ttl).await {
+                Ok(s) => break s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot get a session lease; retrying");
+                    tokio::select! {
+                        _ = stop.changed() => return None,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        backoff = Duration::from_millis(200);
+        // Keepers end the session's tasks once its deadline passes without renewal (a frozen
+        // worker); the last one stays when the session is lost.
+        let mut deadlines = session.deadlines();
+        tokio::spawn(async move {
+            loop {
+                crate::keeper::set_deadline(*deadlines.borrow_and_update());
+                if deadlines.changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+        let lease = session.lease_id();
+        tracing::info!(lease_id = lease, ttl = ?ctx.config.session_ttl, "session lease granted");
+        if !take_over_registration(&ctx, lease, &mut stop).await {
+            return Some(session);
+        }
+        let mut published: Option<u32> = None;
+        let running = ctx.registry.watch_count();
+        let mut refresh = tokio::time::interval(REGISTRATION_REFRESH);
+        loop {
+            let count = u32::try_from(*running.borrow()).unwrap_or(u32::MAX);
+            let registered =
+                if published == Some(count) { None } else { register(&ctx, lease, count, &started_at).await };
+            if let Some(revision) = registered {
+                if published.is_none() {
+                    ctx.departures.session_registered(revision);
+                    let _ = lease_tx.send(Some(lease));
+                    tracing::info!(worker_id = %ctx.config.worker_id, "registered");
+                }
+                published = Some(count);
+            }
+            tokio::select! {
+                () = session.done() => break,
+                _ = stop.changed() => return Some(session),
+                _ = refresh.tick() => {}
+            }
+        }
+        let _ = lease_tx.send(None);
+        crate::metrics::METRICS.lease_losses.inc();
+        tracing::error!(
+            lease_id = lease,
+            running = ctx.registry.running(),
+            "session lease lost: killing executions that ran under it, then re-registering"
+        );
+        ctx.registry.stop_all(&StopReason::LeaseLost);
+        if !ctx.registry.wait_empty(ctx.config.kill_grace + Duration::from_secs(5)).await {
+            tracing::error!(running = ctx.registry.running(), "executions still running after the lease loss kill");
+        }
+    }
+}
+
+/// Before registering under a new lease: a registration of this worker id under another lease
+/// is either a dead earlier instance of this worker on this host (restarted faster than its
+/// session TTL) or our own previous session. Its lease is revoked at once, which deletes its
+/// registration, running markers and running claims in one step, so the other workers account
+/// for what it ran (recorded `lost`, rerun per `on_worker_loss`) exactly as if it had expired;
+/// overwriting the registration instead would hide the departure. A registration by a live
+/// process (or another host) is waited out: two workers must not share an id. `false` when
+/// told to stop while waiting.
+async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Receiver<bool>) -> bool {
+    let key = ctx.keys.worker(&ctx.config.worker_id);
+    let mut warned = false;
+    loop {
+        let mut kv = ctx.client.kv_client();
+        let existing = match request("get_registration", kv.get(key.as_str(), None)).await {
+            Ok(Ok(r)) => r.kvs().first().map(|kv| (kv.lease(), serde_json::from_slice::<WorkerInfo>(kv.value()).ok())),
+            _ => return true, // etcd unreachable: registering will retry anyway
+        };
+        let Some((old_lease, info)) = existing else { return true };
+        if old_lease == lease || old_lease == 0 {
+            return true;
+        }
+        let ours = info.as_ref().is_some_and(|i| {
+            i.hostname == ctx.hostname
+                && (i.pid == std::process::id()
+                    || nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(i.pid).unwrap_or(0)), None)
+                        .is_err())
+        });
+        if ours {
+            let pid = info.map_or(0, |i| i.pid);
+            tracing::warn!(old_lease, pid, "an earlier instance of this worker is still registered; revoking its session so its executions are accounted for");
+            let mut leases = ctx.client.lease_client();
+            if let Ok(Err(e)) = request("lease_revoke", leases.revoke(old_lease)).await {
+                tracing::warn!(old_lease, error = %e, "revoking the earlier session failed (it may have expired)");
+            }
+            return true;
+        }
+        if !warned {
+            let (host, pid) = info.map_or((String::new(), 0), |i| (i.hostname, i.pid));
+            tracing::error!(%host, pid, "worker id {} is registered by another live process; waiting for it to go (two workers must not share an id)", ctx.config.worker_id);
+            warned = true;
+        }
+        tokio::select! {
+            _ = stop.changed() => return false,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// Where tasks may connect: the allowed entries, and the control plane (etcd, MongoDB, and the
+/// worker's own listeners) refused unless named exactly.
+fn task_network(config: &Config, own: &[std::net::SocketAddr]) -> crate::task_network::TaskNetwork {
+    use crate::task_network::{control_plane, TaskNetwork};
+    let listeners: Vec<_> = own.iter().copied().chain(config.metrics_listen).collect();
+    let control = control_plane(&config.etcd_endpoints, &config.mongodb_uri, &listeners);
+    let network = TaskNetwork::new(config.task_network_allow.clone(), control);
+    if !config.task_network_allow.is_empty() {
+        tracing::info!(task_network_allow = ?network.allowed(), "HTTP and gRPC tasks may also connect to these");
+    }
+    network
+}
+
+/// 128 random bits, hex: the token masters present to read live output.
+fn random_token() -> String {
+    use std::fmt::Write as _;
+    let bytes: [u8; 16] = rand::random();
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// The revision the registration was written at; `None` when it was not.
+async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> Option<i64> {
+    let info = WorkerInfo {
+        id: ctx.config.worker_id.clone(),
+        hostname: ctx.hostname.clone(),
+        pid: std::process::id(),
+        labels: ctx.config.labels.clone(),
+        run_as_users: ctx.config.run_as_users.clone(),
+        task_network_allow: ctx.task_network.allowed(),
+        teams: ctx.config.teams.clone(),
+        task_user: Some(ctx.config.task_identity.describe()),
+        capacity: ctx.config.capacity,
+        running,
+        version: etcron_common::VERSION.to_owned(),
+        started_at: started_at.to_owned(),
+        output_url: ctx.output_endpoint.as_ref().map(|e| e.url.clone()),
+        output_token: ctx.output_endpoint.as_ref().map(|e| e.token.clone()),
+    };
+    let value = serde_json::to_vec(&info).unwrap_or_default();
+    let mut kv = ctx.client.kv_client();
+    let put = kv.put(ctx.keys.worker(&ctx.config.worker_id), value, Some(PutOptions::new().with_lease(lease)));
+    match request("register", put).await {
+        Ok(Ok(resp)) => Some(resp.header().map_or(0, etcd_client::ResponseHeader::revision)),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "registering worker failed; will retry");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("registering worker timed out; will retry");
+            None
+        }
+    }
+}
+
+async fn follow_kills(ctx: Arc<Context>, mut rx: mpsc::Receiver<Update>) {
+    while let Some(update) = rx.recv().await {
+        match update {
+            Update::Snapshot { kvs, .. } => {
+                ctx.registry.clear_kills();
+                for kv in kvs {
+                    apply_kill(&ctx, kv);
+                }
+            }
+            Update::Put(kv) => apply_kill(&ctx, kv),
+            Update::Delete { key, .. } => ctx.registry.remove_kill(&key),
+        }
+    }
+}
+
+/// Applies a kill command read from etcd. A key that is not a kill key, or a value that is not
+/// a kill command (`{}` is the least one), is logged and ignored: only well-formed commands
+/// stop tasks.
+fn apply_kill(ctx: &Context, kv: crate::watcher::Kv) {
+    let key = String::from_utf8_lossy(&kv.key).into_owned();
+    let Some(Key::Kill { job, target }) = ctx.keys.parse(&kv.key) else {
+        tracing::error!(
+            key,
+            "key under the kill prefix is not a kill key ({{ns}}/kill/{{job}}/{{execution id|all}}); ignored"
+        );
+        return;
+    };
+    match serde_json::from_slice::<etcron_common::model::KillCommand>(&kv.value) {
+        Ok(command) => ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision, command.reason),
+        Err(e) => tracing::error!(
+            key,
+            error = %e,
+            "kill command in etcd is malformed (expected a JSON object such as {{\"reason\":\"...\"}}); ignored"
+        ),
+    }
+}
