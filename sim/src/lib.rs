@@ -20,6 +20,7 @@ pub mod check;
 pub mod etcd;
 pub mod machine;
 pub mod rng;
+pub mod server;
 pub mod value;
 pub mod world;
 
