@@ -7,9 +7,9 @@
 use std::sync::Weak;
 
 use etcd_client::proto::{
-    PbLeaseGrantRequest, PbLeaseGrantResponse, PbLeaseKeepAliveRequest, PbLeaseKeepAliveResponse,
-    PbLeaseLeasesRequest, PbLeaseLeasesResponse, PbLeaseRevokeRequest, PbLeaseRevokeResponse, PbLeaseService,
-    PbLeaseTimeToLiveRequest, PbLeaseTimeToLiveResponse,
+    PbLeaseGrantRequest, PbLeaseGrantResponse, PbLeaseKeepAliveRequest, PbLeaseKeepAliveResponse, PbLeaseLeasesRequest,
+    PbLeaseLeasesResponse, PbLeaseRevokeRequest, PbLeaseRevokeResponse, PbLeaseService, PbLeaseTimeToLiveRequest,
+    PbLeaseTimeToLiveResponse,
 };
 use futures::stream::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -23,7 +23,10 @@ type KeepAlives = BoxStream<'static, Result<PbLeaseKeepAliveResponse, Status>>;
 
 #[tonic::async_trait]
 impl PbLeaseService for LeaseService {
-    async fn lease_grant(&self, request: Request<PbLeaseGrantRequest>) -> Result<Response<PbLeaseGrantResponse>, Status> {
+    async fn lease_grant(
+        &self,
+        request: Request<PbLeaseGrantRequest>,
+    ) -> Result<Response<PbLeaseGrantResponse>, Status> {
         let g = request.into_inner();
         self.0.unary(Call::LeaseGrant, |st, now| st.store.lease_grant(&g, now)).await
     }

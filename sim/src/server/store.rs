@@ -11,17 +11,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use etcd_client::proto::{
     PbCompactionRequest, PbCompactionResponse, PbCompare, PbDeleteRequest, PbDeleteResponse, PbKeyValue,
     PbLeaseGrantRequest, PbLeaseGrantResponse, PbLeaseLeasesResponse, PbLeaseRevokeResponse, PbLeaseStatus,
-    PbLeaseTimeToLiveRequest, PbLeaseTimeToLiveResponse, PbPutRequest, PbPutResponse, PbRangeRequest,
-    PbRangeResponse, PbResponseHeader, PbResponseOp, PbTargetUnion, PbTxnOpRequest, PbTxnOpResponse,
-    PbTxnRequest, PbTxnResponse,
+    PbLeaseTimeToLiveRequest, PbLeaseTimeToLiveResponse, PbPutRequest, PbPutResponse, PbRangeRequest, PbRangeResponse,
+    PbResponseHeader, PbResponseOp, PbTargetUnion, PbTxnOpRequest, PbTxnOpResponse, PbTxnRequest, PbTxnResponse,
 };
 use tokio::time::{Duration, Instant};
 use tonic::Status;
 
 use super::{Change, ChangeKind, KeyState};
 
-/// etcd's default `--max-txn-ops`: compares, success ops and failure ops are each checked
-/// against it, at every level of a nested txn.
+/// etcd's default `--max-txn-ops`. A txn's count is the most of its compares, success ops
+/// and failure ops; a nested txn's count comes out of what its parents' counts leave.
 pub const MAX_TXN_OPS: usize = 128;
 /// The smallest TTL etcd grants with its default election timeout (1 s) and heartbeat
 /// (100 ms): ceil(1.5 × election ticks × heartbeat) = 2 s.
@@ -340,7 +339,7 @@ impl Store {
     // ---- Txn ---------------------------------------------------------------------------
 
     pub fn txn(&mut self, t: &PbTxnRequest, now: Instant) -> Result<PbTxnResponse, Status> {
-        check_txn(t)?;
+        check_txn(t, MAX_TXN_OPS)?;
         check_intervals(&t.success)?;
         check_intervals(&t.failure)?;
         // Every compare, nested ones included, sees the state before the txn (etcd's
@@ -581,7 +580,7 @@ fn sort_kvs(kvs: &mut [PbKeyValue], order: i32, target: i32) {
         }
     };
     if order == 2 {
-        kvs.sort_by(|a, b| key(b).cmp(&key(a)));
+        kvs.sort_by_key(|kv| std::cmp::Reverse(key(kv)));
     } else {
         kvs.sort_by_key(key);
     }
@@ -619,8 +618,11 @@ fn check_delete(d: &PbDeleteRequest) -> Result<(), Status> {
     Ok(())
 }
 
-fn check_txn(t: &PbTxnRequest) -> Result<(), Status> {
-    if t.compare.len().max(t.success.len()).max(t.failure.len()) > MAX_TXN_OPS {
+/// etcd's `checkTxnRequest`: a level's op count is the most of its compares, success ops and
+/// failure ops; a nested txn gets what its parent's count leaves of the budget.
+fn check_txn(t: &PbTxnRequest, budget: usize) -> Result<(), Status> {
+    let count = t.compare.len().max(t.success.len()).max(t.failure.len());
+    if count > budget {
         return Err(err::too_many_ops());
     }
     if t.compare.iter().any(|c| c.key.is_empty()) {
@@ -631,7 +633,7 @@ fn check_txn(t: &PbTxnRequest) -> Result<(), Status> {
             Some(PbTxnOpRequest::RequestRange(r)) => check_range(r)?,
             Some(PbTxnOpRequest::RequestPut(p)) => check_put(p)?,
             Some(PbTxnOpRequest::RequestDeleteRange(d)) => check_delete(d)?,
-            Some(PbTxnOpRequest::RequestTxn(inner)) => check_txn(inner)?,
+            Some(PbTxnOpRequest::RequestTxn(inner)) => check_txn(inner, budget - count)?,
             None => return Err(err::key_not_found()),
         }
     }

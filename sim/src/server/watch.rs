@@ -263,7 +263,9 @@ fn catch_up(st: &State, id: i64, w: &mut Watcher, upto: i64) -> Vec<PbWatchRespo
     let start = changes.partition_point(|c| c.revision < w.next);
     let mut by_rev: Vec<(i64, Vec<PbEvent>)> = Vec::new();
     for c in changes[start..].iter().take_while(|c| c.revision <= upto) {
-        if !w.range.contains(&c.key) || c.kind == ChangeKind::Put && w.no_put || c.kind == ChangeKind::Delete && w.no_delete
+        if !w.range.contains(&c.key)
+            || c.kind == ChangeKind::Put && w.no_put
+            || c.kind == ChangeKind::Delete && w.no_delete
         {
             continue;
         }
