@@ -15,6 +15,10 @@
 //! modules do not run in it. The worker takes the same steps: the model found, at seed 2 of its
 //! first run, that a departure handled by ranks 0..=2 alone is lost when all three die, and
 //! the worker now owes departures as the model does (`worker/src/departures.rs`).
+//!
+//! [`server`] is the next step: a model etcd served in-process over etcd's own gRPC API, so the
+//! worker's real code (through `etcd-client`) runs against it on tokio's paused clock, with the
+//! same faults; `tests/conformance.rs` checks it against a real etcd, op by op.
 
 pub mod check;
 pub mod etcd;

@@ -103,7 +103,9 @@ pub(crate) struct State {
     pub watch_lag: Duration,
     /// Bumped by `break_watches`: a watch stream opened before ends.
     pub watch_epoch: u64,
-    timer_started: bool,
+    /// The lease expiry timer, on the runtime of the first `client()` (again on a later one's
+    /// if that runtime ended).
+    timer: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl State {
@@ -158,13 +160,8 @@ pub(crate) fn unavailable_after() -> Status {
 
 impl ModelEtcd {
     pub fn new() -> Self {
-        let state = State {
-            store: Store::new(),
-            stall_until: None,
-            watch_lag: Duration::ZERO,
-            watch_epoch: 0,
-            timer_started: false,
-        };
+        let state =
+            State { store: Store::new(), stall_until: None, watch_lag: Duration::ZERO, watch_epoch: 0, timer: None };
         let (tick, _) = tokio::sync::watch::channel(0);
         Self { shared: Arc::new(Shared { state: Mutex::new(state), hook: Mutex::new(None), tick }) }
     }
@@ -179,7 +176,7 @@ impl ModelEtcd {
     }
 
     /// A client over the model's gRPC services, in-process. Starts the lease expiry timer on
-    /// the caller's runtime (once).
+    /// the caller's runtime (once). Call it as often as needed: every client shares the state.
     pub async fn client(&self) -> etcd_client::Client {
         self.start_timer();
         let routes = tonic::service::Routes::new(PbKvServer::new(kv::KvService(self.clone())))
@@ -311,9 +308,9 @@ impl ModelEtcd {
     }
 
     fn start_timer(&self) {
-        let start = self.with(|st, _| !std::mem::replace(&mut st.timer_started, true));
-        if start {
-            tokio::spawn(lease::expiry_timer(Arc::downgrade(&self.shared), self.ticks()));
+        let mut st = lock(&self.shared.state);
+        if st.timer.as_ref().is_none_or(tokio::task::JoinHandle::is_finished) {
+            st.timer = Some(tokio::spawn(lease::expiry_timer(Arc::downgrade(&self.shared), self.ticks())));
         }
     }
 }

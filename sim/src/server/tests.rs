@@ -309,3 +309,37 @@ fn the_same_seed_gives_the_same_history() {
     assert_eq!(a, b);
     assert_ne!(a.0, seeded_run(8).0, "another seed, another history");
 }
+
+#[test]
+fn leases_still_expire_on_their_own_when_the_first_clients_runtime_ended() {
+    let paused = || tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+    let etcd = ModelEtcd::new();
+    paused().block_on(async {
+        etcd.client().await.put("before", "v", None).await.unwrap();
+    });
+    paused().block_on(async {
+        let mut c = etcd.client().await;
+        let start = Instant::now();
+        let id = c.lease_grant(2, None).await.unwrap().id();
+        c.put("l", "v", Some(PutOptions::new().with_lease(id))).await.unwrap();
+        let mut w = c.watch("l", None).await.unwrap();
+        assert!(w.message().await.unwrap().unwrap().created());
+        let m = w.message().await.unwrap().unwrap();
+        assert_eq!(m.events()[0].event_type(), EventType::Delete);
+        assert_eq!(start.elapsed(), Duration::from_secs(2), "expired by the timer, at its TTL");
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_watch_that_asked_for_progress_gets_it_every_ten_minutes() {
+    let etcd = ModelEtcd::new();
+    let mut c = etcd.client().await;
+    let start = Instant::now();
+    let mut w = c.watch("p", Some(WatchOptions::new().with_progress_notify())).await.unwrap();
+    assert!(w.message().await.unwrap().unwrap().created());
+    c.put("other", "v", None).await.unwrap();
+    let m = w.message().await.unwrap().unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(600));
+    assert!(m.events().is_empty());
+    assert_eq!(m.header().unwrap().revision(), 2);
+}

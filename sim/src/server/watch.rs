@@ -85,10 +85,14 @@ impl WatchStream {
         let mut input_open = true;
         loop {
             let Ok(next_due) = self.deliver() else { return };
-            let wake = match next_due {
-                Some(due) if !self.watchers.values().any(|w| w.progress) => due,
-                Some(due) => due.min(self.next_progress),
-                None => self.next_progress,
+            // No timer unless something falls due: an idle paused clock jumps to the next one.
+            let progress = self.watchers.values().any(|w| w.progress).then_some(self.next_progress);
+            let wake = next_due.into_iter().chain(progress).min();
+            let sleep = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
             };
             tokio::select! {
                 biased;
@@ -108,7 +112,7 @@ impl WatchStream {
                         return;
                     }
                 }
-                () = tokio::time::sleep_until(wake) => {
+                () = sleep => {
                     if Instant::now() >= self.next_progress && self.progress().is_err() {
                         return;
                     }
@@ -157,6 +161,10 @@ impl WatchStream {
                     }));
                 }
                 let next = if c.start_revision == 0 { cur + 1 } else { c.start_revision };
+                // etcd's progress ticker runs from the stream's start, every interval.
+                while self.next_progress <= Instant::now() {
+                    self.next_progress += PROGRESS_INTERVAL;
+                }
                 self.watchers.insert(
                     id,
                     Watcher {
