@@ -90,7 +90,7 @@ impl PbLeaseService for LeaseService {
 pub(super) async fn expiry_timer(shared: Weak<Shared>, mut ticks: tokio::sync::watch::Receiver<u64>) {
     loop {
         let Some(shared) = shared.upgrade() else { return };
-        let model = ModelEtcd { shared };
+        let model = ModelEtcd { shared, who: 0 };
         let next = model.read(|st, _| {
             let soonest = st.store.next_expiry()?;
             Some(st.stall_until.map_or(soonest, |u| soonest.max(u)))

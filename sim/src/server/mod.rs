@@ -103,12 +103,19 @@ pub(crate) struct State {
     pub watch_lag: Duration,
     /// Bumped by `break_watches`: a watch stream opened before ends.
     pub watch_epoch: u64,
+    /// Clients cut off from the model until an instant (`ModelEtcd::partition`).
+    pub partitions: std::collections::BTreeMap<u32, Instant>,
     /// The lease expiry timer, on the runtime of the first `client()` (again on a later one's
     /// if that runtime ended).
     timer: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl State {
+    /// Until when client `who` is cut off, if it is at `now`.
+    pub fn cut_off(&self, who: u32, now: Instant) -> Option<Instant> {
+        self.partitions.get(&who).copied().filter(|until| now < *until)
+    }
+
     /// Whether the model is stalled at `now`.
     pub fn stalled(&self, now: Instant) -> bool {
         self.stall_until.is_some_and(|u| now < u)
@@ -132,6 +139,8 @@ pub(crate) struct Shared {
 #[derive(Clone)]
 pub struct ModelEtcd {
     shared: Arc<Shared>,
+    /// The client this handle serves (`client_as`), for partitions.
+    who: u32,
 }
 
 impl std::fmt::Debug for ModelEtcd {
@@ -160,10 +169,16 @@ pub(crate) fn unavailable_after() -> Status {
 
 impl ModelEtcd {
     pub fn new() -> Self {
-        let state =
-            State { store: Store::new(), stall_until: None, watch_lag: Duration::ZERO, watch_epoch: 0, timer: None };
+        let state = State {
+            store: Store::new(),
+            stall_until: None,
+            watch_lag: Duration::ZERO,
+            watch_epoch: 0,
+            partitions: std::collections::BTreeMap::new(),
+            timer: None,
+        };
         let (tick, _) = tokio::sync::watch::channel(0);
-        Self { shared: Arc::new(Shared { state: Mutex::new(state), hook: Mutex::new(None), tick }) }
+        Self { shared: Arc::new(Shared { state: Mutex::new(state), hook: Mutex::new(None), tick }), who: 0 }
     }
 
     /// Sets the fault hook, asked once per unary request (and per keep-alive message, and per
@@ -178,10 +193,16 @@ impl ModelEtcd {
     /// A client over the model's gRPC services, in-process. Starts the lease expiry timer on
     /// the caller's runtime (once). Call it as often as needed: every client shares the state.
     pub async fn client(&self) -> etcd_client::Client {
+        self.client_as(0).await
+    }
+
+    /// A client known to the model as `who`: [`Self::partition`] cuts it off.
+    pub async fn client_as(&self, who: u32) -> etcd_client::Client {
         self.start_timer();
-        let routes = tonic::service::Routes::new(PbKvServer::new(kv::KvService(self.clone())))
-            .add_service(PbLeaseServer::new(lease::LeaseService(self.clone())))
-            .add_service(PbWatchServer::new(watch::WatchService(self.clone())));
+        let model = Self { shared: self.shared.clone(), who };
+        let routes = tonic::service::Routes::new(PbKvServer::new(kv::KvService(model.clone())))
+            .add_service(PbLeaseServer::new(lease::LeaseService(model.clone())))
+            .add_service(PbWatchServer::new(watch::WatchService(model)));
         let service = ServiceExt::<http::Request<tonic::body::Body>>::map_err(
             routes,
             |never: std::convert::Infallible| -> tower::BoxError { match never {} },
@@ -218,6 +239,13 @@ impl ModelEtcd {
     pub fn compact(&self, revision: i64) {
         let request = etcd_client::proto::PbCompactionRequest { revision, physical: false };
         self.with(|st, _| st.store.compact(&request).ok());
+    }
+
+    /// Cuts client `who` off until `until`: its requests hang until then and fail (UNAVAILABLE,
+    /// not applied), its keep-alives too (its leases expire on their TTL), and its watch
+    /// streams end. Other clients go on.
+    pub fn partition(&self, who: u32, until: tokio::time::Instant) {
+        self.with(|st, _| st.partitions.insert(who, until));
     }
 
     /// Ends every open watch stream with UNAVAILABLE (as a restarted member would).
@@ -274,6 +302,11 @@ impl ModelEtcd {
             tokio::time::sleep(d).await;
         }
         self.wait_stall().await;
+        let cut_off = lock(&self.shared.state).cut_off(self.who, Instant::now());
+        if let Some(until) = cut_off {
+            tokio::time::sleep_until(until).await;
+            return Err(unavailable_before());
+        }
         match fault {
             Fault::FailBefore => Err(unavailable_before()),
             Fault::LoseAnswer => Ok(true),

@@ -343,3 +343,28 @@ async fn a_quiet_watch_that_asked_for_progress_gets_it_every_ten_minutes() {
     assert!(m.events().is_empty());
     assert_eq!(m.header().unwrap().revision(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_partitioned_client_is_cut_off_until_the_partition_ends_and_its_lease_expires() {
+    let etcd = ModelEtcd::new();
+    let (mut cut, mut other) = (etcd.client_as(1).await, etcd.client_as(2).await);
+    let start = Instant::now();
+    let id = cut.lease_grant(5, None).await.unwrap().id();
+    cut.put("w/1", "v", Some(PutOptions::new().with_lease(id))).await.unwrap();
+    let mut w = cut.watch("x", None).await.unwrap();
+    assert!(w.message().await.unwrap().unwrap().created());
+
+    etcd.partition(1, start + Duration::from_secs(8));
+    // Its watch stream ends; its requests hang until the partition ends, then fail unapplied.
+    assert!(w.message().await.is_err());
+    let e = cut.put("x", "from the cut-off client", None).await.unwrap_err();
+    assert_eq!(code(&e).0, tonic::Code::Unavailable);
+    assert_eq!(start.elapsed(), Duration::from_secs(8));
+    assert!(etcd.dump(b"x").is_empty());
+    // The others went on; its lease expired on its TTL meanwhile (no keep-alive got through).
+    other.put("y", "v", None).await.unwrap();
+    assert!(etcd.dump(b"w/").is_empty());
+    // After the partition it is served again.
+    cut.put("x", "v", None).await.unwrap();
+    assert_eq!(etcd.dump(b"x").len(), 1);
+}

@@ -207,11 +207,11 @@ impl WatchStream {
 
     /// Sends every response due now; the instant the next revision falls due, if any.
     fn deliver(&mut self) -> Result<Option<Instant>, Closed> {
-        let epoch = self.epoch;
+        let (epoch, who) = (self.epoch, self.model.who);
         let mut out = Vec::new();
         let mut broken = false;
         let next_due = self.model.read(|st, now| {
-            if st.watch_epoch != epoch {
+            if st.watch_epoch != epoch || st.cut_off(who, now).is_some() {
                 broken = true;
                 return None;
             }
