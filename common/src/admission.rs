@@ -228,6 +228,28 @@ impl Limiter {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Starts over at `limit`, as new, when nothing is in flight (`false`, and nothing changed,
+    /// otherwise): the simulation of the fire path runs seed after seed in one process, and a
+    /// seed must not inherit the limit the one before it learnt.
+    pub fn reset(&self, limit: usize) -> bool {
+        let mut state = self.lock();
+        if state.in_flight != 0 {
+            return false;
+        }
+        let aimd = Aimd::new(limit);
+        let (have, want) = (self.slots.available_permits(), aimd.limit());
+        if have < want {
+            self.slots.add_permits(want - have);
+        } else {
+            self.slots.forget_permits(have - want);
+        }
+        if let Some(m) = self.metrics {
+            m.limit.set(i64::try_from(aimd.limit()).unwrap_or(i64::MAX));
+        }
+        *state = State { aimd, in_flight: 0, owed: 0, last_warn: None, unreported: 0 };
+        true
+    }
+
     /// The current limit.
     #[must_use]
     pub fn limit(&self) -> usize {

@@ -7,6 +7,7 @@ pub mod admission;
 pub mod claim;
 pub mod etcd;
 pub mod harden;
+pub mod hash;
 pub mod metrics;
 pub mod serve;
 pub mod session;
@@ -14,6 +15,7 @@ pub mod settings;
 pub mod store;
 
 pub use etcron_model::{
-    alerts, backfill, calendar, dependency, diff, duration, grpc, headers, http_async, job, json, keys, model, notify,
-    now_ms, output, params, percent_encode, progress, rfc3339_ms, schedule, size, UnixMs, VERSION,
+    alerts, backfill, calendar, clock_is_simulated, dependency, diff, duration, grpc, headers, http_async, job, json,
+    keys, model, notify, now_ms, output, params, percent_encode, progress, rfc3339_ms, schedule, simulate_clock, size,
+    UnixMs, VERSION,
 };

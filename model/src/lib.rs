@@ -50,6 +50,12 @@ pub fn simulate_clock(clock: fn() -> UnixMs) -> bool {
     SIMULATED_CLOCK.set(clock).is_ok()
 }
 
+/// Whether this process runs on a simulated clock ([`simulate_clock`]).
+#[must_use]
+pub fn clock_is_simulated() -> bool {
+    SIMULATED_CLOCK.get().is_some()
+}
+
 /// Formats Unix milliseconds as RFC 3339 with millisecond precision in UTC.
 #[must_use]
 pub fn rfc3339_ms(ms: UnixMs) -> String {

@@ -13,7 +13,7 @@
 //! notifies, so workers racing to raise the same occurrence raise it once. None of this is on
 //! the claim path: raises run in their own tasks.
 
-use std::collections::{HashMap, HashSet};
+use etcron_common::hash::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -246,7 +246,7 @@ struct Watched {
 /// Raises `stale` for every job with `no_success_within` whose window ends without a success;
 /// runs on every worker (see the module docs).
 pub async fn stale_loop(ctx: Arc<Context>) {
-    let mut watched: HashMap<String, Watched> = HashMap::new();
+    let mut watched: HashMap<String, Watched> = HashMap::default();
     let mut every = tokio::time::interval(STALE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

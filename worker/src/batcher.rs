@@ -17,7 +17,9 @@
 //! before they are closed. [`Hold`] counts a batch's executions still open; the close of the
 //! last one deletes the key in its own transaction.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use etcron_common::hash::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -248,7 +250,7 @@ async fn claim_loop(client: Client, namer: Arc<Namer>, mut rx: mpsc::Receiver<Cl
     let mut carry = VecDeque::new();
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let mut jobs = HashSet::new();
+        let mut jobs = HashSet::default();
         let Some(batch) = next_batch(&mut rx, &mut carry, |j: &ClaimJob| jobs.insert(j.id.job.clone())).await else {
             return;
         };
@@ -332,7 +334,7 @@ async fn close_loop(client: Client, mut rx: mpsc::Receiver<CloseJob>) {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
         // One lease per batch, and one close per job: the follow-ups of two closes of one job
         // could write the same key (an `@at` job's spec).
-        let (mut lease, mut jobs) = (None, HashSet::new());
+        let (mut lease, mut jobs) = (None, HashSet::default());
         let admit = |j: &CloseJob| *lease.get_or_insert(j.lease) == j.lease && jobs.insert(j.job.clone());
         let Some(batch) = next_batch(&mut rx, &mut carry, admit).await else { return };
         if batch.is_empty() {

@@ -2,7 +2,7 @@
 //! tick follows: on a date one of its job's `skip_calendars` lists, it is recorded `skipped`
 //! naming the calendar instead of run.
 
-use std::collections::HashMap;
+use etcron_common::hash::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use etcron_common::calendar::{skip_reason, Calendar};

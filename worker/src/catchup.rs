@@ -7,7 +7,9 @@
 //! (up to `MAX_MISSED_RECORDS` one by one, older ones counted in one reason). Every tick is settled through its claim
 //! key, so scans by several workers never run or record a tick twice.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use etcron_common::hash::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -155,7 +157,7 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
             return;
         }
     };
-    let mut last: HashMap<String, Stored> = HashMap::new();
+    let mut last: HashMap<String, Stored> = HashMap::default();
     for item in states.kvs() {
         if let Some(Key::State(job)) = ctx.keys.parse(item.key()) {
             let stored = match JobState::from_bytes(item.value()) {
@@ -221,8 +223,13 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
         }
     };
     let Ok(schedule) = entry.spec.parsed_schedule(job) else { return true };
-    // Walking a long gap of a frequent schedule takes a while: off the async workers.
-    let walk = tokio::task::spawn_blocking(move || ticks_between(&schedule, last, upto)).await;
+    // Walking a long gap of a frequent schedule takes a while: off the async workers (inline
+    // under the simulation, whose runs must not depend on when another thread finishes).
+    let walk = if etcron_common::clock_is_simulated() {
+        Ok(ticks_between(&schedule, last, upto))
+    } else {
+        tokio::task::spawn_blocking(move || ticks_between(&schedule, last, upto)).await
+    };
     let Ok((ticks, older)) = walk else { return true };
     let Some(&first) = ticks.front() else { return true };
     // Which of them were claimed (run, skipped, missed or lost), in one range read.

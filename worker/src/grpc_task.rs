@@ -45,7 +45,9 @@
 mod reflection;
 mod wire_size;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use etcron_common::hash::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 

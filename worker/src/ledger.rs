@@ -3,7 +3,7 @@
 //! it, and windows of every job's ticks a departed worker may have left. Pure bookkeeping: no
 //! etcd, no clock but the quiet time of each range.
 
-use std::collections::HashMap;
+use etcron_common::hash::HashMap;
 use std::time::Duration;
 
 use etcron_common::model::TriggerKind;

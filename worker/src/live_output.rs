@@ -20,7 +20,7 @@
 //! execution that does not run here alike, at most [`WRONG_TOKENS_PER_MINUTE`] times a minute
 //! per address (then 429 until the minute is over; a right token always passes).
 
-use std::collections::HashMap;
+use etcron_common::hash::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};

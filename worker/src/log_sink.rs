@@ -247,7 +247,7 @@ fn spool_or_drop(spool: &Spool, stats: &SinkStats, batch: &[RecordWrite]) {
 /// Ids of executions whose `running` record this sink has written and whose final record it has
 /// not: their final record replaces the stored one without trying an insert first.
 #[derive(Debug, Default)]
-struct StoredRunning(std::collections::HashSet<ExecutionId>);
+struct StoredRunning(etcron_common::hash::HashSet<ExecutionId>);
 
 /// Most ids `StoredRunning` keeps (a worker runs at most its capacity at once; runs whose final
 /// record went elsewhere, e.g. to the spool, only cost a failed insert once forgotten).
@@ -280,7 +280,7 @@ impl StoredRunning {
 /// record replaces it anyway, so a task shorter than a batch costs MongoDB one write, not two.
 /// Order among the remaining writes is kept.
 fn coalesce(batch: &mut Vec<RecordWrite>) {
-    let finals: std::collections::HashSet<String> =
+    let finals: etcron_common::hash::HashSet<String> =
         batch.iter().filter(|w| w.mode == WriteMode::Replace).map(|w| w.record.id.to_string()).collect();
     if !finals.is_empty() {
         batch.retain(|w| w.mode == WriteMode::Replace || !finals.contains(&w.record.id.to_string()));
@@ -301,7 +301,7 @@ struct Writes {
 
 impl Writes {
     fn start(&mut self, store: &MongoStore, batch: Vec<RecordWrite>, running: &StoredRunning) {
-        let stored: std::collections::HashSet<ExecutionId> = batch
+        let stored: etcron_common::hash::HashSet<ExecutionId> = batch
             .iter()
             .filter(|w| w.mode == WriteMode::Replace && running.contains(&w.record.id))
             .map(|w| w.record.id.clone())

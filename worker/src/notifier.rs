@@ -16,7 +16,7 @@
 //! recorded in MongoDB (`notifications`) by a writer that keeps the latest state of every
 //! delivery in memory while MongoDB is unreachable (bounded; past the bound, loudly dropped).
 
-use std::collections::HashMap;
+use etcron_common::hash::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
@@ -515,7 +515,7 @@ impl Notifier {
             keys,
             worker_id,
             records: records.clone(),
-            patterns: Mutex::new(HashMap::new()),
+            patterns: Mutex::new(HashMap::default()),
         });
         tokio::spawn(dispatch(shared.clone(), rx));
         // Without a store (the simulation) delivery records are not written anywhere.

@@ -10,7 +10,7 @@
 //! whole file or none). Like the record journal (`log_sink`), no fsync: the files outlive the
 //! process (a kill, an OOM), not the host's page cache.
 
-use std::collections::HashSet;
+use etcron_common::hash::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! trigger and pause updates from the watchers, sleeps until the wheel's next expiration, and
 //! hands every due tick to a fresh execution task. It never blocks on etcd.
 
-use std::collections::HashMap;
+use etcron_common::hash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,8 +96,8 @@ impl Scheduler {
         Self {
             ctx,
             wheel: Wheel::new(wall_ms()),
-            jobs: HashMap::new(),
-            pending: HashMap::new(),
+            jobs: HashMap::default(),
+            pending: HashMap::default(),
             schedules: ScheduleCache::default(),
             early_triggers: Vec::new(),
         }
@@ -282,8 +282,8 @@ impl Scheduler {
     fn apply_job_update(&mut self, update: Update) {
         match update {
             Update::Snapshot { kvs, revision } => {
-                let known: std::collections::HashSet<Arc<str>> = self.jobs.keys().cloned().collect();
-                let mut seen = std::collections::HashSet::new();
+                let known: etcron_common::hash::HashSet<Arc<str>> = self.jobs.keys().cloned().collect();
+                let mut seen = etcron_common::hash::HashSet::default();
                 for kv in kvs {
                     if let Some(name) = self.upsert(&kv, true) {
                         seen.insert(name);
@@ -411,7 +411,7 @@ impl Scheduler {
     fn apply_pause_update(&mut self, update: Update) {
         match update {
             Update::Snapshot { kvs, revision } => {
-                let mut all = HashMap::new();
+                let mut all = HashMap::default();
                 for kv in kvs {
                     if let Some((job, pause)) = self.parse_pause(&kv) {
                         all.insert(job, pause);
@@ -460,7 +460,7 @@ impl Scheduler {
     fn apply_trigger_update(&mut self, update: Update) {
         match update {
             Update::Snapshot { kvs, .. } => {
-                let listed: std::collections::HashSet<Vec<u8>> = kvs.iter().map(|kv| kv.key.clone()).collect();
+                let listed: etcron_common::hash::HashSet<Vec<u8>> = kvs.iter().map(|kv| kv.key.clone()).collect();
                 let gone: Vec<Arc<str>> =
                     self.pending.keys().filter(|k| !listed.contains(k.as_bytes())).cloned().collect();
                 for key in gone {

@@ -2,7 +2,7 @@
 //! members, jobs, batchers, the record sink), the registry of running executions that kill
 //! commands and lease loss act on, and the count of pending closes shutdown waits for.
 
-use std::collections::HashMap;
+use etcron_common::hash::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! has not delivered yet (it lags, or it was broken and restarted) is read from etcd as before,
 //! so a missing entry is never taken as "free" — it only costs the read the watch saves.
 
-use std::collections::HashMap;
+use etcron_common::hash::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -129,7 +129,7 @@ mod tests {
 
     #[test]
     fn past_the_bound_the_older_half_is_forgotten() {
-        let mut seen = HashMap::new();
+        let mut seen = HashMap::default();
         let start = Instant::now();
         for i in 0..10u64 {
             seen.insert(i.to_be_bytes().to_vec(), start + Duration::from_millis(i));

@@ -19,7 +19,9 @@
 //! is kept is bounded too ([`MAX_ENTRIES`], [`MAX_CACHE_MEMORY`], the oldest going first), and
 //! each entry is dropped when it expires, whether or not a later run looks.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use etcron_common::hash::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
