@@ -252,9 +252,14 @@ async fn supervise_session(
         // Keepers end the session's tasks once its deadline passes without renewal (a frozen
         // worker); the last one stays when the session is lost.
         let mut deadlines = session.deadlines();
+        let (simulated, worker) = (ctx.simulated.clone(), ctx.config.worker_id.clone());
         tokio::spawn(async move {
             loop {
-                crate::keeper::set_deadline(*deadlines.borrow_and_update());
+                let until = *deadlines.borrow_and_update();
+                match &simulated {
+                    Some(tasks) => tasks.session_deadline(&worker, until),
+                    None => crate::keeper::set_deadline(until),
+                }
                 if deadlines.changed().await.is_err() {
                     break;
                 }

@@ -428,6 +428,9 @@ pub(crate) async fn settle_outcome(
             crate::backfill::taken_elsewhere(ctx, fire).await;
             None
         }
+        ClaimOutcome::Unknown(_) if crate::simulated::holes::open(crate::simulated::holes::UNKNOWN_CLAIM_DROPPED) => {
+            None
+        }
         ClaimOutcome::Unknown(e) => {
             // The txn may have committed (etcd lost the answer, not the write): then the tick is
             // ours and nobody else may run it, so it must run here, late, or never at all.

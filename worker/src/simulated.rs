@@ -1,6 +1,7 @@
 //! Simulated tasks: what the simulation of the fire path (`worker/tests/sim.rs`) runs instead
 //! of shell, HTTP and gRPC tasks. A task is a future on the simulation's clock that ends when
-//! its duration is over or when the worker stops it; the simulation notes when each attempt
+//! its duration is over, when the worker stops it, or when its worker's session deadline
+//! passes (as a keeper ends a real task's tree); the simulation notes when each attempt
 //! was alive, to check that no two attempts of a tick overlap.
 
 use std::future::Future;
@@ -18,4 +19,32 @@ pub type Run = Pin<Box<dyn Future<Output = Finished> + Send>>;
 pub trait Tasks: Send + Sync {
     /// Runs `fire` on `worker` until it ends or `stop` carries a reason.
     fn run(&self, worker: &str, fire: &Fire, stop: watch::Receiver<Option<StopReason>>) -> Run;
+
+    /// The instant until which `worker`'s session certainly lives: what the keepers of its
+    /// real tasks watch (they end their tasks once it passes without renewal).
+    fn session_deadline(&self, worker: &str, until: tokio::time::Instant);
+}
+
+/// Known bugs the simulation re-introduces, one at a time, to show that it finds them: bits of
+/// [`set_holes`]. Nothing but the simulation sets them; each is one branch at the point the bug
+/// was (or would be).
+pub mod holes {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A claim whose answer was lost is taken as lost, without reading it back: committed, it
+    /// is orphaned (taken, never run, never closed).
+    pub const UNKNOWN_CLAIM_DROPPED: u32 = 1;
+
+    static HOLES: AtomicU32 = AtomicU32::new(0);
+
+    /// Re-introduces the holes in `mask` (0: none) for the rest of the process.
+    pub fn set(mask: u32) {
+        HOLES.store(mask, Ordering::Relaxed);
+    }
+
+    /// Whether `hole` is re-introduced.
+    #[must_use]
+    pub fn open(hole: u32) -> bool {
+        HOLES.load(Ordering::Relaxed) & hole != 0
+    }
 }
