@@ -537,8 +537,9 @@ pub enum Held {
 /// Closes the claim of an execution whose worker's session ended before it closed it: the
 /// claim still as its winning txn wrote it (`mod_revision == fencing_token`), or
 /// gone (its retention ended during a run longer than the retention, [`Held::Marked`] only), is
-/// written `lost_value` with `extra` (the failover rerun). `Won` when this call wrote it; `Lost`
-/// when it was closed already (by the worker itself, or by another survivor).
+/// written `lost_value` with `extra` (the failover rerun). `Won` when this call wrote it, or
+/// finds it holding `lost_value` (an earlier try whose answer was lost, or another survivor:
+/// the record is the same); `Lost` when the worker itself closed it.
 pub async fn mark_lost(
     client: &Client,
     claim_key: &str,
@@ -548,7 +549,7 @@ pub async fn mark_lost(
     retention_lease: i64,
     extra: Vec<TxnOp>,
 ) -> ClaimOutcome {
-    let mut then = vec![TxnOp::put(claim_key, lost_value, Some(PutOptions::new().with_lease(retention_lease)))];
+    let mut then = vec![TxnOp::put(claim_key, lost_value.clone(), Some(PutOptions::new().with_lease(retention_lease)))];
     then.extend(extra);
     // As the winning transaction wrote it: nothing wrote it since (a claim taken from the
     // queue was written before, `queued`, so its create revision is older than the token).
@@ -562,12 +563,21 @@ pub async fn mark_lost(
             Txn::new().when([Compare::create_revision(claim_key, CompareOp::Equal, 0)]).and_then(then.clone()),
         )],
     };
-    let running = Txn::new().when(as_won).and_then(then).or_else(gone);
+    // Otherwise the claim as it is now: holding exactly `lost_value`, it was closed lost by an
+    // earlier try of this close whose answer was lost (or by another survivor: the same value,
+    // the same record).
+    let mut otherwise = gone;
+    otherwise.push(TxnOp::get(claim_key, None));
+    let running = Txn::new().when(as_won).and_then(then).or_else(otherwise);
     let mut kv = client.kv_client();
     match request("claim", kv.txn(running)).await {
         Ok(Ok(resp)) => {
             let won = resp.succeeded()
-                || resp.op_responses().into_iter().any(|r| matches!(r, TxnOpResponse::Txn(inner) if inner.succeeded()));
+                || resp.op_responses().into_iter().any(|r| match r {
+                    TxnOpResponse::Txn(inner) => inner.succeeded(),
+                    TxnOpResponse::Get(get) => get.kvs().first().is_some_and(|kv| kv.value() == lost_value),
+                    _ => false,
+                });
             match (won, resp.header()) {
                 (true, Some(h)) => ClaimOutcome::Won { fencing_token: h.revision(), replaced: None },
                 (true, None) => ClaimOutcome::Unknown("txn response without header".to_owned()),

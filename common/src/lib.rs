@@ -13,6 +13,7 @@ pub mod serve;
 pub mod session;
 pub mod settings;
 pub mod store;
+pub mod task;
 
 pub use etcron_model::{
     alerts, backfill, calendar, clock_is_simulated, dependency, diff, duration, grpc, headers, http_async, job, json,

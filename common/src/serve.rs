@@ -165,7 +165,7 @@ pub async fn serve(
         let io = TokioIo::new(Watched { inner: stream, activity: activity.clone() });
         let conn = graceful.watch(builder.serve_connection(io, service));
         let (peers, idle) = (peers.clone(), limits.idle);
-        tokio::spawn(async move {
+        crate::task::spawn(async move {
             tokio::select! {
                 result = conn => if let Err(e) = result {
                     tracing::debug!(error = %e, %peer, "connection ended with an error");

@@ -70,7 +70,7 @@ impl Session {
         let (deadline_tx, deadline) = watch::channel(requested + ttl);
         let (stop, stop_rx) = watch::channel(false);
         let signals = Signals { alive: alive_tx, deadline: deadline_tx };
-        let keeper = tokio::spawn(keep_alive(client.clone(), lease_id, ttl, requested, signals, stop_rx));
+        let keeper = crate::task::spawn(keep_alive(client.clone(), lease_id, ttl, requested, signals, stop_rx));
         Ok(Self { lease_id, ttl, alive, deadline, stop, client: client.clone(), keeper })
     }
 

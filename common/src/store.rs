@@ -87,6 +87,18 @@ pub enum WriteMode {
     IfAbsent,
     /// Replace whatever is there (the final record).
     Replace,
+    /// Insert, or replace a `running` record, never a final one: the `lost` record of a
+    /// departed worker's run, which yields to the run's own final record should the run have
+    /// ended and journaled it before its worker died (ARCHITECTURE.md, T3 and T5).
+    OverRunning,
+}
+
+impl WriteMode {
+    /// Whether the write is an execution's final record.
+    #[must_use]
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Replace | Self::OverRunning)
+    }
 }
 
 /// One record write, as queued by the worker's log sink and kept in its spool.
@@ -953,7 +965,8 @@ impl MongoStore {
     /// and no lookup, and upserts cost about twice as much. An insert whose id is taken
     /// (duplicate key) is settled by its mode: a `running` record ([`WriteMode::IfAbsent`]) is
     /// done, since whatever is stored is the same run, at least as far along; a final record
-    /// ([`WriteMode::Replace`]) replaces the stored one in the second trip. `stored` names the
+    /// ([`WriteMode::Replace`]) replaces the stored one in the second trip, a `lost` one
+    /// ([`WriteMode::OverRunning`]) only a stored `running` record. `stored` names the
     /// final records whose `running` record the caller wrote before: they go to the replace
     /// straight away instead of failing an insert first.
     pub async fn write_known(
@@ -965,7 +978,7 @@ impl MongoStore {
             batch.iter().partition(|w| w.mode == WriteMode::Replace && stored(w));
         if !insert.is_empty() {
             let taken = self.insert(&insert).await?;
-            replace.extend(taken.into_iter().filter_map(|i| insert.get(i)).filter(|w| w.mode == WriteMode::Replace));
+            replace.extend(taken.into_iter().filter_map(|i| insert.get(i)).filter(|w| w.mode.is_final()));
         }
         self.replace(&replace).await
     }
@@ -996,8 +1009,8 @@ impl MongoStore {
         Ok(errors.iter().map(|e| e.index).collect())
     }
 
-    /// Replaces stored records whole (upserts by `_id`), in `update` commands of at most
-    /// `UPDATE_COMMAND_BYTES` each.
+    /// Replaces stored records whole (upserts by `_id`; an `OverRunning` write only a stored
+    /// `running` record), in `update` commands of at most `UPDATE_COMMAND_BYTES` each.
     async fn replace(&self, writes: &[&RecordWrite]) -> Result<(), StoreError> {
         let mut updates: Vec<Document> = Vec::new();
         let mut bytes = 0usize;
@@ -1005,7 +1018,10 @@ impl MongoStore {
             let d = to_document(&w.record);
             let id = d.get("_id").cloned().unwrap_or(Bson::Null);
             bytes += w.record.output.len() + 1024;
-            updates.push(doc! {"q": {"_id": id}, "u": d, "upsert": true});
+            updates.push(match w.mode {
+                WriteMode::OverRunning => doc! {"q": {"_id": id, "status": "running"}, "u": d, "upsert": false},
+                _ => doc! {"q": {"_id": id}, "u": d, "upsert": true},
+            });
             if bytes >= UPDATE_COMMAND_BYTES || n + 1 == writes.len() {
                 self.update_command(std::mem::take(&mut updates)).await?;
                 bytes = 0;

@@ -44,6 +44,11 @@ pub struct WorkerInfo {
     /// that predate the setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_user: Option<String>,
+    /// The oldest tick (Unix ms) whose fate this worker could not learn yet (its ledger of
+    /// unsettled ticks): the survivors of its departure sweep from there, since what it would
+    /// have settled dies with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsettled_from_ms: Option<UnixMs>,
 }
 
 impl WorkerInfo {

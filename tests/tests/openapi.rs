@@ -179,6 +179,7 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         task_network_allow: vec!["127.0.0.0/8".to_owned(), "etcd-1:2379".to_owned()],
         teams: vec!["payments".to_owned()],
         task_user: Some("uid per team 70000-70999".to_owned()),
+        unsettled_from_ms: Some(now_ms() - 90_000),
     };
     etcd.put(keys.worker(&worker.id), serde_json::to_vec(&worker)?, None).await?;
     let running = ExecutionId::new("nightly-report", Tick::Manual("00000000000000aa".to_owned()));

@@ -59,7 +59,7 @@ pub(crate) fn run_started(ctx: &Arc<Context>, fire: &Fire, started_ms: UnixMs) -
     let Some(limit) = alerts.max_duration else { return RunWatch { _ended: None } };
     let (ended_tx, ended) = oneshot::channel::<()>();
     let (ctx, fire) = (ctx.clone(), fire.clone());
-    tokio::spawn(async move {
+    etcron_common::task::spawn(async move {
         tokio::select! {
             () = tokio::time::sleep(limit.0) => {}
             _ = ended => return,
@@ -80,7 +80,7 @@ pub(crate) fn queued(ctx: &Arc<Context>, fire: &Fire) {
         return;
     }
     let (ctx, fire) = (ctx.clone(), fire.clone());
-    tokio::spawn(async move {
+    etcron_common::task::spawn(async move {
         let due = fire.scheduled_ms.saturating_add(ms(limit.0)).saturating_add(1);
         let wait = u64::try_from(due - now_ms()).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(wait)).await;
@@ -114,7 +114,7 @@ pub(crate) fn succeeded(ctx: &Arc<Context>, spec: &JobSpec, job: &str, finished_
     let (ctx, key) = (ctx.clone(), ctx.keys.stale(job));
     let value = to_json(&StaleState { base_ms: finished_ms, success: true, raised: None });
     let job = job.to_owned();
-    tokio::spawn(async move {
+    etcron_common::task::spawn(async move {
         let mut kv = ctx.client.kv_client();
         for attempt in 1..=RAISE_TRIES {
             if let Ok(Ok(_)) =
@@ -171,7 +171,7 @@ fn threshold_name(event: NotifyEvent) -> &'static str {
 
 fn spawn_raise(ctx: &Arc<Context>, spec: Arc<JobSpec>, key: String, guard: Vec<Compare>, alert: Alert) {
     let ctx = ctx.clone();
-    tokio::spawn(async move { raise(&ctx, &spec, key, guard, alert).await });
+    etcron_common::task::spawn(async move { raise(&ctx, &spec, key, guard, alert).await });
 }
 
 /// Raises `alert` if this worker's transaction creates `key` (with `guard` holding): then it is

@@ -177,8 +177,8 @@ impl Batchers {
         let (claims, claim_rx) = mpsc::channel(QUEUE);
         let (closes, close_rx) = mpsc::channel(QUEUE);
         let namer = Arc::new(Namer { keys, worker_id, seq: AtomicU64::new(0) });
-        tokio::spawn(claim_loop(client.clone(), namer.clone(), claim_rx));
-        tokio::spawn(close_loop(client.clone(), close_rx));
+        etcron_common::task::spawn(claim_loop(client.clone(), namer.clone(), claim_rx));
+        etcron_common::task::spawn(close_loop(client.clone(), close_rx));
         Self { client, namer, claims, closes }
     }
 
@@ -258,7 +258,7 @@ async fn claim_loop(client: Client, namer: Arc<Namer>, mut rx: mpsc::Receiver<Cl
             continue;
         }
         let (client, namer) = (client.clone(), namer.clone());
-        tokio::spawn(async move {
+        etcron_common::task::spawn(async move {
             commit_claims(&client, &namer, batch).await;
             drop(slot);
         });
@@ -341,7 +341,7 @@ async fn close_loop(client: Client, mut rx: mpsc::Receiver<CloseJob>) {
             continue;
         }
         let client = client.clone();
-        tokio::spawn(async move {
+        etcron_common::task::spawn(async move {
             commit_closes(&client, batch).await;
             drop(slot);
         });

@@ -362,8 +362,12 @@ async fn sweep_range(ctx: &Context, sweep: &Sweep) -> bool {
             tracing::warn!(jobs = jobs.len(), from = %rfc3339_ms(*first), to = %rfc3339_ms(*last), "sweeping every job's ticks a departed worker may have left unsettled");
             let mut complete = true;
             for job in jobs {
-                // No tick of the job's current schedule was due before this worker had it.
-                let since = ctx.jobs.get(&job).map_or(*first, |j| j.timing_since_ms.max(*first));
+                // No tick of the job's current schedule was due before this worker had it, nor
+                // before the job was made.
+                let since = match ctx.jobs.get(&job).map(|j| j.timing_since_ms) {
+                    Some(crate::state::TIMING_UNKNOWN) => created_ms(ctx, &job).await.unwrap_or(*first).max(*first),
+                    since => since.map_or(*first, |s| s.max(*first)),
+                };
                 if since <= *last && !scan_job(ctx, &job, Stored::At(since - 1), *last, *gap).await {
                     complete = false;
                 }
@@ -371,6 +375,18 @@ async fn sweep_range(ctx: &Context, sweep: &Sweep) -> bool {
             complete
         }
     }
+}
+
+/// When `job` was made, as the first value of its catch-up state says (the master writes it
+/// with the job); `None` when etcd cannot tell (no state, compacted, unreachable).
+async fn created_ms(ctx: &Context, job: &str) -> Option<UnixMs> {
+    let key = ctx.keys.state(job);
+    let mut kv = ctx.client.kv_client();
+    let now = request("scan_state", kv.get(key.as_str(), None)).await.ok()?.ok()?;
+    let created = now.kvs().first()?.create_revision();
+    let opts = etcd_client::GetOptions::new().with_revision(created);
+    let first = request("scan_state", kv.get(key.as_str(), Some(opts))).await.ok()?.ok()?;
+    Some(JobState::from_bytes(first.kvs().first()?.value())?.last_tick_ms)
 }
 
 /// The newest `MAX_SCAN_TICKS` ticks after `last` up to `upto`, and how many older ones there

@@ -230,7 +230,7 @@ pub async fn run_shell(
     let pid = child.id().unwrap_or(0);
     let _ = pid_tx.send(pid);
     let pump_task = match tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(reader)) {
-        Ok(rx) => Some(tokio::spawn(pump(rx, output.clone()))),
+        Ok(rx) => Some(etcron_common::task::spawn(pump(rx, output.clone()))),
         Err(e) => {
             tracing::warn!(error = %e, "cannot read task output");
             None

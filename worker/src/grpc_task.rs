@@ -589,7 +589,7 @@ mod tests {
         // Accepts connections and never speaks HTTP/2: connecting hangs until the timer.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move {
+        etcron_common::task::spawn(async move {
             let mut held = Vec::new();
             while let Ok((stream, _)) = listener.accept().await {
                 held.push(stream);
@@ -600,7 +600,7 @@ mod tests {
                 .await;
         assert_eq!(done.ending, Ending::TimedOut);
         let (stop_tx, stop_rx) = watch::channel(None);
-        let run = tokio::spawn(run_grpc(GrpcJob { timeout: None, ..job(&endpoint) }, stop_rx));
+        let run = etcron_common::task::spawn(run_grpc(GrpcJob { timeout: None, ..job(&endpoint) }, stop_rx));
         stop_tx.send(Some(StopReason::Killed("kill command at revision 9".to_owned()))).unwrap();
         assert_eq!(
             run.await.unwrap().ending,

@@ -224,7 +224,7 @@ mod tests {
         let url = format!("http://{}/hook?x=1", listener.local_addr().unwrap());
         let head =
             format!("HTTP/1.1 {status_line}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-        let task = tokio::spawn(async move {
+        let task = etcron_common::task::spawn(async move {
             let (mut stream, _) = listener.accept().await.unwrap();
             let seen = read_request(&mut stream).await;
             stream.write_all(head.as_bytes()).await.unwrap();
@@ -241,7 +241,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/slow", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel();
-        tokio::spawn(async move {
+        etcron_common::task::spawn(async move {
             let (mut stream, _) = listener.accept().await.unwrap();
             read_request(&mut stream).await;
             let _ = tx.send(());
@@ -369,7 +369,7 @@ mod tests {
         // A plain-HTTP server that answers at once, spoken to over https.
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("https://{}/", listener.local_addr().unwrap());
-        tokio::spawn(async move {
+        etcron_common::task::spawn(async move {
             let (mut stream, _) = listener.accept().await.unwrap();
             stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await.unwrap();
             let mut sink = [0u8; 1024];
@@ -394,7 +394,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/loop", listener.local_addr().unwrap());
         let location = url.clone();
-        let server = tokio::spawn(async move {
+        let server = etcron_common::task::spawn(async move {
             let mut requests = 0;
             loop {
                 let (mut stream, _) = listener.accept().await.unwrap();
@@ -421,7 +421,7 @@ mod tests {
     async fn serve_each(answers: Vec<String>) -> (String, tokio::task::JoinHandle<Vec<Seen>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
+        let task = etcron_common::task::spawn(async move {
             let mut seen = Vec::new();
             for answer in answers {
                 let (mut stream, _) = listener.accept().await.unwrap();
@@ -564,7 +564,7 @@ mod tests {
     async fn stop_aborts_a_hanging_request() {
         let (url, received) = serve_silently().await;
         let (stop_tx, stop_rx) = watch::channel(None);
-        let run = tokio::spawn(run_limited(HttpJob { timeout: None, ..job(&url) }, 64 * 1024, stop_rx));
+        let run = etcron_common::task::spawn(run_limited(HttpJob { timeout: None, ..job(&url) }, 64 * 1024, stop_rx));
         received.await.unwrap();
         stop_tx.send(Some(StopReason::Killed("kill command at revision 7".to_owned()))).unwrap();
         let done = run.await.unwrap();

@@ -91,6 +91,13 @@ impl Unsettled {
         }
     }
 
+    /// The oldest tick noted and not swept yet.
+    #[must_use]
+    pub fn oldest(&self) -> Option<UnixMs> {
+        let ledger = self.lock();
+        ledger.jobs.values().map(|r| r.first).chain(ledger.all.as_ref().map(|(r, _)| r.first)).min()
+    }
+
     /// Notes every job's ticks in `first..=last`.
     pub fn note_all(&self, first: UnixMs, last: UnixMs, gap: Gap) {
         let mut ledger = self.lock();

@@ -276,7 +276,7 @@ fn spawn_server(
     app: axum::Router,
     limits: etcron_common::serve::Limits,
 ) {
-    tokio::spawn(async move {
+    etcron_common::task::spawn(async move {
         if let Err(e) = etcron_common::serve::serve(listener, app, limits, std::future::pending()).await {
             tracing::error!(error = %e, server = what, "server failed");
         }

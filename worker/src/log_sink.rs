@@ -198,11 +198,13 @@ impl LogSink {
         let spool = Arc::new(spool);
         let stats = Arc::new(SinkStats::default());
         let task = match store {
-            Some(store) => tokio::spawn(run(store, rx, spool.clone(), journal.clone(), stats.clone(), stop)),
+            Some(store) => {
+                etcron_common::task::spawn(run(store, rx, spool.clone(), journal.clone(), stats.clone(), stop))
+            }
             // No store (the simulation): every record goes from the journal to the spool.
             None => {
                 drop(rx);
-                tokio::spawn(async {})
+                etcron_common::task::spawn(async {})
             }
         };
         Ok((Self { tx, spool, journal, stats }, task))
@@ -268,7 +270,7 @@ impl StoredRunning {
                     }
                     self.0.insert(w.record.id.clone());
                 }
-                WriteMode::Replace => {
+                WriteMode::Replace | WriteMode::OverRunning => {
                     self.0.remove(&w.record.id);
                 }
             }
@@ -281,9 +283,9 @@ impl StoredRunning {
 /// Order among the remaining writes is kept.
 fn coalesce(batch: &mut Vec<RecordWrite>) {
     let finals: etcron_common::hash::HashSet<String> =
-        batch.iter().filter(|w| w.mode == WriteMode::Replace).map(|w| w.record.id.to_string()).collect();
+        batch.iter().filter(|w| w.mode.is_final()).map(|w| w.record.id.to_string()).collect();
     if !finals.is_empty() {
-        batch.retain(|w| w.mode == WriteMode::Replace || !finals.contains(&w.record.id.to_string()));
+        batch.retain(|w| w.mode.is_final() || !finals.contains(&w.record.id.to_string()));
     }
 }
 

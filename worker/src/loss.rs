@@ -12,7 +12,7 @@ use std::time::Duration;
 use etcd_client::EventType;
 use etcron_common::claim::{self, ClaimOutcome, Held};
 use etcron_common::keys::{ExecutionId, Key};
-use etcron_common::model::{Claim, ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind};
+use etcron_common::model::{Claim, ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind, WorkerInfo};
 use etcron_common::store::WriteMode;
 use etcron_common::{now_ms, rfc3339_ms};
 
@@ -124,7 +124,7 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
 /// Finishes the departures a previous run of this worker owed (read from its data dir at start).
 pub fn resume_owed(ctx: &Arc<Context>, owed: Vec<Departure>) {
     for departure in owed {
-        tokio::spawn(owe(ctx.clone(), departure, true));
+        etcron_common::task::spawn(owe(ctx.clone(), departure, true));
     }
 }
 
@@ -158,6 +158,11 @@ async fn owe(ctx: Arc<Context>, departure: Departure, restarted: bool) {
         ctx.closing.wait_empty(CLOSE_FOR).await;
     } else if !restarted {
         tokio::time::sleep(loss_grace(&ctx.config)).await;
+    }
+    // The lost runs' follow-ups (the failover rerun, `on_failure`) come from their jobs' specs:
+    // a worker that just started handles nothing before its first listing of the jobs.
+    while !ctx.jobs.loaded() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let since = tokio::time::Instant::now();
     let first_rank = ctx.members.rank(&ctx.config.worker_id, &rank_key);
@@ -227,9 +232,33 @@ async fn handle(ctx: &Context, handler: &Handler<'_>) -> bool {
         tracing::debug!(worker = %departed, revision, rank, held = total, "a departure's handling was complete");
     }
     // Each handler notes the window (the first may have died before sweeping it): the sweeps
-    // settle each tick through its claim key, so a later one mostly finds them settled.
+    // settle each tick through its claim key, so a later one mostly finds them settled. It
+    // reaches back to the oldest tick the departed worker had not settled: what its ledger
+    // held died with it.
     note_departure_window(ctx, noticed);
+    if let Some(from) = unsettled_from(ctx, departed, revision - 1).await {
+        ctx.unsettled.note_all(from, noticed, crate::ledger::Gap::WorkerDeparted);
+    }
     unsettled == 0
+}
+
+/// The oldest tick `departed` had not settled as of `revision`, as its registration said.
+async fn unsettled_from(ctx: &Context, departed: &str, revision: i64) -> Option<etcron_common::UnixMs> {
+    let opts = etcd_client::GetOptions::new().with_revision(revision);
+    for _ in 0..LOSS_TRIES {
+        let mut kv = ctx.client.kv_client();
+        match etcron_common::etcd::request("list_running", kv.get(ctx.keys.worker(departed), Some(opts.clone()))).await
+        {
+            Ok(Ok(r)) => {
+                let info: WorkerInfo = serde_json::from_slice(r.kvs().first()?.value()).ok()?;
+                return info.unsettled_from_ms;
+            }
+            Ok(Err(e)) if e.to_string().contains("compacted") => return None,
+            _ => tokio::time::sleep(CLOSE_RETRY_MAX).await,
+        }
+    }
+    tracing::warn!(worker = %departed, "could not read which ticks the departed worker had left unsettled; sweeping its last moments only");
+    None
 }
 
 /// Whether the departure's done marker is there; `None` when etcd did not answer.
@@ -511,7 +540,9 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
         }
         crate::failpoint::hit(crate::failpoint::LOST_AFTER_FIRST_CLOSE);
     }
-    deliver(ctx, spec.as_deref(), record, WriteMode::Replace);
+    // Yields to the run's own final record, journaled before its close should the task have
+    // ended before its worker died (T3's crash point); replaces its `running` record.
+    deliver(ctx, spec.as_deref(), record, WriteMode::OverRunning);
     ctx.provisional.remove(pending);
     if spec.is_some_and(|s| s.concurrency == etcron_common::job::Concurrency::Queue) {
         // Its lock went with the session: the oldest execution waiting gets it now.

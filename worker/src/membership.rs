@@ -198,6 +198,7 @@ mod tests {
                 task_network_allow: Vec::new(),
                 teams: Vec::new(),
                 task_user: None,
+                unsettled_from_ms: None,
             };
             m.inner.write().unwrap().insert((*id).to_owned(), info);
         }

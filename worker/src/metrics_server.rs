@@ -64,7 +64,7 @@ pub async fn serve(addr: SocketAddr, ctx: Arc<Context>) -> std::io::Result<tokio
                 }
             }),
         );
-    Ok(tokio::spawn(async move {
+    Ok(etcron_common::task::spawn(async move {
         let limits = etcron_common::serve::Limits::default();
         if let Err(e) = etcron_common::serve::serve(listener, app, limits, std::future::pending()).await {
             tracing::error!(error = %e, "metrics server failed");

@@ -126,15 +126,15 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
         simulated,
         task_network: Arc::new(task_network(&config, &[bound, progress_bound])),
     });
-    tokio::spawn(crate::catchup::settle_loop(ctx.clone()));
-    tokio::spawn(crate::settle::provisional_loop(ctx.clone()));
+    etcron_common::task::spawn(crate::catchup::settle_loop(ctx.clone()));
+    etcron_common::task::spawn(crate::settle::provisional_loop(ctx.clone()));
     crate::loss::resume_owed(&ctx, owed);
     if let Some(registered_at) = previous_session {
         // Our previous life ended uncleanly: its session's departure is ours to owe as well.
         let departed = crate::membership::Departed::After(registered_at);
-        tokio::spawn(crate::loss::departed(ctx.clone(), config.worker_id.clone(), departed));
+        etcron_common::task::spawn(crate::loss::departed(ctx.clone(), config.worker_id.clone(), departed));
     }
-    tokio::spawn(crate::alerts::stale_loop(ctx.clone()));
+    etcron_common::task::spawn(crate::alerts::stale_loop(ctx.clone()));
     crate::metrics::init(config.capacity);
     crate::task_network::init_metrics();
     if let Some(addr) = config.metrics_listen {
@@ -155,38 +155,56 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
     let (all_stop_tx, all_stop) = watch::channel(false);
 
     let (workers_tx, workers_rx) = mpsc::channel(256);
-    tokio::spawn(mirror(client.clone(), keys.workers_prefix(), "workers", workers_tx, all_stop.clone()));
+    etcron_common::task::spawn(mirror(client.clone(), keys.workers_prefix(), "workers", workers_tx, all_stop.clone()));
     let (departures_tx, mut departures) = mpsc::unbounded_channel();
-    tokio::spawn(ctx.members.clone().follow(keys.clone(), workers_rx, departures_tx));
+    etcron_common::task::spawn(ctx.members.clone().follow(keys.clone(), workers_rx, departures_tx));
     let lost_ctx = ctx.clone();
-    tokio::spawn(async move {
+    etcron_common::task::spawn(async move {
         // Our own departures too: a session of ours that expired (paused, cut off) or a dead
         // earlier instance's that we revoked. Alone in the cluster, nobody else would account
         // for what ran under it; with others, the claim keys let only one of us do it.
         while let Some((worker, departed)) = departures.recv().await {
-            tokio::spawn(crate::loss::departed(lost_ctx.clone(), worker, departed));
+            etcron_common::task::spawn(crate::loss::departed(lost_ctx.clone(), worker, departed));
         }
     });
 
-    tokio::spawn(crate::taken::follow(client.clone(), keys.claims_prefix(), ctx.taken.clone(), all_stop.clone()));
+    etcron_common::task::spawn(crate::taken::follow(
+        client.clone(),
+        keys.claims_prefix(),
+        ctx.taken.clone(),
+        all_stop.clone(),
+    ));
 
     let (kills_tx, kills_rx) = mpsc::channel(256);
-    tokio::spawn(mirror(client.clone(), keys.kill_prefix(), "kill", kills_tx, all_stop.clone()));
-    tokio::spawn(follow_kills(ctx.clone(), kills_rx));
+    etcron_common::task::spawn(mirror(client.clone(), keys.kill_prefix(), "kill", kills_tx, all_stop.clone()));
+    etcron_common::task::spawn(follow_kills(ctx.clone(), kills_rx));
 
-    let supervisor = tokio::spawn(supervise_session(ctx.clone(), session_client, lease_tx, all_stop.clone()));
+    let supervisor =
+        etcron_common::task::spawn(supervise_session(ctx.clone(), session_client, lease_tx, all_stop.clone()));
 
     let (jobs_tx, jobs_rx) = mpsc::channel(4096);
-    tokio::spawn(mirror(client.clone(), keys.jobs_prefix(), "jobs", jobs_tx, sched_stop.clone()));
+    etcron_common::task::spawn(mirror(client.clone(), keys.jobs_prefix(), "jobs", jobs_tx, sched_stop.clone()));
     let (triggers_tx, triggers_rx) = mpsc::channel(256);
-    tokio::spawn(mirror(client.clone(), keys.trigger_prefix(), "trigger", triggers_tx, sched_stop.clone()));
+    etcron_common::task::spawn(mirror(
+        client.clone(),
+        keys.trigger_prefix(),
+        "trigger",
+        triggers_tx,
+        sched_stop.clone(),
+    ));
     let (paused_tx, paused_rx) = mpsc::channel(256);
-    tokio::spawn(mirror(client.clone(), keys.paused_prefix(), "paused", paused_tx, sched_stop.clone()));
+    etcron_common::task::spawn(mirror(client.clone(), keys.paused_prefix(), "paused", paused_tx, sched_stop.clone()));
     let (calendars_tx, calendars_rx) = mpsc::channel(64);
-    tokio::spawn(mirror(client.clone(), keys.calendars_prefix(), "calendars", calendars_tx, sched_stop.clone()));
+    etcron_common::task::spawn(mirror(
+        client.clone(),
+        keys.calendars_prefix(),
+        "calendars",
+        calendars_tx,
+        sched_stop.clone(),
+    ));
     let updates =
         crate::scheduler::Updates { jobs: jobs_rx, triggers: triggers_rx, paused: paused_rx, calendars: calendars_rx };
-    let scheduler = tokio::spawn(Scheduler::new(ctx.clone()).run(updates, sched_stop));
+    let scheduler = etcron_common::task::spawn(Scheduler::new(ctx.clone()).run(updates, sched_stop));
 
     shutdown.await;
     tracing::info!(running = ctx.registry.running(), grace = ?config.shutdown_grace, "shutting down: no new ticks; letting running tasks finish");
@@ -253,7 +271,7 @@ async fn supervise_session(
         // worker); the last one stays when the session is lost.
         let mut deadlines = session.deadlines();
         let (simulated, worker) = (ctx.simulated.clone(), ctx.config.worker_id.clone());
-        tokio::spawn(async move {
+        etcron_common::task::spawn(async move {
             loop {
                 let until = *deadlines.borrow_and_update();
                 match &simulated {
@@ -270,20 +288,21 @@ async fn supervise_session(
         if !take_over_registration(&ctx, lease, &mut stop).await {
             return Some(session);
         }
-        let mut published: Option<u32> = None;
+        // What the registration says: the running count and the oldest unsettled tick.
+        let mut published: Option<(u32, Option<etcron_common::UnixMs>)> = None;
         let running = ctx.registry.watch_count();
         let mut refresh = tokio::time::interval(REGISTRATION_REFRESH);
         loop {
-            let count = u32::try_from(*running.borrow()).unwrap_or(u32::MAX);
+            let state = (u32::try_from(*running.borrow()).unwrap_or(u32::MAX), ctx.unsettled.oldest());
             let registered =
-                if published == Some(count) { None } else { register(&ctx, lease, count, &started_at).await };
+                if published == Some(state) { None } else { register(&ctx, lease, state, &started_at).await };
             if let Some(revision) = registered {
                 if published.is_none() {
                     ctx.departures.session_registered(revision);
                     let _ = lease_tx.send(Some(lease));
                     tracing::info!(worker_id = %ctx.config.worker_id, "registered");
                 }
-                published = Some(count);
+                published = Some(state);
             }
             tokio::select! {
                 () = session.done() => break,
@@ -320,7 +339,14 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
         let mut kv = ctx.client.kv_client();
         let existing = match request("get_registration", kv.get(key.as_str(), None)).await {
             Ok(Ok(r)) => r.kvs().first().map(|kv| (kv.lease(), serde_json::from_slice::<WorkerInfo>(kv.value()).ok())),
-            _ => return true, // etcd unreachable: registering will retry anyway
+            // Not known yet: registering now could overwrite an earlier instance's registration,
+            // and its departure (what it ran, recorded lost and rerun) would never be seen.
+            _ => {
+                tokio::select! {
+                    _ = stop.changed() => return false,
+                    () = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                }
+            }
         };
         let Some((old_lease, info)) = existing else { return true };
         if old_lease == lease || old_lease == 0 {
@@ -336,10 +362,24 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
             let pid = info.map_or(0, |i| i.pid);
             tracing::warn!(old_lease, pid, "an earlier instance of this worker is still registered; revoking its session so its executions are accounted for");
             let mut leases = ctx.client.lease_client();
-            if let Ok(Err(e)) = request("lease_revoke", leases.revoke(old_lease)).await {
-                tracing::warn!(old_lease, error = %e, "revoking the earlier session failed (it may have expired)");
+            match request("lease_revoke", leases.revoke(old_lease)).await {
+                Ok(Ok(_)) => return true,
+                // Expired meanwhile: its keys went with it, the departure is seen.
+                Ok(Err(e)) if e.to_string().contains("lease not found") => return true,
+                // Not revoked (or not known to be): registering over it would hide the
+                // departure. Read again and retry.
+                failed => {
+                    let error = failed.map_or_else(
+                        |_| "timed out".to_owned(),
+                        |r| r.err().map(|e| e.to_string()).unwrap_or_default(),
+                    );
+                    tracing::warn!(old_lease, %error, "revoking the earlier session failed; retrying");
+                    tokio::select! {
+                        _ = stop.changed() => return false,
+                        () = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                    }
+                }
             }
-            return true;
         }
         if !warned {
             let (host, pid) = info.map_or((String::new(), 0), |i| (i.hostname, i.pid));
@@ -377,7 +417,12 @@ fn random_token() -> String {
 }
 
 /// The revision the registration was written at; `None` when it was not.
-async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> Option<i64> {
+async fn register(
+    ctx: &Context,
+    lease: i64,
+    (running, unsettled_from_ms): (u32, Option<etcron_common::UnixMs>),
+    started_at: &str,
+) -> Option<i64> {
     let info = WorkerInfo {
         id: ctx.config.worker_id.clone(),
         hostname: ctx.hostname.clone(),
@@ -386,6 +431,7 @@ async fn register(ctx: &Context, lease: i64, running: u32, started_at: &str) -> 
         run_as_users: ctx.config.run_as_users.clone(),
         task_network_allow: ctx.task_network.allowed(),
         teams: ctx.config.teams.clone(),
+        unsettled_from_ms,
         task_user: Some(ctx.config.task_identity.describe()),
         capacity: ctx.config.capacity,
         running,

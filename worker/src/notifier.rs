@@ -517,10 +517,10 @@ impl Notifier {
             records: records.clone(),
             patterns: Mutex::new(HashMap::default()),
         });
-        tokio::spawn(dispatch(shared.clone(), rx));
+        etcron_common::task::spawn(dispatch(shared.clone(), rx));
         // Without a store (the simulation) delivery records are not written anywhere.
         if let Some(store) = store {
-            tokio::spawn(write_records(records, store));
+            etcron_common::task::spawn(write_records(records, store));
         }
         Self { tx, shared }
     }
@@ -704,7 +704,9 @@ async fn dispatch(shared: Arc<Shared>, mut rx: mpsc::Receiver<Notice>) {
                     continue;
                 }
             }
-            tokio::spawn(deliver(shared.clone(), subject.clone(), target, delivery, permit).instrument(span));
+            etcron_common::task::spawn(
+                deliver(shared.clone(), subject.clone(), target, delivery, permit).instrument(span),
+            );
         }
     }
 }

@@ -145,7 +145,7 @@ impl Tracker {
         if let Some(value) = report.checkpoint {
             let seq = self.wanted.fetch_add(1, Ordering::SeqCst) + 1;
             let me = self.clone();
-            tokio::spawn(async move {
+            etcron_common::task::spawn(async move {
                 if let Err(e) = me.write(value, seq, true).await {
                     tracing::warn!(execution_id = %me.execution_id, error = ?e, "a checkpoint from the task's output was not written");
                 }
@@ -153,7 +153,7 @@ impl Tracker {
         }
         if report.rebalance {
             let me = self.clone();
-            tokio::spawn(async move { me.move_run().await });
+            etcron_common::task::spawn(async move { me.move_run().await });
         }
     }
 

@@ -117,7 +117,7 @@ fn read_back(
 /// leaves a claim of ours that nobody runs, which is then closed `missed`.
 fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) {
     let (ctx, fire, won) = (ctx.clone(), fire.clone(), won.clone());
-    tokio::spawn(async move {
+    etcron_common::task::spawn(async move {
         tokio::time::sleep(MISSED_AFTER).await;
         match resolve_unknown_claim(&ctx, &fire, &won).await {
             Resolved::Ours(token) | Resolved::Orphaned(token) => record_orphan(&ctx, &fire, &won, token).await,
@@ -192,7 +192,7 @@ pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fe
 /// `concurrency: replace`: stop the execution this one took the lock from, wherever it runs.
 pub(crate) fn replace_running(ctx: &Arc<Context>, old: &ExecutionId, new: &ExecutionId) {
     let (ctx, old, new) = (ctx.clone(), old.clone(), new.clone());
-    tokio::spawn(async move {
+    etcron_common::task::spawn(async move {
         let lease = match ctx.retention.get().await {
             Ok(l) => l,
             Err(e) => {
@@ -333,7 +333,7 @@ fn queued_behind(ctx: &Arc<Context>, fire: &Fire, holder: &[u8]) {
     crate::alerts::queued(ctx, fire);
     if holder.is_none() {
         let (ctx, job, part) = (ctx.clone(), fire.id.job.clone(), fire.id.part.clone());
-        tokio::spawn(async move { crate::queue::pump(&ctx, &job, &part, None).await });
+        etcron_common::task::spawn(async move { crate::queue::pump(&ctx, &job, &part, None).await });
     }
 }
 

@@ -257,23 +257,23 @@ impl Scheduler {
     /// shard) runs as it is.
     fn spawn_parts(&self, fire: Fire) {
         if fire.id.part != Part::Whole || fire.id.attempt != 1 {
-            tokio::spawn(run_fire(self.ctx.clone(), fire));
+            etcron_common::task::spawn(run_fire(self.ctx.clone(), fire));
             return;
         }
         match fire.spec.mode {
             Mode::Single => {
-                tokio::spawn(run_fire(self.ctx.clone(), fire));
+                etcron_common::task::spawn(run_fire(self.ctx.clone(), fire));
             }
             Mode::Broadcast => {
                 let mut fire = fire;
                 fire.id.part = Part::Worker(self.ctx.config.worker_id.clone());
-                tokio::spawn(run_fire(self.ctx.clone(), fire));
+                etcron_common::task::spawn(run_fire(self.ctx.clone(), fire));
             }
             Mode::Sharded(n) => {
                 for i in 0..n {
                     let mut part = fire.clone();
                     part.id.part = Part::Shard(i);
-                    tokio::spawn(run_fire(self.ctx.clone(), part));
+                    etcron_common::task::spawn(run_fire(self.ctx.clone(), part));
                 }
             }
         }
@@ -294,7 +294,7 @@ impl Scheduler {
                     // Ticks before now are not in the wheel: the catch-up scan accounts for
                     // those that nobody claimed while this worker was away.
                     let upto = UnixMs::try_from(self.wheel.elapsed_ms().max(wall_ms())).unwrap_or(0);
-                    tokio::spawn(crate::catchup::scan(self.ctx.clone(), added, upto, revision));
+                    etcron_common::task::spawn(crate::catchup::scan(self.ctx.clone(), added, upto, revision));
                 }
                 let gone: Vec<Arc<str>> = self.jobs.keys().filter(|n| !seen.contains(*n)).cloned().collect();
                 for name in gone {
@@ -386,11 +386,11 @@ impl Scheduler {
             }
             None => {
                 let spec = Arc::new(spec);
-                let job = JobRef {
-                    spec: spec.clone(),
-                    mod_revision: kv.mod_revision,
-                    timing_since_ms: etcron_common::now_ms(),
-                };
+                // Seen appear while this worker ran: its timing starts now. In the first listing
+                // of a worker that just started: unknown (the sweeps ask etcd when it was made).
+                let timing_since_ms =
+                    if self.ctx.jobs.loaded() { etcron_common::now_ms() } else { crate::state::TIMING_UNKNOWN };
+                let job = JobRef { spec: spec.clone(), mod_revision: kv.mod_revision, timing_since_ms };
                 self.ctx.jobs.set(&name, Some(job));
                 self.jobs
                     .insert(name.clone(), JobEntry { spec, schedule, mod_revision: kv.mod_revision, wheel_key: None });

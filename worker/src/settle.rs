@@ -202,7 +202,7 @@ pub(crate) fn watch_for_miss(ctx: &Arc<Context>, fire: &Fire, rank: usize, why: 
         return;
     }
     let (ctx, mut fire) = (ctx.clone(), fire.clone());
-    tokio::spawn(async move {
+    etcron_common::task::spawn(async move {
         tokio::time::sleep(MISSED_AFTER).await;
         let taken = if broadcast {
             fire.id.part = Part::Whole;

@@ -63,7 +63,7 @@ mod tests {
         assert!(slots.free(), "one came free");
         let c = slots.take(soon()).await.unwrap();
         // A third won run waits; freeing one slot gives it to the waiting run, not to a race.
-        let waiter = tokio::spawn({
+        let waiter = etcron_common::task::spawn({
             let slots = slots.clone();
             async move { slots.take(tokio::time::Instant::now() + Duration::from_secs(10)).await }
         });

@@ -141,12 +141,17 @@ pub struct OutputEndpoint {
 }
 
 /// A job as the scheduler last saw it.
+/// [`JobRef::timing_since_ms`] of a job listed when the worker started.
+pub const TIMING_UNKNOWN: UnixMs = UnixMs::MIN;
+
 #[derive(Debug, Clone)]
 pub struct JobRef {
     pub spec: Arc<JobSpec>,
     pub mod_revision: i64,
     /// When this worker started scheduling the job's current timing (schedule and timezone):
     /// no tick of it is due before, so a sweep of an outage never reaches further back.
+    /// [`TIMING_UNKNOWN`] for a job of the worker's first listing: it may be much older than
+    /// the worker.
     pub timing_since_ms: UnixMs,
 }
 

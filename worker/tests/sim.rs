@@ -28,6 +28,7 @@ use etcron_common::admission::{INITIAL_LIMIT, LIMITER};
 use etcron_common::keys::{ExecutionId, Key, Keys};
 use etcron_common::model::{Claim, ClaimState, Status};
 use etcron_common::store::{RecordWrite, WriteMode};
+use etcron_common::task::Group;
 use etcron_common::UnixMs;
 use etcron_sim::rng::Rng;
 use etcron_sim::server::{Call, Fault, ModelEtcd};
@@ -56,6 +57,15 @@ fn simulated_now() -> UnixMs {
     let epoch = *EPOCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (start, base) = epoch.unwrap_or((Instant::now(), 0));
     base + i64::try_from(Instant::now().duration_since(start).as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Log lines stamped with the simulated wall clock.
+struct SimulatedTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimulatedTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        write!(w, "{}", simulated_now())
+    }
 }
 
 /// What one attempt did on a simulated task: who ran it, when it was alive.
@@ -204,9 +214,19 @@ struct Outcome {
 async fn put_jobs(etcd: &ModelEtcd, keys: &Keys) {
     let mut kv = etcd.client().await.kv_client();
     for j in 0..JOBS {
+        // Each concurrency policy once: runs of one job overlap, are skipped, wait their turn,
+        // or replace the one running.
         let schedule = ["@every 2s", "@every 3s", "@every 5s", "*/4 * * * * *"][j % 4];
-        let spec = serde_json::json!({"schedule": schedule, "task": {"kind": "shell", "command": "true"}});
-        kv.put(keys.job(&format!("job{j}")), spec.to_string(), None).await.expect("the model takes the job");
+        let concurrency = ["allow", "forbid", "queue", "replace"][j % 4];
+        let spec = serde_json::json!({
+            "schedule": schedule,
+            "concurrency": concurrency,
+            "task": {"kind": "shell", "command": "true"},
+        });
+        // As the master makes a job: with its catch-up state starting now.
+        let (name, state) = (format!("job{j}"), etcron_common::model::JobState { last_tick_ms: simulated_now() });
+        kv.put(keys.job(&name), spec.to_string(), None).await.expect("the model takes the job");
+        kv.put(keys.state(&name), state.to_bytes(), None).await.expect("the model takes the job state");
     }
 }
 
@@ -222,36 +242,21 @@ async fn run_seed(seed: u64, dir: &Path) -> Outcome {
     let log = Arc::new(Mutex::new(Vec::new()));
     let tasks = Arc::new(Tasks { rng: Mutex::new(Rng::new(seed)), log: log.clone(), deadlines: Mutex::default() });
     let (stop_tx, stop) = watch::channel(false);
-    let mut nodes = Vec::new();
-    let mut dirs = Vec::new();
+    let mut cluster =
+        Cluster { etcd: etcd.clone(), tasks, stop, dir: dir.to_path_buf(), nodes: Vec::new(), lives: vec![0; WORKERS] };
     for w in 0..WORKERS {
-        let id = format!("w{w}");
-        let data = dir.join(&id);
-        let who = u32::try_from(w).unwrap_or(0) + 1;
-        let parts = etcron_worker::node::Parts {
-            client: etcd.client_as(who).await,
-            session_client: etcd.client_as(who).await,
-            store: None,
-            simulated: Some(tasks.clone()),
-        };
-        let mut stop = stop.clone();
-        let config = worker_config(&id, &data);
-        nodes.push(tokio::spawn(async move {
-            etcron_worker::node::run(config, parts, async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await
-        }));
-        dirs.push(data);
+        let node = cluster.start(w).await;
+        cluster.nodes.push(node);
     }
     let mut rng = Rng::new(seed ^ 0x5E55);
-    faults_over_time(&etcd, &mut rng).await;
+    faults_over_time(&mut cluster, &mut rng).await;
     let end_ms = simulated_now();
     // Quiet: no more faults, time for every owed close, loss and miss to be settled.
     etcd.set_faults(|_| Fault::None);
     tokio::time::sleep(SETTLE_FOR).await;
     let _ = stop_tx.send(true);
-    for node in nodes {
+    let dirs: Vec<PathBuf> = (0..WORKERS).map(|w| cluster.data_dir(w)).collect();
+    for (_, node) in cluster.nodes.drain(..) {
         let _ = node.await;
     }
     let claims = etcd
@@ -262,6 +267,18 @@ async fn run_seed(seed: u64, dir: &Path) -> Outcome {
             _ => None,
         })
         .collect();
+    if std::env::var_os("ETCRON_SIM_HISTORY").is_some() {
+        for c in etcd.history() {
+            eprintln!(
+                "{} {:?} {} {} lease={}",
+                c.revision,
+                c.kind,
+                String::from_utf8_lossy(&c.key),
+                String::from_utf8_lossy(&c.value),
+                c.lease
+            );
+        }
+    }
     let attempts = lock(&log).clone();
     let fingerprint = etcd.history().iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, c| {
         c.key.iter().chain(&c.revision.to_le_bytes()).fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
@@ -269,22 +286,85 @@ async fn run_seed(seed: u64, dir: &Path) -> Outcome {
     Outcome { attempts, records: spooled(&dirs), claims, start_ms, end_ms, fingerprint }
 }
 
-/// Runs the cluster for [`RUN_FOR`], cutting a random worker off now and then, breaking or
-/// lagging watches.
-async fn faults_over_time(etcd: &ModelEtcd, rng: &mut Rng) {
+/// The simulated workers, and how to start one again.
+struct Cluster {
+    etcd: ModelEtcd,
+    tasks: Arc<Tasks>,
+    stop: watch::Receiver<bool>,
+    dir: PathBuf,
+    /// Each worker's task group and its `node::run`.
+    nodes: Vec<(Group, tokio::task::JoinHandle<anyhow::Result<()>>)>,
+    /// How many times each worker started: its etcd clients are known to the model by worker
+    /// and life (a dead life's clients stay cut off).
+    lives: Vec<u32>,
+}
+
+impl Cluster {
+    fn data_dir(&self, w: usize) -> PathBuf {
+        self.dir.join(format!("w{w}"))
+    }
+
+    /// How the model knows worker `w`'s clients in its current life.
+    fn who(&self, w: usize) -> u32 {
+        (u32::try_from(w).unwrap_or(0) + 1) * 1_000 + self.lives.get(w).copied().unwrap_or(0)
+    }
+
+    /// Starts worker `w` on its data dir (again, after a crash), in a task group of its own.
+    async fn start(&self, w: usize) -> (Group, tokio::task::JoinHandle<anyhow::Result<()>>) {
+        let who = self.who(w);
+        let parts = etcron_worker::node::Parts {
+            client: self.etcd.client_as(who).await,
+            session_client: self.etcd.client_as(who).await,
+            store: None,
+            simulated: Some(self.tasks.clone()),
+        };
+        let config = worker_config(&format!("w{w}"), &self.data_dir(w));
+        let mut stop = self.stop.clone();
+        let group = Group::default();
+        let node = group.spawn(async move {
+            etcron_worker::node::run(config, parts, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await
+        });
+        (group, node)
+    }
+
+    /// Worker `w` dies where each of its tasks was (its real tasks' keepers end them with it)
+    /// and starts again on its data dir `down` later.
+    async fn crash(&mut self, w: usize, down: Duration) {
+        // What a dropped future still sends (a drop that deletes a key) never reaches etcd:
+        // a dead process sends nothing.
+        self.etcd.partition(self.who(w), Instant::now() + Duration::from_secs(1_000_000));
+        self.nodes[w].0.abort_all();
+        self.lives[w] += 1;
+        tokio::time::sleep(down).await;
+        self.nodes[w] = self.start(w).await;
+    }
+}
+
+/// Runs the cluster for [`RUN_FOR`]: now and then a worker is cut off from etcd or dies and
+/// restarts, watches break or lag.
+async fn faults_over_time(cluster: &mut Cluster, rng: &mut Rng) {
     let until = Instant::now() + RUN_FOR;
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(rng.between(500, 6_000))).await;
-        match rng.below(4) {
-            // A worker cut off from etcd: past the session TTL its session expires (its tasks
-            // end at its session deadline, as their keepers end them) and the others take
-            // over what it held.
+        let w = usize::try_from(rng.below(WORKERS as u64)).unwrap_or(0);
+        match rng.below(5) {
+            // Cut off from etcd: past the session TTL its session expires (its tasks end at its
+            // session deadline, as their keepers end them) and the others take over.
             0 => {
-                let who = u32::try_from(rng.below(WORKERS as u64)).unwrap_or(0) + 1;
-                etcd.partition(who, Instant::now() + Duration::from_millis(rng.between(500, 12_000)));
+                let (who, cut) = (cluster.who(w), rng.between(500, 12_000));
+                tracing::warn!(target: "sim", "w{w} cut off from etcd for {cut} ms");
+                cluster.etcd.partition(who, Instant::now() + Duration::from_millis(cut));
             }
-            1 => etcd.break_watches(),
-            2 => etcd.set_watch_lag(Duration::from_millis(rng.between(0, 2_000))),
+            1 => {
+                let down = rng.between(0, 8_000);
+                tracing::warn!(target: "sim", "w{w} dies, down for {down} ms");
+                cluster.crash(w, Duration::from_millis(down)).await;
+            }
+            2 => cluster.etcd.break_watches(),
+            3 => cluster.etcd.set_watch_lag(Duration::from_millis(rng.between(0, 2_000))),
             _ => {}
         }
     }
@@ -316,11 +396,12 @@ fn spooled(dirs: &[PathBuf]) -> Vec<(usize, RecordWrite)> {
 
 /// The final status MongoDB ends with for each execution, whatever order the workers' sinks
 /// deliver in: one worker's writes arrive in its order, different workers' in any. A `Replace`
-/// wins over any `IfAbsent`, the last `Replace` to arrive stays, and among `IfAbsent` writes
-/// the first to arrive stays. Final records that can leave different outcomes depending on
-/// that order are a violation.
+/// wins over the other modes and the last `Replace` to arrive stays; without one, the first
+/// `IfAbsent` or `OverRunning` final record to arrive stays (`OverRunning` replaces only a
+/// `running` record). Final records that can leave different outcomes depending on that order
+/// are a violation.
 fn stored_finals(records: &[(usize, RecordWrite)]) -> Result<BTreeMap<ExecutionId, Status>, String> {
-    // Per execution: each writer's last Replace, and every IfAbsent.
+    // Per execution: each writer's last Replace, and every other final record.
     let mut replaced: BTreeMap<&ExecutionId, BTreeMap<usize, &RecordWrite>> = BTreeMap::new();
     let mut if_absent: BTreeMap<&ExecutionId, Vec<&RecordWrite>> = BTreeMap::new();
     for (writer, w) in records.iter().filter(|(_, w)| w.record.status != Status::Running) {
@@ -328,7 +409,7 @@ fn stored_finals(records: &[(usize, RecordWrite)]) -> Result<BTreeMap<ExecutionI
             WriteMode::Replace => {
                 replaced.entry(&w.record.id).or_default().insert(*writer, w);
             }
-            WriteMode::IfAbsent => if_absent.entry(&w.record.id).or_default().push(w),
+            WriteMode::IfAbsent | WriteMode::OverRunning => if_absent.entry(&w.record.id).or_default().push(w),
         }
     }
     let said = |w: &RecordWrite| {
@@ -458,6 +539,14 @@ const HOLES: [(&str, u32, u64); 1] = [("unknown-claim-dropped", holes::UNKNOWN_C
 #[test]
 fn the_workers_own_fire_path_keeps_exactly_once_over_the_model_etcd() {
     etcron_common::simulate_clock(simulated_now);
+    // A readable trace of one seed: the workers' log lines and the faults, on simulated time.
+    if let Ok(filter) = std::env::var("ETCRON_SIM_TRACE") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_timer(SimulatedTime)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     assert!(etcron_common::hash::fix_keys(), "no map was made before the simulation fixed the keys");
     let (from, seeds) = (env_u64("ETCRON_SIM_FROM", 0), env_u64("ETCRON_SIM_SEEDS", 8));
     let started = std::time::Instant::now();

@@ -158,7 +158,7 @@ fn keep(key: Key, kept: Kept) {
     }
     drop(entries);
     // Released when it expires, not when a later run happens to look.
-    tokio::spawn(async move {
+    etcron_common::task::spawn(async move {
         tokio::time::sleep(DESCRIPTOR_TTL).await;
         let mut entries = cache();
         if entries.get(&key).is_some_and(|e| e.at == at) {
