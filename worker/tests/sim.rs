@@ -119,6 +119,9 @@ impl etcron_worker::simulated::Tasks for Tasks {
         };
         let log = self.log.clone();
         let deadline = self.deadline(worker);
+        if !KEEPERS.load(std::sync::atomic::Ordering::Relaxed) {
+            return orphanable(duration, stop, Alive { log, index });
+        }
         Box::pin(async move {
             // Ended however the future ends: run out, stopped, or dropped with its worker.
             let _alive = Alive { log, index };
@@ -145,6 +148,30 @@ impl etcron_worker::simulated::Tasks for Tasks {
             }
         }
     }
+}
+
+/// Whether tasks end with their worker and at its session deadline, as keepers make real ones
+/// do. Off re-introduces what the keepers closed: a worker's death did not end its tasks.
+static KEEPERS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// A task without a keeper: a process of its own that the worker's death does not end (a
+/// task outside the worker's group); only its length or a stop ends it.
+fn orphanable(
+    duration: Duration,
+    mut stop: watch::Receiver<Option<StopReason>>,
+    alive: Alive,
+) -> etcron_worker::simulated::Run {
+    let process = tokio::spawn(async move {
+        let _alive = alive;
+        tokio::select! {
+            () = tokio::time::sleep(duration) => Ending::Exited(0),
+            reason = stop.wait_for(Option::is_some) => reason.ok().and_then(|r| r.clone()).map_or(Ending::Exited(0), Ending::Stopped),
+        }
+    });
+    Box::pin(async move {
+        let ending = process.await.unwrap_or(Ending::Signaled(9));
+        Finished { exit_code: matches!(ending, Ending::Exited(_)).then_some(0), ..Finished::not_started(ending) }
+    })
 }
 
 struct Alive {
@@ -531,8 +558,13 @@ fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse::<f64>().ok()).map_or(default, |v| v as u64)
 }
 
-/// The holes re-introduced one at a time, with the seeds each may take to be found.
-const HOLES: [(&str, u32, u64); 1] = [("unknown-claim-dropped", holes::UNKNOWN_CLAIM_DROPPED, 20)];
+/// The holes re-introduced one at a time, with the seeds each may take to be found: bits of
+/// the worker's `simulated::holes`, or `NO_KEEPERS` for the simulation's tasks.
+const HOLES: [(&str, u32, u64); 2] =
+    [("unknown-claim-dropped", holes::UNKNOWN_CLAIM_DROPPED, 20), ("no-keepers", NO_KEEPERS, 20)];
+
+/// Not a worker hole: tasks outlive their worker (`KEEPERS` off).
+const NO_KEEPERS: u32 = 1 << 31;
 
 /// One test, so the process-wide clock, hash keys and holes are set in one order: the seeds,
 /// a replay, then each hole.
@@ -567,9 +599,11 @@ fn the_workers_own_fire_path_keeps_exactly_once_over_the_model_etcd() {
         return;
     }
     for (name, hole, budget) in HOLES {
-        holes::set(hole);
+        holes::set(hole & !NO_KEEPERS);
+        KEEPERS.store(hole & NO_KEEPERS == 0, std::sync::atomic::Ordering::Relaxed);
         let found = (0..budget).find_map(|seed| violation(&run(seed)).map(|v| (seed, v)));
         holes::set(0);
+        KEEPERS.store(true, std::sync::atomic::Ordering::Relaxed);
         let Some((seed, violation)) = found else { panic!("hole {name}: not found within {budget} seeds") };
         eprintln!("hole {name}: found at seed {seed}: {violation}");
     }
