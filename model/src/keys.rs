@@ -35,6 +35,21 @@ pub enum KeyError {
     Namespace(String),
 }
 
+/// The `range_end` of every key starting with `prefix` (etcd's "prefix" range, as
+/// etcd-client's `with_prefix` computes it): the prefix with its last byte below 0xff
+/// incremented, `\0` (every key) when there is none.
+#[must_use]
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 /// Checks a job name against `^[a-z0-9][a-z0-9._-]{0,127}$`; the error says what is wrong.
 pub fn validate_job_name(name: &str) -> Result<(), String> {
     if name.is_empty() {

@@ -37,7 +37,7 @@ pub enum Update {
 /// Lists every key under `prefix` at a single revision, page by page.
 pub async fn list(client: &Client, prefix: &str) -> Result<(Vec<Kv>, i64), etcd_client::Error> {
     let mut kv = client.kv_client();
-    let range_end = prefix_end(prefix.as_bytes());
+    let range_end = etcron_common::keys::prefix_end(prefix.as_bytes());
     let mut start = prefix.as_bytes().to_vec();
     let mut revision = 0;
     let mut out = Vec::new();
@@ -73,16 +73,6 @@ pub async fn list(client: &Client, prefix: &str) -> Result<(Vec<Kv>, i64), etcd_
     Ok((out, revision))
 }
 
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
 
 /// Runs until `stop` flips or the receiver is dropped. `name` labels log lines.
 pub async fn mirror(
@@ -187,7 +177,7 @@ pub async fn mirror(
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use etcron_common::keys::prefix_end;
 
     #[test]
     fn prefix_end_is_the_next_key_after_the_prefix_range() {

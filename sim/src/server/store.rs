@@ -243,7 +243,7 @@ impl Store {
     }
 
     pub fn dump(&self, prefix: &[u8]) -> Vec<KeyState> {
-        let range = KeyRange::new(prefix, &prefix_end(prefix));
+        let range = KeyRange::new(prefix, &etcron_model::keys::prefix_end(prefix));
         self.visible(&range, self.rev)
             .into_iter()
             .map(|kv| KeyState {
@@ -514,17 +514,6 @@ fn secs(s: i64) -> Duration {
     Duration::from_secs(u64::try_from(s).unwrap_or(0))
 }
 
-/// The `range_end` of every key starting with `prefix` (etcd-client's `with_prefix`).
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
 
 const TARGET_VALUE: i32 = 3;
 
