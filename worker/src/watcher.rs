@@ -73,7 +73,6 @@ pub async fn list(client: &Client, prefix: &str) -> Result<(Vec<Kv>, i64), etcd_
     Ok((out, revision))
 }
 
-
 /// Runs until `stop` flips or the receiver is dropped. `name` labels log lines.
 pub async fn mirror(
     client: Client,

@@ -236,6 +236,8 @@ struct Outcome {
     end_ms: UnixMs,
     /// A fingerprint of etcd's history: a replayed seed gives the same.
     fingerprint: u64,
+    /// etcd's history, revision by revision.
+    history: Vec<etcron_sim::server::Change>,
 }
 
 async fn put_jobs(etcd: &ModelEtcd, keys: &Keys) {
@@ -310,7 +312,7 @@ async fn run_seed(seed: u64, dir: &Path) -> Outcome {
     let fingerprint = etcd.history().iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, c| {
         c.key.iter().chain(&c.revision.to_le_bytes()).fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
     });
-    Outcome { attempts, records: spooled(&dirs), claims, start_ms, end_ms, fingerprint }
+    Outcome { attempts, records: spooled(&dirs), claims, start_ms, end_ms, fingerprint, history: etcd.history() }
 }
 
 /// The simulated workers, and how to start one again.
@@ -472,8 +474,70 @@ fn stored_finals(records: &[(usize, RecordWrite)]) -> Result<BTreeMap<ExecutionI
     Ok(stored)
 }
 
+/// Fencing tokens only grow: each attempt of an execution has a larger one than the attempt
+/// before it (a rerun fences out the attempt it replaces).
+fn tokens_grow(records: &[(usize, RecordWrite)]) -> Option<String> {
+    let mut tokens: BTreeMap<(String, String, String), BTreeMap<u32, i64>> = BTreeMap::new();
+    for (_, w) in records {
+        let (id, Some(token)) = (&w.record.id, w.record.fencing_token) else { continue };
+        let key = (id.job.clone(), format!("{:?}", id.tick), format!("{:?}", id.part));
+        tokens.entry(key).or_default().insert(id.attempt, token);
+    }
+    for ((job, tick, _), by_attempt) in tokens {
+        let mut last: Option<(u32, i64)> = None;
+        for (attempt, token) in by_attempt {
+            if let Some((before, was)) = last.filter(|(_, was)| token <= *was) {
+                return Some(format!(
+                    "{job} {tick}: attempt {attempt} has fencing token {token}, not above attempt {before}'s {was}"
+                ));
+            }
+            last = Some((attempt, token));
+        }
+    }
+    None
+}
+
+/// The queue keeps its order: each time a queued execution leaves the queue for the lock, it is
+/// the first in the queue's key order.
+fn queue_order_kept(history: &[etcron_sim::server::Change]) -> Option<String> {
+    use etcron_sim::server::ChangeKind;
+    let mut queued: BTreeMap<String, BTreeSet<Vec<u8>>> = BTreeMap::new();
+    let mut i = 0;
+    while i < history.len() {
+        let revision = history[i].revision;
+        let end = history[i..].iter().position(|c| c.revision != revision).map_or(history.len(), |n| i + n);
+        let changes = &history[i..end];
+        for c in changes {
+            let key = String::from_utf8_lossy(&c.key);
+            let Some((job, _)) = key.strip_prefix("/sim/queue/").and_then(|rest| rest.split_once("/q/")) else {
+                continue;
+            };
+            let queue = queued.entry(job.to_owned()).or_default();
+            let handed =
+                changes.iter().any(|l| l.kind == ChangeKind::Put && l.key == format!("/sim/lock/{job}").as_bytes());
+            if c.kind == ChangeKind::Delete && handed {
+                if let Some(first) = queue.first().filter(|first| **first != c.key) {
+                    return Some(format!(
+                        "revision {revision}: {key} left the queue for the lock before {}",
+                        String::from_utf8_lossy(first)
+                    ));
+                }
+            }
+            match c.kind {
+                ChangeKind::Put => queue.insert(c.key.clone()),
+                ChangeKind::Delete => queue.remove(&c.key),
+            };
+        }
+        i = end;
+    }
+    None
+}
+
 /// The first invariant `out` breaks.
 fn violation(out: &Outcome) -> Option<String> {
+    if let Some(v) = tokens_grow(&out.records).or_else(|| queue_order_kept(&out.history)) {
+        return Some(v);
+    }
     let mut started = BTreeMap::new();
     for a in &out.attempts {
         if let Some(first) = started.insert(a.id.clone(), a) {
@@ -607,4 +671,36 @@ fn the_workers_own_fire_path_keeps_exactly_once_over_the_model_etcd() {
         let Some((seed, violation)) = found else { panic!("hole {name}: not found within {budget} seeds") };
         eprintln!("hole {name}: found at seed {seed}: {violation}");
     }
+}
+
+/// The checks that read etcd's history and the records fail on what they exist to catch.
+#[test]
+fn the_order_checks_catch_a_queue_jumped_and_a_token_that_did_not_grow() {
+    use etcron_common::keys::Tick;
+    use etcron_common::model::{ExecutionRecord, TriggerKind};
+    use etcron_sim::server::{Change, ChangeKind};
+    let change = |revision, kind, key: &str| Change {
+        kind,
+        key: key.as_bytes().to_vec(),
+        value: Vec::new(),
+        revision,
+        create_revision: 0,
+        version: 0,
+        lease: 0,
+    };
+    let queued =
+        [change(1, ChangeKind::Put, "/sim/queue/j/q/1000-a"), change(2, ChangeKind::Put, "/sim/queue/j/q/2000-b")];
+    let in_order = [change(3, ChangeKind::Delete, "/sim/queue/j/q/1000-a"), change(3, ChangeKind::Put, "/sim/lock/j")];
+    let jumped = [change(3, ChangeKind::Delete, "/sim/queue/j/q/2000-b"), change(3, ChangeKind::Put, "/sim/lock/j")];
+    assert_eq!(queue_order_kept(&[queued.to_vec(), in_order.to_vec()].concat()), None);
+    assert!(queue_order_kept(&[queued.to_vec(), jumped.to_vec()].concat()).is_some_and(|v| v.contains("2000-b")));
+
+    let record = |attempt, token| {
+        let id = ExecutionId { attempt, ..ExecutionId::new("j", Tick::Scheduled(1_000)) };
+        let mut r = ExecutionRecord::blank(&id, 1_000, TriggerKind::Schedule, Status::Lost, None);
+        r.fencing_token = Some(token);
+        (0, RecordWrite { mode: WriteMode::Replace, record: r })
+    };
+    assert_eq!(tokens_grow(&[record(1, 10), record(2, 20)]), None);
+    assert!(tokens_grow(&[record(1, 20), record(2, 10)]).is_some());
 }

@@ -514,7 +514,6 @@ fn secs(s: i64) -> Duration {
     Duration::from_secs(u64::try_from(s).unwrap_or(0))
 }
 
-
 const TARGET_VALUE: i32 = 3;
 
 fn compare_kv(c: &PbCompare, kv: &PbKeyValue) -> bool {
