@@ -42,6 +42,9 @@ use tokio::time::Instant;
 const NAMESPACE: &str = "/sim";
 const WORKERS: usize = 3;
 const JOBS: usize = 4;
+/// What a compaction keeps of etcd's history: more than a departure's handling reads back (the
+/// grace and three handlers' turns, 25 s); the master's compactor keeps at least five minutes.
+const COMPACT_KEEPS: Duration = Duration::from_secs(30);
 /// Simulated seconds of ticks per seed, and how long the cluster gets to settle after.
 const RUN_FOR: Duration = Duration::from_secs(40);
 const SETTLE_FOR: Duration = Duration::from_secs(60);
@@ -376,10 +379,13 @@ impl Cluster {
 /// restarts, watches break or lag.
 async fn faults_over_time(cluster: &mut Cluster, rng: &mut Rng) {
     let until = Instant::now() + RUN_FOR;
+    // Revisions as they were, for compactions that keep what the compactor's rule keeps.
+    let mut revisions = vec![(Instant::now(), cluster.etcd.revision())];
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(rng.between(500, 6_000))).await;
+        revisions.push((Instant::now(), cluster.etcd.revision()));
         let w = usize::try_from(rng.below(WORKERS as u64)).unwrap_or(0);
-        match rng.below(5) {
+        match rng.below(6) {
             // Cut off from etcd: past the session TTL its session expires (its tasks end at its
             // session deadline, as their keepers end them) and the others take over.
             0 => {
@@ -394,6 +400,14 @@ async fn faults_over_time(cluster: &mut Cluster, rng: &mut Rng) {
             }
             2 => cluster.etcd.break_watches(),
             3 => cluster.etcd.set_watch_lag(Duration::from_millis(rng.between(0, 2_000))),
+            // The history older than `COMPACT_KEEPS` compacted: lagging watches must re-list.
+            4 => {
+                let old = Instant::now().checked_sub(COMPACT_KEEPS);
+                if let Some(&(_, revision)) = revisions.iter().rev().find(|(at, _)| old.is_some_and(|old| *at <= old)) {
+                    tracing::warn!(target: "sim", "etcd compacted at revision {revision}");
+                    cluster.etcd.compact(revision);
+                }
+            }
             _ => {}
         }
     }
