@@ -185,6 +185,28 @@ impl Aimd {
 /// The limiter every etcd request of this process goes through (`etcd::request`).
 pub static LIMITER: LazyLock<Limiter> = LazyLock::new(|| Limiter::new(INITIAL_LIMIT, Some(&*ADMISSION)));
 
+/// The caller's limiter: the process's, or, inside a simulated worker's task group
+/// (`task::Group`), that worker's own — several workers share the simulation's process, and
+/// one cut off from etcd must not hold the others' slots.
+pub fn limiter() -> &'static Limiter {
+    match crate::task::current_group() {
+        None => &LIMITER,
+        Some(group) => {
+            let mut limiters = GROUP_LIMITERS.lock().unwrap_or_else(PoisonError::into_inner);
+            limiters.entry(group).or_insert_with(|| Box::leak(Box::new(Limiter::new(INITIAL_LIMIT, None))))
+        }
+    }
+}
+
+/// The simulated workers' limiters, by task group (a few per seed, kept for the process).
+static GROUP_LIMITERS: Mutex<std::collections::BTreeMap<u64, &'static Limiter>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+/// Forgets the simulated workers' limiters: the next seed's workers start theirs anew.
+pub fn forget_group_limiters() {
+    GROUP_LIMITERS.lock().unwrap_or_else(PoisonError::into_inner).clear();
+}
+
 /// A semaphore whose size follows [`Aimd`].
 pub struct Limiter {
     slots: Semaphore,
@@ -226,28 +248,6 @@ impl Limiter {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Starts over at `limit`, as new, when nothing is in flight (`false`, and nothing changed,
-    /// otherwise): the simulation of the fire path runs seed after seed in one process, and a
-    /// seed must not inherit the limit the one before it learnt.
-    pub fn reset(&self, limit: usize) -> bool {
-        let mut state = self.lock();
-        if state.in_flight != 0 {
-            return false;
-        }
-        let aimd = Aimd::new(limit);
-        let (have, want) = (self.slots.available_permits(), aimd.limit());
-        if have < want {
-            self.slots.add_permits(want - have);
-        } else {
-            self.slots.forget_permits(have - want);
-        }
-        if let Some(m) = self.metrics {
-            m.limit.set(i64::try_from(aimd.limit()).unwrap_or(i64::MAX));
-        }
-        *state = State { aimd, in_flight: 0, owed: 0, last_warn: None, unreported: 0 };
-        true
     }
 
     /// The current limit.

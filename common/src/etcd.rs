@@ -85,7 +85,7 @@ pub fn is_nospace(e: &etcd_client::Error) -> bool {
 
 /// Runs one etcd request under the standard deadline ([`REQUEST_TIMEOUT`]) and records it in
 /// the shared metrics under `op`: its latency, and whether it failed or timed out. The request
-/// first waits for a slot of the process's admission limit (`admission::LIMITER`), within the
+/// first waits for a slot of the admission limit (`admission::limiter()`), within the
 /// same deadline. The result is `tokio::time::timeout`'s.
 ///
 /// # Errors
@@ -109,7 +109,7 @@ pub async fn request_within<T>(
     let started = tokio::time::Instant::now();
     let deadline = started + limit;
     // `fut` is not polled before it has a slot: etcd-client's calls send nothing until then.
-    let result = match crate::admission::LIMITER.admit_by(deadline).await {
+    let result = match crate::admission::limiter().admit_by(deadline).await {
         Ok(permit) => {
             let result = tokio::time::timeout_at(deadline, fut).await;
             permit.finish(outcome(&result));

@@ -13,11 +13,20 @@ tokio::task_local! {
     static GROUP: Group;
 }
 
-/// The tasks of one simulated worker.
+/// The tasks of one simulated worker, and a number naming it.
 #[derive(Debug, Clone, Default)]
-pub struct Group(Arc<Mutex<Vec<AbortHandle>>>);
+pub struct Group {
+    id: u64,
+    tasks: Arc<Mutex<Vec<AbortHandle>>>,
+}
 
 impl Group {
+    /// A group named `id` (what [`current_group`] says in its tasks).
+    #[must_use]
+    pub fn new(id: u64) -> Self {
+        Self { id, tasks: Arc::default() }
+    }
+
     /// Spawns `future` as the group's first task: what it spawns joins the group.
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
     where
@@ -31,13 +40,13 @@ impl Group {
 
     /// Aborts every task of the group: each is dropped at its next poll, where it was.
     pub fn abort_all(&self) {
-        for task in self.0.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+        for task in self.tasks.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
             task.abort();
         }
     }
 
     fn track(&self, task: AbortHandle) {
-        let mut tasks = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         // Forget the finished now and then (at each power of two), so the list stays bounded
         // by what runs.
         if tasks.len() >= 64 && tasks.len().is_power_of_two() {
@@ -45,6 +54,13 @@ impl Group {
         }
         tasks.push(task);
     }
+}
+
+/// The name of the group the caller runs in, if any (the simulation gives each worker a clock
+/// of its own by it).
+#[must_use]
+pub fn current_group() -> Option<u64> {
+    GROUP.try_with(|g| g.id).ok()
 }
 
 /// `tokio::spawn`, joining the caller's group if it runs in one.

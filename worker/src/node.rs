@@ -87,6 +87,7 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
         }
     });
     let (lease_tx, lease_rx) = watch::channel(None);
+    let (race_again, again) = mpsc::unbounded_channel();
     let ctx = Arc::new(Context {
         client: client.clone(),
         keys: keys.clone(),
@@ -124,6 +125,7 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
         }),
         output_endpoint: Some(crate::state::OutputEndpoint { url: output_url, token: output_token }),
         simulated,
+        race_again,
         task_network: Arc::new(task_network(&config, &[bound, progress_bound])),
     });
     etcron_common::task::spawn(crate::catchup::settle_loop(ctx.clone()));
@@ -202,8 +204,13 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
         calendars_tx,
         sched_stop.clone(),
     ));
-    let updates =
-        crate::scheduler::Updates { jobs: jobs_rx, triggers: triggers_rx, paused: paused_rx, calendars: calendars_rx };
+    let updates = crate::scheduler::Updates {
+        jobs: jobs_rx,
+        triggers: triggers_rx,
+        paused: paused_rx,
+        calendars: calendars_rx,
+        again,
+    };
     let scheduler = etcron_common::task::spawn(Scheduler::new(ctx.clone()).run(updates, sched_stop));
 
     shutdown.await;

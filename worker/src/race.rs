@@ -458,6 +458,11 @@ pub(crate) async fn settle_outcome(
                     ctx.unsettled.note(fire);
                     watch_for_miss(ctx, fire, 0, NotRaced::Unknown);
                     recheck_unknown_claim(ctx, fire, won);
+                    // A run request stays until claimed: raced for again under the same id (the
+                    // sweeps settle schedule ticks only).
+                    if let Some(key) = &fire.request_key {
+                        let _ = ctx.race_again.send(key.clone());
+                    }
                     None
                 }
             }

@@ -56,7 +56,12 @@ pub struct Updates {
     pub triggers: mpsc::Receiver<Update>,
     pub paused: mpsc::Receiver<Update>,
     pub calendars: mpsc::Receiver<Update>,
+    /// Run requests to race for again (`Context::race_again`).
+    pub again: mpsc::UnboundedReceiver<String>,
 }
+
+/// How long after a claim of unknown outcome its run request is raced for again.
+const RACE_AGAIN_AFTER_MS: u64 = 5_000;
 
 pub struct Scheduler {
     ctx: Arc<Context>,
@@ -105,7 +110,7 @@ impl Scheduler {
 
     /// Runs until `stop` flips (or the update channels close).
     pub async fn run(mut self, updates: Updates, mut stop: watch::Receiver<bool>) {
-        let Updates { mut jobs, mut triggers, mut paused, mut calendars } = updates;
+        let Updates { mut jobs, mut triggers, mut paused, mut calendars, mut again } = updates;
         // No tick fires before this worker knows which jobs are paused and which dates are
         // skipped: the listings of `{ns}/paused/` and `{ns}/calendars/` (the first thing each
         // mirror sends) are applied before anything else, and job updates wait in their
@@ -160,6 +165,7 @@ impl Scheduler {
                 Some(update) = calendars.recv() => self.ctx.calendars.apply(&calendar_prefix, update),
                 Some(update) = jobs.recv() => self.apply_job_update(update),
                 Some(update) = triggers.recv() => self.apply_trigger_update(update),
+                Some(key) = again.recv() => self.race_again(&key, now),
             }
         }
     }
@@ -516,6 +522,21 @@ impl Scheduler {
         self.forget_request(&key);
         self.pending.insert(key.clone(), Pending { job, request_id, request, wheel_key: None });
         self.schedule_request(&key);
+    }
+
+    /// A request whose claim's outcome stayed unknown (etcd did not answer, or had not applied
+    /// it): it is still pending until its key goes, and nothing else fires it again before the
+    /// request mirror re-lists. Raced for again, under the same execution id, a little later.
+    fn race_again(&mut self, key: &str, now: u64) {
+        let Some(key) = self.pending.get_key_value(key).map(|(k, _)| k.clone()) else { return };
+        let at = now + RACE_AGAIN_AFTER_MS;
+        let Some(p) = self.pending.get_mut(&key) else { return };
+        if p.wheel_key.is_some() {
+            return;
+        }
+        if let Ok(k) = self.wheel.insert(at, Due::Request(key)) {
+            p.wheel_key = Some(k);
+        }
     }
 
     /// Puts a pending request into the wheel at its `not_before_ms`, or runs it when due.

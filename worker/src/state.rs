@@ -74,6 +74,8 @@ pub struct Context {
     pub output_endpoint: Option<OutputEndpoint>,
     /// Where HTTP and gRPC tasks may connect (`task_network_allow`, the control plane).
     pub task_network: Arc<crate::task_network::TaskNetwork>,
+    /// Run requests whose claim's outcome stayed unknown, for the scheduler to race for again.
+    pub race_again: tokio::sync::mpsc::UnboundedSender<String>,
     /// Runs every task instead of the real ones: the simulation of the fire path only.
     pub simulated: Option<Arc<dyn crate::simulated::Tasks>>,
 }

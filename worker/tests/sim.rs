@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser as _;
-use etcron_common::admission::{INITIAL_LIMIT, LIMITER};
 use etcron_common::keys::{ExecutionId, Key, Keys};
 use etcron_common::model::{Claim, ClaimState, Status};
 use etcron_common::store::{RecordWrite, WriteMode};
@@ -56,10 +55,23 @@ const TAIL_MS: i64 = 10_000;
 /// The simulated wall clock: Unix ms at the seed's start plus tokio's (paused) elapsed time.
 static EPOCH: Mutex<Option<(Instant, UnixMs)>> = Mutex::new(None);
 
-fn simulated_now() -> UnixMs {
+/// The true simulated time: what the checks measure with.
+fn true_now() -> UnixMs {
     let epoch = *EPOCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (start, base) = epoch.unwrap_or((Instant::now(), 0));
     base + i64::try_from(Instant::now().duration_since(start).as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Each worker life's clock offset (ms), by its task group.
+static OFFSETS: Mutex<BTreeMap<u64, i64>> = Mutex::new(BTreeMap::new());
+
+/// Most a worker's clock is off, either way.
+const MAX_OFFSET_MS: u64 = 2_000;
+
+/// The wall clock as the caller sees it: the true time, plus its worker's offset.
+fn simulated_now() -> UnixMs {
+    let offset = etcron_common::task::current_group().and_then(|g| lock(&OFFSETS).get(&g).copied()).unwrap_or(0);
+    true_now() + offset
 }
 
 /// Log lines stamped with the simulated wall clock.
@@ -67,7 +79,7 @@ struct SimulatedTime;
 
 impl tracing_subscriber::fmt::time::FormatTime for SimulatedTime {
     fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
-        write!(w, "{}", simulated_now())
+        write!(w, "{}", true_now())
     }
 }
 
@@ -117,7 +129,7 @@ impl etcron_worker::simulated::Tasks for Tasks {
         let duration = Duration::from_millis(lock(&self.rng).between(50, 4_000));
         let index = {
             let mut log = lock(&self.log);
-            log.push(Attempt { id: fire.id.clone(), worker: worker.to_owned(), started: simulated_now(), ended: None });
+            log.push(Attempt { id: fire.id.clone(), worker: worker.to_owned(), started: true_now(), ended: None });
             log.len() - 1
         };
         let log = self.log.clone();
@@ -184,7 +196,7 @@ struct Alive {
 
 impl Drop for Alive {
     fn drop(&mut self) {
-        lock(&self.log)[self.index].ended = Some(simulated_now());
+        lock(&self.log)[self.index].ended = Some(true_now());
     }
 }
 
@@ -265,8 +277,9 @@ async fn put_jobs(etcd: &ModelEtcd, keys: &Keys) {
 async fn run_seed(seed: u64, dir: &Path) -> Outcome {
     let start_ms = 1_800_000_000_000 + i64::try_from(seed % 1_000).unwrap_or(0) * 1_003;
     *lock(&EPOCH) = Some((Instant::now(), start_ms));
-    // The workers of one process share the etcd admission limiter; a seed starts it anew.
-    assert!(LIMITER.reset(INITIAL_LIMIT), "no etcd request of an earlier seed is in flight");
+    // Each simulated worker has an admission limiter of its own (by task group); a seed's
+    // workers start theirs anew.
+    etcron_common::admission::forget_group_limiters();
     let keys = Keys::new(NAMESPACE).expect("namespace");
     let etcd = ModelEtcd::new();
     put_jobs(&etcd, &keys).await;
@@ -274,15 +287,29 @@ async fn run_seed(seed: u64, dir: &Path) -> Outcome {
     let log = Arc::new(Mutex::new(Vec::new()));
     let tasks = Arc::new(Tasks { rng: Mutex::new(Rng::new(seed)), log: log.clone(), deadlines: Mutex::default() });
     let (stop_tx, stop) = watch::channel(false);
-    let mut cluster =
-        Cluster { etcd: etcd.clone(), tasks, stop, dir: dir.to_path_buf(), nodes: Vec::new(), lives: vec![0; WORKERS] };
+    let mut clocks = Rng::new(seed ^ 0xC10C);
+    let offsets = (0..WORKERS)
+        .map(|_| {
+            i64::try_from(clocks.between(0, 2 * MAX_OFFSET_MS)).unwrap_or(0) - i64::try_from(MAX_OFFSET_MS).unwrap_or(0)
+        })
+        .collect();
+    lock(&OFFSETS).clear();
+    let mut cluster = Cluster {
+        etcd: etcd.clone(),
+        tasks,
+        stop,
+        dir: dir.to_path_buf(),
+        nodes: Vec::new(),
+        lives: vec![0; WORKERS],
+        offsets,
+    };
     for w in 0..WORKERS {
         let node = cluster.start(w).await;
         cluster.nodes.push(node);
     }
     let mut rng = Rng::new(seed ^ 0x5E55);
     faults_over_time(&mut cluster, &mut rng).await;
-    let end_ms = simulated_now();
+    let end_ms = true_now();
     // Quiet: no more faults, time for every owed close, loss and miss to be settled.
     etcd.set_faults(|_| Fault::None);
     tokio::time::sleep(SETTLE_FOR).await;
@@ -329,6 +356,8 @@ struct Cluster {
     /// How many times each worker started: its etcd clients are known to the model by worker
     /// and life (a dead life's clients stay cut off).
     lives: Vec<u32>,
+    /// How far each worker's clock is off (ms).
+    offsets: Vec<i64>,
 }
 
 impl Cluster {
@@ -352,7 +381,8 @@ impl Cluster {
         };
         let config = worker_config(&format!("w{w}"), &self.data_dir(w));
         let mut stop = self.stop.clone();
-        let group = Group::default();
+        let group = Group::new(u64::from(who));
+        lock(&OFFSETS).insert(u64::from(who), self.offsets[w]);
         let node = group.spawn(async move {
             etcron_worker::node::run(config, parts, async move {
                 let _ = stop.wait_for(|s| *s).await;
