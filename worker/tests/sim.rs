@@ -126,7 +126,11 @@ impl etcron_worker::simulated::Tasks for Tasks {
         fire: &Fire,
         mut stop: watch::Receiver<Option<StopReason>>,
     ) -> etcron_worker::simulated::Run {
-        let duration = Duration::from_millis(lock(&self.rng).between(50, 4_000));
+        // Mostly short runs, some that outlast a session's TTL and the loss handling's grace.
+        let duration = {
+            let mut rng = lock(&self.rng);
+            Duration::from_millis(if rng.chance(150) { rng.between(4_000, 20_000) } else { rng.between(50, 4_000) })
+        };
         let index = {
             let mut log = lock(&self.log);
             log.push(Attempt { id: fire.id.clone(), worker: worker.to_owned(), started: true_now(), ended: None });
@@ -178,9 +182,16 @@ fn orphanable(
 ) -> etcron_worker::simulated::Run {
     let process = tokio::spawn(async move {
         let _alive = alive;
+        // A stop from a live worker ends it; a dead worker (its sender gone) does not.
+        let stopped = async {
+            match stop.wait_for(Option::is_some).await.ok().and_then(|r| r.clone()) {
+                Some(reason) => reason,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = tokio::time::sleep(duration) => Ending::Exited(0),
-            reason = stop.wait_for(Option::is_some) => reason.ok().and_then(|r| r.clone()).map_or(Ending::Exited(0), Ending::Stopped),
+            reason = stopped => Ending::Stopped(reason),
         }
     });
     Box::pin(async move {
