@@ -653,12 +653,13 @@ fn violation(out: &Outcome) -> Option<String> {
 /// Runs `seed`: what it left behind, after printing a line about it.
 fn run(seed: u64) -> Outcome {
     let dir = tempfile::tempdir().expect("a data dir");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()))
-        .build()
-        .expect("a runtime");
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all().start_paused(true);
+    // tokio's own choices seeded (`.cargo/config.toml`; a RUSTFLAGS of one's own replaces it,
+    // and the seeds then run without exact replay).
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
+    let runtime = builder.build().expect("a runtime");
     let out = runtime.block_on(run_seed(seed, dir.path()));
     let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
     for (_, w) in out.records.iter().filter(|(_, w)| w.record.status != Status::Running) {
@@ -711,7 +712,7 @@ fn the_workers_own_fire_path_keeps_exactly_once_over_the_model_etcd() {
     }
     eprintln!("{seeds} seeds from {from}: no violation in {:.1}s", started.elapsed().as_secs_f64());
     // A seed replays exactly: the same etcd history, revision for revision.
-    if let Some(first) = first {
+    if let Some(first) = first.filter(|_| cfg!(tokio_unstable)) {
         assert_eq!(run(from).fingerprint, first, "seed {from} replayed differently");
     }
     if std::env::var_os("ETCRON_SIM_SEEDS").is_some() {
