@@ -120,7 +120,9 @@ pub fn rendered_from(rendered: &str, truncated: bool, from: u64) -> Vec<Piece> {
     };
     let (head, tail) = (&rendered[..head_end], &rendered[tail_start..]);
     let head_len = head.len() as u64;
-    let tail_offset = head_len + omitted;
+    // The count is read from text a task printed too: saturating, a made-up marker cannot
+    // overflow it.
+    let tail_offset = head_len.saturating_add(omitted);
     let mut pieces: Vec<Piece> = rest(head, from).into_iter().collect();
     if from < tail_offset {
         pieces.push(Piece::Gap(tail_offset - from.max(head_len)));
@@ -248,6 +250,9 @@ mod tests {
             let (from_record, live) = both(from);
             assert_eq!(from_record, live, "from {from}");
         }
+        // A made-up marker with a count near u64::MAX in a truncated output: no overflow.
+        let forged = format!("ab\n[... {} bytes omitted ...]\ncd", u64::MAX);
+        assert_eq!(rendered_from(&forged, true, 1)[0], Piece::Bytes(b"b".to_vec()));
         // A marker-like text in an untruncated output is output.
         let fake = "a\n[... 5 bytes omitted ...]\nb";
         assert_eq!(rendered_from(fake, false, 1), vec![Piece::Bytes(fake.as_bytes()[1..].to_vec())]);
