@@ -12,6 +12,20 @@
 //! etcd refuses a batch as a whole (an invalid request, never a lost race), each item is sent
 //! on its own.
 //!
+//! Claims queue by their worker's rank for the tick (first-ranked, second, later): a batch takes
+//! the first-ranked ones first, so under a burst a worker spends its transactions on the ticks
+//! it is meant to win. A ranked-later claim is checked against the watch of claims
+//! ([`crate::taken`]) as its batch is formed, not only when it was queued: one the first-ranked
+//! worker took meanwhile is answered [`Raced::SeenTaken`] without a write (a race nobody could
+//! win, otherwise lost in etcd at the cost of the transaction's work on every side).
+//!
+//! Starts before bookkeeping: while this worker's claims are backlogged (more queued than the
+//! next few batches take, [`BACKLOG`]), closes wait — for at most [`CLOSE_DEFER_MAX`] from the moment the backlog
+//! began, so a backlog that lasts does not hold them longer. A close's transaction, the follow-ups
+//! it writes, the watch events they cause on every worker and the record after it are work a
+//! burst's late ticks would otherwise queue behind. Closes that release a concurrency lock go
+//! alone and never wait: the job's next tick depends on them.
+//!
 //! Every claim transaction writes one `{ns}/inflight/{worker}/{batch}` key on the session
 //! lease, listing the executions it raced for: what the loss handling reads if the session ends
 //! before they are closed. [`Hold`] counts a batch's executions still open; the close of the
@@ -29,6 +43,8 @@ use etcron_common::claim::{self, BatchError, ClaimOutcome, Close, CompleteOutcom
 use etcron_common::keys::{ExecutionId, Keys};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use crate::taken::Taken;
+
 /// Batch transactions of one kind outstanding at once.
 const IN_FLIGHT: usize = 2;
 
@@ -39,11 +55,38 @@ const WINDOW: Duration = Duration::from_millis(3);
 /// Requests waiting for a batch (beyond it, callers wait for room: backpressure).
 const QUEUE: usize = 8_192;
 
+/// Longest closes wait for a backlog of claims to clear, counted from when it began: a finished
+/// run left unclosed is one the loss handling would rerun should the worker die meanwhile.
+pub const CLOSE_DEFER_MAX: Duration = Duration::from_secs(2);
+
+/// Claims queued beyond what the next few rounds of batches take: a backlog. A tick shared by
+/// a few hundred jobs (each worker first-ranked for a third of them) does not make one; a
+/// burst of thousands does.
+const BACKLOG: usize = 4 * MAX_BATCH;
+
+/// When this worker's claim backlog began (`None`: no backlog), as the claim loop publishes it.
+type Backlog = tokio::sync::watch::Receiver<Option<tokio::time::Instant>>;
+
 struct ClaimJob {
     id: ExecutionId,
     claim: RunClaim,
-    reply: oneshot::Sender<(ClaimOutcome, Hold)>,
+    /// This worker's rank for the execution (0: first).
+    rank: usize,
+    reply: oneshot::Sender<Raced>,
 }
+
+/// How a claim handed to the batcher ended.
+pub enum Raced {
+    /// Sent to etcd (alone or in a batch): what etcd answered, and the execution's share of
+    /// its transaction's inflight key.
+    Sent(ClaimOutcome, Hold),
+    /// Not sent: by the time its batch was formed, the watch of claims had seen the claim
+    /// written by another transaction (a lost race that cost nothing).
+    SeenTaken,
+}
+
+/// Rank queues: first-ranked, second-ranked, and every later rank together.
+const RANKS: usize = 3;
 
 /// One claim transaction's inflight key and how many of its executions are still open (won,
 /// or of unknown outcome, and not yet closed).
@@ -154,6 +197,7 @@ struct CloseJob {
 pub struct Batchers {
     client: Client,
     namer: Arc<Namer>,
+    backlog: Backlog,
     claims: mpsc::Sender<ClaimJob>,
     closes: mpsc::Sender<CloseJob>,
 }
@@ -173,26 +217,37 @@ impl std::fmt::Debug for CloseJob {
 impl Batchers {
     /// Starts both loops (they end when the last `Batchers` is dropped).
     #[must_use]
-    pub fn start(client: Client, keys: Keys, worker_id: String) -> Self {
+    pub fn start(client: Client, keys: Keys, worker_id: String, taken: Arc<Taken>) -> Self {
         let (claims, claim_rx) = mpsc::channel(QUEUE);
         let (closes, close_rx) = mpsc::channel(QUEUE);
         let namer = Arc::new(Namer { keys, worker_id, seq: AtomicU64::new(0) });
-        etcron_common::task::spawn(claim_loop(client.clone(), namer.clone(), claim_rx));
-        etcron_common::task::spawn(close_loop(client.clone(), close_rx));
-        Self { client, namer, claims, closes }
+        let (backlog_tx, backlog) = tokio::sync::watch::channel(None);
+        etcron_common::task::spawn(claim_loop(client.clone(), namer.clone(), taken, claim_rx, backlog_tx));
+        etcron_common::task::spawn(close_loop(client.clone(), close_rx, backlog.clone()));
+        Self { client, namer, backlog, claims, closes }
     }
 
-    /// Races for a claim, in a batch when it can share one. The [`Hold`] keeps the claim
-    /// transaction's inflight key while the execution is open.
-    pub async fn claim(&self, id: &ExecutionId, claim: RunClaim) -> (ClaimOutcome, Hold) {
+    /// Races for a claim this worker ranks `rank` for, in a batch when it can share one. The
+    /// [`Hold`] keeps the claim transaction's inflight key while the execution is open.
+    pub async fn claim(&self, id: &ExecutionId, claim: RunClaim, rank: usize) -> Raced {
         if claim.lock.is_some() {
-            return claim_alone(&self.client, &self.namer, id, claim).await;
+            let (outcome, hold) = claim_alone(&self.client, &self.namer, id, claim).await;
+            return Raced::Sent(outcome, hold);
         }
         let (reply, answer) = oneshot::channel();
-        if self.claims.send(ClaimJob { id: id.clone(), claim, reply }).await.is_err() {
-            return (ClaimOutcome::Unknown("claim batcher stopped".to_owned()), Hold::none());
+        if self.claims.send(ClaimJob { id: id.clone(), claim, rank, reply }).await.is_err() {
+            return Raced::Sent(ClaimOutcome::Unknown("claim batcher stopped".to_owned()), Hold::none());
         }
-        answer.await.unwrap_or_else(|_| (ClaimOutcome::Unknown("claim batch dropped".to_owned()), Hold::none()))
+        answer
+            .await
+            .unwrap_or_else(|_| Raced::Sent(ClaimOutcome::Unknown("claim batch dropped".to_owned()), Hold::none()))
+    }
+
+    /// Waits while this worker's claims are backlogged (at most [`CLOSE_DEFER_MAX`] from when
+    /// the backlog began): a ranked-later claim queued now would only wait behind the
+    /// first-ranked ones, and by the time they are sent most of its ticks are taken.
+    pub async fn after_backlog(&self) -> bool {
+        after_claim_backlog(&mut self.backlog.clone()).await
     }
 
     /// Closes a claim of `job`, in a batch when it can share one.
@@ -245,15 +300,28 @@ async fn next_batch<T>(
     Some(batch)
 }
 
-async fn claim_loop(client: Client, namer: Arc<Namer>, mut rx: mpsc::Receiver<ClaimJob>) {
+async fn claim_loop(
+    client: Client,
+    namer: Arc<Namer>,
+    taken: Arc<Taken>,
+    mut rx: mpsc::Receiver<ClaimJob>,
+    backlog: tokio::sync::watch::Sender<Option<tokio::time::Instant>>,
+) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut carry = VecDeque::new();
+    let mut queued = RankQueues::default();
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let mut jobs = HashSet::default();
-        let Some(batch) = next_batch(&mut rx, &mut carry, |j: &ClaimJob| jobs.insert(j.id.job.clone())).await else {
+        if !queued.fill(&mut rx).await {
             return;
-        };
+        }
+        let batch = queued.take(|claim_key| taken.contains(claim_key));
+        // More left than the next rounds of batches take: a backlog (kept from when it began).
+        let backlogged = queued.len() >= BACKLOG;
+        backlog.send_if_modified(|since| match (backlogged, since.is_some()) {
+            (true, false) => since.replace(tokio::time::Instant::now()).is_none(),
+            (false, true) => since.take().is_some(),
+            _ => false,
+        });
         if batch.is_empty() {
             continue;
         }
@@ -262,6 +330,72 @@ async fn claim_loop(client: Client, namer: Arc<Namer>, mut rx: mpsc::Receiver<Cl
             commit_claims(&client, &namer, batch).await;
             drop(slot);
         });
+    }
+}
+
+/// Claims waiting for a batch, one queue per rank ([`RANKS`]), each in arrival order.
+#[derive(Default)]
+struct RankQueues {
+    queues: [VecDeque<ClaimJob>; RANKS],
+}
+
+impl RankQueues {
+    fn len(&self) -> usize {
+        self.queues.iter().map(VecDeque::len).sum()
+    }
+
+    fn push(&mut self, job: ClaimJob) {
+        self.queues[job.rank.min(RANKS - 1)].push_back(job);
+    }
+
+    /// Waits for a claim when none is queued, then `WINDOW` for more (a batch's worth at
+    /// most), then takes what else has arrived, up to `QUEUE` held here (beyond it, callers
+    /// wait: backpressure). `false` when the channel closed with nothing queued.
+    async fn fill(&mut self, rx: &mut mpsc::Receiver<ClaimJob>) -> bool {
+        if self.len() == 0 {
+            let Some(job) = rx.recv().await else { return false };
+            self.push(job);
+            let deadline = tokio::time::Instant::now() + WINDOW;
+            while self.len() < MAX_BATCH {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(job)) => self.push(job),
+                    _ => break,
+                }
+            }
+        }
+        while self.len() < QUEUE {
+            match rx.try_recv() {
+                Ok(job) => self.push(job),
+                Err(_) => break,
+            }
+        }
+        true
+    }
+
+    /// The next batch: up to `MAX_BATCH` claims, first-ranked first, at most one per job (a
+    /// second one keeps its place for the next batch). A claim `seen_taken` (its key written by
+    /// another transaction, as the watch of claims saw) is answered [`Raced::SeenTaken`] here.
+    /// An execution leaving its job's queue owns a `queued` claim already: it is always sent.
+    fn take(&mut self, seen_taken: impl Fn(&str) -> bool) -> Vec<ClaimJob> {
+        let mut batch = Vec::new();
+        let mut jobs = HashSet::default();
+        for queue in &mut self.queues {
+            let mut kept = Vec::new();
+            while batch.len() < MAX_BATCH {
+                let Some(job) = queue.pop_front() else { break };
+                if job.claim.dequeued.is_none() && seen_taken(&job.claim.claim_key) {
+                    let _ = job.reply.send(Raced::SeenTaken);
+                } else if jobs.insert(job.id.job.clone()) {
+                    batch.push(job);
+                } else {
+                    kept.push(job);
+                }
+            }
+            for job in kept.into_iter().rev() {
+                queue.push_front(job);
+            }
+        }
+        batch
     }
 }
 
@@ -296,7 +430,8 @@ fn hold_open(client: &Client, key: String, outcomes: &[ClaimOutcome], written: b
 async fn commit_claims(client: &Client, namer: &Namer, batch: Vec<ClaimJob>) {
     if batch.len() == 1 {
         for job in batch {
-            let _ = job.reply.send(claim_alone(client, namer, &job.id, job.claim).await);
+            let (outcome, hold) = claim_alone(client, namer, &job.id, job.claim).await;
+            let _ = job.reply.send(Raced::Sent(outcome, hold));
         }
         return;
     }
@@ -308,30 +443,46 @@ async fn commit_claims(client: &Client, namer: &Namer, batch: Vec<ClaimJob>) {
         Ok(outcomes) => {
             let holds = hold_open(client, inflight.key, &outcomes, true);
             for (((_, reply), outcome), hold) in rest.into_iter().zip(outcomes).zip(holds) {
-                let _ = reply.send((outcome, hold));
+                let _ = reply.send(Raced::Sent(outcome, hold));
             }
         }
         Err(e @ BatchError::Refused(_)) => {
             tracing::warn!(error = %e, claims = claims.len(), "claiming one by one");
             for ((id, reply), claim) in rest.into_iter().zip(claims) {
-                let _ = reply.send(claim_alone(client, namer, &id, claim).await);
+                let (outcome, hold) = claim_alone(client, namer, &id, claim).await;
+                let _ = reply.send(Raced::Sent(outcome, hold));
             }
         }
         Err(e) => {
             let outcomes: Vec<ClaimOutcome> = rest.iter().map(|_| ClaimOutcome::Unknown(e.to_string())).collect();
             let holds = hold_open(client, inflight.key, &outcomes, true);
             for (((_, reply), outcome), hold) in rest.into_iter().zip(outcomes).zip(holds) {
-                let _ = reply.send((outcome, hold));
+                let _ = reply.send(Raced::Sent(outcome, hold));
             }
         }
     }
 }
 
-async fn close_loop(client: Client, mut rx: mpsc::Receiver<CloseJob>) {
+/// Waits while the claim backlog lasts, until [`CLOSE_DEFER_MAX`] after it began; `false`
+/// when there was none to wait for.
+async fn after_claim_backlog(backlog: &mut Backlog) -> bool {
+    let Some(since) = *backlog.borrow_and_update() else { return false };
+    let until = since + CLOSE_DEFER_MAX;
+    if tokio::time::Instant::now() >= until {
+        return false;
+    }
+    let _ = tokio::time::timeout_at(until, backlog.wait_for(Option::is_none)).await;
+    true
+}
+
+async fn close_loop(client: Client, mut rx: mpsc::Receiver<CloseJob>, mut backlog: Backlog) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut carry = VecDeque::new();
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        if after_claim_backlog(&mut backlog).await {
+            crate::metrics::METRICS.closes_deferred.inc();
+        }
         // One lease per batch, and one close per job: the follow-ups of two closes of one job
         // could write the same key (an `@at` job's spec).
         let (mut lease, mut jobs) = (None, HashSet::default());
@@ -375,5 +526,103 @@ async fn commit_closes(client: &Client, batch: Vec<CloseJob>) {
                 let _ = reply.send(Err(e.to_string()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcron_common::keys::Tick;
+
+    fn job(name: &str, at: i64, rank: usize, dequeued: bool) -> (ClaimJob, oneshot::Receiver<Raced>) {
+        let (reply, answer) = oneshot::channel();
+        let claim = RunClaim {
+            claim_key: format!("claims/{name}/{at}"),
+            claim_value: Vec::new(),
+            running_key: format!("running/{name}/{at}"),
+            session_lease: 1,
+            retention_lease: 2,
+            lock: None,
+            extra: Vec::new(),
+            dequeued: dequeued.then(Vec::new),
+        };
+        (ClaimJob { id: ExecutionId::new(name, Tick::Scheduled(at)), claim, rank, reply }, answer)
+    }
+
+    fn keys(batch: &[ClaimJob]) -> Vec<&str> {
+        batch.iter().map(|j| j.claim.claim_key.as_str()).collect()
+    }
+
+    #[test]
+    fn a_batch_takes_first_ranked_claims_first_and_answers_claims_seen_taken_without_sending_them() {
+        let mut queued = RankQueues::default();
+        let mut answers = Vec::new();
+        for (name, rank) in [("later", 2), ("second", 1), ("first", 0), ("taken", 1), ("also-first", 0), ("deep", 7)] {
+            let (j, a) = job(name, 1, rank, false);
+            queued.push(j);
+            answers.push((name, a));
+        }
+        let (j, dequeued_answer) = job("dequeued", 1, 1, true);
+        queued.push(j);
+        let seen = |key: &str| key.starts_with("claims/taken/") || key.starts_with("claims/dequeued/");
+        let batch = queued.take(seen);
+        assert_eq!(
+            keys(&batch),
+            [
+                "claims/first/1",
+                "claims/also-first/1",
+                "claims/second/1",
+                "claims/dequeued/1",
+                "claims/later/1",
+                "claims/deep/1"
+            ],
+            "rank 0, then 1, then every later rank, each in arrival order; a dequeued claim is always sent"
+        );
+        assert_eq!(queued.len(), 0);
+        for (name, mut answer) in answers {
+            let got = answer.try_recv();
+            if name == "taken" {
+                assert!(matches!(got, Ok(Raced::SeenTaken)), "{name}");
+            } else {
+                assert!(got.is_err(), "{name} is in the batch, not answered yet");
+            }
+        }
+        drop(batch);
+        assert!(dequeued_answer.blocking_recv().is_err(), "sent, then dropped with the batch");
+    }
+
+    #[test]
+    fn a_batch_holds_one_claim_per_job_and_at_most_max_batch_the_rest_keep_their_places() {
+        let mut queued = RankQueues::default();
+        let mut answers = Vec::new();
+        for at in 0..3 {
+            let (j, a) = job("same", at, 1, false);
+            queued.push(j);
+            answers.push(a);
+        }
+        for i in 0..MAX_BATCH + 5 {
+            let (j, a) = job(&format!("job-{i}"), 0, 0, false);
+            queued.push(j);
+            answers.push(a);
+        }
+        let first = queued.take(|_| false);
+        assert_eq!(first.len(), MAX_BATCH, "full of first-ranked claims");
+        assert!(first.iter().all(|j| j.rank == 0));
+        let second = queued.take(|_| false);
+        assert_eq!(
+            keys(&second),
+            [
+                "claims/job-100/0",
+                "claims/job-101/0",
+                "claims/job-102/0",
+                "claims/job-103/0",
+                "claims/job-104/0",
+                "claims/same/0"
+            ],
+            "the remaining first-ranked, then one claim of `same`"
+        );
+        assert_eq!(keys(&queued.take(|_| false)), ["claims/same/1"], "the next of `same`, in its order");
+        assert_eq!(keys(&queued.take(|_| false)), ["claims/same/2"]);
+        assert!(queued.take(|_| false).is_empty());
     }
 }

@@ -76,6 +76,8 @@ pub(crate) async fn wait_for_capacity(ctx: &Arc<Context>, fire: &Fire) -> Option
 /// counts runs, not races.
 pub struct Go {
     pub lease: i64,
+    /// This worker's rank for the execution (0: first; a broadcast part is its own worker's).
+    pub rank: usize,
 }
 
 /// Decides whether this worker races for `fire`; `None` when it does not (what happens to the
@@ -135,7 +137,7 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         watch_for_miss(ctx, fire, rank, NotRaced::NoLease);
         return None;
     };
-    Some(Go { lease })
+    Some(Go { lease, rank })
 }
 
 /// Why this worker does not race for a job's ticks at all (the metric's reason), or `None`
@@ -154,8 +156,9 @@ fn not_eligible(config: &crate::config::Config, spec: &etcron_common::job::JobSp
     None
 }
 
-/// Gives the workers ranked before this one a head start, then looks before writing: `false`
-/// when the claim is taken. No capacity slot is taken before: a tick that is taken already must
+/// Gives the workers ranked before this one a head start (and, while this worker's claims are
+/// backlogged, until the backlog clears: see `Batchers::after_backlog`), then looks before
+/// writing: `false` when the claim is taken. No capacity slot is taken before: a tick that is taken already must
 /// not make this worker look full. A tick raced ahead of its time can space the ranks out over
 /// the lead at no cost to its start, so fewer rank-0 claims are still in flight when the next
 /// rank looks.
@@ -163,6 +166,9 @@ pub(crate) async fn head_start(ctx: &Context, fire: &Fire, claim_key: &str, rank
     let ahead_ms = u64::try_from(fire.scheduled_ms - now_ms()).unwrap_or(0);
     let step = ctx.config.claim_stagger.max(Duration::from_millis(ahead_ms / 4));
     tokio::time::sleep(step * u32::try_from(rank).unwrap_or(u32::MAX)).await;
+    if ctx.batchers.after_backlog().await {
+        METRICS.claims_held.inc();
+    }
     !already_taken(ctx, fire, claim_key).await
 }
 

@@ -21,7 +21,7 @@ pub async fn run_fire(ctx: Arc<Context>, fire: Fire) {
 
 async fn fire_path(ctx: Arc<Context>, fire: Fire) {
     let Some(go) = decide::decide(&ctx, &fire).await else { return };
-    let Some(mut won) = race::claim(&ctx, &fire, go.lease).await else { return };
+    let Some(mut won) = race::claim(&ctx, &fire, go.lease, go.rank).await else { return };
     let ran = run::run(&ctx, &fire, &mut won).await;
     close::close(&ctx, &fire, won, ran).await;
 }

@@ -114,6 +114,10 @@ pub struct WorkerMetrics {
     pub unsure_ticks: IntCounter,
     /// Claims or closes per batch transaction (batches of more than one), by kind.
     pub batch_size: HistogramVec,
+    /// Close batches that waited for this worker's claim backlog to clear (starts first).
+    pub closes_deferred: IntCounter,
+    /// Ranked-later fires that waited for this worker's claim backlog to clear before looking.
+    pub claims_held: IntCounter,
 }
 
 pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
@@ -313,6 +317,14 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "Claims or closes written in one etcd transaction (batches of two or more), by kind (claim, close).",
         &["kind"],
         &[2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0],
+    ),
+    closes_deferred: counter(
+        "etcron_worker_closes_deferred_total",
+        "Close batches that waited (at most 2s from the backlog's start) for this worker's backlog of claims to clear: starts go before bookkeeping.",
+    ),
+    claims_held: counter(
+        "etcron_worker_claims_held_total",
+        "Fires this worker ranks after another that waited (at most 2s from the backlog's start) for its backlog of claims to clear before looking whether the claim is taken.",
     ),
 }
 });

@@ -88,6 +88,7 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
     });
     let (lease_tx, lease_rx) = watch::channel(None);
     let (race_again, again) = mpsc::unbounded_channel();
+    let taken = Arc::new(crate::taken::Taken::default());
     let ctx = Arc::new(Context {
         client: client.clone(),
         keys: keys.clone(),
@@ -101,8 +102,13 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
             std::time::Duration::from_secs(300),
         )),
         registry: Registry::default(),
-        batchers: crate::batcher::Batchers::start(client.clone(), keys.clone(), config.worker_id.clone()),
-        taken: Arc::new(crate::taken::Taken::default()),
+        batchers: crate::batcher::Batchers::start(
+            client.clone(),
+            keys.clone(),
+            config.worker_id.clone(),
+            taken.clone(),
+        ),
+        taken,
         closing: crate::state::Pending::default(),
         slots: Arc::new(crate::slots::Slots::new(config.capacity as usize)),
         sink,

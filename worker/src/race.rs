@@ -14,7 +14,7 @@ use etcron_common::model::{Claim, ClaimState, KillCommand, RunningExecution, Sta
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::{now_ms, rfc3339_ms};
 
-use crate::batcher::Hold;
+use crate::batcher::{Hold, Raced};
 use crate::fire::{to_json, Fire, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
 use crate::metrics::METRICS;
 use crate::record::{log_record, not_run_record};
@@ -238,8 +238,9 @@ pub struct WonClaim {
     pub claimed_ms: i64,
 }
 
-/// Races for `fire`'s claim under session `lease`; `Some` when it is ours to run.
-pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64) -> Option<WonClaim> {
+/// Races for `fire`'s claim under session `lease`, as the worker ranked `rank` for it (first
+/// ranks go first in the batcher); `Some` when it is ours to run.
+pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> Option<WonClaim> {
     // A claim the job's lock may block closes the tick `skipped` in the claim transaction
     // itself: its record is durable first (before the lease, as `settle::record_not_run`).
     let skipped = blockable(fire).then(|| {
@@ -276,9 +277,19 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64) -> Option<WonCla
         dequeued: fire.dequeued.then(|| to_json(&Claim::waiting())),
     };
     let started = std::time::Instant::now();
-    let (outcome, hold) = ctx.batchers.claim(&fire.id, request).await;
+    let (outcome, hold) = match ctx.batchers.claim(&fire.id, request, rank).await {
+        Raced::Sent(outcome, hold) => {
+            METRICS.claims.with_label_values(&[outcome.label()]).inc();
+            (outcome, hold)
+        }
+        Raced::SeenTaken => {
+            // Another transaction wrote the claim while this one waited for its batch: what
+            // etcd would have answered (`Lost`), without the write.
+            METRICS.claims.with_label_values(&["taken_seen"]).inc();
+            (ClaimOutcome::Lost, Hold::none())
+        }
+    };
     METRICS.claim_seconds.observe(started.elapsed().as_secs_f64());
-    METRICS.claims.with_label_values(&[outcome.label()]).inc();
     let won = WonClaim { hold, ..won };
     if let (true, ClaimOutcome::Won { .. }, Some(ms)) = (advance, &outcome, state_tick(fire)) {
         ctx.state_marks.advanced(&fire.id.job, ms);

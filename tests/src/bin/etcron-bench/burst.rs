@@ -60,10 +60,17 @@ pub async fn run(n: usize, n_workers: usize, capacity: Option<usize>, worker_arg
     );
     tokio::time::sleep(Duration::from_millis(u64::try_from(at_ms - 1_000 - now_ms()).unwrap_or(0))).await;
     let proposals0 = c.etcd.metric("etcd_server_proposals_committed_total").await?;
+    let disk0 = etcd_disk(&c).await?;
     let probes = tokio::spawn(probe_api(c.master.url.clone(), c.http.clone(), at_ms + 15_000));
     let store = c.mongo.store(&c.db).await?;
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut finals = Vec::new();
+    // Records are read once every job has started (or the start deadline and `missed` recording
+    // have passed): paging through thousands of records during the burst would load `mongod` and
+    // this process while the starts are measured.
+    while receiver.count() < n && now_ms() < at_ms + 15_000 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     while Instant::now() < deadline {
         finals = crate::records_between(&store, at_ms, at_ms).await?;
         finals.retain(|r| r.status != etcron_common::model::Status::Running);
@@ -73,6 +80,14 @@ pub async fn run(n: usize, n_workers: usize, capacity: Option<usize>, worker_arg
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let proposals = c.etcd.metric("etcd_server_proposals_committed_total").await? - proposals0;
+    let disk = etcd_disk(&c).await?.iter().zip(disk0).map(|(after, before)| after - before).collect::<Vec<_>>();
+    println!(
+        "  etcd disk             {} WAL fsyncs, mean {:.1} ms; {} backend commits, mean {:.1} ms",
+        disk[1],
+        disk[0] / disk[1].max(1.0) * 1000.0,
+        disk[3],
+        disk[2] / disk[3].max(1.0) * 1000.0
+    );
     let api = probes.await?;
     report(n, at_ms, &receiver, &finals, proposals, &api, &urls).await
 }
@@ -106,6 +121,16 @@ async fn write_jobs(c: &Cluster, n: usize, at_ms: i64, url: &str) -> Result<()> 
         p.await??;
     }
     Ok(())
+}
+
+/// etcd's WAL fsync and backend commit time and counts: sum, count, sum, count.
+async fn etcd_disk(c: &Cluster) -> Result<[f64; 4]> {
+    Ok([
+        c.etcd.metric("etcd_disk_wal_fsync_duration_seconds_sum").await?,
+        c.etcd.metric("etcd_disk_wal_fsync_duration_seconds_count").await?,
+        c.etcd.metric("etcd_disk_backend_commit_duration_seconds_sum").await?,
+        c.etcd.metric("etcd_disk_backend_commit_duration_seconds_count").await?,
+    ])
 }
 
 async fn wait_metric(url: &str, name: &str, at_least: f64, until_ms: i64) -> Result<()> {
@@ -162,6 +187,8 @@ async fn report(
     };
     let mut claimed: Vec<i64> = finals.iter().filter_map(|r| ms_after(&r.claimed_at)).collect();
     claimed.sort_unstable();
+    let mut handed: Vec<i64> = finals.iter().filter_map(|r| ms_after(&r.started_at)).collect();
+    handed.sort_unstable();
     let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
     for r in finals {
         *statuses.entry(r.status.as_str()).or_default() += 1;
@@ -203,6 +230,12 @@ async fn report(
         quantile(&claimed, 0.5),
         quantile(&claimed, 0.9),
         claimed.last().copied().unwrap_or(0)
+    );
+    println!(
+        "  handed ms after       p50 {}  p90 {}  last {}  (the records' `started_at`: task handed to its executor)",
+        quantile(&handed, 0.5),
+        quantile(&handed, 0.9),
+        handed.last().copied().unwrap_or(0)
     );
     println!("  sessions lost         {lost_sessions}");
     println!("  etcd proposals/fire   {:.3}  ({proposals} proposals)", proposals / n as f64);

@@ -36,6 +36,11 @@ impl Receiver {
         Ok(Self { url, hits })
     }
 
+    /// Requests received so far.
+    pub fn count(&self) -> usize {
+        self.hits.lock().map(|h| h.len()).unwrap_or_default()
+    }
+
     pub fn hits(&self) -> Vec<Hit> {
         self.hits.lock().map(|h| h.clone()).unwrap_or_default()
     }
