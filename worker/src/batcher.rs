@@ -110,9 +110,13 @@ impl Batch {
 /// behind goes with the session, and the loss handling finds its executions closed).
 fn delete_key(client: &Client, key: String) {
     // A hold dropped outside the runtime (the process exiting): the key goes with the session.
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    if tokio::runtime::Handle::try_current().is_err() {
+        return;
+    }
     let mut kv = client.kv_client();
-    runtime.spawn(async move {
+    // In the worker's task group, as all its work: a simulated worker's crash ends it, and its
+    // request goes through that worker's admission limiter, not the process's.
+    etcron_common::task::spawn(async move {
         let why = match etcron_common::etcd::request("delete_inflight", kv.delete(key.as_str(), None)).await {
             Ok(Ok(_)) => return,
             Ok(Err(e)) => e.to_string(),
