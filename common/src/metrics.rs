@@ -88,6 +88,8 @@ pub fn sync_counter(counter: &IntCounter, total: u64) {
 pub struct EtcdMetrics {
     pub seconds: HistogramVec,
     pub errors: IntCounterVec,
+    pub member_healthy: IntGaugeVec,
+    pub member_failovers: IntCounterVec,
 }
 
 pub static ETCD: LazyLock<EtcdMetrics> = LazyLock::new(|| EtcdMetrics {
@@ -101,6 +103,16 @@ pub static ETCD: LazyLock<EtcdMetrics> = LazyLock::new(|| EtcdMetrics {
         "etcron_etcd_request_errors_total",
         "etcd requests that failed, by operation and kind (error, timeout).",
         &["op", "kind"],
+    ),
+    member_healthy: gauge_vec(
+        "etcron_etcd_member_healthy",
+        "1 while the etcd member at this endpoint answers probes with a leader, 0 while requests avoid it.",
+        &["endpoint"],
+    ),
+    member_failovers: counter_vec(
+        "etcron_etcd_member_failovers_total",
+        "Times the etcd member at this endpoint was judged unhealthy and requests and streams moved off it.",
+        &["endpoint"],
     ),
 });
 

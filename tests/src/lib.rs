@@ -4,6 +4,7 @@
 
 pub mod etcd_cluster;
 pub mod grpc_server;
+pub mod netns;
 pub mod proxy;
 pub mod records;
 pub mod sse;

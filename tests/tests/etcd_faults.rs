@@ -223,3 +223,83 @@ async fn freezing_etcd_past_the_session_ttl_on_a_starved_machine_runs_nothing_tw
     eprintln!("window {} ticks × {} jobs: {ran} ran, {missed} recorded missed", window.len(), jobs.len());
     Ok(())
 }
+
+/// The production shape: one member of three lost. Each member runs in a network namespace of
+/// its own (`etcron_tests::netns`). The leader is cut from its peers (clients still reach it),
+/// then a follower from everyone: no worker loses its session, nothing runs twice, every tick
+/// runs or is recorded, the master keeps taking writes, and `/readyz` and the console name the
+/// member that is cut off. A follower cut off costs no tick; the leader's costs at most the
+/// ticks whose claims were in flight when it went (its election gap: see docs/operations.md).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_cut_off_costs_no_session() -> anyhow::Result<()> {
+    use etcron_tests::netns::Cut;
+    let logs = log_dir("etcd-cut");
+    let etcd = EtcdCluster::start_partitionable(&logs, 3).await?;
+    let mongo = Mongo::start(&logs).await?;
+    let (db, ns, endpoints) = (db_name("etcd-cut"), "/t-etcd-cut", etcd.endpoints());
+    let master = Master::start(&endpoints, ns, &logs, &["--mongodb-uri", &mongo.uri, "--mongodb-db", &db]).await?;
+    let workers: Vec<Worker> = (1..=2)
+        .map(|i| {
+            let mut opts = WorkerOpts::new(&format!("w{i}"));
+            opts.mongodb = Some((mongo.uri.clone(), db.clone()));
+            // The production default: a TTL must outlast a renewal interval plus the leader's
+            // election gap, when no member renews any lease (docs/operations.md).
+            "10s".clone_into(&mut opts.session_ttl);
+            Worker::start(&endpoints, ns, &logs, opts)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let s = Setup { etcd, _mongo: mongo, master, workers, http: reqwest::Client::new(), dir: tempfile::tempdir()? };
+    let file = s.dir.path().join("fired.log");
+    let jobs: Vec<String> = (0..5).map(|i| format!("c-{i}")).collect();
+    for job in &jobs {
+        s.put_job(job, json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&file)}}))
+            .await;
+    }
+    wait_tick(&file, &jobs, now_ms() + 1000).await?;
+    let unhealthy = |endpoint: String| {
+        let (http, url) = (s.http.clone(), format!("{}/readyz", s.master.url));
+        async move {
+            wait_for(Duration::from_secs(15), "/readyz to name the cut member", || async {
+                let ready: Value = http.get(&url).send().await.ok()?.json().await.ok()?;
+                let members = ready["etcd_members"].as_array()?;
+                let m = members.iter().find(|m| m["endpoint"] == endpoint.as_str())?;
+                (m["healthy"] == false && ready["ready"] == true).then_some(ready)
+            })
+            .await
+        }
+    };
+
+    let leader_cut = now_ms();
+    let leader = s.etcd.leader().await?;
+    s.etcd.cut(leader, Cut::Peers)?;
+    let ready = unhealthy(s.etcd.endpoint(leader).to_owned()).await?;
+    eprintln!("leader m{leader} cut from its peers: {}", ready["etcd_members"]);
+    s.put_job("written-during-the-cut", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true"}}))
+        .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    s.etcd.heal(leader)?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let follower_cut = now_ms();
+    let leader = s.etcd.leader().await?;
+    let follower = (leader + 1) % 3;
+    s.etcd.cut(follower, Cut::Both)?;
+    unhealthy(s.etcd.endpoint(follower).to_owned()).await?;
+    etcron_tests::browser_with("members.mjs", &s.master.url, &logs, &[], &[])?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    s.etcd.heal(follower)?;
+    wait_tick(&file, &jobs, now_ms() + 2000).await?;
+    let to = now_ms();
+
+    let ticks = |from: i64, to: i64| -> Vec<i64> { ((from / 1000 + 1) * 1000..=to).step_by(1000).collect() };
+    let (_, missed) = s.account_for(&file, &jobs, &ticks(leader_cut, follower_cut - 1000)).await?;
+    assert!(missed <= 2 * jobs.len(), "the leader's cut costs at most its election gap: {missed} missed");
+    let (_, missed) = s.account_for(&file, &jobs, &ticks(follower_cut, to - 2000)).await?;
+    assert_eq!(missed, 0, "a follower cut off costs no tick");
+    for w in &s.workers {
+        let log = w.proc.log_text();
+        assert!(!log.contains("session lease lost"), "{} kept its session:\n{log}", w.proc.name);
+        assert!(log.contains("etcd member unhealthy"), "{} moved off the cut member", w.proc.name);
+    }
+    Ok(())
+}

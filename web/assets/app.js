@@ -47,6 +47,22 @@ async function checkStorage() {
   } catch { /* no reading yet, or no token: the page's own banner says what is wrong */ }
 }
 
+/** Shows which etcd members the master deems unhealthy (no leader, or no answer while the
+ * others answer), from `/readyz`; checked at load and every 5 s. Requests go to the other
+ * members meanwhile, so this is a warning, not an outage. */
+async function checkMembers() {
+  const el = document.getElementById("etcd-members-banner");
+  try {
+    const resp = await fetch("/readyz");
+    const ready = await resp.json();
+    const sick = (ready.etcd_members || []).filter((m) => !m.healthy);
+    el.textContent = sick.map((m) =>
+      `etcd member ${m.endpoint} is unhealthy for ${Math.round(m.for_ms / 1000)} s (${m.reason}): ` +
+      "requests go to the other members.").join(" ");
+    el.hidden = sick.length === 0;
+  } catch { /* the master did not answer: the page's own banner says so */ }
+}
+
 /** What the banner says about a failed request. */
 function explain(e) {
   if (e.code === "etcd_nospace") return "etcd's database is full (NOSPACE alarm): it refuses every write, so jobs cannot be changed and nothing runs until an operator compacts, defragments and disarms it (docs/operations.md).";
@@ -1728,4 +1744,10 @@ document.addEventListener("keydown", (ev) => {
 });
 
 window.addEventListener("hashchange", () => { route().then(() => { if (!app().contains(document.activeElement)) app().focus({ preventScroll: true }); }); });
-window.addEventListener("DOMContentLoaded", () => { route(); checkStorage(); setInterval(checkStorage, 30000); });
+window.addEventListener("DOMContentLoaded", () => {
+  route();
+  checkStorage();
+  setInterval(checkStorage, 30000);
+  checkMembers();
+  setInterval(checkMembers, 5000);
+});

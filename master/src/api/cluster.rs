@@ -33,9 +33,16 @@ pub(super) async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Valu
     };
     let ready = etcd["ok"] == true && mongodb["ok"] == true;
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    // A storage warning does not make the master unready: it is a warning.
+    // Neither a storage warning nor an unhealthy member makes the master unready while its
+    // requests are answered: the members that have a leader serve them.
     let storage = st.storage.current();
-    (status, Json(json!({ "ready": ready, "etcd": etcd, "mongodb": mongodb, "etcd_storage": storage })))
+    let members = etcron_common::etcd::member_health();
+    (
+        status,
+        Json(
+            json!({ "ready": ready, "etcd": etcd, "mongodb": mongodb, "etcd_storage": storage, "etcd_members": members }),
+        ),
+    )
 }
 
 /// `GET /api/cluster/storage`: etcd's database size, quota, alarms and the warning, as the

@@ -7,12 +7,14 @@
 //! headroom), `soak` (N HTTP jobs every second for a long window with the production etcd storage
 //! flags: etcd's database size, alarms and every process's memory over time), `spawn` (the
 //! process-creation floor),
-//! `failover`, `scale`, `stream` (live-output latency), `wheel`, `claims`, `sink`, `search`.
+//! `failover`, `partition` (an etcd member cut off, killed or frozen: sessions lost, ticks missed,
+//! lateness, master answers), `scale`, `stream` (live-output latency), `wheel`, `claims`, `sink`, `search`.
 //! Run it from a release build: `cargo build --release --workspace --bins`.
 
 mod burst;
 mod etcd_writes;
 mod failover;
+mod partition;
 mod receiver;
 mod records;
 mod scale;
@@ -43,6 +45,7 @@ async fn main() -> Result<()> {
     let mut entries = 1_000_000usize;
     let mut rounds = 5usize;
     let mut session_ttl = "3s".to_owned();
+    let mut faults = String::new();
     let mut capacity: Option<usize> = None;
     let mut sample_every = 300i64;
     let mut records_opts = records::Opts { records: 0, cache_gb: None, data: None, compressor: None };
@@ -60,6 +63,7 @@ async fn main() -> Result<()> {
             "--entries" => entries = value.parse()?,
             "--rounds" => rounds = value.parse()?,
             "--session-ttl" => session_ttl.clone_from(value),
+            "--faults" => faults.clone_from(value),
             "--sample-every" => sample_every = value.parse()?,
             "--records" => records_opts.records = value.parse()?,
             "--cache-gb" => records_opts.cache_gb = Some(value.parse()?),
@@ -93,6 +97,7 @@ async fn main() -> Result<()> {
         }
         "wheel" => wheel::run(entries),
         "failover" => failover::run(rounds, &session_ttl).await,
+        "partition" => partition::run(jobs, u64::try_from(seconds)?, &session_ttl, &faults).await,
         "scale" => scale::run(jobs).await,
         "stream" => stream::run(jobs, seconds).await,
         "spawn" => {
@@ -100,7 +105,7 @@ async fn main() -> Result<()> {
             spawn::run(jobs, rounds, &dir.path().join("spawned.log")).await
         }
         other => {
-            bail!("unknown scenario {other}; known: e2e, burst, soak, claims, sink, search, wheel, failover, scale, spawn, stream")
+            bail!("unknown scenario {other}; known: e2e, burst, soak, claims, sink, search, wheel, failover, partition, scale, spawn, stream")
         }
     }
 }

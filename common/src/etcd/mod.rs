@@ -1,6 +1,12 @@
 //! Connecting to etcd: endpoints, timeouts and the error classification used everywhere.
+//! Every client routes its requests to healthy members ([`route`], [`members`]).
+
+mod members;
+mod route;
 
 use std::time::Duration;
+
+pub use members::{health as member_health, MemberHealth};
 
 use etcd_client::{Client, ConnectOptions};
 
@@ -38,8 +44,10 @@ impl std::fmt::Debug for EtcdConfig {
     }
 }
 
-/// Builds a client for all endpoints; the client balances over them and retries a failed
-/// endpoint on the next call. Connection is lazy: this succeeds while etcd is down.
+/// Builds a client for all endpoints. Its requests carry etcd's require-leader metadata and go
+/// to a member the process deems healthy (`members`), moving off one that has no leader or
+/// does not answer; see `route` for what is sent again. Connection is lazy: this succeeds
+/// while etcd is down.
 pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> {
     let scheme = if config.tls.is_some() { "https" } else { "http" };
     let endpoints: Vec<String> = config
@@ -51,7 +59,8 @@ pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> 
         .with_connect_timeout(Duration::from_secs(3))
         .with_timeout(REQUEST_TIMEOUT)
         .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3))
-        .with_keep_alive_while_idle(true);
+        .with_keep_alive_while_idle(true)
+        .with_require_leader(true);
     if let Some((user, password)) = &config.user {
         options = options.with_user(user.clone(), password.clone());
     }
@@ -66,7 +75,8 @@ pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> 
         }
         options = options.with_tls(t);
     }
-    Client::connect(endpoints, Some(options)).await
+    let members = members::of(&endpoints, &options);
+    Client::connect_with_balanced_channel(endpoints, Some(options), route::Routed(members)).await
 }
 
 /// Parses `a:2379,b:2379` into endpoints.

@@ -1,0 +1,250 @@
+//! The gRPC channel every etcd client of the process talks through: each request goes to a
+//! member [`super::members`] deems healthy (the least busy), with etcd's require-leader
+//! metadata set by the client, so a member without a leader refuses at once.
+//!
+//! - A request a member refused before doing anything ("no leader", connection refused) marks
+//!   it unhealthy and goes again to another member, within its deadline. Nothing else is sent
+//!   twice: an answer lost on the way may mean the request was applied.
+//! - A member turning unhealthy fails what waits on it: a request still waiting for its answer
+//!   (its caller treats that as unknown, as after a timeout), and the response stream of a
+//!   watch or a lease keep-alive (its owner opens it again, on a healthy member).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use tokio::sync::{mpsc, watch};
+use tonic::transport::channel::Change;
+use tonic::transport::{Channel, Endpoint};
+use tower::{BoxError, Service, ServiceExt as _};
+
+use super::members::{Member, Members};
+
+type Request = http::Request<tonic::body::Body>;
+type Response = http::Response<tonic::body::Body>;
+
+/// Calls whose request is a stream: never buffered, never sent twice.
+const STREAMS: [&str; 2] = ["/etcdserverpb.Watch/Watch", "/etcdserverpb.Lease/LeaseKeepAlive"];
+
+/// Builds the routed channel for `etcd_client::Client::connect_with_balanced_channel`.
+pub(super) struct Routed(pub(super) Arc<Members>);
+
+impl etcd_client::BalancedChannelBuilder for Routed {
+    type Error = etcd_client::Error;
+
+    fn balanced_channel(
+        self,
+        buffer: usize,
+    ) -> Result<(etcd_client::Channel, mpsc::Sender<Change<http::Uri, Endpoint>>), Self::Error> {
+        let (tx, rx) = mpsc::channel(buffer);
+        let router =
+            Router { members: self.0, channels: Arc::new(Mutex::new(Channels { rx, by_authority: HashMap::new() })) };
+        Ok((etcd_client::Channel::Custom(tower::util::BoxCloneSyncService::new(router)), tx))
+    }
+}
+
+/// A connection per member, made from the endpoints the client sends in.
+struct Channels {
+    rx: mpsc::Receiver<Change<http::Uri, Endpoint>>,
+    by_authority: HashMap<String, Channel>,
+}
+
+#[derive(Clone)]
+struct Router {
+    members: Arc<Members>,
+    channels: Arc<Mutex<Channels>>,
+}
+
+impl Service<Request> for Router {
+    type Response = Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let router = self.clone();
+        if STREAMS.contains(&request.uri().path()) {
+            Box::pin(async move { router.stream(request).await })
+        } else {
+            Box::pin(async move { router.unary(request).await })
+        }
+    }
+}
+
+/// How one attempt on one member ended.
+enum Sent {
+    Answered(Response),
+    /// Refused before anything was done: another member may take it.
+    Refused(String),
+    Failed(BoxError),
+}
+
+impl Router {
+    fn channel(&self, member: &Member) -> Result<Channel, BoxError> {
+        let mut c = self.channels.lock().map_err(|_| "etcd channels poisoned")?;
+        while let Ok(change) = c.rx.try_recv() {
+            match change {
+                Change::Insert(uri, endpoint) => {
+                    let authority = uri.authority().map(ToString::to_string).unwrap_or_default();
+                    c.by_authority.insert(authority, endpoint.connect_lazy());
+                }
+                Change::Remove(uri) => {
+                    c.by_authority.remove(&uri.authority().map(ToString::to_string).unwrap_or_default());
+                }
+            }
+        }
+        let channel = c.by_authority.get(&member.authority).cloned();
+        channel.ok_or_else(|| format!("no connection to etcd member {}", member.authority).into())
+    }
+
+    async fn unary(self, request: Request) -> Result<Response, BoxError> {
+        let (parts, body) = request.into_parts();
+        let body: Bytes = body.collect().await?.to_bytes();
+        let mut refused = Vec::new();
+        for _ in 0..self.members.list.len() {
+            let member = self.members.pick();
+            let mut request = http::Request::new(tonic::body::Body::new(http_body_util::Full::new(body.clone())));
+            *request.method_mut() = parts.method.clone();
+            *request.uri_mut() = parts.uri.clone();
+            *request.version_mut() = parts.version;
+            *request.headers_mut() = parts.headers.clone();
+            match self.send(&member, request).await {
+                Sent::Answered(response) => return Ok(response),
+                Sent::Failed(e) => return Err(e),
+                Sent::Refused(reason) => {
+                    self.members.refused(&member, &reason);
+                    refused.push(format!("{}: {reason}", member.authority));
+                }
+            }
+        }
+        Err(tonic::Status::unavailable(format!("every etcd member refused: {}", refused.join("; "))).into())
+    }
+
+    async fn send(&self, member: &Member, request: Request) -> Sent {
+        let channel = match self.channel(member) {
+            Ok(c) => c,
+            Err(e) => return Sent::Failed(e),
+        };
+        member.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _busy = InFlight(member);
+        match until_cut(member, channel.oneshot(request)).await {
+            Ok(Ok(response)) => match no_leader(&response) {
+                Some(reason) => Sent::Refused(reason),
+                None => Sent::Answered(response),
+            },
+            Ok(Err(e)) => match connect_error(&e) {
+                Some(reason) => Sent::Refused(reason),
+                None => Sent::Failed(e.into()),
+            },
+            Err(cut) => Sent::Failed(cut.into()),
+        }
+    }
+
+    async fn stream(self, request: Request) -> Result<Response, BoxError> {
+        let member = self.members.pick();
+        let channel = self.channel(&member)?;
+        let response = match until_cut(&member, channel.oneshot(request)).await? {
+            Ok(response) => response,
+            Err(e) => {
+                if let Some(reason) = connect_error(&e) {
+                    self.members.refused(&member, &reason);
+                }
+                return Err(e.into());
+            }
+        };
+        if let Some(reason) = no_leader(&response) {
+            self.members.refused(&member, &reason);
+        }
+        let (parts, body) = response.into_parts();
+        let cut = CutBody { body, cut: Box::pin(cut_of(member.cuts(), member.authority.clone())), done: false };
+        Ok(Response::from_parts(parts, tonic::body::Body::new(cut)))
+    }
+}
+
+/// Decrements a member's in-flight count when the request ends, however it ends.
+struct InFlight<'a>(&'a Member);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// `fut`, or the status saying `member` turned unhealthy first.
+async fn until_cut<T>(member: &Member, fut: impl Future<Output = T>) -> Result<T, tonic::Status> {
+    let cut = cut_of(member.cuts(), member.authority.clone());
+    tokio::select! {
+        out = fut => Ok(out),
+        status = cut => Err(status),
+    }
+}
+
+/// Resolves with an `Unavailable` status once the member is next cut.
+async fn cut_of(mut cuts: watch::Receiver<u64>, authority: String) -> tonic::Status {
+    cuts.borrow_and_update();
+    if cuts.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    tonic::Status::unavailable(format!("etcd member {authority} turned unhealthy before it answered"))
+}
+
+/// "no leader" in a trailers-only answer: the member refused before doing anything.
+fn no_leader(response: &Response) -> Option<String> {
+    let headers = response.headers();
+    let unavailable = headers.get("grpc-status").is_some_and(|s| s.as_bytes() == b"14");
+    let message = headers.get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or_default();
+    (unavailable && message.contains("no leader")).then(|| message.to_owned())
+}
+
+/// A connection that could not be made: nothing reached the member.
+fn connect_error(e: &tonic::transport::Error) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            if matches!(io.kind(), K::ConnectionRefused | K::HostUnreachable | K::NetworkUnreachable) {
+                return Some(format!("connecting: {io}"));
+            }
+        }
+        source = err.source();
+    }
+    None
+}
+
+/// A response stream that fails with `Unavailable` once its member turns unhealthy.
+struct CutBody {
+    body: tonic::body::Body,
+    cut: Pin<Box<dyn Future<Output = tonic::Status> + Send>>,
+    done: bool,
+}
+
+impl http_body::Body for CutBody {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, tonic::Status>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(status) = self.cut.as_mut().poll(cx) {
+            self.done = true;
+            return Poll::Ready(Some(Err(status)));
+        }
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.body.is_end_stream()
+    }
+}
