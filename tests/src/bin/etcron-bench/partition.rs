@@ -190,13 +190,13 @@ fn report(
     }
 }
 
-/// Counts the workers' "session lease lost" lines (each is a session lost).
+/// Counts the sessions each worker lost (the session's own log line, one per loss).
 fn sessions_lost(logs: &Path, workers: &[Worker]) {
     let lost: Vec<String> = workers
         .iter()
         .map(|w| {
             let text = std::fs::read_to_string(logs.join(format!("worker-{}.log", w.opts.id))).unwrap_or_default();
-            let n = text.lines().filter(|l| l.contains("session lease lost")).count();
+            let n = text.lines().filter(|l| l.contains("etcron_common::session: session lease lost")).count();
             format!("{} {n}", w.opts.id)
         })
         .collect();
