@@ -132,6 +132,9 @@ async fn keep_alive(
     mut stop: watch::Receiver<bool>,
 ) {
     let interval = ttl / 3;
+    // After a call that failed at once: short, since a stream ended by a change of etcd leader is
+    // opened again on the new one while the lease's last renewal still counts.
+    let pause = interval / 10;
     // The lease certainly lives until `acked_sent_at + ttl`.
     let mut acked_sent_at = granted_at;
     let mut stream = None;
@@ -157,7 +160,7 @@ async fn keep_alive(
                 Ok(Ok(pair)) => stream = Some(pair),
                 Ok(Err(e)) => {
                     tracing::warn!(lease_id, error = %e, "session keep-alive stream failed; retrying");
-                    next = retry_at(opened_at, Duration::from_millis(500));
+                    next = retry_at(opened_at, pause);
                     continue;
                 }
                 Err(_) => {
@@ -189,7 +192,7 @@ async fn keep_alive(
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
                 tracing::warn!(lease_id, "session keep-alive failed; retrying on a new stream");
                 stream = None;
-                next = retry_at(sent_at, Duration::from_millis(200));
+                next = retry_at(sent_at, pause);
             }
         }
     }

@@ -39,4 +39,8 @@ cargo test --workspace --locked -- --test-threads "${ETCRON_TEST_THREADS:-2}"
 echo ">> chaos suite"
 # Faults at seeded random times against real processes; fails on a duplicate, an unaccounted
 # tick or a lost record. ETCRON_CHAOS_SEED / ETCRON_CHAOS_SECONDS change the run.
-cargo run --quiet --locked -p etcron-tests --bin etcron-chaos -- --seed "${ETCRON_CHAOS_SEED:-1}" --seconds "${ETCRON_CHAOS_SECONDS:-180}"
+cargo run --quiet --locked -p etcron-tests --bin etcron-chaos -- --seed "${ETCRON_CHAOS_SEED:-1}" --seconds "${ETCRON_CHAOS_SECONDS:-120}"
+echo ">> chaos suite, production profile"
+# Each etcd member in a network namespace of its own, a 3-member MongoDB replica set; member
+# partitions, primary failovers and a rolling restart on top (docs/testing.md).
+cargo run --quiet --locked -p etcron-tests --bin etcron-chaos -- --profile production --seed "${ETCRON_CHAOS_SEED:-1}" --seconds "${ETCRON_CHAOS_SECONDS:-120}"

@@ -28,6 +28,10 @@ pub fn violation(o: &Outcomes) -> Option<String> {
     if let Some(r) = o.runs.iter().find(|r| !o.records.contains_key(&r.e)) {
         return Some(format!("{:?} ran on w{} but has no record", r.e, r.worker));
     }
+    // A run that started is never closed as one that did not (an orphan's `Missed`).
+    if let Some(r) = o.runs.iter().find(|r| o.claims.get(&claim_key(r.e)) == Some(&Value::Closed(Outcome::Missed))) {
+        return Some(format!("{:?} ran on w{} but its claim was closed missed", r.e, r.worker));
+    }
     // Every tick of the window ran or is recorded with why.
     if let Some((job, t)) = o.ticks.iter().find(|(j, t)| !o.records.contains_key(&(*j, *t, 1))) {
         return Some(format!("tick {job}@{t} has no record (claim: {:?})", o.claims.get(&claim_key((*job, *t, 1)))));

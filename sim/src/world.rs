@@ -28,6 +28,9 @@ pub struct Holes {
     /// Ranks 0..=2 handle a departure and nobody else owes it: when they all die midway, the
     /// rest of the departed worker's claims stay taken.
     pub departure_not_owed: bool,
+    /// A claim given up on and read again later (the recheck) is closed as an orphan even while
+    /// this worker runs it (raced again and won under the same id).
+    pub recheck_closes_running: bool,
 }
 
 impl Holes {
@@ -42,18 +45,20 @@ impl Holes {
             "not-run-journaled-after-close" => h.not_run_journaled_after_close = true,
             "departure-single-handler" => h.departure_single_handler = true,
             "departure-not-owed" => h.departure_not_owed = true,
+            "recheck-closes-running" => h.recheck_closes_running = true,
             _ => return None,
         }
         Some(h)
     }
 
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "unknown-claim-dropped",
         "lost-journaled-after-close",
         "request-retried-under-new-id",
         "not-run-journaled-after-close",
         "departure-single-handler",
         "departure-not-owed",
+        "recheck-closes-running",
     ];
 }
 
@@ -77,6 +82,9 @@ impl Default for Params {
 
 const STAGGER_MS: u64 = 50;
 const MISSED_AFTER_MS: u64 = 5_000;
+/// A tick's claim is sent again (its answer lost, nothing found when read back) only this soon
+/// after the tick (the worker's bound is the job's start deadline).
+const CLAIM_AGAIN_WITHIN_MS: u64 = 3_000;
 const RESUME_MS: u64 = 4_000;
 const MAX_ATTEMPTS: u32 = 4;
 const LOSS_HANDLERS: usize = 3;
@@ -103,6 +111,15 @@ enum Ev {
         e: Exec,
         requested: bool,
         key: String,
+        /// Claims of this execution sent so far by this worker's race (1: the first).
+        tries: u32,
+        /// The later look at a claim given up on (`worker/src/race.rs` `recheck_unknown_claim`).
+        recheck: bool,
+    },
+    /// A transaction a stalled etcd took and applies late, after the stall (its sender heard
+    /// nothing and may have read the key back meanwhile).
+    Apply {
+        txn: Txn,
     },
     TaskEnd {
         w: usize,
@@ -301,10 +318,14 @@ impl World {
     /// A worker's transaction: applied or not, and whether the worker hears the answer.
     fn call(&mut self, txn: &Txn) -> Answer {
         if self.stalled() {
-            // A stalled etcd may still apply what it was sent; nobody hears back.
+            // A stalled etcd may still apply what it was sent, then or once the stall ends;
+            // nobody hears back.
             if self.rng.chance(500) {
                 let (ok, _) = self.etcd.txn(txn);
                 self.watched(txn, ok);
+            } else if self.rng.chance(300) {
+                let at = self.stalled_until + self.rng.between(1, 400);
+                self.at(at, Ev::Apply { txn: txn.clone() });
             }
             return Answer::Unknown;
         }
@@ -491,6 +512,11 @@ impl World {
                 self.stalled_until = until;
                 self.note(format!("etcd unreachable until {until}"));
             }
+            Ev::Apply { txn } => {
+                let (ok, _) = self.etcd.txn(&txn);
+                self.watched(&txn, ok);
+                self.note(format!("etcd applies late ({}): {txn:?}", if ok { "done" } else { "refused" }));
+            }
             other => self.worker_step(other),
         }
     }
@@ -618,7 +644,9 @@ impl World {
         }
         match ev {
             Ev::Race { w, inc, e, requested, tries } => self.race(w, inc, e, requested, tries),
-            Ev::ReadBack { w, inc, e, requested, key } => self.read_back(w, inc, e, requested, &key),
+            Ev::ReadBack { w, inc, e, requested, key, tries, recheck } => {
+                self.read_back(w, inc, (e, requested), &key, (tries, recheck));
+            }
             Ev::TaskEnd { w, inc, e, run } => self.task_end(w, inc, e, run),
             Ev::Journal { w, inc, e, outcome, replace } => {
                 self.workers[w].journal.push((e, outcome, replace));
@@ -659,8 +687,17 @@ impl World {
             return; // taken already
         }
         let txn = if requested { machine::claim_requested(e, w, session) } else { machine::claim(e, w, session) };
+        let read_back = |s: &mut Self, tries| {
+            let key = claim_key(e);
+            s.at(s.now + 200, Ev::ReadBack { w, inc, e, requested, key, tries, recheck: false });
+        };
         match self.call(&txn) {
             Answer::Done(token) => self.won(w, inc, e, token, session),
+            // Sent again: refused may mean the first transaction was applied after the read (then
+            // it is ours to run; the recheck alone would close it missed).
+            Answer::Refused if !requested && tries > 0 => {
+                read_back(self, tries + 1);
+            }
             Answer::Refused => {}
             Answer::Unknown if self.p.holes.request_retried_under_new_id && requested && tries < 3 => {
                 // The hole: the request is claimed again, under an id of this try's own.
@@ -672,32 +709,52 @@ impl World {
                 }
             }
             Answer::Unknown if self.p.holes.unknown_claim_dropped => {}
-            Answer::Unknown => {
-                let key = claim_key(e);
-                self.at(self.now + 200, Ev::ReadBack { w, inc, e, requested, key });
-            }
+            Answer::Unknown => read_back(self, tries + 1),
         }
     }
 
     /// A claim whose answer was lost: ours → run it (or close it as an orphan when its session
-    /// is gone); another's or none → nothing; no answer → ask again.
-    fn read_back(&mut self, w: usize, inc: u32, e: Exec, requested: bool, key: &str) {
+    /// is gone); another's → nothing; none → a requested run is raced again while its request
+    /// stands, a tick's claim is sent once more while the tick is young, and either way the key
+    /// is read again later (the recheck), since etcd may apply the lost transaction late; no
+    /// answer → ask again. The recheck closes a claim of ours nobody runs as an orphan.
+    fn read_back(
+        &mut self,
+        w: usize,
+        inc: u32,
+        (e, requested): (Exec, bool),
+        key: &str,
+        (tries, recheck): (u32, bool),
+    ) {
+        let again = |s: &mut Self, at: u64, recheck| {
+            let key = key.to_owned();
+            s.at(at, Ev::ReadBack { w, inc, e, requested, key, tries, recheck });
+        };
         match self.read(key) {
-            None => self.at(self.now + 500, Ev::ReadBack { w, inc, e, requested, key: key.to_owned() }),
+            None => again(self, self.now + 500, recheck),
             Some(Some((Value::Taken { worker }, token, mod_rev))) if worker == w && token == mod_rev => {
+                let running = self.workers[w].tasks.get(&e).is_some_and(|t| t.1 == token);
+                if recheck && running && !self.p.holes.recheck_closes_running {
+                    return; // raced again and won: this worker runs it
+                }
                 let lease = self.etcd.kvs.get(&machine::inflight_key(w, e)).and_then(|kv| kv.lease);
-                match (lease, self.workers[w].session) {
-                    (Some(l), Some(s)) if l == s => self.won(w, inc, e, token, s),
+                match (lease, self.workers[w].session, recheck) {
+                    (Some(l), Some(s), false) if l == s => self.won(w, inc, e, token, s),
                     _ => {
                         self.note(format!("w{w} orphaned claim {e:?}: closing it missed"));
                         self.at(self.now + 1, Ev::NotRun { w, inc, e, phase: 0, orphan: Some(token) });
                     }
                 }
             }
-            // No claim: a requested run is raced again while its request stands (the request is
-            // its only trigger); a tick has its not-run checks.
-            Some(None) if requested && self.etcd.kvs.contains_key(&machine::request_key(e)) => {
-                self.at(self.now + 200, Ev::Race { w, inc, e, requested, tries: 0 });
+            Some(None) if recheck => {}
+            Some(None) => {
+                if requested && self.etcd.kvs.contains_key(&machine::request_key(e)) {
+                    self.at(self.now + 200, Ev::Race { w, inc, e, requested, tries });
+                } else if !requested && tries == 1 && self.now < e.1 + CLAIM_AGAIN_WITHIN_MS {
+                    self.note(format!("w{w} claim of {e:?} unknown and absent: claims it again"));
+                    self.at(self.now + 20, Ev::Race { w, inc, e, requested, tries });
+                }
+                again(self, self.now + MISSED_AFTER_MS, true);
             }
             Some(_) => {}
         }

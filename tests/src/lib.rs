@@ -4,6 +4,7 @@
 
 pub mod etcd_cluster;
 pub mod grpc_server;
+pub mod mongo_rs;
 pub mod netns;
 pub mod proxy;
 pub mod records;

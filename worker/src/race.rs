@@ -34,8 +34,11 @@ pub(crate) enum Resolved {
     /// The claim is this worker's and never closed, but the session that claimed it ended
     /// before etcd answered (its inflight key went with it). Nobody runs it.
     Orphaned(i64),
-    /// Somebody else's claim, or no claim.
+    /// Somebody else's claim (or one closed already).
     NotOurs,
+    /// No claim at all: the transaction was not applied (or not yet: a stalled etcd may apply
+    /// it late, which the recheck looks for).
+    Absent,
     /// etcd did not answer within `RESOLVE_UNKNOWN_FOR`.
     NoAnswer,
 }
@@ -98,7 +101,8 @@ fn read_back(
     // another txn — the run request its queue handed over, after this fire's txn wrote it
     // `queued` — is not this fire's: running it here too would run it twice.
     let written_by_this_txn = if dequeued { 2 } else { 1 };
-    let claim_ours = claim.and_then(|kv| {
+    let Some(claim) = claim else { return Resolved::Absent };
+    let claim_ours = Some(claim).and_then(|kv| {
         let claim: Claim = serde_json::from_slice(kv.value).ok()?;
         // As the winning txn wrote it (its revision is the token): taken by this worker, open.
         let open = claim.worker_id == worker_id && claim.state() == ClaimState::Running;
@@ -114,14 +118,18 @@ fn read_back(
 
 /// A claim this worker gave up on (its outcome unknown, nothing found when read back) is read
 /// again after `MISSED_AFTER`: a txn etcd applied after the read (it was queued behind a stall)
-/// leaves a claim of ours that nobody runs, which is then closed `missed`.
-fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) {
+/// leaves a claim of ours that nobody runs, which is then closed `missed`. A claim of ours this
+/// worker runs is left alone: it was raced for again and won (`won_again`: the token of a tick's
+/// claim sent again; the registry: a run request raced again).
+fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim, won_again: WonAgain) {
     let (ctx, fire, won) = (ctx.clone(), fire.clone(), won.clone());
     etcron_common::task::spawn(async move {
         tokio::time::sleep(MISSED_AFTER).await;
         match resolve_unknown_claim(&ctx, &fire, &won).await {
+            Resolved::Ours(token) | Resolved::Orphaned(token)
+                if won_again.get() == Some(&token) || ctx.registry.runs(&fire.id, token) => {}
             Resolved::Ours(token) | Resolved::Orphaned(token) => record_orphan(&ctx, &fire, &won, token).await,
-            Resolved::NotOurs => {}
+            Resolved::NotOurs | Resolved::Absent => {}
             Resolved::NoAnswer => {
                 tracing::error!(execution_id = %fire.id, "reading a given-up claim again: etcd did not answer; if etcd applied it late, the tick stays claimed and unrecorded");
                 METRICS.claims.with_label_values(&["unknown_unresolved"]).inc();
@@ -129,6 +137,9 @@ fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) {
         }
     });
 }
+
+/// The fencing token of a tick's claim sent again and won, for the recheck of the first.
+pub(crate) type WonAgain = Arc<std::sync::OnceLock<i64>>;
 
 /// A claim of this worker's that it never ran (its txn's outcome was unknown, and the session
 /// that wrote it ended before etcd answered, or etcd applied it after this worker had given up):
@@ -276,6 +287,8 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> 
         extra: taken_ops(ctx, fire, advance),
         dequeued: fire.dequeued.then(|| to_json(&Claim::waiting())),
     };
+    // A plain tick's claim may be sent again when its answer is lost and nothing was written.
+    let again = sendable_again(fire, queued).then(|| request.clone());
     let started = std::time::Instant::now();
     let (outcome, hold) = match ctx.batchers.claim(&fire.id, request, rank).await {
         Raced::Sent(outcome, hold) => {
@@ -290,7 +303,7 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> 
         }
     };
     METRICS.claim_seconds.observe(started.elapsed().as_secs_f64());
-    let won = WonClaim { hold, ..won };
+    let mut won = WonClaim { hold, ..won };
     if let (true, ClaimOutcome::Won { .. }, Some(ms)) = (advance, &outcome, state_tick(fire)) {
         ctx.state_marks.advanced(&fire.id.job, ms);
     }
@@ -312,9 +325,29 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> 
         queued_behind(ctx, fire, holder);
         return None;
     }
-    let settled = settle_outcome(ctx, fire, &won, outcome).await;
+    let settled = settle_outcome(ctx, fire, &mut won, outcome, again).await;
     settle_skipped(ctx, skipped, unknown);
     Some(WonClaim { fencing_token: settled?, ..won })
+}
+
+/// Whether `fire`'s claim may be sent a second time when the first one's answer was lost and
+/// etcd, read back, holds no claim of it: a tick of a job without a lock or queue (whose claim
+/// writes nothing else that a second send could double), not a run request (raced again by
+/// `race_again`) nor a queued turn.
+fn sendable_again(fire: &Fire, queued: bool) -> bool {
+    fire.spec.concurrency == Concurrency::Allow && !queued && !fire.dequeued && fire.request_key.is_none()
+}
+
+/// The claim sent again (`sendable_again`), at the head of the batcher's queue; its hold
+/// replaces the first send's, whose transaction wrote nothing.
+async fn send_again(ctx: &Arc<Context>, fire: &Fire, request: RunClaim, won: &mut WonClaim) -> ClaimOutcome {
+    let (outcome, hold) = match ctx.batchers.claim(&fire.id, request, 0).await {
+        Raced::Sent(outcome, hold) => (outcome, hold),
+        Raced::SeenTaken => (ClaimOutcome::Lost, Hold::none()),
+    };
+    METRICS.claims.with_label_values(&[outcome.label()]).inc();
+    won.hold = hold;
+    outcome
 }
 
 /// Whether the job's lock may block a claim of `fire`, closing it `skipped` (`forbid`, and
@@ -395,11 +428,15 @@ pub(crate) fn lock_claim(fire: &Fire, won: &WonClaim, queue: Option<QueueClaim>)
 
 /// The fencing token when the claim is ours; otherwise what follows a lost, blocked or unknown
 /// claim is done here and `None` returned.
+///
+/// `again`: the claim to send a second time when its answer was lost and nothing was written
+/// (`sendable_again`), while the tick is within its start deadline and the session lives.
 pub(crate) async fn settle_outcome(
     ctx: &Arc<Context>,
     fire: &Fire,
-    won: &WonClaim,
+    won: &mut WonClaim,
     outcome: ClaimOutcome,
+    again: Option<RunClaim>,
 ) -> Option<i64> {
     let id = &fire.id;
     match outcome {
@@ -464,11 +501,15 @@ pub(crate) async fn settle_outcome(
                     record_orphan(ctx, fire, won, token).await;
                     None
                 }
-                Resolved::NotOurs | Resolved::NoAnswer => {
+                Resolved::Absent if again.is_some() && young(ctx, fire, won) => {
+                    let request = again?;
+                    Box::pin(claim_again(ctx, fire, won, request, &e)).await
+                }
+                Resolved::NotOurs | Resolved::Absent | Resolved::NoAnswer => {
                     tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, "claim outcome unknown: not running this tick here");
                     ctx.unsettled.note(fire);
                     watch_for_miss(ctx, fire, 0, NotRaced::Unknown);
-                    recheck_unknown_claim(ctx, fire, won);
+                    recheck_unknown_claim(ctx, fire, won, WonAgain::default());
                     // A run request stays until claimed: raced for again under the same id (the
                     // sweeps settle schedule ticks only).
                     if let Some(key) = &fire.request_key {
@@ -479,6 +520,49 @@ pub(crate) async fn settle_outcome(
             }
         }
     }
+}
+
+/// Whether a claim may still be sent again: the session that sent it lives and the tick is
+/// within its start deadline.
+fn young(ctx: &Context, fire: &Fire, won: &WonClaim) -> bool {
+    let deadline = fire.spec.start_deadline();
+    *ctx.lease.borrow() == Some(won.lease)
+        && crate::fire::past_deadline(fire.trigger, fire.scheduled_ms, now_ms(), deadline).is_none()
+}
+
+/// A tick's claim whose answer was lost and that etcd, read back, does not hold: nothing was
+/// written, so it is sent once more (a leader lost mid-claim loses the claims in flight to it).
+/// The first transaction may still be applied late (queued behind a stall): then the second is
+/// refused, and the claim read back is ours to run; the first's recheck is told the token the
+/// second won, so it never closes a claim this worker runs. The same steps as the simulation's
+/// model (`sim/src/world.rs`, `read_back`).
+async fn claim_again(
+    ctx: &Arc<Context>,
+    fire: &Fire,
+    won: &mut WonClaim,
+    request: RunClaim,
+    error: &str,
+) -> Option<i64> {
+    METRICS.claims.with_label_values(&["sent_again"]).inc();
+    tracing::info!(%error, scheduled_ms = fire.scheduled_ms, "claim outcome unknown and etcd holds no claim of the tick: claiming it again");
+    let won_again = WonAgain::default();
+    recheck_unknown_claim(ctx, fire, won, won_again.clone());
+    let outcome = match send_again(ctx, fire, request, won).await {
+        ClaimOutcome::Lost => match resolve_unknown_claim(ctx, fire, won).await {
+            // The first transaction was applied after all.
+            Resolved::Ours(token) => ClaimOutcome::Won { fencing_token: token, replaced: None },
+            Resolved::Orphaned(token) => {
+                record_orphan(ctx, fire, won, token).await;
+                return None;
+            }
+            Resolved::NotOurs | Resolved::Absent | Resolved::NoAnswer => ClaimOutcome::Lost,
+        },
+        outcome => outcome,
+    };
+    if let ClaimOutcome::Won { fencing_token, .. } = &outcome {
+        let _ = won_again.set(*fencing_token);
+    }
+    Box::pin(settle_outcome(ctx, fire, won, outcome, None)).await
 }
 
 #[cfg(test)]
@@ -528,7 +612,7 @@ mod tests {
         // twice: the chaos suite found it).
         assert_eq!(back(Some(key(registration, 7, 1)), Some(key(&running, 9, 2))), Resolved::NotOurs);
         // Nothing written: the txn failed (or has not been applied yet).
-        assert_eq!(back(Some(key(registration, 7, 1)), None), Resolved::NotOurs);
+        assert_eq!(back(Some(key(registration, 7, 1)), None), Resolved::Absent);
         assert_eq!(back(Some(key(registration, 7, 1)), Some(key(b"not json", 9, 1))), Resolved::NotOurs);
     }
 }

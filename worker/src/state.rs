@@ -312,6 +312,11 @@ impl Registry {
     }
 
     #[must_use]
+    /// Whether this worker runs `id` under the claim with this fencing token.
+    pub(crate) fn runs(&self, id: &ExecutionId, fencing_token: i64) -> bool {
+        self.lock().running.get(id).is_some_and(|h| h.fencing_token == fencing_token)
+    }
+
     pub fn running(&self) -> usize {
         *self.count.borrow()
     }

@@ -11,7 +11,10 @@
 //!
 //! A member turning unhealthy ends what is in flight on it (`cut`): streams (watches,
 //! keep-alives) fail and their owners reopen them on a healthy member, and requests waiting for
-//! an answer fail as unknown (their callers read back, as after a timeout).
+//! an answer fail as unknown (their callers read back, as after a timeout). A new leader (a
+//! probe answering in a higher raft term) ends every request still waiting for its answer the
+//! same way: a follower forwards writes to the leader, and those forwarded to the old one are
+//! lost with it, so they would otherwise wait out their whole deadline.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -69,6 +72,9 @@ pub(super) struct Members {
     pub(super) list: Vec<Arc<Member>>,
     wake: Notify,
     next: AtomicUsize,
+    /// The highest raft term a probe's answer carried; bumped (and what waits for an answer
+    /// failed) when a new leader is seen.
+    term: watch::Sender<u64>,
 }
 
 /// One `Members` per endpoint list in the process: the session's client and the rest share it.
@@ -95,7 +101,7 @@ pub(super) fn of(urls: &[String], options: &ConnectOptions) -> Arc<Members> {
             })
         })
         .collect();
-    let members = Arc::new(Members { list, wake: Notify::new(), next: AtomicUsize::new(0) });
+    let members = Arc::new(Members { list, wake: Notify::new(), next: AtomicUsize::new(0), term: watch::channel(0).0 });
     if urls.len() > 1 {
         crate::task::spawn(probe(members.clone(), options.clone()));
     }
@@ -128,6 +134,28 @@ impl Members {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let healthy = (0..n).map(|k| &self.list[(start + k) % n]).filter(|m| m.healthy());
         healthy.min_by_key(|m| m.in_flight.load(Ordering::Relaxed)).unwrap_or_else(|| &self.list[start % n]).clone()
+    }
+
+    /// Changes of leader: a request waiting for its answer when a new leader is seen most likely
+    /// went to the old one, through whichever member, and is lost with it.
+    pub(super) fn terms(&self) -> watch::Receiver<u64> {
+        self.term.subscribe()
+    }
+
+    /// A probe answered in `term`: a higher term than any seen before is a new leader.
+    /// The first term seen is the leader the process found, not a change.
+    fn saw_term(&self, term: u64) {
+        let changed = self.term.send_if_modified(|known| {
+            if term <= *known {
+                return false;
+            }
+            let first = *known == 0;
+            *known = term;
+            !first
+        });
+        if changed {
+            tracing::info!(term, "etcd has a new leader: requests that were waiting on the old one end as unknown");
+        }
     }
 
     /// What a request saw of `member`: "no leader" or a connection error marks it unhealthy
@@ -209,6 +237,9 @@ async fn round(members: &Members, options: &ConnectOptions, clients: &mut [Optio
                 let Some((i, result)) = next else { break };
                 answered[i] = true;
                 let member = &members.list[i];
+                if let Ok(Ok(answer)) = &result {
+                    members.saw_term(answer.header().map_or(0, etcd_client::ResponseHeader::raft_term));
+                }
                 match result.map(|r| r.map_err(|e| verdict(&e))) {
                     Ok(Ok(_) | Err(Verdict::Answered)) => members.mark(member, Ok(())),
                     Ok(Err(Verdict::Refused(why))) => members.mark(member, Err(why)),
@@ -282,6 +313,7 @@ mod tests {
                 .collect(),
             wake: Notify::new(),
             next: AtomicUsize::new(0),
+            term: watch::channel(0).0,
         }
     }
 
@@ -307,6 +339,22 @@ mod tests {
         assert_eq!(verdict(&status(tonic::Code::Unavailable, "etcdserver: leader changed")), Verdict::Transient);
         assert_eq!(verdict(&status(tonic::Code::Unavailable, "etcdserver: request timed out")), Verdict::Transient);
         assert_eq!(verdict(&status(tonic::Code::PermissionDenied, "etcdserver: permission denied")), Verdict::Answered);
+    }
+
+    #[test]
+    fn a_higher_term_is_a_new_leader_and_wakes_what_waits() {
+        let ms = members(3);
+        let mut terms = ms.terms();
+        ms.saw_term(3);
+        assert!(!terms.has_changed().unwrap(), "the first term seen is no change");
+        ms.saw_term(4);
+        assert!(terms.has_changed().unwrap());
+        terms.borrow_and_update();
+        ms.saw_term(4);
+        ms.saw_term(3);
+        assert!(!terms.has_changed().unwrap(), "the same or an older term is no change of leader");
+        ms.saw_term(5);
+        assert_eq!(*terms.borrow_and_update(), 5);
     }
 
     #[test]

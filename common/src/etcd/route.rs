@@ -3,11 +3,16 @@
 //! metadata set by the client, so a member without a leader refuses at once.
 //!
 //! - A request a member refused before doing anything ("no leader", connection refused) marks
-//!   it unhealthy and goes again to another member, within its deadline. Nothing else is sent
-//!   twice: an answer lost on the way may mean the request was applied.
+//!   it unhealthy and goes again to another member, within its deadline; refused by all, it
+//!   tries again every 100 ms for up to `LEADER_WAIT` (an election). A read (`READS`) cut short
+//!   by the two cases below is sent again too. Nothing else is sent twice: an answer lost on
+//!   the way may mean the request was applied.
 //! - A member turning unhealthy fails what waits on it: a request still waiting for its answer
 //!   (its caller treats that as unknown, as after a timeout), and the response stream of a
 //!   watch or a lease keep-alive (its owner opens it again, on a healthy member).
+//! - A new leader fails every request still waiting for its answer, on any member, the same
+//!   way (writes forwarded to the old leader are lost with it), streams still being opened, and
+//!   lease keep-alive streams (their renewals went to the old leader too).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -27,6 +32,21 @@ use super::members::{Member, Members};
 
 type Request = http::Request<tonic::body::Body>;
 type Response = http::Response<tonic::body::Body>;
+
+/// How long a request refused by every member (no leader anywhere, no connection anywhere)
+/// keeps trying, within its own deadline: an election with etcd's default 1 s election timeout
+/// takes 1–2.5 s.
+const LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Calls that only read: one that a member turning unhealthy or a change of leader cut short is
+/// sent again to another member.
+const READS: [&str; 5] = [
+    "/etcdserverpb.KV/Range",
+    "/etcdserverpb.Lease/LeaseTimeToLive",
+    "/etcdserverpb.Lease/LeaseLeases",
+    "/etcdserverpb.Maintenance/Status",
+    "/etcdserverpb.Cluster/MemberList",
+];
 
 /// Calls whose request is a stream: never buffered, never sent twice.
 const STREAMS: [&str; 2] = ["/etcdserverpb.Watch/Watch", "/etcdserverpb.Lease/LeaseKeepAlive"];
@@ -84,6 +104,8 @@ enum Sent {
     Answered(Response),
     /// Refused before anything was done: another member may take it.
     Refused(String),
+    /// A read cut short (its member turned unhealthy, or a new leader): sent again.
+    CutShort,
     Failed(BoxError),
 }
 
@@ -108,34 +130,49 @@ impl Router {
     async fn unary(self, request: Request) -> Result<Response, BoxError> {
         let (parts, body) = request.into_parts();
         let body: Bytes = body.collect().await?.to_bytes();
-        let mut refused = Vec::new();
-        for _ in 0..self.members.list.len() {
-            let member = self.members.pick();
-            let mut request = http::Request::new(tonic::body::Body::new(http_body_util::Full::new(body.clone())));
-            *request.method_mut() = parts.method.clone();
-            *request.uri_mut() = parts.uri.clone();
-            *request.version_mut() = parts.version;
-            *request.headers_mut() = parts.headers.clone();
-            match self.send(&member, request).await {
-                Sent::Answered(response) => return Ok(response),
-                Sent::Failed(e) => return Err(e),
-                Sent::Refused(reason) => {
-                    self.members.refused(&member, &reason);
-                    refused.push(format!("{}: {reason}", member.authority));
+        let began = tokio::time::Instant::now();
+        let read = READS.contains(&parts.uri.path());
+        loop {
+            let mut refused = Vec::new();
+            for _ in 0..self.members.list.len() {
+                let member = self.members.pick();
+                let mut request = http::Request::new(tonic::body::Body::new(http_body_util::Full::new(body.clone())));
+                *request.method_mut() = parts.method.clone();
+                *request.uri_mut() = parts.uri.clone();
+                *request.version_mut() = parts.version;
+                *request.headers_mut() = parts.headers.clone();
+                match self.send(&member, request, read).await {
+                    Sent::Answered(response) => return Ok(response),
+                    Sent::Failed(e) => return Err(e),
+                    Sent::CutShort => {}
+                    Sent::Refused(reason) => {
+                        self.members.refused(&member, &reason);
+                        refused.push(format!("{}: {reason}", member.authority));
+                    }
                 }
             }
+            // Every member refused: most likely an election under way. Its length is waited out.
+            if began.elapsed() >= LEADER_WAIT {
+                let refused = refused.join("; ");
+                return Err(tonic::Status::unavailable(format!("every etcd member refused: {refused}")).into());
+            }
+            tokio::time::sleep(LEADER_WAIT / 30).await;
         }
-        Err(tonic::Status::unavailable(format!("every etcd member refused: {}", refused.join("; "))).into())
     }
 
-    async fn send(&self, member: &Member, request: Request) -> Sent {
+    async fn send(&self, member: &Member, request: Request, read: bool) -> Sent {
         let channel = match self.channel(member) {
             Ok(c) => c,
             Err(e) => return Sent::Failed(e),
         };
         member.in_flight.fetch_add(1, Ordering::Relaxed);
         let _busy = InFlight(member);
-        match until_cut(member, channel.oneshot(request)).await {
+        let leader_changed = leader_change(self.members.terms());
+        let answer = tokio::select! {
+            answer = until_cut(member, channel.oneshot(request)) => answer,
+            status = leader_changed => Err(status),
+        };
+        match answer {
             Ok(Ok(response)) => match no_leader(&response) {
                 Some(reason) => Sent::Refused(reason),
                 None => Sent::Answered(response),
@@ -144,6 +181,7 @@ impl Router {
                 Some(reason) => Sent::Refused(reason),
                 None => Sent::Failed(e.into()),
             },
+            Err(_) if read => Sent::CutShort,
             Err(cut) => Sent::Failed(cut.into()),
         }
     }
@@ -151,7 +189,13 @@ impl Router {
     async fn stream(self, request: Request) -> Result<Response, BoxError> {
         let member = self.members.pick();
         let channel = self.channel(&member)?;
-        let response = match until_cut(&member, channel.oneshot(request)).await? {
+        // A lease keep-alive goes to the leader: its stream ends with the leader, as a request does.
+        let keep_alive = request.uri().path() == STREAMS[1];
+        let opened = tokio::select! {
+            opened = until_cut(&member, channel.oneshot(request)) => opened,
+            status = leader_change(self.members.terms()) => Err(status),
+        };
+        let response = match opened? {
             Ok(response) => response,
             Err(e) => {
                 if let Some(reason) = connect_error(&e) {
@@ -164,7 +208,18 @@ impl Router {
             self.members.refused(&member, &reason);
         }
         let (parts, body) = response.into_parts();
-        let cut = CutBody { body, cut: Box::pin(cut_of(member.cuts(), member.authority.clone())), done: false };
+        let (cuts, terms, authority) = (member.cuts(), self.members.terms(), member.authority.clone());
+        let cut: Pin<Box<dyn Future<Output = tonic::Status> + Send>> = if keep_alive {
+            Box::pin(async move {
+                tokio::select! {
+                    status = cut_of(cuts, authority) => status,
+                    status = leader_change(terms) => status,
+                }
+            })
+        } else {
+            Box::pin(cut_of(cuts, authority))
+        };
+        let cut = CutBody { body, cut, done: false };
         Ok(Response::from_parts(parts, tonic::body::Body::new(cut)))
     }
 }
@@ -194,6 +249,15 @@ async fn cut_of(mut cuts: watch::Receiver<u64>, authority: String) -> tonic::Sta
         std::future::pending::<()>().await;
     }
     tonic::Status::unavailable(format!("etcd member {authority} turned unhealthy before it answered"))
+}
+
+/// Resolves with an `Unavailable` status once a new leader is seen.
+async fn leader_change(mut terms: watch::Receiver<u64>) -> tonic::Status {
+    terms.borrow_and_update();
+    if terms.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    tonic::Status::unavailable("etcd elected a new leader before this request was answered")
 }
 
 /// "no leader" in a trailers-only answer: the member refused before doing anything.

@@ -25,7 +25,10 @@
 //! ticks due, ticks run, duplicates per (job, tick, attempt), ticks neither run nor recorded
 //! `missed`/`lost`, and execution records lost (a run in the file without its record in
 //! MongoDB), and alerts raised twice. It exits 1 if any of these is non-zero or a backfill never ends. The same
-//! seed gives the same fault schedule.
+//! seed gives the same fault schedule. `--profile production` runs each etcd member in a network
+//! namespace of its own and MongoDB as a 3-member replica set, and adds member partitions, primary
+//! step-downs and kills, and rolling restarts (`PRODUCTION_FAULTS`), printing each fault's cost in
+//! missed ticks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -33,6 +36,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use etcron_common::store::{MongoStore, Search};
 use etcron_tests::etcd_cluster::EtcdCluster;
+use etcron_tests::mongo_rs::MongoReplicaSet;
+use etcron_tests::netns::Cut;
 use etcron_tests::webhook::Receiver;
 use etcron_tests::{
     db_name, log_dir, now_ms, read_fired, record_command, wait_for, Fired, Master, Mongo, Rng, Worker, WorkerOpts,
@@ -53,7 +58,35 @@ enum Fault {
     StallEtcd,
     StarveCpu,
     Burst,
+    /// Production profile: the etcd leader cut from its peers (clients still reach it).
+    CutEtcdLeader,
+    /// Production profile: an etcd follower cut from its peers and its clients.
+    CutEtcdFollower,
+    /// Production profile: the MongoDB primary steps down.
+    MongoStepDown,
+    /// Production profile: the MongoDB primary SIGKILLed (then started again).
+    KillMongoPrimary,
+    /// Production profile: every worker, then every master, stopped (SIGTERM) and started
+    /// again, one at a time.
+    RollingRestart,
 }
+
+/// The production profile's faults: today's, with MongoDB's outage replaced by a replica set's
+/// failovers, and etcd members partitioned and every process restarted in turn.
+const PRODUCTION_FAULTS: [Fault; 12] = [
+    Fault::KillWorker,
+    Fault::StopWorker,
+    Fault::KillEtcdLeader,
+    Fault::RestartMaster,
+    Fault::StallEtcd,
+    Fault::StarveCpu,
+    Fault::Burst,
+    Fault::CutEtcdLeader,
+    Fault::CutEtcdFollower,
+    Fault::MongoStepDown,
+    Fault::KillMongoPrimary,
+    Fault::RollingRestart,
+];
 
 const FAULTS: [Fault; 8] = [
     Fault::KillWorker,
@@ -98,10 +131,14 @@ struct Options {
     seconds: u64,
     jobs: usize,
     settle: u64,
+    /// `production`: each etcd member in a network namespace of its own, a 3-member MongoDB
+    /// replica set, and the production faults (`PRODUCTION_FAULTS`).
+    production: bool,
 }
 
 fn options() -> Result<Options> {
-    let mut o = Options { seed: u64::try_from(now_ms()).unwrap_or(1), seconds: 180, jobs: 20, settle: 120 };
+    let mut o =
+        Options { seed: u64::try_from(now_ms()).unwrap_or(1), seconds: 180, jobs: 20, settle: 120, production: false };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -111,7 +148,14 @@ fn options() -> Result<Options> {
             "--seconds" => o.seconds = value.parse()?,
             "--jobs" => o.jobs = value.parse()?,
             "--settle" => o.settle = value.parse()?,
-            other => bail!("unknown flag {other}; known: --seed, --seconds, --jobs, --settle"),
+            "--profile" => {
+                o.production = match value.as_str() {
+                    "default" => false,
+                    "production" => true,
+                    other => bail!("--profile: default or production, not {other}"),
+                }
+            }
+            other => bail!("unknown flag {other}; known: --seed, --seconds, --jobs, --settle, --profile"),
         }
     }
     if o.seed == 0 {
@@ -120,9 +164,24 @@ fn options() -> Result<Options> {
     Ok(o)
 }
 
+/// Where records go: one `mongod` (the default profile) or a replica set (production).
+enum Db {
+    One(Mongo),
+    Set(MongoReplicaSet),
+}
+
+impl Db {
+    fn uri(&self) -> &str {
+        match self {
+            Self::One(m) => &m.uri,
+            Self::Set(s) => &s.uri,
+        }
+    }
+}
+
 struct System {
     etcd: EtcdCluster,
-    mongo: Mongo,
+    mongo: Db,
     masters: Vec<Master>,
     workers: Vec<Worker>,
     master_args: Vec<String>,
@@ -148,11 +207,15 @@ async fn main() -> Result<()> {
     let mut rng = Rng(o.seed);
     println!("etcron-chaos: seed {} (rerun with --seed {}), {} s, {} jobs", o.seed, o.seed, o.seconds, o.jobs);
     let logs = log_dir("chaos");
-    let etcd = EtcdCluster::start(&logs, 3).await?;
-    let mongo = Mongo::start_own(&logs).await?;
+    let (etcd, mongo) = if o.production {
+        println!("profile: production (etcd members in network namespaces, a 3-member MongoDB replica set)");
+        (EtcdCluster::start_partitionable(&logs, 3).await?, Db::Set(MongoReplicaSet::start(&logs, 3).await?))
+    } else {
+        (EtcdCluster::start(&logs, 3).await?, Db::One(Mongo::start_own(&logs).await?))
+    };
     let db = db_name("chaos");
     let namespace = "/t-chaos".to_owned();
-    let master_args = vec!["--mongodb-uri".to_owned(), mongo.uri.clone(), "--mongodb-db".to_owned(), db.clone()];
+    let master_args = vec!["--mongodb-uri".to_owned(), mongo.uri().to_owned(), "--mongodb-db".to_owned(), db.clone()];
     let mut sys = System { etcd, mongo, masters: Vec::new(), workers: Vec::new(), master_args, namespace, logs };
     for _ in 0..2 {
         let m = sys.start_master().await?;
@@ -160,7 +223,7 @@ async fn main() -> Result<()> {
     }
     for i in 1..=3 {
         let mut opts = WorkerOpts::new(&format!("w{i}"));
-        opts.mongodb = Some((sys.mongo.uri.clone(), db.clone()));
+        opts.mongodb = Some((sys.mongo.uri().to_owned(), db.clone()));
         sys.workers.push(Worker::start(&sys.etcd.endpoints(), &sys.namespace, &sys.logs, opts)?);
     }
     let work = tempfile::tempdir()?;
@@ -188,6 +251,9 @@ async fn main() -> Result<()> {
     let start_ms = now_ms();
     let deadline = Instant::now() + Duration::from_secs(o.seconds);
     let mut injected: BTreeMap<Fault, usize> = BTreeMap::new();
+    // Each fault's window (from its start to its end), for its cost in missed ticks.
+    let mut windows: Vec<(Fault, i64, i64)> = Vec::new();
+    let faults: &[Fault] = if o.production { &PRODUCTION_FAULTS } else { &FAULTS };
     // One-shot ticks of the bursts: (job, tick).
     let mut bursts: Vec<(String, i64)> = Vec::new();
     while Instant::now() < deadline {
@@ -195,8 +261,9 @@ async fn main() -> Result<()> {
         if Instant::now() >= deadline {
             break;
         }
-        let fault = FAULTS[usize::try_from(rng.below(FAULTS.len() as u64)).unwrap_or(0)];
-        let at = (now_ms() - start_ms) as f64 / 1000.0;
+        let fault = faults[usize::try_from(rng.below(faults.len() as u64)).unwrap_or(0)];
+        let began = now_ms();
+        let at = (began - start_ms) as f64 / 1000.0;
         match fault {
             Fault::KillWorker => {
                 let i = usize::try_from(rng.below(3)).unwrap_or(0);
@@ -224,9 +291,55 @@ async fn main() -> Result<()> {
             Fault::MongoOutage => {
                 let down = rng.millis(2_000, 6_000);
                 println!("{at:7.1}s  MongoDB down for {:.1}s", down.as_secs_f64());
-                sys.mongo.stop()?;
+                let Db::One(mongo) = &mut sys.mongo else { bail!("a MongoDB outage needs the default profile") };
+                mongo.stop()?;
                 tokio::time::sleep(down).await;
-                sys.mongo.restart().await?;
+                mongo.restart().await?;
+            }
+            Fault::CutEtcdLeader | Fault::CutEtcdFollower => {
+                let leader = sys.etcd.leader().await?;
+                let (member, cut) = if fault == Fault::CutEtcdLeader {
+                    (leader, Cut::Peers)
+                } else {
+                    ((leader + 1 + usize::try_from(rng.below(2)).unwrap_or(0)) % 3, Cut::Both)
+                };
+                let length = rng.millis(4_000, 12_000);
+                println!("{at:7.1}s  etcd m{member} cut ({cut:?}) for {:.1}s", length.as_secs_f64());
+                sys.etcd.cut(member, cut)?;
+                tokio::time::sleep(length).await;
+                sys.etcd.heal(member)?;
+                sys.etcd.wait_healthy().await?;
+            }
+            Fault::MongoStepDown | Fault::KillMongoPrimary => {
+                let Db::Set(set) = &mut sys.mongo else { bail!("MongoDB failovers need the production profile") };
+                if fault == Fault::MongoStepDown {
+                    let i = set.step_down().await?;
+                    println!("{at:7.1}s  MongoDB primary m{i} steps down");
+                } else {
+                    let i = set.primary().await.context("a MongoDB primary")?;
+                    println!("{at:7.1}s  SIGKILL MongoDB primary m{i}");
+                    set.kill(i);
+                    tokio::time::sleep(rng.millis(2_000, 6_000)).await;
+                    set.restart(i)?;
+                }
+                set.wait_primary().await?;
+            }
+            Fault::RollingRestart => {
+                println!("{at:7.1}s  rolling restart of every worker and master");
+                for w in &mut sys.workers {
+                    w.proc.signal(Signal::SIGTERM)?;
+                    if w.proc.wait_exit(Duration::from_secs(30)).is_err() {
+                        println!("           {} did not stop within 30 s: SIGKILL", w.proc.name);
+                    }
+                    w.restart()?;
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+                for i in 0..sys.masters.len() {
+                    sys.masters[i].proc.signal(Signal::SIGTERM)?;
+                    let _ = sys.masters[i].proc.wait_exit(Duration::from_secs(15));
+                    let m = sys.start_master().await?;
+                    sys.masters[i] = m;
+                }
             }
             Fault::RestartMaster => {
                 let i = usize::try_from(rng.below(2)).unwrap_or(0);
@@ -267,6 +380,7 @@ async fn main() -> Result<()> {
             }
         }
         *injected.entry(fault).or_default() += 1;
+        windows.push((fault, began, now_ms()));
         backfills.maybe_next(&http, &sys).await;
     }
     let end_ms = now_ms();
@@ -278,7 +392,7 @@ async fn main() -> Result<()> {
 
     // Due: every whole second strictly inside the fault window, for every job.
     let due: Vec<i64> = ((start_ms / 1000 + 1) * 1000..=end_ms - 1000).step_by(1000).collect();
-    let store = MongoStore::connect(&sys.mongo.uri, &db).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let store = MongoStore::connect(sys.mongo.uri(), &db).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let settle_deadline = Instant::now() + Duration::from_secs(o.settle);
     // The shaped jobs' ticks, as every worker computes them, are checked like the bursts'.
     let mut one_by_one = bursts.clone();
@@ -298,9 +412,10 @@ async fn main() -> Result<()> {
     let unfinished = backfills.wait_done(&http, &sys, settle_deadline).await;
     let (alerted, alerted_twice) = alerts_report(&alerts.all());
 
-    println!("\nfaults injected:");
+    let cost = fault_costs(&store, &jobs, &windows).await?;
+    println!("\nfaults injected (each one's cost: every-second ticks recorded missed from its start to 5 s after its end, or to the next fault):");
     for (fault, n) in &injected {
-        println!("  {fault:?}: {n}");
+        println!("  {fault:?}: {n}, {} ticks missed", cost.get(fault).copied().unwrap_or(0));
     }
     let due_total = due.len() * jobs.len() + one_by_one.len();
     println!("ticks due:                      {due_total}");
@@ -331,6 +446,7 @@ async fn main() -> Result<()> {
     let summary = json!({
         "seed": o.seed, "seconds": o.seconds, "jobs": o.jobs,
         "faults": injected.iter().map(|(f, n)| (format!("{f:?}"), n)).collect::<BTreeMap<_, _>>(),
+        "missed_by_fault": cost.iter().map(|(f, n)| (format!("{f:?}"), n)).collect::<BTreeMap<_, _>>(),
         "ticks_due": due_total, "ticks_run": report.ran, "missed": report.missed, "lost": report.lost,
         "skipped": report.skipped,
         "duplicates": report.duplicates.len(), "unaccounted": report.unaccounted.len(),
@@ -339,7 +455,16 @@ async fn main() -> Result<()> {
         "alerts": alerted, "alerts_twice": alerted_twice.len(),
     });
     println!("{summary}");
-    if !report.duplicates.is_empty()
+    // One etcd member lost costs nothing (docs/operations.md): at most one tick of each job,
+    // for a fault's effect that spills past its window.
+    let partitions = [Fault::CutEtcdLeader, Fault::CutEtcdFollower];
+    let partition_cost: usize = partitions.iter().filter_map(|f| cost.get(f)).sum();
+    let partitions_over = partition_cost > jobs.len();
+    if partitions_over {
+        println!("  etcd member partitions cost {partition_cost} missed ticks (more than one per job)");
+    }
+    if partitions_over
+        || !report.duplicates.is_empty()
         || !report.unaccounted.is_empty()
         || !report.records_lost.is_empty()
         || !unfinished.is_empty()
@@ -530,6 +655,34 @@ async fn shaped_jobs(
         }
     }
     Ok(jobs)
+}
+
+/// Every-second ticks recorded `missed` in each fault's window (its start to 5 s after its end,
+/// or to the next fault's start if that comes first), summed by kind of fault.
+async fn fault_costs(
+    store: &MongoStore,
+    jobs: &[String],
+    windows: &[(Fault, i64, i64)],
+) -> Result<BTreeMap<Fault, usize>> {
+    let mut cost: BTreeMap<Fault, usize> = BTreeMap::new();
+    let next_starts = windows.iter().skip(1).map(|w| w.1).chain([i64::MAX]);
+    for (&(fault, from, to), next) in windows.iter().zip(next_starts) {
+        let to = (to + 5_000).min(next) - 5_000;
+        let mut n = 0;
+        for job in jobs {
+            let search = Search {
+                job: Some(job.clone()),
+                statuses: vec![etcron_common::model::Status::Missed],
+                since_ms: Some(from),
+                until_ms: Some(to + 5_000),
+                limit: etcron_common::store::MAX_LIMIT,
+                ..Search::default()
+            };
+            n += store.search(&search).await.map_err(|e| anyhow::anyhow!("reading records: {e}"))?.executions.len();
+        }
+        *cost.entry(fault).or_default() += n;
+    }
+    Ok(cost)
 }
 
 struct Report {
