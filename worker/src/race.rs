@@ -330,12 +330,21 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> 
     Some(WonClaim { fencing_token: settled?, ..won })
 }
 
+/// Off until found: with it on, the worker simulation's seed 187 (of 300) records an attempt
+/// `lost` whose rerun never comes (`ETCRON_SIM_FROM=187 ETCRON_SIM_SEEDS=1 cargo test -p
+/// etcron-worker --test sim`); the protocol model alone keeps every invariant with it.
+const CLAIM_AGAIN: bool = false;
+
 /// Whether `fire`'s claim may be sent a second time when the first one's answer was lost and
 /// etcd, read back, holds no claim of it: a tick of a job without a lock or queue (whose claim
 /// writes nothing else that a second send could double), not a run request (raced again by
 /// `race_again`) nor a queued turn.
 fn sendable_again(fire: &Fire, queued: bool) -> bool {
-    fire.spec.concurrency == Concurrency::Allow && !queued && !fire.dequeued && fire.request_key.is_none()
+    CLAIM_AGAIN
+        && fire.spec.concurrency == Concurrency::Allow
+        && !queued
+        && !fire.dequeued
+        && fire.request_key.is_none()
 }
 
 /// The claim sent again (`sendable_again`), at the head of the batcher's queue; its hold
