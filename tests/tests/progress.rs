@@ -143,9 +143,17 @@ async fn reports_reach_the_api_the_stream_and_the_record_and_bad_ones_are_refuse
     assert!(c.workers[0].proc.log_text().contains("progress report with a wrong token"), "the refusal is logged");
 
     // The stream carries the next reports (the lines), then the record keeps the last ones.
+    // The gate opens only once the first event is read: the master may take its snapshot of the
+    // latest after the stream's headers, and the task must not have moved on by then.
     let mut stream = SseReader::open(&c, &id).await;
+    let first = loop {
+        let ev = stream.next().await.expect("the stream starts with the latest progress");
+        if ev.event == "progress" {
+            break ev.data;
+        }
+    };
     std::fs::write(&gate, "")?;
-    let mut seen = Vec::new();
+    let mut seen = vec![first];
     let record = loop {
         let ev = stream.next().await.expect("the stream ends with the record");
         match ev.event.as_str() {
