@@ -260,12 +260,13 @@ pub fn required_role(method: &Method, path: &str) -> Role {
 }
 
 /// Routes about the whole cluster rather than some team's jobs, which need the role as a
-/// global role: the token list, the master's metrics (they name every job) and changes to the
-/// shared skip calendars. Every other route is open to a role held on any team, and shows or
+/// global role: the token list, the master's metrics (they name every job), etcd's members
+/// (their addresses) and changes to the shared skip calendars. Every other route is open to a role held on any team, and shows or
 /// touches only what the caller's teams hold.
 #[must_use]
 pub fn global_only(method: &Method, path: &str) -> bool {
-    path == "/api/auth/tokens" || path == "/metrics" || (path.starts_with("/api/calendars/") && is_mutation(method))
+    matches!(path, "/api/auth/tokens" | "/metrics" | "/api/cluster/etcd")
+        || (path.starts_with("/api/calendars/") && is_mutation(method))
 }
 
 fn error(status: StatusCode, code: &'static str, message: String) -> ApiError {
@@ -493,7 +494,7 @@ mod tests {
     fn cluster_routes_need_a_global_role() {
         use Method as M;
         assert!(global_only(&M::GET, "/api/auth/tokens"));
-        assert!(global_only(&M::GET, "/metrics"));
+        assert!(global_only(&M::GET, "/metrics") && global_only(&M::GET, "/api/cluster/etcd"));
         assert!(global_only(&M::PUT, "/api/calendars/h") && global_only(&M::DELETE, "/api/calendars/h"));
         assert!(!global_only(&M::GET, "/api/calendars/h") && !global_only(&M::GET, "/api/calendars"));
         assert!(!global_only(&M::PUT, "/api/jobs/a") && !global_only(&M::GET, "/api/workers"));

@@ -36,6 +36,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/batch"),
     ("GET", "/api/workers"),
     ("GET", "/api/cluster/storage"),
+    ("GET", "/api/cluster/etcd"),
     ("GET", "/api/schedule/preview"),
     ("GET", "/api/calendars"),
     ("GET", "/api/calendars/{name}"),

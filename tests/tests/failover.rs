@@ -154,7 +154,8 @@ async fn a_kill_written_while_a_worker_was_disconnected_reaches_it_on_reconnect(
 
     proxy.cut();
     wait_for(Duration::from_secs(20), "the worker to notice the broken watch", || async {
-        worker.proc.log_text().contains("re-listing").then_some(())
+        let log = worker.proc.log_text();
+        (log.contains("watch failed; resuming") || log.contains("watch stream closed; resuming")).then_some(())
     })
     .await?;
     let status = http.post(format!("{}/api/jobs/long/kill", master.url)).send().await?.status();

@@ -387,6 +387,8 @@ async fn every_route_shows_and_touches_only_the_callers_teams() -> anyhow::Resul
         (a_admin, Method::PUT, "/api/calendars/holidays", 403),
         (a_view, Method::GET, "/api/calendars", 200),
         (a_view, Method::GET, "/api/cluster/storage", 200),
+        (a_admin, Method::GET, "/api/cluster/etcd", 403),
+        (gview, Method::GET, "/api/cluster/etcd", 200),
     ] {
         let mut req = reqwest::Client::new().request(method.clone(), format!("{}{path}", c.master.url));
         if method == Method::PUT {

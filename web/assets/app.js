@@ -48,19 +48,19 @@ async function checkStorage() {
 }
 
 /** Shows which etcd members the master deems unhealthy (no leader, or no answer while the
- * others answer), from `/readyz`; checked at load and every 5 s. Requests go to the other
- * members meanwhile, so this is a warning, not an outage. */
+ * others answer), from `/api/cluster/etcd` (a global role; others see no banner); checked at
+ * load and every 5 s. Requests go to the other members meanwhile, so this is a warning, not an
+ * outage. */
 async function checkMembers() {
   const el = document.getElementById("etcd-members-banner");
   try {
-    const resp = await fetch("/readyz");
-    const ready = await resp.json();
-    const sick = (ready.etcd_members || []).filter((m) => !m.healthy);
+    const cluster = await getJson("/api/cluster/etcd");
+    const sick = (cluster.members || []).filter((m) => !m.healthy);
     el.textContent = sick.map((m) =>
       `etcd member ${m.endpoint} is unhealthy for ${Math.round(m.for_ms / 1000)} s (${m.reason}): ` +
       "requests go to the other members.").join(" ");
     el.hidden = sick.length === 0;
-  } catch { /* the master did not answer: the page's own banner says so */ }
+  } catch { /* no global role, or the master did not answer: the page's own banner says so */ }
 }
 
 /** What the banner says about a failed request. */

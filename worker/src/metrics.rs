@@ -38,8 +38,10 @@ pub struct WorkerMetrics {
     /// The etcd revision of the newest job change this worker has applied (how far its view of
     /// the jobs has caught up: compare with the revision a `PUT /api/jobs/..` answered).
     pub jobs_revision: IntGauge,
-    /// Re-lists of a watched prefix after the first list (compaction, error, stream closed).
+    /// Re-lists of a watched prefix after the first list (compaction, cancel).
     pub watch_resyncs: IntCounterVec,
+    /// Watches opened again from their last revision (a member cut off, a stream lost).
+    pub watch_resumes: IntCounterVec,
     pub lease_losses: IntCounter,
     /// Departures whose handling a survivor ranked after the first found unfinished (an
     /// execution of the departed worker still unclosed): the first handler died or was slow.
@@ -160,7 +162,12 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     ),
     watch_resyncs: counter_vec(
         "etcron_worker_watch_resyncs_total",
-        "Re-lists of a watched etcd prefix after its first list, by watch.",
+        "Re-lists of a watched etcd prefix after its first list (a compaction or a cancel), by watch.",
+        &["watch"],
+    ),
+    watch_resumes: counter_vec(
+        "etcron_worker_watch_resumes_total",
+        "Watches of an etcd prefix opened again from the revision after their last event (the stream failed), by watch.",
         &["watch"],
     ),
     lease_losses: counter(

@@ -190,11 +190,16 @@ async fn pump_once(
             None,
         )]),
     );
-    let txn = Txn::new().when([held_by_holder, Compare::version(entry_key.clone(), CompareOp::Greater, 0)]).and_then([
-        TxnOp::delete(entry_key, None),
-        TxnOp::put(lock, to_json(&entry.execution_id), Some(PutOptions::new().with_lease(lease))),
-        put_request,
-    ]);
+    // Nothing queued ahead of the head since it was read (a failover's rerun of an earlier
+    // tick, queued meanwhile, goes first): the lock goes to the queue's first entry, always.
+    let none_ahead = Compare::version(prefix, CompareOp::Equal, 0).with_range(entry_key.clone());
+    let txn = Txn::new()
+        .when([held_by_holder, Compare::version(entry_key.clone(), CompareOp::Greater, 0), none_ahead])
+        .and_then([
+            TxnOp::delete(entry_key, None),
+            TxnOp::put(lock, to_json(&entry.execution_id), Some(PutOptions::new().with_lease(lease))),
+            put_request,
+        ]);
     let resp = etcron_common::etcd::request("queue_hand_over", kv.txn(txn))
         .await
         .map_err(|_| "handing the lock on timed out".to_owned())?

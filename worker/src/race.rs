@@ -119,15 +119,13 @@ fn read_back(
 /// A claim this worker gave up on (its outcome unknown, nothing found when read back) is read
 /// again after `MISSED_AFTER`: a txn etcd applied after the read (it was queued behind a stall)
 /// leaves a claim of ours that nobody runs, which is then closed `missed`. A claim of ours this
-/// worker runs is left alone: it was raced for again and won (`won_again`: the token of a tick's
-/// claim sent again; the registry: a run request raced again).
-fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim, won_again: WonAgain) {
+/// worker runs is left alone: it was raced for again and won (a run request raced again).
+fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) {
     let (ctx, fire, won) = (ctx.clone(), fire.clone(), won.clone());
     etcron_common::task::spawn(async move {
         tokio::time::sleep(MISSED_AFTER).await;
         match resolve_unknown_claim(&ctx, &fire, &won).await {
-            Resolved::Ours(token) | Resolved::Orphaned(token)
-                if won_again.get() == Some(&token) || ctx.registry.runs(&fire.id, token) => {}
+            Resolved::Ours(token) | Resolved::Orphaned(token) if ctx.registry.runs(&fire.id, token) => {}
             Resolved::Ours(token) | Resolved::Orphaned(token) => record_orphan(&ctx, &fire, &won, token).await,
             Resolved::NotOurs | Resolved::Absent => {}
             Resolved::NoAnswer => {
@@ -137,9 +135,6 @@ fn recheck_unknown_claim(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim, won_ag
         }
     });
 }
-
-/// The fencing token of a tick's claim sent again and won, for the recheck of the first.
-pub(crate) type WonAgain = Arc<std::sync::OnceLock<i64>>;
 
 /// A claim of this worker's that it never ran (its txn's outcome was unknown, and the session
 /// that wrote it ended before etcd answered, or etcd applied it after this worker had given up):
@@ -330,21 +325,12 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> 
     Some(WonClaim { fencing_token: settled?, ..won })
 }
 
-/// Off until found: with it on, the worker simulation's seed 187 (of 300) records an attempt
-/// `lost` whose rerun never comes (`ETCRON_SIM_FROM=187 ETCRON_SIM_SEEDS=1 cargo test -p
-/// etcron-worker --test sim`); the protocol model alone keeps every invariant with it.
-const CLAIM_AGAIN: bool = false;
-
 /// Whether `fire`'s claim may be sent a second time when the first one's answer was lost and
 /// etcd, read back, holds no claim of it: a tick of a job without a lock or queue (whose claim
 /// writes nothing else that a second send could double), not a run request (raced again by
 /// `race_again`) nor a queued turn.
 fn sendable_again(fire: &Fire, queued: bool) -> bool {
-    CLAIM_AGAIN
-        && fire.spec.concurrency == Concurrency::Allow
-        && !queued
-        && !fire.dequeued
-        && fire.request_key.is_none()
+    fire.spec.concurrency == Concurrency::Allow && !queued && !fire.dequeued && fire.request_key.is_none()
 }
 
 /// The claim sent again (`sendable_again`), at the head of the batcher's queue; its hold
@@ -518,7 +504,7 @@ pub(crate) async fn settle_outcome(
                     tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, "claim outcome unknown: not running this tick here");
                     ctx.unsettled.note(fire);
                     watch_for_miss(ctx, fire, 0, NotRaced::Unknown);
-                    recheck_unknown_claim(ctx, fire, won, WonAgain::default());
+                    recheck_unknown_claim(ctx, fire, won);
                     // A run request stays until claimed: raced for again under the same id (the
                     // sweeps settle schedule ticks only).
                     if let Some(key) = &fire.request_key {
@@ -542,8 +528,11 @@ fn young(ctx: &Context, fire: &Fire, won: &WonClaim) -> bool {
 /// A tick's claim whose answer was lost and that etcd, read back, does not hold: nothing was
 /// written, so it is sent once more (a leader lost mid-claim loses the claims in flight to it).
 /// The first transaction may still be applied late (queued behind a stall): then the second is
-/// refused, and the claim read back is ours to run; the first's recheck is told the token the
-/// second won, so it never closes a claim this worker runs. The same steps as the simulation's
+/// refused, and the claim read back is ours to run. Only once this worker has decided — the
+/// claim runs here under a token, or it gave the tick up — is the first transaction rechecked
+/// (`recheck_unknown_claim`), and only when it gave the tick up (a claim it runs holds the key
+/// the first transaction would create): a recheck started before the decision could close
+/// `missed` a claim the decision then runs (the worker simulation's seed 187 did). The same steps as the simulation's
 /// model (`sim/src/world.rs`, `read_back`).
 async fn claim_again(
     ctx: &Arc<Context>,
@@ -554,8 +543,6 @@ async fn claim_again(
 ) -> Option<i64> {
     METRICS.claims.with_label_values(&["sent_again"]).inc();
     tracing::info!(%error, scheduled_ms = fire.scheduled_ms, "claim outcome unknown and etcd holds no claim of the tick: claiming it again");
-    let won_again = WonAgain::default();
-    recheck_unknown_claim(ctx, fire, won, won_again.clone());
     let outcome = match send_again(ctx, fire, request, won).await {
         ClaimOutcome::Lost => match resolve_unknown_claim(ctx, fire, won).await {
             // The first transaction was applied after all.
@@ -568,10 +555,11 @@ async fn claim_again(
         },
         outcome => outcome,
     };
-    if let ClaimOutcome::Won { fencing_token, .. } = &outcome {
-        let _ = won_again.set(*fencing_token);
+    let runs = Box::pin(settle_outcome(ctx, fire, won, outcome, None)).await;
+    if runs.is_none() {
+        recheck_unknown_claim(ctx, fire, won);
     }
-    Box::pin(settle_outcome(ctx, fire, won, outcome, None)).await
+    runs
 }
 
 #[cfg(test)]

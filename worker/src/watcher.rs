@@ -1,6 +1,7 @@
 //! Mirrors an etcd prefix: list it (paginated, at one revision), then watch from revision+1.
-//! On a watch error or compaction it re-lists and hands the caller a fresh snapshot, so the
-//! caller reconciles instead of trusting an event stream with a hole in it.
+//! A watch that fails resumes from the revision after its last event; on a compaction it
+//! re-lists and hands the caller a fresh snapshot, so the caller reconciles instead of trusting
+//! an event stream with a hole in it.
 
 use std::time::Duration;
 
@@ -74,6 +75,10 @@ pub async fn list(client: &Client, prefix: &str) -> Result<(Vec<Kv>, i64), etcd_
 }
 
 /// Runs until `stop` flips or the receiver is dropped. `name` labels log lines.
+///
+/// A watch that fails (its member cut off, a connection lost) is opened again from the revision
+/// after the last event it delivered, on whichever member the client now routes to; only a
+/// compaction (or a cancel) re-lists.
 pub async fn mirror(
     client: Client,
     prefix: String,
@@ -83,42 +88,41 @@ pub async fn mirror(
 ) {
     let mut backoff = Duration::from_millis(100);
     let mut listed_before = false;
+    // The revision to watch from without listing again.
+    let mut resume: Option<i64> = None;
     loop {
         if *stop.borrow() {
             return;
         }
-        if std::mem::replace(&mut listed_before, true) {
-            crate::metrics::METRICS.watch_resyncs.with_label_values(&[name]).inc();
-        }
-        let (kvs, revision) = match list(&client, &prefix).await {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(watch = name, error = %e, "listing failed; retrying");
-                tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
+        let mut from = match resume.take() {
+            Some(from) => {
+                tracing::info!(watch = name, from_revision = from, "watch resumed");
+                crate::metrics::METRICS.watch_resumes.with_label_values(&[name]).inc();
+                from
             }
+            None => match snapshot(&client, &prefix, name, &tx, &mut listed_before).await {
+                Some(Ok(revision)) => revision + 1,
+                Some(Err(())) => {
+                    tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+                None => return,
+            },
         };
-        tracing::debug!(watch = name, keys = kvs.len(), revision, "listed");
-        if tx.send(Update::Snapshot { kvs, revision }).await.is_err() {
-            return;
-        }
         let mut watcher = client.watch_client();
         // No previous values: nothing here reads them, and etcd would read each one from its
         // backend for every event of every watcher.
-        let opts = WatchOptions::new().with_prefix().with_start_revision(revision + 1);
+        let opts = WatchOptions::new().with_prefix().with_start_revision(from);
         let mut stream = match request("watch", watcher.watch(prefix.clone(), Some(opts))).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                tracing::warn!(watch = name, error = %e, "starting watch failed; re-listing");
-                tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
-            }
-            Err(_) => {
-                // Backs off like a failure: re-listing at once would add a large read to the
-                // load that kept etcd from answering.
-                tracing::warn!(watch = name, "starting watch timed out; re-listing");
+            failed => {
+                // A timeout backs off like a failure: re-opening at once would add to the load
+                // that kept etcd from answering.
+                let error = failed
+                    .map_or_else(|_| "timed out".to_owned(), |r| r.err().map(|e| e.to_string()).unwrap_or_default());
+                tracing::warn!(watch = name, %error, "starting watch failed; trying again");
+                resume = Some(from);
                 tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
                 continue;
@@ -143,34 +147,62 @@ pub async fn mirror(
                     backoff = Duration::from_millis(100);
                     for event in resp.events() {
                         let Some(kv) = event.kv() else { continue };
-                        let update = match event.event_type() {
-                            EventType::Put => Update::Put(Kv {
-                                key: kv.key().to_vec(),
-                                value: kv.value().to_vec(),
-                                create_revision: kv.create_revision(),
-                                mod_revision: kv.mod_revision(),
-                            }),
-                            EventType::Delete => {
-                                Update::Delete { key: kv.key().to_vec(), mod_revision: kv.mod_revision() }
-                            }
-                        };
-                        if tx.send(update).await.is_err() {
+                        from = from.max(kv.mod_revision() + 1);
+                        if tx.send(update(event.event_type(), kv)).await.is_err() {
                             return;
                         }
                     }
                 }
                 Ok(None) => {
-                    tracing::warn!(watch = name, "watch stream closed; re-listing");
+                    tracing::warn!(watch = name, "watch stream closed; resuming");
+                    resume = Some(from);
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(watch = name, error = %e, "watch failed; re-listing");
+                    tracing::warn!(watch = name, error = %e, "watch failed; resuming");
+                    resume = Some(from);
                     break;
                 }
             }
         }
         tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Lists the prefix and hands the caller the snapshot: its revision, `Err` when listing failed
+/// (logged), `None` when the receiver is gone.
+async fn snapshot(
+    client: &Client,
+    prefix: &str,
+    name: &'static str,
+    tx: &mpsc::Sender<Update>,
+    listed_before: &mut bool,
+) -> Option<Result<i64, ()>> {
+    if std::mem::replace(listed_before, true) {
+        crate::metrics::METRICS.watch_resyncs.with_label_values(&[name]).inc();
+    }
+    let (kvs, revision) = match list(client, prefix).await {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::warn!(watch = name, error = %e, "listing failed; retrying");
+            return Some(Err(()));
+        }
+    };
+    tracing::debug!(watch = name, keys = kvs.len(), revision, "listed");
+    tx.send(Update::Snapshot { kvs, revision }).await.ok()?;
+    Some(Ok(revision))
+}
+
+fn update(kind: EventType, kv: &etcd_client::KeyValue) -> Update {
+    match kind {
+        EventType::Put => Update::Put(Kv {
+            key: kv.key().to_vec(),
+            value: kv.value().to_vec(),
+            create_revision: kv.create_revision(),
+            mod_revision: kv.mod_revision(),
+        }),
+        EventType::Delete => Update::Delete { key: kv.key().to_vec(), mod_revision: kv.mod_revision() },
     }
 }
 

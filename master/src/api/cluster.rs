@@ -1,5 +1,5 @@
-//! Probes and the cluster's state: `/healthz`, `/readyz`, `GET /api/cluster/storage`, and who
-//! the caller is (`whoami`, the token list).
+//! Probes and the cluster's state: `/healthz`, `/readyz`, `GET /api/cluster/storage`,
+//! `GET /api/cluster/etcd`, and who the caller is (`whoami`, the token list).
 
 use std::time::Duration;
 
@@ -34,9 +34,13 @@ pub(super) async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Valu
     let ready = etcd["ok"] == true && mongodb["ok"] == true;
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     // Neither a storage warning nor an unhealthy member makes the master unready while its
-    // requests are answered: the members that have a leader serve them.
+    // requests are answered: the members that have a leader serve them. `/readyz` is open to
+    // anyone: it counts the members, and names none (`GET /api/cluster/etcd` does, to a global
+    // role).
     let storage = st.storage.current();
-    let members = etcron_common::etcd::member_health();
+    let health = etcron_common::etcd::member_health();
+    let healthy = health.iter().filter(|m| m.healthy).count();
+    let members = json!({ "healthy": healthy, "total": health.len() });
     (
         status,
         Json(
@@ -52,6 +56,12 @@ pub(super) async fn cluster_storage(State(st): State<AppState>) -> ApiResult<Jso
         .current()
         .map(Json)
         .ok_or_else(|| ApiError::etcd_unavailable(&"etcd's status has not been read yet (it is polled every 10 s)"))
+}
+
+/// `GET /api/cluster/etcd`: each etcd endpoint the master was given, as its probes and requests
+/// see it (global viewer: it names the cluster's addresses).
+pub(super) async fn cluster_etcd() -> Json<Value> {
+    Json(json!({ "members": etcron_common::etcd::member_health() }))
 }
 
 /// Who the token is: `{"name", "role", "teams"}` — its global role (`null` when it has team

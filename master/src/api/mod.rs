@@ -52,6 +52,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/batch", post(batch))
         .route("/api/workers", get(list_workers))
         .route("/api/cluster/storage", get(cluster_storage))
+        .route("/api/cluster/etcd", get(cluster_etcd))
         .route("/api/schedule/preview", get(preview))
         .route("/api/calendars", get(calendars::list))
         .route("/api/calendars/{name}", get(calendars::get).put(calendars::put).delete(calendars::delete))
