@@ -4,9 +4,10 @@
 //!
 //! - A request a member refused before doing anything ("no leader", connection refused) marks
 //!   it unhealthy and goes again to another member, within its deadline; refused by all, it
-//!   tries again every 100 ms for up to `LEADER_WAIT` (an election). A read (`READS`) cut short
-//!   by the two cases below is sent again too. Nothing else is sent twice: an answer lost on
-//!   the way may mean the request was applied.
+//!   tries again every 100 ms for up to `LEADER_WAIT` (an election). A read (`READS`, or a
+//!   transaction of ranges only) cut short by the two cases below, or answered "leader
+//!   changed", is sent again too. Nothing else is sent twice: an answer lost on the way may
+//!   mean the request was applied.
 //! - A member turning unhealthy fails what waits on it: a request still waiting for its answer
 //!   (its caller treats that as unknown, as after a timeout), and the response stream of a
 //!   watch or a lease keep-alive (its owner opens it again, on a healthy member).
@@ -131,7 +132,7 @@ impl Router {
         let (parts, body) = request.into_parts();
         let body: Bytes = body.collect().await?.to_bytes();
         let began = tokio::time::Instant::now();
-        let read = READS.contains(&parts.uri.path());
+        let read = only_reads(parts.uri.path(), &body);
         loop {
             let mut refused = Vec::new();
             for _ in 0..self.members.list.len() {
@@ -175,6 +176,8 @@ impl Router {
         match answer {
             Ok(Ok(response)) => match no_leader(&response) {
                 Some(reason) => Sent::Refused(reason),
+                // A linearizable read that met an election: asked again, it reads the new leader.
+                None if read && leader_changed_answer(&response) => Sent::CutShort,
                 None => Sent::Answered(response),
             },
             Ok(Err(e)) => match connect_error(&e) {
@@ -268,6 +271,34 @@ fn no_leader(response: &Response) -> Option<String> {
     (unavailable && message.contains("no leader")).then(|| message.to_owned())
 }
 
+/// Whether etcd answered "leader changed" (`Unavailable`): the request met an election.
+fn leader_changed_answer(response: &Response) -> bool {
+    let headers = response.headers();
+    headers.get("grpc-status").is_some_and(|s| s.as_bytes() == b"14")
+        && headers.get("grpc-message").and_then(|m| m.to_str().ok()).is_some_and(|m| m.contains("leader changed"))
+}
+
+/// Whether a request only reads: a call in `READS`, or a transaction whose every operation, in
+/// both branches and nested, is a range (a save found unchanged, a claim's read-back). `body`
+/// is the request as framed by gRPC: a compression flag, a 4-byte length, the message.
+fn only_reads(path: &str, body: &[u8]) -> bool {
+    if READS.contains(&path) {
+        return true;
+    }
+    let (Some(0), Some(message)) = (body.first(), body.get(5..)) else { return false };
+    path == "/etcdserverpb.KV/Txn"
+        && <etcd_client::proto::PbTxnRequest as prost::Message>::decode(message).is_ok_and(|t| txn_reads(&t))
+}
+
+fn txn_reads(txn: &etcd_client::proto::PbTxnRequest) -> bool {
+    use etcd_client::proto::PbTxnOpRequest as Op;
+    txn.success.iter().chain(&txn.failure).all(|op| match &op.request {
+        Some(Op::RequestRange(_)) => true,
+        Some(Op::RequestTxn(inner)) => txn_reads(inner),
+        _ => false,
+    })
+}
+
 /// A connection that could not be made: nothing reached the member.
 fn connect_error(e: &tonic::transport::Error) -> Option<String> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
@@ -310,5 +341,48 @@ impl http_body::Body for CutBody {
 
     fn is_end_stream(&self) -> bool {
         self.done || self.body.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use etcd_client::proto::{PbTxnOpRequest as Op, PbTxnRequest, PbTxnRequestOp};
+
+    /// A transaction as gRPC frames it on the wire.
+    fn framed(success: Vec<Op>, failure: Vec<Op>) -> Vec<u8> {
+        let ops = |ops: Vec<Op>| ops.into_iter().map(|op| PbTxnRequestOp { request: Some(op) }).collect();
+        let txn = PbTxnRequest { compare: Vec::new(), success: ops(success), failure: ops(failure) };
+        let message = prost::Message::encode_to_vec(&txn);
+        let mut body = vec![0];
+        body.extend(u32::try_from(message.len()).unwrap().to_be_bytes());
+        body.extend(message);
+        body
+    }
+
+    #[test]
+    fn only_ranges_read_whatever_the_nesting() {
+        const TXN: &str = "/etcdserverpb.KV/Txn";
+        let range = || Op::RequestRange(Default::default());
+        let nested = |ops: Vec<Op>| {
+            Op::RequestTxn(PbTxnRequest {
+                compare: Vec::new(),
+                success: ops.into_iter().map(|op| PbTxnRequestOp { request: Some(op) }).collect(),
+                failure: Vec::new(),
+            })
+        };
+        assert!(only_reads(TXN, &framed(vec![range(), range()], vec![range()])));
+        assert!(only_reads(TXN, &framed(vec![nested(vec![range()])], Vec::new())));
+        assert!(!only_reads(TXN, &framed(vec![range()], vec![Op::RequestPut(Default::default())])));
+        assert!(!only_reads(TXN, &framed(vec![nested(vec![Op::RequestDeleteRange(Default::default())])], Vec::new())));
+        // A put is no read whatever it carries; a range call always is.
+        assert!(!only_reads("/etcdserverpb.KV/Put", &framed(vec![range()], Vec::new())));
+        assert!(only_reads("/etcdserverpb.KV/Range", b""));
+        // Compressed or cut short: not known to read.
+        let mut compressed = framed(vec![range()], Vec::new());
+        compressed[0] = 1;
+        assert!(!only_reads(TXN, &compressed));
+        assert!(!only_reads(TXN, &[0, 0]));
     }
 }

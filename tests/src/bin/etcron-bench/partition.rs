@@ -203,6 +203,15 @@ fn sessions_lost(logs: &Path, workers: &[Worker]) {
     println!("sessions lost: {}", lost.join(", "));
 }
 
+/// `None` for a 2xx answer; otherwise what came back (status and body, or the error).
+async fn answer(resp: reqwest::Result<reqwest::Response>) -> Option<String> {
+    match resp {
+        Ok(r) if r.status().is_success() => None,
+        Ok(r) => Some(format!("{} {}", r.status(), r.text().await.unwrap_or_default())),
+        Err(e) => Some(e.to_string()),
+    }
+}
+
 /// Asks each master `/readyz` and for one job update every 250 ms, tallied by fault window.
 async fn probe_masters(
     urls: Vec<String>,
@@ -215,11 +224,17 @@ async fn probe_masters(
         let k = window.load(std::sync::atomic::Ordering::SeqCst);
         for (i, url) in urls.iter().enumerate() {
             let started = std::time::Instant::now();
-            let ready = http.get(format!("{url}/readyz")).send().await;
-            let put = http.put(format!("{url}/api/jobs/probe-{i}")).json(&spec).send().await;
-            let ok = ready.is_ok_and(|r| r.status().is_success()) && put.is_ok_and(|r| r.status().is_success());
+            let ready = answer(http.get(format!("{url}/readyz")).send().await).await;
+            let put = answer(http.put(format!("{url}/api/jobs/probe-{i}")).json(&spec).send().await).await;
+            let ok = ready.is_none() && put.is_none();
             if k == 0 {
                 continue;
+            }
+            // What failed, with the master's answer: the figures count it, this says why.
+            for (what, failed) in [("/readyz", ready), ("PUT /api/jobs", put)] {
+                if let Some(failed) = failed {
+                    eprintln!("master {i} (fault window {k}): {what} failed after {:?}: {failed}", started.elapsed());
+                }
             }
             let mut t = tallies.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
             let row = t.entry(k).or_insert_with(|| vec![MasterTally::default(); urls.len()]);
