@@ -5,8 +5,8 @@
 //! - A request a member refused before doing anything ("no leader", connection refused) marks
 //!   it unhealthy and goes again to another member, within its deadline; refused by all, it
 //!   tries again every 100 ms for up to `LEADER_WAIT` (an election). A read (`READS`, or a
-//!   transaction of ranges only) cut short by the two cases below, or answered "leader
-//!   changed", is sent again too. Nothing else is sent twice: an answer lost on the way may
+//!   transaction of ranges only) cut short by the two cases below, by a broken connection, or
+//!   answered "leader changed", is sent again too. Nothing else is sent twice: an answer lost on the way may
 //!   mean the request was applied.
 //! - A member turning unhealthy fails what waits on it: a request still waiting for its answer
 //!   (its caller treats that as unknown, as after a timeout), and the response stream of a
@@ -182,6 +182,8 @@ impl Router {
             },
             Ok(Err(e)) => match connect_error(&e) {
                 Some(reason) => Sent::Refused(reason),
+                // A read whose connection broke (its member killed) is asked again.
+                None if read => Sent::CutShort,
                 None => Sent::Failed(e.into()),
             },
             Err(_) if read => Sent::CutShort,
