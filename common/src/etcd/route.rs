@@ -105,8 +105,9 @@ enum Sent {
     Answered(Response),
     /// Refused before anything was done: another member may take it.
     Refused(String),
-    /// A read cut short (its member turned unhealthy, or a new leader): sent again.
-    CutShort,
+    /// Cut short (its member turned unhealthy, a new leader, a broken connection) or answered
+    /// "leader changed": sent again if it only reads, else `.0` is its outcome.
+    Interrupted(Result<Response, BoxError>),
     Failed(BoxError),
 }
 
@@ -132,7 +133,9 @@ impl Router {
         let (parts, body) = request.into_parts();
         let body: Bytes = body.collect().await?.to_bytes();
         let began = tokio::time::Instant::now();
-        let read = only_reads(parts.uri.path(), &body);
+        // Decided only once a request is interrupted: claims are transactions too, and the hot
+        // path does not decode them.
+        let mut read: Option<bool> = None;
         loop {
             let mut refused = Vec::new();
             for _ in 0..self.members.list.len() {
@@ -142,10 +145,14 @@ impl Router {
                 *request.uri_mut() = parts.uri.clone();
                 *request.version_mut() = parts.version;
                 *request.headers_mut() = parts.headers.clone();
-                match self.send(&member, request, read).await {
+                match self.send(&member, request).await {
                     Sent::Answered(response) => return Ok(response),
                     Sent::Failed(e) => return Err(e),
-                    Sent::CutShort => {}
+                    Sent::Interrupted(outcome) => {
+                        if !*read.get_or_insert_with(|| only_reads(parts.uri.path(), &body)) {
+                            return outcome;
+                        }
+                    }
                     Sent::Refused(reason) => {
                         self.members.refused(&member, &reason);
                         refused.push(format!("{}: {reason}", member.authority));
@@ -161,7 +168,7 @@ impl Router {
         }
     }
 
-    async fn send(&self, member: &Member, request: Request, read: bool) -> Sent {
+    async fn send(&self, member: &Member, request: Request) -> Sent {
         let channel = match self.channel(member) {
             Ok(c) => c,
             Err(e) => return Sent::Failed(e),
@@ -177,17 +184,15 @@ impl Router {
             Ok(Ok(response)) => match no_leader(&response) {
                 Some(reason) => Sent::Refused(reason),
                 // A linearizable read that met an election: asked again, it reads the new leader.
-                None if read && leader_changed_answer(&response) => Sent::CutShort,
+                None if leader_changed_answer(&response) => Sent::Interrupted(Ok(response)),
                 None => Sent::Answered(response),
             },
             Ok(Err(e)) => match connect_error(&e) {
                 Some(reason) => Sent::Refused(reason),
                 // A read whose connection broke (its member killed) is asked again.
-                None if read => Sent::CutShort,
-                None => Sent::Failed(e.into()),
+                None => Sent::Interrupted(Err(e.into())),
             },
-            Err(_) if read => Sent::CutShort,
-            Err(cut) => Sent::Failed(cut.into()),
+            Err(cut) => Sent::Interrupted(Err(cut.into())),
         }
     }
 
