@@ -1,4 +1,4 @@
-// Browser test of the jobs list, run by tests/tests/ui.rs against a real cluster:
+// Browser test of the jobs list, run by tests/tests/it/ui.rs against a real cluster:
 //   node jobs.mjs <master url> <screenshot dir>
 // The harness has created: nightly-report (labels team=data, one succeeded run), paused-job
 // (enabled: false), mars-only (selector region=mars, no worker matches) and as-backup (runs as
@@ -59,9 +59,17 @@ try {
   await small.screenshot({ path: path.join(shots, "jobs-375-dark.png"), fullPage: true });
 
   // Workers: the live one with its labels, and the job nobody matches.
+  // The run started above may still hold a slot when the page first loads: it is read again
+  // until the worker shows it free (the page shows the load the worker last registered).
   await page.goto(base + "/#/workers");
-  await page.locator('tr[data-worker="w1"]').waitFor();
-  assert.match(await page.locator('tr[data-worker="w1"]').innerText(), /0 \/ 64/);
+  const w1 = page.locator('tr[data-worker="w1"]');
+  await w1.waitFor();
+  for (const deadline = Date.now() + 20_000; !/0 \/ 64/.test(await w1.innerText()); ) {
+    assert.ok(Date.now() < deadline, `the worker's slots never showed free: ${await w1.innerText()}`);
+    await page.waitForTimeout(250);
+    await page.reload();
+    await w1.waitFor();
+  }
   assert.match(await page.locator('tr[data-worker="w1"]').innerText(), /\broot\b/);
   const unmatched = await page.locator("#unmatched").innerText();
   assert.match(unmatched, /mars-only needs a worker that matches region=mars/);
