@@ -9,8 +9,6 @@
 //! machine reaches only by chance), so this tests the timeout path; the classification of
 //! `ResourceExhausted` is unit-tested in `common/src/etcd.rs`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use etcron_tests::{free_port, scrape, wait_for, Cluster, Scrape, WorkerOpts};

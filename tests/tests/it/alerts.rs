@@ -4,8 +4,6 @@
 //! counted from the resume, `output_match` per matching execution, and a target's `silence`
 //! sending a flapping job's event once and recording the rest `silenced`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::HashMap;
 use std::time::Duration;
 

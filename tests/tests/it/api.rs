@@ -1,8 +1,6 @@
 //! The master's HTTP API against a real etcd: create/replace/read/delete, optimistic
 //! concurrency, validation errors that name the field, manual runs, previews and 503s.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use etcron_tests::Cluster;
 use reqwest::Method;
 use serde_json::json;

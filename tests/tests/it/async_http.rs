@@ -5,8 +5,6 @@
 //! the field, and a worker SIGKILLed while polling is handed off: the rerun's request carries
 //! the last checkpoint (`X-Etcron-Checkpoint`), so the remote side continues from it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -3,8 +3,6 @@
 //! live schedule holds it, and when the worker running an item is killed; a cancelled backfill
 //! requests nothing more; bad requests name their field.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;

@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 //! `POST /api/batch` against a real etcd and master: many jobs written in few transactions,
 //! each change answered on its own (preconditions, bad specs, secrets, deletes, saves that
 //! change nothing and so write nothing, through PUT too), the batch

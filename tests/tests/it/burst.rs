@@ -3,8 +3,6 @@
 //! lost, and the claims and closes went to etcd in batches — fewer raft proposals than fires,
 //! where one claim and one close per fire would be two.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

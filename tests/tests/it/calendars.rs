@@ -3,8 +3,6 @@
 //! calendar, and never runs; a calendar changed mid-schedule takes effect at the next tick; the
 //! API, the preview and etcronctl say the same.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

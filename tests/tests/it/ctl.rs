@@ -7,8 +7,6 @@
 //! command's exit code against no server, a server that is not a master, bad arguments, a dry
 //! run and a kill with nothing running.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;

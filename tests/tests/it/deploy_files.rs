@@ -15,8 +15,6 @@
 //! Nothing here needs Docker, Kubernetes, nginx or systemd running; `systemd-analyze verify`
 //! is used when it is installed.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -17,8 +17,6 @@
 //! exits non-zero, prints the API's error envelope (`{"error":{"code":...`) on stdout, or runs
 //! longer than [`BLOCK_TIMEOUT`]; the failure names the file and the line of the block.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -3,8 +3,6 @@
 //! tick twice, and once an operator compacts, defragments and disarms etcd (the procedure of
 //! docs/operations.md) it runs again and every tick of the alarm is run or recorded `missed`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 

@@ -2,8 +2,6 @@
 //! returns every tick of the outage is either run or recorded `missed`; clients carry on over
 //! the surviving endpoints and pick up job changes made after the outage.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -2,8 +2,6 @@
 //! certificates (etcd's `--client-cert-auth`), and etcd's own user/password auth with a role
 //! limited to the namespace. Real etcd, a real `mongod` and processes.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

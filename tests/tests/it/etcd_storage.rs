@@ -4,8 +4,6 @@
 //! its warning in the API and the console, is `etcd_alarm.rs`.) And the workers' retention
 //! leases, which bound how many claims etcd deletes at once.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use anyhow::Context as _;

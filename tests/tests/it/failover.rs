@@ -1,7 +1,5 @@
 //! Workers dying and restarting: the survivors keep every tick, nothing runs twice.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use etcron_tests::{

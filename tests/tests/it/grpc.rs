@@ -11,8 +11,6 @@
 //! bloat once decoded, a packed response that bloats once decoded) refused by the worker's
 //! budgets while its memory stays bounded.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use anyhow::Result;

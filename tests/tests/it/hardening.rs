@@ -4,8 +4,6 @@
 //! answers only to loopback names, failed authentications are limited per address, and
 //! half-sent requests cannot hold the server's connections.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

@@ -3,8 +3,6 @@
 //! exactly one of two racing callers wins; the history outlives an etcd compaction, keeps the
 //! newest 100 within `max_history_bytes_per_job` and goes with the job.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use etcron_tests::{wait_for, Cluster};

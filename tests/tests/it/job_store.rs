@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 //! The master's `JobStore` against a real etcd, without HTTP: saves with their preconditions,
 //! deletes taking what belongs to the job along, the dry-run plan comparing secret values,
 //! pause and resume kept outside the spec, run requests and kill commands on their leases.

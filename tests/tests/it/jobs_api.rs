@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 //! The master's side of job semantics against a real etcd: dependency cycles refused (also when
 //! two masters save the two halves of one at the same time), the job state key written on
 //! create and kept on replace, deletes that take the state and pending run requests along, and

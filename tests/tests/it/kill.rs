@@ -1,8 +1,6 @@
 //! Kill commands: a kill stops the task's whole process group, reaches executions by id or
 //! all of a job's, and never touches executions claimed after it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use etcron_tests::{alive, read_pid, urlencode, wait_for, Cluster};

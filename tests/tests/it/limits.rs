@@ -2,8 +2,6 @@
 //! a task opening too many files and one allocating too much memory fail, each record saying
 //! which limit it hit; a small task under the same limits succeeds; HTTP tasks refuse them.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use etcron_tests::{urlencode, wait_for, Cluster};

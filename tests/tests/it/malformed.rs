@@ -2,8 +2,6 @@
 //! a worker or the master: each is logged at error level naming its key and ignored, a good job
 //! keeps firing every second meanwhile, and the API shows invalid jobs as `invalid`, never a 500.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::process::Command;
 use std::time::Duration;
 

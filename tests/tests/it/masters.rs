@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 //! Two masters behind a load balancer (a round-robin TCP proxy in the test, one connection per
 //! request): they share nothing but etcd and MongoDB, so an edit through either is seen
 //! through both, a stale `If-Match` is refused whichever master takes it, and a run requested

@@ -5,8 +5,6 @@
 //! session lease lost to SIGSTOP. Execution log lines carry the job, execution id and worker id
 //! of their span.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use etcron_tests::{free_port, scrape, wait_for, Cluster, Scrape, WorkerOpts};

@@ -2,8 +2,6 @@
 //! `misfire` policy once a worker is back, each exactly once; schedules in job timezones across
 //! a DST change, run by a worker whose clock is set there.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -4,8 +4,6 @@
 //! webhook that never answers while an every-second job keeps its ticks, and the workers'
 //! default targets.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use anyhow::Result;

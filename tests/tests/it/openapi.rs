@@ -7,8 +7,6 @@
 //! show (jobs of every kind, a job stored around the API, a registered worker with a running
 //! execution, execution records of every shape, backfills) is seeded before the run.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;

@@ -4,8 +4,6 @@
 //! the pause along; workers learn pauses from their first listing (a worker started while a job
 //! is paused never runs it) and from their watch (a pause written while they run stops the runs).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::path::Path;
 use std::time::Duration;
 

@@ -4,8 +4,6 @@
 //! of a 100-step task is handed off: the failover rerun continues from the last checkpoint, each
 //! step counted exactly once.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

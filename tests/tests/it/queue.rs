@@ -3,8 +3,6 @@
 //! `max_queue` it is recorded `skipped` naming the queue; the queue is listed by the API and
 //! survives the worker holding the lock being killed; bad specs name their field.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

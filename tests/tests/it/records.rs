@@ -1,8 +1,6 @@
 //! Execution records in a real `mongod`: one per execution and per tick that did
 //! not run, searchable by every filter, kept across MongoDB outages and worker restarts.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

@@ -4,8 +4,6 @@
 //! recorded `missed` naming the user; a group that is not the user's fails the run naming it.
 //! A worker not running as root refuses `run_as_users` at start.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;

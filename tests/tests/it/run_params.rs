@@ -4,8 +4,6 @@
 //! worker killed mid-run) run with the same parameters; two workers race each run and it runs
 //! once; bad parameters are refused naming the field.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::path::Path;
 use std::time::Duration;
 

@@ -2,8 +2,6 @@
 //! on real workers racing for the same ticks: one execution per instant, nothing outside the
 //! window; the job view, the preview and etcronctl honour the same rule.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

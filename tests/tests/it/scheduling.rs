@@ -1,8 +1,6 @@
 //! Ticks across several real workers: exactly once per tick, edits/pauses/deletes taking
 //! effect without restarts, manual runs claimed once.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use etcron_tests::{check_every_second, now_ms, read_fired, wait_for, wait_tick, Cluster};

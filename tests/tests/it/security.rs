@@ -2,8 +2,6 @@
 //! tokens from `hash-token` with roles, secrets that reach the task but never the API, the
 //! audit log (kept across a MongoDB outage), no CORS, and refusing an open non-loopback listen.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::process::Command;
 use std::time::Duration;
 

@@ -1,8 +1,6 @@
 //! Job semantics end to end: retries, concurrency policies, worker loss, modes, selectors,
 //! dependencies and one-shot schedules, each visible in the execution records.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

@@ -2,8 +2,6 @@
 //! ticks with a true one without running any twice or missing any. The claim key is the tick,
 //! not a time window, so a skewed clock changes when a worker races, never how many win.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::path::Path;
 
 use etcron_tests::{check_every_second, faketime_env, now_ms, read_fired, wait_tick, Cluster, WorkerOpts};

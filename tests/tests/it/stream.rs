@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 //! Live output: `GET /api/executions/{id}/stream` relays a running execution's output from the
 //! worker as Server-Sent Events while the task still runs, and ends with the final record; a
 //! finished execution streams its recorded output and status at once; the worker's output

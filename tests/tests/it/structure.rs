@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 //! The layout rules ARCHITECTURE.md states, checked from the sources: the model crate does no
 //! I/O, etcronctl depends on the model alone, and no crate's modules import each other in a
 //! circle.

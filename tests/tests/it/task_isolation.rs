@@ -9,8 +9,6 @@
 //! answering, and a shell task in a network namespace of its own (`shell_task_network =
 //! "none"`) reaches nothing of the host (a worker that cannot make one does not start).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;

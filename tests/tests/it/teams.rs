@@ -7,8 +7,6 @@
 //! per token and per team, and a team holds at most its quota of jobs, counted in etcd: exact
 //! across masters.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::process::Command;
 use std::time::Duration;
 

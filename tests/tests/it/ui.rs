@@ -2,8 +2,6 @@
 //! Chromium) against a real cluster this harness starts. Screenshots land in the test's log
 //! directory under `target/debug/test-logs/`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use etcron_tests::{browser_with, wait_for, Cluster};

@@ -1,8 +1,6 @@
 //! Watch recovery: a worker whose watch fell behind a compaction re-lists and reconciles:
 //! a job deleted meanwhile stops, a job created meanwhile starts, nothing is doubled.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
-
 use std::time::Duration;
 
 use etcd_client::{CompactionOptions, PutOptions, Txn, TxnOp};
