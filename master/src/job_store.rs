@@ -286,12 +286,17 @@ impl JobStore {
         let prefix = self.keys.calendars_prefix();
         let opts = GetOptions::new().with_prefix().with_keys_only();
         let resp = etcd("calendar_names", self.client.kv_client().get(prefix.as_str(), Some(opts))).await?;
-        let known: std::collections::HashSet<&[u8]> =
-            resp.kvs().iter().filter_map(|kv| kv.key().strip_prefix(prefix.as_bytes())).collect();
+        let known: std::collections::HashSet<String> = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| match self.keys.parse(kv.key()) {
+                Some(Key::Calendar(name)) => Some(name),
+                _ => None,
+            })
+            .collect();
         pending.retain(|i| {
             let Change::Put(spec) = &writes[*i].change else { return true };
-            let Some((n, missing)) =
-                spec.skip_calendars.iter().enumerate().find(|(_, c)| !known.contains(c.as_bytes()))
+            let Some((n, missing)) = spec.skip_calendars.iter().enumerate().find(|(_, c)| !known.contains(c.as_str()))
             else {
                 return true;
             };

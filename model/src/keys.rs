@@ -3,8 +3,16 @@
 //! ```text
 //! {ns}/jobs/{job}                         JobSpec
 //! {ns}/workers/{worker_id}                WorkerInfo           (worker session lease)
-//! {ns}/claims/{job}/{tick}                Claim                (session lease, then retention lease)
+//! {ns}/claims/{job}/{tick}{part}[#attempt]  Claim              (retention lease; its inflight key is on the session lease)
+//! {ns}/inflight/{worker_id}/{batch}       the executions one claim transaction raced for (worker session lease)
+//! {ns}/departures/{worker_id}/{revision}  a departure's handling finished (retention lease)
 //! {ns}/running/{job}/{execution_id}       RunningExecution     (worker session lease)
+//! {ns}/lock/{job}{part}                   ExecutionId          (`forbid`/`replace`/`queue`: the holder's session lease)
+//! {ns}/queue/{job}/q{part}/{ms}-{tick}#{attempt}  QueuedRun   (`concurrency: queue`, oldest first)
+//! {ns}/backfills/{job}/{id}               Backfill             (no lease: deleted with the job)
+//! {ns}/calendars/{name}                   Calendar             (no lease)
+//! {ns}/compactor                          the compacting master (its lease)
+//! {ns}/quota-probe                        empty                (a top-level put weighing batches against etcd's quota)
 //! {ns}/kill/{job}/{execution_id|all}      KillCommand          (lease >= 60 s)
 //! {ns}/trigger/{job}/{request_id}         TriggerRequest       (lease >= 60 s)
 //! {ns}/state/{job}                        JobState
@@ -311,6 +319,13 @@ pub enum Key {
     Lock {
         job: String,
         part: Part,
+    },
+    /// A skip calendar, by name (see `Keys::calendar`).
+    Calendar(String),
+    /// A backfill of a job (see `Keys::backfill`).
+    Backfill {
+        job: String,
+        id: String,
     },
 }
 
@@ -667,6 +682,12 @@ impl Keys {
                 };
                 Some(Key::Kill { job: job.to_owned(), target })
             }
+            "calendars" if job_ok(rest) => Some(Key::Calendar(rest.to_owned())),
+            "backfills" => {
+                let (job, id) = rest.split_once('/')?;
+                (job_ok(job) && validate_id(id).is_ok())
+                    .then(|| Key::Backfill { job: job.to_owned(), id: id.to_owned() })
+            }
             "trigger" => {
                 let (job, request_id) = rest.split_once('/')?;
                 if !job_ok(job) || validate_id(request_id).is_err() {
@@ -711,6 +732,8 @@ mod tests {
             (k.running(&shard), Key::Running(shard.clone())),
             (k.lock("db-backup", &Part::Whole), Key::Lock { job: "db-backup".into(), part: Part::Whole }),
             (k.lock("db-backup", &Part::Shard(2)), Key::Lock { job: "db-backup".into(), part: Part::Shard(2) }),
+            (k.calendar("holidays"), Key::Calendar("holidays".into())),
+            (k.backfill("db-backup", "b1c2"), Key::Backfill { job: "db-backup".into(), id: "b1c2".into() }),
             (k.running(&id), Key::Running(id.clone())),
             (k.running(&manual), Key::Running(manual.clone())),
             (k.inflight("w-1", "5f1e-17"), Key::Inflight { worker: "w-1".into(), batch: "5f1e-17".into() }),
@@ -923,6 +946,8 @@ mod tests {
                 job_name().prop_map(Key::Paused),
                 (job_name(), id()).prop_map(|(job, entry)| Key::History { job, entry }),
                 (job_name(), part()).prop_map(|(job, part)| Key::Lock { job, part }),
+                job_name().prop_map(Key::Calendar),
+                (job_name(), id()).prop_map(|(job, id)| Key::Backfill { job, id }),
             ]
         }
 
@@ -941,6 +966,8 @@ mod tests {
                 Key::Paused(job) => keys.paused(job),
                 Key::History { job, entry } => keys.history(job, entry),
                 Key::Lock { job, part } => keys.lock(job, part),
+                Key::Calendar(name) => keys.calendar(name),
+                Key::Backfill { job, id } => keys.backfill(job, id),
             }
         }
 

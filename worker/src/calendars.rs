@@ -7,6 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use etcron_common::calendar::{skip_reason, Calendar};
 use etcron_common::job::JobSpec;
+use etcron_common::keys::{Key, Keys};
 use etcron_common::UnixMs;
 
 use crate::metrics::METRICS;
@@ -19,26 +20,25 @@ pub struct CalendarTable {
 }
 
 impl CalendarTable {
-    /// Applies a change of `{ns}/calendars/` (`prefix`). A value that does not parse is
-    /// logged and leaves the calendar out (its job's ticks then run, with a warning each).
-    pub fn apply(&self, prefix: &str, update: Update) {
+    /// Applies a change of `{ns}/calendars/`. A value that does not parse is logged and leaves
+    /// the calendar out (its job's ticks then run, with a warning each).
+    pub fn apply(&self, keys: &Keys, update: Update) {
         let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
         match update {
             Update::Snapshot { kvs, revision } => {
-                *inner = kvs.iter().filter_map(|kv| parse(prefix, kv)).collect();
+                *inner = kvs.iter().filter_map(|kv| parse(keys, kv)).collect();
                 tracing::info!(calendars = inner.len(), revision, "skip calendars listed");
             }
             Update::Put(kv) => {
-                if let Some((name, calendar)) = parse(prefix, &kv) {
+                if let Some((name, calendar)) = parse(keys, &kv) {
                     tracing::info!(calendar = %name, mod_revision = kv.mod_revision, "skip calendar saved");
                     inner.insert(name, calendar);
                 }
             }
             Update::Delete { key, mod_revision } => {
-                let name = key.strip_prefix(prefix.as_bytes()).map(String::from_utf8_lossy);
-                if let Some(name) = name {
+                if let Some(Key::Calendar(name)) = keys.parse(&key) {
                     tracing::info!(calendar = %name, mod_revision, "skip calendar deleted");
-                    inner.remove(name.as_ref());
+                    inner.remove(&name);
                 }
             }
         }
@@ -68,8 +68,8 @@ impl CalendarTable {
     }
 }
 
-fn parse(prefix: &str, kv: &Kv) -> Option<(String, Arc<Calendar>)> {
-    let name = String::from_utf8_lossy(kv.key.strip_prefix(prefix.as_bytes())?).into_owned();
+fn parse(keys: &Keys, kv: &Kv) -> Option<(String, Arc<Calendar>)> {
+    let Some(Key::Calendar(name)) = keys.parse(&kv.key) else { return None };
     match serde_json::from_slice::<Calendar>(&kv.value) {
         Ok(calendar) => Some((name, Arc::new(calendar))),
         Err(e) => {

@@ -123,12 +123,11 @@ impl Scheduler {
                 None => return,
             },
         }
-        let calendar_prefix = self.ctx.keys.calendars_prefix();
         tokio::select! {
             biased;
             _ = stop.changed() => return,
             first = calendars.recv() => match first {
-                Some(update) => self.ctx.calendars.apply(&calendar_prefix, update),
+                Some(update) => self.ctx.calendars.apply(&self.ctx.keys, update),
                 None => return,
             },
         }
@@ -162,7 +161,7 @@ impl Scheduler {
                 _ = stop.changed() => return,
                 () = tokio::time::sleep(sleep) => {}
                 Some(update) = paused.recv() => self.apply_pause_update(update),
-                Some(update) = calendars.recv() => self.ctx.calendars.apply(&calendar_prefix, update),
+                Some(update) = calendars.recv() => self.ctx.calendars.apply(&self.ctx.keys, update),
                 Some(update) = jobs.recv() => self.apply_job_update(update),
                 Some(update) = triggers.recv() => self.apply_trigger_update(update),
                 Some(key) = again.recv() => self.race_again(&key, now),

@@ -18,7 +18,7 @@ use etcron_common::backfill::{
 };
 use etcron_common::calendar::Calendar;
 use etcron_common::job::{JobSpec, Mode};
-use etcron_common::keys::Tick;
+use etcron_common::keys::{Key, Tick};
 use etcron_common::model::Status;
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 use serde::Serialize;
@@ -156,7 +156,7 @@ async fn stored(st: &AppState, job: &str) -> ApiResult<Vec<(String, Backfill)>> 
         .kvs()
         .iter()
         .filter_map(|kv| {
-            let id = String::from_utf8_lossy(kv.key().strip_prefix(prefix.as_bytes())?).into_owned();
+            let Some(Key::Backfill { id, .. }) = st.keys.parse(kv.key()) else { return None };
             match serde_json::from_slice::<Backfill>(kv.value()) {
                 Ok(b) => Some((id, b)),
                 Err(e) => {

@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use etcd_client::{GetOptions, PutOptions};
 use etcron_common::calendar::Calendar;
+use etcron_common::keys::Key;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -39,7 +40,7 @@ pub(super) async fn list(State(st): State<AppState>) -> ApiResult<Json<Value>> {
         .kvs()
         .iter()
         .filter_map(|kv| {
-            let name = String::from_utf8_lossy(kv.key().strip_prefix(prefix.as_bytes())?).into_owned();
+            let Some(Key::Calendar(name)) = st.keys.parse(kv.key()) else { return None };
             let calendar = serde_json::from_slice(kv.value()).ok()?;
             Some(CalendarView { name, revision: kv.mod_revision(), calendar })
         })
@@ -104,6 +105,9 @@ async fn jobs_naming(st: &AppState, calendar: &str) -> ApiResult<Vec<String>> {
                 spec["skip_calendars"].as_array().is_some_and(|names| names.iter().any(|n| n == calendar))
             })
         })
-        .filter_map(|kv| Some(String::from_utf8_lossy(kv.key().strip_prefix(prefix.as_bytes())?).into_owned()))
+        .filter_map(|kv| match st.keys.parse(kv.key()) {
+            Some(Key::Job(name)) => Some(name),
+            _ => None,
+        })
         .collect())
 }
