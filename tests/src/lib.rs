@@ -727,6 +727,17 @@ impl Cluster {
         Ok(body)
     }
 
+    /// Runs `job` now (`POST /api/jobs/{job}/run`): the execution id, or an error naming
+    /// what the master answered when it was not 202.
+    pub async fn run_now(&self, job: &str) -> Result<String> {
+        let (status, body) = self.call(reqwest::Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
+        anyhow::ensure!(status == 202, "run {job}: {status} {body}");
+        body["execution_id"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("run {job}: no execution_id in {body}"))
+    }
+
     /// Sends a request; returns status and JSON body (Null when empty).
     pub async fn call(
         &self,
@@ -915,6 +926,12 @@ pub async fn key_history(client: &mut etcd_client::Client, key: &str) -> Result<
 
 pub fn now_ms() -> i64 {
     etcron_common::now_ms()
+}
+
+/// Unix ms of an RFC 3339 timestamp as the API writes it; panics on anything else.
+pub fn ms(rfc3339: &serde_json::Value) -> i64 {
+    let text = rfc3339.as_str().unwrap_or_else(|| panic!("not a timestamp: {rfc3339}"));
+    chrono::DateTime::parse_from_rfc3339(text).unwrap_or_else(|e| panic!("{text}: {e}")).timestamp_millis()
 }
 
 /// CPU seconds (user + system) and resident memory in bytes of a process, from /proc.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Result;
 use etcron_common::keys::Keys;
 use etcron_tests::webhook::{Received, Receiver};
-use etcron_tests::{free_port, now_ms, scrape, urlencode, wait_for, Cluster, WorkerOpts};
+use etcron_tests::{free_port, ms, now_ms, scrape, urlencode, wait_for, Cluster, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -41,10 +41,6 @@ async fn raised(metrics: &[String], event: &str) -> Result<f64> {
         sum += scrape(url, None).await?.value("etcron_worker_alerts_raised_total", &[("event", event)]);
     }
     Ok(sum)
-}
-
-fn ms(rfc3339: &Value) -> i64 {
-    chrono::DateTime::parse_from_rfc3339(rfc3339.as_str().unwrap()).unwrap().timestamp_millis()
 }
 
 /// Deliveries to `path` by event, each delivery id once (a retry repeats its id).

@@ -154,12 +154,6 @@ fn job(url: &str, steps: u32, extra: &str, poll: Value) -> Value {
         "url": format!("{url}/work?steps={steps}{extra}"), "secret_headers": {"X-Api-Key": "k3y"}, "async": poll}})
 }
 
-async fn run(c: &Cluster, job: &str) -> Result<String> {
-    let (status, body) = c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
-    anyhow::ensure!(status == 202, "run {job}: {status} {body}");
-    Ok(body["execution_id"].as_str().unwrap().to_owned())
-}
-
 async fn record(c: &Cluster, id: &str, status: &str) -> Result<Value> {
     let path = format!("/api/executions/{}", urlencode(id));
     wait_for(Duration::from_secs(60), &format!("{id} {status}"), || async {
@@ -175,7 +169,7 @@ async fn an_accepted_request_is_polled_to_its_end_with_progress_and_checkpoints(
     let c = Cluster::start("async-http", 1).await?;
     let (url, remote) = remote().await?;
     c.put_job("ok", job(&url, 6, "", json!({"interval": "300ms"}))).await?;
-    let id = run(&c, "ok").await?;
+    let id = c.run_now("ok").await?;
     // While it runs, the API shows the status document's progress.
     let path = format!("/api/executions/{}", urlencode(&id));
     let shown = wait_for(Duration::from_secs(30), "progress in the API", || async {
@@ -207,7 +201,7 @@ async fn an_accepted_request_is_polled_to_its_end_with_progress_and_checkpoints(
 
     // A failed state fails the run, naming it.
     c.put_job("bad", job(&url, 1, "&fail=1", json!({"interval": "200ms"}))).await?;
-    let failed = record(&c, &run(&c, "bad").await?, "failed").await?;
+    let failed = record(&c, &c.run_now("bad").await?, "failed").await?;
     assert!(
         failed["error"].as_str().unwrap().starts_with("the remote work failed: state \"failed\" at http://"),
         "{failed}"
@@ -220,7 +214,7 @@ async fn kill_and_timeout_send_the_cancel_request_and_bad_specs_are_refused() ->
     let c = Cluster::start("async-http-cancel", 1).await?;
     let (url, remote) = remote().await?;
     c.put_job("forever", job(&url, 1_000_000, "", json!({"interval": "200ms"}))).await?;
-    let id = run(&c, "forever").await?;
+    let id = c.run_now("forever").await?;
     wait_for(Duration::from_secs(30), "a few polls", || async {
         remote.works().first().is_some_and(|w| w.polled_with.len() >= 3).then_some(())
     })
@@ -240,7 +234,7 @@ async fn kill_and_timeout_send_the_cancel_request_and_bad_specs_are_refused() ->
     let mut slow = job(&url, 1_000_000, "", json!({"interval": "200ms", "timeout": "2s"}));
     slow["timeout"] = json!("1m");
     c.put_job("slow", slow).await?;
-    let timed = record(&c, &run(&c, "slow").await?, "timed_out").await?;
+    let timed = record(&c, &c.run_now("slow").await?, "timed_out").await?;
     assert!(remote.works()[1].cancelled, "the timeout sent the cancel request");
     assert!(timed["output"].as_str().unwrap().contains("polling timed out after 2s"), "{timed}");
 
@@ -252,7 +246,7 @@ async fn kill_and_timeout_send_the_cancel_request_and_bad_specs_are_refused() ->
     slow["timeout"] = json!("1m");
     c.put_job("trickled", slow).await?;
     let started = std::time::Instant::now();
-    let timed = record(&c, &run(&c, "trickled").await?, "timed_out").await?;
+    let timed = record(&c, &c.run_now("trickled").await?, "timed_out").await?;
     assert!(started.elapsed() < Duration::from_secs(20), "timed out after {:?}", started.elapsed());
     assert!(timed["output"].as_str().unwrap().contains("a status answer was still arriving"), "{timed}");
 
@@ -286,7 +280,7 @@ async fn a_polled_task_whose_worker_dies_is_resumed_from_its_checkpoint() -> Res
     c.wait_workers(2).await?;
     let (url, remote) = remote().await?;
     c.put_job("long", job(&url, 30, "", json!({"interval": "300ms"}))).await?;
-    let first = run(&c, "long").await?;
+    let first = c.run_now("long").await?;
     let runner = wait_for(Duration::from_secs(30), "step 10", || async {
         let w = remote.works().first().cloned()?;
         (w.step >= 10).then(|| w.started_with["x-etcron-worker-id"].clone())
@@ -343,7 +337,7 @@ async fn status_urls_are_checked_and_the_progress_token_stays_with_the_origin() 
         json!({"interval": "200ms"}),
     );
     c.put_job("to-etcd", spec).await?;
-    let r = record(&c, &run(&c, "to-etcd").await?, "failed").await?;
+    let r = record(&c, &c.run_now("to-etcd").await?, "failed").await?;
     let error = r["error"].as_str().unwrap();
     assert!(
         error.starts_with(&format!("polling {etcd}/v3/kv/range/status/0: {etcd}/v3/kv/range/status/0 was not requested: refused to connect to 127.0.0.1:"))
@@ -357,7 +351,7 @@ async fn status_urls_are_checked_and_the_progress_token_stays_with_the_origin() 
     let mut spec = job(&other, 1_000_000, "", json!({"interval": "200ms"}));
     spec["task"]["url"] = json!(format!("{url}/hop?to={}", urlencode(&format!("{other}/work?steps=1000000"))));
     c.put_job("elsewhere", spec).await?;
-    let id = run(&c, "elsewhere").await?;
+    let id = c.run_now("elsewhere").await?;
     wait_for(Duration::from_secs(30), "two polls at the other origin", || async {
         remote.works().get(1).is_some_and(|w| w.polled_with.len() >= 2).then_some(())
     })
@@ -379,7 +373,7 @@ async fn status_urls_are_checked_and_the_progress_token_stays_with_the_origin() 
     let mut spec = job(&tls, 1, "", json!({"interval": "200ms"}));
     spec["task"]["url"] = json!(format!("{tls}/work"));
     c.put_job("downgraded", spec).await?;
-    let r = record(&c, &run(&c, "downgraded").await?, "failed").await?;
+    let r = record(&c, &c.run_now("downgraded").await?, "failed").await?;
     let error = r["error"].as_str().unwrap();
     assert!(error.contains("(plain http) is not followed"), "{error}");
     assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 2, "the request and one poll, not retried: {r}");

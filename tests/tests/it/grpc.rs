@@ -19,13 +19,6 @@ use etcron_tests::{free_port, make_certs, scrape, urlencode, wait_for, Cluster, 
 use reqwest::Method;
 use serde_json::{json, Value};
 
-/// Requests a run of `job`; its execution id.
-async fn run(c: &Cluster, job: &str) -> Result<String> {
-    let (status, body) = c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
-    anyhow::ensure!(status == 202, "run {job}: {status} {body}");
-    Ok(body["execution_id"].as_str().unwrap().to_owned())
-}
-
 /// The final record of execution `id`.
 async fn record(c: &Cluster, id: &str) -> Result<Value> {
     let path = format!("/api/executions/{}", urlencode(id));
@@ -39,7 +32,7 @@ async fn record(c: &Cluster, id: &str) -> Result<Value> {
 /// Saves `job` with `task` (a gRPC task at `endpoint`), runs it once and answers its record.
 async fn run_task(c: &Cluster, job: &str, task: Value) -> Result<Value> {
     c.put_job(job, json!({"schedule": "@yearly", "task": task})).await?;
-    let id = run(c, job).await?;
+    let id = c.run_now(job).await?;
     record(c, &id).await
 }
 
@@ -108,7 +101,7 @@ async fn calls_through_reflection_succeed_fail_and_are_cancelled_as_the_server_s
     let mut spec = shown["spec"].clone();
     spec["description"] = json!("edited");
     c.put_job("echo", spec).await?;
-    let again = record(&c, &run(&c, "echo").await?).await?;
+    let again = record(&c, &c.run_now("echo").await?).await?;
     assert_eq!(again["status"], "succeeded", "{again}");
     let kept = server.calls().into_iter().rev().find(|c| c.method == "Echo").unwrap();
     assert_eq!(kept.metadata["authorization"], "Bearer s3cret");
@@ -184,12 +177,12 @@ async fn calls_through_reflection_succeed_fail_and_are_cancelled_as_the_server_s
     // A timeout and a kill cancel the call; the server sees both cancelled.
     let mut slow = grpc(at, "etcron.test.Echo/Sleep", json!({"millis": 60_000}));
     c.put_job("slow", json!({"schedule": "@yearly", "timeout": "1s", "task": slow.clone()})).await?;
-    let timed_out = record(&c, &run(&c, "slow").await?).await?;
+    let timed_out = record(&c, &c.run_now("slow").await?).await?;
     assert_eq!(timed_out["status"], "timed_out", "{timed_out}");
     server.wait(Duration::from_secs(10), "the timed-out sleep cancelled", |_, cancelled| cancelled.len() == 1).await?;
     slow["metadata"] = json!({"x-run": "killed"});
     c.put_job("slow", json!({"schedule": "@yearly", "task": slow})).await?;
-    let id = run(&c, "slow").await?;
+    let id = c.run_now("slow").await?;
     server
         .wait(Duration::from_secs(30), "the second sleep to start", |calls, _| {
             calls.iter().any(|c| c.metadata.get("x-run").map(String::as_str) == Some("killed"))
@@ -333,11 +326,11 @@ async fn descriptor_sets_v1alpha_reflection_credentials_and_tls() -> Result<()> 
         spec
     };
     c.put_job("tls-trusted", on("test")).await?;
-    let trusted = record(&c, &run(&c, "tls-trusted").await?).await?;
+    let trusted = record(&c, &c.run_now("tls-trusted").await?).await?;
     assert_eq!((&trusted["status"], &trusted["worker_id"]), (&json!("succeeded"), &json!("w1")), "{trusted}");
     assert_eq!(response(&trusted)["text"], "over tls");
     c.put_job("tls-unknown-ca", on("system")).await?;
-    let refused = record(&c, &run(&c, "tls-unknown-ca").await?).await?;
+    let refused = record(&c, &c.run_now("tls-unknown-ca").await?).await?;
     assert_eq!((&refused["status"], &refused["worker_id"]), (&json!("failed"), &json!("w2")), "{refused}");
     let error = refused["error"].as_str().unwrap();
     assert!(error.starts_with(&format!("connecting to {} failed: ", tls.endpoint)), "{error}");
@@ -362,7 +355,7 @@ async fn a_call_whose_worker_dies_is_rerun_with_its_last_checkpoint() -> Result<
     let server = GrpcServer::start(Reflection::V1).await?;
     let task = grpc(&server.endpoint, "etcron.test.Echo/Sleep", json!({"millis": 4000}));
     c.put_job("long-call", json!({"schedule": "@yearly", "task": task})).await?;
-    let first = run(&c, "long-call").await?;
+    let first = c.run_now("long-call").await?;
     server.wait(Duration::from_secs(30), "the first call", |calls, _| !calls.is_empty()).await?;
     let call = server.calls()[0].clone();
     let (url, token) = (&call.metadata["x-etcron-progress-url"], &call.metadata["x-etcron-progress-token"]);
@@ -425,7 +418,7 @@ async fn hostile_servers_are_refused_by_budgets_and_the_worker_stays_small() -> 
     let streams = |s: &GrpcServer| s.calls().iter().filter(|c| c.method == "ServerReflectionInfo").count();
     let asked = streams(&large);
     // The next run is refused at once: the server is not asked again within the minute.
-    let again = record(&c, &run(&c, "large").await?).await?;
+    let again = record(&c, &c.run_now("large").await?).await?;
     assert_eq!(again["status"], "failed", "{again}");
     assert!(again["error"].as_str().unwrap().contains("reflection_bytes"), "{again}");
     assert!(again["error"].as_str().unwrap().contains("refused within the last 60 s"), "{again}");

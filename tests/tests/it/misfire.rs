@@ -5,13 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use etcron_tests::{faketime_env, now_ms, read_fired, record_command, wait_for, wait_tick, Cluster, WorkerOpts};
+use etcron_tests::{faketime_env, ms, now_ms, read_fired, record_command, wait_for, wait_tick, Cluster, WorkerOpts};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
-
-fn ms(rfc: &Value) -> i64 {
-    chrono::DateTime::parse_from_rfc3339(rfc.as_str().unwrap()).unwrap().timestamp_millis()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ticks_missed_while_every_worker_was_down_follow_the_misfire_policy() -> anyhow::Result<()> {

@@ -38,12 +38,6 @@ async fn cluster(test: &str, workers: usize, config: &str, extra: &[String]) -> 
     Ok(c)
 }
 
-async fn run(c: &Cluster, job: &str) -> Result<String> {
-    let (status, body) = c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
-    anyhow::ensure!(status == 202, "run {job}: {status} {body}");
-    Ok(body["execution_id"].as_str().unwrap().to_owned())
-}
-
 async fn wait_received(r: &Receiver, path: &str, n: usize) -> Result<Vec<Received>> {
     wait_for(Duration::from_secs(30), &format!("{n} requests to {path}"), || async {
         let got = r.received(path);
@@ -86,7 +80,7 @@ async fn a_failure_notifies_then_the_recovery_once_even_on_another_worker() -> R
                           {"url": r.at("/all"), "on": ["success"]}]}),
     )
     .await?;
-    let failed = run(&c, "flaky").await?;
+    let failed = c.run_now("flaky").await?;
     let got = wait_received(&r, "/alerts", 1).await?;
     let first = &got[0];
     assert_eq!(first.method, "POST");
@@ -118,7 +112,7 @@ async fn a_failure_notifies_then_the_recovery_once_even_on_another_worker() -> R
     c.workers[idx].proc.wait_exit(Duration::from_secs(30))?;
     c.wait_workers(1).await?;
     std::fs::write(&ok, "")?;
-    let fixed = run(&c, "flaky").await?;
+    let fixed = c.run_now("flaky").await?;
     let got = wait_received(&r, "/alerts", 2).await?;
     assert_eq!(got[1].header("x-etcron-event"), Some("recovery"));
     let body = got[1].json();
@@ -131,7 +125,7 @@ async fn a_failure_notifies_then_the_recovery_once_even_on_another_worker() -> R
     assert_eq!(success[0].json()["execution"]["id"], fixed.as_str());
 
     // Another success: no second recovery.
-    let again = run(&c, "flaky").await?;
+    let again = c.run_now("flaky").await?;
     wait_notifications(&c, &format!("execution={}", urlencode(&again)), "the second success delivered", |l| {
         l.iter().any(|n| n["event"] == "success" && n["state"] == "delivered")
     })
@@ -190,7 +184,7 @@ async fn a_refused_delivery_is_retried_and_every_attempt_is_recorded() -> Result
                "notify": [{"url": r.at("/hook"), "on": ["failure"]}]}),
     )
     .await?;
-    let id = run(&c, "breaks").await?;
+    let id = c.run_now("breaks").await?;
     let got = wait_received(&r, "/hook", 3).await?;
     let delivery = format!("{id}/failure/0");
     for q in &got {
@@ -242,7 +236,7 @@ async fn slack_deliveries_are_text_and_secret_urls_stay_secret() -> Result<()> {
     assert_eq!(target["secret_headers"]["X-Token"], Value::Null);
     assert!(!shown.to_string().contains("s3cr3t") && !shown.to_string().contains("hunter2"));
     c.put_job("chatty", shown["spec"].clone()).await?;
-    let id = run(&c, "chatty").await?;
+    let id = c.run_now("chatty").await?;
     let got = wait_received(&r, "/services/T000/B000/s3cr3t", 1).await?;
     assert_eq!(got[0].header("x-token"), Some("hunter2"));
     let body = got[0].json();
@@ -319,9 +313,9 @@ async fn the_default_targets_apply_to_jobs_without_notify_and_an_empty_list_supp
     c.put_job("quiet", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "exit 1"}, "notify": []}))
         .await?;
     c.put_job("loud", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "exit 1"}})).await?;
-    let quiet = run(&c, "quiet").await?;
+    let quiet = c.run_now("quiet").await?;
     c.wait_executions("job=quiet&status=failed", "the quiet job's failure", |l| l.len() == 1).await?;
-    let loud = run(&c, "loud").await?;
+    let loud = c.run_now("loud").await?;
     let got = wait_received(&r, "/default", 1).await?;
     assert_eq!(got[0].json()["execution"]["id"], loud.as_str());
     let list = wait_notifications(&c, "job=loud", "the default delivery recorded", |l| {

@@ -11,7 +11,6 @@ use anyhow::Result;
 use etcron_common::keys::{ExecutionId, Keys};
 use etcron_tests::sse::SseReader;
 use etcron_tests::{urlencode, wait_for, Cluster, WorkerOpts};
-use reqwest::Method;
 use serde_json::{json, Value};
 
 /// A POST of `body` (JSON text) to the task's progress URL; fails the task when refused.
@@ -53,12 +52,6 @@ fn steps_command(last: u32, pause: &str, at_step: &str, steps: &std::path::Path)
     )
 }
 
-async fn run(c: &Cluster, job: &str) -> Result<String> {
-    let (status, body) = c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await?;
-    anyhow::ensure!(status == 202, "run {job}: {status} {body}");
-    Ok(body["execution_id"].as_str().unwrap().to_owned())
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn reports_reach_the_api_the_stream_and_the_record_and_bad_ones_are_refused() -> Result<()> {
     let c = Cluster::start("progress-api", 1).await?;
@@ -73,7 +66,7 @@ async fn reports_reach_the_api_the_stream_and_the_record_and_bad_ones_are_refuse
         half = post(r#"{\"percent\":50,\"message\":\"half way\",\"checkpoint\":{\"offset\":100}}"#),
     );
     c.put_job("reporter", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}})).await?;
-    let id = run(&c, "reporter").await?;
+    let id = c.run_now("reporter").await?;
     let path = format!("/api/executions/{}", urlencode(&id));
     // While it runs: the API answers its latest progress and checkpoint (the POST's).
     let shown = wait_for(Duration::from_secs(30), "the POSTed progress in the API", || async {
@@ -183,7 +176,7 @@ async fn a_task_whose_worker_dies_continues_from_its_last_checkpoint_on_another_
     let steps = c.path("steps");
     let command = steps_command(100, "sleep 0.1;", "", &steps);
     c.put_job("long", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}})).await?;
-    let first = run(&c, "long").await?;
+    let first = c.run_now("long").await?;
     // Kill the worker running it when it is well into the steps.
     let read_steps = || -> Vec<(u32, u32, String)> {
         std::fs::read_to_string(&steps)
@@ -264,7 +257,7 @@ async fn a_task_that_asks_to_be_moved_continues_on_the_other_worker() -> Result<
     );
     let command = steps_command(40, "", &moving, &steps);
     c.put_job("movable", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": command}})).await?;
-    let first = run(&c, "movable").await?;
+    let first = c.run_now("movable").await?;
     let done = c
         .wait_executions("job=movable&status=succeeded", "the continuation to succeed", |l| l.len() == 1)
         .await
@@ -337,7 +330,7 @@ async fn runner_lost(
     let steps = c.path(&format!("{job}-steps"));
     c.put_job(job, json!({"schedule": "@yearly", "task": {"kind": "shell", "command": stubborn_command(&steps)}}))
         .await?;
-    let first = run(c, job).await?;
+    let first = c.run_now(job).await?;
     let runner = wait_for(Duration::from_secs(60), "step 8 ended", || async {
         stubborn_lines(&steps).iter().find(|l| l.0 == "end" && l.1 >= 8).map(|l| l.3.clone())
     })

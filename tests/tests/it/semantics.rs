@@ -4,19 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use etcron_tests::{now_ms, read_fired, record_command, urlencode, wait_for, Cluster, WorkerOpts};
+use etcron_tests::{ms, now_ms, read_fired, record_command, urlencode, wait_for, Cluster, WorkerOpts};
 use nix::sys::signal::Signal;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-fn ms(rfc: &Value) -> i64 {
-    chrono::DateTime::parse_from_rfc3339(rfc.as_str().unwrap()).unwrap().timestamp_millis()
-}
-
 async fn run(c: &Cluster, job: &str) -> String {
-    let (status, body) = c.call(Method::POST, &format!("/api/jobs/{job}/run"), None).await.unwrap();
-    assert_eq!(status, 202, "{body}");
-    body["execution_id"].as_str().unwrap().to_owned()
+    c.run_now(job).await.unwrap()
 }
 
 async fn record(c: &Cluster, id: &str) -> Value {
