@@ -6,8 +6,8 @@
 //!   it unhealthy and goes again to another member, within its deadline; refused by all, it
 //!   tries again every 100 ms for up to `LEADER_WAIT` (an election). A read (`READS`, or a
 //!   transaction of ranges only) cut short by the two cases below, by a broken connection, or
-//!   answered "leader changed", is sent again too. Nothing else is sent twice: an answer lost on the way may
-//!   mean the request was applied.
+//!   answered "leader changed", is sent again too. Nothing else is sent twice: an answer lost
+//!   on the way may mean the request was applied.
 //! - A member turning unhealthy fails what waits on it: a request still waiting for its answer
 //!   (its caller treats that as unknown, as after a timeout), and the response stream of a
 //!   watch or a lease keep-alive (its owner opens it again, on a healthy member).
@@ -272,17 +272,19 @@ async fn leader_change(mut terms: watch::Receiver<u64>) -> tonic::Status {
 
 /// "no leader" in a trailers-only answer: the member refused before doing anything.
 fn no_leader(response: &Response) -> Option<String> {
+    unavailable(response).filter(|m| m.contains("no leader")).map(str::to_owned)
+}
+
+/// The message of an `Unavailable` answer (a trailers-only response: its status in the headers).
+fn unavailable(response: &Response) -> Option<&str> {
     let headers = response.headers();
-    let unavailable = headers.get("grpc-status").is_some_and(|s| s.as_bytes() == b"14");
-    let message = headers.get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or_default();
-    (unavailable && message.contains("no leader")).then(|| message.to_owned())
+    let status = headers.get("grpc-status").filter(|s| s.as_bytes() == b"14");
+    status.map(|_| headers.get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or_default())
 }
 
 /// Whether etcd answered "leader changed" (`Unavailable`): the request met an election.
 fn leader_changed_answer(response: &Response) -> bool {
-    let headers = response.headers();
-    headers.get("grpc-status").is_some_and(|s| s.as_bytes() == b"14")
-        && headers.get("grpc-message").and_then(|m| m.to_str().ok()).is_some_and(|m| m.contains("leader changed"))
+    unavailable(response).is_some_and(|m| m.contains("leader changed"))
 }
 
 /// Whether a request only reads: a call in `READS`, or a transaction whose every operation, in
