@@ -130,11 +130,19 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         return None;
     }
     capacity(ctx, fire, rank, own_part).await?;
-    let Some(lease) = *ctx.lease.borrow() else {
-        tracing::warn!("no session lease: not claiming");
+    // Past the session deadline its keepers end whatever starts: a claim now would only burn
+    // an attempt (and with it one of the tick's failover reruns) on a run that cannot start.
+    let lease = (*ctx.lease.borrow()).filter(|_| !ctx.session_deadline.passed());
+    let Some(lease) = lease else {
+        tracing::warn!("no session lease, or its deadline passed: not claiming");
         METRICS.not_raced.with_label_values(&["no_lease"]).inc();
         ctx.unsettled.note(fire);
         watch_for_miss(ctx, fire, rank, NotRaced::NoLease);
+        // A run request stays until claimed, and nothing else fires it again here until the
+        // request mirror re-lists (a renewed session re-lists nothing): raced for again later.
+        if let Some(key) = &fire.request_key {
+            let _ = ctx.race_again.send(key.clone());
+        }
         return None;
     };
     Some(Go { lease, rank })

@@ -117,13 +117,55 @@ pub fn set_deadline(until: tokio::time::Instant) {
     }
 }
 
-/// Whether the published session deadline has passed (keepers are ending their tasks).
-#[must_use]
-pub fn deadline_passed() -> bool {
-    SUPERVISION.get().is_some_and(|s| {
-        let until = s.deadline.load(Ordering::Acquire);
-        until != 0 && monotonic_ns() >= until
-    })
+/// The worker's session deadline as its keepers see it, and how often it lapsed: a run whose
+/// task was SIGKILLed while a lapse began or lasted was ended by its keeper, and is recorded
+/// `lost` (then rerun per `on_worker_loss`) however soon a late keep-alive moves the deadline
+/// on. Asking only "has the deadline passed?" when the run is read back misses a lapse a
+/// renewal has already closed, and records the keeper's kill as a failure nobody reruns.
+#[derive(Debug, Default)]
+pub struct SessionDeadline(std::sync::Mutex<Lapses>);
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Lapses {
+    until: Option<tokio::time::Instant>,
+    /// Deadlines that passed before the next one was published.
+    count: u64,
+}
+
+/// A point in the deadline's history: what `SessionDeadline::lapsed_since` compares with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LapseMark(u64);
+
+impl SessionDeadline {
+    /// Publishes `until` through `keepers` (the shared page, or the simulation's tasks). The new
+    /// deadline is handed on first and the old one judged after: a keeper that read the old one
+    /// and acted on it did so before the hand-on, so by then the old one had passed and the
+    /// lapse is counted.
+    pub fn publish(&self, until: tokio::time::Instant, keepers: impl FnOnce(tokio::time::Instant)) {
+        let mut lapses = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = lapses.until.replace(until);
+        keepers(until);
+        if old.is_some_and(|old| tokio::time::Instant::now() >= old) {
+            lapses.count += 1;
+        }
+    }
+
+    /// Now, for `lapsed_since` once the run ends (taken before its task starts).
+    pub fn mark(&self) -> LapseMark {
+        LapseMark(self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).count)
+    }
+
+    /// Whether the deadline has passed now (keepers are ending their tasks).
+    pub fn passed(&self) -> bool {
+        let lapses = *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        lapses.until.is_some_and(|until| tokio::time::Instant::now() >= until)
+    }
+
+    /// Whether the deadline passed at any instant since `mark`: it lapsed and was renewed, or it
+    /// has passed now.
+    pub fn lapsed_since(&self, mark: LapseMark) -> bool {
+        self.mark() != mark || self.passed()
+    }
 }
 
 /// An 8-byte shared page (a memfd, mapped): its descriptor and the mapped value.
@@ -426,6 +468,27 @@ fn fail(message: &str) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lapse a late keep-alive already closed is still seen by a run that spanned it; a run
+    /// that started after it, or one during which the deadline never passed, sees none.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewed_lapse_is_still_a_lapse() {
+        let deadline = SessionDeadline::default();
+        let now = tokio::time::Instant::now();
+        let seen = std::cell::Cell::new(None);
+        deadline.publish(now + Duration::from_secs(3), |until| seen.set(Some(until)));
+        assert_eq!(seen.get(), Some(now + Duration::from_secs(3)), "the keepers are handed the deadline");
+        let spanning = deadline.mark();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        deadline.publish(now + Duration::from_secs(5), |_| {});
+        assert!(!deadline.lapsed_since(spanning), "renewed in time: no lapse");
+        tokio::time::advance(Duration::from_millis(3_100)).await;
+        assert!(deadline.lapsed_since(spanning), "the deadline has passed now");
+        deadline.publish(tokio::time::Instant::now() + Duration::from_secs(3), |_| {});
+        assert!(deadline.lapsed_since(spanning), "renewed after it passed: the run spanned a lapse");
+        let after = deadline.mark();
+        assert!(!deadline.lapsed_since(after), "a run started after the renewal spanned none");
+    }
 
     #[test]
     fn arguments_round_trip() {

@@ -323,6 +323,9 @@ enum Settled {
 pub(crate) struct HeldExecution {
     id: ExecutionId,
     fencing_token: i64,
+    /// Other tokens the execution may hold: the create revisions of further inflight keys
+    /// listing it (see `held_at`).
+    also: Vec<i64>,
     held: Held,
     trigger: TriggerKind,
     scheduled_ms: Option<i64>,
@@ -343,6 +346,7 @@ async fn held_at(ctx: &Context, departed: &str, revision: i64) -> Vec<HeldExecut
                 let trigger = if id.attempt > 1 { TriggerKind::Retry } else { TriggerKind::of_tick(&id.tick) };
                 let entry = HeldExecution {
                     fencing_token: item.create_revision(),
+                    also: Vec::new(),
                     held: Held::Claimed { value: to_json(&claimed) },
                     trigger,
                     scheduled_ms: id.tick.scheduled_ms(),
@@ -350,7 +354,15 @@ async fn held_at(ctx: &Context, departed: &str, revision: i64) -> Vec<HeldExecut
                     params: RunParams::default(),
                     id,
                 };
-                held.insert(entry.id.clone(), entry);
+                match held.entry(entry.id.clone()) {
+                    // Listed by two claim transactions (one given up with its outcome unknown,
+                    // then a later one: a claim sent again, a queued claim dequeued): the claim
+                    // as it is names the one that wrote it last.
+                    std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().also.push(entry.fencing_token),
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(entry);
+                    }
+                }
             }
         }
     }
@@ -366,6 +378,7 @@ async fn held_at(ctx: &Context, departed: &str, revision: i64) -> Vec<HeldExecut
             let entry = HeldExecution {
                 id: running.execution_id.clone(),
                 fencing_token: running.fencing_token.unwrap_or(item.create_revision()),
+                also: Vec::new(),
                 held: Held::Marked,
                 trigger: running.trigger.unwrap_or_else(|| TriggerKind::of_tick(&running.execution_id.tick)),
                 scheduled_ms: running.scheduled_ms,
@@ -403,32 +416,48 @@ async fn list_at(ctx: &Context, departed: &str, prefix: &str, revision: i64) -> 
     None
 }
 
-/// Whether the claim is still as the departed worker's transaction left it (see
-/// `claim::Held`): read before the lost close is tried, so that a later handler of the
-/// departure spends a read, not a transaction, on an execution closed already. When it is, the claim as read (its value is what
-/// the lost close compares) and the run's parameters it holds. `None` when etcd did not answer.
+/// The claim of a departed worker's execution, still as one of its transactions left it.
+struct StillHeld {
+    /// As read (its value is what the lost close compares).
+    held: Held,
+    /// The run's parameters, as the claim holds them.
+    params: Option<RunParams>,
+    /// The token (of `tokens`) of the transaction that wrote it.
+    token: i64,
+}
+
+/// Whether the claim is still as one of the departed worker's transactions (`tokens`, the
+/// first the likeliest) left it (see `claim::Held`): read before the lost close is tried, so
+/// that a later handler of the departure spends a read, not a transaction, on an execution
+/// closed already. `None` when etcd did not answer.
 async fn still_held(
     ctx: &Context,
     departed: &str,
     claim_key: &str,
-    fencing_token: i64,
+    tokens: &[i64],
     held: &Held,
-) -> Option<Option<(Held, Option<RunParams>)>> {
+) -> Option<Option<StillHeld>> {
     let mut kv = ctx.client.kv_client();
     let Ok(Ok(resp)) = etcron_common::etcd::request("claim_read", kv.get(claim_key, None)).await else { return None };
     let item = resp.kvs().first();
-    // As its winning txn wrote it (whose revision is the token): nothing wrote it since.
-    let ours = item.is_some_and(|kv| kv.mod_revision() == fencing_token);
+    // As one of its winning txns wrote it (whose revision is the token): nothing wrote it since.
+    let ours = item.and_then(|kv| tokens.iter().copied().find(|t| *t == kv.mod_revision()));
     let claim = item.and_then(|kv| serde_json::from_slice::<Claim>(kv.value()).ok());
-    Some(match (held, item) {
-        (Held::Claimed { .. }, Some(kv)) => {
+    Some(match (held, item, ours) {
+        (Held::Claimed { .. }, Some(kv), Some(token)) => {
             let taken = claim.filter(|c| c.worker_id == departed && c.status.is_none());
-            taken.filter(|_| ours).map(|c| (Held::Claimed { value: kv.value().to_vec() }, Some(c.params)))
+            taken.map(|c| StillHeld {
+                held: Held::Claimed { value: kv.value().to_vec() },
+                params: Some(c.params),
+                token,
+            })
         }
-        (Held::Marked, Some(_)) => ours.then(|| (Held::Marked, claim.map(|c| c.params))),
-        (Held::Claimed { .. }, None) => None,
+        (Held::Marked, Some(_), Some(token)) => {
+            Some(StillHeld { held: Held::Marked, params: claim.map(|c| c.params), token })
+        }
+        (_, Some(_), None) | (Held::Claimed { .. }, None, _) => None,
         // The claim's retention ended during a run longer than it: the marker tells.
-        (Held::Marked, None) => Some((Held::Marked, None)),
+        (Held::Marked, None, _) => Some(StillHeld { held: Held::Marked, params: None, token: tokens[0] }),
     })
 }
 
@@ -437,11 +466,11 @@ async fn still_held_retried(
     ctx: &Context,
     departed: &str,
     claim_key: &str,
-    fencing_token: i64,
+    tokens: &[i64],
     held: &Held,
-) -> Option<Option<(Held, Option<RunParams>)>> {
+) -> Option<Option<StillHeld>> {
     for _ in 0..LOSS_TRIES {
-        if let Some(answer) = still_held(ctx, departed, claim_key, fencing_token, held).await {
+        if let Some(answer) = still_held(ctx, departed, claim_key, tokens, held).await {
             return Some(answer);
         }
         tokio::time::sleep(CLOSE_RETRY_MAX).await;
@@ -454,9 +483,13 @@ async fn still_held_retried(
 /// `first`: nothing was closed yet by this handling.
 async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecution, first: bool) -> Settled {
     let Handler { departed, revision, rank, .. } = *handler;
-    let HeldExecution { id, fencing_token, held, trigger, scheduled_ms, started_at, params } = execution;
+    let HeldExecution { id, fencing_token, also, held, trigger, scheduled_ms, started_at, params } = execution;
     let claim_key = ctx.keys.claim(&id);
-    let (held, params) = match still_held_retried(ctx, departed, &claim_key, fencing_token, &held).await {
+    let tokens = match also.last() {
+        Some(last) if crate::simulated::holes::open(crate::simulated::holes::ONE_INFLIGHT_TOKEN) => vec![*last],
+        _ => [&[fencing_token][..], &also].concat(),
+    };
+    let (held, params, fencing_token) = match still_held_retried(ctx, departed, &claim_key, &tokens, &held).await {
         Some(None) if rank == 0 => {
             tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
             return Settled::ClosedBefore;
@@ -465,8 +498,8 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
             tracing::debug!(execution_id = %id, worker = %departed, rank, "execution of a departed worker was closed already");
             return Settled::ClosedBefore;
         }
-        Some(Some((held_now, from_claim))) => (held_now, from_claim.unwrap_or(params)),
-        None => (held, params),
+        Some(Some(now)) => (now.held, now.params.unwrap_or(params), now.token),
+        None => (held, params, fencing_token),
     };
     let scheduled_ms = params.as_of_ms.or(scheduled_ms).unwrap_or_else(now_ms);
     let claim = Claim::closed(Status::Lost);

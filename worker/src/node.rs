@@ -95,6 +95,7 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
         hostname,
         members: Members::default(),
         lease: lease_rx,
+        session_deadline: crate::keeper::SessionDeadline::default(),
         retention: RetentionLeases::new(client.clone(), MIN_RETENTION, RETENTION_REUSE),
         long_leases: Arc::new(RetentionLeases::new(
             client.clone(),
@@ -283,14 +284,15 @@ async fn supervise_session(
         // Keepers end the session's tasks once its deadline passes without renewal (a frozen
         // worker); the last one stays when the session is lost.
         let mut deadlines = session.deadlines();
-        let (simulated, worker) = (ctx.simulated.clone(), ctx.config.worker_id.clone());
+        let ctx_deadline = ctx.clone();
         etcron_common::task::spawn(async move {
+            let ctx = ctx_deadline;
             loop {
                 let until = *deadlines.borrow_and_update();
-                match &simulated {
-                    Some(tasks) => tasks.session_deadline(&worker, until),
+                ctx.session_deadline.publish(until, |until| match &ctx.simulated {
+                    Some(tasks) => tasks.session_deadline(&ctx.config.worker_id, until),
                     None => crate::keeper::set_deadline(until),
-                }
+                });
                 if deadlines.changed().await.is_err() {
                     break;
                 }

@@ -294,7 +294,16 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
         }
     }
     // A capacity slot from its start to its end (`slots`): none free, the run is not started.
-    let slot = take_slot(ctx, fire, &mut stop).await;
+    // Past the session deadline its keeper would end the task at once, after a start that may
+    // already have done part of its work: not started, it is lost with the session (rerun per
+    // `on_worker_loss`), as a run the keeper ended would be.
+    let slot = take_slot(ctx, fire, &mut stop).await.and_then(|permit| {
+        if ctx.session_deadline.passed() {
+            Err(Ending::Stopped(executor::StopReason::LeaseLost))
+        } else {
+            Ok(permit)
+        }
+    });
     // Handed to the executor now; a shell task's start is when its process was spawned.
     let handed_ms = now_ms();
     let mut record = base_record(ctx, fire, Status::Running, Some(won.fencing_token));
@@ -314,6 +323,7 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     record.reports.resumed_from.clone_from(&resumed);
     let reporting = Reporting { tracker: tracker.clone(), resumed: resumed.as_ref() };
     let (pid_tx, pid_rx) = oneshot::channel();
+    let lapses = ctx.session_deadline.mark();
     let run = execute(ctx, fire, won.fencing_token, reporting, stop, pid_tx);
     tokio::pin!(run);
     let mut finished = tokio::select! {
@@ -331,12 +341,11 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
         }
     };
     ctx.registry.deregister(id);
-    // Killed by its keeper because this worker's session deadline passed (the worker was frozen
-    // or cut off): the run ended with the session, as if the worker had stopped it.
+    // Killed by its keeper because this worker's session deadline passed while it ran (the
+    // worker was frozen or cut off, even if a late keep-alive renewed the session since): the
+    // run ended with the session, as if the worker had stopped it.
     let sigkill = nix::sys::signal::Signal::SIGKILL as i32;
-    if finished.ending == Ending::Signaled(sigkill)
-        && (crate::keeper::deadline_passed() || *ctx.lease.borrow() != Some(won.lease))
-    {
+    if finished.ending == Ending::Signaled(sigkill) && (lapsed(ctx, lapses) || *ctx.lease.borrow() != Some(won.lease)) {
         finished.ending = Ending::Stopped(executor::StopReason::LeaseLost);
     }
     let snapshot = tracker.snapshot();
@@ -349,6 +358,15 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
         METRICS.lateness.observe((started_ms - fire.scheduled_ms).max(0) as f64 / 1000.0);
     }
     Ran { finished, handed_ms, record }
+}
+
+/// Whether the session deadline passed while the run lasted.
+fn lapsed(ctx: &Context, since: crate::keeper::LapseMark) -> bool {
+    use crate::simulated::holes;
+    if holes::open(holes::KEEPER_KILL_FAILED) {
+        return ctx.session_deadline.lapsed_since(ctx.session_deadline.mark());
+    }
+    ctx.session_deadline.lapsed_since(since)
 }
 
 /// A free capacity slot for the run that starts now, waiting for one up to the tick's start

@@ -34,6 +34,14 @@ pub mod holes {
     /// A claim whose answer was lost is taken as lost, without reading it back: committed, it
     /// is orphaned (taken, never run, never closed).
     pub const UNKNOWN_CLAIM_DROPPED: u32 = 1;
+    /// A task its keeper killed is judged by whether the session deadline has passed when the
+    /// run is read back, not whether it passed while the run lasted: a late keep-alive hides
+    /// the lapse, and the keeper's kill is recorded `failed` and never rerun.
+    pub const KEEPER_KILL_FAILED: u32 = 2;
+    /// The loss handling takes one inflight key's token for an execution two claim
+    /// transactions listed (one given up, one that won later), and may take the stale one:
+    /// the run is found "not its own" and never recorded.
+    pub const ONE_INFLIGHT_TOKEN: u32 = 4;
 
     static HOLES: AtomicU32 = AtomicU32::new(0);
 

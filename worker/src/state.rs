@@ -28,6 +28,8 @@ pub struct Context {
     pub members: Members,
     /// The current session lease; `None` while the worker has no session.
     pub lease: watch::Receiver<Option<i64>>,
+    /// The session deadline keepers watch, and its lapses (a keeper's kill is a lost run).
+    pub session_deadline: crate::keeper::SessionDeadline,
     pub retention: RetentionLeases,
     /// Leases of raised alerts' keys and checkpoints: 25 h from their last write
     /// (`etcron_common::alerts::ALERT_MEMORY`).

@@ -4,12 +4,15 @@
 //! tokio's paused clock, over the model etcd of `etcron_sim::server` (served through etcd's own
 //! gRPC API in memory), with simulated tasks and a seeded RNG choosing every fault: delayed,
 //! refused and lost answers (the write applied, the answer lost), lagging and broken watches,
-//! and sessions expired under running tasks. After each seed the invariants are checked on
-//! what the tasks saw and what etcd and the workers' spools hold:
+//! sessions expired under running tasks, and leader elections (everything stalls, then every
+//! lease is renewed, so a session deadline may pass without the session ending). After each
+//! seed the invariants are checked on what the tasks saw and what etcd and the workers'
+//! spools hold:
 //!
 //! - no execution (job, tick, attempt) started twice;
 //! - no two attempts of one tick alive at the same instant;
-//! - every started attempt has a final record;
+//! - every started attempt has a final record; one its keeper ended (the session deadline
+//!   passed) is recorded `lost`, and every `lost` one has a rerun;
 //! - every tick due in the window ran or was recorded, with why;
 //! - no claim is left taken once the cluster is quiet.
 //!
@@ -90,6 +93,8 @@ struct Attempt {
     worker: String,
     started: UnixMs,
     ended: Option<UnixMs>,
+    /// Ended by its keeper: the worker's session deadline passed while it ran.
+    ended_by_keeper: bool,
 }
 
 /// The simulated tasks of every worker: each runs for a seeded duration and notes when it was
@@ -131,9 +136,19 @@ impl etcron_worker::simulated::Tasks for Tasks {
             let mut rng = lock(&self.rng);
             Duration::from_millis(if rng.chance(150) { rng.between(4_000, 20_000) } else { rng.between(50, 4_000) })
         };
+        // How long the worker takes to see a task its keeper killed (reaping it, reading its
+        // output to the end; up to a second on a loaded worker): a keep-alive answered
+        // meanwhile may renew the lapsed session.
+        let noticed_after = Duration::from_millis(lock(&self.rng).between(0, 1_000));
         let index = {
             let mut log = lock(&self.log);
-            log.push(Attempt { id: fire.id.clone(), worker: worker.to_owned(), started: true_now(), ended: None });
+            log.push(Attempt {
+                id: fire.id.clone(),
+                worker: worker.to_owned(),
+                started: true_now(),
+                ended: None,
+                ended_by_keeper: false,
+            });
             log.len() - 1
         };
         let log = self.log.clone();
@@ -143,15 +158,23 @@ impl etcron_worker::simulated::Tasks for Tasks {
         }
         Box::pin(async move {
             // Ended however the future ends: run out, stopped, or dropped with its worker.
-            let _alive = Alive { log, index };
+            let alive = Alive { log, index };
             let ending = tokio::select! {
                 () = tokio::time::sleep(duration) => Ending::Exited(0),
                 reason = stop.wait_for(Option::is_some) => match reason.ok().and_then(|r| r.clone()) {
                     Some(reason) => Ending::Stopped(reason),
                     None => Ending::Exited(0),
                 },
-                () = deadline_passed(deadline) => Ending::Signaled(9),
+                () = deadline_passed(deadline) => {
+                    let mut log = lock(&alive.log);
+                    log[alive.index].ended_by_keeper = true;
+                    log[alive.index].ended = Some(true_now());
+                    Ending::Signaled(9)
+                }
             };
+            if ending == Ending::Signaled(9) {
+                tokio::time::sleep(noticed_after).await;
+            }
             Finished { exit_code: matches!(ending, Ending::Exited(_)).then_some(0), ..Finished::not_started(ending) }
         })
     }
@@ -207,7 +230,7 @@ struct Alive {
 
 impl Drop for Alive {
     fn drop(&mut self) {
-        lock(&self.log)[self.index].ended = Some(true_now());
+        lock(&self.log)[self.index].ended.get_or_insert_with(true_now);
     }
 }
 
@@ -426,7 +449,7 @@ async fn faults_over_time(cluster: &mut Cluster, rng: &mut Rng) {
         tokio::time::sleep(Duration::from_millis(rng.between(500, 6_000))).await;
         revisions.push((Instant::now(), cluster.etcd.revision()));
         let w = usize::try_from(rng.below(WORKERS as u64)).unwrap_or(0);
-        match rng.below(6) {
+        match rng.below(7) {
             // Cut off from etcd: past the session TTL its session expires (its tasks end at its
             // session deadline, as their keepers end them) and the others take over.
             0 => {
@@ -448,6 +471,14 @@ async fn faults_over_time(cluster: &mut Cluster, rng: &mut Rng) {
                     tracing::warn!(target: "sim", "etcd compacted at revision {revision}");
                     cluster.etcd.compact(revision);
                 }
+            }
+            // The etcd leader lost: everything waits for an election, then the new leader
+            // renews every lease. A worker whose session deadline passed meanwhile had its
+            // tasks ended by their keepers, yet keeps its session.
+            5 => {
+                let election = rng.between(1_000, 7_000);
+                tracing::warn!(target: "sim", "etcd leader lost: a new one in {election} ms");
+                cluster.etcd.lose_leader(Instant::now() + Duration::from_millis(election));
             }
             _ => {}
         }
@@ -626,8 +657,30 @@ fn violation(out: &Outcome) -> Option<String> {
     if let Some(a) = out.attempts.iter().find(|a| !stored.contains_key(&a.id)) {
         return Some(format!("{} ran on {} from {} and has no final record", a.id, a.worker, a.started));
     }
+    if let Some((a, status)) = out
+        .attempts
+        .iter()
+        .filter(|a| a.ended_by_keeper)
+        .find_map(|a| stored.get(&a.id).filter(|s| **s != Status::Lost).map(|s| (a, s)))
+    {
+        return Some(format!(
+            "{} was ended by its keeper on {} (session deadline passed) and recorded {}, not lost",
+            a.id,
+            a.worker,
+            status.as_str()
+        ));
+    }
     let attempted: BTreeSet<&ExecutionId> = out.records.iter().map(|(_, w)| &w.record.id).collect();
-    if let Some((id, _)) = stored.iter().find(|(id, s)| **s == Status::Lost && !attempted.contains(&id.next_attempt()))
+    // A loss past the failover limit is final, and its record says so.
+    let final_loss: BTreeSet<&ExecutionId> = out
+        .records
+        .iter()
+        .filter(|(_, w)| w.record.reason.as_deref().is_some_and(|r| r.contains("not rerun")))
+        .map(|(_, w)| &w.record.id)
+        .collect();
+    if let Some((id, _)) = stored
+        .iter()
+        .find(|(id, s)| **s == Status::Lost && !attempted.contains(&id.next_attempt()) && !final_loss.contains(id))
     {
         return Some(format!("{id} was recorded lost and has no rerun"));
     }
@@ -680,8 +733,12 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// The holes re-introduced one at a time, with the seeds each may take to be found: bits of
 /// the worker's `simulated::holes`, or `NO_KEEPERS` for the simulation's tasks.
-const HOLES: [(&str, u32, u64); 2] =
-    [("unknown-claim-dropped", holes::UNKNOWN_CLAIM_DROPPED, 20), ("no-keepers", NO_KEEPERS, 20)];
+const HOLES: [(&str, u32, u64); 4] = [
+    ("unknown-claim-dropped", holes::UNKNOWN_CLAIM_DROPPED, 20),
+    ("keeper-kill-failed", holes::KEEPER_KILL_FAILED, 30),
+    ("one-inflight-token", holes::ONE_INFLIGHT_TOKEN, 20),
+    ("no-keepers", NO_KEEPERS, 20),
+];
 
 /// Not a worker hole: tasks outlive their worker (`KEEPERS` off).
 const NO_KEEPERS: u32 = 1 << 31;

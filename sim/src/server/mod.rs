@@ -100,6 +100,8 @@ pub(crate) struct State {
     /// Requests wait until this instant, and nothing is applied before it (no lease expiry,
     /// no watch delivery).
     pub stall_until: Option<Instant>,
+    /// When a new leader takes over (`ModelEtcd::lose_leader`): every lease renewed then.
+    pub promote_at: Option<Instant>,
     pub watch_lag: Duration,
     /// Bumped by `break_watches`: a watch stream opened before ends.
     pub watch_epoch: u64,
@@ -123,7 +125,13 @@ impl State {
 
     /// etcd's lessor, run lazily: expires the leases whose TTL has passed (not while stalled).
     fn expire(&mut self, now: Instant) -> bool {
-        !self.stalled(now) && self.store.expire_due(now)
+        if self.stalled(now) {
+            return false;
+        }
+        if let Some(at) = self.promote_at.take_if(|at| now >= *at) {
+            self.store.renew_all(at);
+        }
+        self.store.expire_due(now)
     }
 }
 
@@ -172,6 +180,7 @@ impl ModelEtcd {
         let state = State {
             store: Store::new(),
             stall_until: None,
+            promote_at: None,
             watch_lag: Duration::ZERO,
             watch_epoch: 0,
             partitions: std::collections::BTreeMap::new(),
@@ -264,6 +273,17 @@ impl ModelEtcd {
     /// TTL passed expire before any waiting request applies (a keep-alive then is too late).
     pub fn stall_until(&self, until: tokio::time::Instant) {
         self.with(|st, _| st.stall_until = Some(until));
+    }
+
+    /// The leader lost until `until`: requests stall as in [`Self::stall_until`], then a new
+    /// leader renews every lease for a full TTL before any waiting request applies (etcd's
+    /// lessor on promotion), so a session whose holder heard nothing for longer than its TTL
+    /// lives on.
+    pub fn lose_leader(&self, until: tokio::time::Instant) {
+        self.with(|st, _| {
+            st.stall_until = Some(until);
+            st.promote_at = Some(until);
+        });
     }
 
     /// Runs `f` on the state at tokio's now, after expiring the leases due, and wakes the

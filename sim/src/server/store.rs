@@ -493,6 +493,14 @@ impl Store {
         }
     }
 
+    /// A new leader's lessor promoting itself (etcd's `Promote`): every lease is renewed to
+    /// expire one TTL after `at`, whatever its holders last sent.
+    pub fn renew_all(&mut self, at: Instant) {
+        for l in self.leases.values_mut() {
+            l.expiry = at + secs(l.ttl);
+        }
+    }
+
     /// The soonest lease expiry.
     pub fn next_expiry(&self) -> Option<Instant> {
         self.leases.values().map(|l| l.expiry).min()
