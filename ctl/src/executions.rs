@@ -426,12 +426,9 @@ async fn follow_attempt(
     json: bool,
 ) -> anyhow::Result<(Value, String)> {
     let mut parser = sse::Parser::new();
-    let mut stdout = std::io::stdout();
-    let mut at_line_start = true;
+    let mut out = Follower { json, at_line_start: true, at: 0 };
     let mut last = None;
     let mut failure = None;
-    // Output offset read so far: where a stream the master closed as quiet is resumed.
-    let mut at: u64 = 0;
     'read: loop {
         let Some(chunk) = client.chunk(resp).await.with_context(|| format!("following execution {id:?}"))? else {
             break;
@@ -440,42 +437,9 @@ async fn follow_attempt(
             let data: Value = serde_json::from_str(&event.data)
                 .with_context(|| format!("the stream sent a {} event that is not JSON", event.event))?;
             match event.event.as_str() {
-                "output" => {
-                    let text = data["text"].as_str().unwrap_or_default();
-                    at += text.len() as u64;
-                    if json {
-                        stdout.write_all(stream_doc(&json!({"event": "output", "text": text}))?.as_bytes())?;
-                    } else if !text.is_empty() {
-                        stdout.write_all(text.as_bytes())?;
-                        at_line_start = text.ends_with('\n');
-                    }
-                    stdout.flush()?;
-                }
-                "gap" => {
-                    at += data["skipped_bytes"].as_u64().unwrap_or(0);
-                    if json {
-                        let gap = json!({"event": "gap", "skipped_bytes": data["skipped_bytes"]});
-                        stdout.write_all(stream_doc(&gap)?.as_bytes())?;
-                    } else {
-                        stdout.flush()?;
-                        eprintln!(
-                            "{}etcronctl: [{} bytes of output skipped: this reader fell behind what the worker keeps]",
-                            if at_line_start { "" } else { "\n" },
-                            text(&data["skipped_bytes"])
-                        );
-                        at_line_start = true;
-                    }
-                }
-                "progress" => {
-                    if json {
-                        let report = json!({"event": "progress", "progress": data["progress"], "checkpoint": data["checkpoint"]});
-                        stdout.write_all(stream_doc(&report)?.as_bytes())?;
-                    } else if let Some(line) = progress_line(&data) {
-                        stdout.flush()?;
-                        eprintln!("{}etcronctl: {line}", if at_line_start { "" } else { "\n" });
-                        at_line_start = true;
-                    }
-                }
+                "output" => out.output(&data)?,
+                "gap" => out.gap(&data)?,
+                "progress" => out.progress(&data)?,
                 "status" => {
                     last = Some(data);
                     break 'read;
@@ -484,7 +448,7 @@ async fn follow_attempt(
                 "error" => failure = data["message"].as_str().map(str::to_owned),
                 // A quiet stream the master closed: follow on from where this one was.
                 "idle" => {
-                    let path = format!("{}/stream?after={at}", execution_path(id));
+                    let path = format!("{}/stream?after={}", execution_path(id), out.at);
                     *resp =
                         client.open_stream(&path).await.with_context(|| format!("following execution {id:?} again"))?;
                     parser = sse::Parser::new();
@@ -503,11 +467,78 @@ async fn follow_attempt(
     };
     let line = status_line(&record);
     if json {
+        let mut stdout = std::io::stdout();
         stdout.write_all(stream_doc(&json!({"event": "status", "execution": record}))?.as_bytes())?;
     } else {
-        eprintln!("{}{line}", if at_line_start { "" } else { "\n" });
+        eprintln!("{}{line}", out.newline());
     }
     Ok((record, line))
+}
+
+/// What a follow prints as the stream's events come: output on stdout, notes on stderr, or
+/// each event as a JSON document.
+struct Follower {
+    json: bool,
+    /// Whether stdout's last byte ended a line (a note goes on a line of its own).
+    at_line_start: bool,
+    /// Output offset read so far: where a stream the master closed as quiet is resumed.
+    at: u64,
+}
+
+impl Follower {
+    /// A newline to end the output's open line before a note, if it has one.
+    fn newline(&self) -> &'static str {
+        if self.at_line_start {
+            ""
+        } else {
+            "\n"
+        }
+    }
+
+    fn output(&mut self, data: &Value) -> anyhow::Result<()> {
+        let mut stdout = std::io::stdout();
+        let text = data["text"].as_str().unwrap_or_default();
+        self.at += text.len() as u64;
+        if self.json {
+            stdout.write_all(stream_doc(&json!({"event": "output", "text": text}))?.as_bytes())?;
+        } else if !text.is_empty() {
+            stdout.write_all(text.as_bytes())?;
+            self.at_line_start = text.ends_with('\n');
+        }
+        stdout.flush()?;
+        Ok(())
+    }
+
+    fn gap(&mut self, data: &Value) -> anyhow::Result<()> {
+        let mut stdout = std::io::stdout();
+        self.at += data["skipped_bytes"].as_u64().unwrap_or(0);
+        if self.json {
+            let gap = json!({"event": "gap", "skipped_bytes": data["skipped_bytes"]});
+            stdout.write_all(stream_doc(&gap)?.as_bytes())?;
+        } else {
+            stdout.flush()?;
+            eprintln!(
+                "{}etcronctl: [{} bytes of output skipped: this reader fell behind what the worker keeps]",
+                self.newline(),
+                text(&data["skipped_bytes"])
+            );
+            self.at_line_start = true;
+        }
+        Ok(())
+    }
+
+    fn progress(&mut self, data: &Value) -> anyhow::Result<()> {
+        let mut stdout = std::io::stdout();
+        if self.json {
+            let report = json!({"event": "progress", "progress": data["progress"], "checkpoint": data["checkpoint"]});
+            stdout.write_all(stream_doc(&report)?.as_bytes())?;
+        } else if let Some(line) = progress_line(data) {
+            stdout.flush()?;
+            eprintln!("{}etcronctl: {line}", self.newline());
+            self.at_line_start = true;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -583,28 +583,32 @@ pub async fn record(State(log): State<AuditLog>, req: Request, next: Next) -> Re
     };
     match response.extensions().get::<BatchAudit>() {
         // A batch: one entry per change, made, refused or planned.
-        Some(BatchAudit(changes)) if !changes.is_empty() => {
-            for change in changes {
-                let mut detail = serde_json::json!({"batch": true, "request_id": request_id});
-                if let Some(Value::Object(more)) = &change.detail {
-                    detail.as_object_mut().into_iter().for_each(|d| d.extend(more.clone()));
-                }
-                log.record(AuditEntry {
-                    id: new_id(),
-                    action: change.action.to_owned(),
-                    job: Some(bounded(&change.job, MAX_JOB)),
-                    teams: change.teams.clone(),
-                    status: change.status,
-                    before: change.before.clone(),
-                    after: change.after.clone(),
-                    detail: Some(detail),
-                    ..entry.clone()
-                });
-            }
-        }
+        Some(BatchAudit(changes)) if !changes.is_empty() => record_batch(&log, &entry, changes, new_id),
         _ => log.record(entry),
     }
     response
+}
+
+/// One audit entry per change of a batch request (`entry` is the request's own), each naming
+/// the request it came with.
+fn record_batch(log: &AuditLog, entry: &AuditEntry, changes: &[JobChange], new_id: impl Fn() -> String) {
+    for change in changes {
+        let mut detail = serde_json::json!({"batch": true, "request_id": entry.id});
+        if let Some(Value::Object(more)) = &change.detail {
+            detail.as_object_mut().into_iter().for_each(|d| d.extend(more.clone()));
+        }
+        log.record(AuditEntry {
+            id: new_id(),
+            action: change.action.to_owned(),
+            job: Some(bounded(&change.job, MAX_JOB)),
+            teams: change.teams.clone(),
+            status: change.status,
+            before: change.before.clone(),
+            after: change.after.clone(),
+            detail: Some(detail),
+            ..entry.clone()
+        });
+    }
 }
 
 #[cfg(test)]

@@ -196,31 +196,10 @@ enum Stored {
 /// ticks are then still unaccounted for).
 async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: Gap) -> bool {
     let Some(entry) = ctx.jobs.get(job) else { return true };
-    let state_key = ctx.keys.state(job);
     let (last, from_state) = match stored {
         Stored::State(last) => (last, true),
         Stored::At(last) => (last, false),
-        Stored::Missing => {
-            // A job from before states existed, or written straight into etcd: start its state now.
-            let txn = Txn::new()
-                .when([Compare::version(state_key.as_str(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(state_key.as_str(), JobState { last_tick_ms: upto }.to_bytes(), None)]);
-            return commit(ctx, job, txn, "starting the job state").await;
-        }
-        Stored::Malformed { mod_revision, bytes } => {
-            // Nothing tells which ticks were missed: start the state again from now, unless it
-            // was changed meanwhile.
-            tracing::error!(
-                job,
-                key = %state_key,
-                bytes,
-                "job state in etcd is malformed (expected {{\"last_tick_ms\":<13 digits>}}); resetting it to now, ticks missed before now are not caught up"
-            );
-            let txn = Txn::new()
-                .when([Compare::mod_revision(state_key.as_str(), CompareOp::Equal, mod_revision)])
-                .and_then([TxnOp::put(state_key.as_str(), JobState { last_tick_ms: upto }.to_bytes(), None)]);
-            return commit(ctx, job, txn, "resetting the malformed job state").await;
-        }
+        Stored::Missing | Stored::Malformed { .. } => return restart_state(ctx, job, &stored, upto).await,
     };
     let Ok(schedule) = entry.spec.parsed_schedule(job) else { return true };
     // Walking a long gap of a frequent schedule takes a while: off the async workers (inline
@@ -232,29 +211,7 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
     };
     let Ok((ticks, older)) = walk else { return true };
     let Some(&first) = ticks.front() else { return true };
-    // Which of them were claimed (run, skipped, missed or lost), in one range read.
-    let prefix = ctx.keys.job_claims_prefix(job);
-    let from = format!("{prefix}{first}");
-    let to = format!("{prefix}{}", upto + 1);
-    let opts = GetOptions::new().with_range(to).with_keys_only();
-    let claimed: HashSet<UnixMs> = match request("scan_claims", ctx.client.kv_client().get(from, Some(opts))).await {
-        Ok(Ok(r)) => r
-            .kvs()
-            .iter()
-            .filter_map(|kv| match ctx.keys.parse(kv.key()) {
-                Some(Key::Claim(id)) => id.tick.scheduled_ms(),
-                _ => None,
-            })
-            .collect(),
-        Ok(Err(e)) => {
-            tracing::error!(job, error = %e, "catch-up scan: cannot read claims; missed ticks are not accounted for");
-            return false;
-        }
-        Err(_) => {
-            tracing::error!(job, "catch-up scan: reading claims timed out; missed ticks are not accounted for");
-            return false;
-        }
-    };
+    let Some(claimed) = claimed_ticks(ctx, job, first, upto).await else { return false };
     let unclaimed: Vec<UnixMs> = ticks.into_iter().filter(|t| !claimed.contains(t)).collect();
     let (unsure, unclaimed) =
         if from_state { split_unsure(unclaimed, last, now_ms()) } else { (Vec::new(), unclaimed) };
@@ -270,7 +227,7 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
         // Every tick was claimed, and each claim moved the state forward already.
         return true;
     }
-    let mut ops = vec![claim::advance_state(&state_key, upto)];
+    let mut ops = vec![claim::advance_state(&ctx.keys.state(job), upto)];
     let spec = &entry.spec;
     let pause = ctx.paused.get(job);
     let halted = halt(spec, pause.as_ref()).map(|h| h.reason());
@@ -296,23 +253,81 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
     }
     let status = if halted.is_none() { Status::Missed } else { Status::Skipped };
     for (tick, reason) in decided.record {
-        let fire = Fire {
-            id: ExecutionId::new(job, Tick::Scheduled(tick)),
-            spec: spec.clone(),
-            job_revision: entry.mod_revision,
-            scheduled_ms: tick,
-            trigger: TriggerKind::Schedule,
-            skip: None,
-            request_key: None,
-            parent: None,
-            then: Vec::new(),
-            params: RunParams::default(),
-            dequeued: false,
-            avoid: None,
-        };
-        record_not_run(ctx, &fire, status, reason).await;
+        record_not_run(ctx, &not_run_fire(job, &entry, tick), status, reason).await;
     }
     true
+}
+
+/// A job state that tells nothing (missing: a job from before states existed, or written
+/// straight into etcd; malformed: written around the API) starts again at `upto`, unless it
+/// changed meanwhile; the ticks before are not caught up.
+async fn restart_state(ctx: &Context, job: &str, stored: &Stored, upto: UnixMs) -> bool {
+    let state_key = ctx.keys.state(job);
+    let put = TxnOp::put(state_key.as_str(), JobState { last_tick_ms: upto }.to_bytes(), None);
+    match *stored {
+        Stored::Malformed { mod_revision, bytes } => {
+            tracing::error!(
+                job,
+                key = %state_key,
+                bytes,
+                "job state in etcd is malformed (expected {{\"last_tick_ms\":<13 digits>}}); resetting it to now, ticks missed before now are not caught up"
+            );
+            let txn = Txn::new()
+                .when([Compare::mod_revision(state_key.as_str(), CompareOp::Equal, mod_revision)])
+                .and_then([put]);
+            commit(ctx, job, txn, "resetting the malformed job state").await
+        }
+        _ => {
+            let txn = Txn::new().when([Compare::version(state_key.as_str(), CompareOp::Equal, 0)]).and_then([put]);
+            commit(ctx, job, txn, "starting the job state").await
+        }
+    }
+}
+
+/// Which ticks of `job` in `[first, upto]` were claimed (run, skipped, missed or lost), in one
+/// range read; `None` when etcd failed it.
+async fn claimed_ticks(ctx: &Context, job: &str, first: UnixMs, upto: UnixMs) -> Option<HashSet<UnixMs>> {
+    let prefix = ctx.keys.job_claims_prefix(job);
+    let from = format!("{prefix}{first}");
+    let to = format!("{prefix}{}", upto + 1);
+    let opts = GetOptions::new().with_range(to).with_keys_only();
+    match request("scan_claims", ctx.client.kv_client().get(from, Some(opts))).await {
+        Ok(Ok(r)) => Some(
+            r.kvs()
+                .iter()
+                .filter_map(|kv| match ctx.keys.parse(kv.key()) {
+                    Some(Key::Claim(id)) => id.tick.scheduled_ms(),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        Ok(Err(e)) => {
+            tracing::error!(job, error = %e, "catch-up scan: cannot read claims; missed ticks are not accounted for");
+            None
+        }
+        Err(_) => {
+            tracing::error!(job, "catch-up scan: reading claims timed out; missed ticks are not accounted for");
+            None
+        }
+    }
+}
+
+/// A schedule tick of `job` the catch-up records as not run.
+fn not_run_fire(job: &str, entry: &crate::state::JobRef, tick: UnixMs) -> Fire {
+    Fire {
+        id: ExecutionId::new(job, Tick::Scheduled(tick)),
+        spec: entry.spec.clone(),
+        job_revision: entry.mod_revision,
+        scheduled_ms: tick,
+        trigger: TriggerKind::Schedule,
+        skip: None,
+        request_key: None,
+        parent: None,
+        then: Vec::new(),
+        params: RunParams::default(),
+        dequeued: false,
+        avoid: None,
+    }
 }
 
 /// Sweeps the ranges noted in `ctx.unsettled`, once etcd answers, every second. A job's range

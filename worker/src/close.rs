@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use etcron_common::claim::{self, CompleteOutcome};
-use etcron_common::model::{Claim, Status};
+use etcron_common::model::{Claim, ExecutionRecord, Status};
 use etcron_common::store::{RecordWrite, WriteMode};
-use etcron_common::{now_ms, rfc3339_ms};
+use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 
 use crate::executor;
 use crate::fire::{to_json, Fire, CLOSE_RETRY_MAX};
@@ -159,6 +159,30 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
         queue_prefix: queue.then(|| ctx.keys.queue_prefix(&fire.id.job, &fire.id.part)),
         extra: follow,
     };
+    finish_record(&mut record, finished, (status, error), (started_ms, finished_ms), &notes);
+    // The record is journaled before the claim is closed: a worker killed right after its close
+    // committed would otherwise leave a closed claim (nothing for the loss handling to do) and
+    // no record. Killed before the close, the journal replays a record of a run that did
+    // happen, and the loss handling records it lost (or reruns it) as before.
+    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record: record.clone() });
+    let closed = close_claim(ctx, &fire.id.job, request).await == Closed::Done;
+    won.hold.closed(closed && last.is_some());
+    if let (true, Some((_, value))) = (closed && queue, &won.lock) {
+        // The lock stayed ours if executions wait: the oldest gets it, with its run request.
+        crate::queue::pump(ctx, &fire.id.job, &fire.id.part, Some(value.clone())).await;
+    }
+    let closing = Closing { closed, outcome, started_ms, finished_ms };
+    after_close(ctx, fire, record, notes, closing).await;
+}
+
+/// The run's final record: when it ran, how it ended, and the notes of its follow-ups.
+fn finish_record(
+    record: &mut ExecutionRecord,
+    finished: executor::Finished,
+    (status, error): (Status, Option<String>),
+    (started_ms, finished_ms): (UnixMs, UnixMs),
+    notes: &[String],
+) {
     record.started_at = Some(rfc3339_ms(started_ms));
     record.finished_at = Some(rfc3339_ms(finished_ms));
     record.duration_ms = u64::try_from(finished_ms - started_ms).ok();
@@ -172,17 +196,29 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
     if !notes.is_empty() {
         record.reason = Some(notes.join("; "));
     }
-    // The record is journaled before the claim is closed: a worker killed right after its close
-    // committed would otherwise leave a closed claim (nothing for the loss handling to do) and
-    // no record. Killed before the close, the journal replays a record of a run that did
-    // happen, and the loss handling records it lost (or reruns it) as before.
-    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record: record.clone() });
-    let closed = close_claim(ctx, &fire.id.job, request).await == Closed::Done;
-    won.hold.closed(closed && last.is_some());
-    if let (true, Some((_, value))) = (closed && queue, &won.lock) {
-        // The lock stayed ours if executions wait: the oldest gets it, with its run request.
-        crate::queue::pump(ctx, &fire.id.job, &fire.id.part, Some(value.clone())).await;
-    }
+}
+
+/// How a run's close went, for what follows it.
+struct Closing<'a> {
+    /// The claim was closed by this worker (else the loss handling closed it first).
+    closed: bool,
+    /// The outcome `pause_after_failures` counts, for a job that has it.
+    outcome: Option<health::Outcome<'a>>,
+    started_ms: UnixMs,
+    finished_ms: UnixMs,
+}
+
+/// After the close: the failure count, the record rewritten when it changed (the job paused,
+/// or the run found lost), the `stale` alert's clock, the log line and the notification.
+async fn after_close(
+    ctx: &std::sync::Arc<Context>,
+    fire: &Fire,
+    mut record: ExecutionRecord,
+    mut notes: Vec<String>,
+    closing: Closing<'_>,
+) {
+    let Closing { closed, outcome, started_ms, finished_ms } = closing;
+    let status = record.status;
     let mut changed = false;
     if let (true, Some(outcome)) = (closed, outcome) {
         if let Some(note) = count_failures(ctx, fire, outcome).await {

@@ -17,6 +17,7 @@ use crate::live_output::LiveOutput;
 use crate::task_netns::{self, ShellNetwork};
 use crate::task_uids::TaskAccount;
 use etcron_common::job::Limits;
+use etcron_common::UnixMs;
 use nix::sys::resource::{getrlimit, Resource};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -170,16 +171,62 @@ pub async fn run_shell(
         Ok(w) => w,
         Err(e) => return spawn_failed(format!("creating the output pipe failed: {e}")),
     };
-    let rlimits = rlimits(&job.limits);
     let output = job.output.clone();
-    // fork/exec blocks the calling thread; on the blocking pool, many tasks due at the same
-    // tick start in parallel instead of queueing behind each other on the async workers.
-    // The command (holding the pipe's write ends) is dropped there after the spawn, so the
-    // reader sees end-of-file once the task and its children are done with the pipe.
-    // The start time is read on the spawning thread, as the spawn returns: by then the child
-    // has exec'd (posix_spawn), while this task may wait a while to be polled again.
-    // The account is looked up there too: the user database may be a file read or a network
-    // service.
+    let (mut child, spawned_ms) = match spawn_shell(&job, (writer, writer_err)).await {
+        Ok(spawned) => spawned,
+        Err(why) => return spawn_failed(why),
+    };
+    let pid = child.id().unwrap_or(0);
+    let _ = pid_tx.send(pid);
+    let pump_task = match tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(reader)) {
+        Ok(rx) => Some(etcron_common::task::spawn(pump(rx, output.clone()))),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read task output");
+            None
+        }
+    };
+    let (status, stopped) = wait_or_end(&mut child, pid, &job, &mut stop).await;
+    if let Some(reader) = pump_task {
+        if tokio::time::timeout(PIPE_DRAIN, reader).await.is_err() {
+            tracing::debug!(pid, "output pipe still open after exit; not waiting for background children");
+        }
+    }
+    let (exit_code, signal) = match status {
+        Some(s) => (s.code(), s.signal()),
+        None => (None, None),
+    };
+    let ending = stopped.unwrap_or(match (exit_code, signal) {
+        (Some(code), _) => Ending::Exited(code),
+        (None, Some(sig)) => Ending::Signaled(sig),
+        (None, None) => Ending::SpawnFailed("exit status unavailable".to_owned()),
+    });
+    let (text, truncated) = output.render();
+    Finished {
+        ending,
+        exit_code,
+        signal,
+        http_status: None,
+        output: text,
+        output_truncated: truncated,
+        spawned_ms: Some(spawned_ms),
+    }
+}
+
+/// Spawns the job's shell with its output on `writers`, under a keeper when the worker has
+/// them; the child and when it was spawned, or why it was not.
+///
+/// fork/exec blocks the calling thread; on the blocking pool, many tasks due at the same tick
+/// start in parallel instead of queueing behind each other on the async workers. The command
+/// (holding the pipe's write ends) is dropped there after the spawn, so the reader sees
+/// end-of-file once the task and its children are done with the pipe. The start time is read
+/// on the spawning thread, as the spawn returns: by then the child has exec'd (posix_spawn),
+/// while this task may wait a while to be polled again. The account is looked up there too: the
+/// user database may be a file read or a network service.
+async fn spawn_shell(
+    job: &ShellJob,
+    (writer, writer_err): (std::io::PipeWriter, std::io::PipeWriter),
+) -> Result<(tokio::process::Child, UnixMs), String> {
+    let rlimits = rlimits(&job.limits);
     let (run_as, worker_id, network) = (job.run_as.clone(), job.worker_id.clone(), job.network);
     let (command, env, cwd) = (job.command.clone(), job.env.clone(), job.cwd.clone());
     let spawned = tokio::task::spawn_blocking(move || {
@@ -220,22 +267,22 @@ pub async fn run_shell(
     .await;
     let (spawned, spawned_ms) = spawned
         .unwrap_or_else(|e| (Err(Refused::Spawn(std::io::Error::other(e.to_string()))), etcron_common::now_ms()));
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(Refused::Account(why)) => return spawn_failed(why),
-        Err(Refused::Spawn(e)) => {
-            return spawn_failed(spawn_error(job.cwd.as_deref(), &job.worker_id, job.network, &e))
-        }
-    };
-    let pid = child.id().unwrap_or(0);
-    let _ = pid_tx.send(pid);
-    let pump_task = match tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(reader)) {
-        Ok(rx) => Some(etcron_common::task::spawn(pump(rx, output.clone()))),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read task output");
-            None
-        }
-    };
+    match spawned {
+        Ok(child) => Ok((child, spawned_ms)),
+        Err(Refused::Account(why)) => Err(why),
+        Err(Refused::Spawn(e)) => Err(spawn_error(job.cwd.as_deref(), &job.worker_id, job.network, &e)),
+    }
+}
+
+/// Waits for the task to exit, or ends its process group at its timeout or when `stop` says
+/// so (at once for a stop set before the spawn): its exit status, and how it was ended, if it
+/// was.
+async fn wait_or_end(
+    child: &mut tokio::process::Child,
+    pid: u32,
+    job: &ShellJob,
+    stop: &mut watch::Receiver<Option<StopReason>>,
+) -> (Option<std::process::ExitStatus>, Option<Ending>) {
     let group = Pid::from_raw(i32::try_from(pid).unwrap_or(0));
     let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
     let timeout_fut = async {
@@ -246,45 +293,16 @@ pub async fn run_shell(
     };
     // An already-set stop reason (e.g. a kill that arrived before spawn) applies at once.
     let already = stop.borrow().clone();
-    let mut stopped: Option<Ending> = already.map(Ending::Stopped);
-    let status = if stopped.is_some() {
-        terminate(&mut child, group, job.kill_grace).await
-    } else {
-        tokio::select! {
-            status = child.wait() => status.ok(),
-            () = timeout_fut => {
-                stopped = Some(Ending::TimedOut);
-                terminate(&mut child, group, job.kill_grace).await
-            }
-            reason = wait_stop(&mut stop) => {
-                stopped = Some(Ending::Stopped(reason));
-                terminate(&mut child, group, job.kill_grace).await
-            }
-        }
-    };
-    if let Some(reader) = pump_task {
-        if tokio::time::timeout(PIPE_DRAIN, reader).await.is_err() {
-            tracing::debug!(pid, "output pipe still open after exit; not waiting for background children");
-        }
+    if let Some(reason) = already {
+        return (terminate(child, group, job.kill_grace).await, Some(Ending::Stopped(reason)));
     }
-    let (exit_code, signal) = match status {
-        Some(s) => (s.code(), s.signal()),
-        None => (None, None),
-    };
-    let ending = stopped.unwrap_or(match (exit_code, signal) {
-        (Some(code), _) => Ending::Exited(code),
-        (None, Some(sig)) => Ending::Signaled(sig),
-        (None, None) => Ending::SpawnFailed("exit status unavailable".to_owned()),
-    });
-    let (text, truncated) = output.render();
-    Finished {
-        ending,
-        exit_code,
-        signal,
-        http_status: None,
-        output: text,
-        output_truncated: truncated,
-        spawned_ms: Some(spawned_ms),
+    tokio::select! {
+        status = child.wait() => (status.ok(), None),
+        () = timeout_fut => (terminate(child, group, job.kill_grace).await, Some(Ending::TimedOut)),
+        reason = wait_stop(stop) => {
+            let ending = Ending::Stopped(reason);
+            (terminate(child, group, job.kill_grace).await, Some(ending))
+        }
     }
 }
 

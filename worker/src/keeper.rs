@@ -359,6 +359,14 @@ pub fn keep(args: &[OsString]) -> ! {
             libc::dup2(null.as_raw_fd(), 2);
         }
     }
+    watch_over(child_pid, me.as_raw(), alive, deadline)
+}
+
+/// Passes the shell's exit status on once it ends, or ends its whole tree when the worker is
+/// gone (end-of-file on `alive`) or the session `deadline` has passed; looks at least every
+/// `LOOK`.
+#[allow(unsafe_code)]
+fn watch_over(child_pid: i32, me: i32, alive: RawFd, deadline: &AtomicU64) -> ! {
     // SAFETY: pidfd_open(2) on the child just spawned (not reaped yet, so the pid is its own).
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child_pid, 0) };
     let pidfd = RawFd::try_from(pidfd).unwrap_or(-1);
@@ -369,7 +377,7 @@ pub fn keep(args: &[OsString]) -> ! {
         let until = deadline.load(Ordering::Acquire);
         let now = monotonic_ns();
         if until != 0 && now >= until {
-            end_tree(me.as_raw());
+            end_tree(me);
         }
         let wait = if until == 0 { LOOK } else { LOOK.min(Duration::from_nanos(until - now)) };
         let mut fds = [
@@ -381,7 +389,7 @@ pub fn keep(args: &[OsString]) -> ! {
         let ready = unsafe { libc::poll(fds.as_mut_ptr(), n, i32::try_from(wait.as_millis()).unwrap_or(250).max(1)) };
         if ready > 0 && fds[0].revents != 0 {
             // End-of-file: the worker is gone.
-            end_tree(me.as_raw());
+            end_tree(me);
         }
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use etcd_client::EventType;
 use etcron_common::claim::{self, ClaimOutcome, Held};
+use etcron_common::job::JobSpec;
 use etcron_common::keys::{ExecutionId, Key};
 use etcron_common::model::{Claim, ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind, WorkerInfo};
 use etcron_common::store::WriteMode;
@@ -501,70 +502,28 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
         Some(Some(now)) => (now.held, now.params.unwrap_or(params), now.token),
         None => (held, params, fencing_token),
     };
-    let scheduled_ms = params.as_of_ms.or(scheduled_ms).unwrap_or_else(now_ms);
-    let claim = Claim::closed(Status::Lost);
     let spec = ctx.jobs.get(&id.job).map(|j| j.spec);
-    let mut reason = format!(
-        "worker {departed} lost its session (lease expired at revision {revision}) while running this execution"
-    );
-    let mut follow = Vec::new();
-    let now = now_ms();
-    if let Some(spec) = &spec {
-        let team_of = |job: &str| ctx.jobs.get(job).map(|j| j.spec.team.clone());
-        let (ops, note) = after_loss(&ctx.keys, &id, (spec, &team_of), (scheduled_ms, &params), fencing_token, now);
-        follow = ops;
-        if let Some(note) = note {
-            reason.push_str(&format!("; {note}"));
-        }
-    }
-    follow.extend(crate::backfill::next_op(ctx, &id.job, trigger, &params).await);
-    let mut record = ExecutionRecord::blank(&id, scheduled_ms, trigger, Status::Lost, spec.as_deref());
-    record.claimed_at.clone_from(&started_at);
-    record.started_at = started_at;
-    record.finished_at = Some(rfc3339_ms(now));
-    record.worker_id = departed.to_owned();
-    record.reason = Some(reason);
-    record.fencing_token = Some(fencing_token);
-    record.params = params;
+    let lost = LostRun { id: &id, trigger, scheduled_ms, started_at, params, fencing_token };
+    let (record, follow) = lost_record(ctx, handler, spec.as_deref(), lost).await;
     // Durable before the claim closes, submitted only once the close is this survivor's: one
     // killed between the close and the journal delivers it at its next start, and one that
     // finds the execution closed by somebody else (an earlier handler, the departed worker
     // itself, late) writes nothing.
     let pending = ctx.provisional.write(&claim_key, &record);
-    // Close the execution's claim (still as its winner wrote it) as done/lost: recorded once,
-    // whichever survivors try, and never after its worker closed it. The rerun request rides
-    // in the same txn.
-    let mut won = false;
-    for _ in 0..LOSS_TRIES {
-        let outcome = match ctx.retention.get().await {
-            Ok(lease) => {
-                let (value, extra) = (to_json(&claim), follow.clone());
-                claim::mark_lost(&ctx.client, &claim_key, fencing_token, held.clone(), value, lease, extra).await
-            }
-            Err(e) => ClaimOutcome::Unknown(format!("retention lease unavailable: {e}")),
-        };
-        match outcome {
-            ClaimOutcome::Won { .. } | ClaimOutcome::Blocked { .. } => {
-                won = true;
-                break;
-            }
-            ClaimOutcome::Lost => {
-                ctx.provisional.remove(pending);
-                tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
-                return Settled::ClosedBefore;
-            }
-            ClaimOutcome::Unknown(e) => {
-                tracing::warn!(execution_id = %id, error = %e, "recording a lost execution: outcome unknown; retrying");
-                tokio::time::sleep(CLOSE_RETRY_MAX).await;
-            }
+    match close_lost(ctx, &claim_key, (fencing_token, held), follow).await {
+        Some(true) => {}
+        Some(false) => {
+            ctx.provisional.remove(pending);
+            tracing::info!(execution_id = %id, worker = %departed, "execution of a departed worker was closed already (by that worker, or another survivor), or was not its own: not lost");
+            return Settled::ClosedBefore;
         }
-    }
-    if !won {
-        // Its close may have been applied: the settle loop looks once etcd answers, and the
-        // survivors ranked after this one try the close again.
-        ctx.provisional.release(pending);
-        tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim may stay running");
-        return Settled::Unsettled;
+        None => {
+            // Its close may have been applied: the settle loop looks once etcd answers, and the
+            // survivors ranked after this one try the close again.
+            ctx.provisional.release(pending);
+            tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim may stay running");
+            return Settled::Unsettled;
+        }
     }
     if first {
         if rank > 0 {
@@ -575,11 +534,89 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
     }
     // Yields to the run's own final record, journaled before its close should the task have
     // ended before its worker died (T3's crash point); replaces its `running` record.
+    let queue = spec.as_ref().is_some_and(|s| s.concurrency == etcron_common::job::Concurrency::Queue);
     deliver(ctx, spec.as_deref(), record, WriteMode::OverRunning);
     ctx.provisional.remove(pending);
-    if spec.is_some_and(|s| s.concurrency == etcron_common::job::Concurrency::Queue) {
+    if queue {
         // Its lock went with the session: the oldest execution waiting gets it now.
         crate::queue::pump(ctx, &id.job, &id.part, None).await;
     }
     Settled::ClosedHere
+}
+
+/// A departed worker's execution, as the loss handling records it.
+struct LostRun<'a> {
+    id: &'a ExecutionId,
+    trigger: TriggerKind,
+    scheduled_ms: Option<i64>,
+    started_at: Option<String>,
+    params: RunParams,
+    fencing_token: i64,
+}
+
+/// The `lost` record of a departed worker's execution, and the follow-ups its close carries
+/// (the failover rerun or `on_failure` requests, the next backfill item).
+async fn lost_record(
+    ctx: &Context,
+    handler: &Handler<'_>,
+    spec: Option<&JobSpec>,
+    lost: LostRun<'_>,
+) -> (ExecutionRecord, Vec<etcd_client::TxnOp>) {
+    let Handler { departed, revision, .. } = *handler;
+    let LostRun { id, trigger, scheduled_ms, started_at, params, fencing_token } = lost;
+    let scheduled_ms = params.as_of_ms.or(scheduled_ms).unwrap_or_else(now_ms);
+    let mut reason = format!(
+        "worker {departed} lost its session (lease expired at revision {revision}) while running this execution"
+    );
+    let mut follow = Vec::new();
+    let now = now_ms();
+    if let Some(spec) = spec {
+        let team_of = |job: &str| ctx.jobs.get(job).map(|j| j.spec.team.clone());
+        let (ops, note) = after_loss(&ctx.keys, id, (spec, &team_of), (scheduled_ms, &params), fencing_token, now);
+        follow = ops;
+        if let Some(note) = note {
+            reason.push_str(&format!("; {note}"));
+        }
+    }
+    follow.extend(crate::backfill::next_op(ctx, &id.job, trigger, &params).await);
+    let mut record = ExecutionRecord::blank(id, scheduled_ms, trigger, Status::Lost, spec);
+    record.claimed_at.clone_from(&started_at);
+    record.started_at = started_at;
+    record.finished_at = Some(rfc3339_ms(now));
+    record.worker_id = departed.to_owned();
+    record.reason = Some(reason);
+    record.fencing_token = Some(fencing_token);
+    record.params = params;
+    (record, follow)
+}
+
+/// Closes the claim (still as its winner's transaction left it) `lost` with `follow` in the
+/// same transaction: recorded once, whichever survivors try, and never after its worker closed
+/// it. `Some(true)`: closed here; `Some(false)`: closed before, or not the departed worker's;
+/// `None`: etcd did not take it within `LOSS_TRIES`.
+async fn close_lost(
+    ctx: &Context,
+    claim_key: &str,
+    (fencing_token, held): (i64, Held),
+    follow: Vec<etcd_client::TxnOp>,
+) -> Option<bool> {
+    let claim = Claim::closed(Status::Lost);
+    for _ in 0..LOSS_TRIES {
+        let outcome = match ctx.retention.get().await {
+            Ok(lease) => {
+                let (value, extra) = (to_json(&claim), follow.clone());
+                claim::mark_lost(&ctx.client, claim_key, fencing_token, held.clone(), value, lease, extra).await
+            }
+            Err(e) => ClaimOutcome::Unknown(format!("retention lease unavailable: {e}")),
+        };
+        match outcome {
+            ClaimOutcome::Won { .. } | ClaimOutcome::Blocked { .. } => return Some(true),
+            ClaimOutcome::Lost => return Some(false),
+            ClaimOutcome::Unknown(e) => {
+                tracing::warn!(claim = claim_key, error = %e, "recording a lost execution: outcome unknown; retrying");
+                tokio::time::sleep(CLOSE_RETRY_MAX).await;
+            }
+        }
+    }
+    None
 }

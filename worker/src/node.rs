@@ -50,14 +50,49 @@ pub struct Parts {
 /// When its data dir or its listeners cannot be opened.
 pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let Parts { client, session_client, store, simulated } = parts;
+    let built = build(&config, client, store, simulated).await?;
+    let ctx = built.ctx.clone();
+    start_duties(&ctx, built.owed, built.previous_session).await?;
+    let running = start_watches(&ctx, session_client, built.lease_tx, built.again);
+    shutdown.await;
+    drain(&ctx, running).await;
+    let _ = built.sink_stop.send(true);
+    let _ = built.sink_task.await;
+    tracing::info!("etcron-worker stopped");
+    Ok(())
+}
+
+/// A worker's context, and what its start and shutdown need besides.
+struct Built {
+    ctx: Arc<Context>,
+    /// The session supervisor's side of `Context::lease`.
+    lease_tx: watch::Sender<Option<i64>>,
+    /// Run requests to race for again (`Context::race_again`), for the scheduler.
+    again: mpsc::UnboundedReceiver<String>,
+    /// Departures a previous life of this worker owed, and its session if it ended uncleanly.
+    owed: Vec<crate::departures::Departure>,
+    previous_session: Option<i64>,
+    sink_stop: watch::Sender<bool>,
+    sink_task: tokio::task::JoinHandle<()>,
+}
+
+/// Opens the worker's data dir (spool, provisional records, owed departures), starts its
+/// notifier, record sink and live-output listeners, and builds the shared [`Context`].
+async fn build(
+    config: &Config,
+    client: etcd_client::Client,
+    store: Option<MongoStore>,
+    simulated: Option<Arc<dyn crate::simulated::Tasks>>,
+) -> anyhow::Result<Built> {
     let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let spool = crate::log_sink::Spool::open(&config.data_dir)
-        .with_context(|| format!("opening the record spool in {}", config.data_dir.display()))?;
+    let dir = config.data_dir.display();
+    let spool =
+        crate::log_sink::Spool::open(&config.data_dir).with_context(|| format!("opening the record spool in {dir}"))?;
     let provisional = crate::provisional::Provisional::open(&config.data_dir)
-        .with_context(|| format!("opening the provisional records in {}", config.data_dir.display()))?;
+        .with_context(|| format!("opening the provisional records in {dir}"))?;
     let (departures, owed, previous_session) = crate::departures::Owed::open(&config.data_dir)
-        .with_context(|| format!("opening the owed departures in {}", config.data_dir.display()))?;
-    let (sink_stop_tx, sink_stop) = watch::channel(false);
+        .with_context(|| format!("opening the owed departures in {dir}"))?;
+    let (sink_stop, sink_stop_rx) = watch::channel(false);
     let notifier = crate::notifier::Notifier::start(
         config.notify.clone(),
         client.clone(),
@@ -65,27 +100,11 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
         store.clone(),
         config.worker_id.clone(),
     );
-    let (sink, sink_task) = crate::log_sink::LogSink::start(store, spool, sink_stop)
-        .with_context(|| format!("opening the record journal in {}", config.data_dir.display()))?;
+    let (sink, sink_task) = crate::log_sink::LogSink::start(store, spool, sink_stop_rx)
+        .with_context(|| format!("opening the record journal in {dir}"))?;
     let hostname = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
     let live = Arc::new(crate::live_output::LiveOutputs::default());
-    let output_token = random_token();
-    let bound = crate::live_output::serve(config.output_listen, live.clone(), output_token.clone())
-        .await
-        .with_context(|| format!("output_listen: binding {}", config.output_listen))?;
-    // Tasks report on a listener of their own, on the output server's address (any free port):
-    // followers holding the output server's connections never starve reports.
-    let progress_addr = std::net::SocketAddr::new(config.output_listen.ip(), 0);
-    let progress_bound = crate::live_output::serve_progress(progress_addr, live.clone())
-        .await
-        .with_context(|| format!("progress listener: binding {progress_addr} (the address of output_listen)"))?;
-    let output_url = config.output_url.clone().unwrap_or_else(|| {
-        if bound.ip().is_unspecified() {
-            format!("http://{hostname}:{}", bound.port())
-        } else {
-            format!("http://{bound}")
-        }
-    });
+    let endpoints = listen(config, &live, &hostname).await?;
     let (lease_tx, lease_rx) = watch::channel(None);
     let (race_again, again) = mpsc::unbounded_channel();
     let taken = Arc::new(crate::taken::Taken::default());
@@ -103,12 +122,7 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
             std::time::Duration::from_secs(300),
         )),
         registry: Registry::default(),
-        batchers: crate::batcher::Batchers::start(
-            client.clone(),
-            keys.clone(),
-            config.worker_id.clone(),
-            taken.clone(),
-        ),
+        batchers: crate::batcher::Batchers::start(client, keys, config.worker_id.clone(), taken.clone()),
         taken,
         closing: crate::state::Pending::default(),
         slots: Arc::new(crate::slots::Slots::new(config.capacity as usize)),
@@ -125,19 +139,68 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
         config: config.clone(),
         live,
         task_env: crate::executor::inherited_env(&config.task_env_passthrough),
-        local_output_url: Some(if progress_bound.ip().is_unspecified() {
-            format!("http://127.0.0.1:{}", progress_bound.port())
-        } else {
-            format!("http://{progress_bound}")
+        local_output_url: Some(endpoints.progress_url),
+        output_endpoint: Some(crate::state::OutputEndpoint {
+            url: endpoints.output_url,
+            token: endpoints.output_token,
         }),
-        output_endpoint: Some(crate::state::OutputEndpoint { url: output_url, token: output_token }),
         simulated,
         race_again,
-        task_network: Arc::new(task_network(&config, &[bound, progress_bound])),
+        task_network: Arc::new(task_network(config, &endpoints.bound)),
     });
+    Ok(Built { ctx, lease_tx, again, owed, previous_session, sink_stop, sink_task })
+}
+
+/// Where the worker's own listeners are: followers' live output, and tasks' progress reports.
+struct Endpoints {
+    output_url: String,
+    output_token: String,
+    progress_url: String,
+    /// Both listeners' bound addresses (tasks may not connect to them).
+    bound: [std::net::SocketAddr; 2],
+}
+
+/// Binds the live-output server on `output_listen`, and the progress listener on its address
+/// (any free port): followers holding the output server's connections never starve reports.
+async fn listen(
+    config: &Config,
+    live: &Arc<crate::live_output::LiveOutputs>,
+    hostname: &str,
+) -> anyhow::Result<Endpoints> {
+    let output_token = random_token();
+    let bound = crate::live_output::serve(config.output_listen, live.clone(), output_token.clone())
+        .await
+        .with_context(|| format!("output_listen: binding {}", config.output_listen))?;
+    let progress_addr = std::net::SocketAddr::new(config.output_listen.ip(), 0);
+    let progress_bound = crate::live_output::serve_progress(progress_addr, live.clone())
+        .await
+        .with_context(|| format!("progress listener: binding {progress_addr} (the address of output_listen)"))?;
+    let output_url = config.output_url.clone().unwrap_or_else(|| {
+        if bound.ip().is_unspecified() {
+            format!("http://{hostname}:{}", bound.port())
+        } else {
+            format!("http://{bound}")
+        }
+    });
+    let progress_url = if progress_bound.ip().is_unspecified() {
+        format!("http://127.0.0.1:{}", progress_bound.port())
+    } else {
+        format!("http://{progress_bound}")
+    };
+    Ok(Endpoints { output_url, output_token, progress_url, bound: [bound, progress_bound] })
+}
+
+/// The loops that need no watch: the settle loops, owed departures (this worker's previous
+/// life's too), stale alerts, metrics; then the start-up log lines.
+async fn start_duties(
+    ctx: &Arc<Context>,
+    owed: Vec<crate::departures::Departure>,
+    previous_session: Option<i64>,
+) -> anyhow::Result<()> {
+    let config = &ctx.config;
     etcron_common::task::spawn(crate::catchup::settle_loop(ctx.clone()));
     etcron_common::task::spawn(crate::settle::provisional_loop(ctx.clone()));
-    crate::loss::resume_owed(&ctx, owed);
+    crate::loss::resume_owed(ctx, owed);
     if let Some(registered_at) = previous_session {
         // Our previous life ended uncleanly: its session's departure is ours to owe as well.
         let departed = crate::membership::Departed::After(registered_at);
@@ -158,8 +221,27 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
     if config.shell_task_network.isolated() {
         tracing::info!(shell_task_network = %config.shell_task_network, "task network isolation is on: each shell task runs in a network namespace of its own (only its loopback); its progress reports go through its output lines");
     }
+    Ok(())
+}
 
-    // `sched_stop` ends scheduling; `all_stop` ends the watchers and the session once drained.
+/// What runs until shutdown: the session supervisor and the scheduler, and the switches that
+/// stop them (`sched_stop` ends scheduling; `all_stop` the watchers and the session).
+struct Running {
+    supervisor: tokio::task::JoinHandle<Option<Session>>,
+    scheduler: tokio::task::JoinHandle<()>,
+    sched_stop: watch::Sender<bool>,
+    all_stop: watch::Sender<bool>,
+}
+
+/// Starts the mirrors of etcd (workers and their departures, claims, kills; jobs, run
+/// requests, pauses and calendars for the scheduler), the session supervisor and the scheduler.
+fn start_watches(
+    ctx: &Arc<Context>,
+    session_client: etcd_client::Client,
+    lease_tx: watch::Sender<Option<i64>>,
+    again: mpsc::UnboundedReceiver<String>,
+) -> Running {
+    let (client, keys) = (&ctx.client, &ctx.keys);
     let (sched_stop_tx, sched_stop) = watch::channel(false);
     let (all_stop_tx, all_stop) = watch::channel(false);
 
@@ -176,54 +258,53 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
             etcron_common::task::spawn(crate::loss::departed(lost_ctx.clone(), worker, departed));
         }
     });
-
     etcron_common::task::spawn(crate::taken::follow(
         client.clone(),
         keys.claims_prefix(),
         ctx.taken.clone(),
         all_stop.clone(),
     ));
-
     let (kills_tx, kills_rx) = mpsc::channel(256);
     etcron_common::task::spawn(mirror(client.clone(), keys.kill_prefix(), "kill", kills_tx, all_stop.clone()));
     etcron_common::task::spawn(follow_kills(ctx.clone(), kills_rx));
-
     let supervisor =
         etcron_common::task::spawn(supervise_session(ctx.clone(), session_client, lease_tx, all_stop.clone()));
+    let updates = scheduler_updates(ctx, again, &sched_stop);
+    let scheduler = etcron_common::task::spawn(Scheduler::new(ctx.clone()).run(updates, sched_stop));
+    Running { supervisor, scheduler, sched_stop: sched_stop_tx, all_stop: all_stop_tx }
+}
 
-    let (jobs_tx, jobs_rx) = mpsc::channel(4096);
-    etcron_common::task::spawn(mirror(client.clone(), keys.jobs_prefix(), "jobs", jobs_tx, sched_stop.clone()));
-    let (triggers_tx, triggers_rx) = mpsc::channel(256);
-    etcron_common::task::spawn(mirror(
-        client.clone(),
-        keys.trigger_prefix(),
-        "trigger",
-        triggers_tx,
-        sched_stop.clone(),
-    ));
-    let (paused_tx, paused_rx) = mpsc::channel(256);
-    etcron_common::task::spawn(mirror(client.clone(), keys.paused_prefix(), "paused", paused_tx, sched_stop.clone()));
-    let (calendars_tx, calendars_rx) = mpsc::channel(64);
+/// The mirrors the scheduler follows (jobs, run requests, pauses, calendars), ended by `stop`.
+fn scheduler_updates(
+    ctx: &Context,
+    again: mpsc::UnboundedReceiver<String>,
+    stop: &watch::Receiver<bool>,
+) -> crate::scheduler::Updates {
+    let (client, keys) = (&ctx.client, &ctx.keys);
+    let (jobs_tx, jobs) = mpsc::channel(4096);
+    etcron_common::task::spawn(mirror(client.clone(), keys.jobs_prefix(), "jobs", jobs_tx, stop.clone()));
+    let (triggers_tx, triggers) = mpsc::channel(256);
+    etcron_common::task::spawn(mirror(client.clone(), keys.trigger_prefix(), "trigger", triggers_tx, stop.clone()));
+    let (paused_tx, paused) = mpsc::channel(256);
+    etcron_common::task::spawn(mirror(client.clone(), keys.paused_prefix(), "paused", paused_tx, stop.clone()));
+    let (calendars_tx, calendars) = mpsc::channel(64);
     etcron_common::task::spawn(mirror(
         client.clone(),
         keys.calendars_prefix(),
         "calendars",
         calendars_tx,
-        sched_stop.clone(),
+        stop.clone(),
     ));
-    let updates = crate::scheduler::Updates {
-        jobs: jobs_rx,
-        triggers: triggers_rx,
-        paused: paused_rx,
-        calendars: calendars_rx,
-        again,
-    };
-    let scheduler = etcron_common::task::spawn(Scheduler::new(ctx.clone()).run(updates, sched_stop));
+    crate::scheduler::Updates { jobs, triggers, paused, calendars, again }
+}
 
-    shutdown.await;
+/// Shutdown: no new ticks; running tasks get the shutdown grace, then are killed; closes etcd
+/// has not taken yet get [`CLOSE_ON_SHUTDOWN`]; the session is revoked; deliveries drain.
+async fn drain(ctx: &Arc<Context>, running: Running) {
+    let config = &ctx.config;
     tracing::info!(running = ctx.registry.running(), grace = ?config.shutdown_grace, "shutting down: no new ticks; letting running tasks finish");
-    let _ = sched_stop_tx.send(true);
-    let _ = scheduler.await;
+    let _ = running.sched_stop.send(true);
+    let _ = running.scheduler.await;
     if !ctx.registry.wait_empty(config.shutdown_grace).await {
         tracing::warn!(running = ctx.registry.running(), "shutdown grace over; killing running tasks");
         ctx.registry.stop_all(&StopReason::Shutdown);
@@ -241,17 +322,13 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
             "claim closes still pending at exit; the loss handling will record those runs lost"
         );
     }
-    let _ = all_stop_tx.send(true);
-    if let Ok(Some(session)) = supervisor.await {
+    let _ = running.all_stop.send(true);
+    if let Ok(Some(session)) = running.supervisor.await {
         session.close().await;
     }
-    // Deliveries of the last outcomes get a moment; then flush the records of the last
-    // executions (to MongoDB, or to the spool).
+    // Deliveries of the last outcomes get a moment; then the records of the last executions
+    // are flushed (to MongoDB, or to the spool) by the caller.
     ctx.notifier.drain(crate::notifier::DRAIN_ON_SHUTDOWN).await;
-    let _ = sink_stop_tx.send(true);
-    let _ = sink_task.await;
-    tracing::info!("etcron-worker stopped");
-    Ok(())
 }
 
 /// Keeps a session: grants it (on `session_client`, the session's own connection), registers the

@@ -433,29 +433,8 @@ pub(crate) async fn settle_outcome(
     outcome: ClaimOutcome,
     again: Option<RunClaim>,
 ) -> Option<i64> {
-    let id = &fire.id;
     match outcome {
-        ClaimOutcome::Won { fencing_token, replaced } => {
-            if let Some(old) = replaced.and_then(|v| serde_json::from_slice::<ExecutionId>(&v).ok()) {
-                if &old != id {
-                    replace_running(ctx, &old, id);
-                }
-            }
-            // Won, but the session that claimed it ended before etcd answered (a leader change
-            // can keep the lease alive in etcd past this worker's deadline): its task's keeper
-            // would end it at once, and the loss handling owns the claim. Not run: closed missed.
-            if *ctx.lease.borrow() != Some(won.lease) {
-                METRICS.claims.with_label_values(&["won_orphaned"]).inc();
-                tracing::warn!(
-                    scheduled_ms = fire.scheduled_ms,
-                    fencing_token,
-                    "claim won after this worker's session ended: not running it"
-                );
-                record_orphan(ctx, fire, won, fencing_token).await;
-                return None;
-            }
-            Some(fencing_token)
-        }
+        ClaimOutcome::Won { fencing_token, replaced } => settle_won(ctx, fire, won, fencing_token, replaced).await,
         ClaimOutcome::Blocked { fencing_token, holder } => {
             let holder = serde_json::from_slice::<ExecutionId>(&holder).ok().map(|h| h.to_string());
             let reason = blocked_reason(fire, holder.as_deref());
@@ -474,45 +453,86 @@ pub(crate) async fn settle_outcome(
         ClaimOutcome::Unknown(_) if crate::simulated::holes::open(crate::simulated::holes::UNKNOWN_CLAIM_DROPPED) => {
             None
         }
-        ClaimOutcome::Unknown(e) => {
-            // The txn may have committed (etcd lost the answer, not the write): then the tick is
-            // ours and nobody else may run it, so it must run here, late, or never at all.
-            match resolve_unknown_claim(ctx, fire, won).await {
-                Resolved::Ours(token) if *ctx.lease.borrow() != Some(won.lease) => {
-                    // etcd kept the session (a leader change extends leases), this worker did not.
-                    METRICS.claims.with_label_values(&["won_orphaned"]).inc();
-                    tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown and the claim is ours, but this worker's session ended meanwhile: not running it");
-                    record_orphan(ctx, fire, won, token).await;
-                    None
-                }
-                Resolved::Ours(token) => {
-                    METRICS.claims.with_label_values(&["unknown_won"]).inc();
-                    tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown, but the claim is ours: running the tick late");
-                    Some(token)
-                }
-                Resolved::Orphaned(token) => {
-                    METRICS.claims.with_label_values(&["unknown_orphaned"]).inc();
-                    tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown; the claim is ours but its session ended before etcd answered: not running it");
-                    record_orphan(ctx, fire, won, token).await;
-                    None
-                }
-                Resolved::Absent if again.is_some() && young(ctx, fire, won) => {
-                    let request = again?;
-                    Box::pin(claim_again(ctx, fire, won, request, &e)).await
-                }
-                Resolved::NotOurs | Resolved::Absent | Resolved::NoAnswer => {
-                    tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, "claim outcome unknown: not running this tick here");
-                    ctx.unsettled.note(fire);
-                    watch_for_miss(ctx, fire, 0, NotRaced::Unknown);
-                    recheck_unknown_claim(ctx, fire, won);
-                    // A run request stays until claimed: raced for again under the same id (the
-                    // sweeps settle schedule ticks only).
-                    if let Some(key) = &fire.request_key {
-                        let _ = ctx.race_again.send(key.clone());
-                    }
-                    None
-                }
+        ClaimOutcome::Unknown(e) => settle_unknown(ctx, fire, won, &e, again).await,
+    }
+}
+
+/// A claim won: a `replace` run it took over is stopped; one won after this worker's session
+/// ended is not run (its keeper would end it at once, and the loss handling owns it) but closed
+/// `missed`.
+async fn settle_won(
+    ctx: &Arc<Context>,
+    fire: &Fire,
+    won: &WonClaim,
+    fencing_token: i64,
+    replaced: Option<Vec<u8>>,
+) -> Option<i64> {
+    let id = &fire.id;
+    if let Some(old) = replaced.and_then(|v| serde_json::from_slice::<ExecutionId>(&v).ok()) {
+        if &old != id {
+            replace_running(ctx, &old, id);
+        }
+    }
+    // Won, but the session that claimed it ended before etcd answered (a leader change
+    // can keep the lease alive in etcd past this worker's deadline): its task's keeper
+    // would end it at once, and the loss handling owns the claim. Not run: closed missed.
+    if *ctx.lease.borrow() != Some(won.lease) {
+        METRICS.claims.with_label_values(&["won_orphaned"]).inc();
+        tracing::warn!(
+            scheduled_ms = fire.scheduled_ms,
+            fencing_token,
+            "claim won after this worker's session ended: not running it"
+        );
+        record_orphan(ctx, fire, won, fencing_token).await;
+        return None;
+    }
+    Some(fencing_token)
+}
+
+/// A claim whose answer was lost: read back, and run here late, given up, or sent again.
+async fn settle_unknown(
+    ctx: &Arc<Context>,
+    fire: &Fire,
+    won: &mut WonClaim,
+    e: &str,
+    again: Option<RunClaim>,
+) -> Option<i64> {
+    // The txn may have committed (etcd lost the answer, not the write): then the tick is
+    // ours and nobody else may run it, so it must run here, late, or never at all.
+    match resolve_unknown_claim(ctx, fire, won).await {
+        Resolved::Ours(token) if *ctx.lease.borrow() != Some(won.lease) => {
+            // etcd kept the session (a leader change extends leases), this worker did not.
+            METRICS.claims.with_label_values(&["won_orphaned"]).inc();
+            tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown and the claim is ours, but this worker's session ended meanwhile: not running it");
+            record_orphan(ctx, fire, won, token).await;
+            None
+        }
+        Resolved::Ours(token) => {
+            METRICS.claims.with_label_values(&["unknown_won"]).inc();
+            tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown, but the claim is ours: running the tick late");
+            Some(token)
+        }
+        Resolved::Orphaned(token) => {
+            METRICS.claims.with_label_values(&["unknown_orphaned"]).inc();
+            tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, fencing_token = token, "claim outcome was unknown; the claim is ours but its session ended before etcd answered: not running it");
+            record_orphan(ctx, fire, won, token).await;
+            None
+        }
+        Resolved::Absent if again.is_some() && young(ctx, fire, won) => {
+            let request = again?;
+            Box::pin(claim_again(ctx, fire, won, request, e)).await
+        }
+        Resolved::NotOurs | Resolved::Absent | Resolved::NoAnswer => {
+            tracing::warn!(error = %e, scheduled_ms = fire.scheduled_ms, "claim outcome unknown: not running this tick here");
+            ctx.unsettled.note(fire);
+            watch_for_miss(ctx, fire, 0, NotRaced::Unknown);
+            recheck_unknown_claim(ctx, fire, won);
+            // A run request stays until claimed: raced for again under the same id (the
+            // sweeps settle schedule ticks only).
+            if let Some(key) = &fire.request_key {
+                let _ = ctx.race_again.send(key.clone());
             }
+            None
         }
     }
 }

@@ -128,45 +128,69 @@ pub async fn mirror(
                 continue;
             }
         };
-        loop {
-            let msg = tokio::select! {
-                _ = stop.changed() => return,
-                m = stream.message() => m,
-            };
-            match msg {
-                Ok(Some(resp)) => {
-                    if resp.compact_revision() > 0 || resp.canceled() {
-                        tracing::warn!(
-                            watch = name,
-                            compact_revision = resp.compact_revision(),
-                            reason = resp.cancel_reason(),
-                            "watch cancelled (compaction?); re-listing"
-                        );
-                        break;
-                    }
-                    backoff = Duration::from_millis(100);
-                    for event in resp.events() {
-                        let Some(kv) = event.kv() else { continue };
-                        from = from.max(kv.mod_revision() + 1);
-                        if tx.send(update(event.event_type(), kv)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-                Ok(None) => {
-                    tracing::warn!(watch = name, "watch stream closed; resuming");
-                    resume = Some(from);
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(watch = name, error = %e, "watch failed; resuming");
-                    resume = Some(from);
-                    break;
-                }
-            }
+        match follow(&mut stream, name, &tx, &mut stop, (&mut from, &mut backoff)).await {
+            Ended::Stopped => return,
+            Ended::Compacted => {}
+            Ended::Broken => resume = Some(from),
         }
         tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// How a watch stream ended.
+enum Ended {
+    /// `stop` flipped, or the receiver is gone.
+    Stopped,
+    /// Cancelled by etcd (a compaction): the prefix is listed again.
+    Compacted,
+    /// Closed or failed: opened again from the revision after its last event.
+    Broken,
+}
+
+/// Hands the stream's events on until it ends, moving `from` past each event delivered (and
+/// `backoff` back to its start once the stream answers).
+async fn follow(
+    stream: &mut etcd_client::WatchStream,
+    name: &'static str,
+    tx: &mpsc::Sender<Update>,
+    stop: &mut watch::Receiver<bool>,
+    (from, backoff): (&mut i64, &mut Duration),
+) -> Ended {
+    loop {
+        let msg = tokio::select! {
+            _ = stop.changed() => return Ended::Stopped,
+            m = stream.message() => m,
+        };
+        match msg {
+            Ok(Some(resp)) => {
+                if resp.compact_revision() > 0 || resp.canceled() {
+                    tracing::warn!(
+                        watch = name,
+                        compact_revision = resp.compact_revision(),
+                        reason = resp.cancel_reason(),
+                        "watch cancelled (compaction?); re-listing"
+                    );
+                    return Ended::Compacted;
+                }
+                *backoff = Duration::from_millis(100);
+                for event in resp.events() {
+                    let Some(kv) = event.kv() else { continue };
+                    *from = (*from).max(kv.mod_revision() + 1);
+                    if tx.send(update(event.event_type(), kv)).await.is_err() {
+                        return Ended::Stopped;
+                    }
+                }
+            }
+            Ok(None) => {
+                tracing::warn!(watch = name, "watch stream closed; resuming");
+                return Ended::Broken;
+            }
+            Err(e) => {
+                tracing::warn!(watch = name, error = %e, "watch failed; resuming");
+                return Ended::Broken;
+            }
+        }
     }
 }
 

@@ -138,6 +138,19 @@ pub(super) fn batch_changes(body: &[u8]) -> ApiResult<(Vec<BatchItem>, bool)> {
 
 /// `POST /api/batch`: many job saves and deletes in one request, each with its own
 /// precondition, written in as few etcd transactions as they fit in and answered one by one.
+/// The audit entry of a change a dry run planned (or refused), from its result.
+fn planned_audit(r: &Value) -> crate::audit::JobChange {
+    let (job, op) = (r["job"].as_str().unwrap_or_default(), r["op"].as_str().unwrap_or_default());
+    let status = r["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(0);
+    crate::audit::JobChange::planned(job, op, status, &r["outcome"], &r["error"])
+}
+
+/// The audit entry of a change the batch refused, from its result.
+fn refused_audit(r: &Value) -> crate::audit::JobChange {
+    let status = r["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(0);
+    crate::audit::JobChange::refused(r["job"].as_str().unwrap_or_default(), r["op"] == "delete", status, &r["error"])
+}
+
 pub(super) async fn batch(
     State(st): State<AppState>,
     caller: Option<axum::Extension<crate::auth::Caller>>,
@@ -168,18 +181,7 @@ pub(super) async fn batch(
         for ((slot, (job, op)), plan) in slots.into_iter().zip(jobs).zip(planned) {
             results[slot] = planned_result(&job, op, plan.map_err(|e| batch_error(op, e)));
         }
-        let audit = results.iter().map(|r| {
-            let (job, op, status) =
-                (r["job"].as_str().unwrap_or_default(), r["op"].as_str().unwrap_or_default(), r["status"].as_u64());
-            crate::audit::JobChange::planned(
-                job,
-                op,
-                status.and_then(|s| u16::try_from(s).ok()).unwrap_or(0),
-                &r["outcome"],
-                &r["error"],
-            )
-        });
-        let audit = crate::audit::BatchAudit(audit.collect());
+        let audit = crate::audit::BatchAudit(results.iter().map(planned_audit).collect());
         let mut resp = Json(json!({ "results": results, "transactions": 0, "dry_run": true })).into_response();
         resp.extensions_mut().insert(audit);
         return Ok(resp);
@@ -203,21 +205,8 @@ pub(super) async fn batch(
     let unchanged = results.iter().filter(|r| r["outcome"] == "unchanged").count();
     let changed = made.len() - unchanged;
     // Every change is audited, in order: those made with their specs, refused ones with why.
-    let audit: Vec<_> = results
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            made.remove(&i).unwrap_or_else(|| {
-                let status = r["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(0);
-                crate::audit::JobChange::refused(
-                    r["job"].as_str().unwrap_or_default(),
-                    r["op"] == "delete",
-                    status,
-                    &r["error"],
-                )
-            })
-        })
-        .collect();
+    let audit: Vec<_> =
+        results.iter().enumerate().map(|(i, r)| made.remove(&i).unwrap_or_else(|| refused_audit(r))).collect();
     tracing::info!(changes = results.len(), changed, unchanged, transactions = applied.transactions, "batch applied");
     let body = json!({ "results": results, "transactions": applied.transactions });
     let mut resp = (StatusCode::OK, Json(body)).into_response();
