@@ -20,17 +20,114 @@ struct Asset {
 
 const INDEX: &[u8] = include_bytes!("../../web/index.html");
 
-/// Everything under `/assets/`. A file added to `web/assets/` must be listed here.
+/// Everything under `/assets/`. A file added to `web/assets/` must be listed here: the console
+/// is ES modules importing each other by relative URL (`./api.js`), one request per file, so an
+/// unlisted one is a 404 and a console that does not start.
 const ASSETS: &[Asset] = &[
+    Asset {
+        name: "actions.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/actions.js"),
+    },
+    Asset {
+        name: "api.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/api.js"),
+    },
     Asset {
         name: "app.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../../web/assets/app.js"),
     },
     Asset {
+        name: "calendars.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/calendars.js"),
+    },
+    Asset {
+        name: "charts.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/charts.js"),
+    },
+    Asset {
+        name: "controls.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/controls.js"),
+    },
+    Asset {
+        name: "editor.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/editor.js"),
+    },
+    Asset {
+        name: "execution.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/execution.js"),
+    },
+    Asset {
+        name: "executions.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/executions.js"),
+    },
+    Asset {
+        name: "format.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/format.js"),
+    },
+    Asset {
+        name: "forms.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/forms.js"),
+    },
+    Asset {
+        name: "history.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/history.js"),
+    },
+    Asset {
+        name: "job.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/job.js"),
+    },
+    Asset {
+        name: "jobform.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/jobform.js"),
+    },
+    Asset {
+        name: "jobs.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/jobs.js"),
+    },
+    Asset {
+        name: "nav.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/nav.js"),
+    },
+    Asset {
+        name: "overview.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/overview.js"),
+    },
+    Asset {
+        name: "router.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/router.js"),
+    },
+    Asset {
+        name: "stream.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/stream.js"),
+    },
+    Asset {
         name: "style.css",
         content_type: "text/css; charset=utf-8",
         body: include_bytes!("../../web/assets/style.css"),
+    },
+    Asset {
+        name: "workers.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/workers.js"),
     },
 ];
 
@@ -64,4 +161,27 @@ fn serve(content_type: &'static str, body: &'static [u8]) -> Response {
     // Assets change with the binary; revalidation is cheap next to a stale console.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     resp
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::ASSETS;
+
+    /// Every file of `web/assets/` is embedded, and nothing else: the console's modules import
+    /// each other by URL, so one left out is a 404 and a console that never starts.
+    #[test]
+    fn every_asset_file_is_embedded() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../web/assets");
+        let mut files: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        files.sort();
+        let mut listed: Vec<String> = ASSETS.iter().map(|a| a.name.to_owned()).collect();
+        listed.sort();
+        assert_eq!(files, listed);
+        for a in ASSETS {
+            let expected = if a.name.ends_with(".js") { "text/javascript" } else { "text/css" };
+            assert!(a.content_type.starts_with(expected), "{}: {}", a.name, a.content_type);
+        }
+    }
 }

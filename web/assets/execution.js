@@ -1,0 +1,106 @@
+// #/execution/ID: one execution: status and why, timings, progress, checkpoint, output (live
+// while it runs).
+
+import { app, duration, h, localTime } from "./format.js";
+import { banner, getJson } from "./api.js";
+import { autoRefresh, route } from "./nav.js";
+import { formatMap } from "./forms.js";
+import { followOutput } from "./stream.js";
+
+/** One execution: timings, attempt, worker, fencing token, why it did not run, output. */
+export async function executionView(params, rest) {
+  const id = decodeURIComponent(rest);
+  let r;
+  try {
+    r = await getJson(`/api/executions/${encodeURIComponent(id)}`);
+  } catch (e) {
+    if (e.status !== 404) throw e;
+    // A run just requested ("Run with…" opens its page at once) has neither a record nor a
+    // running marker until a worker claims it, nor a short one between its end and its record.
+    app().replaceChildren(h("h1", { class: "id" }, id),
+      h("p", { class: "muted", role: "status", id: "no-record" }, "No record of this execution yet: a run just requested appears once a worker starts it. This page looks again every 2 s."));
+    autoRefresh(2000);
+    return;
+  }
+  const field = (k, v) => v == null || v === "" ? [] : [h("dt", {}, k), h("dd", {}, v instanceof Node ? v : String(v))];
+  const output = h("pre", { class: "output wrap", tabindex: "0", "aria-label": "Output" }, r.output || "");
+  const wrap = h("button", { type: "button", "aria-pressed": "true" }, "Wrap lines");
+  wrap.addEventListener("click", () => {
+    const on = output.classList.toggle("wrap");
+    wrap.setAttribute("aria-pressed", String(on));
+  });
+  // What the task reported: its progress as a bar, its stored checkpoint (both move while it runs).
+  const progress = h("div", { id: "progress", class: "progress-line" });
+  const checkpoint = h("code", { id: "checkpoint" }, r.checkpoint === undefined ? "" : JSON.stringify(r.checkpoint));
+  showProgress(progress, r.progress);
+  const copy = h("button", { type: "button" }, "Copy output");
+  copy.addEventListener("click", async () => {
+    try { await navigator.clipboard.writeText(output.textContent); copy.textContent = "Copied"; } catch { banner("The browser refused clipboard access."); }
+  });
+  app().replaceChildren(
+    h("h1", { class: "id" }, r.id),
+    h("p", {}, h("span", { class: `status-${r.status} big` }, r.status), " ", r.error ? h("span", { class: "muted" }, r.error) : ""),
+    r.reason ? h("p", { class: "reason" }, r.reason) : "",
+    h("dl", { class: "fields" },
+      field("Job", h("a", { href: `#/job/${encodeURIComponent(r.job)}` }, r.job)), field("Trigger", r.trigger), field("Attempt", r.attempt),
+      field("Worker", r.worker_id), field("Host", r.hostname),
+      field("Scheduled", r.scheduled_at), field("Jitter", r.jitter_ms == null ? null : h("span", { id: "jitter" }, `+${duration(r.jitter_ms)} (the job's jitter moved this tick)`)),
+      field("Claimed", r.claimed_at), field("Started", r.started_at),
+      field("Finished", r.finished_at), field("Duration", r.duration_ms == null ? null : duration(r.duration_ms)),
+      field("Exit code", r.exit_code), field("Signal", r.signal), field("HTTP status", r.http_status),
+      field("Fencing token", r.fencing_token),
+      field("Parent", r.parent ? h("a", { href: `#/execution/${encodeURIComponent(r.parent)}` }, r.parent) : null),
+      field("Shard", r.shard ? `${r.shard[0]} of ${r.shard[1]}` : null),
+      field("Run as of", r.params && r.params.as_of_ms != null ? r.scheduled_at : null),
+      field("Environment", r.params && r.params.env ? h("code", { id: "run-params" }, formatMap(r.params.env, "=")) : null),
+      field("Resumed from", r.resumed_from ? h("span", { id: "resumed-from" },
+        h("a", { href: `#/execution/${encodeURIComponent(r.resumed_from.execution_id)}` }, r.resumed_from.execution_id),
+        ` at checkpoint `, h("code", {}, JSON.stringify(r.resumed_from.checkpoint))) : null),
+      // A running task may store one any moment: the field is there to be filled.
+      field("Checkpoint", r.checkpoint === undefined && r.status !== "running" ? null : checkpoint)),
+    progress,
+    h("div", { class: "toolbar" }, wrap, copy, r.output_truncated ? h("span", { class: "warn" }, "output truncated (head and tail kept)") : ""),
+    output);
+  if (r.status !== "running") return;
+  // Running: its output as it is printed, then the final record (the view re-renders).
+  const live = h("span", { class: "live", role: "status" }, "● live output");
+  wrap.parentNode.append(live);
+  output.textContent = "";
+  followOutput(r.id, {
+    output: (d) => { output.append(d.text); if (output.scrollHeight - output.scrollTop - output.clientHeight < 80) output.scrollTop = output.scrollHeight; },
+    gap: (d) => output.append(`\n[... ${d.skipped_bytes} bytes not kept ...]\n`),
+    progress: (d) => {
+      showProgress(progress, d.progress);
+      if (d.checkpoint !== undefined) checkpoint.textContent = JSON.stringify(d.checkpoint);
+    },
+    status: () => { live.remove(); route({ quiet: true }); },
+    error: (d) => { live.remove(); banner(d.message, "warn"); },
+    // The master closed a stream that had nothing new for a while: following again is a click.
+    idle: () => {
+      const again = h("button", { type: "button", id: "follow-again" }, "Follow again");
+      again.addEventListener("click", () => route({ quiet: true }));
+      live.replaceChildren("following paused: nothing new for a while ", again);
+    },
+  }).catch((e) => {
+    // No stream (an older master, a proxy in the way): fall back to re-reading the record.
+    if (e.name === "AbortError") return;
+    live.textContent = "output refreshes every 3 s";
+    output.textContent = r.output || "";
+    autoRefresh(3000);
+  });
+}
+
+/** Shows a task's progress (`p`: `{percent, message, at}`) in `el`: a bar when it reported a
+ * percentage, its message; nothing when it reported none. */
+function showProgress(el, p) {
+  if (!p) {
+    el.replaceChildren();
+    return;
+  }
+  const pct = typeof p.percent === "number" ? p.percent : null;
+  const bar = h("progress", { max: "100", "aria-label": "Progress" });
+  if (pct != null) bar.value = pct;
+  el.replaceChildren(bar, " ",
+    h("span", { class: "progress-text" }, [pct != null ? `${pct}%` : "", p.message || ""].filter(Boolean).join(" · ")),
+    p.at ? h("span", { class: "muted small", title: p.at }, ` reported ${localTime(p.at)}`) : "");
+}

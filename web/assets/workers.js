@@ -1,0 +1,42 @@
+// #/workers: live workers, and the jobs no live worker may run.
+
+import { app, h, labelText, needs } from "./format.js";
+import { getJson } from "./api.js";
+import { autoRefresh } from "./nav.js";
+
+function uptime(startedAt) {
+  const s = Math.max(0, Math.floor((Date.now() - new Date(startedAt)) / 1000));
+  if (isNaN(s)) return "";
+  const d = Math.floor(s / 86400), hr = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
+  return d ? `${d}d ${hr}h` : hr ? `${hr}h ${m}m` : m ? `${m}m ${s % 60}s` : `${s}s`;
+}
+
+/** Live workers, and the jobs that no live worker matches. */
+export async function workersView() {
+  const data = await getJson("/api/workers");
+  const root = app();
+  root.replaceChildren(h("h1", {}, "Workers"));
+  if (data.workers.length === 0) {
+    root.append(h("div", { class: "empty" }, "No live worker. Start one with etcron-worker; jobs do not run until then."));
+  } else {
+    root.append(h("table", {},
+      h("thead", {}, h("tr", {}, ["Worker", "Labels", "Teams", "Runs as", "Running / capacity", "Uptime", "Version"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, data.workers.map((w) => h("tr", { "data-worker": w.id },
+        h("td", { "data-label": "Worker" }, h("strong", {}, w.id), h("div", { class: "muted" }, `${w.hostname} pid ${w.pid}`)),
+        h("td", { "data-label": "Labels" }, labelText(w.labels) || h("span", { class: "muted" }, "none")),
+        h("td", { "data-label": "Teams" }, (w.teams || []).join(", ") || h("span", { class: "muted" }, "shared")),
+        h("td", { "data-label": "Runs as", title: "who shell tasks without task.user run as; below, the users task.user may name" },
+          w.task_user || h("span", { class: "muted" }, "its own user"),
+          (w.run_as_users || []).length ? h("div", { class: "muted" }, `task.user: ${w.run_as_users.join(", ")}`) : ""),
+        h("td", { "data-label": "Running" }, `${w.running} / ${w.capacity}`,
+          (w.running_executions || []).length ? h("ul", { class: "plain small" }, w.running_executions.map((r) => h("li", {}, h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id)))) : ""),
+        h("td", { "data-label": "Uptime", title: w.started_at }, uptime(w.started_at)),
+        h("td", { "data-label": "Version" }, w.version))))));
+  }
+  const unmatched = data.unmatched_jobs || [];
+  root.append(h("h2", {}, "Jobs no live worker may run"));
+  root.append(unmatched.length === 0
+    ? h("p", { class: "muted", id: "unmatched" }, "None: every job has a worker that may run it.")
+    : h("ul", { id: "unmatched" }, unmatched.map((j) => h("li", {}, h("a", { href: `#/job/${encodeURIComponent(j.job)}` }, h("strong", {}, j.job)), ` needs a worker that ${needs(j.selector, j.user, j.team)}`))));
+  autoRefresh(10000);
+}
