@@ -89,7 +89,7 @@ pub enum WriteMode {
     Replace,
     /// Insert, or replace a `running` record, never a final one: the `lost` record of a
     /// departed worker's run, which yields to the run's own final record should the run have
-    /// ended and journaled it before its worker died (ARCHITECTURE.md, T3 and T5).
+    /// ended and journaled it before its worker died (docs/decisions/exactly-once.md, T3 and T5).
     OverRunning,
 }
 

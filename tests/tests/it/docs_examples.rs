@@ -32,6 +32,10 @@ use nix::unistd::Pid;
 const BLOCK_TIMEOUT: Duration = Duration::from_secs(60);
 /// README.md is the ten-minute read; the manual is in docs/.
 const README_MAX_BYTES: usize = 12 * 1024;
+/// ARCHITECTURE.md is the map, read in half an hour; decisions are in docs/decisions/.
+const ARCHITECTURE_MAX_BYTES: usize = 30 * 1024;
+/// BENCHMARKS.md holds the current figures; their history is in docs/benchmarks-history.md.
+const BENCHMARKS_MAX_BYTES: usize = 15 * 1024;
 /// Info strings that are shell but not run; a block must use `sh` (or `bash`) and, when it
 /// cannot run here, say why in a comment.
 const REFUSED_LANGS: &[&str] = &["shell", "console", "zsh", "shell-session", "bash-session", "sh-session", "terminal"];
@@ -127,12 +131,30 @@ fn read_doc(file: &str) -> String {
 // Checks without a cluster
 
 #[test]
-fn readme_is_a_ten_minute_read() {
-    let size = std::fs::metadata(root().join("README.md")).unwrap().len();
-    assert!(
-        usize::try_from(size).unwrap() <= README_MAX_BYTES,
-        "README.md is {size} bytes, more than {README_MAX_BYTES}: move the detail into docs/"
-    );
+fn readme_architecture_and_benchmarks_stay_short() {
+    for (file, max, whereto) in [
+        ("README.md", README_MAX_BYTES, "docs/"),
+        ("ARCHITECTURE.md", ARCHITECTURE_MAX_BYTES, "docs/decisions/"),
+        ("BENCHMARKS.md", BENCHMARKS_MAX_BYTES, "docs/benchmarks-history.md"),
+    ] {
+        let size = std::fs::metadata(root().join(file)).unwrap().len();
+        assert!(
+            usize::try_from(size).unwrap() <= max,
+            "{file} is {size} bytes, more than {max}: move the detail into {whereto}"
+        );
+    }
+}
+
+/// The decision records (docs/decisions/*.md): read, not run, so their links are checked only.
+fn decision_files() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(root().join("docs/decisions"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/decisions/{n}"))
+        .collect();
+    files.sort();
+    files
 }
 
 /// Every block follows the rule: runnable, or marked with its reason; no shell hidden in other
@@ -210,12 +232,14 @@ fn anchors(text: &str) -> BTreeSet<String> {
     out
 }
 
-/// Every relative link of README.md, ARCHITECTURE.md and docs/ leads to a file that exists and,
-/// with `#anchor`, to one of its headings: the manual moved, its links moved with it.
+/// Every relative link of README.md, ARCHITECTURE.md, BENCHMARKS.md, docs/ and docs/decisions/
+/// leads to a file that exists and, with `#anchor`, to one of its headings: the manual moved,
+/// its links moved with it.
 #[test]
 fn every_relative_link_resolves() {
     let mut files = doc_files();
-    files.push("ARCHITECTURE.md".to_owned());
+    files.extend(["ARCHITECTURE.md".to_owned(), "BENCHMARKS.md".to_owned()]);
+    files.extend(decision_files());
     let mut problems = Vec::new();
     for file in &files {
         let text = read_doc(file);
@@ -494,6 +518,7 @@ macro_rules! doc_tests {
 doc_tests! {
     readme => "README.md",
     api => "docs/api.md",
+    benchmarks_history => "docs/benchmarks-history.md",
     configuration => "docs/configuration.md",
     console => "docs/console.md",
     etcronctl => "docs/etcronctl.md",
