@@ -17,8 +17,8 @@ use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcron_common::claim;
 use etcron_common::etcd::request;
 use etcron_common::job::Misfire;
-use etcron_common::keys::{ExecutionId, Key, Tick};
-use etcron_common::model::{halt, JobState, RunParams, Status, TriggerKind};
+use etcron_common::keys::Key;
+use etcron_common::model::{halt, JobState, Status};
 use etcron_common::{now_ms, rfc3339_ms, UnixMs};
 
 use crate::fire::{Fire, MISSED_AFTER, STATE_EVERY};
@@ -253,7 +253,8 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
     }
     let status = if halted.is_none() { Status::Missed } else { Status::Skipped };
     for (tick, reason) in decided.record {
-        record_not_run(ctx, &not_run_fire(job, &entry, tick), status, reason).await;
+        let fire = Fire::schedule_tick(job, (entry.spec.clone(), entry.mod_revision), tick, None);
+        record_not_run(ctx, &fire, status, reason).await;
     }
     true
 }
@@ -309,24 +310,6 @@ async fn claimed_ticks(ctx: &Context, job: &str, first: UnixMs, upto: UnixMs) ->
             tracing::error!(job, "catch-up scan: reading claims timed out; missed ticks are not accounted for");
             None
         }
-    }
-}
-
-/// A schedule tick of `job` the catch-up records as not run.
-fn not_run_fire(job: &str, entry: &crate::state::JobRef, tick: UnixMs) -> Fire {
-    Fire {
-        id: ExecutionId::new(job, Tick::Scheduled(tick)),
-        spec: entry.spec.clone(),
-        job_revision: entry.mod_revision,
-        scheduled_ms: tick,
-        trigger: TriggerKind::Schedule,
-        skip: None,
-        request_key: None,
-        parent: None,
-        then: Vec::new(),
-        params: RunParams::default(),
-        dequeued: false,
-        avoid: None,
     }
 }
 

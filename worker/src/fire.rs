@@ -51,6 +51,33 @@ pub struct Fire {
     pub avoid: Option<String>,
 }
 
+impl Fire {
+    /// A schedule tick of `job` (the whole job; the scheduler splits it into its parts), to
+    /// run, or to record `skipped` for `skip`.
+    #[must_use]
+    pub fn schedule_tick(
+        job: &str,
+        (spec, job_revision): (Arc<JobSpec>, i64),
+        scheduled_ms: UnixMs,
+        skip: Option<String>,
+    ) -> Self {
+        Self {
+            id: ExecutionId::new(job, etcron_common::keys::Tick::Scheduled(scheduled_ms)),
+            spec,
+            job_revision,
+            scheduled_ms,
+            trigger: TriggerKind::Schedule,
+            skip,
+            request_key: None,
+            parent: None,
+            then: Vec::new(),
+            params: RunParams::default(),
+            dequeued: false,
+            avoid: None,
+        }
+    }
+}
+
 /// How many ms a fire is past its start deadline at `now_ms`, when it is. Only schedule ticks
 /// have one: run requests (manual, retry, failover, dependency, catch-up) are raced however late.
 #[must_use]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcron_common::job::{Concurrency, JobSpec, Mode};
-use etcron_common::keys::{ExecutionId, Key, Part, Tick};
-use etcron_common::model::{halt, Pause, RunParams, TriggerKind, TriggerRequest};
+use etcron_common::keys::{Key, Part};
+use etcron_common::model::{halt, Pause, TriggerKind, TriggerRequest};
 use etcron_common::schedule::{Schedule, ScheduleCache};
 use etcron_common::{now_ms, UnixMs};
 use tokio::sync::{mpsc, watch};
@@ -240,21 +240,7 @@ impl Scheduler {
         let skip = halt(&spec, self.ctx.paused.get(name).as_ref())
             .map(|h| h.reason())
             .or_else(|| self.ctx.calendars.skip_reason(name, &spec, scheduled_ms));
-        let fire = Fire {
-            id: ExecutionId::new(name, Tick::Scheduled(scheduled_ms)),
-            spec,
-            job_revision,
-            scheduled_ms,
-            trigger: TriggerKind::Schedule,
-            skip,
-            request_key: None,
-            parent: None,
-            then: Vec::new(),
-            params: RunParams::default(),
-            dequeued: false,
-            avoid: None,
-        };
-        self.spawn_parts(fire);
+        self.spawn_parts(Fire::schedule_tick(name, (spec, job_revision), scheduled_ms, skip));
     }
 
     /// Starts one execution task per part of the fire: one for a single job, one per shard, and

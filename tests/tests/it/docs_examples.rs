@@ -109,17 +109,22 @@ fn blocks(text: &str) -> Result<Vec<Block>> {
     Ok(out)
 }
 
-/// The Markdown files whose examples run: README.md and every docs/*.md.
-fn doc_files() -> Vec<String> {
-    let mut files = vec!["README.md".to_owned()];
-    let mut docs: Vec<String> = std::fs::read_dir(root().join("docs"))
+/// The Markdown files directly in `dir` (relative to the root), sorted.
+fn markdown_in(dir: &str) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(root().join(dir))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".md"))
-        .map(|n| format!("docs/{n}"))
+        .map(|n| format!("{dir}/{n}"))
         .collect();
-    docs.sort();
-    files.extend(docs);
+    files.sort();
+    files
+}
+
+/// The Markdown files whose examples run: README.md and every docs/*.md.
+fn doc_files() -> Vec<String> {
+    let mut files = vec!["README.md".to_owned()];
+    files.extend(markdown_in("docs"));
     files
 }
 
@@ -143,18 +148,6 @@ fn readme_architecture_and_benchmarks_stay_short() {
             "{file} is {size} bytes, more than {max}: move the detail into {whereto}"
         );
     }
-}
-
-/// The decision records (docs/decisions/*.md): read, not run, so their links are checked only.
-fn decision_files() -> Vec<String> {
-    let mut files: Vec<String> = std::fs::read_dir(root().join("docs/decisions"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".md"))
-        .map(|n| format!("docs/decisions/{n}"))
-        .collect();
-    files.sort();
-    files
 }
 
 /// Every block follows the rule: runnable, or marked with its reason; no shell hidden in other
@@ -239,7 +232,8 @@ fn anchors(text: &str) -> BTreeSet<String> {
 fn every_relative_link_resolves() {
     let mut files = doc_files();
     files.extend(["ARCHITECTURE.md".to_owned(), "BENCHMARKS.md".to_owned()]);
-    files.extend(decision_files());
+    // The decision records are read, not run: their links are checked only.
+    files.extend(markdown_in("docs/decisions"));
     let mut problems = Vec::new();
     for file in &files {
         let text = read_doc(file);
