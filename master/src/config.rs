@@ -204,6 +204,77 @@ fn storage_settings(quota: Option<i64>, ratio: Option<f64>) -> anyhow::Result<cr
     Ok(crate::etcd_storage::StorageSettings { warn_ratio, quota_bytes })
 }
 
+/// The rate limit on changes per caller: `mutation_rate` per second, `mutation_burst` at once.
+fn mutation_limit(rate: Option<f64>, burst: Option<u32>) -> anyhow::Result<(f64, u32)> {
+    let rate = rate.unwrap_or(DEFAULT_MUTATION_RATE);
+    if !(rate.is_finite() && (0.01..=100_000.0).contains(&rate)) {
+        bail!("mutation_rate: must be between 0.01 and 100000 requests per second, got {rate}");
+    }
+    let burst = burst.unwrap_or(DEFAULT_MUTATION_BURST);
+    if !(1..=1_000_000).contains(&burst) {
+        bail!("mutation_burst: must be between 1 and 1000000, got {burst}");
+    }
+    Ok((rate, burst))
+}
+
+/// The compactor's period and the history it keeps, at least `floor` (what workers read).
+fn compactor(
+    every: Option<HumanDuration>,
+    retention: Option<HumanDuration>,
+    floor: Option<HumanDuration>,
+) -> anyhow::Result<crate::compactor::CompactorSettings> {
+    let floor = floor.map_or(crate::compactor::MIN_RETENTION, |d| d.0);
+    let compactor = crate::compactor::CompactorSettings {
+        every: every.map_or(crate::compactor::DEFAULT_EVERY, |d| d.0),
+        retention: retention.map_or(crate::compactor::DEFAULT_RETENTION, |d| d.0),
+    };
+    if compactor.retention < floor {
+        bail!(
+            "compact_retention: must be at least {} (workers read that much of etcd's history), got {}",
+            HumanDuration(floor),
+            HumanDuration(compactor.retention)
+        );
+    }
+    Ok(compactor)
+}
+
+/// The bounds of `retention` and `audit_retention`, as their errors say them.
+const RETENTION: (&std::ops::RangeInclusive<Duration>, &str) = (&RETENTION_RANGE, "1h and 3660d");
+
+/// A duration setting (`set`, or `default`) within `range`, its bounds said as `said`.
+fn within(
+    name: &str,
+    set: Option<HumanDuration>,
+    default: Duration,
+    (range, said): (&std::ops::RangeInclusive<Duration>, &str),
+) -> anyhow::Result<Duration> {
+    let value = set.map_or(default, |d| d.0);
+    if !range.contains(&value) {
+        bail!("{name}: must be between {said}, got {}", HumanDuration(value));
+    }
+    Ok(value)
+}
+
+/// The byte budgets of job changes and the job quota per team (`max_jobs_per_team = 0`: none).
+fn change_limits(
+    (bytes_rate, bytes_burst): (Option<u64>, Option<u64>),
+    (max_jobs, max_history_bytes): (Option<u64>, Option<u64>),
+) -> anyhow::Result<crate::change_limits::ChangeLimitSettings> {
+    let defaults = crate::change_limits::ChangeLimitSettings::default();
+    crate::change_limits::ChangeLimitSettings {
+        bytes_rate: bytes_rate.unwrap_or(defaults.bytes_rate),
+        bytes_burst: bytes_burst.unwrap_or(defaults.bytes_burst),
+        max_jobs_per_team: match max_jobs {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => defaults.max_jobs_per_team,
+        },
+        max_history_bytes_per_job: max_history_bytes.unwrap_or(defaults.max_history_bytes_per_job),
+    }
+    .checked()
+    .map_err(anyhow::Error::msg)
+}
+
 /// `trusted_proxies`, parsed; an entry that is no address block is an error naming it.
 fn trusted_proxies(list: Option<Vec<String>>) -> anyhow::Result<Vec<crate::client::Cidr>> {
     let list = list.unwrap_or_default();
@@ -222,10 +293,7 @@ impl FileConfig {
 
 impl Config {
     pub fn resolve(mut cli: Cli) -> anyhow::Result<Self> {
-        let file = match &cli.config {
-            Some(p) => FileConfig::load(p)?,
-            None => FileConfig::default(),
-        };
+        let file = cli.config.as_ref().map_or_else(|| Ok(FileConfig::default()), |p| FileConfig::load(p))?;
         let security = cli.shared.etcd_security();
         cli.shared.read_mongodb_uri_file(file.mongodb_uri_file.as_deref()).map_err(anyhow::Error::msg)?;
         let shared = etcron_common::settings::resolve_args(
@@ -234,77 +302,54 @@ impl Config {
         )
         .map_err(anyhow::Error::msg)?;
         let listen = cli.listen.or(file.listen).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8070)));
-        let retention = cli.retention.or(file.retention).map_or(Duration::from_secs(30 * 86400), |d| d.0);
-        if !RETENTION_RANGE.contains(&retention) {
-            bail!("retention: must be between 1h and 3660d, got {}", HumanDuration(retention));
-        }
-        let rate = cli.mutation_rate.or(file.mutation_rate).unwrap_or(DEFAULT_MUTATION_RATE);
-        if !(rate.is_finite() && (0.01..=100_000.0).contains(&rate)) {
-            bail!("mutation_rate: must be between 0.01 and 100000 requests per second, got {rate}");
-        }
-        let burst = cli.mutation_burst.or(file.mutation_burst).unwrap_or(DEFAULT_MUTATION_BURST);
-        if !(1..=1_000_000).contains(&burst) {
-            bail!("mutation_burst: must be between 1 and 1000000, got {burst}");
-        }
+        let retention =
+            within("retention", cli.retention.or(file.retention), Duration::from_secs(30 * 86400), RETENTION)?;
+        let (rate, burst) =
+            mutation_limit(cli.mutation_rate.or(file.mutation_rate), cli.mutation_burst.or(file.mutation_burst))?;
         let auth = crate::auth::Auth::new(&file.auth.tokens, cli.api_token.as_deref().filter(|t| !t.is_empty()))
             .map_err(anyhow::Error::msg)?
             .with_rate_limit(rate, burst)
             .with_trusted_proxies(trusted_proxies(cli.trusted_proxies.or(file.auth.trusted_proxies))?);
-        let insecure = cli.insecure_no_auth || file.auth.insecure_no_auth;
-        if !auth.enabled() && !listen.ip().is_loopback() && !insecure {
+        // Open beyond loopback without tokens only when the operator says so.
+        let safe = auth.enabled() || listen.ip().is_loopback();
+        if !(safe || cli.insecure_no_auth || file.auth.insecure_no_auth) {
             bail!(
                 "listen: refusing to serve the API on {listen} without tokens (anyone who can connect could change \
                  jobs); add [[auth.tokens]] to the config or set ETCRON_API_TOKEN, or pass --insecure-no-auth"
             );
         }
-        let audit_retention =
-            cli.audit_retention.or(file.audit_retention).map_or(Duration::from_secs(365 * 86400), |d| d.0);
-        if !RETENTION_RANGE.contains(&audit_retention) {
-            bail!("audit_retention: must be between 1h and 3660d, got {}", HumanDuration(audit_retention));
-        }
+        let audit_retention = within(
+            "audit_retention",
+            cli.audit_retention.or(file.audit_retention),
+            Duration::from_secs(365 * 86400),
+            RETENTION,
+        )?;
         let storage = storage_settings(
             cli.etcd_quota_bytes.or(file.etcd_quota_bytes),
             cli.etcd_size_warn_ratio.or(file.etcd_size_warn_ratio),
         )?;
-        let request_timeout =
-            cli.request_timeout.or(file.request_timeout).map_or(etcron_common::serve::REQUEST, |d| d.0);
-        if !REQUEST_TIMEOUT_RANGE.contains(&request_timeout) {
-            bail!("request_timeout: must be between 15s and 1h, got {}", HumanDuration(request_timeout));
-        }
-        let stream_quiet_limit =
-            cli.stream_quiet_limit.or(file.stream_quiet_limit).map_or(crate::stream::QUIET_LIMIT, |d| d.0);
-        if !STREAM_QUIET_LIMIT_RANGE.contains(&stream_quiet_limit) {
-            bail!("stream_quiet_limit: must be between 1s and 24h, got {}", HumanDuration(stream_quiet_limit));
-        }
-        let floor = cli.compact_retention_floor.map_or(crate::compactor::MIN_RETENTION, |d| d.0);
-        let compactor = crate::compactor::CompactorSettings {
-            every: cli.compact_every.or(file.compact_every).map_or(crate::compactor::DEFAULT_EVERY, |d| d.0),
-            retention: cli
-                .compact_retention
-                .or(file.compact_retention)
-                .map_or(crate::compactor::DEFAULT_RETENTION, |d| d.0),
-        };
-        if compactor.retention < floor {
-            bail!(
-                "compact_retention: must be at least {} (workers read that much of etcd's history), got {}",
-                HumanDuration(floor),
-                HumanDuration(compactor.retention)
-            );
-        }
+        let request_timeout = within(
+            "request_timeout",
+            cli.request_timeout.or(file.request_timeout),
+            etcron_common::serve::REQUEST,
+            (&REQUEST_TIMEOUT_RANGE, "15s and 1h"),
+        )?;
+        let stream_quiet_limit = within(
+            "stream_quiet_limit",
+            cli.stream_quiet_limit.or(file.stream_quiet_limit),
+            crate::stream::QUIET_LIMIT,
+            (&STREAM_QUIET_LIMIT_RANGE, "1s and 24h"),
+        )?;
+        let compactor = compactor(
+            cli.compact_every.or(file.compact_every),
+            cli.compact_retention.or(file.compact_retention),
+            cli.compact_retention_floor,
+        )?;
+        let change_limits = change_limits(
+            (file.change_bytes_rate, file.change_bytes_burst),
+            (file.max_jobs_per_team, file.max_history_bytes_per_job),
+        )?;
         let teams = crate::team_policy::TeamPolicies::new(file.teams).map_err(anyhow::Error::msg)?;
-        let defaults = crate::change_limits::ChangeLimitSettings::default();
-        let change_limits = crate::change_limits::ChangeLimitSettings {
-            bytes_rate: file.change_bytes_rate.unwrap_or(defaults.bytes_rate),
-            bytes_burst: file.change_bytes_burst.unwrap_or(defaults.bytes_burst),
-            max_jobs_per_team: match file.max_jobs_per_team {
-                Some(0) => None,
-                Some(n) => Some(n),
-                None => defaults.max_jobs_per_team,
-            },
-            max_history_bytes_per_job: file.max_history_bytes_per_job.unwrap_or(defaults.max_history_bytes_per_job),
-        }
-        .checked()
-        .map_err(anyhow::Error::msg)?;
         Ok(Self {
             change_limits,
             teams,

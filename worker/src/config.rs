@@ -295,29 +295,12 @@ impl Config {
         if let Some(id) = &explicit_id {
             etcron_common::keys::validate_id(id).map_err(|e| anyhow::anyhow!("worker_id: {e}"))?;
         }
-        let data_dir = match cli.data_dir.or(file.data_dir) {
-            Some(dir) => std::path::absolute(&dir).with_context(|| format!("data_dir {}", dir.display()))?,
-            None => {
-                let state = identity::default_state_dir(|k| std::env::var(k).ok(), nix::unistd::geteuid().is_root())
-                    .map_err(anyhow::Error::msg)?;
-                identity::default_data_dir(&state, explicit_id.as_deref())
-            }
-        };
-        let worker_id = match explicit_id {
-            Some(id) => id,
-            None => {
-                let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
-                identity::stored_or_new_id(&data_dir, &host).map_err(anyhow::Error::msg)?
-            }
-        };
+        let (data_dir, worker_id) = data_dir_and_id(cli.data_dir.or(file.data_dir), explicit_id)?;
         let labels = match cli.labels {
             Some(l) => parse_labels(&l).context("labels")?,
             None => file.labels.unwrap_or_default(),
         };
-        let run_as_users = match cli.run_as_users {
-            Some(list) => list.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_owned).collect(),
-            None => file.run_as_users.unwrap_or_default(),
-        };
+        let run_as_users = comma_list(cli.run_as_users, file.run_as_users);
         crate::run_as::check_config(&run_as_users, nix::unistd::geteuid().is_root()).map_err(anyhow::Error::msg)?;
         let teams = teams(cli.teams, file.teams)?;
         let task_identity = crate::task_uids::TaskIdentity::resolve(
@@ -327,55 +310,22 @@ impl Config {
             nix::unistd::geteuid(),
         )
         .map_err(anyhow::Error::msg)?;
-        let capacity = cli.capacity.or(file.capacity).unwrap_or(64);
-        if capacity == 0 || capacity > MAX_CAPACITY {
-            bail!("capacity: must be between 1 and {MAX_CAPACITY}, got {capacity}");
-        }
-        let session_ttl = cli.session_ttl.or(file.session_ttl).map_or(Duration::from_secs(10), |d| d.0);
-        if session_ttl < etcron_common::session::MIN_TTL
-            || session_ttl > Duration::from_secs(300)
-            || session_ttl.subsec_nanos() != 0
-        {
-            bail!("session_ttl: must be whole seconds between 2s and 5m, got {}", HumanDuration(session_ttl));
-        }
-        let kill_grace = cli.kill_grace.or(file.kill_grace).map_or(Duration::from_secs(5), |d| d.0);
-        if kill_grace > Duration::from_secs(600) {
-            bail!("kill_grace: must be at most 10m");
-        }
-        let shutdown_grace = cli.shutdown_grace.or(file.shutdown_grace).map_or(Duration::from_secs(30), |d| d.0);
-        let claim_stagger = cli.claim_stagger.or(file.claim_stagger).map_or(Duration::from_millis(15), |d| d.0);
-        if claim_stagger > Duration::from_secs(1) {
-            bail!("claim_stagger: must be at most 1s");
-        }
-        let claim_ahead = cli.claim_ahead.or(file.claim_ahead).map_or(DEFAULT_CLAIM_AHEAD, |d| d.0);
-        if claim_ahead > MAX_CLAIM_AHEAD {
-            bail!("claim_ahead: must be at most {}", HumanDuration(MAX_CLAIM_AHEAD));
-        }
-        let max_output = cli.max_output.or(file.max_output).unwrap_or(etcron_common::output::DEFAULT_MAX_OUTPUT);
-        if !(1024..=16 * 1024 * 1024).contains(&max_output) {
-            bail!("max_output: must be between 1024 and 16777216 bytes");
-        }
+        let capacity = capacity(cli.capacity.or(file.capacity))?;
+        let session_ttl = session_ttl(cli.session_ttl.or(file.session_ttl))?;
+        let (kill_grace, shutdown_grace) =
+            graces(cli.kill_grace.or(file.kill_grace), cli.shutdown_grace.or(file.shutdown_grace))?;
+        let (claim_stagger, claim_ahead) =
+            claim_timing(cli.claim_stagger.or(file.claim_stagger), cli.claim_ahead.or(file.claim_ahead))?;
+        let max_output = max_output(cli.max_output.or(file.max_output))?;
         let output_listen = cli.output_listen.or(file.output_listen).unwrap_or(DEFAULT_OUTPUT_LISTEN);
-        let output_url = cli.output_url.or(file.output_url).map(|u| u.trim_end_matches('/').to_owned());
-        if let Some(url) = &output_url {
-            let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
-            if rest.is_none_or(|r| r.is_empty() || r.contains(char::is_whitespace)) {
-                bail!("output_url: must be an http:// or https:// URL, got {url:?}");
-            }
-        }
+        let output_url = output_url(cli.output_url.or(file.output_url))?;
         let task_env_passthrough = task_env_passthrough(cli.task_env_passthrough, file.task_env_passthrough)?;
-        let task_network_allow = match cli.task_network_allow {
-            Some(list) => list.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect(),
-            None => file.task_network_allow.unwrap_or_default(),
-        };
+        let task_network_allow = comma_list(cli.task_network_allow, file.task_network_allow);
         let task_network_allow = crate::task_network::parse_allow(&task_network_allow).map_err(anyhow::Error::msg)?;
-        let shell_task_network = cli
-            .shell_task_network
-            .or(file.shell_task_network)
-            .map(|n| crate::task_netns::ShellNetwork::parse(&n))
-            .transpose()
-            .map_err(anyhow::Error::msg)?
-            .unwrap_or_default();
+        let shell_task_network = match cli.shell_task_network.or(file.shell_task_network) {
+            Some(n) => crate::task_netns::ShellNetwork::parse(&n).map_err(anyhow::Error::msg)?,
+            None => crate::task_netns::ShellNetwork::default(),
+        };
         Ok(Self {
             etcd: etcron_common::settings::etcd_config(shared.etcd_endpoints.clone(), &security, &file.etcd)
                 .map_err(anyhow::Error::msg)?,
@@ -407,6 +357,99 @@ impl Config {
             notify: crate::notifier::NotifyConfig::resolve(cli.notify, file.notify)?,
         })
     }
+}
+
+/// The data dir (absolute; by default under the state dir, named after an explicit id) and the
+/// worker id (explicit, or the one stored in the data dir, made from the host name the first
+/// time).
+fn data_dir_and_id(dir: Option<PathBuf>, explicit_id: Option<String>) -> anyhow::Result<(PathBuf, String)> {
+    let data_dir = match dir {
+        Some(dir) => std::path::absolute(&dir).with_context(|| format!("data_dir {}", dir.display()))?,
+        None => {
+            let state = identity::default_state_dir(|k| std::env::var(k).ok(), nix::unistd::geteuid().is_root())
+                .map_err(anyhow::Error::msg)?;
+            identity::default_data_dir(&state, explicit_id.as_deref())
+        }
+    };
+    let worker_id = match explicit_id {
+        Some(id) => id,
+        None => {
+            let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
+            identity::stored_or_new_id(&data_dir, &host).map_err(anyhow::Error::msg)?
+        }
+    };
+    Ok((data_dir, worker_id))
+}
+
+/// A list as the command line gives it (comma-separated; it replaces the file's) or as the
+/// file does.
+fn comma_list(cli: Option<String>, file: Option<Vec<String>>) -> Vec<String> {
+    match cli {
+        Some(list) => list.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect(),
+        None => file.unwrap_or_default(),
+    }
+}
+
+/// `kill_grace` (at most 10 min, 5 s by default) and `shutdown_grace` (30 s by default).
+fn graces(kill: Option<HumanDuration>, shutdown: Option<HumanDuration>) -> anyhow::Result<(Duration, Duration)> {
+    let kill = kill.map_or(Duration::from_secs(5), |d| d.0);
+    if kill > Duration::from_secs(600) {
+        bail!("kill_grace: must be at most 10m");
+    }
+    Ok((kill, shutdown.map_or(Duration::from_secs(30), |d| d.0)))
+}
+
+/// `max_output`: between 1 KiB and 16 MiB.
+fn max_output(set: Option<usize>) -> anyhow::Result<usize> {
+    let max = set.unwrap_or(etcron_common::output::DEFAULT_MAX_OUTPUT);
+    if !(1024..=16 * 1024 * 1024).contains(&max) {
+        bail!("max_output: must be between 1024 and 16777216 bytes");
+    }
+    Ok(max)
+}
+
+/// `capacity`: between 1 and [`MAX_CAPACITY`], 64 by default.
+fn capacity(set: Option<u32>) -> anyhow::Result<u32> {
+    let capacity = set.unwrap_or(64);
+    if capacity == 0 || capacity > MAX_CAPACITY {
+        bail!("capacity: must be between 1 and {MAX_CAPACITY}, got {capacity}");
+    }
+    Ok(capacity)
+}
+
+/// `session_ttl`: whole seconds between 2 s and 5 min, 10 s by default.
+fn session_ttl(set: Option<HumanDuration>) -> anyhow::Result<Duration> {
+    let ttl = set.map_or(Duration::from_secs(10), |d| d.0);
+    if ttl < etcron_common::session::MIN_TTL || ttl > Duration::from_secs(300) || ttl.subsec_nanos() != 0 {
+        bail!("session_ttl: must be whole seconds between 2s and 5m, got {}", HumanDuration(ttl));
+    }
+    Ok(ttl)
+}
+
+/// `claim_stagger` (at most 1 s, 15 ms by default) and `claim_ahead` (at most
+/// [`MAX_CLAIM_AHEAD`]).
+fn claim_timing(stagger: Option<HumanDuration>, ahead: Option<HumanDuration>) -> anyhow::Result<(Duration, Duration)> {
+    let stagger = stagger.map_or(Duration::from_millis(15), |d| d.0);
+    if stagger > Duration::from_secs(1) {
+        bail!("claim_stagger: must be at most 1s");
+    }
+    let ahead = ahead.map_or(DEFAULT_CLAIM_AHEAD, |d| d.0);
+    if ahead > MAX_CLAIM_AHEAD {
+        bail!("claim_ahead: must be at most {}", HumanDuration(MAX_CLAIM_AHEAD));
+    }
+    Ok((stagger, ahead))
+}
+
+/// `output_url`, without a trailing slash: an http:// or https:// URL.
+fn output_url(set: Option<String>) -> anyhow::Result<Option<String>> {
+    let url = set.map(|u| u.trim_end_matches('/').to_owned());
+    if let Some(url) = &url {
+        let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+        if rest.is_none_or(|r| r.is_empty() || r.contains(char::is_whitespace)) {
+            bail!("output_url: must be an http:// or https:// URL, got {url:?}");
+        }
+    }
+    Ok(url)
 }
 
 #[cfg(test)]
