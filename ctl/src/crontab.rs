@@ -133,50 +133,18 @@ pub fn parse(text: &str, options: &Options) -> Result<Crontab, Vec<LineError>> {
             });
             continue;
         }
-        let mut labels = Map::new();
-        labels.insert(IMPORTED_FROM.0.to_owned(), json!(IMPORTED_FROM.1));
-        if let Some(user) = &entry.user {
-            labels.insert(USER_LABEL.to_owned(), json!(user));
+        users.extend(entry.user.clone());
+        if timezone.is_none() {
+            unzoned = unzoned.or(Some(n));
         }
-        let mut task = json!({"kind": "shell", "command": command});
-        if let Some(user) = &entry.user {
-            task["user"] = json!(user);
-            users.insert(user.clone());
-        }
-        if !env.is_empty() {
-            task["env"] = json!(env);
-        }
-        let mut spec = json!({"schedule": entry.schedule, "labels": labels, "task": task});
-        if let Some(team) = &options.team {
-            spec["team"] = json!(team);
-        }
-        match &timezone {
-            Some(tz) => spec["timezone"] = json!(tz),
-            None => unzoned = unzoned.or(Some(n)),
-        }
-        if !description.is_empty() {
-            spec["description"] = json!(description);
-        }
+        let spec = spec_of(&entry, (&command, &env), (timezone.as_deref(), &description), options.team.as_deref());
         if let Err(e) = JobSpec::from_value(spec.clone()) {
             errors.push(LineError { line: n, message: e.to_string() });
             continue;
         }
         out.jobs.push(CronJob { name, line: n, spec });
     }
-    if !users.is_empty() {
-        let users: Vec<&str> = users.iter().map(String::as_str).collect();
-        out.warnings.push(format!(
-            "jobs run as their crontab user ({}): only workers running as root with these users in run_as_users \
-             run them",
-            users.join(", ")
-        ));
-    }
-    if let Some(n) = unzoned {
-        out.warnings.push(format!(
-            "line {n}: schedules without CRON_TZ are read in UTC here, while cron reads them in its machine's local \
-             time: give --timezone (or a CRON_TZ line) unless that machine runs in UTC"
-        ));
-    }
+    out.warnings.extend(whole_file_warnings(&users, unzoned));
     if errors.is_empty() {
         Ok(out)
     } else {
@@ -258,6 +226,61 @@ fn describe(lines: &[String]) -> String {
     }
     text.truncate(etcron_model::output::char_floor(&text, MAX_DESCRIPTION_LEN));
     text
+}
+
+/// What holds for the whole file: its jobs run as users (`users`), or in UTC where cron would
+/// read local time (`unzoned`: the first such line).
+fn whole_file_warnings(users: &std::collections::BTreeSet<String>, unzoned: Option<usize>) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if !users.is_empty() {
+        let users: Vec<&str> = users.iter().map(String::as_str).collect();
+        warnings.push(format!(
+            "jobs run as their crontab user ({}): only workers running as root with these users in run_as_users \
+             run them",
+            users.join(", ")
+        ));
+    }
+    if let Some(n) = unzoned {
+        warnings.push(format!(
+            "line {n}: schedules without CRON_TZ are read in UTC here, while cron reads them in its machine's local \
+             time: give --timezone (or a CRON_TZ line) unless that machine runs in UTC"
+        ));
+    }
+    warnings
+}
+
+/// The job spec of one crontab line: its schedule and command, with the environment and time
+/// zone set above it, the comment above it as its description, labels saying where it came
+/// from.
+fn spec_of(
+    entry: &Entry,
+    (command, env): (&str, &BTreeMap<String, String>),
+    (timezone, description): (Option<&str>, &str),
+    team: Option<&str>,
+) -> Value {
+    let mut labels = Map::new();
+    labels.insert(IMPORTED_FROM.0.to_owned(), json!(IMPORTED_FROM.1));
+    if let Some(user) = &entry.user {
+        labels.insert(USER_LABEL.to_owned(), json!(user));
+    }
+    let mut task = json!({"kind": "shell", "command": command});
+    if let Some(user) = &entry.user {
+        task["user"] = json!(user);
+    }
+    if !env.is_empty() {
+        task["env"] = json!(env);
+    }
+    let mut spec = json!({"schedule": entry.schedule, "labels": labels, "task": task});
+    if let Some(team) = team {
+        spec["team"] = json!(team);
+    }
+    if let Some(tz) = timezone {
+        spec["timezone"] = json!(tz);
+    }
+    if !description.is_empty() {
+        spec["description"] = json!(description);
+    }
+    spec
 }
 
 /// A job line's parts.

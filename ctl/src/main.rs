@@ -499,60 +499,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let client = Client::new(&cli.server, cli.token.clone(), cli.timeout)?;
     match cli.command {
-        Command::Jobs(cmd) => match cmd {
-            JobsCommand::Ls { team, labels, statuses } => {
-                jobs::ls(&client, (team.as_deref(), &labels, &statuses), json).await
-            }
-            JobsCommand::Get { name } => jobs::get(&client, &name, json).await,
-            JobsCommand::Describe { name } => describe::describe(&client, &name, json).await,
-            JobsCommand::Edit { name } => edit::edit(&client, &name, json).await,
-            JobsCommand::Apply { files, prune, dry_run } => {
-                apply::apply(&client, &files, apply::Options { prune: prune.into(), dry_run, json }).await
-            }
-            JobsCommand::Rm { names } => jobs::rm(&client, &names, json).await,
-            JobsCommand::Run { name, env, as_of, follow } => {
-                let params = jobs::run_params(&env, as_of.as_deref())?;
-                jobs::run(&client, &name, params.as_ref(), follow, json).await
-            }
-            JobsCommand::Kill { name, execution } => jobs::kill(&client, &name, execution, json).await,
-            JobsCommand::Pause { name, reason, until } => {
-                jobs::pause(&client, &name, reason.as_deref(), until.as_deref(), json).await
-            }
-            JobsCommand::Resume { name } => jobs::resume(&client, &name, json).await,
-            JobsCommand::History { name, diff } => history::history(&client, &name, diff, json).await,
-            JobsCommand::Rollback { name, to, if_match } => history::rollback(&client, &name, to, if_match, json).await,
-            JobsCommand::Backfill { name, from, to, which, overlap, max_parallel, max_runs, reason, dry_run } => {
-                let request = backfill::Request { from, to, which, overlap, max_parallel, max_runs, reason, dry_run };
-                backfill::backfill(&client, &name, &request, json).await
-            }
-            JobsCommand::Backfills { name, id } => backfill::list(&client, &name, id.as_deref(), json).await,
-            JobsCommand::BackfillCancel { name, id } => backfill::cancel(&client, &name, &id, json).await,
-        },
-        Command::Executions(cmd) => match cmd {
-            ExecutionsCommand::Search {
-                job,
-                team,
-                statuses,
-                worker,
-                trigger,
-                since,
-                until,
-                q,
-                limit,
-                cursor,
-                all,
-                watch,
-            } => {
-                let filters = executions::Filters { job, team, statuses, worker, trigger, since, until, q, limit };
-                if watch {
-                    executions::follow(&client, &filters, json).await
-                } else {
-                    executions::search(&client, &filters, cursor, all, json).await
-                }
-            }
-            ExecutionsCommand::Get { id, follow: true } => executions::stream(&client, &id, json).await,
-            ExecutionsCommand::Get { id, follow: false } => executions::get(&client, &id, json).await,
-        },
+        Command::Jobs(cmd) => jobs_command(&client, cmd, json).await,
+        Command::Executions(cmd) => executions_command(&client, cmd, json).await,
         Command::Logs { target, follow } => {
             executions::logs(&client, &executions::LogsTarget::parse(&target)?, follow, json).await
         }
@@ -593,6 +541,68 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             apply::apply(&client, &files, options).await
         }
         Command::Completions { .. } => Ok(()),
+    }
+}
+
+/// `etcronctl jobs …`.
+async fn jobs_command(client: &Client, cmd: JobsCommand, json: bool) -> anyhow::Result<()> {
+    match cmd {
+        JobsCommand::Ls { team, labels, statuses } => {
+            jobs::ls(client, (team.as_deref(), &labels, &statuses), json).await
+        }
+        JobsCommand::Get { name } => jobs::get(client, &name, json).await,
+        JobsCommand::Describe { name } => describe::describe(client, &name, json).await,
+        JobsCommand::Edit { name } => edit::edit(client, &name, json).await,
+        JobsCommand::Apply { files, prune, dry_run } => {
+            apply::apply(client, &files, apply::Options { prune: prune.into(), dry_run, json }).await
+        }
+        JobsCommand::Rm { names } => jobs::rm(client, &names, json).await,
+        JobsCommand::Run { name, env, as_of, follow } => {
+            let params = jobs::run_params(&env, as_of.as_deref())?;
+            jobs::run(client, &name, params.as_ref(), follow, json).await
+        }
+        JobsCommand::Kill { name, execution } => jobs::kill(client, &name, execution, json).await,
+        JobsCommand::Pause { name, reason, until } => {
+            jobs::pause(client, &name, reason.as_deref(), until.as_deref(), json).await
+        }
+        JobsCommand::Resume { name } => jobs::resume(client, &name, json).await,
+        JobsCommand::History { name, diff } => history::history(client, &name, diff, json).await,
+        JobsCommand::Rollback { name, to, if_match } => history::rollback(client, &name, to, if_match, json).await,
+        JobsCommand::Backfill { name, from, to, which, overlap, max_parallel, max_runs, reason, dry_run } => {
+            let request = backfill::Request { from, to, which, overlap, max_parallel, max_runs, reason, dry_run };
+            backfill::backfill(client, &name, &request, json).await
+        }
+        JobsCommand::Backfills { name, id } => backfill::list(client, &name, id.as_deref(), json).await,
+        JobsCommand::BackfillCancel { name, id } => backfill::cancel(client, &name, &id, json).await,
+    }
+}
+
+/// `etcronctl executions …`.
+async fn executions_command(client: &Client, cmd: ExecutionsCommand, json: bool) -> anyhow::Result<()> {
+    match cmd {
+        ExecutionsCommand::Search {
+            job,
+            team,
+            statuses,
+            worker,
+            trigger,
+            since,
+            until,
+            q,
+            limit,
+            cursor,
+            all,
+            watch,
+        } => {
+            let filters = executions::Filters { job, team, statuses, worker, trigger, since, until, q, limit };
+            if watch {
+                executions::follow(client, &filters, json).await
+            } else {
+                executions::search(client, &filters, cursor, all, json).await
+            }
+        }
+        ExecutionsCommand::Get { id, follow: true } => executions::stream(client, &id, json).await,
+        ExecutionsCommand::Get { id, follow: false } => executions::get(client, &id, json).await,
     }
 }
 
