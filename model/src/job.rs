@@ -521,6 +521,37 @@ impl JobSpec {
             Task::Http(http) => validate_http(http)?,
             Task::Grpc(grpc) => crate::grpc::validate(grpc)?,
         }
+        self.validate_timing()?;
+        self.validate_skip_calendars()?;
+        self.validate_runs()?;
+        validate_map("selector", &self.selector, label_key_ok)?;
+        validate_map("labels", &self.labels, label_key_ok)?;
+        self.validate_dependencies()?;
+        if let Some(n) = self.max_output {
+            if !MAX_OUTPUT_RANGE.contains(&n) {
+                return Err(SpecError::at(
+                    "max_output",
+                    format!("must be between {} and {} bytes", MAX_OUTPUT_RANGE.start(), MAX_OUTPUT_RANGE.end()),
+                ));
+            }
+        }
+        if let Some(limits) = &self.limits {
+            validate_limits(limits, &self.task, self.max_output)?;
+        }
+        if self.description.len() > MAX_DESCRIPTION_LEN {
+            return Err(SpecError::at("description", format!("longer than {MAX_DESCRIPTION_LEN} bytes")));
+        }
+        if let Some(team) = &self.team {
+            validate_team(team).map_err(|m| SpecError::at("team", m))?;
+        }
+        if let Some(targets) = &self.notify {
+            notify::validate_targets("notify", targets)?;
+        }
+        Ok(schedule)
+    }
+
+    /// `timeout`, `retries` and `start_deadline`.
+    fn validate_timing(&self) -> Result<(), SpecError> {
         if let Some(t) = self.timeout {
             if t.0 < MIN_TIMEOUT || t.0 > MAX_TIMEOUT {
                 return Err(SpecError::at(
@@ -553,7 +584,12 @@ impl JobSpec {
                 ));
             }
         }
-        self.validate_skip_calendars()?;
+        Ok(())
+    }
+
+    /// `jitter`, `pause_after_failures`, `alerts`, the concurrency policy and its queue,
+    /// `max_catchup` and the shard count.
+    fn validate_runs(&self) -> Result<(), SpecError> {
         if self.jitter.is_some_and(|j| j.0.is_zero() || j.0 > MAX_JITTER) {
             return Err(SpecError::at(
                 "jitter",
@@ -587,8 +623,11 @@ impl JobSpec {
                 return Err(SpecError::at("mode.sharded", format!("shard count must be between 1 and {MAX_SHARDS}")));
             }
         }
-        validate_map("selector", &self.selector, label_key_ok)?;
-        validate_map("labels", &self.labels, label_key_ok)?;
+        Ok(())
+    }
+
+    /// `on_success`, `on_failure` and the teams recorded for them.
+    fn validate_dependencies(&self) -> Result<(), SpecError> {
         for (field, list) in [("on_success", &self.on_success), ("on_failure", &self.on_failure)] {
             if list.len() > MAX_DEPENDENTS {
                 return Err(SpecError::at(field, format!("at most {MAX_DEPENDENTS} jobs")));
@@ -606,27 +645,7 @@ impl JobSpec {
                 validate_team(team).map_err(|m| SpecError::at("dependency_teams", m))?;
             }
         }
-        if let Some(n) = self.max_output {
-            if !MAX_OUTPUT_RANGE.contains(&n) {
-                return Err(SpecError::at(
-                    "max_output",
-                    format!("must be between {} and {} bytes", MAX_OUTPUT_RANGE.start(), MAX_OUTPUT_RANGE.end()),
-                ));
-            }
-        }
-        if let Some(limits) = &self.limits {
-            validate_limits(limits, &self.task, self.max_output)?;
-        }
-        if self.description.len() > MAX_DESCRIPTION_LEN {
-            return Err(SpecError::at("description", format!("longer than {MAX_DESCRIPTION_LEN} bytes")));
-        }
-        if let Some(team) = &self.team {
-            validate_team(team).map_err(|m| SpecError::at("team", m))?;
-        }
-        if let Some(targets) = &self.notify {
-            notify::validate_targets("notify", targets)?;
-        }
-        Ok(schedule)
+        Ok(())
     }
 
     /// Whether any secret of the task is `null` (withheld, or "keep it" in a PUT).
