@@ -89,13 +89,19 @@ pub enum Verdict {
     Drop,
     /// etcd did not answer: keep the file for a later pass.
     Keep,
+    /// The claim is absent while its close, unanswered, may still be applied late (a
+    /// transaction queued behind a partition or an election), and until the sweeps settle the
+    /// tick (which creates the claim key either way): keep the file and look again.
+    Wait,
 }
 
 /// Decides a provisional record of `status` written `age` ago from what its claim says: closed
 /// with the record's status → submit; present with anything else (another worker's run or
-/// outcome) → drop; absent → drop while the close, had it been applied, would still hold the
-/// key, else submit (the claim's retention is over: `IfAbsent`, so a run's own record, written
-/// with `Replace`, still wins over it); unreadable → keep.
+/// outcome) → drop; absent → wait while the close, had it been applied, would still hold the
+/// key (it may yet be applied: dropping the record then left a closed claim with no record, a
+/// tick the sweeps see claimed and nobody records), else submit (the claim's retention is over:
+/// `IfAbsent`, so a run's own record, written with `Replace`, still wins over it); unreadable →
+/// keep.
 #[must_use]
 pub fn judge(claim: ClaimRead, status: Status, age: Duration) -> Verdict {
     match claim {
@@ -104,7 +110,7 @@ pub fn judge(claim: ClaimRead, status: Status, age: Duration) -> Verdict {
             Verdict::Submit { fencing_token: Some(create_revision) }
         }
         ClaimRead::Present { .. } => Verdict::Drop,
-        ClaimRead::Absent if age < SURELY_APPLIED_WITHIN => Verdict::Drop,
+        ClaimRead::Absent if age < SURELY_APPLIED_WITHIN => Verdict::Wait,
         ClaimRead::Absent => Verdict::Submit { fencing_token: None },
     }
 }
@@ -269,8 +275,10 @@ mod tests {
         assert_eq!(judge(closed(Status::Skipped), Status::Missed, young), Verdict::Drop);
         let taken = ClaimRead::Present { status: None, create_revision: 7 };
         assert_eq!(judge(taken, Status::Skipped, old), Verdict::Drop);
-        // Absent: never applied while the key would still live; past its retention, cannot tell.
-        assert_eq!(judge(ClaimRead::Absent, Status::Skipped, young), Verdict::Drop);
+        // Absent: not applied yet (it may be, late, until the sweeps create the key); past its
+        // retention, cannot tell.
+        assert_eq!(judge(ClaimRead::Absent, Status::Skipped, young), Verdict::Wait);
+        assert_eq!(judge(ClaimRead::Absent, Status::Skipped, Duration::ZERO), Verdict::Wait);
         assert_eq!(
             judge(ClaimRead::Absent, Status::Skipped, SURELY_APPLIED_WITHIN),
             Verdict::Submit { fencing_token: None }

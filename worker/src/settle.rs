@@ -74,9 +74,10 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
 /// A not-run record whose closed claim etcd may or may not have applied: once etcd answers,
 /// a claim closed with the record's status (ours, or another worker's doing the same) gets the
 /// record — `IfAbsent`, keyed by the execution id, so it is never written twice; a claim that
-/// says anything else belongs to whoever took it; no claim means the close was not applied (the
-/// sweep then settles the tick). When etcd does not answer in time, the provisional record
-/// stays for the settle loop and the tick is noted for the sweep.
+/// says anything else belongs to whoever took it; no claim yet means the close has not been
+/// applied *yet* (it may be, late: the tick is noted for the sweep, and the record waits until
+/// the key exists, one way or the other). When that takes longer than this worker watches, the
+/// provisional record stays for the settle loop.
 async fn settle_unknown(
     ctx: &Context,
     fire: &Fire,
@@ -84,11 +85,20 @@ async fn settle_unknown(
     mut record: ExecutionRecord,
     pending: crate::provisional::Pending,
 ) {
+    let mut noted = false;
     for _ in 0..LOSS_TRIES {
         tokio::time::sleep(CLOSE_RETRY_MAX).await;
         let read = read_claim(ctx, claim_key).await;
         match judge(read, record.status, Duration::ZERO) {
             Verdict::Keep => continue,
+            Verdict::Wait => {
+                // Not applied yet: it may be, late; the sweep settles the tick otherwise (and
+                // creates its claim key, which ends the wait either way).
+                if !std::mem::replace(&mut noted, true) {
+                    ctx.unsettled.note(fire);
+                }
+                continue;
+            }
             Verdict::Submit { fencing_token } => {
                 tracing::info!(
                     status = record.status.as_str(),
@@ -97,8 +107,9 @@ async fn settle_unknown(
                 record.fencing_token = fencing_token.or(record.fencing_token);
                 deliver(ctx, Some(&fire.spec), record, WriteMode::IfAbsent);
             }
-            Verdict::Drop if read == ClaimRead::Absent => ctx.unsettled.note(fire),
-            Verdict::Drop => {}
+            Verdict::Drop => {
+                tracing::info!(execution_id = %record.id, status = record.status.as_str(), claim = ?read, "record of a tick that did not run dropped: its claim says another outcome");
+            }
         }
         ctx.provisional.remove(pending);
         return;
@@ -167,6 +178,10 @@ async fn settle_provisional(ctx: &Context) {
         match judge(read, record.status, age) {
             Verdict::Keep => {
                 tracing::warn!(execution_id = %id, status, "provisional record kept: etcd does not answer for its claim");
+                continue;
+            }
+            Verdict::Wait => {
+                tracing::debug!(execution_id = %id, status, "provisional record waits: its claim is absent (its close may still be applied, or the sweeps settle the tick)");
                 continue;
             }
             Verdict::Submit { fencing_token } => {
