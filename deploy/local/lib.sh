@@ -78,6 +78,17 @@ ensure_pymongo() {
     mv "$ETCRON_PYMONGO.part" "$ETCRON_PYMONGO"
 }
 
+# ensure_nextest: the test runner (cargo-nextest, pinned). A machine that has this version keeps
+# it; otherwise it is built from the crate registry (a few minutes, once per machine).
+NEXTEST_VERSION=0.9.143
+ensure_nextest() {
+    if cargo nextest --version 2>/dev/null | head -1 | grep -q "^cargo-nextest $NEXTEST_VERSION "; then
+        return 0
+    fi
+    echo ">> installing cargo-nextest $NEXTEST_VERSION (from crates.io)" >&2
+    cargo install --quiet --locked cargo-nextest --version "$NEXTEST_VERSION" >&2
+}
+
 ensure_pip() {
     ensure_cmd python3 python3
     if ! python3 -m pip --version >/dev/null 2>&1; then

@@ -20,6 +20,8 @@ ensure_schemathesis
 # The harness starts a genuine mongod (a one-node replica set) per test cluster, so tests can
 # stop and restart it; with ETCRON_MONGODB_URI set, tests that need no outage use that server.
 ensure_mongod
+# The test runner, pinned.
+ensure_nextest
 export CARGO_TERM_COLOR=never
 # A one-shot build gains nothing from incremental artefacts, which would add gigabytes on disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
@@ -33,8 +35,10 @@ echo ">> building binaries"
 cargo build --workspace --bins --locked
 
 echo ">> running tests"
-# Integration tests start several processes each; two at a time suits a 2-core machine.
-cargo test --workspace --locked -- --test-threads "${ETCRON_TEST_THREADS:-2}"
+# cargo-nextest: every test in a process of its own; integration tests several at once, as many
+# as the test group in .config/nextest.toml allows; no retries; JUnit in
+# target/nextest/default/junit.xml.
+cargo nextest run --workspace --locked --no-fail-fast
 
 echo ">> chaos suite"
 # Faults at seeded random times against real processes; fails on a duplicate, an unaccounted

@@ -713,6 +713,33 @@ impl Cluster {
         .await
     }
 
+    /// Waits until every claim of a tick at or before `up_to_ms` is closed: every run of such
+    /// a tick, and a second one were there a duplicate, has ended and written what it writes.
+    /// Tests judge exactly-once after this, not after a grace sleep.
+    pub async fn settle_claims(&self, up_to_ms: i64) -> Result<()> {
+        let keys = etcron_model::keys::Keys::new(&self.namespace)?;
+        let client = self.etcd.client().await?;
+        wait_for(Duration::from_secs(30), &format!("every claim up to {up_to_ms} closed"), || {
+            let (keys, mut client) = (&keys, client.clone());
+            async move { open_claims(keys, &mut client, up_to_ms).await.ok().filter(Vec::is_empty).map(|_| ()) }
+        })
+        .await
+    }
+
+    /// Waits until the running marker of execution `id` is in etcd: what a failover rerun of it
+    /// reads its parameters from.
+    pub async fn wait_running_marker(&self, id: &str) -> Result<()> {
+        let keys = etcron_model::keys::Keys::new(&self.namespace)?;
+        let id: etcron_model::keys::ExecutionId = id.parse().map_err(anyhow::Error::msg)?;
+        let key = keys.running(&id);
+        let client = self.etcd.client().await?;
+        wait_for(Duration::from_secs(30), &format!("the running marker of {id}"), || {
+            let (key, mut client) = (&key, client.clone());
+            async move { (client.get(key.as_str(), None).await.ok()?.count() == 1).then_some(()) }
+        })
+        .await
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.work.path().join(name)
     }
@@ -1122,4 +1149,27 @@ pub fn make_certs(dir: &Path) -> Result<()> {
         openssl(dir, &[&sign[..], &["-days", "2", "-extfile", &ext]].concat())?;
     }
     Ok(())
+}
+
+/// The claims of ticks at or before `up_to_ms` not yet closed (`done`), by key.
+async fn open_claims(
+    keys: &etcron_model::keys::Keys,
+    client: &mut etcd_client::Client,
+    up_to_ms: i64,
+) -> Result<Vec<String>> {
+    use etcron_model::keys::Key;
+    let prefix = keys.claims_prefix();
+    let resp = client.get(prefix.as_str(), Some(etcd_client::GetOptions::new().with_prefix())).await?;
+    let mut open = Vec::new();
+    for kv in resp.kvs() {
+        let Some(Key::Claim(id)) = keys.parse(kv.key()) else { continue };
+        if id.tick.scheduled_ms().is_none_or(|ms| ms > up_to_ms) {
+            continue;
+        }
+        let claim: etcron_model::model::Claim = serde_json::from_slice(kv.value())?;
+        if claim.status.is_none() {
+            open.push(String::from_utf8_lossy(kv.key()).into_owned());
+        }
+    }
+    Ok(open)
 }

@@ -135,7 +135,7 @@ async fn two_backfills_of_the_same_failed_ticks_run_each_once_as_the_next_attemp
         assert!(statuses.iter().all(|s| *s == "succeeded"), "{done}");
         assert_eq!(done["counts"]["succeeded"], failed.len(), "{done}");
     }
-    tokio::time::sleep(Duration::from_millis(500)).await; // let a duplicate, were there one, land
+    c.settle_claims(now_ms()).await?;
     let ran = runs(&out);
     let recs = records(&c, "nightly").await;
     for t in &failed {
@@ -212,7 +212,7 @@ async fn a_backfilled_tick_the_live_schedule_holds_runs_once() -> anyhow::Result
         let done = wait_done(&c, "live", id, Duration::from_secs(90)).await;
         assert!(done["items"].as_array().unwrap().iter().all(|i| i["status"] == "succeeded"), "{done}");
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.settle_claims(now_ms()).await?;
     let dup: Vec<_> = runs(&out).into_iter().filter(|(_, n)| *n > 1).collect();
     assert!(dup.is_empty(), "runs of one execution more than once: {dup:?}");
     let left: Vec<String> = requests_left(&c, "live").await.into_iter().filter(|k| k.contains("/bf-")).collect();
@@ -267,7 +267,7 @@ async fn a_backfill_goes_on_after_the_worker_running_an_item_is_killed_and_stops
         l.iter().any(|r| r["id"] == format!("slow@{t1}#3") && r["status"] == "succeeded")
     })
     .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.settle_claims(now_ms()).await?;
     let mut want: BTreeMap<(i64, u32), usize> = (from..=to).step_by(1000).map(|t| ((t, 2), 1)).collect();
     want.insert((t1, 3), 1);
     let in_range: BTreeMap<(i64, u32), usize> = runs(&out).into_iter().filter(|((t, _), _)| *t >= from).collect();

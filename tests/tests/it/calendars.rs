@@ -52,8 +52,8 @@ async fn ticks_on_listed_days_are_skipped_once_and_a_changed_calendar_applies_at
         l.iter().filter(|r| r["status"] != "running").count() >= expected.len()
     })
     .await?;
-    // Let a duplicate, were there one, land before judging.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every run (and a duplicate, were there one) has ended before judging.
+    c.settle_claims(now_ms()).await?;
     let records = c.get("/api/executions?job=off-today&limit=100").await?["executions"].as_array().unwrap().clone();
     let mut by_tick: BTreeMap<i64, Vec<&Value>> = BTreeMap::new();
     for r in &records {
@@ -190,7 +190,7 @@ async fn a_skipped_tick_is_recorded_by_another_worker_while_the_first_ranked_one
             ticks.iter().all(|t| l.iter().any(|r| r["scheduled_ms"] == *t))
         })
         .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.settle_claims(now_ms()).await?;
     for t in &ticks {
         let of_tick: Vec<&Value> = records.iter().filter(|r| r["scheduled_ms"] == *t).collect();
         assert_eq!(of_tick.len(), 1, "tick {t}: {of_tick:?}");

@@ -21,7 +21,7 @@ async fn a_sigkilled_worker_leaves_the_others_firing_every_tick() -> anyhow::Res
     c.wait_workers(2).await?;
     let end = now_ms() + 5_000;
     wait_tick(&out, &jobs, end).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.settle_claims(end).await?;
     let fired = read_fired(&out);
     let report = check_every_second(&fired, &jobs, start, end);
     if !report.duplicates.is_empty() || !report.missing.is_empty() {
@@ -55,7 +55,7 @@ async fn a_worker_restarting_midway_loses_and_doubles_nothing() -> anyhow::Resul
     c.workers[2].restart()?;
     let end = now_ms() + 6_000;
     wait_tick(&out, &jobs, end).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.settle_claims(end).await?;
     let fired = read_fired(&out);
     let report = check_every_second(&fired, &jobs, start, end);
     if !report.duplicates.is_empty() || !report.missing.is_empty() {

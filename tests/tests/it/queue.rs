@@ -72,7 +72,7 @@ async fn queued_ticks_run_one_after_another_oldest_first_and_a_full_queue_skips(
             panic!("{e}: {:?}", by_tick(&c, "serial").await);
         }
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.settle_claims(now_ms()).await?;
     let fired = read_fired(&out);
     let (mut ran, mut skipped) = (0, 0);
     for t in &ticks {
@@ -148,7 +148,7 @@ async fn the_queue_goes_on_when_the_worker_holding_the_lock_is_killed() -> anyho
         assert_eq!(records[t].len(), 1, "{:?}", records[t]);
         assert_eq!(records[t][0]["status"], "succeeded", "tick {t}: {:?}", records[t]);
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.settle_claims(now_ms()).await?;
     let fired = read_fired(&out);
     let order = starts(&fired);
     assert_eq!(order.iter().map(|(_, t)| *t).collect::<Vec<_>>(), ticks, "each tick once, oldest first");

@@ -235,7 +235,7 @@ async fn a_mongodb_outage_loses_and_doubles_no_record() -> anyhow::Result<()> {
         c.call(Method::DELETE, &format!("/api/jobs/{job}"), None).await?;
     }
     let deleted_at = now_ms();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    c.settle_claims(deleted_at).await?;
     let fired: Vec<_> = read_fired(&out).into_iter().filter(|f| f.scheduled_ms <= deleted_at).collect();
     let store = c.mongo.store(&c.db).await?;
     let records = wait_for(Duration::from_secs(60), "a record for every fired tick", || async {

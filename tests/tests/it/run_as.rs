@@ -95,7 +95,7 @@ async fn tasks_run_as_a_user_only_on_workers_that_allow_it_and_each_tick_once() 
         c.call(Method::DELETE, &format!("/api/jobs/{job}"), None).await?;
     }
     // Runs already started finish their line.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.settle_claims(now_ms()).await?;
 
     let fired = read_fired(&file);
     assert!(fired.iter().all(|f| f.scheduled_ms > start - 1000), "only this test's ticks");

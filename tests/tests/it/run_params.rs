@@ -96,8 +96,8 @@ async fn a_run_with_parameters_keeps_them_through_retries_and_failover_and_runs_
     })
     .await?;
     let worker = first.split(' ').nth(2).unwrap().to_owned();
-    // Past a second: its running marker (with the parameters) is written.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Its running marker (with the parameters) is written.
+    c.wait_running_marker(&id).await?;
     c.workers.iter_mut().find(|w| w.opts.id == worker).unwrap().proc.kill9();
     let rerun = record(&c, &id.replace("#1", "#2"), "succeeded").await?;
     assert_eq!(rerun["trigger"], "failover");
