@@ -14,7 +14,7 @@
 //! protocol, and a bug re-introduced in the model ([`Holes`]) is found by a seed; the worker's
 //! modules do not run in it. The worker takes the same steps: the model found, at seed 2 of its
 //! first run, that a departure handled by ranks 0..=2 alone is lost when all three die, and
-//! the worker now owes departures as the model does (`worker/src/departures.rs`).
+//! the worker now owes departures as the model does (`worker/src/cluster/departures.rs`).
 //!
 //! [`server`] is the next step: a model etcd served in-process over etcd's own gRPC API, so the
 //! worker's real code (through `etcd-client`) runs against it on tokio's paused clock, with the

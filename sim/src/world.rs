@@ -113,7 +113,7 @@ enum Ev {
         key: String,
         /// Claims of this execution sent so far by this worker's race (1: the first).
         tries: u32,
-        /// The later look at a claim given up on (`worker/src/race.rs` `recheck_unknown_claim`).
+        /// The later look at a claim given up on (`worker/src/fire/race.rs` `recheck_unknown_claim`).
         recheck: bool,
     },
     /// A transaction a stalled etcd took and applies late, after the stall (its sender heard

@@ -9,7 +9,7 @@ use clap::Parser;
 use etcron_common::duration::HumanDuration;
 use serde::Deserialize;
 
-use crate::identity;
+use crate::cluster::identity;
 
 /// Command line of `etcron-worker`. Every setting is optional here so that the file and the
 /// defaults can fill what flags and env vars leave out.
@@ -104,7 +104,7 @@ pub struct Cli {
     pub shell_task_network: Option<String>,
     /// `[notify]` settings: `--ui-url`, `--notify-*`.
     #[command(flatten)]
-    pub notify: crate::notifier::NotifyArgs,
+    pub notify: crate::notify::notifier::NotifyArgs,
 }
 
 /// The `[worker]` file format; every key optional, unknown keys refused.
@@ -144,7 +144,7 @@ pub struct FileConfig {
     pub log_level: Option<String>,
     pub log_format: Option<String>,
     /// `[notify]`: webhook notification settings and default targets.
-    pub notify: Option<crate::notifier::NotifyFile>,
+    pub notify: Option<crate::notify::notifier::NotifyFile>,
 }
 
 /// The resolved, validated configuration.
@@ -161,7 +161,7 @@ pub struct Config {
     /// The teams whose jobs alone this worker runs; empty: every job (a shared worker).
     pub teams: Vec<String>,
     /// Who shell tasks without `task.user` run as (`task_user`, `task_uids`).
-    pub task_identity: crate::task_uids::TaskIdentity,
+    pub task_identity: crate::tasks::uids::TaskIdentity,
     pub capacity: u32,
     pub session_ttl: Duration,
     pub kill_grace: Duration,
@@ -182,15 +182,15 @@ pub struct Config {
     /// Names of the worker's environment variables that shell tasks inherit; nothing else is.
     pub task_env_passthrough: Vec<String>,
     /// What HTTP and gRPC tasks may reach although it is refused by default
-    /// (`crate::task_network`).
-    pub task_network_allow: Vec<crate::task_network::Allow>,
+    /// (`crate::tasks::network`).
+    pub task_network_allow: Vec<crate::tasks::network::Allow>,
     /// The host's network for shell tasks, or a namespace of each one's own
-    /// (`crate::task_netns`).
-    pub shell_task_network: crate::task_netns::ShellNetwork,
+    /// (`crate::tasks::netns`).
+    pub shell_task_network: crate::tasks::netns::ShellNetwork,
     pub log_level: String,
     pub json_logs: bool,
     /// Webhook notifications: console URL, default targets, delivery limits.
-    pub notify: crate::notifier::NotifyConfig,
+    pub notify: crate::notify::notifier::NotifyConfig,
 }
 
 /// Default lead of a claim before its tick.
@@ -301,12 +301,13 @@ impl Config {
             None => file.labels.unwrap_or_default(),
         };
         let run_as_users = comma_list(cli.run_as_users, file.run_as_users);
-        crate::run_as::check_config(&run_as_users, nix::unistd::geteuid().is_root()).map_err(anyhow::Error::msg)?;
+        crate::tasks::run_as::check_config(&run_as_users, nix::unistd::geteuid().is_root())
+            .map_err(anyhow::Error::msg)?;
         let teams = teams(cli.teams, file.teams)?;
-        let task_identity = crate::task_uids::TaskIdentity::resolve(
+        let task_identity = crate::tasks::uids::TaskIdentity::resolve(
             cli.task_user.or(file.task_user),
             cli.task_uids.or(file.task_uids),
-            &cli.task_uid_table.or(file.task_uid_table).unwrap_or_else(|| crate::task_uids::DEFAULT_TABLE.into()),
+            &cli.task_uid_table.or(file.task_uid_table).unwrap_or_else(|| crate::tasks::uids::DEFAULT_TABLE.into()),
             nix::unistd::geteuid(),
         )
         .map_err(anyhow::Error::msg)?;
@@ -321,10 +322,10 @@ impl Config {
         let output_url = output_url(cli.output_url.or(file.output_url))?;
         let task_env_passthrough = task_env_passthrough(cli.task_env_passthrough, file.task_env_passthrough)?;
         let task_network_allow = comma_list(cli.task_network_allow, file.task_network_allow);
-        let task_network_allow = crate::task_network::parse_allow(&task_network_allow).map_err(anyhow::Error::msg)?;
+        let task_network_allow = crate::tasks::network::parse_allow(&task_network_allow).map_err(anyhow::Error::msg)?;
         let shell_task_network = match cli.shell_task_network.or(file.shell_task_network) {
-            Some(n) => crate::task_netns::ShellNetwork::parse(&n).map_err(anyhow::Error::msg)?,
-            None => crate::task_netns::ShellNetwork::default(),
+            Some(n) => crate::tasks::netns::ShellNetwork::parse(&n).map_err(anyhow::Error::msg)?,
+            None => crate::tasks::netns::ShellNetwork::default(),
         };
         Ok(Self {
             etcd: etcron_common::settings::etcd_config(shared.etcd_endpoints.clone(), &security, &file.etcd)
@@ -354,7 +355,7 @@ impl Config {
             shell_task_network,
             log_level: shared.log_level,
             json_logs: shared.json_logs,
-            notify: crate::notifier::NotifyConfig::resolve(cli.notify, file.notify)?,
+            notify: crate::notify::notifier::NotifyConfig::resolve(cli.notify, file.notify)?,
         })
     }
 }
@@ -521,7 +522,7 @@ mod tests {
 
     #[test]
     fn shell_tasks_use_the_hosts_network_unless_the_admin_says_none() {
-        use crate::task_netns::ShellNetwork;
+        use crate::tasks::netns::ShellNetwork;
         assert_eq!(Config::resolve(cli(&[])).unwrap().shell_task_network, ShellNetwork::Host);
         let c = Config::resolve(cli(&["--shell-task-network", "none"])).unwrap();
         assert_eq!(c.shell_task_network, ShellNetwork::None);

@@ -9,8 +9,8 @@ use etcron_worker::config::{Cli, Config};
 fn main() -> std::process::ExitCode {
     // A shell task's keeper is this binary run again (`keeper`): nothing of the worker starts.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1).is_some_and(|a| a == etcron_worker::keeper::KEEP) {
-        etcron_worker::keeper::keep(&args[2..]);
+    if args.get(1).is_some_and(|a| a == etcron_worker::tasks::keeper::KEEP) {
+        etcron_worker::tasks::keeper::keep(&args[2..]);
     }
     let config = match Config::resolve(Cli::parse()) {
         Ok(c) => c,
@@ -20,7 +20,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     // Held until the process ends: one worker per data dir (its spool and its id).
-    let _data_dir = match etcron_worker::identity::lock_data_dir(&config.data_dir) {
+    let _data_dir = match etcron_worker::cluster::identity::lock_data_dir(&config.data_dir) {
         Ok(lock) => lock,
         Err(e) => {
             eprintln!("etcron-worker: {e}");
@@ -29,12 +29,12 @@ fn main() -> std::process::ExitCode {
     };
     // A worker asked to run shell tasks in namespaces of their own that cannot make one does
     // not start (rather than run them on the host's network).
-    if let Err(e) = etcron_worker::task_netns::check(config.shell_task_network) {
+    if let Err(e) = etcron_worker::tasks::netns::check(config.shell_task_network) {
         eprintln!("etcron-worker: {e}");
         return std::process::ExitCode::from(2);
     }
     // Shell tasks start under keepers that end their trees when the worker dies or freezes.
-    if let Err(e) = etcron_worker::keeper::enable() {
+    if let Err(e) = etcron_worker::tasks::keeper::enable() {
         eprintln!("etcron-worker: cannot supervise shell tasks (a pipe and a shared page for their keepers): {e}");
         return std::process::ExitCode::from(2);
     }

@@ -87,7 +87,7 @@ pub struct WorkerMetrics {
     /// (`run_params`: a run parameter its spec does not declare, or a value off its pattern).
     pub runs_refused: IntCounterVec,
     /// Connections of HTTP and gRPC tasks refused before anything was sent, by class of the
-    /// address (`crate::task_network::Class`).
+    /// address (`crate::tasks::network::Class`).
     pub task_connections_refused: IntCounterVec,
     /// gRPC runs refused by a memory bound, by limit.
     pub grpc_limits: IntCounterVec,

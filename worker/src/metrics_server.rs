@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use etcron_common::metrics::sync_counter;
 
+use crate::context::Context;
 use crate::metrics::METRICS;
-use crate::state::Context;
 
 /// Brings the gauges and counters kept elsewhere up to date, then renders everything.
 #[must_use]
@@ -24,7 +24,7 @@ pub fn render(ctx: &Context) -> String {
     sync_counter(&m.records_replayed, get(&stats.replayed));
     sync_counter(&m.records_dropped, get(&stats.dropped));
     sync_counter(&m.record_write_errors, get(&stats.write_errors));
-    crate::notifier::refresh_metrics(&ctx.notifier);
+    crate::notify::notifier::refresh_metrics(&ctx.notifier);
     etcron_common::metrics::render()
 }
 

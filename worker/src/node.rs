@@ -17,12 +17,12 @@ use etcron_common::session::Session;
 use etcron_common::store::MongoStore;
 use tokio::sync::{mpsc, watch};
 
+use crate::cluster::membership::Members;
+use crate::cluster::watcher::{mirror, Update};
 use crate::config::Config;
-use crate::executor::StopReason;
-use crate::membership::Members;
+use crate::context::{Context, Registry};
 use crate::scheduler::Scheduler;
-use crate::state::{Context, Registry};
-use crate::watcher::{mirror, Update};
+use crate::tasks::shell::StopReason;
 
 /// How often the registration is refreshed when the running count changed.
 const REGISTRATION_REFRESH: Duration = Duration::from_secs(2);
@@ -39,7 +39,7 @@ pub struct Parts {
     /// Where records go; `None` keeps them in the journal and the spool (the simulation).
     pub store: Option<MongoStore>,
     /// Runs every task instead of the real ones (the simulation).
-    pub simulated: Option<Arc<dyn crate::simulated::Tasks>>,
+    pub simulated: Option<Arc<dyn crate::context::simulated::Tasks>>,
 }
 
 /// Runs the worker until `shutdown` resolves, then drains it: no new ticks, running tasks get
@@ -70,7 +70,7 @@ struct Built {
     /// Run requests to race for again (`Context::race_again`), for the scheduler.
     again: mpsc::UnboundedReceiver<String>,
     /// Departures a previous life of this worker owed, and its session if it ended uncleanly.
-    owed: Vec<crate::departures::Departure>,
+    owed: Vec<crate::cluster::departures::Departure>,
     previous_session: Option<i64>,
     sink_stop: watch::Sender<bool>,
     sink_task: tokio::task::JoinHandle<()>,
@@ -82,39 +82,39 @@ async fn build(
     config: &Config,
     client: etcd_client::Client,
     store: Option<MongoStore>,
-    simulated: Option<Arc<dyn crate::simulated::Tasks>>,
+    simulated: Option<Arc<dyn crate::context::simulated::Tasks>>,
 ) -> anyhow::Result<Built> {
     let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
     let dir = config.data_dir.display();
-    let spool =
-        crate::log_sink::Spool::open(&config.data_dir).with_context(|| format!("opening the record spool in {dir}"))?;
-    let provisional = crate::provisional::Provisional::open(&config.data_dir)
+    let spool = crate::context::log_sink::Spool::open(&config.data_dir)
+        .with_context(|| format!("opening the record spool in {dir}"))?;
+    let provisional = crate::context::provisional::Provisional::open(&config.data_dir)
         .with_context(|| format!("opening the provisional records in {dir}"))?;
-    let (departures, owed, previous_session) = crate::departures::Owed::open(&config.data_dir)
+    let (departures, owed, previous_session) = crate::cluster::departures::Owed::open(&config.data_dir)
         .with_context(|| format!("opening the owed departures in {dir}"))?;
     let (sink_stop, sink_stop_rx) = watch::channel(false);
-    let notifier = crate::notifier::Notifier::start(
+    let notifier = crate::notify::notifier::Notifier::start(
         config.notify.clone(),
         client.clone(),
         keys.clone(),
         store.clone(),
         config.worker_id.clone(),
     );
-    let (sink, sink_task) = crate::log_sink::LogSink::start(store, spool, sink_stop_rx)
+    let (sink, sink_task) = crate::context::log_sink::LogSink::start(store, spool, sink_stop_rx)
         .with_context(|| format!("opening the record journal in {dir}"))?;
     let hostname = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
-    let live = Arc::new(crate::live_output::LiveOutputs::default());
+    let live = Arc::new(crate::tasks::live_output::LiveOutputs::default());
     let endpoints = listen(config, &live, &hostname).await?;
     let (lease_tx, lease_rx) = watch::channel(None);
     let (race_again, again) = mpsc::unbounded_channel();
-    let taken = Arc::new(crate::taken::Taken::default());
+    let taken = Arc::new(crate::cluster::taken::Taken::default());
     let ctx = Arc::new(Context {
         client: client.clone(),
         keys: keys.clone(),
         hostname,
         members: Members::default(),
         lease: lease_rx,
-        session_deadline: crate::keeper::SessionDeadline::default(),
+        session_deadline: crate::tasks::keeper::SessionDeadline::default(),
         retention: RetentionLeases::new(client.clone(), MIN_RETENTION, RETENTION_REUSE),
         long_leases: Arc::new(RetentionLeases::new(
             client.clone(),
@@ -122,25 +122,25 @@ async fn build(
             std::time::Duration::from_secs(300),
         )),
         registry: Registry::default(),
-        batchers: crate::batcher::Batchers::start(client, keys, config.worker_id.clone(), taken.clone()),
+        batchers: crate::context::batcher::Batchers::start(client, keys, config.worker_id.clone(), taken.clone()),
         taken,
-        closing: crate::state::Pending::default(),
-        slots: Arc::new(crate::slots::Slots::new(config.capacity as usize)),
+        closing: crate::context::Pending::default(),
+        slots: Arc::new(crate::context::slots::Slots::new(config.capacity as usize)),
         sink,
         provisional,
         departures,
-        jobs: crate::state::JobTable::default(),
-        paused: crate::state::PauseTable::default(),
-        calendars: crate::calendars::CalendarTable::default(),
-        backfills: crate::state::BackfillCache::default(),
-        state_marks: crate::state::StateMarks::default(),
-        unsettled: crate::ledger::Unsettled::default(),
+        jobs: crate::context::JobTable::default(),
+        paused: crate::context::PauseTable::default(),
+        calendars: crate::cluster::calendars::CalendarTable::default(),
+        backfills: crate::context::BackfillCache::default(),
+        state_marks: crate::context::StateMarks::default(),
+        unsettled: crate::context::unsettled::Unsettled::default(),
         notifier,
         config: config.clone(),
         live,
-        task_env: crate::executor::inherited_env(&config.task_env_passthrough),
+        task_env: crate::tasks::shell::inherited_env(&config.task_env_passthrough),
         local_output_url: Some(endpoints.progress_url),
-        output_endpoint: Some(crate::state::OutputEndpoint {
+        output_endpoint: Some(crate::context::OutputEndpoint {
             url: endpoints.output_url,
             token: endpoints.output_token,
         }),
@@ -164,15 +164,15 @@ struct Endpoints {
 /// (any free port): followers holding the output server's connections never starve reports.
 async fn listen(
     config: &Config,
-    live: &Arc<crate::live_output::LiveOutputs>,
+    live: &Arc<crate::tasks::live_output::LiveOutputs>,
     hostname: &str,
 ) -> anyhow::Result<Endpoints> {
     let output_token = random_token();
-    let bound = crate::live_output::serve(config.output_listen, live.clone(), output_token.clone())
+    let bound = crate::tasks::live_output::serve(config.output_listen, live.clone(), output_token.clone())
         .await
         .with_context(|| format!("output_listen: binding {}", config.output_listen))?;
     let progress_addr = std::net::SocketAddr::new(config.output_listen.ip(), 0);
-    let progress_bound = crate::live_output::serve_progress(progress_addr, live.clone())
+    let progress_bound = crate::tasks::live_output::serve_progress(progress_addr, live.clone())
         .await
         .with_context(|| format!("progress listener: binding {progress_addr} (the address of output_listen)"))?;
     let output_url = config.output_url.clone().unwrap_or_else(|| {
@@ -194,21 +194,21 @@ async fn listen(
 /// life's too), stale alerts, metrics; then the start-up log lines.
 async fn start_duties(
     ctx: &Arc<Context>,
-    owed: Vec<crate::departures::Departure>,
+    owed: Vec<crate::cluster::departures::Departure>,
     previous_session: Option<i64>,
 ) -> anyhow::Result<()> {
     let config = &ctx.config;
-    etcron_common::task::spawn(crate::catchup::settle_loop(ctx.clone()));
-    etcron_common::task::spawn(crate::settle::provisional_loop(ctx.clone()));
-    crate::loss::resume_owed(ctx, owed);
+    etcron_common::task::spawn(crate::ledger::catchup::settle_loop(ctx.clone()));
+    etcron_common::task::spawn(crate::fire::settle::provisional_loop(ctx.clone()));
+    crate::ledger::loss::resume_owed(ctx, owed);
     if let Some(registered_at) = previous_session {
         // Our previous life ended uncleanly: its session's departure is ours to owe as well.
-        let departed = crate::membership::Departed::After(registered_at);
-        etcron_common::task::spawn(crate::loss::departed(ctx.clone(), config.worker_id.clone(), departed));
+        let departed = crate::cluster::membership::Departed::After(registered_at);
+        etcron_common::task::spawn(crate::ledger::loss::departed(ctx.clone(), config.worker_id.clone(), departed));
     }
-    etcron_common::task::spawn(crate::alerts::stale_loop(ctx.clone()));
+    etcron_common::task::spawn(crate::fire::alerts::stale_loop(ctx.clone()));
     crate::metrics::init(config.capacity);
-    crate::task_network::init_metrics();
+    crate::tasks::network::init_metrics();
     if let Some(addr) = config.metrics_listen {
         crate::metrics_server::serve(addr, ctx.clone())
             .await
@@ -255,10 +255,10 @@ fn start_watches(
         // earlier instance's that we revoked. Alone in the cluster, nobody else would account
         // for what ran under it; with others, the claim keys let only one of us do it.
         while let Some((worker, departed)) = departures.recv().await {
-            etcron_common::task::spawn(crate::loss::departed(lost_ctx.clone(), worker, departed));
+            etcron_common::task::spawn(crate::ledger::loss::departed(lost_ctx.clone(), worker, departed));
         }
     });
-    etcron_common::task::spawn(crate::taken::follow(
+    etcron_common::task::spawn(crate::cluster::taken::follow(
         client.clone(),
         keys.claims_prefix(),
         ctx.taken.clone(),
@@ -328,7 +328,7 @@ async fn drain(ctx: &Arc<Context>, running: Running) {
     }
     // Deliveries of the last outcomes get a moment; then the records of the last executions
     // are flushed (to MongoDB, or to the spool) by the caller.
-    ctx.notifier.drain(crate::notifier::DRAIN_ON_SHUTDOWN).await;
+    ctx.notifier.drain(crate::notify::notifier::DRAIN_ON_SHUTDOWN).await;
 }
 
 /// Keeps a session: grants it (on `session_client`, the session's own connection), registers the
@@ -368,7 +368,7 @@ async fn supervise_session(
                 let until = *deadlines.borrow_and_update();
                 ctx.session_deadline.publish(until, |until| match &ctx.simulated {
                     Some(tasks) => tasks.session_deadline(&ctx.config.worker_id, until),
-                    None => crate::keeper::set_deadline(until),
+                    None => crate::tasks::keeper::set_deadline(until),
                 });
                 if deadlines.changed().await.is_err() {
                     break;
@@ -487,8 +487,8 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
 
 /// Where tasks may connect: the allowed entries, and the control plane (etcd, MongoDB, and the
 /// worker's own listeners) refused unless named exactly.
-fn task_network(config: &Config, own: &[std::net::SocketAddr]) -> crate::task_network::TaskNetwork {
-    use crate::task_network::{control_plane, TaskNetwork};
+fn task_network(config: &Config, own: &[std::net::SocketAddr]) -> crate::tasks::network::TaskNetwork {
+    use crate::tasks::network::{control_plane, TaskNetwork};
     let listeners: Vec<_> = own.iter().copied().chain(config.metrics_listen).collect();
     let control = control_plane(&config.etcd_endpoints, &config.mongodb_uri, &listeners);
     let network = TaskNetwork::new(config.task_network_allow.clone(), control);
@@ -566,7 +566,7 @@ async fn follow_kills(ctx: Arc<Context>, mut rx: mpsc::Receiver<Update>) {
 /// Applies a kill command read from etcd. A key that is not a kill key, or a value that is not
 /// a kill command (`{}` is the least one), is logged and ignored: only well-formed commands
 /// stop tasks.
-fn apply_kill(ctx: &Context, kv: crate::watcher::Kv) {
+fn apply_kill(ctx: &Context, kv: crate::cluster::watcher::Kv) {
     let key = String::from_utf8_lossy(&kv.key).into_owned();
     let Some(Key::Kill { job, target }) = ctx.keys.parse(&kv.key) else {
         tracing::error!(

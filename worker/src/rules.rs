@@ -10,8 +10,8 @@ use etcron_common::keys::{ExecutionId, Keys, Part, Tick};
 use etcron_common::model::{RunParams, SpecVersion, Status, TriggerKind, TriggerRequest};
 use etcron_common::{rfc3339_ms, UnixMs};
 
-use crate::fire::{to_json, Fire};
 use crate::metrics::METRICS;
+use crate::timing::fire::{to_json, Fire};
 
 /// The team of a job as this worker knows it (`Some(None)`: a job without a team; `None`: a
 /// job it does not know), for the team rule of dependencies.

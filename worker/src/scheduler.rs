@@ -13,11 +13,11 @@ use etcron_common::schedule::{Schedule, ScheduleCache};
 use etcron_common::{now_ms, UnixMs};
 use tokio::sync::{mpsc, watch};
 
-use crate::execution::run_fire;
-use crate::fire::Fire;
-use crate::state::{Context, JobRef};
-use crate::watcher::{Kv, Update};
-use crate::wheel::{EntryKey, Wheel};
+use crate::cluster::watcher::{Kv, Update};
+use crate::context::{Context, JobRef};
+use crate::fire::execution::run_fire;
+use crate::timing::fire::Fire;
+use crate::timing::wheel::{EntryKey, Wheel};
 
 /// Longest sleep between looks at the wall clock (so clock jumps are noticed).
 const MAX_SLEEP: Duration = Duration::from_millis(500);
@@ -285,7 +285,7 @@ impl Scheduler {
                     // Ticks before now are not in the wheel: the catch-up scan accounts for
                     // those that nobody claimed while this worker was away.
                     let upto = UnixMs::try_from(self.wheel.elapsed_ms().max(wall_ms())).unwrap_or(0);
-                    etcron_common::task::spawn(crate::catchup::scan(self.ctx.clone(), added, upto, revision));
+                    etcron_common::task::spawn(crate::ledger::catchup::scan(self.ctx.clone(), added, upto, revision));
                 }
                 let gone: Vec<Arc<str>> = self.jobs.keys().filter(|n| !seen.contains(*n)).cloned().collect();
                 for name in gone {
@@ -380,7 +380,7 @@ impl Scheduler {
                 // Seen appear while this worker ran: its timing starts now. In the first listing
                 // of a worker that just started: unknown (the sweeps ask etcd when it was made).
                 let timing_since_ms =
-                    if self.ctx.jobs.loaded() { etcron_common::now_ms() } else { crate::state::TIMING_UNKNOWN };
+                    if self.ctx.jobs.loaded() { etcron_common::now_ms() } else { crate::context::TIMING_UNKNOWN };
                 let job = JobRef { spec: spec.clone(), mod_revision: kv.mod_revision, timing_since_ms };
                 self.ctx.jobs.set(&name, Some(job));
                 self.jobs

@@ -35,9 +35,9 @@ use etcron_common::UnixMs;
 use etcron_sim::rng::Rng;
 use etcron_sim::server::{Call, Fault, ModelEtcd};
 use etcron_worker::config::{Cli, Config};
-use etcron_worker::executor::{Ending, Finished, StopReason};
-use etcron_worker::fire::Fire;
-use etcron_worker::simulated::holes;
+use etcron_worker::context::simulated::holes;
+use etcron_worker::tasks::shell::{Ending, Finished, StopReason};
+use etcron_worker::timing::fire::Fire;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -124,13 +124,13 @@ async fn deadline_passed(mut deadline: watch::Receiver<Instant>) {
     }
 }
 
-impl etcron_worker::simulated::Tasks for Tasks {
+impl etcron_worker::context::simulated::Tasks for Tasks {
     fn run(
         &self,
         worker: &str,
         fire: &Fire,
         mut stop: watch::Receiver<Option<StopReason>>,
-    ) -> etcron_worker::simulated::Run {
+    ) -> etcron_worker::context::simulated::Run {
         // Mostly short runs, some that outlast a session's TTL and the loss handling's grace.
         let duration = {
             let mut rng = lock(&self.rng);
@@ -202,7 +202,7 @@ fn orphanable(
     duration: Duration,
     mut stop: watch::Receiver<Option<StopReason>>,
     alive: Alive,
-) -> etcron_worker::simulated::Run {
+) -> etcron_worker::context::simulated::Run {
     let process = tokio::spawn(async move {
         let _alive = alive;
         // A stop from a live worker ends it; a dead worker (its sender gone) does not.

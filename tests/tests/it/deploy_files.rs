@@ -186,11 +186,8 @@ impl Bin {
         };
         let mut names = BTreeSet::new();
         for dir in [own, "common/src"] {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
-                .unwrap()
-                .map(|e| e.unwrap().path())
-                .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-                .collect();
+            let mut files = Vec::new();
+            rust_files(&root().join(dir), &mut files);
             files.sort();
             for file in files {
                 let text = read(&file);
@@ -1499,4 +1496,16 @@ fn up_sh_says_where_the_console_and_etcronctl_are() {
         });
     problems.check(up.contains("BIN=target/$("), || "up.sh's $BIN is not the build's target directory".to_owned());
     problems.assert_none("deploy/local/up.sh banner");
+}
+
+/// Every `.rs` file under `dir`, its folders included.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
 }

@@ -13,7 +13,7 @@ use etcron_tests::{
     check_every_second, free_port, read_fired, record_command, scrape, urlencode, wait_for, wait_tick, Cluster,
     WorkerOpts,
 };
-use etcron_worker::health;
+use etcron_worker::notify::health;
 use nix::sys::signal::Signal;
 use reqwest::Method;
 use serde_json::{json, Value};

@@ -45,9 +45,9 @@ pub async fn sink(opts: &Opts) -> Result<()> {
     // Retention longer than the data's age: the TTL monitor deletes nothing during the run.
     store.ensure_indexes(Duration::from_secs(86_400 * 3650)).await?;
     let spool_dir = tempfile::tempdir()?;
-    let spool = etcron_worker::log_sink::Spool::open(spool_dir.path())?;
+    let spool = etcron_worker::context::log_sink::Spool::open(spool_dir.path())?;
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
-    let (sink, _task) = etcron_worker::log_sink::LogSink::start(Some(store), spool, stop)?;
+    let (sink, _task) = etcron_worker::context::log_sink::LogSink::start(Some(store), spool, stop)?;
     // Made before the clock starts: the benchmark times the sink, not the making of records.
     let records: Vec<RecordWrite> = (0..u64::try_from(opts.records)?).map(record).collect();
     let mongod = mongo.proc.as_ref().and_then(Proc::pid);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Result;
 use etcron_common::job::Limits;
 use etcron_tests::{now_ms, quantile};
-use etcron_worker::executor::{run_shell, Ending, ShellJob};
+use etcron_worker::tasks::shell::{run_shell, Ending, ShellJob};
 use tokio::sync::{oneshot, watch};
 
 pub async fn run(n: usize, rounds: usize, file: &std::path::Path) -> Result<()> {
@@ -28,7 +28,7 @@ pub async fn run(n: usize, rounds: usize, file: &std::path::Path) -> Result<()> 
                 ("ETCRON_SCHEDULED_AT_MS".to_owned(), at.to_string()),
             ]
             .into();
-            env.extend(etcron_worker::executor::inherited_env(&["PATH".to_owned()]));
+            env.extend(etcron_worker::tasks::shell::inherited_env(&["PATH".to_owned()]));
             let job = ShellJob {
                 command: command.clone(),
                 env,
@@ -37,9 +37,9 @@ pub async fn run(n: usize, rounds: usize, file: &std::path::Path) -> Result<()> 
                 worker_id: "bench".to_owned(),
                 timeout: None,
                 kill_grace: Duration::from_secs(1),
-                output: std::sync::Arc::new(etcron_worker::live_output::LiveOutput::new(65_536)),
+                output: std::sync::Arc::new(etcron_worker::tasks::live_output::LiveOutput::new(65_536)),
                 limits: Limits::default(),
-                network: etcron_worker::task_netns::ShellNetwork::Host,
+                network: etcron_worker::tasks::netns::ShellNetwork::Host,
             };
             let (pid_tx, _pid_rx) = oneshot::channel();
             tasks.push(tokio::spawn(run_shell(job, stop.clone(), pid_tx)));

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use etcron_tests::Rng;
-use etcron_worker::wheel::Wheel;
+use etcron_worker::timing::wheel::Wheel;
 
 /// A heap schedule with O(1) cancel by generation, as heap-based cron schedulers do it.
 struct HeapSchedule {

@@ -1,0 +1,231 @@
+//! The worker's view of the cluster: its own registration under the session lease, and the set
+//! of live workers (from `{ns}/workers/`) used to order the race for each tick.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use etcron_common::keys::{Key, Keys};
+use etcron_common::model::WorkerInfo;
+use tokio::sync::mpsc;
+
+use crate::cluster::watcher::Update;
+
+/// Live workers by id, kept current by a mirror of `{ns}/workers/`.
+#[derive(Debug, Default, Clone)]
+pub struct Members {
+    inner: Arc<RwLock<BTreeMap<String, WorkerInfo>>>,
+}
+
+impl Members {
+    /// Rank of `me` for `tick_key` among live workers by rendezvous hashing: 0 for the worker
+    /// that should claim first. A worker not (yet) in the list ranks 0 too.
+    #[must_use]
+    pub fn rank(&self, me: &str, tick_key: &str) -> usize {
+        let members = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !members.contains_key(me) {
+            return 0;
+        }
+        let mine = score(me, tick_key);
+        members.keys().filter(|id| id.as_str() != me && score(id, tick_key) > mine).count()
+    }
+
+    /// Why nobody claimed a tick of `spec` (its selector, its task's user, its team), from what
+    /// this worker can see.
+    #[must_use]
+    pub fn miss_reason(&self, spec: &etcron_common::job::JobSpec, after: std::time::Duration) -> String {
+        let (selector, user) = (&spec.selector, spec.run_as_user());
+        let members = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let matching: Vec<&WorkerInfo> = members.values().filter(|w| w.matches(selector)).collect();
+        let allowed: Vec<&WorkerInfo> =
+            matching.iter().copied().filter(|w| etcron_common::model::may_run_as(&w.run_as_users, user)).collect();
+        let eligible: Vec<&WorkerInfo> = allowed.iter().copied().filter(|w| w.may_run(spec)).collect();
+        let wanted = || selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+        if members.is_empty() {
+            format!("not claimed within {}s: no live worker", after.as_secs())
+        } else if matching.is_empty() {
+            format!("not claimed within {}s: no live worker matches selector {{{}}}", after.as_secs(), wanted())
+        } else if allowed.is_empty() {
+            format!(
+                "not claimed within {}s: no live worker may run tasks as user {:?} (run_as_users in the worker config)",
+                after.as_secs(),
+                user.unwrap_or_default()
+            )
+        } else if eligible.is_empty() {
+            let team = spec.team.as_deref().map_or_else(|| "jobs without a team".to_owned(), |t| format!("team {t:?}"));
+            format!(
+                "not claimed within {}s: no live worker it matches runs {team} (workers bound to other teams; teams in the worker config)",
+                after.as_secs()
+            )
+        } else if eligible.iter().all(|w| w.running >= w.capacity) {
+            format!("not claimed within {}s: all {} eligible workers were at capacity", after.as_secs(), eligible.len())
+        } else {
+            format!(
+                "not claimed within {}s by any of {} eligible workers (etcd unreachable or workers overloaded)",
+                after.as_secs(),
+                eligible.len()
+            )
+        }
+    }
+
+    /// Applies mirror updates until the channel closes; a deleted registration is reported on
+    /// `departures` with the revision of the delete. A registration that went while the mirror
+    /// was re-listing (absent from the new listing, or there again but created anew) is reported
+    /// with the revision it was last seen at, so the loss handling can look up its delete.
+    pub async fn follow(
+        self,
+        keys: Keys,
+        mut rx: mpsc::Receiver<Update>,
+        departures: mpsc::UnboundedSender<(String, Departed)>,
+    ) {
+        // Create and mod revision of each registration as last seen.
+        let mut seen: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        while let Some(update) = rx.recv().await {
+            let mut members = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match update {
+                Update::Snapshot { kvs, .. } => {
+                    members.clear();
+                    let mut listed = BTreeMap::new();
+                    for kv in kvs {
+                        if let Some((id, info)) = registration(&keys, &kv) {
+                            listed.insert(id.clone(), (kv.create_revision, kv.mod_revision));
+                            members.insert(id, info);
+                        }
+                    }
+                    for (id, revision) in unseen_departures(&seen, &listed) {
+                        let _ = departures.send((id, Departed::After(revision)));
+                    }
+                    seen = listed;
+                }
+                Update::Put(kv) => {
+                    if let Some((id, info)) = registration(&keys, &kv) {
+                        seen.insert(id.clone(), (kv.create_revision, kv.mod_revision));
+                        members.insert(id, info);
+                    }
+                }
+                Update::Delete { key, mod_revision } => {
+                    if let Some(Key::Worker(id)) = keys.parse(&key) {
+                        seen.remove(&id);
+                        members.remove(&id);
+                        let _ = departures.send((id, Departed::At(mod_revision)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How a worker's registration went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Departed {
+    /// Deleted at this revision (its lease expired or was revoked).
+    At(i64),
+    /// Deleted some time after this revision, while the mirror was re-listing.
+    After(i64),
+}
+
+/// Registrations seen before a re-listing that the listing no longer has, or has as a new
+/// registration (another create revision: the old one was deleted, and the worker registered
+/// again): each with the mod revision it was last seen at.
+fn unseen_departures(seen: &BTreeMap<String, (i64, i64)>, listed: &BTreeMap<String, (i64, i64)>) -> Vec<(String, i64)> {
+    seen.iter()
+        .filter(|(id, (created, _))| listed.get(*id).is_none_or(|(now_created, _)| now_created != created))
+        .map(|(id, (_, modified))| (id.clone(), *modified))
+        .collect()
+}
+
+/// A worker registration read from etcd; a key or value that is not one is logged and left out
+/// (such a "worker" never takes part in the claim order).
+fn registration(keys: &Keys, kv: &crate::cluster::watcher::Kv) -> Option<(String, WorkerInfo)> {
+    let Some(Key::Worker(id)) = keys.parse(&kv.key) else {
+        tracing::error!(key = %String::from_utf8_lossy(&kv.key), "key under the workers prefix is not a worker key; ignored");
+        return None;
+    };
+    match serde_json::from_slice::<WorkerInfo>(&kv.value) {
+        Ok(info) => Some((id, info)),
+        Err(e) => {
+            tracing::error!(worker = %id, key = %String::from_utf8_lossy(&kv.key), error = %e, "worker registration in etcd is malformed; ignored");
+            None
+        }
+    }
+}
+
+/// FNV-1a over `worker \0 tick`, finished with a 64-bit mixer: the same on every worker.
+fn score(worker: &str, tick_key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in worker.bytes().chain(std::iter::once(0)).chain(tick_key.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relisting_reports_registrations_that_went_or_were_created_anew() {
+        let map = |items: &[(&str, i64, i64)]| -> BTreeMap<String, (i64, i64)> {
+            items.iter().map(|(id, c, m)| ((*id).to_owned(), (*c, *m))).collect()
+        };
+        let seen = map(&[("w1", 10, 12), ("w2", 20, 25), ("w3", 30, 30)]);
+        // w1 refreshed its registration (same create revision): still there. w2 is gone. w3
+        // was deleted and registered again (a new create revision). w4 is new.
+        let listed = map(&[("w1", 10, 40), ("w3", 41, 41), ("w4", 42, 42)]);
+        assert_eq!(unseen_departures(&seen, &listed), vec![("w2".to_owned(), 25), ("w3".to_owned(), 30)]);
+        assert!(unseen_departures(&seen, &seen).is_empty());
+        assert!(unseen_departures(&BTreeMap::new(), &listed).is_empty(), "a first listing reports nobody");
+    }
+
+    fn members(ids: &[&str]) -> Members {
+        let m = Members::default();
+        for id in ids {
+            let info = WorkerInfo {
+                id: (*id).to_owned(),
+                hostname: "h".into(),
+                pid: 1,
+                labels: BTreeMap::new(),
+                capacity: 1,
+                running: 0,
+                version: "0".into(),
+                started_at: String::new(),
+                output_url: None,
+                output_token: None,
+                run_as_users: Vec::new(),
+                task_network_allow: Vec::new(),
+                teams: Vec::new(),
+                task_user: None,
+                unsettled_from_ms: None,
+            };
+            m.inner.write().unwrap().insert((*id).to_owned(), info);
+        }
+        m
+    }
+
+    #[test]
+    fn ranks_are_a_permutation_and_spread_the_first_place() {
+        let ids = ["w1", "w2", "w3"];
+        let m = members(&ids);
+        let mut firsts = BTreeMap::new();
+        for tick in 0..3000 {
+            let key = format!("job-{}/{}", tick % 50, tick);
+            let mut ranks: Vec<usize> = ids.iter().map(|id| m.rank(id, &key)).collect();
+            ranks.sort_unstable();
+            assert_eq!(ranks, vec![0, 1, 2], "{key}");
+            let first = ids.iter().find(|id| m.rank(id, &key) == 0).unwrap();
+            *firsts.entry(*first).or_insert(0) += 1;
+        }
+        for id in ids {
+            let n = firsts[id];
+            assert!((700..=1300).contains(&n), "{id} ranked first {n} times of 3000");
+        }
+    }
+
+    #[test]
+    fn unknown_worker_ranks_first() {
+        assert_eq!(members(&["a", "b"]).rank("c", "x/1"), 0);
+    }
+}

@@ -1,0 +1,416 @@
+//! The worker's shared state: what every execution reads (configuration, etcd client, leases,
+//! members, jobs, batchers, the record sink), the registry of running executions that kill
+//! commands and lease loss act on, and the count of pending closes shutdown waits for.
+//!
+//! Beside the [`Context`], in this folder, what it holds: group commit of claims and closes
+//! ([`batcher`]), capacity ([`slots`]), provisional records, the ledger of unsettled ticks
+//! ([`unsettled`]), the record sink ([`log_sink`]) and the simulated tasks of the simulation.
+//! Imports `tasks`, `timing`, `cluster` and `notify`, nothing of the fire path.
+
+pub mod batcher;
+pub mod log_sink;
+pub mod provisional;
+pub mod simulated;
+pub mod slots;
+pub mod unsettled;
+
+use etcron_common::hash::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::Client;
+use etcron_common::claim::RetentionLeases;
+use etcron_common::job::JobSpec;
+use etcron_common::keys::{ExecutionId, Keys, KillTarget};
+use etcron_common::model::Pause;
+use etcron_common::UnixMs;
+use tokio::sync::watch;
+
+use crate::cluster::membership::Members;
+use crate::config::Config;
+use crate::context::log_sink::LogSink;
+use crate::tasks::shell::StopReason;
+
+/// Everything an execution needs, shared by all of them.
+pub struct Context {
+    pub client: Client,
+    pub keys: Keys,
+    pub config: Config,
+    pub hostname: String,
+    pub members: Members,
+    /// The current session lease; `None` while the worker has no session.
+    pub lease: watch::Receiver<Option<i64>>,
+    /// The session deadline keepers watch, and its lapses (a keeper's kill is a lost run).
+    pub session_deadline: crate::tasks::keeper::SessionDeadline,
+    pub retention: RetentionLeases,
+    /// Leases of raised alerts' keys and checkpoints: 25 h from their last write
+    /// (`etcron_common::alerts::ALERT_MEMORY`).
+    pub long_leases: Arc<RetentionLeases>,
+    pub registry: Registry,
+    /// Group commit of claims and closes.
+    pub batchers: crate::context::batcher::Batchers,
+    /// Claims seen written (a watch): a ranked-later worker looks here before reading etcd.
+    pub taken: Arc<crate::cluster::taken::Taken>,
+    /// Closes of finished executions not yet taken by etcd: shutdown waits for them.
+    pub closing: Pending,
+    /// Slots for concurrent runs (`capacity`), taken when a run starts.
+    pub slots: Arc<crate::context::slots::Slots>,
+    pub sink: LogSink,
+    /// Records of claims this worker is closing, written before the close
+    /// (`<data_dir>/provisional/`).
+    pub provisional: crate::context::provisional::Provisional,
+    /// Departures this worker saw and has not seen handled yet (`<data_dir>/departures/`).
+    pub departures: crate::cluster::departures::Owed,
+    pub jobs: JobTable,
+    /// The jobs operators paused (`{ns}/paused/`), as the scheduler last saw them.
+    pub paused: PauseTable,
+    /// The skip calendars (`{ns}/calendars/`), as the scheduler last saw them.
+    pub calendars: crate::cluster::calendars::CalendarTable,
+    /// The backfills whose chains this worker continued.
+    pub backfills: BackfillCache,
+    /// When this worker last moved each job's state forward.
+    pub state_marks: StateMarks,
+    /// Schedule ticks whose fate this worker could not learn while etcd failed it.
+    pub unsettled: crate::context::unsettled::Unsettled,
+    /// Webhook notifications of final records (queued here, delivered in the background).
+    pub notifier: crate::notify::notifier::Notifier,
+    /// Output of the running shell tasks, followable while they run.
+    pub live: Arc<crate::tasks::live_output::LiveOutputs>,
+    /// The worker's variables that `task_env_passthrough` names, read once at start: the base of
+    /// every shell task's environment.
+    pub task_env: std::collections::BTreeMap<String, String>,
+    /// Where tasks on this machine reach the progress listener (`live_output::serve_progress`;
+    /// `http://127.0.0.1:PORT` when it listens on every address): the base of
+    /// `ETCRON_PROGRESS_URL`.
+    pub local_output_url: Option<String>,
+    /// Where masters reach the live output, and the token they present; advertised in the
+    /// worker's registration.
+    pub output_endpoint: Option<OutputEndpoint>,
+    /// Where HTTP and gRPC tasks may connect (`task_network_allow`, the control plane).
+    pub task_network: Arc<crate::tasks::network::TaskNetwork>,
+    /// Run requests whose claim's outcome stayed unknown, for the scheduler to race for again.
+    pub race_again: tokio::sync::mpsc::UnboundedSender<String>,
+    /// Runs every task instead of the real ones: the simulation of the fire path only.
+    pub simulated: Option<Arc<dyn crate::context::simulated::Tasks>>,
+}
+
+/// The newest tick whose claim by this worker moved each job's `{ns}/state/{job}` forward: a
+/// claim carries the state's advance again only `STATE_EVERY` of ticks later.
+#[derive(Debug, Default)]
+pub struct StateMarks(Mutex<HashMap<String, UnixMs>>);
+
+impl StateMarks {
+    /// True when a claim of `tick` should move the job's state forward.
+    #[must_use]
+    pub fn due(&self, job: &str, tick: UnixMs) -> bool {
+        let every = i64::try_from(crate::timing::fire::STATE_EVERY.as_millis()).unwrap_or(i64::MAX);
+        let marks = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        marks.get(job).is_none_or(|last| tick < *last || tick - *last >= every)
+    }
+
+    /// A claim of `tick` that carried the advance was won.
+    pub fn advanced(&self, job: &str, tick: UnixMs) {
+        let mut marks = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        marks.insert(job.to_owned(), tick);
+    }
+}
+
+/// A count of pieces of work in progress that shutdown waits for (`enter` until the guard drops).
+#[derive(Debug, Default)]
+pub struct Pending {
+    count: watch::Sender<usize>,
+}
+
+/// Ends one piece of pending work when dropped.
+pub struct PendingGuard<'a>(&'a Pending);
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.count.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl Pending {
+    pub fn enter(&self) -> PendingGuard<'_> {
+        self.count.send_modify(|n| *n += 1);
+        PendingGuard(self)
+    }
+
+    #[must_use]
+    pub fn count(&self) -> usize {
+        *self.count.borrow()
+    }
+
+    /// Waits until nothing is pending, at most `limit`; `false` when something still is.
+    pub async fn wait_empty(&self, limit: Duration) -> bool {
+        let mut rx = self.count.subscribe();
+        let empty = tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await.is_ok();
+        empty
+    }
+}
+
+/// The live output server as advertised to masters.
+#[derive(Debug, Clone)]
+pub struct OutputEndpoint {
+    pub url: String,
+    pub token: String,
+}
+
+/// A job as the scheduler last saw it.
+/// [`JobRef::timing_since_ms`] of a job listed when the worker started.
+pub const TIMING_UNKNOWN: UnixMs = UnixMs::MIN;
+
+#[derive(Debug, Clone)]
+pub struct JobRef {
+    pub spec: Arc<JobSpec>,
+    pub mod_revision: i64,
+    /// When this worker started scheduling the job's current timing (schedule and timezone):
+    /// no tick of it is due before, so a sweep of an outage never reaches further back.
+    /// [`TIMING_UNKNOWN`] for a job of the worker's first listing: it may be much older than
+    /// the worker.
+    pub timing_since_ms: UnixMs,
+}
+
+/// The scheduler's jobs, readable by executions (failover needs the lost run's job spec).
+#[derive(Debug, Default)]
+pub struct JobTable {
+    inner: std::sync::RwLock<HashMap<String, JobRef>>,
+    /// Set once the scheduler applied its first listing of the jobs.
+    loaded: std::sync::atomic::AtomicBool,
+}
+
+impl JobTable {
+    /// The scheduler applied its first listing of the jobs.
+    pub fn mark_loaded(&self) {
+        self.loaded.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the table holds a listing of the jobs yet.
+    #[must_use]
+    pub fn loaded(&self) -> bool {
+        self.loaded.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[must_use]
+    pub fn get(&self, job: &str) -> Option<JobRef> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(job).cloned()
+    }
+    /// The names of all jobs.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect()
+    }
+
+    /// What `pick` takes from each job, under one read of the table (a pass over every job
+    /// that clones only what is picked).
+    pub fn select<T>(&self, pick: impl Fn(&str, &JobRef) -> Option<T>) -> Vec<T> {
+        let inner = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        inner.iter().filter_map(|(name, entry)| pick(name, entry)).collect()
+    }
+
+    pub fn set(&self, job: &str, entry: Option<JobRef>) {
+        let mut inner = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match entry {
+            Some(e) => inner.insert(job.to_owned(), e),
+            None => inner.remove(job),
+        };
+    }
+}
+
+/// The jobs operators paused, by name: a mirror of `{ns}/paused/` kept by the scheduler (the
+/// task that fires ticks), readable by the catch-up scans.
+#[derive(Debug, Default)]
+pub struct PauseTable {
+    inner: std::sync::RwLock<HashMap<String, Pause>>,
+}
+
+impl PauseTable {
+    /// The job's pause, if it is paused.
+    #[must_use]
+    pub fn get(&self, job: &str) -> Option<Pause> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(job).cloned()
+    }
+
+    /// Sets (`Some`) or clears (`None`) one job's pause; returns whether it was paused before.
+    pub fn set(&self, job: &str, pause: Option<Pause>) -> bool {
+        let mut inner = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match pause {
+            Some(p) => inner.insert(job.to_owned(), p).is_some(),
+            None => inner.remove(job).is_some(),
+        }
+    }
+
+    /// Replaces every pause (a listing of the prefix).
+    pub fn replace(&self, all: HashMap<String, Pause>) {
+        *self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner) = all;
+    }
+}
+
+struct RunningHandle {
+    job: String,
+    fencing_token: i64,
+    stop: watch::Sender<Option<StopReason>>,
+}
+
+struct KillEntry {
+    job: String,
+    target: KillTarget,
+    mod_revision: i64,
+    reason: String,
+}
+
+impl KillEntry {
+    fn describe(&self) -> String {
+        if self.reason.is_empty() {
+            format!("kill command at revision {}", self.mod_revision)
+        } else {
+            format!("kill command at revision {} ({})", self.mod_revision, self.reason)
+        }
+    }
+}
+
+#[derive(Default)]
+struct RegistryInner {
+    running: HashMap<ExecutionId, RunningHandle>,
+    /// Live kill commands by key, so an execution registered after the command still sees it.
+    kills: HashMap<Vec<u8>, KillEntry>,
+}
+
+/// Running executions of this worker and the kill commands that apply to them.
+pub struct Registry {
+    inner: Mutex<RegistryInner>,
+    count: watch::Sender<usize>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self { inner: Mutex::default(), count: watch::channel(0).0 }
+    }
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RegistryInner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers a won execution; a kill command written after its claim stops it at once.
+    pub(crate) fn register(&self, id: &ExecutionId, fencing_token: i64) -> watch::Receiver<Option<StopReason>> {
+        let (stop, rx) = watch::channel(None);
+        let mut inner = self.lock();
+        if let Some(kill) = inner.kills.values().find(|k| kill_applies(k, id, fencing_token)) {
+            let _ = stop.send(Some(StopReason::Killed(kill.describe())));
+        }
+        inner.running.insert(id.clone(), RunningHandle { job: id.job.clone(), fencing_token, stop });
+        let n = inner.running.len();
+        drop(inner);
+        self.count.send_replace(n);
+        rx
+    }
+
+    /// Stops one running execution (its own request, `rebalance`), unless something stopped it
+    /// already.
+    pub(crate) fn stop(&self, id: &ExecutionId, reason: StopReason) {
+        if let Some(handle) = self.lock().running.get(id) {
+            if handle.stop.borrow().is_none() {
+                let _ = handle.stop.send(Some(reason));
+            }
+        }
+    }
+
+    pub(crate) fn deregister(&self, id: &ExecutionId) {
+        let mut inner = self.lock();
+        inner.running.remove(id);
+        let n = inner.running.len();
+        drop(inner);
+        self.count.send_replace(n);
+    }
+
+    #[must_use]
+    /// Whether this worker runs `id` under the claim with this fencing token.
+    pub(crate) fn runs(&self, id: &ExecutionId, fencing_token: i64) -> bool {
+        self.lock().running.get(id).is_some_and(|h| h.fencing_token == fencing_token)
+    }
+
+    pub fn running(&self) -> usize {
+        *self.count.borrow()
+    }
+
+    /// Records a kill command and stops every execution it applies to.
+    pub fn apply_kill(&self, key: Vec<u8>, job: String, target: KillTarget, mod_revision: i64, reason: String) {
+        let mut inner = self.lock();
+        let entry = KillEntry { job, target, mod_revision, reason };
+        for (id, handle) in &inner.running {
+            if kill_applies(&entry, id, handle.fencing_token) && handle.stop.borrow().is_none() {
+                tracing::info!(execution_id = %id, job = %handle.job, kill_revision = mod_revision, "kill command: stopping execution");
+                let _ = handle.stop.send(Some(StopReason::Killed(entry.describe())));
+            }
+        }
+        inner.kills.insert(key, entry);
+    }
+
+    pub fn remove_kill(&self, key: &[u8]) {
+        self.lock().kills.remove(key);
+    }
+
+    /// Forgets all kill commands (before applying a fresh snapshot).
+    pub fn clear_kills(&self) {
+        self.lock().kills.clear();
+    }
+
+    /// Stops every running execution.
+    pub fn stop_all(&self, reason: &StopReason) {
+        let inner = self.lock();
+        for handle in inner.running.values() {
+            if handle.stop.borrow().is_none() {
+                let _ = handle.stop.send(Some(reason.clone()));
+            }
+        }
+    }
+
+    /// Waits until nothing runs, or `limit` passes; true when empty.
+    pub async fn wait_empty(&self, limit: Duration) -> bool {
+        let mut rx = self.count.subscribe();
+        let drained = tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await.is_ok();
+        drained
+    }
+
+    /// A receiver of the running count.
+    #[must_use]
+    pub fn watch_count(&self) -> watch::Receiver<usize> {
+        self.count.subscribe()
+    }
+}
+
+/// A kill applies to executions of its job claimed before it was written: ordering by etcd
+/// revision needs no clock agreement between master and worker.
+fn kill_applies(kill: &KillEntry, id: &ExecutionId, fencing_token: i64) -> bool {
+    kill.job == id.job
+        && fencing_token < kill.mod_revision
+        && match &kill.target {
+            KillTarget::All => true,
+            KillTarget::Execution(target) => target == id,
+        }
+}
+
+/// Backfills read so far (`worker/src/fire/backfill.rs`), by key. Their items never change (a
+/// cancel only sets `cancelled`, and the chain's compare on the key's version sees that), so a
+/// read is kept.
+#[derive(Debug, Default)]
+pub struct BackfillCache(Mutex<HashMap<String, Arc<etcron_common::backfill::Backfill>>>);
+
+/// Most backfills kept in the cache (cleared when full).
+const BACKFILL_CACHE_MAX: usize = 256;
+
+impl BackfillCache {
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<etcron_common::backfill::Backfill>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
+    }
+
+    pub(crate) fn put(&self, key: &str, backfill: Arc<etcron_common::backfill::Backfill>) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= BACKFILL_CACHE_MAX {
+            map.clear();
+        }
+        map.insert(key.to_owned(), backfill);
+    }
+}
