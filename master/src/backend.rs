@@ -13,11 +13,11 @@ pub struct AppState {
     pub client: Client,
     pub keys: Keys,
     pub store: MongoStore,
-    pub auth: crate::auth::Auth,
-    pub audit: crate::audit::AuditLog,
-    pub guard: crate::guard::Guard,
+    pub auth: crate::layers::auth::Auth,
+    pub audit: crate::layers::audit::AuditLog,
+    pub guard: crate::layers::guard::Guard,
     /// etcd's database size as last polled.
-    pub storage: crate::etcd_storage::StorageWatch,
+    pub storage: crate::duties::etcd_storage::StorageWatch,
     /// What each team's jobs may use on the workers (the config's `[teams.NAME]`).
     pub teams: std::sync::Arc<crate::team_policy::TeamPolicies>,
     /// The change byte budgets (of this master process), the job quota per team and the

@@ -102,7 +102,7 @@ fn parse_team_role(text: &str) -> Result<(String, String), String> {
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     #[serde(default)]
-    pub tokens: Vec<crate::auth::TokenConfig>,
+    pub tokens: Vec<crate::layers::auth::TokenConfig>,
     #[serde(default)]
     pub insecure_no_auth: bool,
     /// Proxies (CIDRs) whose `X-Forwarded-For` names the client.
@@ -161,10 +161,10 @@ pub struct Config {
     pub retention: Duration,
     pub log_level: String,
     pub json_logs: bool,
-    pub auth: crate::auth::Auth,
+    pub auth: crate::layers::auth::Auth,
     pub audit_retention: Duration,
-    pub storage: crate::etcd_storage::StorageSettings,
-    pub compactor: crate::compactor::CompactorSettings,
+    pub storage: crate::duties::etcd_storage::StorageSettings,
+    pub compactor: crate::duties::compactor::CompactorSettings,
     /// What each team's jobs may use on the workers (`[teams.NAME]`).
     pub teams: crate::team_policy::TeamPolicies,
     /// Longest a whole request (head and body) may take to arrive.
@@ -192,16 +192,19 @@ pub const RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(3600)..=Duration::from_secs(10 * 366 * 86400);
 
 /// The etcd size warning's settings, checked.
-fn storage_settings(quota: Option<i64>, ratio: Option<f64>) -> anyhow::Result<crate::etcd_storage::StorageSettings> {
-    let quota_bytes = quota.unwrap_or(crate::etcd_storage::DEFAULT_QUOTA_BYTES);
+fn storage_settings(
+    quota: Option<i64>,
+    ratio: Option<f64>,
+) -> anyhow::Result<crate::duties::etcd_storage::StorageSettings> {
+    let quota_bytes = quota.unwrap_or(crate::duties::etcd_storage::DEFAULT_QUOTA_BYTES);
     if !(1024 * 1024..=64 * 1024 * 1024 * 1024).contains(&quota_bytes) {
         bail!("etcd_quota_bytes: must be between 1 MiB and 64 GiB, got {quota_bytes}");
     }
-    let warn_ratio = ratio.unwrap_or(crate::etcd_storage::DEFAULT_WARN_RATIO);
+    let warn_ratio = ratio.unwrap_or(crate::duties::etcd_storage::DEFAULT_WARN_RATIO);
     if !(warn_ratio.is_finite() && (0.1..=1.0).contains(&warn_ratio)) {
         bail!("etcd_size_warn_ratio: must be between 0.1 and 1, got {warn_ratio}");
     }
-    Ok(crate::etcd_storage::StorageSettings { warn_ratio, quota_bytes })
+    Ok(crate::duties::etcd_storage::StorageSettings { warn_ratio, quota_bytes })
 }
 
 /// The rate limit on changes per caller: `mutation_rate` per second, `mutation_burst` at once.
@@ -222,11 +225,11 @@ fn compactor(
     every: Option<HumanDuration>,
     retention: Option<HumanDuration>,
     floor: Option<HumanDuration>,
-) -> anyhow::Result<crate::compactor::CompactorSettings> {
-    let floor = floor.map_or(crate::compactor::MIN_RETENTION, |d| d.0);
-    let compactor = crate::compactor::CompactorSettings {
-        every: every.map_or(crate::compactor::DEFAULT_EVERY, |d| d.0),
-        retention: retention.map_or(crate::compactor::DEFAULT_RETENTION, |d| d.0),
+) -> anyhow::Result<crate::duties::compactor::CompactorSettings> {
+    let floor = floor.map_or(crate::duties::compactor::MIN_RETENTION, |d| d.0);
+    let compactor = crate::duties::compactor::CompactorSettings {
+        every: every.map_or(crate::duties::compactor::DEFAULT_EVERY, |d| d.0),
+        retention: retention.map_or(crate::duties::compactor::DEFAULT_RETENTION, |d| d.0),
     };
     if compactor.retention < floor {
         bail!(
@@ -276,11 +279,13 @@ fn change_limits(
 }
 
 /// `trusted_proxies`, parsed; an entry that is no address block is an error naming it.
-fn trusted_proxies(list: Option<Vec<String>>) -> anyhow::Result<Vec<crate::client::Cidr>> {
+fn trusted_proxies(list: Option<Vec<String>>) -> anyhow::Result<Vec<crate::layers::client::Cidr>> {
     let list = list.unwrap_or_default();
     list.iter()
         .enumerate()
-        .map(|(i, text)| crate::client::Cidr::parse(text).map_err(|e| anyhow::anyhow!("trusted_proxies[{i}]: {e}")))
+        .map(|(i, text)| {
+            crate::layers::client::Cidr::parse(text).map_err(|e| anyhow::anyhow!("trusted_proxies[{i}]: {e}"))
+        })
         .collect()
 }
 
@@ -306,10 +311,11 @@ impl Config {
             within("retention", cli.retention.or(file.retention), Duration::from_secs(30 * 86400), RETENTION)?;
         let (rate, burst) =
             mutation_limit(cli.mutation_rate.or(file.mutation_rate), cli.mutation_burst.or(file.mutation_burst))?;
-        let auth = crate::auth::Auth::new(&file.auth.tokens, cli.api_token.as_deref().filter(|t| !t.is_empty()))
-            .map_err(anyhow::Error::msg)?
-            .with_rate_limit(rate, burst)
-            .with_trusted_proxies(trusted_proxies(cli.trusted_proxies.or(file.auth.trusted_proxies))?);
+        let auth =
+            crate::layers::auth::Auth::new(&file.auth.tokens, cli.api_token.as_deref().filter(|t| !t.is_empty()))
+                .map_err(anyhow::Error::msg)?
+                .with_rate_limit(rate, burst)
+                .with_trusted_proxies(trusted_proxies(cli.trusted_proxies.or(file.auth.trusted_proxies))?);
         // Open beyond loopback without tokens only when the operator says so.
         let safe = auth.enabled() || listen.ip().is_loopback();
         if !(safe || cli.insecure_no_auth || file.auth.insecure_no_auth) {
@@ -337,7 +343,7 @@ impl Config {
         let stream_quiet_limit = within(
             "stream_quiet_limit",
             cli.stream_quiet_limit.or(file.stream_quiet_limit),
-            crate::stream::QUIET_LIMIT,
+            crate::api::stream::QUIET_LIMIT,
             (&STREAM_QUIET_LIMIT_RANGE, "1s and 24h"),
         )?;
         let compactor = compactor(

@@ -16,7 +16,7 @@ fn main() -> std::process::ExitCode {
             eprintln!("etcron-master: --team {team:?} is given twice (--team number {}): one role per team", i + 1);
             return std::process::ExitCode::from(2);
         }
-        let token = etcron_master::auth::new_token();
+        let token = etcron_master::layers::auth::new_token();
         println!("# Give this token to {name}; it is stored nowhere, only its hash below:");
         println!("#   {token}");
         println!("[[auth.tokens]]\nname = {name:?}");
@@ -27,7 +27,7 @@ fn main() -> std::process::ExitCode {
             let entries: Vec<String> = teams.iter().map(|(team, role)| format!("{team} = {role:?}")).collect();
             println!("teams = {{ {} }}", entries.join(", "));
         }
-        println!("sha256 = {:?}", etcron_master::auth::hash_token(&token));
+        println!("sha256 = {:?}", etcron_master::layers::auth::hash_token(&token));
         return std::process::ExitCode::SUCCESS;
     }
     let config = match Config::resolve(cli) {
@@ -53,7 +53,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("mongodb_uri: {e}"))?;
     tokio::spawn(ensure_indexes(store.clone(), config.retention, config.audit_retention));
-    let audit = etcron_master::audit::AuditLog::start(&store);
+    let audit = etcron_master::layers::audit::AuditLog::start(&store);
     etcron_master::metrics::init();
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -61,15 +61,16 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let local = listener.local_addr().context("reading the bound address")?;
     tracing::info!(listen = %local, auth = config.auth.enabled(), namespace = %config.namespace, endpoints = ?config.etcd_endpoints, "etcron-master serving");
     // An open API answers only to loopback names, unless it was opened on purpose elsewhere.
-    let guard = etcron_master::guard::Guard { loopback_hosts_only: !config.auth.enabled() && local.ip().is_loopback() };
-    let storage = etcron_master::etcd_storage::start(client.clone(), config.storage);
+    let guard =
+        etcron_master::layers::guard::Guard { loopback_hosts_only: !config.auth.enabled() && local.ip().is_loopback() };
+    let storage = etcron_master::duties::etcd_storage::start(client.clone(), config.storage);
     let me = format!("{}:{}", config.listen, std::process::id());
-    etcron_master::compactor::start(client.clone(), &keys, storage.clone(), config.compactor, me);
-    etcron_master::pause_expiry::start(client.clone(), keys.clone());
+    etcron_master::duties::compactor::start(client.clone(), &keys, storage.clone(), config.compactor, me);
+    etcron_master::duties::pause_expiry::start(client.clone(), keys.clone());
     let teams = std::sync::Arc::new(config.teams.clone());
     let limits = std::sync::Arc::new(etcron_master::change_limits::ChangeLimits::new(config.change_limits));
     let state = AppState { client, keys, store, auth: config.auth.clone(), audit, guard, storage, teams, limits };
-    etcron_master::stream::set_quiet_limit(config.stream_quiet_limit);
+    etcron_master::api::stream::set_quiet_limit(config.stream_quiet_limit);
     let limits = etcron_common::serve::Limits { request: config.request_timeout, ..Default::default() };
     etcron_common::serve::serve(listener, app(state), limits, etcron_common::settings::shutdown_signal())
         .await
@@ -87,7 +88,7 @@ async fn ensure_indexes(
     let mut delay = std::time::Duration::from_secs(1);
     loop {
         let done = match store.ensure_indexes(retention).await {
-            Ok(()) => etcron_master::audit::ensure_indexes(&store, audit_retention).await,
+            Ok(()) => etcron_master::layers::audit::ensure_indexes(&store, audit_retention).await,
             Err(e) => Err(e),
         };
         match done {

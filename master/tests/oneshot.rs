@@ -16,15 +16,15 @@ async fn state() -> AppState {
     let client =
         connect(&EtcdConfig { endpoints: vec!["127.0.0.1:1".to_owned()], ..EtcdConfig::default() }).await.unwrap();
     let store = etcron_common::store::MongoStore::connect("mongodb://127.0.0.1:1", "etcron").await.unwrap();
-    let audit = etcron_master::audit::AuditLog::start(&store);
+    let audit = etcron_master::layers::audit::AuditLog::start(&store);
     AppState {
         client,
         keys: Keys::new("/etcron").unwrap(),
         store,
-        auth: etcron_master::auth::Auth::open(),
+        auth: etcron_master::layers::auth::Auth::open(),
         audit,
-        guard: etcron_master::guard::Guard { loopback_hosts_only: false },
-        storage: etcron_master::etcd_storage::StorageWatch::default(),
+        guard: etcron_master::layers::guard::Guard { loopback_hosts_only: false },
+        storage: etcron_master::duties::etcd_storage::StorageWatch::default(),
         teams: std::sync::Arc::default(),
         limits: std::sync::Arc::default(),
     }
@@ -214,7 +214,7 @@ async fn overview_windows_are_validated_before_reading_records() {
 async fn with_a_token_the_api_needs_it_and_the_console_stays_open() {
     let token = "s3cret-token-0123456789";
     let mut st = state().await;
-    st.auth = etcron_master::auth::Auth::with_token(token).unwrap();
+    st.auth = etcron_master::layers::auth::Auth::with_token(token).unwrap();
     let send = |req: Request<Body>| {
         let st = st.clone();
         async move { app(st).oneshot(req).await.unwrap() }
@@ -239,7 +239,7 @@ async fn with_a_token_the_api_needs_it_and_the_console_stays_open() {
 
 #[tokio::test]
 async fn roles_gate_the_routes_and_changes_are_rate_limited() {
-    use etcron_master::auth::{hash_token, Auth, Role, TokenConfig};
+    use etcron_master::layers::auth::{hash_token, Auth, Role, TokenConfig};
     let tokens = [
         TokenConfig {
             name: "dash".into(),

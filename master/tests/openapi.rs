@@ -70,15 +70,15 @@ async fn state() -> AppState {
     let client =
         connect(&EtcdConfig { endpoints: vec!["127.0.0.1:1".to_owned()], ..EtcdConfig::default() }).await.unwrap();
     let store = etcron_common::store::MongoStore::connect("mongodb://127.0.0.1:1", "etcron").await.unwrap();
-    let audit = etcron_master::audit::AuditLog::start(&store);
+    let audit = etcron_master::layers::audit::AuditLog::start(&store);
     AppState {
         client,
         keys: Keys::new("/etcron").unwrap(),
         store,
-        auth: etcron_master::auth::Auth::open(),
+        auth: etcron_master::layers::auth::Auth::open(),
         audit,
-        guard: etcron_master::guard::Guard { loopback_hosts_only: false },
-        storage: etcron_master::etcd_storage::StorageWatch::default(),
+        guard: etcron_master::layers::guard::Guard { loopback_hosts_only: false },
+        storage: etcron_master::duties::etcd_storage::StorageWatch::default(),
         teams: std::sync::Arc::default(),
         limits: std::sync::Arc::default(),
     }

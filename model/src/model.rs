@@ -437,7 +437,7 @@ pub struct Pause {
     pub at_ms: Option<UnixMs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// When the pause ends by itself (a master deletes the key then: see `master/src/pause_expiry.rs`).
+    /// When the pause ends by itself (a master deletes the key then: see `master/src/duties/pause_expiry.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until_ms: Option<UnixMs>,
     /// The final failure that paused the job (`pause_after_failures`); none for an operator's.

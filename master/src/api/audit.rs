@@ -14,8 +14,8 @@ use crate::query::{self, Params};
 pub(super) const AUDIT_PARAMS: [&str; 7] = ["job", "actor", "action", "since", "until", "limit", "cursor"];
 
 /// Parses the query of `GET /api/audit`; every bad value is a 400 naming the parameter.
-pub fn parse_audit_search(query: &str) -> ApiResult<crate::audit::AuditSearch> {
-    let mut s = crate::audit::AuditSearch { limit: DEFAULT_LIMIT, ..Default::default() };
+pub fn parse_audit_search(query: &str) -> ApiResult<crate::layers::audit::AuditSearch> {
+    let mut s = crate::layers::audit::AuditSearch { limit: DEFAULT_LIMIT, ..Default::default() };
     for (key, value) in Params::parse(Some(query), &AUDIT_PARAMS)?.iter() {
         match key {
             "job" => s.job = Some(query::job(key, value)?),
@@ -23,7 +23,7 @@ pub fn parse_audit_search(query: &str) -> ApiResult<crate::audit::AuditSearch> {
             "action" => s.action = Some(query::text(key, value, 128)?),
             "since" => s.since_ms = Some(query::time(key, value)?),
             "until" => s.until_ms = Some(query::time(key, value)?),
-            "limit" => s.limit = query::limit(key, value, crate::audit::MAX_LIMIT)?,
+            "limit" => s.limit = query::limit(key, value, crate::layers::audit::MAX_LIMIT)?,
             // `cursor`, the only other parameter `Params` lets through.
             _ => s.cursor = Some(query::cursor(value)?),
         }
@@ -39,6 +39,6 @@ pub(super) async fn search_audit(
 ) -> ApiResult<Json<Value>> {
     let mut search = parse_audit_search(query.as_deref().unwrap_or(""))?;
     search.teams = scope.teams(None);
-    let (entries, next) = records(crate::audit::search(&st.store, &search)).await?;
+    let (entries, next) = records(crate::layers::audit::search(&st.store, &search)).await?;
     Ok(Json(json!({ "entries": entries, "next_cursor": next })))
 }

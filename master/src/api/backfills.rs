@@ -27,9 +27,9 @@ use serde_json::{json, Value};
 use super::http::{actor, body_bytes, job_name, with_audit};
 use super::jobs::read_job;
 use crate::access::{team_of, Scope};
-use crate::auth::Caller;
 use crate::backend::AppState;
 use crate::error::{etcd, records, ApiError, ApiResult};
+use crate::layers::auth::Caller;
 
 /// Most excluded ticks a dry run lists (`excluded_count` has them all).
 const MAX_EXCLUDED_SHOWN: usize = 100;
@@ -243,8 +243,8 @@ pub(super) async fn cancel(
         )));
     }
     let body = view(&job, &id, &b, &statuses, true);
-    let detail = crate::audit::AuditDetail {
-        teams: crate::audit::teams([team_of(&stored_job.value)]),
+    let detail = crate::layers::audit::AuditDetail {
+        teams: crate::layers::audit::teams([team_of(&stored_job.value)]),
         detail: Some(json!({ "backfill": id })),
         ..Default::default()
     };
@@ -318,8 +318,8 @@ pub(super) async fn create(
     let retired = retire(&st, &job).await?;
     write(&st, (&job, &id), &backfill, (stored_job.mod_revision, &retired)).await?;
     let body = view(&job, &id, &backfill, &HashMap::new(), true);
-    let detail = crate::audit::AuditDetail {
-        teams: crate::audit::teams([team_of(&stored_job.value)]),
+    let detail = crate::layers::audit::AuditDetail {
+        teams: crate::layers::audit::teams([team_of(&stored_job.value)]),
         detail: Some(json!({ "backfill": id, "ticks": backfill.items.len(), "which": request.which })),
         ..Default::default()
     };

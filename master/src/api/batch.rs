@@ -139,22 +139,27 @@ pub(super) fn batch_changes(body: &[u8]) -> ApiResult<(Vec<BatchItem>, bool)> {
 /// `POST /api/batch`: many job saves and deletes in one request, each with its own
 /// precondition, written in as few etcd transactions as they fit in and answered one by one.
 /// The audit entry of a change a dry run planned (or refused), from its result.
-fn planned_audit(r: &Value) -> crate::audit::JobChange {
+fn planned_audit(r: &Value) -> crate::layers::audit::JobChange {
     let (job, op) = (r["job"].as_str().unwrap_or_default(), r["op"].as_str().unwrap_or_default());
     let status = r["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(0);
-    crate::audit::JobChange::planned(job, op, status, &r["outcome"], &r["error"])
+    crate::layers::audit::JobChange::planned(job, op, status, &r["outcome"], &r["error"])
 }
 
 /// The audit entry of a change the batch refused, from its result.
-fn refused_audit(r: &Value) -> crate::audit::JobChange {
+fn refused_audit(r: &Value) -> crate::layers::audit::JobChange {
     let status = r["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(0);
-    crate::audit::JobChange::refused(r["job"].as_str().unwrap_or_default(), r["op"] == "delete", status, &r["error"])
+    crate::layers::audit::JobChange::refused(
+        r["job"].as_str().unwrap_or_default(),
+        r["op"] == "delete",
+        status,
+        &r["error"],
+    )
 }
 
 pub(super) async fn batch(
     State(st): State<AppState>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
-    request: Option<axum::Extension<crate::audit::RequestId>>,
+    caller: Option<axum::Extension<crate::layers::auth::Caller>>,
+    request: Option<axum::Extension<crate::layers::audit::RequestId>>,
     axum::Extension(scope): axum::Extension<crate::access::Scope>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
@@ -181,7 +186,7 @@ pub(super) async fn batch(
         for ((slot, (job, op)), plan) in slots.into_iter().zip(jobs).zip(planned) {
             results[slot] = planned_result(&job, op, plan.map_err(|e| batch_error(op, e)));
         }
-        let audit = crate::audit::BatchAudit(results.iter().map(planned_audit).collect());
+        let audit = crate::layers::audit::BatchAudit(results.iter().map(planned_audit).collect());
         let mut resp = Json(json!({ "results": results, "transactions": 0, "dry_run": true })).into_response();
         resp.extensions_mut().insert(audit);
         return Ok(resp);
@@ -210,14 +215,14 @@ pub(super) async fn batch(
     tracing::info!(changes = results.len(), changed, unchanged, transactions = applied.transactions, "batch applied");
     let body = json!({ "results": results, "transactions": applied.transactions });
     let mut resp = (StatusCode::OK, Json(body)).into_response();
-    resp.extensions_mut().insert(crate::audit::BatchAudit(audit));
+    resp.extensions_mut().insert(crate::layers::audit::BatchAudit(audit));
     Ok(resp)
 }
 
 /// The audit entry of a change made: a save that found the job as it sends it wrote nothing,
 /// and its entry says so (`detail.unchanged`) rather than show the same spec before and after.
-fn audited(job: &str, written: &Written) -> crate::audit::JobChange {
-    let mut change = crate::audit::JobChange::of(job, written);
+fn audited(job: &str, written: &Written) -> crate::layers::audit::JobChange {
+    let mut change = crate::layers::audit::JobChange::of(job, written);
     if matches!(written, Written::Saved { unchanged: true, .. }) {
         change.before = None;
         change.after = None;

@@ -9,10 +9,10 @@ use axum::Json;
 use etcd_client::GetOptions;
 use serde_json::{json, Value};
 
-use crate::auth::Caller;
 use crate::backend::AppState;
 use crate::error::ApiError;
 use crate::error::ApiResult;
+use crate::layers::auth::Caller;
 
 pub(super) async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
@@ -51,7 +51,9 @@ pub(super) async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Valu
 
 /// `GET /api/cluster/storage`: etcd's database size, quota, alarms and the warning, as the
 /// master last polled them (`etcd_storage`).
-pub(super) async fn cluster_storage(State(st): State<AppState>) -> ApiResult<Json<crate::etcd_storage::Storage>> {
+pub(super) async fn cluster_storage(
+    State(st): State<AppState>,
+) -> ApiResult<Json<crate::duties::etcd_storage::Storage>> {
     st.storage
         .current()
         .map(Json)

@@ -126,7 +126,7 @@ pub(super) async fn get_execution(
         }
         // A run's own `running` record is written once it has lasted a second; before that,
         // its running marker in etcd says what it is.
-        None => match crate::stream::running_marker(&st, &parsed).await? {
+        None => match crate::api::stream::running_marker(&st, &parsed).await? {
             Some(marker) => {
                 let team = st.jobs().team(&parsed.job).await?;
                 scope.check(team.as_deref(), hidden)?;
@@ -137,7 +137,7 @@ pub(super) async fn get_execution(
     };
     if record.status == Status::Running {
         // Its latest progress is the worker's to tell (the record has it once the run ends).
-        if let Some(reports) = crate::stream::reports_of(&st, &record.worker_id, &parsed).await {
+        if let Some(reports) = crate::api::stream::reports_of(&st, &record.worker_id, &parsed).await {
             record.reports.progress = reports.get("progress").and_then(|p| serde_json::from_value(p.clone()).ok());
             record.reports.checkpoint = reports.get("checkpoint").cloned();
         }

@@ -18,11 +18,11 @@ use serde_json::{json, Value};
 use super::http::*;
 use super::jobs::{view_spec, with_etag};
 use crate::access::{team_of, Scope};
-use crate::audit::RequestId;
-use crate::auth::Caller;
 use crate::backend::AppState;
 use crate::error::{etcd, ApiError, ApiResult};
 use crate::job_store::{Change, Precondition, Write, Written};
+use crate::layers::audit::RequestId;
+use crate::layers::auth::Caller;
 
 /// One saved version as the API shows it.
 #[derive(Debug, Serialize)]
@@ -161,9 +161,9 @@ pub(super) async fn rollback(
     };
     tracing::info!(job = %name, revision, restored = target, "job rolled back");
     let job = view_spec(name, &spec, revision, created_revision, None, pause.as_ref());
-    let detail = crate::audit::AuditDetail {
-        teams: crate::audit::teams([before.as_deref().and_then(team_of), spec.team.clone()]),
-        before: before.as_deref().and_then(crate::audit::audited),
+    let detail = crate::layers::audit::AuditDetail {
+        teams: crate::layers::audit::teams([before.as_deref().and_then(team_of), spec.team.clone()]),
+        before: before.as_deref().and_then(crate::layers::audit::audited),
         after: Some(job.spec.clone()),
         detail: Some(json!({ "restored": target })),
     };

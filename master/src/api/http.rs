@@ -9,18 +9,18 @@ use axum::Json;
 use etcron_common::job::validate_name;
 use serde::Serialize;
 
-use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::error::ApiResult;
+use crate::layers::auth::Caller;
 
-use crate::limits::MAX_BODY_BYTES;
+use crate::layers::limits::MAX_BODY_BYTES;
 
 pub(super) fn job_name(name: &str) -> ApiResult<()> {
     validate_name(name).map_err(ApiError::from)
 }
 
 /// `resp` with what the audit log should keep about the request.
-pub(super) fn with_audit(mut resp: Response, detail: crate::audit::AuditDetail) -> Response {
+pub(super) fn with_audit(mut resp: Response, detail: crate::layers::audit::AuditDetail) -> Response {
     resp.extensions_mut().insert(detail);
     resp
 }
@@ -124,7 +124,7 @@ pub(super) fn instant(field: &str, value: Option<&serde_json::Value>) -> ApiResu
 /// Who writes through which request, for the saved versions of specs.
 pub(super) fn origin(
     caller: Option<&axum::Extension<Caller>>,
-    request: Option<&axum::Extension<crate::audit::RequestId>>,
+    request: Option<&axum::Extension<crate::layers::audit::RequestId>>,
     via: String,
 ) -> crate::job_store::Origin {
     crate::job_store::Origin { by: actor(caller), via, request_id: request.map(|r| r.0 .0.clone()), restored: None }

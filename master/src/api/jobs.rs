@@ -22,13 +22,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::access::{team_of, Scope};
-use crate::audit::RequestId;
-use crate::auth::Caller;
 use crate::backend::AppState;
 use crate::error::ApiError;
 use crate::error::{etcd, ApiResult};
 use crate::job_store::commands::{stored_pause, Paused, Resumed, StoredJob};
 use crate::job_store::{Change, Origin, Precondition, Write, Written};
+use crate::layers::audit::RequestId;
+use crate::layers::auth::Caller;
 
 use super::http::*;
 use crate::query::{self, Params};
@@ -349,13 +349,13 @@ pub(super) async fn put_job(
     // The spec was parsed once, from the body: the answer and the audit entry show it as
     // stored, with the pause the save's transaction read.
     let job = view_spec(name, &spec, revision, created_revision, None, pause.as_ref());
-    let teams = crate::audit::teams([before.as_deref().and_then(team_of), spec.team.clone()]);
+    let teams = crate::layers::audit::teams([before.as_deref().and_then(team_of), spec.team.clone()]);
     let detail = if unchanged {
-        crate::audit::AuditDetail { teams, detail: Some(json!({ "unchanged": true })), ..Default::default() }
+        crate::layers::audit::AuditDetail { teams, detail: Some(json!({ "unchanged": true })), ..Default::default() }
     } else {
-        crate::audit::AuditDetail {
+        crate::layers::audit::AuditDetail {
             teams,
-            before: before.as_deref().and_then(crate::audit::audited),
+            before: before.as_deref().and_then(crate::layers::audit::audited),
             after: Some(job.spec.clone()),
             detail: None,
         }
@@ -381,9 +381,9 @@ pub(super) async fn delete_job(
         return Err(ApiError::internal(&"a delete answered otherwise"));
     };
     tracing::info!(job = %name, "job deleted");
-    let detail = crate::audit::AuditDetail {
-        teams: crate::audit::teams([before.as_deref().and_then(team_of)]),
-        before: before.as_deref().and_then(crate::audit::audited),
+    let detail = crate::layers::audit::AuditDetail {
+        teams: crate::layers::audit::teams([before.as_deref().and_then(team_of)]),
+        before: before.as_deref().and_then(crate::layers::audit::audited),
         ..Default::default()
     };
     Ok(with_audit(StatusCode::NO_CONTENT.into_response(), detail))
@@ -402,8 +402,8 @@ pub(super) async fn run_job(
     if !params.is_empty() {
         body["params"] = json!(params);
     }
-    let detail = crate::audit::AuditDetail {
-        teams: crate::audit::teams([team]),
+    let detail = crate::layers::audit::AuditDetail {
+        teams: crate::layers::audit::teams([team]),
         detail: Some(body.clone()),
         ..Default::default()
     };
@@ -438,14 +438,14 @@ pub(super) async fn kill_job(
         }
     };
     let running = match &target {
-        KillTarget::All => crate::stream::running_of_job(&st, &name).await?.len(),
-        KillTarget::Execution(id) => usize::from(crate::stream::running_marker(&st, id).await?.is_some()),
+        KillTarget::All => crate::api::stream::running_of_job(&st, &name).await?.len(),
+        KillTarget::Execution(id) => usize::from(crate::api::stream::running_marker(&st, id).await?.is_some()),
     };
     let reason = format!("kill via API by {}", scope.caller.name);
     let (revision, team) = st.jobs().kill(&name, &target, &reason, &scope).await?;
     let body = json!({ "job": name, "target": target.to_string(), "revision": revision, "running": running });
-    let detail = crate::audit::AuditDetail {
-        teams: crate::audit::teams([team]),
+    let detail = crate::layers::audit::AuditDetail {
+        teams: crate::layers::audit::teams([team]),
         detail: Some(body.clone()),
         ..Default::default()
     };
@@ -534,8 +534,8 @@ pub(super) async fn pause_job(
     let Paused { job, pause, previous } = st.jobs().pause(&name, (reason, until), &scope).await?;
     let team = team_of(&job.value);
     let job = view(name, &job.value, job.mod_revision, job.create_revision, None, Some(&pause));
-    let detail = crate::audit::AuditDetail {
-        teams: crate::audit::teams([team]),
+    let detail = crate::layers::audit::AuditDetail {
+        teams: crate::layers::audit::teams([team]),
         detail: Some(json!({ "paused": job.paused, "previous": previous.as_ref().map(PauseView::from) })),
         ..Default::default()
     };
@@ -552,15 +552,15 @@ pub(super) async fn resume_job(
     job_name(&name)?;
     let origin = origin(caller.as_ref(), request.as_ref(), format!("POST /api/jobs/{name}/resume"));
     let Resumed { job, was_paused, spec_before, unchanged } = st.jobs().resume(&name, &origin, &scope).await?;
-    let teams = crate::audit::teams([team_of(&job.value)]);
+    let teams = crate::layers::audit::teams([team_of(&job.value)]);
     let shown = view(name, &job.value, job.mod_revision, job.create_revision, None, None);
     let detail = if unchanged {
-        crate::audit::AuditDetail { teams, detail: Some(json!({ "unchanged": true })), ..Default::default() }
+        crate::layers::audit::AuditDetail { teams, detail: Some(json!({ "unchanged": true })), ..Default::default() }
     } else {
-        crate::audit::AuditDetail {
+        crate::layers::audit::AuditDetail {
             teams,
-            before: spec_before.as_deref().and_then(crate::audit::audited),
-            after: spec_before.as_ref().and_then(|_| crate::audit::audited(&job.value)),
+            before: spec_before.as_deref().and_then(crate::layers::audit::audited),
+            after: spec_before.as_ref().and_then(|_| crate::layers::audit::audited(&job.value)),
             detail: Some(json!({
                 "was_paused": was_paused.as_ref().map(PauseView::from),
                 "spec_enabled": spec_before.is_some(),

@@ -11,7 +11,7 @@ pub use crate::backend::AppState;
 use crate::error::ApiError;
 
 /// Largest request body the router reads at all; specs are further limited to 64 KiB.
-pub use crate::limits::MAX_BODY_BYTES;
+pub use crate::layers::limits::MAX_BODY_BYTES;
 
 mod audit;
 mod backfills;
@@ -24,6 +24,7 @@ mod http;
 mod jobs;
 mod notifications;
 mod schedule;
+pub mod stream;
 mod workers;
 
 pub use self::audit::parse_audit_search;
@@ -58,7 +59,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/calendars/{name}", get(calendars::get).put(calendars::put).delete(calendars::delete))
         .route("/api/executions", get(search_executions))
         .route("/api/executions/{id}", get(get_execution))
-        .route("/api/executions/{id}/stream", get(crate::stream::stream_execution))
+        .route("/api/executions/{id}/stream", get(crate::api::stream::stream_execution))
         .route("/api/overview", get(overview))
         .route("/api/audit", get(search_audit))
         .route("/api/notifications", get(notifications::search))
@@ -69,14 +70,14 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::serve))
         .merge(crate::web::routes())
-        .route_layer(axum::middleware::from_fn(crate::guard::query_params))
+        .route_layer(axum::middleware::from_fn(crate::layers::guard::query_params))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // The auth layer names the caller; the audit layer around it records what was asked and
         // answered, refusals included; the guard checks Host and origin before either.
-        .layer(axum::middleware::from_fn_with_state(state.auth.clone(), crate::auth::authorize))
-        .layer(axum::middleware::from_fn_with_state(state.audit.clone(), crate::audit::record))
-        .layer(axum::middleware::from_fn_with_state(state.guard, crate::guard::check))
+        .layer(axum::middleware::from_fn_with_state(state.auth.clone(), crate::layers::auth::authorize))
+        .layer(axum::middleware::from_fn_with_state(state.audit.clone(), crate::layers::audit::record))
+        .layer(axum::middleware::from_fn_with_state(state.guard, crate::layers::guard::check))
         .layer(axum::middleware::from_fn(crate::metrics::track))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)

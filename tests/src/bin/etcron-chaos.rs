@@ -206,6 +206,70 @@ async fn main() -> Result<()> {
     let o = options()?;
     let mut rng = Rng(o.seed);
     println!("etcron-chaos: seed {} (rerun with --seed {}), {} s, {} jobs", o.seed, o.seed, o.seconds, o.jobs);
+    let (mut sys, db) = start_system(&o).await?;
+    let work = tempfile::tempdir()?;
+    let file = work.path().join("fired.log");
+    let http = reqwest::Client::new();
+    let jobs: Vec<String> = (0..o.jobs).map(|i| format!("chaos-{i:02}")).collect();
+    create_jobs(&http, &sys.url(0), &jobs, &file).await?;
+    let alerts = Receiver::start().await?;
+    let shaped = shaped_jobs(&http, &sys.url(0), &file, &alerts).await?;
+    let mut backfills = Backfills::start(&http, &sys.url(0), &file).await?;
+    wait_for(Duration::from_secs(60), "every job to fire", || async {
+        let fired = read_fired(&file);
+        let seen: BTreeSet<&str> = fired.iter().map(|f| f.job.as_str()).collect();
+        jobs.iter().all(|j| seen.contains(j.as_str())).then_some(())
+    })
+    .await?;
+
+    let faults = run_faults(&o, &mut sys, &mut rng, &http, &file, &mut backfills).await?;
+    println!(
+        "faults over after {:.0}s; waiting up to {}s for every tick to be accounted for",
+        (faults.end_ms - faults.start_ms) as f64 / 1000.0,
+        o.settle
+    );
+
+    let store = MongoStore::connect(sys.mongo.uri(), &db).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let settle_deadline = Instant::now() + Duration::from_secs(o.settle);
+    let due = faults.due(&shaped, &backfills)?;
+    let (start_ms, end_ms) = (faults.start_ms, faults.end_ms);
+    let report = loop {
+        let report =
+            check(&store, &read_fired(&file), &jobs, &due.every_second, &due.one_by_one, start_ms, end_ms).await?;
+        if (report.unaccounted.is_empty() && report.records_lost.is_empty()) || Instant::now() > settle_deadline {
+            break report;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+
+    let unfinished = backfills.wait_done(&http, &sys, settle_deadline).await;
+    let (alerted, alerted_twice) = alerts_report(&alerts.all());
+
+    let cost = fault_costs(&store, &jobs, &faults.windows).await?;
+    let outcome = Outcome {
+        injected: faults.injected,
+        cost,
+        due_total: due.every_second.len() * jobs.len() + due.one_by_one.len(),
+        report,
+        backfills: backfills.ids.len(),
+        backfill_items: backfills.items,
+        unfinished,
+        alerted,
+        alerted_twice,
+    };
+    outcome.print();
+    println!("{}", outcome.summary(&o));
+    if outcome.broken(jobs.len()) {
+        println!("FAILED (logs in {})", sys.logs.display());
+        // Not `process::exit`: returning drops `sys`, which stops every process it started.
+        anyhow::bail!("the chaos run found a broken promise (see above)");
+    }
+    println!("ok");
+    Ok(())
+}
+
+/// Starts etcd and MongoDB (as the profile says), 2 masters and 3 workers; answers the records' database too.
+async fn start_system(o: &Options) -> Result<(System, String)> {
     let logs = log_dir("chaos");
     let (etcd, mongo) = if o.production {
         println!("profile: production (etcd members in network namespaces, a 3-member MongoDB replica set)");
@@ -226,35 +290,72 @@ async fn main() -> Result<()> {
         opts.mongodb = Some((sys.mongo.uri().to_owned(), db.clone()));
         sys.workers.push(Worker::start(&sys.etcd.endpoints(), &sys.namespace, &sys.logs, opts)?);
     }
-    let work = tempfile::tempdir()?;
-    let file = work.path().join("fired.log");
-    let http = reqwest::Client::new();
-    let jobs: Vec<String> = (0..o.jobs).map(|i| format!("chaos-{i:02}")).collect();
-    for job in &jobs {
-        let spec = json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(&file)}});
-        let resp = http.put(format!("{}/api/jobs/{job}", sys.url(0))).json(&spec).send().await?;
+    Ok((sys, db))
+}
+
+/// Creates the jobs that fire every second and append their ticks to `file`.
+async fn create_jobs(http: &reqwest::Client, url: &str, jobs: &[String], file: &std::path::Path) -> Result<()> {
+    for job in jobs {
+        let spec = json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": record_command(file)}});
+        let resp = http.put(format!("{url}/api/jobs/{job}")).json(&spec).send().await?;
         if !resp.status().is_success() {
             bail!("creating {job}: {}", resp.text().await?);
         }
     }
-    let alerts = Receiver::start().await?;
-    let shaped = shaped_jobs(&http, &sys.url(0), &file, &alerts).await?;
-    let mut backfills = Backfills::start(&http, &sys.url(0), &file).await?;
-    wait_for(Duration::from_secs(60), "every job to fire", || async {
-        let fired = read_fired(&file);
-        let seen: BTreeSet<&str> = fired.iter().map(|f| f.job.as_str()).collect();
-        jobs.iter().all(|j| seen.contains(j.as_str())).then_some(())
-    })
-    .await?;
+    Ok(())
+}
 
-    // Faults, one at a time, until the deadline.
+/// What the fault phase did.
+struct Faults {
+    start_ms: i64,
+    end_ms: i64,
+    /// Faults injected, by kind.
+    injected: BTreeMap<Fault, usize>,
+    /// Each fault's window (from its start to its end), for its cost in missed ticks.
+    windows: Vec<(Fault, i64, i64)>,
+    /// One-shot ticks of the bursts: (job, tick).
+    bursts: Vec<(String, i64)>,
+}
+
+/// The ticks the run must account for.
+struct Due {
+    /// Every whole second strictly inside the fault window, due for every every-second job.
+    every_second: Vec<i64>,
+    /// The bursts' ticks and the shaped jobs' ticks, each (job, tick).
+    one_by_one: Vec<(String, i64)>,
+}
+
+impl Faults {
+    /// The ticks due in the fault window: every second's, the bursts', the shaped and backfilled jobs'.
+    fn due(&self, shaped: &[(String, serde_json::Value)], backfills: &Backfills) -> Result<Due> {
+        let (start_ms, end_ms) = (self.start_ms, self.end_ms);
+        // Due: every whole second strictly inside the fault window, for every job.
+        let every_second: Vec<i64> = ((start_ms / 1000 + 1) * 1000..=end_ms - 1000).step_by(1000).collect();
+        // The shaped jobs' ticks, as every worker computes them, are checked like the bursts'.
+        let mut one_by_one = self.bursts.clone();
+        for (job, spec) in shaped.iter().chain([(BACKFILL_JOB.to_owned(), backfills.spec.clone())].iter()) {
+            let schedule = etcron_common::job::JobSpec::from_value(spec.clone())?.parsed_schedule(job)?;
+            let ticks = schedule.upcoming(start_ms, 10_000).into_iter().take_while(|t| *t <= end_ms - 1000);
+            one_by_one.extend(ticks.map(|t| (job.clone(), t)));
+        }
+        Ok(Due { every_second, one_by_one })
+    }
+}
+
+/// Injects faults one at a time at seeded random times until `--seconds` pass, backfilling between.
+async fn run_faults(
+    o: &Options,
+    sys: &mut System,
+    rng: &mut Rng,
+    http: &reqwest::Client,
+    file: &std::path::Path,
+    backfills: &mut Backfills,
+) -> Result<Faults> {
     let start_ms = now_ms();
     let deadline = Instant::now() + Duration::from_secs(o.seconds);
     let mut injected: BTreeMap<Fault, usize> = BTreeMap::new();
-    // Each fault's window (from its start to its end), for its cost in missed ticks.
     let mut windows: Vec<(Fault, i64, i64)> = Vec::new();
     let faults: &[Fault] = if o.production { &PRODUCTION_FAULTS } else { &FAULTS };
-    // One-shot ticks of the bursts: (job, tick).
     let mut bursts: Vec<(String, i64)> = Vec::new();
     while Instant::now() < deadline {
         tokio::time::sleep(rng.millis(3_000, 8_000)).await;
@@ -264,218 +365,277 @@ async fn main() -> Result<()> {
         let fault = faults[usize::try_from(rng.below(faults.len() as u64)).unwrap_or(0)];
         let began = now_ms();
         let at = (began - start_ms) as f64 / 1000.0;
-        match fault {
-            Fault::KillWorker => {
-                let i = usize::try_from(rng.below(3)).unwrap_or(0);
-                println!("{at:7.1}s  SIGKILL worker w{}", i + 1);
-                sys.workers[i].proc.kill9();
-                tokio::time::sleep(rng.millis(500, 3_000)).await;
-                sys.workers[i].restart()?;
-            }
-            Fault::StopWorker => {
-                let i = usize::try_from(rng.below(3)).unwrap_or(0);
-                let pause = SESSION_TTL + rng.millis(1_000, 3_000);
-                println!("{at:7.1}s  SIGSTOP worker w{} for {:.1}s", i + 1, pause.as_secs_f64());
-                sys.workers[i].proc.signal(Signal::SIGSTOP)?;
-                tokio::time::sleep(pause).await;
-                sys.workers[i].proc.signal(Signal::SIGCONT)?;
-            }
-            Fault::KillEtcdLeader => {
-                let leader = sys.etcd.leader().await?;
-                println!("{at:7.1}s  SIGKILL etcd leader m{leader}");
-                sys.etcd.kill(leader);
-                tokio::time::sleep(rng.millis(1_000, 4_000)).await;
-                sys.etcd.restart(leader)?;
-                sys.etcd.wait_healthy().await?;
-            }
-            Fault::MongoOutage => {
-                let down = rng.millis(2_000, 6_000);
-                println!("{at:7.1}s  MongoDB down for {:.1}s", down.as_secs_f64());
-                let Db::One(mongo) = &mut sys.mongo else { bail!("a MongoDB outage needs the default profile") };
-                mongo.stop()?;
-                tokio::time::sleep(down).await;
-                mongo.restart().await?;
-            }
-            Fault::CutEtcdLeader | Fault::CutEtcdFollower => {
-                let leader = sys.etcd.leader().await?;
-                let (member, cut) = if fault == Fault::CutEtcdLeader {
-                    (leader, Cut::Peers)
-                } else {
-                    ((leader + 1 + usize::try_from(rng.below(2)).unwrap_or(0)) % 3, Cut::Both)
-                };
-                let length = rng.millis(4_000, 12_000);
-                println!("{at:7.1}s  etcd m{member} cut ({cut:?}) for {:.1}s", length.as_secs_f64());
-                sys.etcd.cut(member, cut)?;
-                tokio::time::sleep(length).await;
-                sys.etcd.heal(member)?;
-                sys.etcd.wait_healthy().await?;
-            }
-            Fault::MongoStepDown | Fault::KillMongoPrimary => {
-                let Db::Set(set) = &mut sys.mongo else { bail!("MongoDB failovers need the production profile") };
-                if fault == Fault::MongoStepDown {
-                    let i = set.step_down().await?;
-                    println!("{at:7.1}s  MongoDB primary m{i} steps down");
-                } else {
-                    let i = set.primary().await.context("a MongoDB primary")?;
-                    println!("{at:7.1}s  SIGKILL MongoDB primary m{i}");
-                    set.kill(i);
-                    tokio::time::sleep(rng.millis(2_000, 6_000)).await;
-                    set.restart(i)?;
-                }
-                set.wait_primary().await?;
-            }
-            Fault::RollingRestart => {
-                println!("{at:7.1}s  rolling restart of every worker and master");
-                for w in &mut sys.workers {
-                    w.proc.signal(Signal::SIGTERM)?;
-                    if w.proc.wait_exit(Duration::from_secs(30)).is_err() {
-                        println!("           {} did not stop within 30 s: SIGKILL", w.proc.name);
-                    }
-                    w.restart()?;
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                }
-                for i in 0..sys.masters.len() {
-                    sys.masters[i].proc.signal(Signal::SIGTERM)?;
-                    let _ = sys.masters[i].proc.wait_exit(Duration::from_secs(15));
-                    let m = sys.start_master().await?;
-                    sys.masters[i] = m;
-                }
-            }
-            Fault::RestartMaster => {
-                let i = usize::try_from(rng.below(2)).unwrap_or(0);
-                println!("{at:7.1}s  restart master {}", i + 1);
-                sys.masters[i].proc.kill9();
-                let m = sys.start_master().await?;
-                sys.masters[i] = m;
-            }
-            Fault::StallEtcd => {
-                let stall = SESSION_TTL * 2 + rng.millis(0, 2_000);
-                println!("{at:7.1}s  SIGSTOP every etcd member for {:.1}s", stall.as_secs_f64());
-                signal_etcd(&sys.etcd, Signal::SIGSTOP)?;
-                tokio::time::sleep(stall).await;
-                signal_etcd(&sys.etcd, Signal::SIGCONT)?;
-                sys.etcd.wait_healthy().await?;
-            }
-            Fault::StarveCpu => {
-                let length = rng.millis(4_000, 10_000);
-                println!("{at:7.1}s  two busy-looping processes for {:.1}s", length.as_secs_f64());
-                starve_cpu(length).await?;
-            }
-            Fault::Burst => {
-                let tick = (now_ms() / 1000 + 4) * 1000;
-                let n = bursts.len();
-                println!("{at:7.1}s  {BURST_JOBS} one-shot jobs due at {tick}");
-                let at = etcron_common::rfc3339_ms(tick);
-                for k in 0..BURST_JOBS {
-                    let job = format!("burst-{n:05}-{k:03}");
-                    let spec = json!({"schedule": format!("@at {at}"), "task": {"kind": "shell", "command": record_command(&file)}});
-                    // A master may be restarting: the other one takes it.
-                    let resp = http.put(format!("{}/api/jobs/{job}", sys.url(k))).json(&spec).send().await;
-                    match resp {
-                        Ok(r) if r.status().is_success() => bursts.push((job, tick)),
-                        Ok(r) => println!("           creating {job}: {}", r.status()),
-                        Err(e) => println!("           creating {job}: {e}"),
-                    }
-                }
-            }
-        }
+        inject(sys, rng, fault, at, http, file, &mut bursts).await?;
         *injected.entry(fault).or_default() += 1;
         windows.push((fault, began, now_ms()));
-        backfills.maybe_next(&http, &sys).await;
+        backfills.maybe_next(http, sys).await;
     }
     let end_ms = now_ms();
-    println!(
-        "faults over after {:.0}s; waiting up to {}s for every tick to be accounted for",
-        (end_ms - start_ms) as f64 / 1000.0,
-        o.settle
-    );
+    Ok(Faults { start_ms, end_ms, injected, windows, bursts })
+}
 
-    // Due: every whole second strictly inside the fault window, for every job.
-    let due: Vec<i64> = ((start_ms / 1000 + 1) * 1000..=end_ms - 1000).step_by(1000).collect();
-    let store = MongoStore::connect(sys.mongo.uri(), &db).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    let settle_deadline = Instant::now() + Duration::from_secs(o.settle);
-    // The shaped jobs' ticks, as every worker computes them, are checked like the bursts'.
-    let mut one_by_one = bursts.clone();
-    for (job, spec) in shaped.iter().chain([(BACKFILL_JOB.to_owned(), backfills.spec.clone())].iter()) {
-        let schedule = etcron_common::job::JobSpec::from_value(spec.clone())?.parsed_schedule(job)?;
-        let ticks = schedule.upcoming(start_ms, 10_000).into_iter().take_while(|t| *t <= end_ms - 1000);
-        one_by_one.extend(ticks.map(|t| (job.clone(), t)));
-    }
-    let report = loop {
-        let report = check(&store, &read_fired(&file), &jobs, &due, &one_by_one, start_ms, end_ms).await?;
-        if (report.unaccounted.is_empty() && report.records_lost.is_empty()) || Instant::now() > settle_deadline {
-            break report;
+/// Injects one fault, `at` seconds into the fault phase, and undoes it (restarts, heals, resumes).
+async fn inject(
+    sys: &mut System,
+    rng: &mut Rng,
+    fault: Fault,
+    at: f64,
+    http: &reqwest::Client,
+    file: &std::path::Path,
+    bursts: &mut Vec<(String, i64)>,
+) -> Result<()> {
+    match fault {
+        Fault::KillWorker => sys.kill_worker(rng, at).await,
+        Fault::StopWorker => sys.stop_worker(rng, at).await,
+        Fault::KillEtcdLeader => sys.kill_etcd_leader(rng, at).await,
+        Fault::MongoOutage => sys.mongo_outage(rng, at).await,
+        Fault::CutEtcdLeader | Fault::CutEtcdFollower => sys.cut_etcd_member(rng, fault, at).await,
+        Fault::MongoStepDown | Fault::KillMongoPrimary => sys.mongo_failover(rng, fault, at).await,
+        Fault::RollingRestart => sys.rolling_restart(at).await,
+        Fault::RestartMaster => sys.restart_master(rng, at).await,
+        Fault::StallEtcd => sys.stall_etcd(rng, at).await,
+        Fault::StarveCpu => {
+            let length = rng.millis(4_000, 10_000);
+            println!("{at:7.1}s  two busy-looping processes for {:.1}s", length.as_secs_f64());
+            starve_cpu(length).await
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    };
-
-    let unfinished = backfills.wait_done(&http, &sys, settle_deadline).await;
-    let (alerted, alerted_twice) = alerts_report(&alerts.all());
-
-    let cost = fault_costs(&store, &jobs, &windows).await?;
-    println!("\nfaults injected (each one's cost: every-second ticks recorded missed from its start to 5 s after its end, or to the next fault):");
-    for (fault, n) in &injected {
-        println!("  {fault:?}: {n}, {} ticks missed", cost.get(fault).copied().unwrap_or(0));
+        Fault::Burst => burst(sys, at, http, file, bursts).await,
     }
-    let due_total = due.len() * jobs.len() + one_by_one.len();
-    println!("ticks due:                      {due_total}");
-    println!("ticks run:                      {}", report.ran);
-    println!("ticks recorded missed:          {}", report.missed);
-    println!("ticks recorded lost:            {}", report.lost);
-    println!("ticks recorded skipped:         {}", report.skipped);
-    println!("duplicates (job,tick,attempt):  {}", report.duplicates.len());
-    println!("ticks neither run nor recorded: {}", report.unaccounted.len());
-    println!("execution records lost:         {}", report.records_lost.len());
-    println!("backfills (items):              {} ({})", backfills.ids.len(), backfills.items);
-    println!("backfills never done:           {}", unfinished.len());
-    println!("alerts delivered:               {alerted:?}");
-    println!("alerts raised twice:            {}", alerted_twice.len());
-    for b in unfinished.iter().take(20) {
-        println!("  not done: {b}");
+}
+
+/// The faults, each printed as it is injected.
+impl System {
+    /// SIGKILLs a worker, then restarts it.
+    async fn kill_worker(&mut self, rng: &mut Rng, at: f64) -> Result<()> {
+        let i = usize::try_from(rng.below(3)).unwrap_or(0);
+        println!("{at:7.1}s  SIGKILL worker w{}", i + 1);
+        self.workers[i].proc.kill9();
+        tokio::time::sleep(rng.millis(500, 3_000)).await;
+        self.workers[i].restart()?;
+        Ok(())
     }
-    for (what, list) in [
-        ("duplicate", &report.duplicates),
-        ("unaccounted", &report.unaccounted),
-        ("record lost", &report.records_lost),
-        ("alert", &alerted_twice),
-    ] {
-        for item in list.iter().take(20) {
-            println!("  {what}: {item}");
+
+    /// SIGSTOPs a worker for longer than its session TTL, then SIGCONTs it.
+    async fn stop_worker(&mut self, rng: &mut Rng, at: f64) -> Result<()> {
+        let i = usize::try_from(rng.below(3)).unwrap_or(0);
+        let pause = SESSION_TTL + rng.millis(1_000, 3_000);
+        println!("{at:7.1}s  SIGSTOP worker w{} for {:.1}s", i + 1, pause.as_secs_f64());
+        self.workers[i].proc.signal(Signal::SIGSTOP)?;
+        tokio::time::sleep(pause).await;
+        self.workers[i].proc.signal(Signal::SIGCONT)?;
+        Ok(())
+    }
+
+    /// SIGKILLs the etcd leader, then restarts it and waits for a healthy cluster.
+    async fn kill_etcd_leader(&mut self, rng: &mut Rng, at: f64) -> Result<()> {
+        let leader = self.etcd.leader().await?;
+        println!("{at:7.1}s  SIGKILL etcd leader m{leader}");
+        self.etcd.kill(leader);
+        tokio::time::sleep(rng.millis(1_000, 4_000)).await;
+        self.etcd.restart(leader)?;
+        self.etcd.wait_healthy().await?;
+        Ok(())
+    }
+
+    /// Stops the one `mongod` for a few seconds, then starts it again.
+    async fn mongo_outage(&mut self, rng: &mut Rng, at: f64) -> Result<()> {
+        let down = rng.millis(2_000, 6_000);
+        println!("{at:7.1}s  MongoDB down for {:.1}s", down.as_secs_f64());
+        let Db::One(mongo) = &mut self.mongo else { bail!("a MongoDB outage needs the default profile") };
+        mongo.stop()?;
+        tokio::time::sleep(down).await;
+        mongo.restart().await?;
+        Ok(())
+    }
+
+    /// Cuts the etcd leader from its peers, or a follower from everyone, for a while; then heals it.
+    async fn cut_etcd_member(&mut self, rng: &mut Rng, fault: Fault, at: f64) -> Result<()> {
+        let leader = self.etcd.leader().await?;
+        let (member, cut) = if fault == Fault::CutEtcdLeader {
+            (leader, Cut::Peers)
+        } else {
+            ((leader + 1 + usize::try_from(rng.below(2)).unwrap_or(0)) % 3, Cut::Both)
+        };
+        let length = rng.millis(4_000, 12_000);
+        println!("{at:7.1}s  etcd m{member} cut ({cut:?}) for {:.1}s", length.as_secs_f64());
+        self.etcd.cut(member, cut)?;
+        tokio::time::sleep(length).await;
+        self.etcd.heal(member)?;
+        self.etcd.wait_healthy().await?;
+        Ok(())
+    }
+
+    /// Makes the MongoDB primary step down, or SIGKILLs and restarts it; then waits for a primary.
+    async fn mongo_failover(&mut self, rng: &mut Rng, fault: Fault, at: f64) -> Result<()> {
+        let Db::Set(set) = &mut self.mongo else { bail!("MongoDB failovers need the production profile") };
+        if fault == Fault::MongoStepDown {
+            let i = set.step_down().await?;
+            println!("{at:7.1}s  MongoDB primary m{i} steps down");
+        } else {
+            let i = set.primary().await.context("a MongoDB primary")?;
+            println!("{at:7.1}s  SIGKILL MongoDB primary m{i}");
+            set.kill(i);
+            tokio::time::sleep(rng.millis(2_000, 6_000)).await;
+            set.restart(i)?;
+        }
+        set.wait_primary().await?;
+        Ok(())
+    }
+
+    /// Stops (SIGTERM) and starts again every worker, then every master, one at a time.
+    async fn rolling_restart(&mut self, at: f64) -> Result<()> {
+        println!("{at:7.1}s  rolling restart of every worker and master");
+        for w in &mut self.workers {
+            w.proc.signal(Signal::SIGTERM)?;
+            if w.proc.wait_exit(Duration::from_secs(30)).is_err() {
+                println!("           {} did not stop within 30 s: SIGKILL", w.proc.name);
+            }
+            w.restart()?;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        for i in 0..self.masters.len() {
+            self.masters[i].proc.signal(Signal::SIGTERM)?;
+            let _ = self.masters[i].proc.wait_exit(Duration::from_secs(15));
+            let m = self.start_master().await?;
+            self.masters[i] = m;
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs a master and starts a new one in its place.
+    async fn restart_master(&mut self, rng: &mut Rng, at: f64) -> Result<()> {
+        let i = usize::try_from(rng.below(2)).unwrap_or(0);
+        println!("{at:7.1}s  restart master {}", i + 1);
+        self.masters[i].proc.kill9();
+        let m = self.start_master().await?;
+        self.masters[i] = m;
+        Ok(())
+    }
+
+    /// SIGSTOPs every etcd member for longer than the session TTL, then SIGCONTs them.
+    async fn stall_etcd(&mut self, rng: &mut Rng, at: f64) -> Result<()> {
+        let stall = SESSION_TTL * 2 + rng.millis(0, 2_000);
+        println!("{at:7.1}s  SIGSTOP every etcd member for {:.1}s", stall.as_secs_f64());
+        signal_etcd(&self.etcd, Signal::SIGSTOP)?;
+        tokio::time::sleep(stall).await;
+        signal_etcd(&self.etcd, Signal::SIGCONT)?;
+        self.etcd.wait_healthy().await?;
+        Ok(())
+    }
+}
+
+/// Creates `BURST_JOBS` one-shot jobs due at one instant 4 s ahead; adds their ticks to `bursts`.
+async fn burst(
+    sys: &System,
+    at: f64,
+    http: &reqwest::Client,
+    file: &std::path::Path,
+    bursts: &mut Vec<(String, i64)>,
+) -> Result<()> {
+    let tick = (now_ms() / 1000 + 4) * 1000;
+    let n = bursts.len();
+    println!("{at:7.1}s  {BURST_JOBS} one-shot jobs due at {tick}");
+    let at = etcron_common::rfc3339_ms(tick);
+    for k in 0..BURST_JOBS {
+        let job = format!("burst-{n:05}-{k:03}");
+        let spec = json!({"schedule": format!("@at {at}"), "task": {"kind": "shell", "command": record_command(file)}});
+        // A master may be restarting: the other one takes it.
+        let resp = http.put(format!("{}/api/jobs/{job}", sys.url(k))).json(&spec).send().await;
+        match resp {
+            Ok(r) if r.status().is_success() => bursts.push((job, tick)),
+            Ok(r) => println!("           creating {job}: {}", r.status()),
+            Err(e) => println!("           creating {job}: {e}"),
         }
     }
-    let summary = json!({
-        "seed": o.seed, "seconds": o.seconds, "jobs": o.jobs,
-        "faults": injected.iter().map(|(f, n)| (format!("{f:?}"), n)).collect::<BTreeMap<_, _>>(),
-        "missed_by_fault": cost.iter().map(|(f, n)| (format!("{f:?}"), n)).collect::<BTreeMap<_, _>>(),
-        "ticks_due": due_total, "ticks_run": report.ran, "missed": report.missed, "lost": report.lost,
-        "skipped": report.skipped,
-        "duplicates": report.duplicates.len(), "unaccounted": report.unaccounted.len(),
-        "records_lost": report.records_lost.len(),
-        "backfills": backfills.ids.len(), "backfill_items": backfills.items, "backfills_not_done": unfinished.len(),
-        "alerts": alerted, "alerts_twice": alerted_twice.len(),
-    });
-    println!("{summary}");
-    // One etcd member lost costs nothing (docs/operations.md): at most one tick of each job,
-    // for a fault's effect that spills past its window.
-    let partitions = [Fault::CutEtcdLeader, Fault::CutEtcdFollower];
-    let partition_cost: usize = partitions.iter().filter_map(|f| cost.get(f)).sum();
-    let partitions_over = partition_cost > jobs.len();
-    if partitions_over {
-        println!("  etcd member partitions cost {partition_cost} missed ticks (more than one per job)");
-    }
-    if partitions_over
-        || !report.duplicates.is_empty()
-        || !report.unaccounted.is_empty()
-        || !report.records_lost.is_empty()
-        || !unfinished.is_empty()
-        || !alerted_twice.is_empty()
-    {
-        println!("FAILED (logs in {})", sys.logs.display());
-        // Not `process::exit`: returning drops `sys`, which stops every process it started.
-        anyhow::bail!("the chaos run found a broken promise (see above)");
-    }
-    println!("ok");
     Ok(())
+}
+
+/// Everything the run found, for the printout and the verdict.
+struct Outcome {
+    injected: BTreeMap<Fault, usize>,
+    /// Every-second ticks recorded missed in each kind of fault's windows.
+    cost: BTreeMap<Fault, usize>,
+    due_total: usize,
+    report: Report,
+    /// Backfills created, and their items.
+    backfills: usize,
+    backfill_items: usize,
+    /// The backfills never `done`.
+    unfinished: Vec<String>,
+    /// Alerts delivered by event, and those raised twice.
+    alerted: BTreeMap<String, usize>,
+    alerted_twice: Vec<String>,
+}
+
+impl Outcome {
+    /// Prints the faults with their cost, ticks by fate, backfills, alerts and broken promises.
+    fn print(&self) {
+        let report = &self.report;
+        println!("\nfaults injected (each one's cost: every-second ticks recorded missed from its start to 5 s after its end, or to the next fault):");
+        for (fault, n) in &self.injected {
+            println!("  {fault:?}: {n}, {} ticks missed", self.cost.get(fault).copied().unwrap_or(0));
+        }
+        println!("ticks due:                      {}", self.due_total);
+        println!("ticks run:                      {}", report.ran);
+        println!("ticks recorded missed:          {}", report.missed);
+        println!("ticks recorded lost:            {}", report.lost);
+        println!("ticks recorded skipped:         {}", report.skipped);
+        println!("duplicates (job,tick,attempt):  {}", report.duplicates.len());
+        println!("ticks neither run nor recorded: {}", report.unaccounted.len());
+        println!("execution records lost:         {}", report.records_lost.len());
+        println!("backfills (items):              {} ({})", self.backfills, self.backfill_items);
+        println!("backfills never done:           {}", self.unfinished.len());
+        println!("alerts delivered:               {:?}", self.alerted);
+        println!("alerts raised twice:            {}", self.alerted_twice.len());
+        for b in self.unfinished.iter().take(20) {
+            println!("  not done: {b}");
+        }
+        for (what, list) in [
+            ("duplicate", &report.duplicates),
+            ("unaccounted", &report.unaccounted),
+            ("record lost", &report.records_lost),
+            ("alert", &self.alerted_twice),
+        ] {
+            for item in list.iter().take(20) {
+                println!("  {what}: {item}");
+            }
+        }
+    }
+
+    /// The run's figures as one JSON object.
+    fn summary(&self, o: &Options) -> serde_json::Value {
+        let report = &self.report;
+        json!({
+            "seed": o.seed, "seconds": o.seconds, "jobs": o.jobs,
+            "faults": self.injected.iter().map(|(f, n)| (format!("{f:?}"), n)).collect::<BTreeMap<_, _>>(),
+            "missed_by_fault": self.cost.iter().map(|(f, n)| (format!("{f:?}"), n)).collect::<BTreeMap<_, _>>(),
+            "ticks_due": self.due_total, "ticks_run": report.ran, "missed": report.missed, "lost": report.lost,
+            "skipped": report.skipped,
+            "duplicates": report.duplicates.len(), "unaccounted": report.unaccounted.len(),
+            "records_lost": report.records_lost.len(),
+            "backfills": self.backfills, "backfill_items": self.backfill_items, "backfills_not_done": self.unfinished.len(),
+            "alerts": self.alerted, "alerts_twice": self.alerted_twice.len(),
+        })
+    }
+
+    /// Whether any promise was broken (etcd partitions costing over one tick per job are printed).
+    fn broken(&self, jobs: usize) -> bool {
+        let report = &self.report;
+        // One etcd member lost costs nothing (docs/operations.md): at most one tick of each job,
+        // for a fault's effect that spills past its window.
+        let partitions = [Fault::CutEtcdLeader, Fault::CutEtcdFollower];
+        let partition_cost: usize = partitions.iter().filter_map(|f| self.cost.get(f)).sum();
+        let partitions_over = partition_cost > jobs;
+        if partitions_over {
+            println!("  etcd member partitions cost {partition_cost} missed ticks (more than one per job)");
+        }
+        partitions_over
+            || !report.duplicates.is_empty()
+            || !report.unaccounted.is_empty()
+            || !report.records_lost.is_empty()
+            || !self.unfinished.is_empty()
+            || !self.alerted_twice.is_empty()
+    }
 }
 
 /// The job whose `skip_calendars` lists every day of the run.

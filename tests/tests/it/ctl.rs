@@ -1622,7 +1622,7 @@ async fn a_team_token_lists_and_touches_its_teams_jobs_only() -> anyhow::Result<
         &config,
         format!(
             "[[auth.tokens]]\nname = \"pay-admin\"\nteams = {{ payments = \"admin\" }}\nsha256 = {:?}\n",
-            etcron_master::auth::hash_token(pay)
+            etcron_master::layers::auth::hash_token(pay)
         ),
     )?;
     let config = config.display().to_string();

@@ -172,7 +172,7 @@ async fn held(from: &str, addr: std::net::SocketAddr, request: &str) -> Option<t
 /// listener of their own: with the output server full, the checkpoint is still stored.
 #[tokio::test(flavor = "multi_thread")]
 async fn streams_are_bounded_and_a_full_output_server_does_not_stop_the_tasks_reports() -> anyhow::Result<()> {
-    use etcron_master::auth::hash_token;
+    use etcron_master::layers::auth::hash_token;
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("master.toml");
     let entries: Vec<String> = VIEWERS

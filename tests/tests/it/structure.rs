@@ -143,21 +143,50 @@ const WORKER_LAYERS: &[(&str, &[&str])] = &[
     ("scheduler", &["timing", "metrics", "cluster", "config", "context", "fire", "ledger"]),
 ];
 
-#[test]
-fn the_workers_folders_import_only_what_lies_below_them() {
-    let graph = module_graph(&root().join("worker/src"));
-    // The wiring may name everything; the entry points name the crate from outside.
-    let top = ["node", "lib", "main"];
+/// The master's folders and top-level files, bottom-up, each with what it may import: a duty
+/// (compaction, etcd's size, pause expiry) names no route and no layer; the layers name no route.
+const MASTER_LAYERS: &[(&str, &[&str])] = &[
+    ("error", &[]),
+    ("metrics", &[]),
+    ("openapi", &[]),
+    ("duties", &[]),
+    ("access", &["error"]),
+    ("query", &["error"]),
+    ("web", &["error"]),
+    ("team_policy", &["error", "metrics"]),
+    ("change_limits", &["error", "metrics"]),
+    ("job_store", &["access", "change_limits", "error", "metrics", "team_policy"]),
+    ("layers", &["access", "error", "job_store", "metrics", "openapi"]),
+    ("backend", &["change_limits", "duties", "job_store", "layers", "team_policy"]),
+    ("api", &["access", "backend", "duties", "error", "job_store", "layers", "metrics", "openapi", "query", "web"]),
+    ("config", &["api", "change_limits", "duties", "layers", "team_policy"]),
+];
+
+/// Every top-level module of `krate` imports only what `layers` allows it; `lib` and `main` (the
+/// entry points) and `top` may name anything, and a module with no rule fails.
+fn assert_layers(krate: &str, layers: &[(&str, &[&str])], top: &[&str]) {
+    let graph = module_graph(&root().join(krate).join("src"));
     for (module, uses) in &graph {
-        if top.contains(&module.as_str()) {
+        if ["lib", "main"].contains(&module.as_str()) || top.contains(&module.as_str()) {
             continue;
         }
-        let Some((_, allowed)) = WORKER_LAYERS.iter().find(|(name, _)| name == module) else {
-            panic!("worker/src/{module}: a folder or file with no rule in WORKER_LAYERS");
+        let Some((_, allowed)) = layers.iter().find(|(name, _)| name == module) else {
+            panic!("{krate}/src/{module}: a folder or file with no rule in its crate's layer table");
         };
         let above: Vec<&String> = uses.iter().filter(|m| !allowed.contains(&m.as_str())).collect();
-        assert!(above.is_empty(), "worker/src/{module} imports {above:?}; it may import only {allowed:?}");
+        assert!(above.is_empty(), "{krate}/src/{module} imports {above:?}; it may import only {allowed:?}");
     }
+}
+
+#[test]
+fn the_workers_folders_import_only_what_lies_below_them() {
+    // The wiring may name everything.
+    assert_layers("worker", WORKER_LAYERS, &["node"]);
+}
+
+#[test]
+fn the_masters_folders_import_only_what_lies_below_them() {
+    assert_layers("master", MASTER_LAYERS, &[]);
 }
 
 /// Most lines a product function may span, signature to closing brace.

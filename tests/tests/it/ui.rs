@@ -292,7 +292,7 @@ async fn a_team_token_sees_its_teams_jobs_only_in_the_console() -> anyhow::Resul
     let entry = |name: &str, token: &str, teams: &str| {
         format!(
             "[[auth.tokens]]\nname = {name:?}\nteams = {{ {teams} }}\nsha256 = {:?}\n",
-            etcron_master::auth::hash_token(token)
+            etcron_master::layers::auth::hash_token(token)
         )
     };
     let dir = tempfile::tempdir()?;

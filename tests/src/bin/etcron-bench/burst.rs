@@ -165,6 +165,7 @@ async fn probe_api(base: String, http: reqwest::Client, until_ms: i64) -> Vec<(i
     out
 }
 
+/// Prints what the burst came to: runs per job, lateness, records, worker counters, API latency.
 async fn report(
     n: usize,
     at_ms: i64,
@@ -193,26 +194,7 @@ async fn report(
     for r in finals {
         *statuses.entry(r.status.as_str()).or_default() += 1;
     }
-    let mut api_ms: Vec<i64> = api.iter().map(|(ms, _)| *ms).collect();
-    api_ms.sort_unstable();
-    let mut lost_sessions = 0.0;
-    let mut batches = (0.0, 0.0);
-    let mut ops: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
-    let mut claims: BTreeMap<&str, f64> = BTreeMap::new();
-    for url in urls {
-        let s = scrape(url, None).await?;
-        for outcome in ["won", "lost", "taken_seen", "taken"] {
-            *claims.entry(outcome).or_default() += s.value("etcron_worker_claims_total", &[("outcome", outcome)]);
-        }
-        lost_sessions += s.value("etcron_worker_session_lease_losses_total", &[]);
-        batches.0 += s.value("etcron_worker_batch_size_count", &[("kind", "claim")]);
-        batches.1 += s.value("etcron_worker_batch_size_count", &[("kind", "close")]);
-        for op in ["claim", "claim_batch", "close", "close_batch"] {
-            let e = ops.entry(op).or_default();
-            e.0 += s.value("etcron_etcd_request_duration_seconds_sum", &[("op", op)]);
-            e.1 += s.value("etcron_etcd_request_duration_seconds_count", &[("op", op)]);
-        }
-    }
+    let workers = WorkerFigures::scrape(urls).await?;
     println!("  jobs run once         {}", per_job.values().filter(|c| **c == 1).count());
     println!("  jobs run twice+       {}", per_job.values().filter(|c| **c > 1).count());
     println!("  failover reruns       {reruns} (requests of attempt 2 or later)");
@@ -237,19 +219,70 @@ async fn report(
         quantile(&handed, 0.9),
         handed.last().copied().unwrap_or(0)
     );
-    println!("  sessions lost         {lost_sessions}");
-    println!("  etcd proposals/fire   {:.3}  ({proposals} proposals)", proposals / n as f64);
-    println!("  batches               {} claim, {} close (transactions of two or more)", batches.0, batches.1);
-    println!(
-        "  claims                {} won, {} lost in etcd, {} seen taken by the watch, {} read taken",
-        claims["won"], claims["lost"], claims["taken_seen"], claims["taken"]
-    );
-    for (op, (sum, count)) in &ops {
-        println!(
-            "  etcd {op:<12}     {count} requests, mean {:.0} ms (admission wait included)",
-            sum / count.max(1.0) * 1000.0
-        );
+    workers.print(n, proposals);
+    print_api(api);
+    Ok(())
+}
+
+/// The workers' own counters during the burst, summed over the workers.
+#[derive(Default)]
+struct WorkerFigures {
+    lost_sessions: f64,
+    /// Claim batches and close batches sent.
+    batches: (f64, f64),
+    /// Per etcd request kind: seconds spent and requests.
+    ops: BTreeMap<&'static str, (f64, f64)>,
+    /// Claims by outcome.
+    claims: BTreeMap<&'static str, f64>,
+}
+
+impl WorkerFigures {
+    /// Reads every worker's metrics page and adds up sessions lost, batches, claims and etcd requests.
+    async fn scrape(urls: &[String]) -> Result<Self> {
+        let mut f = Self::default();
+        for url in urls {
+            let s = scrape(url, None).await?;
+            for outcome in ["won", "lost", "taken_seen", "taken"] {
+                *f.claims.entry(outcome).or_default() += s.value("etcron_worker_claims_total", &[("outcome", outcome)]);
+            }
+            f.lost_sessions += s.value("etcron_worker_session_lease_losses_total", &[]);
+            f.batches.0 += s.value("etcron_worker_batch_size_count", &[("kind", "claim")]);
+            f.batches.1 += s.value("etcron_worker_batch_size_count", &[("kind", "close")]);
+            for op in ["claim", "claim_batch", "close", "close_batch"] {
+                let e = f.ops.entry(op).or_default();
+                e.0 += s.value("etcron_etcd_request_duration_seconds_sum", &[("op", op)]);
+                e.1 += s.value("etcron_etcd_request_duration_seconds_count", &[("op", op)]);
+            }
+        }
+        Ok(f)
     }
+
+    /// Prints sessions lost, etcd proposals per fire, batches, claims and etcd request times.
+    fn print(&self, n: usize, proposals: f64) {
+        println!("  sessions lost         {}", self.lost_sessions);
+        println!("  etcd proposals/fire   {:.3}  ({proposals} proposals)", proposals / n as f64);
+        println!(
+            "  batches               {} claim, {} close (transactions of two or more)",
+            self.batches.0, self.batches.1
+        );
+        let claims = &self.claims;
+        println!(
+            "  claims                {} won, {} lost in etcd, {} seen taken by the watch, {} read taken",
+            claims["won"], claims["lost"], claims["taken_seen"], claims["taken"]
+        );
+        for (op, (sum, count)) in &self.ops {
+            println!(
+                "  etcd {op:<12}     {count} requests, mean {:.0} ms (admission wait included)",
+                sum / count.max(1.0) * 1000.0
+            );
+        }
+    }
+}
+
+/// Prints the latency of the API probes sent during the burst, and how many failed.
+fn print_api(api: &[(i64, bool)]) {
+    let mut api_ms: Vec<i64> = api.iter().map(|(ms, _)| *ms).collect();
+    api_ms.sort_unstable();
     println!(
         "  API GET during burst  p50 {}  p99 {}  max {} ms  ({} probes, {} failed)",
         quantile(&api_ms, 0.5),
@@ -258,5 +291,4 @@ async fn report(
         api.len(),
         api.iter().filter(|(_, ok)| !ok).count()
     );
-    Ok(())
 }

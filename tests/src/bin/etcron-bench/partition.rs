@@ -112,29 +112,7 @@ pub async fn run(jobs: usize, seconds: u64, session_ttl: &str, faults: &str) -> 
         tokio::spawn(probe_masters(masters.iter().map(|m| m.url.clone()).collect(), window.clone(), tallies.clone()));
     let mut windows = Vec::new();
     for (k, fault) in faults.iter().enumerate() {
-        let leader = etcd.leader().await?;
-        let victim = match fault {
-            Fault::CutFollower => (leader + 1) % etcd.len(),
-            _ => leader,
-        };
-        window.store(k + 1, std::sync::atomic::Ordering::SeqCst);
-        let t0 = now_ms();
-        match fault {
-            Fault::CutLeader | Fault::CutFollower => etcd.cut(victim, Cut::Peers)?,
-            Fault::KillLeader => etcd.kill(victim),
-            Fault::FreezeLeader => etcd.freeze(victim)?,
-        }
-        tokio::time::sleep(Duration::from_secs(seconds)).await;
-        match fault {
-            Fault::CutLeader | Fault::CutFollower => etcd.heal(victim)?,
-            Fault::KillLeader => etcd.restart(victim)?,
-            Fault::FreezeLeader => etcd.thaw(victim)?,
-        }
-        let t1 = now_ms();
-        window.store(0, std::sync::atomic::Ordering::SeqCst);
-        println!("{}: member m{victim}, {} ms", fault.name(), t1 - t0);
-        windows.push((*fault, t0, t1));
-        tokio::time::sleep(Duration::from_secs(8)).await;
+        windows.push(inject(&mut etcd, k, *fault, seconds, &window).await?);
     }
     let to = now_ms();
     prober.abort();
@@ -148,6 +126,40 @@ pub async fn run(jobs: usize, seconds: u64, session_ttl: &str, faults: &str) -> 
     Ok(())
 }
 
+/// Injects one fault into etcd for `seconds`, undoes it, then leaves 8 s to recover; answers its window.
+async fn inject(
+    etcd: &mut EtcdCluster,
+    k: usize,
+    fault: Fault,
+    seconds: u64,
+    window: &std::sync::atomic::AtomicUsize,
+) -> Result<(Fault, i64, i64)> {
+    let leader = etcd.leader().await?;
+    let victim = match fault {
+        Fault::CutFollower => (leader + 1) % etcd.len(),
+        _ => leader,
+    };
+    window.store(k + 1, std::sync::atomic::Ordering::SeqCst);
+    let t0 = now_ms();
+    match fault {
+        Fault::CutLeader | Fault::CutFollower => etcd.cut(victim, Cut::Peers)?,
+        Fault::KillLeader => etcd.kill(victim),
+        Fault::FreezeLeader => etcd.freeze(victim)?,
+    }
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    match fault {
+        Fault::CutLeader | Fault::CutFollower => etcd.heal(victim)?,
+        Fault::KillLeader => etcd.restart(victim)?,
+        Fault::FreezeLeader => etcd.thaw(victim)?,
+    }
+    let t1 = now_ms();
+    window.store(0, std::sync::atomic::Ordering::SeqCst);
+    println!("{}: member m{victim}, {} ms", fault.name(), t1 - t0);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    Ok((fault, t0, t1))
+}
+
+/// Prints ticks due, never run and run twice, in all and per fault, with lateness and master answers.
 fn report(
     fired: &[etcron_tests::Fired],
     names: &[String],

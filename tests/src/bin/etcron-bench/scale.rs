@@ -21,6 +21,18 @@ const EDITS: usize = 20;
 
 pub async fn run(n: usize) -> Result<()> {
     let mut c = Cluster::start("bench-scale", 0).await?;
+    write_jobs(&c, n).await?;
+
+    let mut urls = Vec::new();
+    for i in 1..=3 {
+        urls.push(start_worker(&mut c, i, n).await?);
+    }
+
+    time_edits(&c, &urls, n).await
+}
+
+/// Writes `n` daily jobs and their states straight into etcd; prints how long that took.
+async fn write_jobs(c: &Cluster, n: usize) -> Result<()> {
     let keys = Keys::new(&c.namespace)?;
     let client = c.etcd.client().await?;
     let t = Instant::now();
@@ -50,41 +62,44 @@ pub async fn run(n: usize) -> Result<()> {
         p.await??;
     }
     println!("scale: wrote {n} jobs (and their states) into etcd in {:.1} s", t.elapsed().as_secs_f64());
+    Ok(())
+}
 
-    let mut urls = Vec::new();
-    for i in 1..=3 {
-        let port = free_port();
-        let url = format!("http://127.0.0.1:{port}/metrics");
-        let mut w = WorkerOpts::new(&format!("w{i}"));
-        w.extra = vec!["--metrics-listen".to_owned(), format!("127.0.0.1:{port}")];
-        let t = Instant::now();
-        c.add_worker(w)?;
-        let deadline = t + Duration::from_secs(300);
-        loop {
-            anyhow::ensure!(Instant::now() < deadline, "worker w{i} did not load {n} jobs in 300 s");
-            if let Ok(s) = scrape(&url, None).await {
-                let n = n as f64;
-                if s.value("etcron_worker_jobs", &[]) >= n && s.value("etcron_worker_wheel_entries", &[]) >= n {
-                    break;
-                }
+/// Starts worker `w{i}`, times its loading of all `n` jobs and prints its memory; answers its metrics URL.
+async fn start_worker(c: &mut Cluster, i: usize, n: usize) -> Result<String> {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let mut w = WorkerOpts::new(&format!("w{i}"));
+    w.extra = vec!["--metrics-listen".to_owned(), format!("127.0.0.1:{port}")];
+    let t = Instant::now();
+    c.add_worker(w)?;
+    let deadline = t + Duration::from_secs(300);
+    loop {
+        anyhow::ensure!(Instant::now() < deadline, "worker w{i} did not load {n} jobs in 300 s");
+        if let Ok(s) = scrape(&url, None).await {
+            let n = n as f64;
+            if s.value("etcron_worker_jobs", &[]) >= n && s.value("etcron_worker_wheel_entries", &[]) >= n {
+                break;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let loaded = t.elapsed();
-        // Let the load settle (catch-up scan, allocator) before reading memory.
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let pid = c.workers.last().and_then(|w| w.proc.pid()).context("worker pid")?;
-        let rss = proc_usage(pid).map_or(0, |u| u.1);
-        println!(
-            "  w{i}: listed and scheduled {n} jobs {:.2} s after its start (process start included); rss {:.1} MiB ({:.0} bytes per job)",
-            loaded.as_secs_f64(),
-            rss as f64 / 1_048_576.0,
-            rss as f64 / n as f64
-        );
-        urls.push(url);
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let loaded = t.elapsed();
+    // Let the load settle (catch-up scan, allocator) before reading memory.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pid = c.workers.last().and_then(|w| w.proc.pid()).context("worker pid")?;
+    let rss = proc_usage(pid).map_or(0, |u| u.1);
+    println!(
+        "  w{i}: listed and scheduled {n} jobs {:.2} s after its start (process start included); rss {:.1} MiB ({:.0} bytes per job)",
+        loaded.as_secs_f64(),
+        rss as f64 / 1_048_576.0,
+        rss as f64 / n as f64
+    );
+    Ok(url)
+}
 
-    // Edits: PUT through the master, then wait until every worker applied that revision.
+/// Times job edits through the master: the PUT, and until every worker has applied it.
+async fn time_edits(c: &Cluster, urls: &[String], n: usize) -> Result<()> {
     let mut reach = Vec::new();
     let mut put_ms = Vec::new();
     for k in 0..EDITS {

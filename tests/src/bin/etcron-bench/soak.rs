@@ -21,24 +21,7 @@ pub async fn run(
     sample_every: i64,
     worker_args: &[String],
 ) -> Result<()> {
-    let mut c = Cluster::start("soak", 0).await?;
-    for i in 1..=n_workers {
-        let mut w = WorkerOpts::new(&format!("w{i}"));
-        "10s".clone_into(&mut w.session_ttl);
-        w.extra = worker_args.to_vec();
-        c.add_worker(w)?;
-    }
-    c.wait_workers(n_workers).await?;
-    let receiver = Receiver::start().await?;
-    let spec = json!({"schedule": "* * * * * *", "task": {"kind": "http", "url": receiver.url}});
-    for i in 0..n_jobs {
-        c.put_job(&format!("soak-{i}"), spec.clone()).await?;
-    }
-    wait_for(Duration::from_secs(120), "every job to fire", || async {
-        let jobs: std::collections::BTreeSet<String> = receiver.hits().into_iter().map(|h| h.job).collect();
-        (jobs.len() == n_jobs).then_some(())
-    })
-    .await?;
+    let (c, receiver) = start(n_jobs, n_workers, worker_args).await?;
     let pids: Vec<(String, u32)> = c
         .workers
         .iter()
@@ -70,23 +53,7 @@ pub async fn run(
     loop {
         let elapsed = (now_ms() - from) / 1000;
         if elapsed >= next {
-            let (db, in_use, rev) = status(&client).await?;
-            let alarms = client.alarm(AlarmAction::Get, AlarmType::None, None).await?.alarms().len();
-            let rss: Vec<String> = pids
-                .iter()
-                .map(|(_, p)| proc_usage(*p).map_or("-".to_owned(), |u| format!("{:.0}", u.1 as f64 / 1048576.0)))
-                .collect();
-            let heap = etcd_heap_in_use(&http, &metrics_url).await;
-            println!(
-                "  {:>6.1}  {:>7.1}MB  {:>7.1}MB  {:>9}  {:>6}  {:>7}MB  {}",
-                elapsed as f64 / 60.0,
-                db as f64 / 1e6,
-                in_use as f64 / 1e6,
-                rev,
-                alarms,
-                heap.map_or("-".to_owned(), |h| format!("{:.1}", h / 1e6)),
-                rss.join(" / ")
-            );
+            print_sample(&mut client, &http, &metrics_url, &pids, elapsed).await?;
             next += sample_every;
         }
         if elapsed >= seconds {
@@ -96,6 +63,62 @@ pub async fn run(
     }
     let to = now_ms();
     tokio::time::sleep(Duration::from_secs(5)).await;
+    print_ticks(&receiver, n_jobs, from, to)
+}
+
+/// Starts the cluster and the every-second HTTP jobs, and waits until each has fired once.
+async fn start(n_jobs: usize, n_workers: usize, worker_args: &[String]) -> Result<(Cluster, Receiver)> {
+    let mut c = Cluster::start("soak", 0).await?;
+    for i in 1..=n_workers {
+        let mut w = WorkerOpts::new(&format!("w{i}"));
+        "10s".clone_into(&mut w.session_ttl);
+        w.extra = worker_args.to_vec();
+        c.add_worker(w)?;
+    }
+    c.wait_workers(n_workers).await?;
+    let receiver = Receiver::start().await?;
+    let spec = json!({"schedule": "* * * * * *", "task": {"kind": "http", "url": receiver.url}});
+    for i in 0..n_jobs {
+        c.put_job(&format!("soak-{i}"), spec.clone()).await?;
+    }
+    wait_for(Duration::from_secs(120), "every job to fire", || async {
+        let jobs: std::collections::BTreeSet<String> = receiver.hits().into_iter().map(|h| h.job).collect();
+        (jobs.len() == n_jobs).then_some(())
+    })
+    .await?;
+    Ok((c, receiver))
+}
+
+/// Prints one row of samples: etcd's database size, revision, alarms and heap, and every process's memory.
+async fn print_sample(
+    client: &mut etcd_client::Client,
+    http: &reqwest::Client,
+    metrics_url: &str,
+    pids: &[(String, u32)],
+    elapsed: i64,
+) -> Result<()> {
+    let (db, in_use, rev) = status(client).await?;
+    let alarms = client.alarm(AlarmAction::Get, AlarmType::None, None).await?.alarms().len();
+    let rss: Vec<String> = pids
+        .iter()
+        .map(|(_, p)| proc_usage(*p).map_or("-".to_owned(), |u| format!("{:.0}", u.1 as f64 / 1048576.0)))
+        .collect();
+    let heap = etcd_heap_in_use(http, metrics_url).await;
+    println!(
+        "  {:>6.1}  {:>7.1}MB  {:>7.1}MB  {:>9}  {:>6}  {:>7}MB  {}",
+        elapsed as f64 / 60.0,
+        db as f64 / 1e6,
+        in_use as f64 / 1e6,
+        rev,
+        alarms,
+        heap.map_or("-".to_owned(), |h| format!("{:.1}", h / 1e6)),
+        rss.join(" / ")
+    );
+    Ok(())
+}
+
+/// Prints the fires the receiver got for the ticks of `[from, to]`, duplicates and missing ticks.
+fn print_ticks(receiver: &Receiver, n_jobs: usize, from: i64, to: i64) -> Result<()> {
     let first = (from / 1000 + 1) * 1000;
     let last = to / 1000 * 1000 - 1000;
     let hits: Vec<_> =

@@ -19,8 +19,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 pub use crate::access::{Access, Caller, Role, Scope};
-use crate::client::Cidr;
 use crate::error::ApiError;
+use crate::layers::client::Cidr;
 
 /// One `[[auth.tokens]]` entry of the config file: a global `role`, roles per team (`teams =
 /// { payments = "operator" }`), or both; at least one.
@@ -58,7 +58,7 @@ pub struct Auth {
     /// Wrong tokens per client address: a budget, then 429 for wrong tokens (a valid token
     /// always passes).
     failures: Arc<RateLimiter>,
-    /// Proxies whose `X-Forwarded-For` names the client (`crate::client`).
+    /// Proxies whose `X-Forwarded-For` names the client (`crate::layers::client`).
     proxies: Arc<Vec<Cidr>>,
 }
 
@@ -188,10 +188,10 @@ impl Auth {
         self
     }
 
-    /// The client of a request from `peer` (see `crate::client::client_address`).
+    /// The client of a request from `peer` (see `crate::layers::client::client_address`).
     #[must_use]
     pub fn client(&self, peer: std::net::IpAddr, headers: &axum::http::HeaderMap) -> std::net::IpAddr {
-        crate::client::client_address(peer, headers, &self.proxies)
+        crate::layers::client::client_address(peer, headers, &self.proxies)
     }
 
     #[must_use]
@@ -325,7 +325,7 @@ pub async fn authorize(State(auth): State<Auth>, mut req: Request, next: Next) -
         .into_response();
         // Read only now, and at most a spec's size, so the audit layer can say what was
         // attempted: the caller is known and its refusals count against its rate limit.
-        let _ = axum::body::to_bytes(req.into_body(), crate::limits::MAX_SENT_KEPT).await;
+        let _ = axum::body::to_bytes(req.into_body(), crate::layers::limits::MAX_SENT_KEPT).await;
         // The audit layer records refusals too, with who was refused.
         resp.extensions_mut().insert(caller);
         return resp;

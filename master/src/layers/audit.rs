@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::auth::{is_mutation, Caller, RateLimiter};
+use crate::layers::auth::{is_mutation, Caller, RateLimiter};
 
 pub const COLLECTION: &str = "audit";
 /// Entries held in memory while MongoDB is unreachable.
@@ -45,7 +45,7 @@ pub const MAX_ATTEMPTED: usize = 512;
 /// every `ATTEMPTED_EVERY`); past that, only the body's size.
 pub const MAX_ATTEMPTED_BURST: u32 = 20;
 pub const ATTEMPTED_EVERY: Duration = Duration::from_secs(60);
-pub use crate::limits::MAX_SENT_KEPT;
+pub use crate::layers::limits::MAX_SENT_KEPT;
 
 /// The id of a changing request: its audit entry's id, and the `request_id` of the spec
 /// version it saved (handlers read it as a request extension).

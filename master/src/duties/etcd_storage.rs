@@ -2,7 +2,7 @@
 //! every `POLL_EVERY`, exports the figures as metrics, keeps the last reading for `/readyz` and
 //! `GET /api/cluster/storage` (the console's banner), and logs once when the database crosses
 //! the warning ratio of its quota or an alarm is raised. It also remembers which revision etcd
-//! had when, for the compactor (`crate::compactor`).
+//! had when, for the compactor (`crate::duties::compactor`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};

@@ -18,7 +18,7 @@ use etcron_common::keys::Keys;
 use etcron_common::metrics::counter_vec;
 use prometheus::IntCounterVec;
 
-use crate::etcd_storage::StorageWatch;
+use crate::duties::etcd_storage::StorageWatch;
 
 /// The shortest history the compactor keeps.
 pub const MIN_RETENTION: Duration = Duration::from_secs(300);

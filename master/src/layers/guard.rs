@@ -12,8 +12,8 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::auth::is_mutation;
 use crate::error::ApiError;
+use crate::layers::auth::is_mutation;
 
 /// What the guard allows.
 #[derive(Debug, Clone, Copy)]
