@@ -148,7 +148,7 @@ pub fn init(component: &str) {
     }
     let info =
         gauge_vec("etcron_build_info", "Component and version of this process (always 1).", &["component", "version"]);
-    info.with_label_values(&[component, crate::VERSION]).set(1);
+    info.with_label_values(&[component, etcron_model::VERSION]).set(1);
     LazyLock::force(&ETCD);
     LazyLock::force(&HTTP_REFUSED);
     LazyLock::force(&HTTP_BODY_DEADLINE);
@@ -179,7 +179,9 @@ mod tests {
         let text = render();
         assert!(text.contains("etcron_etcd_request_duration_seconds_bucket{op=\"txn\",le=\"0.0025\"} 1"), "{text}");
         assert!(text.contains("etcron_etcd_request_errors_total{kind=\"timeout\",op=\"txn\"} 1"), "{text}");
-        assert!(text.contains(&format!("etcron_build_info{{component=\"test\",version=\"{}\"}} 1", crate::VERSION)));
+        assert!(
+            text.contains(&format!("etcron_build_info{{component=\"test\",version=\"{}\"}} 1", etcron_model::VERSION))
+        );
         assert!(text.contains("process_resident_memory_bytes"), "{text}");
     }
 

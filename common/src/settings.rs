@@ -163,7 +163,7 @@ pub fn resolve(input: SharedInput) -> Result<Shared, String> {
         return Err("etcd_endpoints: at least one endpoint is required".to_owned());
     }
     let namespace = input.namespace.0.or(input.namespace.1).unwrap_or_else(|| "/etcron".to_owned());
-    crate::keys::Keys::new(&namespace).map_err(|e| format!("namespace: {e}"))?;
+    etcron_model::keys::Keys::new(&namespace).map_err(|e| format!("namespace: {e}"))?;
     let mongodb_uri =
         input.mongodb_uri.0.or(input.mongodb_uri.1).unwrap_or_else(|| "mongodb://127.0.0.1:27017".to_owned());
     if !(mongodb_uri.starts_with("mongodb://") || mongodb_uri.starts_with("mongodb+srv://")) {

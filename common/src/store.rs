@@ -15,10 +15,10 @@ use mongodb::options::{AggregateOptions, ClientOptions, FindOptions, IndexOption
 use mongodb::{Client, Collection, Database, IndexModel};
 use serde::{Deserialize, Serialize};
 
-use crate::keys::ExecutionId;
-use crate::model::{ExecutionRecord, RunParams, Status, TriggerKind};
-use crate::notify::{Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat};
-use crate::UnixMs;
+use etcron_model::keys::ExecutionId;
+use etcron_model::model::{ExecutionRecord, RunParams, Status, TriggerKind};
+use etcron_model::notify::{Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat};
+use etcron_model::UnixMs;
 
 pub const COLLECTION: &str = "executions";
 /// Notification deliveries, one document per delivery with all its attempts.
@@ -242,7 +242,7 @@ fn date(rfc: Option<&str>) -> Bson {
 
 fn rfc(value: Option<&Bson>) -> Option<String> {
     match value {
-        Some(Bson::DateTime(d)) => Some(crate::rfc3339_ms(d.timestamp_millis())),
+        Some(Bson::DateTime(d)) => Some(etcron_model::rfc3339_ms(d.timestamp_millis())),
         _ => None,
     }
 }
@@ -325,7 +325,7 @@ pub fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
 
 /// What the task reported, as stored: `progress`, `checkpoint` and `resumed_from` as documents
 /// (a value BSON cannot hold is left out).
-fn reports_document(d: &mut RawDocumentBuf, reports: &crate::model::TaskReports) {
+fn reports_document(d: &mut RawDocumentBuf, reports: &etcron_model::model::TaskReports) {
     let fields = [
         ("progress", reports.progress.as_ref().and_then(|p| mongodb::bson::to_bson(p).ok())),
         ("checkpoint", reports.checkpoint.as_ref().and_then(|c| mongodb::bson::to_bson(c).ok())),
@@ -339,9 +339,9 @@ fn reports_document(d: &mut RawDocumentBuf, reports: &crate::model::TaskReports)
 }
 
 /// The reports of a stored record (each as JSON; one that does not read is left out).
-fn reports_of(d: &Document) -> crate::model::TaskReports {
+fn reports_of(d: &Document) -> etcron_model::model::TaskReports {
     let json = |key: &str| d.get(key).map(|b| b.clone().into_relaxed_extjson());
-    crate::model::TaskReports {
+    etcron_model::model::TaskReports {
         progress: json("progress").and_then(|v| serde_json::from_value(v).ok()),
         checkpoint: json("checkpoint"),
         resumed_from: json("resumed_from").and_then(|v| serde_json::from_value(v).ok()),
@@ -388,7 +388,7 @@ fn params_of(d: &Document) -> RunParams {
             Bson::Int32(v) => u32::try_from(*v).ok()?,
             _ => return None,
         };
-        Some(crate::model::BackfillRef { id: b.get_str("id").ok()?.to_owned(), index })
+        Some(etcron_model::model::BackfillRef { id: b.get_str("id").ok()?.to_owned(), index })
     });
     RunParams { env, as_of_ms, backfill }
 }
@@ -1298,17 +1298,17 @@ mod tests {
         assert!(matches!(StoreError::from(missing), StoreError::Unavailable(m) if m.contains("not created yet")));
         assert!(matches!(StoreError::from(command(2, "some other bad value")), StoreError::Failed(_)));
     }
-    use crate::keys::Tick;
+    use etcron_model::keys::Tick;
 
     fn record() -> ExecutionRecord {
         ExecutionRecord {
             id: ExecutionId::new("a", Tick::Scheduled(1_700_000_000_000)),
             job: "a".into(),
             team: Some("payments".into()),
-            scheduled_at: crate::rfc3339_ms(1_700_000_000_000),
+            scheduled_at: etcron_model::rfc3339_ms(1_700_000_000_000),
             scheduled_ms: 1_700_000_000_000,
-            claimed_at: Some(crate::rfc3339_ms(1_700_000_000_004)),
-            started_at: Some(crate::rfc3339_ms(1_700_000_000_005)),
+            claimed_at: Some(etcron_model::rfc3339_ms(1_700_000_000_004)),
+            started_at: Some(etcron_model::rfc3339_ms(1_700_000_000_005)),
             finished_at: None,
             duration_ms: None,
             worker_id: "w1".into(),
@@ -1342,7 +1342,7 @@ mod tests {
             params: RunParams {
                 env: [("DAY".to_owned(), "2026-11-01".to_owned())].into_iter().collect(),
                 as_of_ms: Some(1_793_491_200_000),
-                backfill: Some(crate::model::BackfillRef { id: "19abc0042".to_owned(), index: 7 }),
+                backfill: Some(etcron_model::model::BackfillRef { id: "19abc0042".to_owned(), index: 7 }),
             },
             jitter_ms: Some(12_345),
             reports: Default::default(),
@@ -1389,20 +1389,20 @@ mod tests {
             state: DeliveryState::Delivered,
             attempts: vec![
                 Attempt {
-                    at: crate::rfc3339_ms(1_700_000_000_100),
+                    at: etcron_model::rfc3339_ms(1_700_000_000_100),
                     duration_ms: 12,
                     http_status: Some(500),
                     error: Some("HTTP 500".into()),
                 },
                 Attempt {
-                    at: crate::rfc3339_ms(1_700_000_001_200),
+                    at: etcron_model::rfc3339_ms(1_700_000_001_200),
                     duration_ms: 3,
                     http_status: Some(200),
                     error: None,
                 },
             ],
-            created_at: crate::rfc3339_ms(1_700_000_000_050),
-            finished_at: Some(crate::rfc3339_ms(1_700_000_001_203)),
+            created_at: etcron_model::rfc3339_ms(1_700_000_000_050),
+            finished_at: Some(etcron_model::rfc3339_ms(1_700_000_001_203)),
         };
         let d = notification_document(&n);
         assert!(matches!(d.get("created_at"), Some(Bson::DateTime(_))));

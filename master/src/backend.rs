@@ -3,8 +3,8 @@
 //! module.
 
 use etcd_client::Client;
-use etcron_common::keys::Keys;
 use etcron_common::store::MongoStore;
+use etcron_model::keys::Keys;
 
 use crate::job_store::JobStore;
 

@@ -113,8 +113,8 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<etcron_common::job::SpecError> for ApiError {
-    fn from(e: etcron_common::job::SpecError) -> Self {
+impl From<etcron_model::job::SpecError> for ApiError {
+    fn from(e: etcron_model::job::SpecError) -> Self {
         if e.too_large {
             Self { field: e.field, ..Self::too_large(e.message) }
         } else {

@@ -3,9 +3,9 @@
 use anyhow::Context as _;
 use clap::Parser;
 use etcron_common::etcd::connect;
-use etcron_common::keys::Keys;
 use etcron_master::api::{app, AppState};
 use etcron_master::config::{Cli, Config};
+use etcron_model::keys::Keys;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();

@@ -2,8 +2,8 @@
 //! typed values, each error naming its parameter. The search routes (`executions`, `audit`,
 //! `notifications`) read their queries through it.
 
-use etcron_common::job::validate_name;
 use etcron_common::store::Cursor;
+use etcron_model::job::validate_name;
 
 use crate::error::{store_error, ApiError, ApiResult};
 
@@ -46,7 +46,7 @@ pub fn job(param: &str, value: &str) -> ApiResult<String> {
 
 /// A team name.
 pub fn team(param: &str, value: &str) -> ApiResult<String> {
-    etcron_common::job::validate_team(value).map_err(|e| invalid(param, e))?;
+    etcron_model::job::validate_team(value).map_err(|e| invalid(param, e))?;
     Ok(value.to_owned())
 }
 

@@ -7,8 +7,8 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use etcron_common::etcd::{connect, EtcdConfig};
-use etcron_common::keys::Keys;
 use etcron_master::api::{app, AppState};
+use etcron_model::keys::Keys;
 use tower::ServiceExt;
 
 async fn state() -> AppState {

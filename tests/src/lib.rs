@@ -952,7 +952,7 @@ pub async fn key_history(client: &mut etcd_client::Client, key: &str) -> Result<
 }
 
 pub fn now_ms() -> i64 {
-    etcron_common::now_ms()
+    etcron_model::now_ms()
 }
 
 /// Unix ms of an RFC 3339 timestamp as the API writes it; panics on anything else.
@@ -1000,7 +1000,7 @@ pub fn read_pid(path: &Path) -> Option<i32> {
 }
 
 /// Percent-encodes everything but unreserved characters (for ids in paths and queries).
-pub use etcron_common::percent_encode as urlencode;
+pub use etcron_model::percent_encode as urlencode;
 
 /// One scrape of a Prometheus text endpoint: samples by name with their labels.
 #[derive(Debug, Default)]

@@ -1,9 +1,9 @@
 //! Synthetic execution records for the search tests and the record benchmarks: reproducible,
 //! with realistic shares of statuses, triggers and workers.
 
-use etcron_common::keys::{ExecutionId, Tick};
-use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, WriteMode};
+use etcron_model::keys::{ExecutionId, Tick};
+use etcron_model::model::{ExecutionRecord, Status, TriggerKind};
 
 /// Jobs in the synthetic data; records are one per job per second.
 pub const JOBS: i64 = 500;
@@ -60,11 +60,11 @@ pub fn record_of(i: u64, jobs: i64) -> RecordWrite {
             job,
             // Each job in one of three teams, so team searches have a third of the records.
             team: Some(format!("team-{}", (n % jobs) % 3)),
-            scheduled_at: etcron_common::rfc3339_ms(ms),
+            scheduled_at: etcron_model::rfc3339_ms(ms),
             scheduled_ms: ms,
-            claimed_at: Some(etcron_common::rfc3339_ms(ms + 2)),
-            started_at: Some(etcron_common::rfc3339_ms(ms + 3)),
-            finished_at: Some(etcron_common::rfc3339_ms(ms + 50)),
+            claimed_at: Some(etcron_model::rfc3339_ms(ms + 2)),
+            started_at: Some(etcron_model::rfc3339_ms(ms + 3)),
+            finished_at: Some(etcron_model::rfc3339_ms(ms + 50)),
             duration_ms: Some(47),
             worker_id: format!("w{}", (h >> 43) % 10),
             hostname: "bench".into(),
@@ -81,7 +81,7 @@ pub fn record_of(i: u64, jobs: i64) -> RecordWrite {
             parent: None,
             http_status: None,
             shard: None,
-            params: etcron_common::model::RunParams::default(),
+            params: etcron_model::model::RunParams::default(),
             jitter_ms: None,
             reports: Default::default(),
         },

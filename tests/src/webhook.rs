@@ -175,5 +175,5 @@ async fn read_request(stream: &mut TcpStream) -> Option<Received> {
         }
         body.extend_from_slice(&chunk[..n]);
     }
-    Some(Received { method, path, headers, body, at_ms: etcron_common::now_ms() })
+    Some(Received { method, path, headers, body, at_ms: etcron_model::now_ms() })
 }

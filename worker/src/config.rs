@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use etcron_common::duration::HumanDuration;
+use etcron_model::duration::HumanDuration;
 use serde::Deserialize;
 
 use crate::cluster::identity;
@@ -226,7 +226,7 @@ fn teams(flag: Option<String>, file: Option<Vec<String>>) -> anyhow::Result<Vec<
         bail!("teams: at most {MAX_TEAMS} teams");
     }
     for team in &teams {
-        etcron_common::job::validate_team(team).map_err(|m| anyhow::anyhow!("teams: {m}"))?;
+        etcron_model::job::validate_team(team).map_err(|m| anyhow::anyhow!("teams: {m}"))?;
     }
     teams.sort();
     teams.dedup();
@@ -293,7 +293,7 @@ impl Config {
         .map_err(anyhow::Error::msg)?;
         let explicit_id = cli.worker_id.or(file.worker_id);
         if let Some(id) = &explicit_id {
-            etcron_common::keys::validate_id(id).map_err(|e| anyhow::anyhow!("worker_id: {e}"))?;
+            etcron_model::keys::validate_id(id).map_err(|e| anyhow::anyhow!("worker_id: {e}"))?;
         }
         let (data_dir, worker_id) = data_dir_and_id(cli.data_dir.or(file.data_dir), explicit_id)?;
         let labels = match cli.labels {
@@ -402,7 +402,7 @@ fn graces(kill: Option<HumanDuration>, shutdown: Option<HumanDuration>) -> anyho
 
 /// `max_output`: between 1 KiB and 16 MiB.
 fn max_output(set: Option<usize>) -> anyhow::Result<usize> {
-    let max = set.unwrap_or(etcron_common::output::DEFAULT_MAX_OUTPUT);
+    let max = set.unwrap_or(etcron_model::output::DEFAULT_MAX_OUTPUT);
     if !(1024..=16 * 1024 * 1024).contains(&max) {
         bail!("max_output: must be between 1024 and 16777216 bytes");
     }

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use etcd_client::Client;
 use etcron_common::claim::RetentionLeases;
-use etcron_common::job::JobSpec;
-use etcron_common::keys::{ExecutionId, Keys, KillTarget};
-use etcron_common::model::Pause;
-use etcron_common::UnixMs;
+use etcron_model::job::JobSpec;
+use etcron_model::keys::{ExecutionId, Keys, KillTarget};
+use etcron_model::model::Pause;
+use etcron_model::UnixMs;
 use tokio::sync::watch;
 
 use crate::cluster::membership::Members;
@@ -44,7 +44,7 @@ pub struct Context {
     pub session_deadline: crate::tasks::keeper::SessionDeadline,
     pub retention: RetentionLeases,
     /// Leases of raised alerts' keys and checkpoints: 25 h from their last write
-    /// (`etcron_common::alerts::ALERT_MEMORY`).
+    /// (`etcron_model::alerts::ALERT_MEMORY`).
     pub long_leases: Arc<RetentionLeases>,
     pub registry: Registry,
     /// Group commit of claims and closes.
@@ -396,17 +396,17 @@ fn kill_applies(kill: &KillEntry, id: &ExecutionId, fencing_token: i64) -> bool 
 /// cancel only sets `cancelled`, and the chain's compare on the key's version sees that), so a
 /// read is kept.
 #[derive(Debug, Default)]
-pub struct BackfillCache(Mutex<HashMap<String, Arc<etcron_common::backfill::Backfill>>>);
+pub struct BackfillCache(Mutex<HashMap<String, Arc<etcron_model::backfill::Backfill>>>);
 
 /// Most backfills kept in the cache (cleared when full).
 const BACKFILL_CACHE_MAX: usize = 256;
 
 impl BackfillCache {
-    pub(crate) fn get(&self, key: &str) -> Option<Arc<etcron_common::backfill::Backfill>> {
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<etcron_model::backfill::Backfill>> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
     }
 
-    pub(crate) fn put(&self, key: &str, backfill: Arc<etcron_common::backfill::Backfill>) {
+    pub(crate) fn put(&self, key: &str, backfill: Arc<etcron_model::backfill::Backfill>) {
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if map.len() >= BACKFILL_CACHE_MAX {
             map.clear();

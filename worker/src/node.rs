@@ -11,10 +11,10 @@ use anyhow::Context as _;
 use etcd_client::PutOptions;
 use etcron_common::claim::{RetentionLeases, MIN_RETENTION, RETENTION_REUSE};
 use etcron_common::etcd::request;
-use etcron_common::keys::{Key, Keys};
-use etcron_common::model::WorkerInfo;
 use etcron_common::session::Session;
 use etcron_common::store::MongoStore;
+use etcron_model::keys::{Key, Keys};
+use etcron_model::model::WorkerInfo;
 use tokio::sync::{mpsc, watch};
 
 use crate::cluster::membership::Members;
@@ -118,7 +118,7 @@ async fn build(
         retention: RetentionLeases::new(client.clone(), MIN_RETENTION, RETENTION_REUSE),
         long_leases: Arc::new(RetentionLeases::new(
             client.clone(),
-            etcron_common::alerts::ALERT_MEMORY,
+            etcron_model::alerts::ALERT_MEMORY,
             std::time::Duration::from_secs(300),
         )),
         registry: Registry::default(),
@@ -341,7 +341,7 @@ async fn supervise_session(
     lease_tx: watch::Sender<Option<i64>>,
     mut stop: watch::Receiver<bool>,
 ) -> Option<Session> {
-    let started_at = etcron_common::rfc3339_ms(etcron_common::now_ms());
+    let started_at = etcron_model::rfc3339_ms(etcron_model::now_ms());
     let mut backoff = Duration::from_millis(200);
     loop {
         let session = loop {
@@ -381,7 +381,7 @@ async fn supervise_session(
             return Some(session);
         }
         // What the registration says: the running count and the oldest unsettled tick.
-        let mut published: Option<(u32, Option<etcron_common::UnixMs>)> = None;
+        let mut published: Option<(u32, Option<etcron_model::UnixMs>)> = None;
         let running = ctx.registry.watch_count();
         let mut refresh = tokio::time::interval(REGISTRATION_REFRESH);
         loop {
@@ -512,7 +512,7 @@ fn random_token() -> String {
 async fn register(
     ctx: &Context,
     lease: i64,
-    (running, unsettled_from_ms): (u32, Option<etcron_common::UnixMs>),
+    (running, unsettled_from_ms): (u32, Option<etcron_model::UnixMs>),
     started_at: &str,
 ) -> Option<i64> {
     let info = WorkerInfo {
@@ -527,7 +527,7 @@ async fn register(
         task_user: Some(ctx.config.task_identity.describe()),
         capacity: ctx.config.capacity,
         running,
-        version: etcron_common::VERSION.to_owned(),
+        version: etcron_model::VERSION.to_owned(),
         started_at: started_at.to_owned(),
         output_url: ctx.output_endpoint.as_ref().map(|e| e.url.clone()),
         output_token: ctx.output_endpoint.as_ref().map(|e| e.token.clone()),
@@ -575,7 +575,7 @@ fn apply_kill(ctx: &Context, kv: crate::cluster::watcher::Kv) {
         );
         return;
     };
-    match serde_json::from_slice::<etcron_common::model::KillCommand>(&kv.value) {
+    match serde_json::from_slice::<etcron_model::model::KillCommand>(&kv.value) {
         Ok(command) => ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision, command.reason),
         Err(e) => tracing::error!(
             key,

@@ -5,10 +5,10 @@
 //! final.
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use etcron_common::job::{JobSpec, OnWorkerLoss};
-use etcron_common::keys::{ExecutionId, Keys, Part, Tick};
-use etcron_common::model::{RunParams, SpecVersion, Status, TriggerKind, TriggerRequest};
-use etcron_common::{rfc3339_ms, UnixMs};
+use etcron_model::job::{JobSpec, OnWorkerLoss};
+use etcron_model::keys::{ExecutionId, Keys, Part, Tick};
+use etcron_model::model::{RunParams, SpecVersion, Status, TriggerKind, TriggerRequest};
+use etcron_model::{rfc3339_ms, UnixMs};
 
 use crate::metrics::METRICS;
 use crate::timing::fire::{to_json, Fire};
@@ -91,7 +91,7 @@ fn disable_one_shot(keys: &Keys, fire: &Fire) -> TxnOp {
     let version = SpecVersion {
         spec: serde_json::to_value(disabled.redacted()).unwrap_or_default(),
         by: "etcron".to_owned(),
-        at_ms: etcron_common::now_ms(),
+        at_ms: etcron_model::now_ms(),
         via: format!("disabled after the one-shot run {}", fire.id),
         request_id: None,
         restored: None,
@@ -183,7 +183,7 @@ pub(crate) fn after_loss(
 }
 
 /// The dependents the team rule lets `parent` (an execution of `spec`) trigger
-/// ([`etcron_common::dependency::may_trigger`]); each one it does not is logged, counted
+/// ([`etcron_model::dependency::may_trigger`]); each one it does not is logged, counted
 /// (`etcron_worker_dependencies_refused_total`) and noted in the record with why.
 fn allowed_dependents(
     parent: &ExecutionId,
@@ -196,7 +196,7 @@ fn allowed_dependents(
     for child in dependents {
         let team = team_of(child);
         let team = team.as_ref().map(Option::as_deref);
-        match etcron_common::dependency::may_trigger(spec.team.as_deref(), child, team, &spec.dependency_teams) {
+        match etcron_model::dependency::may_trigger(spec.team.as_deref(), child, team, &spec.dependency_teams) {
             Ok(()) => allowed.push(child.clone()),
             Err(why) => {
                 tracing::warn!(parent = %parent, dependent = %child, %why, "dependency not triggered: it crosses teams");

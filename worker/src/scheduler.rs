@@ -6,11 +6,11 @@ use etcron_common::hash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcron_common::job::{Concurrency, JobSpec, Mode};
-use etcron_common::keys::{Key, Part};
-use etcron_common::model::{halt, Pause, TriggerKind, TriggerRequest};
-use etcron_common::schedule::{Schedule, ScheduleCache};
-use etcron_common::{now_ms, UnixMs};
+use etcron_model::job::{Concurrency, JobSpec, Mode};
+use etcron_model::keys::{Key, Part};
+use etcron_model::model::{halt, Pause, TriggerKind, TriggerRequest};
+use etcron_model::schedule::{Schedule, ScheduleCache};
+use etcron_model::{now_ms, UnixMs};
 use tokio::sync::{mpsc, watch};
 
 use crate::cluster::watcher::{Kv, Update};
@@ -359,7 +359,7 @@ impl Scheduler {
                 entry.spec = Arc::new(spec);
                 let timing_since_ms = match self.ctx.jobs.get(&name) {
                     Some(old) if timing_same => old.timing_since_ms,
-                    _ => etcron_common::now_ms(),
+                    _ => etcron_model::now_ms(),
                 };
                 let job = JobRef { spec: entry.spec.clone(), mod_revision: kv.mod_revision, timing_since_ms };
                 self.ctx.jobs.set(&name, Some(job));
@@ -380,7 +380,7 @@ impl Scheduler {
                 // Seen appear while this worker ran: its timing starts now. In the first listing
                 // of a worker that just started: unknown (the sweeps ask etcd when it was made).
                 let timing_since_ms =
-                    if self.ctx.jobs.loaded() { etcron_common::now_ms() } else { crate::context::TIMING_UNKNOWN };
+                    if self.ctx.jobs.loaded() { etcron_model::now_ms() } else { crate::context::TIMING_UNKNOWN };
                 let job = JobRef { spec: spec.clone(), mod_revision: kv.mod_revision, timing_since_ms };
                 self.ctx.jobs.set(&name, Some(job));
                 self.jobs

@@ -27,11 +27,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser as _;
-use etcron_common::keys::{ExecutionId, Key, Keys};
-use etcron_common::model::{Claim, ClaimState, Status};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::task::Group;
-use etcron_common::UnixMs;
+use etcron_model::keys::{ExecutionId, Key, Keys};
+use etcron_model::model::{Claim, ClaimState, Status};
+use etcron_model::UnixMs;
 use etcron_sim::rng::Rng;
 use etcron_sim::server::{Call, Fault, ModelEtcd};
 use etcron_worker::config::{Cli, Config};
@@ -302,7 +302,7 @@ async fn put_jobs(etcd: &ModelEtcd, keys: &Keys) {
             "task": {"kind": "shell", "command": "true"},
         });
         // As the master makes a job: with its catch-up state starting now.
-        let (name, state) = (format!("job{j}"), etcron_common::model::JobState { last_tick_ms: simulated_now() });
+        let (name, state) = (format!("job{j}"), etcron_model::model::JobState { last_tick_ms: simulated_now() });
         kv.put(keys.job(&name), spec.to_string(), None).await.expect("the model takes the job");
         kv.put(keys.state(&name), state.to_bytes(), None).await.expect("the model takes the job state");
     }
@@ -747,7 +747,7 @@ const NO_KEEPERS: u32 = 1 << 31;
 /// a replay, then each hole.
 #[test]
 fn the_workers_own_fire_path_keeps_exactly_once_over_the_model_etcd() {
-    etcron_common::simulate_clock(simulated_now);
+    etcron_model::simulate_clock(simulated_now);
     // A readable trace of one seed: the workers' log lines and the faults, on simulated time.
     if let Ok(filter) = std::env::var("ETCRON_SIM_TRACE") {
         tracing_subscriber::fmt()
@@ -789,8 +789,8 @@ fn the_workers_own_fire_path_keeps_exactly_once_over_the_model_etcd() {
 /// The checks that read etcd's history and the records fail on what they exist to catch.
 #[test]
 fn the_order_checks_catch_a_queue_jumped_and_a_token_that_did_not_grow() {
-    use etcron_common::keys::Tick;
-    use etcron_common::model::{ExecutionRecord, TriggerKind};
+    use etcron_model::keys::Tick;
+    use etcron_model::model::{ExecutionRecord, TriggerKind};
     use etcron_sim::server::{Change, ChangeKind};
     let change = |revision, kind, key: &str| Change {
         kind,

@@ -12,15 +12,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
-use etcron_common::backfill::{
+use etcron_model::backfill::{
     select, Backfill, BackfillRequest, Cancelled, Excluded, Range, TickRecords, MAX_BACKFILLS_PER_JOB,
     MAX_BACKFILL_SCAN,
 };
-use etcron_common::calendar::Calendar;
-use etcron_common::job::{JobSpec, Mode};
-use etcron_common::keys::{Key, Tick};
-use etcron_common::model::Status;
-use etcron_common::{now_ms, rfc3339_ms, UnixMs};
+use etcron_model::calendar::Calendar;
+use etcron_model::job::{JobSpec, Mode};
+use etcron_model::keys::{Key, Tick};
+use etcron_model::model::Status;
+use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -64,8 +64,8 @@ struct BackfillView {
     job: String,
     from: String,
     to: String,
-    which: etcron_common::backfill::Which,
-    overlap: etcron_common::backfill::Overlap,
+    which: etcron_model::backfill::Which,
+    overlap: etcron_model::backfill::Overlap,
     max_parallel: u32,
     /// `running` until every item has a final record, then `done`; `cancelled` once cancelled.
     state: &'static str,
@@ -143,7 +143,7 @@ async fn statuses_of(st: &AppState, job: &str, backfills: &[&Backfill]) -> ApiRe
 
 /// A backfill's id from the path: 400 naming `id` when malformed.
 fn backfill_id(id: &str) -> ApiResult<()> {
-    etcron_common::keys::validate_id(id).map_err(|e| ApiError::bad_request(Some("id".to_owned()), e))
+    etcron_model::keys::validate_id(id).map_err(|e| ApiError::bad_request(Some("id".to_owned()), e))
 }
 
 /// Every backfill of `job`, oldest first.
@@ -284,7 +284,7 @@ pub(super) async fn create(
                 "the range selects {} ticks, more than max_runs ({}): narrow the range or raise max_runs (at most {})",
                 items.len(),
                 range.max_runs,
-                etcron_common::backfill::MAX_BACKFILL_RUNS
+                etcron_model::backfill::MAX_BACKFILL_RUNS
             ),
         ));
     }

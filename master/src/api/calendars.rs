@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use etcd_client::{GetOptions, PutOptions};
-use etcron_common::calendar::Calendar;
-use etcron_common::keys::Key;
+use etcron_model::calendar::Calendar;
+use etcron_model::keys::Key;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -27,7 +27,7 @@ pub(super) struct CalendarView {
 }
 
 fn calendar_name(name: &str) -> ApiResult<()> {
-    etcron_common::keys::validate_job_name(name)
+    etcron_model::keys::validate_job_name(name)
         .map_err(|e| ApiError::bad_request(Some("name".to_owned()), e.replace("job name", "calendar name")))
 }
 

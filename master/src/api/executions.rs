@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use etcron_common::job::validate_name;
-use etcron_common::keys::ExecutionId;
-use etcron_common::model::ExecutionRecord;
-use etcron_common::model::{Status, TriggerKind};
 use etcron_common::store::{Search, DEFAULT_LIMIT, MAX_LIMIT};
-use etcron_common::{now_ms, rfc3339_ms};
+use etcron_model::job::validate_name;
+use etcron_model::keys::ExecutionId;
+use etcron_model::model::ExecutionRecord;
+use etcron_model::model::{Status, TriggerKind};
+use etcron_model::{now_ms, rfc3339_ms};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -41,7 +41,7 @@ pub fn parse_search(query: &str) -> ApiResult<Search> {
                 }
             }
             "worker" => {
-                etcron_common::keys::validate_id(value).map_err(|e| query::invalid(key, e))?;
+                etcron_model::keys::validate_id(value).map_err(|e| query::invalid(key, e))?;
                 s.worker = Some(value.to_owned());
             }
             "trigger" => {
@@ -93,7 +93,7 @@ pub(super) async fn search_executions(
 
 /// Records as lists show them: without the output and checkpoints (they can be large; `GET
 /// /api/executions/{id}` has them).
-pub(super) fn listed(records: &[etcron_common::model::ExecutionRecord]) -> Vec<Value> {
+pub(super) fn listed(records: &[etcron_model::model::ExecutionRecord]) -> Vec<Value> {
     records
         .iter()
         .map(|r| {

@@ -8,10 +8,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use etcd_client::GetOptions;
-use etcron_common::diff::diff;
-use etcron_common::job::JobSpec;
-use etcron_common::model::SpecVersion;
-use etcron_common::rfc3339_ms;
+use etcron_model::diff::diff;
+use etcron_model::job::JobSpec;
+use etcron_model::model::SpecVersion;
+use etcron_model::rfc3339_ms;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 

@@ -6,7 +6,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use etcron_common::job::validate_name;
+use etcron_model::job::validate_name;
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -90,11 +90,11 @@ pub(super) fn object_body(
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    let value = etcron_common::json::from_slice_unique(body).map_err(|e| match e {
-        etcron_common::json::ParseError::Duplicate { path } => {
+    let value = etcron_model::json::from_slice_unique(body).map_err(|e| match e {
+        etcron_model::json::ParseError::Duplicate { path } => {
             ApiError::bad_request(Some(path.clone()), format!("{path} is given twice"))
         }
-        etcron_common::json::ParseError::Syntax(e) => ApiError::bad_request(None, format!("body is not JSON: {e}")),
+        etcron_model::json::ParseError::Syntax(e) => ApiError::bad_request(None, format!("body is not JSON: {e}")),
     })?;
     let serde_json::Value::Object(map) = value else {
         return Err(ApiError::bad_request(None, format!("the body is a JSON object: {shape}, or empty")));
@@ -109,7 +109,7 @@ pub(super) fn object_body(
 }
 
 /// An RFC 3339 instant in a body's `field`, `None` when absent or null.
-pub(super) fn instant(field: &str, value: Option<&serde_json::Value>) -> ApiResult<Option<etcron_common::UnixMs>> {
+pub(super) fn instant(field: &str, value: Option<&serde_json::Value>) -> ApiResult<Option<etcron_model::UnixMs>> {
     let invalid = |message: String| ApiError::bad_request(Some(field.to_owned()), message);
     let text = match value {
         None | Some(serde_json::Value::Null) => return Ok(None),

@@ -3,10 +3,10 @@
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
-use etcron_common::alerts::parse_stale_occurrence;
-use etcron_common::keys::ExecutionId;
-use etcron_common::notify::NotifyEvent;
 use etcron_common::store::{NotificationSearch, DEFAULT_LIMIT, MAX_LIMIT};
+use etcron_model::alerts::parse_stale_occurrence;
+use etcron_model::keys::ExecutionId;
+use etcron_model::notify::NotifyEvent;
 use serde_json::{json, Value};
 
 use crate::backend::AppState;

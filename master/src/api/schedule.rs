@@ -1,10 +1,10 @@
 //! `GET /api/schedule/preview`: the next fire times of a schedule, as workers compute them.
 
 use axum::Json;
-use etcron_common::duration::HumanDuration;
-use etcron_common::job::{check_jitter, schedule_of, Window, MAX_JITTER};
-use etcron_common::schedule::{format_in, Schedule, ScheduleError, MAX_AT_MS};
-use etcron_common::{now_ms, rfc3339_ms, UnixMs};
+use etcron_model::duration::HumanDuration;
+use etcron_model::job::{check_jitter, schedule_of, Window, MAX_JITTER};
+use etcron_model::schedule::{format_in, Schedule, ScheduleError, MAX_AT_MS};
+use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 use serde_json::{json, Value};
 
 use crate::backend::AppState;
@@ -13,8 +13,8 @@ use crate::error::ApiError;
 use crate::error::ApiResult;
 use crate::query::{self, Params};
 use axum::extract::State;
-use etcron_common::calendar::Calendar;
-use etcron_common::schedule::Tz;
+use etcron_model::calendar::Calendar;
+use etcron_model::schedule::Tz;
 
 /// Most fire times a preview returns.
 pub const MAX_PREVIEW: usize = 100;
@@ -99,7 +99,7 @@ async fn skipped_by(st: &AppState, calendars: &[String], next_ms: &[UnixMs], tz:
 
 fn preview_jitter(text: &str) -> ApiResult<i64> {
     let why = format!("jitter must be a duration more than 0 and at most {}, e.g. 30s", HumanDuration(MAX_JITTER));
-    let jitter = etcron_common::duration::parse(text).map_err(|e| query::invalid("jitter", format!("{why} ({e})")))?;
+    let jitter = etcron_model::duration::parse(text).map_err(|e| query::invalid("jitter", format!("{why} ({e})")))?;
     if jitter.is_zero() || jitter > MAX_JITTER {
         return Err(query::invalid("jitter", why));
     }

@@ -32,8 +32,8 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use etcd_client::{Txn, TxnOp, TxnOpResponse};
-use etcron_common::keys::ExecutionId;
-use etcron_common::model::{Claim, ClaimState, ExecutionRecord, RunningExecution, Status, TriggerRequest, WorkerInfo};
+use etcron_model::keys::ExecutionId;
+use etcron_model::model::{Claim, ClaimState, ExecutionRecord, RunningExecution, Status, TriggerRequest, WorkerInfo};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -214,10 +214,10 @@ pub(crate) async fn running_of_job(st: &AppState, job: &str) -> ApiResult<std::c
         let TxnOpResponse::Get(get) = r else { continue };
         for kv in get.kvs() {
             match st.keys.parse(kv.key()) {
-                Some(etcron_common::keys::Key::Running(id)) => {
+                Some(etcron_model::keys::Key::Running(id)) => {
                     running.insert(id);
                 }
-                Some(etcron_common::keys::Key::Claim(id)) => {
+                Some(etcron_model::keys::Key::Claim(id)) => {
                     let taken = serde_json::from_slice::<Claim>(kv.value())
                         .is_ok_and(|c| c.state() == ClaimState::Running && kv.version() == 1);
                     if taken {
@@ -249,7 +249,7 @@ async fn coming(st: &AppState, id: &ExecutionId) -> ApiResult<bool> {
     }
     Ok(gets.next().is_some_and(|triggers| {
         triggers.kvs().iter().any(|kv| {
-            let (Some(etcron_common::keys::Key::Trigger { job, request_id }), Ok(request)) =
+            let (Some(etcron_model::keys::Key::Trigger { job, request_id }), Ok(request)) =
                 (st.keys.parse(kv.key()), serde_json::from_slice::<TriggerRequest>(kv.value()))
             else {
                 return false;
@@ -414,14 +414,14 @@ async fn live(st: &AppState, id: &ExecutionId, running: &RunningExecution, clien
 /// that read nothing; the rest for one that resumes with `?after=N` after the run ended), then
 /// the record.
 async fn finish(client: &mut Client, record: ExecutionRecord) -> Result<(), Closed> {
-    for piece in etcron_common::output::rendered_from(&record.output, record.output_truncated, client.at) {
+    for piece in etcron_model::output::rendered_from(&record.output, record.output_truncated, client.at) {
         let event = match piece {
-            etcron_common::output::Piece::Bytes(text) => {
+            etcron_model::output::Piece::Bytes(text) => {
                 client.at += text.len() as u64;
                 let text = String::from_utf8_lossy(&text);
                 Event::default().event("output").data(json!({ "text": text }).to_string())
             }
-            etcron_common::output::Piece::Gap(n) => {
+            etcron_model::output::Piece::Gap(n) => {
                 client.at += n;
                 Event::default().event("gap").data(json!({ "skipped_bytes": n }).to_string())
             }
@@ -468,7 +468,7 @@ fn advertised_shape(url: &str) -> bool {
 /// second (the API then shows the record without it).
 pub(crate) async fn reports_of(st: &AppState, worker_id: &str, id: &ExecutionId) -> Option<Value> {
     let (url, token) = worker_endpoint(st, worker_id).await?;
-    let target = format!("{url}/executions/{}/progress", etcron_common::percent_encode(&id.to_string()));
+    let target = format!("{url}/executions/{}/progress", etcron_model::percent_encode(&id.to_string()));
     let ask = HTTP.get(&target).bearer_auth(token).timeout(REPORTS_WAIT).send();
     let resp = ask.await.ok().filter(|r| r.status().is_success())?;
     resp.json::<Value>().await.ok().filter(Value::is_object)

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use etcron_common::etcd::request;
-use etcron_common::keys::Keys;
 use etcron_common::metrics::counter_vec;
+use etcron_model::keys::Keys;
 use prometheus::IntCounterVec;
 
 use crate::duties::etcd_storage::StorageWatch;

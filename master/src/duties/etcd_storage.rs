@@ -199,7 +199,7 @@ async fn read(client: &Client, settings: StorageSettings) -> Result<Storage, Str
         revision: status.header().map_or(0, etcd_client::ResponseHeader::revision),
         warning: warning(status.db_size(), quota, &alarms, settings.warn_ratio),
         alarms,
-        checked_at: etcron_common::rfc3339_ms(etcron_common::now_ms()),
+        checked_at: etcron_model::rfc3339_ms(etcron_model::now_ms()),
     })
 }
 

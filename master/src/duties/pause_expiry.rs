@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcron_common::etcd::request;
-use etcron_common::keys::{Key, Keys};
 use etcron_common::metrics::counter;
-use etcron_common::model::Pause;
-use etcron_common::now_ms;
+use etcron_model::keys::{Key, Keys};
+use etcron_model::model::Pause;
+use etcron_model::now_ms;
 use prometheus::IntCounter;
 
 /// How often the pauses are looked at: a pause ends within about this of its `until`.

@@ -6,12 +6,12 @@
 //! dependency must name an existing job (or one the same batch saves); a caller with a global
 //! role sees every job, so for it a missing dependent leaks nothing and is allowed (it may be
 //! created later). The teams checked are recorded in the saved spec (`dependency_teams`), which
-//! is what workers hold a trigger to (`etcron_common::dependency::may_trigger`). Cycles are
+//! is what workers hold a trigger to (`etcron_model::dependency::may_trigger`). Cycles are
 //! reported without the names of jobs the caller does not see.
 
 use std::collections::BTreeMap;
 
-use etcron_common::job::JobSpec;
+use etcron_model::job::JobSpec;
 
 use super::{Change, Snapshot, Write};
 use crate::access::{team_of, Role, Scope};

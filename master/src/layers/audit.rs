@@ -18,7 +18,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use etcron_common::store::{Cursor, MongoStore, StoreError};
-use etcron_common::{now_ms, rfc3339_ms, UnixMs};
+use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 use futures::TryStreamExt;
 use mongodb::bson::{self, doc, Bson, DateTime as BsonDate, Document};
 use mongodb::options::{FindOptions, IndexOptions};
@@ -206,7 +206,7 @@ pub fn action_of(method: &str, path: &str) -> (String, Option<String>) {
 }
 
 /// `text` cut to at most `max` bytes (on a character boundary), marked with `…` when cut.
-pub use etcron_common::output::clipped as bounded;
+pub use etcron_model::output::clipped as bounded;
 
 /// Sends entries to the writer task.
 #[derive(Clone)]
@@ -421,9 +421,9 @@ fn from_document(d: &Document) -> Option<AuditEntry> {
 
 /// A stored spec as the audit log keeps it (secrets withheld).
 pub(crate) fn audited(value: &[u8]) -> Option<Value> {
-    match etcron_common::job::JobSpec::from_json(value) {
+    match etcron_model::job::JobSpec::from_json(value) {
         Ok(spec) => serde_json::to_value(spec.redacted()).ok(),
-        Err(_) => serde_json::from_slice(value).ok().map(etcron_common::job::redacted_json),
+        Err(_) => serde_json::from_slice(value).ok().map(etcron_model::job::redacted_json),
     }
 }
 

@@ -334,7 +334,7 @@ impl Faults {
         // The shaped jobs' ticks, as every worker computes them, are checked like the bursts'.
         let mut one_by_one = self.bursts.clone();
         for (job, spec) in shaped.iter().chain([(BACKFILL_JOB.to_owned(), backfills.spec.clone())].iter()) {
-            let schedule = etcron_common::job::JobSpec::from_value(spec.clone())?.parsed_schedule(job)?;
+            let schedule = etcron_model::job::JobSpec::from_value(spec.clone())?.parsed_schedule(job)?;
             let ticks = schedule.upcoming(start_ms, 10_000).into_iter().take_while(|t| *t <= end_ms - 1000);
             one_by_one.extend(ticks.map(|t| (job.clone(), t)));
         }
@@ -535,7 +535,7 @@ async fn burst(
     let tick = (now_ms() / 1000 + 4) * 1000;
     let n = bursts.len();
     println!("{at:7.1}s  {BURST_JOBS} one-shot jobs due at {tick}");
-    let at = etcron_common::rfc3339_ms(tick);
+    let at = etcron_model::rfc3339_ms(tick);
     for k in 0..BURST_JOBS {
         let job = format!("burst-{n:05}-{k:03}");
         let spec = json!({"schedule": format!("@at {at}"), "task": {"kind": "shell", "command": record_command(file)}});
@@ -713,7 +713,7 @@ impl Backfills {
         self.next_at = Instant::now() + BACKFILL_EVERY;
         self.rounds += 1;
         let to_ms = now_ms() - 2_000;
-        let body = json!({"from": etcron_common::rfc3339_ms(self.from_ms), "to": etcron_common::rfc3339_ms(to_ms),
+        let body = json!({"from": etcron_model::rfc3339_ms(self.from_ms), "to": etcron_model::rfc3339_ms(to_ms),
                           "which": "missing", "overlap": "parallel", "max_parallel": 3, "max_runs": 500});
         let post = |i: usize| {
             let request = http.post(format!("{}/api/jobs/{BACKFILL_JOB}/backfill", sys.url(i))).json(&body).send();
@@ -832,7 +832,7 @@ async fn fault_costs(
         for job in jobs {
             let search = Search {
                 job: Some(job.clone()),
-                statuses: vec![etcron_common::model::Status::Missed],
+                statuses: vec![etcron_model::model::Status::Missed],
                 since_ms: Some(from),
                 until_ms: Some(to + 5_000),
                 limit: etcron_common::store::MAX_LIMIT,
@@ -877,8 +877,8 @@ async fn check(
         .collect();
     let ran: BTreeSet<(String, i64)> = fired.iter().map(|f| (f.job.clone(), f.scheduled_ms)).collect();
     // Every record of the window (and a margin for late catch-up runs), all pages.
-    let mut records: BTreeMap<String, etcron_common::model::Status> = BTreeMap::new();
-    let mut by_tick: BTreeMap<(String, i64), Vec<etcron_common::model::Status>> = BTreeMap::new();
+    let mut records: BTreeMap<String, etcron_model::model::Status> = BTreeMap::new();
+    let mut by_tick: BTreeMap<(String, i64), Vec<etcron_model::model::Status>> = BTreeMap::new();
     let burst_jobs: BTreeSet<&String> = bursts.iter().map(|(j, _)| j).collect();
     for job in jobs.iter().chain(burst_jobs) {
         let mut search = Search {
@@ -905,7 +905,7 @@ async fn check(
             }
         }
     }
-    use etcron_common::model::Status;
+    use etcron_model::model::Status;
     let (mut ran_n, mut missed, mut lost, mut skipped, mut unaccounted) = (0, 0, 0, 0, Vec::new());
     let every_second = jobs.iter().flat_map(|job| due.iter().map(move |&t| (job.clone(), t)));
     for tick in every_second.chain(bursts.iter().cloned()) {

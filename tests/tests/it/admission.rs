@@ -48,7 +48,7 @@ async fn until_claiming(urls: &[String], since: &[Scrape], what: &str) -> anyhow
 
 /// The lease each worker's registration is attached to.
 async fn registration_leases(c: &Cluster) -> anyhow::Result<Vec<i64>> {
-    let keys = etcron_common::keys::Keys::new(&c.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let keys = etcron_model::keys::Keys::new(&c.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut client = c.etcd.client().await?;
     let mut leases = Vec::new();
     for w in &c.workers {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Result;
-use etcron_common::keys::Keys;
+use etcron_model::keys::Keys;
 use etcron_tests::webhook::{Received, Receiver};
 use etcron_tests::{free_port, ms, now_ms, scrape, urlencode, wait_for, Cluster, WorkerOpts};
 use reqwest::Method;

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use etcd_client::GetOptions;
-use etcron_common::dependency::DependencyGraph;
-use etcron_common::keys::{Key, Keys};
+use etcron_model::dependency::DependencyGraph;
+use etcron_model::keys::{Key, Keys};
 use etcron_tests::{wait_for, Cluster, Master};
 use reqwest::Method;
 use serde_json::{json, Value};

@@ -27,7 +27,7 @@ async fn jobs_due_at_one_instant_each_run_once_with_batched_claims_and_closes() 
     let file = c.path("fired");
     // Far enough ahead for every job to reach every worker first.
     let at_ms = (now_ms() / 1000 + 20) * 1000;
-    let at = etcron_common::rfc3339_ms(at_ms);
+    let at = etcron_model::rfc3339_ms(at_ms);
     let jobs: Vec<String> = (0..JOBS).map(|i| format!("burst-{i:03}")).collect();
     for job in &jobs {
         c.put_job(
@@ -87,7 +87,7 @@ async fn a_worker_takes_a_slot_when_a_won_run_starts_and_a_run_without_one_is_mi
     c.add_worker(opts)?;
     c.wait_workers(1).await?;
     let at_ms = (now_ms() / 1000 + 8) * 1000;
-    let at = etcron_common::rfc3339_ms(at_ms);
+    let at = etcron_model::rfc3339_ms(at_ms);
     for i in 0..3 {
         let spec = json!({"schedule": format!("@at {at}"), "start_deadline": "1s", "task": {"kind": "shell", "command": "sleep 3"}});
         c.put_job(&format!("slot-{i}"), spec).await?;

@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcron_common::keys::Keys;
+use etcron_model::keys::Keys;
 use etcron_tests::{bin, wait_for, Cluster};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -1510,7 +1510,7 @@ async fn backfill_runs_the_recorded_ticks_again() -> anyhow::Result<()> {
     // The schedule starts a few seconds ahead, on an even second, so that it has no tick before
     // the job existed (the range below starts 2 minutes back) and every tick of it has a record.
     let first_ms = (etcron_tests::now_ms() / 2000 + 3) * 2000;
-    let spec = json!({"schedule": "*/2 * * * * *", "active_from": etcron_common::rfc3339_ms(first_ms),
+    let spec = json!({"schedule": "*/2 * * * * *", "active_from": etcron_model::rfc3339_ms(first_ms),
         "task": {"kind": "shell", "command": "true"}});
     c.put_job("ticks", spec).await?;
     c.wait_executions("job=ticks&status=succeeded", "3 ticks to run", |l| l.len() >= 3).await?;
@@ -1538,7 +1538,7 @@ async fn backfill_runs_the_recorded_ticks_again() -> anyhow::Result<()> {
     let expected: Vec<(String, String)> = recorded.iter().map(|(t, at)| (at.clone(), format!("ticks@{t}#2"))).collect();
 
     // The dry run: the AT and EXECUTION of each tick the records name, nothing left out.
-    let (from, to) = (etcron_common::rfc3339_ms(from_ms), etcron_common::rfc3339_ms(to_ms));
+    let (from, to) = (etcron_model::rfc3339_ms(from_ms), etcron_model::rfc3339_ms(to_ms));
     let range = ["jobs", "backfill", "ticks", "--from", from.as_str(), "--to", to.as_str(), "--which", "all"];
     let out = ctl(&c, &[&range[..], &["--dry-run"]].concat()).await.ok();
     let mut lines = out.stdout.lines();

@@ -246,7 +246,7 @@ async fn a_zombie_worker_kills_its_task_and_holds_a_lower_fencing_token_than_the
     assert_eq!(record2["trigger"], "failover");
     // Attempt 1's claim outlived the zombie's session: written when won, rewritten `lost`, never
     // deleted, so no worker could have won attempt 1 again in between.
-    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let keys = etcron_model::keys::Keys::new(&c.namespace)?;
     let claim_key = keys.claim(&first_id.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?);
     let history = key_history(&mut c.etcd.client().await?, &claim_key).await?;
     assert!(history.len() >= 2 && history.iter().all(|(deleted, _)| !deleted), "{claim_key}: {history:?}");
@@ -382,14 +382,14 @@ async fn a_task_that_finished_while_etcd_was_out_of_reach_is_closed_late_and_not
 
 /// The value and create revision of each claim of `job` in etcd, by execution id.
 async fn claims_of(c: &Cluster, job: &str) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
-    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let keys = etcron_model::keys::Keys::new(&c.namespace)?;
     let opts = etcd_client::GetOptions::new().with_prefix();
     let resp = c.etcd.client().await?.get(keys.job_claims_prefix(job), Some(opts)).await?;
     Ok(resp
         .kvs()
         .iter()
         .filter_map(|kv| match keys.parse(kv.key()) {
-            Some(etcron_common::keys::Key::Claim(id)) => {
+            Some(etcron_model::keys::Key::Claim(id)) => {
                 Some((id.to_string(), serde_json::from_slice(kv.value()).unwrap_or_default()))
             }
             _ => None,

@@ -94,7 +94,7 @@ async fn every_save_is_kept_diffed_and_rolled_back_once() -> anyhow::Result<()> 
     assert_eq!(won["spec"]["task"]["command"], expected_command);
     // The withheld secret was kept from the stored spec.
     let mut etcd = c.etcd.client().await?;
-    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let keys = etcron_model::keys::Keys::new(&c.namespace)?;
     let stored = etcd.get(keys.job("db"), None).await?.kvs()[0].value().to_vec();
     assert!(String::from_utf8(stored)?.contains("hunter2"), "the rollback kept the stored secret");
     // Refusals name the field; a stale If-Match is a conflict.
@@ -185,7 +185,7 @@ async fn saved_versions_are_kept_within_their_bytes_per_job() -> anyhow::Result<
 
     // Pruning follows each save: wait until etcd holds no more than the setting.
     let mut etcd = c.etcd.client().await?;
-    let prefix = etcron_common::keys::Keys::new(&c.namespace)?.history_of("big");
+    let prefix = etcron_model::keys::Keys::new(&c.namespace)?.history_of("big");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let versions = loop {
         let versions = stored_versions(&mut etcd, &prefix).await?;

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use etcd_client::GetOptions;
-use etcron_common::dependency::DependencyGraph;
-use etcron_common::keys::{ExecutionId, Keys, Tick};
-use etcron_common::model::{JobState, TriggerRequest};
+use etcron_model::dependency::DependencyGraph;
+use etcron_model::keys::{ExecutionId, Keys, Tick};
+use etcron_model::model::{JobState, TriggerRequest};
 use etcron_tests::{now_ms, Cluster, Master, Sig, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -104,7 +104,7 @@ async fn stored_graph(c: &Cluster) -> DependencyGraph {
     let resp = etcd.get(k.jobs_prefix(), Some(GetOptions::new().with_prefix())).await.unwrap();
     let mut graph = DependencyGraph::new();
     for kv in resp.kvs() {
-        let Some(etcron_common::keys::Key::Job(job)) = k.parse(kv.key()) else { continue };
+        let Some(etcron_model::keys::Key::Job(job)) = k.parse(kv.key()) else { continue };
         let spec: Value = serde_json::from_slice(kv.value()).unwrap();
         let names = |list: &str| {
             spec[list].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect::<Vec<_>>())
@@ -207,7 +207,7 @@ async fn delete_takes_the_state_and_pending_run_requests_along() -> anyhow::Resu
     }
     // What running executions own: claim, running marker, lock. They stay.
     let execution = ExecutionId::new("dx", Tick::Scheduled(1_700_000_000_000));
-    let owned = [k.claim(&execution), k.running(&execution), k.lock("dx", &etcron_common::keys::Part::Whole)];
+    let owned = [k.claim(&execution), k.running(&execution), k.lock("dx", &etcron_model::keys::Part::Whole)];
     for key in &owned {
         etcd.put(key.as_str(), "{}", None).await?;
     }

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use etcron_common::keys::Keys;
+use etcron_model::keys::Keys;
 use etcron_tests::webhook::{Received, Receiver};
 use etcron_tests::{
     check_every_second, free_port, read_fired, record_command, scrape, urlencode, wait_for, wait_tick, Cluster,

@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use etcron_common::backfill;
-use etcron_common::keys::{ExecutionId, Keys, Part, Tick};
-use etcron_common::model::{ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind, WorkerInfo};
-use etcron_common::notify::{delivery_id, Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat};
 use etcron_common::store::{RecordWrite, WriteMode};
+use etcron_model::backfill;
+use etcron_model::keys::{ExecutionId, Keys, Part, Tick};
+use etcron_model::model::{ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind, WorkerInfo};
+use etcron_model::notify::{delivery_id, Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat};
 use etcron_tests::{now_ms, Cluster, Proc};
 use serde_json::json;
 
@@ -48,11 +48,11 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
     let mut r = ExecutionRecord {
         job: id.job.clone(),
         team: Some("payments".to_owned()),
-        scheduled_at: etcron_common::rfc3339_ms(ms),
+        scheduled_at: etcron_model::rfc3339_ms(ms),
         scheduled_ms: ms,
-        claimed_at: Some(etcron_common::rfc3339_ms(ms + 3)),
-        started_at: Some(etcron_common::rfc3339_ms(ms + 4)),
-        finished_at: Some(etcron_common::rfc3339_ms(ms + 1004)),
+        claimed_at: Some(etcron_model::rfc3339_ms(ms + 3)),
+        started_at: Some(etcron_model::rfc3339_ms(ms + 4)),
+        finished_at: Some(etcron_model::rfc3339_ms(ms + 1004)),
         duration_ms: Some(1000),
         worker_id: "w-seeded".to_owned(),
         hostname: "host-1".to_owned(),
@@ -72,14 +72,14 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
         params: RunParams::default(),
         jitter_ms: Some(1_234),
         // What a task reports, so the documented shape of these fields is checked too.
-        reports: etcron_common::model::TaskReports {
-            progress: Some(etcron_common::progress::Progress {
+        reports: etcron_model::model::TaskReports {
+            progress: Some(etcron_model::progress::Progress {
                 percent: Some(42.5),
                 message: Some("copying table b".to_owned()),
                 at: "2026-01-01T00:00:01.000Z".to_owned(),
             }),
             checkpoint: Some(serde_json::json!({"offset": 100_000})),
-            resumed_from: Some(etcron_common::progress::Resumed {
+            resumed_from: Some(etcron_model::progress::Resumed {
                 execution_id: format!("{}@1700000000000#1", id.job),
                 at: "2026-01-01T00:00:00.500Z".to_owned(),
                 checkpoint: serde_json::json!({"offset": 50_000}),
@@ -169,8 +169,8 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         labels: BTreeMap::from([("region".to_owned(), "eu".to_owned())]),
         capacity: 8,
         running: 1,
-        version: etcron_common::VERSION.to_owned(),
-        started_at: etcron_common::rfc3339_ms(now_ms() - 60_000),
+        version: etcron_model::VERSION.to_owned(),
+        started_at: etcron_model::rfc3339_ms(now_ms() - 60_000),
         output_url: None,
         output_token: None,
         run_as_users: vec!["backup".to_owned()],
@@ -185,7 +185,7 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         worker_id: worker.id.clone(),
         execution_id: running.clone(),
         pid: Some(4343),
-        started_at: etcron_common::rfc3339_ms(now_ms() - 5_000),
+        started_at: etcron_model::rfc3339_ms(now_ms() - 5_000),
         fencing_token: None,
         trigger: Some(TriggerKind::Manual),
         scheduled_ms: Some(1_700_000_000_000),
@@ -198,7 +198,7 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
     etcd.put(keys.running(&running), serde_json::to_vec(&marker)?, None).await?;
     // An execution waiting in a queue (`concurrency: queue`), as a worker writes it.
     let waiting = ExecutionId::new("nightly-report", Tick::Scheduled(1_700_000_180_000));
-    let entry = etcron_common::model::QueuedRun {
+    let entry = etcron_model::model::QueuedRun {
         execution_id: waiting.clone(),
         scheduled_ms: 1_700_000_180_000,
         trigger: TriggerKind::Schedule,
@@ -296,13 +296,13 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         default_target: false,
         format: NotifyFormat::Slack,
         worker_id: "w-seeded".to_owned(),
-        finished_at: (state != DeliveryState::Pending).then(|| etcron_common::rfc3339_ms(now + 2_000)),
+        finished_at: (state != DeliveryState::Pending).then(|| etcron_model::rfc3339_ms(now + 2_000)),
         state,
         attempts,
-        created_at: etcron_common::rfc3339_ms(now),
+        created_at: etcron_model::rfc3339_ms(now),
     };
     let attempt = |status: Option<u16>, error: Option<&str>| Attempt {
-        at: etcron_common::rfc3339_ms(now + 1_000),
+        at: etcron_model::rfc3339_ms(now + 1_000),
         duration_ms: 12,
         http_status: status,
         error: error.map(str::to_owned),

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use etcron_common::keys::Keys;
+use etcron_model::keys::Keys;
 use etcron_tests::webhook::Receiver;
 use etcron_tests::{now_ms, read_fired, record_command, wait_for, Cluster, WorkerOpts};
 use reqwest::Method;
@@ -315,7 +315,7 @@ async fn a_pause_with_until_ends_by_itself_and_each_tick_runs_or_is_skipped_once
     wait_runs(&file, "timed", 0, "the job runs").await?;
 
     // Bad ends name `until`.
-    let at = |ms: i64| etcron_common::rfc3339_ms(ms);
+    let at = |ms: i64| etcron_model::rfc3339_ms(ms);
     for bad in [json!(at(now_ms() - 1_000)), json!("tomorrow"), json!(at(now_ms() + 367 * 86_400_000)), json!(5)] {
         let (status, body) = pause(&c, "timed", Some(json!({ "until": bad }))).await;
         assert_eq!((status, body["error"]["field"].as_str()), (400, Some("until")), "{bad}: {body}");

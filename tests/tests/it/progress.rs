@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Result;
-use etcron_common::keys::{ExecutionId, Keys};
+use etcron_model::keys::{ExecutionId, Keys};
 use etcron_tests::sse::SseReader;
 use etcron_tests::{urlencode, wait_for, Cluster, WorkerOpts};
 use serde_json::{json, Value};

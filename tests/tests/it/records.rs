@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use etcron_common::keys::{ExecutionId, Tick};
-use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, Search, WriteMode};
+use etcron_model::keys::{ExecutionId, Tick};
+use etcron_model::model::{ExecutionRecord, Status, TriggerKind};
 use etcron_tests::{now_ms, read_fired, urlencode, wait_for, Cluster, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -100,10 +100,10 @@ async fn every_outcome_is_recorded_and_searchable() -> anyhow::Result<()> {
     let w1 = q("worker=w1").await?.len();
     let w2 = q("worker=w2").await?.len();
     assert_eq!(w1 + w2, 5);
-    let since = etcron_common::rfc3339_ms(started - 1);
-    let until = etcron_common::rfc3339_ms(now_ms() + 1);
+    let since = etcron_model::rfc3339_ms(started - 1);
+    let until = etcron_model::rfc3339_ms(now_ms() + 1);
     assert_eq!(q(&format!("since={}&until={}", urlencode(&since), urlencode(&until))).await?.len(), 5);
-    assert!(q(&format!("until={}", urlencode(&etcron_common::rfc3339_ms(started - 60_000)))).await?.is_empty());
+    assert!(q(&format!("until={}", urlencode(&etcron_model::rfc3339_ms(started - 60_000)))).await?.is_empty());
 
     // The job views carry a summary.
     let jobs = c.get("/api/jobs").await?;
@@ -124,11 +124,11 @@ fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
             id: ExecutionId { attempt: n, ..ExecutionId::new(job, Tick::Scheduled(ms)) },
             job: job.to_owned(),
             team: None,
-            scheduled_at: etcron_common::rfc3339_ms(ms),
+            scheduled_at: etcron_model::rfc3339_ms(ms),
             scheduled_ms: ms,
             claimed_at: None,
             started_at: None,
-            finished_at: Some(etcron_common::rfc3339_ms(ms + 5)),
+            finished_at: Some(etcron_model::rfc3339_ms(ms + 5)),
             duration_ms: Some(5),
             worker_id: "w".into(),
             hostname: "h".into(),
@@ -145,7 +145,7 @@ fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
             parent: None,
             http_status: None,
             shard: None,
-            params: etcron_common::model::RunParams::default(),
+            params: etcron_model::model::RunParams::default(),
             jitter_ms: None,
             reports: Default::default(),
         },
@@ -479,13 +479,13 @@ async fn record_writes_are_idempotent_in_any_order() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_execution_without_a_record_is_answered_from_its_running_marker() -> anyhow::Result<()> {
     let c = Cluster::start("records-marker", 0).await?;
-    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let keys = etcron_model::keys::Keys::new(&c.namespace)?;
     let id = ExecutionId::new("early", Tick::Scheduled(1_795_547_592_000));
     let path = format!("/api/executions/{}", urlencode(&id.to_string()));
     let (status, body) = c.call(Method::GET, &path, None).await?;
     assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
 
-    let marker = etcron_common::model::RunningExecution {
+    let marker = etcron_model::model::RunningExecution {
         worker_id: "w9".to_owned(),
         execution_id: id.clone(),
         pid: None,
@@ -493,7 +493,7 @@ async fn an_execution_without_a_record_is_answered_from_its_running_marker() -> 
         fencing_token: None,
         trigger: Some(TriggerKind::Schedule),
         scheduled_ms: Some(1_795_547_592_000),
-        params: etcron_common::model::RunParams::default(),
+        params: etcron_model::model::RunParams::default(),
     };
     let mut etcd = c.etcd.client().await?;
     etcd.put(keys.running(&id), serde_json::to_vec(&marker)?, None).await?;

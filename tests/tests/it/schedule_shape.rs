@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use etcron_common::schedule::{format_in, Schedule};
+use etcron_model::schedule::{format_in, Schedule};
 use etcron_tests::{bin, now_ms, read_fired, record_command, wait_for, Cluster};
 use reqwest::Method;
 use serde_json::{json, Value};

@@ -137,7 +137,7 @@ async fn a_manual_run_requested_before_the_worker_saw_the_job_still_runs() -> an
     let mut etcd = c.etcd.client().await?;
     let lease = etcd.lease_grant(60, None).await?.id();
     let now = now_ms();
-    let request = json!({"requested_at": etcron_common::rfc3339_ms(now), "requested_at_ms": now, "reason": "test"});
+    let request = json!({"requested_at": etcron_model::rfc3339_ms(now), "requested_at_ms": now, "reason": "test"});
     let key = format!("{}/trigger/early/r1", c.namespace);
     etcd.put(key, serde_json::to_vec(&request)?, Some(etcd_client::PutOptions::new().with_lease(lease))).await?;
     wait_for(Duration::from_secs(10), "the worker to hold the early trigger", || async {

@@ -32,6 +32,22 @@ fn the_model_does_no_io_and_etcronctl_depends_on_the_model_alone() {
     }
 }
 
+/// The vocabulary has one name: `etcron_model`, never re-exported through the I/O crate.
+#[test]
+fn the_io_crate_does_not_re_export_the_model() {
+    let mut files = Vec::new();
+    sources(&root().join("common/src"), &mut files);
+    for file in files {
+        let code: String = std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(!code.contains("pub use etcron_model"), "{} re-exports the model", file.display());
+    }
+}
+
 /// Every `.rs` file under `dir`.
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {

@@ -10,10 +10,10 @@
 use std::process::Command;
 use std::time::Duration;
 
-use etcron_common::keys::{ExecutionId, Tick};
-use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_master::layers::auth::hash_token;
+use etcron_model::keys::{ExecutionId, Tick};
+use etcron_model::model::{ExecutionRecord, Status, TriggerKind};
 use etcron_tests::webhook::Receiver;
 use etcron_tests::{bin, wait_for, Cluster};
 use reqwest::Method;
@@ -189,7 +189,7 @@ async fn every_route_shows_and_touches_only_the_callers_teams() -> anyhow::Resul
     // Its `running` record (written once it has run for a second), not only its marker.
     c.wait_executions("job=a-job&status=running", "a-job's running record", |l| l.len() == 1).await?;
     // A record from before teams (no team) of a job of team A: for global roles only.
-    let old_ms = etcron_common::now_ms() - 300_000;
+    let old_ms = etcron_model::now_ms() - 300_000;
     let mut old = ExecutionRecord::blank(
         &ExecutionId::new("a-job", Tick::Scheduled(old_ms)),
         old_ms,
@@ -197,7 +197,7 @@ async fn every_route_shows_and_touches_only_the_callers_teams() -> anyhow::Resul
         Status::Succeeded,
         None,
     );
-    old.finished_at = Some(etcron_common::rfc3339_ms(old_ms + 10));
+    old.finished_at = Some(etcron_model::rfc3339_ms(old_ms + 10));
     let old_id = old.id.to_string();
     c.mongo.store(&c.db).await?.write(&[RecordWrite { mode: WriteMode::Replace, record: old }]).await?;
 
@@ -557,7 +557,7 @@ async fn teams_hold_on_workers_and_across_dependencies() -> anyhow::Result<()> {
     // A spec stored before the rule (no recorded teams) points at beta's job and at an alpha
     // job: alpha's run triggers only the alpha one, and its record says why not the other.
     let mut etcd = c.etcd.client().await?;
-    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let keys = etcron_model::keys::Keys::new(&c.namespace)?;
     let old = worker_job(Some("alpha"), &ran, &["b-dep", "a-run"]);
     etcd.put(keys.job("a-old"), serde_json::to_vec(&old)?, None).await?;
     wait_for(Duration::from_secs(10), "a-old visible", || async {
@@ -736,7 +736,7 @@ async fn race(requests: Vec<(Method, String, Value)>) -> Vec<(u16, Value)> {
 
 /// The jobs of `team` as etcd holds them.
 async fn jobs_in_etcd(c: &Cluster, team: &str) -> Vec<String> {
-    let keys = etcron_common::keys::Keys::new(&c.namespace).unwrap();
+    let keys = etcron_model::keys::Keys::new(&c.namespace).unwrap();
     let mut etcd = c.etcd.client().await.unwrap();
     let resp = etcd.get(keys.jobs_prefix(), Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
     resp.kvs()

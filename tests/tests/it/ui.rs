@@ -53,7 +53,7 @@ async fn the_jobs_list_shows_state_schedule_results_and_unmatched_selectors() ->
     .await?;
     let pause = json!({"by": "etcron", "at_ms": 1_764_037_206_000_i64, "execution_id": "auto-paused@1764037206000#1",
         "reason": "pause_after_failures: 3 final failures in a row, the last auto-paused@1764037206000#1"});
-    let keys = etcron_common::keys::Keys::new(&c.namespace)?;
+    let keys = etcron_model::keys::Keys::new(&c.namespace)?;
     c.etcd.client().await?.put(keys.paused("auto-paused"), pause.to_string(), None).await?;
     let (status, _) = c.call(Method::POST, "/api/jobs/nightly-report/run", None).await?;
     assert_eq!(status, 202);

@@ -5,10 +5,10 @@
 use etcron_common::hash::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use etcron_common::calendar::{skip_reason, Calendar};
-use etcron_common::job::JobSpec;
-use etcron_common::keys::{Key, Keys};
-use etcron_common::UnixMs;
+use etcron_model::calendar::{skip_reason, Calendar};
+use etcron_model::job::JobSpec;
+use etcron_model::keys::{Key, Keys};
+use etcron_model::UnixMs;
 
 use crate::cluster::watcher::{Kv, Update};
 use crate::metrics::METRICS;

@@ -90,7 +90,7 @@ fn read_id(path: &Path) -> Result<Option<String>, String> {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let id = text.trim();
-            etcron_common::keys::validate_id(id)
+            etcron_model::keys::validate_id(id)
                 .map(|()| Some(id.to_owned()))
                 .map_err(|e| format!("{}: the stored worker {e}; fix or remove the file", path.display()))
         }
@@ -174,7 +174,7 @@ mod tests {
         let data = dir.path().join("worker");
         let first = stored_or_new_id(&data, "vm_16.example").unwrap();
         assert!(first.starts_with("vm-16.example-") && first.len() == "vm-16.example-".len() + 6, "{first}");
-        etcron_common::keys::validate_id(&first).unwrap();
+        etcron_model::keys::validate_id(&first).unwrap();
         assert_eq!(stored_or_new_id(&data, "other-host").unwrap(), first);
         assert_eq!(std::fs::read_to_string(data.join(ID_FILE)).unwrap(), format!("{first}\n"));
         std::fs::write(data.join(ID_FILE), "bad id\n").unwrap();

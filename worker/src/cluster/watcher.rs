@@ -38,7 +38,7 @@ pub enum Update {
 /// Lists every key under `prefix` at a single revision, page by page.
 pub async fn list(client: &Client, prefix: &str) -> Result<(Vec<Kv>, i64), etcd_client::Error> {
     let mut kv = client.kv_client();
-    let range_end = etcron_common::keys::prefix_end(prefix.as_bytes());
+    let range_end = etcron_model::keys::prefix_end(prefix.as_bytes());
     let mut start = prefix.as_bytes().to_vec();
     let mut revision = 0;
     let mut out = Vec::new();
@@ -232,7 +232,7 @@ fn update(kind: EventType, kv: &etcd_client::KeyValue) -> Update {
 
 #[cfg(test)]
 mod tests {
-    use etcron_common::keys::prefix_end;
+    use etcron_model::keys::prefix_end;
 
     #[test]
     fn prefix_end_is_the_next_key_after_the_prefix_range() {

@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, TxnOp};
 use etcron_common::claim::{self, BatchError, ClaimOutcome, Close, CompleteOutcome, InflightPut, RunClaim, MAX_BATCH};
-use etcron_common::keys::{ExecutionId, Keys};
+use etcron_model::keys::{ExecutionId, Keys};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::cluster::taken::Taken;
@@ -185,7 +185,7 @@ impl Namer {
     fn put(&self, ids: &[&ExecutionId], session_lease: i64) -> InflightPut {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let key = self.keys.inflight(&self.worker_id, &format!("{session_lease:x}-{seq}"));
-        InflightPut { key, value: etcron_common::keys::inflight_value(ids), session_lease }
+        InflightPut { key, value: etcron_model::keys::inflight_value(ids), session_lease }
     }
 }
 
@@ -536,7 +536,7 @@ async fn commit_closes(client: &Client, batch: Vec<CloseJob>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use etcron_common::keys::Tick;
+    use etcron_model::keys::Tick;
 
     fn job(name: &str, at: i64, rank: usize, dequeued: bool) -> (ClaimJob, oneshot::Receiver<Raced>) {
         let (reply, answer) = oneshot::channel();

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcron_common::keys::ExecutionId;
 use etcron_common::store::{MongoStore, RecordWrite, WriteMode};
+use etcron_model::keys::ExecutionId;
 use tokio::sync::{mpsc, watch};
 
 /// Records per write.
@@ -496,8 +496,8 @@ fn read_spool(path: &Path) -> std::io::Result<Vec<RecordWrite>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use etcron_common::keys::Tick;
-    use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
+    use etcron_model::keys::Tick;
+    use etcron_model::model::{ExecutionRecord, Status, TriggerKind};
 
     fn write(n: i64) -> RecordWrite {
         RecordWrite {

@@ -18,8 +18,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use etcron_common::claim::MIN_RETENTION;
-use etcron_common::model::{ExecutionRecord, Status};
-use etcron_common::{now_ms, UnixMs};
+use etcron_model::model::{ExecutionRecord, Status};
+use etcron_model::{now_ms, UnixMs};
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::METRICS;
@@ -256,8 +256,8 @@ impl Provisional {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use etcron_common::keys::{ExecutionId, Tick};
-    use etcron_common::model::TriggerKind;
+    use etcron_model::keys::{ExecutionId, Tick};
+    use etcron_model::model::TriggerKind;
 
     fn record(n: i64, status: Status) -> ExecutionRecord {
         ExecutionRecord::blank(&ExecutionId::new("j", Tick::Scheduled(n)), n, TriggerKind::Schedule, status, None)

@@ -6,8 +6,8 @@
 use etcron_common::hash::HashMap;
 use std::time::Duration;
 
-use etcron_common::model::TriggerKind;
-use etcron_common::UnixMs;
+use etcron_model::model::TriggerKind;
+use etcron_model::UnixMs;
 
 use crate::timing::fire::Fire;
 
@@ -154,7 +154,7 @@ impl Unsettled {
 mod tests {
     use std::sync::Arc;
 
-    use etcron_common::keys::{ExecutionId, Tick};
+    use etcron_model::keys::{ExecutionId, Tick};
 
     use super::*;
 
@@ -164,7 +164,7 @@ mod tests {
         let fire = |job: &str, tick: UnixMs, trigger: TriggerKind| Fire {
             id: ExecutionId::new(job, Tick::Scheduled(tick)),
             spec: Arc::new(
-                etcron_common::job::JobSpec::from_json(
+                etcron_model::job::JobSpec::from_json(
                     br#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#,
                 )
                 .unwrap(),
@@ -176,7 +176,7 @@ mod tests {
             request_key: None,
             parent: None,
             then: Vec::new(),
-            params: etcron_common::model::RunParams::default(),
+            params: etcron_model::model::RunParams::default(),
             dequeued: false,
             avoid: None,
         };

@@ -1,4 +1,4 @@
-//! SLA alerts (`alerts` of a job, `etcron_common::alerts`) as workers raise them, each
+//! SLA alerts (`alerts` of a job, `etcron_model::alerts`) as workers raise them, each
 //! occurrence once in the cluster:
 //!
 //! - `late`: the worker that starts a schedule tick's first attempt past `late_start` raises
@@ -18,12 +18,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use etcron_common::alerts::{Raised, StaleState};
-use etcron_common::duration::HumanDuration;
-use etcron_common::job::JobSpec;
-use etcron_common::model::{Claim, TriggerKind};
-use etcron_common::notify::NotifyEvent;
-use etcron_common::{now_ms, rfc3339_ms, UnixMs};
+use etcron_model::alerts::{Raised, StaleState};
+use etcron_model::duration::HumanDuration;
+use etcron_model::job::JobSpec;
+use etcron_model::model::{Claim, TriggerKind};
+use etcron_model::notify::NotifyEvent;
+use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 use tokio::sync::oneshot;
 
 use crate::context::Context;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use etcron_common::backfill::Backfill;
-use etcron_common::model::{RunParams, TriggerKind};
-use etcron_common::{now_ms, UnixMs};
+use etcron_model::backfill::Backfill;
+use etcron_model::model::{RunParams, TriggerKind};
+use etcron_model::{now_ms, UnixMs};
 
 use crate::context::Context;
 use crate::metrics::METRICS;

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use etcron_common::claim::{self, CompleteOutcome};
-use etcron_common::model::{Claim, ExecutionRecord, Status};
 use etcron_common::store::{RecordWrite, WriteMode};
-use etcron_common::{now_ms, rfc3339_ms, UnixMs};
+use etcron_model::model::{Claim, ExecutionRecord, Status};
+use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 
 use crate::context::Context;
 use crate::fire::race::WonClaim;
@@ -145,7 +145,7 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
         follow.extend(health::close_op(&ctx.client, &ctx.keys, &fire.spec, &fire.id.job, outcome).await);
     }
     follow.extend(crate::fire::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
-    let queue = fire.spec.concurrency == etcron_common::job::Concurrency::Queue;
+    let queue = fire.spec.concurrency == etcron_model::job::Concurrency::Queue;
     // The last open execution of its claim transaction removes the inflight key with its close.
     let last = won.hold.close_op();
     follow.extend(last.clone());

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use etcron_common::claim::{self, ClaimOutcome, LockClaim, QueueClaim, RunClaim};
-use etcron_common::job::Concurrency;
-use etcron_common::keys::{ExecutionId, KillTarget};
-use etcron_common::model::{Claim, ClaimState, KillCommand, RunningExecution, Status};
 use etcron_common::store::{RecordWrite, WriteMode};
-use etcron_common::{now_ms, rfc3339_ms};
+use etcron_model::job::Concurrency;
+use etcron_model::keys::{ExecutionId, KillTarget};
+use etcron_model::model::{Claim, ClaimState, KillCommand, RunningExecution, Status};
+use etcron_model::{now_ms, rfc3339_ms};
 
 use crate::context::batcher::{Hold, Raced};
 use crate::context::Context;
@@ -595,7 +595,7 @@ mod tests {
         serde_json::to_vec(&Claim {
             worker_id: worker.to_owned(),
             status,
-            params: etcron_common::model::RunParams::default(),
+            params: etcron_model::model::RunParams::default(),
             queued: state == ClaimState::Queued,
         })
         .unwrap()

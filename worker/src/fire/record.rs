@@ -1,7 +1,7 @@
 //! Execution records as the fire path builds them, and the log line of a finished one.
 
-use etcron_common::model::{ExecutionRecord, Status, TriggerKind};
-use etcron_common::{now_ms, rfc3339_ms};
+use etcron_model::model::{ExecutionRecord, Status, TriggerKind};
+use etcron_model::{now_ms, rfc3339_ms};
 
 use crate::context::Context;
 use crate::metrics::METRICS;

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use etcron_common::job::{GrpcTask, HttpTask, Mode, ShellTask, Task};
-use etcron_common::keys::Part;
-use etcron_common::model::{Status, TriggerKind};
-use etcron_common::progress::Resumed;
 use etcron_common::store::{RecordWrite, WriteMode};
-use etcron_common::{now_ms, rfc3339_ms};
+use etcron_model::job::{GrpcTask, HttpTask, Mode, ShellTask, Task};
+use etcron_model::keys::Part;
+use etcron_model::model::{Status, TriggerKind};
+use etcron_model::progress::Resumed;
+use etcron_model::{now_ms, rfc3339_ms};
 use tokio::sync::{oneshot, watch};
 
 use crate::context::Context;
@@ -68,7 +68,7 @@ pub(crate) async fn execute(
             }
             // The master checked the run's parameters against the spec it read; the spec this
             // worker runs may be newer (a parameter removed since): checked again here.
-            let params = match etcron_common::params::run_env(&shell.params, &fire.params.env) {
+            let params = match etcron_model::params::run_env(&shell.params, &fire.params.env) {
                 Ok(params) => params,
                 Err(e) => {
                     let field = e.field.unwrap_or_default();
@@ -180,7 +180,7 @@ fn task_identity(
         identity.push(("PROGRESS_TOKEN", reporting.tracker.token().to_owned()));
     }
     if let Some(resumed) = reporting.resumed {
-        identity.push(("CHECKPOINT", etcron_common::json::ascii(&resumed.checkpoint)));
+        identity.push(("CHECKPOINT", etcron_model::json::ascii(&resumed.checkpoint)));
         identity.push(("RESUMED_FROM", resumed.execution_id.clone()));
     }
     identity
@@ -232,8 +232,8 @@ fn identity(
 }
 
 /// Where a running task POSTs its reports (`ETCRON_PROGRESS_URL`, `X-Etcron-Progress-Url`).
-fn progress_url(base: &str, id: &etcron_common::keys::ExecutionId) -> String {
-    format!("{base}/executions/{}/progress", etcron_common::percent_encode(&id.to_string()))
+fn progress_url(base: &str, id: &etcron_model::keys::ExecutionId) -> String {
+    format!("{base}/executions/{}/progress", etcron_model::percent_encode(&id.to_string()))
 }
 
 /// A gRPC task's call: the job's metadata (secrets included), the `x-etcron-*` identity, where
@@ -275,7 +275,7 @@ pub struct Ran {
     /// When the task was handed to the executor.
     pub handed_ms: i64,
     /// The `running` record as submitted (the close phase completes it).
-    pub record: etcron_common::model::ExecutionRecord,
+    pub record: etcron_model::model::ExecutionRecord,
 }
 
 /// Runs the task of a won claim: registered (so kills and lease loss reach it) from now until

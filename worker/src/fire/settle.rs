@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use etcron_common::claim::{self, ClaimOutcome};
-use etcron_common::job::{JobSpec, Misfire};
-use etcron_common::keys::Part;
-use etcron_common::model::{Claim, ExecutionRecord, Status, TriggerKind};
 use etcron_common::store::{RecordWrite, WriteMode};
-use etcron_common::{now_ms, UnixMs};
+use etcron_model::job::{JobSpec, Misfire};
+use etcron_model::keys::Part;
+use etcron_model::model::{Claim, ExecutionRecord, Status, TriggerKind};
+use etcron_model::{now_ms, UnixMs};
 
 use crate::context::provisional::{judge, ClaimRead, Stored, Verdict};
 use crate::context::Context;
@@ -269,7 +269,7 @@ pub(crate) fn late_reason(late_ms: i64, deadline: std::time::Duration, misfire: 
     };
     format!(
         "not started: raced {late:.1} s after its scheduled time, past start_deadline {}; {then}",
-        etcron_common::duration::HumanDuration(deadline)
+        etcron_model::duration::HumanDuration(deadline)
     )
 }
 

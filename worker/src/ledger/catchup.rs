@@ -16,10 +16,10 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcron_common::claim;
 use etcron_common::etcd::request;
-use etcron_common::job::Misfire;
-use etcron_common::keys::Key;
-use etcron_common::model::{halt, JobState, Status};
-use etcron_common::{now_ms, rfc3339_ms, UnixMs};
+use etcron_model::job::Misfire;
+use etcron_model::keys::Key;
+use etcron_model::model::{halt, JobState, Status};
+use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 
 use crate::context::unsettled::{Gap, Sweep};
 use crate::context::Context;
@@ -204,7 +204,7 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
     let Ok(schedule) = entry.spec.parsed_schedule(job) else { return true };
     // Walking a long gap of a frequent schedule takes a while: off the async workers (inline
     // under the simulation, whose runs must not depend on when another thread finishes).
-    let walk = if etcron_common::clock_is_simulated() {
+    let walk = if etcron_model::clock_is_simulated() {
         Ok(ticks_between(&schedule, last, upto))
     } else {
         tokio::task::spawn_blocking(move || ticks_between(&schedule, last, upto)).await
@@ -389,11 +389,7 @@ async fn created_ms(ctx: &Context, job: &str) -> Option<UnixMs> {
 
 /// The newest `MAX_SCAN_TICKS` ticks after `last` up to `upto`, and how many older ones there
 /// were.
-fn ticks_between(
-    schedule: &etcron_common::schedule::Schedule,
-    last: UnixMs,
-    upto: UnixMs,
-) -> (VecDeque<UnixMs>, usize) {
+fn ticks_between(schedule: &etcron_model::schedule::Schedule, last: UnixMs, upto: UnixMs) -> (VecDeque<UnixMs>, usize) {
     let mut ticks = VecDeque::new();
     let mut older = 0usize;
     let mut t = last;

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use etcd_client::EventType;
 use etcron_common::claim::{self, ClaimOutcome, Held};
-use etcron_common::job::JobSpec;
-use etcron_common::keys::{ExecutionId, Key};
-use etcron_common::model::{Claim, ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind, WorkerInfo};
 use etcron_common::store::WriteMode;
-use etcron_common::{now_ms, rfc3339_ms};
+use etcron_model::job::JobSpec;
+use etcron_model::keys::{ExecutionId, Key};
+use etcron_model::model::{Claim, ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind, WorkerInfo};
+use etcron_model::{now_ms, rfc3339_ms};
 
 use crate::cluster::departures::Departure;
 use crate::cluster::membership::Departed;
@@ -244,7 +244,7 @@ async fn handle(ctx: &Context, handler: &Handler<'_>) -> bool {
 }
 
 /// The oldest tick `departed` had not settled as of `revision`, as its registration said.
-async fn unsettled_from(ctx: &Context, departed: &str, revision: i64) -> Option<etcron_common::UnixMs> {
+async fn unsettled_from(ctx: &Context, departed: &str, revision: i64) -> Option<etcron_model::UnixMs> {
     let opts = etcd_client::GetOptions::new().with_revision(revision);
     for _ in 0..LOSS_TRIES {
         let mut kv = ctx.client.kv_client();
@@ -342,7 +342,7 @@ async fn held_at(ctx: &Context, departed: &str, revision: i64) -> Vec<HeldExecut
     let claimed = Claim::taken(departed);
     if let Some(resp) = list_at(ctx, departed, &ctx.keys.worker_inflight_prefix(departed), revision).await {
         for item in resp.kvs() {
-            let Some(ids) = etcron_common::keys::parse_inflight_value(item.value()) else { continue };
+            let Some(ids) = etcron_model::keys::parse_inflight_value(item.value()) else { continue };
             for id in ids {
                 let trigger = if id.attempt > 1 { TriggerKind::Retry } else { TriggerKind::of_tick(&id.tick) };
                 let entry = HeldExecution {
@@ -536,7 +536,7 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
     }
     // Yields to the run's own final record, journaled before its close should the task have
     // ended before its worker died (T3's crash point); replaces its `running` record.
-    let queue = spec.as_ref().is_some_and(|s| s.concurrency == etcron_common::job::Concurrency::Queue);
+    let queue = spec.as_ref().is_some_and(|s| s.concurrency == etcron_model::job::Concurrency::Queue);
     deliver(ctx, spec.as_deref(), record, WriteMode::OverRunning);
     ctx.provisional.remove(pending);
     if queue {

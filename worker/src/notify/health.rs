@@ -11,11 +11,11 @@
 //! the execution id: an outcome already recorded is never counted twice.
 
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
-use etcron_common::job::JobSpec;
-use etcron_common::keys::{ExecutionId, Keys};
-use etcron_common::model::{Pause, Status};
-use etcron_common::notify::{HealthStep, JobHealth};
-use etcron_common::UnixMs;
+use etcron_model::job::JobSpec;
+use etcron_model::keys::{ExecutionId, Keys};
+use etcron_model::model::{Pause, Status};
+use etcron_model::notify::{HealthStep, JobHealth};
+use etcron_model::UnixMs;
 
 use crate::timing::fire::to_json;
 

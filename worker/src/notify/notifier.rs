@@ -22,17 +22,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use etcd_client::Client;
-use etcron_common::duration::HumanDuration;
-use etcron_common::job::JobSpec;
-use etcron_common::keys::Keys;
 use etcron_common::metrics::{counter, counter_vec, gauge};
-use etcron_common::model::{ExecutionRecord, Status};
-use etcron_common::notify::{
+use etcron_common::store::MongoStore;
+use etcron_model::duration::HumanDuration;
+use etcron_model::job::JobSpec;
+use etcron_model::keys::Keys;
+use etcron_model::model::{ExecutionRecord, Status};
+use etcron_model::notify::{
     delivery_id, validate_targets, validate_url, Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat,
     NotifyTarget,
 };
-use etcron_common::store::MongoStore;
-use etcron_common::{now_ms, rfc3339_ms};
+use etcron_model::{now_ms, rfc3339_ms};
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use reqwest::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use serde::Deserialize;
@@ -551,7 +551,7 @@ impl Notifier {
         }
         let regex = patterns
             .entry(pattern.to_owned())
-            .or_insert_with(|| etcron_common::alerts::output_regex(pattern).ok().map(Arc::new))
+            .or_insert_with(|| etcron_model::alerts::output_regex(pattern).ok().map(Arc::new))
             .clone();
         drop(patterns);
         regex.is_some_and(|r| r.is_match(output))
@@ -953,8 +953,8 @@ async fn write_records(log: Arc<DeliveryLog>, store: MongoStore) {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use etcron_common::keys::{ExecutionId, Tick};
-    use etcron_common::model::TriggerKind;
+    use etcron_model::keys::{ExecutionId, Tick};
+    use etcron_model::model::TriggerKind;
 
     fn spec(json: &str) -> JobSpec {
         JobSpec::from_json(json.as_bytes()).unwrap()
@@ -987,7 +987,7 @@ mod tests {
             parent: None,
             http_status: None,
             shard: None,
-            params: etcron_common::model::RunParams::default(),
+            params: etcron_model::model::RunParams::default(),
             jitter_ms: None,
             reports: Default::default(),
         }

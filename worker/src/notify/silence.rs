@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
-use etcron_common::alerts::Silence;
-use etcron_common::keys::Keys;
-use etcron_common::notify::Delivery;
-use etcron_common::{now_ms, UnixMs};
+use etcron_model::alerts::Silence;
+use etcron_model::keys::Keys;
+use etcron_model::notify::Delivery;
+use etcron_model::{now_ms, UnixMs};
 
 use crate::metrics::METRICS;
 

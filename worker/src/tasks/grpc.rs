@@ -51,8 +51,8 @@ use etcron_common::hash::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use etcron_common::grpc::{parse_method, request_message, unary_method};
-use etcron_common::output::BoundedOutput;
+use etcron_model::grpc::{parse_method, request_message, unary_method};
+use etcron_model::output::BoundedOutput;
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor, SerializeOptions};
 use tokio::sync::watch;
@@ -161,7 +161,7 @@ async fn method(
     metadata: &MetadataMap,
 ) -> Result<MethodDescriptor, String> {
     let pool: DescriptorPool = match &job.descriptor_set {
-        Some(set) => etcron_common::grpc::descriptor_pool(set).map_err(|e| format!("task.descriptor_set {e}"))?,
+        Some(set) => etcron_model::grpc::descriptor_pool(set).map_err(|e| format!("task.descriptor_set {e}"))?,
         None => reflection::descriptors(channel, &job.endpoint, service, metadata).await?,
     };
     let source = if job.descriptor_set.is_some() { "task.descriptor_set" } else { "the server's reflection service" };
@@ -253,7 +253,7 @@ fn failed(
     }
     let code = code_name(status.code());
     output.push(format!("gRPC {code} {}\n", status.message()).as_bytes());
-    Ending::Grpc { code, message: etcron_common::output::clipped(status.message(), MAX_ERROR_MESSAGE) }
+    Ending::Grpc { code, message: etcron_model::output::clipped(status.message(), MAX_ERROR_MESSAGE) }
 }
 
 /// The response as proto3 JSON with every field, pretty-printed, written into `output` as it
@@ -510,7 +510,7 @@ mod tests {
     #[test]
     fn checkpoints_go_as_ascii_json() {
         let value = serde_json::json!({"name": "é😀", "n": 1});
-        let text = etcron_common::json::ascii(&value);
+        let text = etcron_model::json::ascii(&value);
         assert!(text.bytes().all(|b| (b' '..=b'~').contains(&b)), "{text}");
         assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), value);
         assert!(MetadataValue::try_from(text.as_str()).is_ok());

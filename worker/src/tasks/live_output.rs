@@ -31,8 +31,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use etcron_common::output::{BoundedOutput, Piece, Utf8Chunks};
-use etcron_common::progress::{LineScanner, Report};
+use etcron_model::output::{BoundedOutput, Piece, Utf8Chunks};
+use etcron_model::progress::{LineScanner, Report};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -266,7 +266,7 @@ pub async fn serve_progress(addr: SocketAddr, outputs: Arc<LiveOutputs>) -> std:
 fn progress_app(outputs: Arc<LiveOutputs>) -> axum::Router {
     axum::Router::new()
         .route("/executions/{id}/progress", axum::routing::post(report))
-        .layer(axum::extract::DefaultBodyLimit::max(etcron_common::progress::MAX_REPORT_BYTES))
+        .layer(axum::extract::DefaultBodyLimit::max(etcron_model::progress::MAX_REPORT_BYTES))
         .with_state(ProgressState { outputs, wrong: Arc::new(WrongTokens::default()) })
 }
 

@@ -1,4 +1,4 @@
-//! Progress and checkpoints of a running task (`etcron_common::progress`): the
+//! Progress and checkpoints of a running task (`etcron_model::progress`): the
 //! [`Tracker`] of one execution takes its reports — lines of its output, or POSTs to
 //! `ETCRON_PROGRESS_URL` with `ETCRON_PROGRESS_TOKEN` (served by `live_output`) — keeps the
 //! latest progress for followers and the API, and writes each checkpoint to
@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcron_common::claim::RetentionLeases;
-use etcron_common::keys::ExecutionId;
-use etcron_common::progress::{Checkpoint, Progress, Report, Resumed};
-use etcron_common::{now_ms, rfc3339_ms};
+use etcron_model::keys::ExecutionId;
+use etcron_model::progress::{Checkpoint, Progress, Report, Resumed};
+use etcron_model::{now_ms, rfc3339_ms};
 use serde_json::Value;
 use tokio::sync::watch;
 

@@ -16,8 +16,8 @@ use crate::tasks::child::{set_up, ChildSetup};
 use crate::tasks::live_output::LiveOutput;
 use crate::tasks::netns::{self, ShellNetwork};
 use crate::tasks::uids::TaskAccount;
-use etcron_common::job::Limits;
-use etcron_common::UnixMs;
+use etcron_model::job::Limits;
+use etcron_model::UnixMs;
 use nix::sys::resource::{getrlimit, Resource};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -232,7 +232,7 @@ async fn spawn_shell(
     let spawned = tokio::task::spawn_blocking(move || {
         let account = match run_as.as_ref().map(|r| r.resolve(&worker_id)).transpose() {
             Ok(account) => account,
-            Err(refused) => return (Err(Refused::Account(refused)), etcron_common::now_ms()),
+            Err(refused) => return (Err(Refused::Account(refused)), etcron_model::now_ms()),
         };
         let setup = ChildSetup { rlimits, account };
         // Under a keeper (the worker's own binary), which sets the shell up, so the task's tree
@@ -262,11 +262,11 @@ async fn spawn_shell(
         if !supervised && (!setup.rlimits.is_empty() || setup.account.is_some() || network.isolated()) {
             set_up_child(&mut cmd, network, setup);
         }
-        (cmd.spawn().map_err(Refused::Spawn), etcron_common::now_ms())
+        (cmd.spawn().map_err(Refused::Spawn), etcron_model::now_ms())
     })
     .await;
-    let (spawned, spawned_ms) = spawned
-        .unwrap_or_else(|e| (Err(Refused::Spawn(std::io::Error::other(e.to_string()))), etcron_common::now_ms()));
+    let (spawned, spawned_ms) =
+        spawned.unwrap_or_else(|e| (Err(Refused::Spawn(std::io::Error::other(e.to_string()))), etcron_model::now_ms()));
     match spawned {
         Ok(child) => Ok((child, spawned_ms)),
         Err(Refused::Account(why)) => Err(why),
@@ -494,8 +494,8 @@ async fn pump(mut pipe: impl tokio::io::AsyncRead + Unpin, output: Arc<LiveOutpu
 
 #[cfg(test)]
 mod tests {
-    use etcron_common::duration::HumanDuration;
-    use etcron_common::size::ByteSize;
+    use etcron_model::duration::HumanDuration;
+    use etcron_model::size::ByteSize;
 
     use super::*;
 

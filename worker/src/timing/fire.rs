@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcron_common::job::JobSpec;
-use etcron_common::keys::ExecutionId;
-use etcron_common::model::{RunParams, TriggerKind};
-use etcron_common::UnixMs;
+use etcron_model::job::JobSpec;
+use etcron_model::keys::ExecutionId;
+use etcron_model::model::{RunParams, TriggerKind};
+use etcron_model::UnixMs;
 
 /// How long after a tick nobody may have claimed it before it is recorded `missed`.
 pub const MISSED_AFTER: Duration = Duration::from_secs(5);
@@ -62,7 +62,7 @@ impl Fire {
         skip: Option<String>,
     ) -> Self {
         Self {
-            id: ExecutionId::new(job, etcron_common::keys::Tick::Scheduled(scheduled_ms)),
+            id: ExecutionId::new(job, etcron_model::keys::Tick::Scheduled(scheduled_ms)),
             spec,
             job_revision,
             scheduled_ms,

@@ -99,7 +99,7 @@ impl Backlog {
                 items.push(Item::Gap(off - *at));
                 *at = *off;
             }
-            let skip = etcron_common::output::char_ceil(text, usize::try_from(*at - off).unwrap_or(usize::MAX));
+            let skip = etcron_model::output::char_ceil(text, usize::try_from(*at - off).unwrap_or(usize::MAX));
             if skip < text.len() {
                 items.push(Item::Output(text[skip..].to_owned()));
             }
@@ -225,7 +225,7 @@ pub fn follow(id: &str, url: &str, token: &str, after: u64) -> Reader {
 /// Reads the worker's newline-delimited JSON (`{"output"}`, `{"gap"}`, `{"progress"}`, `{}`,
 /// `{"end"}`) into `feed` until it ends.
 async fn from_worker(feed: &Feed, url: &str, token: &str) -> End {
-    let target = format!("{url}/executions/{}/output", etcron_common::percent_encode(&feed.id));
+    let target = format!("{url}/executions/{}/output", etcron_model::percent_encode(&feed.id));
     let mut attempt = 0;
     let mut resp = loop {
         attempt += 1;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use etcd_client::{Txn, TxnOp};
-use etcron_common::keys::Keys;
-use etcron_common::model::JobState;
+use etcron_model::keys::Keys;
+use etcron_model::model::JobState;
 use etcron_tests::{free_port, now_ms, quantile, scrape, Cluster, WorkerOpts};
 use serde_json::json;
 
@@ -73,7 +73,7 @@ pub async fn run(n: usize, n_workers: usize, capacity: Option<usize>, worker_arg
     }
     while Instant::now() < deadline {
         finals = crate::records_between(&store, at_ms, at_ms).await?;
-        finals.retain(|r| r.status != etcron_common::model::Status::Running);
+        finals.retain(|r| r.status != etcron_model::model::Status::Running);
         if finals.len() >= n {
             break;
         }
@@ -98,7 +98,7 @@ async fn write_jobs(c: &Cluster, n: usize, at_ms: i64, url: &str) -> Result<()> 
     let client = c.etcd.client().await?;
     let state = JobState { last_tick_ms: now_ms() }.to_bytes();
     let spec = serde_json::to_vec(&json!({
-        "schedule": format!("@at {}", etcron_common::rfc3339_ms(at_ms)),
+        "schedule": format!("@at {}", etcron_model::rfc3339_ms(at_ms)),
         "task": {"kind": "http", "url": url},
     }))?;
     let mut pending = Vec::new();
@@ -170,7 +170,7 @@ async fn report(
     n: usize,
     at_ms: i64,
     receiver: &Receiver,
-    finals: &[etcron_common::model::ExecutionRecord],
+    finals: &[etcron_model::model::ExecutionRecord],
     proposals: f64,
     api: &[(i64, bool)],
     urls: &[String],

@@ -60,7 +60,7 @@ async fn serve(mut stream: tokio::net::TcpStream, hits: Arc<Mutex<Vec<Hit>>>) {
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
         };
-        let received_ms = etcron_common::now_ms();
+        let received_ms = etcron_model::now_ms();
         let head = String::from_utf8_lossy(&buf[..end]).into_owned();
         buf.drain(..end);
         let header = |name: &str| {

@@ -398,7 +398,7 @@ async fn list_services(server: &Server<'_>, path: &'static str, budget: &mut Bud
         if let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response {
             for name in list.service.into_iter().map(|s| s.name).filter(|n| !n.starts_with("grpc.reflection.")) {
                 if names.len() < MAX_LISTED {
-                    names.push(etcron_common::output::clipped(&name, 256));
+                    names.push(etcron_model::output::clipped(&name, 256));
                 } else {
                     more = true;
                 }
