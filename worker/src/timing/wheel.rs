@@ -6,6 +6,12 @@
 //! (about 795 days) with O(1) insert and cancel. Entries further out sit in the top level and
 //! are re-placed whenever their slot comes round. Entries live in a slab and are linked into
 //! their slot with index links, so cancel needs no search and a job costs one slab entry.
+//!
+//! Invariants, checked by `debug_assert!` where they are relied on: every index linked into a
+//! slot holds an entry, and that entry records the level and slot it is linked in; a slot's bit
+//! in `occupied` is set exactly when its list is not empty; an entry is linked only while its
+//! deadline is after `elapsed_ms` (a due one is handed back, never stored); `len` counts the
+//! stored entries.
 
 const LEVEL_BITS: u32 = 6;
 const SLOTS: usize = 1 << LEVEL_BITS;
@@ -149,7 +155,11 @@ impl<T> Wheel<T> {
                 SlabSlot::Occupied { entry, .. } => entry.next,
                 SlabSlot::Vacant { .. } => NIL,
             };
-            let deadline = self.entry_at(cursor).map_or(0, |e| e.deadline_ms);
+            debug_assert!(
+                self.entry_at(cursor).is_some_and(|e| (e.level as usize, e.slot as usize) == (exp.level, exp.slot)),
+                "entry {cursor} is linked into a slot it does not record"
+            );
+            let deadline = self.deadline_at(cursor);
             if deadline <= self.elapsed_ms {
                 fire.push(cursor);
             } else {
@@ -158,10 +168,11 @@ impl<T> Wheel<T> {
             }
             cursor = next;
         }
-        fire.sort_by_key(|&i| self.entry_at(i).map_or(0, |e| e.deadline_ms));
+        fire.sort_by_key(|&i| self.deadline_at(i));
+        debug_assert!(self.len >= fire.len(), "more entries due than stored");
         for index in fire {
             self.len -= 1;
-            let deadline = self.entry_at(index).map_or(0, |e| e.deadline_ms);
+            let deadline = self.deadline_at(index);
             due.push((deadline, self.slab_remove(index)));
         }
     }
@@ -183,9 +194,11 @@ impl<T> Wheel<T> {
         // the current slot, and those are a whole rotation ahead, so they come last.
         let start = (now_slot + 1) % SLOTS as u32;
         let slot = (occupied.rotate_right(start).trailing_zeros() + start) as usize % SLOTS;
+        debug_assert_ne!(self.levels[level].heads[slot], NIL, "slot {slot} of level {level} is marked but empty");
         let level_start = self.elapsed_ms & !(level_range - 1);
         let mut deadline_ms = level_start + slot as u64 * slot_range;
         if deadline_ms <= self.elapsed_ms {
+            debug_assert_eq!(level, NUM_LEVELS - 1, "a lower level's slot is behind the wheel's time");
             // Only the top level gets here: entries beyond the span are parked in its slots,
             // which act as a ring, so a slot at or before the current one is a rotation ahead.
             deadline_ms += level_range;
@@ -195,7 +208,8 @@ impl<T> Wheel<T> {
 
     /// Places a stored entry into the slot for its deadline relative to `elapsed_ms`.
     fn link(&mut self, index: u32) {
-        let deadline = self.entry_at(index).map_or(0, |e| e.deadline_ms);
+        let deadline = self.deadline_at(index);
+        debug_assert!(deadline > self.elapsed_ms, "linking entry {index}, due at {deadline}, at {}", self.elapsed_ms);
         let level = level_for(self.elapsed_ms, deadline);
         let slot = ((deadline >> (level as u32 * LEVEL_BITS)) % SLOTS as u64) as usize;
         let head = self.levels[level].heads[slot];
@@ -214,6 +228,7 @@ impl<T> Wheel<T> {
 
     fn unlink(&mut self, index: u32) {
         let Some(e) = self.entry_at(index) else {
+            debug_assert!(false, "unlinking entry {index}, which holds nothing");
             return;
         };
         let (prev, next, level, slot) = (e.prev, e.next, e.level as usize, e.slot as usize);
@@ -235,6 +250,14 @@ impl<T> Wheel<T> {
             SlabSlot::Occupied { generation, entry } if *generation == key.generation => Some(entry),
             _ => None,
         }
+    }
+
+    /// The deadline of the entry at `index`, which the caller found linked into a slot (so it
+    /// holds an entry; a release build reads a broken link as due at once rather than panic).
+    fn deadline_at(&self, index: u32) -> u64 {
+        let entry = self.entry_at(index);
+        debug_assert!(entry.is_some(), "slot link {index} holds no entry");
+        entry.map_or(0, |e| e.deadline_ms)
     }
 
     fn entry_at(&self, index: u32) -> Option<&Entry<T>> {
@@ -263,6 +286,7 @@ impl<T> Wheel<T> {
             *slot = SlabSlot::Occupied { generation, entry };
             (index, generation)
         } else {
+            debug_assert!(self.slab.len() < NIL as usize, "the slab outgrew its u32 indices");
             let index = u32::try_from(self.slab.len()).unwrap_or(NIL - 1);
             self.slab.push(SlabSlot::Occupied { generation: 0, entry });
             (index, 0)
