@@ -713,6 +713,27 @@ impl Cluster {
         .await
     }
 
+    /// The record of execution `id` once it shows `status`. Records reach MongoDB through each
+    /// worker's sink, so one can land after what it caused (a failover rerun) is visible.
+    pub async fn record_when(&self, id: &str, status: &str) -> Result<serde_json::Value> {
+        let path = format!("/api/executions/{}", urlencode(id));
+        wait_for(Duration::from_secs(40), &format!("{id} recorded {status}"), || async {
+            let r = self.get(&path).await.ok()?;
+            (r["status"] == status).then_some(r)
+        })
+        .await
+    }
+
+    /// The final record of run `id`: any status but `running`, with its `finished_at`.
+    pub async fn final_record(&self, id: &str) -> Result<serde_json::Value> {
+        let path = format!("/api/executions/{}", urlencode(id));
+        wait_for(Duration::from_secs(30), &format!("the record of {id}"), || async {
+            let v = self.get(&path).await.ok()?;
+            (v["status"] != "running" && v["finished_at"].is_string()).then_some(v)
+        })
+        .await
+    }
+
     /// Waits until every claim of a tick at or before `up_to_ms` is closed: every run of such
     /// a tick, and a second one were there a duplicate, has ended and written what it writes.
     /// Tests judge exactly-once after this, not after a grace sleep.

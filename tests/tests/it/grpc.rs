@@ -15,25 +15,15 @@ use std::time::Duration;
 
 use anyhow::Result;
 use etcron_tests::grpc_server::{descriptor_set_base64, GrpcServer, Hostile, Options, Reflection};
-use etcron_tests::{free_port, make_certs, scrape, urlencode, wait_for, Cluster, WorkerOpts};
+use etcron_tests::{free_port, make_certs, scrape, urlencode, Cluster, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};
-
-/// The final record of execution `id`.
-async fn record(c: &Cluster, id: &str) -> Result<Value> {
-    let path = format!("/api/executions/{}", urlencode(id));
-    wait_for(Duration::from_secs(30), &format!("the record of {id}"), || async {
-        let v = c.get(&path).await.ok()?;
-        (v["status"] != "running" && v["finished_at"].is_string()).then_some(v)
-    })
-    .await
-}
 
 /// Saves `job` with `task` (a gRPC task at `endpoint`), runs it once and answers its record.
 async fn run_task(c: &Cluster, job: &str, task: Value) -> Result<Value> {
     c.put_job(job, json!({"schedule": "@yearly", "task": task})).await?;
     let id = c.run_now(job).await?;
-    record(c, &id).await
+    c.final_record(&id).await
 }
 
 fn grpc(endpoint: &str, method: &str, request: Value) -> Value {
@@ -101,7 +91,7 @@ async fn calls_through_reflection_succeed_fail_and_are_cancelled_as_the_server_s
     let mut spec = shown["spec"].clone();
     spec["description"] = json!("edited");
     c.put_job("echo", spec).await?;
-    let again = record(&c, &c.run_now("echo").await?).await?;
+    let again = c.final_record(&c.run_now("echo").await?).await?;
     assert_eq!(again["status"], "succeeded", "{again}");
     let kept = server.calls().into_iter().rev().find(|c| c.method == "Echo").unwrap();
     assert_eq!(kept.metadata["authorization"], "Bearer s3cret");
@@ -177,7 +167,7 @@ async fn calls_through_reflection_succeed_fail_and_are_cancelled_as_the_server_s
     // A timeout and a kill cancel the call; the server sees both cancelled.
     let mut slow = grpc(at, "etcron.test.Echo/Sleep", json!({"millis": 60_000}));
     c.put_job("slow", json!({"schedule": "@yearly", "timeout": "1s", "task": slow.clone()})).await?;
-    let timed_out = record(&c, &c.run_now("slow").await?).await?;
+    let timed_out = c.final_record(&c.run_now("slow").await?).await?;
     assert_eq!(timed_out["status"], "timed_out", "{timed_out}");
     server.wait(Duration::from_secs(10), "the timed-out sleep cancelled", |_, cancelled| cancelled.len() == 1).await?;
     slow["metadata"] = json!({"x-run": "killed"});
@@ -192,7 +182,7 @@ async fn calls_through_reflection_succeed_fail_and_are_cancelled_as_the_server_s
     let (status, body) =
         c.call(Method::POST, &format!("/api/jobs/slow/kill?execution={}", urlencode(&id)), None).await?;
     assert_eq!(status, 202, "{body}");
-    let killed = record(&c, &id).await?;
+    let killed = c.final_record(&id).await?;
     assert_eq!(killed["status"], "killed", "{killed}");
     server.wait(Duration::from_secs(10), "the killed sleep cancelled", |_, cancelled| cancelled.len() == 2).await?;
 
@@ -326,11 +316,11 @@ async fn descriptor_sets_v1alpha_reflection_credentials_and_tls() -> Result<()> 
         spec
     };
     c.put_job("tls-trusted", on("test")).await?;
-    let trusted = record(&c, &c.run_now("tls-trusted").await?).await?;
+    let trusted = c.final_record(&c.run_now("tls-trusted").await?).await?;
     assert_eq!((&trusted["status"], &trusted["worker_id"]), (&json!("succeeded"), &json!("w1")), "{trusted}");
     assert_eq!(response(&trusted)["text"], "over tls");
     c.put_job("tls-unknown-ca", on("system")).await?;
-    let refused = record(&c, &c.run_now("tls-unknown-ca").await?).await?;
+    let refused = c.final_record(&c.run_now("tls-unknown-ca").await?).await?;
     assert_eq!((&refused["status"], &refused["worker_id"]), (&json!("failed"), &json!("w2")), "{refused}");
     let error = refused["error"].as_str().unwrap();
     assert!(error.starts_with(&format!("connecting to {} failed: ", tls.endpoint)), "{error}");
@@ -418,7 +408,7 @@ async fn hostile_servers_are_refused_by_budgets_and_the_worker_stays_small() -> 
     let streams = |s: &GrpcServer| s.calls().iter().filter(|c| c.method == "ServerReflectionInfo").count();
     let asked = streams(&large);
     // The next run is refused at once: the server is not asked again within the minute.
-    let again = record(&c, &c.run_now("large").await?).await?;
+    let again = c.final_record(&c.run_now("large").await?).await?;
     assert_eq!(again["status"], "failed", "{again}");
     assert!(again["error"].as_str().unwrap().contains("reflection_bytes"), "{again}");
     assert!(again["error"].as_str().unwrap().contains("refused within the last 60 s"), "{again}");

@@ -33,15 +33,6 @@ async fn run(c: &Cluster, job: &str, body: Value) -> (u16, Value) {
     c.call(Method::POST, &format!("/api/jobs/{job}/run"), Some(body)).await.unwrap()
 }
 
-async fn record(c: &Cluster, id: &str, status: &str) -> anyhow::Result<Value> {
-    let path = format!("/api/executions/{}", id.replace('#', "%23"));
-    wait_for(Duration::from_secs(40), &format!("{id} {status}"), || async {
-        let r = c.get(&path).await.ok()?;
-        (r["status"] == status).then_some(r)
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_with_parameters_keeps_them_through_retries_and_failover_and_runs_once() -> anyhow::Result<()> {
     let mut c = Cluster::start("run-params", 2).await?;
@@ -62,7 +53,7 @@ async fn a_run_with_parameters_keeps_them_through_retries_and_failover_and_runs_
     assert_eq!(status, 202, "{answer}");
     assert_eq!(answer["params"], json!({"env": {"REPORT_DAY": "2026-11-01"}, "as_of_ms": 1_793_577_600_000_i64}));
     let id = answer["execution_id"].as_str().unwrap();
-    let done = record(&c, id, "succeeded").await?;
+    let done = c.record_when(id, "succeeded").await?;
     assert_eq!(done["scheduled_at"], "2026-11-02T00:00:00.000Z");
     assert_eq!(done["params"], answer["params"]);
     let ran = lines_of(&file, id);
@@ -73,7 +64,7 @@ async fn a_run_with_parameters_keeps_them_through_retries_and_failover_and_runs_
     let (_, answer) = run(&c, "report", json!({"env": {"FAIL": "1", "REPORT_DAY": "retried"}})).await;
     let id = answer["execution_id"].as_str().unwrap().to_owned();
     let retry = id.replace("#1", "#2");
-    let last = record(&c, &retry, "failed").await?;
+    let last = c.record_when(&retry, "failed").await?;
     assert_eq!(last["params"]["env"], json!({"FAIL": "1", "REPORT_DAY": "retried"}));
     assert_eq!(last["trigger"], "retry");
     let ran = lines_of(&file, &id);
@@ -99,11 +90,11 @@ async fn a_run_with_parameters_keeps_them_through_retries_and_failover_and_runs_
     // Its running marker (with the parameters) is written.
     c.wait_running_marker(&id).await?;
     c.workers.iter_mut().find(|w| w.opts.id == worker).unwrap().proc.kill9();
-    let rerun = record(&c, &id.replace("#1", "#2"), "succeeded").await?;
+    let rerun = c.record_when(&id.replace("#1", "#2"), "succeeded").await?;
     assert_eq!(rerun["trigger"], "failover");
     assert_eq!(rerun["params"], json!({"env": {"REPORT_DAY": "failover"}, "as_of_ms": 1_767_225_600_000_i64}));
     assert_eq!(rerun["scheduled_at"], "2026-01-01T00:00:00.000Z");
-    let lost = record(&c, &id, "lost").await?;
+    let lost = c.record_when(&id, "lost").await?;
     assert_eq!(lost["params"], rerun["params"]);
     let ran = lines_of(&file, &id);
     assert_eq!(ran.len(), 2, "the lost attempt and one rerun: {ran:?}");
@@ -129,7 +120,7 @@ async fn a_run_with_parameters_keeps_them_through_retries_and_failover_and_runs_
     assert!(out.status.success(), "{out:?}");
     let answer: Value = serde_json::from_slice(&out.stdout)?;
     let id = answer["execution_id"].as_str().unwrap();
-    record(&c, id, "succeeded").await?;
+    c.record_when(id, "succeeded").await?;
     assert!(lines_of(&file, id)[0].ends_with("DAY=from-ctl MODE=spec AT=2026-11-03T00:00:00.000Z"));
     let out = ctl(&["jobs", "run", "report", "--env", "NOEQUALS"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -209,7 +200,7 @@ async fn bad_parameters_are_refused_naming_the_field() -> anyhow::Result<()> {
     request.params.env.insert("DAY".to_owned(), "2026-11-01".to_owned());
     let key = etcron_model::keys::Keys::new(&c.namespace)?.trigger("later", "00000000000000aa");
     c.etcd.client().await?.put(key, serde_json::to_vec(&request)?, None).await?;
-    let refused = record(&c, "later@manual-00000000000000aa#1", "failed").await?;
+    let refused = c.record_when("later@manual-00000000000000aa#1", "failed").await?;
     let reason = refused["error"].as_str().unwrap_or_default();
     assert!(reason.contains("run parameter refused: env.DAY"), "{refused}");
     assert!(!file.exists(), "the task ran: {:?}", std::fs::read_to_string(&file));

@@ -17,18 +17,6 @@ async fn record(c: &Cluster, id: &str) -> Value {
     c.get(&format!("/api/executions/{}", urlencode(id))).await.unwrap()
 }
 
-/// The record once it shows `status`: the sink writes records asynchronously, so a record can land
-/// after something it caused (a failover rerun) is already visible.
-async fn record_when(c: &Cluster, id: &str, status: &str) -> Value {
-    let what = format!("{id} recorded {status}");
-    wait_for(Duration::from_secs(30), &what, || async {
-        let r = c.get(&format!("/api/executions/{}", urlencode(id))).await.ok()?;
-        (r["status"] == status).then_some(r)
-    })
-    .await
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn retries_back_off_exponentially_and_each_attempt_is_its_own_claim_and_record() -> anyhow::Result<()> {
     let c = Cluster::start("sem-retries", 2).await?;
@@ -239,7 +227,7 @@ async fn worker_loss_reruns_on_another_worker_or_marks_lost() -> anyhow::Result<
     assert_eq!(rerun["worker_id"], "w2");
     assert_eq!(rerun["trigger"], "failover");
     assert_eq!(rerun["attempt"], 2);
-    let lost_a = record_when(&c, &a, "lost").await;
+    let lost_a = c.record_when(&a, "lost").await.unwrap();
     assert!(lost_a["reason"].as_str().unwrap().contains("rerun"), "{lost_a}");
     assert_eq!(record(&c, &rerun_id).await["parent"], a.as_str());
     let fired = read_fired(&file);
@@ -248,7 +236,7 @@ async fn worker_loss_reruns_on_another_worker_or_marks_lost() -> anyhow::Result<
     assert!(tokens[&2] > tokens[&1], "the rerun's fencing token is higher: {tokens:?}");
     eprintln!("failover rerun started {} ms after the SIGKILL", ms(&rerun["started_at"]) - t0);
     // mark_lost: recorded lost, never rerun, and its on_failure dependency fires.
-    record_when(&c, &b, "lost").await;
+    c.record_when(&b, "lost").await.unwrap();
     let alarm = c.wait_executions("job=lost-alarm", "the on_failure run after the loss", |l| l.len() == 1).await?;
     assert_eq!(alarm[0]["trigger"], "dependency");
     let (status, _) =
@@ -547,7 +535,7 @@ async fn a_tick_past_its_start_deadline_is_recorded_missed_not_raced() -> anyhow
     assert!(missed.len() >= pause.len());
     // A manual run is raced however late: it has no deadline.
     let id = run(&c, "punctual").await;
-    record_when(&c, &id, "succeeded").await;
+    c.record_when(&id, "succeeded").await.unwrap();
     Ok(())
 }
 
