@@ -22,7 +22,7 @@ use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpRespo
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::etcd::request;
+use crate::etcd::{request, EtcdError};
 
 /// The result of a claim attempt. Never run the task on `Unknown`: the transaction may or may
 /// not have committed.
@@ -129,9 +129,9 @@ pub async fn try_claim(client: &Client, c: RunClaim, inflight: &InflightPut) -> 
     let mut kv = client.kv_client();
     let txn = claim_txn_with(&c, Some(inflight.op()));
     let resp = match request("claim", kv.txn(txn)).await {
-        Ok(Ok(resp)) => resp,
-        Ok(Err(e)) => return ClaimOutcome::Unknown(e.to_string()),
-        Err(_) => return ClaimOutcome::Unknown("claim txn timed out".to_owned()),
+        Ok(resp) => resp,
+        Err(EtcdError::Failed(e)) => return ClaimOutcome::Unknown(e.to_string()),
+        Err(EtcdError::Timeout) => return ClaimOutcome::Unknown("claim txn timed out".to_owned()),
     };
     if !resp.succeeded() {
         return ClaimOutcome::Lost;
@@ -272,8 +272,9 @@ pub async fn claim_batch(
     let txn = Txn::new().and_then(ops.collect::<Vec<_>>());
     let mut kv = client.kv_client();
     let resp = match request("claim_batch", kv.txn(txn)).await {
-        Ok(r) => r.map_err(BatchError::from)?,
-        Err(_) => return Err(BatchError::Failed("claim batch txn timed out".to_owned())),
+        Ok(r) => r,
+        Err(EtcdError::Failed(e)) => return Err(BatchError::from(e)),
+        Err(EtcdError::Timeout) => return Err(BatchError::Failed("claim batch txn timed out".to_owned())),
     };
     let Some(fencing_token) = resp.header().map(etcd_client::ResponseHeader::revision) else {
         return Ok((0..n).map(|_| ClaimOutcome::Unknown("txn response without header".to_owned())).collect());
@@ -296,13 +297,13 @@ pub async fn claim_batch(
 async fn run_claim(client: &Client, txn: Txn) -> ClaimOutcome {
     let mut kv = client.kv_client();
     match request("claim", kv.txn(txn)).await {
-        Ok(Ok(resp)) if resp.succeeded() => match resp.header() {
+        Ok(resp) if resp.succeeded() => match resp.header() {
             Some(h) => ClaimOutcome::Won { fencing_token: h.revision(), replaced: None },
             None => ClaimOutcome::Unknown("txn response without header".to_owned()),
         },
-        Ok(Ok(_)) => ClaimOutcome::Lost,
-        Ok(Err(e)) => ClaimOutcome::Unknown(e.to_string()),
-        Err(_) => ClaimOutcome::Unknown("claim txn timed out".to_owned()),
+        Ok(_) => ClaimOutcome::Lost,
+        Err(EtcdError::Failed(e)) => ClaimOutcome::Unknown(e.to_string()),
+        Err(EtcdError::Timeout) => ClaimOutcome::Unknown("claim txn timed out".to_owned()),
     }
 }
 
@@ -343,9 +344,9 @@ pub async fn key_exists(client: &Client, key: &str, prefix: bool) -> Result<bool
         opts = opts.with_prefix();
     }
     match request("claim_read", kv.get(key, Some(opts))).await {
-        Ok(Ok(resp)) => Ok(resp.count() > 0),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("etcd read timed out".to_owned()),
+        Ok(resp) => Ok(resp.count() > 0),
+        Err(EtcdError::Failed(e)) => Err(e.to_string()),
+        Err(EtcdError::Timeout) => Err("etcd read timed out".to_owned()),
     }
 }
 
@@ -395,10 +396,10 @@ pub struct Close {
 pub async fn complete(client: &Client, close: &Close, retention_lease: i64) -> Result<CompleteOutcome, String> {
     let mut kv = client.kv_client();
     match request("close", kv.txn(close_txn(close, retention_lease))).await {
-        Ok(Ok(resp)) if resp.succeeded() => Ok(CompleteOutcome::Closed),
-        Ok(Ok(resp)) => Ok(close_outcome(resp.op_responses(), &close.done_value)),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("complete txn timed out".to_owned()),
+        Ok(resp) if resp.succeeded() => Ok(CompleteOutcome::Closed),
+        Ok(resp) => Ok(close_outcome(resp.op_responses(), &close.done_value)),
+        Err(EtcdError::Failed(e)) => Err(e.to_string()),
+        Err(EtcdError::Timeout) => Err("complete txn timed out".to_owned()),
     }
 }
 
@@ -417,8 +418,9 @@ pub async fn complete_batch(
     let ops: Vec<TxnOp> = closes.iter().map(|c| TxnOp::txn(close_txn(c, retention_lease))).collect();
     let mut kv = client.kv_client();
     let resp = match request("close_batch", kv.txn(Txn::new().and_then(ops))).await {
-        Ok(r) => r.map_err(BatchError::from)?,
-        Err(_) => return Err(BatchError::Failed("close batch txn timed out".to_owned())),
+        Ok(r) => r,
+        Err(EtcdError::Failed(e)) => return Err(BatchError::from(e)),
+        Err(EtcdError::Timeout) => return Err(BatchError::Failed("close batch txn timed out".to_owned())),
     };
     let outcomes: Vec<CompleteOutcome> = resp
         .op_responses()
@@ -571,7 +573,7 @@ pub async fn mark_lost(
     let running = Txn::new().when(as_won).and_then(then).or_else(otherwise);
     let mut kv = client.kv_client();
     match request("claim", kv.txn(running)).await {
-        Ok(Ok(resp)) => {
+        Ok(resp) => {
             let won = resp.succeeded()
                 || resp.op_responses().into_iter().any(|r| match r {
                     TxnOpResponse::Txn(inner) => inner.succeeded(),
@@ -584,8 +586,8 @@ pub async fn mark_lost(
                 (false, _) => ClaimOutcome::Lost,
             }
         }
-        Ok(Err(e)) => ClaimOutcome::Unknown(e.to_string()),
-        Err(_) => ClaimOutcome::Unknown("claim txn timed out".to_owned()),
+        Err(EtcdError::Failed(e)) => ClaimOutcome::Unknown(e.to_string()),
+        Err(EtcdError::Timeout) => ClaimOutcome::Unknown("claim txn timed out".to_owned()),
     }
 }
 
@@ -649,12 +651,12 @@ impl RetentionLeases {
         let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
         let mut leases = self.client.lease_client();
         match request("lease_grant", leases.grant(ttl, None)).await {
-            Ok(Ok(resp)) => {
+            Ok(resp) => {
                 *current = Some((resp.id(), granted));
                 Ok(resp.id())
             }
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("retention lease grant timed out".to_owned()),
+            Err(EtcdError::Failed(e)) => Err(e.to_string()),
+            Err(EtcdError::Timeout) => Err("retention lease grant timed out".to_owned()),
         }
     }
 }

@@ -19,6 +19,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::etcd::EtcdError;
+
 /// Shortest accepted TTL.
 pub const MIN_TTL: Duration = Duration::from_secs(2);
 
@@ -63,8 +65,10 @@ impl Session {
         let grant =
             crate::etcd::request_exempt("lease_grant", crate::etcd::REQUEST_TIMEOUT, leases.grant(ttl_secs, None))
                 .await
-                .map_err(|_| SessionError::GrantTimeout)?
-                .map_err(SessionError::Grant)?;
+                .map_err(|e| match e {
+                    EtcdError::Timeout => SessionError::GrantTimeout,
+                    EtcdError::Failed(e) => SessionError::Grant(e),
+                })?;
         let lease_id = grant.id();
         let (alive_tx, alive) = watch::channel(true);
         let (deadline_tx, deadline) = watch::channel(requested + ttl);
@@ -110,7 +114,10 @@ impl Session {
         if let Err(e) =
             crate::etcd::request_exempt("lease_revoke", crate::etcd::REQUEST_TIMEOUT, leases.revoke(self.lease_id))
                 .await
-                .unwrap_or_else(|_| Err(etcd_client::Error::LeaseKeepAliveError("revoke timed out".to_owned())))
+                .map_err(|e| match e {
+                    EtcdError::Timeout => etcd_client::Error::LeaseKeepAliveError("revoke timed out".to_owned()),
+                    EtcdError::Failed(e) => e,
+                })
         {
             tracing::warn!(lease_id = self.lease_id, error = %e, "revoking session lease failed; it will expire by itself");
         }
@@ -157,13 +164,13 @@ async fn keep_alive(
             let mut leases = client.lease_client();
             let opened_at = Instant::now();
             match crate::etcd::request_exempt("keep_alive_stream", per_call, leases.keep_alive(lease_id)).await {
-                Ok(Ok(pair)) => stream = Some(pair),
-                Ok(Err(e)) => {
+                Ok(pair) => stream = Some(pair),
+                Err(EtcdError::Failed(e)) => {
                     tracing::warn!(lease_id, error = %e, "session keep-alive stream failed; retrying");
                     next = retry_at(opened_at, pause);
                     continue;
                 }
-                Err(_) => {
+                Err(EtcdError::Timeout) => {
                     tracing::warn!(lease_id, "session keep-alive stream timed out; retrying");
                     next = Instant::now();
                     continue;
@@ -180,16 +187,16 @@ async fn keep_alive(
         })
         .await;
         match result {
-            Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
+            Ok(Some(resp)) if resp.ttl() > 0 => {
                 acked_sent_at = sent_at;
                 let _ = signals.deadline.send(sent_at + ttl);
                 next = sent_at + interval;
             }
-            Ok(Ok(Some(_))) => {
+            Ok(Some(_)) => {
                 tracing::error!(lease_id, "session lease lost: etcd says it expired");
                 break;
             }
-            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
+            Ok(None) | Err(EtcdError::Failed(_) | EtcdError::Timeout) => {
                 tracing::warn!(lease_id, "session keep-alive failed; retrying on a new stream");
                 stream = None;
                 next = retry_at(sent_at, pause);

@@ -8,6 +8,7 @@ use axum::Json;
 use serde_json::json;
 use std::time::Duration;
 
+use etcron_common::etcd::EtcdError;
 use etcron_common::store::StoreError;
 
 #[derive(Debug, Clone)]
@@ -130,10 +131,10 @@ where
     F: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
     match etcron_common::etcd::request(op, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) if etcron_common::etcd::is_nospace(&e) => Err(ApiError::etcd_nospace(&e)),
-        Ok(Err(e)) => Err(ApiError::etcd_unavailable(&e)),
-        Err(_) => Err(ApiError::etcd_unavailable(&"request timed out")),
+        Ok(v) => Ok(v),
+        Err(EtcdError::Failed(e)) if etcron_common::etcd::is_nospace(&e) => Err(ApiError::etcd_nospace(&e)),
+        Err(EtcdError::Failed(e)) => Err(ApiError::etcd_unavailable(&e)),
+        Err(EtcdError::Timeout) => Err(ApiError::etcd_unavailable(&"request timed out")),
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use etcd_client::PutOptions;
 use etcron_common::claim::{RetentionLeases, MIN_RETENTION, RETENTION_REUSE};
-use etcron_common::etcd::request;
+use etcron_common::etcd::{request, EtcdError};
 use etcron_common::session::Session;
 use etcron_common::store::MongoStore;
 use etcron_model::keys::{Key, Keys};
@@ -430,7 +430,7 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
     loop {
         let mut kv = ctx.client.kv_client();
         let existing = match request("get_registration", kv.get(key.as_str(), None)).await {
-            Ok(Ok(r)) => r.kvs().first().map(|kv| (kv.lease(), serde_json::from_slice::<WorkerInfo>(kv.value()).ok())),
+            Ok(r) => r.kvs().first().map(|kv| (kv.lease(), serde_json::from_slice::<WorkerInfo>(kv.value()).ok())),
             // Not known yet: registering now could overwrite an earlier instance's registration,
             // and its departure (what it ran, recorded lost and rerun) would never be seen.
             _ => {
@@ -455,16 +455,16 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
             tracing::warn!(old_lease, pid, "an earlier instance of this worker is still registered; revoking its session so its executions are accounted for");
             let mut leases = ctx.client.lease_client();
             match request("lease_revoke", leases.revoke(old_lease)).await {
-                Ok(Ok(_)) => return true,
+                Ok(_) => return true,
                 // Expired meanwhile: its keys went with it, the departure is seen.
-                Ok(Err(e)) if e.to_string().contains("lease not found") => return true,
+                Err(EtcdError::Failed(e)) if e.to_string().contains("lease not found") => return true,
                 // Not revoked (or not known to be): registering over it would hide the
                 // departure. Read again and retry.
-                failed => {
-                    let error = failed.map_or_else(
-                        |_| "timed out".to_owned(),
-                        |r| r.err().map(|e| e.to_string()).unwrap_or_default(),
-                    );
+                Err(failed) => {
+                    let error = match failed {
+                        EtcdError::Timeout => "timed out".to_owned(),
+                        EtcdError::Failed(e) => e.to_string(),
+                    };
                     tracing::warn!(old_lease, %error, "revoking the earlier session failed; retrying");
                     tokio::select! {
                         _ = stop.changed() => return false,
@@ -536,12 +536,12 @@ async fn register(
     let mut kv = ctx.client.kv_client();
     let put = kv.put(ctx.keys.worker(&ctx.config.worker_id), value, Some(PutOptions::new().with_lease(lease)));
     match request("register", put).await {
-        Ok(Ok(resp)) => Some(resp.header().map_or(0, etcd_client::ResponseHeader::revision)),
-        Ok(Err(e)) => {
+        Ok(resp) => Some(resp.header().map_or(0, etcd_client::ResponseHeader::revision)),
+        Err(EtcdError::Failed(e)) => {
             tracing::warn!(error = %e, "registering worker failed; will retry");
             None
         }
-        Err(_) => {
+        Err(EtcdError::Timeout) => {
             tracing::warn!("registering worker timed out; will retry");
             None
         }

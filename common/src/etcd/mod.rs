@@ -93,39 +93,70 @@ pub fn is_nospace(e: &etcd_client::Error) -> bool {
     e.to_string().contains("database space exceeded")
 }
 
+/// Why an etcd request gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// etcd did not answer within the request's deadline, or no admission slot came free in time:
+    /// the request's outcome is unknown.
+    #[error("no answer from etcd within the deadline")]
+    Timeout,
+    /// etcd (or the connection to it) answered with an error.
+    #[error(transparent)]
+    Failed(#[from] etcd_client::Error),
+}
+
+impl EtcdError {
+    /// True when etcd did not answer in time ([`EtcdError::Timeout`]).
+    #[must_use]
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout)
+    }
+
+    /// The error etcd answered with, if it answered ([`EtcdError::Failed`]).
+    #[must_use]
+    pub fn etcd(&self) -> Option<&etcd_client::Error> {
+        match self {
+            Self::Timeout => None,
+            Self::Failed(e) => Some(e),
+        }
+    }
+}
+
 /// Runs one etcd request under the standard deadline ([`REQUEST_TIMEOUT`]) and records it in
 /// the shared metrics under `op`: its latency, and whether it failed or timed out. The request
 /// first waits for a slot of the admission limit (`admission::limiter()`), within the
-/// same deadline. The result is `tokio::time::timeout`'s.
+/// same deadline.
 ///
 /// # Errors
-/// `Elapsed` when etcd did not answer within the deadline, or no slot came free in time.
+/// [`EtcdError::Timeout`] when etcd did not answer within the deadline, or no slot came free in
+/// time; [`EtcdError::Failed`] when etcd answered with an error.
 pub async fn request<T>(
     op: &'static str,
     fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed> {
+) -> Result<T, EtcdError> {
     request_within(op, REQUEST_TIMEOUT, fut).await
 }
 
 /// [`request`] with another deadline.
 ///
 /// # Errors
-/// `Elapsed` when etcd did not answer within `limit`, or no slot came free in time.
+/// [`EtcdError::Timeout`] when etcd did not answer within `limit`, or no slot came free in
+/// time; [`EtcdError::Failed`] when etcd answered with an error.
 pub async fn request_within<T>(
     op: &'static str,
     limit: Duration,
     fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed> {
+) -> Result<T, EtcdError> {
     let started = tokio::time::Instant::now();
     let deadline = started + limit;
     // `fut` is not polled before it has a slot: etcd-client's calls send nothing until then.
     let result = match crate::admission::limiter().admit_by(deadline).await {
         Ok(permit) => {
-            let result = tokio::time::timeout_at(deadline, fut).await;
+            let result = flatten(tokio::time::timeout_at(deadline, fut).await);
             permit.finish(outcome(&result));
             result
         }
-        Err(elapsed) => Err(elapsed),
+        Err(_elapsed) => Err(EtcdError::Timeout),
     };
     record(op, started, &result);
     result
@@ -134,41 +165,48 @@ pub async fn request_within<T>(
 /// [`request_within`] without an admission slot, for the session's lease grant, keep-alives
 /// and revoke only (on the session's own connection): they must never wait behind other
 /// traffic, or a burst of claims could expire the session that the claims depend on.
+///
+/// # Errors
+/// [`EtcdError::Timeout`] when etcd did not answer within `limit`; [`EtcdError::Failed`] when
+/// etcd answered with an error.
 pub(crate) async fn request_exempt<T>(
     op: &'static str,
     limit: Duration,
     fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed> {
+) -> Result<T, EtcdError> {
     let started = tokio::time::Instant::now();
-    let result = tokio::time::timeout(limit, fut).await;
+    let result = flatten(tokio::time::timeout(limit, fut).await);
     record(op, started, &result);
     result
 }
 
-fn record<T>(
-    op: &'static str,
-    started: tokio::time::Instant,
-    result: &Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed>,
-) {
+/// `tokio::time::timeout`'s result as an [`EtcdError`].
+fn flatten<T>(result: Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed>) -> Result<T, EtcdError> {
+    match result {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(EtcdError::Failed(e)),
+        Err(_elapsed) => Err(EtcdError::Timeout),
+    }
+}
+
+fn record<T>(op: &'static str, started: tokio::time::Instant, result: &Result<T, EtcdError>) {
     let m = &*crate::metrics::ETCD;
     m.seconds.with_label_values(&[op]).observe(started.elapsed().as_secs_f64());
     match result {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) if is_nospace(e) => m.errors.with_label_values(&[op, "nospace"]).inc(),
-        Ok(Err(_)) => m.errors.with_label_values(&[op, "error"]).inc(),
-        Err(_) => m.errors.with_label_values(&[op, "timeout"]).inc(),
+        Ok(_) => {}
+        Err(EtcdError::Failed(e)) if is_nospace(e) => m.errors.with_label_values(&[op, "nospace"]).inc(),
+        Err(EtcdError::Failed(_)) => m.errors.with_label_values(&[op, "error"]).inc(),
+        Err(EtcdError::Timeout) => m.errors.with_label_values(&[op, "timeout"]).inc(),
     }
 }
 
 /// What a request's end says about etcd's load, for the admission limit.
-fn outcome<T>(
-    result: &Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed>,
-) -> crate::admission::Outcome {
+fn outcome<T>(result: &Result<T, EtcdError>) -> crate::admission::Outcome {
     use crate::admission::{Outcome, Overload};
     match result {
-        Ok(Ok(_)) => Outcome::Answered,
-        Ok(Err(e)) => overload(e).map_or(Outcome::Failed, Outcome::Overloaded),
-        Err(_) => Outcome::Overloaded(Overload::Timeout),
+        Ok(_) => Outcome::Answered,
+        Err(EtcdError::Failed(e)) => overload(e).map_or(Outcome::Failed, Outcome::Overloaded),
+        Err(EtcdError::Timeout) => Outcome::Overloaded(Overload::Timeout),
     }
 }
 
@@ -247,5 +285,23 @@ mod tests {
         assert!(!is_nospace(&status(tonic::Code::ResourceExhausted, "etcdserver: too many requests")));
         assert_eq!(overload(&status(tonic::Code::Cancelled, "operation was canceled")), None);
         assert_eq!(overload(&etcd_client::Error::WatchError("listing timed out".to_owned())), None);
+    }
+
+    #[tokio::test]
+    async fn a_timeout_is_told_from_an_answered_error() {
+        let answered = request_exempt("test_answered", Duration::ZERO, async { Ok::<_, etcd_client::Error>(7) }).await;
+        assert_eq!(answered.ok(), Some(7));
+        let failed = request_exempt("test_failed", Duration::ZERO, async {
+            Err::<(), _>(etcd_client::Error::WatchError("refused".to_owned()))
+        })
+        .await
+        .unwrap_err();
+        assert!(!failed.is_timeout());
+        assert!(matches!(failed.etcd(), Some(etcd_client::Error::WatchError(m)) if m == "refused"), "{failed:?}");
+        assert_eq!(failed.to_string(), etcd_client::Error::WatchError("refused".to_owned()).to_string());
+        let timed_out = request_exempt("test_timed_out", Duration::ZERO, std::future::pending::<Result<(), _>>())
+            .await
+            .unwrap_err();
+        assert!(timed_out.is_timeout() && timed_out.etcd().is_none(), "{timed_out:?}");
     }
 }

@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
-use etcron_common::etcd::request;
+use etcron_common::etcd::{request, EtcdError};
 use etcron_common::metrics::counter_vec;
 use etcron_model::keys::Keys;
 use prometheus::IntCounterVec;
@@ -73,7 +73,7 @@ pub fn start(client: Client, keys: &Keys, storage: StorageWatch, settings: Compa
 /// Takes `{ns}/compactor` if nobody holds it; the lease when this master does.
 async fn campaign(client: &Client, key: &str, me: &str) -> Option<i64> {
     let mut leases = client.lease_client();
-    let lease = request("lease_grant", leases.grant(LEASE_TTL, None)).await.ok()?.ok()?.id();
+    let lease = request("lease_grant", leases.grant(LEASE_TTL, None)).await.ok()?.id();
     let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, 0)]).and_then([TxnOp::put(
         key,
         format!("{{\"master\":{me:?}}}"),
@@ -81,7 +81,7 @@ async fn campaign(client: &Client, key: &str, me: &str) -> Option<i64> {
     )]);
     let mut kv = client.kv_client();
     match request("compactor_campaign", kv.txn(txn)).await {
-        Ok(Ok(resp)) if resp.succeeded() => Some(lease),
+        Ok(resp) if resp.succeeded() => Some(lease),
         _ => {
             let _ = request("lease_revoke", leases.revoke(lease)).await;
             None
@@ -92,7 +92,7 @@ async fn campaign(client: &Client, key: &str, me: &str) -> Option<i64> {
 /// Keeps the lease alive and compacts every `settings.every` until the lease is lost.
 async fn lead(client: &Client, lease: i64, storage: &StorageWatch, settings: CompactorSettings) {
     let mut leases = client.lease_client();
-    let Ok(Ok((mut keeper, mut answers))) = request("lease_keep_alive", leases.keep_alive(lease)).await else {
+    let Ok((mut keeper, mut answers)) = request("lease_keep_alive", leases.keep_alive(lease)).await else {
         return;
     };
     let mut next = tokio::time::Instant::now() + settings.every;
@@ -122,30 +122,30 @@ async fn compact_once(client: &Client, storage: &StorageWatch, retention: Durati
     let mut kv = client.kv_client();
     let probe = kv.get("/", Some(GetOptions::new().with_revision(revision).with_count_only()));
     match request("compactor_probe", probe).await {
-        Ok(Err(e)) if e.to_string().contains("compacted") => {
+        Err(EtcdError::Failed(e)) if e.to_string().contains("compacted") => {
             COMPACTIONS.with_label_values(&["skipped_already"]).inc();
             tracing::debug!(revision, "etcd compacted past the target itself");
             return;
         }
-        Ok(Ok(_)) => {}
+        Ok(_) => {}
         _ => {
             COMPACTIONS.with_label_values(&["failed"]).inc();
             return;
         }
     }
     match request("compact", kv.compact(revision, None)).await {
-        Ok(Ok(_)) => {
+        Ok(_) => {
             COMPACTIONS.with_label_values(&["compacted"]).inc();
             tracing::info!(revision, retention_secs = retention.as_secs(), "compacted etcd");
         }
-        Ok(Err(e)) if e.to_string().contains("compacted") => {
+        Err(EtcdError::Failed(e)) if e.to_string().contains("compacted") => {
             COMPACTIONS.with_label_values(&["skipped_already"]).inc();
         }
-        Ok(Err(e)) => {
+        Err(EtcdError::Failed(e)) => {
             COMPACTIONS.with_label_values(&["failed"]).inc();
             tracing::warn!(revision, error = %e, "compacting etcd failed");
         }
-        Err(_) => {
+        Err(EtcdError::Timeout) => {
             COMPACTIONS.with_label_values(&["failed"]).inc();
             tracing::warn!(revision, "compacting etcd timed out");
         }

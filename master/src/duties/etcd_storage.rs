@@ -9,6 +9,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use etcd_client::{AlarmAction, AlarmType, Client};
+use etcron_common::etcd::EtcdError;
 use etcron_common::metrics::gauge;
 use prometheus::IntGauge;
 use serde::Serialize;
@@ -179,14 +180,16 @@ async fn poll_loop(client: Client, settings: StorageSettings, watch: StorageWatc
 /// One reading: the status of the member the client talks to, and the cluster's alarms.
 async fn read(client: &Client, settings: StorageSettings) -> Result<Storage, String> {
     let mut m = client.maintenance_client();
-    let status = etcron_common::etcd::request("status", m.status())
-        .await
-        .map_err(|_| "timed out")?
-        .map_err(|e| e.to_string())?;
+    let status = etcron_common::etcd::request("status", m.status()).await.map_err(|e| match e {
+        EtcdError::Timeout => "timed out".to_owned(),
+        EtcdError::Failed(e) => e.to_string(),
+    })?;
     let alarms = etcron_common::etcd::request("alarms", m.alarm(AlarmAction::Get, AlarmType::None, None))
         .await
-        .map_err(|_| "timed out")?
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| match e {
+            EtcdError::Timeout => "timed out".to_owned(),
+            EtcdError::Failed(e) => e.to_string(),
+        })?;
     let alarms: Vec<String> = alarms.alarms().iter().map(|a| a.alarm().as_str_name().to_owned()).collect();
     let quota = if status.db_size_quota() > 0 { status.db_size_quota() } else { settings.quota_bytes };
     #[allow(clippy::cast_precision_loss)]

@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
-use etcron_common::etcd::request;
+use etcron_common::etcd::{request, EtcdError};
 use etcron_common::metrics::counter;
 use etcron_model::keys::{Key, Keys};
 use etcron_model::model::Pause;
@@ -40,9 +40,9 @@ async fn end_due(client: &Client, keys: &Keys) {
     let mut kv = client.kv_client();
     let listed = request("list_pauses", kv.get(keys.paused_prefix(), Some(GetOptions::new().with_prefix()))).await;
     let resp = match listed {
-        Ok(Ok(resp)) => resp,
-        Ok(Err(e)) => return tracing::warn!(error = %e, "listing pauses failed; retrying"),
-        Err(_) => return tracing::warn!("listing pauses timed out; retrying"),
+        Ok(resp) => resp,
+        Err(EtcdError::Failed(e)) => return tracing::warn!(error = %e, "listing pauses failed; retrying"),
+        Err(EtcdError::Timeout) => return tracing::warn!("listing pauses timed out; retrying"),
     };
     let now = now_ms();
     for item in resp.kvs() {
@@ -56,13 +56,13 @@ async fn end_due(client: &Client, keys: &Keys) {
             .when([Compare::mod_revision(item.key().to_vec(), CompareOp::Equal, item.mod_revision())])
             .and_then([TxnOp::delete(item.key().to_vec(), None)]);
         match request("txn", kv.txn(txn)).await {
-            Ok(Ok(r)) if r.succeeded() => {
+            Ok(r) if r.succeeded() => {
                 ENDED.inc();
                 tracing::info!(job = %job, by = pause.by.as_deref().unwrap_or(""), "pause ended at its until; job resumed");
             }
-            Ok(Ok(_)) => tracing::debug!(job = %job, "pause changed before its end; left as it is"),
-            Ok(Err(e)) => tracing::warn!(job = %job, error = %e, "ending a pause failed; retrying"),
-            Err(_) => tracing::warn!(job = %job, "ending a pause timed out; retrying"),
+            Ok(_) => tracing::debug!(job = %job, "pause changed before its end; left as it is"),
+            Err(EtcdError::Failed(e)) => tracing::warn!(job = %job, error = %e, "ending a pause failed; retrying"),
+            Err(EtcdError::Timeout) => tracing::warn!(job = %job, "ending a pause timed out; retrying"),
         }
     }
 }

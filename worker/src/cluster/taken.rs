@@ -78,7 +78,7 @@ pub async fn follow(client: Client, prefix: String, taken: std::sync::Arc<Taken>
         let opts = WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoDelete]);
         let started = etcron_common::etcd::request("watch", watcher.watch(prefix.clone(), Some(opts))).await;
         let mut stream = match started {
-            Ok(Ok(s)) => s,
+            Ok(s) => s,
             _ => {
                 tracing::debug!("watching claims could not start; retrying");
                 tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use etcd_client::{Client, EventType, GetOptions, WatchOptions};
 use tokio::sync::{mpsc, watch};
 
-use etcron_common::etcd::{request, request_within, REQUEST_TIMEOUT};
+use etcron_common::etcd::{request, request_within, EtcdError, REQUEST_TIMEOUT};
 
 /// Keys fetched per page while listing.
 const PAGE_SIZE: i64 = 2_000;
@@ -48,8 +48,9 @@ pub async fn list(client: &Client, prefix: &str) -> Result<(Vec<Kv>, i64), etcd_
             opts = opts.with_revision(revision);
         }
         let resp = match request_within("list", REQUEST_TIMEOUT * 4, kv.get(start.clone(), Some(opts))).await {
-            Ok(r) => r?,
-            Err(_) => return Err(etcd_client::Error::WatchError("listing timed out".to_owned())),
+            Ok(r) => r,
+            Err(EtcdError::Failed(e)) => return Err(e),
+            Err(EtcdError::Timeout) => return Err(etcd_client::Error::WatchError("listing timed out".to_owned())),
         };
         if revision == 0 {
             revision = resp.header().map_or(0, |h| h.revision());
@@ -115,12 +116,14 @@ pub async fn mirror(
         // backend for every event of every watcher.
         let opts = WatchOptions::new().with_prefix().with_start_revision(from);
         let mut stream = match request("watch", watcher.watch(prefix.clone(), Some(opts))).await {
-            Ok(Ok(s)) => s,
-            failed => {
+            Ok(s) => s,
+            Err(failed) => {
                 // A timeout backs off like a failure: re-opening at once would add to the load
                 // that kept etcd from answering.
-                let error = failed
-                    .map_or_else(|_| "timed out".to_owned(), |r| r.err().map(|e| e.to_string()).unwrap_or_default());
+                let error = match failed {
+                    EtcdError::Timeout => "timed out".to_owned(),
+                    EtcdError::Failed(e) => e.to_string(),
+                };
                 tracing::warn!(watch = name, %error, "starting watch failed; trying again");
                 resume = Some(from);
                 tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }

@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, TxnOp};
 use etcron_common::claim::{self, BatchError, ClaimOutcome, Close, CompleteOutcome, InflightPut, RunClaim, MAX_BATCH};
+use etcron_common::etcd::EtcdError;
 use etcron_model::keys::{ExecutionId, Keys};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -118,9 +119,9 @@ fn delete_key(client: &Client, key: String) {
     // request goes through that worker's admission limiter, not the process's.
     etcron_common::task::spawn(async move {
         let why = match etcron_common::etcd::request("delete_inflight", kv.delete(key.as_str(), None)).await {
-            Ok(Ok(_)) => return,
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => "timed out".to_owned(),
+            Ok(_) => return,
+            Err(EtcdError::Failed(e)) => e.to_string(),
+            Err(EtcdError::Timeout) => "timed out".to_owned(),
         };
         tracing::debug!(key, error = %why, "deleting an inflight key failed; it goes with the session");
     });

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcron_common::etcd::EtcdError;
 use etcron_model::alerts::{Raised, StaleState};
 use etcron_model::duration::HumanDuration;
 use etcron_model::job::JobSpec;
@@ -86,7 +87,7 @@ pub(crate) fn queued(ctx: &Arc<Context>, fire: &Fire) {
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let claim_key = ctx.keys.claim(&fire.id);
         let mut kv = ctx.client.kv_client();
-        let Ok(Ok(resp)) = etcron_common::etcd::request("claim_read", kv.get(claim_key.as_str(), None)).await else {
+        let Ok(resp) = etcron_common::etcd::request("claim_read", kv.get(claim_key.as_str(), None)).await else {
             tracing::warn!(execution_id = %fire.id, "reading a queued execution's claim failed: its late start is alerted when it starts");
             return;
         };
@@ -117,9 +118,7 @@ pub(crate) fn succeeded(ctx: &Arc<Context>, spec: &JobSpec, job: &str, finished_
     etcron_common::task::spawn(async move {
         let mut kv = ctx.client.kv_client();
         for attempt in 1..=RAISE_TRIES {
-            if let Ok(Ok(_)) =
-                etcron_common::etcd::request("stale_reset", kv.put(key.as_str(), value.clone(), None)).await
-            {
+            if etcron_common::etcd::request("stale_reset", kv.put(key.as_str(), value.clone(), None)).await.is_ok() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
@@ -211,11 +210,11 @@ async fn commit(ctx: &Context, op: &'static str, key: &str, txn: Txn, mine: &Rai
     let mut error = String::new();
     for attempt in 1..=RAISE_TRIES {
         match etcron_common::etcd::request(op, kv.txn(txn.clone())).await {
-            Ok(Ok(resp)) => return Ok(resp.succeeded()),
-            Ok(Err(e)) => error = e.to_string(),
-            Err(_) => error = "no answer from etcd".to_owned(),
+            Ok(resp) => return Ok(resp.succeeded()),
+            Err(EtcdError::Failed(e)) => error = e.to_string(),
+            Err(EtcdError::Timeout) => error = "no answer from etcd".to_owned(),
         }
-        if let Ok(Ok(resp)) = etcron_common::etcd::request("alert_read", kv.get(key, None)).await {
+        if let Ok(resp) = etcron_common::etcd::request("alert_read", kv.get(key, None)).await {
             if let Some(found) = resp.kvs().first() {
                 return Ok(raised_by(found.value()).as_ref() == Some(mine));
             }
@@ -292,7 +291,7 @@ async fn check_window(
     let mut kv = ctx.client.kv_client();
     let now = now_ms();
     let found = match etcron_common::etcd::request("stale_read", kv.get(key.as_str(), None)).await {
-        Ok(Ok(resp)) => resp.kvs().first().map(|kv| (kv.mod_revision(), kv.value().to_vec())),
+        Ok(resp) => resp.kvs().first().map(|kv| (kv.mod_revision(), kv.value().to_vec())),
         _ => return now + STALE_RETRY_MS,
     };
     let Some((revision, value)) = found else {
@@ -304,7 +303,7 @@ async fn check_window(
             None,
         )]);
         return match etcron_common::etcd::request("stale_start", kv.txn(txn)).await {
-            Ok(Ok(_)) => now,
+            Ok(_) => now,
             _ => now + STALE_RETRY_MS,
         };
     };

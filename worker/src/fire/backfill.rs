@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcron_common::etcd::EtcdError;
 use etcron_model::backfill::Backfill;
 use etcron_model::model::{RunParams, TriggerKind};
 use etcron_model::{now_ms, UnixMs};
@@ -29,7 +30,7 @@ async fn read(ctx: &Context, key: &str) -> Option<Arc<Backfill>> {
     for attempt in 1..=READ_TRIES {
         let mut kv = ctx.client.kv_client();
         match etcron_common::etcd::request("backfill_get", kv.get(key, None)).await {
-            Ok(Ok(resp)) => {
+            Ok(resp) => {
                 let kv = resp.kvs().first()?;
                 return match serde_json::from_slice::<Backfill>(kv.value()) {
                     Ok(b) => {
@@ -43,8 +44,8 @@ async fn read(ctx: &Context, key: &str) -> Option<Arc<Backfill>> {
                     }
                 };
             }
-            Ok(Err(e)) => tracing::warn!(key, attempt, error = %e, "reading a backfill failed"),
-            Err(_) => tracing::warn!(key, attempt, "reading a backfill timed out"),
+            Err(EtcdError::Failed(e)) => tracing::warn!(key, attempt, error = %e, "reading a backfill failed"),
+            Err(EtcdError::Timeout) => tracing::warn!(key, attempt, "reading a backfill timed out"),
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -99,9 +100,13 @@ pub(crate) async fn taken_elsewhere(ctx: &Context, fire: &Fire) {
     for _ in 0..READ_TRIES {
         let mut kv = ctx.client.kv_client();
         match etcron_common::etcd::request("backfill_taken", kv.txn(txn.clone())).await {
-            Ok(Ok(_)) => return,
-            Ok(Err(e)) => tracing::warn!(execution_id = %fire.id, error = %e, "consuming a backfill request failed"),
-            Err(_) => tracing::warn!(execution_id = %fire.id, "consuming a backfill request timed out"),
+            Ok(_) => return,
+            Err(EtcdError::Failed(e)) => {
+                tracing::warn!(execution_id = %fire.id, error = %e, "consuming a backfill request failed")
+            }
+            Err(EtcdError::Timeout) => {
+                tracing::warn!(execution_id = %fire.id, "consuming a backfill request timed out")
+            }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
 use etcron_common::claim::QueueClaim;
+use etcron_common::etcd::EtcdError;
 use etcron_model::job::Concurrency;
 use etcron_model::keys::{ExecutionId, Part, Tick};
 use etcron_model::model::{Claim, QueuedRun};
@@ -35,7 +36,7 @@ pub(crate) async fn claim_part(ctx: &Context, fire: &Fire) -> Option<QueueClaim>
     ]);
     let mut kv = ctx.client.kv_client();
     let (lock_value, waiting) = match etcron_common::etcd::request("queue_len", kv.txn(read)).await {
-        Ok(Ok(resp)) => {
+        Ok(resp) => {
             let mut answers = resp.op_responses().into_iter();
             let lock_value = match answers.next() {
                 Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.value().to_vec()),
@@ -84,7 +85,7 @@ async fn heal(ctx: &Context, holder: &ExecutionId, lock_value: Vec<u8>) {
     let mut kv = ctx.client.kv_client();
     let read =
         Txn::new().and_then([TxnOp::get(ctx.keys.claim(holder), None), TxnOp::get(ctx.keys.running(holder), None)]);
-    let Ok(Ok(resp)) = etcron_common::etcd::request("claim_read", kv.txn(read)).await else { return };
+    let Ok(resp) = etcron_common::etcd::request("claim_read", kv.txn(read)).await else { return };
     let mut answers = resp.op_responses().into_iter();
     let (Some(TxnOpResponse::Get(claim)), Some(TxnOpResponse::Get(marker))) = (answers.next(), answers.next()) else {
         return;
@@ -106,7 +107,7 @@ async fn heal(ctx: &Context, holder: &ExecutionId, lock_value: Vec<u8>) {
 pub(crate) async fn left_queue(ctx: &Context, claim_key: &str) -> bool {
     let mut kv = ctx.client.kv_client();
     match etcron_common::etcd::request("claim_read", kv.get(claim_key, None)).await {
-        Ok(Ok(resp)) => {
+        Ok(resp) => {
             resp.kvs().first().is_none_or(|kv| serde_json::from_slice::<Claim>(kv.value()).map_or(true, |c| !c.queued))
         }
         _ => false,
@@ -148,10 +149,10 @@ async fn pump_once(
 ) -> Result<(), String> {
     let mut kv = ctx.client.kv_client();
     let opts = GetOptions::new().with_prefix().with_limit(1).with_sort(SortTarget::Key, SortOrder::Ascend);
-    let resp = etcron_common::etcd::request("queue_head", kv.get(prefix, Some(opts)))
-        .await
-        .map_err(|_| "reading the queue timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
+    let resp = etcron_common::etcd::request("queue_head", kv.get(prefix, Some(opts))).await.map_err(|e| match e {
+        EtcdError::Timeout => "reading the queue timed out".to_owned(),
+        EtcdError::Failed(e) => e.to_string(),
+    })?;
     let held_by_holder = match holder {
         Some(h) => Compare::value(lock, CompareOp::Equal, h.to_vec()),
         None => Compare::create_revision(lock, CompareOp::Equal, 0),
@@ -165,10 +166,10 @@ async fn pump_once(
                 Compare::version(prefix, CompareOp::Equal, 0).with_prefix(),
             ])
             .and_then([TxnOp::delete(lock, None)]);
-        let resp = etcron_common::etcd::request("queue_release", kv.txn(txn))
-            .await
-            .map_err(|_| "releasing the lock timed out".to_owned())?
-            .map_err(|e| e.to_string())?;
+        let resp = etcron_common::etcd::request("queue_release", kv.txn(txn)).await.map_err(|e| match e {
+            EtcdError::Timeout => "releasing the lock timed out".to_owned(),
+            EtcdError::Failed(e) => e.to_string(),
+        })?;
         return if resp.succeeded() || !still_held(ctx, lock, holder).await? {
             Ok(())
         } else {
@@ -200,10 +201,10 @@ async fn pump_once(
             TxnOp::put(lock, to_json(&entry.execution_id), Some(PutOptions::new().with_lease(lease))),
             put_request,
         ]);
-    let resp = etcron_common::etcd::request("queue_hand_over", kv.txn(txn))
-        .await
-        .map_err(|_| "handing the lock on timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
+    let resp = etcron_common::etcd::request("queue_hand_over", kv.txn(txn)).await.map_err(|e| match e {
+        EtcdError::Timeout => "handing the lock on timed out".to_owned(),
+        EtcdError::Failed(e) => e.to_string(),
+    })?;
     if resp.succeeded() {
         tracing::info!(job, execution_id = %entry.execution_id, "queued execution's turn: lock handed over");
         return Ok(());
@@ -218,10 +219,10 @@ async fn pump_once(
 /// Whether the lock is still as `holder` says (its value, or absent for `None`).
 async fn still_held(ctx: &Context, lock: &str, holder: Option<&[u8]>) -> Result<bool, String> {
     let mut kv = ctx.client.kv_client();
-    let resp = etcron_common::etcd::request("queue_lock", kv.get(lock, None))
-        .await
-        .map_err(|_| "reading the lock timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
+    let resp = etcron_common::etcd::request("queue_lock", kv.get(lock, None)).await.map_err(|e| match e {
+        EtcdError::Timeout => "reading the lock timed out".to_owned(),
+        EtcdError::Failed(e) => e.to_string(),
+    })?;
     Ok(match (resp.kvs().first(), holder) {
         (Some(kv), Some(h)) => kv.value() == h,
         (None, None) => true,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use etcron_common::claim::{self, ClaimOutcome, LockClaim, QueueClaim, RunClaim};
+use etcron_common::etcd::EtcdError;
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_model::job::Concurrency;
 use etcron_model::keys::{ExecutionId, KillTarget};
@@ -53,7 +54,7 @@ pub(crate) async fn resolve_unknown_claim(ctx: &Context, fire: &Fire, won: &WonC
             Txn::new().and_then([TxnOp::get(registration.as_str(), None), TxnOp::get(won.claim_key.as_str(), None)]);
         let mut kv = ctx.client.kv_client();
         match etcron_common::etcd::request("claim_read", kv.txn(reads)).await {
-            Ok(Ok(resp)) => {
+            Ok(resp) => {
                 let mut found = resp.op_responses().into_iter().map(|r| match r {
                     TxnOpResponse::Get(get) => get.kvs().first().cloned(),
                     _ => None,
@@ -214,11 +215,13 @@ pub(crate) fn replace_running(ctx: &Arc<Context>, old: &ExecutionId, new: &Execu
         let mut kv = ctx.client.kv_client();
         let put = kv.put(key, to_json(&command), Some(PutOptions::new().with_lease(lease)));
         match etcron_common::etcd::request("put_kill", put).await {
-            Ok(Ok(_)) => tracing::info!(replaced = %old, "concurrency replace: kill written for the running execution"),
-            Ok(Err(e)) => {
+            Ok(_) => tracing::info!(replaced = %old, "concurrency replace: kill written for the running execution"),
+            Err(EtcdError::Failed(e)) => {
                 tracing::error!(error = %e, replaced = %old, "writing the kill for the replaced execution failed")
             }
-            Err(_) => tracing::error!(replaced = %old, "writing the kill for the replaced execution timed out"),
+            Err(EtcdError::Timeout) => {
+                tracing::error!(replaced = %old, "writing the kill for the replaced execution timed out")
+            }
         }
     });
 }

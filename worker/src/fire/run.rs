@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcron_common::etcd::EtcdError;
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_model::job::{GrpcTask, HttpTask, Mode, ShellTask, Task};
 use etcron_model::keys::Part;
@@ -442,12 +443,12 @@ pub(crate) async fn fill_in_marker(ctx: &Context, won: &mut WonClaim, pid: Optio
         .and_then([TxnOp::put(won.running_key.as_str(), won.running.to_bytes(), opts)]);
     let mut kv = ctx.client.kv_client();
     match etcron_common::etcd::request("put_running", kv.txn(txn)).await {
-        Ok(Ok(resp)) if resp.succeeded() => {
+        Ok(resp) if resp.succeeded() => {
             won.marker_revision = resp.header().map(etcd_client::ResponseHeader::revision);
         }
-        Ok(Ok(_)) => tracing::warn!("not writing the running marker: the claim was closed by the loss handling"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "writing the running marker failed"),
-        Err(_) => tracing::warn!("writing the running marker timed out"),
+        Ok(_) => tracing::warn!("not writing the running marker: the claim was closed by the loss handling"),
+        Err(EtcdError::Failed(e)) => tracing::warn!(error = %e, "writing the running marker failed"),
+        Err(EtcdError::Timeout) => tracing::warn!("writing the running marker timed out"),
     }
 }
 

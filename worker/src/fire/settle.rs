@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use etcron_common::claim::{self, ClaimOutcome};
+use etcron_common::etcd::EtcdError;
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_model::job::{JobSpec, Misfire};
 use etcron_model::keys::Part;
@@ -121,7 +122,7 @@ async fn settle_unknown(
 /// The claim at `key` as a provisional record's settlement needs it.
 pub(crate) async fn read_claim(ctx: &Context, key: &str) -> ClaimRead {
     let mut kv = ctx.client.kv_client();
-    let Ok(Ok(resp)) = etcron_common::etcd::request("claim_read", kv.get(key, None)).await else {
+    let Ok(resp) = etcron_common::etcd::request("claim_read", kv.get(key, None)).await else {
         return ClaimRead::Unreadable;
     };
     match resp.kvs().first() {
@@ -297,21 +298,21 @@ pub(crate) async fn request_catchup_of(ctx: &Context, fire: &Fire, tick_ms: Unix
     let txn = Txn::new().when(when).and_then([request]);
     let mut kv = ctx.client.kv_client();
     match etcron_common::etcd::request("put_request", kv.txn(txn)).await {
-        Ok(Ok(r)) if r.succeeded() => {
+        Ok(r) if r.succeeded() => {
             tracing::warn!(job = %job, scheduled_ms = tick_ms, misfire = ?fire.spec.misfire, "tick not claimed in time: catch-up run requested");
             Catchup::Done
         }
         // Claimed meanwhile, or (coalescing) a catch-up run is pending.
-        Ok(Ok(_)) if coalesce && matches!(claim::claim_exists(&ctx.client, &claim_key).await, Ok(false)) => {
+        Ok(_) if coalesce && matches!(claim::claim_exists(&ctx.client, &claim_key).await, Ok(false)) => {
             Catchup::Coalesced
         }
-        Ok(Ok(_)) => Catchup::Done,
-        Ok(Err(e)) => {
+        Ok(_) => Catchup::Done,
+        Err(EtcdError::Failed(e)) => {
             tracing::warn!(error = %e, "requesting a catch-up run failed; settling the tick once etcd answers");
             ctx.unsettled.note(fire);
             Catchup::Done
         }
-        Err(_) => {
+        Err(EtcdError::Timeout) => {
             tracing::warn!("requesting a catch-up run timed out; settling the tick once etcd answers");
             ctx.unsettled.note(fire);
             Catchup::Done
@@ -328,11 +329,11 @@ pub(crate) async fn continue_catchup(ctx: &Context, fire: &Fire) {
     }
     let mut kv = ctx.client.kv_client();
     match etcron_common::etcd::request("put_request", kv.txn(Txn::new().and_then(ops))).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
+        Ok(_) => {}
+        Err(EtcdError::Failed(e)) => {
             tracing::error!(error = %e, remaining = fire.then.len(), "catch-up chain broken: could not request its next tick")
         }
-        Err(_) => {
+        Err(EtcdError::Timeout) => {
             tracing::error!(remaining = fire.then.len(), "catch-up chain broken: requesting its next tick timed out")
         }
     }

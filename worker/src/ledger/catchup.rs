@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcron_common::claim;
-use etcron_common::etcd::request;
+use etcron_common::etcd::{request, EtcdError};
 use etcron_model::job::Misfire;
 use etcron_model::keys::Key;
 use etcron_model::model::{halt, JobState, Status};
@@ -135,7 +135,7 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
     let prefix = ctx.keys.state_prefix();
     let at_load = GetOptions::new().with_prefix().with_revision(revision);
     let states = match request("scan_states", kv.get(prefix.as_str(), Some(at_load))).await {
-        Ok(Err(e)) => {
+        Err(EtcdError::Failed(e)) => {
             // Compacted already: the current states are the best left (a gap's newest ticks
             // may then go unexamined; say so).
             tracing::warn!(error = %e, revision, "catch-up scan: job states at load time unavailable; using current ones");
@@ -144,12 +144,12 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
         other => other,
     };
     let states = match states {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
+        Ok(r) => r,
+        Err(EtcdError::Failed(e)) => {
             tracing::error!(error = %e, jobs = jobs.len(), "catch-up scan: cannot read job states; ticks missed during downtime are not accounted for");
             return;
         }
-        Err(_) => {
+        Err(EtcdError::Timeout) => {
             tracing::error!(
                 jobs = jobs.len(),
                 "catch-up scan: reading job states timed out; ticks missed during downtime are not accounted for"
@@ -293,7 +293,7 @@ async fn claimed_ticks(ctx: &Context, job: &str, first: UnixMs, upto: UnixMs) ->
     let to = format!("{prefix}{}", upto + 1);
     let opts = GetOptions::new().with_range(to).with_keys_only();
     match request("scan_claims", ctx.client.kv_client().get(from, Some(opts))).await {
-        Ok(Ok(r)) => Some(
+        Ok(r) => Some(
             r.kvs()
                 .iter()
                 .filter_map(|kv| match ctx.keys.parse(kv.key()) {
@@ -302,11 +302,11 @@ async fn claimed_ticks(ctx: &Context, job: &str, first: UnixMs, upto: UnixMs) ->
                 })
                 .collect(),
         ),
-        Ok(Err(e)) => {
+        Err(EtcdError::Failed(e)) => {
             tracing::error!(job, error = %e, "catch-up scan: cannot read claims; missed ticks are not accounted for");
             None
         }
-        Err(_) => {
+        Err(EtcdError::Timeout) => {
             tracing::error!(job, "catch-up scan: reading claims timed out; missed ticks are not accounted for");
             None
         }
@@ -325,7 +325,7 @@ pub async fn settle_loop(ctx: Arc<Context>) {
         // etcd answers a linearizable read only with a quorum: the outage is over.
         let mut kv = ctx.client.kv_client();
         let probe = kv.get(ctx.keys.state_prefix(), Some(GetOptions::new().with_prefix().with_count_only()));
-        if !matches!(request("probe", probe).await, Ok(Ok(_))) {
+        if request("probe", probe).await.is_err() {
             continue;
         }
         let first_ranked = |job: &str| ctx.members.rank(&ctx.config.worker_id, &format!("catchup/{job}")) == 0;
@@ -380,10 +380,10 @@ async fn sweep_range(ctx: &Context, sweep: &Sweep) -> bool {
 async fn created_ms(ctx: &Context, job: &str) -> Option<UnixMs> {
     let key = ctx.keys.state(job);
     let mut kv = ctx.client.kv_client();
-    let now = request("scan_state", kv.get(key.as_str(), None)).await.ok()?.ok()?;
+    let now = request("scan_state", kv.get(key.as_str(), None)).await.ok()?;
     let created = now.kvs().first()?.create_revision();
     let opts = etcd_client::GetOptions::new().with_revision(created);
-    let first = request("scan_state", kv.get(key.as_str(), Some(opts))).await.ok()?.ok()?;
+    let first = request("scan_state", kv.get(key.as_str(), Some(opts))).await.ok()?;
     Some(JobState::from_bytes(first.kvs().first()?.value())?.last_tick_ms)
 }
 
@@ -410,12 +410,12 @@ fn ticks_between(schedule: &etcron_model::schedule::Schedule, last: UnixMs, upto
 /// Runs one scan transaction; a failure is logged, naming what the scan could not write.
 async fn commit(ctx: &Context, job: &str, txn: Txn, what: &str) -> bool {
     match request("scan_commit", ctx.client.kv_client().txn(txn)).await {
-        Ok(Ok(_)) => true,
-        Ok(Err(e)) => {
+        Ok(_) => true,
+        Err(EtcdError::Failed(e)) => {
             tracing::error!(job, error = %e, "catch-up scan: {what} failed");
             false
         }
-        Err(_) => {
+        Err(EtcdError::Timeout) => {
             tracing::error!(job, "catch-up scan: {what} timed out");
             false
         }

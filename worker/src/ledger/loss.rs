@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use etcd_client::EventType;
 use etcron_common::claim::{self, ClaimOutcome, Held};
+use etcron_common::etcd::EtcdError;
 use etcron_common::store::WriteMode;
 use etcron_model::job::JobSpec;
 use etcron_model::keys::{ExecutionId, Key};
@@ -250,11 +251,11 @@ async fn unsettled_from(ctx: &Context, departed: &str, revision: i64) -> Option<
         let mut kv = ctx.client.kv_client();
         match etcron_common::etcd::request("list_running", kv.get(ctx.keys.worker(departed), Some(opts.clone()))).await
         {
-            Ok(Ok(r)) => {
+            Ok(r) => {
                 let info: WorkerInfo = serde_json::from_slice(r.kvs().first()?.value()).ok()?;
                 return info.unsettled_from_ms;
             }
-            Ok(Err(e)) if e.to_string().contains("compacted") => return None,
+            Err(EtcdError::Failed(e)) if e.to_string().contains("compacted") => return None,
             _ => tokio::time::sleep(CLOSE_RETRY_MAX).await,
         }
     }
@@ -268,7 +269,7 @@ async fn done_marker(ctx: &Context, d: &Departure) -> Option<bool> {
     let key = ctx.keys.departure_done(&d.worker, d.revision);
     let opts = etcd_client::GetOptions::new().with_count_only();
     match etcron_common::etcd::request("departure_read", kv.get(key, Some(opts))).await {
-        Ok(Ok(resp)) => Some(resp.count() > 0),
+        Ok(resp) => Some(resp.count() > 0),
         _ => None,
     }
 }
@@ -288,9 +289,9 @@ async fn mark_done(ctx: &Context, d: &Departure) {
     let value = to_json(&serde_json::json!({ "handled_by": ctx.config.worker_id, "at": rfc3339_ms(now_ms()) }));
     let put = kv.put(key, value, Some(etcd_client::PutOptions::new().with_lease(lease)));
     let failed = match etcron_common::etcd::request("departure_done", put).await {
-        Ok(Ok(_)) => None,
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(_) => Some("timed out".to_owned()),
+        Ok(_) => None,
+        Err(EtcdError::Failed(e)) => Some(e.to_string()),
+        Err(EtcdError::Timeout) => Some("timed out".to_owned()),
     };
     if let Some(e) = failed {
         tracing::warn!(worker = %d.worker, error = %e, "writing a departure's done marker failed; the survivors owing it will find it handled");
@@ -399,15 +400,15 @@ async fn list_at(ctx: &Context, departed: &str, prefix: &str, revision: i64) -> 
         let mut kv = ctx.client.kv_client();
         let get = kv.get(prefix, Some(opts.clone()));
         match etcron_common::etcd::request("list_running", get).await {
-            Ok(Ok(r)) => return Some(r),
-            Ok(Err(e)) if e.to_string().contains("compacted") => {
+            Ok(r) => return Some(r),
+            Err(EtcdError::Failed(e)) if e.to_string().contains("compacted") => {
                 tracing::error!(worker = %departed, error = %e, "what the departed worker was running was compacted away; its executions are not recorded lost");
                 return None;
             }
-            Ok(Err(e)) => {
+            Err(EtcdError::Failed(e)) => {
                 tracing::warn!(worker = %departed, error = %e, "listing what the departed worker was running failed; retrying")
             }
-            Err(_) => {
+            Err(EtcdError::Timeout) => {
                 tracing::warn!(worker = %departed, "listing what the departed worker was running timed out; retrying")
             }
         }
@@ -439,7 +440,7 @@ async fn still_held(
     held: &Held,
 ) -> Option<Option<StillHeld>> {
     let mut kv = ctx.client.kv_client();
-    let Ok(Ok(resp)) = etcron_common::etcd::request("claim_read", kv.get(claim_key, None)).await else { return None };
+    let Ok(resp) = etcron_common::etcd::request("claim_read", kv.get(claim_key, None)).await else { return None };
     let item = resp.kvs().first();
     // As one of its winning txns wrote it (whose revision is the token): nothing wrote it since.
     let ours = item.and_then(|kv| tokens.iter().copied().find(|t| *t == kv.mod_revision()));

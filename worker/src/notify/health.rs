@@ -11,6 +11,7 @@
 //! the execution id: an outcome already recorded is never counted twice.
 
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use etcron_common::etcd::EtcdError;
 use etcron_model::job::JobSpec;
 use etcron_model::keys::{ExecutionId, Keys};
 use etcron_model::model::{Pause, Status};
@@ -63,9 +64,9 @@ async fn etcd<T>(
     fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<T, HealthError> {
     match etcron_common::etcd::request(op, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(HealthError::Etcd(e)),
-        Err(_) => Err(HealthError::Timeout),
+        Ok(v) => Ok(v),
+        Err(EtcdError::Failed(e)) => Err(HealthError::Etcd(e)),
+        Err(EtcdError::Timeout) => Err(HealthError::Timeout),
     }
 }
 

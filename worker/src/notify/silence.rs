@@ -32,7 +32,7 @@ pub(crate) async fn silenced(
     for _ in 0..TRIES {
         let now = now_ms();
         let guard = match etcron_common::etcd::request("silence_read", kv.get(key.as_str(), None)).await {
-            Ok(Ok(resp)) => match resp.kvs().first() {
+            Ok(resp) => match resp.kvs().first() {
                 Some(found) => {
                     let open = serde_json::from_slice::<Silence>(found.value()).is_ok_and(|s| s.until_ms > now);
                     if open {
@@ -48,9 +48,9 @@ pub(crate) async fn silenced(
         let value = serde_json::to_vec(&mine).unwrap_or_default();
         let txn = Txn::new().when([guard]).and_then([TxnOp::put(key.as_str(), value, None)]);
         match etcron_common::etcd::request("silence_open", kv.txn(txn)).await {
-            Ok(Ok(resp)) if resp.succeeded() => return false,
+            Ok(resp) if resp.succeeded() => return false,
             // Another worker moved the window meanwhile: read it again.
-            Ok(Ok(_)) => {}
+            Ok(_) => {}
             _ => return unknown(delivery),
         }
     }

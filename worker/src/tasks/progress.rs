@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcron_common::claim::RetentionLeases;
+use etcron_common::etcd::EtcdError;
 use etcron_model::keys::ExecutionId;
 use etcron_model::progress::{Checkpoint, Progress, Report, Resumed};
 use etcron_model::{now_ms, rfc3339_ms};
@@ -203,16 +204,16 @@ impl Tracker {
             )]);
         let mut kv = f.client.kv_client();
         match etcron_common::etcd::request("checkpoint", kv.txn(txn)).await {
-            Ok(Ok(resp)) if resp.succeeded() => {
+            Ok(resp) if resp.succeeded() => {
                 self.state.send_modify(|s| {
                     s.checkpoint = Some(value);
                     s.seq += 1;
                 });
                 Ok(())
             }
-            Ok(Ok(_)) => Err(Refusal::Fenced),
-            Ok(Err(e)) => Err(Refusal::Unavailable(e.to_string())),
-            Err(_) => Err(Refusal::Unavailable("no answer from etcd".to_owned())),
+            Ok(_) => Err(Refusal::Fenced),
+            Err(EtcdError::Failed(e)) => Err(Refusal::Unavailable(e.to_string())),
+            Err(EtcdError::Timeout) => Err(Refusal::Unavailable("no answer from etcd".to_owned())),
         }
     }
 }
@@ -229,7 +230,7 @@ pub fn new_token() -> String {
 pub async fn resume_point(client: &Client, key: &str, id: &ExecutionId) -> Option<Resumed> {
     let mut kv = client.kv_client();
     let found = match etcron_common::etcd::request("checkpoint_read", kv.get(key, None)).await {
-        Ok(Ok(resp)) => resp.kvs().first().map(|kv| kv.value().to_vec())?,
+        Ok(resp) => resp.kvs().first().map(|kv| kv.value().to_vec())?,
         _ => {
             tracing::warn!(execution_id = %id, "reading the tick's checkpoint failed: the rerun starts over");
             return None;
