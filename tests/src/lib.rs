@@ -734,9 +734,10 @@ impl Cluster {
         .await
     }
 
-    /// Waits until every claim of a tick at or before `up_to_ms` is closed: every run of such
-    /// a tick, and a second one were there a duplicate, has ended and written what it writes.
-    /// Tests judge exactly-once after this, not after a grace sleep.
+    /// Waits until every claim of a schedule tick at or before `up_to_ms`, and of every manual or
+    /// dependency run, is closed: every such run, and a second one were there a duplicate, has
+    /// ended and written what it writes. Tests judge exactly-once after this, not after a
+    /// grace sleep.
     pub async fn settle_claims(&self, up_to_ms: i64) -> Result<()> {
         let keys = etcron_model::keys::Keys::new(&self.namespace)?;
         let client = self.etcd.client().await?;
@@ -1172,7 +1173,8 @@ pub fn make_certs(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The claims of ticks at or before `up_to_ms` not yet closed (`done`), by key.
+/// The claims not yet closed (`done`) of schedule ticks at or before `up_to_ms` and of manual
+/// and dependency runs, by key.
 async fn open_claims(
     keys: &etcron_model::keys::Keys,
     client: &mut etcd_client::Client,
@@ -1184,7 +1186,7 @@ async fn open_claims(
     let mut open = Vec::new();
     for kv in resp.kvs() {
         let Some(Key::Claim(id)) = keys.parse(kv.key()) else { continue };
-        if id.tick.scheduled_ms().is_none_or(|ms| ms > up_to_ms) {
+        if id.tick.scheduled_ms().is_some_and(|ms| ms > up_to_ms) {
             continue;
         }
         let claim: etcron_model::model::Claim = serde_json::from_slice(kv.value())?;
