@@ -98,7 +98,7 @@ ensure_pip() {
 }
 
 # ensure_schemathesis: the API fuzzer that tests the master against its OpenAPI document
-# (tests/tests/it/openapi.rs), pinned, in the virtualenv .venv-schemathesis/ at the repository root
+# (tests/tests/it/api/openapi.rs), pinned, in the virtualenv .venv-schemathesis/ at the repository root
 # (not committed). Debian's python3 needs python3-venv for `python3 -m venv`.
 SCHEMATHESIS_VERSION=4.32.5
 ensure_schemathesis() {

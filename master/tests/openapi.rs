@@ -1,7 +1,7 @@
 //! The OpenAPI document (`master/src/openapi.json`): it parses, every `$ref` resolves, it lists
 //! exactly the routes the router serves, its limits are the ones the code enforces, and the
 //! router serves it. Whether responses match it is checked against a real master by schemathesis
-//! (`tests/tests/it/openapi.rs`).
+//! (`tests/tests/it/api/openapi.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 

@@ -1,5 +1,5 @@
 // Browser test of SLA alerts (`alerts` of a job spec) and of the job page's Notifications
-// section, run by tests/tests/it/ui.rs:
+// section, run by tests/tests/it/features/ui.rs:
 //   node alerts.mjs <master url> <screenshot dir> [mongodb]
 // The harness runs one worker (its default notify settings: no default target, retries with
 // backoff) and no jobs. The test sets a job's alerts in the editor (an out-of-range one is

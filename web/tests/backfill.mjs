@@ -1,5 +1,5 @@
 // Browser test of the backfill dialog and the job page's Backfills section, run by
-// tests/tests/it/ui.rs:
+// tests/tests/it/features/ui.rs:
 //   node backfill.mjs <master url> <screenshot dir>
 // The harness runs one worker and has created, then paused, two jobs: every-2s (`*/2 * * * * *`,
 // `true`; at least 3 scheduled runs succeeded before the pause) and slow-hourly (`@hourly`,

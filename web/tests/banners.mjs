@@ -1,4 +1,4 @@
-// Browser test of the console when the master loses a backing store, run by tests/tests/it/ui.rs:
+// Browser test of the console when the master loses a backing store, run by tests/tests/it/features/ui.rs:
 //   node banners.mjs <master url> <screenshot dir> mongodb|etcd
 // `mongodb`: the harness stopped the mongod; jobs still list (from etcd) with
 // a warning, and the executions page says records are unavailable. `etcd`: etcd is gone too.

@@ -1,4 +1,4 @@
-// Browser test of the job editor and the job page, run by tests/tests/it/ui.rs:
+// Browser test of the job editor and the job page, run by tests/tests/it/features/ui.rs:
 //   node editor.mjs <master url> <screenshot dir>
 // The harness runs one worker and no jobs (and a gRPC server at $GRPC_ENDPOINT). The test creates
 // a job through the form (a wrong schedule first), watches it run, opens its output, loses a
@@ -140,7 +140,7 @@ try {
   await page.goto(`${base}/#/edit/async-in-ui`);
   await page.waitForFunction(() => JSON.parse(document.getElementById("f-task-async")?.value || "{}").interval === "2s");
   assert.equal((await call(base, "DELETE", "/api/jobs/async-in-ui")).status, 204);
-  // A gRPC call (at the server tests/tests/it/ui.rs started): its own fields; a request that is not
+  // A gRPC call (at the server tests/tests/it/features/ui.rs started): its own fields; a request that is not
   // JSON is flagged at the request, a method the API refuses at the method; then it runs from its
   // page and the output is the server's answer.
   const grpcEndpoint = process.env.GRPC_ENDPOINT;

@@ -1,4 +1,4 @@
-// Browser test of the executions pages and the job actions, run by tests/tests/it/ui.rs:
+// Browser test of the executions pages and the job actions, run by tests/tests/it/features/ui.rs:
 //   node executions.mjs <master url> <screenshot dir>
 // The harness has created echo-job (prints "needle-7", one succeeded run) and long-job
 // (prints "live-start", then sleeps 300 s; never run yet).

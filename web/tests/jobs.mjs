@@ -1,4 +1,4 @@
-// Browser test of the jobs list, run by tests/tests/it/ui.rs against a real cluster:
+// Browser test of the jobs list, run by tests/tests/it/features/ui.rs against a real cluster:
 //   node jobs.mjs <master url> <screenshot dir>
 // The harness has created: nightly-report (labels team=data, one succeeded run), paused-job
 // (enabled: false), mars-only (selector region=mars, no worker matches) and as-backup (runs as

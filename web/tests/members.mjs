@@ -1,4 +1,4 @@
-// Browser test of the etcd member warning, run by tests/tests/it/etcd_faults.rs while one etcd
+// Browser test of the etcd member warning, run by tests/tests/it/faults/etcd_faults.rs while one etcd
 // member is cut off: the page names the member and says requests go to the others.
 //   node members.mjs <master url> <screenshot dir>
 import assert from "node:assert/strict";

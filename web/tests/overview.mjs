@@ -1,4 +1,4 @@
-// Browser test of the token prompt and the overview, run by tests/tests/it/ui.rs against a master
+// Browser test of the token prompt and the overview, run by tests/tests/it/features/ui.rs against a master
 // started with an API token (passed to this script in ETCRON_TEST_TOKEN):
 //   node overview.mjs <master url> <screenshot dir>
 // The harness has run ok-job twice (succeeded) and fail-job once (exit 3), and mars-job fires

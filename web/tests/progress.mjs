@@ -1,4 +1,4 @@
-// Browser test of a running task's progress, run by tests/tests/it/ui.rs: the execution page of a
+// Browser test of a running task's progress, run by tests/tests/it/features/ui.rs: the execution page of a
 // task that reports by `::etcron` lines shows its progress as a bar and its stored checkpoint,
 // moving as the stream brings new reports, and keeps the last ones once the run has ended. The
 // master closes a quiet stream after 4 s (`--stream-quiet-limit 4s`): the page says so and

@@ -1,4 +1,4 @@
-// Browser test of a `concurrency: queue` job, run by tests/tests/it/ui.rs while the job's first
+// Browser test of a `concurrency: queue` job, run by tests/tests/it/features/ui.rs while the job's first
 // run holds the lock and later ticks wait: the job page lists the queue (oldest first, each
 // with what it waits behind), and the editor offers the queue and its `max_queue`.
 //   node queue.mjs <master url> <screenshot dir>

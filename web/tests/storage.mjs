@@ -1,4 +1,4 @@
-// Browser test of etcd's storage warning, run by tests/tests/it/etcd_alarm.rs while etcd has its
+// Browser test of etcd's storage warning, run by tests/tests/it/faults/etcd_alarm.rs while etcd has its
 // NOSPACE alarm raised: every page shows the warning above its own content.
 //   node storage.mjs <master url> <screenshot dir>
 import assert from "node:assert/strict";

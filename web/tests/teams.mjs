@@ -1,4 +1,4 @@
-// Browser test of teams in the console, run by tests/tests/it/ui.rs against a master whose tokens
+// Browser test of teams in the console, run by tests/tests/it/features/ui.rs against a master whose tokens
 // hold team roles (passed in ETCRON_TEAM_A_TOKEN: admin of team a; ETCRON_TEAM_B_TOKEN: operator
 // of team b):
 //   node teams.mjs <master url> <screenshot dir>

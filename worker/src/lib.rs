@@ -2,7 +2,7 @@
 //! per-execution claims and runs the tasks it wins.
 //!
 //! Folders, from the bottom up; each imports only folders above it in this list, never below
-//! (`tests/tests/it/structure.rs` holds it):
+//! (`tests/tests/it/meta/structure.rs` holds it):
 //! - [`timing`]: the timing wheel and the [`timing::fire::Fire`] it hands out; pure.
 //! - [`tasks`]: running a task (shell, HTTP, gRPC) and what a running task reports; nothing
 //!   of claims, records or the fire path.

@@ -1,53 +1,69 @@
-//! Every integration test of etcron, in one binary: one module per area, each file a module
-//! (cargo links one test binary instead of one per file, and runs every test from one list).
-//! Run one area with `cargo test -p etcron-tests --test it <module>::`, one test by its name.
+//! Every integration test of etcron, in one binary: a folder per kind (`api/`, `faults/`,
+//! `features/`, `meta/`), a module per area, each file a module (cargo links one test binary
+//! instead of one per file). Run one area with `cargo nextest run -p etcron-tests --test it
+//! <area>::` (e.g. `queue::`), one test by its name.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
-mod admission;
-mod alerts;
-mod api;
-mod async_http;
-mod backfill;
-mod batch;
-mod burst;
-mod calendars;
-mod ctl;
-mod deploy_files;
-mod docs_examples;
-mod etcd_alarm;
-mod etcd_faults;
-mod etcd_security;
-mod etcd_storage;
-mod failover;
-mod grpc;
-mod hardening;
-mod history;
-mod job_store;
-mod jobs_api;
-mod kill;
-mod limits;
-mod malformed;
-mod masters;
-mod metrics;
-mod misfire;
-mod notify;
-mod openapi;
-mod pause;
-mod progress;
-mod queue;
-mod records;
-mod run_as;
-mod run_params;
-mod schedule_shape;
-mod scheduling;
-mod search_plans;
-mod security;
-mod semantics;
-mod skew;
-mod stream;
-mod structure;
-mod task_isolation;
-mod teams;
-mod ui;
-mod watch;
+/// The API and its clients: routes, validation, roles and teams, the job store, etcronctl, the stream, the search.
+mod api {
+    mod batch;
+    mod ctl;
+    mod hardening;
+    mod history;
+    mod job_store;
+    mod jobs_api;
+    mod masters;
+    mod openapi;
+    mod routes;
+    mod search_plans;
+    mod security;
+    mod stream;
+    mod teams;
+}
+
+/// Faults: etcd stalled, full, compacted or cut off, MongoDB down, workers killed, frozen or skewed, bad values in etcd.
+mod faults {
+    mod admission;
+    mod etcd_alarm;
+    mod etcd_faults;
+    mod etcd_storage;
+    mod failover;
+    mod malformed;
+    mod records;
+    mod skew;
+    mod watch;
+}
+
+/// What jobs do: schedules and their shapes, concurrency, retries, tasks of every kind, alerts, notifications, pauses, backfills, the console.
+mod features {
+    mod alerts;
+    mod async_http;
+    mod backfill;
+    mod burst;
+    mod calendars;
+    mod etcd_security;
+    mod grpc;
+    mod kill;
+    mod limits;
+    mod metrics;
+    mod misfire;
+    mod notify;
+    mod pause;
+    mod progress;
+    mod queue;
+    mod run_as;
+    mod run_params;
+    mod schedule_shape;
+    mod scheduling;
+    mod semantics;
+    mod task_isolation;
+    mod ui;
+}
+
+/// The repository itself: the code's layout, the examples in the docs, the deployment files.
+mod meta {
+    mod deploy_files;
+    mod docs_examples;
+    mod structure;
+}
