@@ -105,23 +105,6 @@ pub enum EtcdError {
     Failed(#[from] etcd_client::Error),
 }
 
-impl EtcdError {
-    /// True when etcd did not answer in time ([`EtcdError::Timeout`]).
-    #[must_use]
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, Self::Timeout)
-    }
-
-    /// The error etcd answered with, if it answered ([`EtcdError::Failed`]).
-    #[must_use]
-    pub fn etcd(&self) -> Option<&etcd_client::Error> {
-        match self {
-            Self::Timeout => None,
-            Self::Failed(e) => Some(e),
-        }
-    }
-}
-
 /// Runs one etcd request under the standard deadline ([`REQUEST_TIMEOUT`]) and records it in
 /// the shared metrics under `op`: its latency, and whether it failed or timed out. The request
 /// first waits for a slot of the admission limit (`admission::limiter()`), within the
@@ -296,12 +279,14 @@ mod tests {
         })
         .await
         .unwrap_err();
-        assert!(!failed.is_timeout());
-        assert!(matches!(failed.etcd(), Some(etcd_client::Error::WatchError(m)) if m == "refused"), "{failed:?}");
+        assert!(
+            matches!(&failed, EtcdError::Failed(etcd_client::Error::WatchError(m)) if m == "refused"),
+            "{failed:?}"
+        );
         assert_eq!(failed.to_string(), etcd_client::Error::WatchError("refused".to_owned()).to_string());
         let timed_out = request_exempt("test_timed_out", Duration::ZERO, std::future::pending::<Result<(), _>>())
             .await
             .unwrap_err();
-        assert!(timed_out.is_timeout() && timed_out.etcd().is_none(), "{timed_out:?}");
+        assert!(matches!(timed_out, EtcdError::Timeout), "{timed_out:?}");
     }
 }
