@@ -594,7 +594,7 @@ pub async fn mark_lost(
 /// Moves `{ns}/state/{job}` forward to `tick` (never back): an op for a claim transaction.
 #[must_use]
 pub fn advance_state(state_key: &str, tick_ms: etcron_model::UnixMs) -> TxnOp {
-    let value = etcron_model::model::JobState { last_tick_ms: tick_ms }.to_bytes();
+    let value = etcron_model::stored::JobState { last_tick_ms: tick_ms }.to_bytes();
     // A missing key fails a value compare, so this never creates the state: the master does
     // when the job is created, the catch-up scan when it is missing.
     TxnOp::txn(

@@ -16,8 +16,10 @@ use mongodb::{Client, Collection, Database, IndexModel};
 use serde::{Deserialize, Serialize};
 
 use etcron_model::keys::ExecutionId;
-use etcron_model::model::{ExecutionRecord, RunParams, Status, TriggerKind};
-use etcron_model::notify::{Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat};
+use etcron_model::notify::{Attempt, Delivery, DeliveryState};
+use etcron_model::record::RunParams;
+use etcron_model::record::{ExecutionRecord, Status, TriggerKind};
+use etcron_model::spec::notify::{NotifyEvent, NotifyFormat};
 use etcron_model::UnixMs;
 
 pub const COLLECTION: &str = "executions";
@@ -325,7 +327,7 @@ pub fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
 
 /// What the task reported, as stored: `progress`, `checkpoint` and `resumed_from` as documents
 /// (a value BSON cannot hold is left out).
-fn reports_document(d: &mut RawDocumentBuf, reports: &etcron_model::model::TaskReports) {
+fn reports_document(d: &mut RawDocumentBuf, reports: &etcron_model::record::TaskReports) {
     let fields = [
         ("progress", reports.progress.as_ref().and_then(|p| mongodb::bson::to_bson(p).ok())),
         ("checkpoint", reports.checkpoint.as_ref().and_then(|c| mongodb::bson::to_bson(c).ok())),
@@ -339,9 +341,9 @@ fn reports_document(d: &mut RawDocumentBuf, reports: &etcron_model::model::TaskR
 }
 
 /// The reports of a stored record (each as JSON; one that does not read is left out).
-fn reports_of(d: &Document) -> etcron_model::model::TaskReports {
+fn reports_of(d: &Document) -> etcron_model::record::TaskReports {
     let json = |key: &str| d.get(key).map(|b| b.clone().into_relaxed_extjson());
-    etcron_model::model::TaskReports {
+    etcron_model::record::TaskReports {
         progress: json("progress").and_then(|v| serde_json::from_value(v).ok()),
         checkpoint: json("checkpoint"),
         resumed_from: json("resumed_from").and_then(|v| serde_json::from_value(v).ok()),
@@ -388,7 +390,7 @@ fn params_of(d: &Document) -> RunParams {
             Bson::Int32(v) => u32::try_from(*v).ok()?,
             _ => return None,
         };
-        Some(etcron_model::model::BackfillRef { id: b.get_str("id").ok()?.to_owned(), index })
+        Some(etcron_model::record::BackfillRef { id: b.get_str("id").ok()?.to_owned(), index })
     });
     RunParams { env, as_of_ms, backfill }
 }
@@ -1342,7 +1344,7 @@ mod tests {
             params: RunParams {
                 env: [("DAY".to_owned(), "2026-11-01".to_owned())].into_iter().collect(),
                 as_of_ms: Some(1_793_491_200_000),
-                backfill: Some(etcron_model::model::BackfillRef { id: "19abc0042".to_owned(), index: 7 }),
+                backfill: Some(etcron_model::record::BackfillRef { id: "19abc0042".to_owned(), index: 7 }),
             },
             jitter_ms: Some(12_345),
             reports: Default::default(),

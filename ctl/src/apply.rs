@@ -698,7 +698,7 @@ mod tests {
 
     /// A spec as the API shows it after saving `{"schedule", "task": shell command}`.
     fn shown(schedule: &str, command: &str) -> Value {
-        let spec = etcron_model::job::JobSpec::from_value(
+        let spec = etcron_model::spec::JobSpec::from_value(
             json!({"schedule": schedule, "task": {"kind": "shell", "command": command}}),
         )
         .unwrap();

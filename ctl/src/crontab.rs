@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use etcron_model::job::{JobSpec, MAX_DESCRIPTION_LEN};
+use etcron_model::spec::{JobSpec, MAX_DESCRIPTION_LEN};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -433,7 +433,7 @@ pub async fn import(
     apply: crate::apply::Options,
 ) -> anyhow::Result<()> {
     if let Some(team) = &options.team {
-        etcron_model::job::validate_team(team).map_err(|e| crate::exit::Usage(format!("--team: {e}")))?;
+        etcron_model::spec::validate_team(team).map_err(|e| crate::exit::Usage(format!("--team: {e}")))?;
     }
     if let Some(tz) = &options.timezone {
         etcron_model::schedule::parse_timezone(tz).map_err(|e| crate::exit::Usage(format!("--timezone: {e}")))?;
@@ -580,7 +580,7 @@ BACKUP_DIR = \"/srv/backup\"
         assert!(sys.warnings.iter().any(|w| w.contains("run as their crontab user (root)")), "{:?}", sys.warnings);
         assert_eq!(sys.jobs[0].spec["task"]["command"], "backup.sh");
         for n in [&a.jobs[0].name, &c.jobs[0].name, &sys.jobs[0].name] {
-            etcron_model::job::validate_name(n).unwrap();
+            etcron_model::spec::validate_name(n).unwrap();
         }
     }
 

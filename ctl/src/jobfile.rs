@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use etcron_model::job::{JobSpec, MAX_SPEC_BYTES, TASK_SECRET_FIELDS};
+use etcron_model::spec::{JobSpec, MAX_SPEC_BYTES, TASK_SECRET_FIELDS};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -235,7 +235,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Vec<Result<FileJob, FileError>>,
         Doc::Jobs(jobs, managed_by) => (jobs, managed_by),
         Doc::Single(spec) => {
             let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_owned();
-            if let Err(e) = etcron_model::job::validate_name(&stem) {
+            if let Err(e) = etcron_model::spec::validate_name(&stem) {
                 return Err(whole(format!(
                     "holds no top-level `jobs` map, so it is one job named after the file, but {stem:?} is not a \
                      job name ({})",
@@ -256,7 +256,7 @@ fn job(file: &Path, name: String, mut value: Value, managed_by: Option<&str>) ->
         field,
         message,
     };
-    if let Err(e) = etcron_model::job::validate_name(&name) {
+    if let Err(e) = etcron_model::spec::validate_name(&name) {
         return Err(error(None, format!("is not a job name: {}", e.message)));
     }
     toml_datetimes_to_strings(&mut value);

@@ -487,7 +487,7 @@ pub async fn export(
             eprintln!("etcronctl: warning: job {name:?} is not exported: its stored value is not a valid spec ({why})");
             continue;
         }
-        for field in etcron_model::job::TASK_SECRET_FIELDS {
+        for field in etcron_model::spec::TASK_SECRET_FIELDS {
             for (key, value) in j["spec"]["task"][field].as_object().into_iter().flatten() {
                 if value.is_null() {
                     withheld.push(format!("{name}: task.{field}.{key}"));

@@ -3,7 +3,7 @@
 //! (`pending`, `delivered`, `failed`, `silenced`) and after how many tries.
 
 use anyhow::Context as _;
-use etcron_model::notify::NotifyEvent;
+use etcron_model::spec::notify::NotifyEvent;
 use serde_json::Value;
 
 use crate::client::{query, Client};

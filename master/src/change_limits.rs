@@ -60,7 +60,7 @@ impl ChangeLimitSettings {
                 "max_jobs_per_team: must be at least 1 (leave it out, or 0 in the file, for no quota)".to_owned()
             );
         }
-        let one_spec = etcron_model::job::MAX_SPEC_BYTES as u64;
+        let one_spec = etcron_model::spec::MAX_SPEC_BYTES as u64;
         if self.max_history_bytes_per_job < one_spec {
             return Err(format!(
                 "max_history_bytes_per_job: must be at least {one_spec} (one spec's limit), got {}",

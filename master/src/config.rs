@@ -90,7 +90,7 @@ pub enum Command {
 /// `--team TEAM=ROLE` of `hash-token`: a valid team name and a role.
 fn parse_team_role(text: &str) -> Result<(String, String), String> {
     let (team, role) = text.split_once('=').ok_or_else(|| format!("{text:?}: expected TEAM=ROLE"))?;
-    etcron_model::job::validate_team(team)?;
+    etcron_model::spec::validate_team(team)?;
     if !["viewer", "operator", "admin"].contains(&role) {
         return Err(format!("{role:?}: the role is viewer, operator or admin"));
     }

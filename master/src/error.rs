@@ -114,8 +114,8 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<etcron_model::job::SpecError> for ApiError {
-    fn from(e: etcron_model::job::SpecError) -> Self {
+impl From<etcron_model::spec::SpecError> for ApiError {
+    fn from(e: etcron_model::spec::SpecError) -> Self {
         if e.too_large {
             Self { field: e.field, ..Self::too_large(e.message) }
         } else {

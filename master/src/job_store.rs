@@ -30,11 +30,11 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use etcron_model::dependency::DependencyGraph;
-use etcron_model::job::{check_jitter, validate_name, JobSpec, MAX_SPEC_BYTES};
 use etcron_model::keys::{Key, Keys};
-use etcron_model::model::{JobState, Pause, SpecVersion, MAX_SPEC_VERSIONS};
 use etcron_model::now_ms;
 use etcron_model::schedule::ScheduleError;
+use etcron_model::spec::{check_jitter, validate_name, JobSpec, MAX_SPEC_BYTES};
+use etcron_model::stored::{JobState, Pause, SpecVersion, MAX_SPEC_VERSIONS};
 use serde::Deserialize;
 
 use crate::access::{team_of, Scope};
@@ -89,7 +89,7 @@ impl Origin {
 
     /// The version record of a save of `value` (secrets withheld).
     fn version(&self, value: &[u8]) -> Vec<u8> {
-        let spec = serde_json::from_slice(value).map(etcron_model::job::redacted_json).unwrap_or_default();
+        let spec = serde_json::from_slice(value).map(etcron_model::spec::redacted_json).unwrap_or_default();
         let version = SpecVersion {
             spec,
             by: self.by.clone(),
@@ -882,10 +882,10 @@ async fn drop_queue(client: Client, keys: Keys, job: String) {
             return;
         }
     };
-    let waiting = serde_json::to_vec(&etcron_model::model::Claim::waiting()).unwrap_or_default();
+    let waiting = serde_json::to_vec(&etcron_model::stored::Claim::waiting()).unwrap_or_default();
     for kv_entry in resp.kvs() {
         let mut ops = vec![TxnOp::delete(kv_entry.key(), None)];
-        let entry = serde_json::from_slice::<etcron_model::model::QueuedRun>(kv_entry.value());
+        let entry = serde_json::from_slice::<etcron_model::stored::QueuedRun>(kv_entry.value());
         if let Err(e) = &entry {
             let key = String::from_utf8_lossy(kv_entry.key());
             tracing::error!(job, %key, error = %e, "queue entry in etcd is malformed: removed, its claim (if any) stays");
@@ -1151,8 +1151,9 @@ fn kept(job: &str, (revision, value, spec): (i64, &[u8], &JobSpec), ops: Vec<Txn
 /// password shown as `redacted`): `task.secret_env.K`, `task.url`, `notify[0].secret_url`...
 #[must_use]
 pub fn sent_secrets(spec: &JobSpec) -> Vec<String> {
-    let sends_password =
-        |url: &str| etcron_model::headers::shown_url(url) != url && !etcron_model::headers::shows_password(url);
+    let sends_password = |url: &str| {
+        etcron_model::spec::headers::shown_url(url) != url && !etcron_model::spec::headers::shows_password(url)
+    };
     let (field, task) = spec.task.secrets_field();
     let mut out: Vec<String> = task.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| format!("{field}.{k}")).collect();
     if spec.task.destination_url().is_some_and(sends_password) && spec.task.kind() == "http" {

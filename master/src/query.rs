@@ -3,7 +3,7 @@
 //! `notifications`) read their queries through it.
 
 use etcron_common::store::Cursor;
-use etcron_model::job::validate_name;
+use etcron_model::spec::validate_name;
 
 use crate::error::{store_error, ApiError, ApiResult};
 
@@ -46,7 +46,7 @@ pub fn job(param: &str, value: &str) -> ApiResult<String> {
 
 /// A team name.
 pub fn team(param: &str, value: &str) -> ApiResult<String> {
-    etcron_model::job::validate_team(value).map_err(|e| invalid(param, e))?;
+    etcron_model::spec::validate_team(value).map_err(|e| invalid(param, e))?;
     Ok(value.to_owned())
 }
 

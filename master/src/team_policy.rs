@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use etcron_model::job::JobSpec;
+use etcron_model::spec::JobSpec;
 use serde::Deserialize;
 
 use crate::error::ApiError;
@@ -40,13 +40,13 @@ impl TeamPolicies {
             return Err(format!("teams: at most {MAX_POLICY_ENTRIES} teams"));
         }
         for (team, policy) in &teams {
-            etcron_model::job::validate_team(team).map_err(|m| format!("teams: {m}"))?;
+            etcron_model::spec::validate_team(team).map_err(|m| format!("teams: {m}"))?;
             let at = format!("teams.{team}");
             if policy.run_as_users.len() > MAX_POLICY_ENTRIES || policy.selector.len() > MAX_POLICY_ENTRIES {
                 return Err(format!("{at}: at most {MAX_POLICY_ENTRIES} users and {MAX_POLICY_ENTRIES} label keys"));
             }
             for user in &policy.run_as_users {
-                etcron_model::job::check_account_name(user).map_err(|m| format!("{at}.run_as_users: {m}"))?;
+                etcron_model::spec::check_account_name(user).map_err(|m| format!("{at}.run_as_users: {m}"))?;
             }
             for (key, values) in &policy.selector {
                 if values.is_empty() || values.len() > MAX_POLICY_ENTRIES {

@@ -172,7 +172,7 @@ fn api_routes_need_the_token_and_every_error_uses_the_error_schema() {
 
 #[test]
 fn the_documented_limits_are_the_enforced_ones() {
-    use etcron_model::job::*;
+    use etcron_model::spec::*;
     let doc = document();
     let schema = |name: &str| doc["components"]["schemas"][name].clone();
     let spec = schema("JobSpec");
@@ -191,12 +191,15 @@ fn the_documented_limits_are_the_enforced_ones() {
         (&http["properties"]["headers"]["maxProperties"], MAX_MAP_ENTRIES as u64),
         (&http["properties"]["headers"]["additionalProperties"]["maxLength"], MAX_MAP_VALUE_LEN as u64),
         (&http["properties"]["body"]["maxLength"], MAX_HTTP_BODY as u64),
-        (&g["endpoint"]["maxLength"], etcron_model::grpc::MAX_ENDPOINT_LEN as u64),
-        (&g["method"]["maxLength"], etcron_model::grpc::MAX_METHOD_LEN as u64),
-        (&g["metadata"]["maxProperties"], etcron_model::grpc::MAX_METADATA_ENTRIES as u64),
-        (&g["secret_metadata"]["maxProperties"], etcron_model::grpc::MAX_METADATA_ENTRIES as u64),
-        (&g["metadata"]["additionalProperties"]["maxLength"], etcron_model::grpc::MAX_METADATA_VALUE_LEN as u64),
-        (&g["descriptor_set"]["maxLength"], (etcron_model::grpc::MAX_DESCRIPTOR_SET_BYTES as u64).div_ceil(3) * 4),
+        (&g["endpoint"]["maxLength"], etcron_model::spec::grpc::MAX_ENDPOINT_LEN as u64),
+        (&g["method"]["maxLength"], etcron_model::spec::grpc::MAX_METHOD_LEN as u64),
+        (&g["metadata"]["maxProperties"], etcron_model::spec::grpc::MAX_METADATA_ENTRIES as u64),
+        (&g["secret_metadata"]["maxProperties"], etcron_model::spec::grpc::MAX_METADATA_ENTRIES as u64),
+        (&g["metadata"]["additionalProperties"]["maxLength"], etcron_model::spec::grpc::MAX_METADATA_VALUE_LEN as u64),
+        (
+            &g["descriptor_set"]["maxLength"],
+            (etcron_model::spec::grpc::MAX_DESCRIPTOR_SET_BYTES as u64).div_ceil(3) * 4,
+        ),
         (&labels["maxProperties"], MAX_MAP_ENTRIES as u64),
         (&labels["additionalProperties"]["maxLength"], MAX_MAP_VALUE_LEN as u64),
         (&p["description"]["maxLength"], MAX_DESCRIPTION_LEN as u64),
@@ -210,15 +213,18 @@ fn the_documented_limits_are_the_enforced_ones() {
         (&p["max_catchup"]["default"], u64::from(DEFAULT_MAX_CATCHUP)),
         (&schema("ScheduleExpression")["maxLength"], etcron_model::schedule::MAX_EXPRESSION_LEN as u64),
         (&schema("JobName")["maxLength"], etcron_model::keys::MAX_JOB_NAME_LEN as u64),
-        (&schema("Team")["maxLength"], etcron_model::job::MAX_TEAM_LEN as u64),
+        (&schema("Team")["maxLength"], etcron_model::spec::MAX_TEAM_LEN as u64),
         (&schema("Id")["maxLength"], etcron_model::keys::MAX_ID_LEN as u64),
-        (&p["notify"]["maxItems"], etcron_model::notify::MAX_TARGETS as u64),
-        (&target["url"]["maxLength"], etcron_model::notify::MAX_URL_LEN as u64),
-        (&target["secret_url"]["maxLength"], etcron_model::notify::MAX_URL_LEN as u64),
-        (&target["name"]["maxLength"], etcron_model::notify::MAX_TARGET_NAME_LEN as u64),
-        (&target["headers"]["maxProperties"], etcron_model::notify::MAX_TARGET_HEADERS as u64),
-        (&target["headers"]["additionalProperties"]["maxLength"], etcron_model::notify::MAX_HEADER_VALUE_LEN as u64),
-        (&schema("PauseRequest")["properties"]["reason"]["maxLength"], etcron_model::model::MAX_PAUSE_REASON as u64),
+        (&p["notify"]["maxItems"], etcron_model::spec::notify::MAX_TARGETS as u64),
+        (&target["url"]["maxLength"], etcron_model::spec::notify::MAX_URL_LEN as u64),
+        (&target["secret_url"]["maxLength"], etcron_model::spec::notify::MAX_URL_LEN as u64),
+        (&target["name"]["maxLength"], etcron_model::spec::notify::MAX_TARGET_NAME_LEN as u64),
+        (&target["headers"]["maxProperties"], etcron_model::spec::notify::MAX_TARGET_HEADERS as u64),
+        (
+            &target["headers"]["additionalProperties"]["maxLength"],
+            etcron_model::spec::notify::MAX_HEADER_VALUE_LEN as u64,
+        ),
+        (&schema("PauseRequest")["properties"]["reason"]["maxLength"], etcron_model::stored::MAX_PAUSE_REASON as u64),
         (&p["schedules"]["maxItems"], MAX_SCHEDULES as u64),
         (&p["skip_calendars"]["maxItems"], MAX_SKIP_CALENDARS as u64),
         (&schema("Calendar")["properties"]["dates"]["maxItems"], etcron_model::calendar::MAX_CALENDAR_ENTRIES as u64),

@@ -13,8 +13,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::keys::{ExecutionId, Part, Tick};
-use crate::model::{BackfillRef, RunParams, Status, TriggerKind, TriggerRequest};
-use crate::spec_error::SpecError;
+use crate::record::{BackfillRef, RunParams};
+use crate::record::{Status, TriggerKind};
+use crate::spec::SpecError;
+use crate::stored::TriggerRequest;
 use crate::UnixMs;
 
 /// Most ticks one backfill runs (`max_runs` may be lower; 100 by default).

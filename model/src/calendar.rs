@@ -5,9 +5,9 @@
 use chrono::{NaiveDate, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::job::{json_value, serde_error};
 use crate::schedule::parse_timezone;
-use crate::spec_error::SpecError;
+use crate::spec::SpecError;
+use crate::spec::{json_value, serde_error};
 use crate::UnixMs;
 
 /// Most dates plus ranges in one calendar.
@@ -47,9 +47,9 @@ fn utc() -> String {
 impl Calendar {
     /// Parses and checks a calendar; errors name the field (`dates[3]`, `ranges[0].to`).
     pub fn from_json(bytes: &[u8]) -> Result<Self, SpecError> {
-        if bytes.len() > crate::job::MAX_SPEC_BYTES {
+        if bytes.len() > crate::spec::MAX_SPEC_BYTES {
             let message =
-                format!("a calendar is at most {} bytes; this one is {}", crate::job::MAX_SPEC_BYTES, bytes.len());
+                format!("a calendar is at most {} bytes; this one is {}", crate::spec::MAX_SPEC_BYTES, bytes.len());
             return Err(SpecError { field: None, message, too_large: true });
         }
         let value = json_value(bytes)?;

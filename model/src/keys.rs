@@ -566,7 +566,7 @@ impl Keys {
     pub fn alert(&self, id: &ExecutionId, event: &str) -> String {
         format!("{}/alerts/{}/{event}", self.ns, execution_suffix(id))
     }
-    /// The window of a job's `no_success_within` (`crate::alerts::StaleState`).
+    /// The window of a job's `no_success_within` (`crate::spec::alerts::StaleState`).
     #[must_use]
     pub fn stale(&self, job: &str) -> String {
         format!("{}/alerts/{job}/stale", self.ns)

@@ -4,7 +4,6 @@
 //! tasks (descriptors, JSON read as messages). No I/O: nothing here talks to etcd, MongoDB or
 //! the network, or knows about metrics or command lines.
 
-pub mod alerts;
 pub mod backfill;
 pub mod calendar;
 #[cfg(test)]
@@ -12,21 +11,16 @@ mod check;
 pub mod dependency;
 pub mod diff;
 pub mod duration;
-pub mod grpc;
-pub mod headers;
-pub mod http_async;
-pub mod job;
 pub mod json;
 pub mod keys;
-pub mod model;
 pub mod notify;
 pub mod output;
-pub mod params;
 pub mod progress;
+pub mod record;
 pub mod schedule;
 pub mod size;
-pub mod spec_error;
-pub mod spec_maps;
+pub mod spec;
+pub mod stored;
 
 /// Milliseconds since the Unix epoch, the unit of every instant etcron stores.
 pub type UnixMs = i64;

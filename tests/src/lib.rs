@@ -1189,7 +1189,7 @@ async fn open_claims(
         if id.tick.scheduled_ms().is_some_and(|ms| ms > up_to_ms) {
             continue;
         }
-        let claim: etcron_model::model::Claim = serde_json::from_slice(kv.value())?;
+        let claim: etcron_model::stored::Claim = serde_json::from_slice(kv.value())?;
         if claim.status.is_none() {
             open.push(String::from_utf8_lossy(kv.key()).into_owned());
         }

@@ -3,7 +3,7 @@
 
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_model::keys::{ExecutionId, Tick};
-use etcron_model::model::{ExecutionRecord, Status, TriggerKind};
+use etcron_model::record::{ExecutionRecord, Status, TriggerKind};
 
 /// Jobs in the synthetic data; records are one per job per second.
 pub const JOBS: i64 = 500;
@@ -81,7 +81,7 @@ pub fn record_of(i: u64, jobs: i64) -> RecordWrite {
             parent: None,
             http_status: None,
             shard: None,
-            params: etcron_model::model::RunParams::default(),
+            params: etcron_model::record::RunParams::default(),
             jitter_ms: None,
             reports: Default::default(),
         },

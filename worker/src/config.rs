@@ -226,7 +226,7 @@ fn teams(flag: Option<String>, file: Option<Vec<String>>) -> anyhow::Result<Vec<
         bail!("teams: at most {MAX_TEAMS} teams");
     }
     for team in &teams {
-        etcron_model::job::validate_team(team).map_err(|m| anyhow::anyhow!("teams: {m}"))?;
+        etcron_model::spec::validate_team(team).map_err(|m| anyhow::anyhow!("teams: {m}"))?;
     }
     teams.sort();
     teams.dedup();

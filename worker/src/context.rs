@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use etcd_client::Client;
 use etcron_common::claim::RetentionLeases;
-use etcron_model::job::JobSpec;
 use etcron_model::keys::{ExecutionId, Keys, KillTarget};
-use etcron_model::model::Pause;
+use etcron_model::spec::JobSpec;
+use etcron_model::stored::Pause;
 use etcron_model::UnixMs;
 use tokio::sync::watch;
 
@@ -44,7 +44,7 @@ pub struct Context {
     pub session_deadline: crate::tasks::keeper::SessionDeadline,
     pub retention: RetentionLeases,
     /// Leases of raised alerts' keys and checkpoints: 25 h from their last write
-    /// (`etcron_model::alerts::ALERT_MEMORY`).
+    /// (`etcron_model::spec::alerts::ALERT_MEMORY`).
     pub long_leases: Arc<RetentionLeases>,
     pub registry: Registry,
     /// Group commit of claims and closes.

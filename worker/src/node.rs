@@ -14,7 +14,7 @@ use etcron_common::etcd::{request, EtcdError};
 use etcron_common::session::Session;
 use etcron_common::store::MongoStore;
 use etcron_model::keys::{Key, Keys};
-use etcron_model::model::WorkerInfo;
+use etcron_model::stored::WorkerInfo;
 use tokio::sync::{mpsc, watch};
 
 use crate::cluster::membership::Members;
@@ -118,7 +118,7 @@ async fn build(
         retention: RetentionLeases::new(client.clone(), MIN_RETENTION, RETENTION_REUSE),
         long_leases: Arc::new(RetentionLeases::new(
             client.clone(),
-            etcron_model::alerts::ALERT_MEMORY,
+            etcron_model::spec::alerts::ALERT_MEMORY,
             std::time::Duration::from_secs(300),
         )),
         registry: Registry::default(),
@@ -575,7 +575,7 @@ fn apply_kill(ctx: &Context, kv: crate::cluster::watcher::Kv) {
         );
         return;
     };
-    match serde_json::from_slice::<etcron_model::model::KillCommand>(&kv.value) {
+    match serde_json::from_slice::<etcron_model::stored::KillCommand>(&kv.value) {
         Ok(command) => ctx.registry.apply_kill(kv.key, job, target, kv.mod_revision, command.reason),
         Err(e) => tracing::error!(
             key,

@@ -5,9 +5,11 @@
 //! final.
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use etcron_model::job::{JobSpec, OnWorkerLoss};
 use etcron_model::keys::{ExecutionId, Keys, Part, Tick};
-use etcron_model::model::{RunParams, SpecVersion, Status, TriggerKind, TriggerRequest};
+use etcron_model::record::RunParams;
+use etcron_model::record::{Status, TriggerKind};
+use etcron_model::spec::{JobSpec, OnWorkerLoss};
+use etcron_model::stored::{SpecVersion, TriggerRequest};
 use etcron_model::{rfc3339_ms, UnixMs};
 
 use crate::metrics::METRICS;

@@ -6,10 +6,11 @@ use etcron_common::hash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcron_model::job::{Concurrency, JobSpec, Mode};
 use etcron_model::keys::{Key, Part};
-use etcron_model::model::{halt, Pause, TriggerKind, TriggerRequest};
+use etcron_model::record::TriggerKind;
 use etcron_model::schedule::{Schedule, ScheduleCache};
+use etcron_model::spec::{Concurrency, JobSpec, Mode};
+use etcron_model::stored::{halt, Pause, TriggerRequest};
 use etcron_model::{now_ms, UnixMs};
 use tokio::sync::{mpsc, watch};
 

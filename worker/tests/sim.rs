@@ -30,7 +30,8 @@ use clap::Parser as _;
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_common::task::Group;
 use etcron_model::keys::{ExecutionId, Key, Keys};
-use etcron_model::model::{Claim, ClaimState, Status};
+use etcron_model::record::Status;
+use etcron_model::stored::{Claim, ClaimState};
 use etcron_model::UnixMs;
 use etcron_sim::rng::Rng;
 use etcron_sim::server::{Call, Fault, ModelEtcd};
@@ -302,7 +303,7 @@ async fn put_jobs(etcd: &ModelEtcd, keys: &Keys) {
             "task": {"kind": "shell", "command": "true"},
         });
         // As the master makes a job: with its catch-up state starting now.
-        let (name, state) = (format!("job{j}"), etcron_model::model::JobState { last_tick_ms: simulated_now() });
+        let (name, state) = (format!("job{j}"), etcron_model::stored::JobState { last_tick_ms: simulated_now() });
         kv.put(keys.job(&name), spec.to_string(), None).await.expect("the model takes the job");
         kv.put(keys.state(&name), state.to_bytes(), None).await.expect("the model takes the job state");
     }
@@ -790,7 +791,7 @@ fn the_workers_own_fire_path_keeps_exactly_once_over_the_model_etcd() {
 #[test]
 fn the_order_checks_catch_a_queue_jumped_and_a_token_that_did_not_grow() {
     use etcron_model::keys::Tick;
-    use etcron_model::model::{ExecutionRecord, TriggerKind};
+    use etcron_model::record::{ExecutionRecord, TriggerKind};
     use etcron_sim::server::{Change, ChangeKind};
     let change = |revision, kind, key: &str| Change {
         kind,

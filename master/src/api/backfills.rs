@@ -17,9 +17,9 @@ use etcron_model::backfill::{
     MAX_BACKFILL_SCAN,
 };
 use etcron_model::calendar::Calendar;
-use etcron_model::job::{JobSpec, Mode};
 use etcron_model::keys::{Key, Tick};
-use etcron_model::model::Status;
+use etcron_model::record::Status;
+use etcron_model::spec::{JobSpec, Mode};
 use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 use serde::Serialize;
 use serde_json::{json, Value};

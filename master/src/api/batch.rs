@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use etcron_model::job::{validate_name, JobSpec};
+use etcron_model::spec::{validate_name, JobSpec};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 

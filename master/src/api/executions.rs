@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use etcron_common::store::{Search, DEFAULT_LIMIT, MAX_LIMIT};
-use etcron_model::job::validate_name;
 use etcron_model::keys::ExecutionId;
-use etcron_model::model::ExecutionRecord;
-use etcron_model::model::{Status, TriggerKind};
+use etcron_model::record::ExecutionRecord;
+use etcron_model::record::{Status, TriggerKind};
+use etcron_model::spec::validate_name;
 use etcron_model::{now_ms, rfc3339_ms};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -93,7 +93,7 @@ pub(super) async fn search_executions(
 
 /// Records as lists show them: without the output and checkpoints (they can be large; `GET
 /// /api/executions/{id}` has them).
-pub(super) fn listed(records: &[etcron_model::model::ExecutionRecord]) -> Vec<Value> {
+pub(super) fn listed(records: &[etcron_model::record::ExecutionRecord]) -> Vec<Value> {
     records
         .iter()
         .map(|r| {

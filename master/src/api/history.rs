@@ -9,9 +9,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use etcd_client::GetOptions;
 use etcron_model::diff::diff;
-use etcron_model::job::JobSpec;
-use etcron_model::model::SpecVersion;
 use etcron_model::rfc3339_ms;
+use etcron_model::spec::JobSpec;
+use etcron_model::stored::SpecVersion;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 

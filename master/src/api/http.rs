@@ -6,7 +6,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use etcron_model::job::validate_name;
+use etcron_model::spec::validate_name;
 use serde::Serialize;
 
 use crate::error::ApiError;

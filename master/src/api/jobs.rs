@@ -12,11 +12,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use etcd_client::GetOptions;
 use etcron_common::store::{Search, StoreError};
-use etcron_model::job::JobSpec;
 use etcron_model::keys::{ExecutionId, Key, KillTarget};
-use etcron_model::model::WorkerInfo;
-use etcron_model::model::{fires, Pause, RunParams, MAX_PAUSE_REASON, MAX_PAUSE_UNTIL_MS};
+use etcron_model::record::RunParams;
 use etcron_model::schedule::{format_in, MAX_AT_MS};
+use etcron_model::spec::JobSpec;
+use etcron_model::stored::WorkerInfo;
+use etcron_model::stored::{fires, Pause, MAX_PAUSE_REASON, MAX_PAUSE_UNTIL_MS};
 use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -117,7 +118,7 @@ pub(super) fn view(
             spec: if e.too_large {
                 Value::Null
             } else {
-                etcron_model::job::redacted_json(serde_json::from_slice(value).unwrap_or(Value::Null))
+                etcron_model::spec::redacted_json(serde_json::from_slice(value).unwrap_or(Value::Null))
             },
             revision,
             created_revision,
@@ -304,7 +305,7 @@ async fn queued(st: &AppState, name: &str) -> ApiResult<Vec<Value>> {
     Ok(resp
         .kvs()
         .iter()
-        .filter_map(|kv| serde_json::from_slice::<etcron_model::model::QueuedRun>(kv.value()).ok())
+        .filter_map(|kv| serde_json::from_slice::<etcron_model::stored::QueuedRun>(kv.value()).ok())
         .map(|q| {
             json!({
                 "execution_id": q.execution_id.to_string(),
@@ -471,7 +472,7 @@ pub(super) fn run_body(body: &[u8]) -> ApiResult<RunParams> {
             return Err(ApiError::bad_request(Some("env".to_owned()), "env is an object of NAME: value strings"))
         }
     };
-    etcron_model::job::validate_env_overrides("env", &env)?;
+    etcron_model::spec::validate_env_overrides("env", &env)?;
     let as_of_ms = instant("scheduled_at", fields.get("scheduled_at"))?;
     if as_of_ms.is_some_and(|ms| !(0..=etcron_model::schedule::MAX_AT_MS).contains(&ms)) {
         return Err(ApiError::bad_request(

@@ -4,9 +4,9 @@
 use axum::extract::{RawQuery, State};
 use axum::Json;
 use etcron_common::store::{NotificationSearch, DEFAULT_LIMIT, MAX_LIMIT};
-use etcron_model::alerts::parse_stale_occurrence;
 use etcron_model::keys::ExecutionId;
-use etcron_model::notify::NotifyEvent;
+use etcron_model::spec::alerts::parse_stale_occurrence;
+use etcron_model::spec::notify::NotifyEvent;
 use serde_json::{json, Value};
 
 use crate::backend::AppState;

@@ -2,8 +2,8 @@
 
 use axum::Json;
 use etcron_model::duration::HumanDuration;
-use etcron_model::job::{check_jitter, schedule_of, Window, MAX_JITTER};
 use etcron_model::schedule::{format_in, Schedule, ScheduleError, MAX_AT_MS};
+use etcron_model::spec::{check_jitter, schedule_of, Window, MAX_JITTER};
 use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 use serde_json::{json, Value};
 

@@ -33,7 +33,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use etcd_client::{Txn, TxnOp, TxnOpResponse};
 use etcron_model::keys::ExecutionId;
-use etcron_model::model::{Claim, ClaimState, ExecutionRecord, RunningExecution, Status, TriggerRequest, WorkerInfo};
+use etcron_model::record::{ExecutionRecord, Status};
+use etcron_model::stored::{Claim, ClaimState, RunningExecution, TriggerRequest, WorkerInfo};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 

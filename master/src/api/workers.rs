@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::Json;
 use etcd_client::GetOptions;
-use etcron_model::job::JobSpec;
 use etcron_model::keys::Key;
-use etcron_model::model::RunningExecution;
+use etcron_model::spec::JobSpec;
+use etcron_model::stored::RunningExecution;
 use serde::Serialize;
 use serde_json::{json, Value};
 

@@ -12,8 +12,8 @@ use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcron_common::etcd::{request, EtcdError};
 use etcron_common::metrics::counter;
 use etcron_model::keys::{Key, Keys};
-use etcron_model::model::Pause;
 use etcron_model::now_ms;
+use etcron_model::stored::Pause;
 use prometheus::IntCounter;
 
 /// How often the pauses are looked at: a pause ends within about this of its `until`.

@@ -7,9 +7,10 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
-use etcron_model::job::{validate_name, JobSpec};
 use etcron_model::keys::{ExecutionId, KillTarget};
-use etcron_model::model::{KillCommand, Pause, RunParams, TriggerRequest};
+use etcron_model::record::RunParams;
+use etcron_model::spec::{validate_name, JobSpec};
+use etcron_model::stored::{KillCommand, Pause, TriggerRequest};
 use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 
 use super::JobStore;
@@ -257,7 +258,7 @@ impl JobStore {
 }
 
 /// A manual run's `env` against the job it runs: only the parameters its shell task declares
-/// (`etcron_model::params`), none for HTTP and gRPC tasks.
+/// (`etcron_model::spec::params`), none for HTTP and gRPC tasks.
 fn run_env_allowed(name: &str, job: &[u8], env: &std::collections::BTreeMap<String, String>) -> ApiResult<()> {
     if env.is_empty() {
         return Ok(());
@@ -265,8 +266,8 @@ fn run_env_allowed(name: &str, job: &[u8], env: &std::collections::BTreeMap<Stri
     let spec = JobSpec::from_json(job)
         .map_err(|e| ApiError::conflict(format!("job {name:?} has an invalid spec: {}", e.message)))?;
     match &spec.task {
-        etcron_model::job::Task::Shell(shell) => {
-            etcron_model::params::run_env(&shell.params, env)?;
+        etcron_model::spec::Task::Shell(shell) => {
+            etcron_model::spec::params::run_env(&shell.params, env)?;
             Ok(())
         }
         task => {

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use etcron_model::job::JobSpec;
+use etcron_model::spec::JobSpec;
 
 use super::{Change, Snapshot, Write};
 use crate::access::{team_of, Role, Scope};

@@ -421,9 +421,9 @@ fn from_document(d: &Document) -> Option<AuditEntry> {
 
 /// A stored spec as the audit log keeps it (secrets withheld).
 pub(crate) fn audited(value: &[u8]) -> Option<Value> {
-    match etcron_model::job::JobSpec::from_json(value) {
+    match etcron_model::spec::JobSpec::from_json(value) {
         Ok(spec) => serde_json::to_value(spec.redacted()).ok(),
-        Err(_) => serde_json::from_slice(value).ok().map(etcron_model::job::redacted_json),
+        Err(_) => serde_json::from_slice(value).ok().map(etcron_model::spec::redacted_json),
     }
 }
 

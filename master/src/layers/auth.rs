@@ -151,7 +151,7 @@ impl Auth {
             let hash = parse_hash(&t.sha256.to_ascii_lowercase())
                 .ok_or_else(|| format!("{at}.sha256: must be 64 hex digits (etcron-master hash-token prints one)"))?;
             for team in t.teams.keys() {
-                etcron_model::job::validate_team(team).map_err(|e| format!("{at}.teams: {e}"))?;
+                etcron_model::spec::validate_team(team).map_err(|e| format!("{at}.teams: {e}"))?;
             }
             if t.role.is_none() && t.teams.is_empty() {
                 return Err(format!(

@@ -334,7 +334,7 @@ impl Faults {
         // The shaped jobs' ticks, as every worker computes them, are checked like the bursts'.
         let mut one_by_one = self.bursts.clone();
         for (job, spec) in shaped.iter().chain([(BACKFILL_JOB.to_owned(), backfills.spec.clone())].iter()) {
-            let schedule = etcron_model::job::JobSpec::from_value(spec.clone())?.parsed_schedule(job)?;
+            let schedule = etcron_model::spec::JobSpec::from_value(spec.clone())?.parsed_schedule(job)?;
             let ticks = schedule.upcoming(start_ms, 10_000).into_iter().take_while(|t| *t <= end_ms - 1000);
             one_by_one.extend(ticks.map(|t| (job.clone(), t)));
         }
@@ -832,7 +832,7 @@ async fn fault_costs(
         for job in jobs {
             let search = Search {
                 job: Some(job.clone()),
-                statuses: vec![etcron_model::model::Status::Missed],
+                statuses: vec![etcron_model::record::Status::Missed],
                 since_ms: Some(from),
                 until_ms: Some(to + 5_000),
                 limit: etcron_common::store::MAX_LIMIT,
@@ -877,8 +877,8 @@ async fn check(
         .collect();
     let ran: BTreeSet<(String, i64)> = fired.iter().map(|f| (f.job.clone(), f.scheduled_ms)).collect();
     // Every record of the window (and a margin for late catch-up runs), all pages.
-    let mut records: BTreeMap<String, etcron_model::model::Status> = BTreeMap::new();
-    let mut by_tick: BTreeMap<(String, i64), Vec<etcron_model::model::Status>> = BTreeMap::new();
+    let mut records: BTreeMap<String, etcron_model::record::Status> = BTreeMap::new();
+    let mut by_tick: BTreeMap<(String, i64), Vec<etcron_model::record::Status>> = BTreeMap::new();
     let burst_jobs: BTreeSet<&String> = bursts.iter().map(|(j, _)| j).collect();
     for job in jobs.iter().chain(burst_jobs) {
         let mut search = Search {
@@ -905,7 +905,7 @@ async fn check(
             }
         }
     }
-    use etcron_model::model::Status;
+    use etcron_model::record::Status;
     let (mut ran_n, mut missed, mut lost, mut skipped, mut unaccounted) = (0, 0, 0, 0, Vec::new());
     let every_second = jobs.iter().flat_map(|job| due.iter().map(move |&t| (job.clone(), t)));
     for tick in every_second.chain(bursts.iter().cloned()) {

@@ -6,8 +6,8 @@ use etcron_common::hash::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use etcron_model::calendar::{skip_reason, Calendar};
-use etcron_model::job::JobSpec;
 use etcron_model::keys::{Key, Keys};
+use etcron_model::spec::JobSpec;
 use etcron_model::UnixMs;
 
 use crate::cluster::watcher::{Kv, Update};

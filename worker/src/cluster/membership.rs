@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use etcron_model::keys::{Key, Keys};
-use etcron_model::model::WorkerInfo;
+use etcron_model::stored::WorkerInfo;
 use tokio::sync::mpsc;
 
 use crate::cluster::watcher::Update;
@@ -32,12 +32,12 @@ impl Members {
     /// Why nobody claimed a tick of `spec` (its selector, its task's user, its team), from what
     /// this worker can see.
     #[must_use]
-    pub fn miss_reason(&self, spec: &etcron_model::job::JobSpec, after: std::time::Duration) -> String {
+    pub fn miss_reason(&self, spec: &etcron_model::spec::JobSpec, after: std::time::Duration) -> String {
         let (selector, user) = (&spec.selector, spec.run_as_user());
         let members = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let matching: Vec<&WorkerInfo> = members.values().filter(|w| w.matches(selector)).collect();
         let allowed: Vec<&WorkerInfo> =
-            matching.iter().copied().filter(|w| etcron_model::model::may_run_as(&w.run_as_users, user)).collect();
+            matching.iter().copied().filter(|w| etcron_model::stored::may_run_as(&w.run_as_users, user)).collect();
         let eligible: Vec<&WorkerInfo> = allowed.iter().copied().filter(|w| w.may_run(spec)).collect();
         let wanted = || selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
         if members.is_empty() {

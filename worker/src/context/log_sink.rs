@@ -497,7 +497,7 @@ fn read_spool(path: &Path) -> std::io::Result<Vec<RecordWrite>> {
 mod tests {
     use super::*;
     use etcron_model::keys::Tick;
-    use etcron_model::model::{ExecutionRecord, Status, TriggerKind};
+    use etcron_model::record::{ExecutionRecord, Status, TriggerKind};
 
     fn write(n: i64) -> RecordWrite {
         RecordWrite {

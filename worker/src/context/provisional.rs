@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use etcron_common::claim::MIN_RETENTION;
-use etcron_model::model::{ExecutionRecord, Status};
+use etcron_model::record::{ExecutionRecord, Status};
 use etcron_model::{now_ms, UnixMs};
 use serde::{Deserialize, Serialize};
 
@@ -257,7 +257,7 @@ impl Provisional {
 mod tests {
     use super::*;
     use etcron_model::keys::{ExecutionId, Tick};
-    use etcron_model::model::TriggerKind;
+    use etcron_model::record::TriggerKind;
 
     fn record(n: i64, status: Status) -> ExecutionRecord {
         ExecutionRecord::blank(&ExecutionId::new("j", Tick::Scheduled(n)), n, TriggerKind::Schedule, status, None)

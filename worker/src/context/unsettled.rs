@@ -6,7 +6,7 @@
 use etcron_common::hash::HashMap;
 use std::time::Duration;
 
-use etcron_model::model::TriggerKind;
+use etcron_model::record::TriggerKind;
 use etcron_model::UnixMs;
 
 use crate::timing::fire::Fire;
@@ -164,7 +164,7 @@ mod tests {
         let fire = |job: &str, tick: UnixMs, trigger: TriggerKind| Fire {
             id: ExecutionId::new(job, Tick::Scheduled(tick)),
             spec: Arc::new(
-                etcron_model::job::JobSpec::from_json(
+                etcron_model::spec::JobSpec::from_json(
                     br#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#,
                 )
                 .unwrap(),
@@ -176,7 +176,7 @@ mod tests {
             request_key: None,
             parent: None,
             then: Vec::new(),
-            params: etcron_model::model::RunParams::default(),
+            params: etcron_model::record::RunParams::default(),
             dequeued: false,
             avoid: None,
         };

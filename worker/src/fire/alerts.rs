@@ -1,4 +1,4 @@
-//! SLA alerts (`alerts` of a job, `etcron_model::alerts`) as workers raise them, each
+//! SLA alerts (`alerts` of a job, `etcron_model::spec::alerts`) as workers raise them, each
 //! occurrence once in the cluster:
 //!
 //! - `late`: the worker that starts a schedule tick's first attempt past `late_start` raises
@@ -19,11 +19,12 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcron_common::etcd::EtcdError;
-use etcron_model::alerts::{Raised, StaleState};
 use etcron_model::duration::HumanDuration;
-use etcron_model::job::JobSpec;
-use etcron_model::model::{Claim, TriggerKind};
-use etcron_model::notify::NotifyEvent;
+use etcron_model::record::TriggerKind;
+use etcron_model::spec::alerts::{Raised, StaleState};
+use etcron_model::spec::notify::NotifyEvent;
+use etcron_model::spec::JobSpec;
+use etcron_model::stored::Claim;
 use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 use tokio::sync::oneshot;
 

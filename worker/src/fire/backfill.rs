@@ -11,7 +11,8 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use etcron_common::etcd::EtcdError;
 use etcron_model::backfill::Backfill;
-use etcron_model::model::{RunParams, TriggerKind};
+use etcron_model::record::RunParams;
+use etcron_model::record::TriggerKind;
 use etcron_model::{now_ms, UnixMs};
 
 use crate::context::Context;

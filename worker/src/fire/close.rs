@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use etcron_common::claim::{self, CompleteOutcome};
 use etcron_common::store::{RecordWrite, WriteMode};
-use etcron_model::model::{Claim, ExecutionRecord, Status};
+use etcron_model::record::{ExecutionRecord, Status};
+use etcron_model::stored::Claim;
 use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 
 use crate::context::Context;
@@ -145,7 +146,7 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
         follow.extend(health::close_op(&ctx.client, &ctx.keys, &fire.spec, &fire.id.job, outcome).await);
     }
     follow.extend(crate::fire::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
-    let queue = fire.spec.concurrency == etcron_model::job::Concurrency::Queue;
+    let queue = fire.spec.concurrency == etcron_model::spec::Concurrency::Queue;
     // The last open execution of its claim transaction removes the inflight key with its close.
     let last = won.hold.close_op();
     follow.extend(last.clone());

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcron_common::claim;
-use etcron_model::job::Concurrency;
 use etcron_model::keys::Part;
-use etcron_model::model::{labels_match, Status};
 use etcron_model::now_ms;
+use etcron_model::record::Status;
+use etcron_model::spec::Concurrency;
+use etcron_model::stored::labels_match;
 
 use crate::context::Context;
 use crate::fire::settle::{record_not_run, watch_for_miss, NotRaced};
@@ -151,14 +152,14 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
 /// Why this worker does not race for a job's ticks at all (the metric's reason), or `None`
 /// when it may: its labels miss the job's selector, the task runs as a user this worker does
 /// not allow, or the worker is bound to teams the job is not of.
-fn not_eligible(config: &crate::config::Config, spec: &etcron_model::job::JobSpec) -> Option<&'static str> {
+fn not_eligible(config: &crate::config::Config, spec: &etcron_model::spec::JobSpec) -> Option<&'static str> {
     if !labels_match(&config.labels, &spec.selector) {
         return Some("selector");
     }
-    if !etcron_model::model::may_run_as(&config.run_as_users, spec.run_as_user()) {
+    if !etcron_model::stored::may_run_as(&config.run_as_users, spec.run_as_user()) {
         return Some("run_as");
     }
-    if !etcron_model::model::serves_team(&config.teams, spec.team.as_deref()) {
+    if !etcron_model::stored::serves_team(&config.teams, spec.team.as_deref()) {
         return Some("team");
     }
     None

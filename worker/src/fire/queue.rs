@@ -8,10 +8,10 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
 use etcron_common::claim::QueueClaim;
 use etcron_common::etcd::EtcdError;
-use etcron_model::job::Concurrency;
 use etcron_model::keys::{ExecutionId, Part, Tick};
-use etcron_model::model::{Claim, QueuedRun};
 use etcron_model::now_ms;
+use etcron_model::spec::Concurrency;
+use etcron_model::stored::{Claim, QueuedRun};
 
 use crate::context::Context;
 use crate::metrics::METRICS;

@@ -10,9 +10,10 @@ use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpRes
 use etcron_common::claim::{self, ClaimOutcome, LockClaim, QueueClaim, RunClaim};
 use etcron_common::etcd::EtcdError;
 use etcron_common::store::{RecordWrite, WriteMode};
-use etcron_model::job::Concurrency;
 use etcron_model::keys::{ExecutionId, KillTarget};
-use etcron_model::model::{Claim, ClaimState, KillCommand, RunningExecution, Status};
+use etcron_model::record::Status;
+use etcron_model::spec::Concurrency;
+use etcron_model::stored::{Claim, ClaimState, KillCommand, RunningExecution};
 use etcron_model::{now_ms, rfc3339_ms};
 
 use crate::context::batcher::{Hold, Raced};
@@ -598,7 +599,7 @@ mod tests {
         serde_json::to_vec(&Claim {
             worker_id: worker.to_owned(),
             status,
-            params: etcron_model::model::RunParams::default(),
+            params: etcron_model::record::RunParams::default(),
             queued: state == ClaimState::Queued,
         })
         .unwrap()

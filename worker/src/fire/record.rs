@@ -1,6 +1,6 @@
 //! Execution records as the fire path builds them, and the log line of a finished one.
 
-use etcron_model::model::{ExecutionRecord, Status, TriggerKind};
+use etcron_model::record::{ExecutionRecord, Status, TriggerKind};
 use etcron_model::{now_ms, rfc3339_ms};
 
 use crate::context::Context;

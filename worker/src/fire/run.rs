@@ -8,10 +8,10 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcron_common::etcd::EtcdError;
 use etcron_common::store::{RecordWrite, WriteMode};
-use etcron_model::job::{GrpcTask, HttpTask, Mode, ShellTask, Task};
 use etcron_model::keys::Part;
-use etcron_model::model::{Status, TriggerKind};
 use etcron_model::progress::Resumed;
+use etcron_model::record::{Status, TriggerKind};
+use etcron_model::spec::{GrpcTask, HttpTask, Mode, ShellTask, Task};
 use etcron_model::{now_ms, rfc3339_ms};
 use tokio::sync::{oneshot, watch};
 
@@ -69,7 +69,7 @@ pub(crate) async fn execute(
             }
             // The master checked the run's parameters against the spec it read; the spec this
             // worker runs may be newer (a parameter removed since): checked again here.
-            let params = match etcron_model::params::run_env(&shell.params, &fire.params.env) {
+            let params = match etcron_model::spec::params::run_env(&shell.params, &fire.params.env) {
                 Ok(params) => params,
                 Err(e) => {
                     let field = e.field.unwrap_or_default();
@@ -276,7 +276,7 @@ pub struct Ran {
     /// When the task was handed to the executor.
     pub handed_ms: i64,
     /// The `running` record as submitted (the close phase completes it).
-    pub record: etcron_model::model::ExecutionRecord,
+    pub record: etcron_model::record::ExecutionRecord,
 }
 
 /// Runs the task of a won claim: registered (so kills and lease loss reach it) from now until

@@ -9,9 +9,10 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use etcron_common::claim::{self, ClaimOutcome};
 use etcron_common::etcd::EtcdError;
 use etcron_common::store::{RecordWrite, WriteMode};
-use etcron_model::job::{JobSpec, Misfire};
 use etcron_model::keys::Part;
-use etcron_model::model::{Claim, ExecutionRecord, Status, TriggerKind};
+use etcron_model::record::{ExecutionRecord, Status, TriggerKind};
+use etcron_model::spec::{JobSpec, Misfire};
+use etcron_model::stored::Claim;
 use etcron_model::{now_ms, UnixMs};
 
 use crate::context::provisional::{judge, ClaimRead, Stored, Verdict};

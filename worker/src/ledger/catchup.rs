@@ -16,9 +16,10 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcron_common::claim;
 use etcron_common::etcd::{request, EtcdError};
-use etcron_model::job::Misfire;
 use etcron_model::keys::Key;
-use etcron_model::model::{halt, JobState, Status};
+use etcron_model::record::Status;
+use etcron_model::spec::Misfire;
+use etcron_model::stored::{halt, JobState};
 use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 
 use crate::context::unsettled::{Gap, Sweep};

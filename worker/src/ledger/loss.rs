@@ -13,9 +13,11 @@ use etcd_client::EventType;
 use etcron_common::claim::{self, ClaimOutcome, Held};
 use etcron_common::etcd::EtcdError;
 use etcron_common::store::WriteMode;
-use etcron_model::job::JobSpec;
 use etcron_model::keys::{ExecutionId, Key};
-use etcron_model::model::{Claim, ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind, WorkerInfo};
+use etcron_model::record::RunParams;
+use etcron_model::record::{ExecutionRecord, Status, TriggerKind};
+use etcron_model::spec::JobSpec;
+use etcron_model::stored::{Claim, RunningExecution, WorkerInfo};
 use etcron_model::{now_ms, rfc3339_ms};
 
 use crate::cluster::departures::Departure;
@@ -537,7 +539,7 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
     }
     // Yields to the run's own final record, journaled before its close should the task have
     // ended before its worker died (T3's crash point); replaces its `running` record.
-    let queue = spec.as_ref().is_some_and(|s| s.concurrency == etcron_model::job::Concurrency::Queue);
+    let queue = spec.as_ref().is_some_and(|s| s.concurrency == etcron_model::spec::Concurrency::Queue);
     deliver(ctx, spec.as_deref(), record, WriteMode::OverRunning);
     ctx.provisional.remove(pending);
     if queue {

@@ -12,10 +12,11 @@
 
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use etcron_common::etcd::EtcdError;
-use etcron_model::job::JobSpec;
 use etcron_model::keys::{ExecutionId, Keys};
-use etcron_model::model::{Pause, Status};
 use etcron_model::notify::{HealthStep, JobHealth};
+use etcron_model::record::Status;
+use etcron_model::spec::JobSpec;
+use etcron_model::stored::Pause;
 use etcron_model::UnixMs;
 
 use crate::timing::fire::to_json;

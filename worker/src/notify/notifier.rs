@@ -25,13 +25,11 @@ use etcd_client::Client;
 use etcron_common::metrics::{counter, counter_vec, gauge};
 use etcron_common::store::MongoStore;
 use etcron_model::duration::HumanDuration;
-use etcron_model::job::JobSpec;
 use etcron_model::keys::Keys;
-use etcron_model::model::{ExecutionRecord, Status};
-use etcron_model::notify::{
-    delivery_id, validate_targets, validate_url, Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat,
-    NotifyTarget,
-};
+use etcron_model::notify::{delivery_id, Attempt, Delivery, DeliveryState};
+use etcron_model::record::{ExecutionRecord, Status};
+use etcron_model::spec::notify::{validate_targets, validate_url, NotifyEvent, NotifyFormat, NotifyTarget};
+use etcron_model::spec::JobSpec;
 use etcron_model::{now_ms, rfc3339_ms};
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use reqwest::header::{HeaderName, HeaderValue, CONTENT_TYPE};
@@ -551,7 +549,7 @@ impl Notifier {
         }
         let regex = patterns
             .entry(pattern.to_owned())
-            .or_insert_with(|| etcron_model::alerts::output_regex(pattern).ok().map(Arc::new))
+            .or_insert_with(|| etcron_model::spec::alerts::output_regex(pattern).ok().map(Arc::new))
             .clone();
         drop(patterns);
         regex.is_some_and(|r| r.is_match(output))
@@ -954,7 +952,7 @@ async fn write_records(log: Arc<DeliveryLog>, store: MongoStore) {
 mod tests {
     use super::*;
     use etcron_model::keys::{ExecutionId, Tick};
-    use etcron_model::model::TriggerKind;
+    use etcron_model::record::TriggerKind;
 
     fn spec(json: &str) -> JobSpec {
         JobSpec::from_json(json.as_bytes()).unwrap()
@@ -987,7 +985,7 @@ mod tests {
             parent: None,
             http_status: None,
             shard: None,
-            params: etcron_model::model::RunParams::default(),
+            params: etcron_model::record::RunParams::default(),
             jitter_ms: None,
             reports: Default::default(),
         }

@@ -8,9 +8,9 @@
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
-use etcron_model::alerts::Silence;
 use etcron_model::keys::Keys;
 use etcron_model::notify::Delivery;
+use etcron_model::spec::alerts::Silence;
 use etcron_model::{now_ms, UnixMs};
 
 use crate::metrics::METRICS;

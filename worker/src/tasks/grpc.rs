@@ -51,8 +51,8 @@ use etcron_common::hash::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use etcron_model::grpc::{parse_method, request_message, unary_method};
 use etcron_model::output::BoundedOutput;
+use etcron_model::spec::grpc::{parse_method, request_message, unary_method};
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor, SerializeOptions};
 use tokio::sync::watch;
@@ -161,7 +161,7 @@ async fn method(
     metadata: &MetadataMap,
 ) -> Result<MethodDescriptor, String> {
     let pool: DescriptorPool = match &job.descriptor_set {
-        Some(set) => etcron_model::grpc::descriptor_pool(set).map_err(|e| format!("task.descriptor_set {e}"))?,
+        Some(set) => etcron_model::spec::grpc::descriptor_pool(set).map_err(|e| format!("task.descriptor_set {e}"))?,
         None => reflection::descriptors(channel, &job.endpoint, service, metadata).await?,
     };
     let source = if job.descriptor_set.is_some() { "task.descriptor_set" } else { "the server's reflection service" };

@@ -121,7 +121,7 @@ async fn exchange(job: &HttpJob, output: &LiveOutput, status: &mut Option<u16>, 
     let accepted = code == StatusCode::ACCEPTED && job.asynchronous.is_some();
     let location = response.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let answered_from = response.url().clone();
-    let keep = if accepted { etcron_model::http_async::MAX_STATUS_BYTES } else { 0 };
+    let keep = if accepted { etcron_model::spec::http_async::MAX_STATUS_BYTES } else { 0 };
     let body = match read_body(response, output, keep).await {
         Ok(b) => b,
         Err(e) => return Ending::RequestFailed(format!("reading the response body from {shown} failed: {e}")),

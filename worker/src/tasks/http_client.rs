@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use etcron_model::http_async::AsyncPoll;
+use etcron_model::spec::http_async::AsyncPoll;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 

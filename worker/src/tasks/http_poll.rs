@@ -1,4 +1,4 @@
-//! Asynchronous HTTP tasks (`task.async`, `etcron_model::http_async`): after a `202
+//! Asynchronous HTTP tasks (`task.async`, `etcron_model::spec::http_async`): after a `202
 //! Accepted`, the status URL it names is polled every `interval` until the status document's
 //! state is a done or failed one, its progress (percent, message, checkpoint) going to the
 //! execution's tracker; a kill, a lost lease or a timeout then sends the cancel request.
@@ -23,8 +23,8 @@
 
 use std::time::Duration;
 
-use etcron_model::http_async::{AsyncPoll, Status, MAX_POLL_ERRORS, MAX_STATUS_BYTES};
 use etcron_model::progress::Report;
+use etcron_model::spec::http_async::{AsyncPoll, Status, MAX_POLL_ERRORS, MAX_STATUS_BYTES};
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode, Url};
 use tokio::time::Instant;

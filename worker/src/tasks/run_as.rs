@@ -67,7 +67,7 @@ pub fn resolve(run_as: &RunAs, worker_id: &str) -> Result<Account, String> {
 /// Why this worker will not run a task as `user`, or `None` when it may.
 #[must_use]
 pub fn refusal(allowed: &[String], user: &str, worker_id: &str) -> Option<String> {
-    if etcron_model::model::may_run_as(allowed, Some(user)) {
+    if etcron_model::stored::may_run_as(allowed, Some(user)) {
         return None;
     }
     Some(format!("task.user {user:?} is not in the run_as_users of worker {worker_id}"))
@@ -80,7 +80,7 @@ pub fn check_config(users: &[String], is_root: bool) -> Result<(), String> {
         return Err(format!("run_as_users: at most {MAX_RUN_AS_USERS} users"));
     }
     for user in users {
-        etcron_model::job::check_account_name(user).map_err(|m| format!("run_as_users: {m}"))?;
+        etcron_model::spec::check_account_name(user).map_err(|m| format!("run_as_users: {m}"))?;
     }
     if !users.is_empty() && !is_root {
         return Err(format!(

@@ -16,7 +16,7 @@ use crate::tasks::child::{set_up, ChildSetup};
 use crate::tasks::live_output::LiveOutput;
 use crate::tasks::netns::{self, ShellNetwork};
 use crate::tasks::uids::TaskAccount;
-use etcron_model::job::Limits;
+use etcron_model::spec::Limits;
 use etcron_model::UnixMs;
 use nix::sys::resource::{getrlimit, Resource};
 use nix::sys::signal::{killpg, Signal};

@@ -53,7 +53,7 @@ impl TaskIdentity {
     ) -> Result<Self, String> {
         let own_name = || User::from_uid(euid).ok().flatten().map(|u| u.name);
         if let Some(user) = &task_user {
-            etcron_model::job::check_account_name(user).map_err(|m| format!("task_user: {m}"))?;
+            etcron_model::spec::check_account_name(user).map_err(|m| format!("task_user: {m}"))?;
             if task_uids.is_some() {
                 return Err("task_uids: not with task_user (all tasks run as task_user then)".to_owned());
             }

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcron_model::job::JobSpec;
 use etcron_model::keys::ExecutionId;
-use etcron_model::model::{RunParams, TriggerKind};
+use etcron_model::record::RunParams;
+use etcron_model::record::TriggerKind;
+use etcron_model::spec::JobSpec;
 use etcron_model::UnixMs;
 
 /// How long after a tick nobody may have claimed it before it is recorded `missed`.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use etcd_client::{Txn, TxnOp};
 use etcron_model::keys::Keys;
-use etcron_model::model::JobState;
+use etcron_model::stored::JobState;
 use etcron_tests::{free_port, now_ms, quantile, scrape, Cluster, WorkerOpts};
 use serde_json::json;
 
@@ -73,7 +73,7 @@ pub async fn run(n: usize, n_workers: usize, capacity: Option<usize>, worker_arg
     }
     while Instant::now() < deadline {
         finals = crate::records_between(&store, at_ms, at_ms).await?;
-        finals.retain(|r| r.status != etcron_model::model::Status::Running);
+        finals.retain(|r| r.status != etcron_model::record::Status::Running);
         if finals.len() >= n {
             break;
         }
@@ -170,7 +170,7 @@ async fn report(
     n: usize,
     at_ms: i64,
     receiver: &Receiver,
-    finals: &[etcron_model::model::ExecutionRecord],
+    finals: &[etcron_model::record::ExecutionRecord],
     proposals: f64,
     api: &[(i64, bool)],
     urls: &[String],

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use etcron_model::model::ExecutionRecord;
+use etcron_model::record::ExecutionRecord;
 use etcron_tests::{check_every_second, now_ms, quantile, read_fired, urlencode, wait_for, Cluster, WorkerOpts};
 use reqwest::Method;
 use serde_json::json;
@@ -154,7 +154,7 @@ fn ticks_while_dying<'a>(records: &'a [ExecutionRecord], windows: &[(i64, i64)])
         }
         *by_status.entry(format!("{}#{}", r.status.as_str(), r.id.attempt)).or_default() += 1;
         let slot = ticks.entry((r.job.as_str(), r.scheduled_ms)).or_default();
-        if r.status == etcron_model::model::Status::Succeeded {
+        if r.status == etcron_model::record::Status::Succeeded {
             *slot = started_ms(r).map(|s| s - r.scheduled_ms);
         }
     }

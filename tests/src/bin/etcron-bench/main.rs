@@ -147,7 +147,7 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
     let expected = jobs.len() * usize::try_from((last - first) / 1000 + 1)?;
     let runs = final_records(&store, first, last, expected).await?;
     let w = E2eWindow::new(&runs, &receiver, first, last, expected);
-    let not_succeeded = w.runs.iter().filter(|r| r.status != etcron_model::model::Status::Succeeded).count();
+    let not_succeeded = w.runs.iter().filter(|r| r.status != etcron_model::record::Status::Succeeded).count();
     let mut lateness: Vec<i64> = if opts.task == BenchTask::Http {
         w.hits.iter().map(|h| h.received_ms - h.scheduled_ms).collect()
     } else {
@@ -293,12 +293,12 @@ async fn final_records(
     first: i64,
     last: i64,
     expected: usize,
-) -> Result<Vec<etcron_model::model::ExecutionRecord>> {
+) -> Result<Vec<etcron_model::record::ExecutionRecord>> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut runs = Vec::new();
     while tokio::time::Instant::now() < deadline {
         runs = records_between(store, first, last).await?;
-        runs.retain(|r| r.status != etcron_model::model::Status::Running);
+        runs.retain(|r| r.status != etcron_model::record::Status::Running);
         if runs.len() >= expected {
             break;
         }
@@ -310,7 +310,7 @@ async fn final_records(
 /// The window's scheduled runs, as the records and the receiver saw them.
 struct E2eWindow<'a> {
     /// The final records of the window's scheduled ticks.
-    runs: Vec<&'a etcron_model::model::ExecutionRecord>,
+    runs: Vec<&'a etcron_model::record::ExecutionRecord>,
     /// The requests the receiver got for the window's ticks.
     hits: Vec<receiver::Hit>,
     first: i64,
@@ -324,13 +324,13 @@ struct E2eWindow<'a> {
 impl<'a> E2eWindow<'a> {
     /// Keeps the scheduled runs and the receiver's requests of the ticks in `[first, last]`.
     fn new(
-        runs: &'a [etcron_model::model::ExecutionRecord],
+        runs: &'a [etcron_model::record::ExecutionRecord],
         receiver: &receiver::Receiver,
         first: i64,
         last: i64,
         expected: usize,
     ) -> Self {
-        let runs: Vec<_> = runs.iter().filter(|r| r.trigger == etcron_model::model::TriggerKind::Schedule).collect();
+        let runs: Vec<_> = runs.iter().filter(|r| r.trigger == etcron_model::record::TriggerKind::Schedule).collect();
         let recorded: std::collections::BTreeSet<(&str, i64)> =
             runs.iter().map(|r| (r.job.as_str(), r.scheduled_ms)).collect();
         let missing = expected - recorded.len().min(expected);
@@ -404,7 +404,7 @@ impl<'a> E2eWindow<'a> {
 fn print_processes(
     pids: &[(String, u32)],
     usage: &[(f64, u64)],
-    runs: &[&etcron_model::model::ExecutionRecord],
+    runs: &[&etcron_model::record::ExecutionRecord],
     seconds: i64,
 ) {
     let mut per_worker: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
@@ -421,7 +421,7 @@ fn print_processes(
     }
 }
 
-fn started_ms(r: &etcron_model::model::ExecutionRecord) -> Option<i64> {
+fn started_ms(r: &etcron_model::record::ExecutionRecord) -> Option<i64> {
     let at = r.started_at.as_deref()?;
     Some(chrono::DateTime::parse_from_rfc3339(at).ok()?.timestamp_millis())
 }
@@ -431,7 +431,7 @@ async fn records_between(
     store: &etcron_common::store::MongoStore,
     from_ms: i64,
     to_ms: i64,
-) -> Result<Vec<etcron_model::model::ExecutionRecord>> {
+) -> Result<Vec<etcron_model::record::ExecutionRecord>> {
     use etcron_common::store::{Cursor, Search};
     let mut out = Vec::new();
     let mut cursor = None;

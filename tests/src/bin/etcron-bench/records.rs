@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use etcron_common::store::{Cursor, MongoStore, RecordWrite, Search};
-use etcron_model::model::{Status, TriggerKind};
+use etcron_model::record::{Status, TriggerKind};
 use etcron_tests::records::{record, BASE_MS, JOBS};
 use etcron_tests::{proc_usage, quantile, wait_for, Mongo, MongoOpts, Proc};
 use mongodb::bson::{doc, Document};

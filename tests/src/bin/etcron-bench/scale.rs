@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use etcd_client::{Txn, TxnOp};
 use etcron_model::keys::Keys;
-use etcron_model::model::JobState;
+use etcron_model::stored::JobState;
 use etcron_tests::{free_port, now_ms, proc_usage, quantile, scrape, Cluster, WorkerOpts};
 use serde_json::json;
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Result;
-use etcron_model::job::Limits;
+use etcron_model::spec::Limits;
 use etcron_tests::{now_ms, quantile};
 use etcron_worker::tasks::shell::{run_shell, Ending, ShellJob};
 use tokio::sync::{oneshot, watch};

@@ -5,8 +5,8 @@
 use etcd_client::GetOptions;
 use etcron_master::access::{Access, Caller, Role, Scope};
 use etcron_master::job_store::{Change, JobStore, Origin, Planned, Precondition, Write, Written};
-use etcron_model::job::JobSpec;
 use etcron_model::keys::{Keys, KillTarget};
+use etcron_model::spec::JobSpec;
 use etcron_tests::{log_dir, Etcd};
 use serde_json::{json, Value};
 
@@ -113,12 +113,12 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
 
     // Run requests and kill commands live on a lease; a run of an unknown job is refused.
     let (request_id, execution, _) =
-        store.request_run("a", "test", etcron_model::model::RunParams::default(), &admin).await?;
+        store.request_run("a", "test", etcron_model::record::RunParams::default(), &admin).await?;
     assert_eq!(execution.to_string(), format!("a@manual-{request_id}#1"));
     let (_, lease) = value(&mut etcd, keys.trigger("a", &request_id)).await.expect("the run request");
     assert!(lease > 0, "on a lease");
     assert_eq!(
-        store.request_run("nope", "test", etcron_model::model::RunParams::default(), &admin).await.unwrap_err().status,
+        store.request_run("nope", "test", etcron_model::record::RunParams::default(), &admin).await.unwrap_err().status,
         404
     );
     store.kill("a", &KillTarget::All, "test", &admin).await?;
@@ -250,7 +250,7 @@ async fn the_job_store_checks_every_write_against_the_callers_teams() -> anyhow:
     store.pause("pay-1", (None, None), &pay_operator).await?;
     assert_eq!(store.resume("search-1", &Origin::default(), &pay_operator).await.unwrap_err().status, 404);
     assert_eq!(store.pause("pay-1", (None, None), &pay_viewer).await.unwrap_err().status, 403);
-    let params = etcron_model::model::RunParams::default;
+    let params = etcron_model::record::RunParams::default;
     let (_, _, run_team) = store.request_run("pay-1", "test", params(), &pay_operator).await?;
     assert_eq!(run_team.as_deref(), Some("pay"));
     assert_eq!(store.request_run("plain", "test", params(), &pay_operator).await.unwrap_err().status, 404);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use etcd_client::GetOptions;
 use etcron_model::dependency::DependencyGraph;
 use etcron_model::keys::{ExecutionId, Keys, Tick};
-use etcron_model::model::{JobState, TriggerRequest};
+use etcron_model::stored::{JobState, TriggerRequest};
 use etcron_tests::{now_ms, Cluster, Master, Sig, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};

@@ -15,8 +15,11 @@ use std::time::{Duration, Instant};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_model::backfill;
 use etcron_model::keys::{ExecutionId, Keys, Part, Tick};
-use etcron_model::model::{ExecutionRecord, RunParams, RunningExecution, Status, TriggerKind, WorkerInfo};
-use etcron_model::notify::{delivery_id, Attempt, Delivery, DeliveryState, NotifyEvent, NotifyFormat};
+use etcron_model::notify::{delivery_id, Attempt, Delivery, DeliveryState};
+use etcron_model::record::RunParams;
+use etcron_model::record::{ExecutionRecord, Status, TriggerKind};
+use etcron_model::spec::notify::{NotifyEvent, NotifyFormat};
+use etcron_model::stored::{RunningExecution, WorkerInfo};
 use etcron_tests::{now_ms, Cluster, Proc};
 use serde_json::json;
 
@@ -72,7 +75,7 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
         params: RunParams::default(),
         jitter_ms: Some(1_234),
         // What a task reports, so the documented shape of these fields is checked too.
-        reports: etcron_model::model::TaskReports {
+        reports: etcron_model::record::TaskReports {
             progress: Some(etcron_model::progress::Progress {
                 percent: Some(42.5),
                 message: Some("copying table b".to_owned()),
@@ -198,7 +201,7 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
     etcd.put(keys.running(&running), serde_json::to_vec(&marker)?, None).await?;
     // An execution waiting in a queue (`concurrency: queue`), as a worker writes it.
     let waiting = ExecutionId::new("nightly-report", Tick::Scheduled(1_700_000_180_000));
-    let entry = etcron_model::model::QueuedRun {
+    let entry = etcron_model::stored::QueuedRun {
         execution_id: waiting.clone(),
         scheduled_ms: 1_700_000_180_000,
         trigger: TriggerKind::Schedule,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use etcron_common::store::{search_plan, Cursor, MongoStore, RecordWrite, Search, SCAN_BUDGET};
-use etcron_model::model::{Status, TriggerKind};
+use etcron_model::record::{Status, TriggerKind};
 use etcron_tests::records::{record_of, BASE_MS};
 use etcron_tests::{log_dir, Mongo};
 use mongodb::bson::{Bson, Document};

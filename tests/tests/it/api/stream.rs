@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use etcron_model::keys::Keys;
-use etcron_model::model::WorkerInfo;
+use etcron_model::stored::WorkerInfo;
 use etcron_tests::sse::SseReader;
 use etcron_tests::{urlencode, Cluster};
 use reqwest::Method;

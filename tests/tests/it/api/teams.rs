@@ -13,7 +13,7 @@ use std::time::Duration;
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_master::layers::auth::hash_token;
 use etcron_model::keys::{ExecutionId, Tick};
-use etcron_model::model::{ExecutionRecord, Status, TriggerKind};
+use etcron_model::record::{ExecutionRecord, Status, TriggerKind};
 use etcron_tests::webhook::Receiver;
 use etcron_tests::{bin, wait_for, Cluster};
 use reqwest::Method;

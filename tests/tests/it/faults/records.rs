@@ -8,7 +8,7 @@ use anyhow::Context as _;
 
 use etcron_common::store::{RecordWrite, Search, WriteMode};
 use etcron_model::keys::{ExecutionId, Tick};
-use etcron_model::model::{ExecutionRecord, Status, TriggerKind};
+use etcron_model::record::{ExecutionRecord, Status, TriggerKind};
 use etcron_tests::{now_ms, read_fired, urlencode, wait_for, Cluster, WorkerOpts};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -145,7 +145,7 @@ fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
             parent: None,
             http_status: None,
             shard: None,
-            params: etcron_model::model::RunParams::default(),
+            params: etcron_model::record::RunParams::default(),
             jitter_ms: None,
             reports: Default::default(),
         },
@@ -485,7 +485,7 @@ async fn an_execution_without_a_record_is_answered_from_its_running_marker() -> 
     let (status, body) = c.call(Method::GET, &path, None).await?;
     assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
 
-    let marker = etcron_model::model::RunningExecution {
+    let marker = etcron_model::stored::RunningExecution {
         worker_id: "w9".to_owned(),
         execution_id: id.clone(),
         pid: None,
@@ -493,7 +493,7 @@ async fn an_execution_without_a_record_is_answered_from_its_running_marker() -> 
         fencing_token: None,
         trigger: Some(TriggerKind::Schedule),
         scheduled_ms: Some(1_795_547_592_000),
-        params: etcron_model::model::RunParams::default(),
+        params: etcron_model::record::RunParams::default(),
     };
     let mut etcd = c.etcd.client().await?;
     etcd.put(keys.running(&id), serde_json::to_vec(&marker)?, None).await?;

@@ -196,7 +196,7 @@ async fn bad_parameters_are_refused_naming_the_field() -> anyhow::Result<()> {
     )
     .await?;
     let mut request =
-        etcron_model::model::TriggerRequest::manual(etcron_tests::now_ms(), "asked before DAY was dropped");
+        etcron_model::stored::TriggerRequest::manual(etcron_tests::now_ms(), "asked before DAY was dropped");
     request.params.env.insert("DAY".to_owned(), "2026-11-01".to_owned());
     let key = etcron_model::keys::Keys::new(&c.namespace)?.trigger("later", "00000000000000aa");
     c.etcd.client().await?.put(key, serde_json::to_vec(&request)?, None).await?;

@@ -2,7 +2,7 @@
 //! call that the master (at save time) and the worker (at run time) share: a method's name, a
 //! `descriptor_set` decoded into descriptors, the lookup of a unary method among them, and a
 //! JSON `request` read as that method's input message (proto3's JSON mapping). No network:
-//! the worker's `grpc_task` makes the calls.
+//! the worker's `tasks/grpc` makes the calls.
 
 use std::collections::BTreeMap;
 
@@ -11,8 +11,8 @@ use prost_reflect::{DescriptorPool, DeserializeOptions, DynamicMessage, MethodDe
 use serde::de::DeserializeSeed as _;
 use serde::{Deserialize, Serialize};
 
-use crate::headers::Secrets;
-use crate::spec_error::SpecError;
+use crate::spec::headers::Secrets;
+use crate::spec::SpecError;
 
 /// Longest `endpoint`.
 pub const MAX_ENDPOINT_LEN: usize = 2048;
@@ -103,7 +103,7 @@ pub fn parse_method(method: &str) -> Result<(&str, &str), String> {
 /// # Errors
 /// What is wrong with it.
 pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
-    crate::headers::check_url(endpoint, MAX_ENDPOINT_LEN)
+    crate::spec::headers::check_url(endpoint, MAX_ENDPOINT_LEN)
         .map_err(|e| e.replace("URL", "URL (http:// for plaintext, https:// for TLS)"))?;
     let url = url::Url::parse(endpoint).map_err(|e| e.to_string())?;
     if !url.username().is_empty() || url.password().is_some() {

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::duration::HumanDuration;
 use crate::progress::Report;
-use crate::spec_error::SpecError;
+use crate::spec::SpecError;
 
 /// Shortest poll interval.
 pub const MIN_INTERVAL: HumanDuration = HumanDuration::from_millis(100);

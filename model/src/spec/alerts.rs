@@ -3,7 +3,7 @@
 //! etcd under `{ns}/alerts/{job}/` so that each occurrence is raised once in the cluster.
 //!
 //! An alert is a notification event (`late`, `long_running`, `stale`, `output_match`, see
-//! `crate::notify`) sent to the job's targets that ask for it. `late`, `long_running` and
+//! `crate::notify`, `crate::spec::notify`) sent to the job's targets that ask for it. `late`, `long_running` and
 //! `stale` are decided by a create-if-absent (or compare-and-set) transaction on their key, so
 //! workers racing to raise the same occurrence raise it once; `output_match` follows the final
 //! record, which one worker writes.
@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::duration::HumanDuration;
-use crate::spec_error::SpecError;
+use crate::spec::SpecError;
 use crate::UnixMs;
 
 /// Smallest and largest `late_start` and `max_duration`.

@@ -11,7 +11,7 @@ use std::fmt;
 use serde::de::{MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::spec_error::SpecError;
+use crate::spec::SpecError;
 
 /// Most parameters a task declares.
 pub const MAX_PARAMS: usize = 32;
@@ -175,7 +175,7 @@ pub fn validate(params: &Params, spec_names: &[(&str, &String)]) -> Result<(), S
     }
     for (name, param) in &params.0 {
         let field = format!("task.params.{name}");
-        if name.len() > crate::spec_maps::MAX_MAP_KEY_LEN || !crate::spec_maps::env_key_ok(name) {
+        if name.len() > crate::spec::MAX_MAP_KEY_LEN || !crate::spec::env_key_ok(name) {
             return Err(SpecError::at(&field, "invalid name (letters, digits and _, not starting with a digit)"));
         }
         if let Some(why) = refusal(name) {
@@ -233,13 +233,13 @@ fn undeclared(params: &Params) -> String {
 
 /// A pattern compiled to match the whole value.
 fn anchored(pattern: &str) -> Result<regex::Regex, String> {
-    crate::alerts::bounded_regex(pattern)?;
-    crate::alerts::bounded_regex(&format!("^(?:{pattern})$"))
+    crate::spec::alerts::bounded_regex(pattern)?;
+    crate::spec::alerts::bounded_regex(&format!("^(?:{pattern})$"))
 }
 
 fn value_ok(value: &str, pattern: Option<&regex::Regex>) -> Result<(), String> {
-    if value.len() > crate::spec_maps::MAX_MAP_VALUE_LEN || value.contains('\0') {
-        return Err(format!("value longer than {} bytes or contains NUL", crate::spec_maps::MAX_MAP_VALUE_LEN));
+    if value.len() > crate::spec::MAX_MAP_VALUE_LEN || value.contains('\0') {
+        return Err(format!("value longer than {} bytes or contains NUL", crate::spec::MAX_MAP_VALUE_LEN));
     }
     match pattern {
         Some(p) if !p.is_match(value) => Err(format!("{:?} does not match the pattern {}", clip(value), p.as_str())),
