@@ -327,27 +327,23 @@ pub async fn claim_done(
 }
 
 /// True when a claim exists: a cheap read that avoids a losing write.
-pub async fn claim_exists(client: &Client, claim_key: &str) -> Result<bool, String> {
+pub async fn claim_exists(client: &Client, claim_key: &str) -> Result<bool, EtcdError> {
     key_exists(client, claim_key, false).await
 }
 
 /// True when any key starts with `prefix`.
-pub async fn prefix_exists(client: &Client, prefix: &str) -> Result<bool, String> {
+pub async fn prefix_exists(client: &Client, prefix: &str) -> Result<bool, EtcdError> {
     key_exists(client, prefix, true).await
 }
 
 /// True when `key` exists (or, with `prefix`, any key under it).
-pub async fn key_exists(client: &Client, key: &str, prefix: bool) -> Result<bool, String> {
+pub async fn key_exists(client: &Client, key: &str, prefix: bool) -> Result<bool, EtcdError> {
     let mut kv = client.kv_client();
     let mut opts = etcd_client::GetOptions::new().with_count_only();
     if prefix {
         opts = opts.with_prefix();
     }
-    match request("claim_read", kv.get(key, Some(opts))).await {
-        Ok(resp) => Ok(resp.count() > 0),
-        Err(EtcdError::Failed(e)) => Err(e.to_string()),
-        Err(EtcdError::Timeout) => Err("etcd read timed out".to_owned()),
-    }
+    Ok(request("claim_read", kv.get(key, Some(opts))).await?.count() > 0)
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -393,14 +389,10 @@ pub struct Close {
 /// marker from the winning transaction still lives. Idempotent: a retry after an unknown
 /// outcome finds the claim holding exactly `done_value` and reports `Closed` without writing
 /// the follow-ups twice.
-pub async fn complete(client: &Client, close: &Close, retention_lease: i64) -> Result<CompleteOutcome, String> {
+pub async fn complete(client: &Client, close: &Close, retention_lease: i64) -> Result<CompleteOutcome, EtcdError> {
     let mut kv = client.kv_client();
-    match request("close", kv.txn(close_txn(close, retention_lease))).await {
-        Ok(resp) if resp.succeeded() => Ok(CompleteOutcome::Closed),
-        Ok(resp) => Ok(close_outcome(resp.op_responses(), &close.done_value)),
-        Err(EtcdError::Failed(e)) => Err(e.to_string()),
-        Err(EtcdError::Timeout) => Err("complete txn timed out".to_owned()),
-    }
+    let resp = request("close", kv.txn(close_txn(close, retention_lease))).await?;
+    Ok(if resp.succeeded() { CompleteOutcome::Closed } else { close_outcome(resp.op_responses(), &close.done_value) })
 }
 
 /// Closes several claims in one transaction (one raft proposal), each a nested [`close_txn`]
@@ -640,7 +632,7 @@ impl RetentionLeases {
     }
 
     /// A lease that lives at least the minimum retention from now.
-    pub async fn get(&self) -> Result<i64, String> {
+    pub async fn get(&self) -> Result<i64, EtcdError> {
         let mut current = self.current.lock().await;
         if let Some((id, granted)) = *current {
             if granted.elapsed() < self.reuse_for {
@@ -650,14 +642,9 @@ impl RetentionLeases {
         let granted = Instant::now();
         let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
         let mut leases = self.client.lease_client();
-        match request("lease_grant", leases.grant(ttl, None)).await {
-            Ok(resp) => {
-                *current = Some((resp.id(), granted));
-                Ok(resp.id())
-            }
-            Err(EtcdError::Failed(e)) => Err(e.to_string()),
-            Err(EtcdError::Timeout) => Err("retention lease grant timed out".to_owned()),
-        }
+        let resp = request("lease_grant", leases.grant(ttl, None)).await?;
+        *current = Some((resp.id(), granted));
+        Ok(resp.id())
     }
 }
 

@@ -4,6 +4,7 @@
 //! (`etcron_model::spec::JobSpec`): this crate does not re-export it.
 
 pub mod admission;
+pub mod backoff;
 pub mod claim;
 pub mod etcd;
 pub mod harden;

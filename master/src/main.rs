@@ -85,7 +85,8 @@ async fn ensure_indexes(
     retention: std::time::Duration,
     audit_retention: std::time::Duration,
 ) {
-    let mut delay = std::time::Duration::from_secs(1);
+    let mut delay =
+        etcron_common::backoff::Backoff::new(std::time::Duration::from_secs(1), std::time::Duration::from_secs(30));
     loop {
         let done = match store.ensure_indexes(retention).await {
             Ok(()) => etcron_master::layers::audit::ensure_indexes(&store, audit_retention).await,
@@ -98,8 +99,7 @@ async fn ensure_indexes(
             }
             Err(e) => {
                 tracing::warn!(error = %e, "creating execution record indexes failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(std::time::Duration::from_secs(30));
+                tokio::time::sleep(delay.next_delay()).await;
             }
         }
     }

@@ -52,7 +52,7 @@ pub struct Context {
     /// Claims seen written (a watch): a ranked-later worker looks here before reading etcd.
     pub taken: Arc<crate::cluster::taken::Taken>,
     /// Closes of finished executions not yet taken by etcd: shutdown waits for them.
-    pub closing: Pending,
+    pub closing: Outstanding,
     /// Slots for concurrent runs (`capacity`), taken when a run starts.
     pub slots: Arc<crate::context::slots::Slots>,
     pub sink: LogSink,
@@ -117,23 +117,23 @@ impl StateMarks {
 
 /// A count of pieces of work in progress that shutdown waits for (`enter` until the guard drops).
 #[derive(Debug, Default)]
-pub struct Pending {
+pub struct Outstanding {
     count: watch::Sender<usize>,
 }
 
 /// Ends one piece of pending work when dropped.
-pub struct PendingGuard<'a>(&'a Pending);
+pub struct OutstandingGuard<'a>(&'a Outstanding);
 
-impl Drop for PendingGuard<'_> {
+impl Drop for OutstandingGuard<'_> {
     fn drop(&mut self) {
         self.0.count.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
-impl Pending {
-    pub fn enter(&self) -> PendingGuard<'_> {
+impl Outstanding {
+    pub fn enter(&self) -> OutstandingGuard<'_> {
         self.count.send_modify(|n| *n += 1);
-        PendingGuard(self)
+        OutstandingGuard(self)
     }
 
     #[must_use]

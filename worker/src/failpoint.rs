@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 pub const ENV: &str = "ETCRON_FAILPOINT";
 
 /// A not-run record's claim was closed (`skipped`/`missed`: the claim transaction said won),
-/// its record not submitted yet (`settle::record_not_run`).
+/// its record not submitted yet (`not_run::record_not_run`).
 pub const NOT_RUN_AFTER_CLOSE: &str = "not_run_after_close";
 
 /// The loss handling closed its first execution of a departure `lost`, its record not

@@ -48,7 +48,7 @@ pub struct WorkerMetrics {
     pub departures_resumed: IntCounter,
     pub departures_owed: IntGauge,
     pub departures_abandoned: IntCounter,
-    /// Provisional records (written before a claim this worker closes) waiting for the settle
+    /// Provisional records (written before a claim this worker closes) waiting for the provisional
     /// loop: left by a crash, or by a close etcd did not answer.
     pub provisional_waiting: IntGauge,
     /// Provisional records that could not be written (the claim was closed without one).

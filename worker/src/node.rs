@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use etcd_client::PutOptions;
+use etcron_common::backoff::Backoff;
 use etcron_common::claim::{RetentionLeases, MIN_RETENTION, RETENTION_REUSE};
 use etcron_common::etcd::{request, EtcdError};
 use etcron_common::session::Session;
@@ -18,7 +19,7 @@ use etcron_model::stored::WorkerInfo;
 use tokio::sync::{mpsc, watch};
 
 use crate::cluster::membership::Members;
-use crate::cluster::watcher::{mirror, Update};
+use crate::cluster::watcher::{mirror, Kv, Mirror, Update};
 use crate::config::Config;
 use crate::context::{Context, Registry};
 use crate::scheduler::Scheduler;
@@ -60,6 +61,57 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
     let _ = built.sink_task.await;
     tracing::info!("etcron-worker stopped");
     Ok(())
+}
+
+/// Hands each deadline of the session on to the keepers (the shared page, or the simulation's
+/// tasks) until the session ends.
+async fn publish_deadlines(ctx: Arc<Context>, mut deadlines: watch::Receiver<tokio::time::Instant>) {
+    loop {
+        let until = *deadlines.borrow_and_update();
+        ctx.session_deadline.publish(until, |until| match &ctx.simulated {
+            Some(tasks) => tasks.session_deadline(&ctx.config.worker_id, until),
+            None => crate::tasks::keeper::set_deadline(until),
+        });
+        if deadlines.changed().await.is_err() {
+            break;
+        }
+    }
+}
+
+/// A worker's [`Context`] without its watches, loops or session supervisor: the test boundary
+/// for the fire path's phases (`crate::fire`) against a real etcd, in one process. Records stay
+/// in the journal and the spool (no MongoDB); tasks run for real. The test grants the session
+/// and fills the member list itself.
+pub struct Standalone {
+    pub ctx: Arc<Context>,
+    lease: watch::Sender<Option<i64>>,
+    sink_stop: watch::Sender<bool>,
+    sink_task: tokio::task::JoinHandle<()>,
+}
+
+impl Standalone {
+    /// Opens `config.data_dir` and builds the context, as a worker process does before it starts
+    /// its loops.
+    ///
+    /// # Errors
+    /// When the data dir or the listeners cannot be opened.
+    pub async fn build(config: &Config, client: etcd_client::Client) -> anyhow::Result<Self> {
+        let built = build(config, client, None, None).await?;
+        Ok(Self { ctx: built.ctx, lease: built.lease_tx, sink_stop: built.sink_stop, sink_task: built.sink_task })
+    }
+
+    /// Makes `session` this worker's session: its lease carries the running markers, and its
+    /// deadlines reach the keepers.
+    pub fn hold_session(&self, session: &Session) {
+        etcron_common::task::spawn(publish_deadlines(self.ctx.clone(), session.deadlines()));
+        let _ = self.lease.send(Some(session.lease_id()));
+    }
+
+    /// Stops the record sink after it has written what it holds to the journal.
+    pub async fn stop(self) {
+        let _ = self.sink_stop.send(true);
+        let _ = self.sink_task.await;
+    }
 }
 
 /// A worker's context, and what its start and shutdown need besides.
@@ -124,7 +176,7 @@ async fn build(
         registry: Registry::default(),
         batchers: crate::context::batcher::Batchers::start(client, keys, config.worker_id.clone(), taken.clone()),
         taken,
-        closing: crate::context::Pending::default(),
+        closing: crate::context::Outstanding::default(),
         slots: Arc::new(crate::context::slots::Slots::new(config.capacity as usize)),
         sink,
         provisional,
@@ -190,7 +242,7 @@ async fn listen(
     Ok(Endpoints { output_url, output_token, progress_url, bound: [bound, progress_bound] })
 }
 
-/// The loops that need no watch: the settle loops, owed departures (this worker's previous
+/// The loops that need no watch: the sweep and provisional loops, owed departures (this worker's previous
 /// life's too), stale alerts, metrics; then the start-up log lines.
 async fn start_duties(
     ctx: &Arc<Context>,
@@ -198,8 +250,8 @@ async fn start_duties(
     previous_session: Option<i64>,
 ) -> anyhow::Result<()> {
     let config = &ctx.config;
-    etcron_common::task::spawn(crate::ledger::catchup::settle_loop(ctx.clone()));
-    etcron_common::task::spawn(crate::fire::settle::provisional_loop(ctx.clone()));
+    etcron_common::task::spawn(crate::ledger::catchup::sweep_loop(ctx.clone()));
+    etcron_common::task::spawn(crate::fire::not_run::provisional_loop(ctx.clone()));
     crate::ledger::loss::resume_owed(ctx, owed);
     if let Some(registered_at) = previous_session {
         // Our previous life ended uncleanly: its session's departure is ours to owe as well.
@@ -342,39 +394,23 @@ async fn supervise_session(
     mut stop: watch::Receiver<bool>,
 ) -> Option<Session> {
     let started_at = etcron_model::rfc3339_ms(etcron_model::now_ms());
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         let session = loop {
             match Session::grant(&session_client, ctx.config.session_ttl).await {
                 Ok(s) => break s,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot get a session lease; retrying");
-                    tokio::select! {
-                        _ = stop.changed() => return None,
-                        () = tokio::time::sleep(backoff) => {}
+                    if !backoff.sleep(&mut stop).await {
+                        return None;
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
         };
-        backoff = Duration::from_millis(200);
+        backoff.reset();
         // Keepers end the session's tasks once its deadline passes without renewal (a frozen
         // worker); the last one stays when the session is lost.
-        let mut deadlines = session.deadlines();
-        let ctx_deadline = ctx.clone();
-        etcron_common::task::spawn(async move {
-            let ctx = ctx_deadline;
-            loop {
-                let until = *deadlines.borrow_and_update();
-                ctx.session_deadline.publish(until, |until| match &ctx.simulated {
-                    Some(tasks) => tasks.session_deadline(&ctx.config.worker_id, until),
-                    None => crate::tasks::keeper::set_deadline(until),
-                });
-                if deadlines.changed().await.is_err() {
-                    break;
-                }
-            }
-        });
+        etcron_common::task::spawn(publish_deadlines(ctx.clone(), session.deadlines()));
         let lease = session.lease_id();
         tracing::info!(lease_id = lease, ttl = ?ctx.config.session_ttl, "session lease granted");
         if !take_over_registration(&ctx, lease, &mut stop).await {
@@ -550,23 +586,34 @@ async fn register(
 
 async fn follow_kills(ctx: Arc<Context>, mut rx: mpsc::Receiver<Update>) {
     while let Some(update) = rx.recv().await {
-        match update {
-            Update::Snapshot { kvs, .. } => {
-                ctx.registry.clear_kills();
-                for kv in kvs {
-                    apply_kill(&ctx, kv);
-                }
-            }
-            Update::Put(kv) => apply_kill(&ctx, kv),
-            Update::Delete { key, .. } => ctx.registry.remove_kill(&key),
+        update.apply(&mut Kills(&ctx));
+    }
+}
+
+/// The registry's kill commands as the mirror of `{ns}/kill/`.
+struct Kills<'a>(&'a Context);
+
+impl Mirror for Kills<'_> {
+    fn listed(&mut self, kvs: Vec<Kv>, _revision: i64) {
+        self.0.registry.clear_kills();
+        for kv in kvs {
+            apply_kill(self.0, kv);
         }
+    }
+
+    fn put(&mut self, kv: Kv) {
+        apply_kill(self.0, kv);
+    }
+
+    fn deleted(&mut self, key: Vec<u8>, _mod_revision: i64) {
+        self.0.registry.remove_kill(&key);
     }
 }
 
 /// Applies a kill command read from etcd. A key that is not a kill key, or a value that is not
 /// a kill command (`{}` is the least one), is logged and ignored: only well-formed commands
 /// stop tasks.
-fn apply_kill(ctx: &Context, kv: crate::cluster::watcher::Kv) {
+fn apply_kill(ctx: &Context, kv: Kv) {
     let key = String::from_utf8_lossy(&kv.key).into_owned();
     let Some(Key::Kill { job, target }) = ctx.keys.parse(&kv.key) else {
         tracing::error!(

@@ -339,7 +339,7 @@ impl AuditLog {
 
 async fn write_loop(collection: Collection<Document>, mut rx: mpsc::Receiver<AuditEntry>) {
     let mut batch: Vec<Document> = Vec::new();
-    let mut delay = Duration::from_millis(200);
+    let mut delay = etcron_common::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         if batch.is_empty() {
             match rx.recv().await {
@@ -357,13 +357,12 @@ async fn write_loop(collection: Collection<Document>, mut rx: mpsc::Receiver<Aud
         match collection.insert_many(batch.clone()).ordered(false).await {
             Ok(_) => {
                 batch.clear();
-                delay = Duration::from_millis(200);
+                delay.reset();
             }
             Err(e) if only_duplicates(&e) => batch.clear(),
             Err(e) => {
                 tracing::warn!(error = %e, pending = batch.len(), "writing audit entries failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(10));
+                tokio::time::sleep(delay.next_delay()).await;
             }
         }
     }

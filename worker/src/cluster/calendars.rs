@@ -3,14 +3,14 @@
 //! naming the calendar instead of run.
 
 use etcron_common::hash::HashMap;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 
 use etcron_model::calendar::{skip_reason, Calendar};
 use etcron_model::keys::{Key, Keys};
 use etcron_model::spec::JobSpec;
 use etcron_model::UnixMs;
 
-use crate::cluster::watcher::{Kv, Update};
+use crate::cluster::watcher::{Kv, Mirror, Update};
 use crate::metrics::METRICS;
 
 /// The calendars by name.
@@ -19,29 +19,39 @@ pub struct CalendarTable {
     inner: RwLock<HashMap<String, Arc<Calendar>>>,
 }
 
+/// The table, write-locked, as the mirror of `{ns}/calendars/`.
+struct Calendars<'a> {
+    keys: &'a Keys,
+    inner: RwLockWriteGuard<'a, HashMap<String, Arc<Calendar>>>,
+}
+
+impl Mirror for Calendars<'_> {
+    fn listed(&mut self, kvs: Vec<Kv>, revision: i64) {
+        *self.inner = kvs.iter().filter_map(|kv| parse(self.keys, kv)).collect();
+        tracing::info!(calendars = self.inner.len(), revision, "skip calendars listed");
+    }
+
+    fn put(&mut self, kv: Kv) {
+        if let Some((name, calendar)) = parse(self.keys, &kv) {
+            tracing::info!(calendar = %name, mod_revision = kv.mod_revision, "skip calendar saved");
+            self.inner.insert(name, calendar);
+        }
+    }
+
+    fn deleted(&mut self, key: Vec<u8>, mod_revision: i64) {
+        if let Some(Key::Calendar(name)) = self.keys.parse(&key) {
+            tracing::info!(calendar = %name, mod_revision, "skip calendar deleted");
+            self.inner.remove(&name);
+        }
+    }
+}
+
 impl CalendarTable {
     /// Applies a change of `{ns}/calendars/`. A value that does not parse is logged and leaves
     /// the calendar out (its job's ticks then run, with a warning each).
     pub fn apply(&self, keys: &Keys, update: Update) {
-        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
-        match update {
-            Update::Snapshot { kvs, revision } => {
-                *inner = kvs.iter().filter_map(|kv| parse(keys, kv)).collect();
-                tracing::info!(calendars = inner.len(), revision, "skip calendars listed");
-            }
-            Update::Put(kv) => {
-                if let Some((name, calendar)) = parse(keys, &kv) {
-                    tracing::info!(calendar = %name, mod_revision = kv.mod_revision, "skip calendar saved");
-                    inner.insert(name, calendar);
-                }
-            }
-            Update::Delete { key, mod_revision } => {
-                if let Some(Key::Calendar(name)) = keys.parse(&key) {
-                    tracing::info!(calendar = %name, mod_revision, "skip calendar deleted");
-                    inner.remove(&name);
-                }
-            }
-        }
+        let inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        update.apply(&mut Calendars { keys, inner });
     }
 
     /// Why the tick of `job` (`spec`) at `tick_ms` is skipped, when a calendar it names lists

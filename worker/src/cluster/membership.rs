@@ -8,7 +8,7 @@ use etcron_model::keys::{Key, Keys};
 use etcron_model::stored::WorkerInfo;
 use tokio::sync::mpsc;
 
-use crate::cluster::watcher::Update;
+use crate::cluster::watcher::{Kv, Mirror, Update};
 
 /// Live workers by id, kept current by a mirror of `{ns}/workers/`.
 #[derive(Debug, Default, Clone)]
@@ -80,36 +80,50 @@ impl Members {
         // Create and mod revision of each registration as last seen.
         let mut seen: BTreeMap<String, (i64, i64)> = BTreeMap::new();
         while let Some(update) = rx.recv().await {
-            let mut members = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-            match update {
-                Update::Snapshot { kvs, .. } => {
-                    members.clear();
-                    let mut listed = BTreeMap::new();
-                    for kv in kvs {
-                        if let Some((id, info)) = registration(&keys, &kv) {
-                            listed.insert(id.clone(), (kv.create_revision, kv.mod_revision));
-                            members.insert(id, info);
-                        }
-                    }
-                    for (id, revision) in unseen_departures(&seen, &listed) {
-                        let _ = departures.send((id, Departed::After(revision)));
-                    }
-                    seen = listed;
-                }
-                Update::Put(kv) => {
-                    if let Some((id, info)) = registration(&keys, &kv) {
-                        seen.insert(id.clone(), (kv.create_revision, kv.mod_revision));
-                        members.insert(id, info);
-                    }
-                }
-                Update::Delete { key, mod_revision } => {
-                    if let Some(Key::Worker(id)) = keys.parse(&key) {
-                        seen.remove(&id);
-                        members.remove(&id);
-                        let _ = departures.send((id, Departed::At(mod_revision)));
-                    }
-                }
+            let members = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            update.apply(&mut Registrations { keys: &keys, members, seen: &mut seen, departures: &departures });
+        }
+    }
+}
+
+/// The live workers, write-locked, as the mirror of `{ns}/workers/`, with what reports
+/// departures.
+struct Registrations<'a> {
+    keys: &'a Keys,
+    members: std::sync::RwLockWriteGuard<'a, BTreeMap<String, WorkerInfo>>,
+    /// Create and mod revision of each registration as last seen.
+    seen: &'a mut BTreeMap<String, (i64, i64)>,
+    departures: &'a mpsc::UnboundedSender<(String, Departed)>,
+}
+
+impl Mirror for Registrations<'_> {
+    fn listed(&mut self, kvs: Vec<Kv>, _revision: i64) {
+        self.members.clear();
+        let mut listed = BTreeMap::new();
+        for kv in kvs {
+            if let Some((id, info)) = registration(self.keys, &kv) {
+                listed.insert(id.clone(), (kv.create_revision, kv.mod_revision));
+                self.members.insert(id, info);
             }
+        }
+        for (id, revision) in unseen_departures(self.seen, &listed) {
+            let _ = self.departures.send((id, Departed::After(revision)));
+        }
+        *self.seen = listed;
+    }
+
+    fn put(&mut self, kv: Kv) {
+        if let Some((id, info)) = registration(self.keys, &kv) {
+            self.seen.insert(id.clone(), (kv.create_revision, kv.mod_revision));
+            self.members.insert(id, info);
+        }
+    }
+
+    fn deleted(&mut self, key: Vec<u8>, mod_revision: i64) {
+        if let Some(Key::Worker(id)) = self.keys.parse(&key) {
+            self.seen.remove(&id);
+            self.members.remove(&id);
+            let _ = self.departures.send((id, Departed::At(mod_revision)));
         }
     }
 }

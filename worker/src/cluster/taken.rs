@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, EventType, WatchFilterType, WatchOptions};
+use etcron_common::backoff::Backoff;
 use tokio::sync::watch;
 
 /// How long a seen claim is remembered: far longer than any rank's stagger before it looks.
@@ -72,7 +73,7 @@ fn forget_older_half(seen: &mut HashMap<Vec<u8>, Instant>) {
 /// starts again from the current revision (what it missed is read from etcd when needed).
 pub async fn follow(client: Client, prefix: String, taken: std::sync::Arc<Taken>, mut stop: watch::Receiver<bool>) {
     let mut prune = tokio::time::interval(Duration::from_secs(10));
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         let mut watcher = client.watch_client();
         let opts = WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoDelete]);
@@ -81,12 +82,13 @@ pub async fn follow(client: Client, prefix: String, taken: std::sync::Arc<Taken>
             Ok(s) => s,
             _ => {
                 tracing::debug!("watching claims could not start; retrying");
-                tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                if !backoff.sleep(&mut stop).await {
+                    return;
+                }
                 continue;
             }
         };
-        backoff = Duration::from_millis(100);
+        backoff.reset();
         loop {
             let msg = tokio::select! {
                 _ = stop.changed() => return,
@@ -107,7 +109,9 @@ pub async fn follow(client: Client, prefix: String, taken: std::sync::Arc<Taken>
                 _ => break,
             }
         }
-        tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
+        if !backoff.sleep(&mut stop).await {
+            return;
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use etcd_client::{Client, EventType, GetOptions, WatchOptions};
 use tokio::sync::{mpsc, watch};
 
+use etcron_common::backoff::Backoff;
 use etcron_common::etcd::{request, request_within, EtcdError, REQUEST_TIMEOUT};
 
 /// Keys fetched per page while listing.
@@ -33,6 +34,29 @@ pub enum Update {
         key: Vec<u8>,
         mod_revision: i64,
     },
+}
+
+/// A local copy of one prefix, kept by the watcher's updates (a reflector's store, in the
+/// small): each mirror says what a listing, a put and a delete do to it, and [`Update::apply`]
+/// is the one place that tells the three apart.
+pub trait Mirror {
+    /// Everything under the prefix at `revision`: replaces what the mirror held.
+    fn listed(&mut self, kvs: Vec<Kv>, revision: i64);
+    /// A key was created or changed.
+    fn put(&mut self, kv: Kv);
+    /// A key was deleted at `mod_revision`.
+    fn deleted(&mut self, key: Vec<u8>, mod_revision: i64);
+}
+
+impl Update {
+    /// Hands the update to `mirror`.
+    pub fn apply(self, mirror: &mut impl Mirror) {
+        match self {
+            Update::Snapshot { kvs, revision } => mirror.listed(kvs, revision),
+            Update::Put(kv) => mirror.put(kv),
+            Update::Delete { key, mod_revision } => mirror.deleted(key, mod_revision),
+        }
+    }
 }
 
 /// Lists every key under `prefix` at a single revision, page by page.
@@ -87,7 +111,7 @@ pub async fn mirror(
     tx: mpsc::Sender<Update>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let mut listed_before = false;
     // The revision to watch from without listing again.
     let mut resume: Option<i64> = None;
@@ -104,8 +128,9 @@ pub async fn mirror(
             None => match snapshot(&client, &prefix, name, &tx, &mut listed_before).await {
                 Some(Ok(revision)) => revision + 1,
                 Some(Err(())) => {
-                    tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    if !backoff.sleep(&mut stop).await {
+                        return;
+                    }
                     continue;
                 }
                 None => return,
@@ -126,8 +151,9 @@ pub async fn mirror(
                 };
                 tracing::warn!(watch = name, %error, "starting watch failed; trying again");
                 resume = Some(from);
-                tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                if !backoff.sleep(&mut stop).await {
+                    return;
+                }
                 continue;
             }
         };
@@ -136,8 +162,9 @@ pub async fn mirror(
             Ended::Compacted => {}
             Ended::Broken => resume = Some(from),
         }
-        tokio::select! { _ = stop.changed() => return, () = tokio::time::sleep(backoff) => {} }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        if !backoff.sleep(&mut stop).await {
+            return;
+        }
     }
 }
 
@@ -158,7 +185,7 @@ async fn follow(
     name: &'static str,
     tx: &mpsc::Sender<Update>,
     stop: &mut watch::Receiver<bool>,
-    (from, backoff): (&mut i64, &mut Duration),
+    (from, backoff): (&mut i64, &mut Backoff),
 ) -> Ended {
     loop {
         let msg = tokio::select! {
@@ -176,7 +203,7 @@ async fn follow(
                     );
                     return Ended::Compacted;
                 }
-                *backoff = Duration::from_millis(100);
+                backoff.reset();
                 for event in resp.events() {
                     let Some(kv) = event.kv() else { continue };
                     *from = (*from).max(kv.mod_revision() + 1);

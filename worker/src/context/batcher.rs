@@ -76,6 +76,23 @@ struct ClaimJob {
     reply: oneshot::Sender<Raced>,
 }
 
+/// Why a close handed to the batcher has no outcome: it may or may not have been applied, and
+/// the caller tries again (a retry of an applied close finds it applied).
+#[derive(Debug, thiserror::Error)]
+pub enum CloseError {
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+    /// The close's batch failed as a whole; every close in it shares this message.
+    #[error("close batch failed: {0}")]
+    Batch(String),
+    #[error("retention lease unavailable: {0}")]
+    NoRetention(EtcdError),
+    #[error("close batcher stopped")]
+    Stopped,
+    #[error("close batch dropped")]
+    Dropped,
+}
+
 /// How a claim handed to the batcher ended.
 pub enum Raced {
     /// Sent to etcd (alone or in a batch): what etcd answered, and the execution's share of
@@ -194,7 +211,7 @@ struct CloseJob {
     job: String,
     close: Close,
     lease: i64,
-    reply: oneshot::Sender<Result<CompleteOutcome, String>>,
+    reply: oneshot::Sender<Result<CompleteOutcome, CloseError>>,
 }
 
 /// The worker's claim and close batchers.
@@ -256,15 +273,15 @@ impl Batchers {
     }
 
     /// Closes a claim of `job`, in a batch when it can share one.
-    pub async fn complete(&self, job: &str, close: Close, lease: i64) -> Result<CompleteOutcome, String> {
+    pub async fn complete(&self, job: &str, close: Close, lease: i64) -> Result<CompleteOutcome, CloseError> {
         if close.lock.is_some() {
-            return claim::complete(&self.client, &close, lease).await;
+            return Ok(claim::complete(&self.client, &close, lease).await?);
         }
         let (reply, answer) = oneshot::channel();
         if self.closes.send(CloseJob { job: job.to_owned(), close, lease, reply }).await.is_err() {
-            return Err("close batcher stopped".to_owned());
+            return Err(CloseError::Stopped);
         }
-        answer.await.unwrap_or_else(|_| Err("close batch dropped".to_owned()))
+        answer.await.unwrap_or(Err(CloseError::Dropped))
     }
 }
 
@@ -508,7 +525,7 @@ async fn commit_closes(client: &Client, batch: Vec<CloseJob>) {
     let lease = batch[0].lease;
     if batch.len() == 1 {
         for job in batch {
-            let _ = job.reply.send(claim::complete(client, &job.close, job.lease).await);
+            let _ = job.reply.send(claim::complete(client, &job.close, job.lease).await.map_err(CloseError::from));
         }
         return;
     }
@@ -523,12 +540,12 @@ async fn commit_closes(client: &Client, batch: Vec<CloseJob>) {
         Err(e @ BatchError::Refused(_)) => {
             tracing::warn!(error = %e, closes = closes.len(), "closing one by one");
             for (reply, close) in replies.into_iter().zip(&closes) {
-                let _ = reply.send(claim::complete(client, close, lease).await);
+                let _ = reply.send(claim::complete(client, close, lease).await.map_err(CloseError::from));
             }
         }
         Err(e) => {
             for reply in replies {
-                let _ = reply.send(Err(e.to_string()));
+                let _ = reply.send(Err(CloseError::Batch(e.to_string())));
             }
         }
     }

@@ -316,7 +316,7 @@ impl Writes {
     }
 
     /// Counts a finished write, or spools its batch.
-    fn settle(
+    fn finish_write(
         &mut self,
         done: Result<(Vec<RecordWrite>, Result<(), etcron_common::store::StoreError>), tokio::task::JoinError>,
         ctx: (&Spool, &SinkStats, &mut StoredRunning),
@@ -361,7 +361,7 @@ async fn run(
         let first = tokio::select! {
             r = rx.recv(), if !closing && writes.tasks.len() < IN_FLIGHT => r,
             Some(done) = writes.tasks.join_next(), if !writes.tasks.is_empty() => {
-                writes.settle(done, (&spool, &stats, &mut running));
+                writes.finish_write(done, (&spool, &stats, &mut running));
                 None
             }
             _ = replay_tick.tick() => None,
@@ -396,7 +396,7 @@ async fn run(
         }
         if closing {
             while let Some(done) = writes.tasks.join_next().await {
-                writes.settle(done, (&spool, &stats, &mut running));
+                writes.finish_write(done, (&spool, &stats, &mut running));
             }
         }
         if writes.tasks.is_empty() {

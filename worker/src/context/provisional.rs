@@ -2,7 +2,7 @@
 //! did not run, `skipped`/`missed`; a departed worker's execution, `lost`; an orphaned claim,
 //! `missed`) is written to `<data_dir>/provisional/` before the close's transaction, and goes to
 //! the log sink only once the claim says what the record says. A worker killed between the close
-//! and the journal finds the file at its next start and settles it (`settle::provisional_loop`);
+//! and the journal finds the file at its next start and settles it (`not_run::provisional_loop`);
 //! a close that lost (the claim was somebody else's) deletes the file unsubmitted, so a record
 //! never contradicts its claim.
 //!
@@ -50,17 +50,17 @@ pub struct Stored {
 #[derive(Debug)]
 pub struct Provisional {
     dir: PathBuf,
-    /// Files whose close is still under way in this process: the settle loop leaves them alone.
+    /// Files whose close is still under way in this process: the provisional loop leaves them alone.
     in_flight: Mutex<HashSet<String>>,
-    /// Files left for the settle loop (found at start, or released after an unanswered close).
+    /// Files left for the provisional loop (found at start, or released after an unanswered close).
     left: AtomicUsize,
     seq: AtomicU64,
 }
 
 /// One provisional record on disk, from its write until it is removed or released.
 #[derive(Debug)]
-#[must_use = "a provisional record is removed once its close is known, or released to the settle loop"]
-pub struct Pending {
+#[must_use = "a provisional record is removed once its close is known, or released to the provisional loop"]
+pub struct ProvisionalFile {
     /// `None` when the file could not be written (logged and counted).
     name: Option<String>,
 }
@@ -147,7 +147,7 @@ impl Provisional {
     /// Writes the record of a claim about to be closed. A file that cannot be written is
     /// logged and counted, and the close goes on without it (as a record the journal cannot
     /// take does): refusing to close would leave the tick unrecorded for certain.
-    pub fn write(&self, claim_key: &str, record: &ExecutionRecord) -> Pending {
+    pub fn write(&self, claim_key: &str, record: &ExecutionRecord) -> ProvisionalFile {
         let stored = Stored { claim_key: claim_key.to_owned(), written_ms: now_ms(), record: record.clone() };
         let stamp =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
@@ -159,27 +159,27 @@ impl Provisional {
             .and_then(|bytes| fs::write(&tmp, bytes))
             .and_then(|()| fs::rename(&tmp, self.dir.join(&name)));
         match written {
-            Ok(()) => Pending { name: Some(name) },
+            Ok(()) => ProvisionalFile { name: Some(name) },
             Err(e) => {
                 self.in_flight().remove(&name);
                 let _ = fs::remove_file(&tmp);
                 METRICS.provisional_errors.inc();
                 tracing::error!(execution_id = %record.id, dir = %self.dir.display(), error = %e, "writing a provisional record failed; closing its claim anyway (a crash right after the close would lose the record)");
-                Pending { name: None }
+                ProvisionalFile { name: None }
             }
         }
     }
 
     /// The close is known (the record was submitted, or is not to be): the file goes.
-    pub fn remove(&self, pending: Pending) {
+    pub fn remove(&self, pending: ProvisionalFile) {
         if let Some(name) = pending.name {
             self.delete(&name);
             self.in_flight().remove(&name);
         }
     }
 
-    /// The close's outcome is unknown: the file stays for the settle loop.
-    pub fn release(&self, pending: Pending) {
+    /// The close's outcome is unknown: the file stays for the provisional loop.
+    pub fn release(&self, pending: ProvisionalFile) {
         if let Some(name) = pending.name {
             self.in_flight().remove(&name);
             let left = self.left.fetch_add(1, Ordering::SeqCst) + 1;
@@ -187,7 +187,7 @@ impl Provisional {
         }
     }
 
-    /// Whether anything may wait for the settle loop.
+    /// Whether anything may wait for the provisional loop.
     #[must_use]
     pub fn has_left(&self) -> bool {
         self.left.load(Ordering::SeqCst) > 0

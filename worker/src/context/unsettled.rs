@@ -1,4 +1,4 @@
-//! The ledger of ticks nobody may have settled, waiting for a sweep (`catchup::settle_loop`):
+//! The ledger of ticks nobody may have settled, waiting for a sweep (`catchup::sweep_loop`):
 //! per job, the schedule ticks this worker tried to claim or to account for while etcd failed
 //! it, and windows of every job's ticks a departed worker may have left. Pure bookkeeping: no
 //! etcd, no clock but the quiet time of each range.
@@ -154,31 +154,20 @@ impl Unsettled {
 mod tests {
     use std::sync::Arc;
 
-    use etcron_model::keys::{ExecutionId, Tick};
-
     use super::*;
 
     #[test]
     fn the_ledger_keeps_one_range_per_job_until_it_is_quiet() {
         let ledger = Unsettled::default();
+        let spec = Arc::new(
+            etcron_model::spec::JobSpec::from_json(
+                br#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#,
+            )
+            .unwrap(),
+        );
         let fire = |job: &str, tick: UnixMs, trigger: TriggerKind| Fire {
-            id: ExecutionId::new(job, Tick::Scheduled(tick)),
-            spec: Arc::new(
-                etcron_model::spec::JobSpec::from_json(
-                    br#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#,
-                )
-                .unwrap(),
-            ),
-            job_revision: 1,
-            scheduled_ms: tick,
             trigger,
-            skip: None,
-            request_key: None,
-            parent: None,
-            then: Vec::new(),
-            params: etcron_model::record::RunParams::default(),
-            dequeued: false,
-            avoid: None,
+            ..Fire::schedule_tick(job, (spec.clone(), 1), tick, None)
         };
         let hour = Duration::from_secs(3600);
         ledger.note(&fire("a", 5000, TriggerKind::Schedule));

@@ -196,7 +196,7 @@ fn announce(ctx: &Context, spec: &JobSpec, alert: Alert) {
 /// Creates `key` (on the alert lease) if it is absent and `guard` holds; `Ok(true)` when this
 /// worker's transaction did. An answer etcd lost is resolved by reading the key back.
 async fn create(ctx: &Context, key: &str, guard: Vec<Compare>) -> Result<bool, String> {
-    let lease = ctx.long_leases.get().await?;
+    let lease = ctx.long_leases.get().await.map_err(|e| e.to_string())?;
     let mine = Raised { worker_id: ctx.config.worker_id.clone(), at_ms: now_ms() };
     let txn = Txn::new()
         .when([Compare::version(key, CompareOp::Equal, 0)].into_iter().chain(guard).collect::<Vec<_>>())

@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
+use etcron_common::backoff::Backoff;
 use etcron_common::claim::{self, CompleteOutcome};
 use etcron_common::store::{RecordWrite, WriteMode};
 use etcron_model::record::{ExecutionRecord, Status};
 use etcron_model::stored::Claim;
 use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 
+use crate::context::batcher::CloseError;
 use crate::context::Context;
 use crate::fire::race::WonClaim;
 use crate::fire::record::{log_record, status_of};
@@ -41,13 +43,13 @@ pub(crate) const CLOSE_FOR: Duration = claim::MIN_RETENTION;
 pub(crate) async fn close_claim(ctx: &Context, job: &str, close: claim::Close) -> Closed {
     let _pending = ctx.closing.enter();
     let deadline = tokio::time::Instant::now() + CLOSE_FOR;
-    let mut delay = Duration::from_millis(50);
+    let mut delay = Backoff::new(Duration::from_millis(50), CLOSE_RETRY_MAX);
     let mut tries = 0u32;
     while tokio::time::Instant::now() < deadline {
         tries += 1;
         let outcome = match ctx.retention.get().await {
             Ok(lease) => ctx.batchers.complete(job, close.clone(), lease).await,
-            Err(e) => Err(format!("retention lease unavailable: {e}")),
+            Err(e) => Err(CloseError::NoRetention(e)),
         };
         match outcome {
             Ok(CompleteOutcome::Closed) => {
@@ -72,8 +74,7 @@ pub(crate) async fn close_claim(ctx: &Context, job: &str, close: claim::Close) -
                     tracing::warn!(error = %e, "closing the claim failed; retrying until etcd takes it");
                 }
                 METRICS.close_retries.inc();
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(CLOSE_RETRY_MAX);
+                tokio::time::sleep(delay.next_delay()).await;
             }
         }
     }

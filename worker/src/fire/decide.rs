@@ -13,7 +13,7 @@ use etcron_model::spec::Concurrency;
 use etcron_model::stored::labels_match;
 
 use crate::context::Context;
-use crate::fire::settle::{record_not_run, watch_for_miss, NotRaced};
+use crate::fire::not_run::{record_not_run, watch_for_miss, NotRaced};
 use crate::metrics::METRICS;
 use crate::timing::fire::{past_deadline, Fire};
 

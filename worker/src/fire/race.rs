@@ -18,8 +18,8 @@ use etcron_model::{now_ms, rfc3339_ms};
 
 use crate::context::batcher::{Hold, Raced};
 use crate::context::Context;
+use crate::fire::not_run::{continue_catchup, deliver, state_tick, taken_ops, watch_for_miss, NotRaced};
 use crate::fire::record::{log_record, not_run_record};
-use crate::fire::settle::{continue_catchup, deliver, state_tick, taken_ops, watch_for_miss, NotRaced};
 use crate::metrics::METRICS;
 use crate::timing::fire::{to_json, Fire, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
 
@@ -191,7 +191,7 @@ pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fe
             }
         }
     }
-    // Its close may have been applied: the settle loop looks once etcd answers.
+    // Its close may have been applied: the provisional loop looks once etcd answers.
     ctx.provisional.release(pending);
     tracing::error!(execution_id = %fire.id, fencing_token, "etcd did not take the close of an orphaned claim; its tick stays claimed and unrecorded (unless the close was applied after all: its record waits in the data dir until etcd answers)");
     METRICS.claims.with_label_values(&["unknown_unresolved"]).inc();
@@ -252,7 +252,7 @@ pub struct WonClaim {
 /// ranks go first in the batcher); `Some` when it is ours to run.
 pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> Option<WonClaim> {
     // A claim the job's lock may block closes the tick `skipped` in the claim transaction
-    // itself: its record is durable first (before the lease, as `settle::record_not_run`).
+    // itself: its record is durable first (before the lease, as `not_run::record_not_run`).
     let skipped = blockable(fire).then(|| {
         let record = not_run_record(ctx, fire, Status::Skipped, blocked_reason(fire, None), None);
         ctx.provisional.write(&ctx.keys.claim(&fire.id), &record)
@@ -311,22 +311,22 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> 
         crate::failpoint::hit(crate::failpoint::SKIPPED_AFTER_CLAIM);
     }
     // Known outcome: the provisional record goes once the real one is submitted (or is not to
-    // be); unknown: the settle loop decides from the claim.
-    let settle_skipped = |ctx: &Context, pending: Option<crate::context::provisional::Pending>, unknown: bool| match (
-        pending, unknown,
-    ) {
+    // be); unknown: the provisional loop decides from the claim.
+    let record_skipped = |ctx: &Context,
+                          pending: Option<crate::context::provisional::ProvisionalFile>,
+                          unknown: bool| match (pending, unknown) {
         (Some(p), true) => ctx.provisional.release(p),
         (Some(p), false) => ctx.provisional.remove(p),
         (None, _) => {}
     };
     let unknown = matches!(outcome, ClaimOutcome::Unknown(_));
     if let (true, ClaimOutcome::Blocked { holder, .. }) = (queued, &outcome) {
-        settle_skipped(ctx, skipped, false);
+        record_skipped(ctx, skipped, false);
         queued_behind(ctx, fire, holder);
         return None;
     }
-    let settled = settle_outcome(ctx, fire, &mut won, outcome, again).await;
-    settle_skipped(ctx, skipped, unknown);
+    let settled = resolve_claim(ctx, fire, &mut won, outcome, again).await;
+    record_skipped(ctx, skipped, unknown);
     Some(WonClaim { fencing_token: settled?, ..won })
 }
 
@@ -431,7 +431,7 @@ pub(crate) fn lock_claim(fire: &Fire, won: &WonClaim, queue: Option<QueueClaim>)
 ///
 /// `again`: the claim to send a second time when its answer was lost and nothing was written
 /// (`sendable_again`), while the tick is within its start deadline and the session lives.
-pub(crate) async fn settle_outcome(
+pub(crate) async fn resolve_claim(
     ctx: &Arc<Context>,
     fire: &Fire,
     won: &mut WonClaim,
@@ -439,7 +439,7 @@ pub(crate) async fn settle_outcome(
     again: Option<RunClaim>,
 ) -> Option<i64> {
     match outcome {
-        ClaimOutcome::Won { fencing_token, replaced } => settle_won(ctx, fire, won, fencing_token, replaced).await,
+        ClaimOutcome::Won { fencing_token, replaced } => resolve_won(ctx, fire, won, fencing_token, replaced).await,
         ClaimOutcome::Blocked { fencing_token, holder } => {
             let holder = serde_json::from_slice::<ExecutionId>(&holder).ok().map(|h| h.to_string());
             let reason = blocked_reason(fire, holder.as_deref());
@@ -460,14 +460,14 @@ pub(crate) async fn settle_outcome(
         {
             None
         }
-        ClaimOutcome::Unknown(e) => settle_unknown(ctx, fire, won, &e, again).await,
+        ClaimOutcome::Unknown(e) => resolve_unknown_outcome(ctx, fire, won, &e, again).await,
     }
 }
 
 /// A claim won: a `replace` run it took over is stopped; one won after this worker's session
 /// ended is not run (its keeper would end it at once, and the loss handling owns it) but closed
 /// `missed`.
-async fn settle_won(
+async fn resolve_won(
     ctx: &Arc<Context>,
     fire: &Fire,
     won: &WonClaim,
@@ -497,7 +497,7 @@ async fn settle_won(
 }
 
 /// A claim whose answer was lost: read back, and run here late, given up, or sent again.
-async fn settle_unknown(
+async fn resolve_unknown_outcome(
     ctx: &Arc<Context>,
     fire: &Fire,
     won: &mut WonClaim,
@@ -582,7 +582,7 @@ async fn claim_again(
         },
         outcome => outcome,
     };
-    let runs = Box::pin(settle_outcome(ctx, fire, won, outcome, None)).await;
+    let runs = Box::pin(resolve_claim(ctx, fire, won, outcome, None)).await;
     if runs.is_none() {
         recheck_unknown_claim(ctx, fire, won);
     }

@@ -24,7 +24,7 @@ use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 
 use crate::context::unsettled::{Gap, Sweep};
 use crate::context::Context;
-use crate::fire::settle::record_not_run;
+use crate::fire::not_run::record_not_run;
 use crate::metrics::METRICS;
 use crate::rules::catchup_request;
 use crate::timing::fire::{Fire, MISSED_AFTER, STATE_EVERY};
@@ -317,7 +317,7 @@ async fn claimed_ticks(ctx: &Context, job: &str, first: UnixMs, upto: UnixMs) ->
 /// Sweeps the ranges noted in `ctx.unsettled`, once etcd answers, every second. A job's range
 /// is swept by its first-ranked worker after `MISSED_AFTER` of quiet, by the others after twice
 /// that (then usually finding every tick claimed: one read, no write).
-pub async fn settle_loop(ctx: Arc<Context>) {
+pub async fn sweep_loop(ctx: Arc<Context>) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         if ctx.unsettled.is_empty() {

@@ -25,7 +25,7 @@ use crate::cluster::membership::Departed;
 use crate::config::Config;
 use crate::context::Context;
 use crate::fire::close::CLOSE_FOR;
-use crate::fire::settle::deliver;
+use crate::fire::not_run::deliver;
 use crate::metrics::METRICS;
 use crate::rules::after_loss;
 use crate::timing::fire::{to_json, CLOSE_RETRY_MAX, LOSS_TRIES, MISSED_AFTER};
@@ -523,7 +523,7 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
             return Settled::ClosedBefore;
         }
         None => {
-            // Its close may have been applied: the settle loop looks once etcd answers, and the
+            // Its close may have been applied: the provisional loop looks once etcd answers, and the
             // survivors ranked after this one try the close again.
             ctx.provisional.release(pending);
             tracing::error!(execution_id = %id, worker = %departed, "etcd did not take the lost record of a departed worker's execution; its claim may stay running");

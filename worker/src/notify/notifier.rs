@@ -16,6 +16,7 @@
 //! recorded in MongoDB (`notifications`) by a writer that keeps the latest state of every
 //! delivery in memory while MongoDB is unreachable (bounded; past the bound, loudly dropped).
 
+use etcron_common::backoff::Backoff;
 use etcron_common::hash::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -928,7 +929,7 @@ impl DeliveryLog {
 /// Writes delivery records in batches; while MongoDB fails, keeps them and retries with backoff.
 /// One writer, so the states of a delivery reach MongoDB in order.
 async fn write_records(log: Arc<DeliveryLog>, store: MongoStore) {
-    let mut delay = Duration::from_millis(200);
+    let mut delay = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         let batch = log.take(RECORD_BATCH);
         if batch.is_empty() {
@@ -936,12 +937,11 @@ async fn write_records(log: Arc<DeliveryLog>, store: MongoStore) {
             continue;
         }
         match store.write_notifications(&batch).await {
-            Ok(()) => delay = Duration::from_millis(200),
+            Ok(()) => delay.reset(),
             Err(e) => {
                 tracing::warn!(error = %e, records = batch.len(), "writing notification records failed; retrying");
                 log.put_back(batch);
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(10));
+                tokio::time::sleep(delay.next_delay()).await;
             }
         }
     }

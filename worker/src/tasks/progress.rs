@@ -193,7 +193,7 @@ impl Tracker {
             return Ok(());
         }
         let f = &self.fence;
-        let lease = f.leases.get().await.map_err(Refusal::Unavailable)?;
+        let lease = f.leases.get().await.map_err(|e| Refusal::Unavailable(e.to_string()))?;
         let stored = Checkpoint { execution_id: self.execution_id.clone(), at_ms: now_ms(), value: value.clone() };
         let txn = Txn::new()
             .when([Compare::mod_revision(f.claim_key.as_str(), CompareOp::Equal, f.fencing_token)])

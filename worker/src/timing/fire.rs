@@ -8,6 +8,7 @@ use etcron_model::keys::ExecutionId;
 use etcron_model::record::RunParams;
 use etcron_model::record::TriggerKind;
 use etcron_model::spec::JobSpec;
+use etcron_model::stored::TriggerRequest;
 use etcron_model::UnixMs;
 
 /// How long after a tick nobody may have claimed it before it is recorded `missed`.
@@ -75,6 +76,31 @@ impl Fire {
             params: RunParams::default(),
             dequeued: false,
             avoid: None,
+        }
+    }
+
+    /// The execution run request `request_id` of `job` (at `key`) names, to run, or to record
+    /// `skipped` for `skip`.
+    #[must_use]
+    pub fn requested(
+        key: &str,
+        (job, request_id, request): (&str, &str, &TriggerRequest),
+        (spec, job_revision): (Arc<JobSpec>, i64),
+        skip: Option<String>,
+    ) -> Self {
+        Self {
+            id: request.execution(job, request_id),
+            spec,
+            job_revision,
+            scheduled_ms: request.scheduled_ms.unwrap_or(request.requested_at_ms),
+            trigger: request.kind,
+            skip,
+            request_key: Some(key.to_owned()),
+            parent: request.parent.clone(),
+            then: request.then.clone(),
+            params: request.params.clone(),
+            dequeued: request.dequeued,
+            avoid: request.avoid.clone(),
         }
     }
 }

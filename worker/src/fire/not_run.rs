@@ -67,7 +67,7 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
         }
         ClaimOutcome::Unknown(e) => {
             tracing::warn!(error = %e, status = status.as_str(), "recording a tick that did not run: outcome unknown; settling it once etcd answers");
-            settle_unknown(ctx, fire, &claim_key, record, pending).await;
+            resolve_unknown(ctx, fire, &claim_key, record, pending).await;
             false
         }
     }
@@ -79,13 +79,13 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
 /// says anything else belongs to whoever took it; no claim yet means the close has not been
 /// applied *yet* (it may be, late: the tick is noted for the sweep, and the record waits until
 /// the key exists, one way or the other). When that takes longer than this worker watches, the
-/// provisional record stays for the settle loop.
-async fn settle_unknown(
+/// provisional record stays for the provisional loop.
+async fn resolve_unknown(
     ctx: &Context,
     fire: &Fire,
     claim_key: &str,
     mut record: ExecutionRecord,
-    pending: crate::context::provisional::Pending,
+    pending: crate::context::provisional::ProvisionalFile,
 ) {
     let mut noted = false;
     for _ in 0..LOSS_TRIES {
@@ -164,14 +164,14 @@ pub async fn provisional_loop(ctx: Arc<Context>) {
     }
     loop {
         if ctx.provisional.has_left() {
-            settle_provisional(&ctx).await;
+            resolve_provisional(&ctx).await;
         }
         tokio::time::sleep(PROVISIONAL_EVERY).await;
     }
 }
 
 /// One pass over the leftover provisional records.
-async fn settle_provisional(ctx: &Context) {
+async fn resolve_provisional(ctx: &Context) {
     for (name, stored) in ctx.provisional.leftovers() {
         let Stored { claim_key, written_ms, mut record } = stored;
         let age = Duration::from_millis(u64::try_from(now_ms() - written_ms).unwrap_or(0));
@@ -229,7 +229,7 @@ pub(crate) fn watch_for_miss(ctx: &Arc<Context>, fire: &Fire, rank: usize, why: 
         };
         match taken {
             Ok(true) => {}
-            Ok(false) => settle_unclaimed(&ctx, &fire, why).await,
+            Ok(false) => record_unclaimed(&ctx, &fire, why).await,
             Err(e) => {
                 // etcd did not answer: the settler looks again once it does.
                 tracing::warn!(error = %e, job = %fire.id.job, scheduled_ms = fire.scheduled_ms, "checking for a missed tick failed; settling it once etcd answers");
@@ -241,7 +241,7 @@ pub(crate) fn watch_for_miss(ctx: &Arc<Context>, fire: &Fire, rank: usize, why: 
 
 /// A tick nobody claimed: a catch-up run per `misfire` (not when no worker matches: waiting
 /// would not help), else recorded `missed` with why.
-async fn settle_unclaimed(ctx: &Context, fire: &Fire, why: NotRaced) {
+async fn record_unclaimed(ctx: &Context, fire: &Fire, why: NotRaced) {
     let misfire = fire.spec.misfire;
     if why != NotRaced::Selector && fire.trigger == TriggerKind::Schedule && misfire != Misfire::Skip {
         if let Some(ms) = fire.id.tick.scheduled_ms() {
