@@ -115,6 +115,51 @@ async fn count_failures(ctx: &Context, fire: &Fire, outcome: health::Outcome<'_>
     }
 }
 
+/// What the transaction closing a claim writes besides the claim, and what the record notes.
+struct CloseOps {
+    follow: Vec<etcd_client::TxnOp>,
+    notes: Vec<String>,
+    /// Whether the outcome counted toward `pause_after_failures` is a failure, when the job
+    /// counts them.
+    failing: Option<bool>,
+    /// The inflight key's delete, when this is the last open execution of its claim
+    /// transaction.
+    last: Option<etcd_client::TxnOp>,
+}
+
+/// The one place a close's follow-ups are gathered: the rules' (retry, dependents, catch-up,
+/// one-shot), a rebalance's continuation, the failure count, the next backfill item, and the
+/// inflight key's delete.
+async fn close_ops(
+    ctx: &std::sync::Arc<Context>,
+    fire: &Fire,
+    won: &WonClaim,
+    finished: &shell::Finished,
+    (status, finished_ms): (Status, UnixMs),
+) -> CloseOps {
+    let team_of = |job: &str| ctx.jobs.get(job).map(|j| j.spec.team.clone());
+    let (mut follow, mut notes) = follow_ups(&ctx.keys, fire, (status, &team_of), won.fencing_token, finished_ms);
+    if finished.ending == shell::Ending::Stopped(shell::StopReason::Rebalance) {
+        // The task asked to be moved: its continuation is requested with the close, once.
+        let me = ctx.config.worker_id.as_str();
+        let (op, note) = crate::rules::rebalance_request(&ctx.keys, fire, won.fencing_token, finished_ms, me);
+        follow.extend(op);
+        notes.push(note);
+    }
+    // A job that pauses after failures counts this outcome with the close (see `health`).
+    let failing = fire.spec.pause_after_failures.and(health::failing(&fire.spec, &fire.id, status));
+    if let Some(failing) = failing {
+        let execution_id = fire.id.to_string();
+        let outcome = health::Outcome { failing, execution_id: &execution_id, finished_ms };
+        follow.extend(health::close_op(&ctx.client, &ctx.keys, &fire.spec, &fire.id.job, outcome).await);
+    }
+    follow.extend(crate::fire::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
+    // The last open execution of its claim transaction removes the inflight key with its close.
+    let last = won.hold.close_op();
+    follow.extend(last.clone());
+    CloseOps { follow, notes, failing, last }
+}
+
 /// Closes the claim of a run that ended, then writes its final record (and notifies).
 pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ran: Ran) {
     let Ran { finished, handed_ms, mut record } = ran;
@@ -127,30 +172,10 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
         }
     }
     let done = Claim::closed(status);
-    let team_of = |job: &str| ctx.jobs.get(job).map(|j| j.spec.team.clone());
-    let (mut follow, mut notes) = follow_ups(&ctx.keys, fire, (status, &team_of), won.fencing_token, finished_ms);
-    if finished.ending == shell::Ending::Stopped(shell::StopReason::Rebalance) {
-        // The task asked to be moved: its continuation is requested with the close, once.
-        let me = ctx.config.worker_id.as_str();
-        let (op, note) = crate::rules::rebalance_request(&ctx.keys, fire, won.fencing_token, finished_ms, me);
-        follow.extend(op);
-        notes.push(note);
-    }
+    let CloseOps { follow, notes, failing, last } = close_ops(ctx, fire, &won, &finished, (status, finished_ms)).await;
     let execution_id = fire.id.to_string();
-    // A job that pauses after failures counts this outcome with the close (see `health`).
-    let outcome = fire
-        .spec
-        .pause_after_failures
-        .and(health::failing(&fire.spec, &fire.id, status))
-        .map(|failing| health::Outcome { failing, execution_id: &execution_id, finished_ms });
-    if let Some(outcome) = outcome {
-        follow.extend(health::close_op(&ctx.client, &ctx.keys, &fire.spec, &fire.id.job, outcome).await);
-    }
-    follow.extend(crate::fire::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
+    let outcome = failing.map(|failing| health::Outcome { failing, execution_id: &execution_id, finished_ms });
     let queue = fire.spec.concurrency == etcron_model::spec::Concurrency::Queue;
-    // The last open execution of its claim transaction removes the inflight key with its close.
-    let last = won.hold.close_op();
-    follow.extend(last.clone());
     let request = claim::Close {
         claim_key: won.claim_key,
         fencing_token: won.fencing_token,
