@@ -121,22 +121,34 @@ impl ChangeLimits {
 }
 
 /// A change refused by a byte budget: `429 change_budget` with `Retry-After`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Throttled {
     pub message: String,
     pub wait: Duration,
 }
 
-impl IntoResponse for Throttled {
-    fn into_response(self) -> Response {
-        let secs = self.wait.as_secs_f64().ceil().max(1.0);
-        let error = ApiError {
+impl Throttled {
+    /// The seconds to wait, as `Retry-After` and the message say them (at least 1).
+    fn secs(&self) -> f64 {
+        self.wait.as_secs_f64().ceil().max(1.0)
+    }
+
+    /// The answer without its `Retry-After` header.
+    #[must_use]
+    pub(crate) fn error(&self) -> ApiError {
+        ApiError {
             status: StatusCode::TOO_MANY_REQUESTS,
             code: "change_budget",
-            message: format!("{}; retry in {secs} s", self.message),
+            message: format!("{}; retry in {} s", self.message, self.secs()),
             field: None,
-        };
-        let mut resp = error.into_response();
+        }
+    }
+}
+
+impl IntoResponse for Throttled {
+    fn into_response(self) -> Response {
+        let secs = self.secs();
+        let mut resp = self.error().into_response();
         if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
             resp.headers_mut().insert(header::RETRY_AFTER, v);
         }

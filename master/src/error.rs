@@ -50,26 +50,11 @@ impl ApiError {
     /// etcd refused the write: its database is full (`NOSPACE`). 507, so that clients do not
     /// take it for a passing outage.
     pub fn etcd_nospace(cause: &dyn std::fmt::Display) -> Self {
-        tracing::error!(error = %cause, "etcd refused a write: its database reached its quota (NOSPACE alarm)");
-        Self {
-            status: StatusCode::INSUFFICIENT_STORAGE,
-            code: "etcd_nospace",
-            message:
-                "etcd's database reached its quota (NOSPACE alarm) and refuses every write: compact, defragment and \
-                      disarm it (docs/operations.md, \"etcd storage\")"
-                    .to_owned(),
-            field: None,
-        }
+        EtcdFailure::NoSpace.logged(cause).into()
     }
 
     pub fn etcd_unavailable(cause: &dyn std::fmt::Display) -> Self {
-        tracing::warn!(error = %cause, "etcd request failed");
-        Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            code: "etcd_unavailable",
-            message: "etcd is unreachable or did not answer in time; try again".to_owned(),
-            field: None,
-        }
+        EtcdFailure::Unavailable.logged(cause).into()
     }
 
     /// MongoDB did not answer: record routes are unavailable, job routes keep working.
@@ -85,7 +70,12 @@ impl ApiError {
 
     /// A server-side fault; the cause goes to the log, not to the client.
     pub fn internal(cause: &dyn std::fmt::Display) -> Self {
-        tracing::error!(error = %cause, "internal error");
+        log_internal(cause);
+        Self::internal_logged()
+    }
+
+    /// The answer of [`internal`](Self::internal) to a fault whose cause is logged already.
+    pub(crate) fn internal_logged() -> Self {
         Self {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             code: "internal",
@@ -126,16 +116,80 @@ impl From<etcron_model::spec::SpecError> for ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
-pub(crate) async fn etcd<T, F>(op: &'static str, fut: F) -> ApiResult<T>
+/// Logs the cause of a server-side fault, which the client is not told.
+pub(crate) fn log_internal(cause: &dyn std::fmt::Display) {
+    tracing::error!(error = %cause, "internal error");
+}
+
+/// How an etcd request failed, its cause logged where it failed: `507 etcd_nospace` (etcd's
+/// database is full) or `503 etcd_unavailable` (no answer: the request may be retried).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtcdFailure {
+    NoSpace,
+    Unavailable,
+}
+
+impl EtcdFailure {
+    /// Logs `cause` as a failure of this kind.
+    fn logged(self, cause: &dyn std::fmt::Display) -> Self {
+        match self {
+            Self::NoSpace => {
+                tracing::error!(error = %cause, "etcd refused a write: its database reached its quota (NOSPACE alarm)");
+            }
+            Self::Unavailable => tracing::warn!(error = %cause, "etcd request failed"),
+        }
+        self
+    }
+}
+
+impl From<EtcdFailure> for ApiError {
+    fn from(failure: EtcdFailure) -> Self {
+        match failure {
+            EtcdFailure::NoSpace => Self {
+                status: StatusCode::INSUFFICIENT_STORAGE,
+                code: "etcd_nospace",
+                message: "etcd's database reached its quota (NOSPACE alarm) and refuses every write: compact, \
+                          defragment and disarm it (docs/operations.md, \"etcd storage\")"
+                    .to_owned(),
+                field: None,
+            },
+            EtcdFailure::Unavailable => Self {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "etcd_unavailable",
+                message: "etcd is unreachable or did not answer in time; try again".to_owned(),
+                field: None,
+            },
+        }
+    }
+}
+
+/// As its API answer (`etcd_unavailable (503): …`).
+impl std::fmt::Display for EtcdFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        ApiError::from(*self).fmt(f)
+    }
+}
+
+impl std::error::Error for EtcdFailure {}
+
+/// An etcd request, its failure logged and classified.
+pub(crate) async fn etcd_request<T, F>(op: &'static str, fut: F) -> Result<T, EtcdFailure>
 where
     F: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
     match etcron_common::etcd::request(op, fut).await {
         Ok(v) => Ok(v),
-        Err(EtcdError::Failed(e)) if etcron_common::etcd::is_nospace(&e) => Err(ApiError::etcd_nospace(&e)),
-        Err(EtcdError::Failed(e)) => Err(ApiError::etcd_unavailable(&e)),
-        Err(EtcdError::Timeout) => Err(ApiError::etcd_unavailable(&"request timed out")),
+        Err(EtcdError::Failed(e)) if etcron_common::etcd::is_nospace(&e) => Err(EtcdFailure::NoSpace.logged(&e)),
+        Err(EtcdError::Failed(e)) => Err(EtcdFailure::Unavailable.logged(&e)),
+        Err(EtcdError::Timeout) => Err(EtcdFailure::Unavailable.logged(&"request timed out")),
     }
+}
+
+pub(crate) async fn etcd<T, F>(op: &'static str, fut: F) -> ApiResult<T>
+where
+    F: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    etcd_request(op, fut).await.map_err(ApiError::from)
 }
 
 /// Most time a record route waits for MongoDB before answering 503: searches are bounded by

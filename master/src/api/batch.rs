@@ -184,7 +184,7 @@ pub(super) async fn batch(
     if dry_run {
         let planned = st.jobs().plan(&writes, &scope).await;
         for ((slot, (job, op)), plan) in slots.into_iter().zip(jobs).zip(planned) {
-            results[slot] = planned_result(&job, op, plan.map_err(|e| batch_error(op, e)));
+            results[slot] = planned_result(&job, op, plan.map_err(|e| batch_error(op, e.into())));
         }
         let audit = crate::layers::audit::BatchAudit(results.iter().map(planned_audit).collect());
         let mut resp = Json(json!({ "results": results, "transactions": 0, "dry_run": true })).into_response();
@@ -205,7 +205,7 @@ pub(super) async fn batch(
         if let Ok(w) = &outcome {
             made.insert(slot, audited(&job, w));
         }
-        results[slot] = batch_result(&job, op, outcome.map_err(|e| batch_error(op, e)));
+        results[slot] = batch_result(&job, op, outcome.map_err(|e| batch_error(op, e.into())));
     }
     let unchanged = results.iter().filter(|r| r["outcome"] == "unchanged").count();
     let changed = made.len() - unchanged;

@@ -246,7 +246,7 @@ pub(super) async fn list_jobs(
 /// The job and its pause, read at one revision, when the request's `scope` allows it on the
 /// job's team; 404 when the job does not exist or the caller does not see it.
 pub(super) async fn read_job(st: &AppState, name: &str, scope: &Scope) -> ApiResult<(StoredJob, Option<Pause>)> {
-    st.jobs().read(name, scope).await
+    st.jobs().read(name, scope).await.map_err(ApiError::from)
 }
 
 pub(super) async fn get_job(

@@ -13,9 +13,8 @@ use etcron_model::spec::{validate_name, JobSpec};
 use etcron_model::stored::{KillCommand, Pause, TriggerRequest};
 use etcron_model::{now_ms, rfc3339_ms, UnixMs};
 
-use super::JobStore;
+use super::{etcd, JobStore, JobStoreError};
 use crate::access::{team_of, Scope};
-use crate::error::{etcd, ApiError, ApiResult};
 
 /// Lease of kill commands and run requests: long enough for a reconnecting worker.
 pub const COMMAND_LEASE: Duration = Duration::from_secs(60);
@@ -62,30 +61,31 @@ pub fn stored_pause(job: &str, value: &[u8]) -> Pause {
     })
 }
 
-fn valid_spec(name: &str, job: &StoredJob) -> ApiResult<JobSpec> {
-    JobSpec::from_json(&job.value)
-        .map_err(|e| ApiError::conflict(format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT")))
+fn valid_spec(name: &str, job: &StoredJob) -> Result<JobSpec, JobStoreError> {
+    JobSpec::from_json(&job.value).map_err(|e| JobStoreError::StoredSpecInvalid {
+        message: format!("stored spec of job {name:?} is invalid ({e}); replace it with PUT"),
+    })
 }
 
 impl JobStore {
     /// The job and its pause, read at one revision (one read-only transaction), when `scope`
     /// allows its route on the job's team; 404 when the job does not exist or the caller does
     /// not see it, 403 when its role on the job's team is too low.
-    pub async fn read(&self, name: &str, scope: &Scope) -> ApiResult<(StoredJob, Option<Pause>)> {
+    pub async fn read(&self, name: &str, scope: &Scope) -> Result<(StoredJob, Option<Pause>), JobStoreError> {
         let (job, pause) = self.read_unchecked(name).await?;
-        scope.check_job(name, team_of(&job.value).as_deref())?;
+        scope.check_job(name, team_of(&job.value).as_deref()).map_err(JobStoreError::denied)?;
         Ok((job, pause))
     }
 
     /// The team of job `name` as stored (`None`: it has none, or does not exist), for what has
     /// no team of its own to check: an execution without a record yet.
-    pub async fn team(&self, name: &str) -> ApiResult<Option<String>> {
+    pub async fn team(&self, name: &str) -> Result<Option<String>, JobStoreError> {
         let resp = etcd("get_job", self.client.kv_client().get(self.keys.job(name), None)).await?;
         Ok(resp.kvs().first().and_then(|kv| team_of(kv.value())))
     }
 
-    async fn read_unchecked(&self, name: &str) -> ApiResult<(StoredJob, Option<Pause>)> {
-        validate_name(name).map_err(ApiError::from)?;
+    async fn read_unchecked(&self, name: &str) -> Result<(StoredJob, Option<Pause>), JobStoreError> {
+        validate_name(name)?;
         let txn =
             Txn::new().and_then([TxnOp::get(self.keys.job(name), None), TxnOp::get(self.keys.paused(name), None)]);
         let mut kv = self.client.kv_client();
@@ -99,7 +99,7 @@ impl JobStore {
             _ => None,
         });
         let (job, pause) = (found.next().flatten(), found.next().flatten());
-        let job = job.ok_or_else(|| Scope::no_job(name))?;
+        let job = job.ok_or_else(|| JobStoreError::no_job(name))?;
         Ok((job, pause.map(|p| stored_pause(name, &p.value))))
     }
 
@@ -112,7 +112,7 @@ impl JobStore {
         name: &str,
         (reason, until_ms): (Option<String>, Option<UnixMs>),
         scope: &Scope,
-    ) -> ApiResult<Paused> {
+    ) -> Result<Paused, JobStoreError> {
         let by = scope.caller.name.as_str();
         for _ in 0..RMW_ATTEMPTS {
             let (job, previous) = self.read(name, scope).await?;
@@ -124,7 +124,7 @@ impl JobStore {
                 until_ms,
                 execution_id: None,
             };
-            let value = serde_json::to_vec(&pause).map_err(|e| ApiError::internal(&e))?;
+            let value = serde_json::to_vec(&pause).map_err(|e| JobStoreError::internal(&e))?;
             let txn = Txn::new()
                 .when([Compare::mod_revision(self.keys.job(name), CompareOp::Equal, job.mod_revision)])
                 .and_then([TxnOp::put(self.keys.paused(name), value, None)]);
@@ -134,14 +134,14 @@ impl JobStore {
                 return Ok(Paused { job, pause, previous });
             }
         }
-        Err(ApiError::conflict(format!("job {name:?} is being changed concurrently; retry")))
+        Err(JobStoreError::Conflict { message: format!("job {name:?} is being changed concurrently; retry") })
     }
 
     /// Resumes a job: deletes its pause and, only when the stored spec itself says `enabled:
     /// false` (declared disabled, or an `@at` job the workers disabled after its run), sets it
     /// to true — refused when such a schedule never fires again; both in one transaction on
     /// the revision read, so a concurrent edit is never overwritten.
-    pub async fn resume(&self, name: &str, origin: &super::Origin, scope: &Scope) -> ApiResult<Resumed> {
+    pub async fn resume(&self, name: &str, origin: &super::Origin, scope: &Scope) -> Result<Resumed, JobStoreError> {
         let key = self.keys.job(name);
         for _ in 0..RMW_ATTEMPTS {
             let (job, pause) = self.read(name, scope).await?;
@@ -154,8 +154,8 @@ impl JobStore {
                 None
             } else {
                 spec.enabled = true;
-                super::fires_again(name, &spec)?;
-                let value = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(&e))?;
+                super::checks::fires_again(name, &spec)?;
+                let value = serde_json::to_vec(&spec).map_err(|e| JobStoreError::internal(&e))?;
                 ops.push(TxnOp::put(key.clone(), value.clone(), None));
                 let (history_key, version) = origin.entry(&self.keys, name, &value);
                 ops.push(TxnOp::put(history_key, version, None));
@@ -180,7 +180,7 @@ impl JobStore {
             let spec_before = enabled.map(|_| job.value);
             return Ok(Resumed { job: after, was_paused: pause, spec_before, unchanged: false });
         }
-        Err(ApiError::conflict(format!("job {name:?} is being edited concurrently; retry")))
+        Err(JobStoreError::Conflict { message: format!("job {name:?} is being edited concurrently; retry") })
     }
 
     /// Requests a manual run of an existing job with `params`: a run request on a 60 s lease,
@@ -192,11 +192,11 @@ impl JobStore {
         reason: &str,
         params: RunParams,
         scope: &Scope,
-    ) -> ApiResult<(String, ExecutionId, Option<String>)> {
+    ) -> Result<(String, ExecutionId, Option<String>), JobStoreError> {
         let id = format!("{:016x}", rand::random::<u64>());
         let request =
             TriggerRequest { scheduled_ms: params.as_of_ms, params, ..TriggerRequest::manual(now_ms(), reason) };
-        let value = serde_json::to_vec(&request).map_err(|e| ApiError::internal(&e))?;
+        let value = serde_json::to_vec(&request).map_err(|e| JobStoreError::internal(&e))?;
         let lease = self.command_lease().await?;
         let (_, job) = self
             .put_for_job(name, scope, "put_trigger", (self.keys.trigger(name, &id), value, lease), |job| {
@@ -216,10 +216,10 @@ impl JobStore {
         target: &KillTarget,
         reason: &str,
         scope: &Scope,
-    ) -> ApiResult<(i64, Option<String>)> {
+    ) -> Result<(i64, Option<String>), JobStoreError> {
         let lease = self.command_lease().await?;
         let command = KillCommand { requested_at: rfc3339_ms(now_ms()), reason: reason.to_owned() };
-        let value = serde_json::to_vec(&command).map_err(|e| ApiError::internal(&e))?;
+        let value = serde_json::to_vec(&command).map_err(|e| JobStoreError::internal(&e))?;
         let key = self.keys.kill(name, target);
         let (revision, job) = self.put_for_job(name, scope, "put_kill", (key, value, lease), |_| Ok(())).await?;
         tracing::info!(job = %name, target = %target, revision, "kill requested");
@@ -234,8 +234,8 @@ impl JobStore {
         scope: &Scope,
         op: &'static str,
         (key, value, lease): (String, Vec<u8>, i64),
-        check: impl Fn(&StoredJob) -> ApiResult<()>,
-    ) -> ApiResult<(i64, StoredJob)> {
+        check: impl Fn(&StoredJob) -> Result<(), JobStoreError>,
+    ) -> Result<(i64, StoredJob), JobStoreError> {
         for _ in 0..RMW_ATTEMPTS {
             let (job, _) = self.read(name, scope).await?;
             check(&job)?;
@@ -247,10 +247,10 @@ impl JobStore {
                 return Ok((resp.header().map_or(0, |h| h.revision()), job));
             }
         }
-        Err(ApiError::conflict(format!("job {name:?} is being changed concurrently; retry")))
+        Err(JobStoreError::Conflict { message: format!("job {name:?} is being changed concurrently; retry") })
     }
 
-    async fn command_lease(&self) -> ApiResult<i64> {
+    async fn command_lease(&self) -> Result<i64, JobStoreError> {
         let mut leases = self.client.lease_client();
         let ttl = i64::try_from(COMMAND_LEASE.as_secs()).unwrap_or(60);
         Ok(etcd("lease_grant", leases.grant(ttl, None)).await?.id())
@@ -259,12 +259,17 @@ impl JobStore {
 
 /// A manual run's `env` against the job it runs: only the parameters its shell task declares
 /// (`etcron_model::spec::params`), none for HTTP and gRPC tasks.
-fn run_env_allowed(name: &str, job: &[u8], env: &std::collections::BTreeMap<String, String>) -> ApiResult<()> {
+fn run_env_allowed(
+    name: &str,
+    job: &[u8],
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<(), JobStoreError> {
     if env.is_empty() {
         return Ok(());
     }
-    let spec = JobSpec::from_json(job)
-        .map_err(|e| ApiError::conflict(format!("job {name:?} has an invalid spec: {}", e.message)))?;
+    let spec = JobSpec::from_json(job).map_err(|e| JobStoreError::StoredSpecInvalid {
+        message: format!("job {name:?} has an invalid spec: {}", e.message),
+    })?;
     match &spec.task {
         etcron_model::spec::Task::Shell(shell) => {
             etcron_model::spec::params::run_env(&shell.params, env)?;
@@ -272,10 +277,10 @@ fn run_env_allowed(name: &str, job: &[u8], env: &std::collections::BTreeMap<Stri
         }
         task => {
             let kind = if task.kind() == "grpc" { "a gRPC" } else { "an HTTP" };
-            Err(ApiError::bad_request(
-                Some("env".to_owned()),
-                format!("job {name:?} runs {kind} task: run parameters apply to shell tasks only"),
-            ))
+            Err(JobStoreError::Invalid {
+                field: Some("env".to_owned()),
+                message: format!("job {name:?} runs {kind} task: run parameters apply to shell tasks only"),
+            })
         }
     }
 }

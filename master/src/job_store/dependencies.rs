@@ -13,9 +13,8 @@ use std::collections::BTreeMap;
 
 use etcron_model::spec::JobSpec;
 
-use super::{Change, Snapshot, Write};
+use super::{Change, JobStoreError, Snapshot, Write};
 use crate::access::{team_of, Role, Scope};
-use crate::error::{ApiError, ApiResult};
 
 /// Every job's team as the batch leaves it: the stored jobs (every one, read at one revision)
 /// with the batch's saves and deletes applied.
@@ -49,7 +48,11 @@ impl JobTeams {
 
 /// Checks every dependent of `spec` for the caller of `scope` and returns what the save records
 /// as the spec's `dependency_teams`: the team of each dependent outside the job's own team.
-pub(super) fn check(spec: &JobSpec, teams: &JobTeams, scope: &Scope) -> ApiResult<BTreeMap<String, Option<String>>> {
+pub(super) fn check(
+    spec: &JobSpec,
+    teams: &JobTeams,
+    scope: &Scope,
+) -> Result<BTreeMap<String, Option<String>>, JobStoreError> {
     let access = &scope.caller.access;
     let mut checked = BTreeMap::new();
     for (list, jobs) in [("on_success", &spec.on_success), ("on_failure", &spec.on_failure)] {
@@ -76,18 +79,18 @@ pub(super) fn check(spec: &JobSpec, teams: &JobTeams, scope: &Scope) -> ApiResul
 
 /// A dependent the caller does not see, or that does not exist: the same answer for both,
 /// without the name.
-fn not_seen(field: String) -> ApiError {
+fn not_seen(field: String) -> JobStoreError {
     tracing::info!(%field, "save refused: a dependent the caller does not see, or no such job");
     crate::metrics::METRICS.team_refusals.with_label_values(&["dependency"]).inc();
     let message = format!(
         "{field} names no job you hold a role on: a dependency must name an existing job (or one saved in the same \
          batch) of a team you hold operator on"
     );
-    ApiError { field: Some(field), ..ApiError::not_found(message) }
+    JobStoreError::NotFound { field: Some(field), message }
 }
 
 /// A dependent the caller sees but may not start runs of.
-fn too_low(scope: &Scope, field: String, held: Role, team: Option<&str>) -> ApiError {
+fn too_low(scope: &Scope, field: String, held: Role, team: Option<&str>) -> JobStoreError {
     tracing::info!(%field, "save refused: a dependent on whose team the caller is not operator");
     crate::metrics::METRICS.team_refusals.with_label_values(&["dependency"]).inc();
     let on = team.map_or_else(|| "on jobs without a team (a global role)".to_owned(), |t| format!("on team {t:?}"));
@@ -96,13 +99,14 @@ fn too_low(scope: &Scope, field: String, held: Role, team: Option<&str>) -> ApiE
         scope.caller.name,
         held.as_str()
     );
-    ApiError { field: Some(field), ..ApiError::forbidden(message) }
+    JobStoreError::Forbidden { field: Some(field), message }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::access::{Access, Caller};
+    use crate::job_store::tests::answer;
 
     fn scope(role: Option<Role>, teams: &[(&str, Role)]) -> Scope {
         let access = Access { role, teams: teams.iter().map(|(t, r)| ((*t).to_owned(), *r)).collect() };
@@ -125,15 +129,16 @@ mod tests {
         let teams = job_teams(&[("a2", Some("alpha")), ("b", Some("beta")), ("g", Some("gamma")), ("free", None)]);
         let alpha_admin = scope(None, &[("alpha", Role::Admin), ("gamma", Role::Viewer)]);
         assert_eq!(check(&spec("alpha", &["a2"]), &teams, &alpha_admin).unwrap(), BTreeMap::new());
-        let hidden = check(&spec("alpha", &["b"]), &teams, &alpha_admin).unwrap_err();
-        let missing = check(&spec("alpha", &["nope"]), &teams, &alpha_admin).unwrap_err();
-        let no_team = check(&spec("alpha", &["free"]), &teams, &alpha_admin).unwrap_err();
+        let refused = |spec: &JobSpec, scope: &Scope| answer(&check(spec, &teams, scope).unwrap_err());
+        let hidden = refused(&spec("alpha", &["b"]), &alpha_admin);
+        let missing = refused(&spec("alpha", &["nope"]), &alpha_admin);
+        let no_team = refused(&spec("alpha", &["free"]), &alpha_admin);
         for e in [&hidden, &missing, &no_team] {
             assert_eq!((e.status.as_u16(), e.field.as_deref()), (404, Some("on_success[0]")));
             assert_eq!(e.message, hidden.message, "a hidden job answers like a missing one");
         }
         assert!(!hidden.message.contains("\"b\""), "{}", hidden.message);
-        let low = check(&spec("alpha", &["a2", "g"]), &teams, &alpha_admin).unwrap_err();
+        let low = refused(&spec("alpha", &["a2", "g"]), &alpha_admin);
         assert_eq!((low.status.as_u16(), low.field.as_deref()), (403, Some("on_success[1]")), "{}", low.message);
         let both = scope(None, &[("alpha", Role::Admin), ("beta", Role::Operator)]);
         let checked = check(&spec("alpha", &["a2", "b"]), &teams, &both).unwrap();
@@ -142,6 +147,6 @@ mod tests {
         let checked = check(&spec("alpha", &["free", "later"]), &teams, &global_operator).unwrap();
         assert_eq!(checked, [("free".to_owned(), None)].into_iter().collect(), "a missing job: nothing to record");
         let global_viewer = scope(Some(Role::Viewer), &[("alpha", Role::Admin)]);
-        assert_eq!(check(&spec("alpha", &["free"]), &teams, &global_viewer).unwrap_err().status.as_u16(), 403);
+        assert_eq!(refused(&spec("alpha", &["free"]), &global_viewer).status.as_u16(), 403);
     }
 }

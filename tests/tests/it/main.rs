@@ -50,6 +50,7 @@ mod features {
     mod misfire;
     mod notify;
     mod pause;
+    mod phases;
     mod progress;
     mod queue;
     mod run_as;

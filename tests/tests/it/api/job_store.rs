@@ -4,7 +4,8 @@
 
 use etcd_client::GetOptions;
 use etcron_master::access::{Access, Caller, Role, Scope};
-use etcron_master::job_store::{Change, JobStore, Origin, Planned, Precondition, Write, Written};
+use etcron_master::error::ApiError;
+use etcron_master::job_store::{Change, JobStore, JobStoreError, Origin, Planned, Precondition, Write, Written};
 use etcron_model::keys::{Keys, KillTarget};
 use etcron_model::spec::JobSpec;
 use etcron_tests::{log_dir, Etcd};
@@ -49,7 +50,7 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     assert!(value(&mut etcd, keys.state("a")).await.is_some(), "a new job's state is written with it");
     let stale = Precondition { expected: Some(revision - 1), create_only: false };
     let applied = store.apply(vec![put("a", hourly("two"), stale)], &Origin::default(), &admin).await;
-    assert_eq!(applied.outcomes[0].as_ref().unwrap_err().status, 409);
+    assert_eq!(ApiError::from(applied.outcomes[0].as_ref().unwrap_err().clone()).status, 409);
     let current = Precondition { expected: Some(revision), create_only: false };
     let applied = store.apply(vec![put("a", hourly("two"), current)], &Origin::default(), &admin).await;
     assert!(matches!(applied.outcomes[0], Ok(Written::Saved { created: false, .. })), "{applied:?}");
@@ -99,7 +100,7 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     assert!(resumed.was_paused.is_some() && resumed.spec_before.is_none() && !resumed.unchanged);
     assert!(value(&mut etcd, keys.paused("a")).await.is_none());
     assert!(store.resume("a", &Origin::default(), &admin).await?.unchanged);
-    assert_eq!(store.pause("nope", (None, None), &admin).await.unwrap_err().status, 404);
+    assert_eq!(store.pause("nope", (None, None), &admin).await.map_err(ApiError::from).unwrap_err().status, 404);
 
     // A job declared disabled is enabled by resume, on the revision read.
     let mut disabled = hourly("d");
@@ -118,7 +119,12 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     let (_, lease) = value(&mut etcd, keys.trigger("a", &request_id)).await.expect("the run request");
     assert!(lease > 0, "on a lease");
     assert_eq!(
-        store.request_run("nope", "test", etcron_model::record::RunParams::default(), &admin).await.unwrap_err().status,
+        store
+            .request_run("nope", "test", etcron_model::record::RunParams::default(), &admin)
+            .await
+            .map_err(ApiError::from)
+            .unwrap_err()
+            .status,
         404
     );
     store.kill("a", &KillTarget::All, "test", &admin).await?;
@@ -147,7 +153,7 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
             &admin,
         )
         .await;
-    assert_eq!(applied.outcomes[0].as_ref().unwrap_err().status, 404);
+    assert_eq!(ApiError::from(applied.outcomes[0].as_ref().unwrap_err().clone()).status, 404);
     Ok(())
 }
 
@@ -174,14 +180,14 @@ async fn the_job_store_checks_every_write_against_the_callers_teams() -> anyhow:
         as_caller("pay-person", access, needed)
     };
     let pay_admin = team(Role::Admin, Role::Admin);
-    let status = |outcome: &Result<Written, etcron_master::error::ApiError>| match outcome {
+    let status = |outcome: &Result<Written, JobStoreError>| match outcome {
         Ok(Written::Saved { created: true, .. }) => 201,
         Ok(Written::Saved { .. }) => 200,
         Ok(Written::Deleted { .. }) => 204,
-        Err(e) => e.status.as_u16(),
+        Err(e) => ApiError::from(e.clone()).status.as_u16(),
     };
-    let field = |outcome: &Result<Written, etcron_master::error::ApiError>| match outcome {
-        Err(e) => e.field.clone(),
+    let field = |outcome: &Result<Written, JobStoreError>| match outcome {
+        Err(e) => ApiError::from(e.clone()).field,
         Ok(_) => None,
     };
     for (job, t) in [("pay-1", Some("pay")), ("search-1", Some("search")), ("plain", None)] {
@@ -223,7 +229,11 @@ async fn the_job_store_checks_every_write_against_the_callers_teams() -> anyhow:
     let planned_ok: Vec<bool> = planned.iter().map(Result::is_ok).collect();
     assert_eq!(planned_ok, [true, true, false, false, false, false, false, false], "the dry run decides alike");
     let (hidden, missing) = (applied.outcomes[6].as_ref().unwrap_err(), applied.outcomes[7].as_ref().unwrap_err());
-    assert_eq!(hidden.message.replace("search-1", "absent"), missing.message, "another team's job: as a missing one");
+    assert_eq!(
+        hidden.to_string().replace("search-1", "absent"),
+        missing.to_string(),
+        "another team's job: as a missing one"
+    );
     assert_eq!(value(&mut etcd, keys.job("search-1")).await.unwrap().0["task"]["command"], "one", "untouched");
 
     // Moving a job to another team needs admin on both; a global admin may.
@@ -242,20 +252,41 @@ async fn the_job_store_checks_every_write_against_the_callers_teams() -> anyhow:
         )
         .await;
     assert_eq!(status(&applied.outcomes[0]), 200);
-    assert_eq!(store.read("pay-2", &pay_admin).await.unwrap_err().status, 404, "moved out of sight");
+    assert_eq!(
+        store.read("pay-2", &pay_admin).await.map_err(ApiError::from).unwrap_err().status,
+        404,
+        "moved out of sight"
+    );
 
     // Operator commands: on the team's jobs only, a role too low within the team is 403.
     let pay_operator = team(Role::Operator, Role::Operator);
     let pay_viewer = team(Role::Viewer, Role::Operator);
     store.pause("pay-1", (None, None), &pay_operator).await?;
-    assert_eq!(store.resume("search-1", &Origin::default(), &pay_operator).await.unwrap_err().status, 404);
-    assert_eq!(store.pause("pay-1", (None, None), &pay_viewer).await.unwrap_err().status, 403);
+    assert_eq!(
+        store.resume("search-1", &Origin::default(), &pay_operator).await.map_err(ApiError::from).unwrap_err().status,
+        404
+    );
+    assert_eq!(store.pause("pay-1", (None, None), &pay_viewer).await.map_err(ApiError::from).unwrap_err().status, 403);
     let params = etcron_model::record::RunParams::default;
     let (_, _, run_team) = store.request_run("pay-1", "test", params(), &pay_operator).await?;
     assert_eq!(run_team.as_deref(), Some("pay"));
-    assert_eq!(store.request_run("plain", "test", params(), &pay_operator).await.unwrap_err().status, 404);
-    assert_eq!(store.kill("search-1", &KillTarget::All, "test", &pay_operator).await.unwrap_err().status, 404);
-    assert_eq!(store.kill("pay-1", &KillTarget::All, "test", &pay_viewer).await.unwrap_err().status, 403);
+    assert_eq!(
+        store.request_run("plain", "test", params(), &pay_operator).await.map_err(ApiError::from).unwrap_err().status,
+        404
+    );
+    assert_eq!(
+        store
+            .kill("search-1", &KillTarget::All, "test", &pay_operator)
+            .await
+            .map_err(ApiError::from)
+            .unwrap_err()
+            .status,
+        404
+    );
+    assert_eq!(
+        store.kill("pay-1", &KillTarget::All, "test", &pay_viewer).await.map_err(ApiError::from).unwrap_err().status,
+        403
+    );
     let kills = etcd.get(keys.kill("search-1", &KillTarget::All), None).await?;
     assert_eq!(kills.count(), 0, "a refused kill writes nothing");
     Ok(())
