@@ -240,21 +240,37 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The faults of one seed: a share of calls delayed, refused before they apply, or applied with
-/// their answer lost.
-fn faults(seed: u64) -> impl FnMut(&Call) -> Fault + Send + 'static {
+/// their answer lost, and of transactions applied late (after their caller gave up on them, read
+/// etcd back and moved on: a claim sent again beside its first transaction). A quarter of the
+/// clients whose transaction is applied late die soon after (pushed to `doomed`, with when): the
+/// interleavings the loss handling must untangle, made common rather than left to luck.
+fn faults(seed: u64, doomed: Arc<Mutex<Vec<(u32, Instant)>>>) -> impl FnMut(&Call, u32) -> Fault + Send + 'static {
     let mut rng = Rng::new(seed ^ 0xFA17);
-    let (lost, refused) = (rng.between(0, 40), rng.between(0, 40));
-    move |_call| {
+    let (lost, refused, late) = (rng.between(0, 40), rng.between(0, 40), rng.between(50, 300));
+    move |call, who| {
         if rng.chance(lost) {
             Fault::LoseAnswer
         } else if rng.chance(refused) {
             Fault::FailBefore
         } else if rng.chance(200) {
             Fault::Delay(Duration::from_millis(rng.between(1, 1_500)))
+        } else if claims(call) && rng.chance(late) {
+            if rng.chance(250) {
+                lock(&doomed).push((who, Instant::now() + Duration::from_millis(rng.between(0, 2_000))));
+            }
+            // Log-scaled, up to half a second: both before and after the caller's read back.
+            let scale = rng.between(0, 9);
+            Fault::ApplyLate(Duration::from_millis(rng.between(0, 1 << scale)))
         } else {
             Fault::None
         }
     }
+}
+
+/// Whether `call` is a claim transaction: one that writes an inflight key.
+fn claims(call: &Call) -> bool {
+    let Call::Txn { puts, .. } = call else { return false };
+    puts.iter().any(|key| key.windows(10).any(|w| w == b"/inflight/"))
 }
 
 fn worker_config(id: &str, dir: &Path) -> Config {
@@ -318,7 +334,8 @@ async fn run_seed(seed: u64, dir: &Path) -> Outcome {
     let keys = Keys::new(NAMESPACE).expect("namespace");
     let etcd = ModelEtcd::new();
     put_jobs(&etcd, &keys).await;
-    etcd.set_faults(faults(seed));
+    let doomed = Arc::new(Mutex::new(Vec::new()));
+    etcd.set_faults(faults(seed, doomed.clone()));
     let log = Arc::new(Mutex::new(Vec::new()));
     let tasks = Arc::new(Tasks { rng: Mutex::new(Rng::new(seed)), log: log.clone(), deadlines: Mutex::default() });
     let (stop_tx, stop) = watch::channel(false);
@@ -337,6 +354,7 @@ async fn run_seed(seed: u64, dir: &Path) -> Outcome {
         nodes: Vec::new(),
         lives: vec![0; WORKERS],
         offsets,
+        doomed,
     };
     for w in 0..WORKERS {
         let node = cluster.start(w).await;
@@ -346,7 +364,7 @@ async fn run_seed(seed: u64, dir: &Path) -> Outcome {
     faults_over_time(&mut cluster, &mut rng).await;
     let end_ms = true_now();
     // Quiet: no more faults, time for every owed close, loss and miss to be settled.
-    etcd.set_faults(|_| Fault::None);
+    etcd.set_faults(|_, _| Fault::None);
     tokio::time::sleep(SETTLE_FOR).await;
     let _ = stop_tx.send(true);
     let dirs: Vec<PathBuf> = (0..WORKERS).map(|w| cluster.data_dir(w)).collect();
@@ -393,6 +411,8 @@ struct Cluster {
     lives: Vec<u32>,
     /// How far each worker's clock is off (ms).
     offsets: Vec<i64>,
+    /// Clients (`who`) the fault hook doomed, and when they die.
+    doomed: Arc<Mutex<Vec<(u32, Instant)>>>,
 }
 
 impl Cluster {
@@ -440,6 +460,32 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Waits until `until`, crashing each worker the fault hook doomed when its time comes
+    /// (down for a second; a client of a life that already ended is let go).
+    async fn crash_doomed_until(&mut self, until: Instant) {
+        loop {
+            let due = {
+                let mut doomed = lock(&self.doomed);
+                doomed.sort_by_key(|&(_, at)| at);
+                doomed.first().copied().filter(|&(_, at)| at <= until).inspect(|_| {
+                    doomed.remove(0);
+                })
+            };
+            let Some((who, at)) = due else {
+                tokio::time::sleep_until(until).await;
+                return;
+            };
+            tokio::time::sleep_until(at).await;
+            let w = usize::try_from(who / 1_000).unwrap_or(0).wrapping_sub(1);
+            if w < WORKERS && self.who(w) == who {
+                tracing::warn!(target: "sim", "w{w} dies after a transaction applied late, down for 1000 ms");
+                self.crash(w, Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
 /// Runs the cluster for [`RUN_FOR`]: now and then a worker is cut off from etcd or dies and
 /// restarts, watches break or lag.
 async fn faults_over_time(cluster: &mut Cluster, rng: &mut Rng) {
@@ -447,7 +493,8 @@ async fn faults_over_time(cluster: &mut Cluster, rng: &mut Rng) {
     // Revisions as they were, for compactions that keep what the compactor's rule keeps.
     let mut revisions = vec![(Instant::now(), cluster.etcd.revision())];
     while Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(rng.between(500, 6_000))).await;
+        let next = Instant::now() + Duration::from_millis(rng.between(500, 6_000));
+        cluster.crash_doomed_until(next).await;
         revisions.push((Instant::now(), cluster.etcd.revision()));
         let w = usize::try_from(rng.below(WORKERS as u64)).unwrap_or(0);
         match rng.below(7) {
@@ -734,10 +781,11 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// The holes re-introduced one at a time, with the seeds each may take to be found: bits of
 /// the worker's `simulated::holes`, or `NO_KEEPERS` for the simulation's tasks.
-const HOLES: [(&str, u32, u64); 4] = [
+const HOLES: [(&str, u32, u64); 5] = [
     ("unknown-claim-dropped", holes::UNKNOWN_CLAIM_DROPPED, 20),
     ("keeper-kill-failed", holes::KEEPER_KILL_FAILED, 30),
     ("one-inflight-token", holes::ONE_INFLIGHT_TOKEN, 20),
+    ("first-send-let-go", holes::FIRST_SEND_LET_GO, 20),
     ("no-keepers", NO_KEEPERS, 20),
 ];
 
@@ -776,7 +824,8 @@ fn the_workers_own_fire_path_keeps_exactly_once_over_the_model_etcd() {
     if std::env::var_os("ETCRON_SIM_SEEDS").is_some() {
         return;
     }
-    for (name, hole, budget) in HOLES {
+    let only = std::env::var("ETCRON_SIM_HOLE").ok();
+    for (name, hole, budget) in HOLES.into_iter().filter(|(name, ..)| only.as_deref().is_none_or(|o| o == *name)) {
         holes::set(hole & !NO_KEEPERS);
         KEEPERS.store(hole & NO_KEEPERS == 0, std::sync::atomic::Ordering::Relaxed);
         let found = (0..budget).find_map(|seed| violation(&run(seed)).map(|v| (seed, v)));

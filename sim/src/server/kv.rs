@@ -8,7 +8,7 @@ use etcd_client::proto::{
 };
 use tonic::{Request, Response, Status};
 
-use super::store::txn_writes;
+use super::store::{txn_puts, txn_writes};
 use super::{Call, ModelEtcd};
 
 pub(super) struct KvService(pub(super) ModelEtcd);
@@ -37,22 +37,22 @@ impl PbKvService for KvService {
 
     async fn put(&self, request: Request<PbPutRequest>) -> Result<Response<PbPutResponse>, Status> {
         let p = request.into_inner();
-        self.0.unary(Call::Put, |st, now| st.store.put(&p, now)).await
+        self.0.unary(Call::Put, move |st, now| st.store.put(&p, now)).await
     }
 
     async fn delete_range(&self, request: Request<PbDeleteRequest>) -> Result<Response<PbDeleteResponse>, Status> {
         let d = request.into_inner();
-        self.0.unary(Call::DeleteRange, |st, now| st.store.delete(&d, now)).await
+        self.0.unary(Call::DeleteRange, move |st, now| st.store.delete(&d, now)).await
     }
 
     async fn txn(&self, request: Request<PbTxnRequest>) -> Result<Response<PbTxnResponse>, Status> {
         let t = request.into_inner();
-        let call = Call::Txn { writes: txn_writes(&t) };
-        self.0.unary(call, |st, now| st.store.txn(&t, now)).await
+        let call = Call::Txn { writes: txn_writes(&t), puts: txn_puts(&t) };
+        self.0.unary(call, move |st, now| st.store.txn(&t, now)).await
     }
 
     async fn compact(&self, request: Request<PbCompactionRequest>) -> Result<Response<PbCompactionResponse>, Status> {
         let c = request.into_inner();
-        self.0.unary(Call::Compact, |st, _| st.store.compact(&c)).await
+        self.0.unary(Call::Compact, move |st, _| st.store.compact(&c)).await
     }
 }

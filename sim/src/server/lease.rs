@@ -28,7 +28,7 @@ impl PbLeaseService for LeaseService {
         request: Request<PbLeaseGrantRequest>,
     ) -> Result<Response<PbLeaseGrantResponse>, Status> {
         let g = request.into_inner();
-        self.0.unary(Call::LeaseGrant, |st, now| st.store.lease_grant(&g, now)).await
+        self.0.unary(Call::LeaseGrant, move |st, now| st.store.lease_grant(&g, now)).await
     }
 
     async fn lease_revoke(
@@ -36,7 +36,7 @@ impl PbLeaseService for LeaseService {
         request: Request<PbLeaseRevokeRequest>,
     ) -> Result<Response<PbLeaseRevokeResponse>, Status> {
         let id = request.into_inner().id;
-        self.0.unary(Call::LeaseRevoke, |st, now| st.store.lease_revoke(id, now)).await
+        self.0.unary(Call::LeaseRevoke, move |st, now| st.store.lease_revoke(id, now)).await
     }
 
     type LeaseKeepAliveStream = KeepAlives;
@@ -74,14 +74,14 @@ impl PbLeaseService for LeaseService {
         request: Request<PbLeaseTimeToLiveRequest>,
     ) -> Result<Response<PbLeaseTimeToLiveResponse>, Status> {
         let r = request.into_inner();
-        self.0.unary(Call::LeaseTimeToLive, |st, now| Ok(st.store.lease_time_to_live(&r, now))).await
+        self.0.unary(Call::LeaseTimeToLive, move |st, now| Ok(st.store.lease_time_to_live(&r, now))).await
     }
 
     async fn lease_leases(
         &self,
         _request: Request<PbLeaseLeasesRequest>,
     ) -> Result<Response<PbLeaseLeasesResponse>, Status> {
-        self.0.unary(Call::LeaseLeases, |st, _| Ok(st.store.lease_leases())).await
+        self.0.unary(Call::LeaseLeases, move |st, _| Ok(st.store.lease_leases())).await
     }
 }
 

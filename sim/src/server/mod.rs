@@ -41,6 +41,18 @@ pub enum Fault {
     FailBefore,
     /// Apply, then answer UNAVAILABLE: the caller cannot know whether it applied.
     LoseAnswer,
+    /// Answer UNAVAILABLE now and apply this long after (tokio time): a write queued behind a
+    /// stall that its caller gave up on, applied after the caller has read back and moved on.
+    /// Reads, keep-alives and watch creates it fails before applying.
+    ApplyLate(std::time::Duration),
+}
+
+/// What [`ModelEtcd::admit_write`] lets a request do.
+enum Admitted {
+    /// Apply now; `lose`: then answer UNAVAILABLE.
+    Apply { lose: bool },
+    /// Answer UNAVAILABLE now, apply this long after.
+    Late(std::time::Duration),
 }
 
 /// What a request is, for the fault hook.
@@ -49,9 +61,10 @@ pub enum Call {
     Range,
     Put,
     DeleteRange,
-    /// `writes`: the txn has a put or delete in some branch.
+    /// `writes`: the txn has a put or delete in some branch; `puts`: the keys it puts in any.
     Txn {
         writes: bool,
+        puts: Vec<Vec<u8>>,
     },
     Compact,
     LeaseGrant,
@@ -93,7 +106,7 @@ pub struct Change {
     pub lease: i64,
 }
 
-type Hook = Box<dyn FnMut(&Call) -> Fault + Send>;
+type Hook = Box<dyn FnMut(&Call, u32) -> Fault + Send>;
 
 pub(crate) struct State {
     pub store: Store,
@@ -191,11 +204,12 @@ impl ModelEtcd {
     }
 
     /// Sets the fault hook, asked once per unary request (and per keep-alive message, and per
-    /// watch create): `Delay` waits (tokio time) before applying; `FailBefore` answers
-    /// UNAVAILABLE without applying; `LoseAnswer` applies, then answers UNAVAILABLE (the
-    /// unknown outcome). On a stream, a failure ends the stream. The hook must not call this
+    /// watch create) with the request and who sent it (`client_as`; 0 for `client`): `Delay`
+    /// waits (tokio time) before applying; `FailBefore` answers UNAVAILABLE without applying;
+    /// `LoseAnswer` applies, then answers UNAVAILABLE (the unknown outcome); `ApplyLate`
+    /// answers UNAVAILABLE and applies a write later. On a stream, a failure ends the stream. The hook must not call this
     /// `ModelEtcd`'s `set_faults`.
-    pub fn set_faults(&self, hook: impl FnMut(&Call) -> Fault + Send + 'static) {
+    pub fn set_faults(&self, hook: impl FnMut(&Call, u32) -> Fault + Send + 'static) {
         *lock(&self.shared.hook) = Some(Box::new(hook));
     }
 
@@ -317,7 +331,15 @@ impl ModelEtcd {
     /// Asks the fault hook about `call`, waits its delay and any stall; `Ok(true)` if the
     /// answer is to be lost after applying.
     pub(crate) async fn admit(&self, call: Call) -> Result<bool, Status> {
-        let fault = lock(&self.shared.hook).as_mut().map_or(Fault::None, |hook| hook(&call));
+        match self.admit_write(call).await? {
+            Admitted::Apply { lose } => Ok(lose),
+            Admitted::Late(_) => Err(unavailable_before()),
+        }
+    }
+
+    /// [`ModelEtcd::admit`] for a write, which a fault may apply late.
+    async fn admit_write(&self, call: Call) -> Result<Admitted, Status> {
+        let fault = lock(&self.shared.hook).as_mut().map_or(Fault::None, |hook| hook(&call, self.who));
         if let Fault::Delay(d) = fault {
             tokio::time::sleep(d).await;
         }
@@ -329,8 +351,9 @@ impl ModelEtcd {
         }
         match fault {
             Fault::FailBefore => Err(unavailable_before()),
-            Fault::LoseAnswer => Ok(true),
-            Fault::None | Fault::Delay(_) => Ok(false),
+            Fault::LoseAnswer => Ok(Admitted::Apply { lose: true }),
+            Fault::ApplyLate(d) => Ok(Admitted::Late(d)),
+            Fault::None | Fault::Delay(_) => Ok(Admitted::Apply { lose: false }),
         }
     }
 
@@ -347,12 +370,23 @@ impl ModelEtcd {
 
     /// A unary request: the fault hook, then `f` applied on the state, its answer lost if the
     /// hook said so.
-    pub(crate) async fn unary<R>(
+    pub(crate) async fn unary<R: Send + 'static>(
         &self,
         call: Call,
-        f: impl FnOnce(&mut State, Instant) -> Result<R, Status>,
+        f: impl FnOnce(&mut State, Instant) -> Result<R, Status> + Send + 'static,
     ) -> Result<tonic::Response<R>, Status> {
-        let lose = self.admit(call).await?;
+        let lose = match self.admit_write(call).await? {
+            Admitted::Apply { lose } => lose,
+            Admitted::Late(d) => {
+                let model = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(d).await;
+                    model.wait_stall().await;
+                    let _ = model.with(f);
+                });
+                return Err(unavailable_after());
+            }
+        };
         let out = self.with(f)?;
         if lose {
             return Err(unavailable_after());

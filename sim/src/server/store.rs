@@ -701,6 +701,19 @@ pub fn txn_writes(t: &PbTxnRequest) -> bool {
     })
 }
 
+/// The keys `t` puts in any branch, nested transactions' included.
+pub fn txn_puts(t: &PbTxnRequest) -> Vec<Vec<u8>> {
+    let mut keys = Vec::new();
+    for op in t.success.iter().chain(&t.failure) {
+        match &op.request {
+            Some(PbTxnOpRequest::RequestPut(p)) => keys.push(p.key.clone()),
+            Some(PbTxnOpRequest::RequestTxn(inner)) => keys.extend(txn_puts(inner)),
+            _ => {}
+        }
+    }
+    keys
+}
+
 // ---- A write: every change at one new revision ----------------------------------------
 
 struct Write<'a> {

@@ -218,8 +218,8 @@ async fn faults_fail_before_lose_the_answer_after_or_delay() {
     let mut c = etcd.client().await;
     let next = std::sync::Arc::new(std::sync::Mutex::new(Fault::None));
     let hook = next.clone();
-    etcd.set_faults(move |call| match call {
-        Call::Put | Call::Txn { writes: true } | Call::LeaseKeepAlive => *hook.lock().unwrap(),
+    etcd.set_faults(move |call, _| match call {
+        Call::Put | Call::Txn { writes: true, .. } | Call::LeaseKeepAlive => *hook.lock().unwrap(),
         _ => Fault::None,
     });
     let set = |f| *next.lock().unwrap() = f;
@@ -240,7 +240,17 @@ async fn faults_fail_before_lose_the_answer_after_or_delay() {
     c.put("late", "v", None).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_millis(700));
 
+    set(Fault::ApplyLate(Duration::from_millis(300)));
+    let txn = Txn::new().and_then([TxnOp::put("given-up", "v", None)]);
+    let e = c.txn(txn).await.unwrap_err();
+    assert_eq!(code(&e).0, tonic::Code::Unavailable);
     set(Fault::None);
+    assert!(etcd.dump(b"given-up").is_empty(), "not applied when its caller was answered");
+    tokio::time::sleep(Duration::from_millis(299)).await;
+    assert!(etcd.dump(b"given-up").is_empty(), "not applied before its delay");
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert_eq!(etcd.dump(b"given-up").len(), 1, "applied after its caller gave up on it");
+
     let id = c.lease_grant(10, None).await.unwrap().id();
     let (mut keeper, mut stream) = c.lease_keep_alive(id).await.unwrap();
     set(Fault::FailBefore);
@@ -256,7 +266,7 @@ fn seeded_run(seed: u64) -> (Vec<Change>, Vec<String>) {
         let etcd = ModelEtcd::new();
         let calls = std::sync::Arc::new(AtomicUsize::new(0));
         let n = calls.clone();
-        etcd.set_faults(move |_| {
+        etcd.set_faults(move |_, _| {
             let i = n.fetch_add(1, Ordering::Relaxed) as u64;
             let r = seed.wrapping_add(i).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59;
             match r {

@@ -144,20 +144,24 @@ fn delete_key(client: &Client, key: String) {
     });
 }
 
-/// An execution's share of its claim transaction's inflight key. Released once: by the close
-/// ([`Hold::close_op`] + [`Hold::closed`]), or when the last clone is dropped.
+/// An execution's share of its claim transactions' inflight keys: one, or two when its claim
+/// was sent again (the first transaction, given up with its outcome unknown, may still be
+/// applied and be the one that won). Released once: by the close ([`Hold::close_ops`] +
+/// [`Hold::closed`]), or when the last clone is dropped.
 #[derive(Clone)]
-pub struct Hold(Arc<HoldInner>);
+pub struct Hold(Vec<Arc<HoldInner>>);
 
 struct HoldInner {
-    batch: Option<Arc<Batch>>,
+    batch: Arc<Batch>,
     released: AtomicBool,
+    /// The close transaction carries this key's delete ([`Hold::close_ops`]).
+    delete_sent: AtomicBool,
 }
 
 impl Drop for HoldInner {
     fn drop(&mut self) {
-        if let (Some(batch), false) = (&self.batch, self.released.swap(true, Ordering::AcqRel)) {
-            batch.release(false);
+        if !self.released.swap(true, Ordering::AcqRel) {
+            self.batch.release(false);
         }
     }
 }
@@ -166,28 +170,48 @@ impl Hold {
     /// A hold on nothing (an execution no claim transaction of this worker lists).
     #[must_use]
     pub fn none() -> Self {
-        Self(Arc::new(HoldInner { batch: None, released: AtomicBool::new(true) }))
+        Self(Vec::new())
     }
 
     fn on(batch: &Arc<Batch>) -> Self {
-        Self(Arc::new(HoldInner { batch: Some(batch.clone()), released: AtomicBool::new(false) }))
+        let inner =
+            HoldInner { batch: batch.clone(), released: AtomicBool::new(false), delete_sent: AtomicBool::new(false) };
+        Self(vec![Arc::new(inner)])
     }
 
-    /// The delete of the inflight key, for the close transaction of the batch's last open
-    /// execution: its close and the key's removal land together, so the key never goes while
+    /// This hold and `other`'s together: a claim sent again keeps the first transaction's key
+    /// until the execution is settled, since the loss handling reads the token from either.
+    #[must_use]
+    pub fn with(mut self, other: Hold) -> Self {
+        self.0.extend(other.0);
+        self
+    }
+
+    /// The deletes of the inflight keys this execution is the last open one of, for its close
+    /// transaction: its close and the keys' removal land together, so a key never goes while
     /// an execution it lists is unclosed.
     #[must_use]
-    pub fn close_op(&self) -> Option<TxnOp> {
-        let batch = self.0.batch.as_ref()?;
-        (!self.0.released.load(Ordering::Acquire) && batch.open.load(Ordering::Acquire) == 1)
-            .then(|| TxnOp::delete(batch.key.as_str(), None))
+    pub fn close_ops(&self) -> Vec<TxnOp> {
+        let last = |inner: &&Arc<HoldInner>| {
+            !inner.released.load(Ordering::Acquire) && inner.batch.open.load(Ordering::Acquire) == 1
+        };
+        self.0
+            .iter()
+            .filter(last)
+            .map(|inner| {
+                inner.delete_sent.store(true, Ordering::Release);
+                TxnOp::delete(inner.batch.key.as_str(), None)
+            })
+            .collect()
     }
 
-    /// The execution is settled (closed, or found not to be this worker's); `deleted` when
-    /// its close transaction carried [`Hold::close_op`] and committed.
-    pub fn closed(&self, deleted: bool) {
-        if let (Some(batch), false) = (&self.0.batch, self.0.released.swap(true, Ordering::AcqRel)) {
-            batch.release(deleted);
+    /// The execution is settled (closed, or found not to be this worker's); `committed` when
+    /// its close transaction, carrying [`Hold::close_ops`], committed.
+    pub fn closed(&self, committed: bool) {
+        for inner in &self.0 {
+            if !inner.released.swap(true, Ordering::AcqRel) {
+                inner.batch.release(committed && inner.delete_sent.load(Ordering::Acquire));
+            }
         }
     }
 }

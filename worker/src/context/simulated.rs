@@ -42,6 +42,10 @@ pub mod holes {
     /// transactions listed (one given up, one that won later), and may take the stale one:
     /// the run is found "not its own" and never recorded.
     pub const ONE_INFLIGHT_TOKEN: u32 = 4;
+    /// A claim sent again lets go of its first transaction's inflight key: applied late, that
+    /// transaction won, and a worker that dies before the close leaves no key naming its token
+    /// (the run is never recorded).
+    pub const FIRST_SEND_LET_GO: u32 = 8;
 
     static HOLES: AtomicU32 = AtomicU32::new(0);
 

@@ -122,9 +122,6 @@ struct CloseOps {
     /// Whether the outcome counted toward `pause_after_failures` is a failure, when the job
     /// counts them.
     failing: Option<bool>,
-    /// The inflight key's delete, when this is the last open execution of its claim
-    /// transaction.
-    last: Option<etcd_client::TxnOp>,
 }
 
 /// The one place a close's follow-ups are gathered: the rules' (retry, dependents, catch-up,
@@ -155,9 +152,8 @@ async fn close_ops(
     }
     follow.extend(crate::fire::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
     // The last open execution of its claim transaction removes the inflight key with its close.
-    let last = won.hold.close_op();
-    follow.extend(last.clone());
-    CloseOps { follow, notes, failing, last }
+    follow.extend(won.hold.close_ops());
+    CloseOps { follow, notes, failing }
 }
 
 /// Closes the claim of a run that ended, then writes its final record (and notifies).
@@ -172,7 +168,7 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
         }
     }
     let done = Claim::closed(status);
-    let CloseOps { follow, notes, failing, last } = close_ops(ctx, fire, &won, &finished, (status, finished_ms)).await;
+    let CloseOps { follow, notes, failing } = close_ops(ctx, fire, &won, &finished, (status, finished_ms)).await;
     let execution_id = fire.id.to_string();
     let outcome = failing.map(|failing| health::Outcome { failing, execution_id: &execution_id, finished_ms });
     let queue = fire.spec.concurrency == etcron_model::spec::Concurrency::Queue;
@@ -193,7 +189,7 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
     // happen, and the loss handling records it lost (or reruns it) as before.
     ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record: record.clone() });
     let closed = close_claim(ctx, &fire.id.job, request).await == Closed::Done;
-    won.hold.closed(closed && last.is_some());
+    won.hold.closed(closed);
     if let (true, Some((_, value))) = (closed && queue, &won.lock) {
         // The lock stayed ours if executions wait: the oldest gets it, with its run request.
         crate::fire::queue::pump(ctx, &fire.id.job, &fire.id.part, Some(value.clone())).await;

@@ -338,15 +338,20 @@ fn sendable_again(fire: &Fire, queued: bool) -> bool {
     fire.spec.concurrency == Concurrency::Allow && !queued && !fire.dequeued && fire.request_key.is_none()
 }
 
-/// The claim sent again (`sendable_again`), at the head of the batcher's queue; its hold
-/// replaces the first send's, whose transaction wrote nothing.
+/// The claim sent again (`sendable_again`), at the head of the batcher's queue; its hold joins
+/// the first send's, whose transaction etcd may still apply (queued behind a stall) and win.
 async fn send_again(ctx: &Arc<Context>, fire: &Fire, request: RunClaim, won: &mut WonClaim) -> ClaimOutcome {
     let (outcome, hold) = match ctx.batchers.claim(&fire.id, request, 0).await {
         Raced::Sent(outcome, hold) => (outcome, hold),
         Raced::SeenTaken => (ClaimOutcome::Lost, Hold::none()),
     };
     METRICS.claims.with_label_values(&[outcome.label()]).inc();
-    won.hold = hold;
+    // The first transaction's key stays too: applied late, it is the one that won.
+    won.hold = if crate::context::simulated::holes::open(crate::context::simulated::holes::FIRST_SEND_LET_GO) {
+        hold
+    } else {
+        std::mem::replace(&mut won.hold, Hold::none()).with(hold)
+    };
     outcome
 }
 

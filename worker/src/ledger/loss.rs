@@ -489,11 +489,10 @@ async fn settle_lost(ctx: &Context, handler: &Handler<'_>, execution: HeldExecut
     let Handler { departed, revision, rank, .. } = *handler;
     let HeldExecution { id, fencing_token, also, held, trigger, scheduled_ms, started_at, params } = execution;
     let claim_key = ctx.keys.claim(&id);
-    let tokens = match also.last() {
-        Some(last) if crate::context::simulated::holes::open(crate::context::simulated::holes::ONE_INFLIGHT_TOKEN) => {
-            vec![*last]
-        }
-        _ => [&[fencing_token][..], &also].concat(),
+    let tokens = if crate::context::simulated::holes::open(crate::context::simulated::holes::ONE_INFLIGHT_TOKEN) {
+        vec![fencing_token]
+    } else {
+        [&[fencing_token][..], &also].concat()
     };
     let (held, params, fencing_token) = match still_held_retried(ctx, departed, &claim_key, &tokens, &held).await {
         Some(None) if rank == 0 => {
