@@ -17,16 +17,21 @@ pub struct Members {
 }
 
 impl Members {
-    /// Rank of `me` for `tick_key` among live workers by rendezvous hashing: 0 for the worker
-    /// that should claim first. A worker not (yet) in the list ranks 0 too.
+    /// Rank of `me` for `tick_key` among live workers by rendezvous hashing weighted by load
+    /// ([`placement_score`]): 0 for the worker that should claim first. A worker not (yet) in
+    /// the list ranks 0 too. Every worker ranks from the same registrations (the load each
+    /// published, at most `REGISTRATION_REFRESH` old), so they agree on the order.
     #[must_use]
     pub fn rank(&self, me: &str, tick_key: &str) -> usize {
         let members = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !members.contains_key(me) {
+        let Some(my_info) = members.get(me) else {
             return 0;
-        }
-        let mine = score(me, tick_key);
-        members.keys().filter(|id| id.as_str() != me && score(id, tick_key) > mine).count()
+        };
+        let mine = (placement_score(me, my_info, tick_key), me);
+        members
+            .iter()
+            .filter(|(id, info)| id.as_str() != me && (placement_score(id, info, tick_key), id.as_str()) > mine)
+            .count()
     }
 
     /// Why nobody claimed a tick of `spec` (its selector, its task's user, its team), from what
@@ -163,6 +168,48 @@ fn registration(keys: &Keys, kv: &crate::cluster::watcher::Kv) -> Option<(String
     }
 }
 
+/// The free share a full (or over-full) worker still counts with: the order stays total, and
+/// a full worker does not race anyway (it has no slot).
+const MIN_FREE_SHARE: f64 = 0.05;
+
+/// How much a worker's published load weighs on its place: its free share of capacity,
+/// squared. One running 50 of 64 (free 0.22, weight 0.048) against an idle one (weight 1)
+/// comes first for about 5 % of ticks; equally loaded workers split them evenly.
+#[must_use]
+pub fn load_weight(capacity: u32, running: u32) -> f64 {
+    let free = f64::from(capacity.saturating_sub(running)) / f64::from(capacity.max(1));
+    free.max(MIN_FREE_SHARE).powi(2)
+}
+
+/// Weighted rendezvous hashing: `weight / -ln(u)`, `u` the worker's hash of the tick as a
+/// uniform number in (0, 1]. A worker comes first with probability its weight over the sum of
+/// the weights; with equal weights the order is the plain hash's.
+fn placement_score(worker: &str, info: &WorkerInfo, tick_key: &str) -> OrderedScore {
+    #[allow(clippy::cast_precision_loss)] // 53 bits: exact in an f64
+    let u = ((score(worker, tick_key) >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    let weight = load_weight(info.capacity, info.running);
+    // u = 1 gives -ln(u) = 0: the best place, kept finite.
+    OrderedScore(weight / (-u.ln()).max(f64::MIN_POSITIVE))
+}
+
+/// A finite, non-negative score, totally ordered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct OrderedScore(f64);
+
+impl Eq for OrderedScore {}
+
+impl PartialOrd for OrderedScore {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for OrderedScore {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
 /// FNV-1a over `worker \0 tick`, finished with a 64-bit mixer: the same on every worker.
 fn score(worker: &str, tick_key: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -195,15 +242,20 @@ mod tests {
     }
 
     fn members(ids: &[&str]) -> Members {
+        loaded(&ids.iter().map(|id| (*id, 1, 0)).collect::<Vec<_>>())
+    }
+
+    /// Members with (id, capacity, running).
+    fn loaded(workers: &[(&str, u32, u32)]) -> Members {
         let m = Members::default();
-        for id in ids {
+        for (id, capacity, running) in workers {
             let info = WorkerInfo {
                 id: (*id).to_owned(),
                 hostname: "h".into(),
                 pid: 1,
                 labels: BTreeMap::new(),
-                capacity: 1,
-                running: 0,
+                capacity: *capacity,
+                running: *running,
                 version: "0".into(),
                 started_at: String::new(),
                 output_url: None,
@@ -241,5 +293,34 @@ mod tests {
     #[test]
     fn unknown_worker_ranks_first() {
         assert_eq!(members(&["a", "b"]).rank("c", "x/1"), 0);
+    }
+
+    #[test]
+    fn equally_loaded_workers_keep_the_plain_rendezvous_order() {
+        let ids = ["w1", "w2", "w3", "w4"];
+        let m = loaded(&ids.iter().map(|id| (*id, 64, 10)).collect::<Vec<_>>());
+        for tick in 0..500 {
+            let key = format!("job-{}/{}", tick % 7, tick);
+            for id in ids {
+                let plain = ids.iter().filter(|o| **o != id && score(o, &key) > score(id, &key)).count();
+                assert_eq!(m.rank(id, &key), plain, "{id} for {key}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_busy_worker_comes_first_for_few_ticks_and_a_full_one_for_almost_none() {
+        let count_firsts = |m: &Members, id: &str| {
+            (0..4000).filter(|tick| m.rank(id, &format!("job-{}/{tick}", tick % 13)) == 0).count()
+        };
+        // 50 of 64 running against an idle worker: weights 0.048 and 1, about 95 % to the idle.
+        let m = loaded(&[("busy", 64, 50), ("idle", 64, 0)]);
+        let idle = count_firsts(&m, "idle");
+        assert!(idle >= 3_700, "the idle worker came first for {idle} of 4000 ticks");
+        assert_eq!(idle + count_firsts(&m, "busy"), 4000, "exactly one first per tick");
+        let m = loaded(&[("full", 64, 64), ("idle", 64, 0)]);
+        assert!(count_firsts(&m, "full") <= 40, "a full worker came first for a few ticks at most");
+        assert!((load_weight(64, 50) - 0.047_9).abs() < 0.001);
+        assert!((load_weight(0, 5) - MIN_FREE_SHARE.powi(2)).abs() < 1e-12, "capacity 0 counts as full");
     }
 }

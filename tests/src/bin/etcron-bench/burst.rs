@@ -200,6 +200,7 @@ async fn report(
     println!("  failover reruns       {reruns} (requests of attempt 2 or later)");
     println!("  jobs never run        {}", n - per_job.len().min(n));
     println!("  records               {statuses:?} ({} final of {n})", finals.len());
+    print_spread(finals);
     println!(
         "  start lateness ms     p50 {}  p90 {}  p99 {}  last {}",
         quantile(&lateness, 0.5),
@@ -291,4 +292,17 @@ fn print_api(api: &[(i64, bool)]) {
         api.len(),
         api.iter().filter(|(_, ok)| !ok).count()
     );
+}
+
+/// Runs per worker, and the largest distance of one from the mean.
+fn print_spread(finals: &[etcron_model::record::ExecutionRecord]) {
+    let mut per_worker: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in finals.iter().filter(|r| r.status == etcron_model::record::Status::Succeeded) {
+        *per_worker.entry(r.worker_id.as_str()).or_default() += 1;
+    }
+    #[allow(clippy::cast_precision_loss)] // counts of thousands
+    let mean = per_worker.values().sum::<usize>() as f64 / per_worker.len().max(1) as f64;
+    #[allow(clippy::cast_precision_loss)]
+    let worst = per_worker.values().map(|&n| (n as f64 - mean).abs() / mean.max(1.0)).fold(0.0, f64::max);
+    println!("  runs per worker       {per_worker:?} (at most {:.1} % from the mean)", worst * 100.0);
 }

@@ -8,13 +8,15 @@
 //! flags: etcd's database size, alarms and every process's memory over time), `spawn` (the
 //! process-creation floor),
 //! `failover`, `partition` (an etcd member cut off, killed or frozen: sessions lost, ticks missed,
-//! lateness, master answers), `scale`, `stream` (live-output latency), `wheel`, `claims`, `sink`, `search`.
+//! lateness, master answers), `placement` (the share of new runs on an idle worker beside a
+//! busy one), `scale`, `stream` (live-output latency), `wheel`, `claims`, `sink`, `search`.
 //! Run it from a release build: `cargo build --release --workspace --bins`.
 
 mod burst;
 mod etcd_writes;
 mod failover;
 mod partition;
+mod placement;
 mod receiver;
 mod records;
 mod scale;
@@ -99,6 +101,7 @@ async fn main() -> Result<()> {
         "wheel" => wheel::run(entries),
         "failover" => failover::run(rounds, &session_ttl).await,
         "partition" => partition::run(jobs, u64::try_from(seconds)?, &session_ttl, &faults).await,
+        "placement" => placement::run(seconds).await,
         "scale" => scale::run(jobs).await,
         "stream" => stream::run(jobs, seconds).await,
         "spawn" => {
@@ -106,7 +109,7 @@ async fn main() -> Result<()> {
             spawn::run(jobs, rounds, &dir.path().join("spawned.log")).await
         }
         other => {
-            bail!("unknown scenario {other}; known: e2e, burst, soak, claims, sink, search, wheel, failover, partition, scale, spawn, stream")
+            bail!("unknown scenario {other}; known: e2e, burst, soak, claims, sink, search, wheel, failover, partition, placement, scale, spawn, stream")
         }
     }
 }
