@@ -783,7 +783,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// the worker's `simulated::holes`, or `NO_KEEPERS` for the simulation's tasks.
 const HOLES: [(&str, u32, u64); 5] = [
     ("unknown-claim-dropped", holes::UNKNOWN_CLAIM_DROPPED, 20),
-    ("keeper-kill-failed", holes::KEEPER_KILL_FAILED, 30),
+    ("keeper-kill-failed", holes::KEEPER_KILL_FAILED, 60),
     ("one-inflight-token", holes::ONE_INFLIGHT_TOKEN, 20),
     ("first-send-let-go", holes::FIRST_SEND_LET_GO, 20),
     ("no-keepers", NO_KEEPERS, 20),
