@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::client::{query, segment, Client};
 use crate::exit::{ApiError, Usage};
 use crate::jobfile::{self, Format};
-use crate::table::{clip, pairs, text, Table};
+use crate::table::{clip, text, Table};
 use crate::{out, print_doc};
 
 /// What `jobs ls --status` may filter on: the job's state, or the status of its last execution.
@@ -341,44 +341,6 @@ fn whoami_text(me: &Value) -> String {
         |t| t.iter().map(|(team, role)| format!("{team}={}", text(role))).collect::<Vec<_>>().join(", "),
     );
     format!("name:   {}\nrole:   {}\nteams:  {teams}\n", text(&me["name"]), text(&me["role"]))
-}
-
-pub async fn workers(client: &Client, json: bool) -> anyhow::Result<()> {
-    let v = client.get("/api/workers").await.context("listing workers")?;
-    if json {
-        return print_doc(&v);
-    }
-    let mut table =
-        Table::new(&["ID", "HOST", "LABELS", "TEAMS", "TASKS RUN AS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
-    for w in v["workers"].as_array().into_iter().flatten() {
-        // A worker bound to no team is shared: it runs every team's jobs.
-        let teams = w["teams"]
-            .as_array()
-            .filter(|t| !t.is_empty())
-            .map_or_else(|| "(shared)".to_owned(), |t| t.iter().map(text).collect::<Vec<_>>().join(","));
-        table.row(vec![
-            text(&w["id"]),
-            text(&w["hostname"]),
-            pairs(&w["labels"]),
-            teams,
-            text(&w["task_user"]),
-            text(&w["capacity"]),
-            text(&w["running"]),
-            text(&w["version"]),
-            text(&w["started_at"]),
-        ]);
-    }
-    out(&table.render())?;
-    let unmatched: Vec<String> = v["unmatched_jobs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|u| format!("{} (selector {})", text(&u["job"]), pairs(&u["selector"])))
-        .collect();
-    if !unmatched.is_empty() {
-        eprintln!("etcronctl: note: no live worker matches these jobs: {}", unmatched.join(", "));
-    }
-    Ok(())
 }
 
 /// A spec's schedule expressions in one line: `schedule`, or `schedules` joined with `; `.

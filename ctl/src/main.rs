@@ -19,6 +19,7 @@ mod jobs;
 mod notifications;
 mod sse;
 mod table;
+mod workers;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -370,9 +371,21 @@ enum ExecutionsCommand {
 
 #[derive(Debug, Subcommand)]
 enum WorkersCommand {
-    /// List live workers: id, host, labels, teams, capacity, running, version, up since.
+    /// List live workers: id, state (ready, cordoned, draining, drained), host, labels, teams,
+    /// capacity, running, version, up since.
     #[command(visible_alias = "list")]
     Ls,
+    /// Take a live worker out of the race for new runs; what runs on it goes on (global admin).
+    Cordon { id: String },
+    /// Cordon a live worker and report when nothing runs on it (global admin).
+    Drain {
+        id: String,
+        /// Wait until the worker is empty, at most this long (e.g. 10m); exit 5 if it is not.
+        #[arg(long, value_parser = parse_duration)]
+        wait: Option<Duration>,
+    },
+    /// Let a worker race for new runs again (global admin).
+    Uncordon { id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -508,7 +521,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             notifications::list(&client, &notifications::Filters { job, execution, event, limit }, json).await
         }
         Command::Whoami => jobs::whoami(&client, json).await,
-        Command::Workers(WorkersCommand::Ls) => jobs::workers(&client, json).await,
+        Command::Workers(WorkersCommand::Ls) => workers::list(&client, json).await,
+        Command::Workers(WorkersCommand::Cordon { id }) => workers::cordon(&client, &id, false, None, json).await,
+        Command::Workers(WorkersCommand::Drain { id, wait }) => workers::cordon(&client, &id, true, wait, json).await,
+        Command::Workers(WorkersCommand::Uncordon { id }) => workers::uncordon(&client, &id, json).await,
         Command::Calendars(CalendarsCommand::Ls) => calendars::list(&client, json).await,
         Command::Calendars(CalendarsCommand::Get { name }) => calendars::get(&client, &name, json).await,
         Command::Calendars(CalendarsCommand::Put { name, dates, ranges, timezone, description }) => {

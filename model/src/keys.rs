@@ -327,6 +327,8 @@ pub enum Key {
         job: String,
         id: String,
     },
+    /// An operator's cordon of a worker (see `Keys::cordon`).
+    Cordon(String),
 }
 
 /// `{job}/{tick}{part}`, plus `#{attempt}` after the first attempt: how claim and running
@@ -592,6 +594,16 @@ impl Keys {
     pub fn paused_prefix(&self) -> String {
         format!("{}/paused/", self.ns)
     }
+    /// An operator's cordon of worker `id` (`crate::stored::Cordon`): it races for nothing new.
+    /// No lease: it outlives the worker's restarts.
+    #[must_use]
+    pub fn cordon(&self, id: &str) -> String {
+        format!("{}/cordon/{id}", self.ns)
+    }
+    #[must_use]
+    pub fn cordon_prefix(&self) -> String {
+        format!("{}/cordon/", self.ns)
+    }
     /// A backfill of `job` (`crate::backfill::Backfill`).
     #[must_use]
     pub fn backfill(&self, job: &str, id: &str) -> String {
@@ -634,6 +646,7 @@ impl Keys {
         match kind {
             "jobs" if job_ok(rest) => Some(Key::Job(rest.to_owned())),
             "workers" if validate_id(rest).is_ok() => Some(Key::Worker(rest.to_owned())),
+            "cordon" if validate_id(rest).is_ok() => Some(Key::Cordon(rest.to_owned())),
             "state" if job_ok(rest) => Some(Key::State(rest.to_owned())),
             "health" if job_ok(rest) => Some(Key::Health(rest.to_owned())),
             "paused" if job_ok(rest) => Some(Key::Paused(rest.to_owned())),
@@ -948,6 +961,7 @@ mod tests {
                 (job_name(), part()).prop_map(|(job, part)| Key::Lock { job, part }),
                 job_name().prop_map(Key::Calendar),
                 (job_name(), id()).prop_map(|(job, id)| Key::Backfill { job, id }),
+                id().prop_map(Key::Cordon),
             ]
         }
 
@@ -968,6 +982,7 @@ mod tests {
                 Key::Lock { job, part } => keys.lock(job, part),
                 Key::Calendar(name) => keys.calendar(name),
                 Key::Backfill { job, id } => keys.backfill(job, id),
+                Key::Cordon(id) => keys.cordon(id),
             }
         }
 
@@ -998,6 +1013,7 @@ mod tests {
         fn near_key() -> impl Strategy<Value = Vec<u8>> {
             let kind = prop::sample::select(vec![
                 "jobs", "workers", "claims", "running", "kill", "trigger", "state", "health", "lock", "paused",
+                "cordon",
             ]);
             let piece = "[a-z0-9@#:+_./-]{0,6}|0[0-9]{1,3}|\\+[0-9]{1,3}|manual-|dep-|:shard-|:worker-|#|@|all";
             let rest = proptest::collection::vec(piece, 0..8).prop_map(|p| p.concat());

@@ -416,6 +416,32 @@ pub struct Pause {
     pub execution_id: Option<String>,
 }
 
+/// `{ns}/cordon/{worker}`: an operator took the worker out of the race for new runs (the API's
+/// cordon and drain). Like a pause, the key's existence is the cordon: `{}` written by hand is
+/// a cordon by someone unknown, and a value that does not parse still cordons the worker.
+/// No lease: it outlives the worker's restarts until uncordoned.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cordon {
+    /// `true`: drained — the operator waits for its runs to end (the API says when it is
+    /// empty); the worker treats both the same.
+    #[serde(default)]
+    pub drain: bool,
+    /// Who cordoned the worker (the API caller's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<UnixMs>,
+}
+
+impl Cordon {
+    /// A stored value; one that does not parse is a cordon by someone unknown (fail safe: what
+    /// was meant as a cordon never races).
+    #[must_use]
+    pub fn from_stored(value: &[u8]) -> Self {
+        serde_json::from_slice(value).unwrap_or_default()
+    }
+}
+
 /// `{ns}/history/{job}/{entry}`: one saved version of a job's spec, written in the transaction
 /// that saved it (its key's create revision is the spec's revision), secrets withheld.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

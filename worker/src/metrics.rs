@@ -131,7 +131,7 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     ),
     not_raced: counter_vec(
         "etcron_worker_fires_not_raced_total",
-        "Fires this worker did not race for, by reason (selector, capacity, no_lease, late).",
+        "Fires this worker did not race for, by reason (cordoned, selector, run_as, team, capacity, no_lease, late).",
         &["reason"],
     ),
     claims: counter_vec(

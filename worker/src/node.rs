@@ -285,7 +285,7 @@ struct Running {
     all_stop: watch::Sender<bool>,
 }
 
-/// Starts the mirrors of etcd (workers and their departures, claims, kills; jobs, run
+/// Starts the mirrors of etcd (workers and their departures, cordons, claims, kills; jobs, run
 /// requests, pauses and calendars for the scheduler), the session supervisor and the scheduler.
 fn start_watches(
     ctx: &Arc<Context>,
@@ -301,6 +301,9 @@ fn start_watches(
     etcron_common::task::spawn(mirror(client.clone(), keys.workers_prefix(), "workers", workers_tx, all_stop.clone()));
     let (departures_tx, mut departures) = mpsc::unbounded_channel();
     etcron_common::task::spawn(ctx.members.clone().follow(keys.clone(), workers_rx, departures_tx));
+    let (cordons_tx, cordons_rx) = mpsc::channel(64);
+    etcron_common::task::spawn(mirror(client.clone(), keys.cordon_prefix(), "cordon", cordons_tx, all_stop.clone()));
+    etcron_common::task::spawn(ctx.members.clone().follow_cordons(keys.clone(), cordons_rx));
     let lost_ctx = ctx.clone();
     etcron_common::task::spawn(async move {
         // Our own departures too: a session of ours that expired (paused, cut off) or a dead

@@ -215,7 +215,7 @@ pub(super) async fn list_jobs(
         wanted = Some(query::team(key, value)?);
     }
     let teams = scope.teams(wanted.as_deref());
-    let (resp, workers, pauses) = tokio::try_join!(all_jobs(&st), live_workers(&st), all_pauses(&st))?;
+    let (resp, workers, pauses) = tokio::try_join!(all_jobs(&st), super::workers::open_workers(&st), all_pauses(&st))?;
     let since = now_ms() - 86_400_000;
     let summaries = tokio::time::timeout(SUMMARY_TIMEOUT, st.store.summaries(since, None, teams.as_deref())).await;
     let (summaries, records) = match summaries {
@@ -259,7 +259,7 @@ pub(super) async fn get_job(
     // answer waits for the slower of the two, not for both in turn. The summary is only shown
     // once the job's read allowed it.
     let job = async {
-        let workers = live_workers(&st).await?;
+        let workers = super::workers::open_workers(&st).await?;
         let (item, pause) = read_job(&st, &name, &scope).await?;
         Ok::<_, ApiError>(view(
             name.clone(),

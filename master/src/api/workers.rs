@@ -1,15 +1,17 @@
-//! `GET /api/workers`: the live workers, what each runs, and the jobs no worker matches. Every
-//! caller sees the workers; of the executions they run and the unmatched jobs, only those of
-//! the jobs it sees.
+//! `GET /api/workers`: the live workers, what each runs, its cordon, and the jobs no worker
+//! that is not cordoned matches. Every caller sees the workers; of the executions they run and
+//! the unmatched jobs, only those of the jobs it sees. `POST /api/workers/{id}/cordon|drain|uncordon`
+//! (a global admin's): the `{ns}/cordon/{id}` key that takes a worker out of the race for new
+//! runs, and what is still running on it.
 
 use std::collections::BTreeMap;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::Json;
 use etcd_client::GetOptions;
-use etcron_model::keys::Key;
+use etcron_model::keys::{validate_id, Key};
 use etcron_model::spec::JobSpec;
-use etcron_model::stored::RunningExecution;
+use etcron_model::stored::{Cordon, RunningExecution, WorkerInfo};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -19,6 +21,26 @@ use crate::error::ApiError;
 use crate::error::{etcd, ApiResult};
 
 use super::jobs::{all_jobs, eligible, live_workers};
+
+/// Every cordon (`{ns}/cordon/`), by worker id: of live workers, and of workers gone since.
+pub(super) async fn all_cordons(st: &AppState) -> ApiResult<BTreeMap<String, Cordon>> {
+    let mut kv = st.client.kv_client();
+    let resp = etcd("list_cordons", kv.get(st.keys.cordon_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|item| match st.keys.parse(item.key()) {
+            Some(Key::Cordon(id)) => Some((id, Cordon::from_stored(item.value()))),
+            _ => None,
+        })
+        .collect())
+}
+
+/// The live workers that race for new runs: those not cordoned.
+pub(super) async fn open_workers(st: &AppState) -> ApiResult<Vec<(String, WorkerInfo)>> {
+    let (workers, cordons) = tokio::try_join!(live_workers(st), all_cordons(st))?;
+    Ok(workers.into_iter().filter(|(id, _)| !cordons.contains_key(id)).collect())
+}
 
 #[derive(Debug, Serialize)]
 pub(super) struct RunningView {
@@ -38,7 +60,9 @@ pub(super) async fn list_workers(
         let mut kv = st.client.kv_client();
         etcd("list_running", kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await
     };
-    let (workers, running, jobs) = tokio::try_join!(live_workers(&st), running, all_jobs(&st))?;
+    let (workers, running, jobs, cordons) =
+        tokio::try_join!(live_workers(&st), running, all_jobs(&st), all_cordons(&st))?;
+    let open: Vec<(String, WorkerInfo)> = workers.iter().filter(|(id, _)| !cordons.contains_key(id)).cloned().collect();
     // The jobs the caller sees (a running execution of a job deleted meanwhile has no team to
     // tell: it is for global roles).
     let visible: std::collections::HashSet<String> = jobs
@@ -78,7 +102,7 @@ pub(super) async fn list_workers(
         if !sees(&name) {
             continue;
         }
-        if eligible(&workers, &spec) == 0 {
+        if eligible(&open, &spec) == 0 {
             let mut job = json!({ "job": name, "selector": spec.selector });
             if let Some(user) = spec.run_as_user() {
                 job["user"] = json!(user);
@@ -98,7 +122,97 @@ pub(super) async fn list_workers(
         }
         value["running_executions"] =
             serde_json::to_value(by_worker.remove(&id).unwrap_or_default()).unwrap_or(Value::Null);
+        if let Some(cordon) = cordons.get(&id) {
+            value["cordon"] = cordon_view(cordon, &info, &running_of(&running, &st, &id));
+        }
         out.push(value);
     }
     Ok(Json(json!({ "workers": out, "unmatched_jobs": unmatched })))
+}
+
+/// The running markers of worker `id` (runs past 1 s), whoever's jobs they are.
+fn running_of(running: &etcd_client::GetResponse, st: &AppState, id: &str) -> Vec<String> {
+    running
+        .kvs()
+        .iter()
+        .filter_map(|item| {
+            let Some(Key::Running(execution)) = st.keys.parse(item.key()) else { return None };
+            let r = RunningExecution::from_stored(execution.clone(), item.value(), item.create_revision())?;
+            (r.worker_id == id).then(|| execution.to_string())
+        })
+        .collect()
+}
+
+/// A cordon as the API shows it: the state, who and when, and for a drain whether the worker
+/// is empty — its registration counts no running task and no running marker names it (the
+/// count is at most 2 s old: the worker publishes it on change, every 2 s).
+fn cordon_view(cordon: &Cordon, info: &WorkerInfo, markers: &[String]) -> Value {
+    let mut view = json!({
+        "state": if cordon.drain { "draining" } else { "cordoned" },
+        "running": info.running,
+        "empty": info.running == 0 && markers.is_empty(),
+    });
+    if let Some(by) = &cordon.by {
+        view["by"] = json!(by);
+    }
+    if let Some(at_ms) = cordon.at_ms {
+        view["at"] = json!(etcron_model::rfc3339_ms(at_ms));
+    }
+    view
+}
+
+/// What `POST /api/workers/{id}/…` acts on: the id checked, its registration (`None`: not live).
+async fn target(st: &AppState, id: &str) -> ApiResult<Option<WorkerInfo>> {
+    validate_id(id).map_err(|e| ApiError::bad_request("id".to_owned(), format!("worker {e}")))?;
+    let mut kv = st.client.kv_client();
+    let resp = etcd("get_worker", kv.get(st.keys.worker(id), None)).await?;
+    Ok(resp.kvs().first().and_then(|item| serde_json::from_slice::<WorkerInfo>(item.value()).ok()))
+}
+
+/// `POST /api/workers/{id}/cordon`: the live worker races for nothing new; what runs on it goes
+/// on. 404 for a worker that is not live.
+pub(super) async fn cordon(
+    st: State<AppState>,
+    id: Path<String>,
+    scope: axum::Extension<Scope>,
+) -> ApiResult<Json<Value>> {
+    set_cordon(st, id, scope, false).await
+}
+
+/// `POST /api/workers/{id}/drain`: a cordon that the operator waits out — the answer (and the
+/// worker in `GET /api/workers`) says whether it is empty yet.
+pub(super) async fn drain(
+    st: State<AppState>,
+    id: Path<String>,
+    scope: axum::Extension<Scope>,
+) -> ApiResult<Json<Value>> {
+    set_cordon(st, id, scope, true).await
+}
+
+async fn set_cordon(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    axum::Extension(scope): axum::Extension<Scope>,
+    drain: bool,
+) -> ApiResult<Json<Value>> {
+    let Some(info) = target(&st, &id).await? else {
+        return Err(ApiError::not_found(format!("no live worker {id:?} (GET /api/workers lists them)")));
+    };
+    let cordon = Cordon { drain, by: Some(scope.caller.name.clone()), at_ms: Some(etcron_model::now_ms()) };
+    let value = serde_json::to_vec(&cordon).map_err(|e| ApiError::internal(&e))?;
+    let mut kv = st.client.kv_client();
+    etcd("cordon_put", kv.put(st.keys.cordon(&id), value, None)).await?;
+    let running = etcd("list_running", kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await?;
+    Ok(Json(json!({ "id": id, "cordon": cordon_view(&cordon, &info, &running_of(&running, &st, &id)) })))
+}
+
+/// `POST /api/workers/{id}/uncordon`: the worker races again. Also clears the cordon of a
+/// worker gone since; 404 when the worker is neither live nor cordoned.
+pub(super) async fn uncordon(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let live = target(&st, &id).await?;
+    let resp = etcd("cordon_delete", st.client.kv_client().delete(st.keys.cordon(&id), None)).await?;
+    if live.is_none() && resp.deleted() == 0 {
+        return Err(ApiError::not_found(format!("no live or cordoned worker {id:?} (GET /api/workers lists them)")));
+    }
+    Ok(Json(json!({ "id": id, "was_cordoned": resp.deleted() > 0 })))
 }

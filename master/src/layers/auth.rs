@@ -261,12 +261,12 @@ pub fn required_role(method: &Method, path: &str) -> Role {
 
 /// Routes about the whole cluster rather than some team's jobs, which need the role as a
 /// global role: the token list, the master's metrics (they name every job), etcd's members
-/// (their addresses) and changes to the shared skip calendars. Every other route is open to a role held on any team, and shows or
+/// (their addresses), changes to the shared skip calendars and cordons of workers. Every other route is open to a role held on any team, and shows or
 /// touches only what the caller's teams hold.
 #[must_use]
 pub fn global_only(method: &Method, path: &str) -> bool {
     matches!(path, "/api/auth/tokens" | "/metrics" | "/api/cluster/etcd")
-        || (path.starts_with("/api/calendars/") && is_mutation(method))
+        || ((path.starts_with("/api/calendars/") || path.starts_with("/api/workers/")) && is_mutation(method))
 }
 
 fn error(status: StatusCode, code: &'static str, message: String) -> ApiError {
@@ -498,6 +498,8 @@ mod tests {
         assert!(global_only(&M::PUT, "/api/calendars/h") && global_only(&M::DELETE, "/api/calendars/h"));
         assert!(!global_only(&M::GET, "/api/calendars/h") && !global_only(&M::GET, "/api/calendars"));
         assert!(!global_only(&M::PUT, "/api/jobs/a") && !global_only(&M::GET, "/api/workers"));
+        assert!(global_only(&M::POST, "/api/workers/w1/cordon") && global_only(&M::POST, "/api/workers/w1/uncordon"));
+        assert_eq!(required_role(&M::POST, "/api/workers/w1/drain"), Role::Admin);
     }
 
     #[test]

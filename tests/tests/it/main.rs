@@ -35,13 +35,14 @@ mod faults {
     mod watch;
 }
 
-/// What jobs do: schedules and their shapes, concurrency, retries, tasks of every kind, alerts, notifications, pauses, backfills, the console.
+/// What jobs do: schedules and their shapes, concurrency, retries, tasks of every kind, alerts, notifications, pauses, backfills, cordons, the console.
 mod features {
     mod alerts;
     mod async_http;
     mod backfill;
     mod burst;
     mod calendars;
+    mod cordon;
     mod etcd_security;
     mod grpc;
     mod kill;

@@ -1,7 +1,7 @@
-//! The worker's view of the cluster: its own registration under the session lease, and the set
-//! of live workers (from `{ns}/workers/`) used to order the race for each tick.
+//! The worker's view of the cluster: the live workers (from `{ns}/workers/`) and the cordoned
+//! ones (from `{ns}/cordon/`), which order the race for each tick.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
 use etcron_model::keys::{Key, Keys};
@@ -10,28 +10,44 @@ use tokio::sync::mpsc;
 
 use crate::cluster::watcher::{Kv, Mirror, Update};
 
-/// Live workers by id, kept current by a mirror of `{ns}/workers/`.
+/// Live workers by id, kept current by a mirror of `{ns}/workers/`, and the cordoned workers'
+/// ids, by a mirror of `{ns}/cordon/`.
 #[derive(Debug, Default, Clone)]
 pub struct Members {
     inner: Arc<RwLock<BTreeMap<String, WorkerInfo>>>,
+    cordoned: Arc<RwLock<BTreeSet<String>>>,
 }
 
 impl Members {
-    /// Rank of `me` for `tick_key` among live workers by rendezvous hashing weighted by load
-    /// ([`placement_score`]): 0 for the worker that should claim first. A worker not (yet) in
-    /// the list ranks 0 too. Every worker ranks from the same registrations (the load each
-    /// published, at most `REGISTRATION_REFRESH` old), so they agree on the order.
+    /// Rank of `me` for `tick_key` among live workers: the cordoned after all the others, each
+    /// part ordered by rendezvous hashing weighted by load ([`placement_score`]); 0 for the
+    /// worker that should claim first. A worker not (yet) in the list ranks 0 too. Every worker
+    /// ranks from the same registrations (the load each published, at most
+    /// `REGISTRATION_REFRESH` old) and cordons, so they agree on the order.
     #[must_use]
     pub fn rank(&self, me: &str, tick_key: &str) -> usize {
         let members = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let cordoned = self.cordoned.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(my_info) = members.get(me) else {
             return 0;
         };
-        let mine = (placement_score(me, my_info, tick_key), me);
-        members
-            .iter()
-            .filter(|(id, info)| id.as_str() != me && (placement_score(id, info, tick_key), id.as_str()) > mine)
-            .count()
+        let place = |id: &str, info: &WorkerInfo| (!cordoned.contains(id), placement_score(id, info, tick_key));
+        let mine = (place(me, my_info), me);
+        members.iter().filter(|(id, info)| id.as_str() != me && (place(id, info), id.as_str()) > mine).count()
+    }
+
+    /// Whether an operator cordoned worker `id` (or is draining it): it races for nothing new.
+    #[must_use]
+    pub fn cordoned(&self, id: &str) -> bool {
+        self.cordoned.read().unwrap_or_else(std::sync::PoisonError::into_inner).contains(id)
+    }
+
+    /// Applies mirror updates of `{ns}/cordon/` until the channel closes.
+    pub async fn follow_cordons(self, keys: Keys, mut rx: mpsc::Receiver<Update>) {
+        while let Some(update) = rx.recv().await {
+            let set = self.cordoned.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            update.apply(&mut Cordons { keys: &keys, set });
+        }
     }
 
     /// Why nobody claimed a tick of `spec` (its selector, its task's user, its team), from what
@@ -44,6 +60,8 @@ impl Members {
         let allowed: Vec<&WorkerInfo> =
             matching.iter().copied().filter(|w| etcron_model::stored::may_run_as(&w.run_as_users, user)).collect();
         let eligible: Vec<&WorkerInfo> = allowed.iter().copied().filter(|w| w.may_run(spec)).collect();
+        let cordoned = self.cordoned.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let open = eligible.iter().filter(|w| !cordoned.contains(&w.id)).count();
         let wanted = || selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
         if members.is_empty() {
             format!("not claimed within {}s: no live worker", after.as_secs())
@@ -60,6 +78,12 @@ impl Members {
             format!(
                 "not claimed within {}s: no live worker it matches runs {team} (workers bound to other teams; teams in the worker config)",
                 after.as_secs()
+            )
+        } else if open == 0 {
+            format!(
+                "not claimed within {}s: all {} eligible workers are cordoned (POST /api/workers/{{id}}/uncordon)",
+                after.as_secs(),
+                eligible.len()
             )
         } else if eligible.iter().all(|w| w.running >= w.capacity) {
             format!("not claimed within {}s: all {} eligible workers were at capacity", after.as_secs(), eligible.len())
@@ -129,6 +153,44 @@ impl Mirror for Registrations<'_> {
             self.seen.remove(&id);
             self.members.remove(&id);
             let _ = self.departures.send((id, Departed::At(mod_revision)));
+        }
+    }
+}
+
+/// The cordoned workers' ids, write-locked, as the mirror of `{ns}/cordon/`. A value that does
+/// not parse still cordons (the key's existence is the cordon).
+struct Cordons<'a> {
+    keys: &'a Keys,
+    set: std::sync::RwLockWriteGuard<'a, BTreeSet<String>>,
+}
+
+impl Cordons<'_> {
+    fn worker(&self, key: &[u8]) -> Option<String> {
+        match self.keys.parse(key) {
+            Some(Key::Cordon(id)) => Some(id),
+            _ => None,
+        }
+    }
+}
+
+impl Mirror for Cordons<'_> {
+    fn listed(&mut self, kvs: Vec<Kv>, revision: i64) {
+        *self.set = kvs.iter().filter_map(|kv| self.worker(&kv.key)).collect();
+        tracing::info!(cordoned = ?*self.set, revision, "cordoned workers listed");
+    }
+
+    fn put(&mut self, kv: Kv) {
+        if let Some(id) = self.worker(&kv.key) {
+            let cordon = etcron_model::stored::Cordon::from_stored(&kv.value);
+            tracing::info!(worker = %id, drain = cordon.drain, by = ?cordon.by, "worker cordoned: it races for nothing new");
+            self.set.insert(id);
+        }
+    }
+
+    fn deleted(&mut self, key: Vec<u8>, _mod_revision: i64) {
+        if let Some(id) = self.worker(&key) {
+            tracing::info!(worker = %id, "worker uncordoned");
+            self.set.remove(&id);
         }
     }
 }

@@ -108,6 +108,14 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         }
         return None;
     }
+    if ctx.members.cordoned(me) {
+        // Cordoned (or draining): nothing new, its own broadcast part included; the others
+        // rank it last, and the first of them watches for a miss.
+        tracing::debug!("this worker is cordoned: not racing");
+        METRICS.not_raced.with_label_values(&["cordoned"]).inc();
+        watch_for_miss(ctx, fire, rank, NotRaced::Selector);
+        return None;
+    }
     if let Some(why) = not_eligible(&ctx.config, &fire.spec) {
         tracing::trace!(why, "this worker may not run the job");
         METRICS.not_raced.with_label_values(&[why]).inc();

@@ -276,6 +276,23 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     assert!(out.stdout.lines().any(|l| l.starts_with("w1 ")), "{}", out.stdout);
     let out = ctl(&c, &["workers", "ls", "-o", "json"]).await.ok();
     assert_eq!(out.json()["workers"][0]["id"], "w1");
+    assert!(out.json()["workers"][0]["cordon"].is_null(), "{}", out.stdout);
+
+    // workers cordon / drain --wait / uncordon; the STATE column says which.
+    let state = |out: &Out| {
+        out.stdout.lines().find(|l| l.starts_with("w1 ")).map(|l| l.split_whitespace().nth(1).unwrap_or("").to_owned())
+    };
+    assert_eq!(state(&ctl(&c, &["workers", "ls"]).await.ok()).as_deref(), Some("ready"));
+    let out = ctl(&c, &["workers", "cordon", "w1"]).await.ok();
+    assert!(out.stdout.starts_with("worker w1 cordoned"), "{out:?}");
+    assert_eq!(state(&ctl(&c, &["workers", "ls"]).await.ok()).as_deref(), Some("cordoned"));
+    let out = ctl(&c, &["workers", "drain", "w1", "--wait", "30s"]).await.ok();
+    assert!(out.stdout.ends_with("worker w1 drained: nothing runs on it\n"), "{out:?}");
+    assert_eq!(state(&ctl(&c, &["workers", "ls"]).await.ok()).as_deref(), Some("drained"));
+    let out = ctl(&c, &["workers", "uncordon", "w1", "-o", "json"]).await.ok();
+    assert_eq!(out.json(), json!({"id": "w1", "was_cordoned": true}));
+    assert_eq!(state(&ctl(&c, &["workers", "ls"]).await.ok()).as_deref(), Some("ready"));
+    assert_eq!(ctl(&c, &["workers", "drain", "w7"]).await.code, 3, "an unknown worker is not found");
 
     // schedule preview: good and bad.
     let out = ctl(&c, &["schedule", "preview", "0 9 * * 1-5", "--timezone", "Asia/Tokyo", "--count", "3"]).await.ok();
@@ -745,6 +762,9 @@ async fn every_command_exits_with_the_documented_codes() -> anyhow::Result<()> {
         vec!["logs", "alpha"],
         vec!["logs", "alpha@1795309040000#1", "--follow"],
         vec!["workers", "ls"],
+        vec!["workers", "cordon", "w1"],
+        vec!["workers", "drain", "w1", "--wait", "1m"],
+        vec!["workers", "uncordon", "w1"],
         vec!["schedule", "preview", "0 9 * * *"],
         vec!["export"],
         vec!["import", &file],

@@ -319,3 +319,13 @@ async fn a_team_token_sees_its_teams_jobs_only_in_the_console() -> anyhow::Resul
     assert_eq!(c.get("/api/jobs/made-by-team-a").await?["spec"]["team"], "a");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn workers_are_drained_cordoned_and_uncordoned_from_the_workers_page() -> anyhow::Result<()> {
+    let c = Cluster::start("ui-workers", 2).await?;
+    browser("workers.mjs", &c.master.url, &c.logs)?;
+    screenshots(&c.logs, &["workers-drained.png"]);
+    let list = c.get("/api/workers").await?;
+    assert!(list["workers"].as_array().unwrap().iter().all(|w| w["cordon"].is_null()), "{list}");
+    Ok(())
+}

@@ -1,0 +1,59 @@
+// Browser test of the workers page, run by tests/tests/it/features/ui.rs with two live workers:
+// each row says its state; Drain, Cordon and Uncordon change it (as the API then says too).
+//   node workers.mjs <master url> <screenshot dir>
+import assert from "node:assert/strict";
+import path from "node:path";
+import { args, call, launch, open, waitRows } from "./lib.mjs";
+
+const { base, shots } = args("workers.mjs");
+const browser = await launch();
+
+/** The state word of worker `id`'s row, once it reads `want` (the page reloads after an action). */
+async function stateOf(page, id, want) {
+  const cell = page.locator(`tr[data-worker="${id}"] [data-state]`);
+  await page.waitForFunction(([sel, w]) => document.querySelector(sel)?.dataset.state === w,
+    [`tr[data-worker="${id}"] [data-state]`, want], { timeout: 20_000 });
+  return cell.innerText();
+}
+
+/** The cordon of worker `id` as the API shows it (null: ready). */
+async function cordonOf(id) {
+  const { body } = await call(base, "GET", "/api/workers");
+  return body.workers.find((w) => w.id === id).cordon ?? null;
+}
+
+try {
+  const { page, check } = await open(browser, base);
+  await waitRows(page, base, "#/workers", "tr[data-worker]", 2);
+  assert.equal(await stateOf(page, "w1", "ready"), "ready");
+
+  // Drain w1: nothing runs on it, so it is drained at once.
+  page.once("dialog", (d) => d.accept());
+  await page.getByRole("button", { name: "Drain w1" }).click();
+  assert.equal(await stateOf(page, "w1", "drained"), "drained");
+  assert.equal((await cordonOf("w1")).state, "draining");
+  assert.match(await page.locator('tr[data-worker="w1"]').innerText(), /by anonymous/);
+  await page.screenshot({ path: path.join(shots, "workers-drained.png"), fullPage: true });
+
+  // A dismissed confirm changes nothing; an accepted one cordons w2.
+  page.once("dialog", (d) => d.dismiss());
+  await page.getByRole("button", { name: "Cordon w2" }).click();
+  await page.waitForTimeout(500);
+  assert.equal(await cordonOf("w2"), null);
+  page.once("dialog", (d) => d.accept());
+  await page.getByRole("button", { name: "Cordon w2" }).click();
+  assert.equal(await stateOf(page, "w2", "cordoned"), "cordoned");
+  assert.equal((await cordonOf("w2")).state, "cordoned");
+
+  // Uncordon both.
+  await page.getByRole("button", { name: "Uncordon w1" }).click();
+  assert.equal(await stateOf(page, "w1", "ready"), "ready");
+  await page.getByRole("button", { name: "Uncordon w2" }).click();
+  assert.equal(await stateOf(page, "w2", "ready"), "ready");
+  assert.equal(await cordonOf("w1"), null);
+  assert.equal(await cordonOf("w2"), null);
+  check();
+  console.log("workers page: ok");
+} finally {
+  await browser.close();
+}
