@@ -32,7 +32,7 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo ">> building binaries"
-cargo build --workspace --bins --locked
+cargo build --workspace --bins --examples --locked
 
 echo ">> running tests"
 # cargo-nextest: every test in a process of its own; integration tests several at once, as many

@@ -197,12 +197,15 @@ pub struct TaskReports {
     /// The checkpoint this execution started from (a failover rerun of a lost one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_from: Option<crate::progress::Resumed>,
+    /// The JSON value a handler task returned (at most 64 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
 }
 
 impl TaskReports {
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.progress.is_none() && self.checkpoint.is_none() && self.resumed_from.is_none()
+        self.progress.is_none() && self.checkpoint.is_none() && self.resumed_from.is_none() && self.result.is_none()
     }
 }
 

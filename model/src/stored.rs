@@ -52,6 +52,10 @@ pub struct WorkerInfo {
     /// have settled dies with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsettled_from_ms: Option<UnixMs>,
+    /// The handlers this executor runs (an application embedding `etcron-sdk`): it races for
+    /// the jobs of those handler tasks only. Empty: a worker, which runs every other kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handlers: Vec<String>,
 }
 
 impl WorkerInfo {
@@ -62,12 +66,25 @@ impl WorkerInfo {
     }
 
     /// True when this worker may run `spec`: its labels match the selector, it allows the
-    /// task's user, and it serves the job's team.
+    /// task's user, it serves the job's team, and it runs the task's kind ([`runs_task`]).
     #[must_use]
     pub fn may_run(&self, spec: &JobSpec) -> bool {
         self.matches(&spec.selector)
             && may_run_as(&self.run_as_users, spec.run_as_user())
             && serves_team(&self.teams, spec.team.as_deref())
+            && runs_task(&self.handlers, spec.task.handler())
+    }
+}
+
+/// True when a process registering `handlers` runs a task naming `handler` (`None`: a shell,
+/// HTTP or gRPC task): an executor (handlers registered) runs its handlers' tasks only, and a
+/// worker (none) every other kind. An application embedding an executor never runs a shell
+/// command of the cluster's.
+#[must_use]
+pub fn runs_task(handlers: &[String], handler: Option<&str>) -> bool {
+    match handler {
+        Some(name) => handlers.iter().any(|h| h == name),
+        None => handlers.is_empty(),
     }
 }
 
@@ -600,6 +617,16 @@ impl ExecutionRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_executor_runs_its_handlers_only_and_a_worker_every_other_kind() {
+        let hot = ["hot-list".to_owned()];
+        assert!(runs_task(&hot, Some("hot-list")));
+        assert!(!runs_task(&hot, Some("other")), "a handler it did not register");
+        assert!(!runs_task(&hot, None), "an executor never runs a shell, HTTP or gRPC task");
+        assert!(runs_task(&[], None));
+        assert!(!runs_task(&[], Some("hot-list")), "a worker runs no handler");
+    }
 
     #[test]
     fn a_shared_worker_runs_every_job_and_a_bound_one_its_teams_only() {

@@ -92,6 +92,9 @@ pub struct Context {
     pub race_again: tokio::sync::mpsc::UnboundedSender<String>,
     /// Runs every task instead of the real ones: the simulation of the fire path only.
     pub simulated: Option<Arc<dyn crate::context::simulated::Tasks>>,
+    /// The handlers of the process embedding this worker (`etcron-sdk`), and their names.
+    pub handlers: Option<Arc<dyn crate::tasks::handler::Handlers>>,
+    pub handler_names: Vec<String>,
 }
 
 /// The newest tick whose claim by this worker moved each job's `{ns}/state/{job}` forward: a

@@ -58,6 +58,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let store = etcron_common::store::MongoStore::connect(&config.mongodb_uri, &config.mongodb_db)
         .await
         .context("mongodb_uri")?;
-    let parts = etcron_worker::node::Parts { client, session_client, store: Some(store), simulated: None };
+    let parts =
+        etcron_worker::node::Parts { client, session_client, store: Some(store), simulated: None, handlers: None };
     etcron_worker::node::run(config, parts, etcron_common::settings::shutdown_signal()).await
 }

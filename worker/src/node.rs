@@ -41,6 +41,9 @@ pub struct Parts {
     pub store: Option<MongoStore>,
     /// Runs every task instead of the real ones (the simulation).
     pub simulated: Option<Arc<dyn crate::context::simulated::Tasks>>,
+    /// The handlers of the process embedding this worker (`etcron-sdk`): it is then an
+    /// executor, racing for those handlers' jobs only.
+    pub handlers: Option<Arc<dyn crate::tasks::handler::Handlers>>,
 }
 
 /// Runs the worker until `shutdown` resolves, then drains it: no new ticks, running tasks get
@@ -50,8 +53,8 @@ pub struct Parts {
 /// # Errors
 /// When its data dir or its listeners cannot be opened.
 pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let Parts { client, session_client, store, simulated } = parts;
-    let built = build(&config, client, store, simulated).await?;
+    let Parts { client, session_client, store, simulated, handlers } = parts;
+    let built = build(&config, client, store, Runners { simulated, handlers }).await?;
     let ctx = built.ctx.clone();
     start_duties(&ctx, built.owed, built.previous_session).await?;
     let running = start_watches(&ctx, session_client, built.lease_tx, built.again);
@@ -96,7 +99,7 @@ impl Standalone {
     /// # Errors
     /// When the data dir or the listeners cannot be opened.
     pub async fn build(config: &Config, client: etcd_client::Client) -> anyhow::Result<Self> {
-        let built = build(config, client, None, None).await?;
+        let built = build(config, client, None, Runners { simulated: None, handlers: None }).await?;
         Ok(Self { ctx: built.ctx, lease: built.lease_tx, sink_stop: built.sink_stop, sink_task: built.sink_task })
     }
 
@@ -128,13 +131,19 @@ struct Built {
     sink_task: tokio::task::JoinHandle<()>,
 }
 
+/// What runs tasks besides the worker's own shell, HTTP and gRPC runners ([`Parts`]).
+struct Runners {
+    simulated: Option<Arc<dyn crate::context::simulated::Tasks>>,
+    handlers: Option<Arc<dyn crate::tasks::handler::Handlers>>,
+}
+
 /// Opens the worker's data dir (spool, provisional records, owed departures), starts its
 /// notifier, record sink and live-output listeners, and builds the shared [`Context`].
 async fn build(
     config: &Config,
     client: etcd_client::Client,
     store: Option<MongoStore>,
-    simulated: Option<Arc<dyn crate::context::simulated::Tasks>>,
+    Runners { simulated, handlers }: Runners,
 ) -> anyhow::Result<Built> {
     let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
     let dir = config.data_dir.display();
@@ -197,6 +206,8 @@ async fn build(
             token: endpoints.output_token,
         }),
         simulated,
+        handler_names: handlers.as_ref().map(|h| h.names()).unwrap_or_default(),
+        handlers,
         race_again,
         task_network: Arc::new(task_network(config, &endpoints.bound)),
     });
@@ -563,6 +574,7 @@ async fn register(
         task_network_allow: ctx.task_network.allowed(),
         teams: ctx.config.teams.clone(),
         unsettled_from_ms,
+        handlers: ctx.handler_names.clone(),
         task_user: Some(ctx.config.task_identity.describe()),
         capacity: ctx.config.capacity,
         running,

@@ -5,6 +5,7 @@
 
 pub mod child;
 pub mod grpc;
+pub mod handler;
 pub mod http;
 pub mod http_client;
 pub mod http_poll;

@@ -433,6 +433,7 @@ impl Cluster {
             session_client: self.etcd.client_as(who).await,
             store: None,
             simulated: Some(self.tasks.clone()),
+            handlers: None,
         };
         let config = worker_config(&format!("w{w}"), &self.data_dir(w));
         let mut stop = self.stop.clone();

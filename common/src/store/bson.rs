@@ -146,13 +146,14 @@ pub(super) fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
     d
 }
 
-/// What the task reported, as stored: `progress`, `checkpoint` and `resumed_from` as documents
+/// What the task reported, as stored: `progress`, `checkpoint`, `resumed_from` and `result` as documents
 /// (a value BSON cannot hold is left out).
 fn reports_document(d: &mut RawDocumentBuf, reports: &etcron_model::record::TaskReports) {
     let fields = [
         ("progress", reports.progress.as_ref().and_then(|p| mongodb::bson::to_bson(p).ok())),
         ("checkpoint", reports.checkpoint.as_ref().and_then(|c| mongodb::bson::to_bson(c).ok())),
         ("resumed_from", reports.resumed_from.as_ref().and_then(|r| mongodb::bson::to_bson(r).ok())),
+        ("result", reports.result.as_ref().and_then(|r| mongodb::bson::to_bson(r).ok())),
     ];
     for (key, value) in fields {
         if let Some(raw) = value.and_then(|v| mongodb::bson::RawBson::try_from(v).ok()) {
@@ -168,6 +169,7 @@ fn reports_of(d: &Document) -> etcron_model::record::TaskReports {
         progress: json("progress").and_then(|v| serde_json::from_value(v).ok()),
         checkpoint: json("checkpoint"),
         resumed_from: json("resumed_from").and_then(|v| serde_json::from_value(v).ok()),
+        result: json("result"),
     }
 }
 

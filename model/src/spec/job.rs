@@ -176,6 +176,25 @@ pub enum Task {
     Shell(ShellTask),
     Http(HttpTask),
     Grpc(GrpcTask),
+    Handler(HandlerTask),
+}
+
+/// A function of an application that embeds an executor (`etcron-sdk`) or of a remote executor,
+/// registered under `name`: only executors that registered it race for the job's ticks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerTask {
+    /// The handler's name, as the executor registered it (`[A-Za-z0-9][A-Za-z0-9._-]{0,127}`).
+    pub name: String,
+    /// Values handed to the handler (`ctx.env()`), as a shell task's environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Values the API never shows, as `secret_env`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_env: Secrets,
+    /// The values a manual run may set (`crate::spec::params`), as a shell task's.
+    #[serde(default, skip_serializing_if = "Params::is_empty")]
+    pub params: Params,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -238,6 +257,7 @@ impl Task {
             Task::Shell(t) => ("task.secret_env", &mut t.secret_env),
             Task::Http(t) => ("task.secret_headers", &mut t.secret_headers),
             Task::Grpc(t) => ("task.secret_metadata", &mut t.secret_metadata),
+            Task::Handler(t) => ("task.secret_env", &mut t.secret_env),
         }
     }
 
@@ -248,6 +268,7 @@ impl Task {
             Task::Shell(t) => ("task.secret_env", &t.secret_env),
             Task::Http(t) => ("task.secret_headers", &t.secret_headers),
             Task::Grpc(t) => ("task.secret_metadata", &t.secret_metadata),
+            Task::Handler(t) => ("task.secret_env", &t.secret_env),
         }
     }
 
@@ -255,22 +276,32 @@ impl Task {
         self.secrets_field().1
     }
 
-    /// The kind as specs write it: `shell`, `http`, `grpc`.
+    /// The kind as specs write it: `shell`, `http`, `grpc`, `handler`.
     #[must_use]
     pub fn kind(&self) -> &'static str {
         match self {
             Task::Shell(_) => "shell",
             Task::Http(_) => "http",
             Task::Grpc(_) => "grpc",
+            Task::Handler(_) => "handler",
+        }
+    }
+
+    /// The handler a `handler` task names: only executors that registered it run the job.
+    #[must_use]
+    pub fn handler(&self) -> Option<&str> {
+        match self {
+            Task::Handler(h) => Some(&h.name),
+            _ => None,
         }
     }
 
     /// Where an HTTP or gRPC task sends its requests (its URL or endpoint): the secrets kept for
-    /// it go there only. `None` for shell tasks.
+    /// it go there only. `None` for shell and handler tasks.
     #[must_use]
     pub fn destination_url(&self) -> Option<&str> {
         match self {
-            Task::Shell(_) => None,
+            Task::Shell(_) | Task::Handler(_) => None,
             Task::Http(h) => Some(&h.url),
             Task::Grpc(g) => Some(&g.endpoint),
         }
@@ -371,7 +402,7 @@ impl JobSpec {
     pub fn run_as_user(&self) -> Option<&str> {
         match &self.task {
             Task::Shell(shell) => shell.user.as_deref(),
-            Task::Http(_) | Task::Grpc(_) => None,
+            Task::Http(_) | Task::Grpc(_) | Task::Handler(_) => None,
         }
     }
 

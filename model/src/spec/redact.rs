@@ -39,7 +39,7 @@ impl JobSpec {
     pub fn withholds_secrets(&self) -> bool {
         let shown_password = match &self.task {
             Task::Http(h) => crate::spec::headers::shows_password(&h.url),
-            Task::Shell(_) | Task::Grpc(_) => false,
+            Task::Shell(_) | Task::Grpc(_) | Task::Handler(_) => false,
         } || self
             .notify
             .iter()

@@ -30,6 +30,30 @@ fn field_of(json: &str) -> Option<String> {
 const MINIMAL: &str = r#"{"schedule":"* * * * *","task":{"kind":"shell","command":"true"}}"#;
 
 #[test]
+fn handler_tasks_name_a_handler_and_take_values_secrets_and_params() {
+    let spec = parse(
+        r#"{"schedule":"@hourly","task":{"kind":"handler","name":"hot-list","env":{"REGION":"eu"},"secret_env":{"KEY":"s"},"params":{"DATE":{}}}}"#,
+    )
+    .unwrap();
+    assert_eq!(spec.task.kind(), "handler");
+    assert_eq!(spec.task.handler(), Some("hot-list"));
+    assert_eq!(spec.task.destination_url(), None);
+    let shown = super::redacted_json(serde_json::to_value(&spec).unwrap());
+    assert_eq!(shown["task"]["secret_env"]["KEY"], serde_json::Value::Null, "{shown}");
+    for (bad, field) in [
+        (r#"{"kind":"handler","name":"-x"}"#, "task.name"),
+        (r#"{"kind":"handler","name":""}"#, "task.name"),
+        (r#"{"kind":"handler"}"#, "task.name"),
+        (r#"{"kind":"handler","name":"h","command":"true"}"#, "task.command"),
+        (r#"{"kind":"handler","name":"h","env":{"A":"1"},"secret_env":{"A":"2"}}"#, "task.secret_env.A"),
+        (r#"{"kind":"handler","name":"h","params":{"A":{}},"env":{"A":"1"}}"#, "task.params.A"),
+    ] {
+        let json = format!(r#"{{"schedule":"@hourly","task":{bad}}}"#);
+        assert_eq!(field_of(&json).as_deref(), Some(field), "{bad}");
+    }
+}
+
+#[test]
 fn defaults_fill_what_is_left_out() {
     let spec = parse(MINIMAL).unwrap();
     assert_eq!(spec.timezone, "UTC");

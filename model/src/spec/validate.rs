@@ -27,6 +27,7 @@ impl JobSpec {
             Task::Shell(shell) => validate_shell(shell)?,
             Task::Http(http) => validate_http(http)?,
             Task::Grpc(grpc) => crate::spec::grpc::validate(grpc)?,
+            Task::Handler(handler) => validate_handler(handler)?,
         }
         self.validate_timing()?;
         self.validate_skip_calendars()?;
@@ -190,6 +191,23 @@ pub fn validate_name(name: &str) -> Result<(), SpecError> {
     validate_job_name(name).map_err(|m| SpecError::at("name", m))
 }
 
+fn validate_handler(handler: &crate::spec::job::HandlerTask) -> Result<(), SpecError> {
+    crate::keys::validate_id(&handler.name)
+        .map_err(|e| SpecError::at("task.name", format!("a handler name: {}", e.replace("id ", ""))))?;
+    validate_map("task.env", &handler.env, env_key_ok)?;
+    validate_secrets("task.secret_env", &handler.secret_env, env_key_ok, handler.env.len())?;
+    let names: Vec<(&str, &String)> = handler
+        .env
+        .keys()
+        .map(|k| ("task.env", k))
+        .chain(handler.secret_env.keys().map(|k| ("task.secret_env", k)))
+        .collect();
+    if let Some(k) = handler.secret_env.keys().find(|k| handler.env.contains_key(*k)) {
+        return Err(SpecError::at(&format!("task.secret_env.{k}"), "is also in task.env; give each value once"));
+    }
+    crate::spec::params::validate(&handler.params, &names)
+}
+
 fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
     if shell.command.trim().is_empty() {
         return Err(SpecError::at("task.command", "must not be empty"));
@@ -318,7 +336,11 @@ fn validate_limits(limits: &Limits, task: &Task, max_output: Option<u64>) -> Res
                     field,
                     format!(
                         "applies to shell tasks only (an {} task runs inside the worker); use timeout and limits.output",
-                        if matches!(task, Task::Grpc(_)) { "gRPC" } else { "HTTP" }
+                        match task {
+                            Task::Grpc(_) => "gRPC",
+                            Task::Handler(_) => "handler",
+                            _ => "HTTP",
+                        }
                     ),
                 ));
             }

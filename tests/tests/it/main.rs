@@ -58,6 +58,7 @@ mod features {
     mod run_params;
     mod schedule_shape;
     mod scheduling;
+    mod sdk;
     mod semantics;
     mod task_isolation;
     mod ui;

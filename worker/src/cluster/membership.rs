@@ -59,6 +59,11 @@ impl Members {
         let matching: Vec<&WorkerInfo> = members.values().filter(|w| w.matches(selector)).collect();
         let allowed: Vec<&WorkerInfo> =
             matching.iter().copied().filter(|w| etcron_model::stored::may_run_as(&w.run_as_users, user)).collect();
+        let serving: Vec<&WorkerInfo> = allowed
+            .iter()
+            .copied()
+            .filter(|w| etcron_model::stored::serves_team(&w.teams, spec.team.as_deref()))
+            .collect();
         let eligible: Vec<&WorkerInfo> = allowed.iter().copied().filter(|w| w.may_run(spec)).collect();
         let cordoned = self.cordoned.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let open = eligible.iter().filter(|w| !cordoned.contains(&w.id)).count();
@@ -73,6 +78,15 @@ impl Members {
                 after.as_secs(),
                 user.unwrap_or_default()
             )
+        } else if !serving.is_empty() && eligible.is_empty() {
+            match spec.task.handler() {
+                Some(name) => format!("not claimed within {}s: no live executor has handler {name:?}", after.as_secs()),
+                None => format!(
+                    "not claimed within {}s: no live worker it matches runs {} tasks (only executors of handlers are live)",
+                    after.as_secs(),
+                    spec.task.kind()
+                ),
+            }
         } else if eligible.is_empty() {
             let team = spec.team.as_deref().map_or_else(|| "jobs without a team".to_owned(), |t| format!("team {t:?}"));
             format!(
@@ -327,6 +341,7 @@ mod tests {
                 teams: Vec::new(),
                 task_user: None,
                 unsettled_from_ms: None,
+                handlers: Vec::new(),
             };
             m.inner.write().unwrap().insert((*id).to_owned(), info);
         }
@@ -350,6 +365,33 @@ mod tests {
             let n = firsts[id];
             assert!((700..=1300).contains(&n), "{id} ranked first {n} times of 3000");
         }
+    }
+
+    #[test]
+    fn cordoned_workers_rank_last_and_a_tick_nobody_may_take_says_why() {
+        let m = members(&["a", "b", "c"]);
+        m.cordoned.write().unwrap().insert("b".to_owned());
+        for tick in 0..200 {
+            let key = format!("job/{tick}");
+            assert_eq!(m.rank("b", &key), 2, "the cordoned one last for {key}");
+            let mut open = [m.rank("a", &key), m.rank("c", &key)];
+            open.sort_unstable();
+            assert_eq!(open, [0, 1]);
+        }
+        let spec = |task: &str| {
+            etcron_model::spec::JobSpec::from_json(format!(r#"{{"schedule":"@hourly","task":{task}}}"#).as_bytes())
+                .unwrap()
+        };
+        let after = std::time::Duration::from_secs(5);
+        let handler = spec(r#"{"kind":"handler","name":"hot-list"}"#);
+        assert!(m.miss_reason(&handler, after).contains(r#"no live executor has handler "hot-list""#));
+        m.cordoned.write().unwrap().extend(["a".to_owned(), "c".to_owned()]);
+        let shell = spec(r#"{"kind":"shell","command":"true"}"#);
+        assert!(
+            m.miss_reason(&shell, after).contains("all 3 eligible workers are cordoned"),
+            "{}",
+            m.miss_reason(&shell, after)
+        );
     }
 
     #[test]

@@ -116,7 +116,7 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         watch_for_miss(ctx, fire, rank, NotRaced::Selector);
         return None;
     }
-    if let Some(why) = not_eligible(&ctx.config, &fire.spec) {
+    if let Some(why) = not_eligible(&ctx.config, &ctx.handler_names, &fire.spec) {
         tracing::trace!(why, "this worker may not run the job");
         METRICS.not_raced.with_label_values(&[why]).inc();
         watch_for_miss(ctx, fire, rank, NotRaced::Selector);
@@ -159,8 +159,16 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
 
 /// Why this worker does not race for a job's ticks at all (the metric's reason), or `None`
 /// when it may: its labels miss the job's selector, the task runs as a user this worker does
-/// not allow, or the worker is bound to teams the job is not of.
-fn not_eligible(config: &crate::config::Config, spec: &etcron_model::spec::JobSpec) -> Option<&'static str> {
+/// not allow, the worker is bound to teams the job is not of, or it does not run the task's
+/// kind (a handler it has not registered; any other kind on an executor).
+fn not_eligible(
+    config: &crate::config::Config,
+    handlers: &[String],
+    spec: &etcron_model::spec::JobSpec,
+) -> Option<&'static str> {
+    if !etcron_model::stored::runs_task(handlers, spec.task.handler()) {
+        return Some("handler");
+    }
     if !labels_match(&config.labels, &spec.selector) {
         return Some("selector");
     }

@@ -111,6 +111,29 @@ pub(crate) async fn execute(
             let live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker), Lines::Ignored);
             http::run_http(job, live.output(), stop).await
         }
+        Task::Handler(handler) => {
+            drop(pid_tx);
+            let Some(handlers) = ctx.handlers.clone() else {
+                return Finished::not_started(Ending::SpawnFailed(format!(
+                    "this worker runs no handlers (handler {:?} is for executors that registered it)",
+                    handler.name
+                )));
+            };
+            let params = match etcron_model::spec::params::run_env(&handler.params, &fire.params.env) {
+                Ok(params) => params,
+                Err(e) => {
+                    let field = e.field.unwrap_or_default();
+                    crate::metrics::METRICS.runs_refused.with_label_values(&["run_params"]).inc();
+                    return Finished::not_started(Ending::SpawnFailed(format!(
+                        "run parameter refused: {field}: {}",
+                        e.message
+                    )));
+                }
+            };
+            let live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker.clone()), Lines::Ignored);
+            let job = handler_job(ctx, fire, handler, params, fencing_token, &reporting, live.output());
+            crate::tasks::handler::run_handler(handlers.as_ref(), job, &live.output(), stop).await
+        }
         Task::Grpc(grpc) => {
             drop(pid_tx);
             let job = grpc_job(ctx, fire, grpc, fencing_token, &reporting, max_output);
@@ -118,6 +141,41 @@ pub(crate) async fn execute(
             let _live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker), Lines::Ignored);
             grpc::run_grpc(job, stop).await
         }
+    }
+}
+
+/// A handler's call: the execution, its values (the task's `env` and `secret_env`, then the run's
+/// parameters), the checkpoint it resumes from, and its reports.
+fn handler_job(
+    ctx: &Context,
+    fire: &Fire,
+    handler: &etcron_model::spec::HandlerTask,
+    params: std::collections::BTreeMap<String, String>,
+    fencing_token: i64,
+    reporting: &Reporting<'_>,
+    output: Arc<crate::tasks::live_output::LiveOutput>,
+) -> crate::tasks::handler::HandlerJob {
+    let mut env = handler.env.clone();
+    env.extend(handler.secret_env.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))));
+    env.extend(params);
+    let (reports, cancel, cancelled) = crate::tasks::handler::reports(reporting.tracker.clone(), output);
+    let call = crate::tasks::handler::Call {
+        name: handler.name.clone(),
+        execution_id: fire.id.to_string(),
+        job: fire.id.job.clone(),
+        scheduled_ms: fire.id.tick.scheduled_ms(),
+        attempt: fire.id.attempt,
+        fencing_token,
+        env,
+        checkpoint: reporting.resumed.map(|r| r.checkpoint.clone()),
+        reports,
+        cancelled,
+    };
+    crate::tasks::handler::HandlerJob {
+        call,
+        cancel,
+        timeout: fire.spec.timeout.map(|t| t.0),
+        kill_grace: ctx.config.kill_grace,
     }
 }
 
@@ -352,6 +410,7 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     let snapshot = tracker.snapshot();
     record.reports.progress = snapshot.progress;
     record.reports.checkpoint = snapshot.checkpoint;
+    record.reports.result = finished.result.take();
 
     if fire.trigger == TriggerKind::Schedule {
         let started_ms = finished.spawned_ms.unwrap_or(handed_ms);

@@ -92,7 +92,8 @@ pub enum Ending {
     /// errors, naming the step and the URL; a gRPC task also when its method or request could
     /// not be resolved (descriptors, a request field), naming why.
     RequestFailed(String),
-    /// An asynchronous HTTP task's status document said the remote work failed.
+    /// An asynchronous HTTP task's status document said the remote work failed, or a handler
+    /// returned an error.
     RemoteFailed(String),
     /// Never started: no capacity slot came free in time (why).
     NoCapacity(String),
@@ -112,6 +113,8 @@ pub struct Finished {
     /// When the process was started (Unix ms, just after the spawn returned); `None` when it
     /// never was, and for HTTP tasks (which start when handed over).
     pub spawned_ms: Option<i64>,
+    /// The JSON value a handler returned (its record's `result`).
+    pub result: Option<serde_json::Value>,
 }
 
 impl Finished {
@@ -125,7 +128,16 @@ impl Finished {
     /// whether the output was cut.
     #[must_use]
     pub fn of_request(ending: Ending, http_status: Option<u16>, (output, output_truncated): (String, bool)) -> Self {
-        Self { ending, exit_code: None, signal: None, http_status, output, output_truncated, spawned_ms: None }
+        Self {
+            ending,
+            exit_code: None,
+            signal: None,
+            http_status,
+            output,
+            output_truncated,
+            spawned_ms: None,
+            result: None,
+        }
     }
 }
 
@@ -209,6 +221,7 @@ pub async fn run_shell(
         output: text,
         output_truncated: truncated,
         spawned_ms: Some(spawned_ms),
+        result: None,
     }
 }
 
@@ -508,6 +521,7 @@ mod tests {
             output: output.to_owned(),
             output_truncated: false,
             spawned_ms: None,
+            result: None,
         }
     }
 

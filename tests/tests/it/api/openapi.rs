@@ -87,6 +87,7 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
                 at: "2026-01-01T00:00:00.500Z".to_owned(),
                 checkpoint: serde_json::json!({"offset": 50_000}),
             }),
+            result: Some(serde_json::json!({"rows": 3})),
         },
         id,
     };
@@ -181,6 +182,7 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         teams: vec!["payments".to_owned()],
         task_user: Some("uid per team 70000-70999".to_owned()),
         unsettled_from_ms: Some(now_ms() - 90_000),
+        handlers: Vec::new(),
     };
     etcd.put(keys.worker(&worker.id), serde_json::to_vec(&worker)?, None).await?;
     let running = ExecutionId::new("nightly-report", Tick::Manual("00000000000000aa".to_owned()));
