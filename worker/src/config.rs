@@ -102,6 +102,14 @@ pub struct Cli {
     /// namespace of each task's own, with only its loopback; needs root or CAP_SYS_ADMIN).
     #[arg(long, env = "ETCRON_SHELL_TASK_NETWORK")]
     pub shell_task_network: Option<String>,
+    /// Serve the executor protocol here (`crate::executor`): remote executors in any language
+    /// connect with the executor token and run handlers without etcd or MongoDB credentials
+    /// (off by default; needs `--executor-token-file`).
+    #[arg(long, env = "ETCRON_EXECUTOR_LISTEN")]
+    pub executor_listen: Option<std::net::SocketAddr>,
+    /// A file holding the token remote executors authenticate with (at least 16 characters).
+    #[arg(long, env = "ETCRON_EXECUTOR_TOKEN_FILE")]
+    pub executor_token_file: Option<PathBuf>,
     /// `[notify]` settings: `--ui-url`, `--notify-*`.
     #[command(flatten)]
     pub notify: crate::notify::notifier::NotifyArgs,
@@ -143,6 +151,8 @@ pub struct FileConfig {
     pub shell_task_network: Option<String>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
+    pub executor_listen: Option<std::net::SocketAddr>,
+    pub executor_token_file: Option<PathBuf>,
     /// `[notify]`: webhook notification settings and default targets.
     pub notify: Option<crate::notify::notifier::NotifyFile>,
 }
@@ -191,6 +201,47 @@ pub struct Config {
     pub json_logs: bool,
     /// Webhook notifications: console URL, default targets, delivery limits.
     pub notify: crate::notify::notifier::NotifyConfig,
+    /// Where remote executors connect, and the token they present; none when off.
+    pub executor: Option<ExecutorGateway>,
+}
+
+/// The executor protocol's listener and token (`crate::executor`).
+#[derive(Clone)]
+pub struct ExecutorGateway {
+    pub listen: std::net::SocketAddr,
+    pub token: String,
+}
+
+impl std::fmt::Debug for ExecutorGateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutorGateway").field("listen", &self.listen).field("token", &"…").finish()
+    }
+}
+
+/// Shortest executor token.
+pub const MIN_EXECUTOR_TOKEN: usize = 16;
+
+/// `executor_listen` with the token of `executor_token_file`: both or neither.
+fn executor_gateway(
+    listen: Option<std::net::SocketAddr>,
+    token_file: Option<PathBuf>,
+) -> anyhow::Result<Option<ExecutorGateway>> {
+    match (listen, token_file) {
+        (None, None) => Ok(None),
+        (Some(_), None) => bail!("executor_listen: needs executor_token_file (the token remote executors present)"),
+        (None, Some(_)) => bail!("executor_token_file: set without executor_listen"),
+        (Some(listen), Some(file)) => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("executor_token_file: reading {}", file.display()))?;
+            let token = text.trim().to_owned();
+            if token.chars().count() < MIN_EXECUTOR_TOKEN || token.chars().any(char::is_whitespace) {
+                bail!(
+                    "executor_token_file: the token must be at least {MIN_EXECUTOR_TOKEN} characters, without spaces"
+                );
+            }
+            Ok(Some(ExecutorGateway { listen, token }))
+        }
+    }
 }
 
 /// Default lead of a claim before its tick.
@@ -356,6 +407,10 @@ impl Config {
             log_level: shared.log_level,
             json_logs: shared.json_logs,
             notify: crate::notify::notifier::NotifyConfig::resolve(cli.notify, file.notify)?,
+            executor: executor_gateway(
+                cli.executor_listen.or(file.executor_listen),
+                cli.executor_token_file.or(file.executor_token_file),
+            )?,
         })
     }
 }

@@ -21,6 +21,7 @@
 pub mod cluster;
 pub mod config;
 pub mod context;
+pub mod executor;
 pub mod failpoint;
 pub mod fire;
 pub mod ledger;

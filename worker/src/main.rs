@@ -58,6 +58,15 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let store = etcron_common::store::MongoStore::connect(&config.mongodb_uri, &config.mongodb_db)
         .await
         .context("mongodb_uri")?;
+    if config.executor.is_some() {
+        // Remote executors' nodes live beside this worker's own, and end with the process.
+        let (host, store) = (config.clone(), store.clone());
+        tokio::spawn(async move {
+            if let Err(e) = etcron_worker::executor::serve(host, Some(store)).await {
+                tracing::error!(error = %e, "the executor protocol stopped");
+            }
+        });
+    }
     let parts =
         etcron_worker::node::Parts { client, session_client, store: Some(store), simulated: None, handlers: None };
     etcron_worker::node::run(config, parts, etcron_common::settings::shutdown_signal()).await

@@ -43,6 +43,7 @@ pub struct WorkerMetrics {
     /// Watches opened again from their last revision (a member cut off, a stream lost).
     pub watch_resumes: IntCounterVec,
     pub lease_losses: IntCounter,
+    pub executors_lost: IntCounter,
     /// Departures whose handling a survivor ranked after the first found unfinished (an
     /// execution of the departed worker still unclosed): the first handler died or was slow.
     pub departures_resumed: IntCounter,
@@ -173,6 +174,10 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     lease_losses: counter(
         "etcron_worker_session_lease_losses_total",
         "Session leases this worker lost (its running executions were stopped).",
+    ),
+    executors_lost: counter(
+        "etcron_worker_executors_lost_total",
+        "Remote executors this worker served that stopped asking for longer than the session TTL (their nodes ended as crashed workers do).",
     ),
     departures_resumed: counter(
         "etcron_worker_departures_resumed_total",
@@ -378,6 +383,7 @@ mod tests {
             "etcron_worker_running_executions",
             "etcron_worker_capacity 4",
             "etcron_worker_session_lease_losses_total",
+            "etcron_worker_executors_lost_total",
             "etcron_worker_departures_resumed_total",
             "etcron_worker_departures_owed",
             "etcron_worker_departures_abandoned_total",

@@ -49,6 +49,27 @@ impl std::fmt::Debug for EtcdConfig {
 /// does not answer; see `route` for what is sent again. Connection is lazy: this succeeds
 /// while etcd is down.
 pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> {
+    connect_severable(config).await.map(|(client, _)| client)
+}
+
+/// Cuts a client off etcd for good: every request it sends after [`Severance::sever`] fails
+/// before leaving the process (streams already open end at their next message). What a crash
+/// does to a process's connections, for one part of a process (a remote executor's node).
+#[derive(Debug, Clone, Default)]
+pub struct Severance(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Severance {
+    pub fn sever(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// [`connect`], with the switch that severs the client.
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_severable(config: &EtcdConfig) -> Result<(Client, Severance), etcd_client::Error> {
+    let severance = Severance::default();
     let scheme = if config.tls.is_some() { "https" } else { "http" };
     let endpoints: Vec<String> = config
         .endpoints
@@ -76,7 +97,8 @@ pub async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> 
         options = options.with_tls(t);
     }
     let members = members::of(&endpoints, &options);
-    Client::connect_with_balanced_channel(endpoints, Some(options), route::Routed(members)).await
+    let routed = route::Routed(members, severance.0.clone());
+    Ok((Client::connect_with_balanced_channel(endpoints, Some(options), routed).await?, severance))
 }
 
 /// Parses `a:2379,b:2379` into endpoints.

@@ -52,8 +52,9 @@ const READS: [&str; 5] = [
 /// Calls whose request is a stream: never buffered, never sent twice.
 const STREAMS: [&str; 2] = ["/etcdserverpb.Watch/Watch", "/etcdserverpb.Lease/LeaseKeepAlive"];
 
-/// Builds the routed channel for `etcd_client::Client::connect_with_balanced_channel`.
-pub(super) struct Routed(pub(super) Arc<Members>);
+/// Builds the routed channel for `etcd_client::Client::connect_with_balanced_channel`; once
+/// `.1` is set every request fails before it is sent ([`super::Severance`]).
+pub(super) struct Routed(pub(super) Arc<Members>, pub(super) Arc<std::sync::atomic::AtomicBool>);
 
 impl etcd_client::BalancedChannelBuilder for Routed {
     type Error = etcd_client::Error;
@@ -63,8 +64,11 @@ impl etcd_client::BalancedChannelBuilder for Routed {
         buffer: usize,
     ) -> Result<(etcd_client::Channel, mpsc::Sender<Change<http::Uri, Endpoint>>), Self::Error> {
         let (tx, rx) = mpsc::channel(buffer);
-        let router =
-            Router { members: self.0, channels: Arc::new(Mutex::new(Channels { rx, by_authority: HashMap::new() })) };
+        let router = Router {
+            members: self.0,
+            channels: Arc::new(Mutex::new(Channels { rx, by_authority: HashMap::new() })),
+            severed: self.1,
+        };
         Ok((etcd_client::Channel::Custom(tower::util::BoxCloneSyncService::new(router)), tx))
     }
 }
@@ -79,6 +83,7 @@ struct Channels {
 struct Router {
     members: Arc<Members>,
     channels: Arc<Mutex<Channels>>,
+    severed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Service<Request> for Router {
@@ -91,6 +96,9 @@ impl Service<Request> for Router {
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
+        if self.severed.load(std::sync::atomic::Ordering::Acquire) {
+            return Box::pin(async { Err::<Response, BoxError>("this etcd client was severed".into()) });
+        }
         let router = self.clone();
         if STREAMS.contains(&request.uri().path()) {
             Box::pin(async move { router.stream(request).await })

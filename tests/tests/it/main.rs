@@ -44,6 +44,7 @@ mod features {
     mod calendars;
     mod cordon;
     mod etcd_security;
+    mod executors;
     mod grpc;
     mod kill;
     mod limits;
