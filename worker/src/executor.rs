@@ -38,15 +38,24 @@ pub(crate) struct Gateway {
     sessions: Arc<Mutex<HashMap<String, Arc<remote::Session>>>>,
 }
 
-/// Serves the executor protocol on the configured address until the process ends.
+/// Binds the configured address (`None` when the protocol is off).
 ///
 /// # Errors
-/// When the address cannot be bound.
-pub async fn serve(host: Config, store: Option<MongoStore>) -> anyhow::Result<()> {
-    let Some(gateway) = host.executor.clone() else { return Ok(()) };
+/// When the address cannot be bound, naming `executor_listen`.
+pub async fn bind(host: &Config) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    let Some(gateway) = &host.executor else { return Ok(None) };
     let listener = tokio::net::TcpListener::bind(gateway.listen)
         .await
         .map_err(|e| anyhow::anyhow!("executor_listen: binding {}: {e}", gateway.listen))?;
+    Ok(Some(listener))
+}
+
+/// Serves the executor protocol on `listener` until the process ends.
+///
+/// # Errors
+/// When serving fails.
+pub async fn serve(listener: tokio::net::TcpListener, host: Config, store: Option<MongoStore>) -> anyhow::Result<()> {
+    let Some(gateway) = host.executor.clone() else { return Ok(()) };
     tracing::info!(addr = %listener.local_addr()?, "serving the executor protocol");
     let state = Gateway { host: Arc::new(host), gateway, store, sessions: Arc::default() };
     etcron_common::task::spawn(watchdog(state.clone()));

@@ -58,11 +58,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let store = etcron_common::store::MongoStore::connect(&config.mongodb_uri, &config.mongodb_db)
         .await
         .context("mongodb_uri")?;
-    if config.executor.is_some() {
+    if let Some(listener) = etcron_worker::executor::bind(&config).await? {
         // Remote executors' nodes live beside this worker's own, and end with the process.
         let (host, store) = (config.clone(), store.clone());
         tokio::spawn(async move {
-            if let Err(e) = etcron_worker::executor::serve(host, Some(store)).await {
+            if let Err(e) = etcron_worker::executor::serve(listener, host, Some(store)).await {
                 tracing::error!(error = %e, "the executor protocol stopped");
             }
         });

@@ -20,8 +20,27 @@ use crate::config::Config;
 /// Largest request body: an output chunk, a progress report, an outcome with its result.
 const MAX_BODY: usize = 1024 * 1024;
 
+/// The protocol's OpenAPI document (served without a token).
+pub const DOCUMENT: &str = include_str!("../../../sdk/executor-openapi.json");
+
+/// Every route, as the document lists them (a test holds the two together).
+#[cfg(test)]
+const ROUTES: [(&str, &str); 7] = [
+    ("post", "/executor/v1/sessions"),
+    ("delete", "/executor/v1/sessions/{session}"),
+    ("post", "/executor/v1/sessions/{session}/poll"),
+    ("post", "/executor/v1/sessions/{session}/runs/{run}/output"),
+    ("post", "/executor/v1/sessions/{session}/runs/{run}/progress"),
+    ("post", "/executor/v1/sessions/{session}/runs/{run}/done"),
+    ("get", "/executor/v1/openapi.json"),
+];
+
 pub(super) fn router(state: Gateway) -> Router {
     Router::new()
+        .route(
+            "/executor/v1/openapi.json",
+            axum::routing::get(|| async { ([("content-type", "application/json")], DOCUMENT) }),
+        )
         .route("/executor/v1/sessions", post(open))
         .route("/executor/v1/sessions/{session}", delete(leave))
         .route("/executor/v1/sessions/{session}/poll", post(poll))
@@ -32,16 +51,33 @@ pub(super) fn router(state: Gateway) -> Router {
         .with_state(state)
 }
 
-fn error(status: StatusCode, code: &str, message: impl Into<String>, field: Option<&str>) -> Response {
-    (status, Json(json!({"error": {"code": code, "message": message.into(), "field": field}}))).into_response()
+/// A refused request: its status and `{"error":{"code","message","field"}}`.
+struct Refusal {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    field: Option<String>,
 }
 
-fn bad(field: &str, message: impl Into<String>) -> Response {
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message, "field": self.field}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+fn error(status: StatusCode, code: &'static str, message: impl Into<String>, field: Option<&str>) -> Refusal {
+    Refusal { status, code, message: message.into(), field: field.map(str::to_owned) }
+}
+
+fn bad(field: &str, message: impl Into<String>) -> Refusal {
     error(StatusCode::BAD_REQUEST, "invalid", message, Some(field))
 }
 
+type Answer = Result<Response, Refusal>;
+
 /// The bearer token compared in constant time.
-fn authorized(state: &Gateway, headers: &HeaderMap) -> Result<(), Response> {
+fn authorized(state: &Gateway, headers: &HeaderMap) -> Result<(), Refusal> {
     let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     let want = state.gateway.token.as_bytes();
     let ok = given.is_some_and(|g| {
@@ -60,7 +96,7 @@ fn authorized(state: &Gateway, headers: &HeaderMap) -> Result<(), Response> {
     }
 }
 
-fn json_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
+fn json_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Refusal> {
     serde_json::from_slice(body).map_err(|e| bad("body", format!("not the expected JSON: {e}")))
 }
 
@@ -74,41 +110,32 @@ struct OpenRequest {
 }
 
 /// `POST /executor/v1/sessions` `{"id","handlers":[…],"capacity"}`: starts the executor's node.
-async fn open(State(state): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = authorized(&state, &headers) {
-        return r;
-    }
-    let req: OpenRequest = match json_body(&body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
-    if let Err(e) = etcron_model::keys::validate_id(&req.id) {
-        return bad("id", e);
-    }
+async fn open(State(state): State<Gateway>, headers: HeaderMap, body: Bytes) -> Answer {
+    authorized(&state, &headers)?;
+    let req: OpenRequest = json_body(&body)?;
+    etcron_model::keys::validate_id(&req.id).map_err(|e| bad("id", e))?;
     if req.handlers.is_empty() || req.handlers.len() > MAX_HANDLERS {
-        return bad("handlers", format!("give 1 to {MAX_HANDLERS} handler names"));
+        return Err(bad("handlers", format!("give 1 to {MAX_HANDLERS} handler names")));
     }
-    if let Some((i, e)) =
-        req.handlers.iter().enumerate().find_map(|(i, h)| etcron_model::keys::validate_id(h).err().map(|e| (i, e)))
-    {
-        return bad(&format!("handlers[{i}]"), e);
+    for (i, h) in req.handlers.iter().enumerate() {
+        etcron_model::keys::validate_id(h).map_err(|e| bad(&format!("handlers[{i}]"), e))?;
     }
     let capacity = req.capacity.unwrap_or(8);
     if capacity == 0 || capacity > crate::config::MAX_CAPACITY {
-        return bad("capacity", format!("must be between 1 and {}", crate::config::MAX_CAPACITY));
+        return Err(bad("capacity", format!("must be between 1 and {}", crate::config::MAX_CAPACITY)));
     }
     {
         let sessions = state.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if sessions.len() >= MAX_EXECUTORS {
-            return error(
+            return Err(error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "full",
                 format!("this worker serves {MAX_EXECUTORS} executors already"),
                 None,
-            );
+            ));
         }
         if sessions.values().any(|s| s.executor == req.id) {
-            return error(
+            return Err(error(
                 StatusCode::CONFLICT,
                 "conflict",
                 format!(
@@ -116,16 +143,14 @@ async fn open(State(state): State<Gateway>, headers: HeaderMap, body: Bytes) -> 
                     req.id
                 ),
                 Some("id"),
-            );
+            ));
         }
     }
-    match start(&state, &req.id, req.handlers, capacity).await {
-        Ok(session) => {
-            let ttl_ms = u64::try_from(state.poll_within().as_millis()).unwrap_or(u64::MAX);
-            (StatusCode::CREATED, Json(json!({"session": session, "poll_within_ms": ttl_ms}))).into_response()
-        }
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"), None),
-    }
+    let session = start(&state, &req.id, req.handlers, capacity)
+        .await
+        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"), None))?;
+    let ttl_ms = u64::try_from(state.poll_within().as_millis()).unwrap_or(u64::MAX);
+    Ok((StatusCode::CREATED, Json(json!({"session": session, "poll_within_ms": ttl_ms}))).into_response())
 }
 
 /// The executor's node: the host's configuration with the executor's id, capacity and a data
@@ -173,7 +198,7 @@ async fn start(state: &Gateway, id: &str, handlers: Vec<String>, capacity: u32) 
 
 /// The session named in the path, noted alive; 404 when it ended (the executor was lost or
 /// left: it opens a new one).
-fn live(state: &Gateway, headers: &HeaderMap, name: &str) -> Result<Arc<Session>, Response> {
+fn live(state: &Gateway, headers: &HeaderMap, name: &str) -> Result<Arc<Session>, Refusal> {
     authorized(state, headers)?;
     let session = state.session(name).ok_or_else(|| {
         error(StatusCode::NOT_FOUND, "not_found", "no such session: it ended (open a new one)", Some("session"))
@@ -191,25 +216,15 @@ struct PollRequest {
 
 /// `POST …/poll` `{"wait_ms"}`: the runs won for it and the runs to cancel, waiting up to
 /// `wait_ms` (at most 30 s) for one. Each poll is also its heartbeat.
-async fn poll(State(state): State<Gateway>, headers: HeaderMap, Path(name): Path<String>, body: Bytes) -> Response {
-    let session = match live(&state, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let req: PollRequest = if body.is_empty() {
-        PollRequest::default()
-    } else {
-        match json_body(&body) {
-            Ok(r) => r,
-            Err(r) => return r,
-        }
-    };
+async fn poll(State(state): State<Gateway>, headers: HeaderMap, Path(name): Path<String>, body: Bytes) -> Answer {
+    let session = live(&state, &headers, &name)?;
+    let req: PollRequest = if body.is_empty() { PollRequest::default() } else { json_body(&body)? };
     let wait = Duration::from_millis(req.wait_ms.unwrap_or(25_000)).min(super::MAX_POLL_WAIT);
     // Within the session TTL, so a long poll keeps the executor alive.
     let wait = wait.min(state.poll_within() / 2);
     let (runs, cancel) = session.poll(wait).await;
     session.seen();
-    Json(json!({"runs": runs, "cancel": cancel})).into_response()
+    Ok(Json(json!({"runs": runs, "cancel": cancel})).into_response())
 }
 
 /// `POST …/runs/{run}/output`: text appended to the run's output.
@@ -218,17 +233,14 @@ async fn output(
     headers: HeaderMap,
     Path((name, run)): Path<(String, String)>,
     body: Bytes,
-) -> Response {
-    let session = match live(&state, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let Some(reports) = session.reports(&run) else { return no_run(&run) };
+) -> Answer {
+    let session = live(&state, &headers, &name)?;
+    let reports = session.reports(&run).ok_or_else(|| no_run(&run))?;
     reports.output(&String::from_utf8_lossy(&body));
-    StatusCode::NO_CONTENT.into_response()
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-fn no_run(run: &str) -> Response {
+fn no_run(run: &str) -> Refusal {
     error(StatusCode::NOT_FOUND, "not_found", format!("no run {run:?} held by this session (it ended)"), Some("run"))
 }
 
@@ -250,29 +262,23 @@ async fn progress(
     headers: HeaderMap,
     Path((name, run)): Path<(String, String)>,
     body: Bytes,
-) -> Response {
-    let session = match live(&state, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let req: ProgressRequest = match json_body(&body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let session = live(&state, &headers, &name)?;
+    let req: ProgressRequest = json_body(&body)?;
     if req.percent.is_some_and(|p| !(0.0..=100.0).contains(&p)) {
-        return bad("percent", "must be between 0 and 100");
+        return Err(bad("percent", "must be between 0 and 100"));
     }
-    let Some(reports) = session.reports(&run) else { return no_run(&run) };
+    let reports = session.reports(&run).ok_or_else(|| no_run(&run))?;
     if req.percent.is_some() || req.message.is_some() {
         reports.progress(req.percent, req.message).await;
     }
     if let Some(checkpoint) = req.checkpoint {
         if let Err(e) = reports.checkpoint(checkpoint).await {
             let status = if e.contains("Fenced") { StatusCode::CONFLICT } else { StatusCode::SERVICE_UNAVAILABLE };
-            return error(status, "checkpoint", format!("the checkpoint was not stored: {e}"), Some("checkpoint"));
+            return Err(error(status, "checkpoint", format!("the checkpoint was not stored: {e}"), Some("checkpoint")));
         }
     }
-    StatusCode::NO_CONTENT.into_response()
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 #[derive(Deserialize)]
@@ -291,35 +297,48 @@ async fn done(
     headers: HeaderMap,
     Path((name, run)): Path<(String, String)>,
     body: Bytes,
-) -> Response {
-    let session = match live(&state, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let req: DoneRequest = match json_body(&body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let session = live(&state, &headers, &name)?;
+    let req: DoneRequest = json_body(&body)?;
     let outcome = if req.ok {
         Ok(req.result.filter(|r| !r.is_null()))
     } else {
         Err(req.error.unwrap_or_else(|| "the executor reported a failure".to_owned()))
     };
     if session.finish(&run, outcome) {
-        StatusCode::NO_CONTENT.into_response()
+        Ok(StatusCode::NO_CONTENT.into_response())
     } else {
-        no_run(&run)
+        Err(no_run(&run))
     }
 }
 
 /// `DELETE /executor/v1/sessions/{session}`: the executor leaves; its node drains (running
 /// runs get the shutdown grace) and its session is revoked.
-async fn leave(State(state): State<Gateway>, headers: HeaderMap, Path(name): Path<String>) -> Response {
-    match live(&state, &headers, &name) {
-        Ok(session) => {
-            session.leave();
-            StatusCode::NO_CONTENT.into_response()
+async fn leave(State(state): State<Gateway>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
+    live(&state, &headers, &name)?.leave();
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_lists_exactly_the_routes_served() {
+        let doc: Value = serde_json::from_str(DOCUMENT).expect("the document is JSON");
+        assert_eq!(doc["openapi"], "3.0.3");
+        let mut listed: Vec<(String, String)> = Vec::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for method in ["get", "post", "put", "delete"] {
+                if item.get(method).is_some() {
+                    listed.push((method.to_owned(), path.clone()));
+                }
+            }
         }
-        Err(r) => r,
+        let mut served: Vec<(String, String)> =
+            ROUTES.iter().map(|(m, p)| ((*m).to_owned(), (*p).to_owned())).collect();
+        listed.sort();
+        served.sort();
+        assert_eq!(listed, served);
     }
 }

@@ -49,6 +49,17 @@ async fn a_python_executor_runs_a_handler_job_is_killed_and_fails_over_from_its_
         .send()
         .await?;
     assert_eq!(refused.status(), 401);
+    let bad = reqwest::Client::new()
+        .post(format!("{url}/executor/v1/sessions"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"id": "x", "handlers": ["-no"]}))
+        .send()
+        .await?;
+    assert_eq!(bad.status(), 400);
+    assert_eq!(bad.json::<serde_json::Value>().await?["error"]["field"], "handlers[0]");
+    // The reference client stays short enough to port from the docs.
+    let lines = std::fs::read_to_string(client_script())?.lines().count();
+    assert!(lines <= 300, "the Python client has {lines} lines");
 
     let mut executors = vec![python_executor(&c, &url, "py-1")?];
     c.wait_workers(2).await?;
