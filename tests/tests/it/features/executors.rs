@@ -110,6 +110,15 @@ async fn a_python_executor_runs_a_handler_job_is_killed_and_fails_over_from_its_
     );
     let lost = c.final_record(&id).await?;
     assert_eq!(lost["status"], "lost", "{lost}");
+    // A handler no live executor has: its ticks are recorded missed, naming it.
+    c.put_job(
+        "orphan",
+        json!({"schedule": "* * * * * *", "start_deadline": "2s", "task": {"kind": "handler", "name": "nobody"}}),
+    )
+    .await?;
+    let missed = c.wait_executions("job=orphan&status=missed", "a missed tick", |l| !l.is_empty()).await?;
+    let reason = missed[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains(r#"no live executor has handler "nobody""#), "{}", missed[0]);
     // The lost executor is said so in the host's log and metric.
     wait_for(Duration::from_secs(10), "the loss in the host's log", || async {
         c.workers[0].proc.log_text().contains("remote executor lost").then_some(())
