@@ -246,7 +246,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// interleavings the loss handling must untangle, made common rather than left to luck.
 fn faults(seed: u64, doomed: Arc<Mutex<Vec<(u32, Instant)>>>) -> impl FnMut(&Call, u32) -> Fault + Send + 'static {
     let mut rng = Rng::new(seed ^ 0xFA17);
-    let (lost, refused, late) = (rng.between(0, 40), rng.between(0, 40), rng.between(50, 300));
+    // Swarm testing, as for the faults over time (odd seeds): each kind is off for a third.
+    let mut some = |lo, hi| if swarm(seed) && rng.chance(333) { 0 } else { rng.between(lo, hi) };
+    let (mut lost, mut refused, mut late) = (some(0, 40), some(0, 40), some(50, 300));
+    let mut doom = 250;
+    match focus() {
+        Focus::Mixed => {}
+        // Sessions that outlive an election: no request fails on its own.
+        Focus::Elections => (lost, refused, late) = (0, 0, 0),
+        Focus::LateClaims => (late, doom) = (300, 500),
+    }
     move |call, who| {
         if rng.chance(lost) {
             Fault::LoseAnswer
@@ -255,7 +264,7 @@ fn faults(seed: u64, doomed: Arc<Mutex<Vec<(u32, Instant)>>>) -> impl FnMut(&Cal
         } else if rng.chance(200) {
             Fault::Delay(Duration::from_millis(rng.between(1, 1_500)))
         } else if claims(call) && rng.chance(late) {
-            if rng.chance(250) {
+            if rng.chance(doom) {
                 lock(&doomed).push((who, Instant::now() + Duration::from_millis(rng.between(0, 2_000))));
             }
             // Log-scaled, up to half a second: both before and after the caller's read back.
@@ -361,7 +370,7 @@ async fn run_seed(seed: u64, dir: &Path) -> Outcome {
         cluster.nodes.push(node);
     }
     let mut rng = Rng::new(seed ^ 0x5E55);
-    faults_over_time(&mut cluster, &mut rng).await;
+    faults_over_time(&mut cluster, &mut rng, swarm(seed)).await;
     let end_ms = true_now();
     // Quiet: no more faults, time for every owed close, loss and miss to be settled.
     etcd.set_faults(|_, _| Fault::None);
@@ -487,10 +496,58 @@ impl Cluster {
     }
 }
 
+/// What a hole's search dwells on: the interleaving that reaches it, as a directed search does
+/// (the seeds then choose everything else).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Focus {
+    /// Every kind of fault (the seeds' own mix).
+    Mixed,
+    /// Leader elections, with no request failing on its own: sessions outlive their deadline.
+    Elections,
+    /// Claim transactions applied late, their worker often dying soon after.
+    LateClaims,
+}
+
+static FOCUS: Mutex<Focus> = Mutex::new(Focus::Mixed);
+
+fn focus() -> Focus {
+    *lock(&FOCUS)
+}
+
+/// Whether `seed` is a swarm seed: one that weighs the kinds of fault its own way, some of them
+/// off altogether (odd seeds; even ones mix every kind evenly).
+fn swarm(seed: u64) -> bool {
+    seed % 2 == 1
+}
+
+/// A kind of fault, by `weights` (all zero: the last kind, nothing).
+fn pick(weights: &[u64], rng: &mut Rng) -> u64 {
+    let total: u64 = weights.iter().sum();
+    if total == 0 {
+        return weights.len() as u64 - 1;
+    }
+    let mut at = rng.below(total);
+    for (kind, &w) in weights.iter().enumerate() {
+        if at < w {
+            return kind as u64;
+        }
+        at -= w;
+    }
+    weights.len() as u64 - 1
+}
+
 /// Runs the cluster for [`RUN_FOR`]: now and then a worker is cut off from etcd or dies and
 /// restarts, watches break or lag.
-async fn faults_over_time(cluster: &mut Cluster, rng: &mut Rng) {
+async fn faults_over_time(cluster: &mut Cluster, rng: &mut Rng, swarm: bool) {
     let until = Instant::now() + RUN_FOR;
+    // Swarm testing (odd seeds): each seed weighs the kinds of fault (0 to 3 each; the last,
+    // nothing) its own way, so some seeds dwell on one kind — elections, say — that an even mix
+    // seldom repeats enough to reach the interleaving it leads to. Even seeds mix them evenly.
+    let mut weights: Vec<u64> = (0..7).map(|_| if swarm { rng.between(0, 3) } else { 1 }).collect();
+    if focus() == Focus::Elections {
+        // Elections, and the tasks they cut: nothing else.
+        weights = vec![0, 0, 0, 0, 0, 3, 1];
+    }
     // Revisions as they were, for compactions that keep what the compactor's rule keeps.
     let mut revisions = vec![(Instant::now(), cluster.etcd.revision())];
     while Instant::now() < until {
@@ -498,7 +555,7 @@ async fn faults_over_time(cluster: &mut Cluster, rng: &mut Rng) {
         cluster.crash_doomed_until(next).await;
         revisions.push((Instant::now(), cluster.etcd.revision()));
         let w = usize::try_from(rng.below(WORKERS as u64)).unwrap_or(0);
-        match rng.below(7) {
+        match pick(&weights, rng) {
             // Cut off from etcd: past the session TTL its session expires (its tasks end at its
             // session deadline, as their keepers end them) and the others take over.
             0 => {
@@ -782,12 +839,12 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// The holes re-introduced one at a time, with the seeds each may take to be found: bits of
 /// the worker's `simulated::holes`, or `NO_KEEPERS` for the simulation's tasks.
-const HOLES: [(&str, u32, u64); 5] = [
-    ("unknown-claim-dropped", holes::UNKNOWN_CLAIM_DROPPED, 20),
-    ("keeper-kill-failed", holes::KEEPER_KILL_FAILED, 60),
-    ("one-inflight-token", holes::ONE_INFLIGHT_TOKEN, 20),
-    ("first-send-let-go", holes::FIRST_SEND_LET_GO, 20),
-    ("no-keepers", NO_KEEPERS, 20),
+const HOLES: [(&str, u32, Focus, u64); 5] = [
+    ("unknown-claim-dropped", holes::UNKNOWN_CLAIM_DROPPED, Focus::Mixed, 20),
+    ("keeper-kill-failed", holes::KEEPER_KILL_FAILED, Focus::Elections, 20),
+    ("one-inflight-token", holes::ONE_INFLIGHT_TOKEN, Focus::LateClaims, 40),
+    ("first-send-let-go", holes::FIRST_SEND_LET_GO, Focus::LateClaims, 20),
+    ("no-keepers", NO_KEEPERS, Focus::Mixed, 20),
 ];
 
 /// Not a worker hole: tasks outlive their worker (`KEEPERS` off).
@@ -826,12 +883,16 @@ fn the_workers_own_fire_path_keeps_exactly_once_over_the_model_etcd() {
         return;
     }
     let only = std::env::var("ETCRON_SIM_HOLE").ok();
-    for (name, hole, budget) in HOLES.into_iter().filter(|(name, ..)| only.as_deref().is_none_or(|o| o == *name)) {
+    for (name, hole, hole_focus, budget) in
+        HOLES.into_iter().filter(|(name, ..)| only.as_deref().is_none_or(|o| o == *name))
+    {
+        *lock(&FOCUS) = hole_focus;
         holes::set(hole & !NO_KEEPERS);
         KEEPERS.store(hole & NO_KEEPERS == 0, std::sync::atomic::Ordering::Relaxed);
         let found = (0..budget).find_map(|seed| violation(&run(seed)).map(|v| (seed, v)));
         holes::set(0);
         KEEPERS.store(true, std::sync::atomic::Ordering::Relaxed);
+        *lock(&FOCUS) = Focus::Mixed;
         let Some((seed, violation)) = found else { panic!("hole {name}: not found within {budget} seeds") };
         eprintln!("hole {name}: found at seed {seed}: {violation}");
     }
