@@ -115,6 +115,16 @@ fn run_as(task: &Value) -> String {
     }
 }
 
+/// ` (2 live executor(s) have it)`, or ` (no live executor has it)`, for a handler task: the
+/// executors that registered the handler and may run the job (`eligible_workers`).
+fn executors(eligible: &Value) -> String {
+    match eligible.as_u64() {
+        Some(0) => " (no live executor has it)".to_owned(),
+        Some(n) => format!(" ({n} live executor(s) have it)"),
+        None => String::new(),
+    }
+}
+
 /// The spec in a few `label: value` lines (defaults included: they are what runs).
 fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
     let spec = &job["spec"];
@@ -127,6 +137,7 @@ fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
         Some("shell") => format!("shell: {}{}", clip(&text(&task["command"]), 100), run_as(task)),
         Some("http") => format!("http: {} {}{}", text(&task["method"]), clip(&text(&task["url"]), 100), polled(task)),
         Some("grpc") => format!("grpc: {} at {}", text(&task["method"]), clip(&text(&task["endpoint"]), 100)),
+        Some("handler") => format!("handler: {}{}", text(&task["name"]), executors(&job["eligible_workers"])),
         _ => text(&task["kind"]),
     };
     lines.push(("task", task_line));
@@ -433,6 +444,18 @@ mod tests {
             lines.contains(&"task: grpc: billing.Invoices/Close at https://api.example:8443".to_owned()),
             "{lines:?}"
         );
+    }
+
+    #[test]
+    fn a_handler_task_shows_its_name_and_the_executors_that_have_it() {
+        let job = |eligible: u64| {
+            json!({"name": "h", "schedule_description": "Hourly", "eligible_workers": eligible, "spec": {
+                "schedule": "@hourly", "timezone": "UTC", "retries": {"max": 0}, "misfire": "skip", "mode": "single",
+                "task": {"kind": "handler", "name": "hot-list", "env": {"REGION": "eu"}}}})
+        };
+        let task = |eligible| spec_lines(&job(eligible)).into_iter().find(|(l, _)| *l == "task").unwrap().1;
+        assert_eq!(task(2), "handler: hot-list (2 live executor(s) have it)");
+        assert_eq!(task(0), "handler: hot-list (no live executor has it)");
     }
 
     #[test]

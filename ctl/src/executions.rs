@@ -240,6 +240,8 @@ pub async fn get(client: &Client, id: &str, json: bool) -> anyhow::Result<()> {
         ("reason", "reason"),
         ("parent", "parent"),
         ("fencing token", "fencing_token"),
+        // What a handler returned (its JSON).
+        ("result", "result"),
     ] {
         field(&mut s, label, &e[key]);
     }

@@ -19,38 +19,7 @@ pub async fn list(client: &Client, json: bool) -> anyhow::Result<()> {
     if json {
         return print_doc(&v);
     }
-    let mut table = Table::new(&[
-        "ID",
-        "STATE",
-        "HOST",
-        "LABELS",
-        "TEAMS",
-        "TASKS RUN AS",
-        "CAPACITY",
-        "RUNNING",
-        "VERSION",
-        "UP SINCE",
-    ]);
-    for w in v["workers"].as_array().into_iter().flatten() {
-        // A worker bound to no team is shared: it runs every team's jobs.
-        let teams = w["teams"]
-            .as_array()
-            .filter(|t| !t.is_empty())
-            .map_or_else(|| "(shared)".to_owned(), |t| t.iter().map(text).collect::<Vec<_>>().join(","));
-        table.row(vec![
-            text(&w["id"]),
-            state(&w["cordon"]),
-            text(&w["hostname"]),
-            pairs(&w["labels"]),
-            teams,
-            text(&w["task_user"]),
-            text(&w["capacity"]),
-            text(&w["running"]),
-            text(&w["version"]),
-            text(&w["started_at"]),
-        ]);
-    }
-    out(&table.render())?;
+    out(&table(&v))?;
     let unmatched: Vec<String> = v["unmatched_jobs"]
         .as_array()
         .into_iter()
@@ -61,6 +30,39 @@ pub async fn list(client: &Client, json: bool) -> anyhow::Result<()> {
         eprintln!("etcronctl: note: no live worker that is not cordoned matches these jobs: {}", unmatched.join(", "));
     }
     Ok(())
+}
+
+/// The workers of `GET /api/workers` as a table; a `HANDLERS` column (after `TEAMS`) when an
+/// executor (an application embedding `etcron-sdk`) is live, `-` for the plain workers.
+fn table(v: &Value) -> String {
+    let workers: Vec<&Value> = v["workers"].as_array().into_iter().flatten().collect();
+    let handlers_of = |w: &Value| -> Option<String> {
+        w["handlers"].as_array().filter(|h| !h.is_empty()).map(|h| h.iter().map(text).collect::<Vec<_>>().join(","))
+    };
+    let executors = workers.iter().any(|w| handlers_of(w).is_some());
+    let mut columns = vec!["ID", "STATE", "HOST", "LABELS", "TEAMS"];
+    if executors {
+        columns.push("HANDLERS");
+    }
+    columns.extend(["TASKS RUN AS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
+    let mut table = Table::new(&columns);
+    for w in workers {
+        // A worker bound to no team is shared: it runs every team's jobs.
+        let teams = w["teams"]
+            .as_array()
+            .filter(|t| !t.is_empty())
+            .map_or_else(|| "(shared)".to_owned(), |t| t.iter().map(text).collect::<Vec<_>>().join(","));
+        let mut row = vec![text(&w["id"]), state(&w["cordon"]), text(&w["hostname"]), pairs(&w["labels"]), teams];
+        let handlers = handlers_of(w);
+        // An executor runs no shell task: who they would run as does not apply.
+        let runs_as = if handlers.is_some() { "-".to_owned() } else { text(&w["task_user"]) };
+        if executors {
+            row.push(handlers.unwrap_or_else(|| "-".to_owned()));
+        }
+        row.extend([runs_as, text(&w["capacity"]), text(&w["running"]), text(&w["version"]), text(&w["started_at"])]);
+        table.row(row);
+    }
+    table.render()
 }
 
 /// A worker's state in one word: `ready`, `cordoned`, `draining` or `drained` (draining and
@@ -131,5 +133,21 @@ mod tests {
         assert_eq!(state(&json!({"state": "cordoned", "empty": true})), "cordoned");
         assert_eq!(state(&json!({"state": "draining", "empty": false})), "draining");
         assert_eq!(state(&json!({"state": "draining", "empty": true})), "drained");
+    }
+
+    #[test]
+    fn a_handlers_column_appears_with_an_executor() {
+        let worker = json!({"id": "w1", "hostname": "h", "capacity": 64, "running": 0, "version": "v",
+            "started_at": "t", "task_user": "root"});
+        let plain = table(&json!({"workers": [worker]}));
+        assert!(!plain.contains("HANDLERS"), "{plain}");
+        let executor = json!({"id": "app-1", "hostname": "h", "capacity": 64, "running": 1, "version": "v",
+            "started_at": "t", "task_user": "nobody", "handlers": ["hot-list", "report"]});
+        let both = table(&json!({"workers": [worker, executor]}));
+        let lines: Vec<Vec<&str>> = both.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(lines[0][..6], ["ID", "STATE", "HOST", "LABELS", "TEAMS", "HANDLERS"], "{both}");
+        assert_eq!(lines[1][..6], ["w1", "ready", "h", "-", "(shared)", "-"], "{both}");
+        assert_eq!(lines[1][6], "root", "{both}");
+        assert_eq!(lines[2][..7], ["app-1", "ready", "h", "-", "(shared)", "hot-list,report", "-"], "{both}");
     }
 }

@@ -1,5 +1,5 @@
-// #/execution/ID: one execution: status and why, timings, progress, checkpoint, output (live
-// while it runs).
+// #/execution/ID: one execution: status and why, timings, progress, checkpoint, a handler's
+// result, output (live while it runs).
 
 import { app, duration, h, localTime } from "./format.js";
 import { banner, getJson } from "./api.js";
@@ -57,7 +57,9 @@ export async function executionView(params, rest) {
         h("a", { href: `#/execution/${encodeURIComponent(r.resumed_from.execution_id)}` }, r.resumed_from.execution_id),
         ` at checkpoint `, h("code", {}, JSON.stringify(r.resumed_from.checkpoint))) : null),
       // A running task may store one any moment: the field is there to be filled.
-      field("Checkpoint", r.checkpoint === undefined && r.status !== "running" ? null : checkpoint)),
+      field("Checkpoint", r.checkpoint === undefined && r.status !== "running" ? null : checkpoint),
+      // The JSON a handler returned (an executor's run).
+      field("Result", r.result == null ? null : h("code", { id: "result" }, JSON.stringify(r.result)))),
     progress,
     h("div", { class: "toolbar" }, wrap, copy, r.output_truncated ? h("span", { class: "warn" }, "output truncated (head and tail kept)") : ""),
     output);

@@ -1,5 +1,5 @@
 // Shared helpers: the page's main element, building HTML and SVG elements, times and durations,
-// and a job's state and needs in words.
+// and a job's state, needs and executors in words.
 
 export const app = () => document.getElementById("app");
 
@@ -74,4 +74,28 @@ export function needs(selector, user, team) {
   if (user) parts.push(`may run tasks as ${user}`);
   parts.push(team ? `is shared or bound to team ${team}` : "is shared (bound to no team)");
   return parts.join(" and ");
+}
+
+/** The handler a job's task names (`{"kind": "handler", "name": …}`: run by executors, the
+ * applications that embed etcron-sdk), or null for a shell, HTTP or gRPC task. */
+export const handlerOf = (j) => {
+  const task = (j.spec || {}).task || {};
+  return task.kind === "handler" ? task.name : null;
+};
+
+/** Which live executors have a handler job's handler, from `GET /api/workers` (`workers`: its
+ * list, or null when it could not be read): "executors app-1, app-2 have it", or, in the warn
+ * style, that none has it, or that those that have it may not run the job (`eligible_workers`
+ * 0: its selector, team, or a cordon). */
+export function executorsText(j, workers) {
+  const name = handlerOf(j);
+  const ids = workers ? workers.filter((w) => (w.handlers || []).includes(name)).map((w) => w.id) : null;
+  if ((ids && ids.length === 0) || (!ids && j.eligible_workers === 0)) {
+    return h("span", { class: "warn", "data-executors": "0" }, "no live executor has it");
+  }
+  if (!ids) return `${j.eligible_workers} eligible executor(s)`;
+  const have = `${ids.length === 1 ? "executor" : "executors"} ${ids.join(", ")} ${ids.length === 1 ? "has" : "have"} it`;
+  return j.eligible_workers === 0
+    ? h("span", { class: "warn", "data-executors": String(ids.length) }, `${have}, but none may run it (selector, team or cordon)`)
+    : h("span", { "data-executors": String(ids.length) }, have);
 }

@@ -5,7 +5,7 @@ import { h } from "./format.js";
 
 /** The form's fields: [name (the API's field path), label, kind, options]. */
 const SELECTS = {
-  "task.kind": [["shell", "Shell command"], ["http", "HTTP request"], ["grpc", "gRPC call"]],
+  "task.kind": [["shell", "Shell command"], ["http", "HTTP request"], ["grpc", "gRPC call"], ["handler", "Handler of an executor"]],
   concurrency: [["allow", "allow — runs may overlap"], ["forbid", "forbid — skip a tick while one runs"], ["replace", "replace — kill the running one"], ["queue", "queue — wait for the running one, oldest first"]],
   misfire: [["skip", "skip — record missed ticks"], ["run_once", "run once — run the newest missed tick"], ["run_all", "run all — run every missed tick (up to max catch-up)"]],
   on_worker_loss: [["rerun", "rerun on another worker"], ["mark_lost", "mark lost"]],

@@ -1,7 +1,7 @@
 // #/job/NAME: one job's page: actions, schedule, running executions, queue, backfills, a chart
 // of recent runs, notifications, spec.
 
-import { app, h, isPaused, jobTime, labelText, localTime, needs, pauseText, runAsText, stateBadge, statusBadge, svg } from "./format.js";
+import { app, executorsText, h, handlerOf, isPaused, jobTime, labelText, localTime, needs, pauseText, runAsText, stateBadge, statusBadge, svg } from "./format.js";
 import { api, explain, getJson, jobPath } from "./api.js";
 import { autoRefresh } from "./nav.js";
 import { button } from "./controls.js";
@@ -154,9 +154,11 @@ export async function jobView(params, rest) {
         ? h("ul", { class: "plain" }, j.next_runs.map((t) => h("li", {}, `${jobTime(t)} · ${localTime(t)} local`)))
         : h("span", { class: "muted" }, isPaused(j) ? "paused" : "none")),
       h("dt", {}, "Task"), h("dd", { id: "task" }, taskText(spec.task)),
-      h("dt", {}, "Workers"), h("dd", {}, j.eligible_workers === 0
-        ? h("span", { class: "warn" }, `no live worker ${needs(spec.selector, spec.task && spec.task.user)}`)
-        : `${j.eligible_workers} eligible${Object.keys(spec.selector || {}).length ? ` (selector ${labelText(spec.selector)})` : ""}`),
+      h("dt", {}, "Workers"), h("dd", { id: "workers" }, handlerOf(j)
+        ? [executorsText(j, workers.workers), Object.keys(spec.selector || {}).length ? ` (selector ${labelText(spec.selector)})` : ""]
+        : j.eligible_workers === 0
+          ? h("span", { class: "warn" }, `no live worker ${needs(spec.selector, spec.task && spec.task.user)}`)
+          : `${j.eligible_workers} eligible${Object.keys(spec.selector || {}).length ? ` (selector ${labelText(spec.selector)})` : ""}`),
       alerts ? [h("dt", {}, "Alerts"), h("dd", { id: "alerts" }, alerts)] : "",
       h("dt", {}, "Revision"), h("dd", {}, String(j.revision))),
     h("h2", {}, "Running"),
@@ -200,9 +202,10 @@ function queueSection(j) {
         q.behind ? [" behind ", h("a", { href: `#/execution/${encodeURIComponent(q.behind)}` }, q.behind)] : ""))));
 }
 
-/** A job's task on its page: the command, the HTTP request or the gRPC call. */
+/** A job's task on its page: the command, the HTTP request, the gRPC call or the handler. */
 function taskText(task) {
   if (!task) return "";
+  if (task.kind === "handler") return ["handler ", h("code", {}, task.name)];
   if (task.kind === "http") return h("code", {}, `${task.method || "GET"} ${task.url}`);
   if (task.kind === "grpc") return ["gRPC ", h("code", {}, task.method), " at ", h("code", {}, task.endpoint)];
   return [h("code", {}, task.command), runAsText(task)];

@@ -31,6 +31,8 @@ export function jobForm(isNew) {
       "KEY=value per line. Values are never shown again; KEY= with nothing after it keeps the stored value."),
     params: formField("task.params", "Run parameters", add("task.params", textarea({ rows: 2, class: "mono", placeholder: '{"REPORT_DAY": {"default": "today", "pattern": "[0-9-]+|today"}}' })),
       "JSON: the only variables a manual run may set (a list of names, or NAME: {default, pattern, description}); empty for none."),
+    handlerName: formField("task.name", "Handler", add("task.name", input({ placeholder: "hot-list", pattern: "[A-Za-z0-9][A-Za-z0-9._-]{0,127}", class: "mono" })),
+      "A handler an executor registered (an application embedding etcron-sdk): only the live executors that have it run the job. Its environment and run parameters reach it as ctx.env(NAME)."),
     cwd: formField("task.cwd", "Working directory", add("task.cwd", input({ placeholder: "/srv/app" }))),
     user: formField("task.user", "Run as user", add("task.user", input({ placeholder: "the worker's own" })),
       "Only workers running as root that list this user in run_as_users run the job."),
@@ -89,13 +91,17 @@ export function jobForm(isNew) {
   fields.schedule.append(preview);
   const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
   fields.timezone.append(h("datalist", { id: "timezones" }, ["UTC", ...zones].map((z) => h("option", { value: z }))));
-  const shellOnly = [fields.command, fields.env, fields.secretEnv, fields.params, fields.cwd, fields.user, fields.group];
+  const shellOnly = [fields.command, fields.cwd, fields.user, fields.group];
+  // A shell task's values, which a handler task has too.
+  const valueFields = [fields.env, fields.secretEnv, fields.params];
   const limitFields = [fields.memory, fields.cpu, fields.openFiles];
   const httpOnly = [fields.method, fields.url, fields.headers, fields.secretHeaders, fields.body, fields.expect, fields.asynchronous];
   const grpcOnly = [fields.endpoint, fields.grpcMethod, fields.request, fields.metadata, fields.secretMetadata, fields.descriptorSet];
   const sync = () => {
     const kind = f["task.kind"].value;
     for (const el of [...shellOnly, ...limitFields]) el.hidden = kind !== "shell";
+    for (const el of valueFields) el.hidden = kind !== "shell" && kind !== "handler";
+    fields.handlerName.hidden = kind !== "handler";
     for (const el of httpOnly) el.hidden = kind !== "http";
     for (const el of grpcOnly) el.hidden = kind !== "grpc";
     fields.shards.hidden = f.mode.value !== "sharded";
@@ -106,7 +112,7 @@ export function jobForm(isNew) {
   const form = h("form", { id: "job-form", novalidate: true, "aria-label": "Job" },
     group("Job", fields.name, fields.team, fields.description, fields.enabled, fields.labels),
     group("Schedule", fields.schedule, fields.timezone, fields.activeFrom, fields.activeUntil, fields.jitter, fields.skipCalendars),
-    group("Task", fields.kind, ...shellOnly, ...httpOnly, ...grpcOnly),
+    group("Task", fields.kind, fields.handlerName, fields.command, ...valueFields, fields.cwd, fields.user, fields.group, ...httpOnly, ...grpcOnly),
     group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.maxQueue, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.pauseAfter, fields.loss, ...limitFields),
     group("Where it runs", fields.mode, fields.shards, fields.selector),
     group("What runs next", fields.onSuccess, fields.onFailure, fields.maxOutput),
@@ -150,7 +156,8 @@ export function jobForm(isNew) {
       if (Object.keys(secretMetadata).length) spec.task.secret_metadata = secretMetadata;
       if (f["task.descriptor_set"].value.trim()) spec.task.descriptor_set = f["task.descriptor_set"].value.replace(/\s+/g, "");
     } else {
-      spec.task = { kind: "shell", command: f["task.command"].value };
+      const handler = f["task.kind"].value === "handler";
+      spec.task = handler ? { kind: "handler", name: f["task.name"].value.trim() } : { kind: "shell", command: f["task.command"].value };
       const env = map("task.env", "=");
       if (Object.keys(env).length) spec.task.env = env;
       const secretEnv = secrets(map("task.secret_env", "="));
@@ -160,6 +167,8 @@ export function jobForm(isNew) {
           throw Object.assign(new Error(`Not valid JSON: ${e.message}`), { field: "task.params" });
         }
       }
+    }
+    if (spec.task.kind === "shell") {
       if (f["task.cwd"].value.trim()) spec.task.cwd = f["task.cwd"].value.trim();
       if (f["task.user"].value.trim()) spec.task.user = f["task.user"].value.trim();
       if (f["task.group"].value.trim()) spec.task.group = f["task.group"].value.trim();
@@ -222,7 +231,8 @@ export function jobForm(isNew) {
       name: name || "", team: spec.team || "", description: spec.description || "", labels: formatMap(spec.labels, "="),
       schedule: expressionsOf(spec).join("\n"), timezone: spec.timezone || "UTC", "task.kind": task.kind || "shell",
       active_from: spec.active_from || "", active_until: spec.active_until || "", jitter: spec.jitter || "", skip_calendars: (spec.skip_calendars || []).join(", "),
-      "task.command": task.command || "", "task.env": formatMap(task.env, "="), "task.cwd": task.cwd || "",
+      "task.command": task.command || "", "task.name": task.kind === "handler" ? task.name || "" : "",
+      "task.env": formatMap(task.env, "="), "task.cwd": task.cwd || "",
       "task.params": task.params ? JSON.stringify(task.params, null, 2) : "",
       "task.user": task.user || "", "task.group": task.group || "",
       "task.secret_env": formatMap(task.secret_env, "="), "task.secret_headers": formatMap(task.secret_headers, ": "),

@@ -1,12 +1,14 @@
 // #/jobs: every job the token sees, filtered by name/label, state and team (in the URL).
 
-import { app, h, isPaused, jobTime, localTime, pauseText, stateBadge, statusBadge } from "./format.js";
+import { app, executorsText, h, handlerOf, isPaused, jobTime, localTime, pauseText, stateBadge, statusBadge } from "./format.js";
 import { banner, getJson, whoami } from "./api.js";
 import { expressionsOf } from "./forms.js";
 import { jobActions } from "./actions.js";
 
 /** The jobs list: name, team, state, schedule in words, next run, last result, recent outcomes.
- * The master lists only the jobs of the token's teams (every job for a global role). */
+ * The master lists only the jobs of the token's teams (every job for a global role). A handler
+ * job (run by executors, the applications that embed etcron-sdk) shows its handler and which
+ * live executors have it (the workers are read only when there is such a job). */
 export async function jobsView(params) {
   const filter = (params.get("q") || "").toLowerCase();
   const state = params.get("state") || "";
@@ -22,6 +24,7 @@ export async function jobsView(params) {
     const labels = Object.entries(spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
     return `${j.name} ${labels}`.toLowerCase().includes(filter);
   });
+  const workers = data.jobs.some(handlerOf) ? await getJson("/api/workers").then((w) => w.workers, () => null) : null;
   const search = h("input", { type: "search", placeholder: "Filter by name or label (press /)", "aria-label": "Filter jobs", value: filter, "data-shortcut": "/" });
   const select = h("select", { "aria-label": "Job state" },
     [["", "Any state"], ["enabled", "Enabled"], ["paused", "Paused"], ["failing", "Last run failed"]]
@@ -61,6 +64,7 @@ export async function jobsView(params) {
     return h("tr", { "data-job": j.name },
       h("td", { "data-label": "Job" }, h("a", { href: `#/job/${encodeURIComponent(j.name)}` }, h("strong", {}, j.name)),
         spec.description ? h("div", { class: "muted" }, spec.description) : "",
+        handlerOf(j) ? h("div", { class: "muted handler" }, "handler ", h("code", {}, handlerOf(j))) : "",
         j.invalid ? h("div", { class: "warn" }, `invalid spec: ${j.invalid}`) : ""),
       h("td", { "data-label": "Team" }, spec.team ? h("a", { href: `#/jobs?team=${encodeURIComponent(spec.team)}` }, spec.team) : h("span", { class: "muted" }, "—")),
       h("td", { "data-label": "State" }, stateBadge(j), isPaused(j) ? h("div", { class: "muted" }, pauseText(j)) : ""),
@@ -72,7 +76,8 @@ export async function jobsView(params) {
         ? [h("a", { href: `#/execution/${encodeURIComponent(last.id)}` }, statusBadge(last.status)),
           h("div", { class: "muted" }, summary.total_24h ? `24 h: ${summary.succeeded_24h} ok, ${summary.failed_24h} failed of ${summary.total_24h}` : "")]
         : h("span", { class: "muted" }, data.records && data.records.available === false ? "unavailable" : "none yet")),
-      h("td", { "data-label": "Workers" }, j.eligible_workers === 0 ? h("span", { class: "warn" }, "no live worker matches") : String(j.eligible_workers ?? "")),
+      h("td", { "data-label": "Workers" }, handlerOf(j) ? executorsText(j, workers)
+        : j.eligible_workers === 0 ? h("span", { class: "warn" }, "no live worker matches") : String(j.eligible_workers ?? "")),
       h("td", { "data-label": "Actions", class: "actions" }, jobActions(j)));
   });
   root.append(h("table", {},

@@ -1,5 +1,5 @@
-// #/workers: live workers, their cordons (with Cordon / Drain / Uncordon for global admins),
-// and the jobs no live worker may run.
+// #/workers: live workers (an executor with the handlers it runs), their cordons (with Cordon /
+// Drain / Uncordon for global admins), and the jobs no live worker may run.
 
 import { app, h, labelText, needs } from "./format.js";
 import { api, getJson, whoami } from "./api.js";
@@ -60,12 +60,15 @@ export async function workersView() {
     root.append(h("table", {},
       h("thead", {}, h("tr", {}, ["Worker", "State", "Labels", "Teams", "Runs as", "Running / capacity", "Uptime", "Version", ...(admin ? [""] : [])].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, data.workers.map((w) => h("tr", { "data-worker": w.id },
-        h("td", { "data-label": "Worker" }, h("strong", {}, w.id), h("div", { class: "muted" }, `${w.hostname} pid ${w.pid}`)),
+        h("td", { "data-label": "Worker" }, h("strong", {}, w.id), h("div", { class: "muted" }, `${w.hostname} pid ${w.pid}`),
+          (w.handlers || []).length ? h("div", { class: "muted executor" }, `executor: ${w.handlers.join(", ")}`) : ""),
         stateCell(w),
         h("td", { "data-label": "Labels" }, labelText(w.labels) || h("span", { class: "muted" }, "none")),
         h("td", { "data-label": "Teams" }, (w.teams || []).join(", ") || h("span", { class: "muted" }, "shared")),
         h("td", { "data-label": "Runs as", title: "who shell tasks without task.user run as; below, the users task.user may name" },
-          w.task_user || h("span", { class: "muted" }, "its own user"),
+          // An executor runs its handlers only, inside its own process.
+          (w.handlers || []).length ? h("span", { class: "muted" }, "no shell tasks")
+            : w.task_user || h("span", { class: "muted" }, "its own user"),
           (w.run_as_users || []).length ? h("div", { class: "muted" }, `task.user: ${w.run_as_users.join(", ")}`) : ""),
         h("td", { "data-label": "Running" }, `${w.running} / ${w.capacity}`,
           (w.running_executions || []).length ? h("ul", { class: "plain small" }, w.running_executions.map((r) => h("li", {}, h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id)))) : ""),
@@ -77,6 +80,6 @@ export async function workersView() {
   root.append(h("h2", {}, "Jobs no live worker may run"));
   root.append(unmatched.length === 0
     ? h("p", { class: "muted", id: "unmatched" }, "None: every job has a worker that may run it.")
-    : h("ul", { id: "unmatched" }, unmatched.map((j) => h("li", {}, h("a", { href: `#/job/${encodeURIComponent(j.job)}` }, h("strong", {}, j.job)), ` needs a worker that ${needs(j.selector, j.user, j.team)}`))));
+    : h("ul", { id: "unmatched" }, unmatched.map((j) => h("li", {}, h("a", { href: `#/job/${encodeURIComponent(j.job)}` }, h("strong", {}, j.job)), j.handler ? ` needs a live executor with handler ${j.handler}` : ` needs a worker that ${needs(j.selector, j.user, j.team)}`))));
   autoRefresh(10000);
 }

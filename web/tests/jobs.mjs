@@ -1,14 +1,15 @@
 // Browser test of the jobs list, run by tests/tests/it/features/ui.rs against a real cluster:
-//   node jobs.mjs <master url> <screenshot dir>
+//   node jobs.mjs <master url> <screenshot dir> <execution id of the hot-list run>
 // The harness has created: nightly-report (labels team=data, one succeeded run), paused-job
 // (enabled: false), mars-only (selector region=mars, no worker matches) and as-backup (runs as
 // user backup, which no worker allows) and auto-paused (paused by its failures); worker w1 runs,
-// its tasks as root (the harness's --task-user root).
+// its tasks as root (the harness's --task-user root). Executor app-1 (sdk/examples/hot_list.rs)
+// runs the handler hot-list, and declared its job hot-list, which has run once.
 import assert from "node:assert/strict";
 import path from "node:path";
 import { args, call, launch, open } from "./lib.mjs";
 
-const { base, shots } = args("jobs.mjs");
+const { base, shots, rest: [hotListRun] } = args("jobs.mjs");
 const browser = await launch();
 try {
   const { context, page, check } = await open(browser, base);
@@ -16,13 +17,16 @@ try {
   await page.goto(base + "/");
   const rows = page.locator("tbody tr");
   await rows.first().waitFor();
-  assert.equal(await rows.count(), 5);
+  assert.equal(await rows.count(), 6);
   const row = (name) => page.locator(`tr[data-job="${name}"]`);
   assert.match(await row("nightly-report").innerText(), /enabled/);
   assert.match(await row("nightly-report").innerText(), /succeeded/);
   assert.match(await row("paused-job").innerText(), /paused/);
   assert.match(await row("paused-job").innerText(), /disabled in its spec/);
   assert.match(await row("mars-only").innerText(), /no live worker matches/);
+  // A handler job: its handler, and the executor that has it.
+  assert.match(await row("hot-list").innerText(), /handler hot-list/);
+  assert.match(await row("hot-list").innerText(), /executor app-1 has it/);
   await page.screenshot({ path: path.join(shots, "jobs-1280.png"), fullPage: true });
 
   // Filter by label; the filter lives in the URL, so the deep link shows the same list.
@@ -39,7 +43,7 @@ try {
 
   // Keyboard: "/" focuses the filter, Enter applies it; actions are buttons that Enter presses.
   await page.goto(base + "/#/jobs");
-  await page.waitForFunction(() => document.querySelectorAll("tbody tr").length === 5);
+  await page.waitForFunction(() => document.querySelectorAll("tbody tr").length === 6);
   await page.keyboard.press("/");
   assert.equal(await page.evaluate(() => document.activeElement.getAttribute("aria-label")), "Filter jobs");
   await page.keyboard.type("nightly");
@@ -71,6 +75,8 @@ try {
     await w1.waitFor();
   }
   assert.match(await page.locator('tr[data-worker="w1"]').innerText(), /\broot\b/);
+  assert.doesNotMatch(await w1.innerText(), /executor:/);
+  assert.match(await page.locator('tr[data-worker="app-1"]').innerText(), /executor: hot-list/);
   const unmatched = await page.locator("#unmatched").innerText();
   assert.match(unmatched, /mars-only needs a worker that matches region=mars/);
   assert.match(unmatched, /as-backup needs a worker that may run tasks as backup/);
@@ -151,6 +157,39 @@ try {
   await page.locator("#run-params").waitFor();
   assert.equal(await page.locator("#run-params").innerText(), "REPORT_DAY=2026-11-01");
   assert.match(await page.locator("main").innerText(), /Run as of\s+2026-11-02T00:00:00.000Z/);
+
+  // The handler job's page: its task and the executor that has it; its run's result.
+  await page.goto(base + "/#/job/hot-list");
+  await page.locator("#task").waitFor();
+  assert.equal(await page.locator("#task").innerText(), "handler hot-list");
+  assert.match(await page.locator("#workers").innerText(), /^executor app-1 has it$/);
+  await page.goto(base + `/#/execution/${encodeURIComponent(hotListRun)}`);
+  await page.locator("#result").waitFor();
+  const result = JSON.parse(await page.locator("#result").innerText());
+  assert.deepEqual(result, { resumed_at: 0, steps: 2 });
+
+  // A handler no live executor has: the list and the page say so, in the warn style; the
+  // editor shows the handler task and saves it with its environment.
+  const orphan = await call(base, "PUT", "/api/jobs/sdk-orphan", { schedule: "@daily", task: { kind: "handler", name: "nobody-has-it" } });
+  assert.equal(orphan.status, 201, JSON.stringify(orphan.body));
+  await page.goto(base + "/#/jobs");
+  await row("sdk-orphan").waitFor();
+  assert.match(await row("sdk-orphan").innerText(), /handler nobody-has-it/);
+  assert.equal(await row("sdk-orphan").locator(".warn").innerText(), "no live executor has it");
+  await page.goto(base + "/#/job/sdk-orphan");
+  await page.locator("#task").waitFor();
+  assert.equal(await page.locator("#task").innerText(), "handler nobody-has-it");
+  assert.equal(await page.locator("#workers .warn").innerText(), "no live executor has it");
+  await page.goto(base + "/#/edit/sdk-orphan");
+  await page.waitForFunction(() => document.getElementById("f-task-name").value === "nobody-has-it");
+  assert.equal(await page.locator("#f-task-kind").inputValue(), "handler");
+  assert.ok(await page.locator("#f-task-command").isHidden(), "no command for a handler task");
+  await page.locator("#f-task-env").fill("REGION=eu");
+  await Promise.all([
+    page.waitForResponse((r) => r.url().endsWith("/api/jobs/sdk-orphan") && r.request().method() === "PUT" && r.status() === 200),
+    page.getByRole("button", { name: "Save changes" }).click(),
+  ]);
+  assert.deepEqual((await call(base, "GET", "/api/jobs/sdk-orphan")).body.spec.task, { kind: "handler", name: "nobody-has-it", env: { REGION: "eu" } });
 
   check();
   console.log("jobs list: ok");

@@ -319,6 +319,22 @@ fn task_env_passthrough(flag: Option<String>, file: Option<Vec<String>>) -> anyh
     Ok(names)
 }
 
+/// `labels`: the command line's `k=v,k=v`, or the file's table.
+fn labels(cli: Option<String>, file: Option<BTreeMap<String, String>>) -> anyhow::Result<BTreeMap<String, String>> {
+    match cli {
+        Some(l) => parse_labels(&l).context("labels"),
+        None => Ok(file.unwrap_or_default()),
+    }
+}
+
+/// `shell_task_network`: `host` (the default) or `none`.
+fn shell_network(set: Option<String>) -> anyhow::Result<crate::tasks::netns::ShellNetwork> {
+    match set {
+        Some(n) => crate::tasks::netns::ShellNetwork::parse(&n).map_err(anyhow::Error::msg),
+        None => Ok(crate::tasks::netns::ShellNetwork::default()),
+    }
+}
+
 /// Parses `k=v,k=v`.
 pub fn parse_labels(text: &str) -> anyhow::Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
@@ -347,10 +363,7 @@ impl Config {
             etcron_model::keys::validate_id(id).map_err(|e| anyhow::anyhow!("worker_id: {e}"))?;
         }
         let (data_dir, worker_id) = data_dir_and_id(cli.data_dir.or(file.data_dir), explicit_id)?;
-        let labels = match cli.labels {
-            Some(l) => parse_labels(&l).context("labels")?,
-            None => file.labels.unwrap_or_default(),
-        };
+        let labels = labels(cli.labels, file.labels)?;
         let run_as_users = comma_list(cli.run_as_users, file.run_as_users);
         crate::tasks::run_as::check_config(&run_as_users, nix::unistd::geteuid().is_root())
             .map_err(anyhow::Error::msg)?;
@@ -374,10 +387,7 @@ impl Config {
         let task_env_passthrough = task_env_passthrough(cli.task_env_passthrough, file.task_env_passthrough)?;
         let task_network_allow = comma_list(cli.task_network_allow, file.task_network_allow);
         let task_network_allow = crate::tasks::network::parse_allow(&task_network_allow).map_err(anyhow::Error::msg)?;
-        let shell_task_network = match cli.shell_task_network.or(file.shell_task_network) {
-            Some(n) => crate::tasks::netns::ShellNetwork::parse(&n).map_err(anyhow::Error::msg)?,
-            None => crate::tasks::netns::ShellNetwork::default(),
-        };
+        let shell_task_network = shell_network(cli.shell_task_network.or(file.shell_task_network))?;
         Ok(Self {
             etcd: etcron_common::settings::etcd_config(shared.etcd_endpoints.clone(), &security, &file.etcd)
                 .map_err(anyhow::Error::msg)?,

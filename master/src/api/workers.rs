@@ -110,6 +110,9 @@ pub(super) async fn list_workers(
             if let Some(team) = &spec.team {
                 job["team"] = json!(team);
             }
+            if let Some(handler) = spec.task.handler() {
+                job["handler"] = json!(handler);
+            }
             unmatched.push(job);
         }
     }

@@ -56,10 +56,7 @@ pub(crate) async fn execute(
         drop(pid_tx);
         return tasks.run(&ctx.config.worker_id, fire, stop).await;
     }
-    let max_output = fire
-        .spec
-        .output_limit()
-        .map_or(ctx.config.max_output, |m| usize::try_from(m).unwrap_or(usize::MAX).min(ctx.config.max_output));
+    let max_output = max_output(ctx, fire);
     match &fire.spec.task {
         Task::Shell(shell) => {
             if let Some(refused) =
@@ -105,34 +102,14 @@ pub(crate) async fn execute(
             shell::run_shell(job, stop, pid_tx).await
         }
         Task::Http(http) => {
-            // No process: nobody waits for a pid.
-            drop(pid_tx);
+            drop(pid_tx); // no process: nobody waits for a pid
             let job = http_job(ctx, fire, http, fencing_token, &reporting);
             let live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker), Lines::Ignored);
             http::run_http(job, live.output(), stop).await
         }
         Task::Handler(handler) => {
             drop(pid_tx);
-            let Some(handlers) = ctx.handlers.clone() else {
-                return Finished::not_started(Ending::SpawnFailed(format!(
-                    "this worker runs no handlers (handler {:?} is for executors that registered it)",
-                    handler.name
-                )));
-            };
-            let params = match etcron_model::spec::params::run_env(&handler.params, &fire.params.env) {
-                Ok(params) => params,
-                Err(e) => {
-                    let field = e.field.unwrap_or_default();
-                    crate::metrics::METRICS.runs_refused.with_label_values(&["run_params"]).inc();
-                    return Finished::not_started(Ending::SpawnFailed(format!(
-                        "run parameter refused: {field}: {}",
-                        e.message
-                    )));
-                }
-            };
-            let live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker.clone()), Lines::Ignored);
-            let job = handler_job(ctx, fire, handler, params, fencing_token, &reporting, live.output());
-            crate::tasks::handler::run_handler(handlers.as_ref(), job, &live.output(), stop).await
+            handler_task(ctx, fire, handler, (fencing_token, &reporting), max_output, stop).await
         }
         Task::Grpc(grpc) => {
             drop(pid_tx);
@@ -142,6 +119,44 @@ pub(crate) async fn execute(
             grpc::run_grpc(job, stop).await
         }
     }
+}
+
+/// The output a run keeps: the job's `limits.output`, within the worker's `max_output`.
+fn max_output(ctx: &Context, fire: &Fire) -> usize {
+    let worker = ctx.config.max_output;
+    fire.spec.output_limit().map_or(worker, |m| usize::try_from(m).unwrap_or(usize::MAX).min(worker))
+}
+
+/// Runs a handler task on this process's handlers (an executor's), its run parameters checked
+/// again against the spec this worker runs.
+async fn handler_task(
+    ctx: &Context,
+    fire: &Fire,
+    handler: &etcron_model::spec::HandlerTask,
+    (fencing_token, reporting): (i64, &Reporting<'_>),
+    max_output: usize,
+    stop: watch::Receiver<Option<StopReason>>,
+) -> Finished {
+    let Some(handlers) = ctx.handlers.clone() else {
+        return Finished::not_started(Ending::SpawnFailed(format!(
+            "this worker runs no handlers (handler {:?} is for executors that registered it)",
+            handler.name
+        )));
+    };
+    let params = match etcron_model::spec::params::run_env(&handler.params, &fire.params.env) {
+        Ok(params) => params,
+        Err(e) => {
+            crate::metrics::METRICS.runs_refused.with_label_values(&["run_params"]).inc();
+            let field = e.field.unwrap_or_default();
+            return Finished::not_started(Ending::SpawnFailed(format!(
+                "run parameter refused: {field}: {}",
+                e.message
+            )));
+        }
+    };
+    let live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker.clone()), Lines::Ignored);
+    let job = handler_job(ctx, fire, handler, params, fencing_token, reporting, live.output());
+    crate::tasks::handler::run_handler(handlers.as_ref(), job, &live.output(), stop).await
 }
 
 /// A handler's call: the execution, its values (the task's `env` and `secret_env`, then the run's

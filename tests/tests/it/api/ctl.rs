@@ -231,6 +231,25 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     let out = ctl(&c, &["jobs", "get", "alpha", "-o", "json"]).await.ok();
     assert_eq!(out.json(), json!({"jobs": {"alpha": job(&c, "alpha").await.1["spec"]}}));
 
+    // A handler job (an executor's, `etcron-sdk`): applied from a file like any job; describe
+    // names the handler and says that no live executor has it (w1 is a plain worker).
+    let handler = c.path("handler");
+    write(
+        &handler,
+        "h.yaml",
+        "jobs:\n  hot-list:\n    schedule: '@daily'\n    task: {kind: handler, name: hot-list, env: {REGION: eu}}\n",
+    );
+    let out = ctl(&c, &["jobs", "apply", "-f", &handler.display().to_string()]).await.ok();
+    assert!(out.stdout.contains("created    hot-list"), "{}", out.stdout);
+    let out = ctl(&c, &["jobs", "describe", "hot-list"]).await.ok();
+    let task = out.stdout.lines().find(|l| l.starts_with("task:")).unwrap_or_default();
+    assert!(task.ends_with("handler: hot-list (no live executor has it)"), "{}", out.stdout);
+    let out = ctl(&c, &["jobs", "get", "hot-list"]).await.ok();
+    assert!(out.stdout.contains("eligible workers: 0") && out.stdout.contains("kind: handler"), "{}", out.stdout);
+    let out = ctl(&c, &["workers", "ls"]).await.ok();
+    assert!(!out.stdout.contains("HANDLERS"), "no executor is live: no HANDLERS column: {}", out.stdout);
+    ctl(&c, &["jobs", "rm", "hot-list"]).await.ok();
+
     // pause / resume: the pause is the job's state, not its spec; ls filters on it.
     let out = ctl(&c, &["jobs", "pause", "alpha", "--reason", "db migration"]).await.ok();
     assert!(out.stdout.contains("job alpha paused: db migration"), "{}", out.stdout);

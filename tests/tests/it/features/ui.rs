@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use etcron_tests::{browser_with, wait_for, Cluster};
+use etcron_tests::{browser_with, wait_for, Cluster, Proc};
 use reqwest::Method;
 use serde_json::json;
 
@@ -18,6 +18,23 @@ fn screenshots(dir: &std::path::Path, names: &[&str]) {
         let len = std::fs::metadata(dir.join(shot)).map(|m| m.len()).unwrap_or(0);
         assert!(len > 1000, "{shot} written ({len} bytes)");
     }
+}
+
+/// An executor of the handler `hot-list` registered as `app-1`: `sdk/examples/hot_list.rs`, which
+/// declares its job `hot-list` (`ensure_jobs`) at start; a run is two short steps.
+fn hot_list_executor(c: &Cluster) -> anyhow::Result<Proc> {
+    let mut cmd = std::process::Command::new(etcron_tests::bin_dir().join("examples").join("hot_list"));
+    cmd.args(["--worker-id", "app-1", "--session-ttl", "3s"]).arg("--data-dir").arg(c.logs.join("data-app-1"));
+    cmd.env("ETCRON_ETCD_ENDPOINTS", &c.etcd.endpoint)
+        .env("ETCRON_NAMESPACE", &c.namespace)
+        .env("ETCRON_MONGODB_URI", &c.mongo.uri)
+        .env("ETCRON_MONGODB_DB", &c.db)
+        .env("ETCRON_SERVER", &c.master.url)
+        .env("HOT_LIST_SCHEDULE", "@yearly")
+        .env("HOT_LIST_STEPS", "2")
+        .env("HOT_LIST_STEP_MS", "50")
+        .env("HOT_LIST_LOG", c.path("hot-list.log"));
+    Proc::spawn("hot_list app-1", cmd, c.logs.join("app-1.log"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -58,7 +75,12 @@ async fn the_jobs_list_shows_state_schedule_results_and_unmatched_selectors() ->
     let (status, _) = c.call(Method::POST, "/api/jobs/nightly-report/run", None).await?;
     assert_eq!(status, 202);
     c.wait_executions("job=nightly-report&status=succeeded", "the manual run", |l| l.len() == 1).await?;
-    browser("jobs.mjs", &c.master.url, &c.logs)?;
+    // An executor (an application embedding etcron-sdk) and a run of its handler job.
+    let _executor = hot_list_executor(&c)?;
+    c.wait_workers(2).await?;
+    let run = c.run_now("hot-list").await?;
+    c.record_when(&run, "succeeded").await?;
+    browser_with("jobs.mjs", &c.master.url, &c.logs, &[&run], &[])?;
     screenshots(&c.logs, &["jobs-1280.png", "jobs-375-dark.png", "workers-1280.png"]);
     Ok(())
 }

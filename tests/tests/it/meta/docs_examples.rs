@@ -528,6 +528,7 @@ doc_tests! {
     notifications => "docs/notifications.md",
     operations => "docs/operations.md",
     records => "docs/records.md",
+    sdk => "docs/sdk.md",
     security => "docs/security.md",
     testing => "docs/testing.md",
 }
