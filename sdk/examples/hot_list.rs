@@ -64,7 +64,8 @@ async fn main() -> anyhow::Result<()> {
     // Schedules as code: every replica declares the same jobs; they converge.
     let spec = json!({
         "schedule": env_or("HOT_LIST_SCHEDULE", "@every 1m"),
-        "concurrency": "forbid",
+        // One run at a time; a failover rerun that finds the next tick running waits its turn.
+        "concurrency": "queue",
         "on_worker_loss": "rerun",
         "task": {"kind": "handler", "name": "hot-list"},
     });
