@@ -893,6 +893,21 @@ pub struct Fired {
     pub extra: Vec<String>,
 }
 
+/// A replica of `sdk/examples/hot_list.rs` registered as executor `id` against `c` (its
+/// README's way: a worker's flags and `ETCRON_*` variables), with `env` (`HOT_LIST_*`) added.
+pub fn hot_list_replica(c: &Cluster, id: &str, env: &[(&str, &str)]) -> Result<Proc> {
+    let mut cmd = Command::new(bin_dir().join("examples").join("hot_list"));
+    cmd.args(["--worker-id", id, "--session-ttl", "3s", "--kill-grace", "2s"]);
+    cmd.arg("--data-dir").arg(c.logs.join(format!("data-{id}")));
+    cmd.env("ETCRON_ETCD_ENDPOINTS", &c.etcd.endpoint)
+        .env("ETCRON_NAMESPACE", &c.namespace)
+        .env("ETCRON_MONGODB_URI", &c.mongo.uri)
+        .env("ETCRON_MONGODB_DB", &c.db)
+        .env("ETCRON_SERVER", &c.master.url);
+    cmd.envs(env.iter().copied());
+    Proc::spawn(&format!("hot_list {id}"), cmd, c.logs.join(format!("{id}.log")))
+}
+
 /// A shell command that appends one `Fired` line to `file` (atomic O_APPEND write).
 pub fn record_command(file: &Path) -> String {
     format!(

@@ -194,18 +194,32 @@ pub fn validate_name(name: &str) -> Result<(), SpecError> {
 fn validate_handler(handler: &crate::spec::job::HandlerTask) -> Result<(), SpecError> {
     crate::keys::validate_id(&handler.name)
         .map_err(|e| SpecError::at("task.name", format!("a handler name: {}", e.replace("id ", ""))))?;
-    validate_map("task.env", &handler.env, env_key_ok)?;
-    validate_secrets("task.secret_env", &handler.secret_env, env_key_ok, handler.env.len())?;
-    let names: Vec<(&str, &String)> = handler
-        .env
-        .keys()
-        .map(|k| ("task.env", k))
-        .chain(handler.secret_env.keys().map(|k| ("task.secret_env", k)))
-        .collect();
-    if let Some(k) = handler.secret_env.keys().find(|k| handler.env.contains_key(*k)) {
-        return Err(SpecError::at(&format!("task.secret_env.{k}"), "is also in task.env; give each value once"));
+    let names = validate_values(&handler.env, &handler.secret_env)?;
+    check_values(&handler.env, &handler.secret_env, &handler.params, &names)
+}
+
+/// `task.env` and `task.secret_env` (a shell or handler task's): their names and values; the
+/// names, with the field each is in.
+fn validate_values<'a>(
+    env: &'a std::collections::BTreeMap<String, String>,
+    secret_env: &'a crate::spec::job::Secrets,
+) -> Result<Vec<(&'static str, &'a String)>, SpecError> {
+    validate_map("task.env", env, env_key_ok)?;
+    validate_secrets("task.secret_env", secret_env, env_key_ok, env.len())?;
+    Ok(env.keys().map(|k| ("task.env", k)).chain(secret_env.keys().map(|k| ("task.secret_env", k))).collect())
+}
+
+/// Each name in one of `env` and `secret_env`, and `params` none of them.
+fn check_values(
+    env: &std::collections::BTreeMap<String, String>,
+    secret_env: &crate::spec::job::Secrets,
+    params: &crate::spec::job::Params,
+    names: &[(&str, &String)],
+) -> Result<(), SpecError> {
+    if let Some(k) = secret_env.keys().find(|k| env.contains_key(*k)) {
+        return Err(SpecError::at(&format!("task.secret_env.{k}"), "is also in task.env; give each variable once"));
     }
-    crate::spec::params::validate(&handler.params, &names)
+    crate::spec::params::validate(params, names)
 }
 
 fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
@@ -218,14 +232,7 @@ fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
     if shell.command.contains('\0') {
         return Err(SpecError::at("task.command", "must not contain NUL bytes"));
     }
-    validate_map("task.env", &shell.env, env_key_ok)?;
-    validate_secrets("task.secret_env", &shell.secret_env, env_key_ok, shell.env.len())?;
-    let names: Vec<(&str, &String)> = shell
-        .env
-        .keys()
-        .map(|k| ("task.env", k))
-        .chain(shell.secret_env.keys().map(|k| ("task.secret_env", k)))
-        .collect();
+    let names = validate_values(&shell.env, &shell.secret_env)?;
     for &(field, k) in &names {
         if k.starts_with("ETCRON_") {
             return Err(SpecError::at(
@@ -234,10 +241,7 @@ fn validate_shell(shell: &ShellTask) -> Result<(), SpecError> {
             ));
         }
     }
-    if let Some(k) = shell.secret_env.keys().find(|k| shell.env.contains_key(*k)) {
-        return Err(SpecError::at(&format!("task.secret_env.{k}"), "is also in task.env; give each variable once"));
-    }
-    crate::spec::params::validate(&shell.params, &names)?;
+    check_values(&shell.env, &shell.secret_env, &shell.params, &names)?;
     if let Some(cwd) = &shell.cwd {
         if !cwd.starts_with('/') || cwd.contains('\0') || cwd.len() > 4096 {
             return Err(SpecError::at("task.cwd", "must be an absolute path"));

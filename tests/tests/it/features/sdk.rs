@@ -13,20 +13,14 @@ const STEPS: u64 = 6;
 
 /// One replica of the example application, as its README starts it.
 fn replica(c: &Cluster, id: &str, log: &Path) -> anyhow::Result<Proc> {
-    let bin = etcron_tests::bin_dir().join("examples").join("hot_list");
-    let mut cmd = std::process::Command::new(bin);
-    cmd.args(["--worker-id", id, "--session-ttl", "3s", "--kill-grace", "2s"]);
-    cmd.arg("--data-dir").arg(c.logs.join(format!("data-{id}")));
-    cmd.env("ETCRON_ETCD_ENDPOINTS", &c.etcd.endpoint)
-        .env("ETCRON_NAMESPACE", &c.namespace)
-        .env("ETCRON_MONGODB_URI", &c.mongo.uri)
-        .env("ETCRON_MONGODB_DB", &c.db)
-        .env("ETCRON_SERVER", &c.master.url)
-        .env("HOT_LIST_SCHEDULE", "@every 1h")
-        .env("HOT_LIST_STEPS", STEPS.to_string())
-        .env("HOT_LIST_STEP_MS", "700")
-        .env("HOT_LIST_LOG", log);
-    Proc::spawn(&format!("hot_list {id}"), cmd, c.logs.join(format!("{id}.log")))
+    let (steps, log) = (STEPS.to_string(), log.display().to_string());
+    let env = [
+        ("HOT_LIST_SCHEDULE", "@every 1h"),
+        ("HOT_LIST_STEPS", steps.as_str()),
+        ("HOT_LIST_STEP_MS", "700"),
+        ("HOT_LIST_LOG", log.as_str()),
+    ];
+    etcron_tests::hot_list_replica(c, id, &env)
 }
 
 /// The step lines of `execution` (any attempt): (step, fencing token, pid).

@@ -23,18 +23,14 @@ fn screenshots(dir: &std::path::Path, names: &[&str]) {
 /// An executor of the handler `hot-list` registered as `app-1`: `sdk/examples/hot_list.rs`, which
 /// declares its job `hot-list` (`ensure_jobs`) at start; a run is two short steps.
 fn hot_list_executor(c: &Cluster) -> anyhow::Result<Proc> {
-    let mut cmd = std::process::Command::new(etcron_tests::bin_dir().join("examples").join("hot_list"));
-    cmd.args(["--worker-id", "app-1", "--session-ttl", "3s"]).arg("--data-dir").arg(c.logs.join("data-app-1"));
-    cmd.env("ETCRON_ETCD_ENDPOINTS", &c.etcd.endpoint)
-        .env("ETCRON_NAMESPACE", &c.namespace)
-        .env("ETCRON_MONGODB_URI", &c.mongo.uri)
-        .env("ETCRON_MONGODB_DB", &c.db)
-        .env("ETCRON_SERVER", &c.master.url)
-        .env("HOT_LIST_SCHEDULE", "@yearly")
-        .env("HOT_LIST_STEPS", "2")
-        .env("HOT_LIST_STEP_MS", "50")
-        .env("HOT_LIST_LOG", c.path("hot-list.log"));
-    Proc::spawn("hot_list app-1", cmd, c.logs.join("app-1.log"))
+    let log = c.path("hot-list.log").display().to_string();
+    let env = [
+        ("HOT_LIST_SCHEDULE", "@yearly"),
+        ("HOT_LIST_STEPS", "2"),
+        ("HOT_LIST_STEP_MS", "50"),
+        ("HOT_LIST_LOG", log.as_str()),
+    ];
+    etcron_tests::hot_list_replica(c, "app-1", &env)
 }
 
 #[tokio::test(flavor = "multi_thread")]
