@@ -24,8 +24,21 @@ pub use nix::sys::signal::Signal as Sig;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-/// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
+/// A free TCP port on 127.0.0.1, below the kernel's ephemeral range (32768 and up on Linux):
+/// a port a process binds as `:0` is drawn from that range, so a port from outside it cannot be
+/// taken between this check and its use by some listener of port 0 — the worker's own output
+/// and progress listeners took one released port this way.
 pub fn free_port() -> u16 {
+    // Each test process (one per test under nextest) starts at its own place in 20000..32000.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let offset = (std::process::id() % 1_000) * 12;
+    for _ in 0..12_000 {
+        let step = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = u16::try_from(20_000 + (offset + step) % 12_000).unwrap_or(0);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
 }
 
