@@ -66,6 +66,17 @@ async fn a_handler_runs_once_per_run_across_replicas_and_resumes_from_its_checkp
         assert!(steps.iter().all(|s| s.2 == steps[0].2), "one replica ran it: {steps:?}");
     }
 
+    // The job's timeout cancels the handler (it returns at once) and the run is timed out.
+    c.put_job(
+        "hot-list-short",
+        json!({"schedule": "@every 1h", "timeout": "1s", "task": {"kind": "handler", "name": "hot-list"}}),
+    )
+    .await?;
+    let id = c.run_now("hot-list-short").await?;
+    let timed_out = c.record_when(&id, "timed_out").await?;
+    assert!(timed_out["result"].is_null(), "{timed_out}");
+    assert!(steps_of(&log, id.trim_end_matches("#1")).len() <= 1, "stopped at the timeout: {timed_out}");
+
     // A third, killed mid-way (during a step, after two were checkpointed).
     let id = c.run_now("hot-list").await?;
     let prefix = id.trim_end_matches("#1").to_owned();
