@@ -85,7 +85,14 @@ impl Context {
     /// etcd did not take it (unreachable), or the claim is no longer this run's (the run was
     /// lost: stop).
     pub async fn save_checkpoint(&self, value: Value) -> Result<(), String> {
-        self.reports.checkpoint(value).await
+        self.reports.checkpoint(value).await.map_err(|e| match e {
+            etcron_worker::tasks::handler::Refusal::Fenced => {
+                "the run's claim is no longer its own (it was lost): stop".to_owned()
+            }
+            etcron_worker::tasks::handler::Refusal::Unavailable(why) => {
+                format!("etcd did not take the checkpoint: {why}")
+            }
+        })
     }
 
     /// Appends `text` to the run's output (kept with its record, followable live; bounded like

@@ -274,8 +274,16 @@ async fn progress(
     }
     if let Some(checkpoint) = req.checkpoint {
         if let Err(e) = reports.checkpoint(checkpoint).await {
-            let status = if e.contains("Fenced") { StatusCode::CONFLICT } else { StatusCode::SERVICE_UNAVAILABLE };
-            return Err(error(status, "checkpoint", format!("the checkpoint was not stored: {e}"), Some("checkpoint")));
+            let status = match e {
+                crate::tasks::handler::Refusal::Fenced => StatusCode::CONFLICT,
+                crate::tasks::handler::Refusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            return Err(error(
+                status,
+                "checkpoint",
+                format!("the checkpoint was not stored: {e:?}"),
+                Some("checkpoint"),
+            ));
         }
     }
     Ok(StatusCode::NO_CONTENT.into_response())

@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::tasks::live_output::LiveOutput;
+pub use crate::tasks::progress::Refusal;
 use crate::tasks::progress::Tracker;
 use crate::tasks::shell::{wait_stop, Ending, Finished, StopReason};
 
@@ -73,10 +74,11 @@ impl Reports {
     /// Stores `value` as the tick's checkpoint, fenced by the claim; `Ok` once etcd holds it.
     ///
     /// # Errors
-    /// When etcd did not take it (unavailable), or the claim is no longer this run's.
-    pub async fn checkpoint(&self, value: Value) -> Result<(), String> {
+    /// [`Refusal::Unavailable`] when etcd did not take it, [`Refusal::Fenced`] when the claim is
+    /// no longer this run's.
+    pub async fn checkpoint(&self, value: Value) -> Result<(), Refusal> {
         let report = Report { percent: None, message: None, checkpoint: Some(value), rebalance: false };
-        self.tracker.report(report).await.map_err(|e| format!("{e:?}"))
+        self.tracker.report(report).await
     }
 
     /// Appends to the run's output (bounded like any task's, followable live).
@@ -133,9 +135,7 @@ pub(crate) async fn run_handler(
         output
             .push(format!("the handler did not return within {kill_grace:?} of being cancelled; dropped\n").as_bytes());
     }
-    let mut done = Finished::of_request(ending, None, output.render());
-    done.result = None;
-    done
+    Finished::of_request(ending, None, output.render())
 }
 
 /// A returned outcome as the run's end: a result too large is a failure naming its size.
