@@ -1,4 +1,5 @@
-//! The graph of job dependencies (`on_success` / `on_failure` edges) and the search for a cycle through one job.
+//! The graph of job dependencies (`on_success` / `on_failure` edges, and the workflow edges a
+//! job's `after` draws from each parent to it) and the search for a cycle through one job.
 //!
 //! Pure: the caller builds the graph from every stored job, puts the job being saved in with
 //! its new edges, and asks for a cycle through that job. Only a cycle through the edited job
@@ -9,10 +10,15 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
-/// Edges from each job to the jobs its executions start (`on_success`, then `on_failure`).
+/// Edges from each job to the jobs its executions start (`on_success`, then `on_failure`),
+/// and from each job named in another's `after` to that job.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DependencyGraph {
     edges: BTreeMap<String, Vec<String>>,
+    /// `after` as each job gives it.
+    after: BTreeMap<String, Vec<String>>,
+    /// `after` read backwards: parent → the jobs naming it.
+    children: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// A dependency cycle as a path that starts and ends with the same job (`a → b → a`).
@@ -111,10 +117,46 @@ impl DependencyGraph {
         }
     }
 
-    /// The jobs `job` starts, in the order they were given.
+    /// Sets the `after` of `job` (the workflow parents it runs after), replacing any it had.
+    pub fn set_after<I, S>(&mut self, job: &str, parents: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        for old in self.after.remove(job).unwrap_or_default() {
+            if let Some(set) = self.children.get_mut(&old) {
+                set.remove(job);
+                if set.is_empty() {
+                    self.children.remove(&old);
+                }
+            }
+        }
+        let parents: Vec<String> = parents.into_iter().map(Into::into).collect();
+        for p in &parents {
+            self.children.entry(p.clone()).or_default().insert(job.to_owned());
+        }
+        if !parents.is_empty() {
+            self.after.insert(job.to_owned(), parents);
+        }
+    }
+
+    /// The jobs `job` starts (`on_success`, `on_failure`), in the order they were given.
     #[must_use]
-    pub fn dependents(&self, job: &str) -> &[String] {
+    pub fn own_dependents(&self, job: &str) -> &[String] {
         self.edges.get(job).map_or(&[], Vec::as_slice)
+    }
+
+    /// The `after` of `job`.
+    #[must_use]
+    pub fn after_of(&self, job: &str) -> &[String] {
+        self.after.get(job).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every job that runs after `job`: its own dependents, then the jobs naming it in `after`.
+    #[must_use]
+    pub fn dependents(&self, job: &str) -> Vec<&str> {
+        let own = self.own_dependents(job).iter().map(String::as_str);
+        own.chain(self.children.get(job).into_iter().flatten().map(String::as_str)).collect()
     }
 
     /// A shortest cycle through `job`, if there is one: breadth-first from `job`'s dependents
@@ -128,7 +170,6 @@ impl DependencyGraph {
         queue.push_back(job);
         while let Some(at) = queue.pop_front() {
             for next in self.dependents(at) {
-                let next = next.as_str();
                 if next == job {
                     // Walk back from `at` to `job`, then close the loop.
                     let mut path = vec![job.to_owned()];
@@ -153,7 +194,8 @@ impl DependencyGraph {
     /// Every job that lies on some cycle (for checking a whole stored graph).
     #[must_use]
     pub fn jobs_on_cycles(&self) -> Vec<String> {
-        self.edges.keys().filter(|j| self.cycle_through(j).is_some()).cloned().collect()
+        let jobs: BTreeSet<&String> = self.edges.keys().chain(self.after.keys()).chain(self.children.keys()).collect();
+        jobs.into_iter().filter(|j| self.cycle_through(j).is_some()).cloned().collect()
     }
 }
 
@@ -171,6 +213,26 @@ mod tests {
 
     fn path(c: Option<Cycle>) -> Option<Vec<String>> {
         c.map(|c| c.0)
+    }
+
+    #[test]
+    fn after_edges_run_from_each_parent_to_the_job() {
+        // extract → (a, b) → load, drawn by `after` alone; load's on_success back to extract
+        // closes a cycle through both kinds of edge.
+        let mut g = DependencyGraph::new();
+        g.set_after("a", ["extract"]);
+        g.set_after("b", ["extract"]);
+        g.set_after("load", ["a", "b"]);
+        assert_eq!(g.dependents("extract"), ["a", "b"]);
+        assert!(g.cycle_through("load").is_none());
+        g.set("load", ["extract"]);
+        assert_eq!(path(g.cycle_through("load")).unwrap(), ["load", "extract", "a", "load"]);
+        assert_eq!(g.jobs_on_cycles(), ["a", "b", "extract", "load"]);
+        // Replacing a job's `after` drops its old edges.
+        g.set_after("a", Vec::<String>::new());
+        g.set_after("b", Vec::<String>::new());
+        assert!(g.cycle_through("load").is_none());
+        assert!(g.dependents("extract").is_empty());
     }
 
     fn names(list: &[&str]) -> Option<Vec<String>> {

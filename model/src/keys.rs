@@ -11,6 +11,11 @@
 //! {ns}/queue/{job}/q{part}/{ms}-{tick}#{attempt}  QueuedRun   (`concurrency: queue`, oldest first)
 //! {ns}/backfills/{job}/{id}               Backfill             (no lease: deleted with the job)
 //! {ns}/calendars/{name}                   Calendar             (no lease)
+//! {ns}/pools/{name}                       Pool                 (no lease)
+//! {ns}/workflows/{run}/steps/{job}        Step                 (workflow lease)
+//! {ns}/workflows/{run}/ok/{job}           empty: the step succeeded in the run (workflow lease)
+//! {ns}/poolslots/{name}/{i}               HeldSlot             (the holder's session lease)
+//! {ns}/poolwait/{name}/{order}            Waiting              (a waiting worker's session lease; `order`: priority, time, execution)
 //! {ns}/compactor                          the compacting master (its lease)
 //! {ns}/quota-probe                        empty                (a top-level put weighing batches against etcd's quota)
 //! {ns}/kill/{job}/{execution_id|all}      KillCommand          (lease >= 60 s)
@@ -329,6 +334,8 @@ pub enum Key {
     },
     /// An operator's cordon of a worker (see `Keys::cordon`).
     Cordon(String),
+    /// A resource pool, by name (see `Keys::pool`).
+    Pool(String),
 }
 
 /// `{job}/{tick}{part}`, plus `#{attempt}` after the first attempt: how claim and running
@@ -623,6 +630,81 @@ impl Keys {
     pub fn calendars_prefix(&self) -> String {
         format!("{}/calendars/", self.ns)
     }
+    /// Step `job` of workflow run `run` (`crate::workflow::Step`).
+    #[must_use]
+    pub fn workflow_step(&self, run: &str, job: &str) -> String {
+        format!("{}/workflows/{run}/steps/{job}", self.ns)
+    }
+    /// Present while step `job` of workflow run `run` has succeeded: what fan-in compares.
+    #[must_use]
+    pub fn workflow_ok(&self, run: &str, job: &str) -> String {
+        format!("{}/workflows/{run}/ok/{job}", self.ns)
+    }
+    /// Every step of workflow run `run`.
+    #[must_use]
+    pub fn workflow_steps_prefix(&self, run: &str) -> String {
+        format!("{}/workflows/{run}/steps/", self.ns)
+    }
+    /// Everything of workflow run `run`.
+    #[must_use]
+    pub fn workflow_prefix(&self, run: &str) -> String {
+        format!("{}/workflows/{run}/", self.ns)
+    }
+    /// A resource pool (`crate::pool::Pool`), named by jobs' `pool`.
+    #[must_use]
+    pub fn pool(&self, name: &str) -> String {
+        format!("{}/pools/{name}", self.ns)
+    }
+    #[must_use]
+    pub fn pools_prefix(&self) -> String {
+        format!("{}/pools/", self.ns)
+    }
+    /// Slot `i` of `pool`, held by a run (`crate::pool::HeldSlot`).
+    #[must_use]
+    pub fn pool_slot(&self, pool: &str, i: u32) -> String {
+        format!("{}/poolslots/{pool}/{i}", self.ns)
+    }
+    /// Every slot of `pool` held now.
+    #[must_use]
+    pub fn pool_slots_prefix(&self, pool: &str) -> String {
+        format!("{}/poolslots/{pool}/", self.ns)
+    }
+    /// Every pool's held slots.
+    #[must_use]
+    pub fn all_pool_slots_prefix(&self) -> String {
+        format!("{}/poolslots/", self.ns)
+    }
+    /// The slot index of a key under [`Keys::pool_slots_prefix`], with its pool.
+    #[must_use]
+    pub fn parse_pool_slot(&self, key: &[u8]) -> Option<(String, u32)> {
+        let rest = std::str::from_utf8(key).ok()?.strip_prefix(&self.all_pool_slots_prefix())?;
+        let (pool, i) = rest.split_once('/')?;
+        Some((pool.to_owned(), canonical::<u32>(i)?))
+    }
+    /// A tick waiting in `pool`'s queue: sorted by priority (higher first), then scheduled
+    /// time, then execution (`crate::pool::Waiting`).
+    #[must_use]
+    pub fn pool_wait(&self, pool: &str, priority: u8, scheduled_ms: UnixMs, id: &ExecutionId) -> String {
+        let inverted = crate::pool::MAX_PRIORITY.saturating_sub(priority.min(crate::pool::MAX_PRIORITY));
+        let scheduled = u64::try_from(scheduled_ms.max(0)).unwrap_or(0);
+        format!("{}/poolwait/{pool}/{inverted:03}-{scheduled:015}-{}", self.ns, execution_suffix(id))
+    }
+    /// `pool`'s queue.
+    #[must_use]
+    pub fn pool_wait_prefix(&self, pool: &str) -> String {
+        format!("{}/poolwait/{pool}/", self.ns)
+    }
+    /// Every pool's queue.
+    #[must_use]
+    pub fn all_pool_wait_prefix(&self) -> String {
+        format!("{}/poolwait/", self.ns)
+    }
+    /// The pool of a key under [`Keys::all_pool_wait_prefix`].
+    #[must_use]
+    pub fn parse_pool_wait(&self, key: &[u8]) -> Option<String> {
+        let rest = std::str::from_utf8(key).ok()?.strip_prefix(&self.all_pool_wait_prefix())?;
+        Some(rest.split_once('/')?.0.to_owned())
+    }
     /// One saved version of the job's spec, written in the transaction that saved it: its
     /// create revision is the revision the spec was saved at. `entry` is a random id (the
     /// create revision orders the versions).
@@ -696,6 +778,7 @@ impl Keys {
                 Some(Key::Kill { job: job.to_owned(), target })
             }
             "calendars" if job_ok(rest) => Some(Key::Calendar(rest.to_owned())),
+            "pools" if job_ok(rest) => Some(Key::Pool(rest.to_owned())),
             "backfills" => {
                 let (job, id) = rest.split_once('/')?;
                 (job_ok(job) && validate_id(id).is_ok())
@@ -719,6 +802,22 @@ mod tests {
 
     fn keys() -> Keys {
         Keys::new("/etcron").unwrap()
+    }
+
+    #[test]
+    fn a_pools_queue_sorts_by_priority_then_scheduled_time() {
+        let k = keys();
+        let at = |job: &str, ms| ExecutionId::new(job, Tick::Scheduled(ms));
+        let mut waiting = [
+            ("b", k.pool_wait("db", 50, 2_000, &at("b", 2_000))),
+            ("c", k.pool_wait("db", 90, 9_000, &at("c", 9_000))),
+            ("a", k.pool_wait("db", 50, 1_000, &at("a", 1_000))),
+            ("d", k.pool_wait("db", 0, 500, &at("d", 500))),
+            ("e", k.pool_wait("db", 100, 10_000, &at("e", 10_000))),
+        ];
+        waiting.sort_by(|x, y| x.1.cmp(&y.1));
+        assert!(waiting.iter().all(|(_, key)| key.starts_with(&k.pool_wait_prefix("db"))));
+        assert_eq!(waiting.map(|(job, _)| job), ["e", "c", "a", "b", "d"]);
     }
 
     #[test]
@@ -746,6 +845,7 @@ mod tests {
             (k.lock("db-backup", &Part::Whole), Key::Lock { job: "db-backup".into(), part: Part::Whole }),
             (k.lock("db-backup", &Part::Shard(2)), Key::Lock { job: "db-backup".into(), part: Part::Shard(2) }),
             (k.calendar("holidays"), Key::Calendar("holidays".into())),
+            (k.pool("reporting-db"), Key::Pool("reporting-db".into())),
             (k.backfill("db-backup", "b1c2"), Key::Backfill { job: "db-backup".into(), id: "b1c2".into() }),
             (k.running(&id), Key::Running(id.clone())),
             (k.running(&manual), Key::Running(manual.clone())),
@@ -765,6 +865,9 @@ mod tests {
             assert_eq!(k.parse(key.as_bytes()), Some(parsed), "{key}");
         }
         assert_eq!(k.running(&id), "/etcron/running/nightly.report/1764547200000#2");
+        assert_eq!(k.parse_pool_slot(k.pool_slot("db", 7).as_bytes()), Some(("db".to_owned(), 7)));
+        assert_eq!(k.parse_pool_slot(b"/etcron/poolslots/db/07"), None);
+        assert_eq!(k.parse_pool_wait(k.pool_wait("db", 50, 1, &id).as_bytes()), Some("db".to_owned()));
         // A marker key written by an older version still names its execution.
         assert_eq!(
             k.parse(b"/etcron/running/nightly.report/nightly.report@1764547200000#2"),
@@ -962,6 +1065,7 @@ mod tests {
                 job_name().prop_map(Key::Calendar),
                 (job_name(), id()).prop_map(|(job, id)| Key::Backfill { job, id }),
                 id().prop_map(Key::Cordon),
+                job_name().prop_map(Key::Pool),
             ]
         }
 
@@ -983,6 +1087,7 @@ mod tests {
                 Key::Calendar(name) => keys.calendar(name),
                 Key::Backfill { job, id } => keys.backfill(job, id),
                 Key::Cordon(id) => keys.cordon(id),
+                Key::Pool(name) => keys.pool(name),
             }
         }
 

@@ -15,12 +15,14 @@ pub mod json;
 pub mod keys;
 pub mod notify;
 pub mod output;
+pub mod pool;
 pub mod progress;
 pub mod record;
 pub mod schedule;
 pub mod size;
 pub mod spec;
 pub mod stored;
+pub mod workflow;
 
 /// Milliseconds since the Unix epoch, the unit of every instant etcron stores.
 pub type UnixMs = i64;

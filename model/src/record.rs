@@ -179,6 +179,15 @@ pub struct ExecutionRecord {
     /// How much the job's `jitter` moved this tick (ms); `scheduled_at` includes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_ms: Option<i64>,
+    /// The workflow run this execution is a step of (`crate::workflow`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// The run's priority, when not the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// The pool whose slots the run held (or waited for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     /// What the task reported (`progress`, `checkpoint`) and where it resumed from
     /// (`resumed_from`): top-level fields of the record.
     #[serde(default, flatten)]
@@ -251,6 +260,9 @@ impl ExecutionRecord {
             },
             params: RunParams::default(),
             jitter_ms: None,
+            workflow: None,
+            priority: spec.and_then(|s| s.priority),
+            pool: spec.and_then(|s| s.pool.clone()),
             reports: Default::default(),
         }
     }

@@ -333,6 +333,12 @@ pub struct TriggerRequest {
     /// asked to be moved away from).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub avoid: Option<String>,
+    /// The workflow run the execution is a step of (`crate::workflow`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// This run's priority instead of the job's (`jobs run --priority`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
 }
 
 /// `{ns}/queue/{job}/q{part}/{scheduled_ms}-{tick}#{attempt}`: an execution waiting for the
@@ -399,6 +405,8 @@ impl TriggerRequest {
             params: RunParams::default(),
             dequeued: false,
             avoid: None,
+            workflow: None,
+            priority: None,
         }
     }
 }

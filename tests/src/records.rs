@@ -83,6 +83,9 @@ pub fn record_of(i: u64, jobs: i64) -> RecordWrite {
             shard: None,
             params: etcron_model::record::RunParams::default(),
             jitter_ms: None,
+            workflow: None,
+            priority: None,
+            pool: None,
             reports: Default::default(),
         },
     }

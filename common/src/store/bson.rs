@@ -136,6 +136,14 @@ pub(super) fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
     if let Some(ms) = r.jitter_ms {
         d.append("jitter_ms", ms);
     }
+    for (key, v) in [("workflow", &r.workflow), ("pool", &r.pool)] {
+        if let Some(v) = v {
+            d.append(key, v.as_str());
+        }
+    }
+    if let Some(p) = r.priority {
+        d.append("priority", i32::from(p));
+    }
     reports_document(&mut d, &r.reports);
     let mut terms = RawArrayBuf::new();
     let extra = [r.error.as_deref(), r.reason.as_deref()];
@@ -297,6 +305,9 @@ pub(super) fn from_document(d: &Document) -> Result<ExecutionRecord, StoreError>
         },
         params: params_of(d),
         jitter_ms: int_of("jitter_ms"),
+        workflow: str_of("workflow"),
+        priority: int_of("priority").and_then(|v| u8::try_from(v).ok()),
+        pool: str_of("pool"),
         reports: reports_of(d),
         id,
     })
@@ -335,6 +346,9 @@ mod tests {
             shard: None,
             params: RunParams::default(),
             jitter_ms: None,
+            workflow: None,
+            priority: None,
+            pool: None,
             reports: Default::default(),
         }
     }
@@ -352,6 +366,9 @@ mod tests {
                 backfill: Some(etcron_model::record::BackfillRef { id: "19abc0042".to_owned(), index: 7 }),
             },
             jitter_ms: Some(12_345),
+            workflow: Some("1764547200000-0a1b2c3d4e5f".to_owned()),
+            priority: Some(90),
+            pool: Some("reporting-db".to_owned()),
             reports: Default::default(),
             ..record()
         };

@@ -73,6 +73,7 @@ pub(super) fn check_write(w: &Write, policies: &crate::team_policy::TeamPolicies
             // A job naming itself needs no etcd read to be refused.
             let mut own = DependencyGraph::new();
             own.set(&w.job, spec.on_success.iter().chain(&spec.on_failure));
+            own.set_after(&w.job, &spec.after);
             cycle_error(&w.job, spec, &own, &|_| true).map_or(Ok(()), Err)
         }
         Change::Delete => Ok(()),
@@ -258,8 +259,14 @@ pub(super) fn decide_locally(
     let mut graph = stored.clone();
     for p in &accepted {
         match &writes[p.index].change {
-            Change::Put(spec) => graph.set(&writes[p.index].job, spec.on_success.iter().chain(&spec.on_failure)),
-            Change::Delete => graph.set(&writes[p.index].job, Vec::<String>::new()),
+            Change::Put(spec) => {
+                graph.set(&writes[p.index].job, spec.on_success.iter().chain(&spec.on_failure));
+                graph.set_after(&writes[p.index].job, &spec.after);
+            }
+            Change::Delete => {
+                graph.set(&writes[p.index].job, Vec::<String>::new());
+                graph.set_after(&writes[p.index].job, Vec::<String>::new());
+            }
         }
     }
     // Refusing a save puts its stored edges back, which may close another cycle: until none.
@@ -274,7 +281,8 @@ pub(super) fn decide_locally(
         if let Change::Put(spec) = &w.change {
             outcomes[p.index] = cycle_error(&w.job, spec, &graph, shown).map(Err);
         }
-        graph.set(&w.job, stored.dependents(&w.job).to_vec());
+        graph.set(&w.job, stored.own_dependents(&w.job).to_vec());
+        graph.set_after(&w.job, stored.after_of(&w.job).to_vec());
     }
     accepted
 }
@@ -325,6 +333,8 @@ struct StoredEdges {
     on_success: Vec<String>,
     #[serde(default)]
     on_failure: Vec<String>,
+    #[serde(default)]
+    after: Vec<String>,
 }
 
 fn stored_graph(snapshot: &Snapshot) -> DependencyGraph {
@@ -332,6 +342,7 @@ fn stored_graph(snapshot: &Snapshot) -> DependencyGraph {
     for (job, (value, _)) in &snapshot.jobs {
         let edges: StoredEdges = serde_json::from_slice(value).unwrap_or_default();
         graph.set(job, edges.on_success.into_iter().chain(edges.on_failure));
+        graph.set_after(job, edges.after);
     }
     graph
 }
@@ -347,9 +358,11 @@ fn cycle_error(
 ) -> Option<JobStoreError> {
     let cycle = graph.cycle_through(name)?;
     let step = cycle.first_step().unwrap_or(name);
-    let field = [("on_success", &spec.on_success), ("on_failure", &spec.on_failure)]
+    // The edge the cycle leaves by, else the `after` entry it comes back by.
+    let back = cycle.path().len().checked_sub(2).and_then(|i| cycle.path().get(i)).map_or(name, String::as_str);
+    let field = [("on_success", &spec.on_success, step), ("on_failure", &spec.on_failure, step), ("after", &spec.after, back)]
         .into_iter()
-        .find_map(|(list, jobs)| jobs.iter().position(|j| j == step).map(|i| format!("{list}[{i}]")));
+        .find_map(|(list, jobs, at)| jobs.iter().position(|j| j == at).map(|i| format!("{list}[{i}]")));
     Some(JobStoreError::Cycle { field, message: format!("dependency cycle: {}", cycle.shown(shown)) })
 }
 

@@ -72,6 +72,24 @@ pub struct JobSpec {
     pub on_success: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub on_failure: Vec<String>,
+    /// Workflow parents: the job runs once per workflow run, after every one of these jobs
+    /// succeeded in that run (fan-in), with their results (`crate::workflow`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// Run parameters taken from the parents' results: `{"DATE": "$.date"}` (a JSON path into
+    /// the one parent's result), or `{"DATE": "$extract.date"}` naming the parent job.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params_from: BTreeMap<String, String>,
+    /// A resource pool (`PUT /api/pools/{name}`) whose slots each run holds while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// Slots of `pool` a run holds (1 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_slots: Option<u32>,
+    /// 0 to 100 (`DEFAULT_PRIORITY`, 50, when absent): under contention for a pool's slots or
+    /// a worker's capacity, runs of a higher priority go first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
     /// Set by the master on every save, never by the client (what is sent is replaced): for
     /// each dependent (`on_success` / `on_failure`) outside the job's own team, the team it
     /// had (`null`: none) when the saver's operator role on it was checked. Workers trigger
@@ -404,6 +422,18 @@ impl JobSpec {
             Task::Shell(shell) => shell.user.as_deref(),
             Task::Http(_) | Task::Grpc(_) | Task::Handler(_) => None,
         }
+    }
+
+    /// The run's priority: `priority`, or `DEFAULT_PRIORITY`.
+    #[must_use]
+    pub fn priority(&self) -> u8 {
+        self.priority.unwrap_or(crate::pool::DEFAULT_PRIORITY)
+    }
+
+    /// The pool a run holds slots of, and how many.
+    #[must_use]
+    pub fn pool_claim(&self) -> Option<(&str, u32)> {
+        self.pool.as_deref().map(|p| (p, self.pool_slots.unwrap_or(1)))
     }
 
     /// How late a schedule tick may still be raced: `start_deadline`, or the default.

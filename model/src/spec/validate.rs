@@ -35,6 +35,8 @@ impl JobSpec {
         validate_map("selector", &self.selector, label_key_ok)?;
         validate_map("labels", &self.labels, label_key_ok)?;
         self.validate_dependencies()?;
+        self.validate_pool()?;
+        self.validate_workflow()?;
         if let Some(n) = self.max_output {
             if !MAX_OUTPUT_RANGE.contains(&n) {
                 return Err(SpecError::at(
@@ -136,7 +138,7 @@ impl JobSpec {
 
     /// `on_success`, `on_failure` and the teams recorded for them.
     fn validate_dependencies(&self) -> Result<(), SpecError> {
-        for (field, list) in [("on_success", &self.on_success), ("on_failure", &self.on_failure)] {
+        for (field, list) in [("on_success", &self.on_success), ("on_failure", &self.on_failure), ("after", &self.after)] {
             if list.len() > MAX_DEPENDENTS {
                 return Err(SpecError::at(field, format!("at most {MAX_DEPENDENTS} jobs")));
             }
@@ -152,6 +154,50 @@ impl JobSpec {
             if let Some(team) = team {
                 validate_team(team).map_err(|m| SpecError::at("dependency_teams", m))?;
             }
+        }
+        Ok(())
+    }
+
+    fn validate_workflow(&self) -> Result<(), SpecError> {
+        for (i, parent) in self.after.iter().enumerate() {
+            if self.after[..i].contains(parent) {
+                return Err(SpecError::at(&format!("after[{i}]"), format!("{parent:?} is listed twice")));
+            }
+        }
+        let declared = |name: &str| match &self.task {
+            Task::Shell(t) => t.params.0.contains_key(name),
+            Task::Handler(t) => t.params.0.contains_key(name),
+            Task::Http(_) | Task::Grpc(_) => false,
+        };
+        crate::workflow::validate_params_from(&self.params_from, &declared, &self.after)
+    }
+
+    fn validate_pool(&self) -> Result<(), SpecError> {
+        if let Some(p) = self.priority {
+            if p > crate::pool::MAX_PRIORITY {
+                return Err(SpecError::at("priority", format!("must be 0 to {}", crate::pool::MAX_PRIORITY)));
+            }
+        }
+        let Some(pool) = &self.pool else {
+            return match self.pool_slots {
+                Some(_) => Err(SpecError::at("pool_slots", "needs a pool")),
+                None => Ok(()),
+            };
+        };
+        validate_job_name(pool).map_err(|e| SpecError::at("pool", e.replace("job name", "pool name")))?;
+        let max = crate::pool::MAX_SLOTS_PER_RUN;
+        if self.pool_slots.is_some_and(|n| n == 0 || n > max) {
+            return Err(SpecError::at("pool_slots", format!("must be 1 to {max}")));
+        }
+        if matches!(self.concurrency, Concurrency::Queue | Concurrency::Replace) {
+            return Err(SpecError::at(
+                "pool",
+                "a job in a pool has concurrency allow or forbid (a pool's queue and a job's queue, or a replace \
+                 that ends a run holding slots, do not combine)",
+            ));
+        }
+        if matches!(self.mode, Mode::Broadcast) {
+            return Err(SpecError::at("pool", "a broadcast job cannot be in a pool"));
         }
         Ok(())
     }

@@ -37,7 +37,15 @@ pub(crate) const RUNNING_DETAIL_AFTER: Duration = Duration::from_secs(1);
 pub(crate) struct Reporting<'a> {
     pub tracker: Arc<Tracker>,
     pub resumed: Option<&'a Resumed>,
+    /// The results of the run's parents (a dependency or workflow step): job → result. Shell
+    /// tasks get them as `ETCRON_PARENT_RESULT` (one parent) and `ETCRON_PARENTS` (all), HTTP
+    /// tasks as `X-Etcron-Parent-Result` / `X-Etcron-Parents`, gRPC calls as the same metadata,
+    /// handlers through their context.
+    pub parents: Option<&'a ParentResults>,
 }
+
+/// The results of a run's parents, by job (a parent without a result maps to `null`).
+pub(crate) type ParentResults = std::collections::BTreeMap<String, serde_json::Value>;
 
 /// Runs the task: a shell command, an HTTP request or a gRPC call, until it ends or `stop` says.
 pub(crate) async fn execute(
@@ -395,7 +403,8 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     let _alerts = crate::fire::alerts::run_started(ctx, fire, handed_ms);
     let (tracker, resumed) = reports_of_run(ctx, fire, won).await;
     record.reports.resumed_from.clone_from(&resumed);
-    let reporting = Reporting { tracker: tracker.clone(), resumed: resumed.as_ref() };
+    let parents: Option<ParentResults> = None;
+    let reporting = Reporting { tracker: tracker.clone(), resumed: resumed.as_ref(), parents: parents.as_ref() };
     let (pid_tx, pid_rx) = oneshot::channel();
     let lapses = ctx.session_deadline.mark();
     let run = execute(ctx, fire, won.fencing_token, reporting, stop, pid_tx);
