@@ -240,10 +240,12 @@ pub async fn get(client: &Client, id: &str, json: bool) -> anyhow::Result<()> {
         ("reason", "reason"),
         ("parent", "parent"),
         ("fencing token", "fencing_token"),
-        // What a handler returned (its JSON).
-        ("result", "result"),
     ] {
         field(&mut s, label, &e[key]);
+    }
+    // What the task reported or returned, as its JSON (a string keeps its quotes).
+    if !e["result"].is_null() {
+        let _ = writeln!(s, "{:<15}{}", "result:", e["result"]);
     }
     let output = e["output"].as_str().unwrap_or_default();
     let truncated = if e["output_truncated"] == Value::Bool(true) { " (truncated: head and tail kept)" } else { "" };

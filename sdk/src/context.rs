@@ -1,5 +1,6 @@
-//! What a handler gets: its execution, its values, the checkpoint it resumes from, and how it
-//! reports progress, checkpoints and output, and learns it is cancelled.
+//! What a handler gets: its execution, its values, its parents' results, the checkpoint it
+//! resumes from, and how it reports progress, checkpoints and output, and learns it is
+//! cancelled.
 
 use std::collections::BTreeMap;
 
@@ -70,6 +71,20 @@ impl Context {
     #[must_use]
     pub fn checkpoint(&self) -> Option<&Value> {
         self.checkpoint.as_ref()
+    }
+
+    /// The results of the run's parents, by job name (a parent that reported none maps to
+    /// `null`): set for a dependency run (`on_success`/`on_failure`) or a workflow step (`after`),
+    /// `None` otherwise. The same values a shell task gets as `ETCRON_PARENTS`.
+    #[must_use]
+    pub fn parent_results(&self) -> Option<&BTreeMap<String, Value>> {
+        self.reports.parent_results()
+    }
+
+    /// The result of the run's one parent: `None` when it has none, or not exactly one.
+    #[must_use]
+    pub fn parent_result(&self) -> Option<&Value> {
+        self.parent_results().filter(|p| p.len() == 1).and_then(|p| p.values().next())
     }
 
     /// Reports progress (`percent` 0–100) and what is being done: shown live in the console and

@@ -40,7 +40,13 @@
 //!   `RST_STREAM`): the server sees the call cancelled.
 //! - **Metadata**: the job's `metadata` and `secret_metadata`, and the execution's identity as
 //!   `x-etcron-*` entries (added by the caller with `http_task::with_default_headers`); `user-agent` is
-//!   `etcron-worker/{version}` (tonic appends its own).
+//!   `etcron-worker/{version}` (tonic appends its own). The parents' results go as
+//!   `x-etcron-parent-result` / `x-etcron-parents`, left out (and the output's last lines say
+//!   so) past [`crate::tasks::progress::MAX_PARENT_HEADER_BYTES`].
+//! - **Result.** The response of a call that ended OK is the run's result, as the JSON the
+//!   output shows (every field), when it is at most 64 KiB as JSON (compact); a larger one gives
+//!   no result, and the output's last line says so. No option: a response is what a call
+//!   answers.
 
 mod reflection;
 mod wire_size;
@@ -101,20 +107,45 @@ pub struct GrpcJob {
     pub max_output: usize,
     /// Where its channel may connect.
     pub network: std::sync::Arc<TaskNetwork>,
+    /// Lines for the end of the output (a parents' results entry left out).
+    pub notes: Vec<String>,
 }
 
 /// Runs `job` until the call ends, fails, the timeout passes, or `stop` carries a reason; the
 /// latter two cancel the call.
 pub async fn run_grpc(job: GrpcJob, mut stop: watch::Receiver<Option<StopReason>>) -> Finished {
     let mut output = BoundedOutput::new(job.max_output);
+    let mut result = None;
     let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
     // Dropping the call's future resets its HTTP/2 stream: the server sees it cancelled.
-    let ending = run_request(&mut stop, deadline, call(&job, deadline, &mut output)).await;
-    Finished::of_request(ending, None, (output.render(), output.truncated()))
+    let ending = run_request(&mut stop, deadline, call(&job, deadline, &mut output, &mut result)).await;
+    let mut notes = Vec::new();
+    let result = match result {
+        Some(Ok(value)) if matches!(ending, Ending::Grpc { code: "OK", .. }) => Some(value),
+        Some(Err(why)) => {
+            notes.push(format!("etcron: no result: {why}"));
+            None
+        }
+        _ => None,
+    };
+    notes.extend(job.notes.iter().cloned());
+    if !notes.is_empty() {
+        let start = if output.total() == 0 || output.render().ends_with('\n') { "" } else { "\n" };
+        output.push(format!("{start}{}\n", notes.join("\n")).as_bytes());
+    }
+    let mut done = Finished::of_request(ending, None, (output.render(), output.truncated()));
+    done.result = result;
+    done
 }
 
-/// Descriptors, then the call; `output` gets the status line and the response.
-async fn call(job: &GrpcJob, deadline: Option<tokio::time::Instant>, output: &mut BoundedOutput) -> Ending {
+/// Descriptors, then the call; `output` gets the status line and the response, `result` the
+/// response as the run's result (or why it is none).
+async fn call(
+    job: &GrpcJob,
+    deadline: Option<tokio::time::Instant>,
+    output: &mut BoundedOutput,
+    result: &mut Option<Result<serde_json::Value, String>>,
+) -> Ending {
     let Ok((service, _)) = parse_method(&job.method) else {
         return Ending::RequestFailed(format!("invalid method {:?}", job.method));
     };
@@ -146,7 +177,8 @@ async fn call(job: &GrpcJob, deadline: Option<tokio::time::Instant>, output: &mu
             ))
         }
     };
-    let ending = unary(job, channel, &method, request, metadata, deadline, output).await;
+    let (ending, response) = unary(job, channel, &method, request, metadata, deadline, output).await;
+    *result = response;
     if !matches!(ending, Ending::Grpc { code: "OK", .. }) && job.descriptor_set.is_none() {
         reflection::forget(&job.endpoint, service);
     }
@@ -168,7 +200,8 @@ async fn method(
     unary_method(&pool, &job.method).map_err(|e| format!("calling {} failed: {e} (according to {source})", job.method))
 }
 
-/// The call itself, its outcome written to `output`.
+/// The call itself, its outcome written to `output`; after OK, the response as the run's result
+/// (or why it is none).
 async fn unary(
     job: &GrpcJob,
     channel: Channel,
@@ -177,9 +210,9 @@ async fn unary(
     metadata: MetadataMap,
     deadline: Option<tokio::time::Instant>,
     output: &mut BoundedOutput,
-) -> Ending {
+) -> (Ending, Option<Result<serde_json::Value, String>>) {
     let Ok(path) = PathAndQuery::try_from(format!("/{}", job.method)) else {
-        return Ending::RequestFailed(format!("invalid method {:?}", job.method));
+        return (Ending::RequestFailed(format!("invalid method {:?}", job.method)), None);
     };
     let mut request = tonic::Request::new(message);
     *request.metadata_mut() = metadata;
@@ -191,14 +224,16 @@ async fn unary(
         .max_encoding_message_size(MAX_RESPONSE_BYTES);
     if let Err(e) = grpc.ready().await {
         drop_channel(&job.endpoint);
-        return Ending::RequestFailed(format!("connecting to {} failed: {}", job.endpoint, error_chain(&e)));
+        let why = format!("connecting to {} failed: {}", job.endpoint, error_chain(&e));
+        return (Ending::RequestFailed(why), None);
     }
     let codec = DynamicCodec { output: method.output() };
     match grpc.unary(request, path, codec).await {
         Ok(response) => {
             output.push(b"gRPC OK\n");
-            write_json(&response.into_inner(), output);
-            Ending::Grpc { code: "OK", message: String::new() }
+            let response = response.into_inner();
+            write_json(&response, output);
+            (Ending::Grpc { code: "OK", message: String::new() }, Some(result_of(&response)))
         }
         Err(status) => match std::error::Error::source(&status).and_then(|e| e.downcast_ref::<TooLarge>()) {
             Some(too_large) => {
@@ -206,10 +241,48 @@ async fn unary(
                 tracing::warn!(endpoint = job.endpoint, method = job.method, "gRPC response refused: {why}");
                 crate::metrics::METRICS.grpc_limits.with_label_values(&["response_memory"]).inc();
                 output.push(format!("{why}\n").as_bytes());
-                Ending::RequestFailed(why)
+                (Ending::RequestFailed(why), None)
             }
-            None => failed(job, &status, deadline, output),
+            None => (failed(job, &status, deadline, output), None),
         },
+    }
+}
+
+/// The response as the run's result: its JSON as the output shows it (every field), or why it
+/// is none (over the result's limit as compact JSON, which is never made whole to find out).
+fn result_of(message: &DynamicMessage) -> Result<serde_json::Value, String> {
+    let max = etcron_model::progress::MAX_RESULT_BYTES;
+    let options = SerializeOptions::new().skip_default_fields(false);
+    let mut json = Capped { bytes: Vec::new(), max, over: false };
+    let written = message.serialize_with_options(&mut serde_json::Serializer::new(&mut json), &options);
+    match written {
+        Ok(()) => {
+            serde_json::from_slice(&json.bytes).map_err(|e| format!("the response's JSON does not read back: {e}"))
+        }
+        Err(_) if json.over => Err(format!("the response is over {max} bytes as JSON, more than a result may be")),
+        Err(e) => Err(format!("the response could not be written as JSON: {e}")),
+    }
+}
+
+/// Bytes written, up to `max`: writing more fails (and says `over`).
+struct Capped {
+    bytes: Vec<u8>,
+    max: usize,
+    over: bool,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + bytes.len() > self.max {
+            self.over = true;
+            return Err(std::io::Error::other("over the limit"));
+        }
+        self.bytes.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -525,6 +598,19 @@ mod tests {
     }
 
     #[test]
+    fn a_response_is_the_result_as_its_json_within_the_limit() {
+        use prost_reflect::ReflectMessage as _;
+        let file = prost_types::FileDescriptorProto { name: Some("a.proto".to_owned()), ..Default::default() };
+        let result = result_of(&file.transcode_to_dynamic()).unwrap();
+        assert_eq!(result["name"], "a.proto");
+        assert_eq!(result["dependency"], serde_json::json!([]), "every field, as the output shows it");
+        let max = etcron_model::progress::MAX_RESULT_BYTES;
+        let big = prost_types::FileDescriptorProto { name: Some("x".repeat(max)), ..Default::default() };
+        let why = result_of(&big.transcode_to_dynamic()).unwrap_err();
+        assert_eq!(why, format!("the response is over {max} bytes as JSON, more than a result may be"));
+    }
+
+    #[test]
     fn codes_have_their_grpc_names() {
         assert_eq!(code_name(Code::NotFound), "NOT_FOUND");
         assert_eq!(code_name(Code::from_i32(14)), "UNAVAILABLE");
@@ -541,6 +627,7 @@ mod tests {
             timeout: Some(Duration::from_secs(30)),
             max_output: 64 * 1024,
             network: std::sync::Arc::new(TaskNetwork::new(crate::tasks::network::loopback(), Vec::new())),
+            notes: Vec::new(),
         }
     }
 

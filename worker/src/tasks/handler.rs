@@ -1,6 +1,7 @@
 //! Handler tasks (`{"kind":"handler","name":…}`): a function the process that embeds this worker
 //! registered (`etcron-sdk`), run in-process instead of a command or a request. The handler
-//! gets the execution's identity, its values and the checkpoint it resumes from, reports
+//! gets the execution's identity, its values, its parents' results and the checkpoint it
+//! resumes from, reports
 //! progress, stores checkpoints (fenced by the claim, as a shell task's reports) and writes
 //! output; a kill, the timeout or the lost session fire its `cancelled` signal, and it is
 //! dropped `kill_grace` later if it has not returned by then.
@@ -21,7 +22,7 @@ use crate::tasks::progress::Tracker;
 use crate::tasks::shell::{wait_stop, Ending, Finished, StopReason};
 
 /// Most bytes of the JSON value a handler returns (its record's `result`).
-pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+pub const MAX_RESULT_BYTES: usize = etcron_model::progress::MAX_RESULT_BYTES;
 
 /// What a handler run ends with: its JSON result (or none), or why it failed.
 pub type Outcome = Result<Option<Value>, String>;
@@ -58,17 +59,31 @@ pub struct Call {
     pub cancelled: watch::Receiver<bool>,
 }
 
-/// Progress, checkpoints and output of one handler run.
+/// Progress, checkpoints and output of one handler run, and the results of its parents.
 #[derive(Clone)]
 pub struct Reports {
     tracker: Arc<Tracker>,
     output: Arc<LiveOutput>,
+    /// The results of the run's parents (a dependency or workflow step), by job.
+    parents: Option<Arc<BTreeMap<String, Value>>>,
 }
 
 impl Reports {
+    /// The results of the run's parents by job (a parent without one maps to `null`); `None`
+    /// when the run has no parents (not a dependency or workflow step).
+    #[must_use]
+    pub fn parent_results(&self) -> Option<&BTreeMap<String, Value>> {
+        self.parents.as_deref()
+    }
+
+    /// Gives the run its parents' results.
+    pub(crate) fn set_parent_results(&mut self, parents: Option<BTreeMap<String, Value>>) {
+        self.parents = parents.map(Arc::new);
+    }
+
     /// Reports progress (`percent` 0–100) and a message, as a shell task's `::etcron progress`.
     pub async fn progress(&self, percent: Option<f64>, message: Option<String>) {
-        let _ = self.tracker.report(Report { percent, message, checkpoint: None, rebalance: false }).await;
+        let _ = self.tracker.report(Report { percent, message, ..Report::default() }).await;
     }
 
     /// Stores `value` as the tick's checkpoint, fenced by the claim; `Ok` once etcd holds it.
@@ -77,7 +92,7 @@ impl Reports {
     /// [`Refusal::Unavailable`] when etcd did not take it, [`Refusal::Fenced`] when the claim is
     /// no longer this run's.
     pub async fn checkpoint(&self, value: Value) -> Result<(), Refusal> {
-        let report = Report { percent: None, message: None, checkpoint: Some(value), rebalance: false };
+        let report = Report { checkpoint: Some(value), ..Report::default() };
         self.tracker.report(report).await
     }
 
@@ -101,7 +116,7 @@ pub(crate) fn reports(
     output: Arc<LiveOutput>,
 ) -> (Reports, watch::Sender<bool>, watch::Receiver<bool>) {
     let (cancel, cancelled) = watch::channel(false);
-    (Reports { tracker, output }, cancel, cancelled)
+    (Reports { tracker, output, parents: None }, cancel, cancelled)
 }
 
 /// Runs `job` on `handlers` until it returns, its timeout passes or `stop` carries a reason; on

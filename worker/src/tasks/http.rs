@@ -37,6 +37,15 @@
 //!   `X-Etcron-Progress-Url` and `X-Etcron-Progress-Token` say where to report progress.
 //! - **Asynchronous tasks** (`task.async`): a `202 Accepted` answer starts polling its status
 //!   URL ([`crate::tasks::http_poll`]); any other answer is judged as above.
+//! - **Result** (`task.result_pointer`): a successful answer's body (its first
+//!   [`MAX_RESULT_BODY_BYTES`]) is read as JSON and the value at the pointer is the run's result
+//!   (an asynchronous task's: the value in its final status document). A body that is not JSON,
+//!   a pointer that finds nothing (or `null`) or a value over the result's 64 KiB leave the run
+//!   succeeded without a result, and the output's last line says why (`etcron: no result: …`).
+//! - **Parents' results** go as `X-Etcron-Parent-Result` / `X-Etcron-Parents` (added by the
+//!   caller, the JSON escaped to ASCII); one longer than
+//!   [`crate::tasks::progress::MAX_PARENT_HEADER_BYTES`] is left out, and the output's last
+//!   lines say so.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -51,6 +60,9 @@ use crate::tasks::live_output::LiveOutput;
 use crate::tasks::shell::{run_request, Ending, Finished, StopReason};
 
 pub use crate::tasks::http_client::{CONNECT_TIMEOUT, MAX_REDIRECTS};
+
+/// Most of a response body read for `result_pointer`: a longer body gives no result.
+pub const MAX_RESULT_BODY_BYTES: usize = 1024 * 1024;
 
 /// Runs `job` until the response body has been read (and, for an asynchronous task, the
 /// remote work ended), the request failed, the timeout passed, or `stop` carries a reason; the
@@ -68,7 +80,20 @@ pub async fn run_http(
     if matches!(ending, Ending::Stopped(_) | Ending::TimedOut) {
         http_poll::cancel(&job, &polled, &output).await;
     }
-    Finished::of_request(ending, status, output.render())
+    let result = match polled.result.take() {
+        Some(Ok(value)) => Some(value),
+        Some(Err(why)) => {
+            output.note(&format!("etcron: no result: {why}"));
+            None
+        }
+        None => None,
+    };
+    for note in &job.notes {
+        output.note(note);
+    }
+    let mut done = Finished::of_request(ending, status, output.render());
+    done.result = result;
+    done
 }
 
 /// The job's headers, plus each of `defaults` the job has no header of (names compared
@@ -87,8 +112,9 @@ pub fn with_default_headers(
     headers
 }
 
-/// Sends the request and reads the response into `output`; `status` is set once known, and
-/// `polled` once an asynchronous task's status URL is.
+/// Sends the request and reads the response into `output`; `status` is set once known,
+/// `polled` once an asynchronous task's status URL is, and with the result (or why there is
+/// none) when the task has a `result_pointer` and succeeded.
 async fn exchange(job: &HttpJob, output: &LiveOutput, status: &mut Option<u16>, polled: &mut Polled) -> Ending {
     let url = match Url::parse(&job.url) {
         Ok(u) => u,
@@ -121,7 +147,11 @@ async fn exchange(job: &HttpJob, output: &LiveOutput, status: &mut Option<u16>, 
     let accepted = code == StatusCode::ACCEPTED && job.asynchronous.is_some();
     let location = response.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let answered_from = response.url().clone();
-    let keep = if accepted { etcron_model::spec::http_async::MAX_STATUS_BYTES } else { 0 };
+    let keep = match (accepted, &job.result_pointer) {
+        (true, _) => etcron_model::spec::http_async::MAX_STATUS_BYTES,
+        (false, Some(_)) => MAX_RESULT_BODY_BYTES + 1,
+        (false, None) => 0,
+    };
     let body = match read_body(response, output, keep).await {
         Ok(b) => b,
         Err(e) => return Ending::RequestFailed(format!("reading the response body from {shown} failed: {e}")),
@@ -134,7 +164,22 @@ async fn exchange(job: &HttpJob, output: &LiveOutput, status: &mut Option<u16>, 
         Some(expected) => code.as_u16() == expected,
         None => code.is_success(),
     };
+    if let (true, Some(pointer)) = (ok, &job.result_pointer) {
+        polled.result = Some(body_result(pointer, &body));
+    }
     Ending::Http { status: code.as_u16(), ok, expected: job.expect_status }
+}
+
+/// The run's result from a response `body` (its first bytes) at `pointer`, or why there is none.
+fn body_result(pointer: &str, body: &[u8]) -> Result<serde_json::Value, String> {
+    if body.len() > MAX_RESULT_BODY_BYTES {
+        return Err(format!(
+            "the response body is over {MAX_RESULT_BODY_BYTES} bytes, more than result_pointer {pointer:?} reads"
+        ));
+    }
+    let doc: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| format!("the response body is not JSON ({e}), so result_pointer {pointer:?} finds nothing"))?;
+    http_client::pointed_result(pointer, &doc, "the response body")
 }
 
 /// The run's end when a request got no response: a refusal is also the output's line.
@@ -263,6 +308,8 @@ mod tests {
             asynchronous: None,
             tracker: None,
             network: Arc::new(TaskNetwork::new(crate::tasks::network::loopback(), Vec::new())),
+            result_pointer: None,
+            notes: Vec::new(),
         }
     }
 
@@ -287,6 +334,73 @@ mod tests {
         let seen = server.await.unwrap();
         assert!(seen.head.starts_with("GET /hook?x=1 HTTP/1.1\r\n"), "{}", seen.head);
         assert_eq!(seen.header("user-agent"), Some(concat!("etcron-worker/", env!("CARGO_PKG_VERSION"))));
+    }
+
+    fn pointing(url: &str, pointer: &str) -> HttpJob {
+        HttpJob { result_pointer: Some(pointer.to_owned()), ..job(url) }
+    }
+
+    #[tokio::test]
+    async fn the_value_at_the_result_pointer_is_the_result() {
+        let body = br#"{"data": {"rows": 12, "ids": [4, 5]}, "none": null}"#.to_vec();
+        for (pointer, result) in [
+            ("/data", serde_json::json!({"rows": 12, "ids": [4, 5]})),
+            ("/data/ids/1", 5.into()),
+            ("", serde_json::from_slice(&body).unwrap()),
+        ] {
+            let (url, _server) = serve_once("200 OK", "", body.clone()).await;
+            let done = run_limited(pointing(&url, pointer), 64 * 1024, no_stop()).await;
+            assert_eq!(done.ending, Ending::Http { status: 200, ok: true, expected: None });
+            assert_eq!(done.result, Some(result), "{pointer:?}");
+            assert!(!done.output.contains("etcron:"), "{}", done.output);
+        }
+        let (url, _server) = serve_once("200 OK", "", body.clone()).await;
+        let done = run_limited(job(&url), 64 * 1024, no_stop()).await;
+        assert_eq!(done.result, None, "no pointer, no result");
+    }
+
+    #[tokio::test]
+    async fn no_result_leaves_the_run_succeeded_and_the_output_says_why() {
+        let json = br#"{"data": {"rows": 12}, "none": null}"#.to_vec();
+        let big = format!(r#"{{"big": "{}"}}"#, "x".repeat(64 * 1024)).into_bytes();
+        for (body, pointer, why) in [
+            (json.clone(), "/missing", r#"etcron: no result: result_pointer "/missing" finds nothing in the response body"#),
+            (json.clone(), "/none", r#"etcron: no result: result_pointer "/none" finds null in the response body"#),
+            (b"rows: 12".to_vec(), "", "etcron: no result: the response body is not JSON ("),
+            (big, "/big", "etcron: no result: the value at result_pointer \"/big\" in the response body is 65538 bytes as JSON; a result is at most 65536"),
+        ] {
+            let (url, _server) = serve_once("200 OK", "", body).await;
+            let done = run_limited(pointing(&url, pointer), 256 * 1024, no_stop()).await;
+            assert_eq!(done.ending, Ending::Http { status: 200, ok: true, expected: None }, "{pointer:?}");
+            assert_eq!(done.result, None);
+            let last = done.output.lines().last().unwrap();
+            assert!(last.starts_with(why), "{pointer:?}: {last}");
+            assert!(done.output.ends_with('\n'));
+        }
+        // A failed request has no result, and nothing is said of one.
+        let (url, _server) = serve_once("500 Internal Server Error", "", json.clone()).await;
+        let done = run_limited(pointing(&url, "/data"), 64 * 1024, no_stop()).await;
+        assert_eq!((done.result, done.output.contains("etcron:")), (None, false));
+        // A body longer than what is read for the pointer.
+        let mut long = br#"{"a": ""#.to_vec();
+        long.extend(std::iter::repeat_n(b'x', MAX_RESULT_BODY_BYTES));
+        long.extend_from_slice(br#""}"#);
+        let (url, _server) = serve_once("200 OK", "", long).await;
+        let done = run_limited(pointing(&url, "/a"), 1024, no_stop()).await;
+        assert_eq!(done.result, None);
+        assert!(
+            done.output.ends_with("more than result_pointer \"/a\" reads\n"),
+            "{}",
+            &done.output[done.output.len() - 200..]
+        );
+    }
+
+    #[tokio::test]
+    async fn notes_end_the_output() {
+        let (url, _server) = serve_once("200 OK", "", b"ok".to_vec()).await;
+        let notes = vec!["etcron: X-Etcron-Parents left out".to_owned()];
+        let done = run_limited(HttpJob { notes, ..job(&url) }, 1024, no_stop()).await;
+        assert_eq!(done.output, "HTTP 200 OK\nok\netcron: X-Etcron-Parents left out\n");
     }
 
     #[tokio::test]

@@ -42,6 +42,31 @@ pub struct HttpJob {
     pub tracker: Option<Arc<Tracker>>,
     /// Where the request, its redirects, polls and cancel may connect.
     pub network: Arc<TaskNetwork>,
+    /// Where the run's result is in a successful answer's JSON body (`task.result_pointer`).
+    pub result_pointer: Option<String>,
+    /// Lines for the end of the output (a parents' results header left out).
+    pub notes: Vec<String>,
+}
+
+/// The run's result from `doc` (`what` names it: the response body, the final status
+/// document) at `pointer`, or why there is none: the pointer finds nothing (or `null`), or the
+/// value passes the result's limit.
+pub(crate) fn pointed_result(pointer: &str, doc: &serde_json::Value, what: &str) -> Result<serde_json::Value, String> {
+    let found = match doc.pointer(pointer) {
+        None | Some(serde_json::Value::Null) => {
+            let nothing = if doc.pointer(pointer).is_some() { "null" } else { "nothing" };
+            return Err(format!("result_pointer {pointer:?} finds {nothing} in {what}"));
+        }
+        Some(found) => found,
+    };
+    let len = serde_json::to_vec(found).map_or(usize::MAX, |v| v.len());
+    let max = etcron_model::progress::MAX_RESULT_BYTES;
+    if len > max {
+        return Err(format!(
+            "the value at result_pointer {pointer:?} in {what} is {len} bytes as JSON; a result is at most {max}"
+        ));
+    }
+    Ok(found.clone())
 }
 
 /// The shared client, or why there is none.

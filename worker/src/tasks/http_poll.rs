@@ -14,6 +14,8 @@
 //!   [`MAX_POLL_ERRORS`] in a row fail the run. Any other non-2xx answer, a document that is
 //!   not JSON or has no state, a connection refused by `task_network` or a redirect not followed
 //!   (to plain http, too many), fails it at once (retrying won't help).
+//! - With `result_pointer`, the run's result is the value at the pointer in the final status
+//!   document (not in the 202's body).
 //! - Polling lasts at most `async.timeout` (else the job's `timeout`, else 24h) from the 202;
 //!   then the run is timed out, as when the job's own `timeout` passes.
 //! - The cancel request is sent once, bounded by [`CANCEL_TIMEOUT`]; its outcome is the last
@@ -37,10 +39,12 @@ use crate::tasks::shell::Ending;
 /// Longest wait for the answer to a cancel request.
 pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What polling learnt that the cancel needs.
+/// What the exchange learnt: the status URL (the cancel needs it), and the run's result or why
+/// there is none (a task with `result_pointer` that succeeded).
 #[derive(Debug, Default)]
 pub(crate) struct Polled {
     status_url: Option<Url>,
+    pub result: Option<Result<serde_json::Value, String>>,
 }
 
 /// The 202 answer: the URL that gave it, its `Location` header, the head of its body.
@@ -114,6 +118,9 @@ pub(crate) async fn follow(
             Ok(Status::Going { state, report }) => going(job, &state, report, output, &mut shown).await,
             Ok(Status::Done { state, output: text }) => {
                 output.push(format!("{state}\n{text}\n").as_bytes());
+                if let Some(pointer) = &job.result_pointer {
+                    polled.result = Some(http_client::pointed_result(pointer, &doc, "the final status document"));
+                }
                 return Ending::Http { status: StatusCode::ACCEPTED.as_u16(), ok: true, expected: None };
             }
             Ok(Status::Failed { state, output: text }) => {
@@ -313,6 +320,8 @@ mod tests {
             asynchronous: None,
             tracker: None,
             network: std::sync::Arc::new(crate::tasks::network::TaskNetwork::new(Vec::new(), Vec::new())),
+            result_pointer: None,
+            notes: Vec::new(),
         };
         let same = headers_for(&job, &url("http://api.example/status/1")).unwrap_or_else(|e| panic!("{e}"));
         assert!(same.contains_key("authorization") && same.contains_key("x-key") && !same.contains_key("content-type"));

@@ -23,7 +23,7 @@
 use etcron_common::hash::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,6 +74,8 @@ pub struct LiveOutput {
     scanner: Option<Mutex<LineScanner>>,
     /// Followers now reading it (at most [`MAX_FOLLOWERS`]).
     followers: AtomicUsize,
+    /// The output so far ends a line (or is empty): a [`LiveOutput::note`] needs no newline first.
+    at_line_start: AtomicBool,
 }
 
 impl LiveOutput {
@@ -93,6 +95,7 @@ impl LiveOutput {
             tracker,
             scanner: (lines == Lines::Reports).then(|| Mutex::new(LineScanner::default())),
             followers: AtomicUsize::new(0),
+            at_line_start: AtomicBool::new(true),
         }
     }
 
@@ -124,19 +127,35 @@ impl LiveOutput {
         self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Appends what the task wrote; its report lines go to the tracker, and a line saying why a
+    /// result was refused follows the line that reported it.
     pub fn push(&self, bytes: &[u8]) {
+        let mut notes = Vec::new();
         if let (Some(tracker), Some(scanner)) = (&self.tracker, &self.scanner) {
             let lines = scanner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(bytes);
-            for line in lines {
-                tracker.line(&line);
-            }
+            notes = lines.into_iter().filter_map(|(end, line)| Some((end, tracker.line(&line)?))).collect();
         }
         let total = {
             let mut buf = self.lock();
-            buf.push(bytes);
+            let mut from = 0;
+            for (end, note) in notes {
+                buf.push(&bytes[from..end]);
+                buf.push(format!("{note}\n").as_bytes());
+                from = end;
+            }
+            buf.push(&bytes[from..]);
+            if let Some(last) = bytes.last() {
+                self.at_line_start.store(*last == b'\n', Ordering::Relaxed);
+            }
             buf.total()
         };
         self.progress.send_modify(|p| p.0 = total);
+    }
+
+    /// Appends a line of etcron's own (why a run has no result), on a line of its own.
+    pub fn note(&self, line: &str) {
+        let start = if self.at_line_start.load(Ordering::Relaxed) { "" } else { "\n" };
+        self.push(format!("{start}{line}\n").as_bytes());
     }
 
     /// No more output will come; followers read the rest and end.
@@ -266,7 +285,7 @@ pub async fn serve_progress(addr: SocketAddr, outputs: Arc<LiveOutputs>) -> std:
 fn progress_app(outputs: Arc<LiveOutputs>) -> axum::Router {
     axum::Router::new()
         .route("/executions/{id}/progress", axum::routing::post(report))
-        .layer(axum::extract::DefaultBodyLimit::max(etcron_model::progress::MAX_REPORT_BYTES))
+        .layer(axum::extract::DefaultBodyLimit::max(etcron_model::progress::MAX_BODY_BYTES))
         .with_state(ProgressState { outputs, wrong: Arc::new(WrongTokens::default()) })
 }
 
@@ -381,7 +400,8 @@ impl WrongTokens {
 }
 
 /// `POST /executions/{id}/progress` (the task, with its own token): `{"percent", "message",
-/// "checkpoint"}`. 204 once taken (a checkpoint once etcd has it); 400 naming the field; 401 for
+/// "checkpoint", "result"}`. 204 once taken (a checkpoint once etcd has it); 400 naming the
+/// field; 413 for a body over `MAX_REPORT_BYTES` besides its result; 401 for
 /// a wrong token and for an execution that does not run here alike (the answer does not tell
 /// what runs where); 429 past [`WRONG_TOKENS_PER_MINUTE`] wrong ones from the address; 409 when
 /// its claim is no longer its own; 503 when etcd failed the checkpoint (report it again).
@@ -416,6 +436,7 @@ async fn report(
     let Some(tracker) = tracker else { unreachable!("checked above") };
     let parsed = match Report::from_json(&body) {
         Ok(r) => r,
+        Err(e) if e.too_large => return answer(StatusCode::PAYLOAD_TOO_LARGE, Some(&e.field), &e.message),
         Err(e) => return answer(StatusCode::BAD_REQUEST, Some(&e.field), &e.message),
     };
     match tracker.report(parsed).await {
@@ -594,6 +615,17 @@ mod tests {
         live.finish();
         let mut f = follower(&live);
         assert_eq!(next(&mut f).await, "{\"output\":\"abcd\"}\n{\"gap\":8}\n{\"output\":\"mnop\"}\n{\"end\":true}\n");
+    }
+
+    #[test]
+    fn a_note_is_a_line_of_its_own() {
+        let live = LiveOutput::new(1024);
+        live.note("etcron: first");
+        live.push(b"HTTP 200 OK\n{\"a\":1}");
+        live.note("etcron: no result");
+        live.push(b"more\n");
+        live.note("etcron: last");
+        assert_eq!(live.render().0, "etcron: first\nHTTP 200 OK\n{\"a\":1}\netcron: no result\nmore\netcron: last\n");
     }
 
     #[test]

@@ -1,11 +1,13 @@
-//! Progress and checkpoints of a running task (`etcron_model::progress`): the
+//! Progress, checkpoints and results of a running task (`etcron_model::progress`): the
 //! [`Tracker`] of one execution takes its reports — lines of its output, or POSTs to
 //! `ETCRON_PROGRESS_URL` with `ETCRON_PROGRESS_TOKEN` (served by `live_output`) — keeps the
-//! latest progress for followers and the API, and writes each checkpoint to
-//! `{ns}/checkpoints/{job}/{tick}{part}`, fenced by the execution's claim: a worker whose claim
-//! was closed (its run recorded lost, and rerun elsewhere) cannot overwrite the checkpoint the
-//! rerun resumes from. A failover rerun reads it at its start ([`resume_point`]).
+//! latest progress for followers and the API, and the latest result for the record, and writes
+//! each checkpoint to `{ns}/checkpoints/{job}/{tick}{part}`, fenced by the execution's claim: a
+//! worker whose claim was closed (its run recorded lost, and rerun elsewhere) cannot overwrite
+//! the checkpoint the rerun resumes from. A failover rerun reads it at its start
+//! ([`resume_point`]). A task is also given its parents' results ([`parent_values`]).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -13,7 +15,7 @@ use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcron_common::claim::RetentionLeases;
 use etcron_common::etcd::EtcdError;
 use etcron_model::keys::ExecutionId;
-use etcron_model::progress::{Checkpoint, Progress, Report, Resumed};
+use etcron_model::progress::{Checkpoint, Progress, Report, Resumed, ScannedLine};
 use etcron_model::{now_ms, rfc3339_ms};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -29,6 +31,10 @@ pub struct Snapshot {
     /// The latest checkpoint etcd took.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<Value>,
+    /// The latest result reported: the record's once the run ends (not sent to followers, and
+    /// not counted in `seq`: up to 64 KiB, it would go with every later progress report).
+    #[serde(skip)]
+    pub result: Option<Value>,
 }
 
 /// Why a report was not taken.
@@ -109,6 +115,9 @@ impl Tracker {
     /// answer waits for it, so a task that continues after a 2xx knows it is durable).
     pub async fn report(&self, report: Report) -> Result<(), Refusal> {
         self.progress(&report);
+        if let Some(value) = report.result {
+            self.result(value);
+        }
         if let Some(value) = report.checkpoint {
             let seq = self.wanted.fetch_add(1, Ordering::SeqCst) + 1;
             self.write(value, seq, false).await?;
@@ -130,19 +139,22 @@ impl Tracker {
     }
 
     /// Takes a report line of the task's output; never waits (its checkpoint is written in the
-    /// background, the newest first when several wait).
-    pub fn line(self: &Arc<Self>, line: &str) {
-        let report = match Report::from_line(line) {
-            Some(Ok(report)) => report,
-            Some(Err(e)) => {
+    /// background, the newest first when several wait). A refused result is the one refusal
+    /// the output is told of: the line to add after the report's.
+    pub fn line(self: &Arc<Self>, line: &ScannedLine) -> Option<String> {
+        let report = match line.report() {
+            Ok(report) => report,
+            Err(e) => {
                 if !self.warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(execution_id = %self.execution_id, error = %e, "a report line of the task's output was not understood (further ones are not logged)");
                 }
-                return;
+                return (e.field == "result").then(|| format!("etcron: result refused, not kept: {e}"));
             }
-            None => return,
         };
         self.progress(&report);
+        if let Some(value) = report.result {
+            self.result(value);
+        }
         if let Some(value) = report.checkpoint {
             let seq = self.wanted.fetch_add(1, Ordering::SeqCst) + 1;
             let me = self.clone();
@@ -156,6 +168,15 @@ impl Tracker {
             let me = self.clone();
             etcron_common::task::spawn(async move { me.move_run().await });
         }
+        None
+    }
+
+    /// Keeps `value` as the run's result (the last one reported wins); followers are not woken.
+    fn result(&self, value: Value) {
+        self.state.send_if_modified(|s| {
+            s.result = Some(value);
+            false
+        });
     }
 
     fn progress(&self, report: &Report) {
@@ -218,6 +239,39 @@ impl Tracker {
     }
 }
 
+/// Longest header (HTTP tasks) or metadata value (gRPC) of the parents' results: many servers
+/// refuse a request with a longer header line (nginx's default, 8 KiB), so a longer one is left
+/// out, and the run's output says so.
+pub const MAX_PARENT_HEADER_BYTES: usize = 8 * 1024;
+/// Longest variable of the parents' results a shell task is given: the kernel refuses to start
+/// a program with one environment string over 128 KiB (`MAX_ARG_STRLEN`, name included).
+pub const MAX_PARENT_ENV_BYTES: usize = 120 * 1024;
+
+/// A task variable, named without `ETCRON_`, and its value.
+pub type TaskValue = (&'static str, String);
+
+/// The parents' results as a task is given them, named as task variables without `ETCRON_`:
+/// `PARENT_RESULT`, the result of the one parent (only when there is exactly one), and `PARENTS`,
+/// every parent's by job (`{}` when none), each as JSON (`ascii`: every non-ASCII character
+/// escaped, for headers). A value longer than `max` bytes is left out: its name and length are
+/// in the second list.
+#[must_use]
+pub fn parent_values(
+    parents: &BTreeMap<String, Value>,
+    max: usize,
+    ascii: bool,
+) -> (Vec<TaskValue>, Vec<(&'static str, usize)>) {
+    let text = |v: &Value| if ascii { etcron_model::json::ascii(v) } else { v.to_string() };
+    let mut values: Vec<TaskValue> = Vec::new();
+    if let (1, Some(only)) = (parents.len(), parents.values().next()) {
+        values.push(("PARENT_RESULT", text(only)));
+    }
+    let all = serde_json::to_value(parents).unwrap_or_default();
+    values.push(("PARENTS", text(&all)));
+    let (kept, long): (Vec<_>, Vec<_>) = values.into_iter().partition(|(_, v)| v.len() <= max);
+    (kept, long.into_iter().map(|(name, v)| (name, v.len())).collect())
+}
+
 /// A fresh per-execution token (`ETCRON_PROGRESS_TOKEN`): 128 random bits, hex.
 #[must_use]
 pub fn new_token() -> String {
@@ -243,4 +297,45 @@ pub async fn resume_point(client: &Client, key: &str, id: &ExecutionId) -> Optio
         at: rfc3339_ms(stored.at_ms),
         checkpoint: stored.value,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parents(pairs: &[(&str, Value)]) -> BTreeMap<String, Value> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()
+    }
+
+    #[test]
+    fn one_parent_gives_its_result_and_the_map_several_only_the_map() {
+        let one = parents(&[("extract", json!({"rows": 12, "name": "é"}))]);
+        let (values, left) = parent_values(&one, MAX_PARENT_ENV_BYTES, false);
+        assert_eq!(
+            values,
+            [
+                ("PARENT_RESULT", r#"{"rows":12,"name":"é"}"#.to_owned()),
+                ("PARENTS", r#"{"extract":{"rows":12,"name":"é"}}"#.to_owned())
+            ]
+        );
+        assert!(left.is_empty());
+        let (values, _) = parent_values(&one, MAX_PARENT_HEADER_BYTES, true);
+        assert_eq!(values[0].1, r#"{"rows":12,"name":"\u00e9"}"#, "escaped to ASCII for a header");
+        let two = parents(&[("a", json!(1)), ("b", Value::Null)]);
+        assert_eq!(parent_values(&two, 1024, false).0, [("PARENTS", r#"{"a":1,"b":null}"#.to_owned())]);
+        assert_eq!(parent_values(&BTreeMap::new(), 1024, false).0, [("PARENTS", "{}".to_owned())]);
+    }
+
+    #[test]
+    fn a_value_over_the_limit_is_left_out_with_its_length() {
+        let big = parents(&[("a", json!("x".repeat(100))), ("b", json!(2))]);
+        let (values, left) = parent_values(&big, 64, true);
+        assert!(values.is_empty());
+        assert_eq!(left, [("PARENTS", r#"{"a":"","b":2}"#.len() + 100)]);
+        let one = parents(&[("a", json!("x".repeat(100)))]);
+        let (values, left) = parent_values(&one, 104, false);
+        assert_eq!(values.iter().map(|(n, _)| *n).collect::<Vec<_>>(), ["PARENT_RESULT"], "102 bytes fit, 108 do not");
+        assert_eq!(left, [("PARENTS", 108)]);
+    }
 }

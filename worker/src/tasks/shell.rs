@@ -113,7 +113,9 @@ pub struct Finished {
     /// When the process was started (Unix ms, just after the spawn returned); `None` when it
     /// never was, and for HTTP tasks (which start when handed over).
     pub spawned_ms: Option<i64>,
-    /// The JSON value a handler returned (its record's `result`).
+    /// The run's result as the task itself gave it: a handler's return value, the value at an
+    /// HTTP task's `result_pointer`, a gRPC response (its record's `result`; else the latest
+    /// one reported to its tracker).
     pub result: Option<serde_json::Value>,
 }
 
