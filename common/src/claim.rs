@@ -41,6 +41,9 @@ pub enum ClaimOutcome {
         holder: Vec<u8>,
     },
     Lost,
+    /// The tick's pool had too few slots free, or ticks of a higher priority (or earlier
+    /// time) waiting: nothing was claimed, the tick's queue entry was written (or was there).
+    PoolFull,
     Unknown(String),
 }
 
@@ -52,6 +55,7 @@ impl ClaimOutcome {
             Self::Won { .. } => "won",
             Self::Blocked { .. } => "blocked",
             Self::Lost => "lost",
+            Self::PoolFull => "pool_full",
             Self::Unknown(_) => "unknown",
         }
     }
@@ -82,6 +86,21 @@ pub struct QueueClaim {
     pub prefix: String,
 }
 
+/// The pool part of a claim: the slots it takes (created only while absent, on the session
+/// lease), and the tick's place in the pool's queue, which must have nobody ahead of it. When
+/// either fails, nothing of the claim is written but the queue entry (if absent).
+#[derive(Debug, Clone)]
+pub struct PoolClaim {
+    pub slot_keys: Vec<String>,
+    /// What each held slot holds (`HeldSlot`).
+    pub slot_value: Vec<u8>,
+    /// The tick's queue entry (`Keys::pool_wait`) and its value (`Waiting`).
+    pub wait_key: String,
+    pub wait_value: Vec<u8>,
+    /// The pool's queue prefix: no key in `[wait_prefix, wait_key)` may exist.
+    pub wait_prefix: String,
+}
+
 /// Everything a run claim writes.
 #[derive(Debug, Clone)]
 pub struct RunClaim {
@@ -102,6 +121,8 @@ pub struct RunClaim {
     /// instead of being absent, and the lock holds this execution (handed over by the run
     /// before it) or nothing (that run's session ended since).
     pub dequeued: Option<Vec<u8>>,
+    /// The job's pool: its slots are taken with the claim, or the tick waits.
+    pub pool: Option<PoolClaim>,
 }
 
 /// The `{ns}/inflight/{worker}/{batch}` key a claim transaction writes on the session lease:
@@ -126,6 +147,7 @@ impl InflightPut {
 pub async fn try_claim(client: &Client, c: RunClaim, inflight: &InflightPut) -> ClaimOutcome {
     let replace = c.lock.as_ref().is_some_and(|l| l.replace);
     let locked = c.lock.is_some();
+    let pooled = c.pool.is_some();
     let mut kv = client.kv_client();
     let txn = claim_txn_with(&c, Some(inflight.op()));
     let resp = match request("claim", kv.txn(txn)).await {
@@ -139,6 +161,9 @@ pub async fn try_claim(client: &Client, c: RunClaim, inflight: &InflightPut) -> 
     let Some(fencing_token) = resp.header().map(etcd_client::ResponseHeader::revision) else {
         return ClaimOutcome::Unknown("txn response without header".to_owned());
     };
+    if pooled {
+        return pool_outcome(resp.op_responses().into_iter().next(), locked, fencing_token);
+    }
     // The first answer that is not a put's: the lock's read (`replace`) or its nested txn.
     let first = resp.op_responses().into_iter().find(|r| !matches!(r, TxnOpResponse::Put(_)));
     match (locked, replace, first) {
@@ -153,21 +178,78 @@ pub async fn try_claim(client: &Client, c: RunClaim, inflight: &InflightPut) -> 
     }
 }
 
+/// The outcome of a pool claim from the answer of its one nested transaction: the pool part
+/// (or, with a `forbid` lock, the lock part holding the pool part).
+fn pool_outcome(first: Option<TxnOpResponse>, locked: bool, fencing_token: i64) -> ClaimOutcome {
+    let Some(TxnOpResponse::Txn(mut part)) = first else {
+        return ClaimOutcome::Unknown("pool claim answered without its nested transaction".to_owned());
+    };
+    if locked {
+        if !part.succeeded() {
+            return ClaimOutcome::Blocked { fencing_token, holder: blocked_by(part).unwrap_or_default() };
+        }
+        match part.op_responses().into_iter().next() {
+            Some(TxnOpResponse::Txn(pool)) => part = pool,
+            _ => return ClaimOutcome::Unknown("pool claim answered without its pool part".to_owned()),
+        }
+    }
+    if part.succeeded() {
+        ClaimOutcome::Won { fencing_token, replaced: None }
+    } else {
+        ClaimOutcome::PoolFull
+    }
+}
+
+/// The pool part of a claim: `run` (everything the claim writes when it runs) only while the
+/// slots are free and nobody waits ahead, the slots taken with it and the tick's queue entry
+/// removed; otherwise the queue entry written (on the session lease), unless present.
+fn pool_txn(pool: &PoolClaim, run: Vec<TxnOp>, session: Option<PutOptions>) -> Txn {
+    let wait = pool.wait_key.as_str();
+    let mut free: Vec<Compare> =
+        pool.slot_keys.iter().map(|k| Compare::create_revision(k.as_str(), CompareOp::Equal, 0)).collect();
+    free.push(Compare::version(pool.wait_prefix.as_str(), CompareOp::Equal, 0).with_range(wait));
+    let mut then = run;
+    then.extend(pool.slot_keys.iter().map(|k| TxnOp::put(k.as_str(), pool.slot_value.clone(), session.clone())));
+    then.push(TxnOp::delete(wait, None));
+    let queue = Txn::new().when([Compare::create_revision(wait, CompareOp::Equal, 0)]).and_then([TxnOp::put(
+        wait,
+        pool.wait_value.clone(),
+        session,
+    )]);
+    Txn::new().when(free).and_then(then).or_else([TxnOp::txn(queue)])
+}
+
+/// What releases the slots a claim took (`slot_keys`, created with the claim at
+/// `fencing_token`): each deleted only while it is still that claim's.
+#[must_use]
+pub fn release_slots(slot_keys: &[String], fencing_token: i64) -> Vec<TxnOp> {
+    slot_keys
+        .iter()
+        .map(|k| {
+            TxnOp::txn(
+                Txn::new()
+                    .when([Compare::create_revision(k.as_str(), CompareOp::Equal, fencing_token)])
+                    .and_then([TxnOp::delete(k.as_str(), None)]),
+            )
+        })
+        .collect()
+}
+
 /// Who holds the lock when the lock part of a claim ([`lock_txn`]) did not take it (its answer
 /// is the `get` of the lock, possibly one nested level down); `None` when it took the lock.
 fn blocked_by(lock_part: etcd_client::TxnResponse) -> Option<Vec<u8>> {
     if lock_part.succeeded() {
         return None;
     }
-    let mut holder = None;
     for r in lock_part.op_responses() {
         match r {
-            TxnOpResponse::Get(g) => holder = Some(g.kvs().first().map(|kv| kv.value().to_vec()).unwrap_or_default()),
+            // The lock's read comes before any extras (whose answers may be transactions too).
+            TxnOpResponse::Get(g) => return Some(g.kvs().first().map(|kv| kv.value().to_vec()).unwrap_or_default()),
             TxnOpResponse::Txn(nested) => return blocked_by(nested),
             _ => {}
         }
     }
-    Some(holder.unwrap_or_default())
+    Some(Vec::new())
 }
 
 /// The transaction of one claim: it commits (succeeds) only for the first writer of the
@@ -183,20 +265,34 @@ fn claim_txn_with(c: &RunClaim, first: Option<TxnOp>) -> Txn {
     let retention = Some(PutOptions::new().with_lease(c.retention_lease));
     let mut run = vec![TxnOp::put(c.claim_key.as_str(), c.claim_value.clone(), retention.clone())];
     let mut then: Vec<TxnOp> = first.into_iter().collect();
-    match &c.lock {
-        None => then.append(&mut run),
-        Some(lock) if lock.replace => {
-            // Read the holder before overwriting it: that execution gets killed.
-            then.push(TxnOp::get(lock.key.as_str(), None));
-            then.append(&mut run);
-            then.push(TxnOp::put(lock.key.as_str(), lock.value.clone(), session));
+    if let Some(pool) = &c.pool {
+        // Everything the claim writes when it runs (its inflight key, the lock of `forbid`,
+        // the extras) waits for the slots; a pool job is never `replace` or `queue`.
+        run.splice(0..0, then.drain(..));
+        run.extend(c.lock.iter().map(|l| TxnOp::put(l.key.as_str(), l.value.clone(), session.clone())));
+        run.extend(c.extra.iter().cloned());
+        let pooled = vec![TxnOp::txn(pool_txn(pool, run, session))];
+        match &c.lock {
+            None => then = pooled,
+            // A tick `forbid` skips is taken too: its extras go with the skipped claim.
+            Some(lock) => then.push(TxnOp::txn(lock_txn(c, lock, (pooled, c.extra.clone()), retention))),
         }
-        Some(lock) => {
-            run.push(TxnOp::put(lock.key.as_str(), lock.value.clone(), session));
-            then.push(TxnOp::txn(lock_txn(c, lock, run, retention)));
+    } else {
+        match &c.lock {
+            None => then.append(&mut run),
+            Some(lock) if lock.replace => {
+                // Read the holder before overwriting it: that execution gets killed.
+                then.push(TxnOp::get(lock.key.as_str(), None));
+                then.append(&mut run);
+                then.push(TxnOp::put(lock.key.as_str(), lock.value.clone(), session));
+            }
+            Some(lock) => {
+                run.push(TxnOp::put(lock.key.as_str(), lock.value.clone(), session));
+                then.push(TxnOp::txn(lock_txn(c, lock, (run, Vec::new()), retention)));
+            }
         }
+        then.extend(c.extra.iter().cloned());
     }
-    then.extend(c.extra.iter().cloned());
     // Only the first writer of this execution's key wins; a claim (kept for the retention
     // period after it was written) makes later attempts lose too, and so does a live running
     // marker, should a run outlast its claim's retention. An execution leaving its job's queue
@@ -213,7 +309,12 @@ fn claim_txn_with(c: &RunClaim, first: Option<TxnOp>) -> Txn {
 /// two workers from both seeing "idle". Something runs -> `forbid` closes the tick as skipped,
 /// `queue` queues it; either says who holds the lock. An execution whose turn in the queue came
 /// takes the lock handed to it, or a lock left free by a holder whose session ended.
-fn lock_txn(c: &RunClaim, lock: &LockClaim, run: Vec<TxnOp>, retention: Option<PutOptions>) -> Txn {
+fn lock_txn(
+    c: &RunClaim,
+    lock: &LockClaim,
+    (run, blocked_extra): (Vec<TxnOp>, Vec<TxnOp>),
+    retention: Option<PutOptions>,
+) -> Txn {
     let key = lock.key.as_str();
     let held = TxnOp::get(key, None);
     let (mut free, blocked) = match &lock.queue {
@@ -230,7 +331,8 @@ fn lock_txn(c: &RunClaim, lock: &LockClaim, run: Vec<TxnOp>, retention: Option<P
         ),
         None => (
             vec![Compare::create_revision(key, CompareOp::Equal, 0)],
-            vec![TxnOp::put(c.claim_key.as_str(), lock.blocked_claim.clone(), retention), held],
+            [vec![TxnOp::put(c.claim_key.as_str(), lock.blocked_claim.clone(), retention), held], blocked_extra]
+                .concat(),
         ),
     };
     if c.dequeued.is_none() {
@@ -375,6 +477,11 @@ pub struct Close {
     /// Follow-up run requests (retry, dependents, catch-up, failover), written only by the
     /// transaction that closes the claim.
     pub extra: Vec<TxnOp>,
+    /// The pool slots the claim took (released while still its own).
+    pub pool_slots: Vec<String>,
+    /// Sent in a transaction of its own, never in a batch: its follow-ups compare keys that
+    /// another close of the same batch may write (a workflow's fan-in).
+    pub alone: bool,
 }
 
 /// Marks a won claim done (fenced by the claim itself), deletes the running marker if it has
@@ -466,7 +573,18 @@ impl std::fmt::Display for BatchError {
 /// The transaction of one close (see [`complete`]); also the unit of a batch.
 #[must_use]
 pub fn close_txn(close: &Close, retention_lease: i64) -> Txn {
-    let Close { claim_key, fencing_token, done_value, running_key, marker_revision, lock, queue_prefix, extra } = close;
+    let Close {
+        claim_key,
+        fencing_token,
+        done_value,
+        running_key,
+        marker_revision,
+        lock,
+        queue_prefix,
+        extra,
+        pool_slots,
+        ..
+    } = close;
     let (claim_key, running_key, fencing_token) = (claim_key.as_str(), running_key.as_str(), *fencing_token);
     // A fresh retention lease: the done claim lives its full retention from now.
     let mut then = vec![TxnOp::put(claim_key, done_value.clone(), Some(PutOptions::new().with_lease(retention_lease)))];
@@ -480,6 +598,7 @@ pub fn close_txn(close: &Close, retention_lease: i64) -> Txn {
         ours.extend(queue_prefix.iter().map(|p| Compare::version(p.as_str(), CompareOp::Equal, 0).with_prefix()));
         then.push(TxnOp::txn(Txn::new().when(ours).and_then([TxnOp::delete(key.as_str(), None)])));
     }
+    then.extend(release_slots(pool_slots, fencing_token));
     then.extend(extra.iter().cloned());
     let otherwise = match marker_revision {
         // A run longer than its claim's retention: the claim is gone, its marker still lives.

@@ -630,7 +630,7 @@ impl Keys {
     pub fn calendars_prefix(&self) -> String {
         format!("{}/calendars/", self.ns)
     }
-    /// Step `job` of workflow run `run` (`crate::workflow::Step`).
+    /// Step `job` of workflow run `run` (a step's outcome).
     #[must_use]
     pub fn workflow_step(&self, run: &str, job: &str) -> String {
         format!("{}/workflows/{run}/steps/{job}", self.ns)
@@ -650,7 +650,7 @@ impl Keys {
     pub fn workflow_prefix(&self, run: &str) -> String {
         format!("{}/workflows/{run}/", self.ns)
     }
-    /// A resource pool (`crate::pool::Pool`), named by jobs' `pool`.
+    /// A resource pool (a pool's spec), named by jobs' `pool`.
     #[must_use]
     pub fn pool(&self, name: &str) -> String {
         format!("{}/pools/{name}", self.ns)
@@ -659,7 +659,12 @@ impl Keys {
     pub fn pools_prefix(&self) -> String {
         format!("{}/pools/", self.ns)
     }
-    /// Slot `i` of `pool`, held by a run (`crate::pool::HeldSlot`).
+    /// Everything of every pool: the pools, their held slots and their queues (one watch).
+    #[must_use]
+    pub fn all_pools_prefix(&self) -> String {
+        format!("{}/pool", self.ns)
+    }
+    /// Slot `i` of `pool`, held by a run (the holder).
     #[must_use]
     pub fn pool_slot(&self, pool: &str, i: u32) -> String {
         format!("{}/poolslots/{pool}/{i}", self.ns)
@@ -681,13 +686,12 @@ impl Keys {
         let (pool, i) = rest.split_once('/')?;
         Some((pool.to_owned(), canonical::<u32>(i)?))
     }
-    /// A tick waiting in `pool`'s queue: sorted by priority (higher first), then scheduled
-    /// time, then execution (`crate::pool::Waiting`).
+    /// A tick waiting in `pool`'s queue: sorted by `place` (lower first: the pool module's `place`
+    /// of its priority), then scheduled time, then execution (the waiting tick).
     #[must_use]
-    pub fn pool_wait(&self, pool: &str, priority: u8, scheduled_ms: UnixMs, id: &ExecutionId) -> String {
-        let inverted = crate::pool::MAX_PRIORITY.saturating_sub(priority.min(crate::pool::MAX_PRIORITY));
+    pub fn pool_wait(&self, pool: &str, place: u8, scheduled_ms: UnixMs, id: &ExecutionId) -> String {
         let scheduled = u64::try_from(scheduled_ms.max(0)).unwrap_or(0);
-        format!("{}/poolwait/{pool}/{inverted:03}-{scheduled:015}-{}", self.ns, execution_suffix(id))
+        format!("{}/poolwait/{pool}/{place:03}-{scheduled:015}-{}", self.ns, execution_suffix(id))
     }
     /// `pool`'s queue.
     #[must_use]
@@ -805,15 +809,15 @@ mod tests {
     }
 
     #[test]
-    fn a_pools_queue_sorts_by_priority_then_scheduled_time() {
+    fn a_pools_queue_sorts_by_place_then_scheduled_time() {
         let k = keys();
         let at = |job: &str, ms| ExecutionId::new(job, Tick::Scheduled(ms));
         let mut waiting = [
             ("b", k.pool_wait("db", 50, 2_000, &at("b", 2_000))),
-            ("c", k.pool_wait("db", 90, 9_000, &at("c", 9_000))),
+            ("c", k.pool_wait("db", 10, 9_000, &at("c", 9_000))),
             ("a", k.pool_wait("db", 50, 1_000, &at("a", 1_000))),
-            ("d", k.pool_wait("db", 0, 500, &at("d", 500))),
-            ("e", k.pool_wait("db", 100, 10_000, &at("e", 10_000))),
+            ("d", k.pool_wait("db", 100, 500, &at("d", 500))),
+            ("e", k.pool_wait("db", 0, 10_000, &at("e", 10_000))),
         ];
         waiting.sort_by(|x, y| x.1.cmp(&y.1));
         assert!(waiting.iter().all(|(_, key)| key.starts_with(&k.pool_wait_prefix("db"))));

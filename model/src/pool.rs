@@ -10,21 +10,14 @@
 use serde::{Deserialize, Serialize};
 
 use crate::keys::ExecutionId;
-use crate::spec::SpecError;
 use crate::spec::{json_value, serde_error};
+use crate::spec::{SpecError, DEFAULT_PRIORITY, MAX_PRIORITY};
 use crate::UnixMs;
 
 /// Most slots a pool has.
 pub const MAX_POOL_SLOTS: u32 = 10_000;
-/// Most slots one run holds: each is a compare and a put in the claim transaction, within
-/// etcd's operations per transaction.
-pub const MAX_SLOTS_PER_RUN: u32 = 16;
 /// Longest pool description.
 pub const MAX_POOL_DESCRIPTION: usize = 1024;
-/// A job's priority when it names none.
-pub const DEFAULT_PRIORITY: u8 = 50;
-/// The highest priority.
-pub const MAX_PRIORITY: u8 = 100;
 
 /// A pool as stored and as `PUT /api/pools/{name}` takes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,12 +33,17 @@ impl Pool {
     /// Parses and checks a pool; errors name the field.
     pub fn from_json(bytes: &[u8]) -> Result<Self, SpecError> {
         if bytes.len() > crate::spec::MAX_SPEC_BYTES {
-            let message = format!("a pool is at most {} bytes; this one is {}", crate::spec::MAX_SPEC_BYTES, bytes.len());
+            let message =
+                format!("a pool is at most {} bytes; this one is {}", crate::spec::MAX_SPEC_BYTES, bytes.len());
             return Err(SpecError { field: None, message, too_large: true });
         }
         let value = json_value(bytes)?;
         if !value.is_object() {
-            return Err(SpecError { field: None, message: "a pool must be a JSON object".to_owned(), too_large: false });
+            return Err(SpecError {
+                field: None,
+                message: "a pool must be a JSON object".to_owned(),
+                too_large: false,
+            });
         }
         let pool: Self = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
@@ -82,6 +80,12 @@ pub struct Waiting {
     pub since_ms: UnixMs,
 }
 
+/// A priority's place in a pool's queue (`Keys::pool_wait`): the highest priority first.
+#[must_use]
+pub fn place(priority: u8) -> u8 {
+    MAX_PRIORITY.saturating_sub(priority.min(MAX_PRIORITY))
+}
+
 fn default_priority() -> u8 {
     DEFAULT_PRIORITY
 }
@@ -98,7 +102,12 @@ pub fn full_reason(pool: &str, slots: u32, waited_ms: i64, holders: &[String]) -
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    
+
+    #[test]
+    fn higher_priorities_take_earlier_places() {
+        assert_eq!([place(100), place(90), place(50), place(0), place(255)], [0, 10, 50, 100, 0]);
+    }
+
     #[test]
     fn pools_are_checked_naming_the_field() {
         assert_eq!(Pool::from_json(br#"{"slots":5,"description":"reporting db"}"#).unwrap().slots, 5);

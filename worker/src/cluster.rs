@@ -6,5 +6,6 @@ pub mod calendars;
 pub mod departures;
 pub mod identity;
 pub mod membership;
+pub mod pools;
 pub mod taken;
 pub mod watcher;

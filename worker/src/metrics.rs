@@ -7,8 +7,8 @@
 
 use std::sync::LazyLock;
 
-use etcron_common::metrics::{counter, counter_vec, gauge, histogram, histogram_vec, LATENCY_BUCKETS};
-use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge};
+use etcron_common::metrics::{counter, counter_vec, gauge, gauge_vec, histogram, histogram_vec, LATENCY_BUCKETS};
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
 /// Fire lateness buckets in seconds (task start minus scheduled time): 1 ms to 1 min.
 const LATENESS_BUCKETS: &[f64] =
@@ -102,6 +102,16 @@ pub struct WorkerMetrics {
     pub followers: IntGauge,
     /// Won runs waiting for a free capacity slot now.
     pub waiting_for_slot: IntGauge,
+    /// Ticks this worker waits with in a pool's queue now, by pool.
+    pub pool_waiting: IntGaugeVec,
+    /// Ticks that found their pool full and began to wait, by pool.
+    pub pool_waits: IntCounterVec,
+    /// Ticks recorded `missed` by this worker because their pool stayed full (or does not
+    /// exist), by pool.
+    pub pool_missed: IntCounterVec,
+    /// Slots held (cluster-wide, as this worker's mirror sees them) and slots, by pool.
+    pub pool_slots_held: IntGaugeVec,
+    pub pool_slots: IntGaugeVec,
     /// Won runs recorded `missed` because no capacity slot came free in time.
     pub runs_without_slot: IntCounter,
     /// Shell runs refused for want of a team uid, by reason (`range_full`: no uid of
@@ -304,6 +314,27 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
         "etcron_worker_runs_waiting_for_slot",
         "Runs this worker won that wait for a free capacity slot now (capacity counts runs, not races).",
     ),
+    pool_waiting: gauge_vec(
+        "etcron_worker_pool_waiting",
+        "Ticks this worker waits with in a pool's queue now (every worker that raced for a tick waits with it).",
+        &["pool"],
+    ),
+    pool_waits: counter_vec(
+        "etcron_worker_pool_waits_total",
+        "Ticks that found their pool full (too few slots free, or higher-priority ticks waiting) and began to wait.",
+        &["pool"],
+    ),
+    pool_missed: counter_vec(
+        "etcron_worker_pool_missed_total",
+        "Ticks this worker recorded missed because their pool stayed full until the start deadline, or does not exist.",
+        &["pool"],
+    ),
+    pool_slots_held: gauge_vec(
+        "etcron_worker_pool_slots_held",
+        "Slots of a pool held by runs across the cluster, as this worker's mirror of etcd sees them.",
+        &["pool"],
+    ),
+    pool_slots: gauge_vec("etcron_worker_pool_slots", "Slots a pool has.", &["pool"]),
     runs_without_slot: counter(
         "etcron_worker_runs_without_slot_total",
         "Runs this worker won but recorded missed because no capacity slot came free within the tick's start deadline (or 5 minutes for run requests).",

@@ -193,6 +193,7 @@ async fn build(
         jobs: crate::context::JobTable::default(),
         paused: crate::context::PauseTable::default(),
         calendars: crate::cluster::calendars::CalendarTable::default(),
+        pools: crate::cluster::pools::PoolTable::default(),
         backfills: crate::context::BackfillCache::default(),
         state_marks: crate::context::StateMarks::default(),
         unsettled: crate::context::unsettled::Unsettled::default(),
@@ -330,6 +331,9 @@ fn start_watches(
         ctx.taken.clone(),
         all_stop.clone(),
     ));
+    let (pools_tx, pools_rx) = mpsc::channel(1024);
+    etcron_common::task::spawn(mirror(client.clone(), keys.all_pools_prefix(), "pools", pools_tx, all_stop.clone()));
+    etcron_common::task::spawn(follow_pools(ctx.clone(), pools_rx));
     let (kills_tx, kills_rx) = mpsc::channel(256);
     etcron_common::task::spawn(mirror(client.clone(), keys.kill_prefix(), "kill", kills_tx, all_stop.clone()));
     etcron_common::task::spawn(follow_kills(ctx.clone(), kills_rx));
@@ -338,6 +342,18 @@ fn start_watches(
     let updates = scheduler_updates(ctx, again, &sched_stop);
     let scheduler = etcron_common::task::spawn(Scheduler::new(ctx.clone()).run(updates, sched_stop));
     Running { supervisor, scheduler, sched_stop: sched_stop_tx, all_stop: all_stop_tx }
+}
+
+/// Applies the pools' mirror (`{ns}/pool…`: pools, held slots, queues) and keeps their gauges.
+async fn follow_pools(ctx: Arc<Context>, mut updates: mpsc::Receiver<crate::cluster::watcher::Update>) {
+    while let Some(update) = updates.recv().await {
+        ctx.pools.apply(&ctx.keys, update);
+        for (pool, state) in ctx.pools.all() {
+            let held = i64::try_from(state.held.len()).unwrap_or(i64::MAX);
+            crate::metrics::METRICS.pool_slots_held.with_label_values(&[&pool]).set(held);
+            crate::metrics::METRICS.pool_slots.with_label_values(&[&pool]).set(i64::from(state.slots.unwrap_or(0)));
+        }
+    }
 }
 
 /// The mirrors the scheduler follows (jobs, run requests, pauses, calendars), ended by `stop`.

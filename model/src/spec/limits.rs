@@ -74,3 +74,11 @@ pub(crate) fn env_key_ok(k: &str) -> bool {
 
 /// Longest user or group name (as `useradd` allows).
 pub const MAX_ACCOUNT_NAME_LEN: usize = 32;
+
+/// A job's `priority` when it names none.
+pub const DEFAULT_PRIORITY: u8 = 50;
+/// The highest `priority`.
+pub const MAX_PRIORITY: u8 = 100;
+/// Most slots of its pool one run holds (`pool_slots`): each is a compare and a put in the
+/// claim transaction, within etcd's operations per transaction.
+pub const MAX_SLOTS_PER_RUN: u32 = 16;

@@ -276,7 +276,7 @@ impl Batchers {
     /// Races for a claim this worker ranks `rank` for, in a batch when it can share one. The
     /// [`Hold`] keeps the claim transaction's inflight key while the execution is open.
     pub async fn claim(&self, id: &ExecutionId, claim: RunClaim, rank: usize) -> Raced {
-        if claim.lock.is_some() {
+        if claim.lock.is_some() || claim.pool.is_some() {
             let (outcome, hold) = claim_alone(&self.client, &self.namer, id, claim).await;
             return Raced::Sent(outcome, hold);
         }
@@ -298,7 +298,7 @@ impl Batchers {
 
     /// Closes a claim of `job`, in a batch when it can share one.
     pub async fn complete(&self, job: &str, close: Close, lease: i64) -> Result<CompleteOutcome, CloseError> {
-        if close.lock.is_some() {
+        if close.lock.is_some() || !close.pool_slots.is_empty() || close.alone {
             return Ok(claim::complete(&self.client, &close, lease).await?);
         }
         let (reply, answer) = oneshot::channel();
@@ -449,7 +449,7 @@ impl RankQueues {
 async fn claim_alone(client: &Client, namer: &Namer, id: &ExecutionId, claim: RunClaim) -> (ClaimOutcome, Hold) {
     let inflight = namer.put(&[id], claim.session_lease);
     let outcome = claim::try_claim(client, claim, &inflight).await;
-    let written = !matches!(outcome, ClaimOutcome::Lost);
+    let written = !matches!(outcome, ClaimOutcome::Lost | ClaimOutcome::PoolFull);
     let holds = hold_open(client, inflight.key, std::slice::from_ref(&outcome), written);
     (outcome, holds.into_iter().next().unwrap_or_else(Hold::none))
 }
@@ -591,6 +591,7 @@ mod tests {
             lock: None,
             extra: Vec::new(),
             dequeued: dequeued.then(Vec::new),
+            pool: None,
         };
         (ClaimJob { id: ExecutionId::new(name, Tick::Scheduled(at)), claim, rank, reply }, answer)
     }

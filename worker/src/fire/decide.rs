@@ -18,7 +18,7 @@ use crate::metrics::METRICS;
 use crate::timing::fire::{past_deadline, Fire};
 
 /// Whether a ranked-later worker finds the claim taken: seen in its watch of claims (no etcd
-/// request), or, for a claim that would go alone (a concurrency lock), read from etcd — a
+/// request), or, for a claim that would go alone (a concurrency lock, a pool), read from etcd — a
 /// losing claim alone costs a raft proposal, a read does not. A batchable claim not seen yet is
 /// raced: in a batch, losing costs no proposal of its own.
 pub(crate) async fn already_taken(ctx: &Context, fire: &Fire, claim_key: &str) -> bool {
@@ -30,7 +30,7 @@ pub(crate) async fn already_taken(ctx: &Context, fire: &Fire, claim_key: &str) -
         METRICS.claims.with_label_values(&["taken_seen"]).inc();
         return true;
     }
-    if fire.spec.concurrency == Concurrency::Allow {
+    if fire.spec.concurrency == Concurrency::Allow && fire.spec.pool.is_none() {
         return false;
     }
     match claim::claim_exists(&ctx.client, claim_key).await {

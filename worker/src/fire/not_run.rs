@@ -61,7 +61,7 @@ pub(crate) async fn record_not_run(ctx: &Context, fire: &Fire, status: Status, r
             ctx.provisional.remove(pending);
             true
         }
-        ClaimOutcome::Lost => {
+        ClaimOutcome::Lost | ClaimOutcome::PoolFull => {
             ctx.provisional.remove(pending);
             false
         }

@@ -158,6 +158,7 @@ pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fe
                 .and_then([TxnOp::delete(key.as_str(), None)]),
         ));
     }
+    release.extend(claim::release_slots(&won.pool_slots, fencing_token));
     let reason = "claimed by this worker while etcd did not answer, but its session ended (or it had given the \
                   claim up) before etcd confirmed it: not run";
     let record = not_run_record(ctx, fire, Status::Missed, reason.to_owned(), Some(fencing_token));
@@ -181,7 +182,7 @@ pub(crate) async fn record_orphan(ctx: &Context, fire: &Fire, won: &WonClaim, fe
                 }
                 return;
             }
-            ClaimOutcome::Lost => {
+            ClaimOutcome::Lost | ClaimOutcome::PoolFull => {
                 ctx.provisional.remove(pending);
                 return;
             }
@@ -246,6 +247,8 @@ pub struct WonClaim {
     /// This execution's share of its claim transaction's inflight key.
     pub hold: Hold,
     pub claimed_ms: i64,
+    /// The pool slots the claim took (their keys), released by its close.
+    pub pool_slots: Vec<String>,
 }
 
 /// Races for `fire`'s claim under session `lease`, as the worker ranked `rank` for it (first
@@ -285,21 +288,15 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> 
         lock: lock_claim(fire, &won, queue),
         extra: taken_ops(ctx, fire, advance),
         dequeued: fire.dequeued.then(|| to_json(&Claim::waiting())),
+        pool: None,
     };
     // A plain tick's claim may be sent again when its answer is lost and nothing was written.
     let again = sendable_again(fire, queued).then(|| request.clone());
     let started = std::time::Instant::now();
-    let (outcome, hold) = match ctx.batchers.claim(&fire.id, request, rank).await {
-        Raced::Sent(outcome, hold) => {
-            METRICS.claims.with_label_values(&[outcome.label()]).inc();
-            (outcome, hold)
-        }
-        Raced::SeenTaken => {
-            // Another transaction wrote the claim while this one waited for its batch: what
-            // etcd would have answered (`Lost`), without the write.
-            METRICS.claims.with_label_values(&["taken_seen"]).inc();
-            (ClaimOutcome::Lost, Hold::none())
-        }
+    let mut won = won;
+    let Some((outcome, hold)) = race_for(ctx, fire, (request, rank), &mut won).await else {
+        record_skipped(ctx, skipped, false);
+        return None;
     };
     METRICS.claim_seconds.observe(started.elapsed().as_secs_f64());
     let mut won = WonClaim { hold, ..won };
@@ -310,15 +307,6 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> 
     if closed_skipped {
         crate::failpoint::hit(crate::failpoint::SKIPPED_AFTER_CLAIM);
     }
-    // Known outcome: the provisional record goes once the real one is submitted (or is not to
-    // be); unknown: the provisional loop decides from the claim.
-    let record_skipped = |ctx: &Context,
-                          pending: Option<crate::context::provisional::ProvisionalFile>,
-                          unknown: bool| match (pending, unknown) {
-        (Some(p), true) => ctx.provisional.release(p),
-        (Some(p), false) => ctx.provisional.remove(p),
-        (None, _) => {}
-    };
     let unknown = matches!(outcome, ClaimOutcome::Unknown(_));
     if let (true, ClaimOutcome::Blocked { holder, .. }) = (queued, &outcome) {
         record_skipped(ctx, skipped, false);
@@ -330,12 +318,60 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> 
     Some(WonClaim { fencing_token: settled?, ..won })
 }
 
+/// The provisional record of a tick `forbid` may skip, once the claim's outcome is in: known,
+/// it goes (the real record is submitted, or none is to be); unknown, the provisional loop
+/// decides from the claim.
+fn record_skipped(ctx: &Context, pending: Option<crate::context::provisional::ProvisionalFile>, unknown: bool) {
+    match (pending, unknown) {
+        (Some(p), true) => ctx.provisional.release(p),
+        (Some(p), false) => ctx.provisional.remove(p),
+        (None, _) => {}
+    }
+}
+
+/// The claim raced: with its pool's slots (waiting while the pool is full), or plain. `None`
+/// when a pool's wait settled the tick (recorded missed, or taken by another worker).
+async fn race_for(
+    ctx: &Arc<Context>,
+    fire: &Fire,
+    (request, rank): (RunClaim, usize),
+    won: &mut WonClaim,
+) -> Option<(ClaimOutcome, Hold)> {
+    if fire.spec.pool.is_none() {
+        return Some(send(ctx, fire, request, rank).await);
+    }
+    match crate::fire::pool::race(ctx, fire, (request, rank), won).await {
+        crate::fire::pool::Pooled::Raced(outcome, hold) => Some((outcome, hold)),
+        crate::fire::pool::Pooled::Settled => None,
+    }
+}
+
+/// Sends a claim (in a batch when it can share one) and counts its outcome.
+async fn send(ctx: &Arc<Context>, fire: &Fire, request: RunClaim, rank: usize) -> (ClaimOutcome, Hold) {
+    match ctx.batchers.claim(&fire.id, request, rank).await {
+        Raced::Sent(outcome, hold) => {
+            METRICS.claims.with_label_values(&[outcome.label()]).inc();
+            (outcome, hold)
+        }
+        Raced::SeenTaken => {
+            // Another transaction wrote the claim while this one waited for its batch: what
+            // etcd would have answered (`Lost`), without the write.
+            METRICS.claims.with_label_values(&["taken_seen"]).inc();
+            (ClaimOutcome::Lost, Hold::none())
+        }
+    }
+}
+
 /// Whether `fire`'s claim may be sent a second time when the first one's answer was lost and
 /// etcd, read back, holds no claim of it: a tick of a job without a lock or queue (whose claim
 /// writes nothing else that a second send could double), not a run request (raced again by
 /// `race_again`) nor a queued turn.
 fn sendable_again(fire: &Fire, queued: bool) -> bool {
-    fire.spec.concurrency == Concurrency::Allow && !queued && !fire.dequeued && fire.request_key.is_none()
+    fire.spec.concurrency == Concurrency::Allow
+        && fire.spec.pool.is_none()
+        && !queued
+        && !fire.dequeued
+        && fire.request_key.is_none()
 }
 
 /// The claim sent again (`sendable_again`), at the head of the batcher's queue; its hold joins
@@ -414,6 +450,7 @@ pub(crate) fn prepare(ctx: &Context, fire: &Fire, lease: i64) -> WonClaim {
         lease,
         hold: Hold::none(),
         claimed_ms,
+        pool_slots: Vec::new(),
     }
 }
 
@@ -455,7 +492,7 @@ pub(crate) async fn resolve_claim(
             continue_catchup(ctx, fire).await;
             None
         }
-        ClaimOutcome::Lost => {
+        ClaimOutcome::Lost | ClaimOutcome::PoolFull => {
             tracing::trace!("claim lost to another worker");
             crate::fire::backfill::taken_elsewhere(ctx, fire).await;
             None

@@ -16,7 +16,7 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcron_common::claim;
 use etcron_common::etcd::{request, EtcdError};
-use etcron_model::keys::Key;
+use etcron_model::keys::{Key, Tick};
 use etcron_model::record::Status;
 use etcron_model::spec::Misfire;
 use etcron_model::stored::{halt, JobState};
@@ -213,7 +213,15 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
     let Ok((ticks, older)) = walk else { return true };
     let Some(&first) = ticks.front() else { return true };
     let Some(claimed) = claimed_ticks(ctx, job, first, upto).await else { return false };
-    let unclaimed: Vec<UnixMs> = ticks.into_iter().filter(|t| !claimed.contains(t)).collect();
+    let mut unclaimed: Vec<UnixMs> = ticks.into_iter().filter(|t| !claimed.contains(t)).collect();
+    if let (Some(pool), false) = (&entry.spec.pool, unclaimed.is_empty()) {
+        // A tick waiting in its pool's queue is looked after by the workers waiting with it.
+        let Some(waiting) = waiting_ticks(ctx, pool, job).await else { return false };
+        let here = |t: &UnixMs| {
+            ctx.pools.waits_here(&etcron_model::keys::ExecutionId::new(job, Tick::Scheduled(*t)).to_string())
+        };
+        unclaimed.retain(|t| !waiting.contains(t) && !here(t));
+    }
     let (unsure, unclaimed) =
         if from_state { split_unsure(unclaimed, last, now_ms()) } else { (Vec::new(), unclaimed) };
     if !unsure.is_empty() {
@@ -258,6 +266,17 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
         record_not_run(ctx, &fire, status, reason).await;
     }
     true
+}
+
+/// The schedule ticks of `job` waiting in `pool`'s queue now; `None` when etcd failed.
+async fn waiting_ticks(ctx: &Context, pool: &str, job: &str) -> Option<HashSet<UnixMs>> {
+    let mut kv = ctx.client.kv_client();
+    let resp = request("pool_queue", kv.get(ctx.keys.pool_wait_prefix(pool), Some(GetOptions::new().with_prefix())))
+        .await
+        .ok()?;
+    let waiting =
+        resp.kvs().iter().filter_map(|kv| serde_json::from_slice::<etcron_model::pool::Waiting>(kv.value()).ok());
+    Some(waiting.filter(|w| w.execution_id.job == job).filter_map(|w| w.execution_id.tick.scheduled_ms()).collect())
 }
 
 /// A job state that tells nothing (missing: a job from before states existed, or written
