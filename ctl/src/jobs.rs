@@ -216,9 +216,9 @@ pub async fn rm(client: &Client, names: &[String], json: bool) -> anyhow::Result
     }
 }
 
-/// The body of a run with parameters (`--env NAME=value`, `--as-of TIME`), `None` without
-/// any. The master checks names and values; a `--env` without `=` is refused here.
-pub fn run_params(env: &[String], as_of: Option<&str>) -> anyhow::Result<Option<Value>> {
+/// The body of a run with parameters (`--env NAME=value`, `--as-of TIME`) or a priority
+/// (`--priority N`), `None` without any. The master checks names and values; a `--env` without `=` is refused here.
+pub fn run_params(env: &[String], as_of: Option<&str>, priority: Option<u8>) -> anyhow::Result<Option<Value>> {
     let mut vars = serde_json::Map::new();
     for pair in env {
         let Some((k, v)) = pair.split_once('=') else {
@@ -234,6 +234,9 @@ pub fn run_params(env: &[String], as_of: Option<&str>) -> anyhow::Result<Option<
     }
     if let Some(t) = as_of {
         body.insert("scheduled_at".to_owned(), t.into());
+    }
+    if let Some(p) = priority {
+        body.insert("priority".to_owned(), p.into());
     }
     Ok((!body.is_empty()).then_some(Value::Object(body)))
 }

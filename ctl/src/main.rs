@@ -1,7 +1,7 @@
 //! `etcronctl`: the operator's command line for an etcron cluster. It is a client of a master's
 //! HTTP API only (it never talks to etcd or MongoDB): jobs (describe, edit), job files (apply,
 //! export, import, crontabs), backfills, executions (search, watch, logs, live output),
-//! notification deliveries, workers and schedule previews. Output: tables, or each command's
+//! notification deliveries, workers, skip calendars, resource pools and schedule previews. Output: tables, or each command's
 //! document as JSON or YAML (`-o`).
 
 mod apply;
@@ -17,9 +17,11 @@ mod history;
 mod jobfile;
 mod jobs;
 mod notifications;
+mod pools;
 mod sse;
 mod table;
 mod workers;
+mod workflows;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -112,6 +114,13 @@ enum Command {
     /// Skip calendars: dates on which the jobs naming them (`skip_calendars`) do not run.
     #[command(subcommand)]
     Calendars(CalendarsCommand),
+    /// Resource pools: slots shared by the jobs naming them (`pool`), the runs holding them and
+    /// the ticks waiting.
+    #[command(subcommand)]
+    Pools(PoolsCommand),
+    /// Workflow runs: the jobs a root's run starts, step by step; the rerun of failed steps.
+    #[command(subcommand)]
+    Workflows(WorkflowsCommand),
     /// Write every job into one job file (secret values are withheld by the API: see README).
     Export {
         /// Only these jobs (every job when none is named).
@@ -235,6 +244,10 @@ enum JobsCommand {
         /// `scheduled_at`) is it. The run still starts now.
         #[arg(long, value_name = "TIME")]
         as_of: Option<String>,
+        /// This run's priority (0..100) instead of the job's: it goes before runs of a lower
+        /// one waiting for a pool's slots or a worker's capacity.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=100))]
+        priority: Option<u8>,
         /// Follow the run: its output as it is produced and how it ended, then its retries up
         /// to the final attempt (exit 5 unless that one succeeded).
         #[arg(long, short = 'f')]
@@ -414,6 +427,36 @@ enum CalendarsCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum PoolsCommand {
+    /// Every pool: slots, slots in use, ticks waiting, the jobs naming it.
+    #[command(visible_alias = "list")]
+    Ls,
+    /// One pool: the runs holding its slots and the ticks waiting, with priorities and ages.
+    Get { name: String },
+    /// Create or replace a pool (global admin).
+    Put {
+        name: String,
+        /// How many slots the pool's runs hold at most, together (1..10000).
+        #[arg(long)]
+        slots: u32,
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Delete a pool (refused while jobs name it).
+    Delete { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum WorkflowsCommand {
+    /// A workflow run (a record's `workflow`): each step's state, attempt, execution and end,
+    /// the results of the steps that succeeded, and the edges between the jobs.
+    Get { run: String },
+    /// Rerun the failed steps of a workflow run (the next attempt of each); the steps that
+    /// succeeded keep their results (operator on each rerun job).
+    Resume { run: String },
+}
+
+#[derive(Debug, Subcommand)]
 enum ScheduleCommand {
     /// The next fire times of a schedule (as the workers compute them); several expressions
     /// merge their ticks, as a job's `schedules` do.
@@ -532,6 +575,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             calendars::put(&client, &name, args, json).await
         }
         Command::Calendars(CalendarsCommand::Delete { name }) => calendars::delete(&client, &name).await,
+        Command::Pools(PoolsCommand::Ls) => pools::list(&client, json).await,
+        Command::Pools(PoolsCommand::Get { name }) => pools::get(&client, &name, json).await,
+        Command::Pools(PoolsCommand::Put { name, slots, description }) => {
+            pools::put(&client, &name, slots, description, json).await
+        }
+        Command::Pools(PoolsCommand::Delete { name }) => pools::delete(&client, &name).await,
+        Command::Workflows(WorkflowsCommand::Get { run }) => workflows::get(&client, &run, json).await,
+        Command::Workflows(WorkflowsCommand::Resume { run }) => workflows::resume(&client, &run, json).await,
         Command::Schedule(ScheduleCommand::Preview {
             schedule,
             timezone,
@@ -573,8 +624,8 @@ async fn jobs_command(client: &Client, cmd: JobsCommand, json: bool) -> anyhow::
             apply::apply(client, &files, apply::Options { prune: prune.into(), dry_run, json }).await
         }
         JobsCommand::Rm { names } => jobs::rm(client, &names, json).await,
-        JobsCommand::Run { name, env, as_of, follow } => {
-            let params = jobs::run_params(&env, as_of.as_deref())?;
+        JobsCommand::Run { name, env, as_of, priority, follow } => {
+            let params = jobs::run_params(&env, as_of.as_deref(), priority)?;
             jobs::run(client, &name, params.as_ref(), follow, json).await
         }
         JobsCommand::Kill { name, execution } => jobs::kill(client, &name, execution, json).await,
@@ -747,6 +798,25 @@ mod tests {
         let cli = Cli::try_parse_from(["etcronctl", "jobs", "backfills", "report"]).unwrap();
         assert!(matches!(cli.command, Command::Jobs(JobsCommand::Backfills { id: None, .. })));
         assert!(Cli::try_parse_from(["etcronctl", "jobs", "backfill-cancel", "report"]).is_err(), "needs the id");
+    }
+
+    #[test]
+    fn pools_and_run_priorities_parse() {
+        let cli =
+            Cli::try_parse_from(["etcronctl", "pools", "put", "db", "--slots", "5", "--description", "x"]).unwrap();
+        let Command::Pools(PoolsCommand::Put { name, slots, description }) = cli.command else { panic!() };
+        assert_eq!((name.as_str(), slots, description.as_deref()), ("db", 5, Some("x")));
+        assert!(Cli::try_parse_from(["etcronctl", "pools", "put", "db"]).is_err(), "--slots is required");
+        assert!(matches!(
+            Cli::try_parse_from(["etcronctl", "pools", "ls"]).unwrap().command,
+            Command::Pools(PoolsCommand::Ls)
+        ));
+        let cli = Cli::try_parse_from(["etcronctl", "jobs", "run", "a", "--priority", "100"]).unwrap();
+        let Command::Jobs(JobsCommand::Run { priority, .. }) = cli.command else { panic!() };
+        assert_eq!(priority, Some(100));
+        assert!(Cli::try_parse_from(["etcronctl", "jobs", "run", "a", "--priority", "101"]).is_err());
+        let body = jobs::run_params(&[], None, Some(0)).unwrap().unwrap();
+        assert_eq!(body, serde_json::json!({"priority": 0}));
     }
 
     #[test]

@@ -212,7 +212,7 @@ enum Retry {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum JobStoreError {
     /// `400 invalid`: the request itself (the job's name, its spec or schedule, a secret kept
-    /// with none stored, a calendar that does not exist, a run's parameters).
+    /// with none stored, a calendar or pool that does not exist, a run's parameters).
     #[error("{message}")]
     Invalid { field: Option<String>, message: String },
     /// `413 too_large`: the spec, as sent or as it would be stored.
@@ -401,11 +401,7 @@ impl JobStore {
                 Err(e) => outcomes[i] = Some(Err(e)),
             }
         }
-        if let Err(e) = self.check_calendars(&writes, &mut pending, &mut outcomes).await {
-            for i in pending.drain(..) {
-                outcomes[i] = Some(Err(e.clone()));
-            }
-        }
+        self.check_references(&writes, &mut pending, &mut outcomes).await;
         let mut transactions = 0;
         let mut retried = Vec::new();
         for attempt in 1..=DEPENDENCY_CHECK_ATTEMPTS {
@@ -464,6 +460,7 @@ impl JobStore {
                 Err(e) => outcomes[i] = Some(Err(e)),
             }
         }
+        self.check_references(writes, &mut pending, &mut outcomes).await;
         let names: Vec<&str> = pending.iter().map(|&i| writes[i].job.as_str()).collect();
         let all = self.needs_all(writes, &pending);
         let snapshot = match self.snapshot(&names, all).await {

@@ -110,6 +110,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../../web/assets/overview.js"),
     },
     Asset {
+        name: "pools.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/pools.js"),
+    },
+    Asset {
         name: "router.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../../web/assets/router.js"),
@@ -128,6 +133,11 @@ const ASSETS: &[Asset] = &[
         name: "workers.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../../web/assets/workers.js"),
+    },
+    Asset {
+        name: "workflows.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/assets/workflows.js"),
     },
 ];
 

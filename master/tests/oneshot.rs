@@ -61,6 +61,39 @@ async fn invalid_specs_are_refused_before_touching_etcd() {
 }
 
 #[tokio::test]
+async fn pools_and_run_priorities_are_checked_before_touching_etcd() {
+    for (path, body, field) in [
+        ("/api/pools/Bad_Name", r#"{"slots":2}"#, "name"),
+        ("/api/pools/db", r#"{"slots":0}"#, "slots"),
+        ("/api/pools/db", r#"{"slots":10001}"#, "slots"),
+        ("/api/pools/db", r#"{"slots":"2"}"#, "slots"),
+        ("/api/pools/db", r#"{"slots":2,"max":3}"#, "max"),
+    ] {
+        let (status, answer) = call(put(path, body)).await;
+        assert_eq!(
+            (status, answer["error"]["field"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(field)),
+            "{body}: {answer}"
+        );
+    }
+    let long = format!(r#"{{"slots":1,"description":"{}"}}"#, "x".repeat(etcron_model::pool::MAX_POOL_DESCRIPTION + 1));
+    assert_eq!(call(put("/api/pools/db", &long)).await.1["error"]["field"], "description");
+    // A valid pool needs etcd.
+    assert_eq!(call(put("/api/pools/db", r#"{"slots":2}"#)).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    for priority in ["101", "-1", "2.5", "\"high\""] {
+        let req = Request::post("/api/jobs/a/run").body(Body::from(format!(r#"{{"priority":{priority}}}"#))).unwrap();
+        let (status, answer) = call(req).await;
+        assert_eq!(
+            (status, answer["error"]["field"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("priority")),
+            "{priority}"
+        );
+    }
+    let req = Request::post("/api/jobs/a/run").body(Body::from(r#"{"priority":100}"#)).unwrap();
+    assert_eq!(call(req).await.0, StatusCode::SERVICE_UNAVAILABLE, "a valid priority needs etcd");
+}
+
+#[tokio::test]
 async fn a_valid_spec_with_etcd_down_is_a_503() {
     let (status, body) =
         call(put("/api/jobs/ok", r#"{"schedule":"@daily","task":{"kind":"shell","command":"true"}}"#)).await;
@@ -107,6 +140,9 @@ async fn routes_that_read_etcd_answer_503_while_it_is_down() {
         Request::get("/api/jobs").body(Body::empty()).unwrap(),
         Request::get("/api/jobs/a").body(Body::empty()).unwrap(),
         Request::get("/api/workers").body(Body::empty()).unwrap(),
+        Request::get("/api/pools").body(Body::empty()).unwrap(),
+        Request::get("/api/pools/db").body(Body::empty()).unwrap(),
+        Request::delete("/api/pools/db").body(Body::empty()).unwrap(),
         Request::delete("/api/jobs/a").body(Body::empty()).unwrap(),
     ] {
         let what = format!("{} {}", req.method(), req.uri());

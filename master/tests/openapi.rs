@@ -45,6 +45,12 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/calendars/{name}"),
     ("PUT", "/api/calendars/{name}"),
     ("DELETE", "/api/calendars/{name}"),
+    ("GET", "/api/pools"),
+    ("GET", "/api/pools/{name}"),
+    ("PUT", "/api/pools/{name}"),
+    ("DELETE", "/api/pools/{name}"),
+    ("GET", "/api/workflows/{run}"),
+    ("POST", "/api/workflows/{run}/resume"),
     ("GET", "/api/executions"),
     ("GET", "/api/executions/{id}"),
     ("GET", "/api/executions/{id}/stream"),
@@ -210,6 +216,9 @@ fn the_documented_limits_are_the_enforced_ones() {
         (&schema("Mode")["oneOf"][1]["properties"]["sharded"]["maximum"], u64::from(MAX_SHARDS)),
         (&p["on_success"]["maxItems"], MAX_DEPENDENTS as u64),
         (&p["on_failure"]["maxItems"], MAX_DEPENDENTS as u64),
+        (&p["after"]["maxItems"], MAX_DEPENDENTS as u64),
+        (&p["params_from"]["maxProperties"], etcron_model::spec::params::MAX_PARAMS_FROM as u64),
+        (&p["params_from"]["additionalProperties"]["maxLength"], etcron_model::spec::params::MAX_PATH_LEN as u64),
         (&p["max_output"]["minimum"], *MAX_OUTPUT_RANGE.start()),
         (&p["max_output"]["maximum"], *MAX_OUTPUT_RANGE.end()),
         (&p["max_catchup"]["maximum"], u64::from(MAX_CATCHUP)),
@@ -235,6 +244,12 @@ fn the_documented_limits_are_the_enforced_ones() {
             &schema("Calendar")["properties"]["description"]["maxLength"],
             etcron_model::calendar::MAX_CALENDAR_DESCRIPTION as u64,
         ),
+        (&schema("Pool")["properties"]["slots"]["maximum"], u64::from(etcron_model::pool::MAX_POOL_SLOTS)),
+        (&schema("Pool")["properties"]["description"]["maxLength"], etcron_model::pool::MAX_POOL_DESCRIPTION as u64),
+        (&p["pool_slots"]["maximum"], u64::from(etcron_model::spec::MAX_SLOTS_PER_RUN)),
+        (&p["priority"]["maximum"], u64::from(etcron_model::spec::MAX_PRIORITY)),
+        (&p["priority"]["default"], u64::from(etcron_model::spec::DEFAULT_PRIORITY)),
+        (&schema("RunBody")["properties"]["priority"]["maximum"], u64::from(etcron_model::spec::MAX_PRIORITY)),
     ];
     for (i, (documented, enforced)) in checks.iter().enumerate() {
         assert_eq!(documented.as_u64(), Some(*enforced), "limit #{i}");
@@ -249,9 +264,18 @@ fn the_documented_limits_are_the_enforced_ones() {
     let count = preview.iter().find(|p| p["name"] == "count").unwrap();
     assert_eq!(count["schema"]["maximum"].as_u64(), Some(etcron_master::api::MAX_PREVIEW as u64));
     // deny_unknown_fields on the Rust side is additionalProperties: false here.
-    for name in
-        ["JobSpec", "ShellTask", "HttpTask", "GrpcTask", "Retries", "NotifyTarget", "Batch", "BatchChange", "Calendar"]
-    {
+    for name in [
+        "JobSpec",
+        "ShellTask",
+        "HttpTask",
+        "GrpcTask",
+        "Retries",
+        "NotifyTarget",
+        "Batch",
+        "BatchChange",
+        "Calendar",
+        "Pool",
+    ] {
         assert_eq!(schema(name)["additionalProperties"], false, "{name}");
     }
 }

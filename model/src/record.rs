@@ -24,6 +24,10 @@ pub struct RunParams {
     /// The backfill this run is an item of (`trigger: backfill` and its retries and reruns).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backfill: Option<BackfillRef>,
+    /// The workflow run this run is a step of (the workflow module), carried like the rest to
+    /// its retries and failover reruns; a record shows it as its top-level `workflow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
 }
 
 /// Which backfill, and which of its items, a run is.
@@ -37,7 +41,7 @@ pub struct BackfillRef {
 impl RunParams {
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.env.is_empty() && self.as_of_ms.is_none() && self.backfill.is_none()
+        self.env.is_empty() && self.as_of_ms.is_none() && self.backfill.is_none() && self.workflow.is_none()
     }
 }
 
@@ -179,7 +183,7 @@ pub struct ExecutionRecord {
     /// How much the job's `jitter` moved this tick (ms); `scheduled_at` includes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_ms: Option<i64>,
-    /// The workflow run this execution is a step of (`crate::workflow`).
+    /// The workflow run this execution is a step of (the workflow module).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
     /// The run's priority, when not the default.

@@ -333,7 +333,7 @@ pub struct TriggerRequest {
     /// asked to be moved away from).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub avoid: Option<String>,
-    /// The workflow run the execution is a step of (`crate::workflow`).
+    /// The workflow run the execution is a step of (the workflow module).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
     /// This run's priority instead of the job's (`jobs run --priority`).
@@ -674,6 +674,7 @@ mod tests {
             env: BTreeMap::from([("DAY".to_owned(), "2026-11-01".to_owned())]),
             as_of_ms: Some(5),
             backfill: None,
+            workflow: None,
         };
         let claim = Claim { params: params.clone(), ..Claim::taken("w1") };
         let bytes = serde_json::to_vec(&claim).unwrap();

@@ -1,7 +1,7 @@
 // etcron console: a dependency-free single-page app over the JSON API, in native ES modules
 // (no bundler; web/README.md lists them). Views are chosen by the URL hash (#/jobs, #/job/NAME,
 // #/history/NAME, #/edit/NAME, #/new, #/executions?…, #/execution/ID, #/workers, #/calendars,
-// #/overview), so deep links work without server-side routing: router.js maps a hash to its
+// #/pools[/NAME], #/overview), so deep links work without server-side routing: router.js maps a hash to its
 // view, one module each. Charts are hand-drawn SVG. This module starts the page.
 
 import { app } from "./format.js";

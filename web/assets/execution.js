@@ -50,6 +50,7 @@ export async function executionView(params, rest) {
       field("Exit code", r.exit_code), field("Signal", r.signal), field("HTTP status", r.http_status),
       field("Fencing token", r.fencing_token),
       field("Parent", r.parent ? h("a", { href: `#/execution/${encodeURIComponent(r.parent)}` }, r.parent) : null),
+      field("Workflow run", r.workflow ? h("a", { href: `#/workflows/${encodeURIComponent(r.workflow)}`, id: "workflow-link" }, r.workflow) : null),
       field("Shard", r.shard ? `${r.shard[0]} of ${r.shard[1]}` : null),
       field("Run as of", r.params && r.params.as_of_ms != null ? r.scheduled_at : null),
       field("Environment", r.params && r.params.env ? h("code", { id: "run-params" }, formatMap(r.params.env, "=")) : null),

@@ -159,6 +159,9 @@ export async function jobView(params, rest) {
         : j.eligible_workers === 0
           ? h("span", { class: "warn" }, `no live worker ${needs(spec.selector, spec.task && spec.task.user)}`)
           : `${j.eligible_workers} eligible${Object.keys(spec.selector || {}).length ? ` (selector ${labelText(spec.selector)})` : ""}`),
+      spec.pool ? [h("dt", {}, "Pool"), h("dd", { id: "pool" }, h("a", { href: `#/pools/${encodeURIComponent(spec.pool)}` }, spec.pool),
+        ` — ${spec.pool_slots || 1} slot${(spec.pool_slots || 1) === 1 ? "" : "s"} per run`)] : "",
+      h("dt", {}, "Priority"), h("dd", { id: "priority" }, String(spec.priority ?? 50), spec.priority == null ? h("span", { class: "muted" }, " (the default)") : ""),
       alerts ? [h("dt", {}, "Alerts"), h("dd", { id: "alerts" }, alerts)] : "",
       h("dt", {}, "Revision"), h("dd", {}, String(j.revision))),
     h("h2", {}, "Running"),

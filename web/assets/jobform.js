@@ -74,6 +74,11 @@ export function jobForm(isNew) {
     openFiles: formField("limits.open_files", "Open files limit", add("limits.open_files", input({ inputmode: "numeric", placeholder: "none, e.g. 1024" }))),
     mode: formField("mode", "Mode", add("mode", select("mode"))),
     shards: formField("mode.sharded", "Shards", add("mode.sharded", input({ inputmode: "numeric", placeholder: "4" }))),
+    pool: formField("pool", "Pool", add("pool", input({ placeholder: "none, e.g. reporting-db", pattern: "[a-z0-9][a-z0-9._-]{0,127}" })),
+      "A resource pool (#/pools): each run holds its slots from its claim to its close; a tick that finds the pool full waits in its queue until its start deadline. Concurrency allow or forbid only."),
+    poolSlots: formField("pool_slots", "Pool slots", add("pool_slots", input({ inputmode: "numeric", placeholder: "1" })), "Slots of the pool each run holds (1 to 16)."),
+    priority: formField("priority", "Priority", add("priority", input({ inputmode: "numeric", placeholder: "50" })),
+      "0 to 100: under contention for a pool's slots or a worker's capacity, runs of a higher priority go first."),
     selector: formField("selector", "Selector", add("selector", textarea({ rows: 2, placeholder: "region=eu" })), "Only workers with all these labels run the job."),
     onSuccess: formField("on_success", "On success, run", add("on_success", input({ placeholder: "job-b, job-c" }))),
     onFailure: formField("on_failure", "On failure, run", add("on_failure", input({ placeholder: "alert" }))),
@@ -114,7 +119,7 @@ export function jobForm(isNew) {
     group("Schedule", fields.schedule, fields.timezone, fields.activeFrom, fields.activeUntil, fields.jitter, fields.skipCalendars),
     group("Task", fields.kind, fields.handlerName, fields.command, ...valueFields, fields.cwd, fields.user, fields.group, ...httpOnly, ...grpcOnly),
     group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.maxQueue, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.pauseAfter, fields.loss, ...limitFields),
-    group("Where it runs", fields.mode, fields.shards, fields.selector),
+    group("Where it runs", fields.mode, fields.shards, fields.selector, fields.pool, fields.poolSlots, fields.priority),
     group("What runs next", fields.onSuccess, fields.onFailure, fields.maxOutput),
     group("Alerts", h("p", { class: "hint" }, "Sent as notifications to the job's notify targets that ask for the event (notify is edited in the JSON tab). Leave a field empty for no alert."),
       fields.lateStart, fields.maxDuration, fields.noSuccess, fields.outputMatch));
@@ -187,6 +192,9 @@ export function jobForm(isNew) {
     spec.mode = f.mode.value === "sharded" ? { sharded: numberOr(f["mode.sharded"].value || "") } : f.mode.value;
     const selector = map("selector", "=");
     if (Object.keys(selector).length) spec.selector = selector;
+    if (f.pool.value.trim()) spec.pool = f.pool.value.trim();
+    if (f.pool_slots.value.trim()) spec.pool_slots = numberOr(f.pool_slots.value);
+    if (f.priority.value.trim()) spec.priority = numberOr(f.priority.value);
     if (names(f.on_success.value).length) spec.on_success = names(f.on_success.value);
     if (names(f.on_failure.value).length) spec.on_failure = names(f.on_failure.value);
     if (f.description.value.trim()) spec.description = f.description.value.trim();
@@ -247,7 +255,8 @@ export function jobForm(isNew) {
       concurrency: spec.concurrency || "allow", max_queue: spec.max_queue ?? "", misfire: spec.misfire || "skip", max_catchup: spec.max_catchup ?? "",
       pause_after_failures: spec.pause_after_failures ?? "",
       on_worker_loss: spec.on_worker_loss || "rerun", mode, "mode.sharded": mode === "sharded" ? spec.mode.sharded : "",
-      selector: formatMap(spec.selector, "="), on_success: (spec.on_success || []).join(", "),
+      selector: formatMap(spec.selector, "="), pool: spec.pool || "", pool_slots: spec.pool_slots ?? "", priority: spec.priority ?? "",
+      on_success: (spec.on_success || []).join(", "),
       on_failure: (spec.on_failure || []).join(", "), max_output: spec.max_output ?? "",
       "limits.memory": limits.memory ?? "", "limits.cpu": limits.cpu || "", "limits.open_files": limits.open_files ?? "",
       ...Object.fromEntries(ALERT_FIELDS.map((key) => [`alerts.${key}`, alerts[key] ?? ""])),

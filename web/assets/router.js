@@ -14,6 +14,8 @@ import { stopFollowing } from "./stream.js";
 import { executionView } from "./execution.js";
 import { workersView } from "./workers.js";
 import { calendarsView } from "./calendars.js";
+import { poolsView } from "./pools.js";
+import { workflowsView } from "./workflows.js";
 import { overviewView } from "./overview.js";
 
 /** The API answered 401: ask for a token, keep it for this browser session, retry. */
@@ -33,8 +35,8 @@ function tokenView(refused) {
   field.focus();
 }
 
-const views = { overview: overviewView, jobs: jobsView, job: jobView, history: historyView, new: editView, edit: editView, executions: executionsView, execution: executionView, workers: workersView, calendars: calendarsView };
-const NAV_OF = { job: "jobs", history: "jobs", new: "jobs", edit: "jobs", execution: "executions" };
+const views = { overview: overviewView, jobs: jobsView, job: jobView, history: historyView, new: editView, edit: editView, executions: executionsView, execution: executionView, workers: workersView, calendars: calendarsView, pools: poolsView, workflows: workflowsView };
+const NAV_OF = { job: "jobs", history: "jobs", new: "jobs", edit: "jobs", execution: "executions", workflows: "executions" };
 
 /** Shows who the token belongs to, with a way to forget it (only when the API has tokens). */
 let whoShown = null;

@@ -66,6 +66,8 @@ pub struct Context {
     pub paused: PauseTable,
     /// The skip calendars (`{ns}/calendars/`), as the scheduler last saw them.
     pub calendars: crate::cluster::calendars::CalendarTable,
+    /// The resource pools, their held slots and queues (`{ns}/pool…`).
+    pub pools: crate::cluster::pools::PoolTable,
     /// The backfills whose chains this worker continued.
     pub backfills: BackfillCache,
     /// When this worker last moved each job's state forward.
@@ -178,6 +180,8 @@ pub struct JobRef {
 #[derive(Debug, Default)]
 pub struct JobTable {
     inner: std::sync::RwLock<HashMap<String, JobRef>>,
+    /// `after` read backwards: a job → the jobs naming it in their `after` (workflow children).
+    children: std::sync::RwLock<HashMap<String, std::collections::BTreeSet<String>>>,
     /// Set once the scheduler applied its first listing of the jobs.
     loaded: std::sync::atomic::AtomicBool,
 }
@@ -213,10 +217,38 @@ impl JobTable {
 
     pub fn set(&self, job: &str, entry: Option<JobRef>) {
         let mut inner = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match entry {
-            Some(e) => inner.insert(job.to_owned(), e),
-            None => inner.remove(job),
+        let mut children = self.children.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = match entry {
+            Some(e) => {
+                for parent in &e.spec.after {
+                    children.entry(parent.clone()).or_default().insert(job.to_owned());
+                }
+                let keep: Vec<String> = e.spec.after.clone();
+                inner.insert(job.to_owned(), e).map(|o| (o, keep))
+            }
+            None => inner.remove(job).map(|o| (o, Vec::new())),
         };
+        // The old spec's `after` edges that the new one does not keep.
+        if let Some((old, keep)) = old {
+            for parent in old.spec.after.iter().filter(|p| !keep.contains(p)) {
+                if let Some(set) = children.get_mut(parent) {
+                    set.remove(job);
+                    if set.is_empty() {
+                        children.remove(parent);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The jobs naming `job` in their `after` (its workflow children), with their specs.
+    #[must_use]
+    pub fn after_children(&self, job: &str) -> Vec<(String, JobRef)> {
+        // The same order as `set`: the jobs, then the index.
+        let inner = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let children = self.children.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(names) = children.get(job) else { return Vec::new() };
+        names.iter().filter_map(|n| inner.get(n).map(|j| (n.clone(), j.clone()))).collect()
     }
 }
 

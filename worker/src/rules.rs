@@ -54,7 +54,8 @@ pub(crate) fn follow_ups(
         _ => &[][..],
     };
     let dependents = allowed_dependents(id, spec, dependents, team_of, &mut notes);
-    ops.extend(dependency_requests(keys, id, &dependents, fencing_token, now, &mut notes));
+    let workflow = fire.params.workflow.as_deref();
+    ops.extend(dependency_requests(keys, (id, workflow), &dependents, fencing_token, now, &mut notes));
     ops.extend(next_catchup(keys, fire, now));
     if spec.parsed_schedule(&fire.id.job).is_ok_and(|s| s.is_one_shot())
         && matches!(fire.trigger, TriggerKind::Schedule | TriggerKind::Catchup)
@@ -180,7 +181,7 @@ pub(crate) fn after_loss(
         notes.push("not rerun (broadcast run or failover limit reached)".to_owned());
     }
     let dependents = allowed_dependents(id, spec, &spec.on_failure, team_of, &mut notes);
-    let ops = dependency_requests(keys, id, &dependents, fencing_token, now, &mut notes);
+    let ops = dependency_requests(keys, (id, params.workflow.as_deref()), &dependents, fencing_token, now, &mut notes);
     (ops, (!notes.is_empty()).then(|| notes.join("; ")))
 }
 
@@ -210,9 +211,10 @@ fn allowed_dependents(
     allowed
 }
 
+/// The run requests of `parent`'s dependents, each a step of `parent`'s workflow run.
 pub(crate) fn dependency_requests(
     keys: &Keys,
-    parent: &ExecutionId,
+    (parent, workflow): (&ExecutionId, Option<&str>),
     dependents: &[String],
     fencing_token: i64,
     now: UnixMs,
@@ -228,6 +230,8 @@ pub(crate) fn dependency_requests(
             kind: TriggerKind::Dependency,
             execution_id: Some(execution),
             parent: Some(parent.clone()),
+            params: RunParams { workflow: workflow.map(str::to_owned), ..RunParams::default() },
+            workflow: workflow.map(str::to_owned),
             ..TriggerRequest::manual(now, &format!("dependency of {parent}"))
         };
         ops.push(put_request(keys, child, &request_id, &request));

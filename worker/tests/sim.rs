@@ -332,6 +332,39 @@ async fn put_jobs(etcd: &ModelEtcd, keys: &Keys) {
         kv.put(keys.job(&name), spec.to_string(), None).await.expect("the model takes the job");
         kv.put(keys.state(&name), state.to_bytes(), None).await.expect("the model takes the job state");
     }
+    // Two jobs in a pool of one slot, a high and a low priority, whose ticks come due together:
+    // at most one runs at any instant, the other waits in the pool's queue or is recorded missed.
+    kv.put(keys.pool(POOL), r#"{"slots":1}"#, None).await.expect("the model takes the pool");
+    for (name, priority) in POOL_JOBS {
+        let spec = serde_json::json!({
+            "schedule": "@every 2s", "pool": POOL, "priority": priority, "start_deadline": "3s",
+            "task": {"kind": "shell", "command": "true"},
+        });
+        let state = etcron_model::stored::JobState { last_tick_ms: simulated_now() };
+        kv.put(keys.job(name), spec.to_string(), None).await.expect("the model takes the job");
+        kv.put(keys.state(name), state.to_bytes(), None).await.expect("the model takes the job state");
+    }
+}
+
+/// The simulation's pool and the jobs in it (name, priority).
+const POOL: &str = "simpool";
+const POOL_JOBS: [(&str, u8); 2] = [("pooled-hi", 90), ("pooled-lo", 10)];
+
+/// Two runs of the pool's jobs alive at once (its one slot held twice), if any.
+fn pool_overlap(attempts: &[Attempt]) -> Option<String> {
+    let pooled: Vec<&Attempt> = attempts.iter().filter(|a| POOL_JOBS.iter().any(|(j, _)| *j == a.id.job)).collect();
+    for (i, x) in pooled.iter().enumerate() {
+        for y in &pooled[i + 1..] {
+            let (xe, ye) = (x.ended.unwrap_or(UnixMs::MAX), y.ended.unwrap_or(UnixMs::MAX));
+            if x.started < ye && y.started < xe {
+                return Some(format!(
+                    "pool {POOL} (1 slot) ran {} and {} at once ({}..{} on {}, {}..{} on {})",
+                    x.id, y.id, x.started, xe, x.worker, y.started, ye, y.worker
+                ));
+            }
+        }
+    }
+    None
 }
 
 async fn run_seed(seed: u64, dir: &Path) -> Outcome {
@@ -727,7 +760,9 @@ fn queue_order_kept(history: &[etcron_sim::server::Change]) -> Option<String> {
 
 /// The first invariant `out` breaks.
 fn violation(out: &Outcome) -> Option<String> {
-    if let Some(v) = tokens_grow(&out.records).or_else(|| queue_order_kept(&out.history)) {
+    if let Some(v) =
+        tokens_grow(&out.records).or_else(|| queue_order_kept(&out.history)).or_else(|| pool_overlap(&out.attempts))
+    {
         return Some(v);
     }
     let mut started = BTreeMap::new();
@@ -796,9 +831,8 @@ fn violation(out: &Outcome) -> Option<String> {
     let recorded: BTreeSet<(String, UnixMs)> =
         out.records.iter().map(|(_, w)| (w.record.job.clone(), w.record.scheduled_ms)).collect();
     let window = (out.start_ms + WARMUP_MS)..(out.end_ms - TAIL_MS);
-    for j in 0..JOBS {
-        let job = format!("job{j}");
-        let period = [2_000, 3_000, 5_000, 4_000][j % 4];
+    let pooled = POOL_JOBS.iter().map(|(job, _)| ((*job).to_owned(), 2_000));
+    for (job, period) in (0..JOBS).map(|j| (format!("job{j}"), [2_000, 3_000, 5_000, 4_000][j % 4])).chain(pooled) {
         let first = (window.start + period - 1) / period * period;
         for tick in (first..window.end).step_by(usize::try_from(period).unwrap_or(1)) {
             if !recorded.contains(&(job.clone(), tick)) {

@@ -223,7 +223,7 @@ fn params_of(d: &Document) -> RunParams {
         };
         Some(etcron_model::record::BackfillRef { id: b.get_str("id").ok()?.to_owned(), index })
     });
-    RunParams { env, as_of_ms, backfill }
+    RunParams { env, as_of_ms, backfill, workflow: None }
 }
 
 /// The output as stored: at most `MAX_STORED_OUTPUT` bytes, the head and the tail around a
@@ -364,6 +364,7 @@ mod tests {
                 env: [("DAY".to_owned(), "2026-11-01".to_owned())].into_iter().collect(),
                 as_of_ms: Some(1_793_491_200_000),
                 backfill: Some(etcron_model::record::BackfillRef { id: "19abc0042".to_owned(), index: 7 }),
+                workflow: None,
             },
             jitter_ms: Some(12_345),
             workflow: Some("1764547200000-0a1b2c3d4e5f".to_owned()),

@@ -396,12 +396,15 @@ pub(super) async fn run_job(
     axum::Extension(scope): axum::Extension<Scope>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let params = run_body(&body_bytes(body)?)?;
+    let (params, priority) = run_body(&body_bytes(body)?)?;
     let reason = format!("manual run via API by {}", scope.caller.name);
-    let (id, execution_id, team) = st.jobs().request_run(&name, &reason, params.clone(), &scope).await?;
+    let (id, execution_id, team) = st.jobs().request_run_at(&name, &reason, (params.clone(), priority), &scope).await?;
     let mut body = json!({ "request_id": id, "execution_id": execution_id.to_string() });
     if !params.is_empty() {
         body["params"] = json!(params);
+    }
+    if let Some(p) = priority {
+        body["priority"] = json!(p);
     }
     let detail = crate::layers::audit::AuditDetail {
         teams: crate::layers::audit::teams([team]),
@@ -454,11 +457,15 @@ pub(super) async fn kill_job(
 }
 
 /// The body of `POST /api/jobs/{job}/run`: nothing, or `{"env": {"NAME": "value"},
-/// "scheduled_at": "RFC 3339"}` — environment overrides checked as the spec's `env` is, and the
-/// time the run is "as of" (any instant a schedule may name).
-pub(super) fn run_body(body: &[u8]) -> ApiResult<RunParams> {
-    let shape = "{\"env\": {\"NAME\": \"value\"}, \"scheduled_at\": \"RFC 3339\"}";
-    let Some(fields) = object_body(body, &["env", "scheduled_at"], shape)? else { return Ok(RunParams::default()) };
+/// "scheduled_at": "RFC 3339", "priority": 80}` — environment overrides checked as the spec's
+/// `env` is, the time the run is "as of" (any instant a schedule may name), and the run's
+/// priority (0 to 100) instead of the job's.
+pub(super) fn run_body(body: &[u8]) -> ApiResult<(RunParams, Option<u8>)> {
+    let shape = "{\"env\": {\"NAME\": \"value\"}, \"scheduled_at\": \"RFC 3339\", \"priority\": 0..100}";
+    let Some(fields) = object_body(body, &["env", "scheduled_at", "priority"], shape)? else {
+        return Ok((RunParams::default(), None));
+    };
+    let priority = run_priority(fields.get("priority"))?;
     let env: BTreeMap<String, String> = match fields.get("env") {
         None | Some(Value::Null) => BTreeMap::new(),
         Some(Value::Object(map)) => map
@@ -480,7 +487,18 @@ pub(super) fn run_body(body: &[u8]) -> ApiResult<RunParams> {
             format!("scheduled_at must be between 1970-01-01 and {}", rfc3339_ms(etcron_model::schedule::MAX_AT_MS)),
         ));
     }
-    Ok(RunParams { env, as_of_ms, backfill: None })
+    Ok((RunParams { env, as_of_ms, backfill: None, workflow: None }, priority))
+}
+
+/// A run's `priority`: an integer from 0 to 100; `None` when absent or null (the job's).
+fn run_priority(value: Option<&Value>) -> ApiResult<Option<u8>> {
+    let max = etcron_model::spec::MAX_PRIORITY;
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().and_then(|p| u8::try_from(p).ok()).filter(|p| *p <= max).map(Some).ok_or_else(|| {
+            ApiError::bad_request(Some("priority".to_owned()), format!("priority must be an integer from 0 to {max}"))
+        }),
+    }
 }
 
 /// The body of `POST /api/jobs/{job}/pause`: nothing, or `{"reason": "...", "until": "RFC 3339"}`.

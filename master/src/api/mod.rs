@@ -23,9 +23,11 @@ mod history;
 mod http;
 mod jobs;
 mod notifications;
+mod pools;
 mod schedule;
 pub mod stream;
 mod workers;
+mod workflows;
 
 pub use self::audit::parse_audit_search;
 pub use self::batch::MAX_BATCH_CHANGES;
@@ -60,6 +62,10 @@ pub fn app(state: AppState) -> Router {
         .route("/api/schedule/preview", get(preview))
         .route("/api/calendars", get(calendars::list))
         .route("/api/calendars/{name}", get(calendars::get).put(calendars::put).delete(calendars::delete))
+        .route("/api/pools", get(pools::list))
+        .route("/api/pools/{name}", get(pools::get).put(pools::put).delete(pools::delete))
+        .route("/api/workflows/{run}", get(workflows::get))
+        .route("/api/workflows/{run}/resume", post(workflows::resume))
         .route("/api/executions", get(search_executions))
         .route("/api/executions/{id}", get(get_execution))
         .route("/api/executions/{id}/stream", get(crate::api::stream::stream_execution))

@@ -1,5 +1,5 @@
 //! What a write is refused for, and the answer that says why: the request alone (its name,
-//! schedule, team policy, a job naming itself), the calendars it skips, the caller's teams, the
+//! schedule, team policy, a job naming itself), the calendars it skips and its pool, the caller's teams, the
 //! stored size and kept secrets, preconditions, the job quota and dependency cycles.
 
 use std::collections::BTreeMap;
@@ -19,10 +19,68 @@ use super::{
 use crate::access::{team_of, Scope};
 
 impl JobStore {
+    /// Refuses (400) the pending saves that name a skip calendar or a pool that does not exist
+    /// (each read only when a pending save names one); an etcd failure refuses every pending
+    /// write with it.
+    pub(super) async fn check_references(
+        &self,
+        writes: &[Write],
+        pending: &mut Vec<usize>,
+        outcomes: &mut [Option<Outcome>],
+    ) {
+        let checked = match self.check_calendars(writes, pending, outcomes).await {
+            Ok(()) => self.check_pools(writes, pending, outcomes).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = checked {
+            for i in pending.drain(..) {
+                outcomes[i] = Some(Err(e.clone()));
+            }
+        }
+    }
+
+    /// Refuses (400, naming `pool`) the pending saves whose `pool` does not exist, with one
+    /// read of the pools' names. A pool deleted between this read and the save is what workers
+    /// meet as a missing pool.
+    async fn check_pools(
+        &self,
+        writes: &[Write],
+        pending: &mut Vec<usize>,
+        outcomes: &mut [Option<Outcome>],
+    ) -> Result<(), JobStoreError> {
+        let pool_of = |i: &usize| match &writes[*i].change {
+            Change::Put(spec) => spec.pool.as_deref(),
+            Change::Delete => None,
+        };
+        if !pending.iter().any(|i| pool_of(i).is_some()) {
+            return Ok(());
+        }
+        let prefix = self.keys.pools_prefix();
+        let opts = GetOptions::new().with_prefix().with_keys_only();
+        let resp = etcd("pool_names", self.client.kv_client().get(prefix.as_str(), Some(opts))).await?;
+        let known: std::collections::HashSet<String> = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| match self.keys.parse(kv.key()) {
+                Some(Key::Pool(name)) => Some(name),
+                _ => None,
+            })
+            .collect();
+        pending.retain(|i| {
+            let Some(pool) = pool_of(i).filter(|p| !known.contains(*p)) else { return true };
+            outcomes[*i] = Some(Err(JobStoreError::Invalid {
+                field: Some("pool".to_owned()),
+                message: format!("no pool {pool:?}: create it first (PUT /api/pools/{pool})"),
+            }));
+            false
+        });
+        Ok(())
+    }
+
     /// Refuses (400) the pending saves whose `skip_calendars` name a calendar that does not
     /// exist, with one read of the calendars' names. A calendar deleted between this read and
     /// the save is what workers meet as a missing calendar (they run the tick, loudly).
-    pub(super) async fn check_calendars(
+    async fn check_calendars(
         &self,
         writes: &[Write],
         pending: &mut Vec<usize>,
@@ -360,9 +418,10 @@ fn cycle_error(
     let step = cycle.first_step().unwrap_or(name);
     // The edge the cycle leaves by, else the `after` entry it comes back by.
     let back = cycle.path().len().checked_sub(2).and_then(|i| cycle.path().get(i)).map_or(name, String::as_str);
-    let field = [("on_success", &spec.on_success, step), ("on_failure", &spec.on_failure, step), ("after", &spec.after, back)]
-        .into_iter()
-        .find_map(|(list, jobs, at)| jobs.iter().position(|j| j == at).map(|i| format!("{list}[{i}]")));
+    let field =
+        [("on_success", &spec.on_success, step), ("on_failure", &spec.on_failure, step), ("after", &spec.after, back)]
+            .into_iter()
+            .find_map(|(list, jobs, at)| jobs.iter().position(|j| j == at).map(|i| format!("{list}[{i}]")));
     Some(JobStoreError::Cycle { field, message: format!("dependency cycle: {}", cycle.shown(shown)) })
 }
 

@@ -193,9 +193,26 @@ impl JobStore {
         params: RunParams,
         scope: &Scope,
     ) -> Result<(String, ExecutionId, Option<String>), JobStoreError> {
+        self.request_run_at(name, reason, (params, None), scope).await
+    }
+
+    /// [`request_run`](Self::request_run) with the run's own priority (0 to 100, checked by the
+    /// caller) instead of the job's: how it goes before or after other runs waiting for a pool's
+    /// slots or a worker's capacity.
+    pub async fn request_run_at(
+        &self,
+        name: &str,
+        reason: &str,
+        (params, priority): (RunParams, Option<u8>),
+        scope: &Scope,
+    ) -> Result<(String, ExecutionId, Option<String>), JobStoreError> {
         let id = format!("{:016x}", rand::random::<u64>());
-        let request =
-            TriggerRequest { scheduled_ms: params.as_of_ms, params, ..TriggerRequest::manual(now_ms(), reason) };
+        let request = TriggerRequest {
+            scheduled_ms: params.as_of_ms,
+            params,
+            priority,
+            ..TriggerRequest::manual(now_ms(), reason)
+        };
         let value = serde_json::to_vec(&request).map_err(|e| JobStoreError::internal(&e))?;
         let lease = self.command_lease().await?;
         let (_, job) = self

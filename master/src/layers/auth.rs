@@ -234,8 +234,8 @@ pub fn is_mutation(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
-/// The role a request needs: reads need viewer; run, kill, pause, resume, backfill and a
-/// backfill's cancel need operator;
+/// The role a request needs: reads need viewer; run, kill, pause, resume, backfill, a
+/// backfill's cancel and a workflow run's resume need operator;
 /// everything else that changes something (job PUT and DELETE) needs admin, as does the list
 /// of tokens. On a job's routes it is the role needed on the job's team (checked by the job
 /// store with the request's [`Scope`]); on the routes of [`global_only`], a global role.
@@ -252,7 +252,8 @@ pub fn required_role(method: &Method, path: &str) -> Role {
             matches!(action, "run" | "kill" | "pause" | "resume" | "backfill")
                 || action.strip_prefix("backfills/").is_some_and(|id| id.ends_with("/cancel"))
         });
-    if *method == Method::POST && operator_action {
+    let resume_workflow = path.strip_prefix("/api/workflows/").is_some_and(|rest| rest.ends_with("/resume"));
+    if *method == Method::POST && (operator_action || resume_workflow) {
         Role::Operator
     } else {
         Role::Admin
@@ -261,12 +262,14 @@ pub fn required_role(method: &Method, path: &str) -> Role {
 
 /// Routes about the whole cluster rather than some team's jobs, which need the role as a
 /// global role: the token list, the master's metrics (they name every job), etcd's members
-/// (their addresses), changes to the shared skip calendars and cordons of workers. Every other route is open to a role held on any team, and shows or
-/// touches only what the caller's teams hold.
+/// (their addresses), changes to the shared skip calendars and resource pools, and cordons of
+/// workers. Every other route is open to a role held on any team, and shows or touches only
+/// what the caller's teams hold.
 #[must_use]
 pub fn global_only(method: &Method, path: &str) -> bool {
+    let shared = ["/api/calendars/", "/api/pools/", "/api/workers/"];
     matches!(path, "/api/auth/tokens" | "/metrics" | "/api/cluster/etcd")
-        || ((path.starts_with("/api/calendars/") || path.starts_with("/api/workers/")) && is_mutation(method))
+        || (shared.iter().any(|p| path.starts_with(p)) && is_mutation(method))
 }
 
 fn error(status: StatusCode, code: &'static str, message: String) -> ApiError {
@@ -497,6 +500,9 @@ mod tests {
         assert!(global_only(&M::GET, "/metrics") && global_only(&M::GET, "/api/cluster/etcd"));
         assert!(global_only(&M::PUT, "/api/calendars/h") && global_only(&M::DELETE, "/api/calendars/h"));
         assert!(!global_only(&M::GET, "/api/calendars/h") && !global_only(&M::GET, "/api/calendars"));
+        assert!(global_only(&M::PUT, "/api/pools/db") && global_only(&M::DELETE, "/api/pools/db"));
+        assert!(!global_only(&M::GET, "/api/pools/db") && !global_only(&M::GET, "/api/pools"));
+        assert_eq!(required_role(&M::PUT, "/api/pools/db"), Role::Admin);
         assert!(!global_only(&M::PUT, "/api/jobs/a") && !global_only(&M::GET, "/api/workers"));
         assert!(global_only(&M::POST, "/api/workers/w1/cordon") && global_only(&M::POST, "/api/workers/w1/uncordon"));
         assert_eq!(required_role(&M::POST, "/api/workers/w1/drain"), Role::Admin);
@@ -513,6 +519,8 @@ mod tests {
         assert_eq!(required_role(&M::POST, "/api/jobs/a/resume"), Role::Operator);
         assert_eq!(required_role(&M::POST, "/api/jobs/a/backfill"), Role::Operator);
         assert_eq!(required_role(&M::POST, "/api/jobs/a/backfills/b1/cancel"), Role::Operator);
+        assert_eq!(required_role(&M::POST, "/api/workflows/r1/resume"), Role::Operator);
+        assert_eq!(required_role(&M::GET, "/api/workflows/r1"), Role::Viewer);
         assert_eq!(required_role(&M::PUT, "/api/jobs/a"), Role::Admin);
         assert_eq!(required_role(&M::DELETE, "/api/jobs/a"), Role::Admin);
         assert_eq!(required_role(&M::PUT, "/api/jobs/run"), Role::Admin, "a job named run");

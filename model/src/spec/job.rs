@@ -73,7 +73,7 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub on_failure: Vec<String>,
     /// Workflow parents: the job runs once per workflow run, after every one of these jobs
-    /// succeeded in that run (fan-in), with their results (`crate::workflow`).
+    /// succeeded in that run (fan-in), with their results (the workflow module).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
     /// Run parameters taken from the parents' results: `{"DATE": "$.date"}` (a JSON path into
@@ -263,7 +263,14 @@ pub struct HttpTask {
     /// (`crate::spec::http_async`).
     #[serde(default, rename = "async", skip_serializing_if = "Option::is_none")]
     pub asynchronous: Option<Box<crate::spec::http_async::AsyncPoll>>,
+    /// Where the run's result is in a successful response's JSON body (RFC 6901; `""` is the
+    /// whole body; an asynchronous task's final status document instead of the 202's body).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_pointer: Option<String>,
 }
+
+/// Longest `result_pointer` of an HTTP task.
+pub const MAX_RESULT_POINTER_LEN: usize = 256;
 
 pub use crate::spec::grpc::GrpcTask;
 pub use crate::spec::headers::Secrets;
@@ -427,7 +434,7 @@ impl JobSpec {
     /// The run's priority: `priority`, or `DEFAULT_PRIORITY`.
     #[must_use]
     pub fn priority(&self) -> u8 {
-        self.priority.unwrap_or(crate::pool::DEFAULT_PRIORITY)
+        self.priority.unwrap_or(DEFAULT_PRIORITY)
     }
 
     /// The pool a run holds slots of, and how many.

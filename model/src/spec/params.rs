@@ -256,6 +256,73 @@ fn clip(value: &str) -> String {
     out
 }
 
+/// Most entries of a job's `params_from`.
+pub const MAX_PARAMS_FROM: usize = 32;
+/// Longest path in `params_from`.
+pub const MAX_PATH_LEN: usize = 256;
+
+/// Checks `params_from`: names the task declares (`declared`), paths [`parse_path`] accepts,
+/// naming only jobs of `after` when a path names one.
+pub fn validate_params_from(
+    params_from: &BTreeMap<String, String>,
+    declared: &dyn Fn(&str) -> bool,
+    after: &[String],
+) -> Result<(), SpecError> {
+    if params_from.len() > MAX_PARAMS_FROM {
+        return Err(SpecError::at("params_from", format!("at most {MAX_PARAMS_FROM} entries")));
+    }
+    for (name, path) in params_from {
+        let field = format!("params_from.{name}");
+        if !declared(name) {
+            return Err(SpecError::at(&field, "the task declares no such parameter (task.params)"));
+        }
+        let (job, _) = parse_path(path).map_err(|e| SpecError::at(&field, e))?;
+        if let Some(job) = job {
+            if !after.iter().any(|a| a == job) {
+                return Err(SpecError::at(&field, format!("{job:?} is not one of after")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A `params_from` path: `$` (the one parent's result), `$job` (that parent's), followed by
+/// `.name` and `[n]` steps: the parent it names (if any) and the JSON pointer it means.
+pub fn parse_path(path: &str) -> Result<(Option<&str>, String), String> {
+    if path.len() > MAX_PATH_LEN {
+        return Err(format!("a path is at most {MAX_PATH_LEN} bytes"));
+    }
+    let rest = path.strip_prefix('$').ok_or("a path starts with $ (e.g. $.date or $extract.date)")?;
+    let end = rest.find(['.', '[']).unwrap_or(rest.len());
+    let (job, mut rest) = rest.split_at(end);
+    let job = if job.is_empty() {
+        None
+    } else {
+        crate::keys::validate_job_name(job)?;
+        Some(job)
+    };
+    let mut pointer = String::new();
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            if end == 0 {
+                return Err(format!("an empty name in {path:?}"));
+            }
+            pointer.push('/');
+            pointer.push_str(&r[..end].replace('~', "~0").replace('/', "~1"));
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']').ok_or_else(|| format!("an unclosed [ in {path:?}"))?;
+            let index: usize = r[..end].parse().map_err(|_| format!("[{}] is not an index in {path:?}", &r[..end]))?;
+            pointer.push_str(&format!("/{index}"));
+            rest = &r[end + 1..];
+        } else {
+            return Err(format!("{path:?}: expected .name or [index] at {rest:?}"));
+        }
+    }
+    Ok((job, pointer))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,5 +405,29 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("task.params.1A"));
         let many = Params((0..=MAX_PARAMS).map(|i| (format!("P{i}"), Param::default())).collect());
         assert_eq!(validate(&many, &[]).unwrap_err().field.as_deref(), Some("task.params"));
+    }
+
+    #[test]
+    fn paths_name_a_parent_and_a_pointer() {
+        assert_eq!(parse_path("$.date").unwrap(), (None, "/date".to_owned()));
+        assert_eq!(parse_path("$extract.rows[2].id").unwrap(), (Some("extract"), "/rows/2/id".to_owned()));
+        assert_eq!(parse_path("$").unwrap(), (None, String::new()));
+        for bad in ["date", "$.", "$.a[x]", "$.a[1", "$a b", "$.a..b"] {
+            assert!(parse_path(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn params_from_is_checked_at_save() {
+        let declared = |n: &str| n == "DATE";
+        let after = ["extract".to_owned()];
+        let map = |k: &str, v: &str| BTreeMap::from([(k.to_owned(), v.to_owned())]);
+        validate_params_from(&map("DATE", "$extract.date"), &declared, &after).unwrap();
+        let e = validate_params_from(&map("OTHER", "$.date"), &declared, &after).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("params_from.OTHER"));
+        let e = validate_params_from(&map("DATE", "$load.date"), &declared, &after).unwrap_err();
+        assert!(e.message.contains("not one of after"), "{e:?}");
+        let e = validate_params_from(&map("DATE", "date"), &declared, &after).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("params_from.DATE"));
     }
 }

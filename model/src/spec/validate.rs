@@ -138,7 +138,9 @@ impl JobSpec {
 
     /// `on_success`, `on_failure` and the teams recorded for them.
     fn validate_dependencies(&self) -> Result<(), SpecError> {
-        for (field, list) in [("on_success", &self.on_success), ("on_failure", &self.on_failure), ("after", &self.after)] {
+        for (field, list) in
+            [("on_success", &self.on_success), ("on_failure", &self.on_failure), ("after", &self.after)]
+        {
             if list.len() > MAX_DEPENDENTS {
                 return Err(SpecError::at(field, format!("at most {MAX_DEPENDENTS} jobs")));
             }
@@ -169,13 +171,13 @@ impl JobSpec {
             Task::Handler(t) => t.params.0.contains_key(name),
             Task::Http(_) | Task::Grpc(_) => false,
         };
-        crate::workflow::validate_params_from(&self.params_from, &declared, &self.after)
+        crate::spec::params::validate_params_from(&self.params_from, &declared, &self.after)
     }
 
     fn validate_pool(&self) -> Result<(), SpecError> {
         if let Some(p) = self.priority {
-            if p > crate::pool::MAX_PRIORITY {
-                return Err(SpecError::at("priority", format!("must be 0 to {}", crate::pool::MAX_PRIORITY)));
+            if p > MAX_PRIORITY {
+                return Err(SpecError::at("priority", format!("must be 0 to {}", MAX_PRIORITY)));
             }
         }
         let Some(pool) = &self.pool else {
@@ -185,7 +187,7 @@ impl JobSpec {
             };
         };
         validate_job_name(pool).map_err(|e| SpecError::at("pool", e.replace("job name", "pool name")))?;
-        let max = crate::pool::MAX_SLOTS_PER_RUN;
+        let max = MAX_SLOTS_PER_RUN;
         if self.pool_slots.is_some_and(|n| n == 0 || n > max) {
             return Err(SpecError::at("pool_slots", format!("must be 1 to {max}")));
         }
@@ -371,6 +373,26 @@ fn validate_http(http: &HttpTask) -> Result<(), SpecError> {
         }
         poll.validate()?;
     }
+    if let Some(pointer) = &http.result_pointer {
+        check_result_pointer(pointer).map_err(|m| SpecError::at("task.result_pointer", m))?;
+    }
+    Ok(())
+}
+
+/// An RFC 6901 JSON pointer: `""` (the whole document) or `/` steps, `~` only as `~0` or `~1`.
+fn check_result_pointer(pointer: &str) -> Result<(), String> {
+    if pointer.len() > MAX_RESULT_POINTER_LEN {
+        return Err(format!("longer than {MAX_RESULT_POINTER_LEN} bytes"));
+    }
+    if !pointer.is_empty() && !pointer.starts_with('/') {
+        return Err(format!(
+            "{pointer:?} is not a JSON pointer: \"\" (the whole body) or one starting with / (e.g. \"/data/count\")"
+        ));
+    }
+    let mut tildes = pointer.split('~').skip(1);
+    if tildes.any(|after| !after.starts_with(['0', '1'])) {
+        return Err(format!("{pointer:?}: a ~ in a JSON pointer is ~0 (for ~) or ~1 (for /)"));
+    }
     Ok(())
 }
 
@@ -500,4 +522,28 @@ fn validate_secrets(field: &str, map: &Secrets, key_ok: impl Fn(&str) -> bool, p
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod result_pointer_tests {
+    use super::*;
+
+    fn http(pointer: &str) -> Result<JobSpec, SpecError> {
+        let task = serde_json::json!({"kind": "http", "url": "http://h/", "result_pointer": pointer});
+        JobSpec::from_json(serde_json::json!({"schedule": "@daily", "task": task}).to_string().as_bytes())
+    }
+
+    #[test]
+    fn a_result_pointer_is_an_rfc_6901_pointer_of_at_most_256_bytes() {
+        for ok in ["", "/", "/data/count", "/rows/0", "/a~1b/c~0d", &format!("/{}", "x".repeat(255))] {
+            let spec = http(ok).unwrap_or_else(|e| panic!("{ok:?}: {e:?}"));
+            let Task::Http(task) = &spec.task else { panic!() };
+            assert_eq!(task.result_pointer.as_deref(), Some(ok));
+        }
+        for bad in ["data", "#/data", "/a~2", "/a~", &format!("/{}", "x".repeat(256))] {
+            assert_eq!(http(bad).unwrap_err().field.as_deref(), Some("task.result_pointer"), "{bad:?}");
+        }
+        let body = r#"{"schedule":"@daily","task":{"kind":"shell","command":"true","result_pointer":""}}"#;
+        assert!(JobSpec::from_json(body.as_bytes()).is_err(), "HTTP tasks only");
+    }
 }

@@ -233,7 +233,7 @@ async fn main() -> Result<()> {
     let settle_deadline = Instant::now() + Duration::from_secs(o.settle);
     let due = faults.due(&shaped, &backfills)?;
     let (start_ms, end_ms) = (faults.start_ms, faults.end_ms);
-    let report = loop {
+    let mut report = loop {
         let report =
             check(&store, &read_fired(&file), &jobs, &due.every_second, &due.one_by_one, start_ms, end_ms).await?;
         if (report.unaccounted.is_empty() && report.records_lost.is_empty()) || Instant::now() > settle_deadline {
@@ -241,6 +241,9 @@ async fn main() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
+    let (twice, joins) = workflow_report(&file);
+    println!("workflow: {joins} fan-in joins ran, {} steps twice", twice.len());
+    report.duplicates.extend(twice);
 
     let unfinished = backfills.wait_done(&http, &sys, settle_deadline).await;
     let (alerted, alerted_twice) = alerts_report(&alerts.all());
@@ -644,6 +647,8 @@ const SKIPPING_JOB: &str = "chaos-days-off";
 /// The `concurrency: queue` job: runs last 1.5 s and ticks come every second, so ticks wait in
 /// its queue (up to 3) and the rest are skipped, naming the queue.
 const QUEUE_JOB: &str = "chaos-queue";
+/// The root of the chaos run's workflow (`workflow_jobs`).
+const WORKFLOW_ROOT: &str = "chaos-wf-root";
 
 /// The job that is never run: alerted `stale` once.
 const STALE_JOB: &str = "chaos-stale";
@@ -800,6 +805,22 @@ async fn shaped_jobs(
                    "notify": [{"url": alerts.at("/alerts"), "on": ["late", "long_running"]}]}),
         ),
     ];
+    let pool = http.put(format!("{url}/api/pools/chaos-pool")).json(&json!({"slots": 2})).send().await?;
+    if !pool.status().is_success() {
+        bail!("creating the pool: {}", pool.text().await?);
+    }
+    let pooled = |priority: u32, slots: u32, schedule: &str| {
+        json!({"schedule": schedule, "pool": "chaos-pool", "pool_slots": slots, "priority": priority,
+               "start_deadline": "4s",
+               "task": {"kind": "shell", "command": format!("{}; sleep 0.6", record_command(file))}})
+    };
+    let mut jobs = jobs;
+    jobs.extend([
+        ("chaos-pool-hi".to_owned(), pooled(90, 1, "* * * * * *")),
+        ("chaos-pool-lo".to_owned(), pooled(10, 1, "* * * * * *")),
+        ("chaos-pool-wide".to_owned(), pooled(50, 2, "*/2 * * * * *")),
+    ]);
+    jobs.push((WORKFLOW_ROOT.to_owned(), workflow_jobs(http, url, file).await?));
     // Never succeeds (and never runs: `@yearly`): one `stale` window for the whole run.
     let stale = json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "false"},
                        "alerts": {"no_success_within": "5s"},
@@ -815,6 +836,43 @@ async fn shaped_jobs(
         }
     }
     Ok(jobs)
+}
+
+/// A workflow rooted in a job every 2 s: `chaos-wf-a` and `chaos-wf-b` after it, `chaos-wf-join`
+/// after both (fan-in). The children write their execution ids to `workflow.log` beside
+/// `file`; the root's spec is answered (its ticks are checked like the other shaped jobs').
+async fn workflow_jobs(http: &reqwest::Client, url: &str, file: &std::path::Path) -> Result<serde_json::Value> {
+    let log = file.with_file_name("workflow.log");
+    let step = |after: &[&str]| {
+        json!({"schedule": "@yearly", "after": after,
+               "task": {"kind": "shell", "command": format!("echo \"$ETCRON_EXECUTION_ID\" >> {}", log.display())}})
+    };
+    let root = json!({"schedule": "*/2 * * * * *", "task": {"kind": "shell", "command": format!(
+        "{}; echo '::etcron result {{\"n\": 1}}'", record_command(file))}});
+    for (job, spec) in [
+        (WORKFLOW_ROOT, root.clone()),
+        ("chaos-wf-a", step(&[WORKFLOW_ROOT])),
+        ("chaos-wf-b", step(&[WORKFLOW_ROOT])),
+        ("chaos-wf-join", step(&["chaos-wf-a", "chaos-wf-b"])),
+    ] {
+        let resp = http.put(format!("{url}/api/jobs/{job}")).json(&spec).send().await?;
+        if !resp.status().is_success() {
+            bail!("creating {job}: {}", resp.text().await?);
+        }
+    }
+    Ok(root)
+}
+
+/// Workflow steps that ran twice (the same execution id, attempt included), and how many joins ran.
+fn workflow_report(file: &std::path::Path) -> (Vec<String>, usize) {
+    let text = std::fs::read_to_string(file.with_file_name("workflow.log")).unwrap_or_default();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for id in text.lines() {
+        *seen.entry(id.trim()).or_default() += 1;
+    }
+    let twice =
+        seen.iter().filter(|(_, n)| **n > 1).map(|(id, n)| format!("workflow step {id} ran {n} times")).collect();
+    (twice, seen.keys().filter(|id| id.starts_with("chaos-wf-join@")).count())
 }
 
 /// Every-second ticks recorded `missed` in each fault's window (its start to 5 s after its end,

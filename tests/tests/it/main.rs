@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on the unexpected
 
-/// The API and its clients: routes, validation, roles and teams, the job store, etcronctl, the stream, the search.
+/// The API and its clients: routes, validation, roles and teams, the job store, resource pools, etcronctl, the stream, the search.
 mod api {
     mod batch;
     mod ctl;
@@ -15,11 +15,13 @@ mod api {
     mod jobs_api;
     mod masters;
     mod openapi;
+    mod pools;
     mod routes;
     mod search_plans;
     mod security;
     mod stream;
     mod teams;
+    mod workflows;
 }
 
 /// Faults: etcd stalled, full, compacted or cut off, MongoDB down, workers killed, frozen or skewed, bad values in etcd.
@@ -53,8 +55,10 @@ mod features {
     mod notify;
     mod pause;
     mod phases;
+    mod pools;
     mod progress;
     mod queue;
+    mod results;
     mod run_as;
     mod run_params;
     mod schedule_shape;
@@ -63,6 +67,7 @@ mod features {
     mod semantics;
     mod task_isolation;
     mod ui;
+    mod workflows;
 }
 
 /// The repository itself: the code's layout, the examples in the docs, the deployment files.

@@ -16,6 +16,7 @@ use crate::context::Context;
 use crate::fire::race::WonClaim;
 use crate::fire::record::{log_record, status_of};
 use crate::fire::run::Ran;
+use crate::fire::workflow::StepOf;
 use crate::metrics::METRICS;
 use crate::notify::health;
 use crate::rules::follow_ups;
@@ -130,7 +131,7 @@ struct CloseOps {
 async fn close_ops(
     ctx: &std::sync::Arc<Context>,
     fire: &Fire,
-    won: &WonClaim,
+    (won, workflow): (&WonClaim, Option<(&StepOf, Option<&serde_json::Value>)>),
     finished: &shell::Finished,
     (status, finished_ms): (Status, UnixMs),
 ) -> CloseOps {
@@ -151,6 +152,23 @@ async fn close_ops(
         follow.extend(health::close_op(&ctx.client, &ctx.keys, &fire.spec, &fire.id.job, outcome).await);
     }
     follow.extend(crate::fire::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
+    if let Some((step, result)) = workflow {
+        match ctx.long_leases.get().await {
+            Ok(lease) => {
+                let (ops, more) =
+                    crate::fire::workflow::close_ops(ctx, fire, (step, status, result), lease, finished_ms);
+                follow.extend(ops);
+                notes.extend(more);
+            }
+            Err(e) => {
+                tracing::error!(run = %step.run, error = ?e, "the step's outcome is not kept for its workflow run: no lease");
+                notes.push(format!(
+                    "workflow run {}: this step's outcome was not kept (etcd lease unavailable)",
+                    step.run
+                ));
+            }
+        }
+    }
     // The last open execution of its claim transaction removes the inflight key with its close.
     follow.extend(won.hold.close_ops());
     CloseOps { follow, notes, failing }
@@ -158,7 +176,16 @@ async fn close_ops(
 
 /// Closes the claim of a run that ended, then writes its final record (and notifies).
 pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ran: Ran) {
-    let Ran { finished, handed_ms, mut record } = ran;
+    let Ran { finished, handed_ms, mut record, mut step } = ran;
+    let late = if step.is_none() { crate::fire::workflow::late_root(ctx, fire) } else { None };
+    let fire = match late {
+        Some((ref root, ref of)) => {
+            record.workflow = Some(of.run.clone());
+            step = Some(of.clone());
+            root
+        }
+        None => fire,
+    };
     let finished_ms = now_ms();
     let started_ms = finished.spawned_ms.unwrap_or(handed_ms);
     let (status, mut error) = status_of(&finished);
@@ -168,7 +195,9 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
         }
     }
     let done = Claim::closed(status);
-    let CloseOps { follow, notes, failing } = close_ops(ctx, fire, &won, &finished, (status, finished_ms)).await;
+    let workflow = step.as_ref().map(|s| (s, record.reports.result.as_ref()));
+    let CloseOps { follow, notes, failing } =
+        close_ops(ctx, fire, (&won, workflow), &finished, (status, finished_ms)).await;
     let execution_id = fire.id.to_string();
     let outcome = failing.map(|failing| health::Outcome { failing, execution_id: &execution_id, finished_ms });
     let queue = fire.spec.concurrency == etcron_model::spec::Concurrency::Queue;
@@ -181,6 +210,8 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
         lock: won.lock.clone(),
         queue_prefix: queue.then(|| ctx.keys.queue_prefix(&fire.id.job, &fire.id.part)),
         extra: follow,
+        pool_slots: won.pool_slots.clone(),
+        alone: step.is_some() && crate::fire::workflow::close_alone(ctx, fire),
     };
     finish_record(&mut record, finished, (status, error), (started_ms, finished_ms), &notes);
     // The record is journaled before the claim is closed: a worker killed right after its close

@@ -19,9 +19,12 @@ pub async fn run_fire(ctx: Arc<Context>, fire: Fire) {
     fire_path(ctx, fire).instrument(span).await;
 }
 
-async fn fire_path(ctx: Arc<Context>, fire: Fire) {
+async fn fire_path(ctx: Arc<Context>, mut fire: Fire) {
     let Some(go) = decide::decide(&ctx, &fire).await else { return };
     let Some(mut won) = race::claim(&ctx, &fire, go.lease, go.rank).await else { return };
+    // A run that starts a workflow run carries its id from here on (its marker, its record,
+    // the requests its close writes).
+    fire.params.workflow = super::workflow::run_of(&ctx, &fire);
     let ran = run::run(&ctx, &fire, &mut won).await;
     close::close(&ctx, &fire, won, ran).await;
 }

@@ -16,6 +16,9 @@ pub(crate) fn base_record(ctx: &Context, fire: &Fire, status: Status, fencing_to
     record.fencing_token = fencing_token;
     record.parent.clone_from(&fire.parent);
     record.params.clone_from(&fire.params);
+    // The workflow run is the record's own field, not one of its parameters.
+    record.workflow = record.params.workflow.take();
+    record.priority = fire.priority.or(fire.spec.priority);
     record.jitter_ms = jitter_of(fire);
     record
 }

@@ -163,7 +163,8 @@ async fn handler_task(
         }
     };
     let live = ctx.live.open(&fire.id.to_string(), max_output, Some(reporting.tracker.clone()), Lines::Ignored);
-    let job = handler_job(ctx, fire, handler, params, fencing_token, reporting, live.output());
+    let mut job = handler_job(ctx, fire, handler, params, fencing_token, reporting, live.output());
+    job.call.reports.set_parent_results(reporting.parents.cloned());
     crate::tasks::handler::run_handler(handlers.as_ref(), job, &live.output(), stop).await
 }
 
@@ -223,6 +224,15 @@ fn shell_env(
     let reaches_worker = !ctx.config.shell_task_network.isolated();
     let identity = identity.into_iter().filter(|(name, _)| reaches_worker || !PROGRESS_ENDPOINT.contains(name));
     env.extend(identity.map(|(name, value)| (format!("ETCRON_{name}"), value)));
+    // The parents' results: `ETCRON_PARENT_RESULT` (one parent) and `ETCRON_PARENTS`.
+    if let Some(parents) = reporting.parents {
+        use crate::tasks::progress::{parent_values, MAX_PARENT_ENV_BYTES};
+        let (values, left_out) = parent_values(parents, MAX_PARENT_ENV_BYTES, false);
+        for (name, bytes) in left_out {
+            tracing::warn!(execution = %fire.id, variable = %format!("ETCRON_{name}"), bytes, limit = MAX_PARENT_ENV_BYTES, "the parents' results are too long for an environment variable: left out");
+        }
+        env.extend(values.into_iter().map(|(name, value)| (format!("ETCRON_{name}"), value)));
+    }
     env
 }
 
@@ -279,18 +289,29 @@ fn header_name(name: &str) -> String {
 }
 
 /// An HTTP task's request: the job's headers (secrets included), the `X-Etcron-*` identity,
-/// where to report progress, and the checkpoint it resumes from.
+/// where to report progress, the checkpoint it resumes from, and its parents' results (a header
+/// too long left out, and the output told).
 fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, reporting: &Reporting<'_>) -> HttpJob {
+    use crate::tasks::progress::{parent_values, MAX_PARENT_HEADER_BYTES};
     let headers = http
         .headers
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .chain(http.secret_headers.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))))
         .collect();
+    let (parents, left_out) =
+        reporting.parents.map(|p| parent_values(p, MAX_PARENT_HEADER_BYTES, true)).unwrap_or_default();
+    let notes = left_out.into_iter().map(|(name, bytes)| {
+        format!(
+            "etcron: {} left out: {bytes} bytes, over the {MAX_PARENT_HEADER_BYTES}-byte limit of a header",
+            header_name(name)
+        )
+    });
+    let parents = parents.into_iter().map(|(name, value)| (header_name(name), value));
     HttpJob {
         method: http.method.clone(),
         url: http.url.clone(),
-        headers: http::with_default_headers(&headers, identity(ctx, fire, fencing_token, reporting)),
+        headers: http::with_default_headers(&headers, identity(ctx, fire, fencing_token, reporting).chain(parents)),
         secret_headers: http.secret_headers.keys().cloned().collect(),
         body: http.body.clone(),
         expect_status: http.expect_status,
@@ -298,6 +319,8 @@ fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, rep
         asynchronous: http.asynchronous.as_deref().map(|poll| (poll.clone(), poll.poll_timeout(fire.spec.timeout).0)),
         tracker: Some(reporting.tracker.clone()),
         network: ctx.task_network.clone(),
+        result_pointer: http.result_pointer.clone(),
+        notes: notes.collect(),
     }
 }
 
@@ -319,8 +342,9 @@ fn progress_url(base: &str, id: &etcron_model::keys::ExecutionId) -> String {
 }
 
 /// A gRPC task's call: the job's metadata (secrets included), the `x-etcron-*` identity, where
-/// to report progress, and for a failover rerun that resumes one, the checkpoint (compact
-/// ASCII JSON) and who wrote it.
+/// to report progress, for a failover rerun that resumes one, the checkpoint (compact ASCII
+/// JSON) and who wrote it, and the parents' results (an entry too long left out, the output
+/// told).
 fn grpc_job(
     ctx: &Context,
     fire: &Fire,
@@ -329,12 +353,20 @@ fn grpc_job(
     reporting: &Reporting<'_>,
     max_output: usize,
 ) -> GrpcJob {
+    use crate::tasks::progress::{parent_values, MAX_PARENT_HEADER_BYTES};
     let own = grpc
         .metadata
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .chain(grpc.secret_metadata.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))))
         .collect();
+    let (parents, left_out) =
+        reporting.parents.map(|p| parent_values(p, MAX_PARENT_HEADER_BYTES, true)).unwrap_or_default();
+    let notes = left_out.into_iter().map(|(name, bytes)| {
+        let entry = header_name(name).to_ascii_lowercase();
+        format!("etcron: {entry} left out: {bytes} bytes, over the {MAX_PARENT_HEADER_BYTES}-byte limit of an entry")
+    });
+    let parents = parents.into_iter().map(|(name, value)| (header_name(name), value));
     GrpcJob {
         endpoint: grpc.endpoint.clone(),
         method: grpc.method.clone(),
@@ -342,12 +374,15 @@ fn grpc_job(
         // Metadata names are lowercase (HTTP/2 sends header names so).
         metadata: http::with_default_headers(
             &own,
-            identity(ctx, fire, fencing_token, reporting).map(|(name, value)| (name.to_ascii_lowercase(), value)),
+            identity(ctx, fire, fencing_token, reporting)
+                .chain(parents)
+                .map(|(name, value)| (name.to_ascii_lowercase(), value)),
         ),
         descriptor_set: grpc.descriptor_set.clone(),
         timeout: fire.spec.timeout.map(|t| t.0),
         max_output,
         network: ctx.task_network.clone(),
+        notes: notes.collect(),
     }
 }
 
@@ -358,6 +393,8 @@ pub struct Ran {
     pub handed_ms: i64,
     /// The `running` record as submitted (the close phase completes it).
     pub record: etcron_model::record::ExecutionRecord,
+    /// Its place in its workflow run, when it is a step of one.
+    pub step: Option<crate::fire::workflow::StepOf>,
 }
 
 /// Runs the task of a won claim: registered (so kills and lease loss reach it) from now until
@@ -365,16 +402,7 @@ pub struct Ran {
 pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     let id = &fire.id;
     let mut stop = ctx.registry.register(id, won.fencing_token);
-    // A tick claimed ahead (`claim_ahead`) starts at its scheduled time, not before; a kill or a
-    // lost lease meanwhile still applies (the task is then never started).
-    let wait_ms = fire.scheduled_ms - now_ms();
-    if fire.trigger == TriggerKind::Schedule && wait_ms > 0 {
-        let wait = tokio::time::sleep(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)));
-        tokio::select! {
-            () = wait => {}
-            _ = shell::wait_stop(&mut stop) => {}
-        }
-    }
+    until_scheduled(fire, &mut stop).await;
     // A capacity slot from its start to its end (`slots`): none free, the run is not started.
     // Past the session deadline its keeper would end the task at once, after a start that may
     // already have done part of its work: not started, it is lost with the session (rerun per
@@ -396,18 +424,27 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
         Err(ending) => {
             ctx.registry.deregister(id);
             record.started_at = None;
-            return Ran { finished: Finished::not_started(ending), handed_ms, record };
+            return Ran { finished: Finished::not_started(ending), handed_ms, record, step: None };
         }
     };
     // `late` and the `max_duration` watch (ended with this run, when `_alerts` drops).
     let _alerts = crate::fire::alerts::run_started(ctx, fire, handed_ms);
     let (tracker, resumed) = reports_of_run(ctx, fire, won).await;
     record.reports.resumed_from.clone_from(&resumed);
-    let parents: Option<ParentResults> = None;
-    let reporting = Reporting { tracker: tracker.clone(), resumed: resumed.as_ref(), parents: parents.as_ref() };
+    let (inputs, ended) = workflow_inputs(ctx, fire, &mut record).await;
+    let task_fire = inputs.as_ref().and_then(|i| i.fire.as_ref()).unwrap_or(fire);
+    let parents = inputs.as_ref().map(|i| &i.parents);
+    let reporting = Reporting { tracker: tracker.clone(), resumed: resumed.as_ref(), parents };
     let (pid_tx, pid_rx) = oneshot::channel();
     let lapses = ctx.session_deadline.mark();
-    let run = execute(ctx, fire, won.fencing_token, reporting, stop, pid_tx);
+    let step = inputs.as_ref().map(|i| i.step.clone());
+    let fencing_token = won.fencing_token;
+    let run = async move {
+        match ended {
+            Some(finished) => finished,
+            None => execute(ctx, task_fire, fencing_token, reporting, stop, pid_tx).await,
+        }
+    };
     tokio::pin!(run);
     let mut finished = tokio::select! {
         f = &mut run => f,
@@ -431,17 +468,58 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     if finished.ending == Ending::Signaled(sigkill) && (lapsed(ctx, lapses) || *ctx.lease.borrow() != Some(won.lease)) {
         finished.ending = Ending::Stopped(shell::StopReason::LeaseLost);
     }
+    ended_with(fire, &tracker, &mut finished, &mut record, handed_ms);
+    Ran { finished, handed_ms, record, step }
+}
+
+/// A tick claimed ahead (`claim_ahead`) starts at its scheduled time, not before; a kill or a
+/// lost lease meanwhile still applies (the task is then never started).
+async fn until_scheduled(fire: &Fire, stop: &mut tokio::sync::watch::Receiver<Option<shell::StopReason>>) {
+    let wait_ms = fire.scheduled_ms - now_ms();
+    if fire.trigger == TriggerKind::Schedule && wait_ms > 0 {
+        let wait = tokio::time::sleep(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)));
+        tokio::select! {
+            () = wait => {}
+            _ = shell::wait_stop(stop) => {}
+        }
+    }
+}
+
+/// A workflow step's inputs (its record then shows the parameters `params_from` took), or
+/// the run's end when they cannot be had.
+async fn workflow_inputs(
+    ctx: &Context,
+    fire: &Fire,
+    record: &mut etcron_model::record::ExecutionRecord,
+) -> (Option<crate::fire::workflow::Inputs>, Option<Finished>) {
+    match crate::fire::workflow::inputs(ctx, fire).await {
+        Ok(inputs) => {
+            if let Some(adjusted) = inputs.as_ref().and_then(|i| i.fire.as_ref()) {
+                record.params.env.clone_from(&adjusted.params.env);
+            }
+            (inputs, None)
+        }
+        Err(why) => (None, Some(Finished::not_started(Ending::SpawnFailed(why)))),
+    }
+}
+
+/// What the run's end adds to its record (its last reports, its result) and its lateness.
+fn ended_with(
+    fire: &Fire,
+    tracker: &Tracker,
+    finished: &mut Finished,
+    record: &mut etcron_model::record::ExecutionRecord,
+    handed_ms: i64,
+) {
     let snapshot = tracker.snapshot();
     record.reports.progress = snapshot.progress;
     record.reports.checkpoint = snapshot.checkpoint;
-    record.reports.result = finished.result.take();
-
+    record.reports.result = finished.result.take().or(snapshot.result);
     if fire.trigger == TriggerKind::Schedule {
         let started_ms = finished.spawned_ms.unwrap_or(handed_ms);
         #[allow(clippy::cast_precision_loss)] // milliseconds of lateness fit an f64 exactly
         METRICS.lateness.observe((started_ms - fire.scheduled_ms).max(0) as f64 / 1000.0);
     }
-    Ran { finished, handed_ms, record }
 }
 
 /// Whether the session deadline passed while the run lasted.
@@ -460,7 +538,7 @@ async fn take_slot(
     ctx: &Arc<Context>,
     fire: &Fire,
     stop: &mut tokio::sync::watch::Receiver<Option<shell::StopReason>>,
-) -> Result<tokio::sync::OwnedSemaphorePermit, Ending> {
+) -> Result<crate::context::slots::Slot, Ending> {
     let wait = if fire.trigger == TriggerKind::Schedule {
         let deadline = fire.spec.start_deadline();
         let left = fire.scheduled_ms + i64::try_from(deadline.as_millis()).unwrap_or(i64::MAX) - now_ms();
@@ -470,7 +548,7 @@ async fn take_slot(
     };
     let until = tokio::time::Instant::now() + wait;
     tokio::select! {
-        slot = ctx.slots.take(until) => slot.ok_or_else(|| {
+        slot = ctx.slots.take((fire.priority(), fire.scheduled_ms), until) => slot.ok_or_else(|| {
             let why = format!(
                 "no capacity slot came free on worker {} within {} (capacity {}, every slot running)",
                 ctx.config.worker_id,

@@ -591,6 +591,7 @@ async fn lost_record(
     record.reason = Some(reason);
     record.fencing_token = Some(fencing_token);
     record.params = params;
+    record.workflow = record.params.workflow.take();
     (record, follow)
 }
 
@@ -615,7 +616,7 @@ async fn close_lost(
         };
         match outcome {
             ClaimOutcome::Won { .. } | ClaimOutcome::Blocked { .. } => return Some(true),
-            ClaimOutcome::Lost => return Some(false),
+            ClaimOutcome::Lost | ClaimOutcome::PoolFull => return Some(false),
             ClaimOutcome::Unknown(e) => {
                 tracing::warn!(claim = claim_key, error = %e, "recording a lost execution: outcome unknown; retrying");
                 tokio::time::sleep(CLOSE_RETRY_MAX).await;

@@ -987,6 +987,9 @@ mod tests {
             shard: None,
             params: etcron_model::record::RunParams::default(),
             jitter_ms: None,
+            workflow: None,
+            priority: None,
+            pool: None,
             reports: Default::default(),
         }
     }

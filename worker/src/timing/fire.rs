@@ -51,6 +51,8 @@ pub struct Fire {
     pub dequeued: bool,
     /// A worker that races for it last (the one a `rebalance` moved it away from).
     pub avoid: Option<String>,
+    /// This run's priority, when its run request set one (else the job's).
+    pub priority: Option<u8>,
 }
 
 impl Fire {
@@ -76,6 +78,7 @@ impl Fire {
             params: RunParams::default(),
             dequeued: false,
             avoid: None,
+            priority: None,
         }
     }
 
@@ -98,10 +101,22 @@ impl Fire {
             request_key: Some(key.to_owned()),
             parent: request.parent.clone(),
             then: request.then.clone(),
-            params: request.params.clone(),
+            params: RunParams {
+                workflow: request.workflow.clone().or_else(|| request.params.workflow.clone()),
+                ..request.params.clone()
+            },
             dequeued: request.dequeued,
             avoid: request.avoid.clone(),
+            priority: request.priority,
         }
+    }
+}
+
+impl Fire {
+    /// The run's priority: its run request's, else its job's.
+    #[must_use]
+    pub fn priority(&self) -> u8 {
+        self.priority.unwrap_or_else(|| self.spec.priority())
     }
 }
 

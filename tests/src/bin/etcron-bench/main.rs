@@ -36,6 +36,8 @@ use serde_json::json;
 struct E2eOpts {
     task: BenchTask,
     worker_args: Vec<String>,
+    /// Every job in one pool of this many slots (`--pool N`): what a pool costs a fire.
+    pool: Option<u32>,
 }
 
 #[tokio::main]
@@ -52,7 +54,7 @@ async fn main() -> Result<()> {
     let mut capacity: Option<usize> = None;
     let mut sample_every = 300i64;
     let mut records_opts = records::Opts { records: 0, cache_gb: None, data: None, compressor: None };
-    let mut e2e_opts = E2eOpts { task: BenchTask::Append, worker_args: Vec::new() };
+    let mut e2e_opts = E2eOpts { task: BenchTask::Append, worker_args: Vec::new(), pool: None };
     let mut it = args.iter();
     let scenario = it.next().map(String::as_str).unwrap_or("e2e");
     while let Some(flag) = it.next() {
@@ -82,6 +84,7 @@ async fn main() -> Result<()> {
             }
             // Passed to every worker, e.g. `--worker-arg --claim-ahead=0s`.
             "--worker-arg" => e2e_opts.worker_args.push(value.clone()),
+            "--pool" => e2e_opts.pool = Some(value.parse()?),
             other => bail!("unknown flag {other}"),
         }
     }
@@ -160,6 +163,10 @@ async fn e2e(n_jobs: usize, n_workers: usize, seconds: i64, jsonl: Option<String
     let fires = w.runs.len() as f64;
     println!("e2e: {n_jobs} jobs every second, {n_workers} workers, {seconds} s window ({} fires)", w.runs.len());
     println!("  worker flags          {:?}", opts.worker_args);
+    println!(
+        "  pool                  {}",
+        opts.pool.map_or("none".to_owned(), |n| format!("every job in one pool of {n} slots"))
+    );
     w.print_task(opts.task, &file, &jobs);
     println!("  not succeeded         {not_succeeded}");
     println!(
@@ -213,11 +220,18 @@ async fn e2e_start(n_jobs: usize, n_workers: usize, opts: &E2eOpts) -> Result<E2
     };
     let receiver = receiver::Receiver::start().await?;
     let jobs: Vec<String> = (0..n_jobs).map(|i| format!("bench-{i}")).collect();
-    let spec = if opts.task == BenchTask::Http {
+    let mut spec = if opts.task == BenchTask::Http {
         json!({"schedule": "* * * * * *", "task": {"kind": "http", "url": receiver.url}})
     } else {
         json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": command}})
     };
+    if let Some(slots) = opts.pool {
+        let (status, body) = c.call(reqwest::Method::PUT, "/api/pools/bench", Some(json!({"slots": slots}))).await?;
+        if !(200..300).contains(&status) {
+            bail!("creating the pool: {status} {body}");
+        }
+        spec["pool"] = json!("bench");
+    }
     for job in &jobs {
         c.put_job(job, spec.clone()).await?;
     }
@@ -492,6 +506,7 @@ async fn concurrent_claims(client: &etcd_client::Client, lease: i64, n: usize, r
                     lock: None,
                     extra: Vec::new(),
                     dequeued: None,
+                    pool: None,
                 },
                 &etcron_common::claim::InflightPut {
                     key: format!("/bench/inflight/w/{i}-{round}"),
@@ -532,6 +547,7 @@ async fn batched_claims(client: &etcd_client::Client, lease: i64, n: usize, in_f
             lock: None,
             extra: Vec::new(),
             dequeued: None,
+            pool: None,
         })
         .collect::<Vec<_>>()
         .chunks(etcron_common::claim::MAX_BATCH)

@@ -5,7 +5,8 @@
 //! exit codes of not found (3) and conflicts (4), the latter through an interposed proxy that
 //! edits the job between etcronctl's read and its write, as a console user would; and every
 //! command's exit code against no server, a server that is not a master, bad arguments, a dry
-//! run and a kill with nothing running.
+//! run and a kill with nothing running; resource pools (`pools ls|get|put|delete`) with slots held
+//! and ticks waiting, and a run's own `--priority`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader};
@@ -1729,5 +1730,91 @@ async fn a_team_token_lists_and_touches_its_teams_jobs_only() -> anyhow::Result<
     assert!(jobs_in(ctl_at(&c.master.url, &as_pay, search).await.ok().json()).is_empty());
     let own = ctl_at(&c.master.url, &as_pay, &["executions", "search", "-o", "json"]).await.ok().json();
     assert_eq!(jobs_in(own), ["pay-settle"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pools_are_listed_shown_saved_and_deleted_and_a_run_carries_its_priority() -> anyhow::Result<()> {
+    let c = Cluster::start("ctl-pools", 0).await?;
+    let out = ctl(&c, &["pools", "put", "db", "--slots", "2", "--description", "reporting db"]).await.ok();
+    assert_eq!(out.stdout, "pool db saved: 2 slots, 0 in use\n");
+    c.put_job("report", json!({"schedule": "@yearly", "pool": "db", "task": {"kind": "shell", "command": "true"}}))
+        .await?;
+    // A slot held and a tick waiting, as workers write them.
+    let keys = Keys::new(&c.namespace)?;
+    let held = etcron_model::keys::ExecutionId::new("report", etcron_model::keys::Tick::Scheduled(1_000));
+    let slot = etcron_model::pool::HeldSlot {
+        execution_id: held.clone(),
+        worker_id: "w1".to_owned(),
+        since_ms: etcron_tests::now_ms() - 65_000,
+        priority: 50,
+    };
+    let mut etcd = c.etcd.client().await?;
+    etcd.put(keys.pool_slot("db", 0), serde_json::to_vec(&slot)?, None).await?;
+    let next = etcron_model::keys::ExecutionId::new("report", etcron_model::keys::Tick::Scheduled(2_000));
+    let waiting =
+        etcron_model::pool::Waiting { execution_id: next.clone(), scheduled_ms: 2_000, priority: 70, since_ms: 1_500 };
+    etcd.put(keys.pool_wait("db", etcron_model::pool::place(70), 2_000, &next), serde_json::to_vec(&waiting)?, None)
+        .await?;
+
+    let out = ctl(&c, &["pools", "ls"]).await.ok();
+    let rows: Vec<Vec<&str>> = out.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows, [vec!["NAME", "SLOTS", "IN-USE", "WAITING", "JOBS"], vec!["db", "2", "1", "1", "report"]]);
+    let out = ctl(&c, &["pools", "get", "db"]).await.ok();
+    assert!(out.stdout.contains("slots:       2 (1 in use)") && out.stdout.contains("description: reporting db"));
+    let holder = out.stdout.lines().find(|l| l.contains("report@1000#1")).unwrap_or_default();
+    assert!(holder.starts_with("0 ") && holder.contains(" w1 ") && holder.contains(" 1m0"), "{}", out.stdout);
+    let queued = out.stdout.lines().find(|l| l.contains("report@2000#1")).unwrap_or_default();
+    assert!(queued.starts_with("1 ") && queued.contains(" 70 ") && queued.contains("1970-01-01T00:00:02.000Z"));
+    let doc = ctl(&c, &["pools", "get", "db", "-o", "json"]).await.ok().json();
+    assert_eq!(doc, c.get("/api/pools/db").await?);
+
+    // Refusals keep their exit codes: a bad value 2, in use 4 (naming the job), absent 3.
+    let out = ctl(&c, &["pools", "put", "db", "--slots", "0"]).await;
+    assert!(out.code == 2 && out.stderr.contains("slots"), "{out:?}");
+    let out = ctl(&c, &["pools", "delete", "db"]).await;
+    assert!(out.code == 4 && out.stderr.contains("report"), "{out:?}");
+    assert_eq!(ctl(&c, &["pools", "get", "nope"]).await.code, 3);
+
+    // `jobs run --priority`: the run request carries it (no worker here takes it).
+    let out = ctl(&c, &["jobs", "run", "report", "--priority", "90", "-o", "json"]).await.ok();
+    assert_eq!(out.json()["priority"], 90);
+    let resp = etcd.get(keys.job_trigger_prefix("report"), Some(etcd_client::GetOptions::new().with_prefix())).await?;
+    let request: etcron_model::stored::TriggerRequest = serde_json::from_slice(resp.kvs()[0].value())?;
+    assert_eq!(request.priority, Some(90));
+    assert_eq!(ctl(&c, &["jobs", "run", "report", "--priority", "101"]).await.code, 2);
+
+    c.put_job("report", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "true"}})).await?;
+    assert_eq!(ctl(&c, &["pools", "delete", "db"]).await.ok().stdout, "pool db deleted\n");
+    assert_eq!(ctl(&c, &["pools", "ls"]).await.ok().stdout, "NAME  SLOTS  IN-USE  WAITING  JOBS\n");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn workflows_get_shows_a_runs_steps_results_and_edges_and_resume_reruns_the_failed_one() -> anyhow::Result<()> {
+    use etcron_model::record::Status;
+    let c = Cluster::start("ctl-workflows", 0).await?;
+    super::workflows::save_diamond(&c, None).await?;
+    let steps = [
+        ("extract", Status::Succeeded, Some(json!({"date": "2026-11-28"}))),
+        ("ta", Status::Succeeded, None),
+        ("tb", Status::TimedOut, None),
+    ];
+    let run = super::workflows::seed_run(&c, 1_764_547_200_000, &steps).await?;
+    let out = ctl(&c, &["workflows", "get", &run]).await.ok();
+    let rows: Vec<Vec<&str>> = out.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows[2], ["state:", "failed"], "{}", out.stdout);
+    assert_eq!(rows[4], ["JOB", "STATE", "ATTEMPT", "EXECUTION", "AT"], "{}", out.stdout);
+    let row = |job: &str| rows.iter().find(|r| r.first() == Some(&job)).cloned().unwrap_or_default();
+    assert_eq!(row("tb")[..4], ["tb", "timed_out", "1", &*format!("tb@dep-wf-{run}#1")], "{}", out.stdout);
+    assert_eq!(row("load"), ["load", "not_reached", "-", "-", "-"], "{}", out.stdout);
+    assert!(out.stdout.contains("results:\nJOB      RESULT\nextract  {\"date\":\"2026-11-28\"}\n"), "{}", out.stdout);
+    assert!(out.stdout.contains("edges:\nFROM     TO    KIND\nextract  ta    after\n"), "{}", out.stdout);
+    let doc = ctl(&c, &["workflows", "get", &run, "-o", "json"]).await.ok().json();
+    assert_eq!(doc, c.get(&format!("/api/workflows/{run}")).await?);
+    let out = ctl(&c, &["workflows", "resume", &run]).await.ok();
+    assert!(out.stdout.starts_with(&format!("workflow run {run} resumed: 1 failed step(s) rerun\n")), "{}", out.stdout);
+    assert!(out.stdout.contains(&format!("tb   tb@dep-wf-{run}#2")), "{}", out.stdout);
+    assert_eq!(ctl(&c, &["workflows", "get", "1-000000000000"]).await.code, 3, "not found");
     Ok(())
 }

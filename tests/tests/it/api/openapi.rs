@@ -74,6 +74,9 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
         shard: None,
         params: RunParams::default(),
         jitter_ms: Some(1_234),
+        workflow: Some("1764547200000-0a1b2c3d4e5f".to_owned()),
+        priority: Some(90),
+        pool: Some("reporting-db".to_owned()),
         // What a task reports, so the documented shape of these fields is checked too.
         reports: etcron_model::record::TaskReports {
             progress: Some(etcron_model::progress::Progress {
@@ -198,6 +201,7 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
             env: BTreeMap::from([("REPORT_DAY".to_owned(), "2023-11-14".to_owned())]),
             as_of_ms: Some(1_700_000_000_000),
             backfill: None,
+            workflow: None,
         },
     };
     etcd.put(keys.running(&running), serde_json::to_vec(&marker)?, None).await?;

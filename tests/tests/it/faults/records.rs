@@ -147,6 +147,9 @@ fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
             shard: None,
             params: etcron_model::record::RunParams::default(),
             jitter_ms: None,
+            workflow: None,
+            priority: None,
+            pool: None,
             reports: Default::default(),
         },
     }

@@ -347,3 +347,87 @@ async fn workers_are_drained_cordoned_and_uncordoned_from_the_workers_page() -> 
     assert!(list["workers"].as_array().unwrap().iter().all(|w| w["cordon"].is_null()), "{list}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pools_are_listed_shown_added_changed_and_deleted_from_the_pools_page() -> anyhow::Result<()> {
+    let c = Cluster::start("ui-pools", 0).await?;
+    let (status, body) =
+        c.call(Method::PUT, "/api/pools/db", Some(json!({"slots": 2, "description": "reporting db"}))).await?;
+    assert_eq!(status, 201, "{body}");
+    c.put_job("report", json!({"schedule": "@yearly", "pool": "db", "task": {"kind": "shell", "command": "true"}}))
+        .await?;
+    c.put_job(
+        "export",
+        json!({"schedule": "@yearly", "pool": "db", "pool_slots": 2, "priority": 80,
+               "task": {"kind": "shell", "command": "true"}}),
+    )
+    .await?;
+    // What workers write while `report` holds both slots and a tick of `export` waits.
+    let keys = etcron_model::keys::Keys::new(&c.namespace)?;
+    let mut etcd = c.etcd.client().await?;
+    let running = etcron_model::keys::ExecutionId::new("report", etcron_model::keys::Tick::Scheduled(1_000));
+    for slot in 0..2 {
+        let held = etcron_model::pool::HeldSlot {
+            execution_id: running.clone(),
+            worker_id: "w1".to_owned(),
+            since_ms: etcron_tests::now_ms() - 90_000,
+            priority: 50,
+        };
+        etcd.put(keys.pool_slot("db", slot), serde_json::to_vec(&held)?, None).await?;
+    }
+    let next = etcron_model::keys::ExecutionId::new("export", etcron_model::keys::Tick::Scheduled(5_000));
+    let waiting = etcron_model::pool::Waiting {
+        execution_id: next.clone(),
+        scheduled_ms: 5_000,
+        priority: 80,
+        since_ms: etcron_tests::now_ms() - 30_000,
+    };
+    etcd.put(keys.pool_wait("db", etcron_model::pool::place(80), 5_000, &next), serde_json::to_vec(&waiting)?, None)
+        .await?;
+    browser("pools.mjs", &c.master.url, &c.logs)?;
+    screenshots(&c.logs, &["pools.png", "pool-detail.png"]);
+    // What the browser did, seen through the API: the pool it added is gone, the one in use stays.
+    assert_eq!(c.call(Method::GET, "/api/pools/cache", None).await?.0, 404);
+    assert_eq!(c.get("/api/pools/db").await?["in_use"], 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workflow_run_is_drawn_as_a_graph_linked_from_its_steps_and_resumed_from_its_page() -> anyhow::Result<()> {
+    use etcron_model::keys::{ExecutionId, Keys, Tick};
+    use etcron_model::record::{ExecutionRecord, Status, TriggerKind};
+    use etcron_model::workflow::{run_id, step_execution, Step};
+    let c = Cluster::start("ui-workflows", 0).await?;
+    for (job, after) in
+        [("extract", json!([])), ("ta", json!(["extract"])), ("tb", json!(["extract"])), ("load", json!(["ta", "tb"]))]
+    {
+        c.put_job(job, json!({"schedule": "@yearly", "after": after, "task": {"kind": "shell", "command": "true"}}))
+            .await?;
+    }
+    // The steps as the workers' closes write them: extract and ta succeeded, tb failed.
+    let keys = Keys::new(&c.namespace)?;
+    let root = ExecutionId::new("extract", Tick::Scheduled(1_764_547_200_000));
+    let run = run_id(&root);
+    let mut etcd = c.etcd.client().await?;
+    let now = etcron_tests::now_ms();
+    for (job, status) in [("extract", Status::Succeeded), ("ta", Status::Succeeded), ("tb", Status::Failed)] {
+        let (execution_id, root) =
+            if job == "extract" { (root.clone(), None) } else { (step_execution(job, &run), Some(root.clone())) };
+        let result = (status == Status::Succeeded).then(|| json!({"rows": 12}));
+        let step = Step { execution_id, status, at_ms: now, root, result };
+        etcd.put(keys.workflow_step(&run, job), serde_json::to_vec(&step)?, None).await?;
+    }
+    // tb's record, naming its workflow run.
+    let tb = step_execution("tb", &run);
+    let mut record = ExecutionRecord::blank(&tb, now - 5_000, TriggerKind::Dependency, Status::Failed, None);
+    record.workflow = Some(run.clone());
+    let write = etcron_common::store::RecordWrite { mode: etcron_common::store::WriteMode::Replace, record };
+    c.mongo.store(&c.db).await?.write(&[write]).await?;
+    browser_with("workflows.mjs", &c.master.url, &c.logs, &[&run, &tb.to_string()], &[])?;
+    screenshots(&c.logs, &["workflow.png", "workflow-375-dark.png"]);
+    // What the browser did, seen in etcd: the run request of tb's next attempt in the run.
+    let request = etcd.get(keys.trigger("tb", &format!("resume-2-{run}")), None).await?;
+    let request: etcron_model::stored::TriggerRequest = serde_json::from_slice(request.kvs()[0].value())?;
+    assert_eq!(request.execution_id, Some(tb.next_attempt()));
+    Ok(())
+}
