@@ -210,7 +210,7 @@ pub struct TaskReports {
     /// The checkpoint this execution started from (a failover rerun of a lost one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_from: Option<crate::progress::Resumed>,
-    /// The JSON value a handler task returned (at most 64 KiB).
+    /// The run's result (`crate::progress`): what its task reported or returned (at most 64 KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,
 }

@@ -44,6 +44,8 @@ export function jobForm(isNew) {
       "Name: value per line. Never shown again; Name: with nothing after it keeps the stored value."),
     body: formField("task.body", "Body", add("task.body", textarea({ rows: 3, class: "mono" }))),
     expect: formField("task.expect_status", "Expected status", add("task.expect_status", input({ inputmode: "numeric", placeholder: "any 2xx" }))),
+    resultPointer: formField("task.result_pointer", "Result pointer", add("task.result_pointer", input({ placeholder: "none, e.g. /data (\"\" the whole body)", class: "mono" })),
+      "A JSON pointer into a successful response's body: the run's result."),
     asynchronous: formField("task.async", "Asynchronous", add("task.async", textarea({ rows: 3, class: "mono", placeholder: '{"interval": "5s", "timeout": "2h"}' })),
       "JSON; empty for a plain request. Set, a 202 Accepted answer's status URL (its Location) is polled until its state is done or failed; a kill or timeout sends DELETE there."),
     endpoint: formField("task.endpoint", "Endpoint", add("task.endpoint", input({ placeholder: "http://10.0.0.5:50051", type: "url" })),
@@ -82,6 +84,10 @@ export function jobForm(isNew) {
     selector: formField("selector", "Selector", add("selector", textarea({ rows: 2, placeholder: "region=eu" })), "Only workers with all these labels run the job."),
     onSuccess: formField("on_success", "On success, run", add("on_success", input({ placeholder: "job-b, job-c" }))),
     onFailure: formField("on_failure", "On failure, run", add("on_failure", input({ placeholder: "alert" }))),
+    after: formField("after", "After (workflow)", add("after", input({ placeholder: "extract, transform" })),
+      "Runs once per workflow run, after every job listed succeeded in it."),
+    paramsFrom: formField("params_from", "Parameters from parents", add("params_from", textarea({ rows: 2, placeholder: "DATE=$.date", class: "mono" })),
+      "NAME=path per line: a run parameter taken from the parents' results ($.field, or $job.field)."),
     maxOutput: formField("max_output", "Output kept (bytes)", add("max_output", input({ inputmode: "numeric", placeholder: "the worker's limit" }))),
     lateStart: formField("alerts.late_start", "Late start alert", add("alerts.late_start", input({ placeholder: "none, e.g. 1m" })),
       "Event late: a tick's run has not started this long after its time; 1s to 24h."),
@@ -100,7 +106,7 @@ export function jobForm(isNew) {
   // A shell task's values, which a handler task has too.
   const valueFields = [fields.env, fields.secretEnv, fields.params];
   const limitFields = [fields.memory, fields.cpu, fields.openFiles];
-  const httpOnly = [fields.method, fields.url, fields.headers, fields.secretHeaders, fields.body, fields.expect, fields.asynchronous];
+  const httpOnly = [fields.method, fields.url, fields.headers, fields.secretHeaders, fields.body, fields.expect, fields.resultPointer, fields.asynchronous];
   const grpcOnly = [fields.endpoint, fields.grpcMethod, fields.request, fields.metadata, fields.secretMetadata, fields.descriptorSet];
   const sync = () => {
     const kind = f["task.kind"].value;
@@ -120,7 +126,7 @@ export function jobForm(isNew) {
     group("Task", fields.kind, fields.handlerName, fields.command, ...valueFields, fields.cwd, fields.user, fields.group, ...httpOnly, ...grpcOnly),
     group("When things go wrong", fields.timeout, fields.retries, fields.backoff, fields.maxBackoff, fields.concurrency, fields.maxQueue, fields.misfire, fields.maxCatchup, fields.startDeadline, fields.pauseAfter, fields.loss, ...limitFields),
     group("Where it runs", fields.mode, fields.shards, fields.selector, fields.pool, fields.poolSlots, fields.priority),
-    group("What runs next", fields.onSuccess, fields.onFailure, fields.maxOutput),
+    group("What runs next", fields.onSuccess, fields.onFailure, fields.after, fields.paramsFrom, fields.maxOutput),
     group("Alerts", h("p", { class: "hint" }, "Sent as notifications to the job's notify targets that ask for the event (notify is edited in the JSON tab). Leave a field empty for no alert."),
       fields.lateStart, fields.maxDuration, fields.noSuccess, fields.outputMatch));
 
@@ -144,6 +150,10 @@ export function jobForm(isNew) {
       if (Object.keys(secretHeaders).length) spec.task.secret_headers = secretHeaders;
       if (f["task.body"].value) spec.task.body = f["task.body"].value;
       if (f["task.expect_status"].value.trim()) spec.task.expect_status = numberOr(f["task.expect_status"].value);
+      if (f["task.result_pointer"].value.trim()) {
+        const pointer = f["task.result_pointer"].value.trim();
+        spec.task.result_pointer = pointer === '""' ? "" : pointer;
+      }
       if (f["task.async"].value.trim()) {
         try { spec.task.async = JSON.parse(f["task.async"].value); } catch (e) {
           throw Object.assign(new Error(`Not valid JSON: ${e.message}`), { field: "task.async" });
@@ -197,6 +207,9 @@ export function jobForm(isNew) {
     if (f.priority.value.trim()) spec.priority = numberOr(f.priority.value);
     if (names(f.on_success.value).length) spec.on_success = names(f.on_success.value);
     if (names(f.on_failure.value).length) spec.on_failure = names(f.on_failure.value);
+    if (names(f.after.value).length) spec.after = names(f.after.value);
+    const paramsFrom = map("params_from", "=");
+    if (Object.keys(paramsFrom).length) spec.params_from = paramsFrom;
     if (f.description.value.trim()) spec.description = f.description.value.trim();
     if (f.team.value.trim()) spec.team = f.team.value.trim();
     const labels = map("labels", "=");
@@ -250,6 +263,7 @@ export function jobForm(isNew) {
       "task.metadata": formatMap(task.metadata, ": "), "task.secret_metadata": formatMap(task.secret_metadata, ": "),
       "task.descriptor_set": task.descriptor_set || "",
       "task.body": task.body || "", "task.expect_status": task.expect_status ?? "",
+      "task.result_pointer": task.result_pointer === "" ? '""' : (task.result_pointer ?? ""),
       "task.async": task.async ? JSON.stringify(task.async, null, 2) : "", timeout: spec.timeout || "", start_deadline: spec.start_deadline || "",
       "retries.max": retries.max ?? 0, "retries.backoff": retries.backoff || "", "retries.max_backoff": retries.max_backoff || "",
       concurrency: spec.concurrency || "allow", max_queue: spec.max_queue ?? "", misfire: spec.misfire || "skip", max_catchup: spec.max_catchup ?? "",
@@ -258,6 +272,7 @@ export function jobForm(isNew) {
       selector: formatMap(spec.selector, "="), pool: spec.pool || "", pool_slots: spec.pool_slots ?? "", priority: spec.priority ?? "",
       on_success: (spec.on_success || []).join(", "),
       on_failure: (spec.on_failure || []).join(", "), max_output: spec.max_output ?? "",
+      after: (spec.after || []).join(", "), params_from: formatMap(spec.params_from, "="),
       "limits.memory": limits.memory ?? "", "limits.cpu": limits.cpu || "", "limits.open_files": limits.open_files ?? "",
       ...Object.fromEntries(ALERT_FIELDS.map((key) => [`alerts.${key}`, alerts[key] ?? ""])),
     };

@@ -34,6 +34,8 @@ const RECHECK: Duration = Duration::from_secs(2);
 /// The head start of each rank when a slot comes free: the first-ranked worker waiting with
 /// the tick races first, the next one this much later (if the tick is still not taken).
 const RANK_STAGGER: Duration = Duration::from_millis(150);
+/// The wait before waiting again after each claim a turn sent found the pool full.
+const FUTILE_BACKOFF: Duration = Duration::from_millis(50);
 
 /// How a pool claim ended.
 pub(crate) enum Pooled {
@@ -57,6 +59,9 @@ pub(crate) async fn race(
     let first_wait = now_ms();
     let deadline_ms = deadline_ms(fire, first_wait);
     let mut waiting: Option<WaitingGauge> = None;
+    // Claims sent on a turn that found the pool full again (the mirror behind etcd): each next
+    // one waits longer, so a stale view never spins.
+    let mut futile = 0u32;
     loop {
         let slots = match ctx.pools.pick(pool, n) {
             Pick::Missing => return missed(ctx, fire, pool, format!("pool {pool:?} does not exist")).await,
@@ -84,8 +89,11 @@ pub(crate) async fn race(
             METRICS.pool_waits.with_label_values(&[pool]).inc();
             waiting = Some(WaitingGauge::new(ctx, pool, &fire.id));
         }
+        if futile > 0 {
+            tokio::time::sleep(FUTILE_BACKOFF * futile.min(20)).await;
+        }
         match wait_turn(ctx, fire, (pool, n), (&wait_key, rank, deadline_ms)).await {
-            Turn::Again => {}
+            Turn::Again => futile += 1,
             Turn::Taken => return Pooled::Settled,
             Turn::SessionEnded => {
                 // Its queue entry may go with the session: the sweeps settle a tick nobody took.
