@@ -41,8 +41,8 @@ pub enum ClaimOutcome {
         holder: Vec<u8>,
     },
     Lost,
-    /// The tick's pool had too few slots free, or ticks of a higher priority (or earlier
-    /// time) waiting: nothing was claimed, the tick's queue entry was written (or was there).
+    /// The tick's pool had too few of the slots it named free, or ticks of a higher priority
+    /// (or earlier time) waiting: nothing was written.
     PoolFull,
     Unknown(String),
 }
@@ -88,7 +88,7 @@ pub struct QueueClaim {
 
 /// The pool part of a claim: the slots it takes (created only while absent, on the session
 /// lease), and the tick's place in the pool's queue, which must have nobody ahead of it. When
-/// either fails, nothing of the claim is written but the queue entry (if absent).
+/// either fails, nothing of the claim is written.
 #[derive(Debug, Clone)]
 pub struct PoolClaim {
     pub slot_keys: Vec<String>,
@@ -202,8 +202,9 @@ fn pool_outcome(first: Option<TxnOpResponse>, locked: bool, fencing_token: i64) 
 
 /// The pool part of a claim: `run` (everything the claim writes when it runs) only while the
 /// slots are free and nobody waits ahead, the slots taken with it and the tick's queue entry
-/// removed; otherwise the queue entry written (on the session lease), unless present.
-fn pool_txn(pool: &PoolClaim, run: Vec<TxnOp>, session: Option<PutOptions>) -> Txn {
+/// removed; otherwise nothing (the worker queues the tick only when its view says the pool
+/// is full: [`enqueue`]), so a claim that named a slot another took just before costs no entry.
+fn pool_txn(pool: &PoolClaim, run: Vec<TxnOp>, session: &Option<PutOptions>) -> Txn {
     let wait = pool.wait_key.as_str();
     let mut free: Vec<Compare> =
         pool.slot_keys.iter().map(|k| Compare::create_revision(k.as_str(), CompareOp::Equal, 0)).collect();
@@ -211,12 +212,23 @@ fn pool_txn(pool: &PoolClaim, run: Vec<TxnOp>, session: Option<PutOptions>) -> T
     let mut then = run;
     then.extend(pool.slot_keys.iter().map(|k| TxnOp::put(k.as_str(), pool.slot_value.clone(), session.clone())));
     then.push(TxnOp::delete(wait, None));
-    let queue = Txn::new().when([Compare::create_revision(wait, CompareOp::Equal, 0)]).and_then([TxnOp::put(
+    Txn::new().when(free).and_then(then)
+}
+
+/// Puts a tick's entry in its pool's queue (on the waiting worker's session lease), unless it
+/// is there; `Ok(false)` when it was (another waiter's).
+///
+/// # Errors
+/// When etcd failed or did not answer.
+pub async fn enqueue(client: &Client, pool: &PoolClaim, session_lease: i64) -> Result<bool, EtcdError> {
+    let wait = pool.wait_key.as_str();
+    let txn = Txn::new().when([Compare::create_revision(wait, CompareOp::Equal, 0)]).and_then([TxnOp::put(
         wait,
         pool.wait_value.clone(),
-        session,
+        Some(PutOptions::new().with_lease(session_lease)),
     )]);
-    Txn::new().when(free).and_then(then).or_else([TxnOp::txn(queue)])
+    let mut kv = client.kv_client();
+    Ok(request("pool_enqueue", kv.txn(txn)).await?.succeeded())
 }
 
 /// What releases the slots a claim took (`slot_keys`, created with the claim at
@@ -271,7 +283,7 @@ fn claim_txn_with(c: &RunClaim, first: Option<TxnOp>) -> Txn {
         run.splice(0..0, then.drain(..));
         run.extend(c.lock.iter().map(|l| TxnOp::put(l.key.as_str(), l.value.clone(), session.clone())));
         run.extend(c.extra.iter().cloned());
-        let pooled = vec![TxnOp::txn(pool_txn(pool, run, session))];
+        let pooled = vec![TxnOp::txn(pool_txn(pool, run, &session))];
         match &c.lock {
             None => then = pooled,
             // A tick `forbid` skips is taken too: its extras go with the skipped claim.

@@ -353,18 +353,26 @@ const POOL_JOBS: [(&str, u8); 2] = [("pooled-hi", 90), ("pooled-lo", 10)];
 /// Two runs of the pool's jobs alive at once (its one slot held twice), if any.
 fn pool_overlap(attempts: &[Attempt]) -> Option<String> {
     let pooled: Vec<&Attempt> = attempts.iter().filter(|a| POOL_JOBS.iter().any(|(j, _)| *j == a.id.job)).collect();
-    for (i, x) in pooled.iter().enumerate() {
-        for y in &pooled[i + 1..] {
+    overlap(&pooled).map(|(x, y)| format!("pool {POOL} (1 slot) ran {} at once", both(x, y)))
+}
+
+/// The first two of `attempts` alive at once.
+fn overlap<'a>(attempts: &[&'a Attempt]) -> Option<(&'a Attempt, &'a Attempt)> {
+    for (i, x) in attempts.iter().enumerate() {
+        for y in &attempts[i + 1..] {
             let (xe, ye) = (x.ended.unwrap_or(UnixMs::MAX), y.ended.unwrap_or(UnixMs::MAX));
             if x.started < ye && y.started < xe {
-                return Some(format!(
-                    "pool {POOL} (1 slot) ran {} and {} at once ({}..{} on {}, {}..{} on {})",
-                    x.id, y.id, x.started, xe, x.worker, y.started, ye, y.worker
-                ));
+                return Some((x, y));
             }
         }
     }
     None
+}
+
+/// `x and y (their spans and workers)`.
+fn both(x: &Attempt, y: &Attempt) -> String {
+    let (xe, ye) = (x.ended.unwrap_or(UnixMs::MAX), y.ended.unwrap_or(UnixMs::MAX));
+    format!("{} and {} ({}..{} on {}, {}..{} on {})", x.id, y.id, x.started, xe, x.worker, y.started, ye, y.worker)
 }
 
 async fn run_seed(seed: u64, dir: &Path) -> Outcome {
@@ -779,16 +787,8 @@ fn violation(out: &Outcome) -> Option<String> {
         by_tick.entry((a.id.job.clone(), format!("{:?}", a.id.tick))).or_default().push(a);
     }
     for attempts in by_tick.values() {
-        for (i, x) in attempts.iter().enumerate() {
-            for y in &attempts[i + 1..] {
-                let (xe, ye) = (x.ended.unwrap_or(UnixMs::MAX), y.ended.unwrap_or(UnixMs::MAX));
-                if x.started < ye && y.started < xe {
-                    return Some(format!(
-                        "{} and {} were alive at once ({}..{} on {}, {}..{} on {})",
-                        x.id, y.id, x.started, xe, x.worker, y.started, ye, y.worker
-                    ));
-                }
-            }
+        if let Some((x, y)) = overlap(attempts) {
+            return Some(format!("{} were alive at once", both(x, y)));
         }
     }
     let stored = match stored_finals(&out.records) {

@@ -14,6 +14,9 @@ use tokio::sync::watch;
 
 use crate::cluster::watcher::{Kv, Mirror, Update};
 
+/// Most entries ahead of a waiting tick [`PoolTable::turn`] answers.
+const AHEAD_SHOWN: usize = 8;
+
 /// One pool: its size, the slots held and the ticks waiting (by queue key, in queue order).
 #[derive(Debug, Default, Clone)]
 pub struct PoolState {
@@ -143,8 +146,13 @@ impl PoolTable {
         let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
         let Some(state) = inner.get(pool) else { return (false, Vec::new()) };
         let free = state.slots.unwrap_or(0).saturating_sub(u32::try_from(state.held.len()).unwrap_or(u32::MAX));
-        let ahead: Vec<_> =
-            state.waiting.range(..wait_key.to_owned()).map(|(k, (rev, w))| (k.clone(), *rev, w.clone())).collect();
+        // The first few ahead only: enough to find a stale head, cheap with thousands waiting.
+        let ahead: Vec<_> = state
+            .waiting
+            .range(..wait_key.to_owned())
+            .take(AHEAD_SHOWN)
+            .map(|(k, (rev, w))| (k.clone(), *rev, w.clone()))
+            .collect();
         (free >= n && ahead.is_empty(), ahead)
     }
 }

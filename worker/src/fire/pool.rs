@@ -34,6 +34,9 @@ const RECHECK: Duration = Duration::from_secs(2);
 /// The head start of each rank when a slot comes free: the first-ranked worker waiting with
 /// the tick races first, the next one this much later (if the tick is still not taken).
 const RANK_STAGGER: Duration = Duration::from_millis(150);
+/// Claims sent again at once after naming a slot another claim took just before.
+const MAX_COLLISIONS: u32 = 3;
+const COLLISION_BACKOFF: Duration = Duration::from_millis(5);
 /// The wait before waiting again after each claim a turn sent found the pool full.
 const FUTILE_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -62,6 +65,7 @@ pub(crate) async fn race(
     // Claims sent on a turn that found the pool full again (the mirror behind etcd): each next
     // one waits longer, so a stale view never spins.
     let mut futile = 0u32;
+    let mut collisions = 0u32;
     loop {
         let slots = match ctx.pools.pick(pool, n) {
             Pick::Missing => return missed(ctx, fire, pool, format!("pool {pool:?} does not exist")).await,
@@ -83,6 +87,20 @@ pub(crate) async fn race(
                 won.pool_slots = slots.0.iter().map(|&i| ctx.keys.pool_slot(pool, i)).collect();
             }
             return Pooled::Raced(outcome, hold);
+        }
+        // Enough slots free as this worker sees them, nobody ahead: another claim took a slot
+        // this one named just before. Again at once with other slots (a few times), not queued.
+        if ctx.pools.turn(pool, n, &wait_key).0 && collisions < MAX_COLLISIONS {
+            collisions += 1;
+            tokio::time::sleep(COLLISION_BACKOFF * collisions).await;
+            continue;
+        }
+        collisions = 0;
+        let lease = *ctx.lease.borrow();
+        if let (Some(part), Some(lease)) = (&request.pool, lease) {
+            if let Err(e) = etcron_common::claim::enqueue(&ctx.client, part, lease).await {
+                tracing::warn!(pool, error = ?e, "queuing the tick failed: it waits all the same");
+            }
         }
         if waiting.is_none() {
             tracing::info!(pool, priority, "pool full: the tick waits in its queue");
