@@ -796,7 +796,10 @@ fn violation(out: &Outcome) -> Option<String> {
         Err(conflict) => return Some(conflict),
     };
     if let Some(a) = out.attempts.iter().find(|a| !stored.contains_key(&a.id)) {
-        return Some(format!("{} ran on {} from {} and has no final record", a.id, a.worker, a.started));
+        return Some(format!(
+            "{} ran on {} from {} (ended {:?}) and has no final record",
+            a.id, a.worker, a.started, a.ended
+        ));
     }
     if let Some((a, status)) = out
         .attempts
