@@ -220,7 +220,11 @@ async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: G
         let here = |t: &UnixMs| {
             ctx.pools.waits_here(&etcron_model::keys::ExecutionId::new(job, Tick::Scheduled(*t)).to_string())
         };
-        unclaimed.retain(|t| !waiting.contains(t) && !here(t));
+        // Until its start deadline; past it, its waiters have recorded it (or etcd did not
+        // answer them, and an entry they could not remove stays): the sweep settles it.
+        let deadline = i64::try_from(entry.spec.start_deadline().as_millis()).unwrap_or(i64::MAX / 4);
+        let now = now_ms();
+        unclaimed.retain(|t| !((waiting.contains(t) || here(t)) && t + deadline > now));
     }
     let (unsure, unclaimed) =
         if from_state { split_unsure(unclaimed, last, now_ms()) } else { (Vec::new(), unclaimed) };
