@@ -63,16 +63,17 @@ fn is_parent(ctx: &Context, fire: &Fire, job: &str) -> bool {
 /// A step's parents' results (from the run's step keys, one range read: `null` for a parent
 /// without one) and the run's root. An etcd failure is the run's error.
 async fn parents(ctx: &Context, fire: &Fire, run: &str) -> Result<(ParentResults, StepOf), String> {
+    if fire.spec.after.is_empty() && fire.parent.is_none() {
+        // A root: no parent to read, and nothing for an etcd outage to fail.
+        return Ok((ParentResults::new(), StepOf { run: run.to_owned(), root: None }));
+    }
     let mut results = ParentResults::new();
     for job in &fire.spec.after {
         results.insert(job.clone(), Value::Null);
     }
     let prefix = ctx.keys.workflow_steps_prefix(run);
-    let mut kv = ctx.client.kv_client();
     let resp =
-        etcron_common::etcd::request("workflow_read", kv.get(prefix.as_str(), Some(GetOptions::new().with_prefix())))
-            .await
-            .map_err(|e| format!("reading the steps of workflow run {run} failed: {e:?}"))?;
+        read_steps(ctx, &prefix).await.map_err(|e| format!("reading the steps of workflow run {run} failed: {e}"))?;
     let mut root = None;
     for kv in resp.kvs() {
         let Some(job) = kv.key().strip_prefix(prefix.as_bytes()).and_then(|j| std::str::from_utf8(j).ok()) else {
@@ -92,6 +93,24 @@ async fn parents(ctx: &Context, fire: &Fire, run: &str) -> Result<(ParentResults
         return Ok((results, StepOf { run: run.to_owned(), root: None }));
     }
     Ok((results, StepOf { run: run.to_owned(), root }))
+}
+
+/// Tries of reading a run's steps before the step fails (an etcd outage passes first).
+const READ_TRIES: u32 = 10;
+
+/// The steps under `prefix`, read again (every second) while etcd fails, up to `READ_TRIES`.
+async fn read_steps(ctx: &Context, prefix: &str) -> Result<etcd_client::GetResponse, String> {
+    let mut last = String::new();
+    for _ in 0..READ_TRIES {
+        let mut kv = ctx.client.kv_client();
+        match etcron_common::etcd::request("workflow_read", kv.get(prefix, Some(GetOptions::new().with_prefix()))).await
+        {
+            Ok(resp) => return Ok(resp),
+            Err(e) => last = format!("{e:?}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    Err(format!("{last} ({READ_TRIES} tries)"))
 }
 
 /// What a step's task is given of its workflow run: its place in it, its parents' results,
