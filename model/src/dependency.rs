@@ -10,6 +10,20 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
+use serde::Deserialize;
+
+/// A stored job's edges, read on their own: the rest of the spec is not parsed, so reading
+/// every job's is cheap and a value that is otherwise invalid still counts its edges.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Edges {
+    #[serde(default)]
+    pub on_success: Vec<String>,
+    #[serde(default)]
+    pub on_failure: Vec<String>,
+    #[serde(default)]
+    pub after: Vec<String>,
+}
+
 /// Edges from each job to the jobs its executions start (`on_success`, then `on_failure`),
 /// and from each job named in another's `after` to that job.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -115,6 +129,12 @@ impl DependencyGraph {
         } else {
             self.edges.insert(job.to_owned(), dependents);
         }
+    }
+
+    /// Sets every edge of `job` (its dependents and its `after`), replacing any it had.
+    pub fn set_edges(&mut self, job: &str, edges: &Edges) {
+        self.set(job, edges.on_success.iter().chain(&edges.on_failure));
+        self.set_after(job, &edges.after);
     }
 
     /// Sets the `after` of `job` (the workflow parents it runs after), replacing any it had.

@@ -48,8 +48,9 @@ try {
 
   // Delete it (a dismissed confirm first, which keeps it).
   page.once("dialog", (d) => d.dismiss());
+  // `confirm` is the handler's first, synchronous step: once the click returns, a dismissed
+  // one has returned from the handler without a request.
   await page.getByRole("button", { name: "Delete pool cache" }).click();
-  await page.waitForTimeout(300);
   assert.equal((await call(base, "GET", "/api/pools/cache")).status, 200);
   page.once("dialog", (d) => d.accept());
   await page.getByRole("button", { name: "Delete pool cache" }).click();

@@ -109,6 +109,9 @@ pub struct WorkerMetrics {
     /// Ticks recorded `missed` by this worker because their pool stayed full (or does not
     /// exist), by pool.
     pub pool_missed: IntCounterVec,
+    /// Queue entries etcd did not take (the tick waits all the same, out of the queue's order
+    /// until an entry is written), by pool.
+    pub pool_enqueue_errors: IntCounterVec,
     /// Slots held (cluster-wide, as this worker's mirror sees them) and slots, by pool.
     pub pool_slots_held: IntGaugeVec,
     pub pool_slots: IntGaugeVec,
@@ -327,6 +330,11 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     pool_missed: counter_vec(
         "etcron_worker_pool_missed_total",
         "Ticks this worker recorded missed because their pool stayed full until the start deadline, or does not exist.",
+        &["pool"],
+    ),
+    pool_enqueue_errors: counter_vec(
+        "etcron_worker_pool_enqueue_errors_total",
+        "Queue entries of ticks waiting for a full pool that etcd did not take (each also a warning): the tick waits all the same, and writes its entry on its next turn.",
         &["pool"],
     ),
     pool_slots_held: gauge_vec(

@@ -15,6 +15,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcron_model::dependency::Edges;
 use etcron_model::keys::{validate_id, ExecutionId, MAX_ID_LEN};
 use etcron_model::record::{RunParams, Status, TriggerKind};
 use etcron_model::stored::TriggerRequest;
@@ -41,12 +42,8 @@ const FAILED: [Status; 5] = [Status::Failed, Status::TimedOut, Status::Killed, S
 /// filled in from the value and the key, its team and revision.
 #[derive(Debug, Default, Deserialize)]
 struct JobEdges {
-    #[serde(default)]
-    on_success: Vec<String>,
-    #[serde(default)]
-    on_failure: Vec<String>,
-    #[serde(default)]
-    after: Vec<String>,
+    #[serde(flatten)]
+    edges: Edges,
     #[serde(skip)]
     team: Option<String>,
     #[serde(skip)]
@@ -152,10 +149,10 @@ async fn read(st: &AppState, run: &str) -> ApiResult<Stored> {
 fn nodes<'a>(root: &str, jobs: &Jobs, stepped: impl Iterator<Item = &'a String>) -> BTreeSet<String> {
     let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (name, job) in jobs {
-        for parent in &job.after {
+        for parent in &job.edges.after {
             children.entry(parent.as_str()).or_default().push(name.as_str());
         }
-        for child in job.on_success.iter().chain(&job.on_failure) {
+        for child in job.edges.on_success.iter().chain(&job.edges.on_failure) {
             children.entry(name.as_str()).or_default().push(child.as_str());
         }
     }
@@ -182,9 +179,9 @@ fn edges(nodes: &BTreeSet<String>, jobs: &Jobs) -> Vec<Edge> {
                 out.insert(Edge { from: from.to_owned(), to: to.to_owned(), kind });
             }
         };
-        job.on_success.iter().for_each(|c| add(name, c, Kind::OnSuccess));
-        job.on_failure.iter().for_each(|c| add(name, c, Kind::OnFailure));
-        job.after.iter().for_each(|p| add(p, name, Kind::After));
+        job.edges.on_success.iter().for_each(|c| add(name, c, Kind::OnSuccess));
+        job.edges.on_failure.iter().for_each(|c| add(name, c, Kind::OnFailure));
+        job.edges.after.iter().for_each(|p| add(p, name, Kind::After));
     }
     out.into_iter().collect()
 }
@@ -343,9 +340,9 @@ pub(super) async fn get(
             "status": step.map(|s| s.status),
             "at": step.map(|s| rfc3339_ms(s.at_ms)),
             "result": step.and_then(|s| s.result.clone()),
-            "after": list(|s| &s.after),
-            "on_success": list(|s| &s.on_success),
-            "on_failure": list(|s| &s.on_failure),
+            "after": list(|s| &s.edges.after),
+            "on_success": list(|s| &s.edges.on_success),
+            "on_failure": list(|s| &s.edges.on_failure),
         }));
     }
     let shown_edges: Vec<&Edge> = edges.iter().filter(|e| sees(&e.from) && sees(&e.to)).collect();
@@ -523,7 +520,10 @@ mod tests {
 
     fn job(after: &[&str], on_success: &[&str], on_failure: &[&str]) -> JobEdges {
         let v = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect();
-        JobEdges { after: v(after), on_success: v(on_success), on_failure: v(on_failure), ..JobEdges::default() }
+        JobEdges {
+            edges: Edges { after: v(after), on_success: v(on_success), on_failure: v(on_failure) },
+            ..JobEdges::default()
+        }
     }
 
     fn step(job: &str, status: Status) -> (String, Step) {

@@ -5,12 +5,11 @@
 use std::collections::BTreeMap;
 
 use etcd_client::GetOptions;
-use etcron_model::dependency::DependencyGraph;
+use etcron_model::dependency::{DependencyGraph, Edges};
 use etcron_model::keys::{Key, Keys};
 use etcron_model::now_ms;
 use etcron_model::schedule::ScheduleError;
 use etcron_model::spec::{check_jitter, validate_name, JobSpec, MAX_SPEC_BYTES};
-use serde::Deserialize;
 
 use super::dependencies::{self, JobTeams};
 use super::{
@@ -158,8 +157,10 @@ pub(super) fn fires_again(job: &str, spec: &JobSpec) -> Result<(), JobStoreError
     })
 }
 
+/// Whether a write draws dependency edges (`on_success`, `on_failure`, `after`): then its cycle
+/// check and team rule need every stored job.
 pub(super) fn has_dependents(w: &Write) -> bool {
-    matches!(&w.change, Change::Put(spec) if !spec.on_success.is_empty() || !spec.on_failure.is_empty())
+    matches!(&w.change, Change::Put(spec) if !spec.on_success.is_empty() || !spec.on_failure.is_empty() || !spec.after.is_empty())
 }
 
 /// The scope to check each write's teams with: `None` when the caller holds the route's role
@@ -383,24 +384,11 @@ fn refusal(w: &Write, precondition: Precondition, current: Option<i64>) -> JobSt
     JobStoreError::PreconditionFailed { message }
 }
 
-/// The dependency edges of a stored job. Read on their own, without validating the rest, so the
-/// check is cheap and a stored value that is otherwise invalid still counts its edges.
-#[derive(Debug, Default, Deserialize)]
-struct StoredEdges {
-    #[serde(default)]
-    on_success: Vec<String>,
-    #[serde(default)]
-    on_failure: Vec<String>,
-    #[serde(default)]
-    after: Vec<String>,
-}
-
 fn stored_graph(snapshot: &Snapshot) -> DependencyGraph {
     let mut graph = DependencyGraph::new();
     for (job, (value, _)) in &snapshot.jobs {
-        let edges: StoredEdges = serde_json::from_slice(value).unwrap_or_default();
-        graph.set(job, edges.on_success.into_iter().chain(edges.on_failure));
-        graph.set_after(job, edges.after);
+        let edges: Edges = serde_json::from_slice(value).unwrap_or_default();
+        graph.set_edges(job, &edges);
     }
     graph
 }
@@ -509,6 +497,27 @@ mod tests {
         refused(&writes[1], &ready[1], Some(8), &mut outcomes, &mut again);
         assert!(refusal(&outcomes[1]).is_some_and(|e| e.status == 409));
         assert_eq!(again.len(), 2, "a write is never compared again");
+    }
+
+    #[test]
+    fn a_cycle_of_after_edges_alone_is_refused_and_reads_every_job() {
+        // Stored: b runs after a. Saving a to run after b closes a → b → a by `after` alone.
+        let snapshot = Snapshot {
+            revision: 10,
+            jobs: [("b".to_owned(), (br#"{"after":["a"]}"#.to_vec(), 10))].into_iter().collect(),
+            complete: true,
+        };
+        let json =
+            serde_json::json!({"schedule": "@daily", "after": ["b"], "task": {"kind": "shell", "command": "true"}});
+        let writes =
+            vec![write("a", Change::Put(Box::new(JobSpec::from_value(json).unwrap())), Precondition::default())];
+        assert!(has_dependents(&writes[0]), "a save with `after` reads every job for the cycle check");
+        let ready: Vec<Prepared> = vec![prepare(0, &writes[0], None, None, (None, None)).unwrap()];
+        let mut outcomes: Vec<Option<Outcome>> = vec![None];
+        assert!(decide_locally(&writes, ready, &snapshot, &mut outcomes, &|_| true, None).is_empty());
+        let Some(Err(e)) = &outcomes[0] else { panic!("a → b → a must be refused") };
+        let e = answer(e);
+        assert_eq!((e.code, e.field.as_deref()), ("dependency_cycle", Some("after[0]")));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! role sees every job, so for it a missing dependent leaks nothing and is allowed (it may be
 //! created later). The teams checked are recorded in the saved spec (`dependency_teams`), which
 //! is what workers hold a trigger to (`etcron_model::dependency::may_trigger`). Cycles are
-//! reported without the names of jobs the caller does not see.
+//! reported without the names of jobs the caller does not see. A job's `after` (workflow parents,
+//! whose results its runs read) names jobs of its own team only.
 
 use std::collections::BTreeMap;
 
@@ -74,7 +75,37 @@ pub(super) fn check(
             }
         }
     }
+    check_after(spec, teams, scope)?;
     Ok(checked)
+}
+
+/// A job's `after` names jobs whose results its runs read: jobs of its own team only (workers
+/// trigger no child of another team either), and ones the caller sees.
+fn check_after(spec: &JobSpec, teams: &JobTeams, scope: &Scope) -> Result<(), JobStoreError> {
+    for (i, parent) in spec.after.iter().enumerate() {
+        let field = format!("after[{i}]");
+        let Some(team) = teams.get(parent) else {
+            if scope.caller.access.role.is_some() {
+                continue;
+            }
+            return Err(not_seen(field));
+        };
+        if !scope.caller.access.sees(team) {
+            return Err(not_seen(field));
+        }
+        if team != spec.team.as_deref() {
+            tracing::info!(%field, "save refused: a workflow parent of another team");
+            crate::metrics::METRICS.team_refusals.with_label_values(&["dependency"]).inc();
+            let of = |t: Option<&str>| t.map_or_else(|| "no team".to_owned(), |t| format!("team {t:?}"));
+            let message = format!(
+                "{parent:?} is of {} and this job of {}: a job runs after jobs of its own team only (it reads their results)",
+                of(team),
+                of(spec.team.as_deref())
+            );
+            return Err(JobStoreError::Forbidden { field: Some(field), message });
+        }
+    }
+    Ok(())
 }
 
 /// A dependent the caller does not see, or that does not exist: the same answer for both,
@@ -122,6 +153,23 @@ mod tests {
             "schedule": "@daily", "team": team, "task": {"kind": "shell", "command": "true"}, "on_success": deps
         });
         JobSpec::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn a_workflow_parent_is_of_the_jobs_own_team_and_seen() {
+        let teams = job_teams(&[("a2", Some("alpha")), ("g", Some("gamma")), ("b", Some("beta"))]);
+        let alpha_gamma = scope(None, &[("alpha", Role::Admin), ("gamma", Role::Admin)]);
+        let after = |team: &str, parents: &[&str]| {
+            let json = serde_json::json!({"schedule": "@daily", "team": team, "after": parents,
+                "task": {"kind": "shell", "command": "true"}});
+            JobSpec::from_value(json).unwrap()
+        };
+        assert!(check(&after("alpha", &["a2"]), &teams, &alpha_gamma).is_ok());
+        let other = answer(&check(&after("alpha", &["g"]), &teams, &alpha_gamma).unwrap_err());
+        assert_eq!((other.status.as_u16(), other.field.as_deref()), (403, Some("after[0]")));
+        assert!(other.message.contains("own team"), "{}", other.message);
+        let hidden = answer(&check(&after("alpha", &["a2", "b"]), &teams, &alpha_gamma).unwrap_err());
+        assert_eq!((hidden.status.as_u16(), hidden.field.as_deref()), (404, Some("after[1]")));
     }
 
     #[test]

@@ -100,6 +100,7 @@ pub(crate) async fn race(
         if let (Some(part), Some(lease)) = (&request.pool, lease) {
             if let Err(e) = etcron_common::claim::enqueue(&ctx.client, part, lease).await {
                 tracing::warn!(pool, error = ?e, "queuing the tick failed: it waits all the same");
+                METRICS.pool_enqueue_errors.with_label_values(&[pool]).inc();
             }
         }
         if waiting.is_none() {
