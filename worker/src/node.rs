@@ -66,19 +66,28 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
     Ok(())
 }
 
-/// Hands each deadline of the session on to the keepers (the shared page, or the simulation's
-/// tasks) until the session ends.
-async fn publish_deadlines(ctx: Arc<Context>, mut deadlines: watch::Receiver<tokio::time::Instant>) {
-    loop {
-        let until = *deadlines.borrow_and_update();
-        ctx.session_deadline.publish(until, |until| match &ctx.simulated {
-            Some(tasks) => tasks.session_deadline(&ctx.config.worker_id, until),
-            None => crate::tasks::keeper::set_deadline(until),
-        });
-        if deadlines.changed().await.is_err() {
-            break;
+/// Hands each deadline of `session` on to the keepers (the shared page, or the simulation's
+/// tasks) until the session ends. The first one is handed on before this returns, so before
+/// the lease reaches anything that claims: a task started under the new lease is never judged
+/// by the keepers against the deadline of the session before it (long passed: they would end
+/// it at once, and the worker, which never saw that deadline lapse, would record it failed).
+fn publish_deadlines(ctx: &Arc<Context>, session: &Session) {
+    let mut deadlines = session.deadlines();
+    publish_deadline(ctx, *deadlines.borrow_and_update());
+    let ctx = ctx.clone();
+    etcron_common::task::spawn(async move {
+        while deadlines.changed().await.is_ok() {
+            let until = *deadlines.borrow_and_update();
+            publish_deadline(&ctx, until);
         }
-    }
+    });
+}
+
+fn publish_deadline(ctx: &Context, until: tokio::time::Instant) {
+    ctx.session_deadline.publish(until, |until| match &ctx.simulated {
+        Some(tasks) => tasks.session_deadline(&ctx.config.worker_id, until),
+        None => crate::tasks::keeper::set_deadline(until),
+    });
 }
 
 /// A worker's [`Context`] without its watches, loops or session supervisor: the test boundary
@@ -106,7 +115,7 @@ impl Standalone {
     /// Makes `session` this worker's session: its lease carries the running markers, and its
     /// deadlines reach the keepers.
     pub fn hold_session(&self, session: &Session) {
-        etcron_common::task::spawn(publish_deadlines(self.ctx.clone(), session.deadlines()));
+        publish_deadlines(&self.ctx, session);
         let _ = self.lease.send(Some(session.lease_id()));
     }
 
@@ -440,7 +449,7 @@ async fn supervise_session(
         backoff.reset();
         // Keepers end the session's tasks once its deadline passes without renewal (a frozen
         // worker); the last one stays when the session is lost.
-        etcron_common::task::spawn(publish_deadlines(ctx.clone(), session.deadlines()));
+        publish_deadlines(&ctx, &session);
         let lease = session.lease_id();
         tracing::info!(lease_id = lease, ttl = ?ctx.config.session_ttl, "session lease granted");
         if !take_over_registration(&ctx, lease, &mut stop).await {
@@ -490,7 +499,7 @@ async fn supervise_session(
 /// overwriting the registration instead would hide the departure. A registration by a live
 /// process (or another host) is waited out: two workers must not share an id. `false` when
 /// told to stop while waiting.
-async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Receiver<bool>) -> bool {
+async fn take_over_registration(ctx: &Arc<Context>, lease: i64, stop: &mut watch::Receiver<bool>) -> bool {
     let key = ctx.keys.worker(&ctx.config.worker_id);
     let mut warned = false;
     loop {
@@ -521,7 +530,15 @@ async fn take_over_registration(ctx: &Context, lease: i64, stop: &mut watch::Rec
             tracing::warn!(old_lease, pid, "an earlier instance of this worker is still registered; revoking its session so its executions are accounted for");
             let mut leases = ctx.client.lease_client();
             match request("lease_revoke", leases.revoke(old_lease)).await {
-                Ok(_) => return true,
+                Ok(revoked) => {
+                    // Its registration went at the revoke's revision: owed from now on, on disk
+                    // before this life's registration replaces the earlier one's in the data
+                    // dir (this life may die before any watch tells it of the delete).
+                    if let Some(revision) = revoked.header().map(etcd_client::ResponseHeader::revision) {
+                        crate::ledger::loss::revoked_own_session(ctx, revision);
+                    }
+                    return true;
+                }
                 // Expired meanwhile: its keys went with it, the departure is seen.
                 Err(EtcdError::Failed(e)) if e.to_string().contains("lease not found") => return true,
                 // Not revoked (or not known to be): registering over it would hide the
