@@ -69,25 +69,22 @@ fn note_departure_window(ctx: &Context, noticed: i64) {
 }
 
 /// How long the loss handling replays a registration's history to find its delete.
-const FIND_DELETE_FOR: Duration = Duration::from_secs(10);
+const FIND_DELETE_FOR: Duration = Duration::from_secs(60);
 
 /// The revision `worker`'s registration was deleted at, after `seen` (while this worker's
-/// mirror was re-listing): replayed from etcd's history with a watch from `seen + 1`.
+/// mirror was re-listing): replayed from etcd's history with a watch from `seen + 1`. A watch
+/// broken before it answered (a leader election cancels every stream) is opened again until
+/// `FIND_DELETE_FOR` has passed; only a compacted history ends the search at once.
 async fn find_delete(ctx: &Context, worker: &str, seen: i64) -> Option<i64> {
     let key = ctx.keys.worker(worker);
     let found = tokio::time::timeout(FIND_DELETE_FOR, async {
-        let mut watcher = ctx.client.watch_client();
-        let opts = etcd_client::WatchOptions::new().with_start_revision(seen + 1);
-        let mut stream = watcher.watch(key.as_str(), Some(opts)).await.ok()?;
-        while let Ok(Some(resp)) = stream.message().await {
-            if resp.compact_revision() > 0 || resp.canceled() {
-                return None;
-            }
-            if let Some(kv) = resp.events().iter().find(|e| e.event_type() == EventType::Delete).and_then(|e| e.kv()) {
-                return Some(kv.mod_revision());
+        loop {
+            match replay_for_delete(ctx, &key, seen).await {
+                Replayed::Deleted(revision) => return Some(revision),
+                Replayed::Compacted => return None,
+                Replayed::Broken => tokio::time::sleep(FIND_DELETE_RETRY).await,
             }
         }
-        None
     })
     .await
     .ok()
@@ -102,6 +99,36 @@ async fn find_delete(ctx: &Context, worker: &str, seen: i64) -> Option<i64> {
         );
     }
     found
+}
+
+/// How long the search for a registration's delete waits before opening a broken watch again.
+const FIND_DELETE_RETRY: Duration = Duration::from_millis(250);
+
+/// What one watch over a registration's history found.
+enum Replayed {
+    Deleted(i64),
+    /// The history from the revision asked for is compacted away.
+    Compacted,
+    /// The watch could not be opened, or broke before the delete came.
+    Broken,
+}
+
+async fn replay_for_delete(ctx: &Context, key: &str, seen: i64) -> Replayed {
+    let mut watcher = ctx.client.watch_client();
+    let opts = etcd_client::WatchOptions::new().with_start_revision(seen + 1);
+    let Ok(mut stream) = watcher.watch(key, Some(opts)).await else { return Replayed::Broken };
+    while let Ok(Some(resp)) = stream.message().await {
+        if resp.compact_revision() > 0 {
+            return Replayed::Compacted;
+        }
+        if resp.canceled() {
+            return Replayed::Broken;
+        }
+        if let Some(kv) = resp.events().iter().find(|e| e.event_type() == EventType::Delete).and_then(|e| e.kv()) {
+            return Replayed::Deleted(kv.mod_revision());
+        }
+    }
+    Replayed::Broken
 }
 
 /// How many survivors handle each departure: the first-ranked one, and the next ones in case it
@@ -123,6 +150,15 @@ pub async fn record_lost(ctx: Arc<Context>, departed: String, revision: i64) {
     let departure = Departure { worker: departed, revision };
     ctx.departures.note(&departure);
     owe(ctx, departure, false).await;
+}
+
+/// This worker revoked the session of an earlier instance of itself, whose registration was
+/// deleted at `revision`: the departure is owed (on disk) before this returns, then handled as
+/// one seen live.
+pub fn revoked_own_session(ctx: &Arc<Context>, revision: i64) {
+    let departure = Departure { worker: ctx.config.worker_id.clone(), revision };
+    ctx.departures.note(&departure);
+    etcron_common::task::spawn(owe(ctx.clone(), departure, false));
 }
 
 /// Finishes the departures a previous run of this worker owed (read from its data dir at start).
