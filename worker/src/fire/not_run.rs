@@ -184,6 +184,12 @@ async fn resolve_provisional(ctx: &Context) {
             }
             Verdict::Wait => {
                 tracing::debug!(execution_id = %id, status, "provisional record waits: its claim is absent (its close may still be applied, or the sweeps settle the tick)");
+                // Noted for this worker's sweep again: the note made when the close went
+                // unanswered lives in memory only, and the sweep that took it may have died
+                // with its worker (or left the tick to a pool's waiters) before settling it.
+                if record.trigger == TriggerKind::Schedule && record.id.attempt == 1 {
+                    ctx.unsettled.note_job(&record.job, record.scheduled_ms, record.scheduled_ms);
+                }
                 continue;
             }
             Verdict::Submit { fencing_token } => {
