@@ -822,10 +822,19 @@ fn violation(out: &Outcome) -> Option<String> {
         .filter(|(_, w)| w.record.reason.as_deref().is_some_and(|r| r.contains("not rerun")))
         .map(|(_, w)| &w.record.id)
         .collect();
-    if let Some((id, _)) = stored
-        .iter()
-        .find(|(id, s)| **s == Status::Lost && !attempted.contains(&id.next_attempt()) && !final_loss.contains(id))
-    {
+    // A rerun of a pool job may still be waiting in its pool's queue when the run ends: a rerun
+    // waits up to `SLOT_WAIT_MAX` (5 min, longer than the run) before it is recorded missed.
+    let waiting = |id: &ExecutionId| {
+        let suffix = format!("-{}", id.to_string().replacen('@', "/", 1));
+        let queues = format!("{NAMESPACE}/poolwait/");
+        out.history.iter().any(|c| c.key.starts_with(queues.as_bytes()) && c.key.ends_with(suffix.as_bytes()))
+    };
+    if let Some((id, _)) = stored.iter().find(|(id, s)| {
+        **s == Status::Lost
+            && !attempted.contains(&id.next_attempt())
+            && !final_loss.contains(id)
+            && !waiting(&id.next_attempt())
+    }) {
         return Some(format!("{id} was recorded lost and has no rerun"));
     }
     if let Some((id, claim)) = out.claims.iter().find(|(_, c)| c.state() == ClaimState::Running) {
