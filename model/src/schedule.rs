@@ -101,6 +101,14 @@ impl Jitter {
     }
 }
 
+/// The first unit in duration text `text` that is a month or a year (`M`, `month`, `y`,
+/// `year`, as humantime reads them), if any.
+fn calendar_unit(text: &str) -> Option<&str> {
+    text.split(|c: char| !c.is_ascii_alphabetic())
+        .filter(|unit| !unit.is_empty())
+        .find(|unit| matches!(*unit, "M" | "y" | "month" | "months" | "year" | "years"))
+}
+
 /// A stable 64-bit hash of `job`'s name (FNV-1a): the same on every worker, build and platform.
 fn seed_of(job: &str) -> u64 {
     job.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
@@ -379,12 +387,18 @@ fn parse_kind(expression: &str) -> Result<Kind, ScheduleError> {
         return Err(ScheduleError::Expression(format!("schedule is longer than {MAX_EXPRESSION_LEN} characters")));
     }
     if let Some(rest) = strip_keyword(expr, "@every") {
+        if let Some(unit) = calendar_unit(rest) {
+            return Err(ScheduleError::Expression(format!(
+                "@every {}: {unit:?} is a month or a year, which have no fixed length; write days (\"30d\"), hours, minutes or seconds, or use a cron expression for calendar months",
+                rest.trim()
+            )));
+        }
         let interval = crate::duration::parse(rest).map_err(ScheduleError::Expression)?;
         if interval < MIN_EVERY || interval > MAX_EVERY {
             return Err(ScheduleError::Expression(format!(
-                "@every interval must be between {} and {}",
+                "@every interval must be between {} and {}d",
                 humantime::format_duration(MIN_EVERY),
-                humantime::format_duration(MAX_EVERY)
+                MAX_EVERY.as_secs() / 86_400
             )));
         }
         if interval.subsec_nanos() % 1_000_000 != 0 {
@@ -716,6 +730,113 @@ mod tests {
         for (expr, want) in cases {
             let err = parse_error(expr);
             assert!(err.contains(want), "{expr:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_range_ending_on_sunday_reads_sunday_as_7_and_other_backward_ranges_say_how_to_write_them() {
+        // 2026-01-02 is a Friday.
+        let weekend = next_n("0 9 * * sat-sun", "UTC", "2026-01-02T00:00:00Z", 3);
+        assert_eq!(
+            weekend,
+            ["2026-01-03T09:00:00.000+00:00", "2026-01-04T09:00:00.000+00:00", "2026-01-10T09:00:00.000+00:00"]
+        );
+        assert_eq!(next_n("0 9 * * 6-0", "UTC", "2026-01-02T00:00:00Z", 3), weekend);
+        let daily = next_n("0 9 * * mon-sun", "UTC", "2026-01-02T00:00:00Z", 7);
+        assert_eq!(daily, next_n("0 9 * * *", "UTC", "2026-01-02T00:00:00Z", 7));
+        let cases = [
+            ("0 0 * * fri-tue", "day-of-week: the range fri-tue runs backwards: ranges do not wrap around; for the values from fri round to tue write fri-sat,sun-tue"),
+            ("0 0 * nov-feb *", "write nov-dec,jan-feb"),
+            ("0 5-2 * * *", "hour: the range 5-2 runs backwards: ranges do not wrap around; for the values from 5 round to 2 write 5-23,0-2"),
+            ("0 22-2/2 * * *", "split it in two (22-23,0-2) and step each"),
+        ];
+        for (expr, want) in cases {
+            let err = parse_error(expr);
+            assert!(err.contains(want), "{expr:?}: {err}");
+        }
+        // The advice, taken, means the values round the end of the range.
+        assert_eq!(
+            next_n("0 0 * * fri-sat,sun-tue", "UTC", "2026-01-01T12:00:00Z", 5),
+            [
+                "2026-01-02T00:00:00.000+00:00",
+                "2026-01-03T00:00:00.000+00:00",
+                "2026-01-04T00:00:00.000+00:00",
+                "2026-01-05T00:00:00.000+00:00",
+                "2026-01-06T00:00:00.000+00:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_question_mark_stands_alone() {
+        for expr in ["0 0 ?,1 * 5", "0 0 1,? * 5", "0 0 * * ?,MON"] {
+            let err = parse_error(expr);
+            assert!(err.contains("? (any day) stands alone and cannot be part of the list"), "{expr:?}: {err}");
+        }
+        assert!(Schedule::parse("0 0 ? * 5", "UTC").is_ok());
+    }
+
+    #[test]
+    fn every_refuses_months_and_years_and_states_its_limit_in_days() {
+        for expr in ["@every 5M", "@every 1y", "@every 2months", "@every 1year 2d"] {
+            let err = parse_error(expr);
+            assert!(err.contains("a month or a year, which have no fixed length"), "{expr:?}: {err}");
+        }
+        assert!(parse_error("@every 367d").contains("between 1s and 366d"));
+        assert_eq!(Schedule::parse("@every 5m", "UTC").unwrap().describe(), "Every 5 minutes");
+        assert_eq!(Schedule::parse("@every 30d", "UTC").unwrap().describe(), "Every 30 days");
+    }
+
+    #[test]
+    fn a_wildcard_job_keeps_its_second_pass_through_a_seven_hour_fall_back() {
+        // Antarctica/Vostok fell back 7 hours in February 1994 (+07 to -00): a wildcard job runs at
+        // every elapsed instant whose local time matches, both passes of the repeated hours included.
+        use chrono::Offset as _;
+        let tz: chrono_tz::Tz = "Antarctica/Vostok".parse().unwrap();
+        let offset = |t: i64| i64::from(tz.timestamp_opt(t, 0).unwrap().offset().fix().local_minus_utc());
+        let (mut lo, mut hi) = (ms("1994-01-01T00:00:00Z") / 1000, ms("1994-06-01T00:00:00Z") / 1000);
+        assert!(offset(lo) - offset(hi) >= 6 * 3600, "the tz data has Vostok's 1994 change");
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            if offset(mid) == offset(lo) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        // Every elapsed minute whose local time matches, from `from` on: what a wildcard job runs.
+        let brute = |matches: &dyn Fn(u32, u32) -> bool, from: i64, n: usize| -> Vec<i64> {
+            use chrono::Timelike as _;
+            let mut t = (from / 60 + 1) * 60;
+            let mut out = Vec::new();
+            while out.len() < n {
+                let local = tz.timestamp_opt(t, 0).unwrap();
+                if matches(local.hour(), local.minute()) {
+                    out.push(t * 1000);
+                }
+                t += 60;
+            }
+            out
+        };
+        type Matches<'a> = &'a dyn Fn(u32, u32) -> bool;
+        let cases: [(&str, Matches); 4] = [
+            ("0 * * * *", &|_, m| m == 0),
+            // Six hours apart: 18:00 comes again an hour after the change, six hours after its
+            // first pass (a 3-hour look ahead, from that first pass, missed it).
+            ("0 */6 * * *", &|h, m| h % 6 == 0 && m == 0),
+            ("30 */2 * * *", &|h, m| h % 2 == 0 && m == 30),
+            ("*/20 1-23/3 * * *", &|h, m| h % 3 == 1 && m % 20 == 0),
+        ];
+        for (expr, matches) in cases {
+            let s = Schedule::parse(expr, "Antarctica/Vostok").unwrap();
+            for minutes in (-600..=480).step_by(10) {
+                let from = hi + minutes * 60 - 1;
+                assert_eq!(
+                    s.upcoming(from * 1000, 12),
+                    brute(matches, from, 12),
+                    "{expr} from {minutes} min after the change"
+                );
+            }
         }
     }
 

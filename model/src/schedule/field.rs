@@ -67,6 +67,11 @@ impl Unit {
         if items.iter().any(|i| i.is_empty()) {
             return Err(self.err(format!("empty item in the list {field:?}")));
         }
+        if items.len() > 1 && items.iter().any(|i| i.starts_with('?')) {
+            return Err(self.err(format!(
+                "? (any day) stands alone and cannot be part of the list {field:?}; write the days without it"
+            )));
+        }
         Ok(items)
     }
 
@@ -82,10 +87,12 @@ impl Unit {
             _ => match base.split_once('-') {
                 Some((a, b)) => {
                     let (lo, hi) = (self.value(a)?, self.value(b)?);
-                    if lo > hi {
-                        return Err(self.err(format!("the range {base} runs backwards; write the lower value first")));
+                    match (lo > hi, self.names) {
+                        // Sunday is 7 too: `sat-sun` is 6-7, `mon-sun` 1-7 (as Vixie cron reads them).
+                        (true, Names::Days) if hi == 0 => (lo, 7),
+                        (true, _) => return Err(self.err(self.backwards(base, (a, b), step.is_some()))),
+                        (false, _) => (lo, hi),
                     }
-                    (lo, hi)
                 }
                 None => {
                     let v = self.value(base)?;
@@ -94,6 +101,32 @@ impl Unit {
             },
         };
         Ok(Span { lo, hi, step: step.unwrap_or(1) })
+    }
+
+    /// Why the range `base` (`a-b`, running backwards) is refused, with the list that means what
+    /// it may have meant: ranges do not wrap around.
+    fn backwards(&self, base: &str, (a, b): (&str, &str), stepped: bool) -> String {
+        let named = |v: u32, text: &str| {
+            let list: &[&str] = match self.names {
+                Names::Months => &MONTH_NAMES,
+                Names::Days => &DAY_NAMES,
+                Names::None => &[],
+            };
+            let index = if self.names == Names::Months { v.wrapping_sub(1) } else { v };
+            match list.get(index as usize) {
+                Some(name) if !text.bytes().all(|c| c.is_ascii_digit()) => name.to_ascii_lowercase(),
+                _ => v.to_string(),
+            }
+        };
+        let (end, start) = (named(self.star_max, a), named(self.min, b));
+        let rewrite = format!("{a}-{end},{start}-{b}");
+        if stepped {
+            format!(
+                "the range {base} runs backwards: ranges do not wrap around; split it in two ({rewrite}) and step each"
+            )
+        } else {
+            format!("the range {base} runs backwards: ranges do not wrap around; for the values from {a} round to {b} write {rewrite}")
+        }
     }
 
     /// `?` (any day) belongs to the day fields and takes no step.

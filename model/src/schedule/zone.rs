@@ -11,8 +11,10 @@ use chrono_tz::Tz;
 
 use super::cron::CronSpec;
 
-/// Longest fall-back overlap looked for ahead of an instant.
-const OVERLAP_WINDOW_S: i64 = 3 * 3600;
+/// Longest fall-back overlap looked for ahead of an instant: a day and two hours, more than any
+/// change of offset in the tz database (Antarctica/Vostok fell back 7 hours in 1994; 3 hours,
+/// the earlier bound, lost a wildcard job's second pass there).
+const OVERLAP_WINDOW_S: i64 = 26 * 3600;
 /// Most local times one search may look at. Outside the last hour before a fall-back change a
 /// search looks at one or two; just before one, a wildcard job may look at every matching
 /// local time of the overlap (3 600 for an every-second job and a one-hour change).
