@@ -30,6 +30,8 @@ pub enum Exit {
     Unreachable = 6,
     /// `--dry-run`: changes are pending (as `git diff --exit-code`); 0 when there are none.
     Pending = 7,
+    /// `jobs check`: stored specs that this version refuses (they would not run).
+    Refused = 8,
 }
 
 /// The text `--help` shows after the commands.
@@ -41,7 +43,8 @@ pub const HELP: &str = "Exit codes:
   4  conflict (409): the job changed since it was read, or already exists (or the backfill is over)
   5  executions get --follow, logs --follow, jobs run --follow: the final attempt did not succeed
   6  no etcron master answered at --server (refused, timed out, or another server answered)
-  7  --dry-run: changes are pending";
+  7  --dry-run: changes are pending
+  8  jobs check: stored job specs this version refuses (they would not run)";
 
 impl Exit {
     /// The code for an HTTP error status from the master.

@@ -7,6 +7,7 @@
 mod apply;
 mod backfill;
 mod calendars;
+mod check;
 mod client;
 mod crontab;
 mod describe;
@@ -205,6 +206,13 @@ enum JobsCommand {
         /// has one of these statuses (never = no execution yet); comma-separated.
         #[arg(long = "status", value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(jobs::LIST_STATUSES))]
         statuses: Vec<String>,
+    },
+    /// List the stored jobs whose spec this version refuses (they would not run), with the
+    /// field and why: run the new etcronctl before upgrading. Exit 8 when any is refused.
+    Check {
+        /// Only jobs of this team.
+        #[arg(long)]
+        team: Option<String>,
     },
     /// Show one job: its state, next runs, last execution and spec; `-o yaml|json`: the job as a
     /// job file that `jobs apply -f` takes as it is.
@@ -617,6 +625,7 @@ async fn jobs_command(client: &Client, cmd: JobsCommand, json: bool) -> anyhow::
         JobsCommand::Ls { team, labels, statuses } => {
             jobs::ls(client, (team.as_deref(), &labels, &statuses), json).await
         }
+        JobsCommand::Check { team } => check::check(client, team.as_deref(), json).await,
         JobsCommand::Get { name } => jobs::get(client, &name, json).await,
         JobsCommand::Describe { name } => describe::describe(client, &name, json).await,
         JobsCommand::Edit { name } => edit::edit(client, &name, json).await,

@@ -18,6 +18,8 @@ pub struct AppState {
     pub guard: crate::layers::guard::Guard,
     /// etcd's database size as last polled.
     pub storage: crate::duties::etcd_storage::StorageWatch,
+    /// The stored job specs this version refuses, as last checked.
+    pub specs: crate::duties::spec_check::SpecWatch,
     /// What each team's jobs may use on the workers (the config's `[teams.NAME]`).
     pub teams: std::sync::Arc<crate::team_policy::TeamPolicies>,
     /// The change byte budgets (of this master process), the job quota per team and the

@@ -47,6 +47,9 @@ pub struct Cli {
     /// How long an execution stream may carry nothing but keepalives before it is closed, e.g. `10m`.
     #[arg(long, env = "ETCRON_STREAM_QUIET_LIMIT")]
     pub stream_quiet_limit: Option<HumanDuration>,
+    /// How often the master checks every stored job spec against this version's rules, e.g. `5m`.
+    #[arg(long, env = "ETCRON_SPEC_CHECK_EVERY")]
+    pub spec_check_every: Option<HumanDuration>,
     /// How long audit entries are kept, e.g. `365d`.
     #[arg(long, env = "ETCRON_AUDIT_RETENTION")]
     pub audit_retention: Option<HumanDuration>,
@@ -134,6 +137,7 @@ pub struct FileConfig {
     pub compact_retention: Option<HumanDuration>,
     pub request_timeout: Option<HumanDuration>,
     pub stream_quiet_limit: Option<HumanDuration>,
+    pub spec_check_every: Option<HumanDuration>,
     /// Bytes of job changes a token, and a team, may write per second on average.
     pub change_bytes_rate: Option<u64>,
     /// Bytes of job changes a token, and a team, may write at once before the rate applies.
@@ -171,6 +175,8 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Longest an execution stream carries nothing but keepalives before it is closed.
     pub stream_quiet_limit: Duration,
+    /// How often every stored job spec is checked against this version's rules.
+    pub spec_check_every: Duration,
     /// The change byte budgets, the job quota per team, the history kept per job.
     pub change_limits: crate::change_limits::ChangeLimitSettings,
 }
@@ -186,6 +192,10 @@ pub const REQUEST_TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
 /// Shortest and longest `stream_quiet_limit`.
 pub const STREAM_QUIET_LIMIT_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(86400);
+
+/// Shortest and longest `spec_check_every`.
+pub const SPEC_CHECK_EVERY_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(10)..=Duration::from_secs(86400);
 
 /// Shortest and longest record retention.
 pub const RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
@@ -334,17 +344,10 @@ impl Config {
             cli.etcd_quota_bytes.or(file.etcd_quota_bytes),
             cli.etcd_size_warn_ratio.or(file.etcd_size_warn_ratio),
         )?;
-        let request_timeout = within(
-            "request_timeout",
+        let (request_timeout, stream_quiet_limit, spec_check_every) = timings(
             cli.request_timeout.or(file.request_timeout),
-            etcron_common::serve::REQUEST,
-            (&REQUEST_TIMEOUT_RANGE, "15s and 1h"),
-        )?;
-        let stream_quiet_limit = within(
-            "stream_quiet_limit",
             cli.stream_quiet_limit.or(file.stream_quiet_limit),
-            crate::api::stream::QUIET_LIMIT,
-            (&STREAM_QUIET_LIMIT_RANGE, "1s and 24h"),
+            cli.spec_check_every.or(file.spec_check_every),
         )?;
         let compactor = compactor(
             cli.compact_every.or(file.compact_every),
@@ -362,6 +365,7 @@ impl Config {
             auth,
             request_timeout,
             stream_quiet_limit,
+            spec_check_every,
             audit_retention,
             storage,
             compactor,
@@ -379,9 +383,46 @@ impl Config {
     }
 }
 
+/// `request_timeout`, `stream_quiet_limit` and `spec_check_every`, each checked against its range.
+fn timings(
+    request_timeout: Option<HumanDuration>,
+    stream_quiet_limit: Option<HumanDuration>,
+    spec_check_every: Option<HumanDuration>,
+) -> anyhow::Result<(Duration, Duration, Duration)> {
+    let request_timeout = within(
+        "request_timeout",
+        request_timeout,
+        etcron_common::serve::REQUEST,
+        (&REQUEST_TIMEOUT_RANGE, "15s and 1h"),
+    )?;
+    let stream_quiet_limit = within(
+        "stream_quiet_limit",
+        stream_quiet_limit,
+        crate::api::stream::QUIET_LIMIT,
+        (&STREAM_QUIET_LIMIT_RANGE, "1s and 24h"),
+    )?;
+    let spec_check_every = within(
+        "spec_check_every",
+        spec_check_every,
+        crate::duties::spec_check::CHECK_EVERY,
+        (&SPEC_CHECK_EVERY_RANGE, "10s and 24h"),
+    )?;
+    Ok((request_timeout, stream_quiet_limit, spec_check_every))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spec_check_interval_has_a_default_and_a_range() {
+        let c = Config::resolve(Cli::parse_from(["etcron-master"])).unwrap();
+        assert_eq!(c.spec_check_every, crate::duties::spec_check::CHECK_EVERY);
+        let c = Config::resolve(Cli::parse_from(["etcron-master", "--spec-check-every", "30s"])).unwrap();
+        assert_eq!(c.spec_check_every, Duration::from_secs(30));
+        let err = Config::resolve(Cli::parse_from(["etcron-master", "--spec-check-every", "1s"])).unwrap_err();
+        assert!(err.to_string().contains("spec_check_every"), "{err}");
+    }
 
     #[test]
     fn defaults_and_overrides() {

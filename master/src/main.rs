@@ -67,9 +67,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let me = format!("{}:{}", config.listen, std::process::id());
     etcron_master::duties::compactor::start(client.clone(), &keys, storage.clone(), config.compactor, me);
     etcron_master::duties::pause_expiry::start(client.clone(), keys.clone());
+    let specs = etcron_master::duties::spec_check::start(client.clone(), keys.clone(), config.spec_check_every);
     let teams = std::sync::Arc::new(config.teams.clone());
     let limits = std::sync::Arc::new(etcron_master::change_limits::ChangeLimits::new(config.change_limits));
-    let state = AppState { client, keys, store, auth: config.auth.clone(), audit, guard, storage, teams, limits };
+    let state =
+        AppState { client, keys, store, auth: config.auth.clone(), audit, guard, storage, specs, teams, limits };
     etcron_master::api::stream::set_quiet_limit(config.stream_quiet_limit);
     let limits = etcron_common::serve::Limits { request: config.request_timeout, ..Default::default() };
     etcron_common::serve::serve(listener, app(state), limits, etcron_common::settings::shutdown_signal())

@@ -25,6 +25,7 @@ async fn state() -> AppState {
         audit,
         guard: etcron_master::layers::guard::Guard { loopback_hosts_only: false },
         storage: etcron_master::duties::etcd_storage::StorageWatch::default(),
+        specs: etcron_master::duties::spec_check::SpecWatch::default(),
         teams: std::sync::Arc::default(),
         limits: std::sync::Arc::default(),
     }

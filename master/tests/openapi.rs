@@ -36,6 +36,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/batch"),
     ("GET", "/api/workers"),
     ("GET", "/api/cluster/storage"),
+    ("GET", "/api/cluster/specs"),
     ("GET", "/api/cluster/etcd"),
     ("GET", "/api/schedule/preview"),
     ("POST", "/api/workers/{id}/cordon"),
@@ -88,6 +89,7 @@ async fn state() -> AppState {
         audit,
         guard: etcron_master::layers::guard::Guard { loopback_hosts_only: false },
         storage: etcron_master::duties::etcd_storage::StorageWatch::default(),
+        specs: etcron_master::duties::spec_check::SpecWatch::default(),
         teams: std::sync::Arc::default(),
         limits: std::sync::Arc::default(),
     }

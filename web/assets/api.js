@@ -46,6 +46,23 @@ export async function checkStorage() {
   } catch { /* no reading yet, or no token: the page's own banner says what is wrong */ }
 }
 
+/** Names the stored job specs this master's version refuses (they do not run: an upgrade with
+ * stricter rules, a value written around the API), from `/api/cluster/specs` (only the jobs
+ * the token sees); checked at load and every 60 s. */
+export async function checkSpecs() {
+  const el = document.getElementById("specs-banner");
+  try {
+    const specs = await getJson("/api/cluster/specs");
+    const refused = (specs && specs.refused) || [];
+    const named = refused.slice(0, 5).map((r) => `${r.job} (${r.field ? r.field + ": " : ""}${r.error})`).join("; ");
+    const more = refused.length > 5 ? `; and ${refused.length - 5} more` : "";
+    el.textContent = refused.length
+      ? `${refused.length} stored job${refused.length === 1 ? " is refused by this version and does" : "s are refused by this version and do"} not run: ${named}${more}. Fix each field (etcronctl jobs check lists them).`
+      : "";
+    el.hidden = refused.length === 0;
+  } catch { /* not checked yet, or no token: the page's own banner says what is wrong */ }
+}
+
 /** Shows which etcd members the master deems unhealthy (no leader, or no answer while the
  * others answer), from `/api/cluster/etcd` (a global role; others see no banner); checked at
  * load and every 5 s. Requests go to the other members meanwhile, so this is a warning, not an

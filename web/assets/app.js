@@ -5,7 +5,7 @@
 // view, one module each. Charts are hand-drawn SVG. This module starts the page.
 
 import { app } from "./format.js";
-import { checkMembers, checkStorage } from "./api.js";
+import { checkMembers, checkSpecs, checkStorage } from "./api.js";
 import { route } from "./router.js";
 
 /** "/" focuses the page's search field, as in most consoles. */
@@ -22,6 +22,8 @@ window.addEventListener("DOMContentLoaded", () => {
   route();
   checkStorage();
   setInterval(checkStorage, 30000);
+  checkSpecs();
+  setInterval(checkSpecs, 60000);
   checkMembers();
   setInterval(checkMembers, 5000);
 });

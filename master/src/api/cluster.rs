@@ -1,5 +1,6 @@
 //! Probes and the cluster's state: `/healthz`, `/readyz`, `GET /api/cluster/storage`,
-//! `GET /api/cluster/etcd`, and who the caller is (`whoami`, the token list).
+//! `GET /api/cluster/etcd`, `GET /api/cluster/specs`, and who the caller is (`whoami`, the
+//! token list).
 
 use std::time::Duration;
 
@@ -41,12 +42,30 @@ pub(super) async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Valu
     let health = etcron_common::etcd::member_health();
     let healthy = health.iter().filter(|m| m.healthy).count();
     let members = json!({ "healthy": healthy, "total": health.len() });
+    // Refused stored specs: their count and a warning, never their names.
+    let specs = st.specs.current().map(|c| json!({ "refused": c.refused.len(), "warning": c.warning() }));
     (
         status,
-        Json(
-            json!({ "ready": ready, "etcd": etcd, "mongodb": mongodb, "etcd_storage": storage, "etcd_members": members }),
-        ),
+        Json(json!({
+            "ready": ready, "etcd": etcd, "mongodb": mongodb, "etcd_storage": storage,
+            "etcd_members": members, "job_specs": specs,
+        })),
     )
+}
+
+/// `GET /api/cluster/specs`: the stored job specs this master's version refuses (they do not
+/// run), as last checked (`spec_check`): those of the jobs the caller sees.
+pub(super) async fn cluster_specs(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> ApiResult<Json<crate::duties::spec_check::Checked>> {
+    let mut checked = st.specs.current().ok_or_else(|| {
+        ApiError::etcd_unavailable(&"the stored job specs have not been checked yet (at start, then every 5 min)")
+    })?;
+    checked.refused.retain(|r| caller.access.sees(r.team.as_deref()));
+    checked.checked =
+        checked.per_team.iter().filter(|(team, _)| caller.access.sees(team.as_deref())).map(|(_, n)| n).sum();
+    Ok(Json(checked))
 }
 
 /// `GET /api/cluster/storage`: etcd's database size, quota, alarms and the warning, as the

@@ -59,6 +59,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/workers/{id}/uncordon", post(uncordon))
         .route("/api/cluster/storage", get(cluster_storage))
         .route("/api/cluster/etcd", get(cluster_etcd))
+        .route("/api/cluster/specs", get(cluster_specs))
         .route("/api/schedule/preview", get(preview))
         .route("/api/calendars", get(calendars::list))
         .route("/api/calendars/{name}", get(calendars::get).put(calendars::put).delete(calendars::delete))

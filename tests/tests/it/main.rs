@@ -19,6 +19,7 @@ mod api {
     mod routes;
     mod search_plans;
     mod security;
+    mod spec_check;
     mod stream;
     mod teams;
     mod workflows;
