@@ -524,6 +524,7 @@ fn change(step: &Step) -> Option<Value> {
 fn answered(step: &Step, answer: &Value) -> anyhow::Result<Done> {
     let status = answer["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(0);
     if (200..300).contains(&status) {
+        warn(&step.job, &answer["warnings"]);
         return Ok(Done { revision: answer["revision"].as_i64(), unchanged: answer["outcome"] == "unchanged" });
     }
     if status == 404 && matches!(step.action, Action::Delete { .. }) {
@@ -561,7 +562,20 @@ async fn write(client: &Client, step: &Step) -> anyhow::Result<Done> {
         Action::Unchanged | Action::Delete { .. } => return Ok(Done::default()),
     };
     let reply = client.send(Method::PUT, &path, step.body.as_ref(), &headers).await?;
+    warn(&step.job, &reply.body["warnings"]);
     Ok(Done { revision: reply.body["revision"].as_i64(), unchanged: reply.body["unchanged"] == true })
+}
+
+/// Prints a save's warnings (`[{"field","message"}]`, e.g. alerts no target would send) on
+/// stderr: the save went through, but an operator should hear of them.
+pub fn warn(job: &str, warnings: &Value) {
+    for w in warnings.as_array().into_iter().flatten() {
+        eprintln!(
+            "etcronctl: warning: job {job:?}: {}: {}",
+            w["field"].as_str().unwrap_or_default(),
+            w["message"].as_str().unwrap_or_default()
+        );
+    }
 }
 
 /// Deletes a job not in the files, only at the revision read (404: already gone, fine).

@@ -69,7 +69,7 @@ pub fn health(finished: &[Value], more: bool) -> Health {
     }
 }
 
-/// The job's state in words: `enabled`, `paused by … at …: reason`, `disabled (the spec says
+/// The job's state in words: `enabled`, `paused by … at … until …: reason`, `disabled (the spec says
 /// enabled: false)` or `invalid: why`.
 #[must_use]
 pub fn state_line(job: &Value) -> String {
@@ -84,6 +84,9 @@ pub fn state_line(job: &Value) -> String {
         }
         if let Some(at) = pause["at"].as_str() {
             let _ = write!(s, " at {at}");
+        }
+        if let Some(until) = pause["until"].as_str() {
+            let _ = write!(s, " until {until}");
         }
         if let Some(reason) = pause["reason"].as_str() {
             let _ = write!(s, ": {reason}");
@@ -182,27 +185,70 @@ fn spec_lines(job: &Value) -> Vec<(&'static str, String)> {
     if let Some(n) = spec["pause_after_failures"].as_u64() {
         lines.push(("pause after", format!("{n} final failures in a row")));
     }
-    if let Some(alerts) = alerts_line(&spec["alerts"]) {
+    if let Some(alerts) = alerts_line(&spec["alerts"], &spec["notify"]) {
         lines.push(("alerts", alerts));
+    }
+    if let Some(notify) = notify_line(&spec["notify"]) {
+        lines.push(("notify", notify));
     }
     lines
 }
 
-/// The SLA alerts a spec sets (`alerts`), in words: `late after 1m, running over 10m, stale
-/// after 2h, output matches /ERROR|panic/`; `None` when it sets none.
-fn alerts_line(alerts: &Value) -> Option<String> {
+/// A notify target as people name it: its `name`, else its URL (a secret URL is not shown).
+fn target_label(target: &Value) -> String {
+    match (target["name"].as_str(), target["url"].as_str()) {
+        (Some(name), _) => name.to_owned(),
+        (None, Some(url)) => clip(url, 60),
+        (None, None) => "a secret URL".to_owned(),
+    }
+}
+
+/// The SLA alerts a spec sets (`alerts`), in words, each with who hears it: `late after 1m →
+/// oncall, running over 10m → nobody (no target listens for long_running)`; a job without
+/// `notify` sends them to the workers' default targets. `None` when it sets none.
+fn alerts_line(alerts: &Value, notify: &Value) -> Option<String> {
     let mut parts = Vec::new();
-    for (key, words) in
-        [("late_start", "late after"), ("max_duration", "running over"), ("no_success_within", "stale after")]
-    {
-        if let Some(d) = alerts[key].as_str() {
-            parts.push(format!("{words} {d}"));
-        }
+    let set = [
+        ("late_start", "late after", "late"),
+        ("max_duration", "running over", "long_running"),
+        ("no_success_within", "stale after", "stale"),
+        ("on_output_match", "output matches", "output_match"),
+    ];
+    for (key, words, event) in set {
+        let Some(value) = alerts[key].as_str() else { continue };
+        let what = if key == "on_output_match" { format!("/{}/", clip(value, 100)) } else { value.to_owned() };
+        let heard_by = match notify.as_array() {
+            None => "the workers' default targets".to_owned(),
+            Some(targets) => {
+                let names: Vec<String> = targets
+                    .iter()
+                    .filter(|t| t["on"].as_array().is_some_and(|on| on.iter().any(|e| e == event)))
+                    .map(target_label)
+                    .collect();
+                if names.is_empty() {
+                    format!("nobody (no target listens for {event})")
+                } else {
+                    names.join(", ")
+                }
+            }
+        };
+        parts.push(format!("{words} {what} → {heard_by}"));
     }
-    if let Some(pattern) = alerts["on_output_match"].as_str() {
-        parts.push(format!("output matches /{}/", clip(pattern, 100)));
-    }
-    (!parts.is_empty()).then(|| parts.join(", "))
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// Each notify target of the job with the events it listens for: `oncall: failure, recovery;
+/// https://hooks.example/x: success`; `None` without `notify`.
+fn notify_line(notify: &Value) -> Option<String> {
+    let targets = notify.as_array().filter(|t| !t.is_empty())?;
+    let parts: Vec<String> = targets
+        .iter()
+        .map(|t| {
+            let on: Vec<String> = t["on"].as_array().into_iter().flatten().map(text).collect();
+            format!("{}: {}", target_label(t), if on.is_empty() { "nothing".to_owned() } else { on.join(", ") })
+        })
+        .collect();
+    Some(parts.join("; "))
 }
 
 /// One page of the job's records (`status`: a comma-separated filter): the records and whether
@@ -252,7 +298,7 @@ async fn running(client: &Client, name: &str) -> anyhow::Result<Vec<Value>> {
 pub async fn describe(client: &Client, name: &str, json: bool) -> anyhow::Result<()> {
     let path = format!("/api/jobs/{}", segment(name));
     let job = client.get(&path).await.with_context(|| format!("job {name:?}"))?;
-    let (runs, running) = tokio::join!(runs(client, name), running(client, name));
+    let (runs, running, delivered) = tokio::join!(runs(client, name), running(client, name), deliveries(client, name));
     let runs = runs.map_err(|e| format!("{:#}", e.context("searching the job's executions")));
     let running = running.map_err(|e| format!("{:#}", e.context("listing the running executions")));
     if json {
@@ -274,6 +320,7 @@ pub async fn describe(client: &Client, name: &str, json: bool) -> anyhow::Result
             "health": health,
             "running": running.as_ref().ok(),
             "last_runs": last,
+            "notifications": delivered.as_ref().ok(),
             "errors": errors,
         }));
     }
@@ -283,7 +330,29 @@ pub async fn describe(client: &Client, name: &str, json: bool) -> anyhow::Result
     if let Err(e) = &running {
         eprintln!("etcronctl: note: {e}; the running executions are left out");
     }
-    out(&render(&job, runs.as_ref().ok(), running.as_deref().ok()))
+    out(&render(&job, runs.as_ref().ok(), running.as_deref().ok()))?;
+    match delivered {
+        Ok(list) if !list.is_empty() => out(&format!("\nLast notifications:\n{}", crate::notifications::render(&list))),
+        Ok(_) => Ok(()),
+        Err(e) => {
+            eprintln!("etcronctl: note: {e:#}; the notifications are left out");
+            Ok(())
+        }
+    }
+}
+
+/// How many of the job's last deliveries `describe` shows (an alert recorded `no_target`
+/// among them).
+const LAST_NOTIFICATIONS: u32 = 5;
+
+/// The job's newest deliveries.
+async fn deliveries(client: &Client, name: &str) -> anyhow::Result<Vec<Value>> {
+    let path = format!(
+        "/api/notifications{}",
+        query(&[("job", Some(name.to_owned())), ("limit", Some(LAST_NOTIFICATIONS.to_string()))])
+    );
+    let v = client.get(&path).await.context("listing the job's notifications")?;
+    Ok(v["notifications"].as_array().cloned().unwrap_or_default())
 }
 
 /// The sections of `describe` as text.
@@ -408,6 +477,9 @@ mod tests {
     fn the_state_says_who_paused_and_why() {
         let paused = json!({"spec": {"enabled": true}, "paused": {"by": "ops", "at": "2026-01-01T00:00:00Z", "reason": "db move"}});
         assert_eq!(state_line(&paused), "paused by ops at 2026-01-01T00:00:00Z: db move");
+        let until =
+            json!({"spec": {}, "paused": {"by": "ops", "at": "t0", "until": "2026-11-28T08:00:00Z", "reason": "db"}});
+        assert_eq!(state_line(&until), "paused by ops at t0 until 2026-11-28T08:00:00Z: db");
         assert_eq!(
             state_line(&json!({"spec": {"enabled": true}, "paused": {"by": null, "at": null, "reason": null}})),
             "paused"
@@ -480,22 +552,42 @@ mod tests {
                 "selector: zone=a (2 live worker(s) match)",
                 "on failure: run alert",
                 "pause after: 5 final failures in a row",
-                "alerts: late after 1m, running over 10m, stale after 2h, output matches /ERROR|panic/",
+                "alerts: late after 1m → the workers' default targets; running over 10m → the workers' default targets; \
+                 stale after 2h → the workers' default targets; output matches /ERROR|panic/ → the workers' default targets",
             ]
         );
-        assert!(render(&job, None, None)
-            .contains("alerts:       late after 1m, running over 10m, stale after 2h, output matches /ERROR|panic/\n"));
+        assert!(render(&job, None, None).contains("alerts:       late after 1m → the workers' default targets; "));
     }
 
     #[test]
-    fn alerts_show_only_what_is_set() {
-        assert_eq!(alerts_line(&json!({"max_duration": "1h 30m"})).as_deref(), Some("running over 1h 30m"));
+    fn alerts_show_only_what_is_set_and_who_hears_each() {
+        let oncall = json!([{"name": "oncall", "url": "http://h/x", "on": ["failure", "long_running"]},
+                            {"url": "http://h/y", "on": ["late"]}, {"secret_url": null, "on": ["long_running"]}]);
         assert_eq!(
-            alerts_line(&json!({"no_success_within": "1day", "on_output_match": "x".repeat(300)})).unwrap(),
-            format!("stale after 1day, output matches /{}…/", "x".repeat(99))
+            alerts_line(&json!({"max_duration": "1h 30m"}), &oncall).as_deref(),
+            Some("running over 1h 30m → oncall, a secret URL")
         );
-        assert_eq!(alerts_line(&json!({})), None);
-        assert_eq!(alerts_line(&Value::Null), None);
+        // The usual choice, a target for failures only: the alert reaches nobody, and says so.
+        let failures = json!([{"name": "oncall", "url": "http://h/x", "on": ["failure"]}]);
+        assert_eq!(
+            alerts_line(&json!({"max_duration": "3s", "late_start": "1m"}), &failures).as_deref(),
+            Some("late after 1m → nobody (no target listens for late); running over 3s → nobody (no target listens for long_running)")
+        );
+        assert_eq!(
+            alerts_line(&json!({"no_success_within": "1day", "on_output_match": "x".repeat(300)}), &Value::Null)
+                .unwrap(),
+            format!(
+                "stale after 1day → the workers' default targets; output matches /{}…/ → the workers' default targets",
+                "x".repeat(99)
+            )
+        );
+        assert_eq!(alerts_line(&json!({}), &oncall), None);
+        assert_eq!(alerts_line(&Value::Null, &oncall), None);
+        assert_eq!(
+            notify_line(&oncall).as_deref(),
+            Some("oncall: failure, long_running; http://h/y: late; a secret URL: long_running")
+        );
+        assert_eq!(notify_line(&Value::Null), None);
         // A job without alerts has no alerts line.
         let job = json!({"name": "a", "spec": {"schedule": "@hourly", "task": {"kind": "shell", "command": "true"}}});
         assert!(spec_lines(&job).iter().all(|(label, _)| *label != "alerts"));

@@ -162,6 +162,7 @@ pub async fn edit(client: &Client, name: &str, json: bool) -> anyhow::Result<()>
         Err(e) => return Err(kept(name, &file, e.context(format!("saving job {name:?}")))),
     };
     let _ = std::fs::remove_file(&file);
+    crate::apply::warn(name, &saved["warnings"]);
     report(name, &saved, &changes, &fj.secret_values, json)
 }
 

@@ -1,6 +1,7 @@
 //! `notifications`: the webhook deliveries workers recorded (`GET /api/notifications`), newest
 //! first, filtered by job, execution and event: what was sent to which target, how it ended
-//! (`pending`, `delivered`, `failed`, `silenced`) and after how many tries.
+//! (`pending`, `delivered`, `failed`, `silenced`, `no_target`: an alert no target listens for)
+//! and after how many tries.
 
 use anyhow::Context as _;
 use etcron_model::spec::notify::NotifyEvent;
@@ -43,6 +44,9 @@ pub const COLUMNS: [&str; 8] = ["CREATED", "JOB", "EVENT", "STATE", "TARGET", "T
 /// How the last try ended: its error, else the answer's status; `-` before any try (a pending
 /// or silenced delivery).
 fn result(d: &Value) -> String {
+    if d["state"] == "no_target" {
+        return format!("not sent: no target listens for {}", text(&d["event"]));
+    }
     let Some(last) = d["attempts"].as_array().and_then(|a| a.last()) else { return "-".to_owned() };
     let words = if let Some(err) = last["error"].as_str().filter(|e| !e.is_empty()) {
         err.to_owned()
@@ -55,7 +59,11 @@ fn result(d: &Value) -> String {
 }
 
 fn row(d: &Value) -> Vec<String> {
-    let target = d["target_name"].as_str().filter(|n| !n.is_empty()).map_or_else(|| text(&d["target"]), str::to_owned);
+    let target = match (d["target_name"].as_str().filter(|n| !n.is_empty()), d["target"].as_str()) {
+        (Some(name), _) => name.to_owned(),
+        (None, Some("")) => "(none)".to_owned(),
+        (None, _) => text(&d["target"]),
+    };
     vec![
         text(&d["created_at"]),
         text(&d["job"]),
@@ -69,7 +77,7 @@ fn row(d: &Value) -> Vec<String> {
 }
 
 /// The deliveries as a table, newest first as the API lists them.
-fn render(deliveries: &[Value]) -> String {
+pub fn render(deliveries: &[Value]) -> String {
     let mut table = Table::new(&COLUMNS);
     for d in deliveries {
         table.row(row(d));
@@ -109,6 +117,16 @@ mod tests {
         };
         assert_eq!(f.query(), "?job=nightly&execution=nightly%401767225600000%232&event=long_running&limit=5");
         assert_eq!(Filters { event: Some("stale".into()), ..Filters::default() }.query(), "?event=stale");
+    }
+
+    #[test]
+    fn an_alert_no_target_hears_shows_as_not_sent() {
+        let d = json!({"id": "a@1#1/long_running/none", "job": "a", "execution_id": "a@1#1", "event": "long_running",
+            "target": "", "target_name": null, "default_target": false, "format": "json", "worker_id": "w1",
+            "state": "no_target", "attempts": [], "created_at": "2026-01-01T00:00:00.000Z"});
+        let r = row(&d);
+        assert_eq!((r[3].as_str(), r[4].as_str(), r[5].as_str()), ("no_target", "(none)", "0"));
+        assert_eq!(r[7], "not sent: no target listens for long_running");
     }
 
     #[test]

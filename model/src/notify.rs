@@ -100,6 +100,10 @@ pub enum DeliveryState {
     Failed,
     /// Not sent: the target's `silence` window for this event of the job was open.
     Silenced,
+    /// Not sent: an alert was raised and no target listens for its event (the job's `notify`,
+    /// or the worker's default targets when it has none).
+    #[serde(rename = "no_target")]
+    NoTarget,
 }
 
 impl DeliveryState {
@@ -110,6 +114,7 @@ impl DeliveryState {
             DeliveryState::Delivered => "delivered",
             DeliveryState::Failed => "failed",
             DeliveryState::Silenced => "silenced",
+            DeliveryState::NoTarget => "no_target",
         }
     }
 }

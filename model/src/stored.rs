@@ -56,6 +56,10 @@ pub struct WorkerInfo {
     /// the jobs of those handler tasks only. Empty: a worker, which runs every other kind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handlers: Vec<String>,
+    /// The events its default notify targets listen for (what it sends of a job without
+    /// `notify`): a save of such a job is warned about alerts no live worker would send.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub default_notify: Vec<crate::spec::notify::NotifyEvent>,
 }
 
 impl WorkerInfo {

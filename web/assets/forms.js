@@ -65,6 +65,21 @@ export function alertsText(alerts) {
   ].filter(Boolean).join(" · ");
 }
 
+/** The events of the alerts a spec sets that no target in its `notify` listens for (a raise of
+ * one is recorded `no_target` and sent nowhere); none for a spec without `notify`, whose alerts
+ * go to the workers' default targets. */
+export function unheardAlerts(spec) {
+  const a = spec.alerts || {};
+  if (!Array.isArray(spec.notify)) return [];
+  const set = [["late_start", "late"], ["max_duration", "long_running"], ["no_success_within", "stale"], ["on_output_match", "output_match"]];
+  return set.filter(([field, event]) => a[field] && !spec.notify.some((t) => (t.on || []).includes(event))).map(([, event]) => event);
+}
+
+/** A spec's notify targets with their events ("oncall: failure, recovery; https://…: stale"). */
+export function notifyText(notify) {
+  return (notify || []).map((t) => `${t.name || t.url || "a secret URL"}: ${(t.on || []).join(", ") || "nothing"}`).join("; ");
+}
+
 /** A schedule field's expressions, one per non-empty line. */
 export function scheduleLines(text) { return text.split("\n").map((l) => l.trim()).filter(Boolean); }
 

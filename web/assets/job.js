@@ -5,7 +5,7 @@ import { app, executorsText, h, handlerOf, isPaused, jobTime, labelText, localTi
 import { api, explain, getJson, jobPath } from "./api.js";
 import { autoRefresh } from "./nav.js";
 import { button } from "./controls.js";
-import { alertsText, expressionsOf } from "./forms.js";
+import { alertsText, expressionsOf, notifyText, unheardAlerts } from "./forms.js";
 import { jobActions } from "./actions.js";
 import { durationChart } from "./charts.js";
 import { executionsTable } from "./executions.js";
@@ -87,7 +87,7 @@ function backfillsSection(name, list, opened, openId) {
 
 /** The job page's Notifications section: the job's newest webhook deliveries (`list`, from
  * `GET /api/notifications?job=…`), each with its event, state (`silenced`: not sent, the
- * target's silence window was open), target, attempts and the execution it is about. A
+ * target's silence window was open; `no_target`: an alert no target listens for), target, attempts and the execution it is about. A
  * `stale` delivery is about no execution (its id is `{job}@stale-{ms}`): not linked. */
 function notificationsSection(list) {
   const section = h("section", { id: "notifications", "aria-labelledby": "notifications-heading" }, h("h2", { id: "notifications-heading" }, "Notifications"));
@@ -110,9 +110,10 @@ function notificationsSection(list) {
         h("td", { "data-label": "Event" }, h("code", {}, n.event)),
         h("td", { "data-label": "State" }, h("span", {
           class: `badge notify-${n.state}`,
-          title: n.state === "silenced" ? "Not sent: the target's silence window for this event of the job was open" : null,
+          title: n.state === "silenced" ? "Not sent: the target's silence window for this event of the job was open"
+            : n.state === "no_target" ? `Not sent: no notify target listens for ${n.event}` : null,
         }, n.state)),
-        h("td", { "data-label": "Target", title: n.target }, n.target_name || n.target,
+        h("td", { "data-label": "Target", title: n.target }, n.target_name || n.target || h("span", { class: "muted" }, "none"),
           n.default_target ? h("div", { class: "muted small" }, "the worker's default target") : ""),
         h("td", { "data-label": "Attempts" }, String(attempts.length),
           last && last.error ? h("div", { class: "muted small" }, last.error) : ""),
@@ -139,6 +140,7 @@ export async function jobView(params, rest) {
   const spec = j.spec || {};
   const running = workers.workers.flatMap((w) => w.running_executions || []).filter((r) => r.job === name);
   const alerts = alertsText(spec.alerts);
+  const unheard = unheardAlerts(spec);
   const root = app();
   root.replaceChildren(
     h("div", { class: "heading start" }, h("h1", {}, j.name), stateBadge(j)),
@@ -162,7 +164,12 @@ export async function jobView(params, rest) {
       spec.pool ? [h("dt", {}, "Pool"), h("dd", { id: "pool" }, h("a", { href: `#/pools/${encodeURIComponent(spec.pool)}` }, spec.pool),
         ` — ${spec.pool_slots || 1} slot${(spec.pool_slots || 1) === 1 ? "" : "s"} per run`)] : "",
       h("dt", {}, "Priority"), h("dd", { id: "priority" }, String(spec.priority ?? 50), spec.priority == null ? h("span", { class: "muted" }, " (the default)") : ""),
-      alerts ? [h("dt", {}, "Alerts"), h("dd", { id: "alerts" }, alerts)] : "",
+      alerts ? [h("dt", {}, "Alerts"), h("dd", {}, h("span", { id: "alerts" }, alerts), unheard.length
+        ? h("div", { class: "warn", id: "alerts-unheard" }, `No notify target listens for ${unheard.join(", ")}: each one raised is recorded no_target and sent nowhere.`)
+        : "")] : "",
+      h("dt", {}, "Notify"), h("dd", { id: "notify" }, Array.isArray(spec.notify) && spec.notify.length
+        ? notifyText(spec.notify)
+        : h("span", { class: "muted" }, "the workers' default targets")),
       h("dt", {}, "Revision"), h("dd", {}, String(j.revision))),
     h("h2", {}, "Running"),
     running.length === 0

@@ -17,6 +17,7 @@ const { base, shots, rest } = args("alerts.mjs");
 const FORM_JOB = "sla-form";
 const NOISY = "boom-every-second";
 const STALE = "never-succeeds";
+const UNHEARD = "failures-only";
 const shot = (page, name) => page.screenshot({ path: path.join(shots, name), fullPage: true });
 const ALERT_INPUTS = {
   late_start: "#f-alerts-late-start",
@@ -176,5 +177,19 @@ async function alertsAndNotifications(page) {
   assert.equal(await staleExecution.locator("a").count(), 0, "not a link");
   assert.equal(await staleRow.locator('td[data-label="Target"]').innerText(), "http://127.0.0.1:9/stale", "no name: the URL");
   assert.equal(await page.locator("#alerts").innerText(), "stale after 1s");
+  assert.equal(await page.locator("#notify").innerText(), "http://127.0.0.1:9/stale: stale");
+  assert.equal(await page.locator("#alerts-unheard").count(), 0, "its one alert is heard");
   await shot(page, "alerts-stale.png");
+
+  // The usual choice, a target for failures only: the page says nobody hears the alert.
+  const unheard = await call(base, "PUT", `/api/jobs/${UNHEARD}`, {
+    schedule: "@yearly", timezone: "UTC", task: { kind: "shell", command: "true" },
+    alerts: { max_duration: "3s" }, notify: [{ name: "oncall", url: "http://127.0.0.1:9/fail", on: ["failure"] }],
+  });
+  assert.equal(unheard.body.warnings[0].field, "alerts.max_duration", JSON.stringify(unheard.body));
+  await page.goto(`${base}/#/job/${UNHEARD}`);
+  await page.locator("#alerts-unheard").waitFor();
+  assert.match(await page.locator("#alerts-unheard").innerText(), /No notify target listens for long_running: each one raised is recorded no_target/);
+  assert.equal(await page.locator("#notify").innerText(), "oncall: failure");
+  await shot(page, "alerts-unheard.png");
 }

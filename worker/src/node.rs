@@ -592,6 +592,14 @@ fn random_token() -> String {
 }
 
 /// The revision the registration was written at; `None` when it was not.
+/// The events this worker's default notify targets listen for, each once, in order.
+fn default_notify_events(config: &Config) -> Vec<etcron_model::spec::notify::NotifyEvent> {
+    etcron_model::spec::notify::NotifyEvent::ALL
+        .into_iter()
+        .filter(|e| config.notify.targets.iter().any(|t| t.wants(*e)))
+        .collect()
+}
+
 async fn register(
     ctx: &Context,
     lease: i64,
@@ -608,6 +616,7 @@ async fn register(
         teams: ctx.config.teams.clone(),
         unsettled_from_ms,
         handlers: ctx.handler_names.clone(),
+        default_notify: default_notify_events(&ctx.config),
         task_user: Some(ctx.config.task_identity.describe()),
         capacity: ctx.config.capacity,
         running,

@@ -181,11 +181,17 @@ pub(super) async fn batch(
         .iter()
         .map(|w| (w.job.clone(), if matches!(w.change, Change::Put(_)) { BatchOp::Put } else { BatchOp::Delete }))
         .collect();
+    let specs = writes.iter().map(|w| match &w.change {
+        Change::Put(spec) => Some(&**spec),
+        Change::Delete => None,
+    });
+    let warnings = super::jobs::alert_warnings(&st, specs).await;
     if dry_run {
         let planned = st.jobs().plan(&writes, &scope).await;
-        for ((slot, (job, op)), plan) in slots.into_iter().zip(jobs).zip(planned) {
+        for ((slot, (job, op)), plan) in slots.iter().copied().zip(jobs).zip(planned) {
             results[slot] = planned_result(&job, op, plan.map_err(|e| batch_error(op, e.into())));
         }
+        with_warnings(&mut results, &slots, warnings);
         let audit = crate::layers::audit::BatchAudit(results.iter().map(planned_audit).collect());
         let mut resp = Json(json!({ "results": results, "transactions": 0, "dry_run": true })).into_response();
         resp.extensions_mut().insert(audit);
@@ -201,12 +207,13 @@ pub(super) async fn batch(
     }
     let applied = store.apply(writes, &origin, &scope).await;
     let mut made = BTreeMap::new();
-    for ((slot, (job, op)), outcome) in slots.into_iter().zip(jobs).zip(applied.outcomes) {
+    for ((slot, (job, op)), outcome) in slots.iter().copied().zip(jobs).zip(applied.outcomes) {
         if let Ok(w) = &outcome {
             made.insert(slot, audited(&job, w));
         }
         results[slot] = batch_result(&job, op, outcome.map_err(|e| batch_error(op, e.into())));
     }
+    with_warnings(&mut results, &slots, warnings);
     let unchanged = results.iter().filter(|r| r["outcome"] == "unchanged").count();
     let changed = made.len() - unchanged;
     // Every change is audited, in order: those made with their specs, refused ones with why.
@@ -217,6 +224,17 @@ pub(super) async fn batch(
     let mut resp = (StatusCode::OK, Json(body)).into_response();
     resp.extensions_mut().insert(crate::layers::audit::BatchAudit(audit));
     Ok(resp)
+}
+
+/// Adds each save's warnings (`warnings[i]` for the change in `results[slots[i]]`) to its
+/// answer, when it went (or would go) through.
+fn with_warnings(results: &mut [Value], slots: &[usize], warnings: Vec<Vec<etcron_model::spec::alerts::Warning>>) {
+    for (&slot, warnings) in slots.iter().zip(warnings) {
+        let went = results[slot]["outcome"].as_str().is_some_and(|o| o != "failed" && o != "deleted" && o != "delete");
+        if went && !warnings.is_empty() {
+            results[slot]["warnings"] = serde_json::to_value(warnings).unwrap_or(Value::Null);
+        }
+    }
 }
 
 /// The audit entry of a change made: a save that found the job as it sends it wrote nothing,

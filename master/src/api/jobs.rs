@@ -15,6 +15,8 @@ use etcron_common::store::{Search, StoreError};
 use etcron_model::keys::{ExecutionId, Key, KillTarget};
 use etcron_model::record::RunParams;
 use etcron_model::schedule::{format_in, MAX_AT_MS};
+use etcron_model::spec::alerts::{unrouted, Warning};
+use etcron_model::spec::notify::NotifyEvent;
 use etcron_model::spec::JobSpec;
 use etcron_model::stored::WorkerInfo;
 use etcron_model::stored::{fires, Pause, MAX_PAUSE_REASON, MAX_PAUSE_UNTIL_MS};
@@ -65,6 +67,35 @@ pub struct JobView {
     /// as a user, they list that user in `run_as_users` (shown by the GET routes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eligible_workers: Option<usize>,
+    /// What the save allowed but an operator should hear of (a save's answer only): alerts no
+    /// target would send.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
+}
+
+/// The alerts of each spec no target would send (`alerts::unrouted`): the job's own `notify`,
+/// or, for a job without one, the default targets of the live workers (read only when a spec
+/// needs them; unread, nothing is warned of for such jobs).
+pub(super) async fn alert_warnings<'a>(
+    st: &AppState,
+    specs: impl Iterator<Item = Option<&'a JobSpec>> + Clone,
+) -> Vec<Vec<Warning>> {
+    let needs_defaults = specs.clone().flatten().any(|s| s.alerts.is_some() && s.notify.is_none());
+    let defaults: Option<Vec<NotifyEvent>> = if needs_defaults {
+        super::workers::open_workers(st)
+            .await
+            .ok()
+            .map(|workers| workers.into_iter().flat_map(|(_, w)| w.default_notify).collect())
+    } else {
+        Some(Vec::new())
+    };
+    specs
+        .map(|spec| match (spec, &defaults) {
+            (Some(spec), Some(defaults)) => unrouted(spec, defaults),
+            (Some(spec), None) if spec.notify.is_some() => unrouted(spec, &[]),
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 /// A pause as the API shows it; every field is `null` when the stored value does not say
@@ -127,6 +158,7 @@ pub(super) fn view(
             paused: pause.map(PauseView::from),
             invalid: Some(e.to_string()),
             eligible_workers: None,
+            warnings: Vec::new(),
         },
     }
 }
@@ -161,6 +193,7 @@ pub(super) fn view_spec(
         paused: pause.map(PauseView::from),
         invalid: None,
         eligible_workers: workers.map(|w| eligible(w, spec)),
+        warnings: Vec::new(),
     }
 }
 
@@ -349,7 +382,8 @@ pub(super) async fn put_job(
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     // The spec was parsed once, from the body: the answer and the audit entry show it as
     // stored, with the pause the save's transaction read.
-    let job = view_spec(name, &spec, revision, created_revision, None, pause.as_ref());
+    let mut job = view_spec(name, &spec, revision, created_revision, None, pause.as_ref());
+    job.warnings = alert_warnings(&st, std::iter::once(Some(&*spec))).await.pop().unwrap_or_default();
     let teams = crate::layers::audit::teams([before.as_deref().and_then(team_of), spec.team.clone()]);
     let detail = if unchanged {
         crate::layers::audit::AuditDetail { teams, detail: Some(json!({ "unchanged": true })), ..Default::default() }

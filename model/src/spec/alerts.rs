@@ -14,7 +14,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::duration::HumanDuration;
-use crate::spec::SpecError;
+use crate::spec::notify::NotifyEvent;
+use crate::spec::{JobSpec, SpecError};
 use crate::UnixMs;
 
 /// Smallest and largest `late_start` and `max_duration`.
@@ -71,6 +72,56 @@ impl Alerts {
         }
         Ok(())
     }
+}
+
+/// Something a save allows but an operator should hear of: the field and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Warning {
+    pub field: String,
+    pub message: String,
+}
+
+impl Alerts {
+    /// Each alert set, with the field that sets it and the event it raises.
+    fn set(&self) -> Vec<(&'static str, NotifyEvent)> {
+        [
+            (self.late_start.is_some(), NotifyEvent::Late),
+            (self.max_duration.is_some(), NotifyEvent::LongRunning),
+            (self.no_success_within.is_some(), NotifyEvent::Stale),
+            (self.on_output_match.is_some(), NotifyEvent::OutputMatch),
+        ]
+        .into_iter()
+        .filter(|(set, _)| *set)
+        .filter_map(|(_, event)| event.alert_field().map(|f| (f, event)))
+        .collect()
+    }
+}
+
+/// The alerts of `spec` that no target would hear: the job's own `notify` when it has one,
+/// else `defaults`, the events the live workers' default targets listen for (a worker sends a
+/// job without `notify` to its own). Each would be raised and recorded `no_target`, sent
+/// nowhere: the save goes through, with these warnings.
+#[must_use]
+pub fn unrouted(spec: &JobSpec, defaults: &[NotifyEvent]) -> Vec<Warning> {
+    let Some(alerts) = &spec.alerts else { return Vec::new() };
+    alerts
+        .set()
+        .into_iter()
+        .filter_map(|(field, event)| {
+            let name = event.as_str();
+            let message = match &spec.notify {
+                Some(targets) if targets.iter().any(|t| t.wants(event)) => return None,
+                Some(_) => format!(
+                    "raises {name}, which no target in notify listens for: add \"{name}\" to a target's `on` (until then each one is recorded no_target and sent nowhere)"
+                ),
+                None if defaults.contains(&event) => return None,
+                None => format!(
+                    "raises {name}; the job has no notify and no live worker's default target listens for {name}: add a notify target with \"{name}\" in its `on` (until then each one is recorded no_target and sent nowhere)"
+                ),
+            };
+            Some(Warning { field: format!("alerts.{field}"), message })
+        })
+        .collect()
 }
 
 /// Compiles an `on_output_match` pattern, bounded in length and compiled size.
@@ -159,6 +210,34 @@ pub struct Silence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_alert_no_target_hears_is_warned_about_with_its_field() {
+        let spec = |extra: serde_json::Value| {
+            let mut v = serde_json::json!({"schedule": "@hourly", "task": {"kind": "shell", "command": "true"},
+                "alerts": {"max_duration": "3s", "late_start": "1m"}});
+            v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            JobSpec::from_json(v.to_string().as_bytes()).unwrap()
+        };
+        // The usual choice: a target for failures only.
+        let failures = spec(serde_json::json!({"notify": [{"url": "http://127.0.0.1:1/h", "on": ["failure"]}]}));
+        let w = unrouted(&failures, &[NotifyEvent::LongRunning]);
+        assert_eq!(
+            w.iter().map(|w| w.field.as_str()).collect::<Vec<_>>(),
+            ["alerts.late_start", "alerts.max_duration"]
+        );
+        assert!(w[1].message.starts_with("raises long_running, which no target in notify listens for"), "{w:?}");
+        let heard =
+            spec(serde_json::json!({"notify": [{"url": "http://127.0.0.1:1/h", "on": ["late", "long_running"]}]}));
+        assert_eq!(unrouted(&heard, &[]), []);
+        // Without notify, the live workers' default targets decide.
+        let defaults = spec(serde_json::json!({}));
+        let w = unrouted(&defaults, &[NotifyEvent::Late]);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].field, "alerts.max_duration");
+        assert!(w[0].message.contains("no live worker's default target listens for long_running"), "{w:?}");
+        assert_eq!(unrouted(&defaults, &[NotifyEvent::Late, NotifyEvent::LongRunning]), []);
+    }
 
     fn alerts(json: &str) -> Alerts {
         serde_json::from_str(json).unwrap()

@@ -67,6 +67,24 @@ impl NotifyEvent {
         NotifyEvent::OutputMatch,
     ];
 
+    /// An SLA alert (`alerts` of a job): raised on its own, not the outcome of a run.
+    #[must_use]
+    pub fn is_alert(self) -> bool {
+        matches!(self, NotifyEvent::Late | NotifyEvent::LongRunning | NotifyEvent::Stale | NotifyEvent::OutputMatch)
+    }
+
+    /// The `alerts` field that raises this event, for an alert.
+    #[must_use]
+    pub fn alert_field(self) -> Option<&'static str> {
+        match self {
+            NotifyEvent::Late => Some("late_start"),
+            NotifyEvent::LongRunning => Some("max_duration"),
+            NotifyEvent::Stale => Some("no_success_within"),
+            NotifyEvent::OutputMatch => Some("on_output_match"),
+            _ => None,
+        }
+    }
+
     /// The name in specs, payloads, headers and records.
     #[must_use]
     pub fn as_str(self) -> &'static str {

@@ -342,6 +342,7 @@ mod tests {
                 task_user: None,
                 unsettled_from_ms: None,
                 handlers: Vec::new(),
+                default_notify: Vec::new(),
             };
             m.inner.write().unwrap().insert((*id).to_owned(), info);
         }

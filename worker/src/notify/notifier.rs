@@ -569,6 +569,9 @@ impl Notifier {
                 || (can_pause && t.wants(NotifyEvent::Paused))
         };
         if !targets.iter().any(wanted) {
+            if event.is_alert() {
+                self.unrouted(spec, event, &subject(), default_targets);
+            }
             return;
         }
         let notice = Notice {
@@ -590,6 +593,41 @@ impl Notifier {
                 "NOTIFICATION DROPPED: the notification queue is full (webhooks slow or unreachable)"
             );
         }
+    }
+
+    /// An alert raised that no target listens for: said loudly, and recorded as a delivery
+    /// `no_target` (the job's and the execution's pages, `etcronctl notifications` and
+    /// `describe` show it), never dropped in silence.
+    fn unrouted(&self, spec: &JobSpec, event: NotifyEvent, subject: &Subject, default_targets: bool) {
+        let occurrence = subject.occurrence();
+        let now = rfc3339_ms(now_ms());
+        let whose =
+            if default_targets { "this worker's default targets (the job has no notify)" } else { "the job's notify" };
+        tracing::warn!(
+            job = %subject.job(),
+            execution_id = %occurrence,
+            event = event.as_str(),
+            "ALERT NOT DELIVERED: no target of {whose} listens for {}: add it to a target's `on`",
+            event.as_str()
+        );
+        let delivery = Delivery {
+            id: delivery_id(&occurrence, event, "none"),
+            job: subject.job().to_owned(),
+            team: spec.team.clone(),
+            execution_id: occurrence,
+            event,
+            target: String::new(),
+            target_name: None,
+            default_target: default_targets,
+            format: etcron_model::spec::notify::NotifyFormat::Json,
+            worker_id: self.shared.worker_id.clone(),
+            state: DeliveryState::NoTarget,
+            attempts: Vec::new(),
+            created_at: now.clone(),
+            finished_at: Some(now),
+        };
+        self.shared.records.put(&delivery);
+        NOTIFY_METRICS.notifications.with_label_values(&[DeliveryState::NoTarget.as_str()]).inc();
     }
 
     /// Notifications waiting for a delivery slot.

@@ -2,7 +2,8 @@
 //! in the test): `late` and `long_running` once per execution whichever worker raises them,
 //! `stale` once per window by one of the two workers checking every job, not while paused and
 //! counted from the resume, `output_match` per matching execution, and a target's `silence`
-//! sending a flapping job's event once and recording the rest `silenced`.
+//! sending a flapping job's event once and recording the rest `silenced`; an alert no target
+//! listens for warned of at save and apply, recorded `no_target` and shown by `describe`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -309,5 +310,75 @@ async fn output_match_alerts_and_a_silence_window_pages_a_flapping_job_once() ->
     let id = failed[0]["id"].as_str().unwrap();
     let mine = c.get(&format!("/api/notifications?execution={}", urlencode(id))).await?;
     assert!(mine["notifications"].as_array().unwrap().iter().any(|d| d["event"] == "output_match"));
+    Ok(())
+}
+
+/// Runs etcronctl against the cluster's master: exit code, stdout, stderr.
+async fn ctl(c: &Cluster, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = tokio::process::Command::new(etcron_tests::bin("etcronctl").unwrap());
+    cmd.args(args).env("ETCRON_SERVER", &c.master.url).env_remove("ETCRON_TOKEN");
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await.expect("etcronctl hung").unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_alert_no_target_listens_for_is_warned_at_save_and_recorded_no_target() -> Result<()> {
+    let r = Receiver::start().await?;
+    let (c, metrics) = cluster("alerts-unrouted").await?;
+    // The usual choice: a target for failures only, and an SLA alert.
+    let spec = json!({"schedule": "@every 1h", "task": {"kind": "shell", "command": "sleep 3"},
+        "alerts": {"max_duration": "1s"}, "notify": [{"name": "oncall", "url": r.at("/fail"), "on": ["failure"]}]});
+    let (status, body) = c.call(Method::PUT, "/api/jobs/unheard", Some(spec.clone())).await?;
+    assert_eq!(status, 201, "the save goes through: {body}");
+    let warnings = body["warnings"].as_array().expect("warned");
+    assert_eq!(warnings.len(), 1, "{body}");
+    assert_eq!(warnings[0]["field"], "alerts.max_duration");
+    assert!(warnings[0]["message"].as_str().unwrap().contains("no target in notify listens for"), "{body}");
+    // Without notify, the live workers' default targets decide: these workers have none.
+    let mut bare = spec.clone();
+    bare.as_object_mut().unwrap().remove("notify");
+    let (_, body) = c.call(Method::PUT, "/api/jobs/bare", Some(bare)).await?;
+    assert!(body["warnings"][0]["message"].as_str().unwrap().contains("no live worker's default target"), "{body}");
+    // A target that listens: no warning.
+    let mut heard = spec.clone();
+    heard["notify"][0]["on"] = json!(["failure", "long_running"]);
+    let (_, body) = c.call(Method::PUT, "/api/jobs/heard", Some(heard)).await?;
+    assert!(body.get("warnings").is_none(), "{body}");
+
+    // Raised, it is recorded `no_target`, counted, and sent nowhere.
+    let id = c.run_now("unheard").await?;
+    let path = format!("/api/notifications?job=unheard&execution={}", urlencode(&id));
+    let delivery = wait_for(Duration::from_secs(30), "the unrouted alert recorded", || async {
+        let list = c.get(&path).await.ok()?;
+        list["notifications"].as_array()?.iter().find(|d| d["state"] == "no_target").cloned()
+    })
+    .await?;
+    assert_eq!((delivery["event"].as_str(), delivery["target"].as_str()), (Some("long_running"), Some("")));
+    assert_eq!(raised(&metrics, "long_running").await?, 1.0);
+    let mut unrouted = 0.0;
+    for url in &metrics {
+        unrouted += scrape(url, None).await?.value("etcron_worker_notifications_total", &[("outcome", "no_target")]);
+    }
+    assert_eq!(unrouted, 1.0);
+    assert!(r.received("/fail").is_empty(), "nothing was sent to the failure target");
+
+    // describe says who hears each alert, lists the targets, and shows the unrouted raise.
+    let (code, stdout, stderr) = ctl(&c, &["jobs", "describe", "unheard"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("running over 1s → nobody (no target listens for long_running)"), "{stdout}");
+    assert!(stdout.contains("notify:       oncall: failure"), "{stdout}");
+    assert!(
+        stdout.contains("no_target") && stdout.contains("not sent: no target listens for long_running"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = ctl(&c, &["notifications", "--job", "unheard"]).await;
+    assert!(stdout.contains("no_target"), "{stdout}");
+    // apply says so too, and still saves.
+    let file = c.path("unheard2.json");
+    std::fs::write(&file, json!({"jobs": {"unheard2": spec}}).to_string())?;
+    let (code, _, stderr) = ctl(&c, &["jobs", "apply", "-f", file.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("warning: job \"unheard2\": alerts.max_duration: raises long_running"), "{stderr}");
     Ok(())
 }

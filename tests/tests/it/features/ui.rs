@@ -284,7 +284,10 @@ async fn a_running_tasks_progress_and_checkpoint_show_on_its_execution_page() ->
 async fn sla_alerts_are_set_in_the_editor_and_a_jobs_notifications_listed_on_its_page() -> anyhow::Result<()> {
     let mut c = Cluster::start("ui-alerts", 1).await?;
     browser("alerts.mjs", &c.master.url, &c.logs)?;
-    screenshots(&c.logs, &["alerts-editor-error.png", "alerts-notifications.png", "alerts-stale.png"]);
+    screenshots(
+        &c.logs,
+        &["alerts-editor-error.png", "alerts-notifications.png", "alerts-stale.png", "alerts-unheard.png"],
+    );
     // What the browser did, seen through the API: the form's alerts were cleared again; the
     // every-second job's matches went once to its target, then silenced for the hour.
     let form = c.get("/api/jobs/sla-form").await?;
