@@ -1,16 +1,19 @@
 // #/execution/ID: one execution: status and why, timings, progress, checkpoint, a handler's
-// result, output (live while it runs).
+// result, output (live while it runs), and its notifications (alerts included).
 
 import { app, duration, h, localTime } from "./format.js";
 import { banner, getJson } from "./api.js";
 import { autoRefresh, route } from "./nav.js";
 import { formatMap } from "./forms.js";
 import { followOutput } from "./stream.js";
+import { notificationsSection } from "./job.js";
 
 /** One execution: timings, attempt, worker, fencing token, why it did not run, output. */
 export async function executionView(params, rest) {
   const id = decodeURIComponent(rest);
   let r;
+  // The run's alerts and other deliveries (an alert no target listens for: `no_target`).
+  const deliveries = getJson(`/api/notifications?execution=${encodeURIComponent(id)}&limit=20`).catch((e) => ({ error: e }));
   try {
     r = await getJson(`/api/executions/${encodeURIComponent(id)}`);
   } catch (e) {
@@ -63,7 +66,8 @@ export async function executionView(params, rest) {
       field("Result", r.result == null ? null : h("code", { id: "result" }, JSON.stringify(r.result)))),
     progress,
     h("div", { class: "toolbar" }, wrap, copy, r.output_truncated ? h("span", { class: "warn" }, "output truncated (head and tail kept)") : ""),
-    output);
+    output,
+    notificationsSection(await deliveries));
   if (r.status !== "running") return;
   // Running: its output as it is printed, then the final record (the view re-renders).
   const live = h("span", { class: "live", role: "status" }, "● live output");

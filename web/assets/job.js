@@ -89,7 +89,7 @@ function backfillsSection(name, list, opened, openId) {
  * `GET /api/notifications?job=…`), each with its event, state (`silenced`: not sent, the
  * target's silence window was open; `no_target`: an alert no target listens for), target, attempts and the execution it is about. A
  * `stale` delivery is about no execution (its id is `{job}@stale-{ms}`): not linked. */
-function notificationsSection(list) {
+export function notificationsSection(list) {
   const section = h("section", { id: "notifications", "aria-labelledby": "notifications-heading" }, h("h2", { id: "notifications-heading" }, "Notifications"));
   if (list.error) {
     section.append(h("p", { class: "warn" }, explain(list.error)));

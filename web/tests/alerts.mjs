@@ -143,6 +143,11 @@ async function alertsAndNotifications(page) {
   assert.match(await page.locator("#alerts").innerText(), /^output matches \/BOOM\/$/);
   await page.locator("#notifications").scrollIntoViewIfNeeded();
   await shot(page, "alerts-notifications.png");
+  // The execution's own page lists its deliveries too.
+  await page.goto(`${base}/#/execution/${encodeURIComponent(record.execution_id)}`);
+  const own = page.locator('#notifications tr[data-event="output_match"]');
+  await own.first().waitFor();
+  assert.equal(await own.first().getAttribute("data-state"), record.state);
 
   // Its editor: the form shows the alert, the JSON tab the alert and the targets (which have no
   // form controls), and a save from the form keeps the targets as they were.
