@@ -480,7 +480,29 @@ pub async fn import(
     if !errors.is_empty() {
         return Err(crate::exit::InvalidCrontab(errors).into());
     }
+    runs_as_note(client, &files).await;
     crate::apply::apply_jobs(client, files, apply).await
+}
+
+/// Says who the imported commands will run as, which a crontab left to the account it
+/// belonged to: `task.user` where a system crontab named one, otherwise whatever the live
+/// workers run tasks as (`uid per team 70000-70999 on local-1, local-2 (the worker process runs
+/// as root (uid 0))`). On stderr, before the plan; nothing when no worker is live.
+async fn runs_as_note(client: &crate::client::Client, files: &[crate::jobfile::FileJob]) {
+    let without_user = files.iter().filter(|f| f.normalized["task"]["user"].is_null()).count();
+    if without_user == 0 {
+        return;
+    }
+    let Ok(list) = client.get("/api/workers").await else { return };
+    let workers: Vec<etcron_model::stored::WorkerInfo> = list["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| serde_json::from_value(w.clone()).ok())
+        .collect();
+    for line in etcron_model::stored::runs_as_lines(&workers) {
+        eprintln!("etcronctl: note: {without_user} imported job(s) name no user; their commands run as {line}");
+    }
 }
 
 /// A crontab's job as `apply` takes it: read through the job-file reader (as a one-job JSON

@@ -44,7 +44,7 @@ fn table(v: &Value) -> String {
     if executors {
         columns.push("HANDLERS");
     }
-    columns.extend(["TASKS RUN AS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
+    columns.extend(["TASKS RUN AS", "WORKER RUNS AS", "CAPACITY", "RUNNING", "VERSION", "UP SINCE"]);
     let mut table = Table::new(&columns);
     for w in workers {
         // A worker bound to no team is shared: it runs every team's jobs.
@@ -59,7 +59,14 @@ fn table(v: &Value) -> String {
         if executors {
             row.push(handlers.unwrap_or_else(|| "-".to_owned()));
         }
-        row.extend([runs_as, text(&w["capacity"]), text(&w["running"]), text(&w["version"]), text(&w["started_at"])]);
+        row.extend([
+            runs_as,
+            text(&w["os_user"]),
+            text(&w["capacity"]),
+            text(&w["running"]),
+            text(&w["version"]),
+            text(&w["started_at"]),
+        ]);
         table.row(row);
     }
     table.render()
@@ -138,7 +145,7 @@ mod tests {
     #[test]
     fn a_handlers_column_appears_with_an_executor() {
         let worker = json!({"id": "w1", "hostname": "h", "capacity": 64, "running": 0, "version": "v",
-            "started_at": "t", "task_user": "root"});
+            "started_at": "t", "task_user": "root", "os_user": "root(uid-0)"});
         let plain = table(&json!({"workers": [worker]}));
         assert!(!plain.contains("HANDLERS"), "{plain}");
         let executor = json!({"id": "app-1", "hostname": "h", "capacity": 64, "running": 1, "version": "v",
@@ -147,7 +154,8 @@ mod tests {
         let lines: Vec<Vec<&str>> = both.lines().map(|l| l.split_whitespace().collect()).collect();
         assert_eq!(lines[0][..6], ["ID", "STATE", "HOST", "LABELS", "TEAMS", "HANDLERS"], "{both}");
         assert_eq!(lines[1][..6], ["w1", "ready", "h", "-", "(shared)", "-"], "{both}");
-        assert_eq!(lines[1][6], "root", "{both}");
+        assert_eq!(lines[1][6..8], ["root", "root(uid-0)"], "{both}");
+        assert!(lines[0].join(" ").contains("TASKS RUN AS WORKER RUNS AS"), "{both}");
         assert_eq!(lines[2][..7], ["app-1", "ready", "h", "-", "(shared)", "hot-list,report", "-"], "{both}");
     }
 }

@@ -75,6 +75,15 @@ etcron is running.
   MongoDB:    $ETCRON_MONGODB_URI
   logs:       $DATA/logs/
 A demo job "hello" runs every 10 seconds. README.md starts from here; docs/ has the rest.
-Press Ctrl-C to stop.
 MSG
+if [ "$(id -u)" = 0 ]; then
+    cat <<MSG
+Started as root, so the workers run as root. Shell tasks that name no task.user run as a uid of
+their team (70000-70999, one per team), never as root: they cannot write root's files nor read
+each other's. To run them as one account instead, give the workers --task-user NAME (root
+included, as a deliberate choice); started as an ordinary user, the workers run every task as
+that user. \`etcronctl workers ls\` shows both: TASKS RUN AS and WORKER RUNS AS.
+MSG
+fi
+echo "Press Ctrl-C to stop."
 wait

@@ -60,6 +60,35 @@ pub struct WorkerInfo {
     /// `notify`): a save of such a job is warned about alerts no live worker would send.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub default_notify: Vec<crate::spec::notify::NotifyEvent>,
+    /// The account the worker process itself runs as, `root (uid 0)`: what a task naming no
+    /// `task.user` could become on a worker that cannot switch users, and what an operator
+    /// should know before importing a user's crontab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os_user: Option<String>,
+}
+
+/// How the runs-as settings of the live workers read, grouped: `uid per team 70000-70999 on
+/// local-1, local-2 (the workers run as root (uid 0))`, one line per distinct setting; shell
+/// workers only (an executor runs no shell task).
+#[must_use]
+pub fn runs_as_lines(workers: &[WorkerInfo]) -> Vec<String> {
+    let mut groups: BTreeMap<(String, String), Vec<&str>> = BTreeMap::new();
+    for w in workers.iter().filter(|w| w.handlers.is_empty()) {
+        let task_user = w.task_user.clone().unwrap_or_else(|| "its own user".to_owned());
+        let os_user = w.os_user.clone().unwrap_or_else(|| "an unknown account".to_owned());
+        groups.entry((task_user, os_user)).or_default().push(&w.id);
+    }
+    groups
+        .into_iter()
+        .map(|((task_user, os_user), ids)| {
+            let what = if task_user == "root" {
+                "root (every task without task.user runs as root)".to_owned()
+            } else {
+                task_user
+            };
+            format!("{what} on {} (the worker process runs as {os_user})", ids.join(", "))
+        })
+        .collect()
 }
 
 impl WorkerInfo {
@@ -629,6 +658,28 @@ impl ExecutionRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_as_lines_group_the_workers_by_who_their_tasks_run_as() {
+        let worker = |id: &str, task_user: Option<&str>, os_user: &str, handlers: &[&str]| -> WorkerInfo {
+            serde_json::from_value(serde_json::json!({"id": id, "hostname": "h", "pid": 1, "capacity": 1, "running": 0,
+                "version": "0", "started_at": "t", "task_user": task_user, "os_user": os_user, "handlers": handlers}))
+            .unwrap()
+        };
+        let lines = runs_as_lines(&[
+            worker("local-1", Some("uid per team 70000-70999"), "root (uid 0)", &[]),
+            worker("local-2", Some("uid per team 70000-70999"), "root (uid 0)", &[]),
+            worker("w3", Some("root"), "root (uid 0)", &[]),
+            worker("exec", None, "app (uid 1000)", &["report"]),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "root (every task without task.user runs as root) on w3 (the worker process runs as root (uid 0))",
+                "uid per team 70000-70999 on local-1, local-2 (the worker process runs as root (uid 0))",
+            ]
+        );
+    }
 
     #[test]
     fn an_executor_runs_its_handlers_only_and_a_worker_every_other_kind() {

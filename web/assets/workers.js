@@ -68,7 +68,9 @@ export async function workersView() {
         h("td", { "data-label": "Runs as", title: "who shell tasks without task.user run as; below, the users task.user may name" },
           // An executor runs its handlers only, inside its own process.
           (w.handlers || []).length ? h("span", { class: "muted" }, "no shell tasks")
-            : w.task_user || h("span", { class: "muted" }, "its own user"),
+            : w.task_user || h("span", { class: "muted" }, w.os_user ? `the worker's own user, ${w.os_user}` : "the worker's own user"),
+          w.task_user === "root" ? h("div", { class: "warn small" }, "every task without task.user runs as root") : "",
+          w.os_user ? h("div", { class: "muted small os-user" }, `worker process: ${w.os_user}`) : "",
           (w.run_as_users || []).length ? h("div", { class: "muted" }, `task.user: ${w.run_as_users.join(", ")}`) : ""),
         h("td", { "data-label": "Running" }, `${w.running} / ${w.capacity}`,
           (w.running_executions || []).length ? h("ul", { class: "plain small" }, w.running_executions.map((r) => h("li", {}, h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id)))) : ""),

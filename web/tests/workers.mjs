@@ -1,5 +1,6 @@
 // Browser test of the workers page, run by tests/tests/it/features/ui.rs with two live workers:
-// each row says its state; Drain, Cordon and Uncordon change it (as the API then says too).
+// each row says its state and who its tasks and its process run as; Drain, Cordon and Uncordon
+// change its state (as the API then says too).
 //   node workers.mjs <master url> <screenshot dir>
 import assert from "node:assert/strict";
 import path from "node:path";
@@ -26,6 +27,10 @@ try {
   const { page, check } = await open(browser, base);
   await waitRows(page, base, "#/workers", "tr[data-worker]", 2);
   assert.equal(await stateOf(page, "w1", "ready"), "ready");
+  // Who tasks run as, and who the worker process itself is (as its registration says).
+  const registered = (await call(base, "GET", "/api/workers")).body.workers.find((w) => w.id === "w1");
+  assert.match(registered.os_user, /^\S+ \(uid \d+\)$/);
+  assert.equal(await page.locator('tr[data-worker="w1"] .os-user').innerText(), `worker process: ${registered.os_user}`);
 
   // Drain w1: nothing runs on it, so it is drained at once.
   page.once("dialog", (d) => d.accept());

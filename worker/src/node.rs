@@ -617,6 +617,7 @@ async fn register(
         unsettled_from_ms,
         handlers: ctx.handler_names.clone(),
         default_notify: default_notify_events(&ctx.config),
+        os_user: Some(crate::tasks::uids::process_account()),
         task_user: Some(ctx.config.task_identity.describe()),
         capacity: ctx.config.capacity,
         running,

@@ -343,6 +343,7 @@ mod tests {
                 unsettled_from_ms: None,
                 handlers: Vec::new(),
                 default_notify: Vec::new(),
+                os_user: None,
             };
             m.inner.write().unwrap().insert((*id).to_owned(), info);
         }

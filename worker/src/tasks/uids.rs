@@ -97,6 +97,16 @@ impl TaskIdentity {
     }
 }
 
+/// The account this process runs as, as registrations show it: `root (uid 0)`.
+#[must_use]
+pub fn process_account() -> String {
+    let euid = nix::unistd::geteuid();
+    match User::from_uid(euid).ok().flatten() {
+        Some(user) => format!("{} (uid {euid})", user.name),
+        None => format!("uid {euid}"),
+    }
+}
+
 /// `FIRST-LAST`, both above 0 (never root's), at most [`MAX_TASK_UIDS`] of them.
 fn parse_range(text: &str) -> Result<(u32, u32), String> {
     let bad = || format!("task_uids: expected FIRST-LAST (e.g. \"70000-70999\"), got {text:?}");

@@ -1439,7 +1439,7 @@ GREETING="hello there"
 
 /// `import --crontab`: each job line a job (schedule kept, env and CRON_TZ from the lines above
 /// it, the comment above it as description, `\%` as `%`), `@reboot` and MAILTO left out with a
-/// warning, names stable so importing again is unchanged; the jobs run with that env; a changed
+/// warning, who the commands will run as said, names stable so importing again is unchanged; the jobs run with that env; a changed
 /// line is a new job that `--prune -l imported-from=crontab` swaps in; bad lines are exit 2
 /// naming file and line, with nothing changed.
 #[tokio::test(flavor = "multi_thread")]
@@ -1453,6 +1453,19 @@ async fn import_crontab_makes_a_job_of_each_line() -> anyhow::Result<()> {
     assert!(out.stdout.contains("2 created, 0 updated, 0 unchanged, 0 deleted"), "{out:?}");
     assert!(out.stderr.contains(&format!("warning: {file}: line 3: MAILTO is dropped")), "{out:?}");
     assert!(out.stderr.contains(&format!("warning: {file}: line 11: @reboot is skipped")), "{out:?}");
+    // Who the commands will run as, from the live worker's registration.
+    // (The test's workers run tasks as root: said as loudly as it matters.)
+    let worker = &c.get("/api/workers").await?["workers"][0];
+    let task_user = match worker["task_user"].as_str().unwrap() {
+        "root" => "root (every task without task.user runs as root)".to_owned(),
+        other => other.to_owned(),
+    };
+    let runs_as = format!(
+        "note: 2 imported job(s) name no user; their commands run as {task_user} on {} (the worker process runs as {})",
+        worker["id"].as_str().unwrap(),
+        worker["os_user"].as_str().unwrap()
+    );
+    assert!(out.stderr.contains(&runs_as), "{runs_as} in {out:?}");
     let imported = specs(&c).await;
     assert_eq!(imported.len(), 2, "{imported:?}");
     for name in imported.keys() {

@@ -187,6 +187,7 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         unsettled_from_ms: Some(now_ms() - 90_000),
         handlers: Vec::new(),
         default_notify: vec![etcron_model::spec::notify::NotifyEvent::Failure],
+        os_user: Some("root (uid 0)".to_owned()),
     };
     etcd.put(keys.worker(&worker.id), serde_json::to_vec(&worker)?, None).await?;
     let running = ExecutionId::new("nightly-report", Tick::Manual("00000000000000aa".to_owned()));

@@ -1470,8 +1470,8 @@ fn every_etcd_the_project_starts_compacts_and_has_a_quota() {
 }
 
 /// What `deploy/local/up.sh` prints once the cluster is up says where the console is and how to
-/// run etcronctl (the binary it built, and `ETCRON_SERVER` for its master), and the build it runs
-/// does build etcronctl.
+/// run etcronctl (the binary it built, and `ETCRON_SERVER` for its master), and, started as
+/// root, who the tasks run as; the build it runs does build etcronctl.
 #[test]
 fn up_sh_says_where_the_console_and_etcronctl_are() {
     let up = read(&deploy().join("local/up.sh"));
@@ -1495,6 +1495,11 @@ fn up_sh_says_where_the_console_and_etcronctl_are() {
             format!("up.sh does not build {package}, which holds etcronctl")
         });
     problems.check(up.contains("BIN=target/$("), || "up.sh's $BIN is not the build's target directory".to_owned());
+    // Started as root, it says who the tasks then run as, and how to change it.
+    let as_root = up.split("if [ \"$(id -u)\" = 0 ]; then").nth(1).unwrap_or_default();
+    for text in ["the workers run as root", "--task-user NAME", "etcronctl workers ls"] {
+        problems.check(as_root.contains(text), || format!("up.sh started as root does not say {text:?}"));
+    }
     problems.assert_none("deploy/local/up.sh banner");
 }
 
