@@ -47,6 +47,26 @@ fn state(job: &Value) -> &'static str {
     }
 }
 
+/// The job's state for the STATE column: `enabled`, `paused`, `paused until 11-28 08:00Z` (a
+/// pause that ends by itself, in UTC), `disabled` (the spec's `enabled: false`) or `invalid`.
+#[must_use]
+pub fn state_text(job: &Value) -> String {
+    if job["invalid"].is_string() {
+        return "invalid".to_owned();
+    }
+    if job["paused"].is_object() {
+        let until = job["paused"]["until"]
+            .as_str()
+            .and_then(|u| chrono::DateTime::parse_from_rfc3339(u).ok())
+            .map(|u| u.with_timezone(&chrono::Utc).format("%m-%d %H:%MZ").to_string());
+        return until.map_or_else(|| "paused".to_owned(), |u| format!("paused until {u}"));
+    }
+    if job["spec"]["enabled"] == Value::Bool(false) {
+        return "disabled".to_owned();
+    }
+    "enabled".to_owned()
+}
+
 /// The status of the job's last execution, `never` when it has none (or records are away).
 fn last_status(job: &Value) -> &str {
     job["summary"]["last_execution"]["status"].as_str().unwrap_or("never")
@@ -82,20 +102,16 @@ pub async fn ls(
             text(&list["records"]["error"])
         );
     }
-    let mut table = Table::new(&["NAME", "TEAM", "SCHEDULE", "TZ", "ENABLED", "NEXT RUN", "LAST STATUS", "LAST RUN"]);
+    let mut table = Table::new(&["NAME", "TEAM", "SCHEDULE", "TZ", "STATE", "NEXT RUN", "LAST STATUS", "LAST RUN"]);
     for j in &jobs {
-        let enabled = match state(j) {
-            "invalid" => "invalid",
-            "paused" => "no",
-            _ => "yes",
-        };
+        let enabled = state_text(j);
         let last = &j["summary"]["last_execution"];
         table.row(vec![
             text(&j["name"]),
             text(&j["spec"]["team"]),
             clip(&expressions(&j["spec"]), 32),
             text(&j["spec"]["timezone"]),
-            enabled.to_owned(),
+            enabled,
             text(&j["next_runs"][0]),
             text(&last["status"]),
             text(&last["scheduled_at"]),
@@ -127,7 +143,7 @@ pub async fn get(client: &Client, name: &str, json: bool) -> anyhow::Result<()> 
     let mut s = String::new();
     let _ = writeln!(s, "name:             {}", text(&job["name"]));
     let _ = writeln!(s, "revision:         {}", text(&job["revision"]));
-    let _ = writeln!(s, "state:            {}", state(&job));
+    let _ = writeln!(s, "state:            {}", crate::describe::state_line(&job));
     let _ = writeln!(s, "team:             {}", job["spec"]["team"].as_str().unwrap_or("-"));
     if let Some(why) = job["invalid"].as_str() {
         let _ = writeln!(s, "invalid:          {why}");
@@ -483,6 +499,23 @@ pub async fn export(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_state_column_says_how_long_a_pause_lasts() {
+        let job = |extra: Value| {
+            let mut j = json!({"name": "a", "spec": {"enabled": true}, "paused": null});
+            j.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            j
+        };
+        assert_eq!(state_text(&job(json!({}))), "enabled");
+        assert_eq!(state_text(&job(json!({"paused": {"by": "ops", "until": null}}))), "paused");
+        assert_eq!(
+            state_text(&job(json!({"paused": {"until": "2026-11-28T09:00:00+01:00"}}))),
+            "paused until 11-28 08:00Z"
+        );
+        assert_eq!(state_text(&job(json!({"spec": {"enabled": false}}))), "disabled");
+        assert_eq!(state_text(&job(json!({"invalid": "schedule: bad"}))), "invalid");
+    }
 
     #[test]
     fn whoami_shows_the_global_role_and_the_team_roles() {

@@ -1,10 +1,11 @@
 // A job's actions (run, pause/resume, kill, edit, history, delete) and their dialogs: run
-// with parameters, backfill.
+// with parameters, pause (why and until when), backfill.
 
 import { h, isPaused, localTime } from "./format.js";
 import { api, explain, jobPath } from "./api.js";
 import { button, dialogButton } from "./controls.js";
 import { clearFieldErrors, formField, input, numberOr, parseMap, select, showFieldError } from "./forms.js";
+import { route } from "./nav.js";
 
 /** The parameters a job's shell task declares (`task.params`), as the run dialog lists them. */
 function declaredParams(j) {
@@ -76,6 +77,76 @@ function localInputValue(date) {
 function rfc3339FromLocal(value) {
   const date = new Date(value);
   return value && !isNaN(date) ? date.toISOString() : value;
+}
+
+/** When a pause preset ends, from `now`: a number of hours ahead, or the next 08:00 local. */
+function presetUntil(preset, now = new Date()) {
+  if (preset === "morning") {
+    const at = new Date(now);
+    at.setHours(8, 0, 0, 0);
+    if (at <= now) at.setDate(at.getDate() + 1);
+    return at;
+  }
+  return new Date(now.getTime() + Number(preset) * 3600 * 1000);
+}
+
+/** The pause dialog: why (shown with the job and in its skipped ticks' records) and until when
+ * (until resumed, presets, or a local time); the API's errors at the field they name. */
+function pauseDialog(j) {
+  const reason = h("input", { id: "pause-reason", type: "text", autocomplete: "off", maxlength: 500, placeholder: "db migration" });
+  const presets = [["", "until resumed"], ["1", "for 1 hour"], ["4", "for 4 hours"], ["24", "for 24 hours"],
+    ["morning", "until 08:00 (local)"], ["custom", "until a time…"]];
+  const until = h("select", { id: "pause-until" }, presets.map(([v, t]) => h("option", { value: v }, t)));
+  const at = h("input", { id: "pause-at", type: "datetime-local", step: 1, hidden: true, "aria-label": "Pause until (local time)" });
+  const shown = h("div", { class: "hint", id: "pause-until-hint" }, "Its ticks are recorded skipped until it is resumed.");
+  const error = h("p", { class: "field-error", id: "pause-error", role: "alert", hidden: true });
+  const ends = () => until.value === "custom" ? (at.value ? new Date(at.value) : null) : until.value ? presetUntil(until.value) : null;
+  const explainUntil = () => {
+    at.hidden = until.value !== "custom";
+    const end = ends();
+    shown.textContent = end && !isNaN(end)
+      ? `Its ticks are recorded skipped until ${localTime(end.toISOString())}; then it runs again by itself.`
+      : "Its ticks are recorded skipped until it is resumed.";
+  };
+  until.addEventListener("change", explainUntil);
+  at.addEventListener("input", explainUntil);
+  const dialog = h("dialog", { id: "pause-dialog", "aria-label": `Pause ${j.name}` });
+  const submit = h("button", { type: "submit" }, "Pause");
+  const cancel = h("button", { type: "button" }, "Cancel");
+  cancel.addEventListener("click", () => dialog.close());
+  const form = h("form", { method: "dialog" },
+    h("h2", {}, `Pause ${j.name}`),
+    h("div", { class: "field" }, h("label", { for: "pause-reason" }, "Reason"), reason,
+      h("div", { class: "hint" }, "Optional; shown with the job and in the records of the ticks it skips.")),
+    h("div", { class: "field" }, h("label", { for: "pause-until" }, "How long"), until, at, shown),
+    error,
+    h("div", { class: "toolbar" }, submit, cancel));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    error.hidden = true;
+    const body = {};
+    if (reason.value.trim()) body.reason = reason.value.trim();
+    const end = ends();
+    if (until.value === "custom" && !end) {
+      error.textContent = "until: choose a time, or another length";
+      error.hidden = false;
+      return;
+    }
+    if (end) body.until = isNaN(end) ? at.value : end.toISOString();
+    submit.disabled = true;
+    try {
+      await api(`${jobPath(j.name)}/pause`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+      dialog.close();
+      route({ quiet: true });
+    } catch (e) {
+      error.textContent = `${e.field ? `${e.field}: ` : ""}${e.message}`;
+      error.hidden = false;
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  dialog.append(form);
+  return dialog;
 }
 
 /** Most ticks a backfill preview lists (it says how many more there are), and excluded ones. */
@@ -192,13 +263,7 @@ export function jobActions(j, { detail = false } = {}) {
     ...withParams,
     isPaused(j)
       ? button("Resume", () => api(`${path}/resume`, { method: "POST" }), { "aria-label": `Resume ${j.name}` })
-      : button("Pause", async () => {
-        const reason = prompt(`Pause ${j.name}: its ticks are recorded skipped until it is resumed. Reason (optional):`, "");
-        if (reason === null) return false;
-        const body = reason.trim() ? { reason: reason.trim() } : {};
-        await api(`${path}/pause`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
-        return true;
-      }, { "aria-label": `Pause ${j.name}` }),
+      : dialogButton("Pause…", () => pauseDialog(j), { "aria-label": `Pause ${j.name}` }),
     button("Kill", async () => {
       if (!confirm(`Kill every running execution of ${j.name}?`)) return false;
       await api(`${path}/kill`, { method: "POST" });

@@ -67,11 +67,25 @@ try {
 
   // Pause and resume.
   await page.goto(`${base}/#/jobs`);
-  // Pause asks for a reason (optional); the list shows who paused it and why.
-  page.once("dialog", (d) => d.accept("waiting for the backup"));
+  // Pause opens a dialog: a reason (optional) and how long (presets, or a time); the list
+  // shows who paused it, until when and why.
   await page.getByRole("button", { name: "Pause long-job" }).click();
+  const pause = page.locator("#pause-dialog");
+  await pause.waitFor();
+  await pause.locator("#pause-reason").fill("waiting for the backup");
+  await pause.locator("#pause-until").selectOption("4");
+  assert.match(await pause.locator("#pause-until-hint").innerText(), /recorded skipped until .*; then it runs again by itself/);
+  await page.screenshot({ path: path.join(shots, "pause-dialog.png"), fullPage: true });
+  const [paused] = await Promise.all([
+    page.waitForRequest((r) => r.url().endsWith("/api/jobs/long-job/pause") && r.method() === "POST"),
+    pause.getByRole("button", { name: "Pause", exact: true }).click(),
+  ]);
+  const sent = paused.postDataJSON();
+  assert.equal(sent.reason, "waiting for the backup");
+  const ahead = Date.parse(sent.until) - Date.now();
+  assert.ok(ahead > 3.9 * 3600e3 && ahead <= 4 * 3600e3, `until 4 hours ahead: ${sent.until}`);
   await page.locator('tr[data-job="long-job"] .badge.paused').waitFor();
-  assert.match(await page.locator('tr[data-job="long-job"]').innerText(), /paused by anonymous at .*: waiting for the backup/);
+  assert.match(await page.locator('tr[data-job="long-job"]').innerText(), /paused by anonymous at .* until .*: waiting for the backup/);
   await page.getByRole("button", { name: "Resume long-job" }).click();
   await page.locator('tr[data-job="long-job"] .badge.enabled').waitFor();
   await page.screenshot({ path: path.join(shots, "jobs-actions.png"), fullPage: true });

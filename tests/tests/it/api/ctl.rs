@@ -213,7 +213,7 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
         out.stdout
     );
     assert!(
-        lines.iter().any(|l| l.starts_with("alpha ") && l.contains("@yearly") && l.contains("yes")),
+        lines.iter().any(|l| l.starts_with("alpha ") && l.contains("@yearly") && l.contains(" enabled ")),
         "{}",
         out.stdout
     );
@@ -266,6 +266,14 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     assert!(out.stderr.contains("reason"), "{}", out.stderr);
     let out = ctl(&c, &["jobs", "ls", "--status", "paused"]).await.ok();
     assert!(out.stdout.contains("alpha") && !out.stdout.contains("beta"), "{}", out.stdout);
+    // The STATE column, get and describe say how long the pause lasts.
+    let until = job(&c, "alpha").await.1["paused"]["until"].as_str().unwrap().to_owned();
+    let short = chrono::DateTime::parse_from_rfc3339(&until)?.with_timezone(&chrono::Utc).format("%m-%d %H:%MZ");
+    assert!(out.stdout.contains(&format!("paused until {short}")), "{}", out.stdout);
+    let out = ctl(&c, &["jobs", "get", "alpha"]).await.ok();
+    assert!(out.stdout.contains(&format!(" until {until}")), "{}", out.stdout);
+    let out = ctl(&c, &["jobs", "describe", "alpha"]).await.ok();
+    assert!(out.stdout.contains(&format!(" until {until}")), "{}", out.stdout);
     ctl(&c, &["jobs", "resume", "alpha"]).await.ok();
     assert!(job(&c, "alpha").await.1["paused"].is_null());
 

@@ -95,7 +95,16 @@ async fn executions_can_be_searched_opened_and_jobs_run_killed_paused_and_delete
     assert_eq!(status, 202);
     c.wait_executions("job=echo-job&status=succeeded", "the echo run", |l| l.len() == 1).await?;
     browser("executions.mjs", &c.master.url, &c.logs)?;
-    screenshots(&c.logs, &["executions-search.png", "execution-detail.png", "execution-live.png", "jobs-actions.png"]);
+    screenshots(
+        &c.logs,
+        &[
+            "executions-search.png",
+            "execution-detail.png",
+            "execution-live.png",
+            "jobs-actions.png",
+            "pause-dialog.png",
+        ],
+    );
     // What the browser did, seen through the API.
     let (status, _) = c.call(Method::GET, "/api/jobs/echo-job", None).await?;
     assert_eq!(status, 404, "deleted from the UI");
