@@ -609,7 +609,7 @@ impl Printer {
         let _ = writeln!(text, "{verb:<10} {}{where_}", o.step.job);
         if let Action::Update { diff, note, .. } = &o.step.action {
             for d in diff {
-                let _ = writeln!(text, "    {d}");
+                let _ = writeln!(text, "{}", d.render("    "));
             }
             if let Some(note) = note {
                 let _ = writeln!(text, "    ({note})");

@@ -176,7 +176,7 @@ fn report(name: &str, saved: &Value, changes: &[Difference], secrets: &[String],
     }
     let mut text = format!("job {name} edited (revision {})\n", crate::table::text(&saved["revision"]));
     for d in changes {
-        text.push_str(&format!("    {d}\n"));
+        text.push_str(&format!("{}\n", d.render("    ")));
     }
     if !secrets.is_empty() {
         text.push_str(&format!("    (secret values sent: {})\n", secrets.join(", ")));

@@ -38,15 +38,7 @@ pub async fn history(
         if json {
             return print_doc(&v);
         }
-        let changes = v["changes"].as_array().cloned().unwrap_or_default();
-        let mut lines = format!("revision {} → {}: {} change(s)\n", text(&v["from"]), text(&v["to"]), changes.len());
-        for change in changes {
-            match serde_json::from_value::<Difference>(change.clone()) {
-                Ok(d) => lines.push_str(&format!("  {d}\n")),
-                Err(_) => lines.push_str(&format!("  {change}\n")),
-            }
-        }
-        return out(&lines);
+        return out(&changes_text(&v));
     }
     let v = client
         .get(&format!("{}/history", path(name)))
@@ -86,13 +78,44 @@ pub async fn rollback(
         return Err(Usage(format!("--to {revision}: a revision from `jobs history`")).into());
     }
     let headers: Vec<(&str, String)> = if_match.map(|r| ("If-Match", r.to_string())).into_iter().collect();
+    // The revision it replaces, to show what the rollback changed (with --if-match: that one).
+    let before = match if_match {
+        Some(r) => Some(r),
+        None => client.get(&path(name)).await.ok().and_then(|j| j["revision"].as_i64()),
+    };
     let body = json!({ "revision": revision });
     let reply = client.send(Method::POST, &format!("{}/rollback", path(name)), Some(&body), &headers).await;
     let v = reply.with_context(|| format!("rolling job {name:?} back to revision {revision}"))?.body;
     if json {
         return print_doc(&v);
     }
-    out(&format!("job {name} rolled back to the spec of revision {revision} (now revision {})\n", text(&v["revision"])))
+    let mut text_out =
+        format!("job {name} rolled back to the spec of revision {revision} (now revision {})\n", text(&v["revision"]));
+    if let (Some(before), Some(now)) = (before, v["revision"].as_i64()) {
+        let url = format!(
+            "{}/history/diff{}",
+            path(name),
+            query(&[("from", Some(before.to_string())), ("to", Some(now.to_string()))])
+        );
+        match client.get(&url).await {
+            Ok(d) => text_out.push_str(&changes_text(&d)),
+            Err(e) => eprintln!("etcronctl: note: what the rollback changed cannot be shown: {e:#}"),
+        }
+    }
+    out(&text_out)
+}
+
+/// `revision A → B: N change(s)` and each change, as `history --diff` and `rollback` print them.
+fn changes_text(v: &serde_json::Value) -> String {
+    let changes = v["changes"].as_array().cloned().unwrap_or_default();
+    let mut lines = format!("revision {} → {}: {} change(s)\n", text(&v["from"]), text(&v["to"]), changes.len());
+    for change in changes {
+        match serde_json::from_value::<Difference>(change.clone()) {
+            Ok(d) => lines.push_str(&format!("{}\n", d.render("  "))),
+            Err(_) => lines.push_str(&format!("  {change}\n")),
+        }
+    }
+    lines
 }
 
 #[cfg(test)]

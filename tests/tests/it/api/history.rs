@@ -126,12 +126,22 @@ async fn every_save_is_kept_diffed_and_rolled_back_once() -> anyhow::Result<()> 
     let (code, diffed) = ctl(&["jobs", "history", "db", "--diff", &format!("{v1}..{v2}")]);
     assert_eq!(code, Some(0), "{diffed}");
     assert!(diffed.contains("~ task.command: \"pg_dump one\" → \"pg_dump two\""), "{diffed}");
+    // A long value changed at its end is shown whole, both versions, with where they differ.
+    let long = "pg_dump --format=custom --file=/var/backups/db-nightly.dump production_db_main";
+    let l1 = c.put_job("long", spec(long, "x")).await?["revision"].as_i64().unwrap();
+    let l2 = c.put_job("long", spec(&long.replace("main", "replica"), "x")).await?["revision"].as_i64().unwrap();
+    let (code, diffed) = ctl(&["jobs", "history", "long", "--diff", &format!("{l1}..{l2}")]);
+    assert_eq!(code, Some(0), "{diffed}");
+    assert!(diffed.contains(&format!("  ~ task.command:\n      - {long}\n      + {}\n", long.replace("main", "replica"))), "{diffed}");
+    assert!(diffed.contains(&format!("^^^^^^^ from character {}", long.find("main").unwrap() + 1)), "{diffed}");
     let (code, refused) = ctl(&["jobs", "rollback", "db", "--to", &v2.to_string(), "--if-match", &v3.to_string()]);
     assert_eq!(code, Some(4), "{refused}");
     assert_eq!(ctl(&["jobs", "history", "db", "--diff", "x"]).0, Some(2));
     let (code, done) = ctl(&["jobs", "rollback", "db", "--to", &v2.to_string(), "--if-match", &v4.to_string()]);
     assert_eq!(code, Some(0), "{done}");
     assert!(done.contains(&format!("rolled back to the spec of revision {v2}")), "{done}");
+    // It prints what it restored: the changes from the version it replaced.
+    assert!(done.contains(&format!("revision {v4} → ")) && done.contains("change(s)"), "{done}");
 
     // A resume that enables the spec is a save too.
     let mut disabled = spec("pg_dump two", "off");
