@@ -348,6 +348,11 @@ pub async fn apply_jobs(client: &Client, files: Vec<FileJob>, opts: Options) -> 
     }
     let list = client.get("/api/jobs").await.context("listing the jobs on the server")?;
     let steps = plan(&files, &current_jobs(&list), scope.as_ref())?;
+    let owners: BTreeMap<&str, Option<&str>> =
+        files.iter().map(|f| (f.name.as_str(), f.managed_by.as_deref())).collect();
+    for step in steps.iter().filter(|s| matches!(s.action, Action::Update { .. })) {
+        overwrite_warning(client, step, owners.get(step.job.as_str()).copied().flatten()).await;
+    }
     if let Some(scope) = &scope {
         let deletes = steps.iter().filter(|s| matches!(s.action, Action::Delete { .. })).count();
         eprintln!("etcronctl: pruning among {}: {deletes} not in the files", scope.describe());
@@ -564,6 +569,39 @@ async fn write(client: &Client, step: &Step) -> anyhow::Result<Done> {
     let reply = client.send(Method::PUT, &path, step.body.as_ref(), &headers).await?;
     warn(&step.job, &reply.body["warnings"]);
     Ok(Done { revision: reply.body["revision"].as_i64(), unchanged: reply.body["unchanged"] == true })
+}
+
+/// Warns (stderr) when an update overwrites a spec last saved by something else than an apply
+/// of the same owner: the console or `jobs edit` (a `PUT`), a rollback or resume, or a file or
+/// crontab of another `managed-by` owner, naming who saved it and when. The job's newest saved
+/// version says (`GET /api/jobs/{job}/history`); when it cannot be read, nothing is said.
+async fn overwrite_warning(client: &Client, step: &Step, owner: Option<&str>) {
+    let url = format!("/api/jobs/{}/history", segment(&step.job));
+    let Ok(history) = client.get(&url).await else { return };
+    let Some(current) = history["versions"].as_array().and_then(|v| v.iter().find(|v| v["current"] == true)) else {
+        return;
+    };
+    let via = current["via"].as_str().unwrap_or_default();
+    let stored_owner = current["spec"]["labels"][jobfile::MANAGED_BY].as_str();
+    let by_apply = via == "POST /api/batch";
+    if by_apply && stored_owner == owner {
+        return;
+    }
+    let how = if by_apply {
+        format!(
+            "an apply of {}",
+            stored_owner.map_or_else(|| "files without managed_by".to_owned(), |o| format!("managed_by {o:?}"))
+        )
+    } else {
+        via.to_owned()
+    };
+    eprintln!(
+        "etcronctl: warning: job {:?}: overwriting what {} saved at {} ({how}){}",
+        step.job,
+        current["by"].as_str().unwrap_or("someone"),
+        current["at"].as_str().unwrap_or("an unknown time"),
+        if by_apply { "" } else { ": changes made since then outside these files are lost (jobs history shows them)" }
+    );
 }
 
 /// Prints a save's warnings (`[{"field","message"}]`, e.g. alerts no target would send) on

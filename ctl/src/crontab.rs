@@ -17,7 +17,10 @@
 //!   written): `backup-sh-1a2b3c4d`, the same on every import, so importing again is
 //!   `unchanged`, and a changed schedule or command is a new job;
 //! - every job gets the label `imported-from: crontab`; with `--system` the user column is the
-//!   task's `user` (workers must list it in `run_as_users`) and the label `crontab-user`.
+//!   task's `user` (workers must list it in `run_as_users`) and the label `crontab-user`;
+//! - a `# etcron: name=NAME` comment right above a job line names its job instead;
+//! - the crontab's source (its absolute path, or `--source`) owns its jobs (`managed-by`), so an
+//!   import replaces what the source made before: the jobs of lines it no longer has are deleted.
 
 use std::collections::BTreeMap;
 
@@ -43,6 +46,10 @@ pub struct Options {
     pub timezone: Option<String>,
     /// The team every job belongs to (`--team`): what a token with a role on teams only needs.
     pub team: Option<String>,
+    /// What the crontab is (`--source`): by default its path, made absolute; standard input has
+    /// none. The source owns the jobs it made (their `managed-by` label): importing it again
+    /// deletes the jobs of lines it no longer has.
+    pub source: Option<String>,
 }
 
 /// One job line, as a job.
@@ -100,7 +107,15 @@ pub fn parse(text: &str, options: &Options) -> Result<Crontab, Vec<LineError>> {
             }
             continue;
         }
-        let description = describe(&std::mem::take(&mut comment));
+        let mut above = std::mem::take(&mut comment);
+        let given = match given_name(&mut above) {
+            Ok(given) => given,
+            Err(message) => {
+                errors.push(LineError { line: n, message });
+                continue;
+            }
+        };
+        let description = describe(&above);
         let entry = match entry(line, options.system) {
             Ok(Some(entry)) => entry,
             Ok(None) => {
@@ -122,7 +137,7 @@ pub fn parse(text: &str, options: &Options) -> Result<Crontab, Vec<LineError>> {
                 continue;
             }
         };
-        let name = job_name(&entry.schedule, entry.user.as_deref(), &entry.command);
+        let name = given.unwrap_or_else(|| job_name(&entry.schedule, entry.user.as_deref(), &entry.command));
         if let Some(first) = named.insert(name.clone(), n) {
             errors.push(LineError {
                 line: n,
@@ -207,6 +222,20 @@ fn setting(
             Ok(None)
         }
     }
+}
+
+/// The name a `# etcron: name=NAME` comment above a job gives it (taken out of the comment, so
+/// not in the description); an invalid name is the line's error.
+fn given_name(comment: &mut Vec<String>) -> Result<Option<String>, String> {
+    let Some(at) = comment.iter().position(|c| c.trim_start().starts_with("etcron:")) else { return Ok(None) };
+    let directive = comment.remove(at);
+    let rest = directive.trim_start().trim_start_matches("etcron:").trim();
+    let Some(name) = rest.strip_prefix("name=") else {
+        return Err(format!("the comment {directive:?} above it: the one etcron directive is `# etcron: name=NAME`"));
+    };
+    let name = name.trim();
+    etcron_model::spec::validate_name(name).map_err(|e| format!("# etcron: name={name}: {e}"))?;
+    Ok(Some(name.to_owned()))
 }
 
 /// The comment lines above a job as its description: blank lines at either end dropped, and
@@ -471,7 +500,7 @@ pub async fn import(
                 errors.push(format!("{at}: the same schedule and command as {first}; import it once"));
                 continue;
             }
-            match file_job(path, &job) {
+            match file_job(path, &job, source_of(path, options).as_deref()) {
                 Ok(fj) => files.push(fj),
                 Err(e) => errors.push(format!("{at}: {e}")),
             }
@@ -481,7 +510,25 @@ pub async fn import(
         return Err(crate::exit::InvalidCrontab(errors).into());
     }
     runs_as_note(client, &files).await;
+    let mut apply = apply;
+    if !apply.prune.prune && !apply.prune.all && files.iter().all(|f| f.managed_by.is_some()) {
+        // Each source owns its jobs: a line it no longer has is a job to delete (listed in the
+        // plan, deleted by the import), within that source only.
+        apply.prune.prune = true;
+    } else if files.iter().any(|f| f.managed_by.is_none()) {
+        eprintln!("etcronctl: note: a crontab from standard input has no source: give --source NAME so that importing it again replaces these jobs (the jobs of lines it no longer has are deleted)");
+    }
     crate::apply::apply_jobs(client, files, apply).await
+}
+
+/// What owns the jobs of the crontab at `path`: `--source`, else the path made absolute;
+/// `None` for standard input without `--source`.
+fn source_of(path: &std::path::Path, options: &Options) -> Option<String> {
+    if let Some(source) = &options.source {
+        return Some(source.clone());
+    }
+    (path.as_os_str() != "-")
+        .then(|| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).display().to_string())
 }
 
 /// Says who the imported commands will run as, which a crontab left to the account it
@@ -507,8 +554,12 @@ async fn runs_as_note(client: &crate::client::Client, files: &[crate::jobfile::F
 
 /// A crontab's job as `apply` takes it: read through the job-file reader (as a one-job JSON
 /// file), then named after the crontab it comes from.
-fn file_job(path: &std::path::Path, job: &CronJob) -> Result<crate::jobfile::FileJob, String> {
-    let text = json!({ "jobs": { job.name.clone(): job.spec } }).to_string();
+fn file_job(path: &std::path::Path, job: &CronJob, source: Option<&str>) -> Result<crate::jobfile::FileJob, String> {
+    let mut doc = json!({ "jobs": { job.name.clone(): job.spec } });
+    if let Some(source) = source {
+        doc["managed_by"] = json!(source);
+    }
+    let text = doc.to_string();
     let mut read = crate::jobfile::parse(std::path::Path::new("crontab.json"), &text).map_err(|e| e.message)?;
     match read.pop() {
         Some(Ok(mut fj)) if read.is_empty() => {
@@ -595,7 +646,7 @@ BACKUP_DIR = \"/srv/backup\"
         assert_eq!(a.jobs[0].name, b.jobs[0].name, "blanks and surroundings do not count");
         let c = jobs("0 4 * * * backup.sh\n");
         assert_ne!(a.jobs[0].name, c.jobs[0].name, "another schedule is another job");
-        let sys = parse("0 3 * * * root backup.sh\n", &Options { system: true, timezone: None, team: None }).unwrap();
+        let sys = parse("0 3 * * * root backup.sh\n", &Options { system: true, ..Options::default() }).unwrap();
         assert_ne!(sys.jobs[0].name, a.jobs[0].name);
         assert_eq!(sys.jobs[0].spec["labels"]["crontab-user"], "root");
         assert_eq!(sys.jobs[0].spec["task"]["user"], "root", "the user column is the task's user");
@@ -604,6 +655,19 @@ BACKUP_DIR = \"/srv/backup\"
         for n in [&a.jobs[0].name, &c.jobs[0].name, &sys.jobs[0].name] {
             etcron_model::spec::validate_name(n).unwrap();
         }
+    }
+
+    #[test]
+    fn a_name_comment_names_the_job_and_stays_out_of_its_description() {
+        let text = "# Nightly dump\n# etcron: name=db-dump\n0 2 * * * pg_dump db\n\n# etcron: name=Bad Name\n@hourly true\n# etcron: user=x\n@daily true\n";
+        let errors = parse(text, &Options::default()).unwrap_err();
+        assert_eq!(errors.iter().map(|e| e.line).collect::<Vec<_>>(), [6, 8], "{errors:?}");
+        assert!(errors[0].message.starts_with("# etcron: name=Bad Name: "), "{errors:?}");
+        assert!(errors[1].message.contains("the one etcron directive is `# etcron: name=NAME`"), "{errors:?}");
+        let read =
+            parse("# Nightly dump\n# etcron: name=db-dump\n0 2 * * * pg_dump db\n", &Options::default()).unwrap();
+        assert_eq!(read.jobs[0].name, "db-dump");
+        assert_eq!(read.jobs[0].spec["description"], "Nightly dump");
     }
 
     #[test]
@@ -631,7 +695,9 @@ BACKUP_DIR = \"/srv/backup\"
         assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
         assert!(c.warnings[0].starts_with("line 5: schedules without CRON_TZ are read in UTC"), "{:?}", c.warnings);
         // With --timezone: the zone of lines before any TZ, and after an empty one; no warning.
-        let c = parse(text, &Options { system: false, timezone: Some("Europe/Paris".into()), team: None }).unwrap();
+        let c =
+            parse(text, &Options { system: false, timezone: Some("Europe/Paris".into()), team: None, source: None })
+                .unwrap();
         assert_eq!(c.jobs[0].spec["timezone"], "Asia/Tokyo");
         assert_eq!(c.jobs[1].spec["timezone"], "Europe/Paris");
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
@@ -665,7 +731,7 @@ not a job line
         assert!(e[5].1.contains("ETCRON_ prefix"), "{e:#?}");
         assert!(e[6].1.starts_with("expected 5 schedule fields"), "{e:#?}");
         assert!(e[7].1.starts_with("repeats line 8"), "{e:#?}");
-        let e = errors("0 3 * * * root\n", &Options { system: true, timezone: None, team: None });
+        let e = errors("0 3 * * * root\n", &Options { system: true, ..Options::default() });
         assert!(e[0].1.ends_with("this line has no command"), "{e:#?}");
     }
 

@@ -157,6 +157,11 @@ enum Command {
         /// nothing else).
         #[arg(long, requires = "crontab")]
         team: Option<String>,
+        /// What the crontab is, for the `managed-by` label of its jobs (by default its path,
+        /// made absolute): importing the same source again deletes the jobs of lines it no
+        /// longer has. Needed to replace a crontab read from standard input.
+        #[arg(long, requires = "crontab")]
+        source: Option<String>,
         #[command(flatten)]
         prune: PruneArgs,
         /// Print what would change, change nothing; exit 7 when something would change.
@@ -607,10 +612,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             jobs::preview(&client, &schedule, options, json).await
         }
         Command::Export { names, file, format } => jobs::export(&client, &names, file.as_deref(), format, json).await,
-        Command::Import { mut files, file, crontab, system, timezone, team, prune, dry_run } => {
+        Command::Import { mut files, file, crontab, system, timezone, team, source, prune, dry_run } => {
             let options = apply::Options { prune: prune.into(), dry_run, json };
             if !crontab.is_empty() {
-                return crontab::import(&client, &crontab, &crontab::Options { system, timezone, team }, options).await;
+                let read = crontab::Options { system, timezone, team, source };
+                return crontab::import(&client, &crontab, &read, options).await;
             }
             files.extend(file);
             apply::apply(&client, &files, options).await

@@ -1484,7 +1484,8 @@ async fn import_crontab_makes_a_job_of_each_line() -> anyhow::Result<()> {
     let (backup, spec) = by_schedule("30 2 * * *");
     assert_eq!(spec["timezone"], "Europe/Berlin");
     assert_eq!(spec["description"], "Nightly backup");
-    assert_eq!(spec["labels"], json!({"imported-from": "crontab"}));
+    // The crontab's path owns its jobs.
+    assert_eq!(spec["labels"], json!({"imported-from": "crontab", "managed-by": file}));
     assert_eq!(spec["task"]["command"], "echo backup %F");
     assert_eq!(spec["task"]["env"], json!({"PATH": "/usr/bin:/bin"}));
     let (daily, spec) = by_schedule("@daily");
@@ -1495,7 +1496,7 @@ async fn import_crontab_makes_a_job_of_each_line() -> anyhow::Result<()> {
     // Importing again, from a file or standard input: unchanged.
     let out = ctl(&c, &["import", "--crontab", &file]).await.ok();
     assert!(out.stdout.contains("0 created, 0 updated, 2 unchanged"), "{out:?}");
-    let out = ctl_stdin(&c, &["import", "--crontab", "-"], CRONTAB).await.ok();
+    let out = ctl_stdin(&c, &["import", "--crontab", "-", "--source", &file], CRONTAB).await.ok();
     assert!(out.stdout.contains("0 created, 0 updated, 2 unchanged"), "{out:?}");
 
     // The jobs run as cron would have run them.
@@ -1503,15 +1504,29 @@ async fn import_crontab_makes_a_job_of_each_line() -> anyhow::Result<()> {
     assert_eq!(ctl(&c, &["jobs", "run", &daily, "--follow"]).await.ok().stdout, "hello there\n");
     assert_eq!(ctl(&c, &["jobs", "run", &backup, "--follow"]).await.ok().stdout, "backup %F\n");
 
-    // A changed command is another job: the dry run says so (7); pruning within the imported
-    // jobs swaps it in.
+    // A change made since by hand (the console, `jobs edit`: a PUT) is named when an import
+    // overwrites it.
+    let mut edited = specs(&c).await[&daily].clone();
+    edited["timeout"] = json!("5m");
+    c.put_job(&daily, edited).await?;
+    let out = ctl(&c, &["import", "--crontab", &file]).await.ok();
+    assert!(out.stdout.contains("0 created, 1 updated, 1 unchanged"), "{out:?}");
+    let warned = format!("warning: job {daily:?}: overwriting what anonymous saved at ");
+    assert!(
+        out.stderr.contains(&warned) && out.stderr.contains(&format!("(PUT /api/jobs/{daily}): changes made since")),
+        "{out:?}"
+    );
+    let out = ctl(&c, &["import", "--crontab", &file]).await.ok();
+    assert!(!out.stderr.contains("overwriting"), "its own import is not warned about: {out:?}");
+
+    // A changed command is another job, and the import replaces the old one: the source owns
+    // its jobs, so the line it no longer has is deleted (the dry run says so, exit 7).
     write(&dir, "crontab", &CRONTAB.replace("echo backup", "echo backup-v2"));
-    let prune = ["--prune", "-l", "imported-from=crontab"];
-    let out = ctl(&c, &[&["import", "--crontab", &file, "--dry-run"][..], &prune].concat()).await;
+    let out = ctl(&c, &["import", "--crontab", &file, "--dry-run"]).await;
     assert_eq!(out.code, 7, "{out:?}");
     assert!(out.stdout.contains("1 created, 0 updated, 1 unchanged, 1 deleted (dry run"), "{out:?}");
     assert!(out.stdout.contains(&format!("delete     {backup}")), "{out:?}");
-    ctl(&c, &[&["import", "--crontab", &file][..], &prune].concat()).await.ok();
+    ctl(&c, &["import", "--crontab", &file]).await.ok();
     let now = specs(&c).await;
     assert!(!now.contains_key(&backup) && now.contains_key(&daily) && now.len() == 2, "{now:?}");
 

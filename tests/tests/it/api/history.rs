@@ -132,7 +132,10 @@ async fn every_save_is_kept_diffed_and_rolled_back_once() -> anyhow::Result<()> 
     let l2 = c.put_job("long", spec(&long.replace("main", "replica"), "x")).await?["revision"].as_i64().unwrap();
     let (code, diffed) = ctl(&["jobs", "history", "long", "--diff", &format!("{l1}..{l2}")]);
     assert_eq!(code, Some(0), "{diffed}");
-    assert!(diffed.contains(&format!("  ~ task.command:\n      - {long}\n      + {}\n", long.replace("main", "replica"))), "{diffed}");
+    assert!(
+        diffed.contains(&format!("  ~ task.command:\n      - {long}\n      + {}\n", long.replace("main", "replica"))),
+        "{diffed}"
+    );
     assert!(diffed.contains(&format!("^^^^^^^ from character {}", long.find("main").unwrap() + 1)), "{diffed}");
     let (code, refused) = ctl(&["jobs", "rollback", "db", "--to", &v2.to_string(), "--if-match", &v3.to_string()]);
     assert_eq!(code, Some(4), "{refused}");
