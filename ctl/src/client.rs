@@ -42,7 +42,9 @@ pub fn query(pairs: &[(&str, Option<String>)]) -> String {
 impl Client {
     /// A client of the master at `server`; `token` is sent as `Authorization: Bearer`.
     pub fn new(server: &str, token: Option<String>, timeout: Duration) -> anyhow::Result<Self> {
-        let server = server.trim().trim_end_matches('/').to_owned();
+        let server = server.trim().trim_end_matches('/');
+        // `host:port` (no scheme) is a plain-HTTP master, as `curl` reads it.
+        let server = if server.contains("://") { server.to_owned() } else { format!("http://{server}") };
         let url = reqwest::Url::parse(&server)
             .map_err(|e| Usage(format!("--server {server:?} is not a URL ({e}); e.g. http://127.0.0.1:8070")))?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
@@ -193,11 +195,13 @@ mod tests {
     }
 
     #[test]
-    fn the_server_must_be_an_http_url() {
+    fn the_server_is_an_http_url_or_host_and_port() {
         let t = Duration::from_secs(1);
         assert!(Client::new("http://127.0.0.1:8070/", None, t).is_ok());
         assert_eq!(Client::new("http://127.0.0.1:8070/", None, t).unwrap().server(), "http://127.0.0.1:8070");
-        for bad in ["127.0.0.1:8070", "ftp://x", "not a url"] {
+        assert_eq!(Client::new("127.0.0.1:8070", None, t).unwrap().server(), "http://127.0.0.1:8070");
+        assert_eq!(Client::new("master-1:8070/", None, t).unwrap().server(), "http://master-1:8070");
+        for bad in ["ftp://x", "not a url", "http://[::1"] {
             let e = Client::new(bad, None, t).unwrap_err();
             assert!(e.is::<Usage>(), "{bad}: {e}");
         }

@@ -107,17 +107,8 @@ pub fn parse(text: &str, options: &Options) -> Result<Crontab, Vec<LineError>> {
             }
             continue;
         }
-        let mut above = std::mem::take(&mut comment);
-        let given = match given_name(&mut above) {
-            Ok(given) => given,
-            Err(message) => {
-                errors.push(LineError { line: n, message });
-                continue;
-            }
-        };
-        let description = describe(&above);
-        let entry = match entry(line, options.system) {
-            Ok(Some(entry)) => entry,
+        let JobLine { given, description, entry, command } = match job_line(line, options.system, &mut comment) {
+            Ok(Some(read)) => read,
             Ok(None) => {
                 out.warnings.push(format!(
                     "line {n}: @reboot is skipped: etcron runs jobs on schedules, not when a machine boots (start it \
@@ -125,13 +116,6 @@ pub fn parse(text: &str, options: &Options) -> Result<Crontab, Vec<LineError>> {
                 ));
                 continue;
             }
-            Err(message) => {
-                errors.push(LineError { line: n, message });
-                continue;
-            }
-        };
-        let command = match unescape(&entry.command) {
-            Ok(c) => c,
             Err(message) => {
                 errors.push(LineError { line: n, message });
                 continue;
@@ -222,6 +206,26 @@ fn setting(
             Ok(None)
         }
     }
+}
+
+/// A job line as read, with what the comment above it says.
+struct JobLine {
+    /// Its `# etcron: name=NAME`.
+    given: Option<String>,
+    description: String,
+    entry: Entry,
+    /// Its command with `\%` read.
+    command: String,
+}
+
+/// Reads a job line and the comment above it (taken); `None` for `@reboot`.
+fn job_line(line: &str, system: bool, comment: &mut Vec<String>) -> Result<Option<JobLine>, String> {
+    let mut above = std::mem::take(comment);
+    let given = given_name(&mut above)?;
+    let description = describe(&above);
+    let Some(entry) = entry(line, system)? else { return Ok(None) };
+    let command = unescape(&entry.command)?;
+    Ok(Some(JobLine { given, description, entry, command }))
 }
 
 /// The name a `# etcron: name=NAME` comment above a job gives it (taken out of the comment, so

@@ -45,7 +45,7 @@ use crate::jobfile::Format;
     after_help = exit::HELP
 )]
 struct Cli {
-    /// The master's address.
+    /// The master's address: a URL, or `host:port` for plain HTTP.
     #[arg(long, global = true, env = "ETCRON_SERVER", default_value = "http://127.0.0.1:8070")]
     server: String,
     /// API token, sent as `Authorization: Bearer <token>`.

@@ -55,7 +55,9 @@ fi
 "$BIN/etcron-master" --listen "$LISTEN" >"$DATA/logs/master.log" 2>&1 &
 PIDS+=($!)
 for i in 1 2; do
-    "$BIN/etcron-worker" --worker-id "local-$i" --labels "slot=$i" --data-dir "$DATA/worker-$i" >"$DATA/logs/worker-$i.log" 2>&1 &
+    # --ui-url: the links in webhook notifications open this console.
+    "$BIN/etcron-worker" --worker-id "local-$i" --labels "slot=$i" --data-dir "$DATA/worker-$i" \
+        --ui-url "http://$LISTEN" >"$DATA/logs/worker-$i.log" 2>&1 &
     PIDS+=($!)
 done
 wait_http "http://$LISTEN/healthz" 20
