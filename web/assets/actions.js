@@ -17,6 +17,24 @@ function declaredParams(j) {
   return `Parameters it declares: ${names.map(one).join(", ")}.`;
 }
 
+/** POSTs `body` to `path` for a dialog's form: its submit button disabled meanwhile; on success
+ * the dialog closes and `then(answer)` runs; an API error shows in `error`, naming its field. */
+async function postFromDialog({ dialog, submit, error }, path, body, then) {
+  submit.disabled = true;
+  try {
+    const { body: answer } = await api(path, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    });
+    dialog.close();
+    then(answer);
+  } catch (e) {
+    error.textContent = `${e.field ? `${e.field}: ` : ""}${e.message}`;
+    error.hidden = false;
+  } finally {
+    submit.disabled = false;
+  }
+}
+
 /** The "run with parameters" dialog: declared parameters and a time to run as of. On success
  * it opens the execution's page. */
 function runDialog(j) {
@@ -48,19 +66,9 @@ function runDialog(j) {
       return;
     }
     if (asOf.value.trim()) body.scheduled_at = asOf.value.trim();
-    submit.disabled = true;
-    try {
-      const { body: answer } = await api(`${jobPath(j.name)}/run`, {
-        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
-      });
-      dialog.close();
+    await postFromDialog({ dialog, submit, error }, `${jobPath(j.name)}/run`, body, (answer) => {
       location.hash = `#/execution/${encodeURIComponent(answer.execution_id)}`;
-    } catch (e) {
-      error.textContent = `${e.field ? `${e.field}: ` : ""}${e.message}`;
-      error.hidden = false;
-    } finally {
-      submit.disabled = false;
-    }
+    });
   });
   dialog.append(form);
   return dialog;
@@ -133,17 +141,7 @@ function pauseDialog(j) {
       return;
     }
     if (end) body.until = isNaN(end) ? at.value : end.toISOString();
-    submit.disabled = true;
-    try {
-      await api(`${jobPath(j.name)}/pause`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
-      dialog.close();
-      route({ quiet: true });
-    } catch (e) {
-      error.textContent = `${e.field ? `${e.field}: ` : ""}${e.message}`;
-      error.hidden = false;
-    } finally {
-      submit.disabled = false;
-    }
+    await postFromDialog({ dialog, submit, error }, `${jobPath(j.name)}/pause`, body, () => route({ quiet: true }));
   });
   dialog.append(form);
   return dialog;
