@@ -267,6 +267,8 @@ pub struct Options {
     pub prune: PruneFlags,
     pub dry_run: bool,
     pub json: bool,
+    /// `-v`: a line for each unchanged job too.
+    pub verbose: bool,
 }
 
 /// What became of one step.
@@ -357,7 +359,7 @@ pub async fn apply_jobs(client: &Client, files: Vec<FileJob>, opts: Options) -> 
         let deletes = steps.iter().filter(|s| matches!(s.action, Action::Delete { .. })).count();
         eprintln!("etcronctl: pruning among {}: {deletes} not in the files", scope.describe());
     }
-    let mut out = Printer { json: opts.json, done: !opts.dry_run };
+    let mut out = Printer { json: opts.json, done: !opts.dry_run, verbose: opts.verbose };
     if opts.dry_run {
         let outcomes: Vec<Outcome> =
             steps.into_iter().map(|step| Outcome { step, revision: None, error: None }).collect();
@@ -631,6 +633,8 @@ struct Printer {
     json: bool,
     /// Past tense (changes made) or plan (dry run).
     done: bool,
+    /// `-v`: unchanged jobs too (else only those with something to say).
+    verbose: bool,
 }
 
 impl Printer {
@@ -640,6 +644,11 @@ impl Printer {
             eprintln!("etcronctl: job {:?}{where_}: {e:#}", o.step.job);
         }
         if self.json {
+            return Ok(());
+        }
+        // Changes only, unless -v: an unchanged job is a line when it has something to say.
+        let quiet = o.step.action == Action::Unchanged && o.error.is_none() && o.step.paused.is_none();
+        if quiet && !self.verbose {
             return Ok(());
         }
         let mut text = String::new();

@@ -102,11 +102,16 @@ pub async fn ls(
             text(&list["records"]["error"])
         );
     }
-    let mut table = Table::new(&["NAME", "TEAM", "SCHEDULE", "TZ", "STATE", "NEXT RUN", "LAST STATUS", "LAST RUN"]);
+    let wide = crate::output() == crate::Output::Wide;
+    let mut columns = vec!["NAME", "TEAM", "SCHEDULE", "TZ", "STATE", "NEXT RUN", "LAST STATUS", "LAST RUN"];
+    if wide {
+        columns.extend(["LABELS", "DESCRIPTION"]);
+    }
+    let mut table = Table::new(&columns);
     for j in &jobs {
         let enabled = state_text(j);
         let last = &j["summary"]["last_execution"];
-        table.row(vec![
+        let mut row = vec![
             text(&j["name"]),
             text(&j["spec"]["team"]),
             clip(&expressions(&j["spec"]), 32),
@@ -115,7 +120,12 @@ pub async fn ls(
             text(&j["next_runs"][0]),
             text(&last["status"]),
             text(&last["scheduled_at"]),
-        ]);
+        ];
+        if wide {
+            let description = j["spec"]["description"].as_str().unwrap_or_default().replace('\n', " ");
+            row.extend([crate::table::pairs(&j["spec"]["labels"]), clip(&description, 60)]);
+        }
+        table.row(row);
     }
     out(&table.render())
 }

@@ -51,8 +51,8 @@ struct Cli {
     /// API token, sent as `Authorization: Bearer <token>`.
     #[arg(long, global = true, env = "ETCRON_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// Output: aligned columns for people, or the API's JSON (pretty-printed) for scripts, or
-    /// the same document as YAML.
+    /// Output: aligned columns for people (`wide`: more of them, where a command has more),
+    /// or the API's JSON (pretty-printed) for scripts, or the same document as YAML.
     #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
     /// Time limit of each request, e.g. 30s or 2m (streams are limited only while connecting).
@@ -65,6 +65,8 @@ struct Cli {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
     Table,
+    /// Columns, more of them (`jobs ls`: labels and description).
+    Wide,
     Json,
     Yaml,
 }
@@ -167,6 +169,9 @@ enum Command {
         /// Print what would change, change nothing; exit 7 when something would change.
         #[arg(long)]
         dry_run: bool,
+        /// A line for every job, unchanged ones too (by default: the changes and the summary).
+        #[arg(short = 'v', long)]
+        verbose: bool,
     },
     /// Print a shell completion script (e.g. `etcronctl completions bash > /etc/bash_completion.d/etcronctl`).
     Completions {
@@ -240,6 +245,9 @@ enum JobsCommand {
         /// nothing; exit 7 when something would change.
         #[arg(long)]
         dry_run: bool,
+        /// A line for every job, unchanged ones too (by default: the changes and the summary).
+        #[arg(short = 'v', long)]
+        verbose: bool,
     },
     /// Delete jobs.
     #[command(visible_alias = "delete")]
@@ -539,7 +547,7 @@ pub fn output() -> Output {
 fn render_doc(value: &Value, output: Output) -> anyhow::Result<String> {
     Ok(match output {
         Output::Yaml => serde_norway::to_string(value)?,
-        Output::Json | Output::Table => format!("{}\n", serde_json::to_string_pretty(value)?),
+        Output::Json | Output::Table | Output::Wide => format!("{}\n", serde_json::to_string_pretty(value)?),
     })
 }
 
@@ -553,13 +561,13 @@ pub fn print_doc(value: &Value) -> anyhow::Result<()> {
 pub fn stream_doc(value: &Value) -> anyhow::Result<String> {
     Ok(match output() {
         Output::Yaml => format!("---\n{}", serde_norway::to_string(value)?),
-        Output::Json | Output::Table => format!("{value}\n"),
+        Output::Json | Output::Table | Output::Wide => format!("{value}\n"),
     })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     // `json`: print the command's document (JSON or YAML as `-o` says) instead of a table.
-    let json = cli.output != Output::Table;
+    let json = matches!(cli.output, Output::Json | Output::Yaml);
     let _ = OUTPUT.set(cli.output);
     if let Command::Completions { shell } = cli.command {
         let mut buf = Vec::new();
@@ -612,8 +620,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             jobs::preview(&client, &schedule, options, json).await
         }
         Command::Export { names, file, format } => jobs::export(&client, &names, file.as_deref(), format, json).await,
-        Command::Import { mut files, file, crontab, system, timezone, team, source, prune, dry_run } => {
-            let options = apply::Options { prune: prune.into(), dry_run, json };
+        Command::Import { mut files, file, crontab, system, timezone, team, source, prune, dry_run, verbose } => {
+            let options = apply::Options { prune: prune.into(), dry_run, json, verbose };
             if !crontab.is_empty() {
                 let read = crontab::Options { system, timezone, team, source };
                 return crontab::import(&client, &crontab, &read, options).await;
@@ -635,8 +643,8 @@ async fn jobs_command(client: &Client, cmd: JobsCommand, json: bool) -> anyhow::
         JobsCommand::Get { name } => jobs::get(client, &name, json).await,
         JobsCommand::Describe { name } => describe::describe(client, &name, json).await,
         JobsCommand::Edit { name } => edit::edit(client, &name, json).await,
-        JobsCommand::Apply { files, prune, dry_run } => {
-            apply::apply(client, &files, apply::Options { prune: prune.into(), dry_run, json }).await
+        JobsCommand::Apply { files, prune, dry_run, verbose } => {
+            apply::apply(client, &files, apply::Options { prune: prune.into(), dry_run, json, verbose }).await
         }
         JobsCommand::Rm { names } => jobs::rm(client, &names, json).await,
         JobsCommand::Run { name, env, as_of, priority, follow } => {

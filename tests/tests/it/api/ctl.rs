@@ -220,6 +220,11 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     assert!(lines.iter().any(|l| l.starts_with("beta ") && l.contains("Europe/Berlin")), "{}", out.stdout);
     let out = ctl(&c, &["jobs", "ls", "--label", "team=data"]).await.ok();
     assert!(out.stdout.contains("alpha") && !out.stdout.contains("beta"), "{}", out.stdout);
+    // -o wide: the labels and the description too.
+    let out = ctl(&c, &["jobs", "ls", "-o", "wide", "--label", "team=data"]).await.ok();
+    let header = out.stdout.lines().next().unwrap_or_default();
+    assert!(header.contains("LABELS") && header.ends_with("DESCRIPTION"), "{}", out.stdout);
+    assert!(out.stdout.lines().any(|l| l.starts_with("alpha ") && l.contains("team=data")), "{}", out.stdout);
     let out = ctl(&c, &["jobs", "ls", "-o", "json"]).await.ok();
     let listed = out.json();
     let names: Vec<&str> = listed["jobs"].as_array().unwrap().iter().map(|j| j["name"].as_str().unwrap()).collect();
@@ -1018,7 +1023,7 @@ async fn get_prints_a_job_file_that_applies_unchanged() -> anyhow::Result<()> {
         for format in ["yaml", "json"] {
             let file = ctl(&c, &["jobs", "get", name, "-o", format]).await.ok().stdout;
             assert!(!file.contains("hunter2"), "{file}");
-            let out = ctl_stdin(&c, &["jobs", "apply", "-f", "-"], &file).await.ok();
+            let out = ctl_stdin(&c, &["jobs", "apply", "-v", "-f", "-"], &file).await.ok();
             assert_eq!(
                 out.stdout.lines().next().unwrap(),
                 format!("unchanged  {name} (-)"),
@@ -1083,7 +1088,7 @@ async fn secret_references_are_sent_on_every_apply_written_when_changed_and_neve
     let first = saved().await;
 
     // The same values: sent, found equal by the master, nothing written.
-    let out = apply("env-secret-1", &[]).await.ok();
+    let out = apply("env-secret-1", &["-v"]).await.ok();
     assert!(out.stdout.contains("unchanged  deploy") && out.stdout.contains("0 updated, 1 unchanged"), "{out:?}");
     assert_eq!(saved().await, first, "no new revision, no saved version");
     let out = apply("env-secret-1", &["-o", "json"]).await.ok().json();
