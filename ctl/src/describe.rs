@@ -370,7 +370,9 @@ fn render(job: &Value, runs: Option<&Runs>, running: Option<&[Value]>) -> String
     let next: Vec<&str> =
         job["next_runs"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     let _ = writeln!(s, "\nNext runs:");
-    if next.is_empty() {
+    if let Some(after) = job["paused"]["next_run_after"].as_str() {
+        let _ = writeln!(s, "  {after} (the first after the pause)");
+    } else if next.is_empty() {
         let _ = writeln!(s, "  none (the job does not fire: paused, disabled, invalid, or its schedule is over)");
     }
     for t in next {

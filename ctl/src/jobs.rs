@@ -171,7 +171,12 @@ pub async fn get(client: &Client, name: &str, json: bool) -> anyhow::Result<()> 
     }
     let next: Vec<&str> =
         job["next_runs"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-    let _ = writeln!(s, "next runs:        {}", if next.is_empty() { "-".to_owned() } else { next.join(", ") });
+    let next = match (next.is_empty(), job["paused"]["next_run_after"].as_str()) {
+        (true, Some(after)) => format!("{after} (the first after the pause)"),
+        (true, None) => "-".to_owned(),
+        (false, _) => next.join(", "),
+    };
+    let _ = writeln!(s, "next runs:        {next}");
     if !job["eligible_workers"].is_null() {
         let _ = writeln!(s, "eligible workers: {}", text(&job["eligible_workers"]));
     }

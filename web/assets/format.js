@@ -46,7 +46,7 @@ export const isPaused = (j) => Boolean(j.paused) || (j.spec || {}).enabled === f
 export function pauseText(j) {
   const p = j.paused;
   if (!p) return (j.spec || {}).enabled === false ? "disabled in its spec (enabled: false)" : "";
-  return `paused${p.by ? ` by ${p.by}` : ""}${p.at ? ` at ${localTime(p.at)}` : ""}${p.until ? ` until ${localTime(p.until)}` : ""}${p.reason ? `: ${p.reason}` : ""}`;
+  return `paused${p.by ? ` by ${p.by}` : ""}${p.at ? ` at ${localTime(p.at)}` : ""}${p.until ? ` until ${localTime(p.until)}` : ""}${p.reason ? `: ${p.reason}` : ""}${p.next_run_after ? `; next run after it ${localTime(p.next_run_after)}` : ""}`;
 }
 
 /** The state badge: "paused" for either kind of hold, the detail in its title. */

@@ -110,6 +110,9 @@ pub struct PauseView {
     pub until: Option<String>,
     /// The final failure that paused the job (`pause_after_failures`).
     pub execution_id: Option<String>,
+    /// A pause with `until`: the job's first fire time after it ends (RFC 3339 in the job's
+    /// timezone); `null` otherwise, or when the job would not fire then.
+    pub next_run_after: Option<String>,
 }
 
 impl From<&Pause> for PauseView {
@@ -121,6 +124,7 @@ impl From<&Pause> for PauseView {
             reason: p.reason.clone(),
             until: instant(p.until_ms),
             execution_id: p.execution_id.clone(),
+            next_run_after: None,
         }
     }
 }
@@ -172,6 +176,7 @@ pub(super) fn view_spec(
     workers: Option<&[(String, WorkerInfo)]>,
     pause: Option<&Pause>,
 ) -> JobView {
+    let mut paused = pause.map(PauseView::from);
     let (description, next_runs) = match spec.parsed_schedule(&name) {
         Ok(s) => {
             let next = if fires(spec, pause) {
@@ -179,6 +184,10 @@ pub(super) fn view_spec(
             } else {
                 Vec::new()
             };
+            // A pause that ends by itself: when the job runs again.
+            if let (Some(view), Some(until), true) = (&mut paused, pause.and_then(|p| p.until_ms), spec.enabled) {
+                view.next_run_after = s.upcoming(until.max(now_ms()), 1).first().map(|t| format_in(s.timezone(), *t));
+            }
             (s.describe(), next)
         }
         Err(e) => (e.to_string(), Vec::new()),
@@ -190,7 +199,7 @@ pub(super) fn view_spec(
         created_revision,
         schedule_description: description,
         next_runs,
-        paused: pause.map(PauseView::from),
+        paused,
         invalid: None,
         eligible_workers: workers.map(|w| eligible(w, spec)),
         warnings: Vec::new(),

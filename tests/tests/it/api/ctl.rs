@@ -277,6 +277,10 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     assert!(out.stdout.contains(&format!("paused until {short}")), "{}", out.stdout);
     let out = ctl(&c, &["jobs", "get", "alpha"]).await.ok();
     assert!(out.stdout.contains(&format!(" until {until}")), "{}", out.stdout);
+    // @yearly: the first run after the pause, the job's next 1 January.
+    let after = job(&c, "alpha").await.1["paused"]["next_run_after"].as_str().unwrap().to_owned();
+    assert!(after.contains("-01-01T00:00:00"), "{after}");
+    assert!(out.stdout.contains(&format!("next runs:        {after} (the first after the pause)")), "{}", out.stdout);
     let out = ctl(&c, &["jobs", "describe", "alpha"]).await.ok();
     assert!(out.stdout.contains(&format!(" until {until}")), "{}", out.stdout);
     ctl(&c, &["jobs", "resume", "alpha"]).await.ok();

@@ -252,7 +252,8 @@ async fn workers_learn_pauses_from_their_listing_and_their_watch() -> anyhow::Re
     etcd.put(keys.paused("handwritten"), "{}", None).await?;
     etcd.put(keys.paused("garbled"), "paused!", None).await?;
     let list = c.get("/api/jobs").await?;
-    let unknown = json!({"by": null, "at": null, "reason": null, "until": null, "execution_id": null});
+    let unknown =
+        json!({"by": null, "at": null, "reason": null, "until": null, "execution_id": null, "next_run_after": null});
     assert_eq!(job_in_list(&list, "handwritten")["paused"], unknown, "{list}");
     assert_eq!(job_in_list(&list, "garbled")["paused"], unknown, "{list}");
     assert_eq!(job_in_list(&list, "garbled")["next_runs"], json!([]));
