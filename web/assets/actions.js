@@ -257,7 +257,13 @@ export function jobActions(j, { detail = false } = {}) {
     dialogButton("Backfill…", () => backfillDialog(j), { "aria-label": `Backfill past ticks of ${j.name}` }),
   ] : [];
   return [
-    button("Run now", () => api(`${path}/run`, { method: "POST" }), { "aria-label": `Run ${j.name} now` }),
+    // Lands on the run's page, which follows it live (and waits for its record until a worker
+    // takes it).
+    button("Run now", async () => {
+      const { body } = await api(`${path}/run`, { method: "POST" });
+      location.hash = `#/execution/${encodeURIComponent(body.execution_id)}`;
+      return false;
+    }, { "aria-label": `Run ${j.name} now` }),
     ...withParams,
     isPaused(j)
       ? button("Resume", () => api(`${path}/resume`, { method: "POST" }), { "aria-label": `Resume ${j.name}` })

@@ -37,6 +37,14 @@ function tokenView(refused) {
 
 const views = { overview: overviewView, jobs: jobsView, job: jobView, history: historyView, new: editView, edit: editView, executions: executionsView, execution: executionView, workers: workersView, calendars: calendarsView, pools: poolsView, workflows: workflowsView };
 const NAV_OF = { job: "jobs", history: "jobs", new: "jobs", edit: "jobs", execution: "executions", workflows: "executions" };
+const TITLE_OF = { overview: "Overview", jobs: "Jobs", job: "Job", history: "History", new: "New job", edit: "Edit", executions: "Executions", execution: "Execution", workers: "Workers", calendars: "Calendars", pools: "Pools", workflows: "Workflow run" };
+
+/** The tab's title: what the page shows (the job or execution it is about), then etcron. */
+function titleOf(name, rest) {
+  const what = TITLE_OF[name] || "Jobs";
+  const about = rest ? decodeURIComponent(rest) : "";
+  return `${about ? `${about} · ${what}` : what} — etcron`;
+}
 
 /** Shows who the token belongs to, with a way to forget it (only when the API has tokens). */
 let whoShown = null;
@@ -68,6 +76,7 @@ export async function route({ quiet = false } = {}) {
   const rest = slash < 0 ? "" : path.slice(slash + 1);
   const view = views[name] || jobsView;
   const nav = NAV_OF[name] || name;
+  document.title = titleOf(views[name] ? name : "jobs", rest);
   for (const a of document.querySelectorAll("[data-nav]")) {
     if (a.dataset.nav === nav) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }

@@ -175,10 +175,10 @@ try {
     kind: "grpc", endpoint: grpcEndpoint, method: "etcron.test.Echo/Echo", request: { text: "from the form", count: 2 },
     metadata: { "x-team": "ui" }, secret_metadata: { authorization: null },
   });
+  // "Run now" lands on the run's own page, which shows the record once a worker ran it.
   await page.getByRole("button", { name: "Run grpc-in-ui now" }).click();
-  await page.locator("tbody tr a").first().waitFor({ timeout: 30_000 });
-  await page.locator("tbody tr a").first().click();
-  await page.getByLabel("Output").waitFor();
+  await page.waitForFunction(() => location.hash.startsWith("#/execution/grpc-in-ui"));
+  await page.getByLabel("Output").filter({ hasText: "gRPC OK" }).waitFor({ timeout: 30_000 });
   const answer = await page.getByLabel("Output").innerText();
   assert.match(answer, /^gRPC OK\n/);
   assert.equal(JSON.parse(answer.slice(answer.indexOf("\n") + 1)).text, "from the form");

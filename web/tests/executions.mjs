@@ -29,10 +29,14 @@ try {
 
   // Run a long job from the jobs list, see it running, kill it from the UI.
   await page.goto(`${base}/#/jobs`);
-  await Promise.all([
+  const [ran] = await Promise.all([
     page.waitForResponse((r) => r.url().endsWith("/api/jobs/long-job/run") && r.status() === 202),
     page.getByRole("button", { name: "Run long-job now" }).click(),
   ]);
+  // It lands on the run's page.
+  const runId = (await ran.json()).execution_id;
+  await page.waitForFunction((want) => location.hash === want, `#/execution/${encodeURIComponent(runId)}`);
+  assert.equal(await page.title(), `${runId} · Execution — etcron`, "the tab says which run");
   await waitRows(page, "#/executions?job=long-job&status=running", "tbody tr", 1);
   // Its page, in a second tab, follows the output as it is printed: the record holds no output
   // until the run ends, so "live-start" here came through the stream.
