@@ -2,7 +2,8 @@
 // result, output (live while it runs), and its notifications (alerts included).
 
 import { app, duration, h, localTime } from "./format.js";
-import { banner, getJson } from "./api.js";
+import { api, banner, getJson } from "./api.js";
+import { button } from "./controls.js";
 import { autoRefresh, route } from "./nav.js";
 import { formatMap } from "./forms.js";
 import { followOutput } from "./stream.js";
@@ -69,7 +70,9 @@ export async function executionView(params, rest) {
     output,
     notificationsSection(await deliveries));
   if (r.status !== "running") return;
-  // Running: its output as it is printed, then the final record (the view re-renders).
+  // Running: how long so far, a Kill, its output as it is printed, then the final record (the
+  // view re-renders).
+  runningControls(r, wrap.parentNode);
   const live = h("span", { class: "live", role: "status" }, "● live output");
   wrap.parentNode.append(live);
   output.textContent = "";
@@ -95,6 +98,26 @@ export async function executionView(params, rest) {
     output.textContent = r.output || "";
     autoRefresh(3000);
   });
+}
+
+/** A running execution's elapsed time (ticking each second while the page shows it) and its
+ * Kill (asks first), added to `bar`. */
+function runningControls(r, bar) {
+  const started = Date.parse(r.started_at || r.scheduled_at);
+  const elapsed = h("span", { id: "elapsed", class: "muted" });
+  const tick = () => {
+    if (!elapsed.isConnected && elapsed.dataset.shown) return;
+    elapsed.dataset.shown = "1";
+    elapsed.textContent = isNaN(started) ? "" : `running for ${duration(Math.max(0, Date.now() - started))}`;
+    setTimeout(tick, 1000);
+  };
+  tick();
+  const kill = button("Kill", async () => {
+    if (!confirm(`Kill ${r.id}?`)) return false;
+    await api(`/api/jobs/${encodeURIComponent(r.job)}/kill?execution=${encodeURIComponent(r.id)}`, { method: "POST" });
+    return true;
+  }, { "aria-label": `Kill ${r.id}`, class: "danger" });
+  bar.prepend(kill, elapsed);
 }
 
 /** Shows a task's progress (`p`: `{percent, message, at}`) in `el`: a bar when it reported a

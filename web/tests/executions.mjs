@@ -44,6 +44,9 @@ try {
   await viewer.page.goto(`${base}/${await page.locator("tbody tr a").first().getAttribute("href")}`);
   await viewer.page.locator(".live").waitFor();
   await viewer.page.getByLabel("Output").filter({ hasText: "live-start" }).waitFor();
+  // A running run's page says how long it has run and offers its Kill.
+  assert.match(await viewer.page.locator("#elapsed").innerText(), /^running for \d/);
+  assert.equal(await viewer.page.getByRole("button", { name: /^Kill long-job@/ }).count(), 1);
   await viewer.page.screenshot({ path: path.join(shots, "execution-live.png"), fullPage: true });
   await page.goto(`${base}/#/jobs`);
   // Kill asks first: dismissing sends nothing, accepting kills.
