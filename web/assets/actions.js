@@ -250,7 +250,7 @@ function backfillDialog(j) {
   return dialog;
 }
 
-export function jobActions(j, { detail = false } = {}) {
+export function jobActions(j, { detail = false, running } = {}) {
   const path = jobPath(j.name);
   const withParams = detail ? [
     dialogButton("Run with…", () => runDialog(j), { "aria-label": `Run ${j.name} with parameters` }),
@@ -268,7 +268,8 @@ export function jobActions(j, { detail = false } = {}) {
     isPaused(j)
       ? button("Resume", () => api(`${path}/resume`, { method: "POST" }), { "aria-label": `Resume ${j.name}` })
       : dialogButton("Pause…", () => pauseDialog(j), { "aria-label": `Pause ${j.name}` }),
-    button("Kill", async () => {
+    // Kill only while something runs (`running`: how many; unknown: offered).
+    running === 0 ? "" : button("Kill", async () => {
       if (!confirm(`Kill every running execution of ${j.name}?`)) return false;
       await api(`${path}/kill`, { method: "POST" });
       return true;

@@ -148,7 +148,7 @@ export async function jobView(params, rest) {
     isPaused(j) ? h("p", { class: "warn", id: "pause" }, `This job is ${pauseText(j)}.`,
       j.paused && j.paused.execution_id
         ? [" ", h("a", { href: `#/execution/${encodeURIComponent(j.paused.execution_id)}` }, "The failure that paused it")] : "") : "",
-    h("div", { class: "toolbar actions" }, jobActions(j, { detail: true })),
+    h("div", { class: "toolbar actions" }, jobActions(j, { detail: true, running: running.length })),
     h("dl", { class: "fields" },
       h("dt", {}, "Team"), h("dd", { id: "team" }, spec.team || h("span", { class: "muted" }, "none (global roles only)")),
       h("dt", {}, "Schedule"), h("dd", {}, h("code", {}, expressionsOf(spec).join("; ")), ` — ${j.schedule_description} (${spec.timezone || "UTC"})`),

@@ -8,7 +8,7 @@ import { jobActions } from "./actions.js";
 /** The jobs list: name, team, state, schedule in words, next run, last result, recent outcomes.
  * The master lists only the jobs of the token's teams (every job for a global role). A handler
  * job (run by executors, the applications that embed etcron-sdk) shows its handler and which
- * live executors have it (the workers are read only when there is such a job). */
+ * live executors have it (the live workers also say what runs now: Kill is offered only then). */
 export async function jobsView(params) {
   const filter = (params.get("q") || "").toLowerCase();
   const state = params.get("state") || "";
@@ -24,7 +24,9 @@ export async function jobsView(params) {
     const labels = Object.entries(spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
     return `${j.name} ${labels}`.toLowerCase().includes(filter);
   });
-  const workers = data.jobs.some(handlerOf) ? await getJson("/api/workers").then((w) => w.workers, () => null) : null;
+  // The live workers: who may run a handler job, and what runs now (Kill is offered only then).
+  const workers = await getJson("/api/workers").then((w) => w.workers, () => null);
+  const runningOf = (name) => workers ? workers.flatMap((w) => w.running_executions || []).filter((r) => r.job === name).length : undefined;
   const search = h("input", { type: "search", placeholder: "Filter by name or label (press /)", "aria-label": "Filter jobs", value: filter, "data-shortcut": "/" });
   const select = h("select", { "aria-label": "Job state" },
     [["", "Any state"], ["enabled", "Enabled"], ["paused", "Paused"], ["failing", "Last run failed"]]
@@ -78,7 +80,7 @@ export async function jobsView(params) {
         : h("span", { class: "muted" }, data.records && data.records.available === false ? "unavailable" : "none yet")),
       h("td", { "data-label": "Workers" }, handlerOf(j) ? executorsText(j, workers)
         : j.eligible_workers === 0 ? h("span", { class: "warn" }, "no live worker matches") : String(j.eligible_workers ?? "")),
-      h("td", { "data-label": "Actions", class: "actions" }, jobActions(j)));
+      h("td", { "data-label": "Actions", class: "actions" }, jobActions(j, { running: runningOf(j.name) })));
   });
   root.append(h("table", {},
     h("thead", {}, h("tr", {}, ["Job", "Team", "State", "Schedule", "Next run", "Last result", "Workers", "Actions"].map((t) => h("th", { scope: "col" }, t)))),

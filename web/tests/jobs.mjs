@@ -50,6 +50,11 @@ try {
   await page.keyboard.press("Enter");
   await page.waitForFunction(() => location.hash === "#/jobs?q=nightly");
   await page.waitForFunction(() => document.querySelectorAll("tbody tr").length === 1);
+  // Nothing of it runs: no Kill on its row.
+  const runningNow = (await call(base, "GET", "/api/workers")).body.workers.flatMap((w) => w.running_executions || []);
+  if (!runningNow.some((r) => r.job === "nightly-report")) {
+    assert.equal(await page.getByRole("button", { name: "Kill running executions of nightly-report" }).count(), 0);
+  }
   await page.getByRole("button", { name: "Run nightly-report now" }).focus();
   await Promise.all([
     page.waitForResponse((r) => r.url().endsWith("/api/jobs/nightly-report/run") && r.status() === 202),
