@@ -50,6 +50,9 @@ try {
   await page.keyboard.press("Enter");
   await page.waitForFunction(() => location.hash === "#/jobs?q=nightly");
   await page.waitForFunction(() => document.querySelectorAll("tbody tr").length === 1);
+  // The tab has an icon (inline: no request that could fail) and says what it shows.
+  assert.match(await page.locator('link[rel="icon"]').getAttribute("href"), /^data:image\/svg\+xml,/);
+  assert.equal(await page.title(), "Jobs — etcron");
   // Nothing of it runs: no Kill on its row.
   const runningNow = (await call(base, "GET", "/api/workers")).body.workers.flatMap((w) => w.running_executions || []);
   if (!runningNow.some((r) => r.job === "nightly-report")) {
