@@ -15,9 +15,16 @@ fn path(name: &str) -> String {
     format!("/api/jobs/{}", segment(name))
 }
 
-/// `FROM` or `FROM..TO`: the revisions `--diff` compares (`TO` defaults to the current one).
+/// What `--diff` alone stands for: the last save, the version before the current one against it.
+pub const LAST: &str = "last";
+
+/// `FROM` or `FROM..TO`: the revisions `--diff` compares (`TO` defaults to the current one);
+/// [`LAST`] for the last save.
 pub fn parse_range(text: &str) -> Result<(String, Option<String>), String> {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if text == LAST {
+        return Ok((LAST.to_owned(), None));
+    }
     match text.split_once("..") {
         Some((from, to)) if digits(from) && digits(to) => Ok((from.to_owned(), Some(to.to_owned()))),
         None if digits(text) => Ok((text.to_owned(), None)),
@@ -33,6 +40,7 @@ pub async fn history(
     json: bool,
 ) -> anyhow::Result<()> {
     if let Some((from, to)) = diff {
+        let (from, to) = if from == LAST { last_save(client, name).await? } else { (from, to) };
         let url = format!("{}/history/diff{}", path(name), query(&[("from", Some(from)), ("to", to)]));
         let v = client.get(&url).await.with_context(|| format!("comparing versions of job {name:?}"))?;
         if json {
@@ -64,6 +72,20 @@ pub async fn history(
         ]);
     }
     out(&table.render())
+}
+
+/// The revisions of the last save: the version before the current one, and the current one.
+async fn last_save(client: &Client, name: &str) -> anyhow::Result<(String, Option<String>)> {
+    let v = client
+        .get(&format!("{}/history", path(name)))
+        .await
+        .with_context(|| format!("reading the history of job {name:?}"))?;
+    let revisions: Vec<i64> =
+        v["versions"].as_array().into_iter().flatten().filter_map(|v| v["revision"].as_i64()).collect();
+    match revisions.as_slice() {
+        [current, before, ..] => Ok((before.to_string(), Some(current.to_string()))),
+        _ => Err(Usage(format!("job {name:?} has one saved version: there is no earlier one to compare with")).into()),
+    }
 }
 
 /// Saves the version of `name` at `revision` again (only over `if_match`, when given).
@@ -126,6 +148,7 @@ mod tests {
     fn diff_ranges() {
         assert_eq!(parse_range("41"), Ok(("41".into(), None)));
         assert_eq!(parse_range("41..57"), Ok(("41".into(), Some("57".into()))));
+        assert_eq!(parse_range(LAST), Ok((LAST.into(), None)));
         for bad in ["", "x", "41..", "..57", "4-5", "-3"] {
             assert!(parse_range(bad).is_err(), "{bad}");
         }

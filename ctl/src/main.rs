@@ -297,8 +297,10 @@ enum JobsCommand {
     /// The saved versions of a job's spec (who, when, how), newest first.
     History {
         name: String,
-        /// What changed: `FROM` (to the current version) or `FROM..TO` (revisions).
-        #[arg(long, value_name = "FROM[..TO]", value_parser = history::parse_range)]
+        /// What changed: alone, the last save (the version before the current one → the
+        /// current one); `FROM` (to the current version) or `FROM..TO` (revisions).
+        #[arg(long, value_name = "FROM[..TO]", num_args = 0..=1, default_missing_value = history::LAST,
+              value_parser = history::parse_range)]
         diff: Option<(String, Option<String>)>,
     },
     /// Save an earlier version of a job's spec again (its secrets: the stored ones).

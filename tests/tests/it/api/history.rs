@@ -137,6 +137,13 @@ async fn every_save_is_kept_diffed_and_rolled_back_once() -> anyhow::Result<()> 
         "{diffed}"
     );
     assert!(diffed.contains(&format!("^^^^^^^ from character {}", long.find("main").unwrap() + 1)), "{diffed}");
+    // --diff alone: the last save.
+    let (code, last) = ctl(&["jobs", "history", "long", "--diff"]);
+    assert_eq!(code, Some(0), "{last}");
+    assert!(last.starts_with(&format!("revision {l1} → {l2}: 1 change(s)")), "{last}");
+    c.put_job("once", spec("true", "x")).await?;
+    let (code, once) = ctl(&["jobs", "history", "once", "--diff"]);
+    assert_eq!(code, Some(2), "one version, nothing to compare: {once}");
     let (code, refused) = ctl(&["jobs", "rollback", "db", "--to", &v2.to_string(), "--if-match", &v3.to_string()]);
     assert_eq!(code, Some(4), "{refused}");
     assert_eq!(ctl(&["jobs", "history", "db", "--diff", "x"]).0, Some(2));
