@@ -17,6 +17,16 @@ function declaredParams(j) {
   return `Parameters it declares: ${names.map(one).join(", ")}.`;
 }
 
+/** A dialog `id` (named `label` to assistive technology), its submit button saying `action`,
+ * and a Cancel that closes it. */
+function dialogParts(id, label, action) {
+  const dialog = h("dialog", { id, "aria-label": label });
+  const submit = h("button", { type: "submit" }, action);
+  const cancel = h("button", { type: "button" }, "Cancel");
+  cancel.addEventListener("click", () => dialog.close());
+  return { dialog, submit, cancel };
+}
+
 /** POSTs `body` to `path` for a dialog's form: its submit button disabled meanwhile; on success
  * the dialog closes and `then(answer)` runs; an API error shows in `error`, naming its field. */
 async function postFromDialog({ dialog, submit, error }, path, body, then) {
@@ -41,10 +51,7 @@ function runDialog(j) {
   const env = h("textarea", { id: "run-env", rows: 3, class: "mono", placeholder: "REPORT_DAY=2026-11-01" });
   const asOf = h("input", { id: "run-as-of", type: "text", autocomplete: "off", placeholder: "2026-11-01T00:00:00Z" });
   const error = h("p", { class: "field-error", id: "run-error", role: "alert", hidden: true });
-  const dialog = h("dialog", { id: "run-dialog", "aria-label": `Run ${j.name} with parameters` });
-  const submit = h("button", { type: "submit" }, "Run");
-  const cancel = h("button", { type: "button" }, "Cancel");
-  cancel.addEventListener("click", () => dialog.close());
+  const { dialog, submit, cancel } = dialogParts("run-dialog", `Run ${j.name} with parameters`, "Run");
   const form = h("form", { method: "dialog" },
     h("h2", {}, `Run ${j.name}`),
     h("div", { class: "field" }, h("label", { for: "run-env" }, "Parameters"), env,
@@ -118,10 +125,7 @@ function pauseDialog(j) {
   };
   until.addEventListener("change", explainUntil);
   at.addEventListener("input", explainUntil);
-  const dialog = h("dialog", { id: "pause-dialog", "aria-label": `Pause ${j.name}` });
-  const submit = h("button", { type: "submit" }, "Pause");
-  const cancel = h("button", { type: "button" }, "Cancel");
-  cancel.addEventListener("click", () => dialog.close());
+  const { dialog, submit, cancel } = dialogParts("pause-dialog", `Pause ${j.name}`, "Pause");
   const form = h("form", { method: "dialog" },
     h("h2", {}, `Pause ${j.name}`),
     h("div", { class: "field" }, h("label", { for: "pause-reason" }, "Reason"), reason,
