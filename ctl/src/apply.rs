@@ -37,7 +37,8 @@ pub struct Current {
     pub paused: Option<String>,
 }
 
-/// The view's `paused` (`{by, at, reason}`) in a few words; `None` when the job is not paused.
+/// The view's `paused` (`{by, at, until, reason}`) in a few words; `None` when the job is not
+/// paused.
 fn pause_note(paused: &Value) -> Option<String> {
     if !paused.is_object() {
         return None;
@@ -48,6 +49,9 @@ fn pause_note(paused: &Value) -> Option<String> {
     }
     if let Some(at) = paused["at"].as_str() {
         let _ = write!(note, " since {at}");
+    }
+    if let Some(until) = paused["until"].as_str() {
+        let _ = write!(note, " until {until}");
     }
     if let Some(reason) = paused["reason"].as_str() {
         let _ = write!(note, ": {reason}");
@@ -727,6 +731,17 @@ impl Printer {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_pause_note_says_until_when() {
+        let note = pause_note(&json!({"by": "ops", "at": "t0", "until": "2026-11-28T08:00:00Z", "reason": "db"}));
+        assert_eq!(note.as_deref(), Some("paused by ops since t0 until 2026-11-28T08:00:00Z: db"));
+        assert_eq!(
+            pause_note(&json!({"by": null, "at": null, "until": null, "reason": null})).as_deref(),
+            Some("paused")
+        );
+        assert_eq!(pause_note(&Value::Null), None);
+    }
     use std::path::Path;
 
     #[test]
