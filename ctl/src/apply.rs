@@ -583,7 +583,16 @@ async fn write(client: &Client, step: &Step) -> anyhow::Result<Done> {
 /// version says (`GET /api/jobs/{job}/history`); when it cannot be read, nothing is said.
 async fn overwrite_warning(client: &Client, step: &Step, owner: Option<&str>) {
     let url = format!("/api/jobs/{}/history", segment(&step.job));
-    let Ok(history) = client.get(&url).await else { return };
+    let history = match client.get(&url).await {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!(
+                "etcronctl: note: job {:?}: who saved it last cannot be read ({e:#}); overwriting it unchecked",
+                step.job
+            );
+            return;
+        }
+    };
     let Some(current) = history["versions"].as_array().and_then(|v| v.iter().find(|v| v["current"] == true)) else {
         return;
     };

@@ -544,7 +544,18 @@ async fn runs_as_note(client: &crate::client::Client, files: &[crate::jobfile::F
     if without_user == 0 {
         return;
     }
-    let Ok(list) = client.get("/api/workers").await else { return };
+    let list = match client.get("/api/workers").await {
+        Ok(list) => list,
+        // No master there (unreachable, or something else answered): said once, by the plan's
+        // own listing.
+        Err(e) if crate::exit::Exit::of(&e) == crate::exit::Exit::Unreachable => return,
+        Err(e) => {
+            eprintln!(
+                "etcronctl: note: who the commands will run as cannot be said: the workers cannot be read ({e:#})"
+            );
+            return;
+        }
+    };
     let workers: Vec<etcron_model::stored::WorkerInfo> = list["workers"]
         .as_array()
         .into_iter()

@@ -82,10 +82,13 @@ pub(super) async fn alert_warnings<'a>(
 ) -> Vec<Vec<Warning>> {
     let needs_defaults = specs.clone().flatten().any(|s| s.alerts.is_some() && s.notify.is_none());
     let defaults: Option<Vec<NotifyEvent>> = if needs_defaults {
-        super::workers::open_workers(st)
-            .await
-            .ok()
-            .map(|workers| workers.into_iter().flat_map(|(_, w)| w.default_notify).collect())
+        match super::workers::open_workers(st).await {
+            Ok(workers) => Some(workers.into_iter().flat_map(|(_, w)| w.default_notify).collect()),
+            Err(e) => {
+                tracing::warn!(error = %e.message, "the live workers' default notify targets cannot be read: a save's alerts of jobs without notify are not checked");
+                None
+            }
+        }
     } else {
         Some(Vec::new())
     };
