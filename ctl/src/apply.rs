@@ -519,16 +519,32 @@ async fn batch(client: &Client, steps: &[Step]) -> anyhow::Result<Option<Vec<any
     Ok(Some(results))
 }
 
-/// A step as a batch change; `None` for a step that changes nothing.
+/// A step as a batch change (a put names its file, kept in the saved version); `None` for a
+/// step that changes nothing.
 fn change(step: &Step) -> Option<Value> {
+    let source = source_note(step);
     match &step.action {
-        Action::Create => Some(json!({"job": step.job, "op": "put", "spec": step.body, "if_none_match": "*"})),
+        Action::Create => {
+            Some(json!({"job": step.job, "op": "put", "spec": step.body, "if_none_match": "*", "source": source}))
+        }
         Action::Update { revision, .. } => {
-            Some(json!({"job": step.job, "op": "put", "spec": step.body, "if_match": revision}))
+            Some(json!({"job": step.job, "op": "put", "spec": step.body, "if_match": revision, "source": source}))
         }
         Action::Delete { revision } => Some(json!({"job": step.job, "op": "delete", "if_match": revision})),
         Action::Unchanged => None,
     }
+}
+
+/// The file of a step as the master keeps it in the saved version: its path as given, its
+/// end only when longer than the master keeps (`…/jobs/x.toml`).
+fn source_note(step: &Step) -> Option<String> {
+    let path = step.file.as_ref()?.display().to_string();
+    let max = etcron_model::stored::MAX_CLIENT_NOTE_BYTES - '…'.len_utf8();
+    if path.len() <= etcron_model::stored::MAX_CLIENT_NOTE_BYTES {
+        return Some(path);
+    }
+    let start = (path.len() - max..path.len()).find(|&i| path.is_char_boundary(i)).unwrap_or(path.len());
+    Some(format!("…{}", &path[start..]))
 }
 
 /// The result of one change in a batch's answer (a prune's 404: already gone, fine).
@@ -567,11 +583,15 @@ fn is_cycle(e: &anyhow::Error) -> bool {
 /// the master found it unchanged.
 async fn write(client: &Client, step: &Step) -> anyhow::Result<Done> {
     let path = format!("/api/jobs/{}", segment(&step.job));
-    let headers = match &step.action {
+    let mut headers = match &step.action {
         Action::Create => vec![("If-None-Match", "*".to_owned())],
         Action::Update { revision, .. } => vec![("If-Match", revision.to_string())],
         Action::Unchanged | Action::Delete { .. } => return Ok(Done::default()),
     };
+    // A header is visible ASCII: a path with other characters is not named.
+    if let Some(source) = source_note(step).filter(|s| s.bytes().all(|b| b.is_ascii_graphic() || b == b' ')) {
+        headers.push(("X-Etcron-Source", source));
+    }
     let reply = client.send(Method::PUT, &path, step.body.as_ref(), &headers).await?;
     warn(&step.job, &reply.body["warnings"]);
     Ok(Done { revision: reply.body["revision"].as_i64(), unchanged: reply.body["unchanged"] == true })
@@ -604,11 +624,12 @@ async fn overwrite_warning(client: &Client, step: &Step, owner: Option<&str>) {
     }
     let how = if by_apply {
         format!(
-            "an apply of {}",
-            stored_owner.map_or_else(|| "files without managed_by".to_owned(), |o| format!("managed_by {o:?}"))
+            "an apply of {}{}",
+            stored_owner.map_or_else(|| "files without managed_by".to_owned(), |o| format!("managed_by {o:?}")),
+            current["source"].as_str().map(|f| format!(" from {f}")).unwrap_or_default()
         )
     } else {
-        via.to_owned()
+        crate::history::saved_how(current)
     };
     eprintln!(
         "etcronctl: warning: job {:?}: overwriting what {} saved at {} ({how}){}",

@@ -17,6 +17,9 @@ pub struct Client {
     server: String,
     token: Option<String>,
     timeout: Duration,
+    /// The command sending the requests (`etcronctl apply`), as `X-Etcron-Client`: the master
+    /// keeps it in the saved versions of the jobs it writes.
+    note: Option<String>,
 }
 
 /// An answer with a 2xx status.
@@ -56,7 +59,13 @@ impl Client {
             .user_agent(concat!("etcronctl/", env!("CARGO_PKG_VERSION")))
             .build()
             .context("building the HTTP client")?;
-        Ok(Self { http, server, token, timeout })
+        Ok(Self { http, server, token, timeout, note: None })
+    }
+
+    /// The same client, naming `command` (`etcronctl jobs edit`) in every request.
+    #[must_use]
+    pub fn with_note(self, command: String) -> Self {
+        Self { note: Some(command), ..self }
     }
 
     #[cfg(test)]
@@ -67,7 +76,10 @@ impl Client {
 
     /// A request to `path` (starting with `/`), with the token.
     fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        let req = self.http.request(method, format!("{}{path}", self.server));
+        let mut req = self.http.request(method, format!("{}{path}", self.server));
+        if let Some(note) = &self.note {
+            req = req.header("X-Etcron-Client", note);
+        }
         match &self.token {
             Some(t) => req.bearer_auth(t),
             None => req,

@@ -55,7 +55,7 @@ pub async fn history(
     if json {
         return print_doc(&v);
     }
-    let mut table = Table::new(&["REVISION", "SAVED", "BY", "VIA", ""]);
+    let mut table = Table::new(&["VERSION", "REVISION", "SAVED", "BY", "VIA", ""]);
     for version in v["versions"].as_array().into_iter().flatten() {
         let note = match (version["current"].as_bool(), version["restored"].as_i64()) {
             (Some(true), Some(r)) => format!("current (restores {r})"),
@@ -64,14 +64,26 @@ pub async fn history(
             _ => String::new(),
         };
         table.row(vec![
+            text(&version["version"]),
             text(&version["revision"]),
             text(&version["at"]),
             text(&version["by"]),
-            text(&version["via"]),
+            saved_how(version),
             note,
         ]);
     }
     out(&table.render())
+}
+
+/// How a saved version was saved, for people: the tool and its file when the client named
+/// them (`etcronctl apply jobs/x.toml`, `console`), else the API route (`PUT /api/jobs/x`).
+pub fn saved_how(version: &serde_json::Value) -> String {
+    match (version["client"].as_str(), version["source"].as_str()) {
+        (Some(client), Some(file)) => format!("{client} {file}"),
+        (Some(client), None) => client.to_owned(),
+        (None, Some(file)) => format!("{} {file}", text(&version["via"])),
+        (None, None) => text(&version["via"]),
+    }
 }
 
 /// The revisions of the last save: the version before the current one, and the current one.
@@ -143,6 +155,19 @@ fn changes_text(v: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn how_a_version_was_saved() {
+        let v = |v: serde_json::Value| saved_how(&v);
+        let via = "POST /api/batch";
+        assert_eq!(
+            v(json!({"via": via, "client": "etcronctl apply", "source": "jobs/x.toml"})),
+            "etcronctl apply jobs/x.toml"
+        );
+        assert_eq!(v(json!({"via": "PUT /api/jobs/x", "client": "console"})), "console");
+        assert_eq!(v(json!({"via": via, "source": "jobs/x.toml"})), "POST /api/batch jobs/x.toml");
+        assert_eq!(v(json!({"via": "PUT /api/jobs/x"})), "PUT /api/jobs/x");
+    }
 
     #[test]
     fn diff_ranges() {

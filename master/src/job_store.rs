@@ -85,17 +85,19 @@ pub struct Origin {
     pub request_id: Option<String>,
     /// A rollback: the revision it saves again.
     pub restored: Option<i64>,
+    /// The tool, as the client says (`X-Etcron-Client`).
+    pub client: Option<String>,
 }
 
 impl Origin {
     /// The key and record of the saved version of `job` holding `value`, to put with the save.
     #[must_use]
-    pub fn entry(&self, keys: &Keys, job: &str, value: &[u8]) -> (String, Vec<u8>) {
-        (keys.history(job, &format!("{:016x}", rand::random::<u64>())), self.version(value))
+    pub fn entry(&self, keys: &Keys, job: &str, value: &[u8], source: Option<&str>) -> (String, Vec<u8>) {
+        (keys.history(job, &format!("{:016x}", rand::random::<u64>())), self.version(value, source))
     }
 
-    /// The version record of a save of `value` (secrets withheld).
-    fn version(&self, value: &[u8]) -> Vec<u8> {
+    /// The version record of a save of `value` (secrets withheld) from file `source`.
+    fn version(&self, value: &[u8], source: Option<&str>) -> Vec<u8> {
         let spec = serde_json::from_slice(value).map(etcron_model::spec::redacted_json).unwrap_or_default();
         let version = SpecVersion {
             spec,
@@ -104,6 +106,8 @@ impl Origin {
             via: self.via.clone(),
             request_id: self.request_id.clone(),
             restored: self.restored,
+            client: self.client.clone(),
+            source: source.map(str::to_owned),
         };
         serde_json::to_vec(&version).unwrap_or_default()
     }
@@ -115,6 +119,8 @@ pub struct Write {
     pub job: String,
     pub change: Change,
     pub precondition: Precondition,
+    /// The file the spec came from, as the client says: kept in the saved version.
+    pub source: Option<String>,
 }
 
 /// What a write did.
@@ -554,7 +560,7 @@ mod tests {
 
     /// A change of job `job`.
     pub(super) fn write(job: &str, change: Change, precondition: Precondition) -> Write {
-        Write { job: job.to_owned(), change, precondition }
+        Write { job: job.to_owned(), change, precondition, source: None }
     }
 
     /// A save of a job starting `deps` on success.

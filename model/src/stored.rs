@@ -518,6 +518,31 @@ pub struct SpecVersion {
     /// A rollback: the revision whose spec it saved again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored: Option<i64>,
+    /// The tool that saved it, as the client says (`X-Etcron-Client`: `etcronctl apply`,
+    /// `console`): a note for people, never a check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// The file it came from, as the client says (`X-Etcron-Source`, or a batch change's
+    /// `source`): `jobs/backup.toml`, a crontab's path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// Longest client note (`client`, `source`) a saved version keeps, in bytes.
+pub const MAX_CLIENT_NOTE_BYTES: usize = 256;
+
+/// Why `text` cannot be a client note of a saved version (`client`, `source`): too long, or
+/// holding control characters (it is printed in tables and logs).
+pub fn client_note_error(text: &str) -> Option<String> {
+    if text.len() > MAX_CLIENT_NOTE_BYTES {
+        Some(format!("is {} bytes long; at most {MAX_CLIENT_NOTE_BYTES}", text.len()))
+    } else if text.chars().any(char::is_control) {
+        Some("holds a control character".to_owned())
+    } else if text.trim().is_empty() {
+        Some("is empty".to_owned())
+    } else {
+        None
+    }
 }
 
 /// Saved versions kept per job (older ones are deleted after each save).

@@ -6,7 +6,8 @@ export const TOKEN_KEY = "etcron-token";
 
 /** Fetches JSON from the API with the session's token; throws an Error carrying the API's error. */
 export async function api(path, options = {}) {
-  const headers = { "Accept": "application/json", ...(options.headers || {}) };
+  // The master keeps "console" as the tool of each job version a write saves.
+  const headers = { "Accept": "application/json", "X-Etcron-Client": "console", ...(options.headers || {}) };
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers["Authorization"] = `Bearer ${token}`;
   const resp = await fetch(path, { ...options, headers });

@@ -20,10 +20,11 @@ export async function historyView(params, rest) {
     return false;
   };
   const rows = history.versions.map((v) => h("tr", { "data-revision": String(v.revision) },
-    h("td", { "data-label": "Revision" }, String(v.revision), v.current ? h("span", { class: "badge enabled" }, "current") : ""),
+    h("td", { "data-label": "Version" }, `v${v.version}`, v.current ? h("span", { class: "badge enabled" }, "current") : ""),
+    h("td", { "data-label": "Revision" }, String(v.revision)),
     h("td", { "data-label": "Saved" }, localTime(v.at)),
     h("td", { "data-label": "By" }, v.by),
-    h("td", { "data-label": "Via" }, v.via, v.restored ? h("div", { class: "muted" }, `restores ${v.restored}`) : ""),
+    h("td", { "data-label": "Via", title: v.via }, savedHow(v), v.restored ? h("div", { class: "muted" }, `restores ${v.restored}`) : ""),
     h("td", { "data-label": "Actions" }, v.current ? "" : [
       button("Diff", () => showDiff(v.revision), { "aria-label": `Diff revision ${v.revision} with the current spec` }),
       button("Roll back", async () => {
@@ -39,7 +40,14 @@ export async function historyView(params, rest) {
     h("div", { class: "heading start" }, h("h1", {}, `History of ${name}`)),
     h("p", {}, h("a", { href: `#/job/${encodeURIComponent(name)}` }, `← ${name}`)),
     h("table", { id: "history" },
-      h("thead", {}, h("tr", {}, ["Revision", "Saved", "By", "Via", ""].map((t) => h("th", { scope: "col" }, t)))),
+      h("thead", {}, h("tr", {}, ["Version", "Revision", "Saved", "By", "Via", ""].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, rows)),
     diff);
+}
+
+/** How a version was saved: the tool and file the client named (`etcronctl apply jobs/x.toml`,
+ * `console`), else the API route. */
+function savedHow(v) {
+  const tool = v.client || (v.source ? v.via : "");
+  return tool ? [tool, v.source].filter(Boolean).join(" ") : v.via;
 }

@@ -117,7 +117,9 @@ try {
   await page.locator("#history tbody tr").nth(1).waitFor();
   assert.equal(await page.locator("#history tbody tr").count(), 2);
   const first = await page.locator("#history tbody tr").nth(1).getAttribute("data-revision");
-  assert.match(await page.locator("#history tbody tr").first().innerText(), /current[\s\S]*PUT \/api\/jobs\/as-backup/);
+  // Each version's number, and the tool that saved it: the console's save says "console".
+  assert.match(await page.locator("#history tbody tr").first().innerText(), /^v2\s*current[\s\S]*\bconsole\b/);
+  assert.match(await page.locator("#history tbody tr").nth(1).innerText(), /^v1\b[\s\S]*PUT \/api\/jobs\/as-backup/);
   await page.getByRole("button", { name: `Diff revision ${first} with the current spec` }).click();
   await page.locator("#history-diff li").first().waitFor();
   const changes = await page.locator("#history-diff").innerText();
@@ -130,7 +132,7 @@ try {
     page.getByRole("button", { name: `Roll back to revision ${first}` }).click(),
   ]);
   await page.locator("#history tbody tr").nth(2).waitFor();
-  assert.match(await page.locator("#history tbody tr").first().innerText(), new RegExp(`restores ${first}`));
+  assert.match(await page.locator("#history tbody tr").first().innerText(), new RegExp(`^v3\\s*current[\\s\\S]*console[\\s\\S]*restores ${first}`));
   assert.equal((await call(base, "GET", "/api/jobs/as-backup")).body.spec.task.user, "backup");
 
   // A job its failures paused: the list and its page say why, and link the failure.

@@ -98,6 +98,8 @@ fn disable_one_shot(keys: &Keys, fire: &Fire) -> TxnOp {
         via: format!("disabled after the one-shot run {}", fire.id),
         request_id: None,
         restored: None,
+        client: None,
+        source: None,
     };
     let history = keys.history(&fire.id.job, &format!("{:016x}", rand::random::<u64>()));
     TxnOp::txn(

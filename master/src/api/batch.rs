@@ -35,6 +35,9 @@ pub(super) struct BatchChange {
     if_match: Option<i64>,
     #[serde(default)]
     if_none_match: Option<String>,
+    /// The file the spec came from (`jobs/backup.toml`), kept in its saved version.
+    #[serde(default)]
+    source: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -59,7 +62,7 @@ pub(super) type BatchItem = (String, BatchOp, ApiResult<Write>);
 /// A batch change as a job write; its own errors (bad spec, bad precondition) name fields
 /// relative to the change (`spec.task.command`, `if_match`).
 pub(super) fn batch_write(change: BatchChange) -> BatchItem {
-    let BatchChange { job, op, spec, if_match, if_none_match } = change;
+    let BatchChange { job, op, spec, if_match, if_none_match, source } = change;
     let write = (|| {
         validate_name(&job).map_err(|e| ApiError::bad_request(Some("job".to_owned()), e.message))?;
         let expected = match if_match {
@@ -99,7 +102,10 @@ pub(super) fn batch_write(change: BatchChange) -> BatchItem {
                 return Err(ApiError::bad_request(Some("spec".to_owned()), "a delete takes no spec"));
             }
         };
-        Ok(Write { job: job.clone(), change, precondition: Precondition { expected, create_only } })
+        if let Some(why) = source.as_deref().and_then(etcron_model::stored::client_note_error) {
+            return Err(ApiError::bad_request(Some("source".to_owned()), format!("source {why}")));
+        }
+        Ok(Write { job: job.clone(), change, precondition: Precondition { expected, create_only }, source })
     })();
     (job, op, write)
 }
@@ -161,9 +167,11 @@ pub(super) async fn batch(
     caller: Option<axum::Extension<crate::layers::auth::Caller>>,
     request: Option<axum::Extension<crate::layers::audit::RequestId>>,
     axum::Extension(scope): axum::Extension<crate::access::Scope>,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let (changes, dry_run) = batch_changes(&body_bytes(body)?)?;
+    let client = client_notes(&headers)?.0;
     let mut results: Vec<Value> = Vec::with_capacity(changes.len());
     let mut writes = Vec::new();
     let mut slots = Vec::new();
@@ -197,7 +205,8 @@ pub(super) async fn batch(
         resp.extensions_mut().insert(audit);
         return Ok(resp);
     }
-    let origin = origin(caller.as_ref(), request.as_ref(), "POST /api/batch".to_owned());
+    let mut origin = origin(caller.as_ref(), request.as_ref(), "POST /api/batch".to_owned());
+    origin.client = client;
     // Each change is checked on its own against the caller's teams (the job store's rule), and
     // answered with the status its own request would have had.
     // The whole batch is charged to the byte budgets first: it passes or is refused whole.

@@ -7,7 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use etcd_client::GetOptions;
+use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
 use etcron_model::diff::diff;
 use etcron_model::rfc3339_ms;
 use etcron_model::spec::JobSpec;
@@ -27,12 +27,21 @@ use crate::layers::auth::Caller;
 /// One saved version as the API shows it.
 #[derive(Debug, Serialize)]
 pub(super) struct VersionView {
+    /// The job's own count of saves: 1 for its first, one more for each save since (the job
+    /// key's etcd version then; a job deleted and created again starts at 1).
+    version: i64,
     /// The revision the spec was saved at (the job's `revision` then).
     revision: i64,
     /// RFC 3339.
     at: String,
     by: String,
     via: String,
+    /// The tool, as the client said (`etcronctl apply`, `console`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client: Option<String>,
+    /// The file, as the client said (`jobs/backup.toml`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<String>,
     request_id: Option<String>,
     /// A rollback: the revision it saved again.
     restored: Option<i64>,
@@ -43,31 +52,51 @@ pub(super) struct VersionView {
 
 /// The saved versions of `name`, newest first, and the job's revision and team now; 404 when
 /// the job does not exist or the caller does not see it (the versions are the job's: whoever
-/// sees the job now sees its history, which may show teams it had before).
+/// sees the job now sees its history, which may show teams it had before). The job and its
+/// versions are read at one revision, so the version numbers count from the job's own.
 async fn versions(st: &AppState, name: &str, scope: &Scope) -> ApiResult<(Vec<VersionView>, i64, Option<String>)> {
     job_name(name)?;
-    let (job, _) = st.jobs().read(name, scope).await?;
+    st.jobs().read(name, scope).await?;
     let mut kv = st.client.kv_client();
-    let resp = etcd("history_list", kv.get(st.keys.history_of(name), Some(GetOptions::new().with_prefix()))).await?;
-    let mut out: Vec<VersionView> = resp
-        .kvs()
-        .iter()
-        .filter_map(|item| {
+    let txn = Txn::new().and_then([
+        TxnOp::get(st.keys.job(name), None),
+        TxnOp::get(st.keys.history_of(name), Some(GetOptions::new().with_prefix())),
+    ]);
+    let resp = etcd("history_list", kv.txn(txn)).await?;
+    let mut gets = resp.op_responses().into_iter().filter_map(|op| match op {
+        TxnOpResponse::Get(g) => Some(g),
+        _ => None,
+    });
+    let (now, history) = (gets.next(), gets.next());
+    // The job as read with its versions (a save between the two reads is in both).
+    let Some(now) = now.as_ref().and_then(|g| g.kvs().first()) else {
+        return Err(crate::access::Scope::no_job(name));
+    };
+    let mut items: Vec<_> = history.as_ref().map(|g| g.kvs().iter().collect()).unwrap_or_default();
+    items.sort_unstable_by_key(|item| std::cmp::Reverse(item.create_revision()));
+    // Every save of the job key writes one version in its transaction, and pruning drops the
+    // oldest: the newest version is the key's version, each older one one less.
+    let out = items
+        .into_iter()
+        .zip((1..=now.version()).rev())
+        .filter_map(|(item, version)| {
             let v: SpecVersion = serde_json::from_slice(item.value()).ok()?;
             Some(VersionView {
+                version,
                 revision: item.create_revision(),
                 at: rfc3339_ms(v.at_ms),
                 by: v.by,
                 via: v.via,
+                client: v.client,
+                source: v.source,
                 request_id: v.request_id,
                 restored: v.restored,
-                current: item.create_revision() == job.mod_revision,
+                current: item.create_revision() == now.mod_revision(),
                 spec: v.spec,
             })
         })
         .collect();
-    out.sort_unstable_by_key(|v| std::cmp::Reverse(v.revision));
-    Ok((out, job.mod_revision, team_of(&job.value)))
+    Ok((out, now.mod_revision(), team_of(now.value())))
 }
 
 /// `GET /api/jobs/{job}/history`.
@@ -148,9 +177,10 @@ pub(super) async fn rollback(
     let version = version_at(&versions, target, "revision")?;
     let spec = JobSpec::from_value(version.spec.clone())?;
     let precondition = Precondition { expected: if_match(&headers)?, create_only: false };
-    let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
+    let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition, source: None };
     let mut origin = origin(caller.as_ref(), request.as_ref(), format!("POST /api/jobs/{name}/rollback"));
     origin.restored = Some(target);
+    origin.client = client_notes(&headers)?.0;
     let jobs = st.jobs();
     if let Err(throttled) = jobs.charge(std::slice::from_ref(&write), &scope) {
         return Ok(throttled.into_response());

@@ -127,7 +127,30 @@ pub(super) fn origin(
     request: Option<&axum::Extension<crate::layers::audit::RequestId>>,
     via: String,
 ) -> crate::job_store::Origin {
-    crate::job_store::Origin { by: actor(caller), via, request_id: request.map(|r| r.0 .0.clone()), restored: None }
+    crate::job_store::Origin {
+        by: actor(caller),
+        via,
+        request_id: request.map(|r| r.0 .0.clone()),
+        restored: None,
+        client: None,
+    }
+}
+
+/// The tool that sends a save (`X-Etcron-Client`) and its file (`X-Etcron-Source`), kept in
+/// the saved version as notes for people; a 400 naming the header when one is not a short
+/// line of text.
+pub(super) fn client_notes(headers: &HeaderMap) -> ApiResult<(Option<String>, Option<String>)> {
+    let note = |name: &str| -> ApiResult<Option<String>> {
+        let Some(value) = headers.get(name) else { return Ok(None) };
+        let text = value.to_str().map_err(|_| {
+            ApiError::bad_request(Some(name.to_owned()), format!("{name} must be text (visible ASCII)"))
+        })?;
+        match etcron_model::stored::client_note_error(text) {
+            Some(why) => Err(ApiError::bad_request(Some(name.to_owned()), format!("{name} {why}"))),
+            None => Ok(Some(text.to_owned())),
+        }
+    };
+    Ok((note("X-Etcron-Client")?, note("X-Etcron-Source")?))
 }
 
 /// The caller's name for reasons and logs (`anonymous` without auth).

@@ -374,8 +374,10 @@ pub(super) async fn put_job(
     job_name(&name)?;
     let precondition = Precondition { expected: if_match(&headers)?, create_only: if_none_match(&headers)? };
     let spec = JobSpec::from_json(&body_bytes(body)?)?;
-    let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition };
-    let origin = origin(caller.as_ref(), request.as_ref(), format!("PUT /api/jobs/{name}"));
+    let (client, source) = client_notes(&headers)?;
+    let write = Write { job: name.clone(), change: Change::Put(Box::new(spec)), precondition, source };
+    let mut origin = origin(caller.as_ref(), request.as_ref(), format!("PUT /api/jobs/{name}"));
+    origin.client = client;
     let jobs = st.jobs();
     if let Err(throttled) = jobs.charge(std::slice::from_ref(&write), &scope) {
         return Ok(throttled.into_response());
@@ -422,7 +424,7 @@ pub(super) async fn delete_job(
 ) -> ApiResult<Response> {
     job_name(&name)?;
     let precondition = Precondition { expected: if_match(&headers)?, create_only: false };
-    let write = Write { job: name.clone(), change: Change::Delete, precondition };
+    let write = Write { job: name.clone(), change: Change::Delete, precondition, source: None };
     let outcome = st.jobs().apply(vec![write], &Origin::default(), &scope).await.outcomes.pop();
     let Some(Written::Deleted { before }) = outcome.transpose()? else {
         return Err(ApiError::internal(&"a delete answered otherwise"));
@@ -611,11 +613,13 @@ pub(super) async fn pause_job(
 pub(super) async fn resume_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    headers: HeaderMap,
     (caller, request): (Option<axum::Extension<Caller>>, Option<axum::Extension<RequestId>>),
     axum::Extension(scope): axum::Extension<Scope>,
 ) -> ApiResult<Response> {
     job_name(&name)?;
-    let origin = origin(caller.as_ref(), request.as_ref(), format!("POST /api/jobs/{name}/resume"));
+    let mut origin = origin(caller.as_ref(), request.as_ref(), format!("POST /api/jobs/{name}/resume"));
+    origin.client = client_notes(&headers)?.0;
     let Resumed { job, was_paused, spec_before, unchanged } = st.jobs().resume(&name, &origin, &scope).await?;
     let teams = crate::layers::audit::teams([team_of(&job.value)]);
     let shown = view(name, &job.value, job.mod_revision, job.create_revision, None, None);

@@ -251,7 +251,7 @@ pub(super) fn prepare(
             ),
         });
     }
-    let history = history.map(|(keys, origin)| origin.entry(keys, &w.job, &value));
+    let history = history.map(|(keys, origin)| origin.entry(keys, &w.job, &value, w.source.as_deref()));
     Ok(Prepared { index, value: Some(value), spec: Some(spec), precondition, history, unchanged: None })
 }
 

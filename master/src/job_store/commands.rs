@@ -157,7 +157,7 @@ impl JobStore {
                 super::checks::fires_again(name, &spec)?;
                 let value = serde_json::to_vec(&spec).map_err(|e| JobStoreError::internal(&e))?;
                 ops.push(TxnOp::put(key.clone(), value.clone(), None));
-                let (history_key, version) = origin.entry(&self.keys, name, &value);
+                let (history_key, version) = origin.entry(&self.keys, name, &value, None);
                 ops.push(TxnOp::put(history_key, version, None));
                 Some(value)
             };

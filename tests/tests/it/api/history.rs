@@ -22,6 +22,10 @@ fn revisions(h: &Value) -> Vec<i64> {
     h["versions"].as_array().unwrap().iter().map(|v| v["revision"].as_i64().unwrap()).collect()
 }
 
+fn versions(h: &Value) -> Vec<i64> {
+    h["versions"].as_array().unwrap().iter().map(|v| v["version"].as_i64().unwrap()).collect()
+}
+
 async fn rollback(c: &Cluster, job: &str, revision: i64, if_match: Option<i64>) -> (u16, Value) {
     let mut req = c.http.post(format!("{}/api/jobs/{job}/rollback", c.master.url)).json(&json!({"revision": revision}));
     if let Some(rev) = if_match {
@@ -46,6 +50,7 @@ async fn every_save_is_kept_diffed_and_rolled_back_once() -> anyhow::Result<()> 
 
     let h = history(&c, "db").await;
     assert_eq!(revisions(&h), [v3, v2, v1], "newest first: {h}");
+    assert_eq!(versions(&h), [3, 2, 1], "the job's own numbers: {h}");
     assert_eq!(h["revision"], v3);
     let vias: Vec<&str> = h["versions"].as_array().unwrap().iter().map(|v| v["via"].as_str().unwrap()).collect();
     assert_eq!(vias, ["POST /api/batch", "PUT /api/jobs/db", "PUT /api/jobs/db"]);
@@ -88,6 +93,7 @@ async fn every_save_is_kept_diffed_and_rolled_back_once() -> anyhow::Result<()> 
     let v4 = won["revision"].as_i64().unwrap();
     let h = history(&c, "db").await;
     assert_eq!(revisions(&h), [v4, v3, v2, v1], "exactly one new version");
+    assert_eq!(versions(&h), [4, 3, 2, 1]);
     assert_eq!(h["versions"][0]["restored"], restored);
     assert_eq!(h["versions"][0]["via"], "POST /api/jobs/db/rollback");
     let expected_command = if restored == v1 { "pg_dump one" } else { "pg_dump two" };
@@ -162,6 +168,53 @@ async fn every_save_is_kept_diffed_and_rolled_back_once() -> anyhow::Result<()> 
     assert_eq!(h["versions"][0]["via"], "POST /api/jobs/db/resume");
     assert_eq!(h["versions"][0]["spec"]["enabled"], true);
 
+    // The tool and the file a client names are kept with the version; etcronctl names its
+    // command, and apply each job's file.
+    let note = |name: &str, value: &str| c.http.put(format!("{}/api/jobs/db", c.master.url)).header(name, value);
+    let resp = note("X-Etcron-Client", "deploy-bot 2.1")
+        .header("X-Etcron-Source", "infra/jobs/db.toml")
+        .json(&spec("pg_dump two", "noted"))
+        .send()
+        .await?;
+    assert_eq!(resp.status(), 200);
+    let h = history(&c, "db").await;
+    assert_eq!(
+        (&h["versions"][0]["client"], &h["versions"][0]["source"]),
+        (&json!("deploy-bot 2.1"), &json!("infra/jobs/db.toml"))
+    );
+    let resp = note("X-Etcron-Client", &"x".repeat(300)).json(&spec("pg_dump three", "noted")).send().await?;
+    let (status, e): (u16, Value) = (resp.status().as_u16(), resp.json().await?);
+    assert_eq!((status, e["error"]["field"].as_str()), (400, Some("X-Etcron-Client")), "{e}");
+    let long_source =
+        json!({"changes": [{"job": "db", "op": "put", "spec": spec("x", "y"), "source": "s".repeat(300)}]});
+    let (_, answer) = c.call(Method::POST, "/api/batch", Some(long_source)).await?;
+    let refused = &answer["results"][0];
+    assert_eq!(
+        (refused["status"].as_u64(), refused["error"]["field"].as_str()),
+        (Some(400), Some("source")),
+        "{answer}"
+    );
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("db.toml");
+    std::fs::write(&file, "[jobs.db]\nschedule = \"@yearly\"\ndescription = \"from a file\"\n[jobs.db.task]\nkind = \"shell\"\ncommand = \"pg_dump two\"\nsecret_env = { PW = { keep = true } }\n")?;
+    let (code, applied) = ctl(&["jobs", "apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{applied}");
+    let h = history(&c, "db").await;
+    let newest = &h["versions"][0];
+    assert_eq!(
+        (&newest["client"], &newest["source"]),
+        (&json!("etcronctl jobs apply"), &json!(file.to_str().unwrap())),
+        "{h}"
+    );
+    let (code, listed) = ctl(&["jobs", "history", "db"]);
+    assert_eq!(code, Some(0), "{listed}");
+    let first_row = listed.lines().nth(1).unwrap_or_default();
+    assert!(
+        first_row.starts_with("9 ") && first_row.contains(&format!("etcronctl jobs apply {}", file.display())),
+        "{listed}"
+    );
+    assert!(listed.contains("etcronctl jobs rollback"), "the CLI's rollback: {listed}");
+
     // Compaction does not touch it: it is not etcd's MVCC history.
     let before = revisions(&h);
     let now = etcd.get("x", None).await?.header().unwrap().revision();
@@ -176,13 +229,19 @@ async fn every_save_is_kept_diffed_and_rolled_back_once() -> anyhow::Result<()> 
         (history(&c, "db").await["versions"].as_array()?.len() == 100).then_some(())
     })
     .await?;
-    assert_eq!(history(&c, "db").await["versions"][0]["spec"]["task"]["command"], "pg_dump 103");
+    let h = history(&c, "db").await;
+    assert_eq!(h["versions"][0]["spec"]["task"]["command"], "pg_dump 103");
+    // Numbered from the job's first save although the oldest are gone: 9 before, 104 since.
+    assert_eq!((h["versions"][0]["version"].as_i64(), h["versions"][99]["version"].as_i64()), (Some(113), Some(14)));
 
     // Deleting the job deletes its history.
     assert_eq!(c.call(Method::DELETE, "/api/jobs/db", None).await?.0, 204);
     assert_eq!(c.call(Method::GET, "/api/jobs/db/history", None).await?.0, 404);
     let left = etcd.get(keys.history_of("db"), Some(etcd_client::GetOptions::new().with_prefix())).await?;
     assert!(left.kvs().is_empty());
+    // A job created again under the name starts again at version 1.
+    c.put_job("db", spec("true", "again")).await?;
+    assert_eq!(versions(&history(&c, "db").await), [1]);
     Ok(())
 }
 

@@ -25,7 +25,7 @@ fn as_caller(name: &str, access: Access, needed: Role) -> Scope {
 }
 
 fn put(job: &str, value: Value, precondition: Precondition) -> Write {
-    Write { job: job.to_owned(), change: spec(value), precondition }
+    Write { job: job.to_owned(), change: spec(value), precondition, source: None }
 }
 
 async fn value(etcd: &mut etcd_client::Client, key: String) -> Option<(Value, i64)> {
@@ -135,7 +135,12 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     store.pause("a", (None, None), &admin).await?;
     let applied = store
         .apply(
-            vec![Write { job: "a".into(), change: Change::Delete, precondition: Precondition::default() }],
+            vec![Write {
+                job: "a".into(),
+                change: Change::Delete,
+                precondition: Precondition::default(),
+                source: None,
+            }],
             &Origin::default(),
             &admin,
         )
@@ -148,7 +153,12 @@ async fn the_job_store_owns_every_job_write() -> anyhow::Result<()> {
     assert_eq!(triggers.count(), 0);
     let applied = store
         .apply(
-            vec![Write { job: "a".into(), change: Change::Delete, precondition: Precondition::default() }],
+            vec![Write {
+                job: "a".into(),
+                change: Change::Delete,
+                precondition: Precondition::default(),
+                source: None,
+            }],
             &Origin::default(),
             &admin,
         )
@@ -205,8 +215,8 @@ async fn the_job_store_checks_every_write_against_the_callers_teams() -> anyhow:
         put("pay-3", of_team(Some("search"), "x"), any), // a job into another team
         put("pay-4", of_team(None, "x"), any),           // a job without a team
         put("plain", of_team(Some("pay"), "x"), any),    // taking a team-less job
-        Write { job: "search-1".into(), change: Change::Delete, precondition: any },
-        Write { job: "absent".into(), change: Change::Delete, precondition: any },
+        Write { job: "search-1".into(), change: Change::Delete, precondition: any, source: None },
+        Write { job: "absent".into(), change: Change::Delete, precondition: any, source: None },
     ];
     let planned = store.plan(&writes, &pay_admin).await;
     let applied = store.apply(writes, &Origin::default(), &pay_admin).await;
