@@ -421,6 +421,45 @@ pub fn render(jobs: &BTreeMap<String, Value>, format: Format) -> anyhow::Result<
     })
 }
 
+/// `spec` (as the API shows it) without the fields that hold their default: a field is left
+/// out when the spec without it reads as the same spec (so only what the job says remains,
+/// and an import of it saves the same job). Objects are searched field by field within.
+#[must_use]
+pub fn omit_defaults(spec: &Value) -> Value {
+    let read = |v: &Value| JobSpec::from_value(v.clone()).ok().and_then(|s| serde_json::to_value(s.redacted()).ok());
+    let Some(whole) = read(spec) else { return spec.clone() };
+    let mut out = spec.clone();
+    let mut paths = Vec::new();
+    object_paths(&out, &mut Vec::new(), &mut paths);
+    for path in paths {
+        let mut without = out.clone();
+        if remove_at(&mut without, &path).is_some() && read(&without).as_ref() == Some(&whole) {
+            out = without;
+        }
+    }
+    out
+}
+
+/// Every field's path in `v`'s objects, an object's fields after the object itself.
+fn object_paths(v: &Value, at: &mut Vec<String>, paths: &mut Vec<Vec<String>>) {
+    let Value::Object(map) = v else { return };
+    for (key, child) in map {
+        at.push(key.clone());
+        paths.push(at.clone());
+        object_paths(child, at, paths);
+        at.pop();
+    }
+}
+
+fn remove_at(v: &mut Value, path: &[String]) -> Option<Value> {
+    let (last, parents) = path.split_last()?;
+    let mut at = v;
+    for key in parents {
+        at = at.get_mut(key)?;
+    }
+    at.as_object_mut()?.remove(last)
+}
+
 /// A file's top level: the `jobs` map, or a bare spec.
 #[derive(Debug)]
 enum Doc {
@@ -550,6 +589,26 @@ url = "https://hooks.example.com/x"
 [jobs.hook]
 schedule = "@hourly"
 "#;
+
+    #[test]
+    fn omit_defaults_keeps_only_what_the_job_sets() {
+        let given = serde_json::json!({"schedule": "0 3 * * *", "timezone": "Europe/Berlin", "timeout": "10m",
+            "task": {"kind": "shell", "command": "report.sh", "env": {"A": "1"}}});
+        // As the API shows it: every default filled in.
+        let shown = serde_json::to_value(JobSpec::from_value(given.clone()).unwrap().redacted()).unwrap();
+        assert!(shown.as_object().unwrap().len() > given.as_object().unwrap().len(), "{shown}");
+        let omitted = omit_defaults(&shown);
+        assert_eq!(omitted, given, "only the fields given remain");
+        // The same job when read back.
+        let back = serde_json::to_value(JobSpec::from_value(omitted).unwrap().redacted()).unwrap();
+        assert_eq!(back, shown);
+        // A default value given explicitly is left out too; a spec it cannot read is kept whole.
+        let explicit =
+            serde_json::json!({"schedule": "@daily", "timezone": "UTC", "task": {"kind": "shell", "command": "x"}});
+        assert!(omit_defaults(&explicit).get("timezone").is_none());
+        let bad = serde_json::json!({"schedule": "nope"});
+        assert_eq!(omit_defaults(&bad), bad);
+    }
 
     #[test]
     fn the_three_formats_read_the_same_jobs() {

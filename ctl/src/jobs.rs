@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Context as _;
 use reqwest::Method;
@@ -338,18 +337,6 @@ pub async fn pause(
     out(&format!("job {name} paused{until}{why} (revision {})\n", text(&v["revision"])))
 }
 
-/// `--until`: an RFC 3339 time as given, or a duration from now as an RFC 3339 time.
-pub fn parse_until(text: &str) -> Result<String, String> {
-    if chrono::DateTime::parse_from_rfc3339(text).is_ok() {
-        return Ok(text.to_owned());
-    }
-    let d = humantime::parse_duration(text.trim())
-        .map_err(|_| format!("{text:?} is neither an RFC 3339 time (2026-12-01T06:00:00Z) nor a duration (2h, 30m)"))?;
-    let d = chrono::Duration::from_std(d).map_err(|e| e.to_string())?;
-    let at = chrono::Utc::now().checked_add_signed(d).ok_or("too far ahead")?;
-    Ok(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-}
-
 /// `jobs resume NAME`.
 pub async fn resume(client: &Client, name: &str, json: bool) -> anyhow::Result<()> {
     let v =
@@ -435,20 +422,78 @@ pub async fn preview(client: &Client, schedules: &[String], options: PreviewOpti
     out(&s)
 }
 
-/// `export`: every job as one job file (to `file`, or stdout: TOML, or JSON with `-o json`).
-/// The API withholds secret values:
-/// the file keeps their names with `null` (`{ keep = true }` in TOML), which an import applies
-/// as "keep the stored value" and refuses for a job the server does not have.
-/// Writes the jobs (all, or those `names`d) as one job file.
+/// Where `export` writes.
+#[derive(Debug)]
+pub enum ExportTo {
+    Stdout,
+    File(std::path::PathBuf),
+    /// One file per job, `NAME.EXT`.
+    Dir(std::path::PathBuf),
+}
+
+impl ExportTo {
+    /// `--dir`, else `-f`, else standard output (clap refuses both).
+    #[must_use]
+    pub fn of(file: Option<std::path::PathBuf>, dir: Option<std::path::PathBuf>) -> Self {
+        match (file, dir) {
+            (_, Some(dir)) => ExportTo::Dir(dir),
+            (Some(file), None) => ExportTo::File(file),
+            (None, None) => ExportTo::Stdout,
+        }
+    }
+}
+
+/// `export`: every job (or those `names`d) as one job file (to a file, or stdout: TOML, or JSON
+/// with `-o json`), or as one file per job in a directory; with `omit_defaults`, each spec
+/// without the fields that hold their default. The API withholds secret values: the file keeps
+/// their names with `null` (`{ keep = true }` in TOML), which an import applies as "keep the
+/// stored value" and refuses for a job the server does not have.
 pub async fn export(
     client: &Client,
     names: &[String],
-    file: Option<&Path>,
-    format: Option<Format>,
+    to: &ExportTo,
+    (format, omit_defaults): (Option<Format>, bool),
     json: bool,
 ) -> anyhow::Result<()> {
-    let by_extension = file.map(|f| (f, Format::of_path(f)));
-    let format = match (format, by_extension) {
+    let format = export_format(to, format, json)?;
+    let mut jobs = exported_jobs(client, names).await?;
+    if omit_defaults {
+        jobs.values_mut().for_each(|spec| *spec = jobfile::omit_defaults(spec));
+    }
+    match to {
+        ExportTo::Stdout => out(&jobfile::render(&jobs, format).context("writing the job file")?),
+        ExportTo::File(path) => {
+            let rendered = jobfile::render(&jobs, format).context("writing the job file")?;
+            std::fs::write(path, rendered).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("etcronctl: exported {} job(s) to {}", jobs.len(), path.display());
+            Ok(())
+        }
+        ExportTo::Dir(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            for (name, spec) in &jobs {
+                // A file name from what the server sent: only a valid job name (no `/`, no `..`).
+                if let Err(e) = etcron_model::keys::validate_job_name(name) {
+                    return Err(anyhow::anyhow!("the master listed a job named {name:?}, which is no file name: {e}"));
+                }
+                let one = BTreeMap::from([(name.clone(), spec.clone())]);
+                let path = dir.join(format!("{name}.{format}"));
+                let rendered = jobfile::render(&one, format).context("writing the job file")?;
+                std::fs::write(&path, rendered).with_context(|| format!("writing {}", path.display()))?;
+            }
+            eprintln!("etcronctl: exported {} job(s) to {} (one file each)", jobs.len(), dir.display());
+            Ok(())
+        }
+    }
+}
+
+/// The format of an export: `--format`, else the file's extension, else TOML (JSON or YAML
+/// on stdout with `-o json|yaml`); a `--format` the file's extension contradicts is refused.
+fn export_format(to: &ExportTo, format: Option<Format>, json: bool) -> anyhow::Result<Format> {
+    let by_extension = match to {
+        ExportTo::File(f) => Some((f, Format::of_path(f))),
+        _ => None,
+    };
+    Ok(match (format, by_extension) {
         (Some(given), Some((f, Some(ext)))) if given != ext => {
             return Err(Usage(format!(
                 "--format {given} does not match the extension of {}, which import reads as {ext}",
@@ -465,10 +510,17 @@ pub async fn export(
             ))
             .into());
         }
-        (None, None) if json && crate::output() == crate::Output::Yaml => Format::Yaml,
-        (None, None) if json => Format::Json,
+        (None, None) if json && matches!(to, ExportTo::Stdout) && crate::output() == crate::Output::Yaml => {
+            Format::Yaml
+        }
+        (None, None) if json && matches!(to, ExportTo::Stdout) => Format::Json,
         (None, None) => Format::Toml,
-    };
+    })
+}
+
+/// The specs of the jobs to export by name (all when `names` is empty; a name that does not
+/// exist is a 404), warning about invalid stored specs (left out) and withheld secrets.
+async fn exported_jobs(client: &Client, names: &[String]) -> anyhow::Result<BTreeMap<String, Value>> {
     let list = client.get("/api/jobs").await.context("listing jobs")?;
     let mut jobs = BTreeMap::new();
     let mut withheld = Vec::new();
@@ -500,15 +552,7 @@ pub async fn export(
             withheld.join(", ")
         );
     }
-    let rendered = jobfile::render(&jobs, format).context("writing the job file")?;
-    match file {
-        Some(path) => {
-            std::fs::write(path, rendered).with_context(|| format!("writing {}", path.display()))?;
-            eprintln!("etcronctl: exported {} job(s) to {}", jobs.len(), path.display());
-            Ok(())
-        }
-        None => out(&rendered),
-    }
+    Ok(jobs)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod notifications;
 mod pools;
 mod sse;
 mod table;
+mod when;
 mod workers;
 mod workflows;
 
@@ -30,12 +31,13 @@ use std::process::ExitCode;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
 use crate::client::Client;
-use crate::exit::{Exit, InvalidCrontab, InvalidFiles, Unsuccessful};
+use crate::exit::{Exit, InvalidCrontab, InvalidFiles, Unsuccessful, Usage};
 use crate::jobfile::Format;
+use crate::when::{Toward, When, Zone};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -124,16 +126,25 @@ enum Command {
     /// Workflow runs: the jobs a root's run starts, step by step; the rerun of failed steps.
     #[command(subcommand)]
     Workflows(WorkflowsCommand),
-    /// Write every job into one job file (secret values are withheld by the API: see README).
+    /// Write every job into one job file, or one file per job (secret values are withheld by
+    /// the API: see README).
     Export {
         /// Only these jobs (every job when none is named).
         names: Vec<String>,
         /// The file to write (its extension gives the format); stdout when absent.
-        #[arg(short = 'f', long = "file")]
+        #[arg(short = 'f', long = "file", conflicts_with = "dir")]
         file: Option<PathBuf>,
-        /// toml, yaml or json; by default the file's extension, or on stdout toml (json with `-o json`).
+        /// A directory to write one file per job into (`NAME.toml`, or --format's extension),
+        /// created when missing; other files in it are left alone.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// toml, yaml or json; by default the file's extension, or toml (json with `-o json` on stdout).
         #[arg(long, value_enum)]
         format: Option<Format>,
+        /// Leave out the fields that hold their default value (the file says only what the job
+        /// sets; importing it saves the same job).
+        #[arg(long)]
+        omit_defaults: bool,
     },
     /// Restore jobs from a job file or directory (`jobs apply` of it).
     Import {
@@ -261,10 +272,11 @@ enum JobsCommand {
         /// An environment variable over the spec's, `NAME=value` (repeatable; shell tasks).
         #[arg(long = "env", value_name = "NAME=VALUE")]
         env: Vec<String>,
-        /// Run "as of" this RFC 3339 time: `ETCRON_SCHEDULED_AT` (and the record's
-        /// `scheduled_at`) is it. The run still starts now.
-        #[arg(long, value_name = "TIME")]
-        as_of: Option<String>,
+        /// Run "as of" this time (any form of docs/etcronctl.md#times; a local time in the
+        /// job's zone): `ETCRON_SCHEDULED_AT` (and the record's `scheduled_at`) is it. The run
+        /// still starts now.
+        #[arg(long, value_name = "TIME", value_parser = When::parse, allow_hyphen_values = true)]
+        as_of: Option<When>,
         /// This run's priority (0..100) instead of the job's: it goes before runs of a lower
         /// one waiting for a pool's slots or a worker's capacity.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=100))]
@@ -288,9 +300,10 @@ enum JobsCommand {
         /// characters).
         #[arg(long)]
         reason: Option<String>,
-        /// End the pause by itself then: an RFC 3339 time, or a duration from now (`2h`, `30m`).
-        #[arg(long, value_parser = jobs::parse_until)]
-        until: Option<String>,
+        /// End the pause by itself then: an RFC 3339 time, a duration from now (`2h`, `30m`),
+        /// a date or local time in the job's zone (`08:00`: the next one).
+        #[arg(long, value_name = "TIME", value_parser = When::parse, allow_hyphen_values = true)]
+        until: Option<When>,
     },
     /// Resume a paused job.
     Resume { name: String },
@@ -318,12 +331,14 @@ enum JobsCommand {
     /// run, and why others are left out.
     Backfill {
         name: String,
-        /// First instant of the range, RFC 3339 (included), e.g. 2026-03-01T00:00:00Z.
-        #[arg(long, value_name = "TIME")]
-        from: String,
-        /// Last instant of the range, RFC 3339 (included; not in the future).
-        #[arg(long, value_name = "TIME")]
-        to: String,
+        /// First instant of the range (included): RFC 3339, a date or local time in the job's
+        /// zone (`2026-03-01`, `2026-03-01 08:00`), or a duration ago (`-3h`, `3h`).
+        #[arg(long, value_name = "TIME", value_parser = When::parse, allow_hyphen_values = true)]
+        from: When,
+        /// Last instant of the range (included; not in the future), in the same forms; now by
+        /// default.
+        #[arg(long, value_name = "TIME", value_parser = When::parse, allow_hyphen_values = true)]
+        to: Option<When>,
         /// missing: ticks without a successful run (the default); failed: ticks whose latest
         /// attempt ended failed, timed_out or lost; all: every tick.
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(backfill::WHICH))]
@@ -373,12 +388,13 @@ enum ExecutionsCommand {
         /// schedule, manual, retry, dependency, catchup, failover or backfill.
         #[arg(long)]
         trigger: Option<String>,
-        /// Scheduled at or after: RFC 3339, or a duration ago (`1h`, `30m`).
-        #[arg(long)]
-        since: Option<String>,
-        /// Scheduled at or before: RFC 3339, or a duration ago.
-        #[arg(long)]
-        until: Option<String>,
+        /// Scheduled at or after: RFC 3339, a duration ago (`1h`, `-30m`), or a date or local
+        /// time (in --job's zone, else this machine's).
+        #[arg(long, value_name = "TIME", value_parser = When::parse, allow_hyphen_values = true)]
+        since: Option<When>,
+        /// Scheduled at or before, in the same forms.
+        #[arg(long, value_name = "TIME", value_parser = When::parse, allow_hyphen_values = true)]
+        until: Option<When>,
         /// Words in the output, error or reason.
         #[arg(short = 'q', long = "query")]
         q: Option<String>,
@@ -492,15 +508,16 @@ enum ScheduleCommand {
         /// How many fire times (1..100; 10 by default).
         #[arg(long)]
         count: Option<u32>,
-        /// Fire times after this RFC 3339 instant (now by default), e.g. 2026-03-08T00:00:00Z.
-        #[arg(long)]
-        after: Option<String>,
-        /// No fire time before this RFC 3339 instant (a job's `active_from`).
-        #[arg(long)]
-        active_from: Option<String>,
-        /// No fire time after this RFC 3339 instant (a job's `active_until`).
-        #[arg(long)]
-        active_until: Option<String>,
+        /// Fire times after this time (now by default): RFC 3339, a duration ahead (`2h`), or a
+        /// date or local time in --timezone (`2026-03-08`, `2026-03-08 01:00`).
+        #[arg(long, value_name = "TIME", value_parser = When::parse, allow_hyphen_values = true)]
+        after: Option<When>,
+        /// No fire time before this time (a job's `active_from`), in the same forms.
+        #[arg(long, value_name = "TIME", value_parser = When::parse, allow_hyphen_values = true)]
+        active_from: Option<When>,
+        /// No fire time after this time (a job's `active_until`), in the same forms.
+        #[arg(long, value_name = "TIME", value_parser = When::parse, allow_hyphen_values = true)]
+        active_until: Option<When>,
         /// A job's `jitter` (e.g. 30s): fire times moved as the workers move them; needs --job.
         #[arg(long, requires = "job")]
         jitter: Option<String>,
@@ -567,7 +584,20 @@ pub fn stream_doc(value: &Value) -> anyhow::Result<String> {
     })
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+/// The subcommands given (`etcronctl jobs apply`), never their arguments: what the master
+/// keeps as the tool of a saved version.
+fn command_path(matches: &clap::ArgMatches) -> String {
+    let mut path = "etcronctl".to_owned();
+    let mut at = matches;
+    while let Some((name, sub)) = at.subcommand() {
+        path.push(' ');
+        path.push_str(name);
+        at = sub;
+    }
+    path
+}
+
+async fn run(cli: Cli, command: String) -> anyhow::Result<()> {
     // `json`: print the command's document (JSON or YAML as `-o` says) instead of a table.
     let json = matches!(cli.output, Output::Json | Output::Yaml);
     let _ = OUTPUT.set(cli.output);
@@ -576,7 +606,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         clap_complete::generate(shell, &mut Cli::command(), "etcronctl", &mut buf);
         return out(&String::from_utf8_lossy(&buf));
     }
-    let client = Client::new(&cli.server, cli.token.clone(), cli.timeout)?;
+    let client = Client::new(&cli.server, cli.token.clone(), cli.timeout)?.with_note(command);
     match cli.command {
         Command::Jobs(cmd) => jobs_command(&client, cmd, json).await,
         Command::Executions(cmd) => executions_command(&client, cmd, json).await,
@@ -617,11 +647,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             job,
             skip_calendars,
         }) => {
+            let zone =
+                Zone::named(timezone.as_deref().unwrap_or("UTC")).map_err(|e| Usage(format!("--timezone: {e}")))?;
+            let future = |arg: &str, w: Option<When>| zone.resolve_opt(arg, w, Toward::Future);
+            let (after, active_from, active_until) = (
+                future("--after", after)?,
+                future("--active-from", active_from)?,
+                future("--active-until", active_until)?,
+            );
             let options =
                 jobs::PreviewOptions { timezone, count, after, active_from, active_until, jitter, job, skip_calendars };
             jobs::preview(&client, &schedule, options, json).await
         }
-        Command::Export { names, file, format } => jobs::export(&client, &names, file.as_deref(), format, json).await,
+        Command::Export { names, file, dir, format, omit_defaults } => {
+            jobs::export(&client, &names, &jobs::ExportTo::of(file, dir), (format, omit_defaults), json).await
+        }
         Command::Import { mut files, file, crontab, system, timezone, team, source, prune, dry_run, verbose } => {
             let options = apply::Options { prune: prune.into(), dry_run, json, verbose };
             if !crontab.is_empty() {
@@ -650,17 +690,23 @@ async fn jobs_command(client: &Client, cmd: JobsCommand, json: bool) -> anyhow::
         }
         JobsCommand::Rm { names } => jobs::rm(client, &names, json).await,
         JobsCommand::Run { name, env, as_of, priority, follow } => {
+            let zone = Zone::of_job(client, &name, &[as_of]).await?;
+            let as_of = zone.resolve_opt("--as-of", as_of, Toward::Past)?;
             let params = jobs::run_params(&env, as_of.as_deref(), priority)?;
             jobs::run(client, &name, params.as_ref(), follow, json).await
         }
         JobsCommand::Kill { name, execution } => jobs::kill(client, &name, execution, json).await,
         JobsCommand::Pause { name, reason, until } => {
+            let until = Zone::of_job(client, &name, &[until]).await?.resolve_opt("--until", until, Toward::Future)?;
             jobs::pause(client, &name, reason.as_deref(), until.as_deref(), json).await
         }
         JobsCommand::Resume { name } => jobs::resume(client, &name, json).await,
         JobsCommand::History { name, diff } => history::history(client, &name, diff, json).await,
         JobsCommand::Rollback { name, to, if_match } => history::rollback(client, &name, to, if_match, json).await,
         JobsCommand::Backfill { name, from, to, which, overlap, max_parallel, max_runs, reason, dry_run } => {
+            let zone = Zone::of_job(client, &name, &[Some(from), to]).await?;
+            let from = zone.resolve("--from", from, Toward::Past)?;
+            let to = zone.resolve("--to", to.unwrap_or(When::Now), Toward::Past)?;
             let request = backfill::Request { from, to, which, overlap, max_parallel, max_runs, reason, dry_run };
             backfill::backfill(client, &name, &request, json).await
         }
@@ -686,6 +732,12 @@ async fn executions_command(client: &Client, cmd: ExecutionsCommand, json: bool)
             all,
             watch,
         } => {
+            let zone = match &job {
+                Some(name) => Zone::of_job(client, name, &[since, until]).await?,
+                None => Zone::Machine,
+            };
+            let (since, until) =
+                (zone.resolve_opt("--since", since, Toward::Past)?, zone.resolve_opt("--until", until, Toward::Past)?);
             let filters = executions::Filters { job, team, statuses, worker, trigger, since, until, q, limit };
             if watch {
                 executions::follow(client, &filters, json).await
@@ -724,7 +776,9 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let command = command_path(&matches);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -732,7 +786,7 @@ fn main() -> ExitCode {
             return ExitCode::from(Exit::Failed.code());
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, command)) {
         Ok(()) => ExitCode::from(Exit::Ok.code()),
         Err(e) if broken_pipe(&e) => ExitCode::from(Exit::Ok.code()),
         Err(e) => {
@@ -811,12 +865,15 @@ mod tests {
         };
         assert_eq!((name.as_str(), which.as_deref(), overlap.as_deref()), ("report", Some("failed"), Some("parallel")));
         assert_eq!((max_parallel, max_runs, dry_run), (Some(3), Some(500), true));
-        let range = ["etcronctl", "jobs", "backfill", "report", "--from", "a", "--to", "b"];
-        assert!(Cli::try_parse_from(range).is_ok(), "times are the master's to check");
+        let range = ["etcronctl", "jobs", "backfill", "report", "--from", "2026-03-01", "--to", "-3h"];
+        assert!(Cli::try_parse_from(range).is_ok());
+        let bad = Cli::try_parse_from(["etcronctl", "jobs", "backfill", "report", "--from", "a"]).unwrap_err();
+        assert!(bad.to_string().contains("\"a\" is not a time"), "{bad}");
         assert!(Cli::try_parse_from([&range[..], &["--which", "some"]].concat()).is_err());
         assert!(Cli::try_parse_from([&range[..], &["--overlap", "burst"]].concat()).is_err());
         assert!(Cli::try_parse_from([&range[..], &["--max-runs", "-1"]].concat()).is_err());
-        assert!(Cli::try_parse_from(["etcronctl", "jobs", "backfill", "report", "--from", "a"]).is_err(), "--to");
+        let to_now = Cli::try_parse_from(["etcronctl", "jobs", "backfill", "report", "--from", "-1d"]).unwrap();
+        assert!(matches!(to_now.command, Command::Jobs(JobsCommand::Backfill { to: None, .. })), "--to: now");
         let cli = Cli::try_parse_from(["etcronctl", "jobs", "backfills", "report", "18f2c3"]).unwrap();
         let Command::Jobs(JobsCommand::Backfills { id, .. }) = cli.command else { panic!() };
         assert_eq!(id.as_deref(), Some("18f2c3"));

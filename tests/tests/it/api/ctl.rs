@@ -265,6 +265,26 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
     assert!(job(&c, "alpha").await.1["paused"]["until"].is_string());
     let out = ctl(&c, &["jobs", "pause", "alpha", "--until", "someday"]).await;
     assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("\"someday\" is not a time"), "{out:?}");
+    // A local time is read in the job's zone (Tokyo: +09:00 all year): the next 08:00 there.
+    c.put_job(
+        "in-tokyo",
+        json!({"schedule": "@daily", "timezone": "Asia/Tokyo", "task": {"kind": "shell", "command": "true"}}),
+    )
+    .await?;
+    ctl(&c, &["jobs", "pause", "in-tokyo", "--until", "08:00"]).await.ok();
+    let until = job(&c, "in-tokyo").await.1["paused"]["until"].as_str().unwrap().to_owned();
+    let until = chrono::DateTime::parse_from_rfc3339(&until)?;
+    let tokyo = chrono::FixedOffset::east_opt(9 * 3600).unwrap();
+    let ahead = until.signed_duration_since(chrono::Utc::now());
+    assert_eq!(until.with_timezone(&tokyo).format("%H:%M").to_string(), "08:00", "{until}");
+    assert!(ahead > chrono::Duration::zero() && ahead <= chrono::Duration::hours(24), "the next one: {until}");
+    let day = (chrono::Utc::now() + chrono::Duration::days(2)).with_timezone(&tokyo).date_naive();
+    ctl(&c, &["jobs", "pause", "in-tokyo", "--until", &format!("{day} 08:30")]).await.ok();
+    let until = job(&c, "in-tokyo").await.1["paused"]["until"].as_str().unwrap().to_owned();
+    let expected = format!("{day}T08:30:00+09:00");
+    assert_eq!(chrono::DateTime::parse_from_rfc3339(&until)?, chrono::DateTime::parse_from_rfc3339(&expected)?);
+    ctl(&c, &["jobs", "rm", "in-tokyo"]).await.ok();
     let long = "x".repeat(501);
     let out = ctl(&c, &["jobs", "pause", "alpha", "--reason", &long]).await;
     assert_eq!(out.code, 2, "a 400 naming the reason: {out:?}");
@@ -347,9 +367,13 @@ async fn apply_files_and_job_commands() -> anyhow::Result<()> {
         out.stdout,
         "At 02:30 and 14:30 every day (America/New_York)\n2026-03-08T03:00:00.000-04:00\n2026-03-08T14:30:00.000-04:00\n"
     );
+    // The same instant as a local time in --timezone.
+    let local = ["--timezone", "America/New_York", "--count", "2", "--after", "2026-03-07 20:00"];
+    let same = ctl(&c, &[&["schedule", "preview", "30 2,14 * * *"][..], &local].concat()).await.ok();
+    assert_eq!(same.stdout, out.stdout);
     let out = ctl(&c, &["schedule", "preview", "@daily", "--after", "soon"]).await;
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(out.stderr.contains("invalid (400): after: after must be an RFC 3339 instant"), "{}", out.stderr);
+    assert!(out.stderr.contains("'--after <TIME>': \"soon\" is not a time"), "{}", out.stderr);
 
     // completions, a usage error, and an unreachable master.
     let out = ctl(&c, &["completions", "bash"]).await.ok();
@@ -560,6 +584,27 @@ async fn export_delete_import_round_trip() -> anyhow::Result<()> {
     let out = ctl(&c, &["export", "-o", "json"]).await.ok();
     assert_eq!(out.json()["jobs"]["gamma"], original["gamma"]);
     assert_eq!(ctl(&c, &["export", "-f", "x.yaml", "--format", "json"]).await.code, 2, "format and extension disagree");
+    // One file per job, each saying only what differs from the defaults; imported back, the
+    // same jobs.
+    let per_job = c.path("per-job");
+    let dir_arg = per_job.display().to_string();
+    let out = ctl(&c, &["export", "--dir", &dir_arg, "--omit-defaults"]).await.ok();
+    assert!(out.stderr.contains("exported 4 job(s)"), "{out:?}");
+    let mut files: Vec<String> =
+        std::fs::read_dir(&per_job)?.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    files.sort();
+    assert_eq!(files, ["alpha.toml", "beta.toml", "gamma.toml", "hook.toml"]);
+    let gamma = std::fs::read_to_string(per_job.join("gamma.toml"))?;
+    assert!(gamma.contains("concurrency = \"forbid\"") && !gamma.contains("timezone"), "only what it sets: {gamma}");
+    let full = ctl(&c, &["export", "gamma"]).await.ok().stdout;
+    assert!(full.contains("timezone = \"UTC\""), "without --omit-defaults every field is written: {full}");
+    let mut rm = vec!["jobs", "rm"];
+    rm.extend(original.keys().map(String::as_str));
+    ctl(&c, &rm).await.ok();
+    let out = ctl(&c, &["import", &dir_arg]).await.ok();
+    assert!(out.stdout.contains("4 created, 0 updated, 0 unchanged, 0 deleted"), "{}", out.stdout);
+    assert_eq!(specs(&c).await, original, "--dir --omit-defaults round trip");
+    assert_eq!(ctl(&c, &["export", "--dir", &dir_arg, "-f", "x.toml"]).await.code, 2, "one or the other");
 
     // Secrets: the export names them and holds no value; an import keeps the stored values of
     // jobs that exist and refuses, before any change, jobs whose values nobody can give back.
@@ -1525,6 +1570,9 @@ async fn import_crontab_makes_a_job_of_each_line() -> anyhow::Result<()> {
         out.stderr.contains(&warned) && out.stderr.contains(&format!("(PUT /api/jobs/{daily}): changes made since")),
         "{out:?}"
     );
+    // The saved version names the tool and the crontab.
+    let saved = &c.get(&format!("/api/jobs/{daily}/history")).await?["versions"][0];
+    assert_eq!((&saved["client"], &saved["source"]), (&json!("etcronctl import"), &json!(file)), "{saved}");
     let out = ctl(&c, &["import", "--crontab", &file]).await.ok();
     assert!(!out.stderr.contains("overwriting"), "its own import is not warned about: {out:?}");
 
@@ -1644,6 +1692,12 @@ async fn backfill_runs_the_recorded_ticks_again() -> anyhow::Result<()> {
     );
     let (_, list) = c.call(Method::GET, "/api/jobs/ticks/backfills", None).await?;
     assert_eq!(list["backfills"], json!([]), "a dry run creates nothing");
+    // The same ticks by a duration back, `--to` being now by default.
+    let out =
+        ctl(&c, &["jobs", "backfill", "ticks", "--from", "-3m", "--which", "all", "--max-runs", "500", "--dry-run"])
+            .await
+            .ok();
+    assert!(expected.iter().all(|(at, id)| out.stdout.contains(&format!("{at}  {id}"))), "{out:?}");
 
     // The backfill: its id, then every tick runs again as its second attempt, on the paused job.
     let out = ctl(&c, &[&range[..], &["--max-runs", "500", "--reason", "ctl test"]].concat()).await.ok();
