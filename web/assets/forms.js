@@ -75,9 +75,9 @@ export function unheardAlerts(spec) {
   return set.filter(([field, event]) => a[field] && !spec.notify.some((t) => (t.on || []).includes(event))).map(([, event]) => event);
 }
 
-/** A spec's notify targets with their events ("oncall: failure, recovery; https://…: stale"). */
+/** A spec's notify targets with their events ("oncall → failure, recovery; https://… → stale"). */
 export function notifyText(notify) {
-  return (notify || []).map((t) => `${t.name || t.url || "a secret URL"}: ${(t.on || []).join(", ") || "nothing"}`).join("; ");
+  return (notify || []).map((t) => `${t.name || t.url || "a secret URL"} → ${(t.on || []).join(", ") || "nothing"}`).join("; ");
 }
 
 /** A schedule field's expressions, one per non-empty line. */

@@ -182,7 +182,7 @@ async function alertsAndNotifications(page) {
   assert.equal(await staleExecution.locator("a").count(), 0, "not a link");
   assert.equal(await staleRow.locator('td[data-label="Target"]').innerText(), "http://127.0.0.1:9/stale", "no name: the URL");
   assert.equal(await page.locator("#alerts").innerText(), "stale after 1s");
-  assert.equal(await page.locator("#notify").innerText(), "http://127.0.0.1:9/stale: stale");
+  assert.equal(await page.locator("#notify").innerText(), "http://127.0.0.1:9/stale → stale");
   assert.equal(await page.locator("#alerts-unheard").count(), 0, "its one alert is heard");
   await shot(page, "alerts-stale.png");
 
@@ -195,6 +195,6 @@ async function alertsAndNotifications(page) {
   await page.goto(`${base}/#/job/${UNHEARD}`);
   await page.locator("#alerts-unheard").waitFor();
   assert.match(await page.locator("#alerts-unheard").innerText(), /No notify target listens for long_running: each one raised is recorded no_target/);
-  assert.equal(await page.locator("#notify").innerText(), "oncall: failure");
+  assert.equal(await page.locator("#notify").innerText(), "oncall → failure");
   await shot(page, "alerts-unheard.png");
 }

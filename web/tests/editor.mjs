@@ -6,7 +6,7 @@
 // from its page.
 import assert from "node:assert/strict";
 import path from "node:path";
-import { args, call, launch, open } from "./lib.mjs";
+import { args, call, jobAction, launch, open } from "./lib.mjs";
 
 const { base, shots } = args("editor.mjs");
 const browser = await launch();
@@ -176,7 +176,7 @@ try {
     metadata: { "x-team": "ui" }, secret_metadata: { authorization: null },
   });
   // "Run now" lands on the run's own page, which shows the record once a worker ran it.
-  await page.getByRole("button", { name: "Run grpc-in-ui now" }).click();
+  await jobAction(page, "grpc-in-ui", "Run grpc-in-ui now");
   await page.waitForFunction(() => location.hash.startsWith("#/execution/grpc-in-ui"));
   await page.getByLabel("Output").filter({ hasText: "gRPC OK" }).waitFor({ timeout: 30_000 });
   const answer = await page.getByLabel("Output").innerText();
@@ -193,7 +193,7 @@ try {
   // Delete from the job page, after confirming.
   await page.goto(`${base}/#/job/made-in-ui`);
   page.once("dialog", (d) => d.accept());
-  await page.getByRole("button", { name: "Delete made-in-ui" }).click();
+  await jobAction(page, "made-in-ui", "Delete made-in-ui");
   await page.waitForFunction(() => location.hash === "#/jobs");
   await page.locator(".empty").waitFor();
 

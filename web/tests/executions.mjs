@@ -4,7 +4,7 @@
 // (prints "live-start", then sleeps 300 s; never run yet).
 import assert from "node:assert/strict";
 import path from "node:path";
-import { args, launch, open, waitRows as reload } from "./lib.mjs";
+import { args, call, jobAction, launch, open, waitRows as reload } from "./lib.mjs";
 
 const { base, shots } = args("executions.mjs");
 const waitRows = (page, hash, selector, count) => reload(page, base, hash, selector, count);
@@ -31,7 +31,7 @@ try {
   await page.goto(`${base}/#/jobs`);
   const [ran] = await Promise.all([
     page.waitForResponse((r) => r.url().endsWith("/api/jobs/long-job/run") && r.status() === 202),
-    page.getByRole("button", { name: "Run long-job now" }).click(),
+    jobAction(page, "long-job", "Run long-job now"),
   ]);
   // It lands on the run's page.
   const runId = (await ran.json()).execution_id;
@@ -54,14 +54,14 @@ try {
   const countKills = (r) => { if (r.url().endsWith("/api/jobs/long-job/kill")) killRequests += 1; };
   page.on("request", countKills);
   page.once("dialog", (d) => d.dismiss());
-  await page.getByRole("button", { name: "Kill running executions of long-job" }).click();
-  // The button is enabled again once its action returned.
+  await jobAction(page, "long-job", "Kill running executions of long-job");
+  // The item is enabled again once its action returned.
   await page.waitForFunction(() => !document.querySelector('[aria-label="Kill running executions of long-job"]').disabled);
   assert.equal(killRequests, 0, "a dismissed kill sends nothing");
   page.once("dialog", (d) => d.accept());
   await Promise.all([
     page.waitForResponse((r) => r.url().endsWith("/api/jobs/long-job/kill") && r.status() === 202),
-    page.getByRole("button", { name: "Kill running executions of long-job" }).click(),
+    jobAction(page, "long-job", "Kill running executions of long-job"),
   ]);
   page.off("request", countKills);
   // The stream ends with the final record, and the open page shows it without a reload.
@@ -76,7 +76,7 @@ try {
   await page.goto(`${base}/#/jobs`);
   // Pause opens a dialog: a reason (optional) and how long (presets, or a time); the list
   // shows who paused it, until when and why.
-  await page.getByRole("button", { name: "Pause long-job" }).click();
+  await jobAction(page, "long-job", "Pause long-job");
   const pause = page.locator("#pause-dialog");
   await pause.waitFor();
   await pause.locator("#pause-reason").fill("waiting for the backup");
@@ -93,16 +93,16 @@ try {
   assert.ok(ahead > 3.9 * 3600e3 && ahead <= 4 * 3600e3, `until 4 hours ahead: ${sent.until}`);
   await page.locator('tr[data-job="long-job"] .badge.paused').waitFor();
   assert.match(await page.locator('tr[data-job="long-job"]').innerText(), /paused by anonymous at .* until .*: waiting for the backup/);
-  await page.getByRole("button", { name: "Resume long-job" }).click();
+  await jobAction(page, "long-job", "Resume long-job");
   await page.locator('tr[data-job="long-job"] .badge.enabled').waitFor();
   await page.screenshot({ path: path.join(shots, "jobs-actions.png"), fullPage: true });
 
   // Delete asks first; dismissing keeps the job, accepting deletes it.
   page.once("dialog", (d) => d.dismiss());
-  await page.getByRole("button", { name: "Delete echo-job" }).click();
+  await jobAction(page, "echo-job", "Delete echo-job");
   await page.locator('tr[data-job="echo-job"]').waitFor();
   page.once("dialog", (d) => d.accept());
-  await page.getByRole("button", { name: "Delete echo-job" }).click();
+  await jobAction(page, "echo-job", "Delete echo-job");
   await page.locator('tr[data-job="echo-job"]').waitFor({ state: "detached" });
 
   check();

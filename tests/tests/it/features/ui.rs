@@ -443,3 +443,99 @@ async fn a_workflow_run_is_drawn_as_a_graph_linked_from_its_steps_and_resumed_fr
     assert_eq!(request.execution_id, Some(tb.next_attempt()));
     Ok(())
 }
+
+/// The jobs list's twelve jobs of `jobs_list_scans`: varied schedules (long ones in words),
+/// descriptions and labels, one paused in its spec.
+fn twelve_jobs() -> Vec<(&'static str, serde_json::Value)> {
+    let shell = |cmd: &str| json!({"kind": "shell", "command": cmd});
+    vec![
+        (
+            "billing-nightly-export",
+            json!({"schedule": "0 30 2 * * *", "timezone": "Europe/Berlin",
+            "description": "Exports the day's invoices to the data warehouse and tells finance when the totals differ from the ledger",
+            "labels": {"team": "billing", "tier": "critical"}, "task": shell("true")}),
+        ),
+        (
+            "cache-warmup",
+            json!({"schedule": "0 0 5 * * *", "description": "Warms the product cache",
+            "labels": {"team": "web"}, "task": shell("true")}),
+        ),
+        (
+            "weekday-business-hours-sync",
+            json!({"schedule": "0 0,15,30,45 8-18 * * 1-5",
+            "description": "Syncs the CRM during business hours", "labels": {"team": "sales", "source": "crm", "env": "prod"},
+            "task": shell("true")}),
+        ),
+        (
+            "month-start-close",
+            json!({"schedule": "0 0 6 1 * *", "description": "Closes the books of the month",
+            "labels": {"team": "finance"}, "task": shell("true")}),
+        ),
+        (
+            "quarterly-report",
+            json!({"schedules": ["0 0 7 1 1,4,7,10 *", "0 0 7 15 3,6,9,12 *"],
+            "description": "The quarter's report, and its mid-quarter preview", "task": shell("true")}),
+        ),
+        ("log-rotate", json!({"schedule": "@daily", "task": shell("true")})),
+        (
+            "paused-reindex",
+            json!({"schedule": "@hourly", "enabled": false, "description": "Rebuilds the search index",
+            "task": shell("true")}),
+        ),
+        (
+            "flaky-import",
+            json!({"schedule": "@yearly", "timeout": "30s", "concurrency": "forbid",
+            "labels": {"team": "data"}, "description": "Imports the partners' files",
+            "notify": [{"name": "oncall", "url": "http://127.0.0.1:9/hook", "on": ["failure"]}],
+            "task": shell("echo importing; echo 'row 17: bad date' >&2; exit 3")}),
+        ),
+        (
+            "search-index-rebuild-for-every-tenant-of-the-eu-region",
+            json!({"schedule": "0 0 3 * * 0",
+            "description": "Rebuilds every tenant's search index from the primary database, one tenant at a time, slowly",
+            "labels": {"region": "eu", "tier": "batch"}, "task": shell("true")}),
+        ),
+        (
+            "healthcheck-ping",
+            json!({"schedule": "0 * * * * *", "description": "Pings the status page",
+            "task": shell("true")}),
+        ),
+        (
+            "report-mailer",
+            json!({"schedule": "0 0 9 * * 1", "timezone": "America/New_York",
+            "description": "Mails the weekly report to the board", "task": shell("true")}),
+        ),
+        (
+            "backup-verify",
+            json!({"schedule": "0 45 4 * * *", "timezone": "Asia/Tokyo",
+            "labels": {"team": "ops", "tier": "critical"}, "task": shell("true")}),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twelve_jobs_fit_a_laptop_screen_sort_filter_as_you_type_and_act_from_one_menu() -> anyhow::Result<()> {
+    let c = Cluster::start("ui-jobs-list", 1).await?;
+    for (name, spec) in twelve_jobs() {
+        c.put_job(name, spec).await?;
+    }
+    for _ in 0..3 {
+        let run = c.run_now("flaky-import").await?;
+        c.record_when(&run, "failed").await?;
+    }
+    let run = c.run_now("cache-warmup").await?;
+    c.record_when(&run, "succeeded").await?;
+    browser("jobslist.mjs", &c.master.url, &c.logs)?;
+    screenshots(
+        &c.logs,
+        &[
+            "jobs-12-fit.png",
+            "jobs-menu.png",
+            "job-summary.png",
+            "jobs-390-menu.png",
+            "jobs-390-menu-last.png",
+            "job-390-menu.png",
+        ],
+    );
+    Ok(())
+}
