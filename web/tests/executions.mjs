@@ -105,6 +105,23 @@ try {
   await jobAction(page, "echo-job", "Delete echo-job");
   await page.locator('tr[data-job="echo-job"]').waitFor({ state: "detached" });
 
+  // A running execution's page shows its real claim and start times from the first, told by
+  // its claim then by its marker (not the scheduled time twice): they are the record's.
+  assert.equal((await call(base, "PUT", "/api/jobs/five-seconds", { schedule: "@yearly", task: { kind: "shell", command: "sleep 5" } })).status, 201);
+  const five = (await call(base, "POST", "/api/jobs/five-seconds/run")).body.execution_id;
+  await page.goto(`${base}/#/execution/${encodeURIComponent(five)}`);
+  await page.locator("#claimed").waitFor({ timeout: 20_000 });
+  await page.locator("#started:not(.muted)").waitFor({ timeout: 20_000 });
+  const stamps = await page.evaluate(() => Object.fromEntries(["scheduled", "claimed", "started"].map((id) => [id, document.getElementById(id).textContent])));
+  assert.equal(await page.locator(".status-running.big").count(), 1, `shown while running: ${JSON.stringify(stamps)}`);
+  const ms = (k) => Date.parse(stamps[k]);
+  assert.ok(ms("scheduled") <= ms("claimed") && ms("claimed") <= ms("started"), `scheduled ≤ claimed ≤ started: ${JSON.stringify(stamps)}`);
+  assert.ok(ms("started") > ms("scheduled"), `the real start, not the scheduled time: ${JSON.stringify(stamps)}`);
+  await page.screenshot({ path: path.join(shots, "execution-stamps.png"), fullPage: true });
+  await page.locator(".status-succeeded.big").waitFor({ timeout: 30_000 });
+  const record = (await call(base, "GET", `/api/executions/${encodeURIComponent(five)}`)).body;
+  assert.deepEqual(stamps, { scheduled: record.scheduled_at, claimed: record.claimed_at, started: record.started_at }, "the record's own times");
+
   check();
   console.log("executions and job actions: ok");
 } finally {

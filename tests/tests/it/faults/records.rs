@@ -493,6 +493,7 @@ async fn an_execution_without_a_record_is_answered_from_its_running_marker() -> 
         execution_id: id.clone(),
         pid: None,
         started_at: "2026-11-24T19:13:12.003Z".to_owned(),
+        task_started_ms: Some(1_795_547_592_009),
         fencing_token: None,
         trigger: Some(TriggerKind::Schedule),
         scheduled_ms: Some(1_795_547_592_000),
@@ -505,7 +506,8 @@ async fn an_execution_without_a_record_is_answered_from_its_running_marker() -> 
     assert_eq!(shown["status"], "running");
     assert_eq!(shown["worker_id"], "w9");
     assert_eq!(shown["trigger"], "schedule");
-    assert_eq!(shown["started_at"], "2026-11-24T19:13:12.003Z");
+    assert_eq!(shown["claimed_at"], "2026-11-24T19:13:12.003Z");
+    assert_eq!(shown["started_at"], "2026-11-24T19:13:12.009Z");
     assert_eq!(shown["scheduled_at"], "2026-11-24T19:13:12.000Z");
 
     // Once a record exists, it is what answers.
