@@ -92,9 +92,28 @@ async function alertsAndNotifications(page) {
   await lateError.waitFor();
   assert.match(await lateError.innerText(), /between 1s and/);
   assert.equal(await page.locator(ALERT_INPUTS.late_start).getAttribute("aria-invalid"), "true");
-  assert.equal(await page.evaluate(() => document.activeElement.id), "f-alerts-late-start", "focus goes to the field");
   assert.equal(await page.locator("#err-f-alerts-max-duration").isHidden(), true, "only that field");
-  await page.locator(ALERT_INPUTS.late_start).scrollIntoViewIfNeeded();
+  // Above the form, the summary of what stopped the save, in view and focused; its entry takes
+  // the focus to the field (near the form's bottom), shown clear of the sticky Save bar.
+  const summary = page.locator("#error-summary");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "error-summary", "focus goes to the summary");
+  const inView = (el) => { const r = el.getBoundingClientRect(); return r.top >= 0 && r.bottom <= window.innerHeight; };
+  assert.ok(await summary.evaluate(inView), "the summary is in view");
+  assert.match(await summary.innerText(), /not saved: 1 error[\s\S]*Late start alert \(alerts\.late_start\): [\s\S]*between 1s and/);
+  await shot(page, "editor-error-summary.png");
+  await summary.getByRole("button", { name: /^Late start alert/ }).click();
+  assert.equal(await page.evaluate(() => document.activeElement.id), "f-alerts-late-start", "then to the field");
+  const clear = await lateError.evaluate((el) => {
+    const r = el.getBoundingClientRect();
+    const bar = document.querySelector(".toolbar.sticky").getBoundingClientRect();
+    return { inView: r.top >= 0 && r.bottom <= window.innerHeight, overBar: r.bottom > bar.top && r.top < bar.bottom, error: r.bottom, bar: bar.top };
+  });
+  assert.ok(clear.inView && !clear.overBar, `the field's error shows above the Save bar: ${JSON.stringify(clear)}`);
+  // Focused by the keyboard (Tab), a field near the bottom scrolls clear of the bar too.
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.locator("#f-alerts-max-duration").focus();
+  const tabbed = await page.locator("#f-alerts-max-duration").evaluate((el) => el.getBoundingClientRect().bottom <= document.querySelector(".toolbar.sticky").getBoundingClientRect().top);
+  assert.ok(tabbed, "a focused field is not under the Save bar");
   await shot(page, "alerts-editor-error.png");
 
   // Every alert emptied: the spec has no `alerts` at all (JSON tab, then saved).

@@ -36,7 +36,10 @@ try {
   await scheduleError.waitFor();
   assert.match(await scheduleError.innerText(), /\S/, "the error says what is wrong");
   assert.equal(await page.locator("#f-schedule").getAttribute("aria-invalid"), "true");
-  assert.equal(await page.evaluate(() => document.activeElement.id), "f-schedule", "focus goes to the field");
+  // The error summary above the form takes the focus; its entry leads to the field.
+  assert.equal(await page.evaluate(() => document.activeElement.id), "error-summary", "focus goes to the summary");
+  await page.locator("#error-summary").getByRole("button", { name: /^Schedule \(schedule\): / }).click();
+  assert.equal(await page.evaluate(() => document.activeElement.id), "f-schedule", "then to the field");
   assert.equal(page.url().endsWith("#/new"), true, "still on the form");
   await shot(page, "editor-invalid-schedule.png");
 

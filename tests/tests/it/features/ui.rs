@@ -295,7 +295,13 @@ async fn sla_alerts_are_set_in_the_editor_and_a_jobs_notifications_listed_on_its
     browser("alerts.mjs", &c.master.url, &c.logs)?;
     screenshots(
         &c.logs,
-        &["alerts-editor-error.png", "alerts-notifications.png", "alerts-stale.png", "alerts-unheard.png"],
+        &[
+            "alerts-editor-error.png",
+            "editor-error-summary.png",
+            "alerts-notifications.png",
+            "alerts-stale.png",
+            "alerts-unheard.png",
+        ],
     );
     // What the browser did, seen through the API: the form's alerts were cleared again; the
     // every-second job's matches went once to its target, then silenced for the hour.
