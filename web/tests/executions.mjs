@@ -13,10 +13,39 @@ const browser = await launch();
 try {
   const { page, check } = await open(browser, base);
 
-  // Search by text, open the execution, read its output.
-  await waitRows(page, "#/executions?q=needle", "tbody tr", 1);
+  // Search by text: the record, its job, and under it the output line that matched with the
+  // word marked.
+  await waitRows(page, "#/executions?q=needle", "tbody tr[data-id]", 1);
   assert.equal(await page.locator("input[name=q]").inputValue(), "needle", "filters stay in the form and the URL");
+  assert.equal(await page.locator('tbody tr[data-id] td[data-label="Job"]').innerText(), "echo-job");
+  const matched = page.locator("tbody tr.output-match");
+  assert.equal(await matched.innerText(), "needle-7");
+  assert.equal(await matched.locator("mark").innerText(), "needle");
   await page.screenshot({ path: path.join(shots, "executions-search.png"), fullPage: true });
+  // Filters are lists (a choice searches at once) and a time range in local time, sent as UTC.
+  assert.deepEqual((await page.locator("select[name=job] option").allInnerTexts()).slice(0, 3), ["Any job", "echo-job", "long-job"]);
+  await page.locator("select[name=job]").selectOption("echo-job");
+  await page.waitForFunction(() => location.hash === "#/executions?job=echo-job&q=needle");
+  await page.locator("select[name=status]").selectOption("failed,timed_out,lost");
+  await page.waitForFunction(() => location.hash === "#/executions?job=echo-job&status=failed%2Ctimed_out%2Clost&q=needle");
+  await page.locator(".empty").waitFor();
+  await page.locator("select[name=status]").selectOption("");
+  await page.locator("select[name=trigger]").selectOption("manual");
+  await page.waitForFunction(() => location.hash === "#/executions?job=echo-job&trigger=manual&q=needle");
+  await page.locator("tbody tr[data-id]").first().waitFor();
+  const hourAgo = new Date(Date.now() - 3600e3);
+  const local = (d) => new Date(d.getTime() - d.getTimezoneOffset() * 60e3).toISOString().slice(0, 16);
+  await page.getByLabel("Scheduled from (local time)").fill(local(hourAgo));
+  await page.getByLabel("Scheduled until (local time)").fill(local(new Date(Date.now() + 3600e3)));
+  await page.getByRole("button", { name: "Search" }).click();
+  await page.waitForFunction(() => location.hash.includes("since="));
+  const range = new URLSearchParams(await page.evaluate(() => location.hash.split("?")[1]));
+  const since = new Date(hourAgo);
+  since.setSeconds(0, 0);
+  assert.equal(range.get("since"), since.toISOString(), "the local time as UTC");
+  await page.locator("tbody tr[data-id]").first().waitFor();
+  assert.equal(await page.getByLabel("Scheduled from (local time)").inputValue(), local(hourAgo), "shown back in local time");
+  await page.screenshot({ path: path.join(shots, "executions-filters.png"), fullPage: true });
   await page.locator("tbody tr a").first().click();
   const output = page.getByLabel("Output");
   await output.waitFor();

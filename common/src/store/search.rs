@@ -82,7 +82,17 @@ pub struct Page {
     /// True when the page ended at the scan budget rather than at `limit` records: everything
     /// newer than `next_cursor` was searched, and older records may still match.
     pub partial: bool,
+    /// For a search with words (`q`), by execution id: the first line of a record's stored output
+    /// holding one of them (see [`MATCH_BEFORE`]); none for a record whose error alone holds them.
+    pub matches: std::collections::BTreeMap<String, String>,
 }
+
+/// Most characters of an output line kept before the word it matched; [`MATCH_AFTER`] after it.
+pub const MATCH_BEFORE: usize = 80;
+pub const MATCH_AFTER: usize = 120;
+
+/// The field a residual search adds to a match: its output line holding a word of `q`.
+const MATCH_FIELD: &str = "output_match";
 
 /// Per-job outcome counts and latest execution.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -231,18 +241,35 @@ impl SearchPlan {
         if !self.words.is_empty() {
             checks.push(Bson::Document(doc! {"$setIsSubset": [&self.words, {"$ifNull": ["$words", []]}]}));
         }
+        // A match of words comes back with its output line that holds one (only matches: the
+        // documents read and not matched cost no regex).
+        let matched = if self.words.is_empty() {
+            Bson::String("$$ROOT".to_owned())
+        } else {
+            Bson::Document(doc! {"$mergeObjects": ["$$ROOT", {MATCH_FIELD: self.match_line()}]})
+        };
         vec![
             doc! {"$match": self.indexed.clone()},
             doc! {"$sort": {"scheduled_at": -1, "_id": -1}},
             doc! {"$limit": SCAN_BUDGET},
-            doc! {"$project": {"output": 0}},
             doc! {"$replaceWith": {"$cond": [
                 {"$and": checks},
-                "$$ROOT",
+                matched,
                 {"_id": "$_id", "scheduled_at": "$scheduled_at", RESIDUAL_SKIP: true},
             ]}},
-            doc! {"$project": {"words": 0}},
+            doc! {"$project": {"words": 0, "output": 0}},
         ]
+    }
+
+    /// The expression of a record's first output line holding one of the words (whole, any
+    /// case), at most [`MATCH_BEFORE`] characters before it and [`MATCH_AFTER`] after; `null`
+    /// when the output holds none. Words are letters, digits and `_`: nothing to escape.
+    fn match_line(&self) -> Document {
+        let pattern = format!(r"[^\n]{{0,{MATCH_BEFORE}}}\b(?:{})\b[^\n]{{0,{MATCH_AFTER}}}", self.words.join("|"));
+        doc! {"$let": {
+            "vars": {"m": {"$regexFind": {"input": {"$ifNull": ["$output", ""]}, "regex": pattern, "options": "i"}}},
+            "in": "$$m.match",
+        }}
     }
 
     /// Every filter as one MongoDB filter (what a page's records match).
@@ -350,6 +377,7 @@ impl MongoStore {
             (cursor.with_type::<RawDocumentBuf>(), SCAN_BUDGET)
         };
         let (mut executions, mut examined, mut last) = (Vec::new(), 0, None);
+        let mut matches = std::collections::BTreeMap::new();
         while let Some(d) = cursor.try_next().await? {
             examined += 1;
             if !plan.exact() {
@@ -359,7 +387,11 @@ impl MongoStore {
                 continue;
             }
             let d = Document::try_from(d.as_ref()).map_err(|e| StoreError::Failed(e.to_string()))?;
-            executions.push(from_document(&d)?);
+            let record = from_document(&d)?;
+            if let Ok(line) = d.get_str(MATCH_FIELD) {
+                matches.insert(record.id.to_string(), line.trim_end_matches('\r').to_owned());
+            }
+            executions.push(record);
             if executions.len() as i64 > limit {
                 break;
             }
@@ -367,12 +399,13 @@ impl MongoStore {
         if executions.len() as i64 > limit {
             executions.truncate(usize::try_from(limit).unwrap_or(0));
             let next = executions.last().map(|r| Cursor { scheduled_ms: r.scheduled_ms, id: r.id.to_string() });
-            return Ok(Page { executions, next_cursor: next.map(|c| c.encode()), partial: false });
+            matches.retain(|id, _| executions.iter().any(|r| r.id.to_string() == *id));
+            return Ok(Page { executions, next_cursor: next.map(|c| c.encode()), partial: false, matches });
         }
         // The index range ended, or the budget did (more may match further on).
         let partial = examined == read && !plan.exact();
         let next_cursor = if partial { last.map(|c| c.encode()) } else { None };
-        Ok(Page { executions, next_cursor, partial })
+        Ok(Page { executions, next_cursor, partial, matches })
     }
 
     /// MongoDB's `explain` (execution statistics) of the query `search` runs for `s`, read to

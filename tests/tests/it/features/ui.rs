@@ -99,6 +99,8 @@ async fn executions_can_be_searched_opened_and_jobs_run_killed_paused_and_delete
         &c.logs,
         &[
             "executions-search.png",
+            "executions-filters.png",
+            "execution-stamps.png",
             "execution-detail.png",
             "execution-live.png",
             "jobs-actions.png",
