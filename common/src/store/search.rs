@@ -538,6 +538,72 @@ impl MongoStore {
     }
 }
 
+/// A worker as the records of a time range show it: how many executions it recorded, and its
+/// latest (by scheduled time).
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerSeen {
+    pub id: String,
+    pub executions: u64,
+    /// When its latest record ended (its scheduled time for one that has not).
+    pub last_seen: String,
+    pub last_execution: LastExecution,
+    pub last_job: String,
+}
+
+/// Most workers [`MongoStore::workers_seen`] returns.
+pub const MAX_WORKERS_SEEN: i64 = 100;
+
+impl MongoStore {
+    /// The workers that recorded executions scheduled since `since_ms` (only records of `teams`
+    /// when given, [`Search::teams`]), the one seen last first, at most [`MAX_WORKERS_SEEN`]; one
+    /// aggregation served by the status index's time ranges.
+    pub async fn workers_seen(
+        &self,
+        since_ms: UnixMs,
+        teams: Option<&[String]>,
+    ) -> Result<Vec<WorkerSeen>, StoreError> {
+        let mut matcher = doc! {"scheduled_at": {"$gte": BsonDate::from_millis(since_ms)}};
+        if let Some(teams) = teams {
+            matcher.insert("team", team_filter(teams));
+        }
+        any_status_and_trigger(&mut matcher);
+        matcher.insert("worker_id", doc! {"$nin": ["", Bson::Null]});
+        let pipeline = vec![
+            doc! {"$match": matcher},
+            doc! {"$sort": {"scheduled_at": -1, "_id": -1}},
+            doc! {"$group": {
+                "_id": "$worker_id",
+                "n": {"$sum": 1},
+                "last_id": {"$first": "$_id"},
+                "last_job": {"$first": "$job"},
+                "last_status": {"$first": "$status"},
+                "last_scheduled_at": {"$first": "$scheduled_at"},
+                "last_seen": {"$max": {"$ifNull": ["$finished_at", "$scheduled_at"]}},
+            }},
+            doc! {"$sort": {"last_seen": -1, "_id": 1}},
+            doc! {"$limit": MAX_WORKERS_SEEN},
+        ];
+        let docs: Vec<Document> = self.executions.aggregate(pipeline).await?.try_collect().await?;
+        Ok(docs
+            .iter()
+            .filter_map(|d| {
+                let status = bson::from_bson::<Status>(d.get("last_status")?.clone()).ok()?;
+                Some(WorkerSeen {
+                    id: d.get_str("_id").ok()?.to_owned(),
+                    executions: int(d.get("n")).and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
+                    last_seen: rfc(d.get("last_seen"))?,
+                    last_execution: LastExecution {
+                        id: d.get_str("last_id").ok()?.to_owned(),
+                        status,
+                        scheduled_at: rfc(d.get("last_scheduled_at")).unwrap_or_default(),
+                    },
+                    last_job: d.get_str("last_job").ok()?.to_owned(),
+                })
+            })
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

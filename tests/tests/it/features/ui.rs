@@ -360,11 +360,34 @@ async fn a_team_token_sees_its_teams_jobs_only_in_the_console() -> anyhow::Resul
 
 #[tokio::test(flavor = "multi_thread")]
 async fn workers_are_drained_cordoned_and_uncordoned_from_the_workers_page() -> anyhow::Result<()> {
-    let c = Cluster::start("ui-workers", 2).await?;
+    let mut c = Cluster::start("ui-workers", 2).await?;
     browser("workers.mjs", &c.master.url, &c.logs)?;
     screenshots(&c.logs, &["workers-drained.png"]);
     let list = c.get("/api/workers").await?;
     assert!(list["workers"].as_array().unwrap().iter().all(|w| w["cordon"].is_null()), "{list}");
+    // Both workers run a job (each tick on every worker), then w2 stops: the records of the
+    // last day name it and it is not live, so it has departed; w1 is live, so it has not.
+    c.put_job(
+        "everywhere",
+        json!({"schedule": "* * * * * *", "mode": "broadcast", "task": {"kind": "shell", "command": "echo here"}}),
+    )
+    .await?;
+    for w in ["w1", "w2"] {
+        c.wait_executions(&format!("job=everywhere&worker={w}&status=succeeded"), w, |l| !l.is_empty()).await?;
+    }
+    assert_eq!(c.call(Method::DELETE, "/api/jobs/everywhere", None).await?.0, 204);
+    c.workers[1].proc.signal(nix::sys::signal::Signal::SIGTERM)?;
+    c.workers[1].proc.wait_exit(Duration::from_secs(30))?;
+    c.wait_workers(1).await?;
+    let departed = c.get("/api/workers/departed").await?;
+    let gone = departed["workers"].as_array().unwrap();
+    assert_eq!(gone.len(), 1, "{departed}");
+    assert_eq!((gone[0]["id"].as_str(), gone[0]["last_job"].as_str()), (Some("w2"), Some("everywhere")), "{departed}");
+    assert!(gone[0]["executions"].as_u64().unwrap() >= 1, "{departed}");
+    let (status, body) = c.call(Method::GET, "/api/workers/departed?since=2000-01-01T00:00:00Z", None).await?;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("since")), "{body}");
+    browser_with("workers.mjs", &c.master.url, &c.logs, &["departed"], &[])?;
+    screenshots(&c.logs, &["workers-departed.png"]);
     Ok(())
 }
 
