@@ -35,6 +35,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/jobs/{job}/backfills/{id}/cancel"),
     ("POST", "/api/batch"),
     ("GET", "/api/workers"),
+    ("GET", "/api/workers/departed"),
     ("GET", "/api/cluster/storage"),
     ("GET", "/api/cluster/specs"),
     ("GET", "/api/cluster/etcd"),

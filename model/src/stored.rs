@@ -152,13 +152,17 @@ pub enum ClaimState {
 
 /// `{ns}/claims/{job}/{tick}{part}[#attempt]`: who won a tick. The key names the execution and
 /// its create revision is the fencing token, so the value holds only the winner while the
-/// claim is taken, `{"worker_id":"w1"}`, and the final status once it is closed,
+/// claim is taken, `{"worker_id":"w1","claimed_ms":1764037206003}`, and the final status once it is closed,
 /// `{"status":"succeeded"}` (the execution record says who ran it). Values written by older
 /// versions (with `execution_id`, `attempt`, `state`) still read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub worker_id: String,
+    /// When the winner took it (its clock): what the API shows as a young run's claim time
+    /// before its running marker is written. Claims of older versions have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_ms: Option<UnixMs>,
     /// Final status once the claim was rewritten `done`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
@@ -175,19 +179,31 @@ impl Claim {
     /// The claim as its winning transaction writes it.
     #[must_use]
     pub fn taken(worker_id: &str) -> Self {
-        Self { worker_id: worker_id.to_owned(), status: None, params: RunParams::default(), queued: false }
+        Self {
+            worker_id: worker_id.to_owned(),
+            claimed_ms: None,
+            status: None,
+            params: RunParams::default(),
+            queued: false,
+        }
     }
 
     /// The claim as closed with `status`.
     #[must_use]
     pub fn closed(status: Status) -> Self {
-        Self { worker_id: String::new(), status: Some(status), params: RunParams::default(), queued: false }
+        Self {
+            worker_id: String::new(),
+            claimed_ms: None,
+            status: Some(status),
+            params: RunParams::default(),
+            queued: false,
+        }
     }
 
     /// The claim of an execution waiting in its job's queue.
     #[must_use]
     pub fn waiting() -> Self {
-        Self { worker_id: String::new(), status: None, params: RunParams::default(), queued: true }
+        Self { worker_id: String::new(), claimed_ms: None, status: None, params: RunParams::default(), queued: true }
     }
 
     /// `Done` once the claim carries a final status; `Queued` while it waits in the queue.
@@ -213,8 +229,12 @@ pub struct RunningExecution {
     pub execution_id: ExecutionId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
-    /// RFC 3339.
+    /// When it was claimed, RFC 3339.
     pub started_at: String,
+    /// When its task started (its process spawned, or handed to its executor): in markers
+    /// written by this version, none in what a claim tells of a younger run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_started_ms: Option<UnixMs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<i64>,
     /// What started it and for which scheduled time, so a survivor can record or rerun it.
@@ -227,8 +247,8 @@ pub struct RunningExecution {
     pub params: RunParams,
 }
 
-/// A running marker's value: `{"worker_id":"w1","started_ms":1764037206012,"pid":42,
-/// "fencing_token":9001}`, plus `trigger` / `scheduled_ms` only where the execution's tick does
+/// A running marker's value: `{"worker_id":"w1","started_ms":1764037206012,
+/// "task_started_ms":1764037206015,"pid":42,"fencing_token":9001}` (`started_ms`: claimed), plus `trigger` / `scheduled_ms` only where the execution's tick does
 /// not tell them (a catch-up, retry or failover run; a manual run's request time). Markers of
 /// older versions (`started_at`, `execution_id`, ...) still read, their create revision being
 /// the token.
@@ -239,6 +259,8 @@ struct StoredMarker {
     started_ms: Option<UnixMs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    task_started_ms: Option<UnixMs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pid: Option<u32>,
     /// The claim's create revision (the marker is written after the claim, in its own txn).
@@ -263,6 +285,7 @@ impl RunningExecution {
             worker_id: self.worker_id.clone(),
             started_ms,
             started_at: started_ms.is_none().then(|| self.started_at.clone()),
+            task_started_ms: self.task_started_ms,
             pid: self.pid,
             fencing_token: self.fencing_token,
             trigger: self.trigger.filter(|t| *t != derived_trigger),
@@ -273,20 +296,22 @@ impl RunningExecution {
     }
 
     /// What a claim taken by a worker (`Claim::taken`, not yet closed) tells of a run too young
-    /// to have its marker: its start is taken to be its scheduled time (its tick's, or now for a
-    /// manual run, whose request time only the marker holds).
+    /// to have its marker: when it was claimed (a claim of an older version: its scheduled time)
+    /// and not yet when its task started. A manual run's request time only the marker holds:
+    /// its claim time stands for it (within a second of it).
     #[must_use]
     pub fn from_claim(execution_id: &ExecutionId, claim: &Claim, create_revision: i64) -> Self {
-        // A manual run's request time is only in its marker: now is within a second of it.
-        let started_ms = execution_id.tick.scheduled_ms().unwrap_or_else(crate::now_ms);
+        let tick_ms = execution_id.tick.scheduled_ms();
+        let claimed_ms = claim.claimed_ms.or(tick_ms).unwrap_or_else(crate::now_ms);
         Self {
             worker_id: claim.worker_id.clone(),
             execution_id: execution_id.clone(),
             pid: None,
-            started_at: rfc3339_ms(started_ms),
+            started_at: rfc3339_ms(claimed_ms),
+            task_started_ms: None,
             fencing_token: Some(create_revision),
             trigger: Some(TriggerKind::of_tick(&execution_id.tick)),
-            scheduled_ms: Some(claim.params.as_of_ms.unwrap_or(started_ms)),
+            scheduled_ms: Some(claim.params.as_of_ms.or(tick_ms).unwrap_or(claimed_ms)),
             params: claim.params.clone(),
         }
     }
@@ -307,6 +332,7 @@ impl RunningExecution {
             execution_id,
             pid: stored.pid,
             started_at,
+            task_started_ms: stored.task_started_ms,
             fencing_token: Some(stored.fencing_token.unwrap_or(create_revision)),
             trigger: Some(trigger),
             scheduled_ms,
@@ -673,7 +699,7 @@ impl ExecutionRecord {
         let mut record = Self::blank(id, scheduled_ms, trigger, Status::Running, None);
         record.worker_id.clone_from(&marker.worker_id);
         record.claimed_at = Some(marker.started_at.clone());
-        record.started_at = Some(marker.started_at.clone());
+        record.started_at = marker.task_started_ms.map(rfc3339_ms);
         record.fencing_token = marker.fencing_token;
         record.params.clone_from(&marker.params);
         record
@@ -733,6 +759,7 @@ mod tests {
             execution_id: id.clone(),
             pid: Some(42),
             started_at: "2026-11-24T19:13:12.004Z".to_owned(),
+            task_started_ms: None,
             fencing_token: Some(7_001),
             trigger: None,
             scheduled_ms: Some(1_795_547_592_000),
@@ -742,9 +769,16 @@ mod tests {
         assert_eq!((record.id, record.job.as_str(), record.status), (id, "j", Status::Running));
         assert_eq!(record.trigger, TriggerKind::Manual, "from the tick when the marker does not say");
         assert_eq!(record.scheduled_at, "2026-11-24T19:13:12.000Z");
-        assert_eq!(record.started_at.as_deref(), Some("2026-11-24T19:13:12.004Z"));
+        assert_eq!(record.claimed_at.as_deref(), Some("2026-11-24T19:13:12.004Z"));
+        assert_eq!(record.started_at, None, "a marker of an older version does not say when its task started");
         assert_eq!((record.worker_id.as_str(), record.fencing_token), ("w2", Some(7_001)));
         assert_eq!((record.finished_at, record.exit_code), (None, None));
+        // This version's marker says both, and keeps them through etcd.
+        let marker = RunningExecution { task_started_ms: Some(1_795_547_592_011), ..marker };
+        let stored = RunningExecution::from_stored(marker.execution_id.clone(), &marker.to_bytes(), 7_001).unwrap();
+        let record = ExecutionRecord::from_marker(&stored);
+        assert_eq!(record.claimed_at.as_deref(), Some("2026-11-24T19:13:12.004Z"));
+        assert_eq!(record.started_at.as_deref(), Some("2026-11-24T19:13:12.011Z"));
     }
 
     #[test]
@@ -771,6 +805,11 @@ mod tests {
         assert_eq!(ExecutionRecord::from_marker(&stored).params, params);
         // Without parameters nothing is written for them.
         assert_eq!(serde_json::to_string(&Claim::taken("w1")).unwrap(), r#"{"worker_id":"w1"}"#);
+        // A young run's claim says when it was claimed; its start is not known yet.
+        let claimed = Claim { claimed_ms: Some(1_795_547_592_003), ..Claim::taken("w1") };
+        let young = ExecutionRecord::from_marker(&RunningExecution::from_claim(&id, &claimed, 9));
+        assert_eq!(young.claimed_at.as_deref(), Some("2026-11-24T19:13:12.003Z"));
+        assert_eq!((young.scheduled_at.as_str(), young.started_at), ("2026-11-24T19:13:12.003Z", None));
         // A young manual run without `as_of` reads as scheduled when it was claimed, not 1970.
         let before = crate::now_ms();
         let plain = ExecutionRecord::from_marker(&RunningExecution::from_claim(&id, &Claim::taken("w1"), 9));

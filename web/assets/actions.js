@@ -1,9 +1,9 @@
-// A job's actions (run, pause/resume, kill, edit, history, delete) and their dialogs: run
-// with parameters, pause (why and until when), backfill.
+// A job's actions (run, pause/resume, kill, edit, history, delete) in one menu, and their
+// dialogs: run with parameters, pause (why and until when), backfill.
 
 import { h, isPaused, localTime } from "./format.js";
 import { api, explain, jobPath } from "./api.js";
-import { button, dialogButton } from "./controls.js";
+import { button, dialogButton, menu } from "./controls.js";
 import { clearFieldErrors, formField, input, numberOr, parseMap, select, showFieldError } from "./forms.js";
 import { route } from "./nav.js";
 
@@ -254,7 +254,14 @@ function backfillDialog(j) {
   return dialog;
 }
 
+/** A job's actions in one menu (the jobs list's "⋯", the job page's "Actions"): run now (and
+ * on its page "Run with…" and "Backfill…"), pause or resume, kill (only while something of it
+ * runs: `running`, how many; unknown: offered), edit, history, delete (both ask first). */
 export function jobActions(j, { detail = false, running } = {}) {
+  return menu(detail ? "Actions ▾" : "⋯", jobActionItems(j, { detail, running }), { "aria-label": `Actions for ${j.name}`, title: "Actions" });
+}
+
+function jobActionItems(j, { detail, running }) {
   const path = jobPath(j.name);
   const withParams = detail ? [
     dialogButton("Run with…", () => runDialog(j), { "aria-label": `Run ${j.name} with parameters` }),

@@ -4,7 +4,7 @@
 import { app, h, jobTime, localTime } from "./format.js";
 import { api, banner, explain, getJson, jobPath, whoami } from "./api.js";
 import { button } from "./controls.js";
-import { clearFieldErrors, names, scheduleLines, showFieldError, textarea } from "./forms.js";
+import { clearFieldErrors, names, scheduleLines, showErrorSummary, showFieldError, textarea } from "./forms.js";
 import { jobForm } from "./jobform.js";
 
 /** The editor's fields that change a job's fire times, which the preview reads. */
@@ -18,6 +18,12 @@ export async function editView(params, rest) {
   const ui = jobForm(isNew);
   const { form, f, preview } = ui;
   const status = h("div", { class: "form-status", role: "status", "aria-live": "polite" });
+  // What stopped the last save, each error leading to its field.
+  const summary = h("div", { class: "error-summary", id: "error-summary", role: "alert", tabindex: "-1", hidden: true });
+  const refused = (field, message) => {
+    showFieldError(form, field, message);
+    showErrorSummary(summary, form);
+  };
   const json = textarea({ rows: 24, class: "mono json", "aria-label": "Job spec JSON", id: "spec-json" });
   const jsonError = h("div", { class: "field-error", id: "err-json", hidden: true });
   const jsonPanel = h("section", { hidden: true, id: "json-panel", "aria-label": "JSON" },
@@ -100,6 +106,7 @@ export async function editView(params, rest) {
 
   const save = async () => {
     clearFieldErrors(form);
+    summary.hidden = true;
     jsonError.hidden = true;
     status.textContent = "";
     let body;
@@ -108,9 +115,9 @@ export async function editView(params, rest) {
       try { JSON.parse(json.value); } catch (e) { jsonError.textContent = `Not valid JSON: ${e.message}`; jsonError.hidden = false; return; }
       body = json.value;
     } else {
-      try { body = JSON.stringify(ui.read()); } catch (e) { showFieldError(form, e.field, e.message).focus(); return; }
+      try { body = JSON.stringify(ui.read()); } catch (e) { refused(e.field, e.message); return; }
     }
-    if (!jobName) { showFieldError(form, "name", "A job needs a name.").focus(); return; }
+    if (!jobName) { refused("name", "A job needs a name."); return; }
     const headers = { "Content-Type": "application/json" };
     if (isNew) headers["If-None-Match"] = "*"; else headers["If-Match"] = `"${revision}"`;
     try {
@@ -126,7 +133,7 @@ export async function editView(params, rest) {
         return;
       }
       if (e.status === 409 && isNew) {
-        showFieldError(form, "name", e.message).focus();
+        refused("name", e.message);
         return;
       }
       // 403 naming `team`: the token may not save a job into that team.
@@ -136,10 +143,8 @@ export async function editView(params, rest) {
           jsonError.hidden = false;
           return;
         }
-        const at = showFieldError(form, e.field, e.message);
-        if (at) { at.focus(); return; }
-        status.replaceChildren(h("div", { class: "field-error", role: "alert" }, e.message));
-        status.scrollIntoView({ block: "center" });
+        if (showFieldError(form, e.field, e.message)) showErrorSummary(summary, form);
+        else showErrorSummary(summary, form, [e.field ? `${e.field}: ${e.message}` : e.message]);
         return;
       }
       banner(`Saving failed: ${explain(e)}`);
@@ -156,7 +161,7 @@ export async function editView(params, rest) {
   app().replaceChildren(
     h("h1", {}, isNew ? "New job" : `Edit ${name}`),
     h("div", { class: "tabs", role: "tablist" }, formTab, jsonTab),
-    status, form, jsonPanel,
+    status, summary, form, jsonPanel,
     h("datalist", { id: "team-list" }, myTeams.map((t) => h("option", { value: t }))),
     h("div", { class: "toolbar sticky" }, saveButton,
       h("a", { class: "button", href: isNew ? "#/jobs" : `#/job/${encodeURIComponent(name)}` }, "Cancel")));

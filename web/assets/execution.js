@@ -48,8 +48,10 @@ export async function executionView(params, rest) {
     h("dl", { class: "fields" },
       field("Job", h("a", { href: `#/job/${encodeURIComponent(r.job)}` }, r.job)), field("Trigger", r.trigger), field("Attempt", r.attempt),
       field("Worker", r.worker_id), field("Host", r.hostname),
-      field("Scheduled", r.scheduled_at), field("Jitter", r.jitter_ms == null ? null : h("span", { id: "jitter" }, `+${duration(r.jitter_ms)} (the job's jitter moved this tick)`)),
-      field("Claimed", r.claimed_at), field("Started", r.started_at),
+      field("Scheduled", h("span", { id: "scheduled" }, r.scheduled_at)), field("Jitter", r.jitter_ms == null ? null : h("span", { id: "jitter" }, `+${duration(r.jitter_ms)} (the job's jitter moved this tick)`)),
+      field("Claimed", r.claimed_at && h("span", { id: "claimed" }, r.claimed_at)),
+      field("Started", r.started_at ? h("span", { id: "started" }, r.started_at)
+        : r.status === "running" ? h("span", { id: "started", class: "muted" }, "starting…") : null),
       field("Finished", r.finished_at), field("Duration", r.duration_ms == null ? null : duration(r.duration_ms)),
       field("Exit code", r.exit_code), field("Signal", r.signal), field("HTTP status", r.http_status),
       field("Fencing token", r.fencing_token),
@@ -73,6 +75,7 @@ export async function executionView(params, rest) {
   // Running: how long so far, a Kill, its output as it is printed, then the final record (the
   // view re-renders).
   runningControls(r, wrap.parentNode);
+  if (!r.started_at) awaitStart(r.id);
   const live = h("span", { class: "live", role: "status" }, "● live output");
   wrap.parentNode.append(live);
   output.textContent = "";
@@ -100,10 +103,33 @@ export async function executionView(params, rest) {
   });
 }
 
+/** A run younger than a second is told by its claim, which says when it was claimed but not
+ * when its task started: its record is read again each second until it says (its marker and
+ * `running` record are written once it has lasted a second), and the times are filled in. */
+function awaitStart(id) {
+  const poll = async () => {
+    const started = document.getElementById("started");
+    if (!started) return;
+    const r = await getJson(`/api/executions/${encodeURIComponent(id)}`).catch(() => null);
+    if (!started.isConnected) return;
+    if (!r || !r.started_at) {
+      if (!r || r.status === "running") setTimeout(poll, 1000);
+      return;
+    }
+    started.textContent = r.started_at;
+    started.classList.remove("muted");
+    for (const [el, at] of [["scheduled", r.scheduled_at], ["claimed", r.claimed_at]]) {
+      const shown = document.getElementById(el);
+      if (shown && at) shown.textContent = at;
+    }
+  };
+  setTimeout(poll, 1000);
+}
+
 /** A running execution's elapsed time (ticking each second while the page shows it) and its
  * Kill (asks first), added to `bar`. */
 function runningControls(r, bar) {
-  const started = Date.parse(r.started_at || r.scheduled_at);
+  const started = Date.parse(r.started_at || r.claimed_at || r.scheduled_at);
   const elapsed = h("span", { id: "elapsed", class: "muted" });
   const tick = () => {
     if (!elapsed.isConnected && elapsed.dataset.shown) return;

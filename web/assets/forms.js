@@ -75,9 +75,9 @@ export function unheardAlerts(spec) {
   return set.filter(([field, event]) => a[field] && !spec.notify.some((t) => (t.on || []).includes(event))).map(([, event]) => event);
 }
 
-/** A spec's notify targets with their events ("oncall: failure, recovery; https://…: stale"). */
+/** A spec's notify targets with their events ("oncall → failure, recovery; https://… → stale"). */
 export function notifyText(notify) {
-  return (notify || []).map((t) => `${t.name || t.url || "a secret URL"}: ${(t.on || []).join(", ") || "nothing"}`).join("; ");
+  return (notify || []).map((t) => `${t.name || t.url || "a secret URL"} → ${(t.on || []).join(", ") || "nothing"}`).join("; ");
 }
 
 /** A schedule field's expressions, one per non-empty line. */
@@ -107,6 +107,34 @@ export function showFieldError(form, path, message) {
     key = cut > 0 ? key.slice(0, cut) : "";
   }
   return null;
+}
+
+/**
+ * Fills `box` (above the form) with every field error `form` shows, each a button that focuses
+ * its field, scrolled to the middle of the screen (never under the sticky Save bar); `extra`:
+ * messages no field holds. The box is shown, scrolled into view and focused (it is an alert).
+ */
+export function showErrorSummary(box, form, extra = []) {
+  const holders = [...form.querySelectorAll("[data-field]")].filter((el) => !el.hidden && el.querySelector(".field-error:not([hidden])"));
+  const entries = holders.map((holder) => {
+    const control = holder.querySelector("input, textarea, select");
+    const label = holder.querySelector("label");
+    const message = holder.querySelector(".field-error").textContent;
+    const go = h("button", { type: "button", class: "link", "data-goes-to": control ? control.id : "" },
+      `${label ? label.textContent : holder.dataset.field} (${holder.dataset.field}): ${message}`);
+    go.addEventListener("click", () => {
+      if (!control) return;
+      control.focus({ preventScroll: true });
+      control.scrollIntoView({ block: "center" });
+    });
+    return h("li", {}, go);
+  });
+  const count = entries.length + extra.length;
+  box.replaceChildren(h("h2", {}, count === 1 ? "The job was not saved: 1 error" : `The job was not saved: ${count} errors`),
+    h("ul", {}, entries, extra.map((m) => h("li", {}, m))));
+  box.hidden = false;
+  box.scrollIntoView({ block: "start" });
+  box.focus({ preventScroll: true });
 }
 
 export function clearFieldErrors(form, only) {

@@ -143,8 +143,9 @@ export async function jobView(params, rest) {
   const unheard = unheardAlerts(spec);
   const root = app();
   root.replaceChildren(
-    h("div", { class: "heading start" }, h("h1", {}, j.name), stateBadge(j)),
+    h("div", { class: "heading start" }, h("h1", {}, j.name), stateBadge(j), healthBadge(recent)),
     spec.description ? h("p", { class: "muted" }, spec.description) : "",
+    summaryLine(spec),
     isPaused(j) ? h("p", { class: "warn", id: "pause" }, `This job is ${pauseText(j)}.`,
       j.paused && j.paused.execution_id
         ? [" ", h("a", { href: `#/execution/${encodeURIComponent(j.paused.execution_id)}` }, "The failure that paused it")] : "") : "",
@@ -167,9 +168,6 @@ export async function jobView(params, rest) {
       alerts ? [h("dt", {}, "Alerts"), h("dd", {}, h("span", { id: "alerts" }, alerts), unheard.length
         ? h("div", { class: "warn", id: "alerts-unheard" }, `No notify target listens for ${unheard.join(", ")}: each one raised is recorded no_target and sent nowhere.`)
         : "")] : "",
-      h("dt", {}, "Notify"), h("dd", { id: "notify" }, Array.isArray(spec.notify) && spec.notify.length
-        ? notifyText(spec.notify)
-        : h("span", { class: "muted" }, "the workers' default targets")),
       h("dt", {}, "Revision"), h("dd", {}, String(j.revision))),
     h("h2", {}, "Running"),
     running.length === 0
@@ -196,6 +194,40 @@ export async function jobView(params, rest) {
   root.append(h("h2", {}, "Spec"), h("pre", { class: "output", "aria-label": "Spec" }, JSON.stringify(spec, null, 2)));
   const backfilling = !backfills.error && backfills.backfills.some((b) => b.state === "running");
   autoRefresh(backfilling ? 2000 : 5000);
+}
+
+/** The job's health from its recent records (newest first): how many of its latest ended runs
+ * failed, timed out or were lost in a row (runs still going, skipped and missed ticks do not
+ * count), else whether its last run succeeded, or that it never ran. */
+function health(executions) {
+  const ended = executions.filter((r) => !["running", "skipped", "missed"].includes(r.status));
+  if (!ended.length) return { word: "never run", level: "muted" };
+  const streak = ended.findIndex((r) => !["failed", "timed_out", "lost"].includes(r.status));
+  const failures = streak < 0 ? ended.length : streak;
+  if (failures === 1) return { word: "last run failed", level: "bad" };
+  if (failures > 1) return { word: `${failures}${streak < 0 && ended.length >= 100 ? "+" : ""} failures in a row`, level: "bad" };
+  return ended[0].status === "succeeded" ? { word: "healthy: last run succeeded", level: "ok" } : { word: `last run ${ended[0].status}`, level: "warn" };
+}
+
+/** The health badge of the job page's heading ("records unavailable" without MongoDB). */
+function healthBadge(recent) {
+  const { word, level } = recent.error ? { word: "records unavailable", level: "muted" } : health(recent.executions);
+  return h("span", { class: `badge health-${level}`, id: "health" }, word);
+}
+
+/** The job page's summary line: timeout, retries, concurrency, labels, notify targets. */
+function summaryLine(spec) {
+  const r = spec.retries;
+  const item = (name, id, ...value) => h("span", { class: "summary-item" }, h("span", { class: "muted" }, `${name} `), h("span", { id }, ...value));
+  const labels = Object.entries(spec.labels || {});
+  return h("p", { class: "summary", id: "summary" },
+    item("timeout", "summary-timeout", spec.timeout || "none"),
+    item("retries", "summary-retries", r && r.max ? `${r.max} (backoff ${r.backoff || "10s"}${r.max_backoff ? `, at most ${r.max_backoff}` : ""})` : "none"),
+    item("concurrency", "summary-concurrency", spec.concurrency || "allow"),
+    item("labels", "summary-labels", labels.length ? labels.map(([k, v]) => h("span", { class: "chip" }, `${k}=${v}`)) : "none"),
+    item("notify", "notify", Array.isArray(spec.notify)
+      ? spec.notify.length ? notifyText(spec.notify) : "nobody (notify: [])"
+      : h("span", { class: "muted" }, "the workers' default targets")));
 }
 
 /** The executions waiting in a `concurrency: queue` job's queue, oldest first (the next to run

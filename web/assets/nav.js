@@ -9,7 +9,8 @@ export const setRoute = (fn) => { current = fn; };
 /** Renders the view of the current hash again: router.js's `route`. */
 export const route = (...args) => current(...args);
 
-/** Re-renders the current view after `ms` unless the operator navigated or is typing. */
+/** Re-renders the current view after `ms` unless the operator navigated, is typing or has a
+ * menu open. */
 export let refreshTimer = null;
 export function autoRefresh(ms) {
   clearTimeout(refreshTimer);
@@ -17,7 +18,8 @@ export function autoRefresh(ms) {
   refreshTimer = setTimeout(() => {
     if (location.hash !== hash) return;
     const active = document.activeElement;
-    if (active && ["INPUT", "TEXTAREA", "SELECT"].includes(active.tagName) && app().contains(active)) {
+    const typing = active && ["INPUT", "TEXTAREA", "SELECT"].includes(active.tagName) && app().contains(active);
+    if (typing || app().querySelector(".menu:not([hidden])")) {
       autoRefresh(ms);
       return;
     }

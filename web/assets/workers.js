@@ -1,8 +1,9 @@
-// #/workers: live workers (an executor with the handlers it runs), their cordons (with Cordon /
-// Drain / Uncordon for global admins), and the jobs no live worker may run.
+// #/workers: live workers (an executor with the handlers it runs) with their recent runs, their
+// cordons (with Cordon / Drain / Uncordon for global admins), the workers recently departed,
+// and the jobs no live worker may run.
 
-import { app, h, labelText, needs } from "./format.js";
-import { api, getJson, whoami } from "./api.js";
+import { app, h, labelText, localTime, needs, statusBadge } from "./format.js";
+import { api, explain, getJson, whoami } from "./api.js";
 import { autoRefresh } from "./nav.js";
 import { button } from "./controls.js";
 
@@ -48,9 +49,48 @@ function cordonActions(w) {
   ];
 }
 
-/** Live workers, and the jobs that no live worker matches. */
+/** Runs shown per worker. */
+const RECENT_RUNS = 5;
+
+/** A worker's latest runs (from the executions search by worker): status, job, when. */
+function recentRuns(runs) {
+  if (!runs) return h("span", { class: "muted small" }, "records unavailable");
+  if (!runs.length) return h("span", { class: "muted small" }, "none recorded");
+  return h("ul", { class: "plain small recent-runs" }, runs.map((r) => h("li", {},
+    h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, statusBadge(r.status)), " ",
+    h("a", { href: `#/job/${encodeURIComponent(r.job)}` }, r.job), " ",
+    h("span", { class: "muted", title: r.scheduled_at }, localTime(r.scheduled_at)))));
+}
+
+/** Workers the records of the last 24 h name that are not live now (stopped, crashed, cut
+ * off): when each was last seen, its runs, its last one. */
+function departedSection(departed) {
+  const section = h("section", { id: "departed", "aria-labelledby": "departed-heading" }, h("h2", { id: "departed-heading" }, "Recently departed"));
+  if (departed.error) {
+    section.append(h("p", { class: "warn" }, explain(departed.error)));
+  } else if (!departed.workers.length) {
+    section.append(h("p", { class: "muted" }, "None: every worker the records of the last 24 hours name is live."));
+  } else {
+    section.append(h("p", { class: "muted small" }, "Named by execution records of the last 24 hours, not live now."),
+      h("table", {},
+        h("thead", {}, h("tr", {}, ["Worker", "Last seen", "Runs (24 h)", "Last run"].map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, departed.workers.map((w) => h("tr", { "data-departed": w.id },
+          h("td", { "data-label": "Worker" }, h("a", { href: `#/executions?worker=${encodeURIComponent(w.id)}` }, h("strong", {}, w.id))),
+          h("td", { "data-label": "Last seen", title: w.last_seen }, localTime(w.last_seen)),
+          h("td", { "data-label": "Runs (24 h)" }, String(w.executions)),
+          h("td", { "data-label": "Last run" }, h("a", { href: `#/execution/${encodeURIComponent(w.last_execution.id)}` }, statusBadge(w.last_execution.status)),
+            " ", h("a", { href: `#/job/${encodeURIComponent(w.last_job)}` }, w.last_job)))))));
+  }
+  return section;
+}
+
+/** Live workers with their recent runs, the workers recently departed, and the jobs that no
+ * live worker matches. */
 export async function workersView() {
-  const [data, me] = await Promise.all([getJson("/api/workers"), whoami().catch(() => ({}))]);
+  const [data, me, departed] = await Promise.all([getJson("/api/workers"), whoami().catch(() => ({})),
+    getJson("/api/workers/departed").catch((e) => ({ error: e }))]);
+  const runs = await Promise.all(data.workers.map((w) =>
+    getJson(`/api/executions?worker=${encodeURIComponent(w.id)}&limit=${RECENT_RUNS}`).then((p) => p.executions, () => null)));
   const admin = me.role === "admin";
   const root = app();
   root.replaceChildren(h("h1", {}, "Workers"));
@@ -58,8 +98,8 @@ export async function workersView() {
     root.append(h("div", { class: "empty" }, "No live worker. Start one with etcron-worker; jobs do not run until then."));
   } else {
     root.append(h("table", {},
-      h("thead", {}, h("tr", {}, ["Worker", "State", "Labels", "Teams", "Runs as", "Running / capacity", "Uptime", "Version", ...(admin ? [""] : [])].map((t) => h("th", { scope: "col" }, t)))),
-      h("tbody", {}, data.workers.map((w) => h("tr", { "data-worker": w.id },
+      h("thead", {}, h("tr", {}, ["Worker", "State", "Labels", "Teams", "Runs as", "Running / capacity", "Recent runs", "Uptime", "Version", ...(admin ? [""] : [])].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, data.workers.map((w, i) => h("tr", { "data-worker": w.id },
         h("td", { "data-label": "Worker" }, h("strong", {}, w.id), h("div", { class: "muted" }, `${w.hostname} pid ${w.pid}`),
           (w.handlers || []).length ? h("div", { class: "muted executor" }, `executor: ${w.handlers.join(", ")}`) : ""),
         stateCell(w),
@@ -74,10 +114,12 @@ export async function workersView() {
           (w.run_as_users || []).length ? h("div", { class: "muted" }, `task.user: ${w.run_as_users.join(", ")}`) : ""),
         h("td", { "data-label": "Running" }, `${w.running} / ${w.capacity}`,
           (w.running_executions || []).length ? h("ul", { class: "plain small" }, w.running_executions.map((r) => h("li", {}, h("a", { href: `#/execution/${encodeURIComponent(r.id)}` }, r.id)))) : ""),
+        h("td", { "data-label": "Recent runs" }, recentRuns(runs[i])),
         h("td", { "data-label": "Uptime", title: w.started_at }, uptime(w.started_at)),
         h("td", { "data-label": "Version" }, w.version),
         admin ? h("td", { class: "actions" }, cordonActions(w)) : "")))));
   }
+  root.append(departedSection(departed));
   const unmatched = data.unmatched_jobs || [];
   root.append(h("h2", {}, "Jobs no live worker may run"));
   root.append(unmatched.length === 0

@@ -92,9 +92,28 @@ async function alertsAndNotifications(page) {
   await lateError.waitFor();
   assert.match(await lateError.innerText(), /between 1s and/);
   assert.equal(await page.locator(ALERT_INPUTS.late_start).getAttribute("aria-invalid"), "true");
-  assert.equal(await page.evaluate(() => document.activeElement.id), "f-alerts-late-start", "focus goes to the field");
   assert.equal(await page.locator("#err-f-alerts-max-duration").isHidden(), true, "only that field");
-  await page.locator(ALERT_INPUTS.late_start).scrollIntoViewIfNeeded();
+  // Above the form, the summary of what stopped the save, in view and focused; its entry takes
+  // the focus to the field (near the form's bottom), shown clear of the sticky Save bar.
+  const summary = page.locator("#error-summary");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "error-summary", "focus goes to the summary");
+  const inView = (el) => { const r = el.getBoundingClientRect(); return r.top >= 0 && r.bottom <= window.innerHeight; };
+  assert.ok(await summary.evaluate(inView), "the summary is in view");
+  assert.match(await summary.innerText(), /not saved: 1 error[\s\S]*Late start alert \(alerts\.late_start\): [\s\S]*between 1s and/);
+  await shot(page, "editor-error-summary.png");
+  await summary.getByRole("button", { name: /^Late start alert/ }).click();
+  assert.equal(await page.evaluate(() => document.activeElement.id), "f-alerts-late-start", "then to the field");
+  const clear = await lateError.evaluate((el) => {
+    const r = el.getBoundingClientRect();
+    const bar = document.querySelector(".toolbar.sticky").getBoundingClientRect();
+    return { inView: r.top >= 0 && r.bottom <= window.innerHeight, overBar: r.bottom > bar.top && r.top < bar.bottom, error: r.bottom, bar: bar.top };
+  });
+  assert.ok(clear.inView && !clear.overBar, `the field's error shows above the Save bar: ${JSON.stringify(clear)}`);
+  // Focused by the keyboard (Tab), a field near the bottom scrolls clear of the bar too.
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.locator("#f-alerts-max-duration").focus();
+  const tabbed = await page.locator("#f-alerts-max-duration").evaluate((el) => el.getBoundingClientRect().bottom <= document.querySelector(".toolbar.sticky").getBoundingClientRect().top);
+  assert.ok(tabbed, "a focused field is not under the Save bar");
   await shot(page, "alerts-editor-error.png");
 
   // Every alert emptied: the spec has no `alerts` at all (JSON tab, then saved).
@@ -182,7 +201,7 @@ async function alertsAndNotifications(page) {
   assert.equal(await staleExecution.locator("a").count(), 0, "not a link");
   assert.equal(await staleRow.locator('td[data-label="Target"]').innerText(), "http://127.0.0.1:9/stale", "no name: the URL");
   assert.equal(await page.locator("#alerts").innerText(), "stale after 1s");
-  assert.equal(await page.locator("#notify").innerText(), "http://127.0.0.1:9/stale: stale");
+  assert.equal(await page.locator("#notify").innerText(), "http://127.0.0.1:9/stale → stale");
   assert.equal(await page.locator("#alerts-unheard").count(), 0, "its one alert is heard");
   await shot(page, "alerts-stale.png");
 
@@ -195,6 +214,6 @@ async function alertsAndNotifications(page) {
   await page.goto(`${base}/#/job/${UNHEARD}`);
   await page.locator("#alerts-unheard").waitFor();
   assert.match(await page.locator("#alerts-unheard").innerText(), /No notify target listens for long_running: each one raised is recorded no_target/);
-  assert.equal(await page.locator("#notify").innerText(), "oncall: failure");
+  assert.equal(await page.locator("#notify").innerText(), "oncall → failure");
   await shot(page, "alerts-unheard.png");
 }

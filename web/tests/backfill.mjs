@@ -7,7 +7,7 @@
 // the API as the right UTC instants.
 import assert from "node:assert/strict";
 import path from "node:path";
-import { args, call, launch, open } from "./lib.mjs";
+import { args, call, jobAction, launch, open } from "./lib.mjs";
 
 const { base, shots } = args("backfill.mjs");
 const JOB = "every-2s";
@@ -57,7 +57,7 @@ try {
   assert.equal(await page.evaluate(() => new Date().getTimezoneOffset()), -330, "the page runs at +05:30");
 
   // The dialog: the last 24 h ending now by default; Max parallel only for parallel.
-  await page.getByRole("button", { name: `Backfill past ticks of ${JOB}` }).click();
+  await jobAction(page, JOB, `Backfill past ticks of ${JOB}`);
   const dialog = page.locator("#backfill-dialog");
   await dialog.waitFor();
   const [fromDefault, toDefault] = await page.evaluate(() => ["f-from", "f-to"].map((id) => Date.parse(document.getElementById(id).value)));
@@ -150,7 +150,7 @@ try {
   // dialog's defaults), whose first run sleeps.
   await page.goto(`${base}/#/job/${SLOW}`);
   await page.locator("#backfills #no-backfills").waitFor();
-  await page.getByRole("button", { name: `Backfill past ticks of ${SLOW}` }).click();
+  await jobAction(page, SLOW, `Backfill past ticks of ${SLOW}`);
   await dialog.waitFor();
   const [slowCreated] = await Promise.all([
     page.waitForResponse((r) => r.url().endsWith(`/api/jobs/${SLOW}/backfill`) && r.status() === 201),

@@ -6,7 +6,7 @@
 // from its page.
 import assert from "node:assert/strict";
 import path from "node:path";
-import { args, call, launch, open } from "./lib.mjs";
+import { args, call, jobAction, launch, open } from "./lib.mjs";
 
 const { base, shots } = args("editor.mjs");
 const browser = await launch();
@@ -36,7 +36,10 @@ try {
   await scheduleError.waitFor();
   assert.match(await scheduleError.innerText(), /\S/, "the error says what is wrong");
   assert.equal(await page.locator("#f-schedule").getAttribute("aria-invalid"), "true");
-  assert.equal(await page.evaluate(() => document.activeElement.id), "f-schedule", "focus goes to the field");
+  // The error summary above the form takes the focus; its entry leads to the field.
+  assert.equal(await page.evaluate(() => document.activeElement.id), "error-summary", "focus goes to the summary");
+  await page.locator("#error-summary").getByRole("button", { name: /^Schedule \(schedule\): / }).click();
+  assert.equal(await page.evaluate(() => document.activeElement.id), "f-schedule", "then to the field");
   assert.equal(page.url().endsWith("#/new"), true, "still on the form");
   await shot(page, "editor-invalid-schedule.png");
 
@@ -176,7 +179,7 @@ try {
     metadata: { "x-team": "ui" }, secret_metadata: { authorization: null },
   });
   // "Run now" lands on the run's own page, which shows the record once a worker ran it.
-  await page.getByRole("button", { name: "Run grpc-in-ui now" }).click();
+  await jobAction(page, "grpc-in-ui", "Run grpc-in-ui now");
   await page.waitForFunction(() => location.hash.startsWith("#/execution/grpc-in-ui"));
   await page.getByLabel("Output").filter({ hasText: "gRPC OK" }).waitFor({ timeout: 30_000 });
   const answer = await page.getByLabel("Output").innerText();
@@ -193,7 +196,7 @@ try {
   // Delete from the job page, after confirming.
   await page.goto(`${base}/#/job/made-in-ui`);
   page.once("dialog", (d) => d.accept());
-  await page.getByRole("button", { name: "Delete made-in-ui" }).click();
+  await jobAction(page, "made-in-ui", "Delete made-in-ui");
   await page.waitForFunction(() => location.hash === "#/jobs");
   await page.locator(".empty").waitFor();
 

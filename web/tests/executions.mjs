@@ -4,7 +4,7 @@
 // (prints "live-start", then sleeps 300 s; never run yet).
 import assert from "node:assert/strict";
 import path from "node:path";
-import { args, launch, open, waitRows as reload } from "./lib.mjs";
+import { args, call, jobAction, launch, open, waitRows as reload } from "./lib.mjs";
 
 const { base, shots } = args("executions.mjs");
 const waitRows = (page, hash, selector, count) => reload(page, base, hash, selector, count);
@@ -13,10 +13,39 @@ const browser = await launch();
 try {
   const { page, check } = await open(browser, base);
 
-  // Search by text, open the execution, read its output.
-  await waitRows(page, "#/executions?q=needle", "tbody tr", 1);
+  // Search by text: the record, its job, and under it the output line that matched with the
+  // word marked.
+  await waitRows(page, "#/executions?q=needle", "tbody tr[data-id]", 1);
   assert.equal(await page.locator("input[name=q]").inputValue(), "needle", "filters stay in the form and the URL");
+  assert.equal(await page.locator('tbody tr[data-id] td[data-label="Job"]').innerText(), "echo-job");
+  const matched = page.locator("tbody tr.output-match");
+  assert.equal(await matched.innerText(), "needle-7");
+  assert.equal(await matched.locator("mark").innerText(), "needle");
   await page.screenshot({ path: path.join(shots, "executions-search.png"), fullPage: true });
+  // Filters are lists (a choice searches at once) and a time range in local time, sent as UTC.
+  assert.deepEqual((await page.locator("select[name=job] option").allInnerTexts()).slice(0, 3), ["Any job", "echo-job", "long-job"]);
+  await page.locator("select[name=job]").selectOption("echo-job");
+  await page.waitForFunction(() => location.hash === "#/executions?job=echo-job&q=needle");
+  await page.locator("select[name=status]").selectOption("failed,timed_out,lost");
+  await page.waitForFunction(() => location.hash === "#/executions?job=echo-job&status=failed%2Ctimed_out%2Clost&q=needle");
+  await page.locator(".empty").waitFor();
+  await page.locator("select[name=status]").selectOption("");
+  await page.locator("select[name=trigger]").selectOption("manual");
+  await page.waitForFunction(() => location.hash === "#/executions?job=echo-job&trigger=manual&q=needle");
+  await page.locator("tbody tr[data-id]").first().waitFor();
+  const hourAgo = new Date(Date.now() - 3600e3);
+  const local = (d) => new Date(d.getTime() - d.getTimezoneOffset() * 60e3).toISOString().slice(0, 16);
+  await page.getByLabel("Scheduled from (local time)").fill(local(hourAgo));
+  await page.getByLabel("Scheduled until (local time)").fill(local(new Date(Date.now() + 3600e3)));
+  await page.getByRole("button", { name: "Search" }).click();
+  await page.waitForFunction(() => location.hash.includes("since="));
+  const range = new URLSearchParams(await page.evaluate(() => location.hash.split("?")[1]));
+  const since = new Date(hourAgo);
+  since.setSeconds(0, 0);
+  assert.equal(range.get("since"), since.toISOString(), "the local time as UTC");
+  await page.locator("tbody tr[data-id]").first().waitFor();
+  assert.equal(await page.getByLabel("Scheduled from (local time)").inputValue(), local(hourAgo), "shown back in local time");
+  await page.screenshot({ path: path.join(shots, "executions-filters.png"), fullPage: true });
   await page.locator("tbody tr a").first().click();
   const output = page.getByLabel("Output");
   await output.waitFor();
@@ -31,7 +60,7 @@ try {
   await page.goto(`${base}/#/jobs`);
   const [ran] = await Promise.all([
     page.waitForResponse((r) => r.url().endsWith("/api/jobs/long-job/run") && r.status() === 202),
-    page.getByRole("button", { name: "Run long-job now" }).click(),
+    jobAction(page, "long-job", "Run long-job now"),
   ]);
   // It lands on the run's page.
   const runId = (await ran.json()).execution_id;
@@ -54,14 +83,14 @@ try {
   const countKills = (r) => { if (r.url().endsWith("/api/jobs/long-job/kill")) killRequests += 1; };
   page.on("request", countKills);
   page.once("dialog", (d) => d.dismiss());
-  await page.getByRole("button", { name: "Kill running executions of long-job" }).click();
-  // The button is enabled again once its action returned.
+  await jobAction(page, "long-job", "Kill running executions of long-job");
+  // The item is enabled again once its action returned.
   await page.waitForFunction(() => !document.querySelector('[aria-label="Kill running executions of long-job"]').disabled);
   assert.equal(killRequests, 0, "a dismissed kill sends nothing");
   page.once("dialog", (d) => d.accept());
   await Promise.all([
     page.waitForResponse((r) => r.url().endsWith("/api/jobs/long-job/kill") && r.status() === 202),
-    page.getByRole("button", { name: "Kill running executions of long-job" }).click(),
+    jobAction(page, "long-job", "Kill running executions of long-job"),
   ]);
   page.off("request", countKills);
   // The stream ends with the final record, and the open page shows it without a reload.
@@ -76,7 +105,7 @@ try {
   await page.goto(`${base}/#/jobs`);
   // Pause opens a dialog: a reason (optional) and how long (presets, or a time); the list
   // shows who paused it, until when and why.
-  await page.getByRole("button", { name: "Pause long-job" }).click();
+  await jobAction(page, "long-job", "Pause long-job");
   const pause = page.locator("#pause-dialog");
   await pause.waitFor();
   await pause.locator("#pause-reason").fill("waiting for the backup");
@@ -93,17 +122,34 @@ try {
   assert.ok(ahead > 3.9 * 3600e3 && ahead <= 4 * 3600e3, `until 4 hours ahead: ${sent.until}`);
   await page.locator('tr[data-job="long-job"] .badge.paused').waitFor();
   assert.match(await page.locator('tr[data-job="long-job"]').innerText(), /paused by anonymous at .* until .*: waiting for the backup/);
-  await page.getByRole("button", { name: "Resume long-job" }).click();
+  await jobAction(page, "long-job", "Resume long-job");
   await page.locator('tr[data-job="long-job"] .badge.enabled').waitFor();
   await page.screenshot({ path: path.join(shots, "jobs-actions.png"), fullPage: true });
 
   // Delete asks first; dismissing keeps the job, accepting deletes it.
   page.once("dialog", (d) => d.dismiss());
-  await page.getByRole("button", { name: "Delete echo-job" }).click();
+  await jobAction(page, "echo-job", "Delete echo-job");
   await page.locator('tr[data-job="echo-job"]').waitFor();
   page.once("dialog", (d) => d.accept());
-  await page.getByRole("button", { name: "Delete echo-job" }).click();
+  await jobAction(page, "echo-job", "Delete echo-job");
   await page.locator('tr[data-job="echo-job"]').waitFor({ state: "detached" });
+
+  // A running execution's page shows its real claim and start times from the first, told by
+  // its claim then by its marker (not the scheduled time twice): they are the record's.
+  assert.equal((await call(base, "PUT", "/api/jobs/five-seconds", { schedule: "@yearly", task: { kind: "shell", command: "sleep 5" } })).status, 201);
+  const five = (await call(base, "POST", "/api/jobs/five-seconds/run")).body.execution_id;
+  await page.goto(`${base}/#/execution/${encodeURIComponent(five)}`);
+  await page.locator("#claimed").waitFor({ timeout: 20_000 });
+  await page.locator("#started:not(.muted)").waitFor({ timeout: 20_000 });
+  const stamps = await page.evaluate(() => Object.fromEntries(["scheduled", "claimed", "started"].map((id) => [id, document.getElementById(id).textContent])));
+  assert.equal(await page.locator(".status-running.big").count(), 1, `shown while running: ${JSON.stringify(stamps)}`);
+  const ms = (k) => Date.parse(stamps[k]);
+  assert.ok(ms("scheduled") <= ms("claimed") && ms("claimed") <= ms("started"), `scheduled ≤ claimed ≤ started: ${JSON.stringify(stamps)}`);
+  assert.ok(ms("started") > ms("scheduled"), `the real start, not the scheduled time: ${JSON.stringify(stamps)}`);
+  await page.screenshot({ path: path.join(shots, "execution-stamps.png"), fullPage: true });
+  await page.locator(".status-succeeded.big").waitFor({ timeout: 30_000 });
+  const record = (await call(base, "GET", `/api/executions/${encodeURIComponent(five)}`)).body;
+  assert.deepEqual(stamps, { scheduled: record.scheduled_at, claimed: record.claimed_at, started: record.started_at }, "the record's own times");
 
   check();
   console.log("executions and job actions: ok");

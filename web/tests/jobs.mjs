@@ -7,7 +7,7 @@
 // runs the handler hot-list, and declared its job hot-list, which has run once.
 import assert from "node:assert/strict";
 import path from "node:path";
-import { args, call, launch, open } from "./lib.mjs";
+import { args, call, jobAction, launch, open } from "./lib.mjs";
 
 const { base, shots, rest: [hotListRun] } = args("jobs.mjs");
 const browser = await launch();
@@ -56,9 +56,12 @@ try {
   // Nothing of it runs: no Kill on its row.
   const runningNow = (await call(base, "GET", "/api/workers")).body.workers.flatMap((w) => w.running_executions || []);
   if (!runningNow.some((r) => r.job === "nightly-report")) {
-    assert.equal(await page.getByRole("button", { name: "Kill running executions of nightly-report" }).count(), 0);
+    assert.equal(await page.locator('[aria-label="Kill running executions of nightly-report"]').count(), 0);
   }
-  await page.getByRole("button", { name: "Run nightly-report now" }).focus();
+  // The row's actions: one menu, opened and chosen from the keyboard.
+  await page.getByRole("button", { name: "Actions for nightly-report" }).focus();
+  await page.keyboard.press("Enter");
+  assert.equal(await page.evaluate(() => document.activeElement.getAttribute("aria-label")), "Run nightly-report now");
   await Promise.all([
     page.waitForResponse((r) => r.url().endsWith("/api/jobs/nightly-report/run") && r.status() === 202),
     page.keyboard.press("Enter"),
@@ -147,7 +150,7 @@ try {
   // Run with parameters: a bad value is named in the dialog; a good run opens its execution,
   // which shows the parameters.
   await page.goto(base + "/#/job/nightly-report");
-  await page.getByRole("button", { name: "Run nightly-report with parameters" }).click();
+  await jobAction(page, "nightly-report", "Run nightly-report with parameters");
   const dialog = page.locator("#run-dialog");
   await dialog.waitFor();
   assert.match(await page.locator("#run-params-hint").innerText(), /Parameters it declares: REPORT_DAY matching /);

@@ -63,3 +63,10 @@ export async function call(base, method, path, body, token) {
   const text = await resp.text();
   return { status: resp.status, body: text ? JSON.parse(text) : null };
 }
+
+/** Opens the actions menu of job `job` (its row in the jobs list, or its page) and chooses the
+ * item named `item` (its accessible name, e.g. "Run nightly-report now"). */
+export async function jobAction(page, job, item) {
+  await page.getByRole("button", { name: `Actions for ${job}` }).click();
+  await page.getByRole("menuitem", { name: item, exact: true }).click();
+}

@@ -82,7 +82,17 @@ pub struct Page {
     /// True when the page ended at the scan budget rather than at `limit` records: everything
     /// newer than `next_cursor` was searched, and older records may still match.
     pub partial: bool,
+    /// For a search with words (`q`), by execution id: the first line of a record's stored output
+    /// holding one of them (see [`MATCH_BEFORE`]); none for a record whose error alone holds them.
+    pub matches: std::collections::BTreeMap<String, String>,
 }
+
+/// Most characters of an output line kept before the word it matched; [`MATCH_AFTER`] after it.
+pub const MATCH_BEFORE: usize = 80;
+pub const MATCH_AFTER: usize = 120;
+
+/// The field a residual search adds to a match: its output line holding a word of `q`.
+const MATCH_FIELD: &str = "output_match";
 
 /// Per-job outcome counts and latest execution.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -231,18 +241,35 @@ impl SearchPlan {
         if !self.words.is_empty() {
             checks.push(Bson::Document(doc! {"$setIsSubset": [&self.words, {"$ifNull": ["$words", []]}]}));
         }
+        // A match of words comes back with its output line that holds one (only matches: the
+        // documents read and not matched cost no regex).
+        let matched = if self.words.is_empty() {
+            Bson::String("$$ROOT".to_owned())
+        } else {
+            Bson::Document(doc! {"$mergeObjects": ["$$ROOT", {MATCH_FIELD: self.match_line()}]})
+        };
         vec![
             doc! {"$match": self.indexed.clone()},
             doc! {"$sort": {"scheduled_at": -1, "_id": -1}},
             doc! {"$limit": SCAN_BUDGET},
-            doc! {"$project": {"output": 0}},
             doc! {"$replaceWith": {"$cond": [
                 {"$and": checks},
-                "$$ROOT",
+                matched,
                 {"_id": "$_id", "scheduled_at": "$scheduled_at", RESIDUAL_SKIP: true},
             ]}},
-            doc! {"$project": {"words": 0}},
+            doc! {"$project": {"words": 0, "output": 0}},
         ]
+    }
+
+    /// The expression of a record's first output line holding one of the words (whole, any
+    /// case), at most [`MATCH_BEFORE`] characters before it and [`MATCH_AFTER`] after; `null`
+    /// when the output holds none. Words are letters, digits and `_`: nothing to escape.
+    fn match_line(&self) -> Document {
+        let pattern = format!(r"[^\n]{{0,{MATCH_BEFORE}}}\b(?:{})\b[^\n]{{0,{MATCH_AFTER}}}", self.words.join("|"));
+        doc! {"$let": {
+            "vars": {"m": {"$regexFind": {"input": {"$ifNull": ["$output", ""]}, "regex": pattern, "options": "i"}}},
+            "in": "$$m.match",
+        }}
     }
 
     /// Every filter as one MongoDB filter (what a page's records match).
@@ -350,6 +377,7 @@ impl MongoStore {
             (cursor.with_type::<RawDocumentBuf>(), SCAN_BUDGET)
         };
         let (mut executions, mut examined, mut last) = (Vec::new(), 0, None);
+        let mut matches = std::collections::BTreeMap::new();
         while let Some(d) = cursor.try_next().await? {
             examined += 1;
             if !plan.exact() {
@@ -359,7 +387,11 @@ impl MongoStore {
                 continue;
             }
             let d = Document::try_from(d.as_ref()).map_err(|e| StoreError::Failed(e.to_string()))?;
-            executions.push(from_document(&d)?);
+            let record = from_document(&d)?;
+            if let Ok(line) = d.get_str(MATCH_FIELD) {
+                matches.insert(record.id.to_string(), line.trim_end_matches('\r').to_owned());
+            }
+            executions.push(record);
             if executions.len() as i64 > limit {
                 break;
             }
@@ -367,12 +399,13 @@ impl MongoStore {
         if executions.len() as i64 > limit {
             executions.truncate(usize::try_from(limit).unwrap_or(0));
             let next = executions.last().map(|r| Cursor { scheduled_ms: r.scheduled_ms, id: r.id.to_string() });
-            return Ok(Page { executions, next_cursor: next.map(|c| c.encode()), partial: false });
+            matches.retain(|id, _| executions.iter().any(|r| r.id.to_string() == *id));
+            return Ok(Page { executions, next_cursor: next.map(|c| c.encode()), partial: false, matches });
         }
         // The index range ended, or the budget did (more may match further on).
         let partial = examined == read && !plan.exact();
         let next_cursor = if partial { last.map(|c| c.encode()) } else { None };
-        Ok(Page { executions, next_cursor, partial })
+        Ok(Page { executions, next_cursor, partial, matches })
     }
 
     /// MongoDB's `explain` (execution statistics) of the query `search` runs for `s`, read to
@@ -502,6 +535,72 @@ impl MongoStore {
             );
         }
         Ok(out)
+    }
+}
+
+/// A worker as the records of a time range show it: how many executions it recorded, and its
+/// latest (by scheduled time).
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerSeen {
+    pub id: String,
+    pub executions: u64,
+    /// When its latest record ended (its scheduled time for one that has not).
+    pub last_seen: String,
+    pub last_execution: LastExecution,
+    pub last_job: String,
+}
+
+/// Most workers [`MongoStore::workers_seen`] returns.
+pub const MAX_WORKERS_SEEN: i64 = 100;
+
+impl MongoStore {
+    /// The workers that recorded executions scheduled since `since_ms` (only records of `teams`
+    /// when given, [`Search::teams`]), the one seen last first, at most [`MAX_WORKERS_SEEN`]; one
+    /// aggregation served by the status index's time ranges.
+    pub async fn workers_seen(
+        &self,
+        since_ms: UnixMs,
+        teams: Option<&[String]>,
+    ) -> Result<Vec<WorkerSeen>, StoreError> {
+        let mut matcher = doc! {"scheduled_at": {"$gte": BsonDate::from_millis(since_ms)}};
+        if let Some(teams) = teams {
+            matcher.insert("team", team_filter(teams));
+        }
+        any_status_and_trigger(&mut matcher);
+        matcher.insert("worker_id", doc! {"$nin": ["", Bson::Null]});
+        let pipeline = vec![
+            doc! {"$match": matcher},
+            doc! {"$sort": {"scheduled_at": -1, "_id": -1}},
+            doc! {"$group": {
+                "_id": "$worker_id",
+                "n": {"$sum": 1},
+                "last_id": {"$first": "$_id"},
+                "last_job": {"$first": "$job"},
+                "last_status": {"$first": "$status"},
+                "last_scheduled_at": {"$first": "$scheduled_at"},
+                "last_seen": {"$max": {"$ifNull": ["$finished_at", "$scheduled_at"]}},
+            }},
+            doc! {"$sort": {"last_seen": -1, "_id": 1}},
+            doc! {"$limit": MAX_WORKERS_SEEN},
+        ];
+        let docs: Vec<Document> = self.executions.aggregate(pipeline).await?.try_collect().await?;
+        Ok(docs
+            .iter()
+            .filter_map(|d| {
+                let status = bson::from_bson::<Status>(d.get("last_status")?.clone()).ok()?;
+                Some(WorkerSeen {
+                    id: d.get_str("_id").ok()?.to_owned(),
+                    executions: int(d.get("n")).and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
+                    last_seen: rfc(d.get("last_seen"))?,
+                    last_execution: LastExecution {
+                        id: d.get_str("last_id").ok()?.to_owned(),
+                        status,
+                        scheduled_at: rfc(d.get("last_scheduled_at")).unwrap_or_default(),
+                    },
+                    last_job: d.get_str("last_job").ok()?.to_owned(),
+                })
+            })
+            .collect())
     }
 }
 

@@ -86,9 +86,14 @@ pub(super) async fn search_executions(
     let wanted = search.teams.take().and_then(|t| t.into_iter().next());
     search.teams = scope.teams(wanted.as_deref());
     let page = records(st.store.search(&search)).await?;
-    Ok(Json(
-        json!({ "executions": listed(&page.executions), "next_cursor": page.next_cursor, "partial": page.partial }),
-    ))
+    let mut executions = listed(&page.executions);
+    // A search by words: the output line that matched, under each record that has one.
+    for (value, record) in executions.iter_mut().zip(&page.executions) {
+        if let Some(line) = page.matches.get(&record.id.to_string()) {
+            value["output_match"] = json!(line);
+        }
+    }
+    Ok(Json(json!({ "executions": executions, "next_cursor": page.next_cursor, "partial": page.partial })))
 }
 
 /// Records as lists show them: without the output and checkpoints (they can be large; `GET

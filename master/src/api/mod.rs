@@ -54,6 +54,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/jobs/{job}/backfills/{id}/cancel", post(backfills::cancel))
         .route("/api/batch", post(batch))
         .route("/api/workers", get(list_workers))
+        .route("/api/workers/departed", get(departed))
         .route("/api/workers/{id}/cordon", post(cordon))
         .route("/api/workers/{id}/drain", post(drain))
         .route("/api/workers/{id}/uncordon", post(uncordon))

@@ -2,7 +2,8 @@
 //! that is not cordoned matches. Every caller sees the workers; of the executions they run and
 //! the unmatched jobs, only those of the jobs it sees. `POST /api/workers/{id}/cordon|drain|uncordon`
 //! (a global admin's): the `{ns}/cordon/{id}` key that takes a worker out of the race for new
-//! runs, and what is still running on it.
+//! runs, and what is still running on it. `GET /api/workers/departed`: workers the records of
+//! the last day name that are not live now.
 
 use std::collections::BTreeMap;
 
@@ -218,4 +219,33 @@ pub(super) async fn uncordon(State(st): State<AppState>, Path(id): Path<String>)
         return Err(ApiError::not_found(format!("no live or cordoned worker {id:?} (GET /api/workers lists them)")));
     }
     Ok(Json(json!({ "id": id, "was_cordoned": resp.deleted() > 0 })))
+}
+
+/// How far back `GET /api/workers/departed` looks by default, and at most (`since`).
+const DEPARTED_DEFAULT_MS: i64 = 86_400_000;
+const DEPARTED_LOOKBACK_MAX_MS: i64 = 7 * 86_400_000;
+
+/// `GET /api/workers/departed?since=`: the workers named by execution records scheduled in the
+/// last 24 hours (or since `since`, at most 7 days back) that are not live now, the one seen
+/// last first: when each was last seen, how many executions it recorded, and its last one. A
+/// caller with team roles only finds them through its teams' records.
+pub(super) async fn departed(
+    State(st): State<AppState>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    axum::Extension(scope): axum::Extension<Scope>,
+) -> ApiResult<Json<Value>> {
+    let now = etcron_model::now_ms();
+    let mut since_ms = now - DEPARTED_DEFAULT_MS;
+    for (key, value) in crate::query::Params::parse(query.as_deref(), &["since"])?.iter() {
+        since_ms = crate::query::time(key, value)?;
+    }
+    if since_ms < now - DEPARTED_LOOKBACK_MAX_MS || since_ms > now {
+        return Err(crate::query::invalid("since", "since must be within the last 7 days"));
+    }
+    let teams = scope.teams(None);
+    let (live, seen) =
+        tokio::try_join!(live_workers(&st), crate::error::records(st.store.workers_seen(since_ms, teams.as_deref())))?;
+    let live: std::collections::HashSet<String> = live.into_iter().map(|(id, _)| id).collect();
+    let gone: Vec<_> = seen.into_iter().filter(|w| !live.contains(&w.id)).collect();
+    Ok(Json(json!({ "since": etcron_model::rfc3339_ms(since_ms), "workers": gone })))
 }

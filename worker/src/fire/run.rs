@@ -54,7 +54,7 @@ pub(crate) async fn execute(
     fencing_token: i64,
     reporting: Reporting<'_>,
     stop: watch::Receiver<Option<StopReason>>,
-    pid_tx: oneshot::Sender<u32>,
+    pid_tx: oneshot::Sender<(u32, i64)>,
 ) -> Finished {
     // Stopped before it started (killed while claimed ahead, lease lost): nothing is started.
     if let Some(reason) = stop.borrow().clone() {
@@ -449,14 +449,10 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     let mut finished = tokio::select! {
         f = &mut run => f,
         () = tokio::time::sleep(RUNNING_DETAIL_AFTER) => {
-            // Still running: now its `running` record. A run that ends sooner writes only its
-            // final record (one MongoDB write instead of two); until then the master answers
-            // for it from the running marker.
-            ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: record.clone() });
-            // The run is polled while its pid is awaited: a spawn slower than the detail delay
-            // (a burst of spawns) sends the pid only once the run goes on.
-            let marker = async { fill_in_marker(ctx, won, pid_rx.await.ok()).await };
-            let ((), finished) = tokio::join!(marker, &mut run);
+            // Still running: now its `running` record and marker. A run that ends sooner writes
+            // only its final record (one MongoDB write instead of two); until then the master
+            // answers for it from its claim.
+            let ((), finished) = tokio::join!(running_detail(ctx, won, &record, pid_rx, handed_ms), &mut run);
             finished
         }
     };
@@ -590,13 +586,33 @@ async fn reports_of_run(ctx: &Arc<Context>, fire: &Fire, won: &WonClaim) -> (Arc
     (Tracker::new(&fire.id, crate::tasks::progress::new_token(), fence), resumed)
 }
 
-/// A run that lasts: writes its running marker (worker, start, pid, fencing token) on the
-/// session lease, while the claim is still as won. It shows the run to the API and to
-/// operators reading etcd, and keeps the execution from being claimed again should the run
-/// outlast its claim's retention. Shorter runs never write one: the claim transaction's
+/// A run still going after `RUNNING_DETAIL_AFTER`: its `running` record and its marker, both
+/// saying when its task started (a shell task: when its process was spawned, sent with its pid;
+/// the run is polled meanwhile, so a spawn slower than the detail delay, in a burst of spawns,
+/// writes both only once it happened).
+async fn running_detail(
+    ctx: &Context,
+    won: &mut WonClaim,
+    record: &etcron_model::record::ExecutionRecord,
+    pid_rx: oneshot::Receiver<(u32, i64)>,
+    handed_ms: i64,
+) {
+    let spawned = pid_rx.await.ok();
+    let started_ms = spawned.map_or(handed_ms, |(_, ms)| ms);
+    let mut running = record.clone();
+    running.started_at = Some(rfc3339_ms(started_ms));
+    ctx.sink.submit(RecordWrite { mode: WriteMode::IfAbsent, record: running });
+    fill_in_marker(ctx, won, spawned.map(|(pid, _)| pid), started_ms).await;
+}
+
+/// A run that lasts: writes its running marker (worker, claim and task start, pid, fencing
+/// token) on the session lease, while the claim is still as won. It shows the run to the API
+/// and to operators reading etcd, and keeps the execution from being claimed again should the
+/// run outlast its claim's retention. Shorter runs never write one: the claim transaction's
 /// inflight key is what tells the loss handling about them.
-pub(crate) async fn fill_in_marker(ctx: &Context, won: &mut WonClaim, pid: Option<u32>) {
+async fn fill_in_marker(ctx: &Context, won: &mut WonClaim, pid: Option<u32>, task_started_ms: i64) {
     won.running.pid = pid;
+    won.running.task_started_ms = Some(task_started_ms);
     won.running.fencing_token = Some(won.fencing_token);
     let opts = Some(PutOptions::new().with_lease(won.lease));
     let txn = Txn::new()

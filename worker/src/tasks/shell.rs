@@ -169,11 +169,11 @@ pub async fn run_request(
 }
 
 /// Runs `job` until it exits, times out, or `stop` carries a reason. `pid_tx` receives the
-/// process (group) id once spawned.
+/// process (group) id once spawned, with when (Unix ms).
 pub async fn run_shell(
     job: ShellJob,
     mut stop: watch::Receiver<Option<StopReason>>,
-    pid_tx: oneshot::Sender<u32>,
+    pid_tx: oneshot::Sender<(u32, i64)>,
 ) -> Finished {
     // stdout and stderr share one pipe, so the output reads in the order it was written (like
     // `2>&1`), and one reader drains both.
@@ -191,7 +191,7 @@ pub async fn run_shell(
         Err(why) => return spawn_failed(why),
     };
     let pid = child.id().unwrap_or(0);
-    let _ = pid_tx.send(pid);
+    let _ = pid_tx.send((pid, spawned_ms));
     let pump_task = match tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(reader)) {
         Ok(rx) => Some(etcron_common::task::spawn(pump(rx, output.clone()))),
         Err(e) => {

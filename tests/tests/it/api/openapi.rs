@@ -196,6 +196,7 @@ async fn seed(c: &Cluster) -> anyhow::Result<()> {
         execution_id: running.clone(),
         pid: Some(4343),
         started_at: etcron_model::rfc3339_ms(now_ms() - 5_000),
+        task_started_ms: Some(now_ms() - 4_990),
         fencing_token: None,
         trigger: Some(TriggerKind::Manual),
         scheduled_ms: Some(1_700_000_000_000),

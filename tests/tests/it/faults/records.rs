@@ -114,6 +114,17 @@ async fn every_outcome_is_recorded_and_searchable() -> anyhow::Result<()> {
     let one = c.get("/api/jobs/ok").await?;
     assert_eq!(one["summary"]["succeeded_24h"], 1);
     assert_eq!(one["summary"]["last_execution"]["id"], by_job["ok"]["id"]);
+
+    // A search by words carries the output line that matched; other searches do not.
+    assert_eq!(q("q=DISK_FULL").await?[0]["output_match"], "disk_full on /var");
+    assert_eq!(q("q=from%20ok").await?[0]["output_match"], "hello-from-ok");
+    assert!(q("job=bad").await?[0].get("output_match").is_none(), "only a search by words");
+    // The first line holding a word, cut to 80 characters before it and 120 after.
+    let mut wide = synthetic("wide", now_ms(), 1);
+    wide.record.output = format!("first line\n{} needle {}\nneedle again\n", "a".repeat(200), "b".repeat(300));
+    c.mongo.store(&c.db).await?.write(&[wide]).await?;
+    let found = q("job=wide&q=NEEDLE").await?;
+    assert_eq!(found[0]["output_match"], format!("{} needle {}", "a".repeat(79), "b".repeat(119)));
     Ok(())
 }
 
@@ -493,6 +504,7 @@ async fn an_execution_without_a_record_is_answered_from_its_running_marker() -> 
         execution_id: id.clone(),
         pid: None,
         started_at: "2026-11-24T19:13:12.003Z".to_owned(),
+        task_started_ms: Some(1_795_547_592_009),
         fencing_token: None,
         trigger: Some(TriggerKind::Schedule),
         scheduled_ms: Some(1_795_547_592_000),
@@ -505,7 +517,8 @@ async fn an_execution_without_a_record_is_answered_from_its_running_marker() -> 
     assert_eq!(shown["status"], "running");
     assert_eq!(shown["worker_id"], "w9");
     assert_eq!(shown["trigger"], "schedule");
-    assert_eq!(shown["started_at"], "2026-11-24T19:13:12.003Z");
+    assert_eq!(shown["claimed_at"], "2026-11-24T19:13:12.003Z");
+    assert_eq!(shown["started_at"], "2026-11-24T19:13:12.009Z");
     assert_eq!(shown["scheduled_at"], "2026-11-24T19:13:12.000Z");
 
     // Once a record exists, it is what answers.

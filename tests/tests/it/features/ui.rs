@@ -99,6 +99,8 @@ async fn executions_can_be_searched_opened_and_jobs_run_killed_paused_and_delete
         &c.logs,
         &[
             "executions-search.png",
+            "executions-filters.png",
+            "execution-stamps.png",
             "execution-detail.png",
             "execution-live.png",
             "jobs-actions.png",
@@ -295,7 +297,13 @@ async fn sla_alerts_are_set_in_the_editor_and_a_jobs_notifications_listed_on_its
     browser("alerts.mjs", &c.master.url, &c.logs)?;
     screenshots(
         &c.logs,
-        &["alerts-editor-error.png", "alerts-notifications.png", "alerts-stale.png", "alerts-unheard.png"],
+        &[
+            "alerts-editor-error.png",
+            "editor-error-summary.png",
+            "alerts-notifications.png",
+            "alerts-stale.png",
+            "alerts-unheard.png",
+        ],
     );
     // What the browser did, seen through the API: the form's alerts were cleared again; the
     // every-second job's matches went once to its target, then silenced for the hour.
@@ -352,11 +360,34 @@ async fn a_team_token_sees_its_teams_jobs_only_in_the_console() -> anyhow::Resul
 
 #[tokio::test(flavor = "multi_thread")]
 async fn workers_are_drained_cordoned_and_uncordoned_from_the_workers_page() -> anyhow::Result<()> {
-    let c = Cluster::start("ui-workers", 2).await?;
+    let mut c = Cluster::start("ui-workers", 2).await?;
     browser("workers.mjs", &c.master.url, &c.logs)?;
     screenshots(&c.logs, &["workers-drained.png"]);
     let list = c.get("/api/workers").await?;
     assert!(list["workers"].as_array().unwrap().iter().all(|w| w["cordon"].is_null()), "{list}");
+    // Both workers run a job (each tick on every worker), then w2 stops: the records of the
+    // last day name it and it is not live, so it has departed; w1 is live, so it has not.
+    c.put_job(
+        "everywhere",
+        json!({"schedule": "* * * * * *", "mode": "broadcast", "task": {"kind": "shell", "command": "echo here"}}),
+    )
+    .await?;
+    for w in ["w1", "w2"] {
+        c.wait_executions(&format!("job=everywhere&worker={w}&status=succeeded"), w, |l| !l.is_empty()).await?;
+    }
+    assert_eq!(c.call(Method::DELETE, "/api/jobs/everywhere", None).await?.0, 204);
+    c.workers[1].proc.signal(nix::sys::signal::Signal::SIGTERM)?;
+    c.workers[1].proc.wait_exit(Duration::from_secs(30))?;
+    c.wait_workers(1).await?;
+    let departed = c.get("/api/workers/departed").await?;
+    let gone = departed["workers"].as_array().unwrap();
+    assert_eq!(gone.len(), 1, "{departed}");
+    assert_eq!((gone[0]["id"].as_str(), gone[0]["last_job"].as_str()), (Some("w2"), Some("everywhere")), "{departed}");
+    assert!(gone[0]["executions"].as_u64().unwrap() >= 1, "{departed}");
+    let (status, body) = c.call(Method::GET, "/api/workers/departed?since=2000-01-01T00:00:00Z", None).await?;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("since")), "{body}");
+    browser_with("workers.mjs", &c.master.url, &c.logs, &["departed"], &[])?;
+    screenshots(&c.logs, &["workers-departed.png"]);
     Ok(())
 }
 
@@ -441,5 +472,101 @@ async fn a_workflow_run_is_drawn_as_a_graph_linked_from_its_steps_and_resumed_fr
     let request = etcd.get(keys.trigger("tb", &format!("resume-2-{run}")), None).await?;
     let request: etcron_model::stored::TriggerRequest = serde_json::from_slice(request.kvs()[0].value())?;
     assert_eq!(request.execution_id, Some(tb.next_attempt()));
+    Ok(())
+}
+
+/// The jobs list's twelve jobs of `jobs_list_scans`: varied schedules (long ones in words),
+/// descriptions and labels, one paused in its spec.
+fn twelve_jobs() -> Vec<(&'static str, serde_json::Value)> {
+    let shell = |cmd: &str| json!({"kind": "shell", "command": cmd});
+    vec![
+        (
+            "billing-nightly-export",
+            json!({"schedule": "0 30 2 * * *", "timezone": "Europe/Berlin",
+            "description": "Exports the day's invoices to the data warehouse and tells finance when the totals differ from the ledger",
+            "labels": {"team": "billing", "tier": "critical"}, "task": shell("true")}),
+        ),
+        (
+            "cache-warmup",
+            json!({"schedule": "0 0 5 * * *", "description": "Warms the product cache",
+            "labels": {"team": "web"}, "task": shell("true")}),
+        ),
+        (
+            "weekday-business-hours-sync",
+            json!({"schedule": "0 0,15,30,45 8-18 * * 1-5",
+            "description": "Syncs the CRM during business hours", "labels": {"team": "sales", "source": "crm", "env": "prod"},
+            "task": shell("true")}),
+        ),
+        (
+            "month-start-close",
+            json!({"schedule": "0 0 6 1 * *", "description": "Closes the books of the month",
+            "labels": {"team": "finance"}, "task": shell("true")}),
+        ),
+        (
+            "quarterly-report",
+            json!({"schedules": ["0 0 7 1 1,4,7,10 *", "0 0 7 15 3,6,9,12 *"],
+            "description": "The quarter's report, and its mid-quarter preview", "task": shell("true")}),
+        ),
+        ("log-rotate", json!({"schedule": "@daily", "task": shell("true")})),
+        (
+            "paused-reindex",
+            json!({"schedule": "@hourly", "enabled": false, "description": "Rebuilds the search index",
+            "task": shell("true")}),
+        ),
+        (
+            "flaky-import",
+            json!({"schedule": "@yearly", "timeout": "30s", "concurrency": "forbid",
+            "labels": {"team": "data"}, "description": "Imports the partners' files",
+            "notify": [{"name": "oncall", "url": "http://127.0.0.1:9/hook", "on": ["failure"]}],
+            "task": shell("echo importing; echo 'row 17: bad date' >&2; exit 3")}),
+        ),
+        (
+            "search-index-rebuild-for-every-tenant-of-the-eu-region",
+            json!({"schedule": "0 0 3 * * 0",
+            "description": "Rebuilds every tenant's search index from the primary database, one tenant at a time, slowly",
+            "labels": {"region": "eu", "tier": "batch"}, "task": shell("true")}),
+        ),
+        (
+            "healthcheck-ping",
+            json!({"schedule": "0 * * * * *", "description": "Pings the status page",
+            "task": shell("true")}),
+        ),
+        (
+            "report-mailer",
+            json!({"schedule": "0 0 9 * * 1", "timezone": "America/New_York",
+            "description": "Mails the weekly report to the board", "task": shell("true")}),
+        ),
+        (
+            "backup-verify",
+            json!({"schedule": "0 45 4 * * *", "timezone": "Asia/Tokyo",
+            "labels": {"team": "ops", "tier": "critical"}, "task": shell("true")}),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twelve_jobs_fit_a_laptop_screen_sort_filter_as_you_type_and_act_from_one_menu() -> anyhow::Result<()> {
+    let c = Cluster::start("ui-jobs-list", 1).await?;
+    for (name, spec) in twelve_jobs() {
+        c.put_job(name, spec).await?;
+    }
+    for _ in 0..3 {
+        let run = c.run_now("flaky-import").await?;
+        c.record_when(&run, "failed").await?;
+    }
+    let run = c.run_now("cache-warmup").await?;
+    c.record_when(&run, "succeeded").await?;
+    browser("jobslist.mjs", &c.master.url, &c.logs)?;
+    screenshots(
+        &c.logs,
+        &[
+            "jobs-12-fit.png",
+            "jobs-menu.png",
+            "job-summary.png",
+            "jobs-390-menu.png",
+            "jobs-390-menu-last.png",
+            "job-390-menu.png",
+        ],
+    );
     Ok(())
 }
