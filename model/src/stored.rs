@@ -152,17 +152,13 @@ pub enum ClaimState {
 
 /// `{ns}/claims/{job}/{tick}{part}[#attempt]`: who won a tick. The key names the execution and
 /// its create revision is the fencing token, so the value holds only the winner while the
-/// claim is taken, `{"worker_id":"w1","claimed_ms":1764037206003}`, and the final status once it is closed,
+/// claim is taken, `{"worker_id":"w1"}`, and the final status once it is closed,
 /// `{"status":"succeeded"}` (the execution record says who ran it). Values written by older
 /// versions (with `execution_id`, `attempt`, `state`) still read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub worker_id: String,
-    /// When the winner took it (its clock): what the API shows as a young run's claim time
-    /// before its running marker is written. Claims of older versions have none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claimed_ms: Option<UnixMs>,
     /// Final status once the claim was rewritten `done`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
@@ -179,31 +175,19 @@ impl Claim {
     /// The claim as its winning transaction writes it.
     #[must_use]
     pub fn taken(worker_id: &str) -> Self {
-        Self {
-            worker_id: worker_id.to_owned(),
-            claimed_ms: None,
-            status: None,
-            params: RunParams::default(),
-            queued: false,
-        }
+        Self { worker_id: worker_id.to_owned(), status: None, params: RunParams::default(), queued: false }
     }
 
     /// The claim as closed with `status`.
     #[must_use]
     pub fn closed(status: Status) -> Self {
-        Self {
-            worker_id: String::new(),
-            claimed_ms: None,
-            status: Some(status),
-            params: RunParams::default(),
-            queued: false,
-        }
+        Self { worker_id: String::new(), status: Some(status), params: RunParams::default(), queued: false }
     }
 
     /// The claim of an execution waiting in its job's queue.
     #[must_use]
     pub fn waiting() -> Self {
-        Self { worker_id: String::new(), claimed_ms: None, status: None, params: RunParams::default(), queued: true }
+        Self { worker_id: String::new(), status: None, params: RunParams::default(), queued: true }
     }
 
     /// `Done` once the claim carries a final status; `Queued` while it waits in the queue.
@@ -296,13 +280,14 @@ impl RunningExecution {
     }
 
     /// What a claim taken by a worker (`Claim::taken`, not yet closed) tells of a run too young
-    /// to have its marker: when it was claimed (a claim of an older version: its scheduled time)
-    /// and not yet when its task started. A manual run's request time only the marker holds:
-    /// its claim time stands for it (within a second of it).
+    /// to have its marker: its claim time is taken to be its scheduled time (a claim carries no
+    /// time: every byte of it is paid per fire; a scheduled tick is claimed at its time, or
+    /// `claim_ahead` before it), and its task's start is not known yet. A manual run's request
+    /// time only the marker holds: now stands for it (within a second of it).
     #[must_use]
     pub fn from_claim(execution_id: &ExecutionId, claim: &Claim, create_revision: i64) -> Self {
         let tick_ms = execution_id.tick.scheduled_ms();
-        let claimed_ms = claim.claimed_ms.or(tick_ms).unwrap_or_else(crate::now_ms);
+        let claimed_ms = tick_ms.unwrap_or_else(crate::now_ms);
         Self {
             worker_id: claim.worker_id.clone(),
             execution_id: execution_id.clone(),
@@ -805,11 +790,11 @@ mod tests {
         assert_eq!(ExecutionRecord::from_marker(&stored).params, params);
         // Without parameters nothing is written for them.
         assert_eq!(serde_json::to_string(&Claim::taken("w1")).unwrap(), r#"{"worker_id":"w1"}"#);
-        // A young run's claim says when it was claimed; its start is not known yet.
-        let claimed = Claim { claimed_ms: Some(1_795_547_592_003), ..Claim::taken("w1") };
-        let young = ExecutionRecord::from_marker(&RunningExecution::from_claim(&id, &claimed, 9));
-        assert_eq!(young.claimed_at.as_deref(), Some("2026-11-24T19:13:12.003Z"));
-        assert_eq!((young.scheduled_at.as_str(), young.started_at), ("2026-11-24T19:13:12.003Z", None));
+        // A young run's claim: claimed at its tick, its task's start not known yet.
+        let tick: ExecutionId = "j@1795547592000#1".parse().unwrap();
+        let young = ExecutionRecord::from_marker(&RunningExecution::from_claim(&tick, &Claim::taken("w1"), 9));
+        assert_eq!(young.claimed_at.as_deref(), Some("2026-11-24T19:13:12.000Z"));
+        assert_eq!(young.started_at, None);
         // A young manual run without `as_of` reads as scheduled when it was claimed, not 1970.
         let before = crate::now_ms();
         let plain = ExecutionRecord::from_marker(&RunningExecution::from_claim(&id, &Claim::taken("w1"), 9));

@@ -427,7 +427,7 @@ pub(crate) fn prepare(ctx: &Context, fire: &Fire, lease: i64) -> WonClaim {
     let id = &fire.id;
     let claimed_ms = now_ms();
     let worker_id = ctx.config.worker_id.clone();
-    let claim = Claim { params: fire.params.clone(), claimed_ms: Some(claimed_ms), ..Claim::taken(&worker_id) };
+    let claim = Claim { params: fire.params.clone(), ..Claim::taken(&worker_id) };
     let running = RunningExecution {
         worker_id,
         execution_id: id.clone(),
@@ -641,7 +641,6 @@ mod tests {
         let status = (state == ClaimState::Done).then_some(Status::Succeeded);
         serde_json::to_vec(&Claim {
             worker_id: worker.to_owned(),
-            claimed_ms: None,
             status,
             params: etcron_model::record::RunParams::default(),
             queued: state == ClaimState::Queued,
