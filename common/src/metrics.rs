@@ -152,7 +152,6 @@ pub fn init(component: &str) {
     LazyLock::force(&ETCD);
     LazyLock::force(&HTTP_REFUSED);
     LazyLock::force(&HTTP_BODY_DEADLINE);
-    LazyLock::force(&crate::trace::METRICS);
 }
 
 /// The default registry in Prometheus' text format (version 0.0.4).

@@ -323,6 +323,14 @@ fn now_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// Creates the trace metrics, so that they are listed (at 0) from the first scrape, tracing on
+/// or off. Each binary's metrics `init` calls it.
+pub fn init_metrics() {
+    for reason in ["queue_full", "export_failed"] {
+        METRICS.dropped.with_label_values(&[reason]);
+    }
+}
+
 /// The exporter's metrics (both binaries).
 pub struct TraceMetrics {
     pub started: IntCounter,
