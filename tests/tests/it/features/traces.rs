@@ -5,7 +5,7 @@
 //! gets that trace as `TRACEPARENT`, the HTTP task as a `traceparent` header and the gRPC task as
 //! `traceparent` metadata, each naming the run span. Without an endpoint no span is built, and
 //! tasks still get a `traceparent`: the caller's as it came, or the trace derived from the
-//! execution.
+//! execution. An endpoint that refuses every batch costs dropped spans, counted, never a run.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -215,5 +215,38 @@ async fn without_an_endpoint_no_span_is_built_and_tasks_still_get_a_traceparent(
         assert!(s.declares("etcron_trace_spans_started_total"), "{who}");
         assert_eq!(s.value("etcron_trace_spans_started_total", &[]), 0.0, "{who}");
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_that_refuses_costs_dropped_spans_never_runs() -> Result<()> {
+    let otlp = Receiver::start().await?;
+    otlp.refuse_next("/v1/traces", 1_000_000, 503);
+    let mut c = Cluster::start("traces-refused", 0).await?;
+    let port = free_port();
+    let mut opts = WorkerOpts::new("w1");
+    let metrics = format!("127.0.0.1:{port}");
+    opts.extra = ["--otlp-endpoint", &otlp.url, "--metrics-listen", &metrics].map(String::from).to_vec();
+    c.add_worker(opts)?;
+    c.wait_workers(1).await?;
+    c.put_job("shell", json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "echo \"$TRACEPARENT\""}}))
+        .await?;
+    for _ in 0..3 {
+        let id = run(&c, "shell", None).await?;
+        let record = c.final_record(&id).await?;
+        assert_eq!(record["status"], "succeeded", "{record}");
+        let given = etcron_common::trace::TraceContext::parse(record["output"].as_str().unwrap().trim());
+        assert_eq!(given.map(|t| t.trace_hex()), record["trace_id"].as_str().map(str::to_owned));
+    }
+    // Each batch was tried, refused and dropped, counted as such; none was taken.
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let s = wait_for(Duration::from_secs(30), "spans dropped as export_failed", || async {
+        let s = scrape(&url, None).await.ok()?;
+        (s.value("etcron_trace_spans_dropped_total", &[("reason", "export_failed")]) > 0.0).then_some(s)
+    })
+    .await?;
+    assert!(s.value("etcron_trace_spans_started_total", &[]) >= 15.0, "five spans a run at least");
+    assert_eq!(s.value("etcron_trace_spans_exported_total", &[]), 0.0);
+    assert!(otlp.received("/v1/traces").len() >= 3, "a batch is tried 3 times");
     Ok(())
 }
