@@ -197,6 +197,7 @@ fn handler_job(
         fencing_token,
         env,
         checkpoint: reporting.resumed.map(|r| r.checkpoint.clone()),
+        traceparent: reporting.traceparent.clone(),
         reports,
         cancelled,
     };
