@@ -5,7 +5,8 @@
 //! gets that trace as `TRACEPARENT`, the HTTP task as a `traceparent` header and the gRPC task as
 //! `traceparent` metadata, each naming the run span. Without an endpoint no span is built, and
 //! tasks still get a `traceparent`: the caller's as it came, or the trace derived from the
-//! execution. An endpoint that refuses every batch costs dropped spans, counted, never a run.
+//! execution. A schedule tick's spans are in the trace derived from its execution id. An
+//! endpoint that refuses every batch costs dropped spans, counted, never a run.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -248,5 +249,48 @@ async fn an_endpoint_that_refuses_costs_dropped_spans_never_runs() -> Result<()>
     assert!(s.value("etcron_trace_spans_started_total", &[]) >= 15.0, "five spans a run at least");
     assert_eq!(s.value("etcron_trace_spans_exported_total", &[]), 0.0);
     assert!(otlp.received("/v1/traces").len() >= 3, "a batch is tried 3 times");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scheduled_tick_is_traced_in_the_trace_derived_from_its_execution() -> Result<()> {
+    let otlp = Receiver::start().await?;
+    let mut c = Cluster::start("traces-tick", 0).await?;
+    for id in ["w1", "w2"] {
+        let mut opts = WorkerOpts::new(id);
+        opts.extra = vec!["--otlp-endpoint".to_owned(), otlp.url.clone()];
+        c.add_worker(opts)?;
+    }
+    c.wait_workers(2).await?;
+    c.put_job(
+        "tick",
+        json!({"schedule": "* * * * * *", "task": {"kind": "shell", "command": "echo \"$TRACEPARENT\""}}),
+    )
+    .await?;
+    let runs = c.wait_executions("job=tick&status=succeeded", "a run of the tick", |l| !l.is_empty()).await?;
+    let id = runs[0]["id"].as_str().unwrap().to_owned();
+    let trace = etcron_common::trace::TraceContext::derived(&id).trace_hex();
+    assert_eq!(runs[0]["trace_id"], trace.as_str());
+    let spans = wait_for(Duration::from_secs(30), "the spans of the tick", || async {
+        let spans: Vec<Exported> =
+            exported(&otlp).into_iter().filter(|s| s.attributes.get("etcron.execution_id") == Some(&id)).collect();
+        ["tick", "claim", "run", "close", "record"].iter().all(|n| spans.iter().any(|s| s.name == *n)).then_some(spans)
+    })
+    .await?;
+    // Every span of the tick, whichever worker raced, is in its derived trace; each racing
+    // worker's tick span is a root of it; one claim was won. (A worker ranked later usually
+    // finds the claim taken after its head start and does not race: it exports nothing.)
+    assert!(spans.iter().all(|s| s.trace == trace), "{spans:#?}");
+    for tick in spans.iter().filter(|s| s.name == "tick") {
+        assert_eq!((tick.parent.as_deref(), tick.kind), (None, 1), "{tick:?}");
+        let worker = &tick.attributes["etcron.worker_id"];
+        let claim = spans.iter().find(|s| s.name == "claim" && &s.attributes["etcron.worker_id"] == worker);
+        assert_eq!(claim.and_then(|c| c.parent.as_ref()), Some(&tick.span), "{spans:#?}");
+    }
+    let won = spans.iter().filter(|s| s.name == "claim" && s.attributes["etcron.claim.outcome"] == "won").count();
+    assert_eq!(won, 1, "{spans:#?}");
+    let run = spans.iter().find(|s| s.name == "run").expect("the winner's run span");
+    let record = c.final_record(&id).await?;
+    assert_eq!(record["output"].as_str().unwrap().trim(), format!("00-{trace}-{}-01", run.span));
     Ok(())
 }
