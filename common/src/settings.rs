@@ -41,6 +41,10 @@ pub struct SharedArgs {
     /// File holding the etcd user's password (one line).
     #[arg(long, env = "ETCRON_ETCD_PASSWORD_FILE")]
     pub etcd_password_file: Option<std::path::PathBuf>,
+    /// Export trace spans over OTLP/HTTP to this endpoint (`http://127.0.0.1:4318`: spans go to
+    /// `{endpoint}/v1/traces`); off by default, and an empty value turns off the file's.
+    #[arg(long, env = "ETCRON_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl SharedArgs {

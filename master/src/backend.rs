@@ -25,6 +25,8 @@ pub struct AppState {
     /// The change byte budgets (of this master process), the job quota per team and the
     /// history kept per job.
     pub limits: std::sync::Arc<crate::change_limits::ChangeLimits>,
+    /// Trace spans of run requests: off without `otlp_endpoint`.
+    pub tracer: etcron_common::trace::Tracer,
 }
 
 impl AppState {

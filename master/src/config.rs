@@ -151,6 +151,8 @@ pub struct FileConfig {
     /// `[teams.NAME]`: what each team's jobs may use on the workers.
     #[serde(default)]
     pub teams: std::collections::BTreeMap<String, crate::team_policy::TeamPolicy>,
+    /// `[tracing]`: where trace spans are exported (none by default).
+    pub tracing: Option<etcron_common::trace::TracingFile>,
 }
 
 #[derive(Debug, Clone)]
@@ -179,6 +181,8 @@ pub struct Config {
     pub spec_check_every: Duration,
     /// The change byte budgets, the job quota per team, the history kept per job.
     pub change_limits: crate::change_limits::ChangeLimitSettings,
+    /// Where trace spans are exported (`otlp_endpoint`); none: no spans are built.
+    pub tracing: Option<etcron_common::trace::ExportConfig>,
 }
 
 /// Default changing requests per second per caller, and burst.
@@ -309,7 +313,7 @@ impl FileConfig {
 impl Config {
     pub fn resolve(mut cli: Cli) -> anyhow::Result<Self> {
         let file = cli.config.as_ref().map_or_else(|| Ok(FileConfig::default()), |p| FileConfig::load(p))?;
-        let security = cli.shared.etcd_security();
+        let (security, otlp) = (cli.shared.etcd_security(), cli.shared.otlp_endpoint.take());
         cli.shared.read_mongodb_uri_file(file.mongodb_uri_file.as_deref()).map_err(anyhow::Error::msg)?;
         let shared = etcron_common::settings::resolve_args(
             cli.shared,
@@ -379,6 +383,7 @@ impl Config {
             retention,
             log_level: shared.log_level,
             json_logs: shared.json_logs,
+            tracing: etcron_common::trace::resolve(otlp, file.tracing.as_ref()).map_err(anyhow::Error::msg)?,
         })
     }
 }

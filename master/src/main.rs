@@ -65,18 +65,26 @@ async fn run(config: Config) -> anyhow::Result<()> {
         etcron_master::layers::guard::Guard { loopback_hosts_only: !config.auth.enabled() && local.ip().is_loopback() };
     let storage = etcron_master::duties::etcd_storage::start(client.clone(), config.storage);
     let me = format!("{}:{}", config.listen, std::process::id());
-    etcron_master::duties::compactor::start(client.clone(), &keys, storage.clone(), config.compactor, me);
+    etcron_master::duties::compactor::start(client.clone(), &keys, storage.clone(), config.compactor, me.clone());
     etcron_master::duties::pause_expiry::start(client.clone(), keys.clone());
     let specs = etcron_master::duties::spec_check::start(client.clone(), keys.clone(), config.spec_check_every);
     let teams = std::sync::Arc::new(config.teams.clone());
     let limits = std::sync::Arc::new(etcron_master::change_limits::ChangeLimits::new(config.change_limits));
+    let resource = [
+        ("service.name", "etcron-master".to_owned()),
+        ("service.version", etcron_model::VERSION.to_owned()),
+        ("service.instance.id", me.clone()),
+    ];
+    let tracer = etcron_common::trace::Tracer::start(config.tracing.as_ref(), &resource);
+    let auth = config.auth.clone();
     let state =
-        AppState { client, keys, store, auth: config.auth.clone(), audit, guard, storage, specs, teams, limits };
+        AppState { client, keys, store, auth, audit, guard, storage, specs, teams, limits, tracer: tracer.clone() };
     etcron_master::api::stream::set_quiet_limit(config.stream_quiet_limit);
     let limits = etcron_common::serve::Limits { request: config.request_timeout, ..Default::default() };
     etcron_common::serve::serve(listener, app(state), limits, etcron_common::settings::shutdown_signal())
         .await
         .context("serving HTTP")?;
+    tracer.flush(std::time::Duration::from_secs(5)).await;
     tracing::info!("etcron-master stopped");
     Ok(())
 }

@@ -81,6 +81,7 @@ pub static METRICS: LazyLock<MasterMetrics> = LazyLock::new(|| {
 pub fn init() {
     etcron_common::metrics::init("master");
     etcron_common::admission::init_metrics();
+    etcron_common::trace::init_metrics();
     for limit in ["per_token", "per_execution"] {
         METRICS.streams_refused.with_label_values(&[limit]);
     }

@@ -93,6 +93,7 @@ async fn state() -> AppState {
         specs: etcron_master::duties::spec_check::SpecWatch::default(),
         teams: std::sync::Arc::default(),
         limits: std::sync::Arc::default(),
+        tracer: etcron_common::trace::Tracer::off(),
     }
 }
 

@@ -192,6 +192,9 @@ pub struct ExecutionRecord {
     /// The pool whose slots the run held (or waited for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
+    /// The trace the run belongs to (32 hex digits): the one its task's `traceparent` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     /// What the task reported (`progress`, `checkpoint`) and where it resumed from
     /// (`resumed_from`): top-level fields of the record.
     #[serde(default, flatten)]
@@ -267,6 +270,7 @@ impl ExecutionRecord {
             workflow: None,
             priority: spec.and_then(|s| s.priority),
             pool: spec.and_then(|s| s.pool.clone()),
+            trace_id: None,
             reports: Default::default(),
         }
     }

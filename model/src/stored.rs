@@ -383,6 +383,11 @@ pub struct TriggerRequest {
     /// This run's priority instead of the job's (`jobs run --priority`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
+    /// The W3C `traceparent` the run continues (the API request's trace): the worker's spans
+    /// and the task's `traceparent` are its children. Absent: the trace is derived from the
+    /// execution (docs/metrics.md, tracing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// `{ns}/queue/{job}/q{part}/{scheduled_ms}-{tick}#{attempt}`: an execution waiting for the
@@ -451,6 +456,7 @@ impl TriggerRequest {
             avoid: None,
             workflow: None,
             priority: None,
+            traceparent: None,
         }
     }
 }

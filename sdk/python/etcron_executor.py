@@ -64,6 +64,7 @@ class Context:
         self.fencing_token = offer["fencing_token"]
         self.env = offer.get("env") or {}
         self.checkpoint = offer.get("checkpoint")
+        self.traceparent = offer.get("traceparent")  # the run's W3C trace context
         self.cancelled = threading.Event()
 
     def output(self, text):
@@ -214,6 +215,7 @@ if __name__ == "__main__":
     def steps(ctx):
         total = int(ctx.env.get("STEPS", os.environ.get("ETCRON_STEPS", "5")))
         first = (ctx.checkpoint or {}).get("next_step", 0)
+        ctx.output(f"traceparent {ctx.traceparent}\n")
         if first:
             ctx.output(f"resuming at step {first}\n")
         for n in range(first, total):

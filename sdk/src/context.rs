@@ -17,6 +17,7 @@ pub struct Context {
     fencing_token: i64,
     env: BTreeMap<String, String>,
     checkpoint: Option<Value>,
+    traceparent: String,
     reports: Reports,
     cancelled: watch::Receiver<bool>,
 }
@@ -24,9 +25,30 @@ pub struct Context {
 impl Context {
     pub(crate) fn new(call: Call) -> Self {
         let Call {
-            execution_id, job, scheduled_ms, attempt, fencing_token, env, checkpoint, reports, cancelled, ..
+            execution_id,
+            job,
+            scheduled_ms,
+            attempt,
+            fencing_token,
+            env,
+            checkpoint,
+            traceparent,
+            reports,
+            cancelled,
+            ..
         } = call;
-        Self { execution_id, job, scheduled_ms, attempt, fencing_token, env, checkpoint, reports, cancelled }
+        Self {
+            execution_id,
+            job,
+            scheduled_ms,
+            attempt,
+            fencing_token,
+            env,
+            checkpoint,
+            traceparent,
+            reports,
+            cancelled,
+        }
     }
 
     /// The execution id (`job@tick#attempt`), as records and the API name it.
@@ -64,6 +86,14 @@ impl Context {
     #[must_use]
     pub fn env(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str)
+    }
+
+    /// The run's W3C trace context (`00-{trace id}-{span id}-01`): the parent of the spans the
+    /// handler makes, so they continue the run's trace (the same a shell task gets as
+    /// `TRACEPARENT`).
+    #[must_use]
+    pub fn traceparent(&self) -> &str {
+        &self.traceparent
     }
 
     /// The checkpoint this run resumes from: the last one the tick's previous attempt stored,

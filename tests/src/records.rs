@@ -86,6 +86,7 @@ pub fn record_of(i: u64, jobs: i64) -> RecordWrite {
             workflow: None,
             priority: None,
             pool: None,
+            trace_id: None,
             reports: Default::default(),
         },
     }

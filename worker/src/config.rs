@@ -155,6 +155,8 @@ pub struct FileConfig {
     pub executor_token_file: Option<PathBuf>,
     /// `[notify]`: webhook notification settings and default targets.
     pub notify: Option<crate::notify::notifier::NotifyFile>,
+    /// `[tracing]`: where trace spans are exported (none by default).
+    pub tracing: Option<etcron_common::trace::TracingFile>,
 }
 
 /// The resolved, validated configuration.
@@ -203,6 +205,8 @@ pub struct Config {
     pub notify: crate::notify::notifier::NotifyConfig,
     /// Where remote executors connect, and the token they present; none when off.
     pub executor: Option<ExecutorGateway>,
+    /// Where trace spans are exported (`otlp_endpoint`); none: no spans are built.
+    pub tracing: Option<etcron_common::trace::ExportConfig>,
 }
 
 /// The executor protocol's listener and token (`crate::executor`).
@@ -351,7 +355,7 @@ impl Config {
             Some(p) => FileConfig::load(p)?,
             None => FileConfig::default(),
         };
-        let security = cli.shared.etcd_security();
+        let (security, otlp) = (cli.shared.etcd_security(), cli.shared.otlp_endpoint.take());
         cli.shared.read_mongodb_uri_file(file.mongodb_uri_file.as_deref()).map_err(anyhow::Error::msg)?;
         let shared = etcron_common::settings::resolve_args(
             cli.shared,
@@ -421,6 +425,7 @@ impl Config {
                 cli.executor_listen.or(file.executor_listen),
                 cli.executor_token_file.or(file.executor_token_file),
             )?,
+            tracing: etcron_common::trace::resolve(otlp, file.tracing.as_ref()).map_err(anyhow::Error::msg)?,
         })
     }
 }

@@ -97,6 +97,8 @@ pub struct Context {
     /// The handlers of the process embedding this worker (`etcron-sdk`), and their names.
     pub handlers: Option<Arc<dyn crate::tasks::handler::Handlers>>,
     pub handler_names: Vec<String>,
+    /// Trace spans of the fire path (`fire::spans`): off without `otlp_endpoint`.
+    pub tracer: etcron_common::trace::Tracer,
 }
 
 /// The newest tick whose claim by this worker moved each job's `{ns}/state/{job}` forward: a

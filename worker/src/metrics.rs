@@ -384,6 +384,7 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
 pub fn init(capacity: u32) {
     etcron_common::metrics::init("worker");
     etcron_common::admission::init_metrics();
+    etcron_common::trace::init_metrics();
     METRICS.capacity.set(i64::from(capacity));
     for event in ["late", "long_running", "stale"] {
         METRICS.alerts.with_label_values(&[event]);

@@ -31,6 +31,9 @@ const REGISTRATION_REFRESH: Duration = Duration::from_secs(2);
 /// Most time shutdown waits for claim closes etcd has not taken yet.
 const CLOSE_ON_SHUTDOWN: Duration = Duration::from_secs(30);
 
+/// Most time shutdown waits for the last trace spans to be exported.
+const TRACE_FLUSH_ON_SHUTDOWN: Duration = Duration::from_secs(5);
+
 /// What a worker runs on besides its configuration.
 pub struct Parts {
     /// Claims, watches, closes.
@@ -62,6 +65,8 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
     drain(&ctx, running).await;
     let _ = built.sink_stop.send(true);
     let _ = built.sink_task.await;
+    // The last spans (the records' among them) go before the process does.
+    ctx.tracer.flush(TRACE_FLUSH_ON_SHUTDOWN).await;
     tracing::info!("etcron-worker stopped");
     Ok(())
 }
@@ -173,6 +178,7 @@ async fn build(
     let (sink, sink_task) = crate::context::log_sink::LogSink::start(store, spool, sink_stop_rx)
         .with_context(|| format!("opening the record journal in {dir}"))?;
     let hostname = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
+    let tracer = tracer(config, &hostname);
     let live = Arc::new(crate::tasks::live_output::LiveOutputs::default());
     let endpoints = listen(config, &live, &hostname).await?;
     let (lease_tx, lease_rx) = watch::channel(None);
@@ -220,8 +226,20 @@ async fn build(
         handlers,
         race_again,
         task_network: Arc::new(task_network(config, &endpoints.bound)),
+        tracer,
     });
     Ok(Built { ctx, lease_tx, again, owed, previous_session, sink_stop, sink_task })
+}
+
+/// The worker's tracer, its spans naming it: off without `otlp_endpoint` (no exporter runs).
+fn tracer(config: &Config, hostname: &str) -> etcron_common::trace::Tracer {
+    let resource = [
+        ("service.name", "etcron-worker".to_owned()),
+        ("service.version", etcron_model::VERSION.to_owned()),
+        ("service.instance.id", config.worker_id.clone()),
+        ("host.name", hostname.to_owned()),
+    ];
+    etcron_common::trace::Tracer::start(config.tracing.as_ref(), &resource)
 }
 
 /// Where the worker's own listeners are: followers' live output, and tasks' progress reports.

@@ -80,6 +80,8 @@ fn retry_request(keys: &Keys, fire: &Fire, status: Status, fencing_token: i64, n
         not_before_ms: Some(not_before),
         parent: Some(id.clone()),
         params: fire.params.clone(),
+        // The next attempt continues the trace of this one (the API request's, if any).
+        traceparent: fire.traceparent.clone(),
         ..TriggerRequest::manual(now, &format!("retry after {} of {id}", status.as_str()))
     };
     (put_request(keys, &id.job, &format!("retry-{fencing_token}"), &request), note)
@@ -147,6 +149,7 @@ pub(crate) fn rebalance_request(
         parent: Some(id.clone()),
         params: fire.params.clone(),
         avoid: Some(worker_id.to_owned()),
+        traceparent: fire.traceparent.clone(),
         ..TriggerRequest::manual(now, &format!("rebalance of {id}"))
     };
     let op = put_request(keys, &id.job, &format!("rebalance-{fencing_token}"), &request);

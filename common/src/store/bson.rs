@@ -136,7 +136,7 @@ pub(super) fn to_raw_document(r: &ExecutionRecord) -> RawDocumentBuf {
     if let Some(ms) = r.jitter_ms {
         d.append("jitter_ms", ms);
     }
-    for (key, v) in [("workflow", &r.workflow), ("pool", &r.pool)] {
+    for (key, v) in [("workflow", &r.workflow), ("pool", &r.pool), ("trace_id", &r.trace_id)] {
         if let Some(v) = v {
             d.append(key, v.as_str());
         }
@@ -308,6 +308,7 @@ pub(super) fn from_document(d: &Document) -> Result<ExecutionRecord, StoreError>
         workflow: str_of("workflow"),
         priority: int_of("priority").and_then(|v| u8::try_from(v).ok()),
         pool: str_of("pool"),
+        trace_id: str_of("trace_id"),
         reports: reports_of(d),
         id,
     })
@@ -349,6 +350,7 @@ mod tests {
             workflow: None,
             priority: None,
             pool: None,
+            trace_id: None,
             reports: Default::default(),
         }
     }
@@ -370,6 +372,7 @@ mod tests {
             workflow: Some("1764547200000-0a1b2c3d4e5f".to_owned()),
             priority: Some(90),
             pool: Some("reporting-db".to_owned()),
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".to_owned()),
             reports: Default::default(),
             ..record()
         };

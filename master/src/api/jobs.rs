@@ -438,15 +438,33 @@ pub(super) async fn delete_job(
     Ok(with_audit(StatusCode::NO_CONTENT.into_response(), detail))
 }
 
+/// `POST /api/jobs/{job}/run`, in its trace (`run_trace`).
 pub(super) async fn run_job(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    headers: HeaderMap,
     axum::Extension(scope): axum::Extension<Scope>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    let mut trace = super::run_trace::RunTrace::start(&st.tracer, &headers, &name);
+    let answer = request_run(&st, &name, &scope, body, &mut trace).await;
+    trace.end(&answer);
+    answer
+}
+
+/// Writes the run request of `POST /api/jobs/{job}/run`, carrying `trace`'s context.
+async fn request_run(
+    st: &AppState,
+    name: &str,
+    scope: &Scope,
+    body: Result<Bytes, BytesRejection>,
+    trace: &mut super::run_trace::RunTrace,
+) -> ApiResult<Response> {
     let (params, priority) = run_body(&body_bytes(body)?)?;
     let reason = format!("manual run via API by {}", scope.caller.name);
-    let (id, execution_id, team) = st.jobs().request_run_at(&name, &reason, (params.clone(), priority), &scope).await?;
+    let run = (params.clone(), priority, trace.traceparent());
+    let (id, execution_id, team) = st.jobs().request_run_at(name, &reason, run, scope).await?;
+    trace.requested(&execution_id.to_string());
     let mut body = json!({ "request_id": id, "execution_id": execution_id.to_string() });
     if !params.is_empty() {
         body["params"] = json!(params);

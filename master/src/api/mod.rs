@@ -24,6 +24,7 @@ mod http;
 mod jobs;
 mod notifications;
 mod pools;
+mod run_trace;
 mod schedule;
 pub mod stream;
 mod workers;

@@ -193,17 +193,17 @@ impl JobStore {
         params: RunParams,
         scope: &Scope,
     ) -> Result<(String, ExecutionId, Option<String>), JobStoreError> {
-        self.request_run_at(name, reason, (params, None), scope).await
+        self.request_run_at(name, reason, (params, None, None), scope).await
     }
 
     /// [`request_run`](Self::request_run) with the run's own priority (0 to 100, checked by the
     /// caller) instead of the job's: how it goes before or after other runs waiting for a pool's
-    /// slots or a worker's capacity.
+    /// slots or a worker's capacity; and the `traceparent` the run continues.
     pub async fn request_run_at(
         &self,
         name: &str,
         reason: &str,
-        (params, priority): (RunParams, Option<u8>),
+        (params, priority, traceparent): (RunParams, Option<u8>, Option<String>),
         scope: &Scope,
     ) -> Result<(String, ExecutionId, Option<String>), JobStoreError> {
         let id = format!("{:016x}", rand::random::<u64>());
@@ -211,6 +211,7 @@ impl JobStore {
             scheduled_ms: params.as_of_ms,
             params,
             priority,
+            traceparent,
             ..TriggerRequest::manual(now_ms(), reason)
         };
         let value = serde_json::to_vec(&request).map_err(|e| JobStoreError::internal(&e))?;

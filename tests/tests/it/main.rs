@@ -67,6 +67,7 @@ mod features {
     mod sdk;
     mod semantics;
     mod task_isolation;
+    mod traces;
     mod ui;
     mod workflows;
 }

@@ -37,7 +37,7 @@ const SPOOL_FILE: &str = "spool.jsonl";
 const JOURNAL_FILE: &str = "journal.jsonl";
 const REPLAY_PREFIX: &str = "replay-";
 
-/// Counters of the sink (exported as metrics).
+/// Counters of the sink (exported as metrics), and the trace spans of records on their way.
 #[derive(Debug, Default)]
 pub struct SinkStats {
     pub written: AtomicU64,
@@ -45,6 +45,50 @@ pub struct SinkStats {
     pub replayed: AtomicU64,
     pub dropped: AtomicU64,
     pub write_errors: AtomicU64,
+    spans: RecordSpans,
+}
+
+/// Most `record` spans waiting for their record's write; a span past it ends at once as
+/// `queued`.
+pub const MAX_RECORD_SPANS: usize = QUEUE;
+
+/// The `record` spans of final records not written yet, by execution: each ends when its
+/// record's batch was written (`etcron.record.outcome` `written`), spooled (`spooled`: MongoDB
+/// did not take it now; it is replayed later) or lost. Empty, and never locked, while tracing
+/// is off.
+#[derive(Debug, Default)]
+struct RecordSpans {
+    held: std::sync::atomic::AtomicUsize,
+    spans: Mutex<etcron_common::hash::HashMap<ExecutionId, etcron_common::trace::Span>>,
+}
+
+impl RecordSpans {
+    fn hold(&self, id: &ExecutionId, mut span: etcron_common::trace::Span) {
+        let mut spans = self.spans.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if spans.len() >= MAX_RECORD_SPANS {
+            span.set("etcron.record.outcome", "queued");
+            return;
+        }
+        spans.insert(id.clone(), span);
+        self.held.store(spans.len(), Ordering::Relaxed);
+    }
+
+    /// Ends the spans of the final records in `batch` with `outcome`.
+    fn end(&self, batch: &[RecordWrite], outcome: &'static str) {
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut spans = self.spans.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for w in batch.iter().filter(|w| w.mode.is_final()) {
+            if let Some(mut span) = spans.remove(&w.record.id) {
+                span.set("etcron.record.outcome", outcome);
+                if outcome == "lost" {
+                    span.fail("the record could be written neither to MongoDB nor to the spool");
+                }
+            }
+        }
+        self.held.store(spans.len(), Ordering::Relaxed);
+    }
 }
 
 /// Append-only spool files in one directory.
@@ -210,6 +254,15 @@ impl LogSink {
         Ok((Self { tx, spool, journal, stats }, task))
     }
 
+    /// [`submit`](Self::submit) with the record's trace span, ended once the record is written
+    /// (or spooled, or lost).
+    pub fn submit_traced(&self, write: RecordWrite, span: Option<etcron_common::trace::Span>) {
+        if let Some(span) = span {
+            self.stats.spans.hold(&write.record.id, span);
+        }
+        self.submit(write);
+    }
+
     /// Queues a record; never blocks and never drops silently.
     pub fn submit(&self, write: RecordWrite) {
         self.journal.append_then(write, |w| {
@@ -236,9 +289,11 @@ fn spool_or_drop(spool: &Spool, stats: &SinkStats, batch: &[RecordWrite]) {
     match spool.append(batch) {
         Ok(()) => {
             stats.spooled.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            stats.spans.end(batch, "spooled");
         }
         Err(e) => {
             stats.dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            stats.spans.end(batch, "lost");
             for w in batch {
                 tracing::error!(execution_id = %w.record.id, status = w.record.status.as_str(), error = %e, "EXECUTION RECORD LOST: MongoDB unavailable and the spool cannot be written");
             }
@@ -325,6 +380,7 @@ impl Writes {
         match done {
             Ok((batch, Ok(()))) => {
                 stats.written.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                stats.spans.end(&batch, "written");
                 running.note(&batch);
             }
             Ok((batch, Err(e))) => {

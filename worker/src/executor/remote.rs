@@ -28,6 +28,8 @@ pub(crate) struct Offer {
     pub fencing_token: i64,
     pub env: BTreeMap<String, String>,
     pub checkpoint: Option<Value>,
+    /// The run's W3C trace context.
+    pub traceparent: String,
 }
 
 /// A run the executor holds: how it reports, and where its outcome goes.
@@ -152,8 +154,19 @@ impl Handlers for Remote {
         let session = self.0.clone();
         let run = format!("r{}", session.next_run.fetch_add(1, Ordering::Relaxed));
         let (done, outcome) = oneshot::channel();
-        let Call { name, execution_id, job, scheduled_ms, attempt, fencing_token, env, checkpoint, reports, cancelled } =
-            call;
+        let Call {
+            name,
+            execution_id,
+            job,
+            scheduled_ms,
+            attempt,
+            fencing_token,
+            env,
+            checkpoint,
+            traceparent,
+            reports,
+            cancelled,
+        } = call;
         let offer = Offer {
             run: run.clone(),
             handler: name,
@@ -164,6 +177,7 @@ impl Handlers for Remote {
             fencing_token,
             env,
             checkpoint,
+            traceparent,
         };
         {
             let mut q = session.queues();

@@ -16,6 +16,7 @@ use crate::context::Context;
 use crate::fire::race::WonClaim;
 use crate::fire::record::{log_record, status_of};
 use crate::fire::run::Ran;
+use crate::fire::spans::Step;
 use crate::fire::workflow::StepOf;
 use crate::metrics::METRICS;
 use crate::notify::health;
@@ -174,8 +175,9 @@ async fn close_ops(
     CloseOps { follow, notes, failing }
 }
 
-/// Closes the claim of a run that ended, then writes its final record (and notifies).
-pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ran: Ran) {
+/// Closes the claim of a run that ended, then writes its final record (and notifies); `trace`
+/// is the close's span, the record's span its child (ended by the sink once MongoDB took it).
+pub(crate) async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ran: Ran, mut trace: Step) {
     let Ran { finished, handed_ms, mut record, mut step } = ran;
     let late = if step.is_none() { crate::fire::workflow::late_root(ctx, fire) } else { None };
     let fire = match late {
@@ -218,8 +220,14 @@ pub async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonClaim, ra
     // committed would otherwise leave a closed claim (nothing for the loss handling to do) and
     // no record. Killed before the close, the journal replays a record of a run that did
     // happen, and the loss handling records it lost (or reruns it) as before.
-    ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record: record.clone() });
+    trace.set("etcron.status", || status.as_str());
+    let record_span = trace.child(&ctx.tracer, "record");
+    ctx.sink.submit_traced(RecordWrite { mode: WriteMode::Replace, record: record.clone() }, record_span);
     let closed = close_claim(ctx, &fire.id.job, request).await == Closed::Done;
+    trace.set("etcron.claim.closed", || closed);
+    if status != Status::Succeeded {
+        trace.fail(|| record.error.clone().unwrap_or_else(|| status.as_str().to_owned()));
+    }
     won.hold.closed(closed);
     if let (true, Some((_, value))) = (closed && queue, &won.lock) {
         // The lock stayed ours if executions wait: the oldest gets it, with its run request.

@@ -1,12 +1,14 @@
 //! One fire of a job on this worker, as four phases, each its own module with a small value
 //! passed along: `decide` (whether this worker races: part, rank, selector, room, session;
 //! `Go`), `race` (the claim, batched with others; `WonClaim`), `run` (a capacity slot and the task
-//! at its scheduled time; `Ran`), `close` (the claim closed `done` with its follow-ups, the final record).
+//! at its scheduled time; `Ran`), `close` (the claim closed `done` with its follow-ups, the final record);
+//! a trace span each when tracing is on (`spans`).
 
 use std::sync::Arc;
 
 use tracing::Instrument;
 
+use super::spans::FireSpans;
 use super::{close, decide, race, run};
 use crate::context::Context;
 use crate::metrics::METRICS;
@@ -20,11 +22,23 @@ pub async fn run_fire(ctx: Arc<Context>, fire: Fire) {
 }
 
 async fn fire_path(ctx: Arc<Context>, mut fire: Fire) {
-    let Some(go) = decide::decide(&ctx, &fire).await else { return };
-    let Some(mut won) = race::claim(&ctx, &fire, go.lease, go.rank).await else { return };
+    // Trace spans around the phases (`spans`): built only while tracing is on; they change
+    // nothing of what the phases do.
+    let spans = FireSpans::begin(&ctx, &fire);
+    let Some(go) = decide::decide(&ctx, &fire).await else {
+        spans.not_raced();
+        return;
+    };
+    let mut claim = spans.step("claim");
+    let won = race::claim(&ctx, &fire, go.lease, go.rank).await;
+    claim.set("etcron.claim.outcome", || if won.is_some() { "won" } else { "not won" });
+    drop(claim);
+    let Some(mut won) = won else { return };
     // A run that starts a workflow run carries its id from here on (its marker, its record,
     // the requests its close writes).
     fire.params.workflow = super::workflow::run_of(&ctx, &fire);
-    let ran = run::run(&ctx, &fire, &mut won).await;
-    close::close(&ctx, &fire, won, ran).await;
+    let (run_span, trace) = spans.run(&fire);
+    let ran = run::run(&ctx, &fire, &mut won, trace).await;
+    drop(run_span);
+    close::close(&ctx, &fire, won, ran, spans.step("close")).await;
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcron_common::etcd::EtcdError;
 use etcron_common::store::{RecordWrite, WriteMode};
+use etcron_common::trace::TraceContext;
 use etcron_model::keys::Part;
 use etcron_model::progress::Resumed;
 use etcron_model::record::{Status, TriggerKind};
@@ -42,6 +43,10 @@ pub(crate) struct Reporting<'a> {
     /// tasks as `X-Etcron-Parent-Result` / `X-Etcron-Parents`, gRPC calls as the same metadata,
     /// handlers through their context.
     pub parents: Option<&'a ParentResults>,
+    /// The W3C `traceparent` of the run's span: shell tasks get it as `TRACEPARENT`, HTTP
+    /// requests and gRPC calls as a `traceparent` header or metadata entry (unless the job sets
+    /// its own).
+    pub traceparent: String,
 }
 
 /// The results of a run's parents, by job (a parent without a result maps to `null`).
@@ -192,6 +197,7 @@ fn handler_job(
         fencing_token,
         env,
         checkpoint: reporting.resumed.map(|r| r.checkpoint.clone()),
+        traceparent: reporting.traceparent.clone(),
         reports,
         cancelled,
     };
@@ -217,6 +223,8 @@ fn shell_env(
     reporting: &Reporting<'_>,
 ) -> std::collections::BTreeMap<String, String> {
     let mut env = ctx.task_env.clone();
+    // Before the job's own variables: a job that sets `TRACEPARENT` keeps its value.
+    env.insert("TRACEPARENT".to_owned(), reporting.traceparent.clone());
     env.extend(shell.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     env.extend(shell.secret_env.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))));
     env.extend(params);
@@ -325,7 +333,7 @@ fn http_job(ctx: &Context, fire: &Fire, http: &HttpTask, fencing_token: i64, rep
 }
 
 /// What an HTTP request or a gRPC call carries besides the job's own headers: the task
-/// variables as `X-Etcron-*` headers.
+/// variables as `X-Etcron-*` headers, and the run's `traceparent`.
 fn identity(
     ctx: &Context,
     fire: &Fire,
@@ -333,7 +341,8 @@ fn identity(
     reporting: &Reporting<'_>,
 ) -> impl Iterator<Item = (String, String)> {
     let identity = task_identity(ctx, fire, fencing_token, reporting);
-    identity.into_iter().map(|(name, value)| (header_name(name), value))
+    let trace = ("traceparent".to_owned(), reporting.traceparent.clone());
+    identity.into_iter().map(|(name, value)| (header_name(name), value)).chain(std::iter::once(trace))
 }
 
 /// Where a running task POSTs its reports (`ETCRON_PROGRESS_URL`, `X-Etcron-Progress-Url`).
@@ -398,8 +407,9 @@ pub struct Ran {
 }
 
 /// Runs the task of a won claim: registered (so kills and lease loss reach it) from now until
-/// it ends; started at its scheduled time, not before.
-pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
+/// it ends; started at its scheduled time, not before; `trace` is the run's span (its record
+/// names the trace, its task gets the `traceparent`).
+pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim, trace: TraceContext) -> Ran {
     let id = &fire.id;
     let mut stop = ctx.registry.register(id, won.fencing_token);
     until_scheduled(fire, &mut stop).await;
@@ -419,6 +429,7 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     let mut record = base_record(ctx, fire, Status::Running, Some(won.fencing_token));
     record.claimed_at = Some(rfc3339_ms(won.claimed_ms));
     record.started_at = Some(rfc3339_ms(handed_ms));
+    record.trace_id = Some(trace.trace_hex());
     let _slot = match slot {
         Ok(permit) => permit,
         Err(ending) => {
@@ -434,7 +445,8 @@ pub async fn run(ctx: &Arc<Context>, fire: &Fire, won: &mut WonClaim) -> Ran {
     let (inputs, ended) = workflow_inputs(ctx, fire, &mut record).await;
     let task_fire = inputs.as_ref().and_then(|i| i.fire.as_ref()).unwrap_or(fire);
     let parents = inputs.as_ref().map(|i| &i.parents);
-    let reporting = Reporting { tracker: tracker.clone(), resumed: resumed.as_ref(), parents };
+    let traceparent = trace.traceparent();
+    let reporting = Reporting { tracker: tracker.clone(), resumed: resumed.as_ref(), parents, traceparent };
     let (pid_tx, pid_rx) = oneshot::channel();
     let lapses = ctx.session_deadline.mark();
     let step = inputs.as_ref().map(|i| i.step.clone());

@@ -1028,6 +1028,7 @@ mod tests {
             workflow: None,
             priority: None,
             pool: None,
+            trace_id: None,
             reports: Default::default(),
         }
     }

@@ -54,6 +54,8 @@ pub struct Call {
     pub env: BTreeMap<String, String>,
     /// The checkpoint a failover rerun resumes from.
     pub checkpoint: Option<Value>,
+    /// The run's W3C trace context (as `TRACEPARENT` for a shell task).
+    pub traceparent: String,
     pub reports: Reports,
     /// Becomes `true` on a kill, the timeout or the session's loss: return soon.
     pub cancelled: watch::Receiver<bool>,

@@ -53,6 +53,8 @@ pub struct Fire {
     pub avoid: Option<String>,
     /// This run's priority, when its run request set one (else the job's).
     pub priority: Option<u8>,
+    /// The W3C `traceparent` its run request carries (the trace it continues).
+    pub traceparent: Option<String>,
 }
 
 impl Fire {
@@ -79,6 +81,7 @@ impl Fire {
             dequeued: false,
             avoid: None,
             priority: None,
+            traceparent: None,
         }
     }
 
@@ -108,6 +111,7 @@ impl Fire {
             dequeued: request.dequeued,
             avoid: request.avoid.clone(),
             priority: request.priority,
+            traceparent: request.traceparent.clone(),
         }
     }
 }

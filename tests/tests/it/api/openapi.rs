@@ -77,6 +77,7 @@ fn record(id: ExecutionId, status: Status, f: impl FnOnce(&mut ExecutionRecord))
         workflow: Some("1764547200000-0a1b2c3d4e5f".to_owned()),
         priority: Some(90),
         pool: Some("reporting-db".to_owned()),
+        trace_id: None,
         // What a task reports, so the documented shape of these fields is checked too.
         reports: etcron_model::record::TaskReports {
             progress: Some(etcron_model::progress::Progress {

@@ -161,6 +161,7 @@ fn synthetic(job: &str, ms: i64, n: u32) -> RecordWrite {
             workflow: None,
             priority: None,
             pool: None,
+            trace_id: None,
             reports: Default::default(),
         },
     }

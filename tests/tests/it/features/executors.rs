@@ -79,6 +79,9 @@ async fn a_python_executor_runs_a_handler_job_is_killed_and_fails_over_from_its_
     assert_eq!(record["result"], json!({"steps": 6, "resumed_at": 0}), "{record}");
     assert_eq!(record["progress"]["percent"], 100.0, "{record}");
     assert!(record["output"].as_str().unwrap_or_default().contains(&format!("{id} step 5 ")), "{record}");
+    // The run's trace context reaches the handler (`ctx.traceparent`).
+    let trace = record["trace_id"].as_str().unwrap_or_default();
+    assert!(record["output"].as_str().unwrap_or_default().contains(&format!("traceparent 00-{trace}-")), "{record}");
 
     // A kill sets the handler's `cancelled`; the run is recorded killed.
     let id = c.run_now("steps").await?;
