@@ -478,16 +478,23 @@ impl MongoStore {
     }
 
     /// Outcome counts since `since_ms` and the latest execution of each job seen since then
-    /// (only of records of `teams` when given, [`Search::teams`]).
+    /// (of `jobs` only when given: a page of them reads their records only; only of records of
+    /// `teams` when given, [`Search::teams`]).
     pub async fn summaries(
         &self,
         since_ms: UnixMs,
-        job: Option<&str>,
+        jobs: Option<&[String]>,
         teams: Option<&[String]>,
     ) -> Result<HashMap<String, JobSummary>, StoreError> {
         let mut matcher = doc! {"scheduled_at": {"$gte": BsonDate::from_millis(since_ms)}};
-        if let Some(job) = job {
-            matcher.insert("job", job);
+        match jobs {
+            Some([job]) => {
+                matcher.insert("job", job.as_str());
+            }
+            Some(jobs) => {
+                matcher.insert("job", doc! {"$in": jobs});
+            }
+            None => {}
         }
         if let Some(teams) = teams {
             matcher.insert("team", team_filter(teams));
@@ -553,10 +560,16 @@ pub struct WorkerSeen {
 /// Most workers [`MongoStore::workers_seen`] returns.
 pub const MAX_WORKERS_SEEN: i64 = 100;
 
+/// Most records [`MongoStore::workers_seen`] reads: the newest of its time range, so that a
+/// page of the console costs the same at any fire rate (a worker whose last record is older
+/// than them is not found).
+pub const WORKERS_SEEN_SCAN: i64 = 20_000;
+
 impl MongoStore {
     /// The workers that recorded executions scheduled since `since_ms` (only records of `teams`
     /// when given, [`Search::teams`]), the one seen last first, at most [`MAX_WORKERS_SEEN`]; one
-    /// aggregation served by the status index's time ranges.
+    /// aggregation served by the status index's time ranges, over the newest
+    /// [`WORKERS_SEEN_SCAN`] records of the range at most.
     pub async fn workers_seen(
         &self,
         since_ms: UnixMs,
@@ -571,6 +584,7 @@ impl MongoStore {
         let pipeline = vec![
             doc! {"$match": matcher},
             doc! {"$sort": {"scheduled_at": -1, "_id": -1}},
+            doc! {"$limit": WORKERS_SEEN_SCAN},
             doc! {"$group": {
                 "_id": "$worker_id",
                 "n": {"$sum": 1},
