@@ -352,7 +352,7 @@ pub async fn apply_jobs(client: &Client, files: Vec<FileJob>, opts: Options) -> 
         ))
         .into());
     }
-    let list = client.get("/api/jobs").await.context("listing the jobs on the server")?;
+    let list = crate::jobs::list_all(client, None).await.context("listing the jobs on the server")?;
     let steps = plan(&files, &current_jobs(&list), scope.as_ref())?;
     let owners: BTreeMap<&str, Option<&str>> =
         files.iter().map(|f| (f.name.as_str(), f.managed_by.as_deref())).collect();

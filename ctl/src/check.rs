@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use crate::client::{query, Client};
+use crate::client::Client;
 use crate::exit::{Exit, Unsuccessful};
 use crate::table::{text, Table};
 use crate::{out, print_doc};
@@ -22,8 +22,7 @@ struct Refused {
 
 /// Checks every job the caller sees (of `team` only, when given); exit 8 when any is refused.
 pub async fn check(client: &Client, team: Option<&str>, json: bool) -> anyhow::Result<()> {
-    let path = format!("/api/jobs{}", query(&[("team", team.map(str::to_owned))]));
-    let list = client.get(&path).await?;
+    let list = crate::jobs::list_all(client, team).await?;
     let jobs = list["jobs"].as_array().cloned().unwrap_or_default();
     let refused: Vec<Refused> = jobs.iter().filter_map(refused).collect();
     if json {

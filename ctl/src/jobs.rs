@@ -80,13 +80,36 @@ fn matches(job: &Value, labels: &[(String, String)], statuses: &[String]) -> boo
 
 /// `jobs ls`: the jobs the token sees (the master filters by its teams), of `team` only when
 /// given (filtered by the master too).
+/// Jobs per page when listing every job (the API's most).
+const LIST_PAGE: usize = 1_000;
+
+/// Every job the token sees (of `team` when given), read a page at a time
+/// (`GET /api/jobs?limit=…&cursor=…`): `{"jobs": […], "records": …}` as one answer, `records`
+/// saying unavailable when any page's summaries were.
+pub async fn list_all(client: &Client, team: Option<&str>) -> anyhow::Result<Value> {
+    let (mut jobs, mut records, mut cursor) = (Vec::new(), json!({"available": true}), None::<String>);
+    loop {
+        let params = [("team", team.map(str::to_owned)), ("limit", Some(LIST_PAGE.to_string())), ("cursor", cursor)];
+        let mut page = client.get(&format!("/api/jobs{}", query(&params))).await.context("listing jobs")?;
+        if let Some(more) = page["jobs"].as_array_mut() {
+            jobs.append(more);
+        }
+        if page["records"]["available"] == false {
+            records = page["records"].take();
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return Ok(json!({ "jobs": jobs, "records": records })),
+        }
+    }
+}
+
 pub async fn ls(
     client: &Client,
     (team, labels, statuses): (Option<&str>, &[(String, String)], &[String]),
     json: bool,
 ) -> anyhow::Result<()> {
-    let path = format!("/api/jobs{}", query(&[("team", team.map(str::to_owned))]));
-    let mut list = client.get(&path).await.context("listing jobs")?;
+    let mut list = list_all(client, team).await?;
     let jobs: Vec<Value> = list["jobs"]
         .as_array()
         .map(|all| all.iter().filter(|j| matches(j, labels, statuses)).cloned().collect())
@@ -521,7 +544,7 @@ fn export_format(to: &ExportTo, format: Option<Format>, json: bool) -> anyhow::R
 /// The specs of the jobs to export by name (all when `names` is empty; a name that does not
 /// exist is a 404), warning about invalid stored specs (left out) and withheld secrets.
 async fn exported_jobs(client: &Client, names: &[String]) -> anyhow::Result<BTreeMap<String, Value>> {
-    let list = client.get("/api/jobs").await.context("listing jobs")?;
+    let list = list_all(client, None).await?;
     let mut jobs = BTreeMap::new();
     let mut withheld = Vec::new();
     let listed: Vec<&Value> = list["jobs"].as_array().into_iter().flatten().collect();

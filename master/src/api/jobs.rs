@@ -37,7 +37,7 @@ use super::http::*;
 use crate::query::{self, Params};
 
 /// Parameters `GET /api/jobs` accepts.
-pub(super) const LIST_PARAMS: [&str; 1] = ["team"];
+pub(super) const LIST_PARAMS: [&str; 6] = ["team", "limit", "cursor", "prefix", "label", "state"];
 
 /// Upcoming fire times shown with each job.
 pub(super) const NEXT_RUNS: usize = 5;
@@ -255,8 +255,12 @@ pub(super) async fn list_jobs(
     axum::Extension(scope): axum::Extension<Scope>,
     axum::extract::RawQuery(raw): axum::extract::RawQuery,
 ) -> ApiResult<Json<Value>> {
+    let params = Params::parse(raw.as_deref(), &LIST_PARAMS)?;
+    if let Some(page) = super::job_pages::PageQuery::read(&params)? {
+        return Ok(Json(super::job_pages::page(&st, &scope, &page).await?));
+    }
     let mut wanted = None;
-    for (key, value) in Params::parse(raw.as_deref(), &LIST_PARAMS)?.iter() {
+    for (key, value) in params.iter() {
         wanted = Some(query::team(key, value)?);
     }
     let teams = scope.teams(wanted.as_deref());
@@ -318,8 +322,12 @@ pub(super) async fn get_job(
     let teams = scope.teams(None);
     let summary = async {
         let since = now_ms() - 86_400_000;
-        let mut summary =
-            st.store.summaries(since, Some(&name), teams.as_deref()).await?.remove(&name).unwrap_or_default();
+        let mut summary = st
+            .store
+            .summaries(since, Some(std::slice::from_ref(&name)), teams.as_deref())
+            .await?
+            .remove(&name)
+            .unwrap_or_default();
         let latest = Search { job: Some(name.clone()), teams: teams.clone(), limit: 1, ..Search::default() };
         let latest = st.store.search(&latest).await?;
         summary.last_execution = latest.executions.first().map(|r| etcron_common::store::LastExecution {

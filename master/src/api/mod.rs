@@ -21,6 +21,7 @@ mod cluster;
 mod executions;
 mod history;
 mod http;
+mod job_pages;
 mod jobs;
 mod notifications;
 mod pools;

@@ -11,6 +11,7 @@ mod api {
     mod ctl;
     mod hardening;
     mod history;
+    mod job_pages;
     mod job_store;
     mod jobs_api;
     mod masters;

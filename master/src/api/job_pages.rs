@@ -1,0 +1,261 @@
+//! `GET /api/jobs` a page at a time (`limit`, `cursor`), filtered on the server (`prefix`,
+//! `label`, `state`, `team`): each page reads a bounded range of `{ns}/jobs/` in name order,
+//! the pauses of that range only, and the record summaries of its jobs only, so its cost does
+//! not grow with the number of jobs.
+
+use std::collections::BTreeMap;
+
+use etcd_client::GetOptions;
+use etcron_model::keys::Key;
+use etcron_model::now_ms;
+use serde_json::{json, Value};
+
+use super::jobs::{view, SUMMARY_TIMEOUT};
+use crate::access::{team_of, Scope};
+use crate::backend::AppState;
+use crate::error::{etcd, ApiError, ApiResult};
+use crate::job_store::commands::stored_pause;
+use crate::query::{self, invalid, Params};
+
+/// Most jobs a page holds.
+pub const MAX_PAGE: usize = 1_000;
+
+/// Most job keys one page reads when filters pass over jobs: a page that ends at it is
+/// `partial` (its `next_cursor` goes on from the last job read).
+pub const PAGE_SCAN: usize = 10_000;
+
+/// What a job's state filter keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StateFilter {
+    /// Neither paused nor disabled in its spec, and a valid spec.
+    Enabled,
+    /// Paused, or disabled in its spec.
+    Paused,
+    /// A stored value the workers refuse.
+    Invalid,
+}
+
+/// A page's request.
+#[derive(Debug, Default)]
+pub(super) struct PageQuery {
+    limit: usize,
+    cursor: Option<String>,
+    prefix: String,
+    label: Option<(String, String)>,
+    state: Option<StateFilter>,
+    pub(super) team: Option<String>,
+}
+
+impl PageQuery {
+    /// The paging parameters of `params`; `None` when none is given (the whole list, as before).
+    pub(super) fn read(params: &Params) -> ApiResult<Option<Self>> {
+        let mut q = PageQuery { limit: 100, ..PageQuery::default() };
+        let mut paged = false;
+        for (key, value) in params.iter() {
+            paged |= key != "team";
+            match key {
+                "team" => q.team = Some(query::team(key, value)?),
+                "limit" => q.limit = page_limit(value)?,
+                "cursor" => q.cursor = Some(query::job(key, value)?),
+                "prefix" => q.prefix = name_prefix(value)?,
+                "label" => q.label = Some(label(value)?),
+                "state" => q.state = Some(state(value)?),
+                _ => {}
+            }
+        }
+        Ok(paged.then_some(q))
+    }
+}
+
+fn page_limit(value: &str) -> ApiResult<usize> {
+    value
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=MAX_PAGE).contains(n))
+        .ok_or_else(|| invalid("limit", format!("limit must be a number of jobs from 1 to {MAX_PAGE}")))
+}
+
+/// The start of job names: what a job name may hold (lowercase letters, digits, `-`, `_`, `.`).
+fn name_prefix(value: &str) -> ApiResult<String> {
+    let fits = value.len() <= etcron_model::keys::MAX_JOB_NAME_LEN
+        && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b));
+    if fits {
+        Ok(value.to_owned())
+    } else {
+        Err(invalid("prefix", "prefix must be the start of a job name (lowercase letters, digits, '-', '_', '.')"))
+    }
+}
+
+fn label(value: &str) -> ApiResult<(String, String)> {
+    match value.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(invalid("label", "label must be KEY=VALUE")),
+    }
+}
+
+fn state(value: &str) -> ApiResult<StateFilter> {
+    match value {
+        "enabled" => Ok(StateFilter::Enabled),
+        "paused" => Ok(StateFilter::Paused),
+        "invalid" => Ok(StateFilter::Invalid),
+        _ => Err(invalid("state", "state must be enabled, paused or invalid")),
+    }
+}
+
+/// The first key after every key starting with `start` (etcd's range end of a prefix).
+fn range_end(start: &str) -> Vec<u8> {
+    let mut end = start.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// One page of jobs the caller sees: `{"jobs", "next_cursor", "partial", "records"}`.
+pub(super) async fn page(st: &AppState, scope: &Scope, q: &PageQuery) -> ApiResult<Value> {
+    // After the cursor, never before the prefix (a cursor from elsewhere cannot widen the range).
+    let start = st.keys.job(&q.prefix);
+    let from = match &q.cursor {
+        Some(after) => format!("{}\0", st.keys.job(after)).max(start),
+        None => start,
+    };
+    let end = range_end(&st.keys.job(&q.prefix));
+    let mut kv = st.client.kv_client();
+    // Without a filter passing over jobs a page reads its jobs and one more; with one, up to
+    // PAGE_SCAN of them.
+    let filtered = q.label.is_some() || q.state.is_some() || q.team.is_some() || scope.caller.access.role.is_none();
+    let read = if filtered { PAGE_SCAN } else { q.limit + 1 };
+    let opts = GetOptions::new().with_range(end).with_limit(i64::try_from(read).unwrap_or(i64::MAX));
+    let resp = etcd("list_jobs_page", kv.get(from, Some(opts))).await?;
+    let (Some(first), Some(last)) = (resp.kvs().first(), resp.kvs().last()) else {
+        return Ok(json!({ "jobs": [], "next_cursor": null, "partial": false, "records": {"available": true} }));
+    };
+    let pauses = pauses_between(st, first.key(), last.key()).await?;
+    let workers = super::workers::open_workers(st).await?;
+    let mut jobs = Vec::new();
+    let (mut next, mut read_upto) = (None, None);
+    for item in resp.kvs() {
+        let Some(Key::Job(name)) = st.keys.parse(item.key()) else { continue };
+        if jobs.len() == q.limit {
+            // A job after a full page: the next page starts after the page's last.
+            next = jobs.last().and_then(|j: &Value| j["name"].as_str()).map(str::to_owned);
+            break;
+        }
+        read_upto = Some(name.clone());
+        let team = team_of(item.value());
+        let listed = scope.caller.access.sees(team.as_deref())
+            && q.team.as_ref().is_none_or(|w| team.as_deref() == Some(w.as_str()));
+        if !listed {
+            continue;
+        }
+        let pause = pauses.get(&name);
+        let job = view(name, item.value(), item.mod_revision(), item.create_revision(), Some(&workers), pause);
+        let v = serde_json::to_value(job).map_err(|e| ApiError::internal(&e))?;
+        if kept(&v, q) {
+            jobs.push(v);
+        }
+    }
+    // The scan ended before the range did: the next page goes on after the last job read.
+    let partial = next.is_none() && resp.more();
+    if partial {
+        next = read_upto;
+    }
+    let records = with_summaries(st, &mut jobs, scope, q.team.as_deref()).await;
+    Ok(json!({ "jobs": jobs, "next_cursor": next, "partial": partial, "records": records }))
+}
+
+/// Whether a job's view passes the page's label and state filters.
+fn kept(v: &Value, q: &PageQuery) -> bool {
+    if let Some((k, want)) = &q.label {
+        if v["spec"]["labels"][k].as_str() != Some(want.as_str()) {
+            return false;
+        }
+    }
+    let Some(state) = q.state else { return true };
+    let invalid = !v["invalid"].is_null();
+    let paused = !v["paused"].is_null() || v["spec"]["enabled"] == false;
+    match state {
+        StateFilter::Invalid => invalid,
+        StateFilter::Paused => !invalid && paused,
+        StateFilter::Enabled => !invalid && !paused,
+    }
+}
+
+/// The pauses of the jobs from `first` to `last` (their keys), by job.
+async fn pauses_between(
+    st: &AppState,
+    first: &[u8],
+    last: &[u8],
+) -> ApiResult<BTreeMap<String, etcron_model::stored::Pause>> {
+    let name = |key: &[u8]| match st.keys.parse(key) {
+        Some(Key::Job(n)) => n,
+        _ => String::new(),
+    };
+    let (from, to) = (st.keys.paused(&name(first)), format!("{}\0", st.keys.paused(&name(last))));
+    let mut kv = st.client.kv_client();
+    let resp = etcd("list_paused_page", kv.get(from, Some(GetOptions::new().with_range(to)))).await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|item| match st.keys.parse(item.key()) {
+            Some(Key::Paused(job)) => Some((job.clone(), stored_pause(&job, item.value()))),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Each job's record summary of the last 24 h (its jobs' only), or why there is none.
+async fn with_summaries(st: &AppState, jobs: &mut [Value], scope: &Scope, team: Option<&str>) -> Value {
+    let names: Vec<String> = jobs.iter().filter_map(|j| j["name"].as_str().map(str::to_owned)).collect();
+    if names.is_empty() {
+        return json!({"available": true});
+    }
+    let teams = scope.teams(team);
+    let since = now_ms() - 86_400_000;
+    let read = st.store.summaries(since, Some(&names), teams.as_deref());
+    match tokio::time::timeout(SUMMARY_TIMEOUT, read).await {
+        Ok(Ok(summaries)) => {
+            for j in jobs.iter_mut() {
+                let summary = j["name"].as_str().and_then(|n| summaries.get(n)).cloned().unwrap_or_default();
+                j["summary"] = serde_json::to_value(summary).unwrap_or(Value::Null);
+            }
+            json!({"available": true})
+        }
+        Ok(Err(e)) => json!({"available": false, "error": e.to_string()}),
+        Err(_) => json!({"available": false, "error": "MongoDB did not answer in time"}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_checked_and_name_their_field() {
+        let parse = |q: &str| PageQuery::read(&Params::parse(Some(q), &super::super::jobs::LIST_PARAMS).unwrap());
+        assert!(parse("team=payments").unwrap().is_none(), "team alone: the whole list");
+        let q = parse("limit=50&prefix=db-&label=tier%3Dcritical&state=paused").unwrap().unwrap();
+        assert_eq!((q.limit, q.prefix.as_str(), q.state), (50, "db-", Some(StateFilter::Paused)));
+        assert_eq!(q.label, Some(("tier".to_owned(), "critical".to_owned())));
+        for (bad, field) in [
+            ("limit=0", "limit"),
+            ("limit=1001", "limit"),
+            ("prefix=DB", "prefix"),
+            ("label=x", "label"),
+            ("state=sleeping", "state"),
+            ("cursor=Bad", "cursor"),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{bad}");
+        }
+    }
+
+    #[test]
+    fn range_end_is_the_first_key_after_the_prefix() {
+        assert_eq!(range_end("ns/jobs/db"), b"ns/jobs/dc".to_vec());
+        assert_eq!(range_end("ns/jobs/"), b"ns/jobs0".to_vec());
+    }
+}
