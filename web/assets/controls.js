@@ -5,14 +5,17 @@ import { h } from "./format.js";
 import { banner } from "./api.js";
 import { route } from "./nav.js";
 
-/** A button that runs `action`, then re-renders the current view; errors go to the banner. */
+/** A button that runs `action`, then re-renders the current view (unless the action went to
+ * another page, which renders by itself: a second render could land over the page the
+ * operator moved on to); errors go to the banner. */
 export function button(label, action, attrs = {}) {
   const b = h("button", { type: "button", ...attrs }, label);
   b.addEventListener("click", async () => {
     b.disabled = true;
+    const at = location.hash;
     try {
       if (await action() === false) return;
-      await route();
+      if (location.hash === at) await route();
     } catch (e) {
       banner(`${label} failed: ${e.message}`);
     } finally {

@@ -14,7 +14,6 @@ use super::jobs::{view, SUMMARY_TIMEOUT};
 use crate::access::{team_of, Scope};
 use crate::backend::AppState;
 use crate::error::{etcd, ApiError, ApiResult};
-use crate::job_store::commands::stored_pause;
 use crate::query::{self, invalid, Params};
 
 /// Most jobs a page holds.
@@ -197,14 +196,7 @@ async fn pauses_between(
     let (from, to) = (st.keys.paused(&name(first)), format!("{}\0", st.keys.paused(&name(last))));
     let mut kv = st.client.kv_client();
     let resp = etcd("list_paused_page", kv.get(from, Some(GetOptions::new().with_range(to)))).await?;
-    Ok(resp
-        .kvs()
-        .iter()
-        .filter_map(|item| match st.keys.parse(item.key()) {
-            Some(Key::Paused(job)) => Some((job.clone(), stored_pause(&job, item.value()))),
-            _ => None,
-        })
-        .collect())
+    Ok(super::jobs::pauses_of(st, &resp))
 }
 
 /// Each job's record summary of the last 24 h (its jobs' only), or why there is none.

@@ -238,14 +238,18 @@ pub(super) async fn all_jobs(st: &AppState) -> ApiResult<etcd_client::GetRespons
 pub(super) async fn all_pauses(st: &AppState) -> ApiResult<BTreeMap<String, Pause>> {
     let mut kv = st.client.kv_client();
     let resp = etcd("list_paused", kv.get(st.keys.paused_prefix(), Some(GetOptions::new().with_prefix()))).await?;
-    Ok(resp
-        .kvs()
+    Ok(pauses_of(st, &resp))
+}
+
+/// The pauses a range read of `{ns}/paused/` found, by job.
+pub(super) fn pauses_of(st: &AppState, resp: &etcd_client::GetResponse) -> BTreeMap<String, Pause> {
+    resp.kvs()
         .iter()
         .filter_map(|item| match st.keys.parse(item.key()) {
             Some(Key::Paused(job)) => Some((job.clone(), stored_pause(&job, item.value()))),
             _ => None,
         })
-        .collect())
+        .collect()
 }
 
 /// `GET /api/jobs[?team=T]`: the jobs the caller sees (every job with a global role, else
