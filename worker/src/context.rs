@@ -12,6 +12,7 @@ pub mod log_sink;
 pub mod provisional;
 pub mod simulated;
 pub mod slots;
+pub mod spec_bytes;
 pub mod unsettled;
 
 use etcron_common::hash::HashMap;
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 use etcd_client::Client;
 use etcron_common::claim::RetentionLeases;
+use etcron_model::duration::HumanDuration;
 use etcron_model::keys::{ExecutionId, Keys, KillTarget};
 use etcron_model::spec::JobSpec;
 use etcron_model::stored::Pause;
@@ -29,6 +31,7 @@ use tokio::sync::watch;
 use crate::cluster::membership::Members;
 use crate::config::Config;
 use crate::context::log_sink::LogSink;
+use crate::context::spec_bytes::SpecBytes;
 use crate::tasks::shell::StopReason;
 
 /// Everything an execution needs, shared by all of them.
@@ -163,10 +166,10 @@ pub struct OutputEndpoint {
     pub token: String,
 }
 
-/// A job as the scheduler last saw it.
 /// [`JobRef::timing_since_ms`] of a job listed when the worker started.
 pub const TIMING_UNKNOWN: UnixMs = UnixMs::MIN;
 
+/// A job as the scheduler last saw it, its spec decoded.
 #[derive(Debug, Clone)]
 pub struct JobRef {
     pub spec: Arc<JobSpec>,
@@ -178,12 +181,23 @@ pub struct JobRef {
     pub timing_since_ms: UnixMs,
 }
 
+/// A job as the table keeps it: its spec as bytes ([`SpecBytes`]).
+#[derive(Debug, Clone)]
+pub struct Known {
+    pub spec: SpecBytes,
+    pub mod_revision: i64,
+    pub timing_since_ms: UnixMs,
+}
+
 /// The scheduler's jobs, readable by executions (failover needs the lost run's job spec).
 #[derive(Debug, Default)]
 pub struct JobTable {
-    inner: std::sync::RwLock<HashMap<String, JobRef>>,
+    inner: std::sync::RwLock<HashMap<Arc<str>, Known>>,
     /// `after` read backwards: a job → the jobs naming it in their `after` (workflow children).
     children: std::sync::RwLock<HashMap<String, std::collections::BTreeSet<String>>>,
+    /// The jobs with a `no_success_within` alert, and its window (few of all jobs: the stale
+    /// check passes over these only).
+    stale_windows: std::sync::RwLock<HashMap<Arc<str>, HumanDuration>>,
     /// Set once the scheduler applied its first listing of the jobs.
     loaded: std::sync::atomic::AtomicBool,
 }
@@ -200,44 +214,64 @@ impl JobTable {
         self.loaded.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// The job, its spec decoded.
     #[must_use]
     pub fn get(&self, job: &str) -> Option<JobRef> {
-        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(job).cloned()
+        let known = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(job).cloned()?;
+        Some(JobRef {
+            spec: known.spec.decode(job)?,
+            mod_revision: known.mod_revision,
+            timing_since_ms: known.timing_since_ms,
+        })
     }
+
+    /// [`JobRef::timing_since_ms`] of the job, without decoding its spec.
+    #[must_use]
+    pub fn timing_since(&self, job: &str) -> Option<UnixMs> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(job).map(|k| k.timing_since_ms)
+    }
+
     /// The names of all jobs.
     #[must_use]
     pub fn names(&self) -> Vec<String> {
-        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect()
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).keys().map(ToString::to_string).collect()
     }
 
-    /// What `pick` takes from each job, under one read of the table (a pass over every job
-    /// that clones only what is picked).
-    pub fn select<T>(&self, pick: impl Fn(&str, &JobRef) -> Option<T>) -> Vec<T> {
-        let inner = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        inner.iter().filter_map(|(name, entry)| pick(name, entry)).collect()
+    /// The jobs with a `no_success_within` alert, and its window.
+    #[must_use]
+    pub fn stale_windows(&self) -> Vec<(String, HumanDuration)> {
+        let windows = self.stale_windows.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        windows.iter().map(|(job, window)| (job.to_string(), *window)).collect()
     }
 
-    pub fn set(&self, job: &str, entry: Option<JobRef>) {
+    /// Sets the job (`Some`: as kept, and its spec parsed) or removes it (`None`).
+    pub fn set(&self, job: &Arc<str>, entry: Option<(Known, &JobSpec)>) {
         let mut inner = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut children = self.children.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let old = match entry {
-            Some(e) => {
-                for parent in &e.spec.after {
-                    children.entry(parent.clone()).or_default().insert(job.to_owned());
+        let mut windows = self.stale_windows.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (old, keep) = match entry {
+            Some((known, spec)) => {
+                for parent in &spec.after {
+                    children.entry(parent.clone()).or_default().insert(job.to_string());
                 }
-                let keep: Vec<String> = e.spec.after.clone();
-                inner.insert(job.to_owned(), e).map(|o| (o, keep))
+                match spec.alerts.as_ref().and_then(|a| a.no_success_within) {
+                    Some(window) => windows.insert(job.clone(), window),
+                    None => windows.remove(&**job),
+                };
+                (inner.insert(job.clone(), known), spec.after.clone())
             }
-            None => inner.remove(job).map(|o| (o, Vec::new())),
+            None => {
+                windows.remove(&**job);
+                (inner.remove(&**job), Vec::new())
+            }
         };
         // The old spec's `after` edges that the new one does not keep.
-        if let Some((old, keep)) = old {
-            for parent in old.spec.after.iter().filter(|p| !keep.contains(p)) {
-                if let Some(set) = children.get_mut(parent) {
-                    set.remove(job);
-                    if set.is_empty() {
-                        children.remove(parent);
-                    }
+        let Some(old) = old.and_then(|o| o.spec.decode(job)) else { return };
+        for parent in old.after.iter().filter(|p| !keep.contains(p)) {
+            if let Some(set) = children.get_mut(parent) {
+                set.remove(&**job);
+                if set.is_empty() {
+                    children.remove(parent);
                 }
             }
         }
@@ -246,11 +280,12 @@ impl JobTable {
     /// The jobs naming `job` in their `after` (its workflow children), with their specs.
     #[must_use]
     pub fn after_children(&self, job: &str) -> Vec<(String, JobRef)> {
-        // The same order as `set`: the jobs, then the index.
-        let inner = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let children = self.children.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(names) = children.get(job) else { return Vec::new() };
-        names.iter().filter_map(|n| inner.get(n).map(|j| (n.clone(), j.clone()))).collect()
+        let names: Vec<String> = {
+            let children = self.children.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let Some(names) = children.get(job) else { return Vec::new() };
+            names.iter().cloned().collect()
+        };
+        names.into_iter().filter_map(|n| self.get(&n).map(|j| (n, j))).collect()
     }
 }
 

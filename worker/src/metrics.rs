@@ -128,6 +128,8 @@ pub struct WorkerMetrics {
     /// Unclaimed ticks the catch-up scan could not tell from ticks that ran (their claims may
     /// have expired during a long outage): recorded `missed` where no record exists, never run.
     pub unsure_ticks: IntCounter,
+    /// Kept job specs that did not decode again (`SpecBytes::decode`): a defect, never expected.
+    pub spec_decode_errors: IntCounter,
     /// Claims or closes per batch transaction (batches of more than one), by kind.
     pub batch_size: HistogramVec,
     /// Close batches that waited for this worker's claim backlog to clear (starts first).
@@ -362,6 +364,10 @@ pub static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| {
     unsure_ticks: counter(
         "etcron_worker_catchup_unsure_ticks_total",
         "Unclaimed ticks the catch-up scan could not tell from ticks that ran (claims expired during a long outage): recorded missed where no record exists, never run.",
+    ),
+    spec_decode_errors: counter(
+        "etcron_worker_spec_decode_errors_total",
+        "Job specs this worker accepted and kept as bytes that did not decode again (a defect): such a job is treated as unknown.",
     ),
     batch_size: histogram_vec(
         "etcron_worker_batch_size",

@@ -1,6 +1,7 @@
 //! Connecting to etcd: endpoints, timeouts and the error classification used everywhere.
 //! Every client routes its requests to healthy members ([`route`], [`members`]).
 
+pub mod list;
 mod members;
 mod route;
 

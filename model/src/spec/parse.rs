@@ -21,6 +21,16 @@ impl JobSpec {
         Ok((spec, schedule.jittered(job, jitter_ms)))
     }
 
+    /// Decodes bytes that [`JobSpec::from_json`] (or `from_json_cached`) accepted before,
+    /// without validating them again: one pass of serde over the bytes, the way a worker reads
+    /// a spec it keeps as bytes when a tick fires.
+    ///
+    /// # Errors
+    /// When the bytes are not a spec (they were not validated before).
+    pub fn from_validated_json(bytes: &[u8]) -> Result<Self, SpecError> {
+        serde_json::from_slice(bytes).map_err(|e| serde_error(".", &e.to_string(), e.is_syntax()))
+    }
+
     /// Parses and validates a spec already decoded into a JSON value.
     pub fn from_value(value: serde_json::Value) -> Result<Self, SpecError> {
         let spec = Self::decode(value)?;

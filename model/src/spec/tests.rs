@@ -853,7 +853,11 @@ mod properties {
                 let again = serde_json::to_value(&spec).map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(JobSpec::from_value(again.clone()), Ok(spec.clone()), "{}", again);
                 let bytes = serde_json::to_vec(&spec).map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(JobSpec::from_json(&bytes), Ok(spec));
+                prop_assert_eq!(JobSpec::from_json(&bytes), Ok(spec.clone()));
+                // What a worker keeps (the accepted bytes as given) decodes to the same spec
+                // without the validating pass.
+                let given = serde_json::to_vec(value).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(JobSpec::from_validated_json(&given), Ok(spec));
             }
         }
         Ok(())

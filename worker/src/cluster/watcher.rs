@@ -5,14 +5,12 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, GetOptions, WatchOptions};
+use etcd_client::{Client, EventType, WatchOptions};
 use tokio::sync::{mpsc, watch};
 
 use etcron_common::backoff::Backoff;
-use etcron_common::etcd::{request, request_within, EtcdError, REQUEST_TIMEOUT};
-
-/// Keys fetched per page while listing.
-const PAGE_SIZE: i64 = 2_000;
+use etcron_common::etcd::list::Pages;
+use etcron_common::etcd::{request, EtcdError, REQUEST_TIMEOUT};
 
 #[derive(Debug, Clone)]
 pub struct Kv {
@@ -59,44 +57,26 @@ impl Update {
     }
 }
 
-/// Lists every key under `prefix` at a single revision, page by page.
+/// Lists every key under `prefix` at a single revision, in pages sized by bytes
+/// ([`etcron_common::etcd::list`]).
 pub async fn list(client: &Client, prefix: &str) -> Result<(Vec<Kv>, i64), etcd_client::Error> {
-    let mut kv = client.kv_client();
-    let range_end = etcron_model::keys::prefix_end(prefix.as_bytes());
-    let mut start = prefix.as_bytes().to_vec();
-    let mut revision = 0;
+    let mut pages = Pages::new(client, "list", prefix.as_bytes(), 0, REQUEST_TIMEOUT * 4);
     let mut out = Vec::new();
     loop {
-        let mut opts = GetOptions::new().with_range(range_end.clone()).with_limit(PAGE_SIZE);
-        if revision > 0 {
-            opts = opts.with_revision(revision);
-        }
-        let resp = match request_within("list", REQUEST_TIMEOUT * 4, kv.get(start.clone(), Some(opts))).await {
-            Ok(r) => r,
+        let page = match pages.next().await {
+            Ok(Some(page)) => page,
+            Ok(None) => break,
             Err(EtcdError::Failed(e)) => return Err(e),
             Err(EtcdError::Timeout) => return Err(etcd_client::Error::WatchError("listing timed out".to_owned())),
         };
-        if revision == 0 {
-            revision = resp.header().map_or(0, |h| h.revision());
-        }
-        let more = resp.more();
-        for item in resp.kvs() {
-            out.push(Kv {
-                key: item.key().to_vec(),
-                value: item.value().to_vec(),
-                create_revision: item.create_revision(),
-                mod_revision: item.mod_revision(),
-            });
-        }
-        match out.last() {
-            Some(last) if more => {
-                start = last.key.clone();
-                start.push(0);
-            }
-            _ => break,
+        out.reserve(page.len());
+        for item in page {
+            let (create_revision, mod_revision) = (item.create_revision(), item.mod_revision());
+            let (key, value) = item.into_key_value();
+            out.push(Kv { key, value, create_revision, mod_revision });
         }
     }
-    Ok((out, revision))
+    Ok((out, pages.revision()))
 }
 
 /// Runs until `stop` flips or the receiver is dropped. `name` labels log lines.

@@ -256,12 +256,14 @@ pub async fn stale_loop(ctx: Arc<Context>) {
 }
 
 async fn check_stale(ctx: &Arc<Context>, watched: &mut HashMap<String, Watched>) {
-    // One pass over the jobs, keeping only those with `no_success_within`: a cluster of many
-    // jobs without it pays a field check per job per second.
-    let jobs = ctx.jobs.select(|name, entry| {
-        let window = entry.spec.alerts.as_ref()?.no_success_within?;
-        Some((name.to_owned(), entry.spec.clone(), window))
-    });
+    // Only the jobs with `no_success_within` (the table keeps them apart): a cluster of many
+    // jobs without it pays nothing here.
+    let jobs: Vec<_> = ctx
+        .jobs
+        .stale_windows()
+        .into_iter()
+        .filter_map(|(name, window)| Some((name.clone(), ctx.jobs.get(&name)?.spec, window)))
+        .collect();
     let names: HashSet<&str> = jobs.iter().map(|(name, _, _)| name.as_str()).collect();
     watched.retain(|job, _| names.contains(job.as_str()));
     for (job, spec, window) in &jobs {

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcron_common::claim;
-use etcron_common::etcd::{request, EtcdError};
+use etcron_common::etcd::list::Pages;
+use etcron_common::etcd::{request, EtcdError, REQUEST_TIMEOUT};
 use etcron_model::keys::{Key, Tick};
 use etcron_model::record::Status;
 use etcron_model::spec::Misfire;
@@ -132,20 +133,8 @@ pub fn plan(
 /// claims have moved them past `upto`.
 pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: i64) {
     tokio::time::sleep(MISSED_AFTER).await;
-    let mut kv = ctx.client.kv_client();
-    let prefix = ctx.keys.state_prefix();
-    let at_load = GetOptions::new().with_prefix().with_revision(revision);
-    let states = match request("scan_states", kv.get(prefix.as_str(), Some(at_load))).await {
-        Err(EtcdError::Failed(e)) => {
-            // Compacted already: the current states are the best left (a gap's newest ticks
-            // may then go unexamined; say so).
-            tracing::warn!(error = %e, revision, "catch-up scan: job states at load time unavailable; using current ones");
-            request("scan_states", kv.get(prefix.as_str(), Some(GetOptions::new().with_prefix()))).await
-        }
-        other => other,
-    };
-    let states = match states {
-        Ok(r) => r,
+    let last = match read_states(&ctx, revision).await {
+        Ok(last) => last,
         Err(EtcdError::Failed(e)) => {
             tracing::error!(error = %e, jobs = jobs.len(), "catch-up scan: cannot read job states; ticks missed during downtime are not accounted for");
             return;
@@ -158,16 +147,6 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
             return;
         }
     };
-    let mut last: HashMap<String, Stored> = HashMap::default();
-    for item in states.kvs() {
-        if let Some(Key::State(job)) = ctx.keys.parse(item.key()) {
-            let stored = match JobState::from_bytes(item.value()) {
-                Some(state) => Stored::State(state.last_tick_ms),
-                None => Stored::Malformed { mod_revision: item.mod_revision(), bytes: item.value().len() },
-            };
-            last.insert(job, stored);
-        }
-    }
     let mut scanned = 0usize;
     for job in &jobs {
         if ctx.members.rank(&ctx.config.worker_id, &format!("catchup/{job}")) != 0 {
@@ -177,6 +156,35 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
         scan_job(&ctx, job, last.get(job).copied().unwrap_or(Stored::Missing), upto, Gap::NoWorker).await;
     }
     tracing::info!(jobs = jobs.len(), scanned, states = last.len(), until = %rfc3339_ms(upto), "catch-up scan done");
+}
+
+/// Every job's `{ns}/state/{job}` as of `revision`, read in pages; the current ones when that
+/// revision is compacted already (a gap's newest ticks may then go unexamined; said in a log line).
+async fn read_states(ctx: &Context, revision: i64) -> Result<HashMap<String, Stored>, EtcdError> {
+    let prefix = ctx.keys.state_prefix();
+    let mut pages = Pages::new(&ctx.client, "scan_states", prefix.as_bytes(), revision, REQUEST_TIMEOUT);
+    let mut last: HashMap<String, Stored> = HashMap::default();
+    loop {
+        let page = match pages.next().await {
+            Ok(Some(page)) => page,
+            Ok(None) => return Ok(last),
+            Err(EtcdError::Failed(e)) if last.is_empty() && pages.revision() == revision => {
+                tracing::warn!(error = %e, revision, "catch-up scan: job states at load time unavailable; using current ones");
+                pages = Pages::new(&ctx.client, "scan_states", prefix.as_bytes(), 0, REQUEST_TIMEOUT);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        for item in page {
+            if let Some(Key::State(job)) = ctx.keys.parse(item.key()) {
+                let stored = match JobState::from_bytes(item.value()) {
+                    Some(state) => Stored::State(state.last_tick_ms),
+                    None => Stored::Malformed { mod_revision: item.mod_revision(), bytes: item.value().len() },
+                };
+                last.insert(job, stored);
+            }
+        }
+    }
 }
 
 /// A job's `{ns}/state/{job}` as the scan read it, or where a sweep starts.
@@ -386,7 +394,7 @@ async fn sweep_range(ctx: &Context, sweep: &Sweep) -> bool {
             for job in jobs {
                 // No tick of the job's current schedule was due before this worker had it, nor
                 // before the job was made.
-                let since = match ctx.jobs.get(&job).map(|j| j.timing_since_ms) {
+                let since = match ctx.jobs.timing_since(&job) {
                     Some(crate::context::TIMING_UNKNOWN) => created_ms(ctx, &job).await.unwrap_or(*first).max(*first),
                     since => since.map_or(*first, |s| s.max(*first)),
                 };

@@ -11,22 +11,27 @@ use etcron_model::UnixMs;
 
 use super::{wall_ms, Due, Scheduler};
 use crate::cluster::watcher::{Kv, Mirror};
-use crate::context::JobRef;
+use crate::context::spec_bytes::SpecBytes;
+use crate::context::Known;
 use crate::timing::fire::Fire;
 use crate::timing::wheel::EntryKey;
 
+/// A job as the scheduler holds it: its spec as bytes (decoded when a tick fires), its parsed
+/// schedule (shared with the other jobs of the same schedule) and its place in the wheel.
 pub(super) struct JobEntry {
-    pub(super) spec: Arc<JobSpec>,
+    pub(super) spec: SpecBytes,
     schedule: Schedule,
     pub(super) mod_revision: i64,
     pub(super) wheel_key: Option<EntryKey>,
+    /// Its runs may overlap (`concurrency: allow`): its race starts `claim_ahead` early.
+    claims_ahead: bool,
 }
 
 /// How long before a tick this job's race for it starts: `claim_ahead` for jobs whose runs may
 /// overlap (`concurrency: allow`); none for `forbid`/`replace`, whose lock must be taken when the
 /// tick is due (claiming early could find the previous run still going, or kill it early).
-fn claim_ahead_ms(config: &crate::config::Config, spec: &JobSpec) -> u64 {
-    if spec.concurrency == Concurrency::Allow {
+fn claim_ahead_ms(config: &crate::config::Config, entry: &JobEntry) -> u64 {
+    if entry.claims_ahead {
         u64::try_from(config.claim_ahead.as_millis()).unwrap_or(0)
     } else {
         0
@@ -92,7 +97,7 @@ impl Scheduler {
             return;
         };
         let next = u64::try_from(next).unwrap_or(0);
-        let ahead = claim_ahead_ms(&self.ctx.config, &entry.spec);
+        let ahead = claim_ahead_ms(&self.ctx.config, entry);
         match self.wheel.insert(next.saturating_sub(ahead), Due::Tick(name.clone(), next)) {
             Ok(key) => entry.wheel_key = Some(key),
             Err(_) => {
@@ -109,7 +114,11 @@ impl Scheduler {
             return;
         };
         entry.wheel_key = None;
-        let spec = entry.spec.clone();
+        let Some(spec) = entry.spec.decode(name) else {
+            // Said and counted by `decode`; later ticks try again.
+            self.schedule_next(name, deadline.max(now));
+            return;
+        };
         let job_revision = entry.mod_revision;
         let late_ms = now.saturating_sub(deadline);
         if late_ms > 1_000 {
@@ -177,18 +186,21 @@ impl Scheduler {
             }
         };
         let now = self.wheel.elapsed_ms().max(wall_ms());
+        let bytes = SpecBytes::accepted(&kv.value);
+        let claims_ahead = spec.concurrency == Concurrency::Allow;
         match self.jobs.get_mut(&name) {
             Some(entry) => {
-                let timing_same = entry.spec.same_timing(&spec);
-                entry.spec = Arc::new(spec);
-                let timing_since_ms = match self.ctx.jobs.get(&name) {
-                    Some(old) if timing_same => old.timing_since_ms,
+                let timing_same = entry.spec.decode(&name).is_some_and(|old| old.same_timing(&spec));
+                entry.spec = bytes.clone();
+                let timing_since_ms = match self.ctx.jobs.timing_since(&name) {
+                    Some(old) if timing_same => old,
                     _ => etcron_model::now_ms(),
                 };
-                let job = JobRef { spec: entry.spec.clone(), mod_revision: kv.mod_revision, timing_since_ms };
-                self.ctx.jobs.set(&name, Some(job));
+                let known = Known { spec: bytes, mod_revision: kv.mod_revision, timing_since_ms };
+                self.ctx.jobs.set(&name, Some((known, &spec)));
                 entry.schedule = schedule;
                 entry.mod_revision = kv.mod_revision;
+                entry.claims_ahead = claims_ahead;
                 if listed {
                     tracing::debug!(job = %name, mod_revision = kv.mod_revision, "job updated");
                 } else {
@@ -200,15 +212,15 @@ impl Scheduler {
                 }
             }
             None => {
-                let spec = Arc::new(spec);
                 // Seen appear while this worker ran: its timing starts now. In the first listing
                 // of a worker that just started: unknown (the sweeps ask etcd when it was made).
                 let timing_since_ms =
                     if self.ctx.jobs.loaded() { etcron_model::now_ms() } else { crate::context::TIMING_UNKNOWN };
-                let job = JobRef { spec: spec.clone(), mod_revision: kv.mod_revision, timing_since_ms };
-                self.ctx.jobs.set(&name, Some(job));
-                self.jobs
-                    .insert(name.clone(), JobEntry { spec, schedule, mod_revision: kv.mod_revision, wheel_key: None });
+                let known = Known { spec: bytes.clone(), mod_revision: kv.mod_revision, timing_since_ms };
+                self.ctx.jobs.set(&name, Some((known, &spec)));
+                let entry =
+                    JobEntry { spec: bytes, schedule, mod_revision: kv.mod_revision, wheel_key: None, claims_ahead };
+                self.jobs.insert(name.clone(), entry);
                 if listed {
                     tracing::debug!(job = %name, mod_revision = kv.mod_revision, "job added");
                 } else {

@@ -145,6 +145,8 @@ impl Scheduler {
         let Some(p) = self.requests.get_mut(key) else { return };
         p.wheel_key = None;
         let Some(entry) = self.jobs.get(p.job.as_str()) else { return };
+        // Said and counted by `decode` when it fails; the request stays for another worker.
+        let Some(spec) = entry.spec.decode(&p.job) else { return };
         let request = &p.request;
         // Manual runs and backfills (with their retries and failover reruns) work on paused jobs:
         // an operator asked, and a backfill's ticks left out the skip calendars' dates when it
@@ -154,17 +156,16 @@ impl Scheduler {
         let asked = matches!(request.kind, TriggerKind::Manual | TriggerKind::Backfill)
             || request.params.backfill.is_some()
             || request.dequeued;
-        let skip = match halt(&entry.spec, self.ctx.paused.get(&p.job).as_ref()) {
+        let skip = match halt(&spec, self.ctx.paused.get(&p.job).as_ref()) {
             Some(h) if !asked => Some(format!("{}; {} run not started", h.reason(), request.kind.as_str())),
             // A catch-up run is a missed tick's: its date counts as the tick's would have.
             None if request.kind == TriggerKind::Catchup && !request.dequeued => {
                 let tick = request.scheduled_ms.unwrap_or(request.requested_at_ms);
-                self.ctx.calendars.skip_reason(&p.job, &entry.spec, tick)
+                self.ctx.calendars.skip_reason(&p.job, &spec, tick)
             }
             _ => None,
         };
-        let fire =
-            Fire::requested(key, (&p.job, &p.request_id, request), (entry.spec.clone(), entry.mod_revision), skip);
+        let fire = Fire::requested(key, (&p.job, &p.request_id, request), (spec, entry.mod_revision), skip);
         self.spawn_parts(fire);
     }
 }

@@ -4,6 +4,9 @@
 //! `etcron_worker_jobs` / `etcron_worker_wheel_entries` gauges), and its resident memory once
 //! loaded. Then edits through the master's API: the time from the PUT's answer until every
 //! worker has applied that revision (`etcron_worker_jobs_revision`), and the PUT's own time.
+//! Last, a restart: with a few every-second jobs running, worker w3 is killed and started
+//! again; while it lists every job anew, the ticks the other workers run are checked for
+//! lateness (start minus scheduled time) and exactly once.
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +20,9 @@ use serde_json::json;
 /// Jobs written per etcd transaction (etcd allows 128 operations: a job and its state each).
 const PER_TXN: usize = 64;
 /// How many edits are timed.
-const EDITS: usize = 20;
+const EDITS: usize = 100;
+/// Every-second jobs that run while a worker restarts.
+const TICKERS: usize = 10;
 
 pub async fn run(n: usize) -> Result<()> {
     let mut c = Cluster::start("bench-scale", 0).await?;
@@ -28,7 +33,8 @@ pub async fn run(n: usize) -> Result<()> {
         urls.push(start_worker(&mut c, i, n).await?);
     }
 
-    time_edits(&c, &urls, n).await
+    time_edits(&c, &urls, n).await?;
+    restart_beside_ticks(&mut c, &urls[2], n).await
 }
 
 /// Writes `n` daily jobs and their states straight into etcd; prints how long that took.
@@ -62,6 +68,14 @@ async fn write_jobs(c: &Cluster, n: usize) -> Result<()> {
         p.await??;
     }
     println!("scale: wrote {n} jobs (and their states) into etcd in {:.1} s", t.elapsed().as_secs_f64());
+    let size = c.etcd.metric("etcd_mvcc_db_total_size_in_bytes").await?;
+    let in_use = c.etcd.metric("etcd_mvcc_db_total_size_in_use_in_bytes").await?;
+    println!(
+        "  etcd database: {:.0} MiB ({:.0} MiB in use): {:.0} bytes per job with its state",
+        size / 1_048_576.0,
+        in_use / 1_048_576.0,
+        in_use / n as f64
+    );
     Ok(())
 }
 
@@ -128,14 +142,58 @@ async fn time_edits(c: &Cluster, urls: &[String], n: usize) -> Result<()> {
     reach.sort_unstable();
     put_ms.sort_unstable();
     println!(
-        "  edit reaches all 3 workers (after the PUT answered): p50 {:.1} ms  max {:.1} ms  ({EDITS} edits, polled)",
+        "  edit reaches all 3 workers (after the PUT answered): p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms  ({EDITS} edits, polled)",
         quantile(&reach, 0.5) as f64 / 1000.0,
+        quantile(&reach, 0.99) as f64 / 1000.0,
         reach.last().copied().unwrap_or(0) as f64 / 1000.0
     );
     println!(
         "  PUT /api/jobs/{{job}} with {n} jobs stored: p50 {} ms  max {} ms",
         quantile(&put_ms, 0.5),
         put_ms.last().copied().unwrap_or(0)
+    );
+    Ok(())
+}
+
+/// Kills worker w3 and starts it again while `TICKERS` every-second jobs run; prints how long it
+/// took to load every job again, and the lateness and exactly-once of the ticks meanwhile.
+async fn restart_beside_ticks(c: &mut Cluster, url: &str, n: usize) -> Result<()> {
+    let file = c.work.path().join("ticks.log");
+    let jobs = c.every_second_jobs("tick", TICKERS, &file).await?;
+    etcron_tests::wait_tick(&file, &jobs, now_ms() + 2_000).await?;
+    let from = now_ms();
+    let t = Instant::now();
+    c.workers.last_mut().context("worker w3")?.restart()?;
+    let deadline = t + Duration::from_secs(300);
+    loop {
+        anyhow::ensure!(Instant::now() < deadline, "restarted worker w3 did not load {n} jobs in 300 s");
+        if let Ok(s) = scrape(url, None).await {
+            if s.value("etcron_worker_jobs", &[]) >= (n + TICKERS) as f64 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let loaded = t.elapsed();
+    // Ten more seconds of ticks after the load (its catch-up scan included).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let to = now_ms() - 2_000;
+    etcron_tests::wait_tick(&file, &jobs, to + 1_000).await?;
+    let fired: Vec<_> =
+        etcron_tests::read_fired(&file).into_iter().filter(|f| f.scheduled_ms > from && f.scheduled_ms <= to).collect();
+    let report = etcron_tests::check_every_second(&fired, &jobs, from, to);
+    let mut late: Vec<i64> =
+        fired.iter().filter_map(|f| Some(f.extra.first()?.parse::<i64>().ok()? - f.scheduled_ms)).collect();
+    late.sort_unstable();
+    println!(
+        "  w3 restarted: listed and scheduled {n} jobs again in {:.2} s; meanwhile {} ticks of {TICKERS} every-second jobs: lateness p50 {} ms  p99 {} ms  max {} ms; {} duplicates, {} missing",
+        loaded.as_secs_f64(),
+        fired.len(),
+        quantile(&late, 0.5),
+        quantile(&late, 0.99),
+        late.last().copied().unwrap_or(0),
+        report.duplicates.len(),
+        report.missing.len()
     );
     Ok(())
 }
