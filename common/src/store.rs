@@ -28,8 +28,8 @@ mod search;
 pub use bson::words;
 pub use notifications::NotificationSearch;
 pub use search::{
-    search_plan, time_page, ActivityBucket, Cursor, JobSummary, LastExecution, Page, Search, SearchPlan, WorkerSeen,
-    DEFAULT_LIMIT, MAX_LIMIT, MAX_WORKERS_SEEN, SCAN_BUDGET,
+    search_plan, time_page, ActivityBucket, Cursor, Health, JobSummary, LastExecution, Page, Search, SearchPlan,
+    WorkerSeen, DEFAULT_LIMIT, MAX_LIMIT, MAX_WORKERS_SEEN, SCAN_BUDGET,
 };
 
 use bson::{from_document, id_and_status, to_document, to_raw_document};

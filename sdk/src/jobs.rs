@@ -39,22 +39,31 @@ pub async fn ensure_jobs(
         Some(t) => req.bearer_auth(t),
         None => req,
     };
-    let listed: Value = auth(http.get(format!("{master}/api/jobs")))
-        .send()
-        .await
-        .context("listing jobs")?
-        .error_for_status()
-        .context("listing jobs")?
-        .json()
-        .await
-        .context("listing jobs")?;
-    let owned: Vec<String> = listed["jobs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|j| j["spec"]["labels"][MANAGED_BY] == owner)
-        .filter_map(|j| j["name"].as_str().map(str::to_owned))
-        .collect();
+    // The jobs of `owner`, a page at a time, filtered on the master by their label.
+    let (mut owned, mut cursor) = (Vec::<String>::new(), None::<String>);
+    loop {
+        let mut url = reqwest::Url::parse(&format!("{master}/api/jobs")).context("the master's URL")?;
+        url.query_pairs_mut().append_pair("limit", "1000").append_pair("label", &format!("{MANAGED_BY}={owner}"));
+        if let Some(c) = cursor.take() {
+            url.query_pairs_mut().append_pair("cursor", &c);
+        }
+        let page: Value = auth(http.get(url))
+            .send()
+            .await
+            .context("listing jobs")?
+            .error_for_status()
+            .context("listing jobs")?
+            .json()
+            .await
+            .context("listing jobs")?;
+        owned.extend(
+            page["jobs"].as_array().into_iter().flatten().filter_map(|j| j["name"].as_str().map(str::to_owned)),
+        );
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
     let mut changes = Vec::new();
     for (name, mut spec) in jobs.clone() {
         spec["labels"][MANAGED_BY] = json!(owner);

@@ -42,14 +42,36 @@ export function executionsTable(executions, { withJob = false, q = "" } = {}) {
       h("td", { colspan: String(heads.length) }, h("code", { class: "match-line", title: "the output line that matched" }, highlighted(r.output_match, q)))) : ""])));
 }
 
-/** The job names for the job filter, read at most once a minute (the page refreshes itself). */
-let jobNames = { at: 0, names: [] };
-async function knownJobs() {
-  if (Date.now() - jobNames.at > 60_000) {
-    const names = await getJson("/api/jobs").then((d) => d.jobs.map((j) => j.name).sort(), () => jobNames.names);
-    jobNames = { at: Date.now(), names };
-  }
-  return jobNames.names;
+/** Job names a suggestion list offers; typing waits this long (ms) before asking the master. */
+const SUGGESTIONS = 20;
+const SUGGEST_MS = 250;
+
+/** The job filter: a text input whose suggestions are the first SUGGESTIONS job names starting
+ * with what is typed (GET /api/jobs?prefix=…&limit=…, once typing pauses; an answer to an older
+ * request than the latest is dropped). Never the list of every job: there may be a million. */
+function jobInput(value) {
+  const list = h("datalist", { id: "job-suggestions" });
+  const input = h("input", { name: "job", list: "job-suggestions", value, size: 16, autocomplete: "off", placeholder: "any job", "aria-label": "Job" });
+  let [typing, asked] = [null, 0];
+  const suggest = async () => {
+    const prefix = input.value.trim().toLowerCase();
+    if (!/^[a-z0-9._-]*$/.test(prefix)) return list.replaceChildren();
+    const mine = ++asked;
+    const names = await getJson(`/api/jobs?${new URLSearchParams({ limit: String(SUGGESTIONS), prefix })}`)
+      .then((d) => d.jobs.map((j) => j.name), () => []);
+    if (mine === asked) list.replaceChildren(...names.map((n) => h("option", { value: n })));
+  };
+  input.addEventListener("input", (ev) => {
+    clearTimeout(typing);
+    // A suggestion picked searches at once (the browser fills it in without a key).
+    if (!(ev instanceof InputEvent) || ev.inputType === "insertReplacementText") {
+      input.form.requestSubmit();
+      return;
+    }
+    typing = setTimeout(suggest, SUGGEST_MS);
+  });
+  input.addEventListener("focus", () => { if (!list.children.length) suggest(); }, { once: true });
+  return [input, list];
 }
 
 /** A Date as a datetime-local input's value (local time, to the minute); "" for none. */
@@ -60,9 +82,10 @@ function localValue(rfc3339) {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
 }
 
-/** The search form: selects for job, status and trigger, text for team, worker and words, the
+/** The search form: the job as text with suggestions, selects for status and trigger, text for
+ * team, worker and words, the
  * time range as local date-times (sent as the API's `since`/`until` in UTC). */
-function searchForm(params, jobs) {
+function searchForm(params) {
   const option = (value, text, current) => h("option", { value, selected: value === current }, text);
   const choose = (name, label, options) => h("select", { name, "aria-label": label }, options);
   const job = params.get("job") || "";
@@ -73,7 +96,7 @@ function searchForm(params, jobs) {
   const field = (label, control) => h("label", {}, h("span", { class: "muted" }, `${label} `), control);
   const text = (name, attrs) => h("input", { name, value: params.get(name) || "", ...attrs });
   return h("form", { class: "toolbar", role: "search" },
-    field("job", choose("job", "Job", [option("", "Any job", job), ...[...new Set([...jobs, job].filter(Boolean))].map((n) => option(n, n, job))])),
+    field("job", jobInput(job)),
     field("status", choose("status", "Status", statusOptions.map(([v, t]) => option(v, t, status)))),
     field("trigger", choose("trigger", "Trigger", [option("", "Any trigger", trigger), ...TRIGGERS.map((t) => option(t, t, trigger))])),
     field("from", h("input", { type: "datetime-local", name: "since", "aria-label": "Scheduled from (local time)", value: localValue(params.get("since")) })),
@@ -104,13 +127,13 @@ export async function executionsView(params) {
   const query = new URLSearchParams();
   for (const f of [...FILTERS, "cursor"]) if (params.get(f)) query.set(f, params.get(f));
   const live = sessionStorage.getItem("etcron-live") !== "off";
-  const form = searchForm(params, await knownJobs());
+  const form = searchForm(params);
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     location.hash = `#/executions?${queryOf(form)}`;
   });
   // A choice in a list searches at once.
-  for (const name of ["job", "status", "trigger"]) form.elements[name].addEventListener("change", () => form.requestSubmit());
+  for (const name of ["status", "trigger"]) form.elements[name].addEventListener("change", () => form.requestSubmit());
   const liveButton = h("button", { type: "button", "aria-pressed": String(live), title: "Refresh the first page every 5 seconds" }, "Auto-refresh");
   liveButton.addEventListener("click", () => {
     sessionStorage.setItem("etcron-live", live ? "off" : "on");

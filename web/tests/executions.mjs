@@ -22,9 +22,17 @@ try {
   assert.equal(await matched.innerText(), "needle-7");
   assert.equal(await matched.locator("mark").innerText(), "needle");
   await page.screenshot({ path: path.join(shots, "executions-search.png"), fullPage: true });
-  // Filters are lists (a choice searches at once) and a time range in local time, sent as UTC.
-  assert.deepEqual((await page.locator("select[name=job] option").allInnerTexts()).slice(0, 3), ["Any job", "echo-job", "long-job"]);
-  await page.locator("select[name=job]").selectOption("echo-job");
+  // The job is typed, with suggestions of the names starting with it asked of the master (never
+  // the list of every job); lists search at once; a time range in local time, sent as UTC.
+  const suggested = () => page.locator("#job-suggestions option").evaluateAll((os) => os.map((o) => o.value));
+  await page.locator("input[name=job]").pressSequentially("e", { delay: 20 });
+  await page.waitForFunction(() => [...document.querySelectorAll("#job-suggestions option")].map((o) => o.value).join() === "echo-job");
+  await page.locator("input[name=job]").fill("");
+  await page.locator("input[name=job]").pressSequentially("l", { delay: 20 });
+  await page.waitForFunction(() => [...document.querySelectorAll("#job-suggestions option")].map((o) => o.value).join() === "long-job");
+  assert.deepEqual(await suggested(), ["long-job"]);
+  await page.locator("input[name=job]").fill("echo-job");
+  await page.locator("input[name=job]").press("Enter");
   await page.waitForFunction(() => location.hash === "#/executions?job=echo-job&q=needle");
   await page.locator("select[name=status]").selectOption("failed,timed_out,lost");
   await page.waitForFunction(() => location.hash === "#/executions?job=echo-job&status=failed%2Ctimed_out%2Clost&q=needle");

@@ -94,10 +94,37 @@ pub const MATCH_AFTER: usize = 120;
 /// The field a residual search adds to a match: its output line holding a word of `q`.
 const MATCH_FIELD: &str = "output_match";
 
+/// The statuses of a run that ended with an outcome: a job's health looks at its latest such.
+const FINISHED: [&str; 4] = ["succeeded", "failed", "timed_out", "lost"];
+
+/// A job's health in a summary's window: its latest run that ended with an outcome
+/// ([`JobSummary::last_finished`]) failed (`failed`, `timed_out`, `lost`), succeeded, or none
+/// ended in the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Failing,
+    Ok,
+    Never,
+}
+
+impl JobSummary {
+    /// The job's health ([`Health`]).
+    pub fn health(&self) -> Health {
+        match self.last_finished.as_ref().map(|l| l.status) {
+            None => Health::Never,
+            Some(Status::Succeeded) => Health::Ok,
+            Some(_) => Health::Failing,
+        }
+    }
+}
+
 /// Per-job outcome counts and latest execution.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct JobSummary {
     pub last_execution: Option<LastExecution>,
+    /// The latest that ended succeeded, failed, timed out or lost (a job's health: see
+    /// [`Health`]); one running, killed, skipped or missed is passed over.
+    pub last_finished: Option<LastExecution>,
     pub succeeded_24h: u64,
     pub failed_24h: u64,
     pub total_24h: u64,
@@ -508,6 +535,8 @@ impl MongoStore {
                 "last_id": {"$first": "$_id"},
                 "last_status": {"$first": "$status"},
                 "last_scheduled_at": {"$first": "$scheduled_at"},
+                // The latest run that ended with an outcome: by (time, id), as the sort above.
+                "finished": {"$max": {"$cond": [{"$in": ["$status", FINISHED.to_vec()]}, {"t": "$scheduled_at", "i": "$_id", "s": "$status"}, null]}},
                 "total": {"$sum": 1},
                 "succeeded": {"$sum": {"$cond": [{"$eq": ["$status", "succeeded"]}, 1, 0]}},
                 "failed": {"$sum": {"$cond": [{"$in": ["$status", ["failed", "timed_out", "lost"]]}, 1, 0]}},
@@ -531,10 +560,15 @@ impl MongoStore {
                 }),
                 _ => None,
             };
+            let finished = d.get_document("finished").ok().and_then(|f| {
+                let status = bson::from_bson::<Status>(f.get("s")?.clone()).ok()?;
+                Some(LastExecution { id: f.get_str("i").ok()?.to_owned(), status, scheduled_at: rfc(f.get("t"))? })
+            });
             out.insert(
                 job.to_owned(),
                 JobSummary {
                     last_execution: last,
+                    last_finished: finished,
                     succeeded_24h: count(&d, "succeeded"),
                     failed_24h: count(&d, "failed"),
                     total_24h: count(&d, "total"),

@@ -1,19 +1,22 @@
 //! `GET /api/jobs` a page at a time (`limit`, `cursor`), filtered on the server (`prefix`,
-//! `label`, `state`, `team`): each page reads a bounded range of `{ns}/jobs/` in name order,
-//! the pauses of that range only, and the record summaries of its jobs only, so its cost does
-//! not grow with the number of jobs.
+//! `label`, `state`, `team`, `health`): each page reads a bounded range of `{ns}/jobs/` in name
+//! order, the pauses of that range only, and the record summaries of its jobs only (of its
+//! candidates, a chunk at a time, for `health`), so its cost does not grow with the number of
+//! jobs. The whole list (no paging parameter) is refused over [`WHOLE_LIST_MAX`] jobs.
 
 use std::collections::BTreeMap;
 
-use etcd_client::GetOptions;
+use etcd_client::{GetOptions, KeyValue};
+use etcron_common::store::Health;
 use etcron_model::keys::Key;
-use etcron_model::now_ms;
+use etcron_model::stored::{Pause, WorkerInfo};
+use etcron_model::{now_ms, UnixMs};
 use serde_json::{json, Value};
 
 use super::jobs::{view, SUMMARY_TIMEOUT};
 use crate::access::{team_of, Scope};
 use crate::backend::AppState;
-use crate::error::{etcd, ApiError, ApiResult};
+use crate::error::{etcd, records, ApiError, ApiResult};
 use crate::query::{self, invalid, Params};
 
 /// Most jobs a page holds.
@@ -22,6 +25,16 @@ pub const MAX_PAGE: usize = 1_000;
 /// Most job keys one page reads when filters pass over jobs: a page that ends at it is
 /// `partial` (its `next_cursor` goes on from the last job read).
 pub const PAGE_SCAN: usize = 10_000;
+
+/// Most jobs the whole list (`GET /api/jobs` without paging parameters) answers: over it the
+/// request is refused (400 naming `limit`) before any record is read, so as to be paged.
+pub const WHOLE_LIST_MAX: usize = 10_000;
+
+/// Candidates of a `health` page whose record summaries are read in one MongoDB request.
+pub const HEALTH_CHUNK: usize = 500;
+
+/// The window of a job's record summary (and of its health): the last 24 h.
+const SUMMARY_WINDOW_MS: UnixMs = 86_400_000;
 
 /// What a job's state filter keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +55,7 @@ pub(super) struct PageQuery {
     prefix: String,
     label: Option<(String, String)>,
     state: Option<StateFilter>,
+    health: Option<Health>,
     pub(super) team: Option<String>,
 }
 
@@ -59,6 +73,7 @@ impl PageQuery {
                 "prefix" => q.prefix = name_prefix(value)?,
                 "label" => q.label = Some(label(value)?),
                 "state" => q.state = Some(state(value)?),
+                "health" => q.health = Some(health(value)?),
                 _ => {}
             }
         }
@@ -101,6 +116,30 @@ fn state(value: &str) -> ApiResult<StateFilter> {
     }
 }
 
+fn health(value: &str) -> ApiResult<Health> {
+    match value {
+        "failing" => Ok(Health::Failing),
+        "ok" => Ok(Health::Ok),
+        "never" => Ok(Health::Never),
+        _ => Err(invalid("health", "health must be failing, ok or never")),
+    }
+}
+
+/// Every stored job for the whole list: one range read of the jobs prefix, refused (400 naming
+/// `limit`) when it holds more than [`WHOLE_LIST_MAX`] jobs.
+pub(super) async fn whole_list(st: &AppState) -> ApiResult<etcd_client::GetResponse> {
+    let mut kv = st.client.kv_client();
+    let opts = GetOptions::new().with_prefix().with_limit(i64::try_from(WHOLE_LIST_MAX).unwrap_or(i64::MAX));
+    let resp = etcd("list_jobs", kv.get(st.keys.jobs_prefix(), Some(opts))).await?;
+    if resp.more() {
+        return Err(invalid(
+            "limit",
+            format!("more than {WHOLE_LIST_MAX} jobs: list them a page at a time (limit, cursor; see next_cursor)"),
+        ));
+    }
+    Ok(resp)
+}
+
 /// The first key after every key starting with `start` (etcd's range end of a prefix).
 fn range_end(start: &str) -> Vec<u8> {
     let mut end = start.as_bytes().to_vec();
@@ -125,7 +164,11 @@ pub(super) async fn page(st: &AppState, scope: &Scope, q: &PageQuery) -> ApiResu
     let mut kv = st.client.kv_client();
     // Without a filter passing over jobs a page reads its jobs and one more; with one, up to
     // PAGE_SCAN of them.
-    let filtered = q.label.is_some() || q.state.is_some() || q.team.is_some() || scope.caller.access.role.is_none();
+    let filtered = q.label.is_some()
+        || q.state.is_some()
+        || q.team.is_some()
+        || q.health.is_some()
+        || scope.caller.access.role.is_none();
     let read = if filtered { PAGE_SCAN } else { q.limit + 1 };
     let opts = GetOptions::new().with_range(end).with_limit(i64::try_from(read).unwrap_or(i64::MAX));
     let resp = etcd("list_jobs_page", kv.get(from, Some(opts))).await?;
@@ -134,36 +177,99 @@ pub(super) async fn page(st: &AppState, scope: &Scope, q: &PageQuery) -> ApiResu
     };
     let pauses = pauses_between(st, first.key(), last.key()).await?;
     let workers = super::workers::open_workers(st).await?;
-    let mut jobs = Vec::new();
-    let (mut next, mut read_upto) = (None, None);
-    for item in resp.kvs() {
-        let Some(Key::Job(name)) = st.keys.parse(item.key()) else { continue };
-        if jobs.len() == q.limit {
-            // A job after a full page: the next page starts after the page's last.
-            next = jobs.last().and_then(|j: &Value| j["name"].as_str()).map(str::to_owned);
-            break;
+    // (Collected: an iterator with a closure over the keys is not held across the awaits.)
+    let scanned: Vec<(String, &KeyValue)> = resp
+        .kvs()
+        .iter()
+        .filter_map(|item| match st.keys.parse(item.key()) {
+            Some(Key::Job(name)) => Some((name, item)),
+            _ => None,
+        })
+        .collect();
+    let mut scanned = scanned.into_iter().peekable();
+    let (mut jobs, mut read_upto) = (Vec::new(), None);
+    // Candidates a chunk at a time (the page's room; for `health`, at least HEALTH_CHUNK, whose
+    // summaries are read together) until the page is full or the scan is over.
+    let more = loop {
+        let room = q.limit - jobs.len();
+        let size = if q.health.is_some() { room.max(HEALTH_CHUNK) } else { room };
+        let mut chunk = Vec::new();
+        while chunk.len() < size {
+            let Some((name, item)) = scanned.next() else { break };
+            read_upto = Some(name.clone());
+            chunk.extend(candidate(scope, q, name, item, &workers, &pauses)?);
         }
-        read_upto = Some(name.clone());
-        let team = team_of(item.value());
-        let listed = scope.caller.access.sees(team.as_deref())
-            && q.team.as_ref().is_none_or(|w| team.as_deref() == Some(w.as_str()));
-        if !listed {
-            continue;
+        if let Some(want) = q.health {
+            chunk = healthy(st, scope, q.team.as_deref(), chunk, want).await?;
         }
-        let pause = pauses.get(&name);
-        let job = view(name, item.value(), item.mod_revision(), item.create_revision(), Some(&workers), pause);
-        let v = serde_json::to_value(job).map_err(|e| ApiError::internal(&e))?;
-        if kept(&v, q) {
-            jobs.push(v);
+        let over = chunk.len() > room;
+        jobs.extend(chunk.into_iter().take(room));
+        if over || jobs.len() == q.limit || scanned.peek().is_none() {
+            break over || (jobs.len() == q.limit && scanned.peek().is_some());
         }
-    }
+    };
+    // A full page with jobs after it: the next page starts after the page's last.
+    let mut next = if more { jobs.last().and_then(|j: &Value| j["name"].as_str()).map(str::to_owned) } else { None };
     // The scan ended before the range did: the next page goes on after the last job read.
     let partial = next.is_none() && resp.more();
     if partial {
         next = read_upto;
     }
-    let records = with_summaries(st, &mut jobs, scope, q.team.as_deref()).await;
+    let records = if q.health.is_some() {
+        json!({"available": true})
+    } else {
+        with_summaries(st, &mut jobs, scope, q.team.as_deref()).await
+    };
     Ok(json!({ "jobs": jobs, "next_cursor": next, "partial": partial, "records": records }))
+}
+
+/// Job `name` read as `item`, as the page shows it, when the caller sees it and it passes the
+/// page's team, label and state filters.
+fn candidate(
+    scope: &Scope,
+    q: &PageQuery,
+    name: String,
+    item: &KeyValue,
+    workers: &[(String, WorkerInfo)],
+    pauses: &BTreeMap<String, Pause>,
+) -> ApiResult<Option<Value>> {
+    let team = team_of(item.value());
+    let listed = scope.caller.access.sees(team.as_deref())
+        && q.team.as_ref().is_none_or(|w| team.as_deref() == Some(w.as_str()));
+    if !listed {
+        return Ok(None);
+    }
+    let pause = pauses.get(&name);
+    let job = view(name, item.value(), item.mod_revision(), item.create_revision(), Some(workers), pause);
+    let v = serde_json::to_value(job).map_err(|e| ApiError::internal(&e))?;
+    Ok(kept(&v, q).then_some(v))
+}
+
+/// The jobs of `chunk` whose health is `want`, each with its record summary: one MongoDB
+/// request for the chunk. Without MongoDB a health page cannot be told: 503.
+async fn healthy(
+    st: &AppState,
+    scope: &Scope,
+    team: Option<&str>,
+    chunk: Vec<Value>,
+    want: Health,
+) -> ApiResult<Vec<Value>> {
+    if chunk.is_empty() {
+        return Ok(chunk);
+    }
+    let names: Vec<String> = chunk.iter().filter_map(|j| j["name"].as_str().map(str::to_owned)).collect();
+    let teams = scope.teams(team);
+    let summaries = records(st.store.summaries(now_ms() - SUMMARY_WINDOW_MS, Some(&names), teams.as_deref())).await?;
+    Ok(chunk
+        .into_iter()
+        .filter_map(|mut j| {
+            let summary = j["name"].as_str().and_then(|n| summaries.get(n)).cloned().unwrap_or_default();
+            (summary.health() == want).then(|| {
+                j["summary"] = serde_json::to_value(summary).unwrap_or(Value::Null);
+                j
+            })
+        })
+        .collect())
 }
 
 /// Whether a job's view passes the page's label and state filters.
@@ -206,8 +312,7 @@ async fn with_summaries(st: &AppState, jobs: &mut [Value], scope: &Scope, team: 
         return json!({"available": true});
     }
     let teams = scope.teams(team);
-    let since = now_ms() - 86_400_000;
-    let read = st.store.summaries(since, Some(&names), teams.as_deref());
+    let read = st.store.summaries(now_ms() - SUMMARY_WINDOW_MS, Some(&names), teams.as_deref());
     match tokio::time::timeout(SUMMARY_TIMEOUT, read).await {
         Ok(Ok(summaries)) => {
             for j in jobs.iter_mut() {
@@ -229,8 +334,9 @@ mod tests {
     fn parameters_are_checked_and_name_their_field() {
         let parse = |q: &str| PageQuery::read(&Params::parse(Some(q), &super::super::jobs::LIST_PARAMS).unwrap());
         assert!(parse("team=payments").unwrap().is_none(), "team alone: the whole list");
-        let q = parse("limit=50&prefix=db-&label=tier%3Dcritical&state=paused").unwrap().unwrap();
+        let q = parse("limit=50&prefix=db-&label=tier%3Dcritical&state=paused&health=failing").unwrap().unwrap();
         assert_eq!((q.limit, q.prefix.as_str(), q.state), (50, "db-", Some(StateFilter::Paused)));
+        assert_eq!(q.health, Some(Health::Failing));
         assert_eq!(q.label, Some(("tier".to_owned(), "critical".to_owned())));
         for (bad, field) in [
             ("limit=0", "limit"),
@@ -238,6 +344,7 @@ mod tests {
             ("prefix=DB", "prefix"),
             ("label=x", "label"),
             ("state=sleeping", "state"),
+            ("health=bad", "health"),
             ("cursor=Bad", "cursor"),
         ] {
             let e = parse(bad).unwrap_err();

@@ -37,7 +37,7 @@ use super::http::*;
 use crate::query::{self, Params};
 
 /// Parameters `GET /api/jobs` accepts.
-pub(super) const LIST_PARAMS: [&str; 6] = ["team", "limit", "cursor", "prefix", "label", "state"];
+pub(super) const LIST_PARAMS: [&str; 7] = ["team", "limit", "cursor", "prefix", "label", "state", "health"];
 
 /// Upcoming fire times shown with each job.
 pub(super) const NEXT_RUNS: usize = 5;
@@ -253,7 +253,8 @@ pub(super) fn pauses_of(st: &AppState, resp: &etcd_client::GetResponse) -> BTree
 }
 
 /// `GET /api/jobs[?team=T]`: the jobs the caller sees (every job with a global role, else
-/// those of its teams), of team T only when given.
+/// those of its teams), of team T only when given; a page of them with a paging parameter
+/// (`job_pages`), and refused over `WHOLE_LIST_MAX` stored jobs without one.
 pub(super) async fn list_jobs(
     State(st): State<AppState>,
     axum::Extension(scope): axum::Extension<Scope>,
@@ -268,7 +269,9 @@ pub(super) async fn list_jobs(
         wanted = Some(query::team(key, value)?);
     }
     let teams = scope.teams(wanted.as_deref());
-    let (resp, workers, pauses) = tokio::try_join!(all_jobs(&st), super::workers::open_workers(&st), all_pauses(&st))?;
+    // Over WHOLE_LIST_MAX jobs the whole list is refused before any record is read.
+    let (resp, workers, pauses) =
+        tokio::try_join!(super::job_pages::whole_list(&st), super::workers::open_workers(&st), all_pauses(&st))?;
     let since = now_ms() - 86_400_000;
     let summaries = tokio::time::timeout(SUMMARY_TIMEOUT, st.store.summaries(since, None, teams.as_deref())).await;
     let (summaries, records) = match summaries {

@@ -1,9 +1,12 @@
 //! `GET /api/jobs` a page at a time: pages by cursor in name order that together list every job
-//! once, server-side filters (name prefix, label, state, team), each page's record summaries,
-//! parameters refused naming the field, and etcronctl listing through pages.
+//! once, server-side filters (name prefix, label, state, team, health), each page's record
+//! summaries, parameters refused naming the field, etcronctl listing through pages, and the
+//! whole list refused over `WHOLE_LIST_MAX` jobs.
 
 use std::collections::BTreeSet;
 
+use etcd_client::{Txn, TxnOp};
+use etcron_model::keys::Keys;
 use etcron_tests::Cluster;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -78,6 +81,24 @@ async fn jobs_are_listed_a_page_at_a_time_with_filters_on_the_server() -> anyhow
     assert_eq!(page["jobs"][0]["summary"]["total_24h"], 0, "{page}");
     assert_eq!(page["next_cursor"], "b-01");
 
+    // Health, on the server, from the same summaries: the last run that ended failed,
+    // succeeded, or none did in the window.
+    let failing = json!({"schedule": "@yearly", "task": {"kind": "shell", "command": "exit 3"}});
+    c.put_job("c-fail", failing).await?;
+    all.insert("c-fail".to_owned());
+    let run = c.run_now("c-fail").await?;
+    c.record_when(&run, "failed").await?;
+    let failing = c.get("/api/jobs?health=failing").await?;
+    assert_eq!(names(&failing), ["c-fail"]);
+    assert_eq!(failing["jobs"][0]["summary"]["last_finished"]["status"], "failed", "{failing}");
+    let ok = c.get("/api/jobs?limit=1&health=ok").await?;
+    assert_eq!(names(&ok), ["b-01"]);
+    assert_eq!((ok["next_cursor"].as_str(), &ok["partial"]), (None, &json!(false)), "{ok}");
+    let never = names(&c.get("/api/jobs?limit=1000&health=never").await?);
+    assert_eq!(never.len(), all.len() - 2);
+    assert!(!never.contains(&"b-01".to_owned()) && !never.contains(&"c-fail".to_owned()));
+    assert_eq!(names(&c.get("/api/jobs?prefix=a-&health=failing").await?).len(), 0);
+
     // Refusals name the parameter.
     for (query, field) in [
         ("limit=0", "limit"),
@@ -86,6 +107,7 @@ async fn jobs_are_listed_a_page_at_a_time_with_filters_on_the_server() -> anyhow
         ("prefix=A", "prefix"),
         ("label=tier", "label"),
         ("state=sleeping", "state"),
+        ("health=sick", "health"),
         ("cursor=..%2F", "cursor"),
     ] {
         let (status, e) = c.call(Method::GET, &format!("/api/jobs?{query}"), None).await?;
@@ -102,5 +124,32 @@ async fn jobs_are_listed_a_page_at_a_time_with_filters_on_the_server() -> anyhow
     assert!(out.status.success(), "{out:?}");
     let doc: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(names(&doc), all.iter().cloned().collect::<Vec<_>>());
+
+    // Over WHOLE_LIST_MAX (10 000) jobs, written straight into etcd, the whole list is refused
+    // naming `limit`; pages still answer, a filtered one cut by the scan budget says so.
+    write_jobs(&c, 10_001).await?;
+    let (status, e) = c.call(Method::GET, "/api/jobs", None).await?;
+    assert_eq!((status, e["error"]["field"].as_str()), (400, Some("limit")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("a page at a time"), "{e}");
+    assert_eq!(c.call(Method::GET, "/api/jobs?team=payments", None).await?.0, 400);
+    assert_eq!(names(&c.get("/api/jobs?limit=1000").await?).len(), 1000);
+    // Health in chunks over the scan budget: the failing job, then the scan's end said.
+    let failing = c.get("/api/jobs?health=failing").await?;
+    assert_eq!(names(&failing), ["c-fail"]);
+    assert_eq!(failing["partial"], true, "{failing}");
+    assert!(failing["next_cursor"].as_str().is_some_and(|n| n.starts_with("z-")), "{failing}");
+    Ok(())
+}
+
+/// Writes `n` jobs `z-00000`… straight into etcd (as the master stores them), 128 a transaction.
+async fn write_jobs(c: &Cluster, n: usize) -> anyhow::Result<()> {
+    let keys = Keys::new(&c.namespace)?;
+    let mut kv = c.etcd.client().await?.kv_client();
+    let value = serde_json::to_vec(&spec(json!({})))?;
+    for start in (0..n).step_by(128) {
+        let ops =
+            (start..(start + 128).min(n)).map(|i| TxnOp::put(keys.job(&format!("z-{i:05}")), value.clone(), None));
+        kv.txn(Txn::new().and_then(ops.collect::<Vec<_>>())).await?;
+    }
     Ok(())
 }

@@ -570,3 +570,24 @@ async fn twelve_jobs_fit_a_laptop_screen_sort_filter_as_you_type_and_act_from_on
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hundred_thirty_jobs_are_paged_filtered_on_the_server_and_suggested_by_name() -> anyhow::Result<()> {
+    let c = Cluster::start("ui-job-pages", 1).await?;
+    let changes: Vec<_> = (0..230)
+        .map(|i| {
+            let command = if i == 42 { "exit 3" } else { "true" };
+            json!({"job": format!("page-{i:03}"), "op": "put",
+                "spec": {"schedule": "@yearly", "task": {"kind": "shell", "command": command}}})
+        })
+        .collect();
+    let (status, saved) = c.call(Method::POST, "/api/batch", Some(json!({ "changes": changes }))).await?;
+    assert_eq!(status, 200, "{saved}");
+    let failed = c.run_now("page-042").await?;
+    c.record_when(&failed, "failed").await?;
+    let ok = c.run_now("page-100").await?;
+    c.record_when(&ok, "succeeded").await?;
+    browser("jobpages.mjs", &c.master.url, &c.logs)?;
+    screenshots(&c.logs, &["jobs-pages-3.png", "jobs-health-failing.png", "executions-job-suggest.png"]);
+    Ok(())
+}
