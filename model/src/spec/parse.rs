@@ -74,6 +74,12 @@ impl JobSpec {
         Ok(self.schedule_with(&mut Schedule::parse)?.jittered(job, self.jitter_ms()))
     }
 
+    /// [`JobSpec::parsed_schedule`] through `cache` (a pass over many jobs parses each distinct
+    /// schedule once).
+    pub fn parsed_schedule_cached(&self, job: &str, cache: &mut ScheduleCache) -> Result<Schedule, SpecError> {
+        Ok(self.schedule_with(&mut |expression, timezone| cache.get(expression, timezone))?.jittered(job, self.jitter_ms()))
+    }
+
     /// Parses the schedule fields with `parse` into one schedule.
     pub(super) fn schedule_with(
         &self,

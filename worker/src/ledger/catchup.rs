@@ -19,6 +19,7 @@ use etcron_common::etcd::list::Pages;
 use etcron_common::etcd::{request, EtcdError, REQUEST_TIMEOUT};
 use etcron_model::keys::{Key, Tick};
 use etcron_model::record::Status;
+use etcron_model::schedule::ScheduleCache;
 use etcron_model::spec::Misfire;
 use etcron_model::stored::{halt, JobState};
 use etcron_model::{now_ms, rfc3339_ms, UnixMs};
@@ -33,6 +34,10 @@ use crate::timing::fire::{Fire, MISSED_AFTER, STATE_EVERY};
 /// Most ticks of one job a scan looks at; older missed ticks are counted in one log line and
 /// in the reason of the oldest recorded one.
 pub const MAX_SCAN_TICKS: usize = 100_000;
+/// A gap up to this long is walked on the async worker: its ticks are few (60 of an
+/// every-second job), cheaper than handing the walk to the blocking pool, which a scan of a
+/// million jobs at a worker's start would otherwise do a million times.
+const INLINE_WALK_MS: UnixMs = 60_000;
 
 /// What a scan decided for one job's unclaimed ticks (pure, so it can be tested alone).
 #[derive(Debug, PartialEq, Eq)]
@@ -148,12 +153,14 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
         }
     };
     let mut scanned = 0usize;
+    let mut schedules = ScheduleCache::default();
     for job in &jobs {
         if ctx.members.rank(&ctx.config.worker_id, &format!("catchup/{job}")) != 0 {
             continue;
         }
         scanned += 1;
-        scan_job(&ctx, job, last.get(job).copied().unwrap_or(Stored::Missing), upto, Gap::NoWorker).await;
+        let stored = last.get(job).copied().unwrap_or(Stored::Missing);
+        scan_job(&ctx, job, stored, upto, Gap::NoWorker, &mut schedules).await;
     }
     tracing::info!(jobs = jobs.len(), scanned, states = last.len(), until = %rfc3339_ms(upto), "catch-up scan done");
 }
@@ -203,17 +210,27 @@ enum Stored {
 
 /// Settles one job's unclaimed ticks in `(last, upto]`; `false` when etcd failed the scan (the
 /// ticks are then still unaccounted for).
-async fn scan_job(ctx: &Context, job: &str, stored: Stored, upto: UnixMs, gap: Gap) -> bool {
+///
+/// `schedules` keeps the schedules parsed during one pass over many jobs.
+async fn scan_job(
+    ctx: &Context,
+    job: &str,
+    stored: Stored,
+    upto: UnixMs,
+    gap: Gap,
+    schedules: &mut ScheduleCache,
+) -> bool {
     let Some(entry) = ctx.jobs.get(job) else { return true };
     let (last, from_state) = match stored {
         Stored::State(last) => (last, true),
         Stored::At(last) => (last, false),
         Stored::Missing | Stored::Malformed { .. } => return restart_state(ctx, job, &stored, upto).await,
     };
-    let Ok(schedule) = entry.spec.parsed_schedule(job) else { return true };
+    let Ok(schedule) = entry.spec.parsed_schedule_cached(job, schedules) else { return true };
     // Walking a long gap of a frequent schedule takes a while: off the async workers (inline
-    // under the simulation, whose runs must not depend on when another thread finishes).
-    let walk = if etcron_model::clock_is_simulated() {
+    // for a short gap, whose walk costs less than the hand-over; and under the simulation, whose
+    // runs must not depend on when another thread finishes).
+    let walk = if etcron_model::clock_is_simulated() || upto.saturating_sub(last) <= INLINE_WALK_MS {
         Ok(ticks_between(&schedule, last, upto))
     } else {
         tokio::task::spawn_blocking(move || ticks_between(&schedule, last, upto)).await
@@ -385,26 +402,39 @@ async fn sweep_range(ctx: &Context, sweep: &Sweep) -> bool {
     match sweep {
         Sweep::Job { job, first, last } => {
             tracing::warn!(job, from = %rfc3339_ms(*first), to = %rfc3339_ms(*last), "settling ticks etcd kept this worker from accounting for");
-            scan_job(ctx, job, Stored::At(first - 1), *last, Gap::EtcdUnreachable).await
+            scan_job(ctx, job, Stored::At(first - 1), *last, Gap::EtcdUnreachable, &mut ScheduleCache::default()).await
         }
         Sweep::All { first, last, gap } => {
             let jobs = ctx.jobs.names();
             tracing::warn!(jobs = jobs.len(), from = %rfc3339_ms(*first), to = %rfc3339_ms(*last), "sweeping every job's ticks a departed worker may have left unsettled");
             let mut complete = true;
+            let mut schedules = ScheduleCache::default();
             for job in jobs {
+                // Most jobs have no tick in a short range: passed over without asking etcd.
+                if !has_tick(ctx, &job, *first, *last, &mut schedules) {
+                    continue;
+                }
                 // No tick of the job's current schedule was due before this worker had it, nor
                 // before the job was made.
                 let since = match ctx.jobs.timing_since(&job) {
                     Some(crate::context::TIMING_UNKNOWN) => created_ms(ctx, &job).await.unwrap_or(*first).max(*first),
                     since => since.map_or(*first, |s| s.max(*first)),
                 };
-                if since <= *last && !scan_job(ctx, &job, Stored::At(since - 1), *last, *gap).await {
+                if since <= *last && !scan_job(ctx, &job, Stored::At(since - 1), *last, *gap, &mut schedules).await {
                     complete = false;
                 }
             }
             complete
         }
     }
+}
+
+/// Whether `job`'s schedule has a tick in `[first, last]` (a job this worker cannot read has
+/// none to settle).
+fn has_tick(ctx: &Context, job: &str, first: UnixMs, last: UnixMs, schedules: &mut ScheduleCache) -> bool {
+    let Some(entry) = ctx.jobs.get(job) else { return false };
+    let Ok(schedule) = entry.spec.parsed_schedule_cached(job, schedules) else { return false };
+    schedule.next_after(first - 1).is_some_and(|t| t <= last)
 }
 
 /// When `job` was made, as the first value of its catch-up state says (the master writes it
