@@ -38,6 +38,9 @@ pub const MAX_SCAN_TICKS: usize = 100_000;
 /// every-second job), cheaper than handing the walk to the blocking pool, which a scan of a
 /// million jobs at a worker's start would otherwise do a million times.
 const INLINE_WALK_MS: UnixMs = 60_000;
+/// Jobs a pass over every job handles between two yields to the runtime: a pass over a million
+/// jobs must not hold a runtime thread for seconds (the scheduler and the claims share them).
+const YIELD_EVERY: usize = 256;
 
 /// What a scan decided for one job's unclaimed ticks (pure, so it can be tested alone).
 #[derive(Debug, PartialEq, Eq)]
@@ -154,7 +157,10 @@ pub async fn scan(ctx: Arc<Context>, jobs: Vec<String>, upto: UnixMs, revision: 
     };
     let mut scanned = 0usize;
     let mut schedules = ScheduleCache::default();
-    for job in &jobs {
+    for (i, job) in jobs.iter().enumerate() {
+        if i % YIELD_EVERY == YIELD_EVERY - 1 {
+            tokio::task::yield_now().await;
+        }
         if ctx.members.rank(&ctx.config.worker_id, &format!("catchup/{job}")) != 0 {
             continue;
         }
@@ -409,7 +415,10 @@ async fn sweep_range(ctx: &Context, sweep: &Sweep) -> bool {
             tracing::warn!(jobs = jobs.len(), from = %rfc3339_ms(*first), to = %rfc3339_ms(*last), "sweeping every job's ticks a departed worker may have left unsettled");
             let mut complete = true;
             let mut schedules = ScheduleCache::default();
-            for job in jobs {
+            for (i, job) in jobs.into_iter().enumerate() {
+                if i % YIELD_EVERY == YIELD_EVERY - 1 {
+                    tokio::task::yield_now().await;
+                }
                 // Most jobs have no tick in a short range: passed over without asking etcd.
                 if !has_tick(ctx, &job, *first, *last, &mut schedules) {
                     continue;
