@@ -40,11 +40,11 @@ pub async fn run(n: usize, changed: usize) -> Result<()> {
 
 /// The file of `n` jobs; every (n / changed)-th job's command carries `edit`.
 fn write_file(path: &Path, n: usize, changed: usize, edit: usize) -> Result<()> {
-    let every = if changed == 0 { usize::MAX } else { n / changed };
+    let every = n.checked_div(changed).unwrap_or(usize::MAX).max(1);
     let mut jobs = serde_json::Map::new();
     for i in 0..n {
         let mut command = format!("/usr/local/bin/report --part {i} --out /var/lib/reports/{i}.csv");
-        if every != usize::MAX && i % every == 0 && i / every < changed {
+        if i % every == 0 && i / every < changed {
             command.push_str(&format!(" --edit {edit}"));
         }
         let spec = json!({
