@@ -433,9 +433,6 @@ const BATCH_CHANGES: usize = 500;
 /// Bytes of specs per batch request (the API reads at most 1 MiB of body).
 const BATCH_BYTES: usize = 768 * 1024;
 
-/// Batch requests in flight at once when their changes are independent (below).
-const BATCHES_IN_FLIGHT: usize = 4;
-
 /// Sends steps: through `POST /api/batch`, as few requests as they fit in, or one request per
 /// job to a master that has no batch route (an older version, during an upgrade).
 struct Sender<'a> {
@@ -446,44 +443,31 @@ struct Sender<'a> {
 impl Sender<'_> {
     /// The result of each step, in order: what the master did (the default when nothing was
     /// sent, or a prune found the job gone already). Only the steps that change something are
-    /// sent; their batches go [`BATCHES_IN_FLIGHT`] at a time when each change stands on its
-    /// own (see [`independent`]), else one after another, in the files' order.
+    /// sent, one request after another (several in flight were slower: the master and etcd
+    /// share the cores, `etcron-bench apply`).
     async fn send(&mut self, steps: &[Step]) -> Vec<anyhow::Result<Done>> {
-        use futures::StreamExt as _;
         let sending: Vec<&Step> = steps.iter().filter(|s| change(s).is_some()).collect();
-        let groups = batches(&sending);
-        let in_flight = if self.batch && sending.iter().all(|s| independent(s)) { BATCHES_IN_FLIGHT } else { 1 };
-        let client = self.client;
-        let batch_route = self.batch;
-        let mut answers = futures::stream::iter(groups.iter().copied())
-            .map(|group| async move {
-                if batch_route {
-                    batch(client, group).await
-                } else {
-                    Ok(None)
-                }
-            })
-            .buffered(in_flight);
         let mut sent = Vec::with_capacity(sending.len());
-        for group in &groups {
-            let answer = answers.next().await.unwrap_or(Ok(None));
-            match answer {
-                Ok(Some(done)) => {
-                    sent.extend(done);
-                    continue;
-                }
-                Ok(None) => self.batch = false,
-                Err(e) => {
-                    // The whole request failed: it is every change's answer.
-                    let api = e.downcast_ref::<ApiError>().cloned();
-                    sent.extend(group.iter().map(|_| match &api {
-                        Some(api) => Err(api.clone().into()),
-                        None => Err(anyhow::anyhow!("{e:#}")),
-                    }));
-                    continue;
+        for group in batches(&sending) {
+            if self.batch {
+                match batch(self.client, group).await {
+                    Ok(Some(done)) => {
+                        sent.extend(done);
+                        continue;
+                    }
+                    Ok(None) => self.batch = false,
+                    Err(e) => {
+                        // The whole request failed: it is every change's answer.
+                        let api = e.downcast_ref::<ApiError>().cloned();
+                        sent.extend(group.iter().map(|_| match &api {
+                            Some(api) => Err(api.clone().into()),
+                            None => Err(anyhow::anyhow!("{e:#}")),
+                        }));
+                        continue;
+                    }
                 }
             }
-            for step in *group {
+            for step in group {
                 sent.push(match step.action {
                     Action::Delete { .. } => delete(self.client, step).await,
                     _ => write(self.client, step).await,
@@ -496,17 +480,6 @@ impl Sender<'_> {
             .map(|s| if change(s).is_some() { sent.next().unwrap_or(Ok(Done::default())) } else { Ok(Done::default()) })
             .collect()
     }
-}
-
-/// Whether a change is checked by the master on its own, so that the order of the requests
-/// carrying it and others does not matter: a delete, or a save naming no team (a team's job
-/// quota counts the team's jobs) and no other job (`on_success`, `on_failure`, `after`: the
-/// cycle check reads every job).
-fn independent(step: &Step) -> bool {
-    let Some(spec) = &step.body else { return true };
-    let empty = |field: &str| spec.get(field).is_none_or(|v| v.is_null() || v.as_array().is_some_and(Vec::is_empty));
-    matches!(step.action, Action::Delete { .. })
-        || (empty("team") && empty("on_success") && empty("on_failure") && empty("after"))
 }
 
 /// `steps` cut into groups one batch request takes.
