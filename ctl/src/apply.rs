@@ -180,8 +180,9 @@ pub fn plan(
         }
     }
     if let Some(scope) = prune {
+        let defined: std::collections::HashSet<&str> = files.iter().map(|f| f.name.as_str()).collect();
         for (name, cur) in current {
-            if !files.iter().any(|f| f.name == *name) && scope.covers(&cur.spec) {
+            if !defined.contains(name.as_str()) && scope.covers(&cur.spec) {
                 steps.push(Step {
                     job: name.clone(),
                     file: None,
@@ -356,9 +357,7 @@ pub async fn apply_jobs(client: &Client, files: Vec<FileJob>, opts: Options) -> 
     let steps = plan(&files, &current_jobs(&list), scope.as_ref())?;
     let owners: BTreeMap<&str, Option<&str>> =
         files.iter().map(|f| (f.name.as_str(), f.managed_by.as_deref())).collect();
-    for step in steps.iter().filter(|s| matches!(s.action, Action::Update { .. })) {
-        overwrite_warning(client, step, owners.get(step.job.as_str()).copied().flatten()).await;
-    }
+    overwrite_warnings(client, &steps, &owners).await;
     if let Some(scope) = &scope {
         let deletes = steps.iter().filter(|s| matches!(s.action, Action::Delete { .. })).count();
         eprintln!("etcronctl: pruning among {}: {deletes} not in the files", scope.describe());
@@ -443,21 +442,24 @@ struct Sender<'a> {
 
 impl Sender<'_> {
     /// The result of each step, in order: what the master did (the default when nothing was
-    /// sent, or a prune found the job gone already).
+    /// sent, or a prune found the job gone already). Only the steps that change something are
+    /// sent, one request after another (several in flight were slower: the master and etcd
+    /// share the cores, `etcron-bench apply`).
     async fn send(&mut self, steps: &[Step]) -> Vec<anyhow::Result<Done>> {
-        let mut results = Vec::with_capacity(steps.len());
-        for group in batches(steps) {
+        let sending: Vec<&Step> = steps.iter().filter(|s| change(s).is_some()).collect();
+        let mut sent = Vec::with_capacity(sending.len());
+        for group in batches(&sending) {
             if self.batch {
                 match batch(self.client, group).await {
                     Ok(Some(done)) => {
-                        results.extend(done);
+                        sent.extend(done);
                         continue;
                     }
                     Ok(None) => self.batch = false,
                     Err(e) => {
                         // The whole request failed: it is every change's answer.
                         let api = e.downcast_ref::<ApiError>().cloned();
-                        results.extend(group.iter().map(|_| match &api {
+                        sent.extend(group.iter().map(|_| match &api {
                             Some(api) => Err(api.clone().into()),
                             None => Err(anyhow::anyhow!("{e:#}")),
                         }));
@@ -466,18 +468,22 @@ impl Sender<'_> {
                 }
             }
             for step in group {
-                results.push(match step.action {
+                sent.push(match step.action {
                     Action::Delete { .. } => delete(self.client, step).await,
                     _ => write(self.client, step).await,
                 });
             }
         }
-        results
+        let mut sent = sent.into_iter();
+        steps
+            .iter()
+            .map(|s| if change(s).is_some() { sent.next().unwrap_or(Ok(Done::default())) } else { Ok(Done::default()) })
+            .collect()
     }
 }
 
 /// `steps` cut into groups one batch request takes.
-fn batches(steps: &[Step]) -> Vec<&[Step]> {
+fn batches<'a>(steps: &'a [&'a Step]) -> Vec<&'a [&'a Step]> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, step) in steps.iter().enumerate() {
@@ -495,7 +501,7 @@ fn batches(steps: &[Step]) -> Vec<&[Step]> {
 }
 
 /// One `POST /api/batch` of `steps`; `None` when the master has no such route.
-async fn batch(client: &Client, steps: &[Step]) -> anyhow::Result<Option<Vec<anyhow::Result<Done>>>> {
+async fn batch(client: &Client, steps: &[&Step]) -> anyhow::Result<Option<Vec<anyhow::Result<Done>>>> {
     let changes: Vec<(usize, Value)> =
         steps.iter().enumerate().filter_map(|(i, s)| change(s).map(|c| (i, c))).collect();
     if changes.is_empty() {
@@ -514,7 +520,7 @@ async fn batch(client: &Client, steps: &[Step]) -> anyhow::Result<Option<Vec<any
     }
     let mut results: Vec<anyhow::Result<Done>> = steps.iter().map(|_| Ok(Done::default())).collect();
     for ((i, _), answer) in changes.iter().zip(answers) {
-        results[*i] = answered(&steps[*i], &answer);
+        results[*i] = answered(steps[*i], &answer);
     }
     Ok(Some(results))
 }
@@ -597,30 +603,45 @@ async fn write(client: &Client, step: &Step) -> anyhow::Result<Done> {
     Ok(Done { revision: reply.body["revision"].as_i64(), unchanged: reply.body["unchanged"] == true })
 }
 
+/// History reads (`GET /api/jobs/{job}/history`) in flight at once for the overwrite warnings.
+const HISTORY_READS_IN_FLIGHT: usize = 8;
+
+/// The overwrite warning of each update (below), printed in the plan's order; the updates'
+/// histories are read [`HISTORY_READS_IN_FLIGHT`] at a time.
+async fn overwrite_warnings(client: &Client, steps: &[Step], owners: &BTreeMap<&str, Option<&str>>) {
+    use futures::StreamExt as _;
+    let updates = steps.iter().filter(|s| matches!(s.action, Action::Update { .. }));
+    let mut warnings = futures::stream::iter(updates)
+        .map(|step| overwrite_warning(client, step, owners.get(step.job.as_str()).copied().flatten()))
+        .buffered(HISTORY_READS_IN_FLIGHT);
+    while let Some(warning) = warnings.next().await {
+        if let Some(line) = warning {
+            eprintln!("{line}");
+        }
+    }
+}
+
 /// Warns (stderr) when an update overwrites a spec last saved by something else than an apply
 /// of the same owner: the console or `jobs edit` (a `PUT`), a rollback or resume, or a file or
 /// crontab of another `managed-by` owner, naming who saved it and when. The job's newest saved
-/// version says (`GET /api/jobs/{job}/history`); when it cannot be read, nothing is said.
-async fn overwrite_warning(client: &Client, step: &Step, owner: Option<&str>) {
+/// version says (`GET /api/jobs/{job}/history`); when it cannot be read, a note says so.
+async fn overwrite_warning(client: &Client, step: &Step, owner: Option<&str>) -> Option<String> {
     let url = format!("/api/jobs/{}/history", segment(&step.job));
     let history = match client.get(&url).await {
         Ok(h) => h,
         Err(e) => {
-            eprintln!(
+            return Some(format!(
                 "etcronctl: note: job {:?}: who saved it last cannot be read ({e:#}); overwriting it unchecked",
                 step.job
-            );
-            return;
+            ));
         }
     };
-    let Some(current) = history["versions"].as_array().and_then(|v| v.iter().find(|v| v["current"] == true)) else {
-        return;
-    };
+    let current = history["versions"].as_array().and_then(|v| v.iter().find(|v| v["current"] == true))?;
     let via = current["via"].as_str().unwrap_or_default();
     let stored_owner = current["spec"]["labels"][jobfile::MANAGED_BY].as_str();
     let by_apply = via == "POST /api/batch";
     if by_apply && stored_owner == owner {
-        return;
+        return None;
     }
     let how = if by_apply {
         format!(
@@ -631,13 +652,13 @@ async fn overwrite_warning(client: &Client, step: &Step, owner: Option<&str>) {
     } else {
         crate::history::saved_how(current)
     };
-    eprintln!(
+    Some(format!(
         "etcronctl: warning: job {:?}: overwriting what {} saved at {} ({how}){}",
         step.job,
         current["by"].as_str().unwrap_or("someone"),
         current["at"].as_str().unwrap_or("an unknown time"),
         if by_apply { "" } else { ": changes made since then outside these files are lost (jobs history shows them)" }
-    );
+    ))
 }
 
 /// Prints a save's warnings (`[{"field","message"}]`, e.g. alerts no target would send) on
@@ -784,13 +805,15 @@ mod tests {
             paused: None,
         };
         let small: Vec<Step> = (0..1200).map(|i| step(i, 10)).collect();
+        let small: Vec<&Step> = small.iter().collect();
         assert_eq!(batches(&small).iter().map(|b| b.len()).collect::<Vec<_>>(), vec![500, 500, 200]);
         let large: Vec<Step> = (0..30).map(|i| step(i, 60 * 1024)).collect();
+        let large: Vec<&Step> = large.iter().collect();
         let sizes: Vec<usize> = batches(&large).iter().map(|b| b.len()).collect();
         assert_eq!(sizes, vec![12, 12, 6], "12 specs of 60 KiB fit in 768 KiB");
         assert!(batches(&[]).is_empty());
-        let one_huge = [step(0, 900 * 1024)];
-        assert_eq!(batches(&one_huge).len(), 1, "a spec over the budget still goes, alone");
+        let one_huge = step(0, 900 * 1024);
+        assert_eq!(batches(&[&one_huge]).len(), 1, "a spec over the budget still goes, alone");
     }
 
     fn file_jobs(text: &str) -> Vec<FileJob> {

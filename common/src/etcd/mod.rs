@@ -250,6 +250,16 @@ pub fn overload(e: &etcd_client::Error) -> Option<crate::admission::Overload> {
     }
 }
 
+/// Whether an answer was larger than a side accepts: this client's decoding limit (a range of
+/// many large values) or the server's "message larger than max". A smaller request may pass.
+#[must_use]
+pub fn too_large(e: &etcd_client::Error) -> bool {
+    let etcd_client::Error::GRpcStatus(status) = e else { return false };
+    let message = status.message();
+    (status.code() == tonic::Code::OutOfRange && message.contains("message length too large"))
+        || message.contains("larger than max")
+}
+
 /// Whether a status comes from hyper's HTTP/2 keep-alive giving up on the connection.
 fn ping_timed_out(status: &tonic::Status) -> bool {
     let mut source = std::error::Error::source(status);
@@ -291,6 +301,13 @@ mod tests {
         assert!(!is_nospace(&status(tonic::Code::ResourceExhausted, "etcdserver: too many requests")));
         assert_eq!(overload(&status(tonic::Code::Cancelled, "operation was canceled")), None);
         assert_eq!(overload(&etcd_client::Error::WatchError("listing timed out".to_owned())), None);
+        let decoding = "Error, decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes";
+        assert!(too_large(&status(tonic::Code::OutOfRange, decoding)));
+        assert!(too_large(&status(tonic::Code::ResourceExhausted, "grpc: received message larger than max (9 vs. 4)")));
+        assert!(!too_large(&status(
+            tonic::Code::OutOfRange,
+            "etcdserver: mvcc: required revision is a future revision"
+        )));
     }
 
     #[tokio::test]

@@ -9,9 +9,11 @@
 //! process-creation floor),
 //! `failover`, `partition` (an etcd member cut off, killed or frozen: sessions lost, ticks missed,
 //! lateness, master answers), `placement` (the share of new runs on an idle worker beside a
-//! busy one), `scale`, `stream` (live-output latency), `wheel`, `claims`, `sink`, `search`.
+//! busy one), `scale`, `apply` (`etcronctl jobs apply` of N jobs: created,
+//! `--changed` edited, unchanged), `stream` (live-output latency), `wheel`, `claims`, `sink`, `search`.
 //! Run it from a release build: `cargo build --release --workspace --bins`.
 
+mod apply;
 mod burst;
 mod etcd_writes;
 mod failover;
@@ -52,6 +54,7 @@ async fn main() -> Result<()> {
     let mut session_ttl = "3s".to_owned();
     let mut faults = String::new();
     let mut capacity: Option<usize> = None;
+    let mut changed = 1_000usize;
     let mut sample_every = 300i64;
     let mut records_opts = records::Opts { records: 0, cache_gb: None, data: None, compressor: None };
     let mut e2e_opts = E2eOpts { task: BenchTask::Append, worker_args: Vec::new(), pool: None };
@@ -63,6 +66,7 @@ async fn main() -> Result<()> {
             "--jobs" => jobs = value.parse()?,
             "--workers" => workers = value.parse()?,
             "--capacity" => capacity = Some(value.parse()?),
+            "--changed" => changed = value.parse()?,
             "--seconds" => seconds = value.parse()?,
             "--jsonl" => out = Some(value.clone()),
             "--entries" => entries = value.parse()?,
@@ -106,13 +110,14 @@ async fn main() -> Result<()> {
         "partition" => partition::run(jobs, u64::try_from(seconds)?, &session_ttl, &faults).await,
         "placement" => placement::run(seconds).await,
         "scale" => scale::run(jobs).await,
+        "apply" => apply::run(jobs, changed).await,
         "stream" => stream::run(jobs, seconds).await,
         "spawn" => {
             let dir = tempfile::tempdir()?;
             spawn::run(jobs, rounds, &dir.path().join("spawned.log")).await
         }
         other => {
-            bail!("unknown scenario {other}; known: e2e, burst, soak, claims, sink, search, wheel, failover, partition, placement, scale, spawn, stream")
+            bail!("unknown scenario {other}; known: e2e, burst, soak, claims, sink, search, wheel, failover, partition, placement, scale, apply, spawn, stream")
         }
     }
 }

@@ -89,3 +89,45 @@ async fn run(cluster: &Cluster) -> anyhow::Result<()> {
     assert!(stdout.contains("2 stored jobs checked"), "{stdout}");
     Ok(())
 }
+
+/// More specs than one page, and more bytes than one gRPC answer decodes by default (4 MiB):
+/// the check reads them in pages at one revision and names exactly the refused ones, the first
+/// key and the last.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_check_reads_past_one_page_and_past_four_mib() -> anyhow::Result<()> {
+    let cluster = Cluster::start_with("spec-check-pages", 0, false, &["--spec-check-every", "10s"]).await?;
+    let result = pages(&cluster).await;
+    if result.is_err() {
+        cluster.dump_logs();
+    }
+    result
+}
+
+async fn pages(cluster: &Cluster) -> anyhow::Result<()> {
+    use etcd_client::{Txn, TxnOp};
+    let refused = json!({"schedule": "0 0 ?,1 * 5", "task": {"kind": "shell", "command": "true"}}).to_string();
+    let small = |i: usize| json!({"schedule": "@daily", "task": {"kind": "shell", "command": format!("echo {i}")}});
+    // 300 specs of 15 KB: 4.5 MB after the first page's 1 000 keys.
+    let large =
+        json!({"schedule": "@daily", "task": {"kind": "shell", "command": format!("echo {}", "x".repeat(15_000))}});
+    let key = |name: &str| format!("{}/jobs/{name}", cluster.namespace);
+    let mut ops =
+        vec![TxnOp::put(key("a-refused"), refused.clone(), None), TxnOp::put(key("z-refused"), refused, None)];
+    ops.extend((0..1_000).map(|i| TxnOp::put(key(&format!("b-{i:04}")), small(i).to_string(), None)));
+    ops.extend((0..300).map(|i| TxnOp::put(key(&format!("c-{i:03}")), large.to_string(), None)));
+    let mut etcd = cluster.etcd.client().await?;
+    // Transactions of 60 operations: at most 900 KB (etcd takes 128 operations and 1.5 MiB).
+    let mut ops = ops.into_iter().peekable();
+    while ops.peek().is_some() {
+        let chunk: Vec<TxnOp> = ops.by_ref().take(60).collect();
+        etcd.txn(Txn::new().and_then(chunk)).await?;
+    }
+    let specs = wait_for(Duration::from_secs(40), "a check of every spec", || async {
+        cluster.get("/api/cluster/specs").await.ok().filter(|b| b["checked"] == 1_302)
+    })
+    .await?;
+    let names: Vec<&str> =
+        specs["refused"].as_array().into_iter().flatten().filter_map(|r| r["job"].as_str()).collect();
+    assert_eq!(names, ["a-refused", "z-refused"], "{}", specs["refused"]);
+    Ok(())
+}
