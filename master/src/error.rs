@@ -177,11 +177,15 @@ pub(crate) async fn etcd_request<T, F>(op: &'static str, fut: F) -> Result<T, Et
 where
     F: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
-    match etcron_common::etcd::request(op, fut).await {
-        Ok(v) => Ok(v),
-        Err(EtcdError::Failed(e)) if etcron_common::etcd::is_nospace(&e) => Err(EtcdFailure::NoSpace.logged(&e)),
-        Err(EtcdError::Failed(e)) => Err(EtcdFailure::Unavailable.logged(&e)),
-        Err(EtcdError::Timeout) => Err(EtcdFailure::Unavailable.logged(&"request timed out")),
+    etcron_common::etcd::request(op, fut).await.map_err(etcd_failure)
+}
+
+/// An etcd request's failure, logged and classified.
+pub(crate) fn etcd_failure(e: EtcdError) -> EtcdFailure {
+    match e {
+        EtcdError::Failed(e) if etcron_common::etcd::is_nospace(&e) => EtcdFailure::NoSpace.logged(&e),
+        EtcdError::Failed(e) => EtcdFailure::Unavailable.logged(&e),
+        EtcdError::Timeout => EtcdFailure::Unavailable.logged(&"request timed out"),
     }
 }
 

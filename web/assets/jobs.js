@@ -143,7 +143,8 @@ export async function jobsView(params) {
     for (const key of ["q", "state", "health", "team"]) if (view[key]) q.set(key, view[key]);
     if (view.sort !== "name") q.set("sort", view.sort);
     if (view.cursor) q.set("cursor", view.cursor);
-    return `#/jobs?${q}`;
+    const query = q.toString();
+    return query ? `#/jobs?${query}` : "#/jobs";
   };
   const apiQuery = () => {
     const q = new URLSearchParams({ limit: String(PAGE), ...textFilter(view.q) });

@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, KeyValue, KvClient};
-use tonic::Code;
 
 use super::{request_within, EtcdError};
 
@@ -85,11 +84,9 @@ impl Pages {
                 opts = opts.with_revision(self.revision);
             }
             match request_within(self.op, self.timeout, self.kv.get(self.start.clone(), Some(opts))).await {
-                Err(EtcdError::Failed(etcd_client::Error::GRpcStatus(s)))
-                    if s.code() == Code::OutOfRange && self.limit > 1 =>
-                {
+                Err(EtcdError::Failed(e)) if super::too_large(&e) && self.limit > 1 => {
                     // Larger than the answer's limit: the same page in smaller parts.
-                    tracing::debug!(op = self.op, limit = self.limit, "listing page too large; asking for fewer keys");
+                    tracing::info!(op = self.op, keys = self.limit, error = %e, "a page was too large to read; reading fewer keys");
                     self.limit = (self.limit / 4).max(1);
                 }
                 other => break other?,

@@ -14,7 +14,8 @@
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
-use etcd_client::{Client, GetOptions, GetResponse, KvClient};
+use etcd_client::Client;
+use etcron_common::etcd::list::Pages;
 use etcron_common::metrics::gauge;
 use etcron_model::keys::{Key, Keys};
 use etcron_model::spec::JobSpec;
@@ -25,18 +26,6 @@ use serde::Serialize;
 pub const CHECK_EVERY: Duration = Duration::from_secs(300);
 /// How long a check waits before etcd is tried again after it failed.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
-/// Bytes of stored specs a page of the check aims at.
-pub const PAGE_BYTES: usize = 4 * 1024 * 1024;
-/// Keys the first page reads, before the size of the stored specs is known.
-pub const FIRST_PAGE_KEYS: i64 = 1_000;
-/// Fewest keys a page reads: this many of the largest specs (64 KiB) fit in [`PAGE_BYTES`].
-const MIN_PAGE_KEYS: i64 = 64;
-/// Most keys a page reads.
-const MAX_PAGE_KEYS: i64 = 50_000;
-/// Largest answer the check decodes (gRPC's default is 4 MiB): a page sized from smaller specs
-/// before it may hold more than [`PAGE_BYTES`]; one over this is read again in smaller pages.
-const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
-
 static UNSCHEDULABLE: LazyLock<IntGauge> = LazyLock::new(|| {
     gauge(
         "etcron_master_unschedulable_jobs",
@@ -124,71 +113,24 @@ pub fn start(client: Client, keys: Keys, every: Duration) -> SpecWatch {
     watch
 }
 
-/// Reads every job spec, a page at a time at one revision, and keeps those
+/// Reads every job spec, a page at a time at one revision ([`Pages`]), and keeps those
 /// `JobSpec::from_json` refuses.
 async fn check(client: &Client, keys: &Keys) -> Result<Checked, etcron_common::etcd::EtcdError> {
-    let mut kv = client.kv_client().max_decoding_message_size(MAX_ANSWER_BYTES);
     let prefix = keys.jobs_prefix();
-    let end = etcron_model::keys::prefix_end(prefix.as_bytes());
+    let mut pages = Pages::new(client, "check_specs", prefix.as_bytes(), 0, etcron_common::etcd::REQUEST_TIMEOUT);
     let mut per_team = std::collections::BTreeMap::new();
     let mut refused = Vec::new();
-    let (mut from, mut limit, mut revision) = (prefix.into_bytes(), FIRST_PAGE_KEYS, 0);
-    loop {
-        let (resp, read) = page(&mut kv, &from, &end, limit, revision).await?;
-        if revision == 0 {
-            revision = resp.header().map_or(0, |h| h.revision());
-        }
-        let mut bytes = 0;
-        for item in resp.kvs() {
-            bytes += item.key().len() + item.value().len();
+    while let Some(page) = pages.next().await? {
+        for item in page {
             let Some(Key::Job(job)) = keys.parse(item.key()) else { continue };
             *per_team.entry(team_of(item.value())).or_default() += 1;
             if let Some(r) = refusal(job, item.value()) {
                 refused.push(r);
             }
         }
-        match resp.kvs().last() {
-            Some(last) if resp.more() => {
-                from = last.key().to_vec();
-                from.push(0);
-                limit = next_limit(read.min(resp.kvs().len()), bytes);
-            }
-            _ => break,
-        }
     }
     let checked = per_team.values().sum();
     Ok(Checked { checked, per_team, refused, checked_at: etcron_model::rfc3339_ms(etcron_model::now_ms()) })
-}
-
-/// The keys from `from` (before `end`), at most `limit` of them at `revision` (0: now), and how
-/// many were asked for: an answer larger than the client decodes is asked for again in a
-/// quarter of the keys.
-async fn page(
-    kv: &mut KvClient,
-    from: &[u8],
-    end: &[u8],
-    mut limit: i64,
-    revision: i64,
-) -> Result<(GetResponse, usize), etcron_common::etcd::EtcdError> {
-    loop {
-        let opts = GetOptions::new().with_range(end.to_vec()).with_limit(limit).with_revision(revision);
-        match etcron_common::etcd::request("check_specs", kv.get(from.to_vec(), Some(opts))).await {
-            Err(etcron_common::etcd::EtcdError::Failed(e))
-                if etcron_common::etcd::too_large(&e) && limit > MIN_PAGE_KEYS =>
-            {
-                tracing::info!(keys = limit, error = %e, "a page of job specs was too large to read; reading fewer keys");
-                limit = (limit / 4).max(MIN_PAGE_KEYS);
-            }
-            other => return other.map(|resp| (resp, usize::try_from(limit).unwrap_or(usize::MAX))),
-        }
-    }
-}
-
-/// Keys the page after one of `keys` keys and `bytes` bytes reads: about [`PAGE_BYTES`] of
-/// specs of that average size.
-fn next_limit(keys: usize, bytes: usize) -> i64 {
-    let per_key = (bytes / keys.max(1)).max(1);
-    i64::try_from(PAGE_BYTES / per_key).unwrap_or(MAX_PAGE_KEYS).clamp(MIN_PAGE_KEYS, MAX_PAGE_KEYS)
 }
 
 /// The team a stored value names, when it can be read.
@@ -222,19 +164,5 @@ mod tests {
         assert_eq!((garbage.team, garbage.field.is_some()), (None, false));
         let checked = Checked { checked: 3, per_team: Default::default(), refused: vec![r], checked_at: String::new() };
         assert!(checked.warning().is_some_and(|w| w.starts_with("1 stored job specs")));
-    }
-
-    #[test]
-    fn pages_hold_about_four_mib_of_specs_of_the_size_seen() {
-        // Specs of 200 bytes: 20 971 a page; of 4 KiB: 1 024; of the largest (64 KiB), 64.
-        assert_eq!(next_limit(1_000, 200_000), 20_971);
-        assert_eq!(next_limit(100, 100 * 4096), 1_024);
-        assert_eq!(next_limit(10, 10 * 65_536), MIN_PAGE_KEYS);
-        assert_eq!(next_limit(10, 10 * 2 * 65_536), MIN_PAGE_KEYS, "never fewer than the smallest page");
-        assert_eq!(next_limit(1_000, 10_000), MAX_PAGE_KEYS, "tiny values: the most keys a page reads");
-        assert_eq!(next_limit(0, 0), MAX_PAGE_KEYS);
-        // The smallest page of the largest specs (keys included) decodes within the limit.
-        let largest = usize::try_from(MIN_PAGE_KEYS).unwrap() * (etcron_model::spec::MAX_SPEC_BYTES + 1024);
-        assert!(largest < MAX_ANSWER_BYTES);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use etcron_model::keys::Key;
 use etcron_model::now_ms;
 use etcron_model::spec::JobSpec;
@@ -17,6 +17,9 @@ use super::{
     Written, TXN_BYTES, TXN_CHANGES,
 };
 use crate::access::Scope;
+use crate::error::etcd_failure;
+use etcron_common::etcd::list::Pages;
+use etcron_common::etcd::REQUEST_TIMEOUT;
 
 /// How one transaction of the batch ended.
 enum Committed {
@@ -116,19 +119,20 @@ impl JobStore {
     pub(super) async fn snapshot(&self, wanted: &[&str], all: bool) -> Result<Option<Snapshot>, JobStoreError> {
         let mut kv = self.client.kv_client();
         if all {
-            let resp =
-                etcd("list_jobs", kv.get(self.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await?;
-            let revision =
-                resp.header().map(|h| h.revision()).ok_or_else(|| JobStoreError::internal(&"range without header"))?;
-            let jobs = resp
-                .kvs()
-                .iter()
-                .filter_map(|item| match self.keys.parse(item.key()) {
-                    Some(Key::Job(name)) => Some((name, (item.value().to_vec(), item.mod_revision()))),
-                    _ => None,
-                })
-                .collect();
-            return Ok(Some(Snapshot { revision, jobs, complete: true }));
+            // In pages sized by bytes, at one revision: one range of every job would exceed
+            // the answer's limit past a few tens of thousands of jobs.
+            let prefix = self.keys.jobs_prefix();
+            let mut pages = Pages::new(&self.client, "list_jobs", prefix.as_bytes(), 0, REQUEST_TIMEOUT);
+            let mut jobs = BTreeMap::new();
+            while let Some(page) = pages.next().await.map_err(|e| JobStoreError::Etcd(etcd_failure(e)))? {
+                for item in page {
+                    if let Some(Key::Job(name)) = self.keys.parse(item.key()) {
+                        let mod_revision = item.mod_revision();
+                        jobs.insert(name, (item.into_key_value().1, mod_revision));
+                    }
+                }
+            }
+            return Ok(Some(Snapshot { revision: pages.revision(), jobs, complete: true }));
         }
         if wanted.is_empty() {
             return Ok(None);

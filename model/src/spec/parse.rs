@@ -77,7 +77,9 @@ impl JobSpec {
     /// [`JobSpec::parsed_schedule`] through `cache` (a pass over many jobs parses each distinct
     /// schedule once).
     pub fn parsed_schedule_cached(&self, job: &str, cache: &mut ScheduleCache) -> Result<Schedule, SpecError> {
-        Ok(self.schedule_with(&mut |expression, timezone| cache.get(expression, timezone))?.jittered(job, self.jitter_ms()))
+        Ok(self
+            .schedule_with(&mut |expression, timezone| cache.get(expression, timezone))?
+            .jittered(job, self.jitter_ms()))
     }
 
     /// Parses the schedule fields with `parse` into one schedule.
