@@ -233,15 +233,7 @@ async fn scan_job(
         Stored::Missing | Stored::Malformed { .. } => return restart_state(ctx, job, &stored, upto).await,
     };
     let Ok(schedule) = entry.spec.parsed_schedule_cached(job, schedules) else { return true };
-    // Walking a long gap of a frequent schedule takes a while: off the async workers (inline
-    // for a short gap, whose walk costs less than the hand-over; and under the simulation, whose
-    // runs must not depend on when another thread finishes).
-    let walk = if etcron_model::clock_is_simulated() || upto.saturating_sub(last) <= INLINE_WALK_MS {
-        Ok(ticks_between(&schedule, last, upto))
-    } else {
-        tokio::task::spawn_blocking(move || ticks_between(&schedule, last, upto)).await
-    };
-    let Ok((ticks, older)) = walk else { return true };
+    let Some((ticks, older)) = walk(schedule, last, upto).await else { return true };
     let Some(&first) = ticks.front() else { return true };
     let Some(claimed) = claimed_ticks(ctx, job, first, upto).await else { return false };
     let mut unclaimed: Vec<UnixMs> = ticks.into_iter().filter(|t| !claimed.contains(t)).collect();
@@ -435,6 +427,21 @@ async fn sweep_range(ctx: &Context, sweep: &Sweep) -> bool {
             }
             complete
         }
+    }
+}
+
+/// [`ticks_between`]; walking a long gap of a frequent schedule takes a while: off the async
+/// workers (inline for a short gap, whose walk costs less than the hand-over; and under the
+/// simulation, whose runs must not depend on when another thread finishes).
+async fn walk(
+    schedule: etcron_model::schedule::Schedule,
+    last: UnixMs,
+    upto: UnixMs,
+) -> Option<(VecDeque<UnixMs>, usize)> {
+    if etcron_model::clock_is_simulated() || upto.saturating_sub(last) <= INLINE_WALK_MS {
+        Some(ticks_between(&schedule, last, upto))
+    } else {
+        tokio::task::spawn_blocking(move || ticks_between(&schedule, last, upto)).await.ok()
     }
 }
 
