@@ -6,7 +6,8 @@
 //! each retried with backoff. A reader names the etcd revision it read the rest of its page
 //! at and waits (at most [`CATCH_UP`]) for the index to reach it, asking the watch for a
 //! progress report when no job changed since; so a page reflects every job write made before
-//! it. Before the first listing the pages answer 503.
+//! it. A page that finds no listing done waits for it as long, then answers 503 (a master
+//! listing a million jobs takes a while; its other routes do not wait for it).
 
 pub mod index;
 
@@ -49,6 +50,8 @@ pub struct JobIndex(Arc<Shared>);
 
 #[derive(Default)]
 struct Shared {
+    /// A loop keeps it (not so for a test's index).
+    kept: bool,
     /// `None` until the first listing.
     index: RwLock<Option<Index>>,
     /// The etcd revision the index reflects.
@@ -68,7 +71,7 @@ impl JobIndex {
         LazyLock::force(&INDEXED);
         LazyLock::force(&BEHIND);
         LazyLock::force(&WATCH_FAILURES);
-        let me = Self::default();
+        let me = Self(Arc::new(Shared { kept: true, ..Shared::default() }));
         tokio::spawn(keep(client, keys, me.0.clone()));
         me
     }
@@ -76,12 +79,14 @@ impl JobIndex {
     /// `f` of the index once it reflects etcd at `revision` (or [`CATCH_UP`] passed).
     ///
     /// # Errors
-    /// [`Loading`] before the first listing.
+    /// [`Loading`] when the first listing is not done within [`CATCH_UP`].
     pub async fn read<R>(&self, revision: i64, f: impl FnOnce(&Index) -> R) -> Result<R, Loading> {
-        if self.0.index.read().unwrap_or_else(PoisonError::into_inner).is_none() {
+        let mut at = self.0.revision.subscribe();
+        // Listed at a revision > 0.
+        if *at.borrow() == 0 && (!self.0.kept || tokio::time::timeout(CATCH_UP, at.wait_for(|r| *r > 0)).await.is_err())
+        {
             return Err(Loading);
         }
-        let mut at = self.0.revision.subscribe();
         if *at.borrow() < revision {
             self.0.progress.notify_one();
             if tokio::time::timeout(CATCH_UP, at.wait_for(|r| *r >= revision)).await.is_err() {

@@ -237,9 +237,11 @@ pub(super) async fn put(
     let revision = resp.header().map_or(0, |h| h.revision());
     let status = if resp.prev_key().is_some() { StatusCode::OK } else { StatusCode::CREATED };
     let mut held = read_pools(&st, Some(&name)).await?;
+    // The pool is saved whatever the index says: an error says so.
     let pool_view =
         indexed(&st, held.revision, |jobs| view(&name, (revision, pool), &mut held, jobs, &scope.caller.access))
-            .await?;
+            .await
+            .map_err(|e| ApiError { message: format!("pool {name:?} is saved, but {}", e.message), ..e })?;
     Ok((status, Json(pool_view)).into_response())
 }
 
