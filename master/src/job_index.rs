@@ -97,8 +97,9 @@ impl JobIndex {
         self.0.index.read().unwrap_or_else(PoisonError::into_inner).as_ref().map(f).ok_or(Loading)
     }
 
-    /// The index as it is, listed or not (tests).
-    pub fn with_index(&self, index: Index, revision: i64) {
+    /// An index given as listed at `revision`.
+    #[cfg(test)]
+    fn with_index(&self, index: Index, revision: i64) {
         *self.0.index.write().unwrap_or_else(PoisonError::into_inner) = Some(index);
         self.0.revision.send_replace(revision);
     }
