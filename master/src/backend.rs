@@ -27,6 +27,8 @@ pub struct AppState {
     pub limits: std::sync::Arc<crate::change_limits::ChangeLimits>,
     /// Trace spans of run requests: off without `otlp_endpoint`.
     pub tracer: etcron_common::trace::Tracer,
+    /// Every stored job's team, pool and placement, kept by a watch (pages of workers, pools).
+    pub job_index: crate::job_index::JobIndex,
 }
 
 impl AppState {

@@ -68,6 +68,16 @@ impl ApiError {
         }
     }
 
+    /// The master has not listed the jobs into its job index yet (it does at start).
+    pub fn job_index_loading() -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "job_index_loading",
+            message: "the master is still loading the job index; try again in a few seconds".to_owned(),
+            field: None,
+        }
+    }
+
     /// A server-side fault; the cause goes to the log, not to the client.
     pub fn internal(cause: &dyn std::fmt::Display) -> Self {
         log_internal(cause);

@@ -8,6 +8,7 @@ pub mod change_limits;
 pub mod config;
 pub mod duties;
 pub mod error;
+pub mod job_index;
 pub mod job_store;
 pub mod layers;
 pub mod metrics;

@@ -68,6 +68,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     etcron_master::duties::compactor::start(client.clone(), &keys, storage.clone(), config.compactor, me.clone());
     etcron_master::duties::pause_expiry::start(client.clone(), keys.clone());
     let specs = etcron_master::duties::spec_check::start(client.clone(), keys.clone(), config.spec_check_every);
+    let job_index = etcron_master::job_index::JobIndex::start(client.clone(), keys.clone());
     let teams = std::sync::Arc::new(config.teams.clone());
     let limits = std::sync::Arc::new(etcron_master::change_limits::ChangeLimits::new(config.change_limits));
     let resource = [
@@ -77,8 +78,20 @@ async fn run(config: Config) -> anyhow::Result<()> {
     ];
     let tracer = etcron_common::trace::Tracer::start(config.tracing.as_ref(), &resource);
     let auth = config.auth.clone();
-    let state =
-        AppState { client, keys, store, auth, audit, guard, storage, specs, teams, limits, tracer: tracer.clone() };
+    let state = AppState {
+        client,
+        keys,
+        store,
+        auth,
+        audit,
+        guard,
+        storage,
+        specs,
+        teams,
+        limits,
+        tracer: tracer.clone(),
+        job_index,
+    };
     etcron_master::api::stream::set_quiet_limit(config.stream_quiet_limit);
     let limits = etcron_common::serve::Limits { request: config.request_timeout, ..Default::default() };
     etcron_common::serve::serve(listener, app(state), limits, etcron_common::settings::shutdown_signal())

@@ -94,6 +94,7 @@ async fn state() -> AppState {
         teams: std::sync::Arc::default(),
         limits: std::sync::Arc::default(),
         tracer: etcron_common::trace::Tracer::off(),
+        job_index: etcron_master::job_index::JobIndex::default(),
     }
 }
 

@@ -102,10 +102,50 @@ impl WorkerInfo {
     /// task's user, it serves the job's team, and it runs the task's kind ([`runs_task`]).
     #[must_use]
     pub fn may_run(&self, spec: &JobSpec) -> bool {
-        self.matches(&spec.selector)
-            && may_run_as(&self.run_as_users, spec.run_as_user())
-            && serves_team(&self.teams, spec.team.as_deref())
-            && runs_task(&self.handlers, spec.task.handler())
+        self.fits(&spec.selector, spec.run_as_user(), spec.team.as_deref(), spec.task.handler())
+    }
+
+    /// [`may_run`](Self::may_run) for a job known by its [`Placement`] only.
+    #[must_use]
+    pub fn may_place(&self, p: &Placement) -> bool {
+        self.fits(&p.selector, p.user.as_deref(), p.team.as_deref(), p.handler.as_deref())
+    }
+
+    fn fits(
+        &self,
+        selector: &BTreeMap<String, String>,
+        user: Option<&str>,
+        team: Option<&str>,
+        handler: Option<&str>,
+    ) -> bool {
+        self.matches(selector)
+            && may_run_as(&self.run_as_users, user)
+            && serves_team(&self.teams, team)
+            && runs_task(&self.handlers, handler)
+    }
+}
+
+/// What a job asks of the worker that runs it: the parts of its spec
+/// [`WorkerInfo::may_run`] reads. Many jobs share one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Placement {
+    pub selector: BTreeMap<String, String>,
+    /// `task.user`.
+    pub user: Option<String>,
+    pub team: Option<String>,
+    /// The handler of an executor task.
+    pub handler: Option<String>,
+}
+
+impl Placement {
+    #[must_use]
+    pub fn of(spec: &JobSpec) -> Self {
+        Self {
+            selector: spec.selector.clone(),
+            user: spec.run_as_user().map(str::to_owned),
+            team: spec.team.clone(),
+            handler: spec.task.handler().map(str::to_owned),
+        }
     }
 }
 

@@ -27,7 +27,10 @@ const execution = (item) => item.execution_id
   ? [jobLink(item.job), h("div", { class: "small" }, h("a", { href: `#/execution/${encodeURIComponent(item.execution_id)}` }, item.execution_id))]
   : [h("span", { class: "muted" }, "a job you cannot see")];
 
-const jobsList = (jobs) => (jobs.length ? jobs.flatMap((j, i) => [i ? ", " : "", jobLink(j)]) : h("span", { class: "muted" }, "none"));
+/** The jobs the API names (the first, in name order), and how many more it counted. */
+const jobsList = (jobs, total = jobs.length) => (jobs.length
+  ? [...jobs.flatMap((j, i) => [i ? ", " : "", jobLink(j)]), total > jobs.length ? h("span", { class: "muted" }, ` and ${total - jobs.length} more`) : ""]
+  : h("span", { class: "muted" }, "none"));
 
 /** The form that saves a pool (a global admin's); `fill(p)` shows one to change. */
 function poolForm(fixedName) {
@@ -88,7 +91,7 @@ async function listView() {
         h("td", { "data-label": "Slots" }, String(p.slots)),
         h("td", { "data-label": "In use" }, usage(p)),
         h("td", { "data-label": "Waiting", "data-waiting": String(p.waiting.length) }, String(p.waiting.length)),
-        h("td", { "data-label": "Jobs" }, jobsList(p.jobs)),
+        h("td", { "data-label": "Jobs" }, jobsList(p.jobs, p.jobs_total)),
         admin ? h("td", { class: "actions" }, edit, " ", deleteButton(p.name, () => route())) : "");
     }))));
   if (admin) root.append(h("h2", {}, "Add or replace"), form);
@@ -101,7 +104,7 @@ async function poolView(name) {
   const head = (cols) => h("thead", {}, h("tr", {}, cols.map((t) => h("th", { scope: "col" }, t))));
   root.replaceChildren(h("p", {}, h("a", { href: "#/pools" }, "← Pools")), h("h1", {}, `Pool ${p.name}`),
     p.description ? h("p", { class: "muted" }, p.description) : "",
-    h("div", { id: "pool-usage" }, usage(p)), h("p", { id: "pool-jobs" }, "Jobs: ", jobsList(p.jobs)),
+    h("div", { id: "pool-usage" }, usage(p)), h("p", { id: "pool-jobs" }, "Jobs: ", jobsList(p.jobs, p.jobs_total)),
     h("h2", {}, `Holders (${p.holders.length})`),
     p.holders.length === 0 ? h("p", { class: "muted", id: "holders" }, "No slot is held.")
       : h("table", { id: "holders" }, head(["Slot", "Execution", "Worker", "Priority", "Held for"]),

@@ -125,5 +125,8 @@ export async function workersView() {
   root.append(unmatched.length === 0
     ? h("p", { class: "muted", id: "unmatched" }, "None: every job has a worker that may run it.")
     : h("ul", { id: "unmatched" }, unmatched.map((j) => h("li", {}, h("a", { href: `#/job/${encodeURIComponent(j.job)}` }, h("strong", {}, j.job)), j.handler ? ` needs a live executor with handler ${j.handler}` : ` needs a worker that ${needs(j.selector, j.user, j.team)}`))));
+  // The API names the first of them (in name order) and counts them all.
+  const more = (data.unmatched_total || 0) - unmatched.length;
+  if (more > 0) root.append(h("p", { class: "muted", id: "unmatched-more" }, `and ${more} more`));
   autoRefresh(10000);
 }

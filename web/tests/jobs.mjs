@@ -91,7 +91,18 @@ try {
   const unmatched = await page.locator("#unmatched").innerText();
   assert.match(unmatched, /mars-only needs a worker that matches region=mars/);
   assert.match(unmatched, /as-backup needs a worker that may run tasks as backup/);
+  assert.equal(await page.locator("#unmatched-more").count(), 0);
   await page.screenshot({ path: path.join(shots, "workers-1280.png"), fullPage: true });
+  // Over 100 unmatched jobs: the API names the first 100 and counts the rest, which the page says.
+  const marsJobs = Array.from({ length: 100 }, (_, i) => `zz-mars-${String(i).padStart(3, "0")}`);
+  const mars = { schedule: "@daily", selector: { region: "mars" }, task: { kind: "shell", command: "true" } };
+  const batch = async (changes) => assert.equal((await call(base, "POST", "/api/batch", { changes })).status, 200);
+  await batch(marsJobs.map((job) => ({ job, op: "put", spec: mars })));
+  await page.reload();
+  await page.locator("#unmatched-more").waitFor();
+  assert.equal(await page.locator("#unmatched li").count(), 100);
+  assert.equal(await page.locator("#unmatched-more").innerText(), "and 2 more");
+  await batch(marsJobs.map((job) => ({ job, op: "delete" })));
 
   // A job run as a user: its page says as whom and that no worker may; the form edits it.
   await page.goto(base + "/#/job/as-backup");

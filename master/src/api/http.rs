@@ -15,6 +15,16 @@ use crate::layers::auth::Caller;
 
 use crate::layers::limits::MAX_BODY_BYTES;
 
+/// `f` of the job index once it reflects etcd at `revision` (the revision the rest of the
+/// page was read at); 503 before the index is first listed.
+pub(super) async fn indexed<R>(
+    st: &crate::backend::AppState,
+    revision: i64,
+    f: impl FnOnce(&crate::job_index::Index) -> R,
+) -> ApiResult<R> {
+    st.job_index.read(revision, f).await.map_err(|crate::job_index::Loading| ApiError::job_index_loading())
+}
+
 pub(super) fn job_name(name: &str) -> ApiResult<()> {
     validate_name(name).map_err(ApiError::from)
 }

@@ -228,12 +228,6 @@ pub(super) async fn live_workers(st: &AppState) -> ApiResult<Vec<(String, Worker
         .collect())
 }
 
-/// Every stored job: one range read of the jobs prefix.
-pub(super) async fn all_jobs(st: &AppState) -> ApiResult<etcd_client::GetResponse> {
-    let mut kv = st.client.kv_client();
-    etcd("list_jobs", kv.get(st.keys.jobs_prefix(), Some(GetOptions::new().with_prefix()))).await
-}
-
 /// Every pause (`{ns}/paused/`), by job.
 pub(super) async fn all_pauses(st: &AppState) -> ApiResult<BTreeMap<String, Pause>> {
     let mut kv = st.client.kv_client();

@@ -1,7 +1,8 @@
 //! Resource pools (`{ns}/pools/{name}`): list, read, save, delete. Jobs name one in `pool`;
 //! workers hold its slots (`{ns}/poolslots/{name}/{i}`) from a run's claim to its close and
-//! queue the ticks that find it full (`{ns}/poolwait/{name}/…`). A pool's view shows both, and
-//! the jobs naming it, as etcd holds them at one revision.
+//! queue the ticks that find it full (`{ns}/poolwait/{name}/…`). A pool's view shows both as
+//! etcd holds them at one revision, and the jobs naming it (the first [`JOBS_SHOWN`], and
+//! their total) from the job index as of that revision.
 
 use std::collections::BTreeMap;
 
@@ -15,13 +16,14 @@ use etcd_client::{GetOptions, GetResponse, PutOptions, Txn, TxnOp, TxnOpResponse
 use etcron_model::keys::{ExecutionId, Key};
 use etcron_model::pool::{HeldSlot, Pool, Waiting};
 use etcron_model::rfc3339_ms;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::http::body_bytes;
+use super::http::{body_bytes, indexed};
 use crate::access::{Access, Scope};
 use crate::backend::AppState;
 use crate::error::{etcd, ApiError, ApiResult};
+use crate::job_index::Index;
 
 /// A pool as the API shows it: its slots, those held now and by what, the ticks waiting for
 /// them in queue order, and the jobs naming it that the caller sees.
@@ -36,8 +38,15 @@ pub(super) struct PoolView {
     in_use: usize,
     holders: Vec<Holder>,
     waiting: Vec<WaitingTick>,
+    /// The first [`JOBS_SHOWN`] in name order.
     jobs: Vec<String>,
+    jobs_total: usize,
 }
+
+/// Jobs a pool's view names (the first in name order; `jobs_total` counts them all), and jobs
+/// a refused delete names.
+pub(super) const JOBS_SHOWN: usize = 100;
+const USERS_NAMED: usize = 10;
 
 /// One slot held. `execution_id` and `job` are null for a job the caller does not see.
 #[derive(Debug, Serialize)]
@@ -63,22 +72,11 @@ struct WaitingTick {
     since: String,
 }
 
-/// What a stored job says about pools: the pool it names and its team (the rest of the spec
-/// is not read).
-#[derive(Debug, Default, Deserialize)]
-struct JobRef {
-    #[serde(default)]
-    pool: Option<String>,
-    #[serde(default)]
-    team: Option<String>,
-}
-
-/// Every stored job's [`JobRef`], by name; a value that does not read names no pool.
-type Jobs = BTreeMap<String, JobRef>;
-
 /// What etcd holds about some pools, read at one revision.
 #[derive(Default)]
 struct Held {
+    /// The revision read at.
+    revision: i64,
     /// name → (mod revision, pool)
     pools: BTreeMap<String, (i64, Pool)>,
     /// pool → the slots held (by slot index), each with its holder when its value reads.
@@ -120,7 +118,7 @@ async fn read_pools(st: &AppState, one: Option<&str>) -> ApiResult<Held> {
     let [pools, slots, waiting] = gets.as_slice() else {
         return Err(ApiError::internal(&"the pools' read answered other than three ranges"));
     };
-    let mut held = Held::default();
+    let mut held = Held { revision: resp.header().map_or(0, |h| h.revision()), ..Held::default() };
     for kv in pools.kvs() {
         if let (Some(Key::Pool(name)), Ok(pool)) = (st.keys.parse(kv.key()), serde_json::from_slice(kv.value())) {
             held.pools.insert(name, (kv.mod_revision(), pool));
@@ -139,24 +137,11 @@ async fn read_pools(st: &AppState, one: Option<&str>) -> ApiResult<Held> {
     Ok(held)
 }
 
-/// Every stored job's pool and team ([`super::jobs::all_jobs`]: one range read).
-async fn job_refs(st: &AppState) -> ApiResult<Jobs> {
-    let resp = super::jobs::all_jobs(st).await?;
-    Ok(resp
-        .kvs()
-        .iter()
-        .filter_map(|kv| match st.keys.parse(kv.key()) {
-            Some(Key::Job(name)) => Some((name, serde_json::from_slice(kv.value()).unwrap_or_default())),
-            _ => None,
-        })
-        .collect())
-}
-
 /// The view of pool `name` from what was read; the caller (`access`) sees the jobs of its teams
 /// only, in the jobs list and in the holders and waiting ticks.
-fn view(name: &str, (revision, pool): (i64, Pool), held: &mut Held, jobs: &Jobs, access: &Access) -> PoolView {
+fn view(name: &str, (revision, pool): (i64, Pool), held: &mut Held, jobs: &Index, access: &Access) -> PoolView {
     let shown = |id: &ExecutionId| {
-        let team = jobs.get(&id.job).and_then(|j| j.team.as_deref());
+        let team = jobs.team(&id.job).flatten();
         if access.sees(team) {
             (Some(id.to_string()), Some(id.job.clone()))
         } else {
@@ -196,11 +181,7 @@ fn view(name: &str, (revision, pool): (i64, Pool), held: &mut Held, jobs: &Jobs,
             }
         })
         .collect();
-    let jobs = jobs
-        .iter()
-        .filter(|(_, j)| j.pool.as_deref() == Some(name) && access.sees(j.team.as_deref()))
-        .map(|(job, _)| job.clone())
-        .collect();
+    let (jobs, jobs_total) = jobs.pool_jobs(name, |team| access.sees(team), JOBS_SHOWN);
     PoolView {
         name: name.to_owned(),
         revision,
@@ -209,7 +190,8 @@ fn view(name: &str, (revision, pool): (i64, Pool), held: &mut Held, jobs: &Jobs,
         in_use,
         holders,
         waiting,
-        jobs,
+        jobs: jobs.iter().map(|job| job.to_string()).collect(),
+        jobs_total,
     }
 }
 
@@ -218,10 +200,12 @@ pub(super) async fn list(
     State(st): State<AppState>,
     axum::Extension(scope): axum::Extension<Scope>,
 ) -> ApiResult<Json<Value>> {
-    let (mut held, jobs) = tokio::try_join!(read_pools(&st, None), job_refs(&st))?;
+    let mut held = read_pools(&st, None).await?;
     let pools: Vec<(String, (i64, Pool))> = std::mem::take(&mut held.pools).into_iter().collect();
-    let views: Vec<PoolView> =
-        pools.into_iter().map(|(name, pool)| view(&name, pool, &mut held, &jobs, &scope.caller.access)).collect();
+    let views: Vec<PoolView> = indexed(&st, held.revision, |jobs| {
+        pools.into_iter().map(|(name, pool)| view(&name, pool, &mut held, jobs, &scope.caller.access)).collect()
+    })
+    .await?;
     Ok(Json(json!({ "pools": views })))
 }
 
@@ -232,9 +216,9 @@ pub(super) async fn get(
     axum::Extension(scope): axum::Extension<Scope>,
 ) -> ApiResult<Json<PoolView>> {
     pool_name(&name)?;
-    let (mut held, jobs) = tokio::try_join!(read_pools(&st, Some(&name)), job_refs(&st))?;
+    let mut held = read_pools(&st, Some(&name)).await?;
     let pool = held.pools.remove(&name).ok_or_else(|| ApiError::not_found(format!("no pool {name:?}")))?;
-    Ok(Json(view(&name, pool, &mut held, &jobs, &scope.caller.access)))
+    Ok(Json(indexed(&st, held.revision, |jobs| view(&name, pool, &mut held, jobs, &scope.caller.access)).await?))
 }
 
 /// `PUT /api/pools/{name}`: creates (201) or replaces (200) a pool. Fewer slots than are held
@@ -252,23 +236,28 @@ pub(super) async fn put(
     let resp = etcd("pool_put", st.client.kv_client().put(st.keys.pool(&name), value, Some(opts))).await?;
     let revision = resp.header().map_or(0, |h| h.revision());
     let status = if resp.prev_key().is_some() { StatusCode::OK } else { StatusCode::CREATED };
-    let (mut held, jobs) = tokio::try_join!(read_pools(&st, Some(&name)), job_refs(&st))?;
-    Ok((status, Json(view(&name, (revision, pool), &mut held, &jobs, &scope.caller.access))).into_response())
+    let mut held = read_pools(&st, Some(&name)).await?;
+    // The pool is saved whatever the index says: an error says so.
+    let pool_view =
+        indexed(&st, held.revision, |jobs| view(&name, (revision, pool), &mut held, jobs, &scope.caller.access))
+            .await
+            .map_err(|e| ApiError { message: format!("pool {name:?} is saved, but {}", e.message), ..e })?;
+    Ok((status, Json(pool_view)).into_response())
 }
 
 /// `DELETE /api/pools/{name}`: 404 when absent, 409 while jobs name it. A job saved naming it
 /// between this check and the delete is what workers meet as a missing pool.
 pub(super) async fn delete(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
     pool_name(&name)?;
-    let users: Vec<String> = job_refs(&st)
-        .await?
-        .into_iter()
-        .filter(|(_, j)| j.pool.as_deref() == Some(name.as_str()))
-        .map(|(job, _)| job)
-        .collect();
-    if !users.is_empty() {
+    // The revision to read the job index at: now.
+    let now = etcd("pool_get", st.client.kv_client().get(st.keys.pool(&name), None)).await?;
+    let revision = now.header().map_or(0, |h| h.revision());
+    let (users, total) = indexed(&st, revision, |jobs| jobs.pool_jobs(&name, |_| true, USERS_NAMED)).await?;
+    if total > 0 {
+        let users: Vec<&str> = users.iter().map(|job| &**job).collect();
+        let more = if total > users.len() { format!(" and {} more", total - users.len()) } else { String::new() };
         return Err(ApiError::conflict(format!(
-            "pool {name:?} is used by jobs: {}; give them another pool (or none) first",
+            "pool {name:?} is used by jobs: {}{more}; give them another pool (or none) first",
             users.join(", ")
         )));
     }

@@ -1,6 +1,7 @@
 //! `GET /api/workers`: the live workers, what each runs, its cordon, and the jobs no worker
-//! that is not cordoned matches. Every caller sees the workers; of the executions they run and
-//! the unmatched jobs, only those of the jobs it sees. `POST /api/workers/{id}/cordon|drain|uncordon`
+//! that is not cordoned matches (from the job index: the first [`UNMATCHED_SHOWN`] and their
+//! total). Every caller sees the workers; of the executions they run and the unmatched jobs,
+//! only those of the jobs it sees. `POST /api/workers/{id}/cordon|drain|uncordon`
 //! (a global admin's): the `{ns}/cordon/{id}` key that takes a worker out of the race for new
 //! runs, and what is still running on it. `GET /api/workers/departed`: workers the records of
 //! the last day name that are not live now.
@@ -10,18 +11,18 @@ use std::collections::BTreeMap;
 use axum::extract::{Path, State};
 use axum::Json;
 use etcd_client::GetOptions;
-use etcron_model::keys::{validate_id, Key};
-use etcron_model::spec::JobSpec;
-use etcron_model::stored::{Cordon, RunningExecution, WorkerInfo};
+use etcron_model::keys::{validate_id, ExecutionId, Key};
+use etcron_model::stored::{Cordon, Placement, RunningExecution, WorkerInfo};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::access::{team_of, Scope};
+use crate::access::Scope;
 use crate::backend::AppState;
 use crate::error::ApiError;
 use crate::error::{etcd, ApiResult};
 
-use super::jobs::{all_jobs, eligible, live_workers};
+use super::http::indexed;
+use super::jobs::live_workers;
 
 /// Every cordon (`{ns}/cordon/`), by worker id: of live workers, and of workers gone since.
 pub(super) async fn all_cordons(st: &AppState) -> ApiResult<BTreeMap<String, Cordon>> {
@@ -53,6 +54,10 @@ pub(super) struct RunningView {
     fencing_token: i64,
 }
 
+/// Unmatched jobs `GET /api/workers` names (the first in name order); `unmatched_total`
+/// counts them all.
+pub(super) const UNMATCHED_SHOWN: usize = 100;
+
 pub(super) async fn list_workers(
     State(st): State<AppState>,
     axum::Extension(scope): axum::Extension<Scope>,
@@ -61,26 +66,32 @@ pub(super) async fn list_workers(
         let mut kv = st.client.kv_client();
         etcd("list_running", kv.get(st.keys.running_prefix(), Some(GetOptions::new().with_prefix()))).await
     };
-    let (workers, running, jobs, cordons) =
-        tokio::try_join!(live_workers(&st), running, all_jobs(&st), all_cordons(&st))?;
+    let (workers, running, cordons) = tokio::try_join!(live_workers(&st), running, all_cordons(&st))?;
     let open: Vec<(String, WorkerInfo)> = workers.iter().filter(|(id, _)| !cordons.contains_key(id)).cloned().collect();
-    // The jobs the caller sees (a running execution of a job deleted meanwhile has no team to
-    // tell: it is for global roles).
-    let visible: std::collections::HashSet<String> = jobs
+    let access = &scope.caller.access;
+    let markers: Vec<(ExecutionId, &etcd_client::KeyValue)> = running
         .kvs()
         .iter()
         .filter_map(|item| match st.keys.parse(item.key()) {
-            Some(Key::Job(name)) if scope.caller.access.sees(team_of(item.value()).as_deref()) => Some(name),
+            Some(Key::Running(id)) => Some((id, item)),
             _ => None,
         })
         .collect();
-    let sees = |job: &str| scope.caller.access.role.is_some() || visible.contains(job);
+    // From the job index, as etcd was when the running markers were read: which running jobs
+    // the caller sees (a job deleted meanwhile has no team to tell: it is for global roles),
+    // and the valid jobs (the others are not scheduled at all) no open worker may run.
+    let revision = running.header().map_or(0, |h| h.revision());
+    let (shown, (unmatched, unmatched_total)) = indexed(&st, revision, |ix| {
+        let shown: Vec<bool> = markers
+            .iter()
+            .map(|(id, _)| access.role.is_some() || ix.team(&id.job).is_some_and(|team| access.sees(team)))
+            .collect();
+        let placed = |p: &Placement| open.iter().any(|(_, w)| w.may_place(p));
+        (shown, ix.unmatched(placed, |team| access.sees(team), UNMATCHED_SHOWN))
+    })
+    .await?;
     let mut by_worker: BTreeMap<String, Vec<RunningView>> = BTreeMap::new();
-    for item in running.kvs() {
-        let Some(Key::Running(id)) = st.keys.parse(item.key()) else { continue };
-        if !sees(&id.job) {
-            continue;
-        }
+    for ((id, item), _) in markers.iter().zip(shown).filter(|(_, shown)| *shown) {
         let Some(r) = RunningExecution::from_stored(id.clone(), item.value(), item.create_revision()) else {
             continue;
         };
@@ -94,29 +105,7 @@ pub(super) async fn list_workers(
             fencing_token: r.fencing_token.unwrap_or_else(|| item.create_revision()),
         });
     }
-    // Jobs (valid ones: the others are not scheduled at all) that no live worker may run.
-    let mut unmatched = Vec::new();
-    for item in jobs.kvs() {
-        let (Some(Key::Job(name)), Ok(spec)) = (st.keys.parse(item.key()), JobSpec::from_json(item.value())) else {
-            continue;
-        };
-        if !sees(&name) {
-            continue;
-        }
-        if eligible(&open, &spec) == 0 {
-            let mut job = json!({ "job": name, "selector": spec.selector });
-            if let Some(user) = spec.run_as_user() {
-                job["user"] = json!(user);
-            }
-            if let Some(team) = &spec.team {
-                job["team"] = json!(team);
-            }
-            if let Some(handler) = spec.task.handler() {
-                job["handler"] = json!(handler);
-            }
-            unmatched.push(job);
-        }
-    }
+    let unmatched: Vec<Value> = unmatched.iter().map(|(job, p)| unmatched_view(job, p)).collect();
     let mut out = Vec::new();
     for (id, info) in workers {
         let mut value = serde_json::to_value(&info).map_err(|e| ApiError::internal(&e))?;
@@ -131,7 +120,22 @@ pub(super) async fn list_workers(
         }
         out.push(value);
     }
-    Ok(Json(json!({ "workers": out, "unmatched_jobs": unmatched })))
+    Ok(Json(json!({ "workers": out, "unmatched_jobs": unmatched, "unmatched_total": unmatched_total })))
+}
+
+/// An unmatched job as the API shows it: its name and what it asks of a worker.
+fn unmatched_view(job: &str, p: &Placement) -> Value {
+    let mut view = json!({ "job": job, "selector": p.selector });
+    if let Some(user) = &p.user {
+        view["user"] = json!(user);
+    }
+    if let Some(team) = &p.team {
+        view["team"] = json!(team);
+    }
+    if let Some(handler) = &p.handler {
+        view["handler"] = json!(handler);
+    }
+    view
 }
 
 /// The running markers of worker `id` (runs past 1 s), whoever's jobs they are.

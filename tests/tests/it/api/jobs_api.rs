@@ -280,6 +280,7 @@ async fn selectors_are_matched_against_live_workers() -> anyhow::Result<()> {
     let workers = c.get("/api/workers").await?;
     assert_eq!(workers["workers"].as_array().map(Vec::len), Some(3));
     assert_eq!(workers["unmatched_jobs"], json!([{"job": "mars", "selector": {"region": "mars"}}]));
+    assert_eq!(workers["unmatched_total"], 1);
 
     // The only worker a job may run on leaves: the job becomes unmatched.
     let leaving = c.workers.iter().position(|w| w.opts.id == "eu-batch").unwrap();
@@ -294,5 +295,24 @@ async fn selectors_are_matched_against_live_workers() -> anyhow::Result<()> {
     assert_eq!(c.get("/api/jobs/eu-batch-only").await?["eligible_workers"], 0);
     assert_eq!(eligible(&c).await["anywhere"], 2);
     c.workers[leaving].proc.wait_exit(Duration::from_secs(30))?;
+    let (eu, mars) = (with_selector(&[("region", "eu")]), with_selector(&[("region", "mars")]));
+    unmatched_are_bounded_and_follow_edits(&c, eu, &mars).await
+}
+
+/// The unmatched jobs (from the master's job index) follow an edit made just before the read,
+/// and list the first 100 by name with the total.
+async fn unmatched_are_bounded_and_follow_edits(c: &Cluster, eu: Value, mars: &Value) -> anyhow::Result<()> {
+    c.put_job("mars", eu).await?;
+    let workers = c.get("/api/workers").await?;
+    assert_eq!(workers["unmatched_jobs"][1], Value::Null, "an edit is seen by the next read: {workers}");
+    assert_eq!(workers["unmatched_total"], 1, "{workers}");
+    let many: Vec<Value> = (0..101).map(|i| json!({"job": format!("z-{i:03}"), "op": "put", "spec": mars})).collect();
+    assert_eq!(c.call(Method::POST, "/api/batch", Some(json!({"changes": many}))).await?.0, 200);
+    let workers = c.get("/api/workers").await?;
+    let names: Vec<&str> =
+        workers["unmatched_jobs"].as_array().unwrap().iter().map(|j| j["job"].as_str().unwrap()).collect();
+    assert_eq!((names.len(), names[0], names[1], names[99]), (100, "eu-batch-only", "z-000", "z-098"));
+    assert_eq!(workers["unmatched_total"], 102, "{workers}");
+    assert_eq!(workers["unmatched_jobs"][1]["selector"], json!({"region": "mars"}));
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Resource pools' operator surface against a real etcd and master (`PUT/GET/DELETE
 //! /api/pools/{name}`): saves, errors naming the field, a job (and a batch change) naming a pool
-//! that does not exist refused naming `pool`, a pool in use not deleted (409 naming the jobs),
+//! that does not exist refused naming `pool`, a pool in use not deleted (409 naming the first
+//! jobs), the jobs naming it (the first 100 and their total, as of every write before the read),
 //! the slots held and ticks waiting as workers write them (`{ns}/poolslots/`, `{ns}/poolwait/`,
 //! put straight into etcd here) in the view, in queue order; a run's own priority; mutations for
 //! global admins only, and each caller seeing only its teams' jobs in a pool.
@@ -117,11 +118,30 @@ async fn pools_are_saved_checked_shown_with_holders_and_queue_and_deleted_only_w
     assert_eq!(listed["pools"].as_array().unwrap().len(), 1, "{listed}");
     assert_eq!(listed["pools"][0], v, "the list shows each pool as GET does");
 
+    // Many jobs naming it: the view names the first 100 by name and counts them all; the
+    // refused delete names 10.
+    let many: Vec<Value> =
+        (0..101).map(|i| json!({"job": format!("z-{i:03}"), "op": "put", "spec": shell(Some("db"))})).collect();
+    assert_eq!(c.call(Method::POST, "/api/batch", Some(json!({"changes": many}))).await?.0, 200);
+    let v = c.get("/api/pools/db").await?;
+    let jobs: Vec<&str> = v["jobs"].as_array().unwrap().iter().map(|j| j.as_str().unwrap()).collect();
+    assert_eq!(
+        (jobs.len(), &jobs[..3], jobs[99], v["jobs_total"].as_u64()),
+        (100, &["export", "report", "z-000"][..], "z-097", Some(103))
+    );
+    let (status, e) = c.call(Method::DELETE, "/api/pools/db", None).await?;
+    assert_eq!(status, 409, "{e}");
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(message.contains("pool \"db\" is used by jobs: export, report, z-000, "), "{message}");
+    assert!(message.contains(", z-007 and 93 more;"), "{message}");
+    let gone: Vec<Value> = (0..101).map(|i| json!({"job": format!("z-{i:03}"), "op": "delete"})).collect();
+    assert_eq!(c.call(Method::POST, "/api/batch", Some(json!({"changes": gone}))).await?.0, 200);
+
     // In use: no delete, naming the jobs; once no job names it, gone.
     let (status, e) = c.call(Method::DELETE, "/api/pools/db", None).await?;
     assert_eq!(status, 409, "{e}");
     let message = e["error"]["message"].as_str().unwrap();
-    assert!(message.contains("pool \"db\" is used by jobs: export, report"), "{message}");
+    assert!(message.contains("pool \"db\" is used by jobs: export, report;"), "{message}");
     c.put_job("report", shell(None)).await?;
     assert_eq!(c.call(Method::DELETE, "/api/jobs/export", None).await?.0, 204);
     let (status, e) = c.call(Method::DELETE, "/api/pools/db", None).await?;
