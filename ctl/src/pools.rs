@@ -26,6 +26,18 @@ fn joined(list: &[Value]) -> String {
     list.iter().map(text).collect::<Vec<_>>().join(",")
 }
 
+/// A pool's jobs as [`joined`], with `+N more` when the answer lists only the first of
+/// `jobs_total`.
+fn pool_jobs(pool: &Value) -> String {
+    let jobs = items(pool, "jobs");
+    let more = pool["jobs_total"].as_u64().map_or(0, |n| n.saturating_sub(jobs.len() as u64));
+    if more > 0 {
+        format!("{} +{more} more", joined(jobs))
+    } else {
+        joined(jobs)
+    }
+}
+
 /// How long ago an RFC 3339 instant was, from `now_ms` (`-` when it does not read).
 fn age(at: &Value, now_ms: i64) -> String {
     at.as_str()
@@ -50,7 +62,7 @@ fn table(v: &Value) -> String {
             text(&p["slots"]),
             text(&p["in_use"]),
             items(p, "waiting").len().to_string(),
-            joined(items(p, "jobs")),
+            pool_jobs(p),
         ]);
     }
     table.render()
@@ -68,7 +80,7 @@ fn detail(v: &Value, now_ms: i64) -> String {
     if let Some(d) = v["description"].as_str().filter(|d| !d.is_empty()) {
         s.push_str(&format!("description: {d}\n"));
     }
-    s.push_str(&format!("jobs:        {}\n", joined(items(v, "jobs"))));
+    s.push_str(&format!("jobs:        {}\n", pool_jobs(v)));
     let holders = items(v, "holders");
     if holders.is_empty() {
         s.push_str("\nno slot held\n");
@@ -159,6 +171,16 @@ mod tests {
             "waiting": [{"execution_id": "b@2000#1", "job": "b", "priority": 80,
                  "scheduled_at": "1970-01-01T00:00:02.000Z", "since": "1970-01-01T00:00:02.500Z"}],
             "jobs": ["a", "b"]})
+    }
+
+    #[test]
+    fn a_pools_jobs_past_the_listed_ones_are_counted() {
+        assert_eq!(pool_jobs(&pool()), "a,b");
+        let mut many = pool();
+        many["jobs_total"] = json!(103);
+        assert_eq!(pool_jobs(&many), "a,b +101 more");
+        many["jobs_total"] = json!(2);
+        assert_eq!(pool_jobs(&many), "a,b");
     }
 
     #[test]

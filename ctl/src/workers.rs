@@ -27,7 +27,12 @@ pub async fn list(client: &Client, json: bool) -> anyhow::Result<()> {
         .map(|u| format!("{} (selector {})", text(&u["job"]), pairs(&u["selector"])))
         .collect();
     if !unmatched.is_empty() {
-        eprintln!("etcronctl: note: no live worker that is not cordoned matches these jobs: {}", unmatched.join(", "));
+        let more = v["unmatched_total"].as_u64().map_or(0, |n| n.saturating_sub(unmatched.len() as u64));
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        eprintln!(
+            "etcronctl: note: no live worker that is not cordoned matches these jobs: {}{more}",
+            unmatched.join(", ")
+        );
     }
     Ok(())
 }
