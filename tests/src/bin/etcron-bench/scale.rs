@@ -3,7 +3,8 @@
 //! from its start until its job table and timing wheel hold every job (its own
 //! `etcron_worker_jobs` / `etcron_worker_wheel_entries` gauges), and its resident memory once
 //! loaded. Then edits through the master's API: the time from the PUT's answer until every
-//! worker has applied that revision (`etcron_worker_jobs_revision`), and the PUT's own time.
+//! worker has applied that revision (`etcron_worker_jobs_revision`), and the PUT's own time;
+//! pages of `GET /api/jobs` from a cursor, by prefix and by label.
 //! Last, a restart: with a few every-second jobs running, worker w3 is killed and started
 //! again; while it lists every job anew, the ticks the other workers run are checked for
 //! lateness (start minus scheduled time) and exactly once.
@@ -34,7 +35,36 @@ pub async fn run(n: usize) -> Result<()> {
     }
 
     time_edits(&c, &urls, n).await?;
+    time_pages(&c, n).await?;
     restart_beside_ticks(&mut c, &urls[2], n).await
+}
+
+/// Pages read through `GET /api/jobs` timed: `PAGES` pages of 100 starting at spread cursors,
+/// then as many with a name prefix and with a label filter.
+async fn time_pages(c: &Cluster, n: usize) -> Result<()> {
+    const PAGES: usize = 50;
+    for (what, query) in [
+        ("cursor", "limit=100&cursor="),
+        ("prefix", "limit=100&prefix="),
+        ("label", "limit=100&label=team%3Dt7&cursor="),
+    ] {
+        let mut ms = Vec::new();
+        for k in 0..PAGES {
+            let at = format!("scale-{:06}", k * (n / PAGES).max(1));
+            let arg = if what == "prefix" { at[..at.len() - 2].to_owned() } else { at };
+            let t = Instant::now();
+            let page = c.get(&format!("/api/jobs?{query}{arg}")).await?;
+            ms.push(i64::try_from(t.elapsed().as_micros())?);
+            anyhow::ensure!(page["jobs"].as_array().is_some_and(|j| !j.is_empty()), "an empty page for {what} {arg}");
+        }
+        ms.sort_unstable();
+        println!(
+            "  GET /api/jobs by {what} (pages of 100, {PAGES} pages): p50 {:.1} ms  p99 {:.1} ms",
+            quantile(&ms, 0.5) as f64 / 1000.0,
+            quantile(&ms, 0.99) as f64 / 1000.0
+        );
+    }
+    Ok(())
 }
 
 /// Writes `n` daily jobs and their states straight into etcd; prints how long that took.
