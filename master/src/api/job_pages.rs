@@ -142,14 +142,33 @@ pub(super) async fn whole_list(st: &AppState) -> ApiResult<etcd_client::GetRespo
 
 /// The first key after every key starting with `start` (etcd's range end of a prefix).
 fn range_end(start: &str) -> Vec<u8> {
-    let mut end = start.as_bytes().to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
+    etcron_model::keys::prefix_end(start.as_bytes())
+}
+
+/// At most `read` keys from `from` before `end`, and whether more follow — asked first of
+/// narrower ranges: etcd 3.4 walks every key of a range with a limit to count them, so a page
+/// from a cursor near the start of a million jobs walked a million keys (p99 441 ms). The
+/// narrower ranges hold the keys sharing all of `from` but its last byte, its last two, …,
+/// widened until one holds more than `read` keys or is the whole range.
+async fn bounded_range(st: &AppState, from: Vec<u8>, end: Vec<u8>, read: usize) -> ApiResult<(Vec<KeyValue>, bool)> {
+    let mut kv = st.client.kv_client();
+    let limit = i64::try_from(read + 1).unwrap_or(i64::MAX);
+    let mut keep = from.len();
+    loop {
+        keep = keep.saturating_sub(1);
+        let narrow = etcron_model::keys::prefix_end(&from[..keep]);
+        let whole = keep == 0 || narrow == [0] || narrow >= end;
+        let to = if whole { end.clone() } else { narrow };
+        let opts = GetOptions::new().with_range(to).with_limit(limit);
+        let mut resp = etcd("list_jobs_page", kv.get(from.clone(), Some(opts))).await?;
+        let more = resp.more();
+        let mut kvs = resp.take_kvs();
+        if kvs.len() > read || whole {
+            let more = kvs.len() > read || more;
+            kvs.truncate(read);
+            return Ok((kvs, more));
         }
     }
-    vec![0]
 }
 
 /// One page of jobs the caller sees: `{"jobs", "next_cursor", "partial", "records"}`.
@@ -161,7 +180,6 @@ pub(super) async fn page(st: &AppState, scope: &Scope, q: &PageQuery) -> ApiResu
         None => start,
     };
     let end = range_end(&st.keys.job(&q.prefix));
-    let mut kv = st.client.kv_client();
     // Without a filter passing over jobs a page reads its jobs and one more; with one, up to
     // PAGE_SCAN of them.
     let filtered = q.label.is_some()
@@ -170,16 +188,14 @@ pub(super) async fn page(st: &AppState, scope: &Scope, q: &PageQuery) -> ApiResu
         || q.health.is_some()
         || scope.caller.access.role.is_none();
     let read = if filtered { PAGE_SCAN } else { q.limit + 1 };
-    let opts = GetOptions::new().with_range(end).with_limit(i64::try_from(read).unwrap_or(i64::MAX));
-    let resp = etcd("list_jobs_page", kv.get(from, Some(opts))).await?;
-    let (Some(first), Some(last)) = (resp.kvs().first(), resp.kvs().last()) else {
+    let (kvs, more_keys) = bounded_range(st, from.into_bytes(), end, read).await?;
+    let (Some(first), Some(last)) = (kvs.first(), kvs.last()) else {
         return Ok(json!({ "jobs": [], "next_cursor": null, "partial": false, "records": {"available": true} }));
     };
     let pauses = pauses_between(st, first.key(), last.key()).await?;
     let workers = super::workers::open_workers(st).await?;
     // (Collected: an iterator with a closure over the keys is not held across the awaits.)
-    let scanned: Vec<(String, &KeyValue)> = resp
-        .kvs()
+    let scanned: Vec<(String, &KeyValue)> = kvs
         .iter()
         .filter_map(|item| match st.keys.parse(item.key()) {
             Some(Key::Job(name)) => Some((name, item)),
@@ -211,7 +227,7 @@ pub(super) async fn page(st: &AppState, scope: &Scope, q: &PageQuery) -> ApiResu
     // A full page with jobs after it: the next page starts after the page's last.
     let mut next = if more { jobs.last().and_then(|j: &Value| j["name"].as_str()).map(str::to_owned) } else { None };
     // The scan ended before the range did: the next page goes on after the last job read.
-    let partial = next.is_none() && resp.more();
+    let partial = next.is_none() && more_keys;
     if partial {
         next = read_upto;
     }
