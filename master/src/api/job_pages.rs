@@ -148,14 +148,17 @@ fn range_end(start: &str) -> Vec<u8> {
 /// At most `read` keys from `from` before `end`, and whether more follow — asked first of
 /// narrower ranges: etcd 3.4 walks every key of a range with a limit to count them, so a page
 /// from a cursor near the start of a million jobs walked a million keys (p99 441 ms). The
-/// narrower ranges hold the keys sharing all of `from` but its last byte, its last two, …,
+/// narrower ranges hold the keys sharing all of `from` but its last byte, its last 3, 7, …,
 /// widened until one holds more than `read` keys or is the whole range.
 async fn bounded_range(st: &AppState, from: Vec<u8>, end: Vec<u8>, read: usize) -> ApiResult<(Vec<KeyValue>, bool)> {
     let mut kv = st.client.kv_client();
     let limit = i64::try_from(read + 1).unwrap_or(i64::MAX);
-    let mut keep = from.len();
+    // Bytes dropped from `from` double each step: a page costs a few requests at most, whatever
+    // the length of the names.
+    let (mut keep, mut drop) = (from.len(), 1);
     loop {
-        keep = keep.saturating_sub(1);
+        keep = keep.saturating_sub(drop);
+        drop *= 2;
         let narrow = etcron_model::keys::prefix_end(&from[..keep]);
         let whole = keep == 0 || narrow == [0] || narrow >= end;
         let to = if whole { end.clone() } else { narrow };
