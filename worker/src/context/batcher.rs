@@ -277,7 +277,8 @@ impl Batchers {
     /// [`Hold`] keeps the claim transaction's inflight key while the execution is open.
     pub async fn claim(&self, id: &ExecutionId, claim: RunClaim, rank: usize) -> Raced {
         if claim.lock.is_some() || claim.pool.is_some() {
-            let (outcome, hold) = claim_alone(&self.client, &self.namer, id, claim).await;
+            // Boxed: a batched claim's future does not carry a lone transaction's.
+            let (outcome, hold) = Box::pin(claim_alone(&self.client, &self.namer, id, claim)).await;
             return Raced::Sent(outcome, hold);
         }
         let (reply, answer) = oneshot::channel();

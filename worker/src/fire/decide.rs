@@ -24,7 +24,7 @@ use crate::timing::fire::{past_deadline, Fire};
 pub(crate) async fn already_taken(ctx: &Context, fire: &Fire, claim_key: &str) -> bool {
     if fire.dequeued {
         // Its claim exists by design (`queued`): taken once it says anything else.
-        return crate::fire::queue::left_queue(ctx, claim_key).await;
+        return Box::pin(crate::fire::queue::left_queue(ctx, claim_key)).await;
     }
     if ctx.taken.contains(claim_key) {
         METRICS.claims.with_label_values(&["taken_seen"]).inc();
@@ -33,7 +33,9 @@ pub(crate) async fn already_taken(ctx: &Context, fire: &Fire, claim_key: &str) -
     if fire.spec.concurrency == Concurrency::Allow && fire.spec.pool.is_none() {
         return false;
     }
-    match claim::claim_exists(&ctx.client, claim_key).await {
+    // Boxed, as every etcd request on a fire's common path: a fire's task carries only the
+    // futures of the awaits it reaches (a burst holds a task per due tick on every worker).
+    match Box::pin(claim::claim_exists(&ctx.client, claim_key)).await {
         Ok(true) => {
             METRICS.claims.with_label_values(&["taken"]).inc();
             true
@@ -104,7 +106,7 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         // records it at once, the others after their head start unless it did: it may be
         // stopped or dead, and a tick nobody records would be dropped silently.
         if rank == 0 || head_start(ctx, fire, &claim_key, rank).await {
-            record_not_run(ctx, fire, Status::Skipped, reason).await;
+            Box::pin(record_not_run(ctx, fire, Status::Skipped, reason)).await;
         }
         return None;
     }
@@ -126,7 +128,7 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         // A backfill item whose execution another request took (the live schedule's, or
         // another backfill's): its request is consumed and its chain goes on, whichever worker
         // gets there (the first-ranked may be stopped or dead).
-        crate::fire::backfill::taken_elsewhere(ctx, fire).await;
+        Box::pin(crate::fire::backfill::taken_elsewhere(ctx, fire)).await;
         return None;
     }
     let deadline = fire.spec.start_deadline();
@@ -138,7 +140,10 @@ pub async fn decide(ctx: &Arc<Context>, fire: &Fire) -> Option<Go> {
         watch_for_miss(ctx, fire, rank, NotRaced::Late(late_ms));
         return None;
     }
-    capacity(ctx, fire, rank, own_part).await?;
+    if !ctx.slots.free() {
+        // Boxed: the future of a rare path is not carried by every fire's task.
+        Box::pin(capacity(ctx, fire, rank, own_part)).await?;
+    }
     // Past the session deadline its keepers end whatever starts: a claim now would only burn
     // an attempt (and with it one of the tick's failover reruns) on a run that cannot start.
     let lease = (*ctx.lease.borrow()).filter(|_| !ctx.session_deadline.passed());

@@ -261,7 +261,9 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> 
         ctx.provisional.write(&ctx.keys.claim(&fire.id), &record)
     });
     // The claim outlives the session on the retention lease: a won attempt is never won again.
-    let retention_lease = match ctx.retention.get().await {
+    // Boxed, as the other rare awaits of this phase: a burst holds the claim phases of every
+    // tick a worker races for at once, and each carries only what it reaches.
+    let retention_lease = match Box::pin(ctx.retention.get()).await {
         Ok(l) => l,
         Err(e) => {
             if let Some(pending) = skipped {
@@ -277,7 +279,7 @@ pub async fn claim(ctx: &Arc<Context>, fire: &Fire, lease: i64, rank: usize) -> 
     let won = prepare(ctx, fire, lease);
     // The job state trails this worker's claims by up to `STATE_EVERY` (see there).
     let advance = state_tick(fire).is_some_and(|ms| ctx.state_marks.due(&fire.id.job, ms));
-    let queue = crate::fire::queue::claim_part(ctx, fire).await;
+    let queue = Box::pin(crate::fire::queue::claim_part(ctx, fire)).await;
     let queued = queue.is_some();
     let request = RunClaim {
         claim_key: won.claim_key.clone(),
@@ -340,7 +342,7 @@ async fn race_for(
     if fire.spec.pool.is_none() {
         return Some(send(ctx, fire, request, rank).await);
     }
-    match crate::fire::pool::race(ctx, fire, (request, rank), won).await {
+    match Box::pin(crate::fire::pool::race(ctx, fire, (request, rank), won)).await {
         crate::fire::pool::Pooled::Raced(outcome, hold) => Some((outcome, hold)),
         crate::fire::pool::Pooled::Settled => None,
     }
@@ -482,7 +484,9 @@ pub(crate) async fn resolve_claim(
     again: Option<RunClaim>,
 ) -> Option<i64> {
     match outcome {
-        ClaimOutcome::Won { fencing_token, replaced } => resolve_won(ctx, fire, won, fencing_token, replaced).await,
+        ClaimOutcome::Won { fencing_token, replaced } => {
+            Box::pin(resolve_won(ctx, fire, won, fencing_token, replaced)).await
+        }
         ClaimOutcome::Blocked { fencing_token, holder } => {
             let holder = serde_json::from_slice::<ExecutionId>(&holder).ok().map(|h| h.to_string());
             let reason = blocked_reason(fire, holder.as_deref());
@@ -490,12 +494,12 @@ pub(crate) async fn resolve_claim(
             let record = not_run_record(ctx, fire, Status::Skipped, reason, Some(fencing_token));
             log_record(&record, 0);
             ctx.sink.submit(RecordWrite { mode: WriteMode::Replace, record });
-            continue_catchup(ctx, fire).await;
+            Box::pin(continue_catchup(ctx, fire)).await;
             None
         }
         ClaimOutcome::Lost | ClaimOutcome::PoolFull => {
             tracing::trace!("claim lost to another worker");
-            crate::fire::backfill::taken_elsewhere(ctx, fire).await;
+            Box::pin(crate::fire::backfill::taken_elsewhere(ctx, fire)).await;
             None
         }
         ClaimOutcome::Unknown(_)
@@ -503,7 +507,7 @@ pub(crate) async fn resolve_claim(
         {
             None
         }
-        ClaimOutcome::Unknown(e) => resolve_unknown_outcome(ctx, fire, won, &e, again).await,
+        ClaimOutcome::Unknown(e) => Box::pin(resolve_unknown_outcome(ctx, fire, won, &e, again)).await,
     }
 }
 
