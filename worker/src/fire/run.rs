@@ -111,6 +111,8 @@ pub(crate) async fn execute(
                 output: live.output(),
                 limits: fire.spec.limits.unwrap_or_default(),
                 network: ctx.config.shell_task_network,
+                // A simulated node has no slot, and runs no real task.
+                keeper_slot: ctx.keeper_slot.as_ref().map_or(0, crate::tasks::keeper::Slot::index),
             };
             shell::run_shell(job, stop, pid_tx).await
         }
