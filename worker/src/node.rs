@@ -188,14 +188,7 @@ async fn build(
     let (lease_tx, lease_rx) = watch::channel(None);
     let (race_again, again) = mpsc::unbounded_channel();
     let taken = Arc::new(crate::cluster::taken::Taken::default());
-    // Its own slot of the keepers' page: its tasks are judged by its session alone.
-    let keeper_slot = if simulated.is_some() {
-        None
-    } else {
-        let slots = crate::tasks::keeper::SLOTS;
-        let full = || format!("every one of the keepers' {slots} session slots is taken by a node of this process");
-        Some(crate::tasks::keeper::Slot::take().with_context(full)?)
-    };
+    let keeper_slot = keeper_slot(simulated.is_some())?;
     let ctx = Arc::new(Context {
         client: client.clone(),
         keys: keys.clone(),
@@ -242,6 +235,17 @@ async fn build(
         tracer,
     });
     Ok(Built { ctx, lease_tx, again, owed, previous_session, sink_stop, sink_task })
+}
+
+/// The node's own slot of the keepers' page (its tasks are judged by its session alone); none
+/// for a simulated node, which has no keepers.
+fn keeper_slot(simulated: bool) -> anyhow::Result<Option<crate::tasks::keeper::Slot>> {
+    if simulated {
+        return Ok(None);
+    }
+    let slots = crate::tasks::keeper::SLOTS;
+    let full = || format!("every one of the keepers' {slots} session slots is taken by a node of this process");
+    crate::tasks::keeper::Slot::take().with_context(full).map(Some)
 }
 
 /// The worker's tracer, its spans naming it: off without `otlp_endpoint` (no exporter runs).
