@@ -151,6 +151,23 @@ async fn one_worker_and_one_master_serve_two_namespaces_on_two_etcd_clusters() -
     assert!(keys(&etcd_b, &format!("{NS_B}/jobs/")).await?.contains(&format!("{NS_B}/jobs/tick-b")));
     assert!(keys(&etcd_a, NS_B).await?.is_empty(), "no key of B in A's cluster");
     assert!(keys(&etcd_b, NS_A).await?.is_empty(), "no key of A in B's cluster");
+    // etcronctl sends the header: `-n`, or ETCRONCTL_NAMESPACE.
+    let ctl = |args: &[&str], env: Option<&str>| {
+        let mut cmd = std::process::Command::new(etcron_tests::bin("etcronctl").unwrap());
+        cmd.args(["--server", &master.url, "-o", "json"]).args(args).env_remove("ETCRONCTL_NAMESPACE");
+        if let Some(ns) = env {
+            cmd.env("ETCRONCTL_NAMESPACE", ns);
+        }
+        let out = cmd.output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, out) = ctl(&["-n", NS_B, "jobs", "ls"], None);
+    assert!(code == Some(0) && out.contains("tick-b") && !out.contains("tick-a"), "{code:?} {out}");
+    let (code, out) = ctl(&["jobs", "ls"], Some(NS_B));
+    assert!(code == Some(0) && out.contains("long-b") && !out.contains("tick-a"), "{code:?} {out}");
+    let (code, out) = ctl(&["jobs", "ls"], None);
+    assert!(code == Some(0) && out.contains("tick-a") && !out.contains("tick-b"), "{code:?} {out}");
+    assert_eq!(ctl(&["-n", "/t-ns-c", "jobs", "ls"], None).0, Some(3), "an unknown namespace: not found");
     let scraped = etcron_tests::scrape(&format!("http://{metrics}/metrics"), None).await?;
     assert_eq!(scraped.value("etcron_worker_capacity", &[]), 6.0, "the capacity summed: 4 in A, 2 in B");
 
