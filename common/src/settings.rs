@@ -174,9 +174,7 @@ pub fn resolve(input: SharedInput) -> Result<Shared, String> {
         return Err("mongodb_uri: must start with mongodb:// or mongodb+srv://".to_owned());
     }
     let mongodb_db = input.mongodb_db.0.or(input.mongodb_db.1).unwrap_or_else(|| "etcron".to_owned());
-    if mongodb_db.is_empty() || mongodb_db.len() > 63 || mongodb_db.contains(['/', '\\', '.', ' ', '"', '$']) {
-        return Err(format!("mongodb_db: {mongodb_db:?} is not a valid database name"));
-    }
+    check_db_name("mongodb_db", &mongodb_db)?;
     let log_level = input.log_level.0.or(input.log_level.1).unwrap_or_else(|| "info".to_owned());
     let json_logs = match input.log_format.0.or(input.log_format.1).as_deref() {
         None | Some("text") => false,
@@ -184,6 +182,75 @@ pub fn resolve(input: SharedInput) -> Result<Shared, String> {
         Some(other) => return Err(format!("log_format: expected text or json, got {other:?}")),
     };
     Ok(Shared { etcd_endpoints, namespace, mongodb_uri, mongodb_db, log_level, json_logs })
+}
+
+/// A MongoDB database name MongoDB accepts; the error names `setting`.
+fn check_db_name(setting: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 63 || name.contains(['/', '\\', '.', ' ', '"', '$']) {
+        return Err(format!("{setting}: {name:?} is not a valid database name"));
+    }
+    Ok(())
+}
+
+/// Most namespaces one process serves, its default one included.
+pub const MAX_NAMESPACES: usize = 32;
+
+/// One `[[namespaces]]` section's shared settings as the file gives them.
+#[derive(Debug, Default, Clone)]
+pub struct NamespaceInput {
+    pub namespace: Option<String>,
+    pub etcd_endpoints: Option<Vec<String>>,
+    pub mongodb_db: Option<String>,
+}
+
+/// A namespace served besides the default one: its keys, its etcd cluster, its records' database.
+#[derive(Debug, Clone)]
+pub struct ExtraNamespace {
+    pub namespace: String,
+    pub etcd_endpoints: Vec<String>,
+    /// Default: the top-level `mongodb_db`.
+    pub mongodb_db: String,
+}
+
+/// The `[[namespaces]]` sections checked against each other and the default namespace: each
+/// names a valid namespace served once and inside no other (their keys would mix on a shared
+/// cluster), at least one etcd endpoint (default: the top-level ones) and a valid database.
+/// The error names the section's field (`namespaces[1].namespace`).
+pub fn resolve_namespaces(default: &Shared, sections: Vec<NamespaceInput>) -> Result<Vec<ExtraNamespace>, String> {
+    if sections.len() >= MAX_NAMESPACES {
+        return Err(format!(
+            "namespaces: at most {} sections (a process serves {MAX_NAMESPACES} namespaces at most)",
+            MAX_NAMESPACES - 1
+        ));
+    }
+    let mut served = vec![("namespace".to_owned(), default.namespace.clone())];
+    let mut out = Vec::with_capacity(sections.len());
+    for (i, section) in sections.into_iter().enumerate() {
+        let at = format!("namespaces[{i}]");
+        let namespace = section.namespace.ok_or_else(|| format!("{at}.namespace: required"))?;
+        etcron_model::keys::Keys::new(&namespace).map_err(|e| format!("{at}.namespace: {e}"))?;
+        for (name, other) in &served {
+            if *other == namespace {
+                return Err(format!("{at}.namespace: {namespace:?} is served already ({name}); each namespace once"));
+            }
+            let (outer, inner) = if namespace.len() < other.len() { (&namespace, other) } else { (other, &namespace) };
+            if inner.starts_with(&format!("{outer}/")) {
+                return Err(format!("{at}.namespace: {namespace:?} and {other:?} ({name}) nest: their keys would mix"));
+            }
+        }
+        let etcd_endpoints = section.etcd_endpoints.unwrap_or_else(|| default.etcd_endpoints.clone());
+        if etcd_endpoints.is_empty() {
+            return Err(format!("{at}.etcd_endpoints: at least one endpoint is required"));
+        }
+        if let Some(bad) = etcd_endpoints.iter().find(|e| e.is_empty() || e.contains(char::is_whitespace)) {
+            return Err(format!("{at}.etcd_endpoints: {bad:?} is not an endpoint (host:port)"));
+        }
+        let mongodb_db = section.mongodb_db.unwrap_or_else(|| default.mongodb_db.clone());
+        check_db_name(&format!("{at}.mongodb_db"), &mongodb_db)?;
+        served.push((format!("{at}.namespace"), namespace.clone()));
+        out.push(ExtraNamespace { namespace, etcd_endpoints, mongodb_db });
+    }
+    Ok(out)
 }
 
 /// The file's values of the shared settings, in the order of `SharedArgs`.
@@ -284,5 +351,35 @@ mod tests {
         ] {
             assert!(resolve(input).unwrap_err().starts_with(needle));
         }
+    }
+
+    #[test]
+    fn namespace_sections_are_refused_naming_the_field() {
+        let default = resolve(SharedInput::default()).unwrap();
+        let section = |ns: &str| NamespaceInput { namespace: Some(ns.to_owned()), ..NamespaceInput::default() };
+        let extra = resolve_namespaces(&default, vec![section("/b"), section("/c")]).unwrap();
+        assert_eq!(extra[1].namespace, "/c");
+        assert_eq!(extra[0].etcd_endpoints, default.etcd_endpoints, "the top-level endpoints by default");
+        assert_eq!(extra[0].mongodb_db, "etcron");
+        for (sections, needle) in [
+            (
+                vec![section("/b"), section("/b")],
+                "namespaces[1].namespace: \"/b\" is served already (namespaces[0].namespace)",
+            ),
+            (vec![section("/etcron")], "namespaces[0].namespace: \"/etcron\" is served already (namespace)"),
+            (vec![section("/etcron/b")], "namespaces[0].namespace: \"/etcron/b\" and \"/etcron\" (namespace) nest"),
+            (vec![section("b")], "namespaces[0].namespace: "),
+            (vec![NamespaceInput::default()], "namespaces[0].namespace: required"),
+            (
+                vec![section("/b"), NamespaceInput { etcd_endpoints: Some(vec![]), ..section("/c") }],
+                "namespaces[1].etcd_endpoints: at least one",
+            ),
+            (vec![NamespaceInput { mongodb_db: Some("a.b".into()), ..section("/b") }], "namespaces[0].mongodb_db"),
+        ] {
+            let err = resolve_namespaces(&default, sections).unwrap_err();
+            assert!(err.starts_with(needle), "{needle}: {err}");
+        }
+        let many = (0..MAX_NAMESPACES).map(|i| section(&format!("/n{i}"))).collect();
+        assert!(resolve_namespaces(&default, many).unwrap_err().starts_with("namespaces: at most 31"));
     }
 }

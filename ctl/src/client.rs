@@ -20,6 +20,8 @@ pub struct Client {
     /// The command sending the requests (`etcronctl apply`), as `X-Etcron-Client`: the master
     /// keeps it in the saved versions of the jobs it writes.
     note: Option<String>,
+    /// The namespace asked for (`--namespace`), as `X-Etcron-Namespace`; none: the master's default.
+    namespace: Option<String>,
 }
 
 /// An answer with a 2xx status.
@@ -59,7 +61,17 @@ impl Client {
             .user_agent(concat!("etcronctl/", env!("CARGO_PKG_VERSION")))
             .build()
             .context("building the HTTP client")?;
-        Ok(Self { http, server, token, timeout, note: None })
+        Ok(Self { http, server, token, timeout, note: None, namespace: None })
+    }
+
+    /// The same client, asking for `namespace` (`--namespace`) in every request: a valid key
+    /// namespace (`/etcron-b`), or a usage error.
+    pub fn with_namespace(self, namespace: Option<String>) -> anyhow::Result<Self> {
+        let namespace = namespace.filter(|n| !n.is_empty());
+        if let Some(ns) = &namespace {
+            etcron_model::keys::Keys::new(ns).map_err(|e| Usage(format!("--namespace {ns:?}: {e}")))?;
+        }
+        Ok(Self { namespace, ..self })
     }
 
     /// The same client, naming `command` (`etcronctl jobs edit`) in every request.
@@ -79,6 +91,9 @@ impl Client {
         let mut req = self.http.request(method, format!("{}{path}", self.server));
         if let Some(note) = &self.note {
             req = req.header("X-Etcron-Client", note);
+        }
+        if let Some(namespace) = &self.namespace {
+            req = req.header("X-Etcron-Namespace", namespace);
         }
         match &self.token {
             Some(t) => req.bearer_auth(t),
@@ -213,6 +228,11 @@ mod tests {
         assert_eq!(Client::new("http://127.0.0.1:8070/", None, t).unwrap().server(), "http://127.0.0.1:8070");
         assert_eq!(Client::new("127.0.0.1:8070", None, t).unwrap().server(), "http://127.0.0.1:8070");
         assert_eq!(Client::new("master-1:8070/", None, t).unwrap().server(), "http://master-1:8070");
+        let c = Client::new("127.0.0.1:8070", None, t).unwrap();
+        assert!(c.clone().with_namespace(Some("/etcron-b".to_owned())).is_ok());
+        assert!(c.clone().with_namespace(None).is_ok());
+        let e = c.with_namespace(Some("etcron-b".to_owned())).unwrap_err();
+        assert!(e.to_string().starts_with("--namespace \"etcron-b\""), "{e}");
         for bad in ["ftp://x", "not a url", "http://[::1"] {
             let e = Client::new(bad, None, t).unwrap_err();
             assert!(e.is::<Usage>(), "{bad}: {e}");

@@ -60,6 +60,10 @@ struct Cli {
     /// Time limit of each request, e.g. 30s or 2m (streams are limited only while connecting).
     #[arg(long, global = true, default_value = "30s", value_parser = parse_duration)]
     timeout: Duration,
+    /// The namespace to address on a master serving several (sent as `X-Etcron-Namespace`);
+    /// default: the master's own. (`ETCRON_NAMESPACE` is the servers' setting, hence the name.)
+    #[arg(short = 'n', long, global = true, env = "ETCRONCTL_NAMESPACE")]
+    namespace: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -606,7 +610,8 @@ async fn run(cli: Cli, command: String) -> anyhow::Result<()> {
         clap_complete::generate(shell, &mut Cli::command(), "etcronctl", &mut buf);
         return out(&String::from_utf8_lossy(&buf));
     }
-    let client = Client::new(&cli.server, cli.token.clone(), cli.timeout)?.with_note(command);
+    let client =
+        Client::new(&cli.server, cli.token.clone(), cli.timeout)?.with_note(command).with_namespace(cli.namespace)?;
     match cli.command {
         Command::Jobs(cmd) => jobs_command(&client, cmd, json).await,
         Command::Executions(cmd) => executions_command(&client, cmd, json).await,

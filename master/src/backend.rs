@@ -29,6 +29,8 @@ pub struct AppState {
     pub tracer: etcron_common::trace::Tracer,
     /// Every stored job's team, pool and placement, kept by a watch (pages of workers, pools).
     pub job_index: crate::job_index::JobIndex,
+    /// The namespaces this master serves, the default one first (`GET /api/namespaces`).
+    pub namespaces: std::sync::Arc<Vec<String>>,
 }
 
 impl AppState {

@@ -153,6 +153,30 @@ pub struct FileConfig {
     pub teams: std::collections::BTreeMap<String, crate::team_policy::TeamPolicy>,
     /// `[tracing]`: where trace spans are exported (none by default).
     pub tracing: Option<etcron_common::trace::TracingFile>,
+    /// `[[namespaces]]`: namespaces served besides `namespace`, chosen per request by the
+    /// `X-Etcron-Namespace` header.
+    #[serde(default)]
+    pub namespaces: Vec<NamespaceSection>,
+}
+
+/// One `[[namespaces]]` section: a namespace served besides the default one.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceSection {
+    pub namespace: Option<String>,
+    /// Default: the top-level `etcd_endpoints`.
+    pub etcd_endpoints: Option<Vec<String>>,
+    /// Its records and audit entries; default: the top-level `mongodb_db`.
+    pub mongodb_db: Option<String>,
+}
+
+/// A namespace served besides the default one, resolved: an API state of its own serves it.
+#[derive(Debug, Clone)]
+pub struct NamespaceConfig {
+    pub namespace: String,
+    /// The top-level TLS and user settings, with this namespace's endpoints.
+    pub etcd: etcron_common::etcd::EtcdConfig,
+    pub mongodb_db: String,
 }
 
 #[derive(Debug, Clone)]
@@ -183,6 +207,32 @@ pub struct Config {
     pub change_limits: crate::change_limits::ChangeLimitSettings,
     /// Where trace spans are exported (`otlp_endpoint`); none: no spans are built.
     pub tracing: Option<etcron_common::trace::ExportConfig>,
+    /// The namespaces served besides `namespace` (`[[namespaces]]`).
+    pub namespaces: Vec<NamespaceConfig>,
+}
+
+/// The `[[namespaces]]` sections resolved; errors name `namespaces[i].field`.
+fn namespaces(
+    shared: &etcron_common::settings::Shared,
+    sections: Vec<NamespaceSection>,
+    (security, file): (&etcron_common::settings::EtcdSecurityFile, &etcron_common::settings::EtcdSecurityFile),
+) -> anyhow::Result<Vec<NamespaceConfig>> {
+    let inputs = sections
+        .into_iter()
+        .map(|s| etcron_common::settings::NamespaceInput {
+            namespace: s.namespace,
+            etcd_endpoints: s.etcd_endpoints,
+            mongodb_db: s.mongodb_db,
+        })
+        .collect();
+    let extra = etcron_common::settings::resolve_namespaces(shared, inputs).map_err(anyhow::Error::msg)?;
+    let mut out = Vec::with_capacity(extra.len());
+    for (i, ns) in extra.into_iter().enumerate() {
+        let etcd = etcron_common::settings::etcd_config(ns.etcd_endpoints, security, file)
+            .map_err(|e| anyhow::anyhow!("namespaces[{i}].{e}"))?;
+        out.push(NamespaceConfig { namespace: ns.namespace, etcd, mongodb_db: ns.mongodb_db });
+    }
+    Ok(out)
 }
 
 /// Default changing requests per second per caller, and burst.
@@ -363,7 +413,9 @@ impl Config {
             (file.max_jobs_per_team, file.max_history_bytes_per_job),
         )?;
         let teams = crate::team_policy::TeamPolicies::new(file.teams).map_err(anyhow::Error::msg)?;
+        let namespaces = namespaces(&shared, file.namespaces, (&security, &file.etcd))?;
         Ok(Self {
+            namespaces,
             change_limits,
             teams,
             auth,
@@ -462,6 +514,22 @@ mod tests {
         let err = Config::resolve(Cli::parse_from(["etcron-master", "--trusted-proxies", "10.0.0.0/8,lb.example"]))
             .unwrap_err();
         assert!(format!("{err:#}").contains("trusted_proxies[1]"), "{err:#}");
+    }
+
+    #[test]
+    fn namespace_sections_are_resolved_and_a_repeat_refused() {
+        let path = std::env::temp_dir().join(format!("etcron-master-ns-{}.toml", std::process::id()));
+        let text =
+            "[[namespaces]]\nnamespace = \"/b\"\netcd_endpoints = [\"127.0.0.1:23790\"]\nmongodb_db = \"etcron_b\"\n";
+        std::fs::write(&path, text).unwrap();
+        let c = Config::resolve(Cli::parse_from(["etcron-master", "--config", path.to_str().unwrap()])).unwrap();
+        assert_eq!(c.namespaces.len(), 1);
+        assert_eq!((c.namespaces[0].namespace.as_str(), c.namespaces[0].mongodb_db.as_str()), ("/b", "etcron_b"));
+        assert_eq!(c.namespaces[0].etcd.endpoints, ["127.0.0.1:23790"]);
+        std::fs::write(&path, format!("{text}[[namespaces]]\nnamespace = \"/b\"\n")).unwrap();
+        let err = Config::resolve(Cli::parse_from(["etcron-master", "--config", path.to_str().unwrap()])).unwrap_err();
+        assert!(format!("{err:#}").contains("namespaces[1].namespace: \"/b\" is served already"), "{err:#}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub struct JobIndex(Arc<Shared>);
 struct Shared {
     /// A loop keeps it (not so for a test's index).
     kept: bool,
+    /// It sets the process's gauge (the default namespace's index).
+    gauge: bool,
     /// `None` until the first listing.
     index: RwLock<Option<Index>>,
     /// The etcd revision the index reflects.
@@ -65,13 +67,14 @@ struct Shared {
 pub struct Loading;
 
 impl JobIndex {
-    /// Starts the loop that lists and watches `{ns}/jobs/`.
+    /// Starts the loop that lists and watches `{ns}/jobs/`; `gauge`: it sets the process's
+    /// gauge of indexed jobs (the default namespace's index).
     #[must_use]
-    pub fn start(client: Client, keys: Keys) -> Self {
+    pub fn start(client: Client, keys: Keys, gauge: bool) -> Self {
         LazyLock::force(&INDEXED);
         LazyLock::force(&BEHIND);
         LazyLock::force(&WATCH_FAILURES);
-        let me = Self(Arc::new(Shared { kept: true, ..Shared::default() }));
+        let me = Self(Arc::new(Shared { kept: true, gauge, ..Shared::default() }));
         tokio::spawn(keep(client, keys, me.0.clone()));
         me
     }
@@ -165,7 +168,9 @@ async fn list(client: &Client, keys: &Keys, shared: &Shared, again: bool) -> Res
     let revision = pages.revision();
     let (jobs, placements, bytes) = (index.len(), index.placements(), index.approx_bytes());
     *shared.index.write().unwrap_or_else(PoisonError::into_inner) = Some(index);
-    INDEXED.set(i64::try_from(jobs).unwrap_or(i64::MAX));
+    if shared.gauge {
+        INDEXED.set(i64::try_from(jobs).unwrap_or(i64::MAX));
+    }
     shared.reached(revision);
     let seconds = started.elapsed().as_secs_f64();
     if again {
@@ -253,7 +258,9 @@ fn apply(keys: &Keys, shared: &Shared, resp: &WatchResponse) -> Option<i64> {
                 EventType::Delete => index.delete(&name),
             }
         }
-        INDEXED.set(i64::try_from(index.len()).unwrap_or(i64::MAX));
+        if shared.gauge {
+            INDEXED.set(i64::try_from(index.len()).unwrap_or(i64::MAX));
+        }
     }
     shared.reached(last);
     Some(last + 1)

@@ -7,3 +7,4 @@ pub mod auth;
 pub mod client;
 pub mod guard;
 pub mod limits;
+pub mod namespace;

@@ -47,59 +47,101 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
-    let keys = Keys::new(&config.namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let client = connect(&config.etcd).await.context("connecting to etcd")?;
-    let store = etcron_common::store::MongoStore::connect(&config.mongodb_uri, &config.mongodb_db)
-        .await
-        .map_err(|e| anyhow::anyhow!("mongodb_uri: {e}"))?;
-    tokio::spawn(ensure_indexes(store.clone(), config.retention, config.audit_retention));
-    let audit = etcron_master::layers::audit::AuditLog::start(&store);
     etcron_master::metrics::init();
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let local = listener.local_addr().context("reading the bound address")?;
-    tracing::info!(listen = %local, auth = config.auth.enabled(), namespace = %config.namespace, endpoints = ?config.etcd_endpoints, "etcron-master serving");
-    // An open API answers only to loopback names, unless it was opened on purpose elsewhere.
-    let guard =
-        etcron_master::layers::guard::Guard { loopback_hosts_only: !config.auth.enabled() && local.ip().is_loopback() };
-    let storage = etcron_master::duties::etcd_storage::start(client.clone(), config.storage);
+    let served: Vec<String> =
+        std::iter::once(&config.namespace).chain(config.namespaces.iter().map(|n| &n.namespace)).cloned().collect();
+    tracing::info!(listen = %local, auth = config.auth.enabled(), namespaces = ?served, endpoints = ?config.etcd_endpoints, "etcron-master serving");
     let me = format!("{}:{}", config.listen, std::process::id());
-    etcron_master::duties::compactor::start(client.clone(), &keys, storage.clone(), config.compactor, me.clone());
-    etcron_master::duties::pause_expiry::start(client.clone(), keys.clone());
-    let specs = etcron_master::duties::spec_check::start(client.clone(), keys.clone(), config.spec_check_every);
-    let job_index = etcron_master::job_index::JobIndex::start(client.clone(), keys.clone());
-    let teams = std::sync::Arc::new(config.teams.clone());
-    let limits = std::sync::Arc::new(etcron_master::change_limits::ChangeLimits::new(config.change_limits));
     let resource = [
         ("service.name", "etcron-master".to_owned()),
         ("service.version", etcron_model::VERSION.to_owned()),
         ("service.instance.id", me.clone()),
     ];
     let tracer = etcron_common::trace::Tracer::start(config.tracing.as_ref(), &resource);
-    let auth = config.auth.clone();
-    let state = AppState {
-        client,
-        keys,
-        store,
-        auth,
-        audit,
-        guard,
-        storage,
-        specs,
-        teams,
-        limits,
+    let shared = Shared {
+        // An open API answers only to loopback names, unless it was opened on purpose elsewhere.
+        guard: etcron_master::layers::guard::Guard {
+            loopback_hosts_only: !config.auth.enabled() && local.ip().is_loopback(),
+        },
+        teams: std::sync::Arc::new(config.teams.clone()),
+        limits: std::sync::Arc::new(etcron_master::change_limits::ChangeLimits::new(config.change_limits)),
         tracer: tracer.clone(),
-        job_index,
+        me,
+        served: std::sync::Arc::new(served),
     };
+    // One API per namespace (its etcd, records database and duties); tokens, teams, limits and
+    // the listener are the process's.
+    let mut apps = vec![(config.namespace.clone(), app(namespace_state(&config, &shared, None).await?))];
+    for extra in &config.namespaces {
+        apps.push((extra.namespace.clone(), app(namespace_state(&config, &shared, Some(extra)).await?)));
+    }
     etcron_master::api::stream::set_quiet_limit(config.stream_quiet_limit);
     let limits = etcron_common::serve::Limits { request: config.request_timeout, ..Default::default() };
-    etcron_common::serve::serve(listener, app(state), limits, etcron_common::settings::shutdown_signal())
+    let router = etcron_master::layers::namespace::dispatch(apps);
+    etcron_common::serve::serve(listener, router, limits, etcron_common::settings::shutdown_signal())
         .await
         .context("serving HTTP")?;
     tracer.flush(std::time::Duration::from_secs(5)).await;
     tracing::info!("etcron-master stopped");
     Ok(())
+}
+
+/// What every namespace's API shares.
+struct Shared {
+    guard: etcron_master::layers::guard::Guard,
+    teams: std::sync::Arc<etcron_master::team_policy::TeamPolicies>,
+    limits: std::sync::Arc<etcron_master::change_limits::ChangeLimits>,
+    tracer: etcron_common::trace::Tracer,
+    /// This master in the compactor's election.
+    me: String,
+    served: std::sync::Arc<Vec<String>>,
+}
+
+/// One namespace's API state: its etcd client and keys, its store and audit log (its records
+/// database), its duties and job index. `extra`: a `[[namespaces]]` section; `None`: the
+/// default namespace, whose duties alone set the process's gauges.
+async fn namespace_state(
+    config: &Config,
+    shared: &Shared,
+    extra: Option<&etcron_master::config::NamespaceConfig>,
+) -> anyhow::Result<AppState> {
+    let (namespace, etcd, db) = match extra {
+        Some(n) => (&n.namespace, &n.etcd, &n.mongodb_db),
+        None => (&config.namespace, &config.etcd, &config.mongodb_db),
+    };
+    let keys = Keys::new(namespace).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let client = connect(etcd).await.with_context(|| format!("connecting to etcd ({namespace})"))?;
+    let store = etcron_common::store::MongoStore::connect(&config.mongodb_uri, db)
+        .await
+        .map_err(|e| anyhow::anyhow!("mongodb_uri: {e}"))?;
+    tokio::spawn(ensure_indexes(store.clone(), config.retention, config.audit_retention));
+    let audit = etcron_master::layers::audit::AuditLog::start(&store);
+    let gauges = extra.is_none();
+    let storage = etcron_master::duties::etcd_storage::start(client.clone(), config.storage, gauges);
+    let me = shared.me.clone();
+    etcron_master::duties::compactor::start(client.clone(), &keys, storage.clone(), config.compactor, me);
+    etcron_master::duties::pause_expiry::start(client.clone(), keys.clone());
+    let specs = etcron_master::duties::spec_check::start(client.clone(), keys.clone(), config.spec_check_every, gauges);
+    let job_index = etcron_master::job_index::JobIndex::start(client.clone(), keys.clone(), gauges);
+    Ok(AppState {
+        client,
+        keys,
+        store,
+        auth: config.auth.clone(),
+        audit,
+        guard: shared.guard,
+        storage,
+        specs,
+        teams: shared.teams.clone(),
+        limits: shared.limits.clone(),
+        tracer: shared.tracer.clone(),
+        job_index,
+        namespaces: shared.served.clone(),
+    })
 }
 
 /// Creates the record indexes (idempotent), retrying until MongoDB answers.

@@ -30,6 +30,7 @@ async fn state() -> AppState {
         limits: std::sync::Arc::default(),
         tracer: etcron_common::trace::Tracer::off(),
         job_index: etcron_master::job_index::JobIndex::default(),
+        namespaces: std::sync::Arc::new(vec!["/etcron".to_owned()]),
     }
 }
 
@@ -341,4 +342,47 @@ async fn roles_gate_the_routes_and_changes_are_rate_limited() {
     // Limits are per caller: the admin still has its burst.
     let (status, _, _) = send("PUT", "/api/jobs/a", "admin-token-0123456789").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+/// A master serving two namespaces: the header picks one (absent: the default); a namespace
+/// not served is a 404 naming the header, and only once the token passed (401 before it).
+#[tokio::test]
+async fn the_namespace_header_picks_the_api_and_an_unknown_one_is_a_404() {
+    use etcron_master::layers::namespace::dispatch;
+    let served = std::sync::Arc::new(vec!["/etcron".to_owned(), "/etcron-b".to_owned()]);
+    let mut a = state().await;
+    a.namespaces = served.clone();
+    a.auth = etcron_master::layers::auth::Auth::new(&[], Some("admin-token-0123456789")).unwrap();
+    let b = AppState { keys: Keys::new("/etcron-b").unwrap(), ..a.clone() };
+    let router = dispatch(vec![("/etcron".to_owned(), app(a)), ("/etcron-b".to_owned(), app(b))]);
+    let send = |namespace: Option<&str>, token: Option<&str>| {
+        let mut req = Request::get("/api/namespaces");
+        if let Some(ns) = namespace {
+            req = req.header("X-Etcron-Namespace", ns);
+        }
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let router = router.clone();
+        async move {
+            let resp = router.oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+            let status = resp.status();
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+            (status, serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_default())
+        }
+    };
+    let token = Some("admin-token-0123456789");
+    let (status, body) = send(None, token).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let listed =
+        serde_json::json!([{"namespace": "/etcron", "default": true}, {"namespace": "/etcron-b", "default": false}]);
+    assert_eq!(body["namespaces"], listed);
+    assert_eq!(send(Some("/etcron-b"), token).await.0, StatusCode::OK);
+    assert_eq!(send(Some("/etcron"), token).await.0, StatusCode::OK);
+    let (status, body) = send(Some("/etcron-c"), token).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["code"], "not_found");
+    assert_eq!(body["error"]["field"], "X-Etcron-Namespace");
+    assert!(!body.to_string().contains("/etcron-b"), "the served namespaces are not listed: {body}");
+    assert_eq!(send(Some("/etcron-c"), None).await.0, StatusCode::UNAUTHORIZED, "no token: nothing learnt");
 }

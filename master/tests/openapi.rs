@@ -61,6 +61,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/notifications"),
     ("GET", "/api/auth/whoami"),
     ("GET", "/api/auth/tokens"),
+    ("GET", "/api/namespaces"),
     ("GET", "/api/openapi.json"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
@@ -95,6 +96,7 @@ async fn state() -> AppState {
         limits: std::sync::Arc::default(),
         tracer: etcron_common::trace::Tracer::off(),
         job_index: etcron_master::job_index::JobIndex::default(),
+        namespaces: std::sync::Arc::new(vec!["/etcron".to_owned()]),
     }
 }
 

@@ -157,6 +157,34 @@ pub struct FileConfig {
     pub notify: Option<crate::notify::notifier::NotifyFile>,
     /// `[tracing]`: where trace spans are exported (none by default).
     pub tracing: Option<etcron_common::trace::TracingFile>,
+    /// `[[namespaces]]`: namespaces served besides `namespace`, each on its own etcd cluster.
+    #[serde(default)]
+    pub namespaces: Vec<NamespaceSection>,
+}
+
+/// One `[[namespaces]]` section: a namespace this process serves besides the default one.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceSection {
+    pub namespace: Option<String>,
+    /// Default: the top-level `etcd_endpoints`.
+    pub etcd_endpoints: Option<Vec<String>>,
+    /// Default: the top-level `mongodb_db`.
+    pub mongodb_db: Option<String>,
+    /// Default: the top-level `capacity`.
+    pub capacity: Option<u32>,
+}
+
+/// A namespace served besides the default one, resolved: a node of its own runs it
+/// ([`Config::nodes`]).
+#[derive(Debug, Clone)]
+pub struct NamespaceConfig {
+    pub namespace: String,
+    pub etcd_endpoints: Vec<String>,
+    /// The top-level TLS and user settings, with this namespace's endpoints.
+    pub etcd: etcron_common::etcd::EtcdConfig,
+    pub mongodb_db: String,
+    pub capacity: u32,
 }
 
 /// The resolved, validated configuration.
@@ -207,6 +235,85 @@ pub struct Config {
     pub executor: Option<ExecutorGateway>,
     /// Where trace spans are exported (`otlp_endpoint`); none: no spans are built.
     pub tracing: Option<etcron_common::trace::ExportConfig>,
+    /// The namespaces served besides `namespace` (`[[namespaces]]`); empty in a node's own config.
+    pub namespaces: Vec<NamespaceConfig>,
+    /// The etcd endpoints of every namespace this process serves: tasks may reach none of them.
+    pub process_etcd_endpoints: Vec<String>,
+    /// Summed into the process's `/metrics` and asked by its `/readyz`: a namespace's node, not
+    /// a remote executor's.
+    pub metrics_node: bool,
+}
+
+/// The directory under `data_dir` of the node serving `namespace` (besides the default one):
+/// `namespaces/+etcron-b` for `/etcron-b` (`+` is no namespace character, so no two collide).
+#[must_use]
+pub fn namespace_dir(data_dir: &Path, namespace: &str) -> PathBuf {
+    data_dir.join("namespaces").join(namespace.replace('/', "+"))
+}
+
+impl Config {
+    /// One configuration per node this process runs: the default namespace's (this one), then
+    /// each `[[namespaces]]` section's — its namespace, etcd, database and capacity, a data dir
+    /// of its own under `data_dir` ([`namespace_dir`]), its live output on a free port of
+    /// `output_listen`'s address. The executor protocol is the first's; `/metrics` is served
+    /// once for all (`metrics_server::serve`).
+    #[must_use]
+    pub fn nodes(&self) -> Vec<Config> {
+        let first = Config { namespaces: Vec::new(), ..self.clone() };
+        let extra = self.namespaces.iter().map(|ns| Config {
+            namespace: ns.namespace.clone(),
+            etcd_endpoints: ns.etcd_endpoints.clone(),
+            etcd: ns.etcd.clone(),
+            mongodb_db: ns.mongodb_db.clone(),
+            capacity: ns.capacity,
+            data_dir: namespace_dir(&self.data_dir, &ns.namespace),
+            executor: None,
+            output_listen: std::net::SocketAddr::new(self.output_listen.ip(), 0),
+            output_url: None,
+            ..first.clone()
+        });
+        std::iter::once(first.clone()).chain(extra).collect()
+    }
+}
+
+/// How to reach the default namespace's etcd, the `[[namespaces]]` sections resolved (errors
+/// name `namespaces[i].field`), and every etcd endpoint of the process, the default's first.
+fn namespaces(
+    shared: &etcron_common::settings::Shared,
+    sections: Vec<NamespaceSection>,
+    (security, file): (&etcron_common::settings::EtcdSecurityFile, &etcron_common::settings::EtcdSecurityFile),
+    default_capacity: u32,
+) -> anyhow::Result<(etcron_common::etcd::EtcdConfig, Vec<NamespaceConfig>, Vec<String>)> {
+    let etcd = etcron_common::settings::etcd_config(shared.etcd_endpoints.clone(), security, file)
+        .map_err(anyhow::Error::msg)?;
+    use etcron_common::settings::NamespaceInput;
+    let capacities: Vec<Option<u32>> = sections.iter().map(|s| s.capacity).collect();
+    let inputs = sections
+        .into_iter()
+        .map(|s| NamespaceInput { namespace: s.namespace, etcd_endpoints: s.etcd_endpoints, mongodb_db: s.mongodb_db })
+        .collect();
+    let extra = etcron_common::settings::resolve_namespaces(shared, inputs).map_err(anyhow::Error::msg)?;
+    let mut all = shared.etcd_endpoints.clone();
+    let mut out = Vec::with_capacity(extra.len());
+    for (i, (ns, set)) in extra.into_iter().zip(capacities).enumerate() {
+        let capacity =
+            capacity(Some(set.unwrap_or(default_capacity))).map_err(|e| anyhow::anyhow!("namespaces[{i}].{e}"))?;
+        let etcd = etcron_common::settings::etcd_config(ns.etcd_endpoints.clone(), security, file)
+            .map_err(|e| anyhow::anyhow!("namespaces[{i}].{e}"))?;
+        for endpoint in &ns.etcd_endpoints {
+            if !all.contains(endpoint) {
+                all.push(endpoint.clone());
+            }
+        }
+        out.push(NamespaceConfig {
+            namespace: ns.namespace,
+            etcd_endpoints: ns.etcd_endpoints,
+            etcd,
+            mongodb_db: ns.mongodb_db,
+            capacity,
+        });
+    }
+    Ok((etcd, out, all))
 }
 
 /// The executor protocol's listener and token (`crate::executor`).
@@ -372,13 +479,11 @@ impl Config {
         crate::tasks::run_as::check_config(&run_as_users, nix::unistd::geteuid().is_root())
             .map_err(anyhow::Error::msg)?;
         let teams = teams(cli.teams, file.teams)?;
-        let task_identity = crate::tasks::uids::TaskIdentity::resolve(
+        let task_identity = task_identity(
             cli.task_user.or(file.task_user),
             cli.task_uids.or(file.task_uids),
-            &cli.task_uid_table.or(file.task_uid_table).unwrap_or_else(|| crate::tasks::uids::DEFAULT_TABLE.into()),
-            nix::unistd::geteuid(),
-        )
-        .map_err(anyhow::Error::msg)?;
+            cli.task_uid_table.or(file.task_uid_table),
+        )?;
         let capacity = capacity(cli.capacity.or(file.capacity))?;
         let session_ttl = session_ttl(cli.session_ttl.or(file.session_ttl))?;
         let (kill_grace, shutdown_grace) =
@@ -392,9 +497,13 @@ impl Config {
         let task_network_allow = comma_list(cli.task_network_allow, file.task_network_allow);
         let task_network_allow = crate::tasks::network::parse_allow(&task_network_allow).map_err(anyhow::Error::msg)?;
         let shell_task_network = shell_network(cli.shell_task_network.or(file.shell_task_network))?;
+        let (etcd, namespaces, process_etcd_endpoints) =
+            namespaces(&shared, file.namespaces, (&security, &file.etcd), capacity)?;
         Ok(Self {
-            etcd: etcron_common::settings::etcd_config(shared.etcd_endpoints.clone(), &security, &file.etcd)
-                .map_err(anyhow::Error::msg)?,
+            etcd,
+            namespaces,
+            process_etcd_endpoints,
+            metrics_node: true,
             etcd_endpoints: shared.etcd_endpoints,
             namespace: shared.namespace,
             worker_id,
@@ -459,6 +568,16 @@ fn comma_list(cli: Option<String>, file: Option<Vec<String>>) -> Vec<String> {
         Some(list) => list.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect(),
         None => file.unwrap_or_default(),
     }
+}
+
+/// Who shell tasks without `task.user` run as: `task_user`, or a uid per team from `task_uids`.
+fn task_identity(
+    user: Option<String>,
+    uids: Option<String>,
+    table: Option<PathBuf>,
+) -> anyhow::Result<crate::tasks::uids::TaskIdentity> {
+    let table = table.unwrap_or_else(|| crate::tasks::uids::DEFAULT_TABLE.into());
+    crate::tasks::uids::TaskIdentity::resolve(user, uids, &table, nix::unistd::geteuid()).map_err(anyhow::Error::msg)
 }
 
 /// `kill_grace` (at most 10 min, 5 s by default) and `shutdown_grace` (30 s by default).
@@ -621,6 +740,52 @@ mod tests {
         assert_eq!(c.mongodb_uri, "mongodb://etcron:pw@db1/?replicaSet=rs0");
         let c = Config::resolve(cli(&["--config", toml.to_str().unwrap(), "--mongodb-uri", "mongodb://h/"])).unwrap();
         assert_eq!(c.mongodb_uri, "mongodb://h/", "the flag wins");
+    }
+
+    #[test]
+    fn namespace_sections_make_a_node_each() {
+        let dir = tempfile_dir();
+        let path = dir.join("ns.toml");
+        let text = "namespace = \"/a\"\ncapacity = 8\n\n[[namespaces]]\nnamespace = \"/b\"\n\
+                    etcd_endpoints = [\"127.0.0.1:23790\"]\nmongodb_db = \"etcron_b\"\ncapacity = 3\n\n\
+                    [[namespaces]]\nnamespace = \"/c/d\"\n";
+        std::fs::write(&path, text).unwrap();
+        let c = Config::resolve(cli(&["--config", path.to_str().unwrap(), "--metrics-listen", "127.0.0.1:0"])).unwrap();
+        assert_eq!(c.process_etcd_endpoints, ["127.0.0.1:2379", "127.0.0.1:23790"], "tasks may reach neither");
+        let nodes = c.nodes();
+        let seen: Vec<_> = nodes.iter().map(|n| (n.namespace.as_str(), n.mongodb_db.as_str(), n.capacity)).collect();
+        assert_eq!(seen, [("/a", "etcron", 8), ("/b", "etcron_b", 3), ("/c/d", "etcron", 8)]);
+        assert_eq!(nodes[1].etcd.endpoints, ["127.0.0.1:23790"]);
+        assert_eq!(nodes[0].data_dir, c.data_dir, "the default namespace keeps the data dir");
+        assert_eq!(nodes[2].data_dir, c.data_dir.join("namespaces").join("+c+d"));
+        assert!(nodes.iter().all(|n| n.worker_id == c.worker_id && n.namespaces.is_empty()));
+        assert!(nodes[1].executor.is_none() && nodes[1].output_url.is_none());
+        // Without sections: one node, as before.
+        assert_eq!(Config::resolve(cli(&[])).unwrap().nodes().len(), 1);
+    }
+
+    #[test]
+    fn a_namespace_served_twice_is_refused_naming_the_section() {
+        let dir = tempfile_dir();
+        let path = dir.join("twice.toml");
+        for (text, needle) in [
+            (
+                "[[namespaces]]\nnamespace = \"/b\"\n[[namespaces]]\nnamespace = \"/b\"\n",
+                "namespaces[1].namespace: \"/b\" is served already (namespaces[0].namespace)",
+            ),
+            (
+                "[[namespaces]]\nnamespace = \"/etcron\"\n",
+                "namespaces[0].namespace: \"/etcron\" is served already (namespace)",
+            ),
+            ("[[namespaces]]\nnamespace = \"b\"\n", "namespaces[0].namespace"),
+            ("[[namespaces]]\nnamespace = \"/b\"\netcd_endpoints = []\n", "namespaces[0].etcd_endpoints"),
+            ("[[namespaces]]\nnamespace = \"/b\"\ncapacity = 0\n", "namespaces[0].capacity"),
+            ("[[namespaces]]\nnamespace = \"/b\"\nlabels = {}\n", "labels"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = format!("{:#}", Config::resolve(cli(&["--config", path.to_str().unwrap()])).unwrap_err());
+            assert!(err.contains(needle), "{text}: {err}");
+        }
     }
 
     #[test]

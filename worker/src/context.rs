@@ -45,6 +45,8 @@ pub struct Context {
     pub lease: watch::Receiver<Option<i64>>,
     /// The session deadline keepers watch, and its lapses (a keeper's kill is a lost run).
     pub session_deadline: crate::tasks::keeper::SessionDeadline,
+    /// This node's slot of the keepers' page (`None` in the simulation, which has no keepers).
+    pub keeper_slot: Option<crate::tasks::keeper::Slot>,
     pub retention: RetentionLeases,
     /// Leases of raised alerts' keys and checkpoints: 25 h from their last write
     /// (`etcron_model::spec::alerts::ALERT_MEMORY`).

@@ -53,21 +53,61 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
-    let client = connect(&config.etcd).await.context("connecting to etcd")?;
-    let session_client = connect(&config.etcd).await.context("connecting to etcd")?;
+    // One node per namespace served (`[[namespaces]]`), all stopped by the one signal.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = std::sync::Arc::new(stop);
+    let signal = stop.clone();
+    tokio::spawn(async move {
+        etcron_common::settings::shutdown_signal().await;
+        let _ = signal.send(true);
+    });
+    let nodes = config.nodes();
+    let mut running = tokio::task::JoinSet::new();
+    for (i, node) in nodes.into_iter().enumerate() {
+        let mut stopped = stopped.clone();
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        let parts = connect_node(&node, i == 0).await?;
+        let namespace = node.namespace.clone();
+        running.spawn(async move {
+            let ran = etcron_worker::node::run(node, parts, shutdown).await;
+            ran.with_context(|| format!("namespace {namespace}"))
+        });
+    }
+    // A node that cannot start ends the process (its data dir or listeners); the others drain.
+    let mut outcome = Ok(());
+    while let Some(done) = running.join_next().await {
+        let ran = done.map_err(anyhow::Error::from).and_then(|r| r);
+        if let Err(e) = ran {
+            if outcome.is_ok() {
+                tracing::error!(error = format!("{e:#}"), "a namespace's node stopped; stopping the others");
+                let _ = stop.send(true);
+                outcome = Err(e);
+            }
+        }
+    }
+    outcome
+}
+
+/// A node's etcd connections (the session on its own) and record store; the executor protocol
+/// beside the first node (the default namespace's), whose nodes end with the process.
+async fn connect_node(config: &Config, first: bool) -> anyhow::Result<etcron_worker::node::Parts> {
+    let ns = &config.namespace;
+    let client = connect(&config.etcd).await.with_context(|| format!("connecting to etcd ({ns})"))?;
+    let session_client = connect(&config.etcd).await.with_context(|| format!("connecting to etcd ({ns})"))?;
     let store = etcron_common::store::MongoStore::connect(&config.mongodb_uri, &config.mongodb_db)
         .await
         .context("mongodb_uri")?;
-    if let Some(listener) = etcron_worker::executor::bind(&config).await? {
-        // Remote executors' nodes live beside this worker's own, and end with the process.
-        let (host, store) = (config.clone(), store.clone());
-        tokio::spawn(async move {
-            if let Err(e) = etcron_worker::executor::serve(listener, host, Some(store)).await {
-                tracing::error!(error = %e, "the executor protocol stopped");
-            }
-        });
+    if first {
+        if let Some(listener) = etcron_worker::executor::bind(config).await? {
+            let (host, store) = (config.clone(), store.clone());
+            tokio::spawn(async move {
+                if let Err(e) = etcron_worker::executor::serve(listener, host, Some(store)).await {
+                    tracing::error!(error = %e, "the executor protocol stopped");
+                }
+            });
+        }
     }
-    let parts =
-        etcron_worker::node::Parts { client, session_client, store: Some(store), simulated: None, handlers: None };
-    etcron_worker::node::run(config, parts, etcron_common::settings::shutdown_signal()).await
+    Ok(etcron_worker::node::Parts { client, session_client, store: Some(store), simulated: None, handlers: None })
 }

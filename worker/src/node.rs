@@ -67,7 +67,7 @@ pub async fn run(config: Config, parts: Parts, shutdown: impl Future<Output = ()
     let _ = built.sink_task.await;
     // The last spans (the records' among them) go before the process does.
     ctx.tracer.flush(TRACE_FLUSH_ON_SHUTDOWN).await;
-    tracing::info!("etcron-worker stopped");
+    tracing::info!(namespace = %config.namespace, "etcron-worker stopped");
     Ok(())
 }
 
@@ -91,7 +91,11 @@ fn publish_deadlines(ctx: &Arc<Context>, session: &Session) {
 fn publish_deadline(ctx: &Context, until: tokio::time::Instant) {
     ctx.session_deadline.publish(until, |until| match &ctx.simulated {
         Some(tasks) => tasks.session_deadline(&ctx.config.worker_id, until),
-        None => crate::tasks::keeper::set_deadline(until),
+        None => {
+            if let Some(slot) = &ctx.keeper_slot {
+                slot.set_deadline(until);
+            }
+        }
     });
 }
 
@@ -184,6 +188,7 @@ async fn build(
     let (lease_tx, lease_rx) = watch::channel(None);
     let (race_again, again) = mpsc::unbounded_channel();
     let taken = Arc::new(crate::cluster::taken::Taken::default());
+    let keeper_slot = keeper_slot(simulated.is_some())?;
     let ctx = Arc::new(Context {
         client: client.clone(),
         keys: keys.clone(),
@@ -191,6 +196,7 @@ async fn build(
         members: Members::default(),
         lease: lease_rx,
         session_deadline: crate::tasks::keeper::SessionDeadline::default(),
+        keeper_slot,
         retention: RetentionLeases::new(client.clone(), MIN_RETENTION, RETENTION_REUSE),
         long_leases: Arc::new(RetentionLeases::new(
             client.clone(),
@@ -229,6 +235,17 @@ async fn build(
         tracer,
     });
     Ok(Built { ctx, lease_tx, again, owed, previous_session, sink_stop, sink_task })
+}
+
+/// The node's own slot of the keepers' page (its tasks are judged by its session alone); none
+/// for a simulated node, which has no keepers.
+fn keeper_slot(simulated: bool) -> anyhow::Result<Option<crate::tasks::keeper::Slot>> {
+    if simulated {
+        return Ok(None);
+    }
+    let slots = crate::tasks::keeper::SLOTS;
+    let full = || format!("every one of the keepers' {slots} session slots is taken by a node of this process");
+    crate::tasks::keeper::Slot::take().with_context(full).map(Some)
 }
 
 /// The worker's tracer, its spans naming it: off without `otlp_endpoint` (no exporter runs).
@@ -300,10 +317,11 @@ async fn start_duties(
     etcron_common::task::spawn(crate::fire::alerts::stale_loop(ctx.clone()));
     crate::metrics::init(config.capacity);
     crate::tasks::network::init_metrics();
+    if config.metrics_node {
+        crate::metrics_server::count(ctx);
+    }
     if let Some(addr) = config.metrics_listen {
-        crate::metrics_server::serve(addr, ctx.clone())
-            .await
-            .with_context(|| format!("metrics_listen: binding {addr}"))?;
+        crate::metrics_server::serve(addr).with_context(|| format!("metrics_listen: binding {addr}"))?;
     }
     tracing::info!(worker_id = %config.worker_id, namespace = %config.namespace, endpoints = ?config.etcd_endpoints, capacity = config.capacity, "etcron-worker starting");
     if !crate::failpoint::armed().is_empty() {
@@ -457,7 +475,7 @@ async fn supervise_session(
             match Session::grant(&session_client, ctx.config.session_ttl).await {
                 Ok(s) => break s,
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot get a session lease; retrying");
+                    tracing::warn!(error = %e, namespace = %ctx.config.namespace, "cannot get a session lease; retrying");
                     if !backoff.sleep(&mut stop).await {
                         return None;
                     }
@@ -469,7 +487,7 @@ async fn supervise_session(
         // worker); the last one stays when the session is lost.
         publish_deadlines(&ctx, &session);
         let lease = session.lease_id();
-        tracing::info!(lease_id = lease, ttl = ?ctx.config.session_ttl, "session lease granted");
+        tracing::info!(lease_id = lease, ttl = ?ctx.config.session_ttl, namespace = %ctx.config.namespace, "session lease granted");
         if !take_over_registration(&ctx, lease, &mut stop).await {
             return Some(session);
         }
@@ -485,7 +503,7 @@ async fn supervise_session(
                 if published.is_none() {
                     ctx.departures.session_registered(revision);
                     let _ = lease_tx.send(Some(lease));
-                    tracing::info!(worker_id = %ctx.config.worker_id, "registered");
+                    tracing::info!(worker_id = %ctx.config.worker_id, namespace = %ctx.config.namespace, "registered");
                 }
                 published = Some(state);
             }
@@ -500,6 +518,7 @@ async fn supervise_session(
         tracing::error!(
             lease_id = lease,
             running = ctx.registry.running(),
+            namespace = %ctx.config.namespace,
             "session lease lost: killing executions that ran under it, then re-registering"
         );
         ctx.registry.stop_all(&StopReason::LeaseLost);
@@ -591,7 +610,7 @@ async fn take_over_registration(ctx: &Arc<Context>, lease: i64, stop: &mut watch
 fn task_network(config: &Config, own: &[std::net::SocketAddr]) -> crate::tasks::network::TaskNetwork {
     use crate::tasks::network::{control_plane, TaskNetwork};
     let listeners: Vec<_> = own.iter().copied().chain(config.metrics_listen).collect();
-    let control = control_plane(&config.etcd_endpoints, &config.mongodb_uri, &listeners);
+    let control = control_plane(&config.process_etcd_endpoints, &config.mongodb_uri, &listeners);
     let network = TaskNetwork::new(config.task_network_allow.clone(), control);
     if !config.task_network_allow.is_empty() {
         tracing::info!(task_network_allow = ?network.allowed(), "HTTP and gRPC tasks may also connect to these");

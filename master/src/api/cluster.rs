@@ -91,6 +91,13 @@ pub(super) async fn whoami(axum::Extension(caller): axum::Extension<Caller>) -> 
     Json(caller.shown())
 }
 
+/// The namespaces this master serves, the default one (no `X-Etcron-Namespace` header) first.
+pub(super) async fn namespaces(State(st): State<AppState>) -> Json<Value> {
+    let list: Vec<Value> =
+        st.namespaces.iter().enumerate().map(|(i, ns)| json!({ "namespace": ns, "default": i == 0 })).collect();
+    Json(json!({ "namespaces": list }))
+}
+
 /// The configured tokens: names and roles, never hashes (admin only).
 pub(super) async fn list_tokens(State(st): State<AppState>) -> Json<Value> {
     Json(json!({ "tokens": st.auth.list(), "enabled": st.auth.enabled() }))

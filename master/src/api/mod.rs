@@ -78,6 +78,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/notifications", get(notifications::search))
         .route("/api/auth/whoami", get(whoami))
         .route("/api/auth/tokens", get(list_tokens))
+        .route("/api/namespaces", get(namespaces))
         .route("/api/openapi.json", get(crate::openapi::document))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -87,7 +88,9 @@ pub fn app(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // The auth layer names the caller; the audit layer around it records what was asked and
-        // answered, refusals included; the guard checks Host and origin before either.
+        // answered, refusals included; the guard checks Host and origin before either. A request
+        // for a namespace not served is refused once its token passed.
+        .layer(axum::middleware::from_fn(crate::layers::namespace::refuse_unknown))
         .layer(axum::middleware::from_fn_with_state(state.auth.clone(), crate::layers::auth::authorize))
         .layer(axum::middleware::from_fn_with_state(state.audit.clone(), crate::layers::audit::record))
         .layer(axum::middleware::from_fn_with_state(state.guard, crate::layers::guard::check))

@@ -140,25 +140,27 @@ fn human_bytes(bytes: i64) -> String {
     }
 }
 
-/// Starts the poller.
+/// Starts the poller; `gauges`: it sets the process's gauges (the default namespace's poller).
 #[must_use]
-pub fn start(client: Client, settings: StorageSettings) -> StorageWatch {
+pub fn start(client: Client, settings: StorageSettings, gauges: bool) -> StorageWatch {
     LazyLock::force(&GAUGES);
     let watch = StorageWatch::default();
-    tokio::spawn(poll_loop(client, settings, watch.clone()));
+    tokio::spawn(poll_loop(client, settings, watch.clone(), gauges));
     watch
 }
 
-async fn poll_loop(client: Client, settings: StorageSettings, watch: StorageWatch) {
+async fn poll_loop(client: Client, settings: StorageSettings, watch: StorageWatch, gauges: bool) {
     let mut warned = false;
     loop {
         match read(&client, settings).await {
             Ok(storage) => {
-                let g = &*GAUGES;
-                g.db_size.set(storage.db_size_bytes);
-                g.in_use.set(storage.in_use_bytes);
-                g.quota.set(storage.quota_bytes);
-                g.alarm.set(i64::from(!storage.alarms.is_empty()));
+                if gauges {
+                    let g = &*GAUGES;
+                    g.db_size.set(storage.db_size_bytes);
+                    g.in_use.set(storage.in_use_bytes);
+                    g.quota.set(storage.quota_bytes);
+                    g.alarm.set(i64::from(!storage.alarms.is_empty()));
+                }
                 match (&storage.warning, warned) {
                     (Some(w), false) => tracing::warn!(warning = %w, "etcd storage"),
                     (None, true) => tracing::info!(

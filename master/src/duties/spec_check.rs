@@ -84,9 +84,10 @@ impl SpecWatch {
     }
 }
 
-/// Starts the check loop: now, then every `every`.
+/// Starts the check loop: now, then every `every`; `gauge`: it sets the process's gauge (the
+/// default namespace's loop).
 #[must_use]
-pub fn start(client: Client, keys: Keys, every: Duration) -> SpecWatch {
+pub fn start(client: Client, keys: Keys, every: Duration, gauge: bool) -> SpecWatch {
     let watch = SpecWatch::default();
     let shared = watch.clone();
     tokio::spawn(async move {
@@ -94,7 +95,9 @@ pub fn start(client: Client, keys: Keys, every: Duration) -> SpecWatch {
         loop {
             match check(&client, &keys).await {
                 Ok(checked) => {
-                    UNSCHEDULABLE.set(i64::try_from(checked.refused.len()).unwrap_or(i64::MAX));
+                    if gauge {
+                        UNSCHEDULABLE.set(i64::try_from(checked.refused.len()).unwrap_or(i64::MAX));
+                    }
                     let names: Vec<String> = checked.refused.iter().map(|r| r.job.clone()).collect();
                     if before.as_ref() != Some(&names) && !names.is_empty() {
                         tracing::warn!(count = names.len(), jobs = ?names, "stored job specs this version refuses: these jobs do not run (etcronctl jobs check names each field)");

@@ -54,6 +54,7 @@ mod features {
     mod limits;
     mod metrics;
     mod misfire;
+    mod namespaces;
     mod notify;
     mod pause;
     mod phases;

@@ -161,6 +161,7 @@ async fn start(state: &Gateway, id: &str, handlers: Vec<String>, capacity: u32) 
     config.data_dir = state.host.data_dir.join("executors").join(id);
     config.capacity = capacity;
     config.metrics_listen = None;
+    config.metrics_node = false;
     config.executor = None;
     config.output_listen = std::net::SocketAddr::new(state.host.output_listen.ip(), 0);
     config.output_url = None;

@@ -52,6 +52,18 @@ pub(crate) struct Reporting<'a> {
 /// The results of a run's parents, by job (a parent without a result maps to `null`).
 pub(crate) type ParentResults = std::collections::BTreeMap<String, serde_json::Value>;
 
+/// The run's parameters as the shell's environment. The master checked them against the spec
+/// it read; the spec this worker runs may be newer (a parameter removed since): checked again
+/// here, a refusal (why) being the run's end.
+fn shell_params(fire: &Fire, shell: &ShellTask) -> Result<std::collections::BTreeMap<String, String>, String> {
+    etcron_model::spec::params::run_env(&shell.params, &fire.params.env).map_err(|e| {
+        let field = e.field.unwrap_or_default();
+        tracing::warn!(execution = %fire.id, %field, reason = %e.message, "run refused: run parameter");
+        crate::metrics::METRICS.runs_refused.with_label_values(&["run_params"]).inc();
+        format!("run parameter refused: {field}: {}", e.message)
+    })
+}
+
 /// Runs the task: a shell command, an HTTP request or a gRPC call, until it ends or `stop` says.
 pub(crate) async fn execute(
     ctx: &Context,
@@ -77,19 +89,9 @@ pub(crate) async fn execute(
             {
                 return Finished::not_started(Ending::SpawnFailed(refused));
             }
-            // The master checked the run's parameters against the spec it read; the spec this
-            // worker runs may be newer (a parameter removed since): checked again here.
-            let params = match etcron_model::spec::params::run_env(&shell.params, &fire.params.env) {
+            let params = match shell_params(fire, shell) {
                 Ok(params) => params,
-                Err(e) => {
-                    let field = e.field.unwrap_or_default();
-                    tracing::warn!(execution = %fire.id, %field, reason = %e.message, "run refused: run parameter");
-                    crate::metrics::METRICS.runs_refused.with_label_values(&["run_params"]).inc();
-                    return Finished::not_started(Ending::SpawnFailed(format!(
-                        "run parameter refused: {field}: {}",
-                        e.message
-                    )));
-                }
+                Err(refused) => return Finished::not_started(Ending::SpawnFailed(refused)),
             };
             let run_as = TaskAccount::of(
                 shell.user.as_deref(),
@@ -111,6 +113,8 @@ pub(crate) async fn execute(
                 output: live.output(),
                 limits: fire.spec.limits.unwrap_or_default(),
                 network: ctx.config.shell_task_network,
+                // A simulated node has no slot, and runs no real task.
+                keeper_slot: ctx.keeper_slot.as_ref().map_or(0, crate::tasks::keeper::Slot::index),
             };
             shell::run_shell(job, stop, pid_tx).await
         }

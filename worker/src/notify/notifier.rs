@@ -363,11 +363,12 @@ fn init_metrics() {
     }
 }
 
-/// Brings the notification gauges up to date (at scrape time).
-pub fn refresh_metrics(notifier: &Notifier) {
+/// Brings the notification gauges up to date (at scrape time), summed over the process's nodes.
+pub fn refresh_metrics<'a>(notifiers: impl Iterator<Item = &'a Notifier>) {
     let m = &*NOTIFY_METRICS;
-    m.queue.set(i64::try_from(notifier.queued()).unwrap_or(i64::MAX));
-    m.in_flight.set(i64::try_from(notifier.in_flight()).unwrap_or(i64::MAX));
+    let (queued, in_flight) = notifiers.fold((0usize, 0usize), |(q, f), n| (q + n.queued(), f + n.in_flight()));
+    m.queue.set(i64::try_from(queued).unwrap_or(i64::MAX));
+    m.in_flight.set(i64::try_from(in_flight).unwrap_or(i64::MAX));
 }
 
 /// An SLA alert raised by this worker (`crate::fire::alerts`), as deliveries carry it (`alert`).

@@ -8,7 +8,9 @@
 //!   pipe whose only write end is the worker's, and sees end-of-file), or
 //! - **the worker's session deadline passed** (a frozen or stopped worker: the worker writes the
 //!   instant until which its lease certainly lives — the send time of its last acknowledged
-//!   keep-alive plus the TTL, on `CLOCK_MONOTONIC` — into a shared page the keeper reads).
+//!   keep-alive plus the TTL, on `CLOCK_MONOTONIC` — into a shared page the keeper reads). A
+//!   process serving several namespaces has a session in each: each node writes its own
+//!   [`Slot`] of the page, and a task's keeper reads its node's slot alone.
 //!
 //! The rule, with its clock assumption: etcd expires the session no earlier than that deadline
 //! (it measures the TTL from when the keep-alive *arrived*), and a survivor starts a failover
@@ -50,8 +52,8 @@ struct Supervision {
     _alive_write: OwnedFd,
     /// The shared page's file, handed to every keeper.
     deadline_fd: OwnedFd,
-    /// The page, mapped in the worker.
-    deadline: &'static AtomicU64,
+    /// The page's slots, mapped in the worker.
+    deadline: &'static [AtomicU64; SLOTS],
     /// `etcron-keeper` beside the worker's binary; `None`: the worker's own binary (`__keep`).
     program: Option<std::path::PathBuf>,
 }
@@ -108,12 +110,48 @@ pub fn enabled() -> bool {
     SUPERVISION.get().is_some()
 }
 
-/// Publishes the instant until which the worker's session lease certainly lives.
-pub fn set_deadline(until: tokio::time::Instant) {
-    if let Some(s) = SUPERVISION.get() {
-        let left = until.saturating_duration_since(tokio::time::Instant::now());
-        let at = monotonic_ns().saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX));
-        s.deadline.store(at, Ordering::Release);
+/// Session deadlines the shared page holds: one 8-byte slot each in its 4096 bytes.
+pub const SLOTS: usize = 4096 / 8;
+
+/// Which slots are taken (by a node of this process).
+static TAKEN: std::sync::Mutex<[bool; SLOTS]> = std::sync::Mutex::new([false; SLOTS]);
+
+/// A node's slot of the shared page: its session deadline, read by the keepers of its tasks
+/// alone. Given back (and cleared: no deadline) when the node's context is dropped.
+#[derive(Debug)]
+pub struct Slot(usize);
+
+impl Slot {
+    /// The first free slot; `None` when all [`SLOTS`] are taken.
+    #[must_use]
+    pub fn take() -> Option<Self> {
+        let mut taken = TAKEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let free = taken.iter().position(|t| !t)?;
+        taken[free] = true;
+        Some(Self(free))
+    }
+
+    #[must_use]
+    pub fn index(&self) -> usize {
+        self.0
+    }
+
+    /// Publishes the instant until which the node's session lease certainly lives.
+    pub fn set_deadline(&self, until: tokio::time::Instant) {
+        if let Some(s) = SUPERVISION.get() {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            let at = monotonic_ns().saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX));
+            s.deadline[self.0].store(at, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(s) = SUPERVISION.get() {
+            s.deadline[self.0].store(0, Ordering::Release);
+        }
+        TAKEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[self.0] = false;
     }
 }
 
@@ -168,12 +206,13 @@ impl SessionDeadline {
     }
 }
 
-/// An 8-byte shared page (a memfd, mapped): its descriptor and the mapped value.
+/// A shared page (a memfd, mapped) of [`SLOTS`] deadlines: its descriptor and the mapped slots.
 #[allow(unsafe_code)]
-fn shared_page() -> std::io::Result<(OwnedFd, &'static AtomicU64)> {
+fn shared_page() -> std::io::Result<(OwnedFd, &'static [AtomicU64; SLOTS])> {
     // SAFETY: memfd_create with a NUL-terminated name; the descriptor is owned at once. The
-    // mapping is of a file sized to one page, never unmapped (it lives as long as the worker),
-    // page-aligned, so an AtomicU64 at its start is aligned and valid for 'static.
+    // mapping is of a file sized to one page (4096 bytes, zeroed), never unmapped (it lives as
+    // long as the worker), page-aligned, so SLOTS AtomicU64s from its start are aligned and
+    // valid for 'static.
     unsafe {
         let fd = libc::memfd_create(c"etcron-session-deadline".as_ptr(), libc::MFD_CLOEXEC);
         if fd < 0 {
@@ -194,7 +233,7 @@ fn shared_page() -> std::io::Result<(OwnedFd, &'static AtomicU64)> {
         if page == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        Ok((fd, &*page.cast::<AtomicU64>()))
+        Ok((fd, &*page.cast::<[AtomicU64; SLOTS]>()))
     }
 }
 
@@ -211,9 +250,14 @@ fn monotonic_ns() -> u64 {
 /// A command that runs `/bin/sh -c command` under a keeper set up as `setup` says; `None` when
 /// supervision is off (the caller sets the child up itself).
 #[must_use]
-pub fn command(command: &str, setup: &ChildSetup, network: ShellNetwork) -> Option<tokio::process::Command> {
+pub fn command(
+    command: &str,
+    setup: &ChildSetup,
+    network: ShellNetwork,
+    slot: usize,
+) -> Option<tokio::process::Command> {
     let s = SUPERVISION.get()?;
-    let fds = (s.alive_read.as_raw_fd(), s.deadline_fd.as_raw_fd());
+    let fds = (s.alive_read.as_raw_fd(), (s.deadline_fd.as_raw_fd(), slot));
     let mut cmd = match &s.program {
         Some(keeper) => tokio::process::Command::new(keeper),
         None => {
@@ -227,10 +271,15 @@ pub fn command(command: &str, setup: &ChildSetup, network: ShellNetwork) -> Opti
     Some(cmd)
 }
 
-/// The keeper's arguments after [`KEEP`]: `ALIVE_FD DEADLINE_FD UID GID GROUPS RLIMITS NET`,
+/// The keeper's arguments after [`KEEP`]: `ALIVE_FD DEADLINE_FD:SLOT UID GID GROUPS RLIMITS NET`,
 /// `-` for none, lists comma-separated, a limit `RESOURCE:SOFT:HARD`, `NET` `none` for a
 /// network namespace of the task's own (the keeper enters it before it starts the task).
-fn encode((alive, deadline): (RawFd, RawFd), setup: &ChildSetup, network: ShellNetwork) -> Vec<String> {
+/// `DEADLINE_FD` alone reads slot 0.
+fn encode(
+    (alive, (deadline, slot)): (RawFd, (RawFd, usize)),
+    setup: &ChildSetup,
+    network: ShellNetwork,
+) -> Vec<String> {
     let list = |items: Vec<String>| if items.is_empty() { "-".to_owned() } else { items.join(",") };
     let (uid, gid, groups) = match &setup.account {
         Some(a) => (a.uid.to_string(), a.gid.to_string(), list(a.groups.iter().map(ToString::to_string).collect())),
@@ -238,12 +287,15 @@ fn encode((alive, deadline): (RawFd, RawFd), setup: &ChildSetup, network: ShellN
     };
     let rlimits = list(setup.rlimits.iter().map(|(r, s, h)| format!("{}:{s}:{h}", *r as i32)).collect());
     let net = if network.isolated() { "none" } else { "-" };
-    vec![alive.to_string(), deadline.to_string(), uid, gid, groups, rlimits, net.to_owned()]
+    vec![alive.to_string(), format!("{deadline}:{slot}"), uid, gid, groups, rlimits, net.to_owned()]
 }
 
-/// The keeper's arguments read back: the two descriptors, the setup, and the program with its
-/// arguments (after `--`).
-fn decode(args: &[OsString]) -> Result<(RawFd, RawFd, ChildSetup, ShellNetwork, Vec<OsString>), String> {
+/// What a keeper is told: the pipe, the page and its slot, the setup, the network, and the
+/// program with its arguments (after `--`).
+type Decoded = (RawFd, (RawFd, usize), ChildSetup, ShellNetwork, Vec<OsString>);
+
+/// The keeper's arguments read back.
+fn decode(args: &[OsString]) -> Result<Decoded, String> {
     let text =
         |i: usize| args.get(i).and_then(|a| a.to_str()).ok_or_else(|| format!("argument {i} missing or not text"));
     let num = |i: usize| text(i)?.parse::<i64>().map_err(|e| format!("argument {i}: {e}"));
@@ -251,7 +303,15 @@ fn decode(args: &[OsString]) -> Result<(RawFd, RawFd, ChildSetup, ShellNetwork, 
         let t = text(i)?;
         Ok(if t == "-" { Vec::new() } else { t.split(',').collect() })
     };
-    let (alive, deadline) = (num(0)?, num(1)?);
+    let alive = num(0)?;
+    let (deadline, slot) = match text(1)?.split_once(':') {
+        Some((fd, slot)) => (fd, slot.parse::<usize>().map_err(|e| format!("argument 1: slot: {e}"))?),
+        None => (text(1)?, 0),
+    };
+    let deadline = deadline.parse::<i64>().map_err(|e| format!("argument 1: {e}"))?;
+    if slot >= SLOTS {
+        return Err(format!("argument 1: slot {slot} is past the page's {SLOTS}"));
+    }
     let account = match (text(2)?, text(3)?) {
         ("-", _) | (_, "-") => None,
         (uid, gid) => Some(Account {
@@ -282,7 +342,7 @@ fn decode(args: &[OsString]) -> Result<(RawFd, RawFd, ChildSetup, ShellNetwork, 
         return Err("no program after --".to_owned());
     }
     let fd = |n: i64| RawFd::try_from(n).map_err(|e| e.to_string());
-    Ok((fd(alive)?, fd(deadline)?, ChildSetup { rlimits, account }, network, args[8..].to_vec()))
+    Ok((fd(alive)?, (fd(deadline)?, slot), ChildSetup { rlimits, account }, network, args[8..].to_vec()))
 }
 
 fn resource(n: u64) -> Result<Resource, String> {
@@ -295,7 +355,7 @@ fn resource(n: u64) -> Result<Resource, String> {
 /// The keeper's `main`: `args` are what follows [`KEEP`]. Never returns.
 #[allow(unsafe_code)]
 pub fn keep(args: &[OsString]) -> ! {
-    let (alive, deadline_fd, setup, network, program) = match decode(args) {
+    let (alive, (deadline_fd, slot), setup, network, program) = match decode(args) {
         Ok(d) => d,
         Err(e) => fail(&format!("bad arguments: {e}")),
     };
@@ -325,7 +385,8 @@ pub fn keep(args: &[OsString]) -> ! {
         if page == libc::MAP_FAILED {
             fail(&format!("mapping the session deadline: {}", std::io::Error::last_os_error()));
         }
-        &*page.cast::<AtomicU64>()
+        // `slot` < SLOTS (checked by `decode`): within the page.
+        &(*page.cast::<[AtomicU64; SLOTS]>())[slot]
     };
     let mut shell = std::process::Command::new(&program[0]);
     shell.args(&program[1..]);
@@ -511,18 +572,35 @@ mod tests {
             }),
         };
         let mut args: Vec<OsString> =
-            encode((7, 9), &setup, ShellNetwork::None).into_iter().map(OsString::from).collect();
+            encode((7, (9, 3)), &setup, ShellNetwork::None).into_iter().map(OsString::from).collect();
         args.extend(["--", "/bin/sh", "-c", "echo hi"].map(OsString::from));
         let (alive, deadline, back, network, program) = decode(&args).unwrap();
-        assert_eq!((alive, deadline, &back, network, program.len()), (7, 9, &setup, ShellNetwork::None, 3));
+        assert_eq!((alive, deadline, &back, network, program.len()), (7, (9, 3), &setup, ShellNetwork::None, 3));
         let none = ChildSetup::default();
         let mut args: Vec<OsString> =
-            encode((3, 4), &none, ShellNetwork::Host).into_iter().map(OsString::from).collect();
+            encode((3, (4, 0)), &none, ShellNetwork::Host).into_iter().map(OsString::from).collect();
         assert_eq!(args[2..], ["-", "-", "-", "-", "-"].map(OsString::from));
         assert!(decode(&args).unwrap_err().contains("no program"));
         args.extend(["--", "/bin/true"].map(OsString::from));
         let decoded = decode(&args).unwrap();
-        assert_eq!((decoded.2, decoded.3), (none, ShellNetwork::Host));
+        assert_eq!((decoded.1, decoded.2, decoded.3), ((4, 0), none, ShellNetwork::Host));
+        // A descriptor alone reads slot 0; a slot past the page is refused.
+        args[1] = OsString::from("4");
+        assert_eq!(decode(&args).unwrap().1, (4, 0));
+        args[1] = OsString::from(format!("4:{SLOTS}"));
+        assert!(decode(&args).unwrap_err().contains("past the page"));
+    }
+
+    /// Each node takes a slot of its own; a dropped node's slot is free again.
+    #[test]
+    fn slots_are_each_nodes_own() {
+        let (a, b) = (Slot::take().unwrap(), Slot::take().unwrap());
+        assert_ne!(a.index(), b.index());
+        let freed = a.index();
+        assert!(TAKEN.lock().unwrap()[freed]);
+        drop(a);
+        assert!(!TAKEN.lock().unwrap()[freed], "given back");
+        assert!(TAKEN.lock().unwrap()[b.index()]);
     }
 
     #[test]

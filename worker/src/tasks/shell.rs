@@ -66,6 +66,8 @@ pub struct ShellJob {
     pub limits: Limits,
     /// The host's network, or a network namespace of the task's own (`shell_task_network`).
     pub network: ShellNetwork,
+    /// The slot of the session deadline its keeper watches: its node's (`keeper::Slot`).
+    pub keeper_slot: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -242,7 +244,7 @@ async fn spawn_shell(
     (writer, writer_err): (std::io::PipeWriter, std::io::PipeWriter),
 ) -> Result<(tokio::process::Child, UnixMs), String> {
     let rlimits = rlimits(&job.limits);
-    let (run_as, worker_id, network) = (job.run_as.clone(), job.worker_id.clone(), job.network);
+    let (run_as, worker_id, network, slot) = (job.run_as.clone(), job.worker_id.clone(), job.network, job.keeper_slot);
     let (command, env, cwd) = (job.command.clone(), job.env.clone(), job.cwd.clone());
     let spawned = tokio::task::spawn_blocking(move || {
         let account = match run_as.as_ref().map(|r| r.resolve(&worker_id)).transpose() {
@@ -252,7 +254,7 @@ async fn spawn_shell(
         let setup = ChildSetup { rlimits, account };
         // Under a keeper (the worker's own binary), which sets the shell up, so the task's tree
         // ends with the worker (`keeper`); without one (the executor's own tests), directly.
-        let keeper = crate::tasks::keeper::command(&command, &setup, network);
+        let keeper = crate::tasks::keeper::command(&command, &setup, network, slot);
         let supervised = keeper.is_some();
         let mut cmd = keeper.unwrap_or_else(|| {
             let mut sh = Command::new("/bin/sh");
@@ -568,6 +570,7 @@ mod tests {
             output: Arc::new(LiveOutput::new(64 * 1024)),
             limits: Limits::default(),
             network: ShellNetwork::Host,
+            keeper_slot: 0,
         }
     }
 

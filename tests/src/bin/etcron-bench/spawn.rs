@@ -40,6 +40,7 @@ pub async fn run(n: usize, rounds: usize, file: &std::path::Path) -> Result<()> 
                 output: std::sync::Arc::new(etcron_worker::tasks::live_output::LiveOutput::new(65_536)),
                 limits: Limits::default(),
                 network: etcron_worker::tasks::netns::ShellNetwork::Host,
+                keeper_slot: 0,
             };
             let (pid_tx, _pid_rx) = oneshot::channel();
             tasks.push(tokio::spawn(run_shell(job, stop.clone(), pid_tx)));
