@@ -6,6 +6,12 @@ use clap::Parser;
 use etcron_common::etcd::connect;
 use etcron_worker::config::{Cli, Config};
 
+/// mimalloc: a burst of 100 000 ticks allocates and frees a few small blocks per tick on every
+/// thread at once, where glibc's allocator spent a third of the worker's CPU (its arenas'
+/// consolidation and free lists; BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     // A shell task's keeper is this binary run again (`keeper`): nothing of the worker starts.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();

@@ -300,7 +300,7 @@ impl Batchers {
     /// Closes a claim of `job`, in a batch when it can share one.
     pub async fn complete(&self, job: &str, close: Close, lease: i64) -> Result<CompleteOutcome, CloseError> {
         if close.lock.is_some() || !close.pool_slots.is_empty() || close.alone {
-            return Ok(claim::complete(&self.client, &close, lease).await?);
+            return Ok(Box::pin(claim::complete(&self.client, &close, lease)).await?);
         }
         let (reply, answer) = oneshot::channel();
         if self.closes.send(CloseJob { job: job.to_owned(), close, lease, reply }).await.is_err() {

@@ -150,11 +150,13 @@ async fn close_ops(
     if let Some(failing) = failing {
         let execution_id = fire.id.to_string();
         let outcome = health::Outcome { failing, execution_id: &execution_id, finished_ms };
-        follow.extend(health::close_op(&ctx.client, &ctx.keys, &fire.spec, &fire.id.job, outcome).await);
+        follow.extend(Box::pin(health::close_op(&ctx.client, &ctx.keys, &fire.spec, &fire.id.job, outcome)).await);
     }
-    follow.extend(crate::fire::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params).await);
+    // Boxed, as the other rare awaits of a close: a burst's closes wait together (while its
+    // claims are backlogged), each carrying only what it reaches.
+    follow.extend(Box::pin(crate::fire::backfill::next_op(ctx, &fire.id.job, fire.trigger, &fire.params)).await);
     if let Some((step, result)) = workflow {
-        match ctx.long_leases.get().await {
+        match Box::pin(ctx.long_leases.get()).await {
             Ok(lease) => {
                 let (ops, more) =
                     crate::fire::workflow::close_ops(ctx, fire, (step, status, result), lease, finished_ms);
@@ -231,7 +233,7 @@ pub(crate) async fn close(ctx: &std::sync::Arc<Context>, fire: &Fire, won: WonCl
     won.hold.closed(closed);
     if let (true, Some((_, value))) = (closed && queue, &won.lock) {
         // The lock stayed ours if executions wait: the oldest gets it, with its run request.
-        crate::fire::queue::pump(ctx, &fire.id.job, &fire.id.part, Some(value.clone())).await;
+        Box::pin(crate::fire::queue::pump(ctx, &fire.id.job, &fire.id.part, Some(value.clone()))).await;
     }
     let closing = Closing { closed, outcome, started_ms, finished_ms };
     after_close(ctx, fire, record, notes, closing).await;
@@ -283,7 +285,7 @@ async fn after_close(
     let status = record.status;
     let mut changed = false;
     if let (true, Some(outcome)) = (closed, outcome) {
-        if let Some(note) = count_failures(ctx, fire, outcome).await {
+        if let Some(note) = Box::pin(count_failures(ctx, fire, outcome)).await {
             notes.push(note);
             record.reason = Some(notes.join("; "));
             changed = true;
