@@ -305,12 +305,12 @@ pub(super) async fn get_job(
     axum::Extension(scope): axum::Extension<Scope>,
 ) -> ApiResult<Response> {
     job_name(&name)?;
-    // The job (etcd) and its summary (MongoDB) are read at the same time: under load the
-    // answer waits for the slower of the two, not for both in turn. The summary is only shown
-    // once the job's read allowed it.
+    // The job, the workers and the queue (etcd) and its summary (MongoDB) are read at the same
+    // time: under load (a burst) the answer waits for the slowest read, not for each in turn.
+    // The summary and the queue are only shown once the job's read allowed it.
     let job = async {
-        let workers = super::workers::open_workers(&st).await?;
-        let (item, pause) = read_job(&st, &name, &scope).await?;
+        let (workers, job) = tokio::join!(super::workers::open_workers(&st), read_job(&st, &name, &scope));
+        let (workers, (item, pause)) = (workers?, job?);
         Ok::<_, ApiError>(view(
             name.clone(),
             &item.value,
@@ -338,7 +338,8 @@ pub(super) async fn get_job(
         });
         Ok::<_, StoreError>(summary)
     };
-    let (job, summary) = tokio::join!(job, tokio::time::timeout(SUMMARY_TIMEOUT, summary));
+    let (job, summary, queue) =
+        tokio::join!(job, tokio::time::timeout(SUMMARY_TIMEOUT, summary), queued(&st, &name));
     let job = job?;
     let summary = match summary {
         Ok(Ok(s)) => serde_json::to_value(s).unwrap_or(Value::Null),
@@ -346,7 +347,7 @@ pub(super) async fn get_job(
     };
     let mut body = serde_json::to_value(&job).map_err(|e| ApiError::internal(&e))?;
     body["summary"] = summary;
-    body["queue"] = Value::Array(queued(&st, &name).await?);
+    body["queue"] = Value::Array(queue?);
     Ok(respond_with_etag(StatusCode::OK, body, job.revision))
 }
 
