@@ -338,8 +338,7 @@ pub(super) async fn get_job(
         });
         Ok::<_, StoreError>(summary)
     };
-    let (job, summary, queue) =
-        tokio::join!(job, tokio::time::timeout(SUMMARY_TIMEOUT, summary), queued(&st, &name));
+    let (job, summary, queue) = tokio::join!(job, tokio::time::timeout(SUMMARY_TIMEOUT, summary), queued(&st, &name));
     let job = job?;
     let summary = match summary {
         Ok(Ok(s)) => serde_json::to_value(s).unwrap_or(Value::Null),
