@@ -530,5 +530,6 @@ doc_tests! {
     records => "docs/records.md",
     sdk => "docs/sdk.md",
     security => "docs/security.md",
+    sizing => "docs/sizing.md",
     testing => "docs/testing.md",
 }
