@@ -6,11 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use etcd_client::{GetOptions, KeyValue};
+use etcd_client::{GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
 use etcron_common::store::Health;
 use etcron_model::keys::Key;
 use etcron_model::stored::{Pause, WorkerInfo};
 use etcron_model::{now_ms, UnixMs};
+use futures::{StreamExt as _, TryStreamExt as _};
 use serde_json::{json, Value};
 
 use super::jobs::{view, SUMMARY_TIMEOUT};
@@ -188,6 +189,53 @@ fn widen_by(step: u32) -> usize {
 /// Steps of [`widen_by`] that drop one byte each.
 const BYTE_STEPS: u32 = 6;
 
+/// Reads of jobs by name in one etcd transaction (etcd takes 128 operations at most).
+const TXN_GETS: usize = 100;
+
+/// Transactions of [`TXN_GETS`] in flight at once for one page.
+const TXN_IN_FLIGHT: usize = 4;
+
+/// At most `read` jobs labelled `key=value` after the page's cursor, read from etcd by the
+/// names the master's job index holds for the label as of etcd's revision now, and whether
+/// more follow; `None` while the index is loading. A page by label cost a scan of up to
+/// [`PAGE_SCAN`] jobs (p99 365 ms at 1M); it now costs the jobs it shows. A job whose labels
+/// changed since is read as it is and filtered again by the page.
+async fn labeled_range(
+    st: &AppState,
+    q: &PageQuery,
+    (key, value): (&str, &str),
+    read: usize,
+) -> ApiResult<Option<(Vec<KeyValue>, bool)>> {
+    // etcd's revision now, from the read of one key (a range would walk the keys after it).
+    let now = etcd("list_jobs_revision", st.client.kv_client().get(st.keys.namespace(), None)).await?;
+    let revision = now.header().map_or(0, etcd_client::ResponseHeader::revision);
+    let from = q.cursor.as_ref().map(|c| format!("{c}\0")).unwrap_or_default();
+    let Ok((names, more)) = st.job_index.read(revision, |ix| ix.labeled((key, value), &q.prefix, &from, read)).await
+    else {
+        return Ok(None);
+    };
+    // (Collected: an iterator borrowing the names is not held across the awaits.)
+    let reads: Vec<_> = names
+        .chunks(TXN_GETS)
+        .map(|chunk| {
+            let ops: Vec<TxnOp> = chunk.iter().map(|name| TxnOp::get(st.keys.job(name), None)).collect();
+            let mut kv = st.client.kv_client();
+            async move { etcd("list_jobs_by_name", kv.txn(Txn::new().and_then(ops))).await }
+        })
+        .collect();
+    let answers: Vec<_> = futures::stream::iter(reads).buffered(TXN_IN_FLIGHT).try_collect().await?;
+    let kvs = answers
+        .into_iter()
+        .flat_map(|answer| answer.op_responses())
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(mut got) => Some(got.take_kvs()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    Ok(Some((kvs, more)))
+}
+
 /// One page of jobs the caller sees: `{"jobs", "next_cursor", "partial", "records"}`.
 pub(super) async fn page(st: &AppState, scope: &Scope, q: &PageQuery) -> ApiResult<Value> {
     // After the cursor, never before the prefix (a cursor from elsewhere cannot widen the range).
@@ -205,7 +253,20 @@ pub(super) async fn page(st: &AppState, scope: &Scope, q: &PageQuery) -> ApiResu
         || q.health.is_some()
         || scope.caller.access.role.is_none();
     let read = if filtered { PAGE_SCAN } else { q.limit + 1 };
-    let (kvs, more_keys) = bounded_range(st, from.into_bytes(), end, read).await?;
+    // By label: the master's job index names the jobs so labelled (with no other filter, only
+    // as many as the page shows and one more); while it loads, the page scans as other filters do.
+    let labeled = match &q.label {
+        Some((key, value)) => {
+            let alone =
+                q.state.is_none() && q.team.is_none() && q.health.is_none() && scope.caller.access.role.is_some();
+            labeled_range(st, q, (key, value), if alone { q.limit + 1 } else { read }).await?
+        }
+        None => None,
+    };
+    let (kvs, more_keys) = match labeled {
+        Some(found) => found,
+        None => bounded_range(st, from.into_bytes(), end, read).await?,
+    };
     let (Some(first), Some(last)) = (kvs.first(), kvs.last()) else {
         return Ok(json!({ "jobs": [], "next_cursor": null, "partial": false, "records": {"available": true} }));
     };

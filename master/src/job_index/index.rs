@@ -27,6 +27,8 @@ struct Entry {
     pool: Option<Name>,
     /// `None`: the stored spec is refused by this version ([`JobSpec::from_json`]).
     placement: Option<Arc<Placement>>,
+    /// Its labels (key, value), held once each.
+    labels: Box<[(Name, Name)]>,
 }
 
 /// The jobs of one group (a placement; a pool's team), in name order.
@@ -40,7 +42,9 @@ pub struct Index {
     placements: HashMap<Arc<Placement>, Names>,
     /// pool → team (`None`: no team) → its jobs naming the pool.
     pools: HashMap<Name, BTreeMap<Option<Name>, Names>>,
-    /// Team and pool names, held once.
+    /// label key → label value → its jobs (`GET /api/jobs?label=`).
+    labels: HashMap<Name, HashMap<Name, Names>>,
+    /// Team and pool names, label keys and values, held once.
     interned: HashSet<Name>,
 }
 
@@ -51,6 +55,8 @@ pub struct Index {
 struct Loose {
     #[serde(default)]
     pool: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 impl Index {
@@ -74,10 +80,12 @@ impl Index {
     /// A job was stored (created or changed) with `value`.
     pub fn put(&mut self, name: &str, value: &[u8]) {
         self.delete(name);
-        let (team, pool, placement) = match JobSpec::from_json(value) {
-            Ok(spec) => (spec.team.clone(), spec.pool.clone(), Some(Placement::of(&spec))),
+        let (team, pool, placement, labels) = match JobSpec::from_json(value) {
+            Ok(spec) => (spec.team.clone(), spec.pool.clone(), Some(Placement::of(&spec)), spec.labels.clone()),
             Err(_) => {
-                (crate::access::team_of(value), serde_json::from_slice::<Loose>(value).ok().and_then(|l| l.pool), None)
+                let loose = serde_json::from_slice::<Loose>(value).ok();
+                let (pool, labels) = loose.map(|l| (l.pool, l.labels)).unwrap_or_default();
+                (crate::access::team_of(value), pool, None, labels)
             }
         };
         let name: Name = Arc::from(name);
@@ -94,7 +102,15 @@ impl Index {
         if let Some(pool) = &pool {
             self.pools.entry(pool.clone()).or_default().entry(team.clone()).or_default().insert(name.clone());
         }
-        self.jobs.insert(name, Entry { team, pool, placement });
+        let labels: Box<[(Name, Name)]> = labels
+            .iter()
+            .map(|(k, v)| {
+                let (k, v) = (self.intern(k), self.intern(v));
+                self.labels.entry(k.clone()).or_default().entry(v.clone()).or_default().insert(name.clone());
+                (k, v)
+            })
+            .collect();
+        self.jobs.insert(name, Entry { team, pool, placement, labels });
     }
 
     /// A job was deleted.
@@ -121,10 +137,41 @@ impl Index {
                 }
             }
         }
-        let Entry { team, pool, .. } = entry;
-        for held in [team, pool].into_iter().flatten() {
+        for (k, v) in &entry.labels {
+            self.unlabel(k, v, &name);
+        }
+        let Entry { team, pool, labels, .. } = entry;
+        let labels = labels.into_vec().into_iter().flat_map(|(k, v)| [k, v]);
+        for held in [team, pool].into_iter().flatten().chain(labels) {
             self.release(held);
         }
+    }
+
+    fn unlabel(&mut self, key: &Name, value: &Name, name: &Name) {
+        let Some(values) = self.labels.get_mut(key) else { return };
+        if let Some(names) = values.get_mut(value) {
+            names.remove(name);
+            if names.is_empty() {
+                values.remove(value);
+            }
+        }
+        if values.is_empty() {
+            self.labels.remove(key);
+        }
+    }
+
+    /// The jobs labelled `key=value` whose names start with `prefix`, from `from` on (itself
+    /// included), in name order: the first `limit`, and whether more follow. Costs the names
+    /// it returns, not the jobs stored (a page by label read up to 10 000 jobs from etcd).
+    #[must_use]
+    pub fn labeled(&self, (key, value): (&str, &str), prefix: &str, from: &str, limit: usize) -> (Vec<Name>, bool) {
+        let Some(names) = self.labels.get(key).and_then(|values| values.get(value)) else { return (Vec::new(), false) };
+        let from = from.max(prefix);
+        let mut after = names
+            .range::<str, _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
+            .take_while(|n| n.starts_with(prefix));
+        let page: Vec<Name> = after.by_ref().take(limit).cloned().collect();
+        (page, after.next().is_some())
     }
 
     /// `None`: the job is not indexed (deleted, or never stored); else its team.
@@ -180,8 +227,15 @@ impl Index {
             .flat_map(BTreeMap::values)
             .map(|names| size_of::<Option<Name>>() + size_of::<Names>() + names.len() * in_set)
             .sum();
+        let labels: usize = self
+            .labels
+            .values()
+            .flat_map(HashMap::values)
+            .map(|names| 2 * size_of::<Name>() + size_of::<Names>() + names.len() * in_set)
+            .sum::<usize>()
+            + self.jobs.values().map(|e| e.labels.len() * 2 * size_of::<Name>()).sum::<usize>();
         let interned = self.interned.iter().map(|n| size_of::<Name>() + arc_str(n)).sum::<usize>();
-        jobs + placements + pools + interned
+        jobs + placements + pools + labels + interned
     }
 
     fn intern(&mut self, s: &str) -> Name {
@@ -296,6 +350,33 @@ mod tests {
         ix.put("broken", &spec(json!({"team": "ops"})));
         assert_eq!((ix.placements(), ix.unmatched(|_| false, all, 10).1), (1, 1));
         assert_eq!(ix.pool_jobs("db", all, 10).1, 0);
+    }
+
+    #[test]
+    fn jobs_by_label_page_in_name_order_within_a_prefix_and_follow_changes() {
+        let mut ix = Index::default();
+        for name in ["db-3", "db-1", "web-1", "db-2", "db-4"] {
+            ix.put(name, &spec(json!({"labels": {"tier": "critical"}})));
+        }
+        ix.put("db-0", &spec(json!({"labels": {"tier": "low"}})));
+        let tier = ("tier", "critical");
+        assert_eq!(
+            ix.labeled(tier, "", "", 10),
+            (vec![Arc::from("db-1"), "db-2".into(), "db-3".into(), "db-4".into(), "web-1".into()], false)
+        );
+        let (page, more) = ix.labeled(tier, "db-", "db-2", 2);
+        assert_eq!((names(&page), more), (vec!["db-2", "db-3"], true));
+        assert_eq!(names(&ix.labeled(tier, "db-", "db-4\0", 2).0), Vec::<&str>::new(), "after the last");
+        // A refused spec keeps its labels; a change of label moves the job; a delete drops it.
+        ix.put("db-9", br#"{"schedule": "not a schedule", "labels": {"tier": "critical"}, "task": {}}"#);
+        ix.put("db-1", &spec(json!({"labels": {"tier": "low"}})));
+        ix.delete("db-3");
+        assert_eq!(names(&ix.labeled(tier, "db-", "", 10).0), vec!["db-2", "db-4", "db-9"]);
+        assert_eq!(names(&ix.labeled(("tier", "low"), "", "", 10).0), vec!["db-0", "db-1"]);
+        for name in ["db-0", "db-1", "db-2", "db-4", "db-9", "web-1"] {
+            ix.delete(name);
+        }
+        assert!(ix.labels.is_empty() && ix.interned.is_empty(), "nothing left held: {:?}", ix.interned);
     }
 
     #[test]

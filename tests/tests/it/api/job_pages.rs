@@ -66,6 +66,24 @@ async fn jobs_are_listed_a_page_at_a_time_with_filters_on_the_server() -> anyhow
     let enabled = names(&c.get("/api/jobs?limit=100&state=enabled").await?);
     assert_eq!(enabled.len(), all.len() - 1);
     assert_eq!(names(&c.get("/api/jobs?limit=100&prefix=a-1&label=tier%3Dgold").await?), ["a-10", "a-15"]);
+    // By label, pages of 2 from the master's index of labels: every gold job once, in order.
+    let first = c.get("/api/jobs?limit=2&label=tier%3Dgold").await?;
+    assert_eq!(
+        (names(&first), first["next_cursor"].as_str()),
+        (vec!["a-00".to_owned(), "a-05".to_owned()], Some("a-05"))
+    );
+    let second = c.get("/api/jobs?limit=2&label=tier%3Dgold&cursor=a-05").await?;
+    assert_eq!(names(&second), ["a-10", "a-15"]);
+    let last = c.get("/api/jobs?limit=2&label=tier%3Dgold&cursor=a-15").await?;
+    assert_eq!((names(&last), &last["next_cursor"]), (vec!["a-20".to_owned()], &Value::Null));
+    // A label changed (or given) shows at once in the next page: the index is read at etcd's
+    // revision of the request.
+    c.put_job("a-05", spec(json!({"tier": "plain"}))).await?;
+    c.put_job("b-03", spec(json!({"tier": "gold"}))).await?;
+    let gold = names(&c.get("/api/jobs?limit=100&label=tier%3Dgold").await?);
+    assert_eq!(gold, ["a-00", "a-10", "a-15", "a-20", "b-03"]);
+    c.put_job("a-05", spec(json!({"tier": "gold"}))).await?;
+    c.put_job("b-03", spec(json!({}))).await?;
     // A cursor outside the prefix never widens it.
     assert_eq!(names(&c.get("/api/jobs?limit=100&prefix=b-&cursor=a-05").await?).len(), 4);
     assert_eq!(names(&c.get("/api/jobs?limit=100&prefix=a-&cursor=b-00").await?).len(), 0);
